@@ -1,0 +1,34 @@
+# stkrelay: `make run` starts a 3-agent demo site; `make test` runs the suite.
+# Both bootstrap everything they need first (scripts/bootstrap.sh).
+PY := .venv/bin/python
+PYTEST := .venv/bin/pytest
+
+.PHONY: bootstrap run test chaos bench bench-failover lint format clean
+
+bootstrap:
+	@scripts/bootstrap.sh
+
+run: bootstrap
+	@$(PY) scripts/demo.py
+
+test: bootstrap
+	@$(PYTEST) -m "not chaos" $(PYTEST_ARGS)
+
+chaos: bootstrap
+	@$(PYTEST) -m chaos $(PYTEST_ARGS)
+
+bench: bench-failover
+
+bench-failover: bootstrap
+	@$(PY) bench/failover.py $(BENCH_ARGS)
+
+lint: bootstrap
+	@.venv/bin/ruff check .
+	@.venv/bin/ruff format --check .
+
+format: bootstrap
+	@.venv/bin/ruff format .
+	@.venv/bin/ruff check --fix .
+
+clean:
+	rm -rf .venv .demo

@@ -1,0 +1,92 @@
+"""A bare contender: the elector loop without Django or Celery.
+
+    python -m elections.contend --dir LEASE_DIR --node N --token T [--ttl 10 ...]
+
+Used by the stress tests and the failover benchmark to run many real
+processes on one lease dir cheaply. SIGTERM releases the lease and exits;
+SIGUSR1 releases it and sits out one election (a forced re-election).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import threading
+
+from .clock import Clock, SystemClock
+from .decide import Timing
+from .elector import Elector, Identity
+from .eventlog import JsonlEventSink
+from .store import FileLeaseStore
+
+
+def run_loop(elector: Elector, clock: Clock, stop: threading.Event) -> None:
+    """Renew every `renew` while leader, look every `poll` otherwise, and look
+    again exactly when a lease we wait on is due to expire."""
+    timing = elector.timing
+    next_renew = next_beat = 0.0
+    while not stop.is_set():
+        now = clock.monotonic()
+        renewing = elector.is_leader and now >= next_renew
+        decision = elector.cycle(renewing=renewing)
+        if renewing:
+            next_renew = now + timing.renew
+        if now >= next_beat:
+            elector.heartbeat()
+            next_beat = now + timing.renew
+        if elector.is_leader:
+            wait = max(0.0, next_renew - clock.monotonic()) if next_renew > now else timing.renew
+        else:
+            wait = timing.poll
+        if decision.wake_in is not None:
+            wait = min(wait, max(decision.wake_in, 0.0) + 0.01)
+        stop.wait(wait)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--dir", required=True)
+    ap.add_argument("--node", required=True)
+    ap.add_argument("--token", required=True)
+    ap.add_argument("--kmsn", default="9999-9999-99-99")
+    ap.add_argument("--ip", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=9530)
+    ap.add_argument("--ttl", type=float, default=10)
+    ap.add_argument("--renew", type=float, default=3)
+    ap.add_argument("--poll", type=float, default=2)
+    ap.add_argument("--deadline", type=float, default=7)
+    ap.add_argument("--lock-stale", type=float, default=2.0)
+    ap.add_argument("--events", help="JSONL file for this node's events")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format=f"[{args.node}] %(levelname)s %(message)s")
+
+    clock = SystemClock()
+    timing = Timing(args.ttl, args.renew, args.poll, args.deadline)
+    store = FileLeaseStore(args.dir, args.token, args.node, clock, lock_stale_s=args.lock_stale)
+    events = JsonlEventSink(args.events, args.node, clock) if args.events else None
+    me = Identity(node=args.node, kmsn=args.kmsn, station=args.node, ip=args.ip, port=args.port)
+    elector = Elector(store, clock, me, timing, events=events)
+    stop = threading.Event()
+    lock = threading.Lock()
+    requests: list[str] = []
+
+    def on_signal(signum: int, frame: object) -> None:
+        requests.append("release" if signum == signal.SIGUSR1 else "stop")
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGUSR1, on_signal)
+    while True:
+        run_loop(elector, clock, stop)
+        with lock:
+            todo, requests[:] = list(requests), []
+        if "stop" in todo:
+            elector.release(reason="SIGTERM")
+            return
+        elector.release(reason="SIGUSR1", abstain=True)
+        stop.clear()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,303 @@
+"""The elector: one node's election loop around the pure core.
+
+It gathers inputs (a read of the lease, the clock), asks `decide()`, and acts
+through the `LeaseStore`: contend, renew, step down, release. Every transition
+goes to the `EventSink` and calls the leader-duty hooks. It holds no Django and
+no Celery: the Celery tasks and the contender script drive the same class.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+from .clock import Clock
+from .decide import Decision, Memory, Timing, Verdict, decide, track
+from .errors import StoreUnavailable
+from .lease import LeaseRead, LeaseRecord, legacy_lease_until
+from .store import LeaseStore, WriteOutcome
+
+log = logging.getLogger("stkrelay.elector")
+
+BACKOFF = (0.2, 1.0)  # losers of a race wait this long (seconds, uniform)
+CONTEND_ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class Identity:
+    node: str
+    kmsn: str
+    station: str
+    ip: str
+    port: int
+    pid: int = 0
+
+
+class EventSink(Protocol):
+    def record(self, kind: str, epoch: int, reason: str, **extra: Any) -> None: ...
+
+
+class NullSink:
+    def record(self, kind: str, epoch: int, reason: str, **extra: Any) -> None:
+        pass
+
+
+Hook = Callable[[int], None]
+
+
+def make_record(
+    me: Identity, clock: Clock, epoch: int, seq: int, ttl: float, handoff_to: str | None = None
+) -> LeaseRecord:
+    return LeaseRecord(
+        kmsn=me.kmsn, station=me.station, ip=me.ip, port=me.port, pid=me.pid, epoch=epoch,
+        lease_until=legacy_lease_until(clock.wall(), ttl), node=me.node,
+        renew_seq=seq, ttl_s=ttl, handoff_to=handoff_to,
+    )
+
+
+def release_lease(
+    store: LeaseStore, me: Identity, epoch: int,
+    make: Callable[..., LeaseRecord], handoff_to: str | None = None, min_seq: int = 0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> bool:
+    """Mark our lease of `epoch` released (`ttl_s: 0`), compare-and-set: only if
+    the store still names `me` with that epoch. True if written."""
+    for _ in range(CONTEND_ATTEMPTS * 2):
+        try:
+            read = store.read()
+        except StoreUnavailable:
+            return False
+        rec = read.record
+        if read.status == "valid" and rec is not None:
+            if rec.node != me.node or rec.epoch != epoch or rec.released:
+                return False  # not ours (any more): nothing to release
+        seq = max(min_seq, rec.renew_seq if rec is not None else 0) + 1
+        try:
+            outcome = store.write(make(epoch, seq, 0, handoff_to), expect=read.revision)
+        except StoreUnavailable:
+            return False
+        if outcome is WriteOutcome.WRITTEN:
+            return True
+        sleep(0.05)
+    return False
+
+
+class Elector:
+    def __init__(
+        self,
+        store: LeaseStore,
+        clock: Clock,
+        me: Identity,
+        timing: Timing,
+        events: EventSink | None = None,
+        on_elected: Hook | None = None,
+        on_demoted: Hook | None = None,
+        eligibility: Callable[[], tuple[bool, str]] | None = None,
+        rng: random.Random | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.me = replace(me, pid=me.pid or os.getpid())
+        self.timing = timing
+        self.events = events or NullSink()
+        self.on_elected = on_elected or (lambda epoch: None)
+        self.on_demoted = on_demoted or (lambda epoch: None)
+        self.eligibility = eligibility or (lambda: (True, ""))
+        self.rng = rng or random.Random()
+        self.sleep = sleep
+        self.memory = Memory(node=me.node)
+        self.last: Decision | None = None
+        self._reported: set[str] = set()
+        self._abstain_until: float | None = None
+
+    # -- public ----------------------------------------------------------------
+    @property
+    def is_leader(self) -> bool:
+        return self.memory.leader_epoch is not None
+
+    @property
+    def leader_valid_until(self) -> float | None:
+        """Monotonic instant after which this node must not act as leader."""
+        if self.memory.leader_epoch is None or self.memory.renewed_at is None:
+            return None
+        return self.memory.renewed_at + self.timing.deadline
+
+    def cycle(self, renewing: bool = False) -> Decision:
+        """Look once and act on what is seen. Never raises for store trouble."""
+        now = self.clock.monotonic()
+        read = self._read()
+        decision = self._decide(read, now, renewing)
+        if decision.verdict is Verdict.CONTEND:
+            decision = self._contend(read, decision)
+        elif decision.verdict is Verdict.RENEW:
+            decision = self._renew(read, now)
+        elif decision.verdict is Verdict.STEP_DOWN:
+            self._step_down(decision.reason)
+        self._note(decision)
+        return decision
+
+    def release(
+        self, handoff_to: str | None = None, reason: str = "shutdown", abstain: bool = False
+    ) -> bool:
+        """Stop leading at once and tell the pool (`ttl_s: 0`), so that a
+        follower takes over without waiting out the TTL. With `abstain`, this
+        node then sits out the next election (one TTL). True if written."""
+        if abstain:
+            self._abstain_until = self.clock.monotonic() + self.timing.ttl
+        epoch = self.memory.leader_epoch
+        if epoch is None:
+            return False
+        written = release_lease(self.store, self.me, epoch, self._record, handoff_to,
+                                min_seq=self.memory.renew_seq, sleep=self.sleep)
+        self._step_down(f"released ({reason})" + (f", handoff to {handoff_to}" if handoff_to else ""),
+                        kind="released")
+        return written
+
+    def heartbeat(self, **fields: Any) -> None:
+        """Write this member's heartbeat: carries the highest epoch it knows."""
+        seq = int(self.clock.monotonic() * 1000)
+        doc = {"node": self.me.node, "ip": self.me.ip, "seq": seq, "epoch": self.memory.max_epoch,
+               "drain": False, "health": "ok", "version": 1, **fields}
+        try:
+            self.store.write_member(doc)
+        except StoreUnavailable as exc:
+            log.warning("heartbeat not written: %s", exc)
+
+    # -- steps -----------------------------------------------------------------
+    def _read(self) -> LeaseRead | None:
+        try:
+            read = self.store.read()
+        except StoreUnavailable as exc:
+            self._report(f"lease store unreachable: {exc}", logging.ERROR)
+            return None
+        if read.status == "forged":
+            self._report(f"SECURITY: ignoring forged lease in {self.store.describe()}: {read.detail}",
+                         logging.ERROR, key=read.revision)
+        elif read.status == "corrupt":
+            self._report(f"ignoring damaged lease in {self.store.describe()}: {read.detail}",
+                         logging.WARNING, key=read.revision)
+        return read
+
+    def _decide(self, read: LeaseRead | None, now: float, renewing: bool) -> Decision:
+        if read is not None:
+            self.memory = track(self.memory, read, now, self.timing.ttl)
+        ok, why = self.eligibility()
+        if ok and self._abstain_until is not None and now < self._abstain_until:
+            ok, why = False, f"sitting out after a release for {self._abstain_until - now:.1f} s"
+        return decide(self.memory, read, now, self.timing, renewing=renewing, eligible=ok,
+                      ineligible_why=why)
+
+    def _record(self, epoch: int, seq: int, ttl: float, handoff_to: str | None = None) -> LeaseRecord:
+        return make_record(self.me, self.clock, epoch, seq, ttl, handoff_to)
+
+    def _write(self, record: LeaseRecord, read: LeaseRead,
+               fence: Callable[[], bool] | None = None) -> WriteOutcome:
+        try:
+            return self.store.write(record, expect=read.revision, fence=fence)
+        except StoreUnavailable as exc:
+            self._report(f"lease not written: {exc}", logging.ERROR)
+            return WriteOutcome.BUSY
+
+    def _contend(self, read: LeaseRead | None, decision: Decision) -> Decision:
+        for attempt in range(CONTEND_ATTEMPTS):
+            if read is None:
+                return decision
+            start = self.clock.monotonic()
+            try:
+                epoch = max(self.memory.max_epoch, self.store.highest_epoch()) + 1
+            except StoreUnavailable as exc:
+                return Decision(Verdict.WAIT, f"cannot contend: {exc}")
+            record = self._record(epoch, 0, self.timing.ttl)
+            outcome = self._write(record, read)
+            if outcome is WriteOutcome.WRITTEN:
+                self.memory = replace(
+                    self.memory, leader_epoch=epoch, renewed_at=start, renew_seq=0,
+                    seen_key=record.key, seen_at=start, seen_ttl=self.timing.ttl,
+                    seen_released=False, seen_handoff=None, max_epoch=epoch,
+                )
+                why = f"elected: took epoch {epoch} ({decision.reason})"
+                log.warning("%s", why)
+                self.events.record("elected", epoch, decision.reason)
+                self._duty(self.on_elected, epoch)
+                return Decision(Verdict.HOLD, why)
+            self.sleep(self.rng.uniform(*BACKOFF))
+            read = self._read()
+            decision = self._decide(read, self.clock.monotonic(), renewing=False)
+            if decision.verdict is not Verdict.CONTEND:
+                return decision
+        return decision
+
+    def _renew(self, read: LeaseRead | None, start: float) -> Decision:
+        epoch = self.memory.leader_epoch
+        assert epoch is not None
+        for attempt in range(CONTEND_ATTEMPTS * 2):
+            if read is None:
+                break
+            rec = read.record
+            base = rec.renew_seq if rec is not None and rec.node == self.me.node and rec.epoch == epoch else 0
+            seq = max(self.memory.renew_seq, base) + 1
+            record = self._record(epoch, seq, self.timing.ttl)
+            renewed_at = self.memory.renewed_at or start
+
+            def fence() -> bool:
+                return self.clock.monotonic() - renewed_at <= self.timing.deadline
+
+            outcome = self._write(record, read, fence)
+            if outcome is WriteOutcome.WRITTEN:
+                self.memory = replace(self.memory, renewed_at=start, renew_seq=seq,
+                                      seen_key=record.key, seen_at=start, seen_released=False)
+                return Decision(Verdict.HOLD, f"leader: renewed epoch {epoch} (seq {seq})")
+            if outcome is WriteOutcome.FENCED:
+                why = f"deadline passed before the write of epoch {epoch}"
+                self._step_down(why)
+                return Decision(Verdict.STEP_DOWN, why)
+            if outcome is WriteOutcome.BUSY:
+                self.sleep(self.rng.uniform(0.02, 0.1))
+            start = self.clock.monotonic()
+            read = self._read()
+            decision = self._decide(read, start, renewing=True)
+            if decision.verdict is Verdict.STEP_DOWN:
+                self._step_down(decision.reason)
+                return decision
+            if decision.verdict is not Verdict.RENEW:
+                return decision
+        self.events.record("renew_failed", epoch, "renewal not written this round")
+        return Decision(Verdict.HOLD, f"leader of epoch {epoch}: renewal not written this round")
+
+    def _step_down(self, reason: str, kind: str = "stepped_down") -> None:
+        epoch = self.memory.leader_epoch
+        if epoch is None:
+            return
+        self.memory = replace(self.memory, leader_epoch=None, renewed_at=None)
+        log.warning("stepping down from epoch %s: %s", epoch, reason)
+        self.events.record(kind, epoch, reason)
+        self._duty(self.on_demoted, epoch)
+
+    def _duty(self, hook: Hook, epoch: int) -> None:
+        try:
+            hook(epoch)
+        except Exception:  # a broken duty must not break the election loop
+            log.exception("leader duty hook failed for epoch %s", epoch)
+
+    # -- logging -----------------------------------------------------------------
+    def _note(self, decision: Decision) -> None:
+        last, self.last = self.last, decision
+        if last is None or last.verdict is not decision.verdict:
+            log.info("%s", decision)
+        else:
+            log.debug("%s", decision)
+
+    def _report(self, message: str, level: int, key: str = "") -> None:
+        """Log a trouble once per distinct cause, not every cycle."""
+        tag = f"{message}|{key}" if key else message
+        if tag not in self._reported:
+            self._reported.add(tag)
+            if len(self._reported) > 256:
+                self._reported = {tag}
+            log.log(level, "%s", message)

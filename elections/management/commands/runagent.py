@@ -1,0 +1,96 @@
+"""`python manage.py runagent --ini PATH`: one agent in the foreground.
+
+Web (Daphne), the lease worker (Celery, solo, queue `lease`) and its beat, and
+the leader-only children, supervised as one process group. SIGTERM stops it
+within 5 s, releasing the lease first if this agent leads.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from functools import partial
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError
+
+
+class Command(BaseCommand):
+    help = "Run one stkrelay agent (web, lease worker with beat, relay while leader)."
+
+    def add_arguments(self, parser):  # type: ignore[no-untyped-def]
+        parser.add_argument("--ini", help="the agent's stk.ini (default: $STK_INI)")
+
+    def execute(self, *args, **options):  # type: ignore[no-untyped-def]
+        # Settings are built from the ini named here: point STK_INI at it and
+        # re-exec before Django reads settings, so children inherit the same.
+        ini = options.get("ini")
+        if ini and os.environ.get("STK_INI") != os.path.abspath(ini):
+            os.environ["STK_INI"] = os.path.abspath(ini)
+            os.execv(sys.executable, [sys.executable, *sys.argv])
+        return super().execute(*args, **options)
+
+    def handle(self, *args, **options):  # type: ignore[no-untyped-def]
+        from django.conf import settings
+        from django.core.management import call_command
+
+        stk = settings.STK
+        if stk.problems:
+            for problem in stk.problems:
+                self.stderr.write(f"stkrelay: config {stk.source}: {problem.line()}")
+            raise SystemExit(2)
+        _wait_for_redis(stk.redis_url)
+        call_command("migrate", verbosity=0, interactive=False)
+
+        from elections.clock import SystemClock
+        from elections.elector import Identity, make_record, release_lease
+        from elections.store import FileLeaseStore
+        from elections.supervisor import ChildSpec, Supervisor
+
+        py = sys.executable
+        base = str(Path(settings.BASE_DIR))
+        env = dict(os.environ, PYTHONUNBUFFERED="1", DJANGO_SETTINGS_MODULE="stkrelay.settings",
+                   STK_AGENT_PID=str(os.getpid()))
+        env["PYTHONPATH"] = base + os.pathsep + env.get("PYTHONPATH", "")
+        data = Path(stk.data_dir)
+        specs = [
+            ChildSpec("web", [py, "-m", "daphne", "-b", stk.node_ip, "-p", str(stk.web_port),
+                              "--access-log", str(data / "access.log"), "stkrelay.asgi:application"]),
+            ChildSpec("worker", [py, "-m", "celery", "-A", "stkrelay", "worker", "-P", "solo",
+                                 "-Q", "lease", "-n", f"lease@{stk.node}", "--prefetch-multiplier", "1",
+                                 "--without-gossip", "--without-mingle", "--without-heartbeat",
+                                 "-l", "WARNING"]),
+            ChildSpec("beat", [py, "-m", "celery", "-A", "stkrelay", "beat", "-l", "WARNING",
+                               "-S", "celery.beat:Scheduler", "--pidfile", str(data / "beat.pid")]),
+        ]
+        clock = SystemClock()
+        me = Identity(node=stk.node, kmsn=stk.kmsn, station=stk.station, ip=stk.node_ip,
+                      port=stk.relay_port, pid=os.getpid())
+
+        def release(state: dict) -> bool:
+            store = FileLeaseStore(stk.lease_dir, stk.relay_token, stk.node, clock)
+            return release_lease(store, me, int(state["epoch"]), partial(make_record, me, clock))
+
+        os.chdir(data)
+        self.stdout.write(f"stkrelay agent {stk.node} of {stk.kmsn} on {stk.node_ip} "
+                          f"(web :{stk.web_port}, relay :{stk.relay_port}, lease dir {stk.lease_dir})")
+        self.stdout.flush()
+        sup = Supervisor(specs, str(data), env, release)
+        raise SystemExit(sup.run())
+
+
+def _wait_for_redis(url: str, within: float = 10.0) -> None:
+    import redis
+
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1).ping()
+            return
+        except redis.RedisError as exc:
+            if time.monotonic() > deadline:
+                raise CommandError(
+                    f"REDIS_URL: cannot reach {url} ({exc}) — start this agent's own redis-server"
+                ) from None
+            time.sleep(0.2)

@@ -1,0 +1,32 @@
+"""Election history: every transition is a row, never only a log line."""
+
+from django.db import models
+
+
+class ElectionEvent(models.Model):
+    """One transition seen by one node: elected, stepped_down, released, renew_failed.
+
+    `(node, seq)` is unique so that the pool's event files can later be
+    ingested into every agent's database idempotently (DESIGN.md §6)."""
+
+    KINDS = [
+        ("elected", "elected"),
+        ("stepped_down", "stepped down"),
+        ("released", "released"),
+        ("renew_failed", "renewal failed"),
+    ]
+
+    kmsn = models.CharField(max_length=64, db_index=True)
+    node = models.CharField(max_length=64)
+    seq = models.PositiveBigIntegerField()
+    epoch = models.PositiveBigIntegerField(db_index=True)
+    kind = models.CharField(max_length=32, choices=KINDS)
+    reason = models.TextField(blank=True)
+    observed_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        ordering = ["-observed_at", "-id"]
+        constraints = [models.UniqueConstraint(fields=["node", "seq"], name="event_node_seq")]
+
+    def __str__(self) -> str:
+        return f"{self.observed_at:%Y-%m-%d %H:%M:%S} {self.node} {self.kind} epoch {self.epoch}"

@@ -1,0 +1,169 @@
+"""The agent's process supervisor: runs its children, restarts the ones that
+die, runs leader-only children only while the leadership state says so, and
+stops everything within 5 s on SIGTERM, releasing the lease first if leader.
+
+Children stay in the supervisor's process group (so `kill -9 -PGID` ends the
+whole agent) and get SIGKILL if the supervisor dies (PR_SET_PDEATHSIG).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from .agent import leads_now, read_state
+from .store import pid_alive
+
+log = logging.getLogger("stkrelay.supervisor")
+
+STOP_WITHIN = 5.0  # seconds, from SIGTERM to every child gone
+RESTART_BACKOFF = (1.0, 30.0)
+
+
+@dataclass
+class ChildSpec:
+    name: str
+    argv: list[str]
+    leader_only: bool = False
+
+
+@dataclass
+class Child:
+    spec: ChildSpec
+    proc: subprocess.Popen[bytes] | None = None
+    failures: int = 0
+    not_before: float = 0.0
+    pumps: list[threading.Thread] = field(default_factory=list)
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGKILL me if the supervisor dies."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+class Supervisor:
+    def __init__(
+        self, specs: list[ChildSpec], data_dir: str, env: dict[str, str],
+        release: Callable[[dict[str, Any]], bool], out: TextIO | None = None,
+        tick: float = 0.1,
+    ) -> None:
+        self.children = [Child(s) for s in specs]
+        self.data_dir = data_dir
+        self.env = env
+        self.release = release
+        self.out = out or sys.stdout
+        self.tick = tick
+        self.stopping = threading.Event()
+        self._out_lock = threading.Lock()
+
+    # -- output ----------------------------------------------------------------
+    def say(self, name: str, line: str) -> None:
+        with self._out_lock:
+            self.out.write(f"[{name}] {line.rstrip()}\n")
+            self.out.flush()
+
+    def _pump(self, name: str, stream: Any) -> None:
+        for raw in iter(stream.readline, b""):
+            self.say(name, raw.decode("utf-8", "replace"))
+        stream.close()
+
+    # -- children ----------------------------------------------------------------
+    def _start(self, child: Child) -> None:
+        proc = subprocess.Popen(
+            child.spec.argv, env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, preexec_fn=_die_with_parent,
+        )
+        child.proc = proc
+        pump = threading.Thread(target=self._pump, args=(child.spec.name, proc.stdout), daemon=True)
+        pump.start()
+        child.pumps = [pump]
+        self.say("agent", f"started {child.spec.name} (pid {proc.pid})")
+
+    def _stop(self, child: Child, sig: int = signal.SIGTERM) -> None:
+        if child.running and child.proc is not None:
+            try:
+                child.proc.send_signal(sig)
+            except ProcessLookupError:
+                pass
+
+    def _leader(self) -> bool:
+        state = read_state(self.data_dir)
+        pid = state.get("pid")
+        return leads_now(state) and isinstance(pid, int) and pid_alive(pid)
+
+    def step(self, now: float) -> None:
+        """One supervision pass: reconcile children with what should run."""
+        leader = self._leader()
+        for child in self.children:
+            want = leader or not child.spec.leader_only
+            if child.running:
+                if not want:
+                    self.say("agent", f"not leader: stopping {child.spec.name}")
+                    self._stop(child)
+                    self._reap(child, 1.0)
+                continue
+            if child.proc is not None:  # it died
+                code = child.proc.returncode
+                child.proc = None
+                if want:
+                    child.failures += 1
+                    delay = min(RESTART_BACKOFF[0] * 2 ** (child.failures - 1), RESTART_BACKOFF[1])
+                    child.not_before = now + delay
+                    self.say("agent", f"{child.spec.name} exited with {code}; restart in {delay:g} s")
+            if want and now >= child.not_before:
+                self._start(child)
+
+    def _reap(self, child: Child, timeout: float) -> None:
+        if child.proc is None:
+            return
+        try:
+            child.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self._stop(child, signal.SIGKILL)
+            child.proc.wait(1.0)
+        child.proc = None
+
+    def run(self) -> int:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: self.stopping.set())
+        while not self.stopping.is_set():
+            self.step(time.monotonic())
+            self.stopping.wait(self.tick)
+        return self.shutdown()
+
+    def shutdown(self) -> int:
+        started = time.monotonic()
+        state = read_state(self.data_dir)
+        if leads_now(state):
+            ok = self.release(state)
+            self.say("agent", f"released epoch {state.get('epoch')}: {'done' if ok else 'not ours any more'}")
+        for child in self.children:
+            self._stop(child)
+        deadline = started + STOP_WITHIN - 1.0
+        for child in self.children:
+            if child.proc is None:
+                continue
+            try:
+                child.proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.say("agent", f"{child.spec.name} did not stop in time: SIGKILL")
+                self._stop(child, signal.SIGKILL)
+                child.proc.wait(1.0)
+        self.say("agent", f"stopped in {time.monotonic() - started:.2f} s")
+        return 0

@@ -1,0 +1,29 @@
+"""Minimal read-only endpoints: this agent's health and the pool's leader."""
+
+from django.conf import settings
+from django.http import JsonResponse
+
+from .agent import leads_now, read_state
+from .clock import SystemClock
+from .errors import StoreUnavailable
+from .store import FileLeaseStore
+
+
+def healthz(request):  # type: ignore[no-untyped-def]
+    state = read_state(settings.STK.data_dir)
+    return JsonResponse({"node": settings.STK.node, "leader": leads_now(state),
+                         "decision": state.get("decision", "")})
+
+
+def leader(request):  # type: ignore[no-untyped-def]
+    """Who leads this agent's pool, from the signed lease (a client's fallback lookup)."""
+    stk = settings.STK
+    try:
+        read = FileLeaseStore(stk.lease_dir, stk.relay_token, stk.node, SystemClock()).read()
+    except StoreUnavailable as exc:
+        return JsonResponse({"kmsn": stk.kmsn, "error": f"lease store unreachable: {exc}"}, status=503)
+    if read.record is None or read.status != "valid" or read.record.released:
+        return JsonResponse({"kmsn": stk.kmsn, "leader": None, "status": read.status}, status=404)
+    rec = read.record
+    return JsonResponse({"kmsn": rec.kmsn, "leader": rec.node, "station": rec.station, "ip": rec.ip,
+                         "port": rec.port, "epoch": rec.epoch, "status": "valid"})

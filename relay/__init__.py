@@ -1,0 +1,1 @@
+"""Relay: wire protocol, TCP listeners, Channels consumers, routing, client library."""

@@ -1,0 +1,213 @@
+"""Framing for relay wire protocol v1 (DESIGN.md §8): length-prefixed JSON objects.
+
+A frame is a 4-byte unsigned big-endian length ``N`` followed by ``N`` bytes of
+UTF-8 JSON whose top level is an object, with ``1 <= N <= max_frame``.
+
+Pure code: no sockets, no clock, stdlib only. `relay.protocol` builds the
+handshake on top of this and re-exports every public name defined here.
+
+Decoding never raises on bad input; each problem becomes a `ProtocolError`
+event carrying one of the wire error codes:
+
+- length > max_frame -> ``frame_too_large``, decided as soon as the 4 header
+  bytes are in, before a single payload byte is buffered;
+- length == 0 -> ``bad_request`` (an empty frame is not "too large"; it is a
+  request that lacks everything);
+- invalid UTF-8, invalid JSON (including ``NaN``/``Infinity``, numbers that
+  overflow a double or exceed Python's integer digit limit, nesting deeper than
+  the parser's recursion limit) -> ``bad_json``;
+- valid JSON that is not an object -> ``bad_request``.
+
+All of these are fatal: the decoder refuses further input afterwards.
+
+Encoding problems are the caller's bug and raise `PayloadError` (see the
+exception tree in `relay.protocol`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+DEFAULT_MAX_FRAME = 1 << 20
+HEADER_SIZE = 4
+_LENGTH_LIMIT = (1 << 32) - 1
+
+# Wire error codes (the ``code`` of an ``error`` frame).
+BAD_MAGIC = "bad_magic"
+BAD_AUTH = "bad_auth"
+WRONG_KMSN = "wrong_kmsn"
+STALE_EPOCH = "stale_epoch"
+NOT_LEADER = "not_leader"
+FRAME_TOO_LARGE = "frame_too_large"
+BAD_JSON = "bad_json"
+BAD_REQUEST = "bad_request"
+TIMEOUT = "timeout"
+NO_ROUTE = "no_route"
+ERROR_CODES = frozenset(
+    {
+        BAD_MAGIC,
+        BAD_AUTH,
+        WRONG_KMSN,
+        STALE_EPOCH,
+        NOT_LEADER,
+        FRAME_TOO_LARGE,
+        BAD_JSON,
+        BAD_REQUEST,
+        TIMEOUT,
+        NO_ROUTE,
+    }
+)
+
+
+class RelayError(Exception):
+    """Base of the relay protocol's exceptions (raised by output methods only)."""
+
+
+class PayloadError(RelayError, ValueError):
+    """An outgoing message is not a JSON object, is not serializable, or is too large."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProtocolError:
+    """Event: the peer broke the protocol; `fatal` means the connection is over."""
+
+    code: str
+    message: str
+    fatal: bool = True
+
+
+def encode_frame(obj: dict, *, max_frame: int | None = None) -> bytes:
+    """Frame `obj` as compact JSON (UTF-8, no whitespace, keys in insertion order).
+
+    Strings holding lone surrogates, which UTF-8 cannot carry, are written as
+    ``\\uXXXX`` escapes instead, so anything `FrameDecoder` produced can be
+    re-encoded. Raises `PayloadError` if `obj` is not a dict, is not JSON
+    serializable (``NaN`` and ``Infinity`` included), or exceeds `max_frame`.
+    """
+    if not isinstance(obj, dict):
+        raise PayloadError(f"a frame carries a JSON object, not {type(obj).__name__}")
+    try:
+        text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        try:
+            payload = text.encode("utf-8")
+        except UnicodeEncodeError:
+            payload = json.dumps(obj, separators=(",", ":"), allow_nan=False).encode("ascii")
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise PayloadError(f"not serializable as JSON: {exc}") from exc
+    limit = _LENGTH_LIMIT if max_frame is None else max_frame
+    if len(payload) > limit:
+        raise PayloadError(f"frame of {len(payload)} bytes exceeds the limit of {limit}")
+    return len(payload).to_bytes(HEADER_SIZE, "big") + payload
+
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number out of range: {text[:40]}")
+    return value
+
+
+def decode_payload(payload: bytes) -> dict | ProtocolError:
+    """Decode one frame's payload into a dict, or the `ProtocolError` it deserves."""
+    try:
+        text = payload.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return ProtocolError(BAD_JSON, f"invalid UTF-8 at byte {exc.start}")
+    try:
+        obj = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+    except (ValueError, RecursionError) as exc:
+        return ProtocolError(BAD_JSON, f"invalid JSON: {str(exc)[:200]}")
+    if not isinstance(obj, dict):
+        return ProtocolError(BAD_REQUEST, f"frame is a JSON {type(obj).__name__}, not an object")
+    return obj
+
+
+class FrameDecoder:
+    """Incremental frame decoder: `feed()` bytes in, `events()` dicts and errors out.
+
+    The buffer holds at most the header or one frame's payload, never more than
+    `max_frame` bytes, and grows only as payload bytes arrive (an announced
+    length is never allocated up front). After a `ProtocolError` the decoder
+    is `failed` and ignores whatever it is fed.
+    """
+
+    def __init__(self, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+        if not 1 <= max_frame <= _LENGTH_LIMIT:
+            raise ValueError(f"max_frame must be in 1..{_LENGTH_LIMIT}, got {max_frame}")
+        self.max_frame = max_frame
+        self.error: ProtocolError | None = None
+        self._buf = bytearray()
+        self._length: int | None = None  # payload length, once the header is read
+        self._events: list[dict | ProtocolError] = []
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held for the frame in progress (header or payload)."""
+        return len(self._buf)
+
+    def feed(self, data: bytes | bytearray | memoryview, max_frames: int | None = None) -> int:
+        """Take bytes from `data`; return how many were consumed.
+
+        Everything is consumed unless `max_frames` frames were completed first
+        (the rest is left to the caller, e.g. raw bytes after a handshake) or a
+        fatal error stopped decoding. Once failed, consumes nothing.
+        """
+        view = memoryview(data).cast("B")
+        pos = done = 0
+        while pos < len(view) and self.error is None:
+            if max_frames is not None and done >= max_frames:
+                break
+            if self._length is None:
+                take = min(HEADER_SIZE - len(self._buf), len(view) - pos)
+                self._buf += view[pos : pos + take]
+                pos += take
+                if len(self._buf) < HEADER_SIZE:
+                    break
+                length = int.from_bytes(self._buf, "big")
+                self._buf.clear()
+                if length == 0:
+                    self._fail(ProtocolError(BAD_REQUEST, "empty frame (length 0)"))
+                elif length > self.max_frame:
+                    self._fail(
+                        ProtocolError(
+                            FRAME_TOO_LARGE,
+                            f"frame of {length} bytes exceeds the limit of {self.max_frame}",
+                        )
+                    )
+                else:
+                    self._length = length
+                continue
+            take = min(self._length - len(self._buf), len(view) - pos)
+            self._buf += view[pos : pos + take]
+            pos += take
+            if len(self._buf) == self._length:
+                item = decode_payload(bytes(self._buf))
+                self._buf.clear()
+                self._length = None
+                done += 1
+                if isinstance(item, ProtocolError):
+                    self._fail(item)
+                else:
+                    self._events.append(item)
+        return pos
+
+    def events(self) -> list[dict | ProtocolError]:
+        """Return and forget the frames (and the error, if any) decoded so far."""
+        events, self._events = self._events, []
+        return events
+
+    def _fail(self, error: ProtocolError) -> None:
+        self.error = error
+        self._buf.clear()
+        self._length = None
+        self._events.append(error)

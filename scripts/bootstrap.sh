@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Installs what stkrelay needs on a fresh Debian machine with Python 3.11:
+# system packages (redis-server, faketime, ...) from Debian, then the venv with
+# the pinned Python dependencies. Idempotent and quiet when nothing is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v redis-server >/dev/null || need+=(redis-server)
+command -v faketime >/dev/null || need+=(faketime)
+command -v setpriv >/dev/null || need+=(util-linux)
+command -v ip >/dev/null || need+=(iproute2)
+for extra in "$@"; do
+  case "$extra" in
+    browser) command -v chromium >/dev/null || need+=(chromium) ;;
+  esac
+done
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "bootstrap: missing ${need[*]}; run as root or: sudo apt-get install ${need[*]}" >&2
+    exit 1
+  fi
+  echo "bootstrap: installing ${need[*]} from Debian's packages"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+PY=${PYTHON:-}
+if [ -z "$PY" ]; then
+  for cand in python3.11 python3; do
+    if command -v "$cand" >/dev/null && "$cand" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
+      PY=$cand; break
+    fi
+  done
+fi
+[ -n "$PY" ] || { echo "bootstrap: Python 3.11 is required (python3.11 not found)" >&2; exit 1; }
+
+stamp=.venv/.requirements.sha
+want=$(sha256sum requirements.lock | cut -d' ' -f1)
+if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "bootstrap: creating .venv with pinned dependencies"
+  [ -x .venv/bin/python ] || "$PY" -m venv .venv
+  .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements.lock
+  echo "$want" > "$stamp"
+fi

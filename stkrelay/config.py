@@ -1,0 +1,197 @@
+"""Agent configuration: `stk.ini` section `[stk]`, overridden by `STK_<KEY>`.
+
+`load()` never raises for bad values: it returns the config and a list of
+`Problem`s, each with a stable id, the key, and a hint. `runagent` refuses to
+start on any problem and prints one line per problem; `manage.py check` shows
+the same list as Django system checks.
+"""
+
+from __future__ import annotations
+
+import configparser
+import ipaddress
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULTS: dict[str, str] = {
+    "KMSN": "",
+    "STATION": "",
+    "NODE": "",
+    "NODE_IP": "127.0.0.1",
+    "RELAY_PORT": "9530",
+    "RELAY_TOKEN": "",
+    "LEASE_DIR": "",
+    "LEASE_TTL": "10",
+    "LEASE_RENEW": "3",
+    "LEASE_POLL": "2",
+    "RENEW_DEADLINE": "7",
+    "WEB_PORT": "8000",
+    "REDIS_URL": "redis://127.0.0.1:6379/0",
+    "DATA_DIR": "",
+    "RELAY_MAX_FRAME": str(1 << 20),
+    "RELAY_KEEPALIVE": "10",
+}
+
+
+@dataclass(frozen=True)
+class Problem:
+    id: str  # stable: stkrelay.E0xx
+    key: str
+    message: str
+    hint: str
+
+    def line(self) -> str:
+        return f"{self.key}: {self.message} ({self.id}) — {self.hint}"
+
+
+@dataclass
+class Config:
+    kmsn: str = ""
+    station: str = ""
+    node: str = ""
+    node_ip: str = "127.0.0.1"
+    relay_port: int = 9530
+    relay_token: str = ""
+    lease_dir: str = ""
+    lease_ttl: float = 10.0
+    lease_renew: float = 3.0
+    lease_poll: float = 2.0
+    renew_deadline: float = 7.0
+    web_port: int = 8000
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    data_dir: str = ""
+    relay_max_frame: int = 1 << 20
+    relay_keepalive: float = 10.0
+    source: str = "(defaults)"
+    problems: list[Problem] = field(default_factory=list)
+
+
+def _raw(ini_path: str | None, env: dict[str, str]) -> tuple[dict[str, str], str, list[Problem]]:
+    values = dict(DEFAULTS)
+    problems: list[Problem] = []
+    path = ini_path or env.get("STK_INI")
+    source = "(environment)"
+    if path:
+        source = path
+        parser = configparser.ConfigParser(interpolation=None)
+        parser.optionxform = str.upper  # type: ignore[assignment, method-assign]
+        try:
+            with open(path, encoding="utf-8-sig") as fh:
+                parser.read_file(fh)
+        except OSError as exc:
+            problems.append(Problem("stkrelay.E001", "STK_INI", f"cannot read {path}: {exc.strerror}",
+                                    "point --ini or STK_INI at the agent's stk.ini"))
+        except configparser.Error as exc:
+            problems.append(Problem("stkrelay.E001", "STK_INI", f"{path} is not a valid ini file: "
+                                    f"{str(exc).splitlines()[0]}", "fix the file's syntax"))
+        else:
+            if parser.has_section("stk"):
+                values.update({k.upper(): v.strip() for k, v in parser.items("stk")})
+            else:
+                problems.append(Problem("stkrelay.E002", "[stk]", f"{path} has no [stk] section",
+                                        "put the keys under a [stk] header"))
+    for key in DEFAULTS:
+        if f"STK_{key}" in env:
+            values[key] = env[f"STK_{key}"].strip()
+    return values, source, problems
+
+
+def load(ini_path: str | None = None, env: dict[str, str] | None = None,
+         check_dirs: bool = True) -> Config:
+    env = dict(os.environ if env is None else env)
+    values, source, problems = _raw(ini_path, env)
+    cfg = Config(source=source, problems=problems)
+
+    def bad(pid: str, key: str, message: str, hint: str) -> None:
+        problems.append(Problem(pid, key, message, hint))
+
+    def number(key: str, kind: type, low: float, high: float) -> float | int | None:
+        text = values[key]
+        try:
+            value = kind(text)
+        except ValueError:
+            bad("stkrelay.E010", key, f"{text!r} is not a number", f"set {key} to a number")
+            return None
+        if not low <= value <= high:
+            bad("stkrelay.E011", key, f"{value} is out of range", f"use {low:g}..{high:g}")
+            return None
+        return value
+
+    cfg.kmsn = values["KMSN"]
+    cfg.station = values["STATION"]
+    cfg.node = values["NODE"] or cfg.station
+    if not cfg.kmsn:
+        bad("stkrelay.E003", "KMSN", "is not set", "set KMSN to the site's id, e.g. 9999-9999-99-99")
+    if not cfg.station:
+        bad("stkrelay.E003", "STATION", "is not set", "set STATION to this agent's station, e.g. S001")
+    cfg.relay_token = values["RELAY_TOKEN"]
+    if not cfg.relay_token:
+        bad("stkrelay.E004", "RELAY_TOKEN", "is missing",
+            "set the site's shared secret (the same on every agent of the KMSN)")
+    try:
+        cfg.node_ip = str(ipaddress.ip_address(values["NODE_IP"]))
+    except ValueError:
+        bad("stkrelay.E005", "NODE_IP", f"{values['NODE_IP']!r} is not an IP address",
+            "set the agent's LAN address, e.g. 192.168.1.10")
+    for key, attr in (("RELAY_PORT", "relay_port"), ("WEB_PORT", "web_port")):
+        value = number(key, int, 1, 65535 - (1 if key == "RELAY_PORT" else 0))
+        if value is not None:
+            setattr(cfg, attr, value)
+    if cfg.web_port in (cfg.relay_port, cfg.relay_port + 1):
+        bad("stkrelay.E006", "WEB_PORT", f"{cfg.web_port} collides with the relay ports",
+            f"RELAY_PORT uses {cfg.relay_port} and {cfg.relay_port + 1}")
+    timing = {}
+    for key in ("LEASE_TTL", "LEASE_RENEW", "LEASE_POLL", "RENEW_DEADLINE"):
+        timing[key] = number(key, float, 0.1, 300)
+    cfg.lease_ttl = timing["LEASE_TTL"] or cfg.lease_ttl
+    cfg.lease_renew = timing["LEASE_RENEW"] or cfg.lease_renew
+    cfg.lease_poll = timing["LEASE_POLL"] or cfg.lease_poll
+    cfg.renew_deadline = timing["RENEW_DEADLINE"] or cfg.renew_deadline
+    if None not in timing.values():
+        if cfg.lease_ttl <= cfg.lease_renew:
+            bad("stkrelay.E007", "LEASE_TTL", f"{cfg.lease_ttl:g} must be greater than "
+                f"LEASE_RENEW={cfg.lease_renew:g}", "e.g. LEASE_TTL=10 with LEASE_RENEW=3")
+        if cfg.renew_deadline >= cfg.lease_ttl:
+            bad("stkrelay.E008", "RENEW_DEADLINE", f"{cfg.renew_deadline:g} must be less than "
+                f"LEASE_TTL={cfg.lease_ttl:g}", "the old leader must stop before anyone may take over")
+        if cfg.renew_deadline <= cfg.lease_renew:
+            bad("stkrelay.E008", "RENEW_DEADLINE", f"{cfg.renew_deadline:g} must be greater than "
+                f"LEASE_RENEW={cfg.lease_renew:g}", "allow at least one late renewal")
+    frame = number("RELAY_MAX_FRAME", int, 1024, 64 << 20)
+    cfg.relay_max_frame = frame or cfg.relay_max_frame
+    keep = number("RELAY_KEEPALIVE", float, 0.1, 3600)
+    cfg.relay_keepalive = keep or cfg.relay_keepalive
+    cfg.redis_url = values["REDIS_URL"]
+    if not cfg.redis_url.startswith(("redis://", "rediss://", "unix://")):
+        bad("stkrelay.E009", "REDIS_URL", f"{cfg.redis_url!r} is not a redis:// URL",
+            "use this agent's local Redis, e.g. redis://127.0.0.1:6379/0")
+    cfg.lease_dir = values["LEASE_DIR"]
+    cfg.data_dir = values["DATA_DIR"] or str(Path.home() / ".stkrelay" / (cfg.node or "agent"))
+    if check_dirs:
+        _check_dir(cfg.lease_dir, "LEASE_DIR", "stkrelay.E012", bad,
+                   "mount the site's share and point LEASE_DIR at its socket folder (W:\\socket)")
+        try:
+            Path(cfg.data_dir).mkdir(parents=True, exist_ok=True)
+        except OSError:
+            pass  # reported just below
+        _check_dir(cfg.data_dir, "DATA_DIR", "stkrelay.E013", bad,
+                   "point DATA_DIR at a writable local folder")
+    return cfg
+
+
+def _check_dir(path: str, key: str, pid: str, bad, hint: str) -> None:  # type: ignore[no-untyped-def]
+    if not path:
+        bad(pid, key, "is not set", hint)
+        return
+    if not os.path.isdir(path):
+        bad(pid, key, f"{path} is not a directory", hint)
+        return
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".stk-probe-", dir=path)
+        os.close(fd)
+        os.unlink(probe)
+        os.listdir(path)
+    except OSError as exc:
+        bad(pid, key, f"{path} is not readable and writable ({exc.strerror})", hint)

@@ -1,0 +1,150 @@
+"""Django settings, built from the agent's `stk.ini` (see stkrelay/config.py).
+
+Configuration problems do not raise here: they surface as system checks
+(`manage.py check`) and stop `runagent` with one line per problem.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from stkrelay import config as stk_config
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+STK = stk_config.load(check_dirs=os.environ.get("STK_SKIP_DIR_CHECKS") != "1")
+DATA_DIR = Path(STK.data_dir)
+
+
+
+def _secret_key() -> str:
+    """One random key per agent, kept in DATA_DIR (never in the repo)."""
+    path = DATA_DIR / "secret_key"
+    try:
+        return path.read_text().strip()
+    except OSError:
+        pass
+    key = __import__("secrets").token_urlsafe(50)
+    try:
+        DATA_DIR.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(key)
+    except FileExistsError:
+        return path.read_text().strip()
+    except OSError:
+        pass  # DATA_DIR unusable: reported by the config checks
+    return key
+
+
+SECRET_KEY = os.environ.get("STK_SECRET_KEY") or _secret_key()
+DEBUG = os.environ.get("STK_DEBUG") == "1"
+ALLOWED_HOSTS = ["*"]  # a LAN appliance reached by IP; access control is login-based
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "elections",
+    "relay",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "stkrelay.urls"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+ASGI_APPLICATION = "stkrelay.asgi.application"
+WSGI_APPLICATION = None
+
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": DATA_DIR / "stkrelay.sqlite3",
+        "OPTIONS": {"timeout": 20, "init_command": "PRAGMA journal_mode=WAL;"},
+    }
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+PASSWORD_HASHERS = [
+    "django.contrib.auth.hashers.Argon2PasswordHasher",
+    "django.contrib.auth.hashers.PBKDF2PasswordHasher",
+]
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SAMESITE = "Lax"
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_TZ = True
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = DATA_DIR / "static"
+
+# Channels: the local Redis carries low-rate events only (DESIGN.md §12).
+# socket_timeout None: redis-py 8 defaults to 5 s, which kills idle consumers.
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [{"address": STK.redis_url, "socket_timeout": None}]},
+    }
+}
+
+# Celery: lease work on its own queue, solo worker, prefetch 1; in-memory beat.
+CELERY_BROKER_URL = STK.redis_url
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_ACKS_LATE = False
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TASK_ROUTES = {"elections.*": {"queue": "lease"}}
+CELERY_BEAT_SCHEDULER = "celery.beat:Scheduler"
+CELERY_BEAT_SCHEDULE = {
+    # A late renewal is dropped (expires), never replayed in a burst.
+    "lease-renew": {
+        "task": "elections.renew",
+        "schedule": STK.lease_renew,
+        "options": {"expires": STK.lease_renew * 0.8, "queue": "lease"},
+    },
+    "lease-poll": {
+        "task": "elections.poll",
+        "schedule": STK.lease_poll,
+        "options": {"expires": STK.lease_poll * 0.8, "queue": "lease"},
+    },
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {
+        "stkrelay": {"handlers": ["console"], "level": "INFO", "propagate": False},
+        "django": {"handlers": ["console"], "level": "WARNING"},
+    },
+}
