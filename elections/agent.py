@@ -44,8 +44,15 @@ class DbEventSink:
         from .models import ElectionEvent
 
         last = ElectionEvent.objects.filter(node=self.node).aggregate(m=Max("seq"))["m"] or 0
-        ElectionEvent.objects.create(kmsn=self.kmsn, node=self.node, seq=last + 1, epoch=epoch,
-                                     kind=kind, reason=reason, observed_at=timezone.now())
+        ElectionEvent.objects.create(
+            kmsn=self.kmsn,
+            node=self.node,
+            seq=last + 1,
+            epoch=epoch,
+            kind=kind,
+            reason=reason,
+            observed_at=timezone.now(),
+        )
         if self.pool_log is not None:
             try:
                 self.pool_log.record(kind, epoch, reason, **extra)
@@ -79,11 +86,23 @@ class Agent:
         self.timing = Timing(stk.lease_ttl, stk.lease_renew, stk.lease_poll, stk.renew_deadline)
         store = FileLeaseStore(stk.lease_dir, stk.relay_token, stk.node, clock)
         pool_log = JsonlEventSink(Path(stk.lease_dir) / "events" / f"{stk.node}.jsonl", stk.node, clock)
-        me = Identity(node=stk.node, kmsn=stk.kmsn, station=stk.station, ip=stk.node_ip,
-                      port=stk.relay_port, pid=int(os.environ.get("STK_AGENT_PID") or os.getpid()))
-        self.elector = Elector(store, clock, me, self.timing,
-                               events=DbEventSink(stk.kmsn, stk.node, pool_log),
-                               on_elected=self._publish_hook, on_demoted=self._publish_hook)
+        me = Identity(
+            node=stk.node,
+            kmsn=stk.kmsn,
+            station=stk.station,
+            ip=stk.node_ip,
+            port=stk.relay_port,
+            pid=int(os.environ.get("STK_AGENT_PID") or os.getpid()),
+        )
+        self.elector = Elector(
+            store,
+            clock,
+            me,
+            self.timing,
+            events=DbEventSink(stk.kmsn, stk.node, pool_log),
+            on_elected=self._publish_hook,
+            on_demoted=self._publish_hook,
+        )
         self.clock = clock
 
     def tick(self, renewing: bool) -> Decision:
@@ -105,10 +124,14 @@ class Agent:
     def publish(self, decision: Decision | None) -> None:
         el = self.elector
         doc = {
-            "node": el.me.node, "pid": os.getpid(), "leader": el.is_leader,
+            "node": el.me.node,
+            "pid": os.getpid(),
+            "leader": el.is_leader,
             "epoch": el.memory.leader_epoch if el.is_leader else None,
-            "max_epoch": el.memory.max_epoch, "valid_until": el.leader_valid_until,
-            "updated": self.clock.monotonic(), "decision": str(decision) if decision else "",
+            "max_epoch": el.memory.max_epoch,
+            "valid_until": el.leader_valid_until,
+            "updated": self.clock.monotonic(),
+            "decision": str(decision) if decision else "",
         }
         tmp = self.data_dir / f".{STATE_NAME}.tmp"
         tmp.write_text(json.dumps(doc))

@@ -8,7 +8,7 @@ is used only for human-readable timestamps and the legacy `lease_until` field.
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Protocol
 
 
@@ -25,7 +25,7 @@ class SystemClock:
         return time.monotonic()
 
     def wall(self) -> datetime:
-        return datetime.now(timezone.utc)
+        return datetime.now(UTC)
 
 
 class FakeClock:
@@ -33,7 +33,7 @@ class FakeClock:
 
     def __init__(self, monotonic: float = 1000.0, wall: datetime | None = None) -> None:
         self._mono = monotonic
-        self._wall = wall or datetime(2026, 6, 15, 12, 0, 0, tzinfo=timezone.utc)
+        self._wall = wall or datetime(2026, 6, 15, 12, 0, 0, tzinfo=UTC)
 
     def monotonic(self) -> float:
         return self._mono

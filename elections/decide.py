@@ -101,8 +101,14 @@ def _no_evidence(read: LeaseRead, memory: Memory) -> str:
 
 
 def decide(
-    memory: Memory, read: LeaseRead | None, now: float, timing: Timing, *, renewing: bool,
-    eligible: bool = True, ineligible_why: str = "",
+    memory: Memory,
+    read: LeaseRead | None,
+    now: float,
+    timing: Timing,
+    *,
+    renewing: bool,
+    eligible: bool = True,
+    ineligible_why: str = "",
 ) -> Decision:
     """One cycle's decision. `read` is None when the store was unreachable.
     `renewing` is True on the leader's renew tick (poll ticks only check)."""
@@ -114,8 +120,13 @@ def decide(
 
 
 def _decide_leader(
-    memory: Memory, read: LeaseRead | None, now: float, timing: Timing, renewing: bool,
-    eligible: bool, ineligible_why: str,
+    memory: Memory,
+    read: LeaseRead | None,
+    now: float,
+    timing: Timing,
+    renewing: bool,
+    eligible: bool,
+    ineligible_why: str,
 ) -> Decision:
     epoch = memory.leader_epoch
     age = now - (memory.renewed_at if memory.renewed_at is not None else now)
@@ -140,9 +151,7 @@ def _decide_leader(
         if rec.released:
             return Decision(Verdict.STEP_DOWN, f"released epoch {epoch}")
         if renewing:
-            return Decision(
-                Verdict.RENEW, f"leader: renewing epoch {epoch} (last renewal {age:.1f} s ago)"
-            )
+            return Decision(Verdict.RENEW, f"leader: renewing epoch {epoch} (last renewal {age:.1f} s ago)")
         return Decision(Verdict.HOLD, f"leader: {memory.node} holds epoch {epoch}, renewed {age:.1f} s ago")
     # Our record is gone, damaged, forged or a stale replay: no evidence that
     # anyone else leads. Rewrite our own valid record (same epoch) at once.
@@ -171,7 +180,8 @@ def _decide_follower(memory: Memory, read: LeaseRead | None, now: float, timing:
                 f"handoff to {rec.handoff_to} not taken within {memory.seen_ttl:g} s",
             )
         return Decision(
-            Verdict.FOLLOW, f"handoff from {rec.node} to {rec.handoff_to}; waiting {left:.1f} s",
+            Verdict.FOLLOW,
+            f"handoff from {rec.node} to {rec.handoff_to}; waiting {left:.1f} s",
             wake_in=left,
         )
     holder = f"{memory.seen_key[0]} epoch {memory.seen_key[1]}" if memory.seen_key else "no one"

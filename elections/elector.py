@@ -54,15 +54,27 @@ def make_record(
     me: Identity, clock: Clock, epoch: int, seq: int, ttl: float, handoff_to: str | None = None
 ) -> LeaseRecord:
     return LeaseRecord(
-        kmsn=me.kmsn, station=me.station, ip=me.ip, port=me.port, pid=me.pid, epoch=epoch,
-        lease_until=legacy_lease_until(clock.wall(), ttl), node=me.node,
-        renew_seq=seq, ttl_s=ttl, handoff_to=handoff_to,
+        kmsn=me.kmsn,
+        station=me.station,
+        ip=me.ip,
+        port=me.port,
+        pid=me.pid,
+        epoch=epoch,
+        lease_until=legacy_lease_until(clock.wall(), ttl),
+        node=me.node,
+        renew_seq=seq,
+        ttl_s=ttl,
+        handoff_to=handoff_to,
     )
 
 
 def release_lease(
-    store: LeaseStore, me: Identity, epoch: int,
-    make: Callable[..., LeaseRecord], handoff_to: str | None = None, min_seq: int = 0,
+    store: LeaseStore,
+    me: Identity,
+    epoch: int,
+    make: Callable[..., LeaseRecord],
+    handoff_to: str | None = None,
+    min_seq: int = 0,
     sleep: Callable[[float], None] = time.sleep,
 ) -> bool:
     """Mark our lease of `epoch` released (`ttl_s: 0`), compare-and-set: only if
@@ -73,9 +85,12 @@ def release_lease(
         except StoreUnavailable:
             return False
         rec = read.record
-        if read.status == "valid" and rec is not None:
-            if rec.node != me.node or rec.epoch != epoch or rec.released:
-                return False  # not ours (any more): nothing to release
+        if (
+            read.status == "valid"
+            and rec is not None
+            and (rec.node != me.node or rec.epoch != epoch or rec.released)
+        ):
+            return False  # not ours (any more): nothing to release
         seq = max(min_seq, rec.renew_seq if rec is not None else 0) + 1
         try:
             outcome = store.write(make(epoch, seq, 0, handoff_to), expect=read.revision)
@@ -115,6 +130,7 @@ class Elector:
         self.last: Decision | None = None
         self._reported: set[str] = set()
         self._abstain_until: float | None = None
+        self._beat = int(clock.monotonic() * 1000)  # member seq: grows across restarts
 
     # -- public ----------------------------------------------------------------
     @property
@@ -142,9 +158,7 @@ class Elector:
         self._note(decision)
         return decision
 
-    def release(
-        self, handoff_to: str | None = None, reason: str = "shutdown", abstain: bool = False
-    ) -> bool:
+    def release(self, handoff_to: str | None = None, reason: str = "shutdown", abstain: bool = False) -> bool:
         """Stop leading at once and tell the pool (`ttl_s: 0`), so that a
         follower takes over without waiting out the TTL. With `abstain`, this
         node then sits out the next election (one TTL). True if written."""
@@ -153,19 +167,37 @@ class Elector:
         epoch = self.memory.leader_epoch
         if epoch is None:
             return False
-        written = release_lease(self.store, self.me, epoch, self._record, handoff_to,
-                                min_seq=self.memory.renew_seq, sleep=self.sleep)
-        self._step_down(f"released ({reason})" + (f", handoff to {handoff_to}" if handoff_to else ""),
-                        kind="released")
+        written = release_lease(
+            self.store,
+            self.me,
+            epoch,
+            self._record,
+            handoff_to,
+            min_seq=self.memory.renew_seq,
+            sleep=self.sleep,
+        )
+        self._step_down(
+            f"released ({reason})" + (f", handoff to {handoff_to}" if handoff_to else ""), kind="released"
+        )
         return written
+
+    def _member_doc(self, **fields: Any) -> dict[str, Any]:
+        self._beat += 1
+        return {
+            "node": self.me.node,
+            "ip": self.me.ip,
+            "seq": self._beat,
+            "epoch": self.memory.max_epoch,
+            "drain": False,
+            "health": "ok",
+            "version": 1,
+            **fields,
+        }
 
     def heartbeat(self, **fields: Any) -> None:
         """Write this member's heartbeat: carries the highest epoch it knows."""
-        seq = int(self.clock.monotonic() * 1000)
-        doc = {"node": self.me.node, "ip": self.me.ip, "seq": seq, "epoch": self.memory.max_epoch,
-               "drain": False, "health": "ok", "version": 1, **fields}
         try:
-            self.store.write_member(doc)
+            self.store.write_member(self._member_doc(**fields))
         except StoreUnavailable as exc:
             log.warning("heartbeat not written: %s", exc)
 
@@ -177,11 +209,17 @@ class Elector:
             self._report(f"lease store unreachable: {exc}", logging.ERROR)
             return None
         if read.status == "forged":
-            self._report(f"SECURITY: ignoring forged lease in {self.store.describe()}: {read.detail}",
-                         logging.ERROR, key=read.revision)
+            self._report(
+                f"SECURITY: ignoring forged lease in {self.store.describe()}: {read.detail}",
+                logging.ERROR,
+                key=read.revision,
+            )
         elif read.status == "corrupt":
-            self._report(f"ignoring damaged lease in {self.store.describe()}: {read.detail}",
-                         logging.WARNING, key=read.revision)
+            self._report(
+                f"ignoring damaged lease in {self.store.describe()}: {read.detail}",
+                logging.WARNING,
+                key=read.revision,
+            )
         return read
 
     def _decide(self, read: LeaseRead | None, now: float, renewing: bool) -> Decision:
@@ -190,14 +228,14 @@ class Elector:
         ok, why = self.eligibility()
         if ok and self._abstain_until is not None and now < self._abstain_until:
             ok, why = False, f"sitting out after a release for {self._abstain_until - now:.1f} s"
-        return decide(self.memory, read, now, self.timing, renewing=renewing, eligible=ok,
-                      ineligible_why=why)
+        return decide(self.memory, read, now, self.timing, renewing=renewing, eligible=ok, ineligible_why=why)
 
     def _record(self, epoch: int, seq: int, ttl: float, handoff_to: str | None = None) -> LeaseRecord:
         return make_record(self.me, self.clock, epoch, seq, ttl, handoff_to)
 
-    def _write(self, record: LeaseRecord, read: LeaseRead,
-               fence: Callable[[], bool] | None = None) -> WriteOutcome:
+    def _write(
+        self, record: LeaseRecord, read: LeaseRead, fence: Callable[[], bool] | None = None
+    ) -> WriteOutcome:
         try:
             return self.store.write(record, expect=read.revision, fence=fence)
         except StoreUnavailable as exc:
@@ -205,21 +243,32 @@ class Elector:
             return WriteOutcome.BUSY
 
     def _contend(self, read: LeaseRead | None, decision: Decision) -> Decision:
-        for attempt in range(CONTEND_ATTEMPTS):
+        for _ in range(CONTEND_ATTEMPTS):
             if read is None:
                 return decision
             start = self.clock.monotonic()
             try:
-                epoch = max(self.memory.max_epoch, self.store.highest_epoch()) + 1
+                outcome, record = self.store.acquire(
+                    lambda epoch: self._record(epoch, 0, self.timing.ttl),
+                    read.revision,
+                    self.memory.max_epoch,
+                    self._member_doc(),
+                )
             except StoreUnavailable as exc:
                 return Decision(Verdict.WAIT, f"cannot contend: {exc}")
-            record = self._record(epoch, 0, self.timing.ttl)
-            outcome = self._write(record, read)
-            if outcome is WriteOutcome.WRITTEN:
+            if outcome is WriteOutcome.WRITTEN and record is not None:
+                epoch = record.epoch
                 self.memory = replace(
-                    self.memory, leader_epoch=epoch, renewed_at=start, renew_seq=0,
-                    seen_key=record.key, seen_at=start, seen_ttl=self.timing.ttl,
-                    seen_released=False, seen_handoff=None, max_epoch=epoch,
+                    self.memory,
+                    leader_epoch=epoch,
+                    renewed_at=start,
+                    renew_seq=0,
+                    seen_key=record.key,
+                    seen_at=start,
+                    seen_ttl=self.timing.ttl,
+                    seen_released=False,
+                    seen_handoff=None,
+                    max_epoch=epoch,
                 )
                 why = f"elected: took epoch {epoch} ({decision.reason})"
                 log.warning("%s", why)
@@ -236,22 +285,29 @@ class Elector:
     def _renew(self, read: LeaseRead | None, start: float) -> Decision:
         epoch = self.memory.leader_epoch
         assert epoch is not None
-        for attempt in range(CONTEND_ATTEMPTS * 2):
+        renewed_at = self.memory.renewed_at or start
+
+        def fence() -> bool:
+            """Checked at the last moment before the write: never act after the deadline."""
+            return self.clock.monotonic() - renewed_at <= self.timing.deadline
+
+        for _ in range(CONTEND_ATTEMPTS * 2):
             if read is None:
                 break
             rec = read.record
             base = rec.renew_seq if rec is not None and rec.node == self.me.node and rec.epoch == epoch else 0
             seq = max(self.memory.renew_seq, base) + 1
             record = self._record(epoch, seq, self.timing.ttl)
-            renewed_at = self.memory.renewed_at or start
-
-            def fence() -> bool:
-                return self.clock.monotonic() - renewed_at <= self.timing.deadline
-
             outcome = self._write(record, read, fence)
             if outcome is WriteOutcome.WRITTEN:
-                self.memory = replace(self.memory, renewed_at=start, renew_seq=seq,
-                                      seen_key=record.key, seen_at=start, seen_released=False)
+                self.memory = replace(
+                    self.memory,
+                    renewed_at=start,
+                    renew_seq=seq,
+                    seen_key=record.key,
+                    seen_at=start,
+                    seen_released=False,
+                )
                 return Decision(Verdict.HOLD, f"leader: renewed epoch {epoch} (seq {seq})")
             if outcome is WriteOutcome.FENCED:
                 why = f"deadline passed before the write of epoch {epoch}"

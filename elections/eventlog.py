@@ -26,10 +26,19 @@ class JsonlEventSink:
     def record(self, kind: str, epoch: int, reason: str, **extra: Any) -> None:
         with self._lock:
             self._seq += 1
-            doc = {"node": self.node, "seq": self._seq, "kind": kind, "epoch": epoch,
-                   "at": self.clock.wall().isoformat(), "reason": reason, **extra}
+            doc = {
+                "node": self.node,
+                "seq": self._seq,
+                "kind": kind,
+                "epoch": epoch,
+                "at": self.clock.wall().isoformat(),
+                "reason": reason,
+                **extra,
+            }
             line = json.dumps(doc, ensure_ascii=False) + "\n"
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # Never parents=True: recreating a vanished share's folder would
+            # make an empty lease dir appear where the real one was.
+            self.path.parent.mkdir(exist_ok=True)
             with open(self.path, "a", encoding="utf-8") as fh:
                 fh.write(line)
 

@@ -145,8 +145,10 @@ def parse_lease(raw: bytes | None, token: str) -> LeaseRead:
     if not signature_ok(doc, token):
         why = "no signature" if "sig" not in doc else "bad signature"
         return LeaseRead(
-            "forged", detail=f"lease has {why} (claims {doc['node']} epoch {doc['epoch']})",
-            revision=rev, forged_doc=doc,
+            "forged",
+            detail=f"lease has {why} (claims {doc['node']} epoch {doc['epoch']})",
+            revision=rev,
+            forged_doc=doc,
         )
     known = {k: doc[k] for k in _FIELDS}
     extra = {k: v for k, v in doc.items() if k not in _FIELDS and k != "sig"}

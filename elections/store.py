@@ -7,9 +7,13 @@ Contract of every backend:
   still holds exactly what was read with revision `expect`, and only if `fence()`
   still returns True at the last moment before the write. It returns a
   `WriteOutcome`; losing a race is a normal outcome, not an exception.
-- `highest_epoch()` is the highest epoch the pool has recorded anywhere the store
-  can see (lease and members' files), so that an epoch is never reused even when
-  the lease file is deleted or corrupted.
+- `acquire(make, expect, known_epoch, member)` is the compare-and-set of an
+  election: under the same exclusion as `write`, it picks the new epoch as one
+  more than the highest the pool has recorded (lease, members' files, and
+  `known_epoch`), records the claim in this member's file, then writes the
+  lease. Claims are written before the lease and under the lock, so no two
+  nodes can ever take the same epoch, even when the lease file is deleted.
+- `write_member(doc)` never lowers the epoch recorded in this member's file.
 
 The file backend serializes writers with `relay_leader.lock` (O_CREAT|O_EXCL).
 A lock left by a writer that died is broken once this process has seen the
@@ -55,6 +59,14 @@ class LeaseStore(Protocol):
     def write(
         self, record: LeaseRecord, expect: str, fence: Callable[[], bool] | None = None
     ) -> WriteOutcome: ...
+
+    def acquire(
+        self,
+        make: Callable[[int], LeaseRecord],
+        expect: str,
+        known_epoch: int,
+        member: dict[str, Any],
+    ) -> tuple[WriteOutcome, LeaseRecord | None]: ...
 
     def highest_epoch(self) -> int: ...
 
@@ -112,15 +124,13 @@ class FileLeaseStore:
         return parse_lease(self._read_raw(self.lease_path), self.token)
 
     # -- the lock ------------------------------------------------------------
-    def _try_lock(self) -> bool:
-        body = json.dumps(
-            {"node": self.node, "pid": os.getpid(), "nonce": secrets.token_hex(8)}
-        ).encode()
+    def _try_lock(self, retry: bool = True) -> bool:
+        body = json.dumps({"node": self.node, "pid": os.getpid(), "nonce": secrets.token_hex(8)}).encode()
         try:
             fd = os.open(self.lock_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
-            self._maybe_break_lock()
-            return False
+            # Broke a stale lock: race for it at once, like everyone else.
+            return retry and self._maybe_break_lock() and self._try_lock(retry=False)
         except OSError as exc:
             raise StoreUnavailable(f"cannot create {self.lock_path}: {exc.strerror}") from exc
         try:
@@ -150,36 +160,45 @@ class FileLeaseStore:
             return 0.0
         return now - seen[1]
 
-    def _maybe_break_lock(self) -> None:
+    def _maybe_break_lock(self) -> bool:
+        """Break the lock if it is stale. True if this call removed it.
+
+        Breakers serialize on a marker file named after the lock's content, so
+        that two breakers of one stale lock cannot remove a fresh lock taken in
+        between. A marker left by a breaker that died ages out the same way."""
         try:
             content = self._read_raw(self.lock_path)
         except StoreUnavailable:
-            return
+            return False
         if content is None:
-            return
+            return True  # gone already: worth one more try
         owner = _lock_owner(content)
         dead_here = owner is not None and owner[0] == self.node and not pid_alive(owner[1])
         age = self._aged(self.lock_path, content)
         if not dead_here and age < self.lock_stale_s:
-            return
+            return False
         marker = self.dir / f"{LOCK_NAME}.break-{revision_of(content)[:16]}"
+        for _ in range(2):
+            try:
+                os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+                break
+            except FileExistsError:
+                if self._aged(marker, b"marker") < self.lock_stale_s:
+                    return False  # someone else is breaking it right now
+                _unlink_quietly(marker)  # its breaker died
+            except OSError:
+                return False
+        else:
+            return False
         try:
-            fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            # Someone is breaking it; a breaker that died leaves its marker: age it too.
-            if self._aged(marker, b"marker") >= self.lock_stale_s:
-                _unlink_quietly(marker)
-            return
-        except OSError:
-            return
-        os.close(fd)
-        try:
-            if self._read_raw(self.lock_path) == content:
-                os.unlink(self.lock_path)
-                why = f"its pid {owner[1]} is dead" if dead_here else f"unchanged for {age:.1f} s"
-                log.warning("broke stale lock %s (%s): %s", self.lock_path, content.decode(errors="replace"), why)
+            if self._read_raw(self.lock_path) != content:
+                return False
+            os.unlink(self.lock_path)
+            why = f"its pid {owner[1]} is dead" if dead_here and owner else f"unchanged for {age:.1f} s"
+            log.warning("broke stale lock %s (%s): %s", self.lock_path, content.decode(errors="replace"), why)
+            return True
         except (OSError, StoreUnavailable):
-            pass
+            return False
         finally:
             _unlink_quietly(marker)
 
@@ -218,6 +237,25 @@ class FileLeaseStore:
         finally:
             self._unlock()
 
+    def acquire(
+        self,
+        make: Callable[[int], LeaseRecord],
+        expect: str,
+        known_epoch: int,
+        member: dict[str, Any],
+    ) -> tuple[WriteOutcome, LeaseRecord | None]:
+        if not self._try_lock():
+            return WriteOutcome.BUSY, None
+        try:
+            if revision_of(self._read_raw(self.lease_path)) != expect:
+                return WriteOutcome.CHANGED, None
+            record = make(max(known_epoch, self.highest_epoch()) + 1)
+            self.write_member(dict(member, epoch=record.epoch))  # the claim, before the lease
+            self._replace(self.lease_path, record.encode(self.token))
+            return WriteOutcome.WRITTEN, record
+        finally:
+            self._unlock()
+
     # -- members' heartbeats ---------------------------------------------------
     def write_member(self, doc: dict[str, Any]) -> None:
         members = self.dir / MEMBERS_DIR
@@ -225,8 +263,12 @@ class FileLeaseStore:
             members.mkdir(exist_ok=True)
         except OSError as exc:
             raise StoreUnavailable(f"cannot create {members}: {exc.strerror}") from exc
+        path = members / f"{doc['node']}.json"
+        mine = _member_epoch(self._read_raw(path), self.token)
+        if mine > int(doc.get("epoch") or 0):
+            doc = dict(doc, epoch=mine)
         body = dict(doc, sig=sign(doc, self.token))
-        self._replace(members / f"{doc['node']}.json", json.dumps(body).encode() + b"\n")
+        self._replace(path, json.dumps(body).encode() + b"\n")
 
     def read_members(self) -> dict[str, dict[str, Any]]:
         """Every validly signed member file; bad ones are skipped (and logged)."""
@@ -257,10 +299,19 @@ class FileLeaseStore:
         if lease.record is not None:
             best = lease.record.epoch
         for doc in self.read_members().values():
-            epoch = doc.get("epoch")
-            if isinstance(epoch, int) and not isinstance(epoch, bool):
-                best = max(best, epoch)
+            best = max(best, _member_epoch(json.dumps(doc).encode(), self.token))
         return best
+
+
+def _member_epoch(raw: bytes | None, token: str) -> int:
+    try:
+        doc = json.loads(raw or b"")
+    except ValueError:
+        return 0
+    if not isinstance(doc, dict) or not signature_ok(doc, token):
+        return 0
+    epoch = doc.get("epoch")
+    return epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else 0
 
 
 def _lock_owner(content: bytes) -> tuple[str, int] | None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import os
 import signal
 import subprocess
 import sys
@@ -59,8 +58,12 @@ def _die_with_parent() -> None:
 
 class Supervisor:
     def __init__(
-        self, specs: list[ChildSpec], data_dir: str, env: dict[str, str],
-        release: Callable[[dict[str, Any]], bool], out: TextIO | None = None,
+        self,
+        specs: list[ChildSpec],
+        data_dir: str,
+        env: dict[str, str],
+        release: Callable[[dict[str, Any]], bool],
+        out: TextIO | None = None,
         tick: float = 0.1,
     ) -> None:
         self.children = [Child(s) for s in specs]
@@ -86,8 +89,12 @@ class Supervisor:
     # -- children ----------------------------------------------------------------
     def _start(self, child: Child) -> None:
         proc = subprocess.Popen(
-            child.spec.argv, env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, preexec_fn=_die_with_parent,
+            child.spec.argv,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent,
         )
         child.proc = proc
         pump = threading.Thread(target=self._pump, args=(child.spec.name, proc.stdout), daemon=True)

@@ -11,8 +11,9 @@ from .store import FileLeaseStore
 
 def healthz(request):  # type: ignore[no-untyped-def]
     state = read_state(settings.STK.data_dir)
-    return JsonResponse({"node": settings.STK.node, "leader": leads_now(state),
-                         "decision": state.get("decision", "")})
+    return JsonResponse(
+        {"node": settings.STK.node, "leader": leads_now(state), "decision": state.get("decision", "")}
+    )
 
 
 def leader(request):  # type: ignore[no-untyped-def]
@@ -25,5 +26,14 @@ def leader(request):  # type: ignore[no-untyped-def]
     if read.record is None or read.status != "valid" or read.record.released:
         return JsonResponse({"kmsn": stk.kmsn, "leader": None, "status": read.status}, status=404)
     rec = read.record
-    return JsonResponse({"kmsn": rec.kmsn, "leader": rec.node, "station": rec.station, "ip": rec.ip,
-                         "port": rec.port, "epoch": rec.epoch, "status": "valid"})
+    return JsonResponse(
+        {
+            "kmsn": rec.kmsn,
+            "leader": rec.node,
+            "station": rec.station,
+            "ip": rec.ip,
+            "port": rec.port,
+            "epoch": rec.epoch,
+            "status": "valid",
+        }
+    )

@@ -1,10 +1,13 @@
-"""Framing for relay wire protocol v1 (DESIGN.md §8): length-prefixed JSON objects.
+"""Framing for relay wire protocol v1 (DESIGN.md §8): the byte-level half.
 
 A frame is a 4-byte unsigned big-endian length ``N`` followed by ``N`` bytes of
 UTF-8 JSON whose top level is an object, with ``1 <= N <= max_frame``.
 
-Pure code: no sockets, no clock, stdlib only. `relay.protocol` builds the
-handshake on top of this and re-exports every public name defined here.
+This module holds the frame codec (`encode_frame`, `FrameDecoder`) and
+`FramedConnection`, the byte plumbing both ends of a connection share.
+`relay.protocol` gives the frames their meaning (hello, register, ...), and
+re-exports the public names defined here; its docstring has the exception tree.
+Pure code: no sockets, no clock, stdlib only.
 
 Decoding never raises on bad input; each problem becomes a `ProtocolError`
 event carrying one of the wire error codes:
@@ -26,6 +29,7 @@ exception tree in `relay.protocol`).
 
 from __future__ import annotations
 
+import enum
 import json
 import math
 from dataclasses import dataclass
@@ -62,11 +66,34 @@ ERROR_CODES = frozenset(
 
 
 class RelayError(Exception):
-    """Base of the relay protocol's exceptions (raised by output methods only)."""
+    """Base of the relay protocol's exceptions."""
 
 
 class PayloadError(RelayError, ValueError):
     """An outgoing message is not a JSON object, is not serializable, or is too large."""
+
+
+class InvalidState(RelayError):
+    """An output method was called in a state that does not allow it."""
+
+
+class Reject(RelayError):
+    """Raised by a connection's frame handler to answer the frame with an error.
+
+    Control flow only, like Channels' ``DenyConnection``: `receive_data()`
+    catches it, so it never reaches the transport.
+    """
+
+    def __init__(self, code: str, message: str, *, fatal: bool = True) -> None:
+        super().__init__(message)
+        self.code, self.message, self.fatal = code, message, fatal
+
+
+class State(enum.Enum):
+    AWAIT_HELLO = "await_hello"  # client only: waiting for the server's hello
+    AWAIT_REGISTER = "await_register"  # the register exchange is not finished
+    OPEN = "open"
+    CLOSED = "closed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +103,13 @@ class ProtocolError:
     code: str
     message: str
     fatal: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class RawData:
+    """Event: passthrough bytes received after registration in raw mode."""
+
+    data: bytes
 
 
 def encode_frame(obj: dict, *, max_frame: int | None = None) -> bytes:
@@ -211,3 +245,93 @@ class FrameDecoder:
         self._buf.clear()
         self._length = None
         self._events.append(error)
+
+
+class FramedConnection:
+    """Byte plumbing shared by both ends: frame-at-a-time input, events, output.
+
+    Subclasses implement `_handle(obj)` for each decoded frame (raising `Reject`
+    to answer it with an error) and `_reject()` to act on an error. In
+    `raw_mode`, once the handshake has put the connection in OPEN, input is no
+    longer parsed: it is surfaced as `RawData`, starting with whatever followed
+    the frame that completed the handshake in the same chunk.
+    """
+
+    def __init__(self, *, max_frame: int, raw_mode: bool, state: State) -> None:
+        self.max_frame = max_frame
+        self.raw_mode = raw_mode
+        self.state = state
+        self._decoder = FrameDecoder(max_frame)
+        self._events: list = []
+        self._out = bytearray()
+
+    @property
+    def closed(self) -> bool:
+        return self.state is State.CLOSED
+
+    def receive_data(self, data: bytes) -> None:
+        """Feed bytes read from the socket. Never raises on any input."""
+        view = memoryview(data).cast("B")
+        while view and self.state is not State.CLOSED:
+            if self.state is State.OPEN and self.raw_mode:
+                self._events.append(RawData(bytes(view)))
+                return
+            # One frame at a time, so that the bytes after the frame that ends
+            # the handshake can be handed over raw instead of being parsed.
+            used = self._decoder.feed(view, max_frames=1)
+            view = view[used:]
+            for item in self._decoder.events():  # at most one
+                if isinstance(item, ProtocolError):
+                    self._reject(Reject(item.code, item.message))
+                    continue
+                try:
+                    self._handle(item)
+                except Reject as exc:
+                    self._reject(exc, item.get("id"))
+            if used == 0:
+                break
+
+    def receive_eof(self) -> None:
+        """The peer closed its side; nothing more will be accepted."""
+        self.state = State.CLOSED
+
+    def events_received(self) -> list:
+        """Return and forget the events produced since the last call."""
+        events, self._events = self._events, []
+        return events
+
+    def data_to_send(self) -> bytes:
+        """Return and forget the bytes queued for the peer."""
+        out = bytes(self._out)
+        self._out.clear()
+        return out
+
+    def close_expected(self) -> bool:
+        """True once the transport should flush `data_to_send()` and close."""
+        return self.state is State.CLOSED
+
+    def send(self, obj: dict) -> None:
+        """Frame `obj` for the peer (only while OPEN and not in raw mode)."""
+        if self.state is not State.OPEN or self.raw_mode:
+            raise InvalidState(f"cannot send frames in state {self.state.name}, raw={self.raw_mode}")
+        self._out += encode_frame(obj, max_frame=self.max_frame)
+
+    def send_raw(self, data: bytes) -> None:
+        """Queue passthrough bytes (only while OPEN in raw mode)."""
+        if self.state is not State.OPEN or not self.raw_mode:
+            raise InvalidState(f"cannot send raw bytes in state {self.state.name}")
+        self._out += data
+
+    def _frame(self, obj: dict) -> None:
+        """Queue a control frame, whatever the state (callers check `_can_frame`)."""
+        self._out += encode_frame(obj)
+
+    def _can_frame(self) -> bool:
+        return self.state is not State.CLOSED and not (self.state is State.OPEN and self.raw_mode)
+
+    def _handle(self, obj: dict) -> None:
+        raise NotImplementedError
+
+    def _reject(self, exc: Reject, id: object = None) -> None:
+        """Record the error as an event; subclasses add the answer and the close."""
+        self._events.append(ProtocolError(exc.code, exc.message, exc.fatal))

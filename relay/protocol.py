@@ -8,17 +8,19 @@ owns the timers too: it calls `ServerConnection.timeout()` when
 `REGISTER_TIMEOUT` passes without `Registered`, or when an open connection
 has been silent for `SILENCE_TIMEOUT` (any received bytes count as traffic).
 
-Framing lives in `relay.framing`; its public names are re-exported here.
+The byte level (frame codec, `FramedConnection`) lives in `relay.framing`;
+its public names are re-exported here.
 
-Exceptions (raised only by output methods, i.e. by the caller's bugs; bad
-input from the peer never raises out of `receive_data()`: it always maps to
-an error code and a `ProtocolError` event)::
+Bad input from the peer never raises out of `receive_data()`: it always maps
+to an error code, an error frame and a `ProtocolError` event. Exceptions::
 
     RelayError
-     +-- PayloadError (also a ValueError)  outgoing object not a JSON object,
-     |                                      not serializable, or too large
-     +-- InvalidState                       output method not allowed in this
-                                            state (e.g. send() before OPEN)
+     +-- PayloadError (also ValueError)  output: not a JSON object, not
+     |                                   serializable, or over max_frame
+     +-- InvalidState                    output method not allowed now
+     |                                   (e.g. send() before OPEN)
+     +-- Reject                          raised by frame handlers, caught by
+                                         receive_data(); never escapes
 
 Decisions worth knowing:
 
@@ -42,14 +44,13 @@ Decisions worth knowing:
 
 from __future__ import annotations
 
-import enum
 import hashlib
 import hmac
 import os
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
-from relay.framing import (  # noqa: F401  (re-exported)
+from relay.framing import (  # noqa: F401  (re-exported: one import site for transports)
     BAD_AUTH,
     BAD_JSON,
     BAD_MAGIC,
@@ -62,11 +63,15 @@ from relay.framing import (  # noqa: F401  (re-exported)
     STALE_EPOCH,
     TIMEOUT,
     WRONG_KMSN,
+    FramedConnection,
     FrameDecoder,
+    InvalidState,
     PayloadError,
     ProtocolError,
+    RawData,
+    Reject,
     RelayError,
-    decode_payload,
+    State,
     encode_frame,
 )
 
@@ -76,17 +81,6 @@ KEEPALIVE_INTERVAL = 10.0
 SILENCE_TIMEOUT = 3 * KEEPALIVE_INTERVAL
 JSON_ROLES = frozenset({"agent", "commander"})
 PASSTHROUGH_ROLES = frozenset({"publisher", "viewer"})
-
-
-class InvalidState(RelayError):
-    """An output method was called in a state that does not allow it."""
-
-
-class State(enum.Enum):
-    AWAIT_HELLO = "await_hello"  # client only: waiting for the server's hello
-    AWAIT_REGISTER = "await_register"  # the register exchange is not finished
-    OPEN = "open"
-    CLOSED = "closed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,11 +102,6 @@ class Registered:
 @dataclass(frozen=True, slots=True)
 class Message:
     obj: dict
-
-
-@dataclass(frozen=True, slots=True)
-class RawData:
-    data: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,99 +150,14 @@ def _nonempty_str(value: object) -> bool:
     return isinstance(value, str) and value != ""
 
 
-class _Reject(Exception):
-    """Internal: the frame in hand earns an error frame; never leaves the module."""
+class ServerConnection(FramedConnection):
+    """Server side of one relay connection (JSON port, or passthrough with `raw_mode`).
 
-    def __init__(self, code: str, message: str, *, fatal: bool = True, id: object = None):
-        super().__init__(message)
-        self.code, self.message, self.fatal, self.id = code, message, fatal, id
-
-
-class _Connection:
-    """What both ends share: frame-at-a-time input, event queue, output buffer."""
-
-    def __init__(self, *, max_frame: int, raw_mode: bool, state: State) -> None:
-        self.max_frame = max_frame
-        self.raw_mode = raw_mode
-        self.state = state
-        self._decoder = FrameDecoder(max_frame)
-        self._events: list[Event] = []
-        self._out = bytearray()
-
-    @property
-    def closed(self) -> bool:
-        return self.state is State.CLOSED
-
-    def receive_data(self, data: bytes) -> None:
-        """Feed bytes read from the socket. Never raises on any input."""
-        view = memoryview(data).cast("B")
-        while view and self.state is not State.CLOSED:
-            if self.state is State.OPEN and self.raw_mode:
-                self._events.append(RawData(bytes(view)))
-                return
-            # One frame at a time, so that bytes after the frame that ends the
-            # handshake can be handed over raw instead of being parsed.
-            used = self._decoder.feed(view, max_frames=1)
-            view = view[used:]
-            for item in self._decoder.events():
-                if self.state is State.CLOSED:
-                    break
-                if isinstance(item, ProtocolError):
-                    self._reject(_Reject(item.code, item.message))
-                    continue
-                try:
-                    self._handle(item)
-                except _Reject as exc:
-                    self._reject(exc, item.get("id"))
-            if used == 0:
-                break
-
-    def receive_eof(self) -> None:
-        """The peer closed its side; nothing more will be accepted."""
-        self.state = State.CLOSED
-
-    def events_received(self) -> list[Event]:
-        events, self._events = self._events, []
-        return events
-
-    def data_to_send(self) -> bytes:
-        out = bytes(self._out)
-        self._out.clear()
-        return out
-
-    def close_expected(self) -> bool:
-        """True once the transport should flush `data_to_send()` and close."""
-        return self.state is State.CLOSED
-
-    def send(self, obj: dict) -> None:
-        """Frame `obj` for the peer (only while OPEN and not in raw mode)."""
-        if self.state is not State.OPEN or self.raw_mode:
-            raise InvalidState(
-                f"cannot send frames in state {self.state.name}, raw={self.raw_mode}"
-            )
-        self._out += encode_frame(obj, max_frame=self.max_frame)
-
-    def send_raw(self, data: bytes) -> None:
-        """Queue raw bytes (only while OPEN in raw mode)."""
-        if self.state is not State.OPEN or not self.raw_mode:
-            raise InvalidState(f"cannot send raw bytes in state {self.state.name}")
-        self._out += data
-
-    def _frame(self, obj: dict) -> None:
-        self._out += encode_frame(obj)
-
-    def _can_frame(self) -> bool:
-        return self.state is not State.CLOSED and not (self.state is State.OPEN and self.raw_mode)
-
-    def _reject(self, exc: _Reject, id: object = None) -> None:
-        self._events.append(ProtocolError(exc.code, exc.message, exc.fatal))
-
-    def _handle(self, obj: dict) -> None:
-        raise NotImplementedError
-
-
-class ServerConnection(_Connection):
-    """Server side of one relay connection (JSON port, or passthrough with `raw_mode`)."""
+    `gate` (a bool, or a callable asked at registration time) says whether this
+    node may register clients now; `nonce` and `session` default to fresh
+    random hex and are injected by tests. `roles` is `JSON_ROLES` on the JSON
+    port and `PASSTHROUGH_ROLES` on the passthrough port.
+    """
 
     def __init__(
         self,
@@ -317,12 +221,12 @@ class ServerConnection(_Connection):
             self._frame({"type": "leader_changed", "epoch": epoch, "ip": ip, "port": port})
         self.state = State.CLOSED
 
-    def _reject(self, exc: _Reject, id: object = None) -> None:
+    def _reject(self, exc: Reject, id: object = None) -> None:
         super()._reject(exc)
         if exc.fatal:
-            self.fail(exc.code, exc.message, id=exc.id if exc.id is not None else id)
+            self.fail(exc.code, exc.message, id=id)
         else:
-            self._frame(_error(exc.code, exc.message, exc.id if exc.id is not None else id))
+            self._frame(_error(exc.code, exc.message, id))
 
     def _handle(self, obj: dict) -> None:
         if self.state is State.AWAIT_REGISTER:
@@ -330,48 +234,47 @@ class ServerConnection(_Connection):
             return
         kind = obj.get("type")
         if not isinstance(kind, str):
-            raise _Reject(BAD_REQUEST, "frame lacks a string 'type'")
+            raise Reject(BAD_REQUEST, "frame lacks a string 'type'")
         if kind == "keepalive":
             self._frame({"type": "keepalive_ack"})
         elif kind == "send":
             self._check_send(obj)
             self._events.append(Message(obj))
         else:
-            raise _Reject(BAD_REQUEST, f"unknown message type {kind[:64]!r}", fatal=False)
+            raise Reject(BAD_REQUEST, f"unknown message type {kind[:64]!r}", fatal=False)
 
     def _check_send(self, obj: dict) -> None:
         if "data" not in obj:
-            raise _Reject(BAD_REQUEST, "send lacks 'data'")
+            raise Reject(BAD_REQUEST, "send lacks 'data'")
         to = obj.get("to")
-        assert self.registration is not None
-        if self.registration.role == "commander" and not _nonempty_str(to):
-            raise _Reject(BAD_REQUEST, "a commander's send needs 'to' (a station or '*')")
+        if self.registration and self.registration.role == "commander" and not _nonempty_str(to):
+            raise Reject(BAD_REQUEST, "a commander's send needs 'to' (a station or '*')")
         if to is not None and not _nonempty_str(to):
-            raise _Reject(BAD_REQUEST, "'to' must be a non-empty string")
+            raise Reject(BAD_REQUEST, "'to' must be a non-empty string")
 
     def _register(self, obj: dict) -> None:
         if obj.get("type") != "register":
-            raise _Reject(BAD_REQUEST, "expected a register frame")
+            raise Reject(BAD_REQUEST, "expected a register frame")
         if obj.get("magic") != MAGIC:
-            raise _Reject(BAD_MAGIC, f"magic must be {MAGIC}")
+            raise Reject(BAD_MAGIC, f"magic must be {MAGIC}")
         role, kmsn, station = obj.get("role"), obj.get("kmsn"), obj.get("station")
         if not isinstance(role, str) or role not in self.roles:
-            raise _Reject(BAD_REQUEST, f"role must be one of {', '.join(sorted(self.roles))}")
+            raise Reject(BAD_REQUEST, f"role must be one of {', '.join(sorted(self.roles))}")
         if not (_nonempty_str(kmsn) and _nonempty_str(station)):
-            raise _Reject(BAD_REQUEST, "kmsn and station must be non-empty strings")
+            raise Reject(BAD_REQUEST, "kmsn and station must be non-empty strings")
         auth, claimed = obj.get("auth"), obj.get("epoch")
         if not isinstance(auth, str):
-            raise _Reject(BAD_REQUEST, "auth must be a hex string")
+            raise Reject(BAD_REQUEST, "auth must be a hex string")
         if claimed is not None and not _is_int(claimed):
-            raise _Reject(BAD_REQUEST, "epoch must be an integer")
+            raise Reject(BAD_REQUEST, "epoch must be an integer")
         if kmsn != self.kmsn:
-            raise _Reject(WRONG_KMSN, f"this relay serves KMSN {self.kmsn}")
+            raise Reject(WRONG_KMSN, f"this relay serves KMSN {self.kmsn}")
         if not verify_auth(self._token, self.nonce, role, kmsn, station, auth):
-            raise _Reject(BAD_AUTH, "authentication failed")
+            raise Reject(BAD_AUTH, "authentication failed")
         if claimed is not None and claimed > self.epoch:
-            raise _Reject(STALE_EPOCH, f"server epoch {self.epoch} < client epoch {claimed}")
+            raise Reject(STALE_EPOCH, f"server epoch {self.epoch} < client epoch {claimed}")
         if not self._gate_open():
-            raise _Reject(NOT_LEADER, f"{self.node} is not the leader")
+            raise Reject(NOT_LEADER, f"{self.node} is not the leader")
         self._frame({"type": "registered", "epoch": self.epoch, "session": self.session})
         self.state = State.OPEN
         self.registration = Registered(role, kmsn, station, self.epoch, self.session)
@@ -382,15 +285,17 @@ class ServerConnection(_Connection):
             return bool(self._gate)
         try:
             return bool(self._gate())
-        except Exception:  # noqa: BLE001  (fail closed: no proof of leadership, no session)
+        except Exception:  # fail closed: no proof of leadership, no session
             return False
 
 
-class ClientConnection(_Connection):
+class ClientConnection(FramedConnection):
     """Client side: answers hello with register, then exchanges messages.
 
     Errors detected in the server's frames yield a `ProtocolError` event and
-    close the connection; nothing is sent back.
+    close the connection; nothing is sent back. An ``error`` frame closes it
+    before registration; after, it stays open (a fatal one is followed by the
+    server's close: the transport reports it with `receive_eof()`).
     """
 
     def __init__(
@@ -421,7 +326,7 @@ class ClientConnection(_Connection):
             obj["id"] = id
         self.send(obj)
 
-    def _reject(self, exc: _Reject, id: object = None) -> None:
+    def _reject(self, exc: Reject, id: object = None) -> None:
         super()._reject(exc)
         self.state = State.CLOSED
 
@@ -447,7 +352,7 @@ class ClientConnection(_Connection):
         elif self.state is State.AWAIT_REGISTER:
             epoch, session = obj.get("epoch"), obj.get("session")
             if kind != "registered" or not _is_int(epoch) or not isinstance(session, str):
-                raise _Reject(BAD_REQUEST, "expected a registered frame")
+                raise Reject(BAD_REQUEST, "expected a registered frame")
             self.state = State.OPEN
             self._events.append(Registered(self.role, self.kmsn, self.station, epoch, session))
         elif kind != "keepalive_ack":
@@ -456,11 +361,11 @@ class ClientConnection(_Connection):
     def _hello(self, obj: dict) -> None:
         epoch, node, nonce = obj.get("epoch"), obj.get("node"), obj.get("nonce")
         if obj.get("type") != "hello":
-            raise _Reject(BAD_REQUEST, "expected a hello frame")
+            raise Reject(BAD_REQUEST, "expected a hello frame")
         if obj.get("magic") != MAGIC:
-            raise _Reject(BAD_MAGIC, f"server does not speak {MAGIC}")
+            raise Reject(BAD_MAGIC, f"server does not speak {MAGIC}")
         if not (_is_int(epoch) and isinstance(node, str) and _nonempty_str(nonce)):
-            raise _Reject(BAD_REQUEST, "hello lacks epoch, node or nonce")
+            raise Reject(BAD_REQUEST, "hello lacks epoch, node or nonce")
         auth = auth_digest(self._token, nonce, self.role, self.kmsn, self.station)
         register = {
             "type": "register",

@@ -81,25 +81,42 @@ def _raw(ini_path: str | None, env: dict[str, str]) -> tuple[dict[str, str], str
             with open(path, encoding="utf-8-sig") as fh:
                 parser.read_file(fh)
         except OSError as exc:
-            problems.append(Problem("stkrelay.E001", "STK_INI", f"cannot read {path}: {exc.strerror}",
-                                    "point --ini or STK_INI at the agent's stk.ini"))
+            problems.append(
+                Problem(
+                    "stkrelay.E001",
+                    "STK_INI",
+                    f"cannot read {path}: {exc.strerror}",
+                    "point --ini or STK_INI at the agent's stk.ini",
+                )
+            )
         except configparser.Error as exc:
-            problems.append(Problem("stkrelay.E001", "STK_INI", f"{path} is not a valid ini file: "
-                                    f"{str(exc).splitlines()[0]}", "fix the file's syntax"))
+            problems.append(
+                Problem(
+                    "stkrelay.E001",
+                    "STK_INI",
+                    f"{path} is not a valid ini file: {str(exc).splitlines()[0]}",
+                    "fix the file's syntax",
+                )
+            )
         else:
             if parser.has_section("stk"):
                 values.update({k.upper(): v.strip() for k, v in parser.items("stk")})
             else:
-                problems.append(Problem("stkrelay.E002", "[stk]", f"{path} has no [stk] section",
-                                        "put the keys under a [stk] header"))
+                problems.append(
+                    Problem(
+                        "stkrelay.E002",
+                        "[stk]",
+                        f"{path} has no [stk] section",
+                        "put the keys under a [stk] header",
+                    )
+                )
     for key in DEFAULTS:
         if f"STK_{key}" in env:
             values[key] = env[f"STK_{key}"].strip()
     return values, source, problems
 
 
-def load(ini_path: str | None = None, env: dict[str, str] | None = None,
-         check_dirs: bool = True) -> Config:
+def load(ini_path: str | None = None, env: dict[str, str] | None = None, check_dirs: bool = True) -> Config:
     env = dict(os.environ if env is None else env)
     values, source, problems = _raw(ini_path, env)
     cfg = Config(source=source, problems=problems)
@@ -128,20 +145,32 @@ def load(ini_path: str | None = None, env: dict[str, str] | None = None,
         bad("stkrelay.E003", "STATION", "is not set", "set STATION to this agent's station, e.g. S001")
     cfg.relay_token = values["RELAY_TOKEN"]
     if not cfg.relay_token:
-        bad("stkrelay.E004", "RELAY_TOKEN", "is missing",
-            "set the site's shared secret (the same on every agent of the KMSN)")
+        bad(
+            "stkrelay.E004",
+            "RELAY_TOKEN",
+            "is missing",
+            "set the site's shared secret (the same on every agent of the KMSN)",
+        )
     try:
         cfg.node_ip = str(ipaddress.ip_address(values["NODE_IP"]))
     except ValueError:
-        bad("stkrelay.E005", "NODE_IP", f"{values['NODE_IP']!r} is not an IP address",
-            "set the agent's LAN address, e.g. 192.168.1.10")
+        bad(
+            "stkrelay.E005",
+            "NODE_IP",
+            f"{values['NODE_IP']!r} is not an IP address",
+            "set the agent's LAN address, e.g. 192.168.1.10",
+        )
     for key, attr in (("RELAY_PORT", "relay_port"), ("WEB_PORT", "web_port")):
         value = number(key, int, 1, 65535 - (1 if key == "RELAY_PORT" else 0))
         if value is not None:
             setattr(cfg, attr, value)
     if cfg.web_port in (cfg.relay_port, cfg.relay_port + 1):
-        bad("stkrelay.E006", "WEB_PORT", f"{cfg.web_port} collides with the relay ports",
-            f"RELAY_PORT uses {cfg.relay_port} and {cfg.relay_port + 1}")
+        bad(
+            "stkrelay.E006",
+            "WEB_PORT",
+            f"{cfg.web_port} collides with the relay ports",
+            f"RELAY_PORT uses {cfg.relay_port} and {cfg.relay_port + 1}",
+        )
     timing = {}
     for key in ("LEASE_TTL", "LEASE_RENEW", "LEASE_POLL", "RENEW_DEADLINE"):
         timing[key] = number(key, float, 0.1, 300)
@@ -151,33 +180,55 @@ def load(ini_path: str | None = None, env: dict[str, str] | None = None,
     cfg.renew_deadline = timing["RENEW_DEADLINE"] or cfg.renew_deadline
     if None not in timing.values():
         if cfg.lease_ttl <= cfg.lease_renew:
-            bad("stkrelay.E007", "LEASE_TTL", f"{cfg.lease_ttl:g} must be greater than "
-                f"LEASE_RENEW={cfg.lease_renew:g}", "e.g. LEASE_TTL=10 with LEASE_RENEW=3")
+            bad(
+                "stkrelay.E007",
+                "LEASE_TTL",
+                f"{cfg.lease_ttl:g} must be greater than LEASE_RENEW={cfg.lease_renew:g}",
+                "e.g. LEASE_TTL=10 with LEASE_RENEW=3",
+            )
         if cfg.renew_deadline >= cfg.lease_ttl:
-            bad("stkrelay.E008", "RENEW_DEADLINE", f"{cfg.renew_deadline:g} must be less than "
-                f"LEASE_TTL={cfg.lease_ttl:g}", "the old leader must stop before anyone may take over")
+            bad(
+                "stkrelay.E008",
+                "RENEW_DEADLINE",
+                f"{cfg.renew_deadline:g} must be less than LEASE_TTL={cfg.lease_ttl:g}",
+                "the old leader must stop before anyone may take over",
+            )
         if cfg.renew_deadline <= cfg.lease_renew:
-            bad("stkrelay.E008", "RENEW_DEADLINE", f"{cfg.renew_deadline:g} must be greater than "
-                f"LEASE_RENEW={cfg.lease_renew:g}", "allow at least one late renewal")
+            bad(
+                "stkrelay.E008",
+                "RENEW_DEADLINE",
+                f"{cfg.renew_deadline:g} must be greater than LEASE_RENEW={cfg.lease_renew:g}",
+                "allow at least one late renewal",
+            )
     frame = number("RELAY_MAX_FRAME", int, 1024, 64 << 20)
     cfg.relay_max_frame = frame or cfg.relay_max_frame
     keep = number("RELAY_KEEPALIVE", float, 0.1, 3600)
     cfg.relay_keepalive = keep or cfg.relay_keepalive
     cfg.redis_url = values["REDIS_URL"]
     if not cfg.redis_url.startswith(("redis://", "rediss://", "unix://")):
-        bad("stkrelay.E009", "REDIS_URL", f"{cfg.redis_url!r} is not a redis:// URL",
-            "use this agent's local Redis, e.g. redis://127.0.0.1:6379/0")
+        bad(
+            "stkrelay.E009",
+            "REDIS_URL",
+            f"{cfg.redis_url!r} is not a redis:// URL",
+            "use this agent's local Redis, e.g. redis://127.0.0.1:6379/0",
+        )
     cfg.lease_dir = values["LEASE_DIR"]
     cfg.data_dir = values["DATA_DIR"] or str(Path.home() / ".stkrelay" / (cfg.node or "agent"))
     if check_dirs:
-        _check_dir(cfg.lease_dir, "LEASE_DIR", "stkrelay.E012", bad,
-                   "mount the site's share and point LEASE_DIR at its socket folder (W:\\socket)")
+        _check_dir(
+            cfg.lease_dir,
+            "LEASE_DIR",
+            "stkrelay.E012",
+            bad,
+            "mount the site's share and point LEASE_DIR at its socket folder (W:\\socket)",
+        )
         try:
             Path(cfg.data_dir).mkdir(parents=True, exist_ok=True)
         except OSError:
             pass  # reported just below
-        _check_dir(cfg.data_dir, "DATA_DIR", "stkrelay.E013", bad,
-                   "point DATA_DIR at a writable local folder")
+        _check_dir(
+            cfg.data_dir, "DATA_DIR", "stkrelay.E013", bad, "point DATA_DIR at a writable local folder"
+        )
     return cfg
 
 

@@ -16,7 +16,6 @@ STK = stk_config.load(check_dirs=os.environ.get("STK_SKIP_DIR_CHECKS") != "1")
 DATA_DIR = Path(STK.data_dir)
 
 
-
 def _secret_key() -> str:
     """One random key per agent, kept in DATA_DIR (never in the repo)."""
     path = DATA_DIR / "secret_key"

@@ -116,18 +116,18 @@ def pump(client: ClientConnection, server: ServerConnection) -> None:
 
 
 def test_it_names_every_error_code_of_the_contract():
-    assert ERROR_CODES == {
-        "bad_magic",
+    assert sorted(ERROR_CODES) == [
         "bad_auth",
-        "wrong_kmsn",
-        "stale_epoch",
-        "not_leader",
-        "frame_too_large",
         "bad_json",
+        "bad_magic",
         "bad_request",
-        "timeout",
+        "frame_too_large",
         "no_route",
-    }
+        "not_leader",
+        "stale_epoch",
+        "timeout",
+        "wrong_kmsn",
+    ]
     assert MAGIC == "STKRELAY/1"
     assert DEFAULT_MAX_FRAME == 1048576
 
@@ -145,9 +145,7 @@ def test_it_escapes_lone_surrogates_that_utf8_cannot_carry():
     assert encode_frame({"s": "\ud800"}) == b'\x00\x00\x00\x0e{"s":"\\ud800"}'
 
 
-@pytest.mark.parametrize(
-    "obj", [[1], "s", None, {"x": float("nan")}, {"x": float("inf")}, {"x": object()}]
-)
+@pytest.mark.parametrize("obj", [[1], "s", None, {"x": float("nan")}, {"x": float("inf")}, {"x": object()}])
 def test_it_refuses_to_encode_what_is_not_a_json_object(obj):
     with pytest.raises(PayloadError):
         encode_frame(obj)
@@ -453,6 +451,18 @@ def test_it_rejects_the_huge_prefix_before_any_payload_arrives():
     assert server._decoder.buffered == 0
 
 
+def test_it_registers_with_a_frame_of_exactly_max_frame_but_not_one_byte_more():
+    data = encode_frame(register())
+    server = make_server(max_frame=len(data) - 4)
+    server.receive_data(data)
+    assert server.state is State.OPEN
+    server = make_server(max_frame=len(data) - 5)
+    server.data_to_send()
+    server.receive_data(data)
+    assert the_error(server)["code"] == FRAME_TOO_LARGE
+    assert server.closed
+
+
 def test_it_times_out_a_client_that_never_registers():
     server = make_server()
     server.data_to_send()
@@ -490,9 +500,7 @@ def test_it_handles_register_keepalive_and_send_in_one_chunk():
     server = make_server()
     server.data_to_send()
     send = {"type": "send", "data": {"cmd": "x"}}
-    server.receive_data(
-        encode_frame(register()) + encode_frame({"type": "keepalive"}) + encode_frame(send)
-    )
+    server.receive_data(encode_frame(register()) + encode_frame({"type": "keepalive"}) + encode_frame(send))
     assert frames(server.data_to_send()) == [
         {"type": "registered", "epoch": 7, "session": "sess-1"},
         {"type": "keepalive_ack"},
@@ -645,9 +653,7 @@ def test_it_hands_over_bytes_that_follow_register_in_the_same_chunk():
     server.data_to_send()
     trailing = b"\x00\x00\x00\x01H.264" + encode_frame({"looks": "like a frame"})
     server.receive_data(encode_frame(register("publisher", "S002")) + trailing)
-    assert frames(server.data_to_send()) == [
-        {"type": "registered", "epoch": 7, "session": "sess-1"}
-    ]
+    assert frames(server.data_to_send()) == [{"type": "registered", "epoch": 7, "session": "sess-1"}]
     assert server.events_received() == [
         Registered("publisher", KMSN, "S002", 7, "sess-1"),
         RawData(trailing),

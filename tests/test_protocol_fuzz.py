@@ -26,11 +26,7 @@ MAX_FRAME = 256
 fuzz = settings(max_examples=200, deadline=None, database=None)
 
 json_scalars = (
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text()
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text()
 )
 json_values = st.recursive(
     json_scalars,
@@ -52,8 +48,7 @@ chunks = st.lists(st.binary(max_size=300) | message_frames, max_size=12)
 def register_frame(role: str) -> bytes:
     auth = auth_digest(TOKEN, NONCE, role, KMSN, "S002")
     return encode_frame(
-        {"type": "register", "magic": MAGIC, "role": role, "kmsn": KMSN, "station": "S002"}
-        | {"auth": auth}
+        {"type": "register", "magic": MAGIC, "role": role, "kmsn": KMSN, "station": "S002"} | {"auth": auth}
     )
 
 
@@ -93,9 +88,7 @@ def test_it_never_raises_from_feed_nor_buffers_more_than_a_frame(parts):
 @fuzz
 @given(st.sampled_from([b"", register_frame("agent"), register_frame("commander")]), chunks)
 def test_it_never_raises_from_the_server_and_always_writes_whole_frames(prefix, parts):
-    server = ServerConnection(
-        node="S001", epoch=7, kmsn=KMSN, token=TOKEN, nonce=NONCE, max_frame=MAX_FRAME
-    )
+    server = ServerConnection(node="S001", epoch=7, kmsn=KMSN, token=TOKEN, nonce=NONCE, max_frame=MAX_FRAME)
     server.receive_data(prefix)
     assert server.state is (State.OPEN if prefix else State.AWAIT_REGISTER)
     out = server.data_to_send()

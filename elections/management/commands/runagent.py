@@ -50,31 +50,91 @@ class Command(BaseCommand):
 
         py = sys.executable
         base = str(Path(settings.BASE_DIR))
-        env = dict(os.environ, PYTHONUNBUFFERED="1", DJANGO_SETTINGS_MODULE="stkrelay.settings",
-                   STK_AGENT_PID=str(os.getpid()))
+        env = dict(
+            os.environ,
+            PYTHONUNBUFFERED="1",
+            DJANGO_SETTINGS_MODULE="stkrelay.settings",
+            STK_AGENT_PID=str(os.getpid()),
+        )
         env["PYTHONPATH"] = base + os.pathsep + env.get("PYTHONPATH", "")
         data = Path(stk.data_dir)
         specs = [
-            ChildSpec("web", [py, "-m", "daphne", "-b", stk.node_ip, "-p", str(stk.web_port),
-                              "--access-log", str(data / "access.log"), "stkrelay.asgi:application"]),
-            ChildSpec("worker", [py, "-m", "celery", "-A", "stkrelay", "worker", "-P", "solo",
-                                 "-Q", "lease", "-n", f"lease@{stk.node}", "--prefetch-multiplier", "1",
-                                 "--without-gossip", "--without-mingle", "--without-heartbeat",
-                                 "-l", "WARNING"]),
-            ChildSpec("beat", [py, "-m", "celery", "-A", "stkrelay", "beat", "-l", "WARNING",
-                               "-S", "celery.beat:Scheduler", "--pidfile", str(data / "beat.pid")]),
+            ChildSpec(
+                "web",
+                [
+                    py,
+                    "-m",
+                    "daphne",
+                    "-b",
+                    stk.node_ip,
+                    "-p",
+                    str(stk.web_port),
+                    "--access-log",
+                    str(data / "access.log"),
+                    "stkrelay.asgi:application",
+                ],
+            ),
+            ChildSpec(
+                "worker",
+                [
+                    py,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "stkrelay",
+                    "worker",
+                    "-P",
+                    "solo",
+                    "-Q",
+                    "lease",
+                    "-n",
+                    f"lease@{stk.node}",
+                    "--prefetch-multiplier",
+                    "1",
+                    "--without-gossip",
+                    "--without-mingle",
+                    "--without-heartbeat",
+                    "-l",
+                    "WARNING",
+                ],
+            ),
+            ChildSpec(
+                "beat",
+                [
+                    py,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "stkrelay",
+                    "beat",
+                    "-l",
+                    "WARNING",
+                    "-S",
+                    "celery.beat:Scheduler",
+                    "--pidfile",
+                    str(data / "beat.pid"),
+                ],
+            ),
         ]
         clock = SystemClock()
-        me = Identity(node=stk.node, kmsn=stk.kmsn, station=stk.station, ip=stk.node_ip,
-                      port=stk.relay_port, pid=os.getpid())
+        me = Identity(
+            node=stk.node,
+            kmsn=stk.kmsn,
+            station=stk.station,
+            ip=stk.node_ip,
+            port=stk.relay_port,
+            pid=os.getpid(),
+        )
 
         def release(state: dict) -> bool:
             store = FileLeaseStore(stk.lease_dir, stk.relay_token, stk.node, clock)
             return release_lease(store, me, int(state["epoch"]), partial(make_record, me, clock))
 
         os.chdir(data)
-        self.stdout.write(f"stkrelay agent {stk.node} of {stk.kmsn} on {stk.node_ip} "
-                          f"(web :{stk.web_port}, relay :{stk.relay_port}, lease dir {stk.lease_dir})")
+        self.stdout.write(
+            f"stkrelay agent {stk.node} of {stk.kmsn} on {stk.node_ip} "
+            f"(web :{stk.web_port}, relay :{stk.relay_port}, lease dir {stk.lease_dir})"
+        )
         self.stdout.flush()
         sup = Supervisor(specs, str(data), env, release)
         raise SystemExit(sup.run())

@@ -1,0 +1,36 @@
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+
+@pytest.fixture
+def site_factory(tmp_path, request):
+    """Build real agent sites; every agent and redis is killed at teardown, and
+    the agents' logs are attached to the report when the test failed."""
+    from harness import Site
+
+    sites: list[Site] = []
+    request.node.stk_sites = sites
+
+    def make(n=3, timing=None, **kw):
+        site = Site(tmp_path / f"site{len(sites)}", n=n, timing=timing, **kw)
+        sites.append(site)
+        return site
+
+    yield make
+    for site in sites:
+        site.stop()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call" and report.failed:
+        for site in getattr(item, "stk_sites", []):
+            report.sections.append(("agent logs", site.logs()))

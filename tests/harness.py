@@ -1,0 +1,294 @@
+"""Real parts for tests and benchmarks: redis-servers on free ports, agents as
+real `runagent` process groups on their own loopback addresses, bare
+contender processes, and `wait_until` (conditions with deadlines, never sleeps).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+TOKEN = "test-token-0123456789abcdef"
+KMSN = "9999-9999-99-99"
+FAST = {"LEASE_TTL": "3", "LEASE_RENEW": "1", "LEASE_POLL": "0.5", "RENEW_DEADLINE": "2"}
+DEFAULT = {"LEASE_TTL": "10", "LEASE_RENEW": "3", "LEASE_POLL": "2", "RENEW_DEADLINE": "7"}
+
+T = TypeVar("T")
+
+
+def wait_until(cond: Callable[[], T], timeout: float, what: str = "condition", every: float = 0.05) -> T:
+    """Poll `cond` until it returns something truthy; fail with `what` at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(every)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class Redis:
+    def __init__(self, workdir: Path) -> None:
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        exe = shutil.which("redis-server")
+        assert exe, "redis-server is missing: run `make test` (it installs it)"
+        self.proc = subprocess.Popen(
+            [
+                exe,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(workdir),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_until(self._up, 10, f"redis-server on {self.port}")
+
+    def _up(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
+                s.sendall(b"PING\r\n")
+                return s.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def read_lease(lease_dir: Path, token: str = TOKEN):  # type: ignore[no-untyped-def]
+    from elections.lease import parse_lease
+
+    try:
+        raw = (lease_dir / "relay_leader.json").read_bytes()
+    except FileNotFoundError:
+        raw = None
+    return parse_lease(raw, token)
+
+
+def live_lease(lease_dir: Path, token: str = TOKEN):  # type: ignore[no-untyped-def]
+    """The valid, unreleased lease record, or None."""
+    read = read_lease(lease_dir, token)
+    rec = read.record
+    return rec if read.status == "valid" and rec is not None and not rec.released else None
+
+
+@dataclass
+class AgentProc:
+    name: str
+    ip: str
+    ini: Path
+    data_dir: Path
+    log_path: Path
+    redis: Redis
+    wrapper: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        env = dict(os.environ, **self.env)
+        env.pop("STK_INI", None)
+        env["PYTHONUNBUFFERED"] = "1"
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [*self.wrapper, PY, str(ROOT / "manage.py"), "runagent", "--ini", str(self.ini)],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        log.close()
+
+    @property
+    def pgid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def signal_group(self, sig: int) -> None:
+        try:
+            os.killpg(self.pgid, sig)
+        except ProcessLookupError:
+            pass
+
+    def kill9(self) -> None:
+        self.signal_group(signal.SIGKILL)
+        assert self.proc is not None
+        self.proc.wait(10)
+
+    def terminate(self, timeout: float = 10) -> float:
+        """SIGTERM the supervisor; returns how long the whole group took to go."""
+        assert self.proc is not None
+        started = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout)
+        wait_until(lambda: not _group_alive(self.pgid), timeout, f"{self.name}'s process group to end")
+        return time.monotonic() - started
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def state(self) -> dict[str, Any]:
+        from elections.agent import read_state
+
+        return read_state(self.data_dir)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    # Zombies count as gone.
+    out = subprocess.run(["ps", "-o", "stat=", "-g", str(pgid)], capture_output=True, text=True).stdout
+    return any(not s.startswith("Z") for s in out.split())
+
+
+class Site:
+    """A KMSN with n agents on 127.0.0.21.., one shared lease dir, one Redis each."""
+
+    def __init__(
+        self,
+        root: Path,
+        n: int = 3,
+        timing: dict[str, str] | None = None,
+        token: str = TOKEN,
+        first_ip: int = 21,
+    ) -> None:
+        self.root = root
+        self.lease_dir = root / "share" / "socket"
+        self.lease_dir.mkdir(parents=True)
+        self.token = token
+        self.agents: list[AgentProc] = []
+        relay_port = free_port()
+        for i in range(n):
+            name = f"S{i + 1:03d}"
+            ip = f"127.0.0.{first_ip + i}"
+            data = root / name
+            data.mkdir()
+            redis = Redis(data)
+            values = {
+                "KMSN": KMSN,
+                "STATION": name,
+                "NODE_IP": ip,
+                "RELAY_PORT": str(relay_port),
+                "RELAY_TOKEN": token,
+                "LEASE_DIR": str(self.lease_dir),
+                "DATA_DIR": str(data),
+                "WEB_PORT": str(free_port(ip)),
+                "REDIS_URL": redis.url,
+                **(timing or FAST),
+            }
+            ini = data / "stk.ini"
+            ini.write_text("[stk]\n" + "".join(f"{k} = {v}\n" for k, v in values.items()))
+            self.agents.append(AgentProc(name, ip, ini, data, data / "agent.log", redis))
+
+    def start(self) -> None:
+        for agent in self.agents:
+            agent.start()
+
+    def by_name(self, name: str) -> AgentProc:
+        return next(a for a in self.agents if a.name == name)
+
+    def lease(self):  # type: ignore[no-untyped-def]
+        return live_lease(self.lease_dir, self.token)
+
+    def wait_leader(self, timeout: float = 30, other_than: str | None = None, min_epoch: int = 0):  # type: ignore[no-untyped-def]
+        def ok():  # type: ignore[no-untyped-def]
+            rec = self.lease()
+            if rec and rec.node != other_than and rec.epoch >= min_epoch:
+                return rec
+            return None
+
+        return wait_until(ok, timeout, f"a leader other than {other_than}" if other_than else "a leader")
+
+    def stop(self) -> None:
+        for agent in self.agents:
+            if agent.proc is not None:
+                agent.signal_group(signal.SIGCONT)
+                agent.signal_group(signal.SIGKILL)
+                try:
+                    agent.proc.wait(5)
+                except subprocess.TimeoutExpired:
+                    pass
+            agent.redis.stop()
+
+    def logs(self) -> str:
+        return "\n".join(f"===== {a.name}\n{a.log()[-6000:]}" for a in self.agents if a.log_path.exists())
+
+
+class Contender:
+    """A bare elector process (elections/contend.py) on a lease dir."""
+
+    def __init__(
+        self, lease_dir: Path, node: str, workdir: Path, timing: dict[str, float], token: str = TOKEN
+    ) -> None:
+        self.node = node
+        self.events = workdir / f"{node}.events.jsonl"
+        self.log_path = workdir / f"{node}.log"
+        args = [
+            PY,
+            "-m",
+            "elections.contend",
+            "--dir",
+            str(lease_dir),
+            "--node",
+            node,
+            "--token",
+            token,
+            "--events",
+            str(self.events),
+        ]
+        for k, v in timing.items():
+            args += [f"--{k.replace('_', '-')}", str(v)]
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
+
+    def send(self, sig: int) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+
+    def stop(self) -> None:
+        self.send(signal.SIGKILL)
+        self.proc.wait(5)
+
+    def events_of(self, kind: str) -> list[dict[str, Any]]:
+        from elections.eventlog import read_events
+
+        return [e for e in read_events(self.events) if e.get("kind") == kind]

@@ -1,0 +1,53 @@
+"""Three real `runagent` agents on 127.0.0.21-23, one lease dir, one Redis each."""
+
+import signal
+import time
+
+import pytest
+from harness import DEFAULT, wait_until
+
+pytestmark = pytest.mark.agents
+
+
+def test_it_elects_one_leader_and_fails_over_within_ttl_plus_3s_after_kill_9(site_factory):
+    site = site_factory(3, timing=DEFAULT)
+    site.start()
+    first = site.wait_leader(timeout=40)
+    # Every agent agrees: exactly one says it leads.
+    wait_until(
+        lambda: sum(a.state().get("leader") is True for a in site.agents) == 1,
+        15,
+        "exactly one agent to report leadership",
+    )
+    leader = site.by_name(first.node)
+    # Kill right after a renewal is seen, the worst case for the followers' timers.
+    seq = first.renew_seq
+    wait_until(lambda: (site.lease() or first).renew_seq > seq, 10, "a renewal")
+    leader.kill9()
+    killed_at = time.monotonic()
+    new = site.wait_leader(timeout=30, other_than=first.node)
+    took = time.monotonic() - killed_at
+    assert new.epoch == first.epoch + 1
+    assert took <= 10 + 3, f"failover took {took:.1f} s > LEASE_TTL + 3 s"
+    assert all(a.alive() for a in site.agents if a is not leader)
+
+
+def test_a_frozen_leader_never_acts_after_its_deadline(site_factory):
+    site = site_factory(3)  # fast profile: TTL 3, renew 1, poll 0.5, deadline 2
+    site.start()
+    first = site.wait_leader(timeout=40)
+    old = site.by_name(first.node)
+    wait_until(lambda: old.state().get("leader"), 10, "the leader's state file")
+    old.signal_group(signal.SIGSTOP)
+    new = site.wait_leader(timeout=15, other_than=first.node)
+    time.sleep(max(0.0, 2 * 3 - 3))  # stay frozen for 2 x TTL in all
+    old.signal_group(signal.SIGCONT)
+    # From the moment it wakes: it steps down, never writes the lease again.
+    wait_until(lambda: old.state().get("leader") is False, 5, "the old leader to step down")
+    deadline = time.monotonic() + 4
+    while time.monotonic() < deadline:
+        rec = site.lease()
+        assert rec is not None and rec.node == new.node and rec.epoch == new.epoch, rec
+        time.sleep(0.05)
+    assert "deadline" in old.log()
+    assert old.alive()

@@ -1,0 +1,170 @@
+"""The pure election core: table-driven, with a fake clock's numbers."""
+
+from dataclasses import replace
+
+import pytest
+
+from elections.decide import Memory, Timing, Verdict, decide, track
+from elections.lease import LeaseRead, LeaseRecord
+
+T = Timing(ttl=10, renew=3, poll=2, deadline=7)
+
+
+def rec(node="S001", epoch=7, seq=1, ttl=10, handoff=None):
+    return LeaseRecord(
+        kmsn="K",
+        station=node,
+        ip="10.0.0.1",
+        port=9530,
+        pid=1,
+        epoch=epoch,
+        lease_until="20260615203015",
+        node=node,
+        renew_seq=seq,
+        ttl_s=ttl,
+        handoff_to=handoff,
+    )
+
+
+def valid(r):
+    return LeaseRead("valid", record=r, detail=r.describe(), revision=f"rev-{r.key}-{r.ttl_s}")
+
+
+MISSING = LeaseRead("missing", detail="no lease file")
+CORRUPT = LeaseRead("corrupt", detail="lease file is empty", revision="x")
+FORGED = LeaseRead("forged", detail="lease has bad signature (claims S009 epoch 99)", revision="y")
+
+
+def follow(reads, me="S002"):
+    """Feed (time, read) pairs through track() and return memory and the last decision."""
+    mem = Memory(node=me)
+    d = None
+    for now, read in reads:
+        if read is not None:
+            mem = track(mem, read, now, T.ttl)
+        d = decide(mem, read, now, T, renewing=False)
+    return mem, d
+
+
+@pytest.mark.parametrize(
+    "case, reads, verdict",
+    [
+        ("no file and nobody ever seen: contend at once", [(0, MISSING)], Verdict.CONTEND),
+        ("a fresh lease is followed", [(0, valid(rec()))], Verdict.FOLLOW),
+        ("a lease not renewed for ttl expires", [(0, valid(rec())), (10.0, valid(rec()))], Verdict.CONTEND),
+        (
+            "a renewal restarts the timer",
+            [(0, valid(rec())), (9, valid(rec(seq=2))), (18, valid(rec(seq=2)))],
+            Verdict.FOLLOW,
+        ),
+        ("a corrupt file is no evidence while the ttl runs", [(0, valid(rec())), (5, CORRUPT)], Verdict.WAIT),
+        (
+            "a corrupt file does not stop expiry",
+            [(0, valid(rec())), (5, CORRUPT), (10.1, CORRUPT)],
+            Verdict.CONTEND,
+        ),
+        ("a forged lease is no evidence", [(0, valid(rec())), (1, FORGED)], Verdict.WAIT),
+        ("a vanished file after a valid one is no evidence", [(0, valid(rec())), (3, MISSING)], Verdict.WAIT),
+        ("a first look at a corrupt file waits a whole ttl", [(0, CORRUPT), (9.9, CORRUPT)], Verdict.WAIT),
+        ("...and then contends", [(0, CORRUPT), (10, CORRUPT)], Verdict.CONTEND),
+        (
+            "a released lease is contended at once",
+            [(0, valid(rec())), (1, valid(rec(ttl=0, seq=2)))],
+            Verdict.CONTEND,
+        ),
+        ("a handoff to another node waits", [(0, valid(rec(ttl=0, handoff="S003")))], Verdict.FOLLOW),
+        ("a handoff to me is taken at once", [(0, valid(rec(ttl=0, handoff="S002")))], Verdict.CONTEND),
+        (
+            "an untaken handoff expires after ttl",
+            [(0, valid(rec(ttl=0, handoff="S003"))), (10, valid(rec(ttl=0, handoff="S003")))],
+            Verdict.CONTEND,
+        ),
+        ("an unreachable store never contends", [(0, valid(rec())), (50, None)], Verdict.WAIT),
+        (
+            "a stale epoch replay does not restart the timer",
+            [(0, valid(rec(epoch=8))), (6, valid(rec(epoch=7, seq=99))), (10, valid(rec(epoch=7, seq=100)))],
+            Verdict.CONTEND,
+        ),
+    ],
+)
+def test_follower_decisions(case, reads, verdict):
+    _, d = follow(reads)
+    assert d.verdict is verdict, f"{case}: {d}"
+
+
+def test_it_explains_whom_it_follows_and_how_long_ago():
+    _, d = follow([(0, valid(rec())), (1.2, valid(rec()))])
+    assert str(d) == "follow: follower: S001 holds epoch 7, renewed 1.2 s ago"
+    assert d.wake_in == pytest.approx(8.8)
+
+
+def test_it_never_reads_lease_until():
+    """A record whose legacy wall-clock expiry is years off changes nothing."""
+    old = replace(rec(), lease_until="19700101000000")
+    future = replace(rec(), lease_until="29991231235959")
+    for r in (old, future):
+        _, d = follow([(0, valid(r)), (9.9, valid(r))])
+        assert d.verdict is Verdict.FOLLOW
+        _, d = follow([(0, valid(r)), (10, valid(r))])
+        assert d.verdict is Verdict.CONTEND
+
+
+def leader(now_renewed=0.0, epoch=7):
+    return Memory(
+        node="S001",
+        leader_epoch=epoch,
+        renewed_at=now_renewed,
+        max_epoch=epoch,
+        seen_key=("S001", epoch, 1),
+        seen_at=now_renewed,
+        seen_ttl=10,
+    )
+
+
+@pytest.mark.parametrize(
+    "case, read, now, renewing, verdict",
+    [
+        ("renews its own lease on the renew tick", valid(rec()), 3, True, Verdict.RENEW),
+        ("only checks on the poll tick", valid(rec()), 2, False, Verdict.HOLD),
+        ("steps down past its deadline whatever the file says", valid(rec()), 7.01, True, Verdict.STEP_DOWN),
+        (
+            "steps down when another node holds a higher epoch",
+            valid(rec("S002", 8)),
+            1,
+            False,
+            Verdict.STEP_DOWN,
+        ),
+        ("rewrites a corrupt file with its own record", CORRUPT, 1, False, Verdict.RENEW),
+        ("rewrites a forged file with its own record", FORGED, 1, False, Verdict.RENEW),
+        ("rewrites a deleted file with its own record", MISSING, 1, False, Verdict.RENEW),
+        ("rewrites a stale replay of an older epoch", valid(rec("S009", 3)), 1, False, Verdict.RENEW),
+        ("holds while the store is unreachable, until the deadline", None, 6.9, True, Verdict.HOLD),
+        ("steps down when unreachable past the deadline", None, 7.1, True, Verdict.STEP_DOWN),
+    ],
+)
+def test_leader_decisions(case, read, now, renewing, verdict):
+    d = decide(leader(), read, now, T, renewing=renewing)
+    assert d.verdict is verdict, f"{case}: {d}"
+
+
+def test_a_leader_that_becomes_ineligible_steps_down_and_an_ineligible_follower_idles():
+    d = decide(leader(), valid(rec()), 1, T, renewing=True, eligible=False, ineligible_why="drained")
+    assert d.verdict is Verdict.STEP_DOWN and "drained" in d.reason
+    d = decide(Memory(node="S002"), MISSING, 0, T, renewing=False, eligible=False, ineligible_why="drained")
+    assert d.verdict is Verdict.IDLE
+
+
+def test_the_deadline_reason_says_by_how_much():
+    d = decide(leader(), valid(rec()), 8.1, T, renewing=True)
+    assert d.reason == "deadline: last renewal of epoch 7 8.1 s ago > 7 s"
+
+
+def test_track_remembers_the_highest_epoch_and_ignores_lower_ones():
+    mem = track(Memory(node="S002"), valid(rec(epoch=9)), 0, 10)
+    mem = track(mem, valid(rec(epoch=4, seq=50)), 1, 10)
+    assert mem.max_epoch == 9 and mem.seen_key == ("S001", 9, 1) and mem.seen_at == 0
+
+
+def test_a_record_cannot_make_followers_wait_forever():
+    mem = track(Memory(node="S002"), valid(rec(ttl=10**9)), 0, 10)
+    assert mem.seen_ttl == 300

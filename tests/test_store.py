@@ -1,0 +1,184 @@
+"""The file lease store on real files: compare-and-set, the O_EXCL lock, stale
+locks, unreachable directories."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from elections.clock import FakeClock
+from elections.errors import StoreUnavailable
+from elections.lease import LeaseRecord
+from elections.store import FileLeaseStore, WriteOutcome
+
+TOKEN = "tok-0123456789"
+
+
+def rec(node="S001", epoch=1, seq=0):
+    return LeaseRecord(
+        kmsn="K",
+        station=node,
+        ip="127.0.0.1",
+        port=9530,
+        pid=os.getpid(),
+        epoch=epoch,
+        lease_until="20260615203015",
+        node=node,
+        renew_seq=seq,
+        ttl_s=10,
+    )
+
+
+@pytest.fixture
+def clock():
+    return FakeClock()
+
+
+@pytest.fixture
+def store(tmp_path, clock):
+    return FileLeaseStore(tmp_path, TOKEN, "S001", clock, lock_stale_s=2.0)
+
+
+def test_it_writes_only_over_what_it_read(store):
+    first = store.read()
+    assert first.status == "missing"
+    assert store.write(rec(), expect=first.revision) is WriteOutcome.WRITTEN
+    # A second writer that read "missing" earlier loses: the file changed.
+    assert store.write(rec("S002", 1), expect=first.revision) is WriteOutcome.CHANGED
+    now = store.read()
+    assert now.status == "valid" and now.record.node == "S001"
+    assert not (store.dir / "relay_leader.lock").exists()
+    assert [p.name for p in store.dir.iterdir()] == ["relay_leader.json"]  # no temp files left
+
+
+def test_a_fence_that_says_no_writes_nothing(store):
+    read = store.read()
+    assert store.write(rec(), expect=read.revision, fence=lambda: False) is WriteOutcome.FENCED
+    assert store.read().status == "missing"
+
+
+def test_a_held_lock_makes_writers_wait_and_a_stale_one_is_broken_after_the_bound(tmp_path, store, clock):
+    lock = tmp_path / "relay_leader.lock"
+    lock.write_text(json.dumps({"node": "S009", "pid": 1, "nonce": "dead"}))
+    read = store.read()
+    assert store.write(rec(), expect=read.revision) is WriteOutcome.BUSY
+    clock.advance(1.9)
+    assert store.write(rec(), expect=read.revision) is WriteOutcome.BUSY
+    assert lock.exists()
+    clock.advance(0.2)  # the same lock, unchanged for 2.1 s on our clock: broken
+    assert store.write(rec(), expect=read.revision) is WriteOutcome.WRITTEN
+    assert not lock.exists()
+
+
+def test_a_lock_that_changes_is_not_stale(tmp_path, store, clock):
+    lock = tmp_path / "relay_leader.lock"
+    for i in range(5):
+        lock.write_text(json.dumps({"node": "S009", "pid": 1, "nonce": f"n{i}"}))
+        assert store.write(rec(), expect="") is WriteOutcome.BUSY
+        clock.advance(1.5)
+    assert lock.exists()
+
+
+def test_a_lock_of_this_node_whose_process_died_is_broken_at_once(tmp_path, store):
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    ).stdout.strip()
+    (tmp_path / "relay_leader.lock").write_text(json.dumps({"node": "S001", "pid": int(dead), "nonce": "x"}))
+    assert store.write(rec(), expect="") is WriteOutcome.WRITTEN
+
+
+def test_a_breaker_that_died_does_not_block_the_pool(tmp_path, store, clock):
+    content = json.dumps({"node": "S009", "pid": 1, "nonce": "dead"})
+    (tmp_path / "relay_leader.lock").write_text(content)
+    from elections.lease import revision_of
+
+    marker = tmp_path / f"relay_leader.lock.break-{revision_of(content.encode())[:16]}"
+    marker.write_text("")
+    waited = 0.0
+    while store.write(rec(), expect="") is not WriteOutcome.WRITTEN:
+        assert waited <= 2 * 2.0 + 1.1 + 1e-9, "a dead breaker's marker blocked the pool"
+        clock.advance(1.1)
+        waited += 1.1
+    assert waited > 2.0  # the lock was still given its full bound
+    assert not marker.exists() and store.read().status == "valid"
+
+
+def test_a_removed_directory_is_unreachable_not_missing(tmp_path, clock):
+    d = tmp_path / "share"
+    d.mkdir()
+    s = FileLeaseStore(d, TOKEN, "S001", clock)
+    shutil.rmtree(d)
+    with pytest.raises(StoreUnavailable, match="gone"):
+        s.read()
+    with pytest.raises(StoreUnavailable):
+        s.write(rec(), expect="")
+    with pytest.raises(StoreUnavailable):
+        s.write_member({"node": "S001", "epoch": 1})
+
+
+def test_an_unreadable_directory_is_unreachable(tmp_path):
+    """Root ignores permissions, so the check runs without CAP_DAC_OVERRIDE."""
+    d = tmp_path / "share"
+    d.mkdir()
+    (d / "relay_leader.json").write_bytes(rec().encode(TOKEN))
+    d.chmod(0)
+    code = (
+        "import sys; sys.path.insert(0, '.');"
+        "from elections.store import FileLeaseStore; from elections.clock import SystemClock;"
+        "from elections.errors import StoreUnavailable\n"
+        f"s = FileLeaseStore({str(d)!r}, {TOKEN!r}, 'S001', SystemClock())\n"
+        "try:\n    s.read()\nexcept StoreUnavailable as e:\n    print('unreachable:', e)\n"
+    )
+    prefix = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search"] if os.getuid() == 0 else []
+    try:
+        out = subprocess.run(
+            [*prefix, sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            cwd=os.path.dirname(os.path.dirname(__file__)),
+            timeout=30,
+        )
+    finally:
+        d.chmod(0o755)
+    assert out.stdout.startswith("unreachable: cannot read"), out.stdout + out.stderr
+
+
+def test_members_carry_epochs_and_forged_members_are_ignored(tmp_path, store):
+    store.write_member({"node": "S001", "epoch": 5, "seq": 1})
+    other = FileLeaseStore(tmp_path, "another-token", "S666", store.clock)
+    other.write_member({"node": "S666", "epoch": 10**6, "seq": 1})
+    (tmp_path / "members" / "junk.json").write_text("{not json")
+    assert set(store.read_members()) == {"S001"}
+    assert store.highest_epoch() == 5
+
+
+def test_an_election_takes_one_more_than_any_epoch_the_pool_recorded(tmp_path, store):
+    def make(epoch):
+        return rec("S001", epoch)
+
+    outcome, won = store.acquire(make, "", known_epoch=0, member={"node": "S001", "seq": 1})
+    assert outcome is WriteOutcome.WRITTEN and won.epoch == 1
+    # The lease is deleted while nobody leads: the claim in members/ still counts.
+    (tmp_path / "relay_leader.json").unlink()
+    other = FileLeaseStore(tmp_path, TOKEN, "S002", store.clock)
+    outcome, won = other.acquire(
+        lambda e: rec("S002", e), "", known_epoch=0, member={"node": "S002", "seq": 1}
+    )
+    assert outcome is WriteOutcome.WRITTEN and won.epoch == 2
+    # A heartbeat that knows less never lowers a member's recorded epoch.
+    store.write_member({"node": "S001", "epoch": 0, "seq": 2})
+    assert store.read_members()["S001"]["epoch"] == 1
+    assert store.highest_epoch() == 2
+
+
+def test_an_election_over_a_changed_lease_loses_and_claims_nothing(tmp_path, store):
+    store.acquire(lambda e: rec("S001", e), "", known_epoch=0, member={"node": "S001", "seq": 1})
+    other = FileLeaseStore(tmp_path, TOKEN, "S002", store.clock)
+    outcome, won = other.acquire(
+        lambda e: rec("S002", e), "", known_epoch=0, member={"node": "S002", "seq": 1}
+    )
+    assert outcome is WriteOutcome.CHANGED and won is None
+    assert "S002" not in other.read_members()
