@@ -119,17 +119,16 @@ class AgentProc:
         env = dict(os.environ, **self.env)
         env.pop("STK_INI", None)
         env["PYTHONUNBUFFERED"] = "1"
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(
-            [*self.wrapper, PY, str(ROOT / "manage.py"), "runagent", "--ini", str(self.ini)],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        log.close()
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [*self.wrapper, PY, str(ROOT / "manage.py"), "runagent", "--ini", str(self.ini)],
+                cwd=ROOT,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
 
     @property
     def pgid(self) -> int:
