@@ -60,6 +60,29 @@ class DbEventSink:
                 log.warning("pool event log not written: %s", exc)
 
 
+def identity() -> Identity:
+    from django.conf import settings
+
+    stk = settings.STK
+    return Identity(
+        node=stk.node,
+        kmsn=stk.kmsn,
+        station=stk.station,
+        ip=stk.node_ip,
+        port=stk.relay_port,
+        pid=int(os.environ.get("STK_AGENT_PID") or os.getpid()),
+    )
+
+
+def event_sink() -> DbEventSink:
+    """History rows in this agent's database, mirrored to the pool's events/<node>.jsonl."""
+    from django.conf import settings
+
+    stk = settings.STK
+    path = Path(stk.lease_dir) / "events" / f"{stk.node}.jsonl"
+    return DbEventSink(stk.kmsn, stk.node, JsonlEventSink(path, stk.node, SystemClock()))
+
+
 def read_state(data_dir: str | os.PathLike[str]) -> dict[str, Any]:
     try:
         doc = json.loads((Path(data_dir) / STATE_NAME).read_text())
@@ -85,21 +108,12 @@ class Agent:
         self.data_dir = Path(stk.data_dir)
         self.timing = Timing(stk.lease_ttl, stk.lease_renew, stk.lease_poll, stk.renew_deadline)
         store = FileLeaseStore(stk.lease_dir, stk.relay_token, stk.node, clock)
-        pool_log = JsonlEventSink(Path(stk.lease_dir) / "events" / f"{stk.node}.jsonl", stk.node, clock)
-        me = Identity(
-            node=stk.node,
-            kmsn=stk.kmsn,
-            station=stk.station,
-            ip=stk.node_ip,
-            port=stk.relay_port,
-            pid=int(os.environ.get("STK_AGENT_PID") or os.getpid()),
-        )
         self.elector = Elector(
             store,
             clock,
-            me,
+            identity(),
             self.timing,
-            events=DbEventSink(stk.kmsn, stk.node, pool_log),
+            events=event_sink(),
             on_elected=self._publish_hook,
             on_demoted=self._publish_hook,
         )

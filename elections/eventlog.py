@@ -23,9 +23,10 @@ class JsonlEventSink:
         self._lock = threading.Lock()
         self._seq = _last_seq(self.path)
 
-    def record(self, kind: str, epoch: int, reason: str, **extra: Any) -> None:
+    def record(self, kind: str, epoch: int, reason: str, seq: int | None = None, **extra: Any) -> None:
+        """Append one event; `seq` defaults to one more than the last written here."""
         with self._lock:
-            self._seq += 1
+            self._seq = self._seq + 1 if seq is None else seq
             doc = {
                 "node": self.node,
                 "seq": self._seq,

@@ -166,6 +166,18 @@ class AgentProc:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    def history(self) -> list[tuple[str, int, str]]:
+        """(kind, epoch, reason) rows of this agent's election history, oldest first."""
+        import sqlite3
+
+        db = sqlite3.connect(f"file:{self.data_dir / 'stkrelay.sqlite3'}?mode=ro", uri=True, timeout=10)
+        try:
+            return db.execute(
+                "SELECT kind, epoch, reason FROM elections_electionevent ORDER BY id"
+            ).fetchall()
+        finally:
+            db.close()
+
 
 def _group_alive(pgid: int) -> bool:
     try:

@@ -30,6 +30,27 @@ def test_it_elects_one_leader_and_fails_over_within_ttl_plus_3s_after_kill_9(sit
     assert new.epoch == first.epoch + 1
     assert took <= 10 + 3, f"failover took {took:.1f} s > LEASE_TTL + 3 s"
     assert all(a.alive() for a in site.agents if a is not leader)
+    kinds = site.by_name(new.node).history()
+    assert ("elected", new.epoch) in [(k, e) for k, e, _ in kinds]
+    assert any(k == "elected" and "expired" in r for k, _, r in kinds), kinds
+
+
+def test_sigterm_stops_the_leader_within_5s_and_hands_over_at_once(site_factory):
+    site = site_factory(3, timing=DEFAULT)
+    site.start()
+    first = site.wait_leader(timeout=40)
+    leader = site.by_name(first.node)
+    wait_until(lambda: leader.state().get("leader"), 10, "the leader's state")
+    took = leader.terminate()
+    stopped = time.monotonic()
+    assert took < 5.0, f"the agent took {took:.2f} s to stop"
+    new = site.wait_leader(timeout=10, other_than=first.node)
+    handover = time.monotonic() - stopped
+    assert new.epoch == first.epoch + 1
+    # No TTL (10 s) waited out: followers see the release at their next poll (2 s).
+    assert handover < 2 + 1.0 + 1.5, f"handover took {handover:.1f} s"
+    rows = [(k, e) for k, e, _ in leader.history()]
+    assert rows.index(("released", first.epoch)) > rows.index(("elected", first.epoch)), rows
 
 
 def test_a_frozen_leader_never_acts_after_its_deadline(site_factory):
@@ -39,8 +60,9 @@ def test_a_frozen_leader_never_acts_after_its_deadline(site_factory):
     old = site.by_name(first.node)
     wait_until(lambda: old.state().get("leader"), 10, "the leader's state file")
     old.signal_group(signal.SIGSTOP)
+    frozen_at = time.monotonic()
     new = site.wait_leader(timeout=15, other_than=first.node)
-    time.sleep(max(0.0, 2 * 3 - 3))  # stay frozen for 2 x TTL in all
+    time.sleep(max(0.0, frozen_at + 2 * 3 - time.monotonic()))  # frozen for 2 x TTL in all
     old.signal_group(signal.SIGCONT)
     # From the moment it wakes: it steps down, never writes the lease again.
     wait_until(lambda: old.state().get("leader") is False, 5, "the old leader to step down")
@@ -51,3 +73,5 @@ def test_a_frozen_leader_never_acts_after_its_deadline(site_factory):
         time.sleep(0.05)
     assert "deadline" in old.log()
     assert old.alive()
+    steps = [(k, e, r) for k, e, r in old.history() if k == "stepped_down"]
+    assert steps and steps[-1][1] == first.epoch and "deadline" in steps[-1][2], steps

@@ -18,6 +18,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 class Command(BaseCommand):
     help = "Run one stkrelay agent (web, lease worker with beat, relay while leader)."
+    requires_system_checks: list[str] = []  # config problems: one line each, below
 
     def add_arguments(self, parser):  # type: ignore[no-untyped-def]
         parser.add_argument("--ini", help="the agent's stk.ini (default: $STK_INI)")
@@ -43,8 +44,9 @@ class Command(BaseCommand):
         _wait_for_redis(stk.redis_url)
         call_command("migrate", verbosity=0, interactive=False)
 
+        from elections.agent import event_sink, identity
         from elections.clock import SystemClock
-        from elections.elector import Identity, make_record, release_lease
+        from elections.elector import make_record, release_lease
         from elections.store import FileLeaseStore
         from elections.supervisor import ChildSpec, Supervisor
 
@@ -58,77 +60,30 @@ class Command(BaseCommand):
         )
         env["PYTHONPATH"] = base + os.pathsep + env.get("PYTHONPATH", "")
         data = Path(stk.data_dir)
+        celery = [py, "-m", "celery", "-A", "stkrelay"]
         specs = [
-            ChildSpec(
-                "web",
-                [
-                    py,
-                    "-m",
-                    "daphne",
-                    "-b",
-                    stk.node_ip,
-                    "-p",
-                    str(stk.web_port),
-                    "--access-log",
-                    str(data / "access.log"),
-                    "stkrelay.asgi:application",
-                ],
-            ),
-            ChildSpec(
-                "worker",
-                [
-                    py,
-                    "-m",
-                    "celery",
-                    "-A",
-                    "stkrelay",
-                    "worker",
-                    "-P",
-                    "solo",
-                    "-Q",
-                    "lease",
-                    "-n",
-                    f"lease@{stk.node}",
-                    "--prefetch-multiplier",
-                    "1",
-                    "--without-gossip",
-                    "--without-mingle",
-                    "--without-heartbeat",
-                    "-l",
-                    "WARNING",
-                ],
-            ),
-            ChildSpec(
-                "beat",
-                [
-                    py,
-                    "-m",
-                    "celery",
-                    "-A",
-                    "stkrelay",
-                    "beat",
-                    "-l",
-                    "WARNING",
-                    "-S",
-                    "celery.beat:Scheduler",
-                    "--pidfile",
-                    str(data / "beat.pid"),
-                ],
-            ),
-        ]
+            ChildSpec("web", [py, "-m", "daphne", "-b", stk.node_ip, "-p", str(stk.web_port),
+                              "--access-log", str(data / "access.log"), "stkrelay.asgi:application"]),
+            # The lease queue has its own solo worker, prefetch 1 (DESIGN.md §12).
+            ChildSpec("worker", [*celery, "worker", "-P", "solo", "-Q", "lease", "-n", f"lease@{stk.node}",
+                                 "--prefetch-multiplier", "1", "--without-gossip", "--without-mingle",
+                                 "--without-heartbeat", "-l", "WARNING"]),
+            # Exactly one beat per agent, schedule in memory (no schedule file).
+            ChildSpec("beat", [*celery, "beat", "-S", "celery.beat:Scheduler", "-l", "WARNING",
+                               "--pidfile", str(data / "beat.pid")]),
+        ]  # fmt: skip
         clock = SystemClock()
-        me = Identity(
-            node=stk.node,
-            kmsn=stk.kmsn,
-            station=stk.station,
-            ip=stk.node_ip,
-            port=stk.relay_port,
-            pid=os.getpid(),
-        )
+        os.environ["STK_AGENT_PID"] = str(os.getpid())
+        me = identity()
 
         def release(state: dict) -> bool:
+            """On SIGTERM: mark our lease released so a follower takes over at once."""
             store = FileLeaseStore(stk.lease_dir, stk.relay_token, stk.node, clock)
-            return release_lease(store, me, int(state["epoch"]), partial(make_record, me, clock))
+            epoch = int(state["epoch"])
+            done = release_lease(store, me, epoch, partial(make_record, me, clock))
+            if done:
+                event_sink().record("released", epoch, "agent stopping (SIGTERM): lease released")
+            return done
 
         os.chdir(data)
         self.stdout.write(

@@ -1,0 +1,109 @@
+"""Configuration: stk.ini [stk], STK_<KEY> overrides, one clear line per bad key."""
+
+import subprocess
+import sys
+
+import pytest
+from harness import ROOT, free_port
+
+from stkrelay.config import load
+
+GOOD = {
+    "KMSN": "9999-9999-99-99", "STATION": "S001", "NODE_IP": "127.0.0.41", "RELAY_PORT": "9530",
+    "RELAY_TOKEN": "a-long-shared-secret", "LEASE_TTL": "10", "LEASE_RENEW": "3", "LEASE_POLL": "2",
+    "RENEW_DEADLINE": "7", "WEB_PORT": "8000", "REDIS_URL": "redis://127.0.0.1:6379/0",
+}  # fmt: skip
+
+
+def write_ini(tmp_path, **over):
+    values = dict(GOOD, LEASE_DIR=str(tmp_path), DATA_DIR=str(tmp_path / "data"))
+    values.update(over)
+    ini = tmp_path / "stk.ini"
+    ini.write_text("[stk]\n" + "".join(f"{k} = {v}\n" for k, v in values.items() if v is not None))
+    return ini
+
+
+def problems(cfg):
+    return {(p.id, p.key) for p in cfg.problems}
+
+
+def test_a_complete_ini_loads_with_no_problem(tmp_path):
+    cfg = load(str(write_ini(tmp_path)), env={})
+    assert cfg.problems == []
+    assert (cfg.kmsn, cfg.station, cfg.node, cfg.node_ip) == ("9999-9999-99-99", "S001", "S001", "127.0.0.41")
+    assert (cfg.lease_ttl, cfg.lease_renew, cfg.lease_poll, cfg.renew_deadline) == (10, 3, 2, 7)
+
+
+def test_environment_variables_override_the_ini(tmp_path):
+    ini = write_ini(tmp_path)
+    cfg = load(env={"STK_INI": str(ini), "STK_STATION": "S042", "STK_LEASE_TTL": "12"})
+    assert cfg.station == "S042" and cfg.lease_ttl == 12 and cfg.problems == []
+
+
+@pytest.mark.parametrize(
+    "over, expected",
+    [
+        ({"LEASE_TTL": "3"}, ("stkrelay.E007", "LEASE_TTL")),
+        ({"RENEW_DEADLINE": "10"}, ("stkrelay.E008", "RENEW_DEADLINE")),
+        ({"RENEW_DEADLINE": "2"}, ("stkrelay.E008", "RENEW_DEADLINE")),
+        ({"RELAY_TOKEN": None}, ("stkrelay.E004", "RELAY_TOKEN")),
+        ({"NODE_IP": "192.168.1.300"}, ("stkrelay.E005", "NODE_IP")),
+        ({"RELAY_PORT": "70000"}, ("stkrelay.E011", "RELAY_PORT")),
+        ({"RELAY_PORT": "ninety"}, ("stkrelay.E010", "RELAY_PORT")),
+        ({"WEB_PORT": "9531"}, ("stkrelay.E006", "WEB_PORT")),
+        ({"KMSN": ""}, ("stkrelay.E003", "KMSN")),
+        ({"REDIS_URL": "localhost:6379"}, ("stkrelay.E009", "REDIS_URL")),
+        ({"LEASE_DIR": "/nonexistent/share"}, ("stkrelay.E012", "LEASE_DIR")),
+    ],
+)
+def test_each_bad_value_names_its_key(tmp_path, over, expected):
+    cfg = load(str(write_ini(tmp_path, **over)), env={})
+    assert expected in problems(cfg), cfg.problems
+    line = next(p.line() for p in cfg.problems if (p.id, p.key) == expected)
+    assert line.startswith(expected[1] + ":") and expected[0] in line and " — " in line
+
+
+def test_a_missing_or_broken_ini_is_reported_not_raised(tmp_path):
+    cfg = load(str(tmp_path / "absent.ini"), env={})
+    assert ("stkrelay.E001", "STK_INI") in problems(cfg)
+    bad = tmp_path / "bad.ini"
+    bad.write_text("this is = not [an ini\n")
+    assert ("stkrelay.E001", "STK_INI") in problems(load(str(bad), env={}))
+    nosection = tmp_path / "nosec.ini"
+    nosection.write_text("[other]\nKMSN = x\n")
+    assert ("stkrelay.E002", "[stk]") in problems(load(str(nosection), env={}))
+
+
+def run_agent(ini, timeout=60):
+    return subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), "runagent", "--ini", str(ini)],
+        capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+    )  # fmt: skip
+
+
+def test_runagent_refuses_bad_settings_with_one_line_per_key(tmp_path):
+    out = run_agent(write_ini(tmp_path, NODE_IP="10.0.0.300", RELAY_TOKEN=None))
+    assert out.returncode == 2
+    lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 2, out.stderr
+    assert any("NODE_IP: '10.0.0.300' is not an IP address (stkrelay.E005)" in ln for ln in lines)
+    assert any("RELAY_TOKEN: is missing (stkrelay.E004)" in ln for ln in lines)
+    assert "Traceback" not in out.stderr
+
+
+def test_runagent_says_which_redis_it_cannot_reach(tmp_path):
+    port = free_port()
+    out = run_agent(write_ini(tmp_path, REDIS_URL=f"redis://127.0.0.1:{port}/0"))
+    assert out.returncode != 0
+    assert f"REDIS_URL: cannot reach redis://127.0.0.1:{port}/0" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_manage_py_check_shows_the_same_problems_with_stable_ids(tmp_path):
+    ini = write_ini(tmp_path, RENEW_DEADLINE="11")
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), "check"], capture_output=True, text=True, cwd=ROOT,
+        env={"PATH": "/usr/bin:/bin", "STK_INI": str(ini)}, timeout=60,
+    )  # fmt: skip
+    assert out.returncode != 0
+    assert "(stkrelay.E008) RENEW_DEADLINE: 11 must be less than LEASE_TTL=10" in out.stderr
