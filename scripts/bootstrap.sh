@@ -10,6 +10,7 @@ command -v redis-server >/dev/null || need+=(redis-server)
 command -v faketime >/dev/null || need+=(faketime)
 command -v setpriv >/dev/null || need+=(util-linux)
 command -v ip >/dev/null || need+=(iproute2)
+command -v gcc >/dev/null || need+=(gcc libc6-dev)
 for extra in "$@"; do
   case "$extra" in
     browser) command -v chromium >/dev/null || need+=(chromium) ;;

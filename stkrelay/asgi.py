@@ -7,6 +7,22 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "stkrelay.settings")
 django_asgi_app = get_asgi_application()
 
-from channels.routing import ProtocolTypeRouter  # noqa: E402
+from channels.auth import AuthMiddlewareStack  # noqa: E402
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from django.urls import path  # noqa: E402
 
-application = ProtocolTypeRouter({"http": django_asgi_app})
+from relay.ws import RelayBridge, StreamBridge  # noqa: E402
+
+application = ProtocolTypeRouter(
+    {
+        "http": django_asgi_app,
+        "websocket": AuthMiddlewareStack(
+            URLRouter(
+                [
+                    path("ws/relay/", RelayBridge.as_asgi()),
+                    path("ws/stream/<str:station>/", StreamBridge.as_asgi()),
+                ]
+            )
+        ),
+    }
+)

@@ -1,25 +1,45 @@
 """Followers whose wall clocks are 5 minutes off (libfaketime) neither steal a
 live lease nor fail to take over a dead one."""
 
+import glob
 import shutil
+import subprocess
 import time
+from datetime import datetime
+from pathlib import Path
 
 import pytest
 from harness import wait_until
 
 pytestmark = pytest.mark.agents
 
+LIBFAKETIME = (glob.glob("/usr/lib/*/faketime/libfaketime.so.1") or [""])[0]
 
-@pytest.mark.skipif(shutil.which("faketime") is None, reason="faketime is installed by make test")
-def test_followers_with_skewed_wall_clocks_follow_and_take_over(site_factory):
+
+@pytest.fixture
+def skewed_env(tmp_path):
+    """Environment that runs a process (and its children) with a skewed wall
+    clock and a true monotonic clock, as on a real machine whose clock is off."""
+    assert LIBFAKETIME, "libfaketime is missing: run `make test` (it installs faketime)"
+    shim = tmp_path / "faketime_fix.so"
+    src = Path(__file__).with_name("faketime_fix.c")
+    gcc = shutil.which("gcc") or "gcc"
+    subprocess.run([gcc, "-shared", "-fPIC", "-O2", "-o", str(shim), str(src), "-ldl"], check=True)
+
+    def env(skew: str) -> dict[str, str]:
+        return {"LD_PRELOAD": f"{shim}:{LIBFAKETIME}", "FAKETIME": skew, "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+
+    return env
+
+
+def test_followers_with_skewed_wall_clocks_follow_and_take_over(site_factory, skewed_env):
     site = site_factory(3)
     s1, s2, s3 = site.agents
     s1.start()
     lease = site.wait_leader(timeout=40)
     assert lease.node == "S001"
     for agent, skew in ((s2, "+300s"), (s3, "-300s")):
-        agent.wrapper = ["faketime", "-f", skew]
-        agent.env = {"FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+        agent.env = skewed_env(skew)
         agent.start()
     wait_until(
         lambda: all("follow" in a.state().get("decision", "") for a in (s2, s3)),
@@ -37,3 +57,8 @@ def test_followers_with_skewed_wall_clocks_follow_and_take_over(site_factory):
     new = site.wait_leader(timeout=15, other_than="S001")
     assert new.epoch == lease.epoch + 1 and new.node in ("S002", "S003")
     assert time.monotonic() - killed <= 3 + 3
+    # The new leader's clock really is off: its legacy lease_until shows it.
+    written = datetime.strptime(new.lease_until, "%Y%m%d%H%M%S").astimezone()
+    skew = (written - datetime.now().astimezone()).total_seconds() - 3  # minus the TTL
+    expected = 300 if new.node == "S002" else -300
+    assert abs(skew - expected) < 30, f"{new.node} wrote lease_until {new.lease_until}: skew {skew:.0f} s"

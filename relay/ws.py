@@ -1,0 +1,149 @@
+"""WebSocket routes of the relay (DESIGN.md §8), as bridges into the relay.
+
+`/ws/relay/` carries the same JSON messages as the TCP port, one per text
+message, without the length prefix, same handshake. The consumer is a
+transparent pipe to the current leader's relay port: each browser becomes one
+more client of the one in-process routing table, so a browser commander and a
+TCP agent talk to each other, and no data frame goes through a channel layer.
+
+`/ws/stream/<station>/` (login required) registers as a passthrough `viewer`
+of that station on the operator's behalf and sends the bytes as binary
+messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
+
+from elections.clock import SystemClock
+from elections.errors import StoreUnavailable
+from elections.store import FileLeaseStore
+
+from .protocol import ClientConnection, RawData, Registered
+
+log = logging.getLogger("stkrelay.ws")
+
+READ_CHUNK = 1 << 16
+
+
+def relay_address() -> tuple[str, int]:
+    """Where the relay runs now: the leader named by a valid lease, else this agent."""
+    stk = settings.STK
+    try:
+        read = FileLeaseStore(stk.lease_dir, stk.relay_token, stk.node, SystemClock()).read()
+    except StoreUnavailable:
+        read = None
+    rec = read.record if read is not None and read.status == "valid" else None
+    if rec is not None and not rec.released:
+        return rec.ip, rec.port
+    return stk.node_ip, stk.relay_port
+
+
+class _Bridge(AsyncWebsocketConsumer):
+    reader: asyncio.StreamReader | None = None
+    writer: asyncio.StreamWriter | None = None
+    pump: asyncio.Task[None] | None = None
+    port_offset = 0
+
+    async def open_relay(self) -> bool:
+        ip, port = relay_address()
+        try:
+            self.reader, self.writer = await asyncio.wait_for(
+                asyncio.open_connection(ip, port + self.port_offset), timeout=3
+            )
+        except (TimeoutError, OSError) as exc:
+            log.warning("websocket bridge: relay %s:%s unreachable: %s", ip, port + self.port_offset, exc)
+            await self.close(code=1013)  # try again later
+            return False
+        return True
+
+    async def disconnect(self, code: int) -> None:
+        if self.pump is not None:
+            self.pump.cancel()
+        if self.writer is not None:
+            self.writer.close()
+            with contextlib.suppress(Exception):
+                await self.writer.wait_closed()
+
+
+class RelayBridge(_Bridge):
+    """Text message <-> framed JSON, byte-transparent in both directions."""
+
+    async def connect(self) -> None:
+        if await self.open_relay():
+            await self.accept()
+            self.pump = asyncio.create_task(self._from_relay())
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if text_data is None or self.writer is None:
+            await self.close(code=1003)  # text only
+            return
+        payload = text_data.encode()
+        if len(payload) > settings.STK.relay_max_frame:
+            await self.close(code=1009)  # too big
+            return
+        self.writer.write(len(payload).to_bytes(4, "big") + payload)
+        await self.writer.drain()
+
+    async def _from_relay(self) -> None:
+        assert self.reader is not None
+        limit = settings.STK.relay_max_frame
+        try:
+            while True:
+                header = await self.reader.readexactly(4)
+                size = int.from_bytes(header, "big")
+                if not 0 < size <= limit:
+                    break
+                payload = await self.reader.readexactly(size)
+                await self.send(text_data=payload.decode("utf-8", "replace"))
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        await self.close()
+
+
+class StreamBridge(_Bridge):
+    """A logged-in browser watches a station's passthrough bytes."""
+
+    port_offset = 1
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=4401)
+            return
+        if not await self.open_relay():
+            return
+        stk = settings.STK
+        station = self.scope["url_route"]["kwargs"]["station"]
+        self.conn = ClientConnection(role="viewer", kmsn=stk.kmsn, station=station, token=stk.relay_token,
+                                     raw_mode=True)  # fmt: skip
+        await self.accept()
+        self.pump = asyncio.create_task(self._from_relay())
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        pass  # viewers only watch
+
+    async def _from_relay(self) -> None:
+        assert self.reader is not None and self.writer is not None
+        try:
+            while data := await self.reader.read(READ_CHUNK):
+                self.conn.receive_data(data)
+                out = self.conn.data_to_send()
+                if out:
+                    self.writer.write(out)
+                for event in self.conn.events_received():
+                    if isinstance(event, RawData):
+                        await self.send(bytes_data=event.data)
+                    elif isinstance(event, Registered):
+                        await self.send(text_data=json.dumps({"type": "registered", "epoch": event.epoch}))
+                if self.conn.close_expected():
+                    break
+        except ConnectionError:
+            pass
+        await self.close()
