@@ -19,12 +19,15 @@ from typing import Any
 from .clock import SystemClock
 from .decide import Decision, Timing
 from .elector import Elector, Identity
+from .eligibility import Freshness, judge, observe
+from .errors import StoreUnavailable
 from .eventlog import JsonlEventSink
 from .store import FileLeaseStore
 
 log = logging.getLogger("stkrelay.agent")
 
 STATE_NAME = "leadership.json"
+POOL_NAME = "pool.json"
 _agent: Agent | None = None
 
 
@@ -37,27 +40,36 @@ class DbEventSink:
         self.node = node
         self.pool_log = pool_log
 
-    def record(self, kind: str, epoch: int, reason: str, **extra: Any) -> None:
+    def record(self, kind: str, epoch: int, reason: str, required: bool = False, **extra: Any) -> None:
+        """One history row, then the pool's line. With `required` (operator
+        commands), a pool line that cannot be written raises OSError."""
+        from django.db import IntegrityError, transaction
         from django.db.models import Max
         from django.utils import timezone
 
         from .models import ElectionEvent
 
-        last = ElectionEvent.objects.filter(node=self.node).aggregate(m=Max("seq"))["m"] or 0
-        ElectionEvent.objects.create(
-            kmsn=self.kmsn,
-            node=self.node,
-            seq=last + 1,
-            epoch=epoch,
-            kind=kind,
-            reason=reason,
-            observed_at=timezone.now(),
-        )
-        if self.pool_log is not None:
+        # Two local processes may record (the worker, and the supervisor's
+        # release on shutdown): the database hands out the seq.
+        for _ in range(20):
+            seq = (ElectionEvent.objects.filter(node=self.node).aggregate(m=Max("seq"))["m"] or 0) + 1
             try:
-                self.pool_log.record(kind, epoch, reason, **extra)
-            except OSError as exc:
-                log.warning("pool event log not written: %s", exc)
+                with transaction.atomic():
+                    ElectionEvent.objects.create(
+                        kmsn=self.kmsn, node=self.node, seq=seq, epoch=epoch, kind=kind, reason=reason,
+                        observed_at=timezone.now(), detail=extra,
+                    )  # fmt: skip
+                break
+            except IntegrityError:
+                continue
+        if self.pool_log is None:
+            return
+        try:
+            self.pool_log.record(kind, epoch, reason, seq=seq, **extra)
+        except OSError as exc:
+            if required:
+                raise
+            log.warning("pool event log not written: %s", exc)
 
 
 def identity() -> Identity:
@@ -104,6 +116,8 @@ class Agent:
         from django.conf import settings
 
         stk = settings.STK
+        self.stk = stk
+        self.fresh: dict[str, Freshness] = {}
         clock = SystemClock()
         self.data_dir = Path(stk.data_dir)
         self.timing = Timing(stk.lease_ttl, stk.lease_renew, stk.lease_poll, stk.renew_deadline)
@@ -124,13 +138,48 @@ class Agent:
         again right then (so failover does not wait a whole poll interval)."""
         decision = self.elector.cycle(renewing=renewing)
         if renewing:
-            self.elector.heartbeat()
+            self.elector.heartbeat(priority=self.stk.priority)
         self.publish(decision)
+        self.survey()
         if decision.wake_in is not None and decision.wake_in < self.timing.poll:
             time.sleep(max(decision.wake_in, 0.0) + 0.01)
             decision = self.elector.cycle(renewing=False)
             self.publish(decision)
         return decision
+
+    def survey(self) -> dict[str, Any]:
+        """This agent's view of the pool, judged on its own clock: the lease and
+        every member's eligibility with reasons. Written to DATA_DIR/pool.json
+        for the panel and for command checks in other local processes."""
+        now = self.clock.monotonic()
+        stk = self.stk
+        read = self.elector.last_read
+        lease = None
+        if read is not None and read.record is not None and read.status == "valid":
+            rec = read.record
+            lease = {"node": rec.node, "epoch": rec.epoch, "ip": rec.ip, "port": rec.port,
+                     "renew_seq": rec.renew_seq, "ttl_s": rec.ttl_s, "released": rec.released,
+                     "handoff_to": rec.handoff_to}  # fmt: skip
+        try:
+            docs = self.elector.store.read_members()  # type: ignore[attr-defined]
+            reachable = True
+        except StoreUnavailable:
+            docs, reachable = {}, False
+        members = {}
+        for node, doc in docs.items():
+            self.fresh[node] = observe(self.fresh.get(node, Freshness()), doc.get("seq"), now)
+            v = judge(node, doc, self.fresh[node], now, stk.heartbeat_ttl, stk.promotion_hold)
+            members[node] = {"eligible": v.eligible, "reasons": list(v.reasons), "age": v.age,
+                             "priority": v.priority, "ip": doc.get("ip"), "drain": bool(doc.get("drain")),
+                             "health": doc.get("health"), "version": doc.get("version"),
+                             "epoch": doc.get("epoch")}  # fmt: skip
+        view = {"kmsn": stk.kmsn, "node": stk.node, "updated": now, "lease": lease,
+                "lease_status": read.status if read is not None else "unreachable",
+                "lease_detail": read.detail if read is not None else "",
+                "store_reachable": reachable and read is not None, "members": members,
+                "decision": str(self.elector.last or "")}  # fmt: skip
+        _write_json(self.data_dir / POOL_NAME, view)
+        return view
 
     def _publish_hook(self, epoch: int) -> None:
         self.publish(self.elector.last)
@@ -147,9 +196,27 @@ class Agent:
             "updated": self.clock.monotonic(),
             "decision": str(decision) if decision else "",
         }
-        tmp = self.data_dir / f".{STATE_NAME}.tmp"
-        tmp.write_text(json.dumps(doc))
-        os.replace(tmp, self.data_dir / STATE_NAME)
+        _write_json(self.data_dir / STATE_NAME, doc)
+
+
+def _write_json(path: Path, doc: dict[str, Any]) -> None:
+    """Atomically, for readers in other local processes."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(doc))
+    os.replace(tmp, path)
+
+
+def read_pool(data_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """The pool view last written by this agent's worker ({} if none yet)."""
+    if data_dir is None:
+        from django.conf import settings
+
+        data_dir = settings.STK.data_dir
+    try:
+        doc = json.loads((Path(data_dir) / POOL_NAME).read_text())
+        return doc if isinstance(doc, dict) else {}
+    except (OSError, ValueError):
+        return {}
 
 
 def agent() -> Agent:

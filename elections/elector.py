@@ -128,6 +128,7 @@ class Elector:
         self.sleep = sleep
         self.memory = Memory(node=me.node)
         self.last: Decision | None = None
+        self.last_read: LeaseRead | None = None
         self._reported: set[str] = set()
         self._abstain_until: float | None = None
         self._beat = int(clock.monotonic() * 1000)  # member seq: grows across restarts
@@ -207,7 +208,9 @@ class Elector:
             read = self.store.read()
         except StoreUnavailable as exc:
             self._report(f"lease store unreachable: {exc}", logging.ERROR)
+            self.last_read = None
             return None
+        self.last_read = read
         if read.status == "forged":
             self._report(
                 f"SECURITY: ignoring forged lease in {self.store.describe()}: {read.detail}",

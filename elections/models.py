@@ -14,6 +14,11 @@ class ElectionEvent(models.Model):
         ("stepped_down", "stepped down"),
         ("released", "released"),
         ("renew_failed", "renewal failed"),
+        ("drain_requested", "drain requested"),
+        ("undrain_requested", "undrain requested"),
+        ("promote_requested", "promote requested"),
+        ("pause_requested", "pause requested"),
+        ("resume_requested", "resume requested"),
     ]
 
     kmsn = models.CharField(max_length=64, db_index=True)
@@ -23,6 +28,7 @@ class ElectionEvent(models.Model):
     kind = models.CharField(max_length=32, choices=KINDS)
     reason = models.TextField(blank=True)
     observed_at = models.DateTimeField(db_index=True)
+    detail = models.JSONField(default=dict, blank=True)  # command fields: target, actor, client, ...
 
     class Meta:
         ordering = ["-observed_at", "-id"]

@@ -32,6 +32,9 @@ DEFAULTS: dict[str, str] = {
     "DATA_DIR": "",
     "RELAY_MAX_FRAME": str(1 << 20),
     "RELAY_KEEPALIVE": "10",
+    "HEARTBEAT_TTL": "",  # default: LEASE_TTL
+    "PROMOTION_HOLD": "5",
+    "PRIORITY": "50",
 }
 
 
@@ -64,6 +67,9 @@ class Config:
     data_dir: str = ""
     relay_max_frame: int = 1 << 20
     relay_keepalive: float = 10.0
+    heartbeat_ttl: float = 10.0
+    promotion_hold: float = 5.0
+    priority: int = 50
     source: str = "(defaults)"
     problems: list[Problem] = field(default_factory=list)
 
@@ -204,6 +210,14 @@ def load(ini_path: str | None = None, env: dict[str, str] | None = None, check_d
     cfg.relay_max_frame = frame or cfg.relay_max_frame
     keep = number("RELAY_KEEPALIVE", float, 0.1, 3600)
     cfg.relay_keepalive = keep or cfg.relay_keepalive
+    if not values["HEARTBEAT_TTL"]:
+        values["HEARTBEAT_TTL"] = str(cfg.lease_ttl)
+    hb = number("HEARTBEAT_TTL", float, 0.1, 3600)
+    cfg.heartbeat_ttl = hb if hb is not None else cfg.lease_ttl
+    hold = number("PROMOTION_HOLD", float, 0, 3600)
+    cfg.promotion_hold = hold if hold is not None else cfg.promotion_hold
+    prio = number("PRIORITY", int, 0, 100)
+    cfg.priority = prio if prio is not None else cfg.priority
     cfg.redis_url = values["REDIS_URL"]
     if not cfg.redis_url.startswith(("redis://", "rediss://", "unix://")):
         bad(

@@ -1,0 +1,70 @@
+"""Eligibility of a member (ADR 0011, DESIGN.md §6): a pure function.
+
+A member may lead only if it is not drained, its heartbeat is fresh, its
+health checks pass, its priority is above 0, and (where configured) the gate
+signal says master. Freshness is timed on the *judge's* monotonic clock from
+the moment the judge saw the member's heartbeat `seq` change; a member's own
+timestamps are never compared with the judge's clock. A heartbeat counts as
+stale only after `heartbeat_ttl + promotion_hold` (anti-flap); drain is
+immediate. Each verdict names the failing condition and by how much.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Freshness:
+    """What a judge remembers about one member's heartbeat."""
+
+    seq: Any = None
+    seen_at: float | None = None  # judge's monotonic time seq last changed
+
+
+@dataclass(frozen=True)
+class Verdict:
+    node: str
+    eligible: bool
+    reasons: tuple[str, ...] = field(default_factory=tuple)  # failing conditions, with numbers
+    age: float | None = None  # heartbeat age on the judge's clock
+    priority: int = 50
+
+    def __str__(self) -> str:
+        return "eligible" if self.eligible else "; ".join(self.reasons)
+
+
+def observe(fresh: Freshness, seq: Any, now: float) -> Freshness:
+    """Restart a member's freshness timer when its heartbeat seq changed."""
+    if seq != fresh.seq or fresh.seen_at is None:
+        return replace(fresh, seq=seq, seen_at=now)
+    return fresh
+
+
+def judge(
+    node: str, doc: dict[str, Any] | None, fresh: Freshness, now: float, heartbeat_ttl: float,
+    promotion_hold: float, gate: bool | None = None,
+) -> Verdict:  # fmt: skip
+    """Eligibility of `node` from its last heartbeat document `doc`."""
+    if doc is None:
+        return Verdict(node, False, ("no heartbeat ever seen",))
+    reasons: list[str] = []
+    priority = doc.get("priority", 50)
+    priority = priority if isinstance(priority, int) and not isinstance(priority, bool) else 50
+    if doc.get("drain"):
+        reasons.append("drained")
+    age = None if fresh.seen_at is None else now - fresh.seen_at
+    limit = heartbeat_ttl + promotion_hold
+    if age is None:
+        reasons.append("heartbeat not yet timed")
+    elif age > limit:
+        reasons.append(f"heartbeat {age:.1f} s old > {heartbeat_ttl:g} + {promotion_hold:g}")
+    health = doc.get("health", "ok")
+    if health != "ok":
+        reasons.append(f"health: {health}")
+    if priority <= 0:
+        reasons.append("priority 0 (never leader)")
+    if gate is False:
+        reasons.append("gate signal: not master")
+    return Verdict(node, not reasons, tuple(reasons), age, priority)
