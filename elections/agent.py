@@ -12,16 +12,22 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .actions import action_config
 from .clock import SystemClock
 from .decide import Decision, Timing
 from .elector import Elector, Identity
 from .eligibility import Freshness, judge, observe
 from .errors import StoreUnavailable
 from .eventlog import JsonlEventSink
+from .executors import Gate, build_executors, epoch_from_state, leader_duties
+from .policy import PoolPolicy
+from .projection import EventTail, PoolCommands, ingest
 from .store import FileLeaseStore
 
 log = logging.getLogger("stkrelay.agent")
@@ -122,25 +128,70 @@ class Agent:
         self.data_dir = Path(stk.data_dir)
         self.timing = Timing(stk.lease_ttl, stk.lease_renew, stk.lease_poll, stk.renew_deadline)
         store = FileLeaseStore(stk.lease_dir, stk.relay_token, stk.node, clock)
+        self.commands = PoolCommands()
+        self.tail = EventTail(Path(stk.lease_dir) / "events")
+        self.view: dict[str, Any] = {}
+        self._leader_since: float | None = None
+        self.policy = PoolPolicy(
+            stk.node, stk.priority, self.commands, lambda: self.view, lambda: self._leader_since,
+            self.data_dir, clock.monotonic, health_cmd=stk.health_cmd, health_url=stk.health_url,
+            relay_attests=stk.relay_attests,
+        )  # fmt: skip
         self.elector = Elector(
-            store,
-            clock,
-            identity(),
-            self.timing,
-            events=event_sink(),
-            on_elected=self._publish_hook,
-            on_demoted=self._publish_hook,
-        )
+            store, clock, identity(), self.timing, events=event_sink(), policy=self.policy,
+            on_elected=self._elected, on_demoted=self._demoted,
+        )  # fmt: skip
         self.clock = clock
+        config, problems = action_config(stk.values)
+        for problem in problems:
+            log.error("leader action disabled: %s", problem)
+        executors = build_executors(config, self.data_dir)
+        self.duties = leader_duties(stk.node, config, executors, Gate(epoch_from_state(self.data_dir)),
+                                    event_sink())  # fmt: skip
+
+    def _elected(self, epoch: int) -> None:
+        self._leader_since = self.clock.monotonic()
+        self.publish(self.elector.last)  # first: the executors' gate reads it
+        self._run_duty(self.duties[0], epoch)
+
+    def _demoted(self, epoch: int) -> None:
+        self._leader_since = None
+        self.publish(self.elector.last)
+        self._run_duty(self.duties[1], epoch)
+
+    def _run_duty(self, duty: Callable[[int], Any], epoch: int) -> None:
+        """Run a leader duty plan beside the election loop: a slow cloud API must
+        never delay a renewal. Every action is fenced on the epoch at its gate."""
+
+        def run() -> None:
+            from django.db import connection
+
+            try:
+                duty(epoch)
+            finally:
+                connection.close()
+
+        threading.Thread(target=run, name=f"duty-{epoch}", daemon=True).start()
+
+    def ingest(self) -> None:
+        """Project the pool's new events into this database and fold commands."""
+        events = self.tail.new_events()
+        if events:
+            ingest(self.stk.kmsn, events)
+            self.commands.apply(events)
 
     def tick(self, renewing: bool) -> Decision:
         """One cycle; if the lease we wait on expires before the next poll, look
         again right then (so failover does not wait a whole poll interval)."""
+        self.ingest()
         decision = self.elector.cycle(renewing=renewing)
         if renewing:
-            self.elector.heartbeat(priority=self.stk.priority)
+            self.elector.heartbeat(
+                priority=self.stk.priority, drain=bool(self.commands.drained.get(self.stk.node)),
+                health=self.policy.health(), paused=self.commands.paused,
+            )  # fmt: skip
         self.publish(decision)
-        self.survey()
+        self.view = self.survey()
         if decision.wake_in is not None and decision.wake_in < self.timing.poll:
             time.sleep(max(decision.wake_in, 0.0) + 0.01)
             decision = self.elector.cycle(renewing=False)
@@ -180,9 +231,6 @@ class Agent:
                 "decision": str(self.elector.last or "")}  # fmt: skip
         _write_json(self.data_dir / POOL_NAME, view)
         return view
-
-    def _publish_hook(self, epoch: int) -> None:
-        self.publish(self.elector.last)
 
     def publish(self, decision: Decision | None) -> None:
         el = self.elector

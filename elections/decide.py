@@ -27,6 +27,7 @@ class Verdict(enum.Enum):
     RENEW = "renew"  # leader: rewrite the lease
     HOLD = "hold"  # leader: all is well, nothing to write now
     STEP_DOWN = "step_down"  # leader no more: stop everything at once
+    HAND_OFF = "hand_off"  # leader that became ineligible: release to a successor
     IDLE = "idle"  # not eligible: never contend
 
 
@@ -59,6 +60,7 @@ class Decision:
     verdict: Verdict
     reason: str
     wake_in: float | None = None  # when the next look is worth taking, if soon
+    handoff: bool = False  # CONTEND for a lease handed to this very node
 
     def __str__(self) -> str:
         return f"{self.verdict.value}: {self.reason}"
@@ -109,14 +111,21 @@ def decide(
     renewing: bool,
     eligible: bool = True,
     ineligible_why: str = "",
+    paused: bool = False,
 ) -> Decision:
     """One cycle's decision. `read` is None when the store was unreachable.
-    `renewing` is True on the leader's renew tick (poll ticks only check)."""
+    `renewing` is True on the leader's renew tick (poll ticks only check).
+    An ineligible follower never contends; while the pool is `paused` only a
+    lease handed to this node is taken (a planned switchover)."""
     if memory.leader_epoch is not None:
         return _decide_leader(memory, read, now, timing, renewing, eligible, ineligible_why)
-    if not eligible:
-        return Decision(Verdict.IDLE, f"not eligible: {ineligible_why}")
-    return _decide_follower(memory, read, now, timing)
+    decision = _decide_follower(memory, read, now, timing)
+    if decision.verdict is Verdict.CONTEND:
+        if not eligible:
+            return Decision(Verdict.IDLE, f"not eligible: {ineligible_why} ({decision.reason})")
+        if paused and not decision.handoff:
+            return Decision(Verdict.IDLE, f"pool paused, automatic failover off ({decision.reason})")
+    return decision
 
 
 def _decide_leader(
@@ -136,7 +145,7 @@ def _decide_leader(
             f"deadline: last renewal of epoch {epoch} {age:.1f} s ago > {timing.deadline:g} s",
         )
     if not eligible:
-        return Decision(Verdict.STEP_DOWN, f"no longer eligible: {ineligible_why}")
+        return Decision(Verdict.HAND_OFF, f"no longer eligible: {ineligible_why}")
     if read is None:
         left = timing.deadline - age
         return Decision(
@@ -172,7 +181,9 @@ def _decide_follower(memory: Memory, read: LeaseRead | None, now: float, timing:
     rec = read.record
     valid = read.status == "valid" and rec is not None and not _stale(memory, read)
     if valid and rec is not None and rec.released:
-        if rec.handoff_to in (None, memory.node):
+        if rec.handoff_to == memory.node:
+            return Decision(Verdict.CONTEND, f"{rec.node} handed epoch {rec.epoch} to me", handoff=True)
+        if rec.handoff_to is None:
             return Decision(Verdict.CONTEND, f"released by {rec.node} (epoch {rec.epoch})")
         if left <= 0:
             return Decision(

@@ -50,6 +50,44 @@ class NullSink:
 Hook = Callable[[int], None]
 
 
+class Policy(Protocol):
+    """What the pool's state (ADR 0011) asks of this node's elector."""
+
+    def eligibility(self) -> tuple[bool, str]:
+        """May this node lead now? (False, why) when drained, sick, priority 0..."""
+
+    def paused(self) -> bool:
+        """Automatic failover is off for the pool (only planned handoffs)."""
+
+    def handoff(self, epoch: int) -> tuple[str, str] | None:
+        """(target, why) when a planned switchover of `epoch` is requested now."""
+
+    def successor(self) -> str | None:
+        """The member a leader that became ineligible should hand off to."""
+
+    def contend_delay(self, handoff: bool) -> float:
+        """Seconds to wait before contending (lower priority waits longer)."""
+
+
+class OpenPolicy:
+    """Phase 1: everyone eligible, no commands, no priorities."""
+
+    def eligibility(self) -> tuple[bool, str]:
+        return True, ""
+
+    def paused(self) -> bool:
+        return False
+
+    def handoff(self, epoch: int) -> tuple[str, str] | None:
+        return None
+
+    def successor(self) -> str | None:
+        return None
+
+    def contend_delay(self, handoff: bool) -> float:
+        return 0.0
+
+
 def make_record(
     me: Identity, clock: Clock, epoch: int, seq: int, ttl: float, handoff_to: str | None = None
 ) -> LeaseRecord:
@@ -112,7 +150,7 @@ class Elector:
         events: EventSink | None = None,
         on_elected: Hook | None = None,
         on_demoted: Hook | None = None,
-        eligibility: Callable[[], tuple[bool, str]] | None = None,
+        policy: Policy | None = None,
         rng: random.Random | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
@@ -123,7 +161,7 @@ class Elector:
         self.events = events or NullSink()
         self.on_elected = on_elected or (lambda epoch: None)
         self.on_demoted = on_demoted or (lambda epoch: None)
-        self.eligibility = eligibility or (lambda: (True, ""))
+        self.policy: Policy = policy or OpenPolicy()
         self.rng = rng or random.Random()
         self.sleep = sleep
         self.memory = Memory(node=me.node)
@@ -131,6 +169,7 @@ class Elector:
         self.last_read: LeaseRead | None = None
         self._reported: set[str] = set()
         self._abstain_until: float | None = None
+        self._member_fields: dict[str, Any] = {}
         self._beat = int(clock.monotonic() * 1000)  # member seq: grows across restarts
 
     # -- public ----------------------------------------------------------------
@@ -150,16 +189,29 @@ class Elector:
         now = self.clock.monotonic()
         read = self._read()
         decision = self._decide(read, now, renewing)
-        if decision.verdict is Verdict.CONTEND:
+        epoch = self.memory.leader_epoch
+        planned = self.policy.handoff(epoch) if epoch is not None else None
+        if planned is not None and decision.verdict in (Verdict.HOLD, Verdict.RENEW):
+            target, why = planned
+            self.release(handoff_to=target, reason=why, abstain=True, kind="handoff")
+            decision = Decision(Verdict.STEP_DOWN, f"handed epoch {epoch} to {target}: {why}")
+        elif decision.verdict is Verdict.CONTEND:
             decision = self._contend(read, decision)
         elif decision.verdict is Verdict.RENEW:
             decision = self._renew(read, now)
         elif decision.verdict is Verdict.STEP_DOWN:
             self._step_down(decision.reason)
+        elif decision.verdict is Verdict.HAND_OFF:
+            target = self.policy.successor()
+            self.release(handoff_to=target, reason=decision.reason, abstain=True, kind="handoff")
+            decision = Decision(Verdict.STEP_DOWN, f"{decision.reason}: handed off to {target or 'anyone'}")
         self._note(decision)
         return decision
 
-    def release(self, handoff_to: str | None = None, reason: str = "shutdown", abstain: bool = False) -> bool:
+    def release(
+        self, handoff_to: str | None = None, reason: str = "shutdown", abstain: bool = False,
+        kind: str = "released",
+    ) -> bool:  # fmt: skip
         """Stop leading at once and tell the pool (`ttl_s: 0`), so that a
         follower takes over without waiting out the TTL. With `abstain`, this
         node then sits out the next election (one TTL). True if written."""
@@ -178,7 +230,7 @@ class Elector:
             sleep=self.sleep,
         )
         self._step_down(
-            f"released ({reason})" + (f", handoff to {handoff_to}" if handoff_to else ""), kind="released"
+            f"released ({reason})" + (f", handoff to {handoff_to}" if handoff_to else ""), kind=kind
         )
         return written
 
@@ -192,11 +244,14 @@ class Elector:
             "drain": False,
             "health": "ok",
             "version": 1,
+            **self._member_fields,
             **fields,
         }
 
     def heartbeat(self, **fields: Any) -> None:
-        """Write this member's heartbeat: carries the highest epoch it knows."""
+        """Write this member's heartbeat: carries the highest epoch it knows.
+        `fields` (drain, priority, health...) are kept for later claims too."""
+        self._member_fields = fields
         try:
             self.store.write_member(self._member_doc(**fields))
         except StoreUnavailable as exc:
@@ -228,10 +283,11 @@ class Elector:
     def _decide(self, read: LeaseRead | None, now: float, renewing: bool) -> Decision:
         if read is not None:
             self.memory = track(self.memory, read, now, self.timing.ttl)
-        ok, why = self.eligibility()
+        ok, why = self.policy.eligibility()
         if ok and self._abstain_until is not None and now < self._abstain_until:
             ok, why = False, f"sitting out after a release for {self._abstain_until - now:.1f} s"
-        return decide(self.memory, read, now, self.timing, renewing=renewing, eligible=ok, ineligible_why=why)
+        return decide(self.memory, read, now, self.timing, renewing=renewing, eligible=ok,
+                      ineligible_why=why, paused=self.policy.paused())  # fmt: skip
 
     def _record(self, epoch: int, seq: int, ttl: float, handoff_to: str | None = None) -> LeaseRecord:
         return make_record(self.me, self.clock, epoch, seq, ttl, handoff_to)
@@ -246,6 +302,9 @@ class Elector:
             return WriteOutcome.BUSY
 
     def _contend(self, read: LeaseRead | None, decision: Decision) -> Decision:
+        delay = self.policy.contend_delay(decision.handoff)
+        if delay > 0:  # lower priority waits: a higher one that contends too gets there first
+            self.sleep(delay)
         for _ in range(CONTEND_ATTEMPTS):
             if read is None:
                 return decision

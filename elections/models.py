@@ -19,6 +19,10 @@ class ElectionEvent(models.Model):
         ("promote_requested", "promote requested"),
         ("pause_requested", "pause requested"),
         ("resume_requested", "resume requested"),
+        ("handoff", "handed off"),
+        ("action_applied", "action applied"),
+        ("action_fenced", "action fenced"),
+        ("action_failed", "action failed"),
     ]
 
     kmsn = models.CharField(max_length=64, db_index=True)

@@ -9,6 +9,7 @@ whole agent) and get SIGKILL if the supervisor dies (PR_SET_PDEATHSIG).
 from __future__ import annotations
 
 import ctypes
+import json
 import logging
 import signal
 import subprocess
@@ -17,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TextIO
 
 from .agent import leads_now, read_state
@@ -26,6 +28,7 @@ log = logging.getLogger("stkrelay.supervisor")
 
 STOP_WITHIN = 5.0  # seconds, from SIGTERM to every child gone
 RESTART_BACKOFF = (1.0, 30.0)
+STABLE_AFTER = 30.0  # a child that ran this long and died restarts with the shortest backoff
 
 
 @dataclass
@@ -33,6 +36,11 @@ class ChildSpec:
     name: str
     argv: list[str]
     leader_only: bool = False
+    # Always running, serving only while this agent leads (it checks by itself):
+    # a clean exit (it served and lost leadership) restarts it at once, warm for
+    # the next leadership; the supervisor stops it if it still serves 1 s after
+    # the leadership state says this agent no longer leads.
+    standby_status: str | None = None  # its status file in DATA_DIR, e.g. relay.json
 
 
 @dataclass
@@ -41,6 +49,8 @@ class Child:
     proc: subprocess.Popen[bytes] | None = None
     failures: int = 0
     not_before: float = 0.0
+    started_at: float = 0.0
+    serving_unled_since: float | None = None
     pumps: list[threading.Thread] = field(default_factory=list)
 
     @property
@@ -97,6 +107,7 @@ class Supervisor:
             preexec_fn=_die_with_parent,
         )
         child.proc = proc
+        child.started_at = time.monotonic()
         pump = threading.Thread(target=self._pump, args=(child.spec.name, proc.stdout), daemon=True)
         pump.start()
         child.pumps = [pump]
@@ -119,6 +130,10 @@ class Supervisor:
         leader = self._leader()
         for child in self.children:
             want = leader or not child.spec.leader_only
+            if child.spec.leader_only and not want:
+                child.failures, child.not_before = 0, 0.0  # a new leadership starts afresh
+            if child.running and child.spec.standby_status and not leader:
+                self._guard_standby(child, now)
             if child.running:
                 if not want:
                     self.say("agent", f"not leader: stopping {child.spec.name}")
@@ -128,13 +143,35 @@ class Supervisor:
             if child.proc is not None:  # it died
                 code = child.proc.returncode
                 child.proc = None
-                if want:
+                if want and code == 0 and child.spec.standby_status:
+                    child.failures, child.not_before = 0, 0.0  # served, lost leadership: re-arm now
+                elif want:
+                    if now - child.started_at > STABLE_AFTER:
+                        child.failures = 0  # it ran fine for a while: not a crash loop
                     child.failures += 1
                     delay = min(RESTART_BACKOFF[0] * 2 ** (child.failures - 1), RESTART_BACKOFF[1])
                     child.not_before = now + delay
                     self.say("agent", f"{child.spec.name} exited with {code}; restart in {delay:g} s")
             if want and now >= child.not_before:
                 self._start(child)
+
+    def _guard_standby(self, child: Child, now: float) -> None:
+        """Not leader, yet the standby child says it serves: stop it after 1 s."""
+        assert child.proc is not None and child.spec.standby_status
+        try:
+            doc = json.loads((Path(self.data_dir) / child.spec.standby_status).read_text())
+        except (OSError, ValueError):
+            doc = {}
+        if not (doc.get("listening") and doc.get("pid") == child.proc.pid):
+            child.serving_unled_since = None
+            return
+        if child.serving_unled_since is None:
+            child.serving_unled_since = now
+        elif now - child.serving_unled_since > 1.0:
+            self.say("agent", f"{child.spec.name} still serves without leadership: stopping it")
+            self._stop(child)
+            self._reap(child, 1.0)
+            child.serving_unled_since = None
 
     def _reap(self, child: Child, timeout: float) -> None:
         if child.proc is None:

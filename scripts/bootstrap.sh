@@ -11,11 +11,8 @@ command -v faketime >/dev/null || need+=(faketime)
 command -v setpriv >/dev/null || need+=(util-linux)
 command -v ip >/dev/null || need+=(iproute2)
 command -v gcc >/dev/null || need+=(gcc libc6-dev)
-for extra in "$@"; do
-  case "$extra" in
-    browser) command -v chromium >/dev/null || need+=(chromium) ;;
-  esac
-done
+command -v arping >/dev/null || need+=(iputils-arping)
+command -v chromium >/dev/null || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "bootstrap: missing ${need[*]}; run as root or: sudo apt-get install ${need[*]}" >&2

@@ -35,6 +35,9 @@ DEFAULTS: dict[str, str] = {
     "HEARTBEAT_TTL": "",  # default: LEASE_TTL
     "PROMOTION_HOLD": "5",
     "PRIORITY": "50",
+    "HEALTH_CMD": "",
+    "HEALTH_URL": "",
+    "RELAY_ATTESTS": "1",
 }
 
 
@@ -70,8 +73,12 @@ class Config:
     heartbeat_ttl: float = 10.0
     promotion_hold: float = 5.0
     priority: int = 50
+    health_cmd: str = ""
+    health_url: str = ""
+    relay_attests: bool = True
     source: str = "(defaults)"
     problems: list[Problem] = field(default_factory=list)
+    values: dict[str, str] = field(default_factory=dict)  # every [stk] key as given, overrides applied
 
 
 def _raw(ini_path: str | None, env: dict[str, str]) -> tuple[dict[str, str], str, list[Problem]]:
@@ -116,16 +123,16 @@ def _raw(ini_path: str | None, env: dict[str, str]) -> tuple[dict[str, str], str
                         "put the keys under a [stk] header",
                     )
                 )
-    for key in DEFAULTS:
-        if f"STK_{key}" in env:
-            values[key] = env[f"STK_{key}"].strip()
+    for key, value in env.items():  # every STK_<KEY>, also keys other modules read (VIP_*, AWS_*...)
+        if key.startswith("STK_") and key != "STK_INI":
+            values[key[4:]] = value.strip()
     return values, source, problems
 
 
 def load(ini_path: str | None = None, env: dict[str, str] | None = None, check_dirs: bool = True) -> Config:
     env = dict(os.environ if env is None else env)
     values, source, problems = _raw(ini_path, env)
-    cfg = Config(source=source, problems=problems)
+    cfg = Config(source=source, problems=problems, values=values)
 
     def bad(pid: str, key: str, message: str, hint: str) -> None:
         problems.append(Problem(pid, key, message, hint))
@@ -218,6 +225,9 @@ def load(ini_path: str | None = None, env: dict[str, str] | None = None, check_d
     cfg.promotion_hold = hold if hold is not None else cfg.promotion_hold
     prio = number("PRIORITY", int, 0, 100)
     cfg.priority = prio if prio is not None else cfg.priority
+    cfg.health_cmd = values["HEALTH_CMD"]
+    cfg.health_url = values["HEALTH_URL"]
+    cfg.relay_attests = values["RELAY_ATTESTS"].lower() not in ("0", "no", "false", "off")
     cfg.redis_url = values["REDIS_URL"]
     if not cfg.redis_url.startswith(("redis://", "rediss://", "unix://")):
         bad(

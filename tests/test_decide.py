@@ -147,11 +147,26 @@ def test_leader_decisions(case, read, now, renewing, verdict):
     assert d.verdict is verdict, f"{case}: {d}"
 
 
-def test_a_leader_that_becomes_ineligible_steps_down_and_an_ineligible_follower_idles():
+def test_a_leader_that_becomes_ineligible_hands_off_and_an_ineligible_follower_idles():
     d = decide(leader(), valid(rec()), 1, T, renewing=True, eligible=False, ineligible_why="drained")
-    assert d.verdict is Verdict.STEP_DOWN and "drained" in d.reason
+    assert d.verdict is Verdict.HAND_OFF and "drained" in d.reason
     d = decide(Memory(node="S002"), MISSING, 0, T, renewing=False, eligible=False, ineligible_why="drained")
     assert d.verdict is Verdict.IDLE
+    # Drained and the only one left: it never contends, not even for a lease handed to it.
+    handed = valid(rec(ttl=0, handoff="S002"))
+    mem = track(Memory(node="S002"), handed, 0, 10)
+    d = decide(mem, handed, 0, T, renewing=False, eligible=False, ineligible_why="drained")
+    assert d.verdict is Verdict.IDLE
+
+
+def test_a_paused_pool_fails_over_only_by_a_planned_handoff():
+    mem = track(Memory(node="S002"), valid(rec()), 0, 10)
+    d = decide(mem, valid(rec()), 10, T, renewing=False, paused=True)
+    assert d.verdict is Verdict.IDLE and "paused" in d.reason
+    handed = valid(rec(ttl=0, handoff="S002", seq=2))
+    mem = track(mem, handed, 11, 10)
+    d = decide(mem, handed, 11, T, renewing=False, paused=True)
+    assert d.verdict is Verdict.CONTEND and d.handoff
 
 
 def test_the_deadline_reason_says_by_how_much():

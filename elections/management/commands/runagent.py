@@ -71,6 +71,10 @@ class Command(BaseCommand):
             # Exactly one beat per agent, schedule in memory (no schedule file).
             ChildSpec("beat", [*celery, "beat", "-S", "celery.beat:Scheduler", "-l", "WARNING",
                                "--pidfile", str(data / "beat.pid")]),
+            # Warm standby: listens within ~0.1 s of the fenced start_relay action of a
+            # won epoch, stops itself within 0.1-0.2 s of losing; restarted if it dies.
+            ChildSpec("relay", [py, str(Path(base) / "manage.py"), "runrelay", "--standby"],
+                      standby_status="relay.json"),
         ]  # fmt: skip
         clock = SystemClock()
         os.environ["STK_AGENT_PID"] = str(os.getpid())

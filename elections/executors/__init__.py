@@ -1,0 +1,122 @@
+"""Executors: what carries out an `ActionPlan`, one provider each, behind the
+fencing gate (see `base`). `build_executors` makes the set an agent uses;
+`leader_duties` turns it into the elector's `on_elected`/`on_demoted` hooks.
+
+Wiring in the agent (the owner's part), for example:
+
+    cfg, problems = action_config(raw_stk_values)
+    executors = build_executors(cfg, data_dir)
+    gate = Gate(epoch_from_state(data_dir))       # or epoch_from_elector(elector)
+    on_elected, on_demoted = leader_duties(node, cfg, executors, gate, event_sink())
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+
+from ..actions import ActionConfig, ActionPlan, demotion_plan, plan_for
+from .aws import AwsExecutor
+from .azure import AzCliClient, AzureExecutor
+from .base import (
+    APPLIED,
+    FAILED,
+    FENCED,
+    PLANNED,
+    CommandFailed,
+    Completed,
+    Executor,
+    ExecutorError,
+    Fenced,
+    Gate,
+    Outcome,
+    PreconditionFailed,
+    ProviderError,
+    Runner,
+    Sink,
+    epoch_from_elector,
+    epoch_from_state,
+    run_command,
+    run_plan,
+)
+from .oci import OciExecutor
+from .relay import RelayExecutor, relay_wanted
+from .vip import VipExecutor
+
+__all__ = [
+    "APPLIED",
+    "FAILED",
+    "FENCED",
+    "PLANNED",
+    "AwsExecutor",
+    "AzCliClient",
+    "AzureExecutor",
+    "CommandFailed",
+    "Completed",
+    "Executor",
+    "ExecutorError",
+    "Fenced",
+    "Gate",
+    "OciExecutor",
+    "Outcome",
+    "PreconditionFailed",
+    "ProviderError",
+    "RelayExecutor",
+    "VipExecutor",
+    "build_executors",
+    "epoch_from_elector",
+    "epoch_from_state",
+    "leader_duties",
+    "relay_wanted",
+    "run_command",
+    "run_plan",
+]
+
+log = logging.getLogger("stkrelay.actions")
+
+
+def build_executors(
+    config: ActionConfig,
+    data_dir: str | os.PathLike[str] | None,
+    relay_signal: Callable[[str, int], None] | None = None,
+    runner: Runner = run_command,
+) -> list[Executor]:
+    """The relay executor, plus one per provider the config enables."""
+    out: list[Executor] = [RelayExecutor(data_dir, relay_signal)]
+    if config.vip is not None:
+        out.append(VipExecutor(runner))
+    if config.aws is not None:
+        out.append(AwsExecutor())
+    if config.oci is not None:
+        out.append(OciExecutor(runner))
+    if config.azure is not None:
+        out.append(AzureExecutor(client_for=lambda cli: AzCliClient(runner, cli)))
+    return out
+
+
+def leader_duties(
+    node: str,
+    config: ActionConfig,
+    executors: list[Executor],
+    gate: Gate,
+    sink: Sink | None,
+) -> tuple[Callable[[int], list[Outcome]], Callable[[int], list[Outcome]]]:
+    """(on_elected, on_demoted): each plans for the epoch and runs the plan
+    through the gate; both return the outcomes and never raise."""
+
+    def on_elected(epoch: int) -> list[Outcome]:
+        return _run(plan_for(epoch, node, config))
+
+    def on_demoted(epoch: int) -> list[Outcome]:
+        return _run(demotion_plan(epoch, node, config))
+
+    def _run(plan: ActionPlan) -> list[Outcome]:
+        outcomes = run_plan(plan, executors, gate, sink)
+        bad = [o for o in outcomes if not o.ok]
+        if bad:
+            log.warning("%s plan of epoch %s: %d of %d action(s) not applied", plan.kind, plan.epoch,
+                        len(bad), len(outcomes))  # fmt: skip
+        return outcomes
+
+    return on_elected, on_demoted

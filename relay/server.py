@@ -1,0 +1,205 @@
+"""The relay's asyncio TCP servers: framed JSON and passthrough (DESIGN.md §8).
+
+A thin shell over the sans-I/O core: each connection is an `asyncio.Protocol`
+that feeds its bytes to a `relay.protocol.ServerConnection`, acts on its
+events, writes what it has to send, and owns the timers (handshake deadline,
+silence). Routing is `relay.routing.Router`; the peers are its sessions.
+
+    server = RelayServer(node="S001", kmsn=..., token=..., gate=lambda: True, epoch=lambda: 7)
+    await server.start("192.168.1.10", 9530)    # JSON on 9530, passthrough on 9531
+    ...
+    server.lose_leadership(8, "192.168.1.11", 9530)
+    await server.wait_closed()
+
+Decisions worth knowing:
+
+- The gate is asked at every registration (by the core); after
+  `lose_leadership()` it is closed for good, whatever the callable says.
+- Bounded memory. Each peer's transport gets a write-buffer high-water mark
+  (`buffer_limit`, 4 MiB); a peer that goes over it (it does not read fast
+  enough) is dropped at once with a log line: nothing ever waits for a slow
+  peer, so a sender, a publisher or the other viewers are never stalled.
+  Before registration a peer may send at most `handshake_limit` bytes
+  (64 KiB), so an unauthenticated peer cannot make the server buffer a whole
+  `max_frame`; over it, it gets ``frame_too_large``.
+- Writes are batched: the messages routed while handling one chunk read from a
+  sender are joined into one write per recipient.
+- Silence: a registered JSON peer silent for 3 × `keepalive` is closed with
+  ``timeout``. Passthrough peers are exempt (a viewer never speaks and a
+  publisher may pause); they are dropped when they stop reading instead, and
+  TCP keepalive is on for every socket.
+- A viewer's bytes after registration are read and discarded.
+- An exception in a peer's callback is logged and closes that peer only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from relay.protocol import DEFAULT_MAX_FRAME, KEEPALIVE_INTERVAL, REGISTER_TIMEOUT
+from relay.routing import Router
+from relay.sessions import JsonPeer, PassthroughPeer
+
+log = logging.getLogger("stkrelay.relay")
+
+BUFFER_LIMIT = 4 << 20
+HANDSHAKE_LIMIT = 64 << 10
+BACKLOG = 1024
+
+
+class RelayServer:
+    """Both listeners of one relay, its routing table and its counters.
+
+    `gate()` says whether this node may register clients now (asked at every
+    registration; an exception counts as no); `epoch` (a callable, or an int)
+    is the epoch announced in ``hello`` and fencing every session. All methods
+    but `start()`/`wait_closed()` are plain and must run on the server's loop.
+    """
+
+    def __init__(
+        self,
+        *,
+        node: str,
+        kmsn: str,
+        token: str,
+        gate: Callable[[], bool],
+        epoch: Callable[[], int] | int,
+        max_frame: int = DEFAULT_MAX_FRAME,
+        keepalive: float = KEEPALIVE_INTERVAL,
+        register_timeout: float = REGISTER_TIMEOUT,
+        buffer_limit: int = BUFFER_LIMIT,
+        handshake_limit: int = HANDSHAKE_LIMIT,
+    ) -> None:
+        if not token:
+            raise ValueError("token must not be empty")
+        if keepalive <= 0 or register_timeout <= 0 or buffer_limit <= 0:
+            raise ValueError("keepalive, register_timeout and buffer_limit must be positive")
+        self.node, self.kmsn, self.token = node, kmsn, token
+        self.gate = gate
+        self.epoch = epoch
+        self.max_frame = max_frame
+        self.keepalive = keepalive
+        self.silence = 3 * keepalive
+        self.register_timeout = register_timeout
+        self.buffer_limit = buffer_limit
+        self.handshake_limit = handshake_limit
+        self.router = Router(max_frame=max_frame)
+        self.peers: set[JsonPeer] = set()
+        self.leading = True
+        self.batching = False
+        self.dirty: list[JsonPeer] = []
+        self.drops: dict[str, int] = {}  # connections closed by the server, by cause
+        self.rejected = 0  # non-fatal bad frames (unknown type after registration)
+        self.successor: tuple[int | None, str | None, int | None] | None = None
+        self.all_closed: asyncio.Event | None = None
+        self.addresses: dict[str, tuple[str, int]] = {}
+        self._listeners: list[asyncio.Server] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        assert self._loop is not None, "start() the server first"
+        return self._loop
+
+    async def start(self, host: str, port: int, passthrough_port: int | None = None) -> None:
+        """Listen on `host`: JSON on `port`, passthrough on `passthrough_port`
+        (default `port` + 1; 0 picks a free port). Raises `OSError` if either
+        cannot be bound (then neither listens)."""
+        self._loop = asyncio.get_running_loop()
+        second = port + 1 if passthrough_port is None else passthrough_port
+        try:
+            for name, kind, number in (("json", JsonPeer, port), ("passthrough", PassthroughPeer, second)):
+                listener = await self._loop.create_server(
+                    functools.partial(kind, self), host, number, backlog=BACKLOG, reuse_address=True
+                )
+                self._listeners.append(listener)
+                self.addresses[name] = listener.sockets[0].getsockname()[:2]
+        except OSError:
+            for listener in self._listeners:
+                listener.close()
+            self._listeners.clear()
+            raise
+
+    @property
+    def listening(self) -> bool:
+        return any(listener.is_serving() for listener in self._listeners)
+
+    def current_epoch(self) -> int:
+        return self.epoch() if callable(self.epoch) else self.epoch
+
+    def gate_open(self) -> bool:
+        return self.leading and bool(self.gate())
+
+    def flush(self) -> None:
+        """Write what `deliver()` batched, one write per recipient."""
+        self.batching = False
+        dirty, self.dirty = self.dirty, []
+        for peer in dirty:
+            pending, peer.pending = peer.pending, []
+            if not peer.dead and pending and peer.transport is not None:
+                peer.transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
+
+    def count(self, what: str) -> None:
+        self.drops[what] = self.drops.get(what, 0) + 1
+
+    def lose_leadership(
+        self, epoch: int | None = None, ip: str | None = None, port: int | None = None
+    ) -> None:
+        """Stop listening, refuse registrations, tell every JSON client where the
+        leader went (``leader_changed``), and close every connection."""
+        self.leading = False
+        self.successor = (epoch, ip, port)
+        for listener in self._listeners:
+            listener.close()
+        peers = list(self.peers)
+        log.info("lost leadership: %d connections told epoch=%s ip=%s port=%s", len(peers), epoch, ip, port)
+        for peer in peers:
+            try:
+                peer.leader_changed(epoch, ip, port)
+            except Exception:
+                peer.crashed("leader_changed")
+
+    async def wait_closed(self, timeout: float = 0.5) -> None:
+        """Wait up to `timeout` for the connections to flush and close; abort the rest."""
+        if self.peers:
+            self.all_closed = asyncio.Event()
+            try:
+                await asyncio.wait_for(self.all_closed.wait(), timeout)
+            except TimeoutError:
+                for peer in list(self.peers):
+                    if peer.transport is not None:
+                        peer.transport.abort()
+                await asyncio.sleep(0)  # let connection_lost run
+        for listener in self._listeners:
+            try:
+                await asyncio.wait_for(listener.wait_closed(), timeout)
+            except TimeoutError:
+                pass
+
+    def snapshot(self) -> dict[str, Any]:
+        """Counters and clients, JSON-serializable (relay.json, the panel)."""
+        peers = list(self.peers)
+        clients = sorted(
+            (p.describe() for p in peers if p.registered and not p.dead),
+            key=lambda d: (d["kmsn"], d["station"], d["role"], d["session"]),
+        )
+        return {
+            "node": self.node,
+            "kmsn": self.kmsn,
+            "epoch": self.current_epoch(),
+            "leading": self.leading,
+            "listening": {name: f"{ip}:{port}" for name, (ip, port) in self.addresses.items()}
+            if self.listening
+            else {},
+            "connections": len(peers),
+            "unregistered": sum(1 for p in peers if not p.registered),
+            "counts": self.router.counts(),
+            "clients": clients,
+            "relayed": self.router.counters.as_dict(),
+            "drops": dict(sorted(self.drops.items())),
+            "rejected_frames": self.rejected,
+        }

@@ -1,0 +1,329 @@
+"""The relay's connections: `asyncio.Protocol`s over the sans-I/O core.
+
+`JsonPeer` (JSON port) and `PassthroughPeer` (passthrough port) feed the bytes
+they read to a `relay.protocol.ServerConnection`, act on its events, write
+what it has to send, and own the timers (handshake deadline, silence). Once
+registered, a peer is a `relay.routing.Session` of its server's `Router`.
+Their policies (buffer caps, batching, silence, crashes) are described in
+`relay.server`, which creates them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import socket
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from relay.protocol import (
+    FRAME_TOO_LARGE,
+    JSON_ROLES,
+    PASSTHROUGH_ROLES,
+    TIMEOUT,
+    Message,
+    PayloadError,
+    ProtocolError,
+    RawData,
+    Registered,
+    ServerConnection,
+)
+from relay.routing import PUBLISHER
+
+if TYPE_CHECKING:
+    from relay.server import RelayServer
+
+log = logging.getLogger("stkrelay.relay")
+
+
+def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Run a transport callback; an exception is logged and closes that peer only."""
+
+    @functools.wraps(method)
+    def wrapper(self: JsonPeer, *args: Any) -> Any:
+        try:
+            return method(self, *args)
+        except Exception:
+            self.crashed(method.__name__)
+            return None
+
+    return wrapper
+
+
+class JsonPeer(asyncio.Protocol):
+    """One connection; once registered, also a `relay.routing.Session`."""
+
+    roles = JSON_ROLES
+    raw_mode = False
+    silence_applies = True
+
+    def __init__(self, server: RelayServer) -> None:
+        self.server = server
+        self.loop = server.loop
+        self.transport: asyncio.Transport | None = None
+        self.conn: ServerConnection | None = None
+        self.kmsn = self.station = self.role = self.session = ""
+        self.peer = "?"
+        self.registered = False
+        self.dead = False  # closing or closed: nothing more is written
+        self.since = self.last_rx = self.loop.time()
+        self.rx = 0
+        self.pending: list[bytes] = []
+        self.timer: asyncio.TimerHandle | None = None
+
+    # -- asyncio callbacks -------------------------------------------------------
+    @_guarded
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        srv = self.server
+        srv.peers.add(self)
+        name = transport.get_extra_info("peername")
+        self.peer = f"{name[0]}:{name[1]}" if isinstance(name, tuple) else str(name)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        transport.set_write_buffer_limits(high=srv.buffer_limit)
+        self.conn = ServerConnection(
+            node=srv.node,
+            epoch=srv.current_epoch(),
+            kmsn=srv.kmsn,
+            token=srv.token,
+            roles=self.roles,
+            gate=srv.gate_open,
+            max_frame=srv.max_frame,
+            raw_mode=self.raw_mode,
+        )
+        transport.write(self.conn.data_to_send())
+        if srv.successor is not None:  # accepted in the same loop turn as lose_leadership()
+            self.leader_changed(*srv.successor)
+            return
+        self.timer = self.loop.call_later(srv.register_timeout, self._handshake_expired)
+
+    def data_received(self, data: bytes) -> None:
+        if self.dead:
+            return
+        self.last_rx = self.loop.time()
+        try:
+            if self.registered and self.raw_mode:
+                if self.role == PUBLISHER:
+                    self.server.router.publish(self, data)
+                return
+            self._feed(data)
+        except Exception:
+            self.crashed("data_received")
+
+    @_guarded
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.dead = True
+        if self.timer is not None:
+            self.timer.cancel()
+        srv = self.server
+        if self.registered:
+            srv.router.unregister(self)
+            log.info("%s left (session %s)", self.who, self.session)
+        srv.peers.discard(self)
+        if not srv.peers and srv.all_closed is not None:
+            srv.all_closed.set()
+
+    @_guarded
+    def pause_writing(self) -> None:
+        assert self.transport is not None
+        self.drop(f"cannot keep up: {self.transport.get_write_buffer_size()} bytes unsent")
+
+    def resume_writing(self) -> None:
+        pass
+
+    # -- input ---------------------------------------------------------------------
+    def _feed(self, data: bytes) -> None:
+        conn = self.conn
+        assert conn is not None and self.transport is not None
+        if not self.registered:
+            self.rx += len(data)
+        conn.receive_data(data)
+        events = conn.events_received()
+        if events:
+            srv = self.server
+            srv.batching = True
+            try:
+                for event in events:
+                    kind = type(event)
+                    if kind is Message:
+                        self._on_message(event.obj)
+                    elif kind is RawData:
+                        if self.role == PUBLISHER:
+                            srv.router.publish(self, event.data)
+                    elif kind is Registered:
+                        self._on_registered(event)
+                    elif kind is ProtocolError:
+                        self._on_protocol_error(event)
+            finally:
+                srv.flush()
+        if not (self.registered or conn.closed) and self.rx > self.server.handshake_limit:
+            conn.fail(FRAME_TOO_LARGE, f"handshake larger than {self.server.handshake_limit} bytes")
+        out = conn.data_to_send()
+        if out:
+            self.transport.write(out)
+        if conn.close_expected():
+            self._finish()
+
+    def _on_message(self, obj: dict) -> None:
+        conn = self.conn
+        assert conn is not None
+        try:
+            delivered = self.server.router.send(self, obj)
+        except PayloadError as exc:
+            if not conn.closed:
+                conn.send_error(FRAME_TOO_LARGE, f"message too large to relay: {exc}", id=obj.get("id"))
+            return
+        if not delivered and not conn.closed:
+            conn.no_route(obj.get("id"))
+
+    def _on_registered(self, event: Registered) -> None:
+        self.kmsn, self.station, self.role, self.session = (
+            event.kmsn,
+            event.station,
+            event.role,
+            event.session,
+        )
+        self.registered = True
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if self.silence_applies:
+            self.timer = self.loop.call_later(self.server.silence, self._silence_check)
+        self.server.router.register(self)
+        log.info("%s joined (session %s)", self.who, self.session)
+
+    def _on_protocol_error(self, event: ProtocolError) -> None:
+        srv = self.server
+        if event.fatal:
+            srv.count("protocol_error")
+        else:
+            srv.rejected += 1
+        log.info("%s: %s %s", self.who, event.code, event.message)
+
+    # -- timers --------------------------------------------------------------------
+    @_guarded
+    def _handshake_expired(self) -> None:
+        self.timer = None
+        if self.dead or self.registered or self.conn is None:
+            return
+        self.server.count("timeout")
+        self._fail(TIMEOUT, f"no register within {self.server.register_timeout:g} s")
+
+    @_guarded
+    def _silence_check(self) -> None:
+        self.timer = None
+        if self.dead:
+            return
+        idle = self.loop.time() - self.last_rx
+        silence = self.server.silence
+        if idle < silence:
+            self.timer = self.loop.call_later(silence - idle, self._silence_check)
+            return
+        self.server.count("timeout")
+        log.info("%s silent for %.1f s: closing", self.who, idle)
+        self._fail(TIMEOUT, f"silent for {silence:g} s")
+
+    # -- output and closing ------------------------------------------------------
+    def deliver(self, frame: bytes) -> None:
+        if self.dead:
+            return
+        srv = self.server
+        if srv.batching:
+            if not self.pending:
+                srv.dirty.append(self)
+            self.pending.append(frame)
+        else:
+            assert self.transport is not None
+            self.transport.write(frame)
+
+    def deliver_raw(self, data: bytes) -> None:
+        if not self.dead:
+            assert self.transport is not None
+            self.transport.write(data)
+
+    def close(self, code: str, message: str) -> None:
+        """Replaced by a newer duplicate (see `relay.routing`)."""
+        if not self.dead:
+            log.info("%s: %s", self.who, message)
+            self.server.count("replaced")
+            self._fail(code, message)
+
+    def leader_changed(self, epoch: int | None, ip: str | None, port: int | None) -> None:
+        if not self.dead and self.conn is not None:
+            self.conn.leader_changed(epoch, ip, port)  # only closes in raw mode
+            self._flush_conn()
+            self._finish()
+
+    def drop(self, reason: str) -> None:
+        """Abort at once, unsent bytes and all: a peer that does not keep up."""
+        if self.dead:
+            return
+        self.dead = True
+        self.pending.clear()
+        self.server.count("slow_viewer" if self.raw_mode else "slow_peer")
+        log.warning("dropping %s: %s", self.who, reason)
+        assert self.transport is not None
+        self.transport.abort()
+
+    def crashed(self, where: str) -> None:
+        log.exception("relay peer %s failed in %s; closing it", self.peer, where)
+        self.server.count("internal_error")
+        if self.transport is None:
+            return
+        self.dead = True
+        self.transport.abort()
+
+    def _fail(self, code: str, message: str) -> None:
+        if self.conn is not None:
+            self.conn.fail(code, message)
+        self._flush_conn()
+        self._finish()
+
+    def _flush_conn(self) -> None:
+        if self.conn is not None and self.transport is not None and not self.dead:
+            out = self.conn.data_to_send()
+            if out:
+                self.transport.write(out)
+
+    def _finish(self) -> None:
+        """Graceful close: what is buffered is still sent."""
+        self.dead = True
+        self.pending.clear()
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        assert self.transport is not None
+        self.transport.close()
+
+    @property
+    def who(self) -> str:
+        if self.registered:
+            return f"{self.role} {self.kmsn}/{self.station} ({self.peer})"
+        return f"unregistered peer ({self.peer})"
+
+    def describe(self) -> dict[str, Any]:
+        buffered = self.transport.get_write_buffer_size() if self.transport and not self.dead else 0
+        return {
+            "session": self.session,
+            "kmsn": self.kmsn,
+            "station": self.station,
+            "role": self.role,
+            "peer": self.peer,
+            "since": round(self.since, 3),
+            "idle_s": round(self.loop.time() - self.last_rx, 3),
+            "buffered": buffered,
+        }
+
+
+class PassthroughPeer(JsonPeer):
+    roles = PASSTHROUGH_ROLES
+    raw_mode = True
+    silence_applies = False
+
+    def leader_changed(self, epoch: int | None, ip: str | None, port: int | None) -> None:
+        if not self.dead:
+            self._finish()  # raw bytes carry no frames: just close
