@@ -106,6 +106,7 @@ class LeadershipGate:
 
 class Command(BaseCommand):
     help = "Run the relay's TCP listeners (JSON and passthrough) while this agent leads."
+    requires_system_checks: list[str] = []  # config problems: one line each, in handle()
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument(
