@@ -173,12 +173,32 @@ class Agent:
 
         threading.Thread(target=run, name=f"duty-{epoch}", daemon=True).start()
 
-    def ingest(self) -> None:
-        """Project the pool's new events into this database and fold commands."""
+    def ingest(self) -> bool:
+        """Project the pool's new events into this database and fold commands.
+        True if there was anything new."""
         events = self.tail.new_events()
         if events:
             ingest(self.stk.kmsn, events)
             self.commands.apply(events)
+        return bool(events)
+
+    def watch(self) -> Decision | None:
+        """The cheap, frequent look (LEASE_WATCH): new pool events, or a lease
+        that changed (a handoff, a release), trigger a full cycle at once, so a
+        planned switchover does not wait for the next poll."""
+        news = self.ingest()
+        try:
+            read = self.elector.store.read()
+        except StoreUnavailable:
+            return None
+        rec = read.record
+        mem = self.elector.memory
+        moved = read.status == "valid" and rec is not None and (
+            rec.key != mem.seen_key or rec.released != mem.seen_released
+        )
+        if news or moved:
+            return self.tick(renewing=False)
+        return None
 
     def tick(self, renewing: bool) -> Decision:
         """One cycle; if the lease we wait on expires before the next poll, look

@@ -15,3 +15,9 @@ def renew() -> str:
 @shared_task(name="elections.poll", ignore_result=True)
 def poll() -> str:
     return str(agent().tick(renewing=False))
+
+
+@shared_task(name="elections.watch", ignore_result=True)
+def watch() -> str:
+    decision = agent().watch()
+    return str(decision) if decision is not None else "no change"

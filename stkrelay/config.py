@@ -34,6 +34,7 @@ DEFAULTS: dict[str, str] = {
     "RELAY_KEEPALIVE": "10",
     "HEARTBEAT_TTL": "",  # default: LEASE_TTL
     "PROMOTION_HOLD": "5",
+    "LEASE_WATCH": "0.25",
     "PRIORITY": "50",
     "HEALTH_CMD": "",
     "HEALTH_URL": "",
@@ -72,6 +73,7 @@ class Config:
     relay_keepalive: float = 10.0
     heartbeat_ttl: float = 10.0
     promotion_hold: float = 5.0
+    lease_watch: float = 0.25
     priority: int = 50
     health_cmd: str = ""
     health_url: str = ""
@@ -223,6 +225,8 @@ def load(ini_path: str | None = None, env: dict[str, str] | None = None, check_d
     cfg.heartbeat_ttl = hb if hb is not None else cfg.lease_ttl
     hold = number("PROMOTION_HOLD", float, 0, 3600)
     cfg.promotion_hold = hold if hold is not None else cfg.promotion_hold
+    watch = number("LEASE_WATCH", float, 0.05, 60)
+    cfg.lease_watch = watch if watch is not None else cfg.lease_watch
     prio = number("PRIORITY", int, 0, 100)
     cfg.priority = prio if prio is not None else cfg.priority
     cfg.health_cmd = values["HEALTH_CMD"]

@@ -95,6 +95,32 @@ PASSWORD_HASHERS = [
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
 CSRF_COOKIE_SAMESITE = "Lax"
+
+# Admin panel and API authentication (README_PANEL.md).
+LOGIN_URL = "/login/"
+LOGIN_REDIRECT_URL = "/"
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator", "OPTIONS": {"min_length": 10}},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+# Sessions end 8 h after login (panel polling does not extend them) or when the browser closes.
+SESSION_COOKIE_AGE = int(os.environ.get("STK_SESSION_AGE", 8 * 3600))
+SESSION_EXPIRE_AT_BROWSER_CLOSE = True
+SESSION_COOKIE_NAME = "stk_session"
+CSRF_COOKIE_NAME = "stk_csrf"
+CSRF_COOKIE_HTTPONLY = True  # pages carry the token; scripts never need the cookie
+# Behind a TLS-terminating proxy set STK_SECURE_COOKIES=1 (the agents' web port itself is plain HTTP).
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = os.environ.get("STK_SECURE_COOKIES") == "1"
+# Login throttling: this many failures per (user, client address) within the window → HTTP 429.
+STK_LOGIN_MAX_FAILURES = 5
+STK_LOGIN_WINDOW_S = 300
+# Number of trusted reverse proxies in front of the panel: the client address is then taken
+# from X-Forwarded-For (that many hops from the right). 0: REMOTE_ADDR only.
+STK_TRUST_FORWARDED_FOR = int(os.environ.get("STK_TRUST_FORWARDED_FOR") or 0)
+# 1: GET /api/v1/leader answers without login (relay clients' fallback lookup).
+STK_PUBLIC_LEADER_LOOKUP = os.environ.get("STK_PUBLIC_LEADER_LOOKUP") == "1"
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 
@@ -134,6 +160,12 @@ CELERY_BEAT_SCHEDULE = {
         "task": "elections.poll",
         "schedule": STK.lease_poll,
         "options": {"expires": STK.lease_poll * 0.8, "queue": "lease"},
+    },
+    # Cheap look for commands and handoffs between polls (planned switchovers < 1 s).
+    "lease-watch": {
+        "task": "elections.watch",
+        "schedule": STK.lease_watch,
+        "options": {"expires": STK.lease_watch * 0.8, "queue": "lease"},
     },
 }
 
