@@ -3,7 +3,7 @@
 PY := .venv/bin/python
 PYTEST := .venv/bin/pytest
 
-.PHONY: bootstrap run test chaos bench bench-failover lint format clean
+.PHONY: bootstrap run test chaos bench bench-failover bench-relay bench-switchover bench-panel screenshots lint format clean
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -17,10 +17,22 @@ test: bootstrap
 chaos: bootstrap
 	@$(PYTEST) -m chaos $(PYTEST_ARGS)
 
-bench: bench-failover
+bench: bench-failover bench-relay bench-switchover bench-panel
 
 bench-failover: bootstrap
 	@$(PY) bench/failover.py $(BENCH_ARGS)
+
+bench-relay: bootstrap
+	@$(PY) bench/relay.py $(BENCH_ARGS)
+
+bench-switchover: bootstrap
+	@$(PY) bench/switchover.py $(BENCH_ARGS)
+
+bench-panel: bootstrap
+	@$(PY) bench/panel.py $(BENCH_ARGS)
+
+screenshots: bootstrap
+	@$(PY) scripts/screenshots.py
 
 lint: bootstrap
 	@.venv/bin/ruff check .

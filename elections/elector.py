@@ -284,10 +284,14 @@ class Elector:
         if read is not None:
             self.memory = track(self.memory, read, now, self.timing.ttl)
         ok, why = self.policy.eligibility()
-        if ok and self._abstain_until is not None and now < self._abstain_until:
-            ok, why = False, f"sitting out after a release for {self._abstain_until - now:.1f} s"
-        return decide(self.memory, read, now, self.timing, renewing=renewing, eligible=ok,
-                      ineligible_why=why, paused=self.policy.paused())  # fmt: skip
+        decision = decide(self.memory, read, now, self.timing, renewing=renewing, eligible=ok,
+                          ineligible_why=why, paused=self.policy.paused())  # fmt: skip
+        sitting_out = self._abstain_until is not None and now < self._abstain_until
+        if sitting_out and decision.verdict is Verdict.CONTEND and not decision.handoff:
+            assert self._abstain_until is not None
+            left = self._abstain_until - now
+            return Decision(Verdict.IDLE, f"sitting out after a release for {left:.1f} s ({decision.reason})")
+        return decision
 
     def _record(self, epoch: int, seq: int, ttl: float, handoff_to: str | None = None) -> LeaseRecord:
         return make_record(self.me, self.clock, epoch, seq, ttl, handoff_to)
