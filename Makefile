@@ -24,6 +24,7 @@ bench-failover: bootstrap
 
 bench-relay: bootstrap
 	@$(PY) bench/relay.py $(BENCH_ARGS)
+	@$(PY) bench/websocket.py
 
 bench-switchover: bootstrap
 	@$(PY) bench/switchover.py $(BENCH_ARGS)

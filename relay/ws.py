@@ -30,6 +30,7 @@ from .protocol import ClientConnection, RawData, Registered
 log = logging.getLogger("stkrelay.ws")
 
 READ_CHUNK = 1 << 16
+DRAIN_ABOVE = 1 << 20
 
 
 def relay_address() -> tuple[str, int]:
@@ -89,7 +90,8 @@ class RelayBridge(_Bridge):
             await self.close(code=1009)  # too big
             return
         self.writer.write(len(payload).to_bytes(4, "big") + payload)
-        await self.writer.drain()
+        if self.writer.transport.get_write_buffer_size() > DRAIN_ABOVE:
+            await self.writer.drain()  # backpressure only when the relay falls behind
 
     async def _from_relay(self) -> None:
         assert self.reader is not None
