@@ -193,8 +193,10 @@ class Agent:
             return None
         rec = read.record
         mem = self.elector.memory
-        moved = read.status == "valid" and rec is not None and (
-            rec.key != mem.seen_key or rec.released != mem.seen_released
+        moved = (
+            read.status == "valid"
+            and rec is not None
+            and (rec.key != mem.seen_key or rec.released != mem.seen_released)
         )
         if news or moved:
             return self.tick(renewing=False)

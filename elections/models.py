@@ -40,3 +40,6 @@ class ElectionEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.observed_at:%Y-%m-%d %H:%M:%S} {self.node} {self.kind} epoch {self.epoch}"
+
+
+from .audit import ApiToken, AuditEntry, LoginFailure  # noqa: F401,E402

@@ -44,8 +44,10 @@ def test_only_the_leader_relays_and_clients_follow_a_kill_9_within_ttl_plus_3s(s
     assert not any(listening(a.ip, port) for a in site.agents if a is not leader)
 
     async def scenario():
-        cmd, s101, s102 = client(site, "commander", "C01"), client(site, "agent", "S101"), client(
-            site, "agent", "S102"
+        cmd, s101, s102 = (
+            client(site, "commander", "C01"),
+            client(site, "agent", "S101"),
+            client(site, "agent", "S102"),
         )
         for c in (cmd, s101, s102):
             await c.start(timeout=15)

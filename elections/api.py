@@ -1,0 +1,244 @@
+"""JSON API under /api/v1/ (README_PANEL.md has curl examples).
+
+Authentication: a browser session (with the CSRF header on POST) or
+`Authorization: Bearer stk_...` (`manage.py stkuser token NAME`). Commands
+(POST .../drain|undrain|promote|pause|resume) go through the same
+`panel.operate.perform` as the panel's buttons: audited, permission-checked,
+and mapped to HTTP: 202 accepted, 400 bad request, 403 forbidden, 404 unknown
+member/pool, 409 stale epoch, 422 refused, 503 unavailable.
+
+`GET /api/v1/leader?kmsn=...` answers without login only when
+STK_PUBLIC_LEADER_LOOKUP=1 (relay clients' fallback lookup).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.conf import settings
+from django.core.paginator import EmptyPage, Paginator
+from django.http import HttpRequest, HttpResponse, JsonResponse
+
+from . import audit
+from . import views as agent_views
+from .auth import api_error, api_view, client_address
+from .panel import fmt
+from .panel.operate import KINDS, perform
+from .panel.state import SiteState, site_state, site_states
+from .panel.views import PAGE_SIZE, _history_rows, audit_rows, join_outcomes
+
+
+def _r(value: float | None, digits: int = 1) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def summary(s: SiteState) -> dict[str, Any]:
+    return {
+        "kmsn": s.kmsn,
+        "agent": s.agent,
+        "leader": s.leader,
+        "has_leader": s.has_leader,
+        "why_no_leader": None if s.has_leader else s.why_no_leader,
+        "epoch": s.epoch,
+        "since": fmt.iso(s.since) or None,
+        "lease_status": s.lease_status,
+        "lease_renewed_ago_s": _r(s.renewed_ago),
+        "lease_expires_in_s": _r(s.expires_in),
+        "members_eligible": len(s.eligible),
+        "members_total": len(s.members),
+        "relay_clients": s.relay.clients if s.relay and s.relay.running else None,
+        "leader_changes_24h": s.changes_24h,
+        "paused": s.paused,
+        "view_age_s": _r(s.view_age),
+        "view_stale": s.view_stale,
+    }
+
+
+def members(s: SiteState) -> list[dict[str, Any]]:
+    return [
+        {
+            "node": m.node,
+            "role": m.role,
+            "eligible": m.eligible,
+            "reasons": m.reasons,
+            "heartbeat_age_s": _r(m.age),
+            "priority": m.priority,
+            "drain": m.drain,
+            "health": m.health,
+            "version": m.version,
+            "ip": m.ip,
+            "epoch": m.epoch,
+        }
+        for m in s.members
+    ]
+
+
+def lease(s: SiteState) -> dict[str, Any]:
+    return {
+        "kmsn": s.kmsn,
+        "status": s.lease_status,
+        "detail": s.lease_detail,
+        "store_reachable": s.store_reachable,
+        "record": s.lease,
+        "renewed_ago_s": _r(s.renewed_ago),
+        "expires_in_s": _r(s.expires_in),
+        "decision": s.decision,
+    }
+
+
+def relay(s: SiteState) -> dict[str, Any] | None:
+    r = s.relay
+    if r is None:
+        return None
+    return {
+        "running": r.running,
+        "why": r.why or None,
+        "pid": r.pid,
+        "epoch": r.epoch,
+        "clients": r.clients,
+        "per_station": dict(r.per_station),
+        "connections": r.connections,
+        "messages": r.messages,
+        "messages_per_s": _r(r.rate, 2),
+        "deliveries": r.deliveries,
+        "bytes": r.bytes,
+        "no_route": r.no_route,
+        "drops": r.drops,
+    }
+
+
+def _site_or_404(kmsn: str) -> SiteState | JsonResponse:
+    s = site_state(kmsn)
+    return s if s is not None else api_error(404, "unknown_pool", f"this agent does not see pool {kmsn!r}")
+
+
+@api_view()
+def sites(request: HttpRequest) -> HttpResponse:
+    return JsonResponse({"sites": [summary(s) for s in site_states()]})
+
+
+@api_view()
+def site(request: HttpRequest, kmsn: str) -> HttpResponse:
+    s = _site_or_404(kmsn)
+    if isinstance(s, JsonResponse):
+        return s
+    return JsonResponse({**summary(s), "members": members(s), "lease": lease(s), "relay": relay(s)})
+
+
+@api_view()
+def site_members(request: HttpRequest, kmsn: str) -> HttpResponse:
+    s = _site_or_404(kmsn)
+    if isinstance(s, JsonResponse):
+        return s
+    return JsonResponse({"kmsn": kmsn, "epoch": s.epoch, "members": members(s)})
+
+
+@api_view()
+def site_lease(request: HttpRequest, kmsn: str) -> HttpResponse:
+    s = _site_or_404(kmsn)
+    if isinstance(s, JsonResponse):
+        return s
+    return JsonResponse(lease(s))
+
+
+def _page(request: HttpRequest, items: Any) -> tuple[Any, dict[str, Any]] | JsonResponse:
+    try:
+        size = min(max(int(request.GET.get("page_size", PAGE_SIZE)), 1), 500)
+        number = int(request.GET.get("page", 1))
+    except ValueError:
+        return api_error(400, "bad_request", "page and page_size must be integers")
+    paginator = Paginator(items, size)
+    try:
+        page = paginator.page(number)
+    except EmptyPage:
+        return api_error(404, "no_such_page", f"there are {paginator.num_pages} pages")
+    return page, {"page": number, "page_size": size, "pages": paginator.num_pages, "count": paginator.count}
+
+
+@api_view()
+def history(request: HttpRequest) -> HttpResponse:
+    rows, filters = _history_rows(request)
+    paged = _page(request, rows)
+    if isinstance(paged, JsonResponse):
+        return paged
+    page, meta = paged
+    used = {k: filters[k] or None for k in ("kmsn", "period", "reason")}
+    return JsonResponse({**meta, "filters": used, "failovers": [f.as_dict() for f in page]})
+
+
+@api_view()
+def audit_log(request: HttpRequest) -> HttpResponse:
+    qs, filters = audit_rows(request.GET)  # type: ignore[arg-type]
+    paged = _page(request, qs)
+    if isinstance(paged, JsonResponse):
+        return paged
+    page, meta = paged
+    chain = audit.verify_chain()
+    return JsonResponse(
+        {
+            **meta,
+            "filters": {k: v or None for k, v in filters.items()},
+            "chain": {
+                "ok": chain.ok,
+                "entries": chain.entries,
+                "broken_at": chain.broken_at,
+                "detail": chain.detail or None,
+            },
+            "actions": [r.as_dict() for r in join_outcomes(list(page))],
+        }
+    )
+
+
+def _body(request: HttpRequest) -> dict[str, Any] | None:
+    if request.content_type == "application/json":
+        try:
+            doc = json.loads(request.body or b"{}")
+        except ValueError:
+            return None
+        return doc if isinstance(doc, dict) else None
+    return {k: v for k, v in request.POST.items()}
+
+
+@api_view(methods=("POST",))
+def command(request: HttpRequest, kmsn: str, kind: str) -> HttpResponse:
+    """POST {target, reason, expected_epoch, force} → the command's outcome."""
+    if kind not in KINDS:
+        return api_error(404, "unknown_command", f"commands are {', '.join(KINDS)}")
+    body = _body(request)
+    if body is None:
+        return api_error(400, "bad_request", "the body must be a JSON object (or a form)")
+    expected = body.get("expected_epoch")
+    if isinstance(expected, str) and expected.strip().isdigit():
+        expected = int(expected)
+    if expected is not None and (not isinstance(expected, int) or isinstance(expected, bool)):
+        return api_error(400, "bad_request", "expected_epoch must be an integer")
+    target = body.get("target") or None
+    if target is not None and not isinstance(target, str):
+        return api_error(400, "bad_request", "target must be a member name")
+    force = body.get("force") in (True, "1", "true", "on")
+    outcome = perform(
+        request.api_user,
+        client_address(request),
+        "api",
+        kind,
+        kmsn,
+        target,  # type: ignore[attr-defined]
+        reason=str(body.get("reason") or "")[:500],
+        expected_epoch=expected,
+        force=force,
+    )
+    return JsonResponse({"command": kind, "target": target, **outcome.as_dict()}, status=outcome.status)
+
+
+def _public_leader(request: HttpRequest) -> bool:
+    return bool(getattr(settings, "STK_PUBLIC_LEADER_LOOKUP", False))
+
+
+@api_view(public=_public_leader)
+def leader(request: HttpRequest) -> HttpResponse:
+    """Who leads `?kmsn=` (default: this agent's pool), from the signed lease."""
+    kmsn = request.GET.get("kmsn")
+    if kmsn and kmsn != settings.STK.kmsn:
+        return JsonResponse({"kmsn": kmsn, "leader": None, "status": "unknown_kmsn"}, status=404)
+    return agent_views.leader(request)

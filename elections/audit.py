@@ -1,0 +1,246 @@
+"""The operator audit trail, login throttling and API tokens (models and behaviour).
+
+Every operator action (drain, undrain, promote, pause, resume), refused and
+failed ones included, is two append-only `AuditEntry` rows sharing one
+correlation id: the *intent*, written before `commands.submit` is called (if it
+cannot be written the action is refused), and the *outcome*. Rows are
+hash-chained: each stores `prev_hash` (the previous row's `hash`) and
+`hash = sha256(prev_hash + canonical JSON of its own content)`, so editing or
+deleting a row breaks the chain from that row on; `verify_chain()` names the
+first broken row.
+
+The models live here (imported at the end of `elections/models.py` so that
+Django discovers them); the permissions checked by the panel and the API,
+`elections.drain_member` and `elections.promote_member`, are defined on
+`AuditEntry`.
+
+Exceptions: `AuditUnavailable` (the trail cannot be written: the action must
+not run).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import secrets
+import threading
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, OperationalError, models, transaction
+from django.utils import timezone
+
+log = logging.getLogger("stkrelay.audit")
+
+GENESIS = "0" * 64
+_append_lock = threading.Lock()
+
+
+class AuditUnavailable(Exception):
+    """The audit trail could not be written; the action it describes must not run."""
+
+
+class AuditEntry(models.Model):
+    """One row of the hash-chained operator audit trail (intent or outcome)."""
+
+    INTENT, OUTCOME = "intent", "outcome"
+    PHASES = [(INTENT, "intent"), (OUTCOME, "outcome")]
+
+    seq = models.PositiveBigIntegerField(unique=True)  # position in the chain, 1..N
+    at = models.DateTimeField(db_index=True)
+    phase = models.CharField(max_length=8, choices=PHASES)
+    user = models.CharField(max_length=150)  # a name, not a key: history outlives accounts
+    client = models.CharField(max_length=200, blank=True)
+    via = models.CharField(max_length=16, blank=True)  # panel, api
+    action = models.CharField(max_length=16)  # drain, undrain, promote, pause, resume
+    kmsn = models.CharField(max_length=64, blank=True)
+    target = models.CharField(max_length=64, blank=True)
+    reason = models.TextField(blank=True)
+    expected_epoch = models.BigIntegerField(null=True, blank=True)
+    force = models.BooleanField(default=False)
+    result = models.CharField(max_length=32, blank=True)  # outcome only: accepted, stale_epoch, ...
+    message = models.TextField(blank=True)
+    epoch = models.BigIntegerField(null=True, blank=True)  # the pool's epoch at submit
+    correlation = models.CharField(max_length=64, db_index=True)
+    prev_hash = models.CharField(max_length=64)
+    hash = models.CharField(max_length=64)
+
+    CHAINED = (
+        "seq",
+        "at",
+        "phase",
+        "user",
+        "client",
+        "via",
+        "action",
+        "kmsn",
+        "target",
+        "reason",
+        "expected_epoch",
+        "force",
+        "result",
+        "message",
+        "epoch",
+        "correlation",
+    )
+
+    class Meta:
+        ordering = ["-seq"]
+        permissions = [
+            ("drain_member", "Can drain and undrain pool members"),
+            ("promote_member", "Can promote a member and pause or resume failover"),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.seq} {self.phase} {self.action} {self.target} by {self.user}"
+
+    def canonical(self) -> str:
+        """The chained content as canonical JSON (keys sorted, no whitespace, UTF-8)."""
+        doc: dict[str, Any] = {name: getattr(self, name) for name in self.CHAINED}
+        doc["at"] = self.at.astimezone(UTC).isoformat(timespec="microseconds")
+        return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+    def compute_hash(self) -> str:
+        return hashlib.sha256((self.prev_hash + self.canonical()).encode()).hexdigest()
+
+
+def append(**fields: Any) -> AuditEntry:
+    """Append one entry at the head of the chain. Raises `AuditUnavailable`.
+
+    The chain head is read and the row inserted in one transaction; `seq` is
+    unique, so two writers that read the same head cannot both insert: the
+    loser retries on the new head."""
+    fields.setdefault("at", timezone.now())
+    last_error: Exception | None = None
+    with _append_lock:
+        for attempt in range(30):
+            try:
+                with transaction.atomic():
+                    head = AuditEntry.objects.order_by("-seq").values_list("seq", "hash").first()
+                    seq, prev = (head[0] + 1, head[1]) if head else (1, GENESIS)
+                    entry = AuditEntry(seq=seq, prev_hash=prev, **fields)
+                    entry.hash = entry.compute_hash()
+                    entry.save(force_insert=True)
+                    return entry
+            except IntegrityError as exc:  # another process took this seq
+                last_error = exc
+            except OperationalError as exc:  # database locked or gone
+                last_error = exc
+                time.sleep(min(0.01 * (attempt + 1), 0.2))
+            except Exception as exc:
+                last_error = exc
+                break
+    log.error("audit trail not written: %s", last_error)
+    raise AuditUnavailable(f"audit trail not written: {last_error}")
+
+
+@dataclass(frozen=True)
+class ChainStatus:
+    ok: bool
+    entries: int
+    broken_at: int | None = None  # seq of the first row that does not verify
+    detail: str = ""
+
+    def __str__(self) -> str:
+        if self.ok:
+            return f"chain verified: {self.entries} entries"
+        return f"chain broken at #{self.broken_at}: {self.detail}"
+
+
+def verify_chain() -> ChainStatus:
+    """Recompute every hash in chain order; name the first row that does not verify."""
+    prev, expect_seq, n = GENESIS, 1, 0
+    for entry in AuditEntry.objects.order_by("seq").iterator(chunk_size=2000):
+        n += 1
+        if entry.seq != expect_seq:
+            return ChainStatus(False, n, expect_seq, f"row #{expect_seq} is missing")
+        if entry.prev_hash != prev:
+            return ChainStatus(False, n, entry.seq, "does not follow the previous row's hash")
+        if entry.compute_hash() != entry.hash:
+            return ChainStatus(False, n, entry.seq, "content does not match its hash")
+        prev, expect_seq = entry.hash, expect_seq + 1
+    return ChainStatus(True, n)
+
+
+class LoginFailure(models.Model):
+    """A failed login, counted per (username, client address) for throttling."""
+
+    username = models.CharField(max_length=150)
+    client = models.CharField(max_length=200)
+    at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["username", "client", "at"], name="loginfail_user_client_at")]
+
+    @classmethod
+    def window(cls) -> timedelta:
+        return timedelta(seconds=getattr(settings, "STK_LOGIN_WINDOW_S", 300))
+
+    @classmethod
+    def limit(cls) -> int:
+        return int(getattr(settings, "STK_LOGIN_MAX_FAILURES", 5))
+
+    @classmethod
+    def blocked_for(cls, username: str, client: str, now: datetime | None = None) -> float:
+        """Seconds until (username, client) may try again; 0 when not throttled."""
+        now = now or timezone.now()
+        recent = list(
+            cls.objects.filter(username=username, client=client, at__gte=now - cls.window())
+            .order_by("-at")
+            .values_list("at", flat=True)[: cls.limit()]
+        )
+        if len(recent) < cls.limit():
+            return 0.0
+        return max((recent[-1] + cls.window() - now).total_seconds(), 1.0)
+
+    @classmethod
+    def note(cls, username: str, client: str, now: datetime | None = None) -> None:
+        now = now or timezone.now()
+        cls.objects.create(username=username[:150], client=client[:200], at=now)
+        cls.objects.filter(at__lt=now - timedelta(days=1)).delete()
+
+    @classmethod
+    def forget(cls, username: str, client: str) -> None:
+        cls.objects.filter(username=username, client=client).delete()
+
+
+class ApiToken(models.Model):
+    """A bearer token for scripts (`Authorization: Bearer stk_...`); only its sha256 is stored."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="stk_tokens")
+    label = models.CharField(max_length=100, blank=True)
+    digest = models.CharField(max_length=64, unique=True)
+    created = models.DateTimeField(default=timezone.now)
+    last_used = models.DateTimeField(null=True, blank=True)
+
+    PREFIX = "stk_"
+
+    def __str__(self) -> str:
+        return f"token {self.label or self.pk} of {self.user}"
+
+    @staticmethod
+    def digest_of(key: str) -> str:
+        return hashlib.sha256(key.encode()).hexdigest()
+
+    @classmethod
+    def issue(cls, user: Any, label: str = "") -> tuple[ApiToken, str]:
+        """A new token; the key is returned once and never stored."""
+        key = cls.PREFIX + secrets.token_urlsafe(32)
+        return cls.objects.create(user=user, label=label, digest=cls.digest_of(key)), key
+
+    @classmethod
+    def user_for(cls, key: str) -> Any | None:
+        """The active user owning `key`, or None."""
+        if not key.startswith(cls.PREFIX):
+            return None
+        token = cls.objects.select_related("user").filter(digest=cls.digest_of(key)).first()
+        if token is None or not token.user.is_active:
+            return None
+        now = timezone.now()
+        if token.last_used is None or now - token.last_used > timedelta(minutes=1):
+            cls.objects.filter(pk=token.pk).update(last_used=now)
+        return token.user

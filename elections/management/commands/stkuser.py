@@ -1,0 +1,113 @@
+"""`python manage.py stkuser`: panel accounts and API tokens on this agent.
+
+    stkuser add NAME --role viewer|operator [--password P]   (else read from stdin)
+    stkuser role NAME --role viewer|operator
+    stkuser passwd NAME [--password P]
+    stkuser token NAME [--label L]      prints a new bearer token once
+    stkuser revoke NAME                 deletes every token of NAME
+    stkuser disable NAME | enable NAME
+    stkuser list
+
+Accounts live in this agent's database: create them on each agent whose panel
+people use. Run it with the agent's settings (STK_INI=/path/to/stk.ini).
+"""
+
+from __future__ import annotations
+
+import getpass
+import sys
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.contrib.auth.password_validation import validate_password
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
+
+from elections.auth import ROLES, ensure_roles, role_of
+
+
+class Command(BaseCommand):
+    help = "Manage panel users (roles viewer/operator) and API tokens."
+
+    def add_arguments(self, parser):  # type: ignore[no-untyped-def]
+        parser.add_argument(
+            "verb", choices=["add", "role", "passwd", "token", "revoke", "disable", "enable", "list"]
+        )
+        parser.add_argument("name", nargs="?")
+        parser.add_argument("--role", choices=sorted(ROLES))
+        parser.add_argument("--password", help="the password (default: read from stdin)")
+        parser.add_argument("--label", default="", help="a label for the token")
+
+    def handle(self, *args, verb, name, role, password, label, **options):  # type: ignore[no-untyped-def]
+        ensure_roles()
+        users = get_user_model()
+        if verb == "list":
+            for u in users.objects.order_by("username"):
+                tokens = u.stk_tokens.count()
+                state = "" if u.is_active else " (disabled)"
+                self.stdout.write(f"{u.username}\t{role_of(u)}\t{tokens} token(s){state}")
+            return
+        if not name:
+            raise CommandError(f"stkuser {verb} needs a user name")
+        if verb == "add":
+            if not role:
+                raise CommandError("stkuser add needs --role viewer|operator")
+            if users.objects.filter(username=name).exists():
+                raise CommandError(f"user {name!r} exists (use `stkuser role` or `stkuser passwd`)")
+            secret = self._password(password, name)
+            with transaction.atomic():
+                user = users.objects.create_user(username=name)
+                self._set_password(user, secret)
+                self._set_role(user, role)
+            self.stdout.write(f"created {name} ({role})")
+            return
+        try:
+            user = users.objects.get(username=name)
+        except users.DoesNotExist:
+            raise CommandError(f"no user {name!r}") from None
+        if verb == "role":
+            if not role:
+                raise CommandError("stkuser role needs --role viewer|operator")
+            self._set_role(user, role)
+            self.stdout.write(f"{name} is now {role}")
+        elif verb == "passwd":
+            self._set_password(user, self._password(password, name))
+            self.stdout.write(f"password of {name} changed")
+        elif verb == "token":
+            from elections.audit import ApiToken
+
+            _, key = ApiToken.issue(user, label)
+            self.stdout.write(key)
+        elif verb == "revoke":
+            n, _ = user.stk_tokens.all().delete()
+            self.stdout.write(f"{n} token(s) of {name} revoked")
+        elif verb in ("disable", "enable"):
+            user.is_active = verb == "enable"
+            user.save(update_fields=["is_active"])
+            self.stdout.write(f"{name} {verb}d")
+
+    def _password(self, given: str | None, name: str) -> str:
+        if given is not None:
+            return given
+        if sys.stdin.isatty():
+            first = getpass.getpass(f"Password for {name}: ")
+            if getpass.getpass("Again: ") != first:
+                raise CommandError("the passwords differ")
+            return first
+        line = sys.stdin.readline()
+        if not line.strip():
+            raise CommandError("no password on stdin (or use --password)")
+        return line.rstrip("\r\n")
+
+    def _set_password(self, user, secret: str) -> None:  # type: ignore[no-untyped-def]
+        try:
+            validate_password(secret, user)
+        except ValidationError as exc:
+            raise CommandError("password refused: " + " ".join(exc.messages)) from None
+        user.set_password(secret)
+        user.save()
+
+    def _set_role(self, user, role: str) -> None:  # type: ignore[no-untyped-def]
+        user.groups.remove(*Group.objects.filter(name__in=list(ROLES)))
+        user.groups.add(Group.objects.get(name=role))

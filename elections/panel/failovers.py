@@ -1,0 +1,232 @@
+"""Failover history and leadership segments, derived from ElectionEvent rows.
+
+`derive(events)` is pure: given one pool's transitions (elected, stepped_down,
+released, handoff, renew_failed, *_requested) it returns one `Failover` per
+`elected` event: from whom to whom, why, who asked, and how long the pool had
+no leader. Why, in this order of precedence:
+
+  forced        a drain or promote with `force` was issued during the old epoch
+  promoted      a promote naming the new leader was issued during the old epoch
+  drained       a drain naming the old leader was issued during the old epoch
+  handoff       the old leader handed the lease over (elected reason or its event)
+  stepped down  the old leader released the lease or stepped down
+  lease expired the new leader took over after the old lease was not renewed
+  first election no leader before
+
+The gap is measured, where possible, on one machine's clock: the new leader's
+own "not renewed for X s" when it took an expired lease; otherwise from the old
+leader's end event to the new leader's election (two machines' wall clocks,
+clamped at 0).
+
+`failovers_for(kmsn)` caches the derivation per process until the event table
+changes (its max id and row count).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+REASONS = ("forced", "promoted", "drained", "handoff", "stepped down", "lease expired", "first election")
+END_KINDS = ("stepped_down", "released", "handoff")
+COMMAND_KINDS = (
+    "drain_requested",
+    "promote_requested",
+    "undrain_requested",
+    "pause_requested",
+    "resume_requested",
+)
+_EXPIRED = re.compile(r"not renewed for ([0-9.]+) s")
+
+
+@dataclass(frozen=True)
+class Ev:
+    """The fields of an ElectionEvent that the derivation needs."""
+
+    id: int
+    kmsn: str
+    node: str
+    epoch: int
+    kind: str
+    reason: str
+    at: datetime
+    detail: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Failover:
+    kmsn: str
+    epoch: int
+    at: datetime
+    from_node: str | None
+    to_node: str
+    reason: str
+    actor: str
+    gap_s: float | None
+    detail: str  # the elected event's own reason text
+    correlation: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "kmsn": self.kmsn,
+            "epoch": self.epoch,
+            "at": self.at.isoformat(),
+            "from": self.from_node,
+            "to": self.to_node,
+            "reason": self.reason,
+            "actor": self.actor,
+            "gap_s": None if self.gap_s is None else round(self.gap_s, 3),
+            "detail": self.detail,
+            "correlation": self.correlation,
+        }
+
+
+@dataclass(frozen=True)
+class Segment:
+    node: str
+    epoch: int
+    start: datetime
+    end: datetime | None  # None: still leading
+
+
+def derive(events: list[Ev]) -> list[Failover]:
+    """One Failover per elected event, oldest first (events of one pool, any order)."""
+    events = sorted(events, key=lambda e: (e.at, e.id))
+    elected = sorted((e for e in events if e.kind == "elected"), key=lambda e: (e.epoch, e.at, e.id))
+    ends: dict[tuple[str, int], Ev] = {}
+    commands: dict[int, list[Ev]] = {}
+    for e in events:
+        if e.kind in END_KINDS:
+            ends.setdefault((e.node, e.epoch), e)
+        elif e.kind in COMMAND_KINDS:
+            commands.setdefault(e.epoch, []).append(e)
+    out: list[Failover] = []
+    prev: Ev | None = None
+    for e in elected:
+        if prev is not None and prev.epoch == e.epoch:
+            continue  # the same election seen twice
+        end = ends.get((prev.node, prev.epoch)) if prev else None
+        asked = commands.get(prev.epoch, []) if prev else []
+        reason, actor, corr = _why(e, prev, end, asked)
+        out.append(
+            Failover(
+                kmsn=e.kmsn,
+                epoch=e.epoch,
+                at=e.at,
+                from_node=prev.node if prev else None,
+                to_node=e.node,
+                reason=reason,
+                actor=actor,
+                gap_s=_gap(e, end),
+                detail=e.reason,
+                correlation=corr,
+            )
+        )
+        prev = e
+    return out
+
+
+def _why(e: Ev, prev: Ev | None, end: Ev | None, asked: list[Ev]) -> tuple[str, str, str]:
+    if prev is None:
+        return "first election", "pool", ""
+    mine = [c for c in asked if c.kind in ("drain_requested", "promote_requested")]
+    for c in reversed(mine):
+        if c.detail.get("force"):
+            return "forced", _actor(c), str(c.detail.get("correlation") or "")
+    for c in reversed(mine):
+        if c.kind == "promote_requested" and c.detail.get("target") == e.node:
+            return "promoted", _actor(c), str(c.detail.get("correlation") or "")
+    for c in reversed(mine):
+        if c.kind == "drain_requested" and c.detail.get("target") == prev.node:
+            return "drained", _actor(c), str(c.detail.get("correlation") or "")
+    text = e.reason.lower()
+    if "handed" in text or "handoff" in text or (end is not None and end.kind == "handoff"):
+        return "handoff", "pool", ""
+    if end is not None or text.startswith("released by"):
+        return "stepped down", "pool", ""
+    return "lease expired", "pool", ""
+
+
+def _actor(c: Ev) -> str:
+    return str(c.detail.get("actor") or c.node)
+
+
+def _gap(e: Ev, end: Ev | None) -> float | None:
+    match = _EXPIRED.search(e.reason)
+    if match:
+        return float(match.group(1))
+    if end is not None:
+        return max((e.at - end.at).total_seconds(), 0.0)
+    return None
+
+
+def segments(events: list[Ev], now: datetime, current_epoch: int | None) -> list[Segment]:
+    """Who led when: one segment per elected event, ended by its own end event,
+    else by the next election, else still running if it is the current epoch."""
+    events = sorted(events, key=lambda e: (e.at, e.id))
+    elected = [e for e in events if e.kind == "elected"]
+    ends: dict[tuple[str, int], datetime] = {}
+    for e in events:
+        if e.kind in END_KINDS:
+            ends.setdefault((e.node, e.epoch), e.at)
+    out = []
+    for i, e in enumerate(elected):
+        end = ends.get((e.node, e.epoch))
+        later = elected[i + 1].at if i + 1 < len(elected) else None
+        if end is None:
+            if later is not None:
+                end = later
+            elif e.epoch != current_epoch:
+                end = e.at  # ended, when unknown: shown as a sliver
+        if end is not None and later is not None:
+            end = min(end, later)
+        out.append(Segment(e.node, e.epoch, e.at, end if end is None else min(end, now)))
+    return out
+
+
+# -- from the database, cached ---------------------------------------------------
+_cache_lock = threading.Lock()
+_cache: dict[str, tuple[tuple[Any, ...], list[Failover]]] = {}
+FIELDS = ("id", "kmsn", "node", "epoch", "kind", "reason", "observed_at", "detail")
+
+
+def load_events(kmsn: str, since: datetime | None = None, kinds: tuple[str, ...] | None = None) -> list[Ev]:
+    from ..models import ElectionEvent
+
+    qs = ElectionEvent.objects.filter(kmsn=kmsn).exclude(kind="renew_failed")
+    if kinds:
+        qs = qs.filter(kind__in=kinds)
+    if since is not None:
+        qs = qs.filter(observed_at__gte=since)
+    return [Ev(*row) for row in qs.order_by().values_list(*FIELDS)]
+
+
+def table_version() -> tuple[Any, ...]:
+    from django.db.models import Count, Max
+
+    from ..models import ElectionEvent
+
+    agg = ElectionEvent.objects.aggregate(m=Max("id"), n=Count("id"))
+    return (agg["m"], agg["n"])
+
+
+def failovers_for(kmsn: str) -> list[Failover]:
+    """Every failover of `kmsn`, oldest first; recomputed only when events changed."""
+    version = table_version()
+    with _cache_lock:
+        hit = _cache.get(kmsn)
+        if hit is not None and hit[0] == version:
+            return hit[1]
+    result = derive(load_events(kmsn))
+    with _cache_lock:
+        _cache[kmsn] = (version, result)
+    return result
+
+
+def known_kmsns() -> list[str]:
+    from ..models import ElectionEvent
+
+    return sorted(ElectionEvent.objects.order_by().values_list("kmsn", flat=True).distinct())

@@ -1,0 +1,474 @@
+"""The admin panel's pages: login, sites, site, failover history, audit history,
+command confirmation and progress. Thin: data comes from `state`,
+`failovers` and `operate`; every page needs a login (`auth.panel_view`)."""
+
+from __future__ import annotations
+
+import csv
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+from urllib.parse import urlencode
+
+from django.conf import settings
+from django.contrib.auth import login, logout
+from django.contrib.auth.forms import AuthenticationForm
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.safestring import mark_safe
+from django.views.decorators.http import require_http_methods, require_POST
+
+from .. import audit, svg
+from ..auth import client_address, denial, panel_view, role_of, secure_headers
+from . import fmt
+from .failovers import REASONS, Failover, failovers_for, known_kmsns, load_events, segments
+from .live import render_live
+from .operate import KINDS, perform, preview, progress
+from .state import SiteState, site_state, site_states
+
+PAGE_SIZE = 50
+PERIODS = {"1h": 1, "6h": 6, "24h": 24, "7d": 24 * 7, "30d": 24 * 30, "all": None}
+TIMELINE_WINDOWS = {"15m": 0.25, "1h": 1, "6h": 6, "24h": 24}
+
+
+def _base(request: HttpRequest, title: str, alarm: bool = False, **extra: Any) -> dict[str, Any]:
+    return {
+        "title": title,
+        "alarm": alarm,
+        "role": role_of(request.user),
+        "agent": settings.STK.node,
+        "nav": request.resolver_match.url_name if request.resolver_match else "",
+        **extra,
+    }
+
+
+# -- login --------------------------------------------------------------------------
+@require_http_methods(["GET", "POST"])
+def login_view(request: HttpRequest) -> HttpResponse:
+    """Django auth with throttling: STK_LOGIN_MAX_FAILURES per (user, address) per window → 429."""
+    nxt = request.POST.get("next") or request.GET.get("next") or "/"
+    if not url_has_allowed_host_and_scheme(nxt, allowed_hosts={request.get_host()}):
+        nxt = "/"
+    form = AuthenticationForm(request, data=request.POST or None)
+    status = 200
+    if request.method == "POST":
+        username = (request.POST.get("username") or "")[:150]
+        client = client_address(request)
+        wait = audit.LoginFailure.blocked_for(username, client)
+        if wait:
+            response = render(
+                request,
+                "panel/login.html",
+                {
+                    "form": AuthenticationForm(request),
+                    "next": nxt,
+                    "throttled": int(wait) + 1,
+                    "title": "Log in",
+                },
+                status=429,
+            )
+            response["Retry-After"] = str(int(wait) + 1)
+            return secure_headers(response)
+        if form.is_valid():
+            audit.LoginFailure.forget(username, client)
+            login(request, form.get_user())
+            return secure_headers(redirect(nxt))
+        audit.LoginFailure.note(username, client)
+        status = 200
+    return secure_headers(
+        render(request, "panel/login.html", {"form": form, "next": nxt, "title": "Log in"}, status=status)
+    )
+
+
+@require_POST
+def logout_view(request: HttpRequest) -> HttpResponse:
+    logout(request)
+    return secure_headers(redirect(settings.LOGIN_URL))
+
+
+# -- sites ----------------------------------------------------------------------------
+@panel_view
+def sites(request: HttpRequest) -> HttpResponse:
+    states = site_states()
+    alarm = any(not s.has_leader for s in states)
+    ctx = _base(request, "Sites", alarm, sites=[_site_row(s) for s in states])
+    return render_live(request, "panel/sites.html", ctx, {"sites-live": "panel/_sites_table.html"})
+
+
+def _site_row(s: SiteState) -> dict[str, Any]:
+    return {
+        "s": s,
+        "since_utc": fmt.utc(s.since),
+        "since_iso": fmt.iso(s.since),
+        "renewed": fmt.age(s.renewed_ago),
+        "expires": fmt.age(s.expires_in) if s.expires_in is not None and s.expires_in > 0 else "expired",
+        "eligible": len(s.eligible),
+        "total": len(s.members),
+        "relay_clients": s.relay.clients if s.relay and s.relay.running else None,
+        "view_age": fmt.age(s.view_age),
+    }
+
+
+# -- site -----------------------------------------------------------------------------
+@dataclass
+class Button:
+    kind: str
+    label: str
+    target: str | None
+    enabled: bool
+    why: str = ""
+    url: str = ""
+
+
+def _buttons(request: HttpRequest, s: SiteState) -> tuple[dict[str, list[Button]], list[Button]]:
+    """Per-member buttons and pool buttons, each enabled or disabled with a reason."""
+
+    def make(kind: str, label: str, target: str | None, why: str = "") -> Button:
+        why = denial(request.user, kind) or why
+        if not why and s.epoch is None:
+            why = "no lease epoch known: nothing to act on"
+        url = ""
+        if not why:
+            q = {"epoch": s.epoch}
+            if target:
+                q["target"] = target
+            url = reverse("panel-confirm", args=[s.kmsn, kind]) + "?" + urlencode(q)
+        return Button(kind, label, target, not why, why, url)
+
+    per_member: dict[str, list[Button]] = {}
+    for m in s.members:
+        row = []
+        if m.drain:
+            row.append(make("undrain", "Undrain", m.node))
+        else:
+            # Draining the last eligible member is allowed, with force on the confirmation page.
+            row.append(make("drain", "Drain", m.node))
+        why = ""
+        if m.leader:
+            why = "already the leader"
+        elif not m.eligible:
+            why = "not eligible: " + ("; ".join(m.reasons) or "unknown")
+        row.append(make("promote", "Promote", m.node, why))
+        per_member[m.node] = row
+    pool = [make("resume", "Resume failover", None)] if s.paused else [make("pause", "Pause failover", None)]
+    return per_member, pool
+
+
+def _timeline(s: SiteState, hours: float, now: datetime) -> str:
+    from ..models import ElectionEvent
+
+    start = now - timedelta(hours=hours)
+    events = load_events(s.kmsn, since=start, kinds=("elected", "stepped_down", "released", "handoff"))
+    before = (
+        ElectionEvent.objects.filter(kmsn=s.kmsn, kind="elected", observed_at__lt=start)
+        .order_by("-observed_at", "-id")
+        .values_list("id", "kmsn", "node", "epoch", "kind", "reason", "observed_at", "detail")
+        .first()
+    )
+    if before is not None:
+        from .failovers import Ev
+
+        events.append(Ev(*before))
+    bars = [
+        svg.Bar(g.node, g.epoch, g.start, g.end) for g in segments(events, now, s.epoch if s.leader else None)
+    ]
+    return svg.timeline(bars, [m.node for m in s.members], start, now)
+
+
+@panel_view
+def site(request: HttpRequest, kmsn: str) -> HttpResponse:
+    s = site_state(kmsn)
+    if s is None:
+        raise Http404(f"this agent does not see pool {kmsn}")
+    now = timezone.now()
+    window = request.GET.get("window", "6h")
+    window = window if window in TIMELINE_WINDOWS else "6h"
+    per_member, pool_buttons = _buttons(request, s)
+    members = [{"m": m, "age": fmt.age(m.age), "buttons": per_member.get(m.node, [])} for m in s.members]
+    relay = s.relay
+    ctx = _base(
+        request,
+        f"Pool {kmsn}",
+        not s.has_leader,
+        s=s,
+        row=_site_row(s),
+        members=members,
+        pool_buttons=pool_buttons,
+        relay=relay,
+        relay_rate=fmt.rate(relay.rate) if relay else "—",
+        relay_bytes=fmt.size(relay.bytes) if relay else "—",
+        timeline=mark_safe(_timeline(s, TIMELINE_WINDOWS[window], now)),
+        window=window,
+        windows=list(TIMELINE_WINDOWS),
+        recent=failovers_for(kmsn)[-5:][::-1],
+    )
+    sections = {
+        "site-summary": "panel/_site_summary.html",
+        "site-members": "panel/_site_members.html",
+        "site-relay": "panel/_site_relay.html",
+        "site-timeline": "panel/_site_timeline.html",
+    }
+    return render_live(request, "panel/site.html", ctx, sections)
+
+
+# -- failover history ---------------------------------------------------------------------
+def _history_rows(request: HttpRequest) -> tuple[list[Failover], dict[str, str]]:
+    kmsns = sorted(set(known_kmsns()) | {settings.STK.kmsn})
+    kmsn = request.GET.get("kmsn") or ""
+    period = request.GET.get("period") or "7d"
+    reason = request.GET.get("reason") or ""
+    period = period if period in PERIODS else "7d"
+    rows: list[Failover] = []
+    for k in [kmsn] if kmsn else kmsns:
+        rows.extend(failovers_for(k))
+    hours = PERIODS[period]
+    if hours is not None:
+        since = timezone.now() - timedelta(hours=hours)
+        rows = [r for r in rows if r.at >= since]
+    if reason:
+        rows = [r for r in rows if r.reason == reason]
+    rows.sort(key=lambda r: (r.at, r.epoch), reverse=True)
+    return rows, {"kmsn": kmsn, "period": period, "reason": reason, "kmsns": kmsns}  # type: ignore[dict-item]
+
+
+@panel_view
+def history(request: HttpRequest) -> HttpResponse:
+    rows, filters = _history_rows(request)
+    page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
+    query = {k: v for k, v in filters.items() if k in ("kmsn", "period", "reason") and v}
+    ctx = _base(
+        request,
+        "Failover history",
+        page=page,
+        rows=[{"f": f, "utc": fmt.utc(f.at), "local": fmt.local(f.at), "iso": fmt.iso(f.at)} for f in page],
+        filters=filters,
+        reasons=REASONS,
+        periods=list(PERIODS),
+        query=urlencode(query),
+        total=len(rows),
+    )
+    return render_live(request, "panel/history.html", ctx, {"history-live": "panel/_history_table.html"})
+
+
+class _Echo:
+    def write(self, value: str) -> str:
+        return value
+
+
+@panel_view
+def history_csv(request: HttpRequest) -> HttpResponse:
+    rows, _ = _history_rows(request)
+    writer = csv.writer(_Echo())
+    header = ["epoch", "kmsn", "at_utc", "from", "to", "reason", "actor", "gap_s", "detail", "correlation"]
+
+    def lines():  # type: ignore[no-untyped-def]
+        yield writer.writerow(header)
+        for f in rows:
+            gap = "" if f.gap_s is None else f"{f.gap_s:.3f}"
+            yield writer.writerow(
+                [
+                    f.epoch,
+                    f.kmsn,
+                    fmt.iso(f.at),
+                    f.from_node or "",
+                    f.to_node,
+                    f.reason,
+                    f.actor,
+                    gap,
+                    f.detail,
+                    f.correlation,
+                ]
+            )
+
+    response = StreamingHttpResponse(lines(), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="failovers-{time.strftime("%Y%m%d-%H%M%S")}.csv"'
+    return response
+
+
+# -- audit history ---------------------------------------------------------------------------
+@dataclass
+class AuditRow:
+    intent: audit.AuditEntry
+    outcome: audit.AuditEntry | None
+
+    @property
+    def result(self) -> str:
+        return self.outcome.result if self.outcome else "no outcome recorded"
+
+    @property
+    def message(self) -> str:
+        return self.outcome.message if self.outcome else "the action's outcome was never written"
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome is not None and self.outcome.result == "accepted"
+
+    def as_dict(self) -> dict[str, Any]:
+        e = self.intent
+        return {
+            "seq": e.seq,
+            "at": fmt.iso(e.at),
+            "user": e.user,
+            "client": e.client,
+            "via": e.via,
+            "action": e.action,
+            "kmsn": e.kmsn,
+            "target": e.target or None,
+            "reason": e.reason,
+            "expected_epoch": e.expected_epoch,
+            "force": e.force,
+            "result": self.result,
+            "message": self.message,
+            "epoch": self.outcome.epoch if self.outcome else None,
+            "correlation": e.correlation,
+        }
+
+
+def audit_rows(params: dict[str, str]) -> tuple[Any, dict[str, str]]:
+    """Intents (filtered) joined with their outcomes, newest first, as a queryset-backed list."""
+    qs = audit.AuditEntry.objects.filter(phase=audit.AuditEntry.INTENT)
+    filters = {k: (params.get(k) or "").strip() for k in ("user", "action", "result", "kmsn")}
+    if filters["user"]:
+        qs = qs.filter(user=filters["user"])
+    if filters["action"]:
+        qs = qs.filter(action=filters["action"])
+    if filters["kmsn"]:
+        qs = qs.filter(kmsn=filters["kmsn"])
+    if filters["result"]:
+        done = audit.AuditEntry.objects.filter(phase=audit.AuditEntry.OUTCOME, result=filters["result"])
+        qs = qs.filter(correlation__in=done.values("correlation"))
+    return qs.order_by("-seq"), filters
+
+
+def join_outcomes(intents: list[audit.AuditEntry]) -> list[AuditRow]:
+    outcomes = {
+        e.correlation: e
+        for e in audit.AuditEntry.objects.filter(
+            phase=audit.AuditEntry.OUTCOME, correlation__in=[i.correlation for i in intents]
+        )
+    }
+    return [AuditRow(i, outcomes.get(i.correlation)) for i in intents]
+
+
+@panel_view
+def audit_log(request: HttpRequest) -> HttpResponse:
+    qs, filters = audit_rows(request.GET)  # type: ignore[arg-type]
+    page = Paginator(qs, PAGE_SIZE).get_page(request.GET.get("page"))
+    rows = join_outcomes(list(page))
+    ctx = _base(
+        request,
+        "Audit history",
+        page=page,
+        rows=[{"r": r, "utc": fmt.utc(r.intent.at), "local": fmt.local(r.intent.at)} for r in rows],
+        chain=audit.verify_chain(),
+        filters=filters,
+        kinds=KINDS,
+        results=("accepted", "stale_epoch", "unknown_member", "refused", "forbidden", "unavailable", "error"),
+        query=urlencode({k: v for k, v in filters.items() if v}),
+    )
+    return render_live(request, "panel/audit.html", ctx, {"audit-live": "panel/_audit_table.html"})
+
+
+# -- commands ----------------------------------------------------------------------------
+def _int_or_none(value: str | None) -> int | None:
+    try:
+        return int(value) if value not in (None, "") else None
+    except ValueError:
+        return None
+
+
+def progress_timeout() -> float:
+    return max(30.0, 3 * settings.STK.lease_ttl + 5)
+
+
+@panel_view
+@require_http_methods(["GET", "POST"])
+def confirm(request: HttpRequest, kmsn: str, kind: str) -> HttpResponse:
+    """GET: what the command will do, the dry-run plan and the expected epoch.
+    POST: perform it (403 without permission, 409 on a changed epoch, ...)."""
+    if kind not in KINDS:
+        raise Http404("no such command")
+    s = site_state(kmsn)
+    if s is None:
+        raise Http404(f"this agent does not see pool {kmsn}")
+    if request.method == "POST":
+        target = request.POST.get("target") or None
+        outcome = perform(
+            request.user,
+            client_address(request),
+            "panel",
+            kind,
+            kmsn,
+            target,
+            reason=(request.POST.get("reason") or "").strip()[:500],
+            expected_epoch=_int_or_none(request.POST.get("expected_epoch")),
+            force=request.POST.get("force") == "1",
+            confirm=(request.POST.get("confirm_name") or "") if kind == "promote" else None,
+        )
+        if outcome.ok:
+            return redirect(reverse("panel-progress", args=[kmsn, outcome.correlation]), permanent=False)
+        ctx = _base(
+            request,
+            f"{kind.capitalize()} not done",
+            True,
+            s=s,
+            kind=kind,
+            target=target,
+            outcome=outcome,
+            expected=_int_or_none(request.POST.get("expected_epoch")),
+        )
+        return render(request, "panel/result.html", ctx, status=outcome.status)
+    target = request.GET.get("target") or None
+    expected = _int_or_none(request.GET.get("epoch"))
+    if expected is None:
+        expected = s.epoch
+    why = denial(request.user, kind)
+    choices = [m for m in s.eligible if not m.leader] if kind == "promote" else []
+    if kind == "promote" and target not in {m.node for m in choices}:
+        target = choices[0].node if len(choices) == 1 else None
+    if kind in ("drain", "undrain") and (not target or s.member(target) is None):
+        raise Http404("no such member")
+    ctx = _base(
+        request,
+        f"Confirm {kind}",
+        not s.has_leader,
+        s=s,
+        kind=kind,
+        target=target,
+        expected=expected,
+        moved=expected is not None and s.epoch is not None and expected != s.epoch,
+        preview=preview(kind, s, target) if (target or kind in ("pause", "resume")) else None,
+        choices=choices,
+        previews={m.node: preview(kind, s, m.node) for m in choices},
+        denied=why,
+        last_eligible=kind == "drain" and {m.node for m in s.eligible} <= {target},
+    )
+    return render(request, "panel/confirm.html", ctx, status=403 if why else 200)
+
+
+@panel_view
+def command_progress(request: HttpRequest, kmsn: str, correlation: str) -> HttpResponse:
+    entry = audit.AuditEntry.objects.filter(
+        phase=audit.AuditEntry.OUTCOME, correlation=correlation, kmsn=kmsn
+    ).first()
+    if entry is None:
+        raise Http404("no such command")
+    s = site_state(kmsn)
+    if s is None:
+        raise Http404(f"this agent does not see pool {kmsn}")
+    p = progress(entry, s, timezone.now(), progress_timeout())
+    ctx = _base(
+        request,
+        f"{entry.action.capitalize()} {entry.target}".strip(),
+        not s.has_leader,
+        s=s,
+        entry=entry,
+        p=p,
+        row=_site_row(s),
+    )
+    return render_live(request, "panel/progress.html", ctx, {"progress-live": "panel/_progress.html"})

@@ -1,0 +1,242 @@
+"""The hash-chained audit trail, the failover classification behind the
+history page, the timeline chart, and `manage.py stkuser`."""
+
+from __future__ import annotations
+
+import io
+from datetime import UTC, datetime, timedelta
+from itertools import pairwise
+
+import pytest
+import test_panel_support
+from test_panel_support import client_for, make_user
+
+dj = test_panel_support.dj  # the fixture, under its name here
+
+
+def _append(n: int) -> list:  # type: ignore[type-arg]
+    from elections import audit
+
+    out = []
+    for i in range(n):
+        for phase in ("intent", "outcome"):
+            out.append(
+                audit.append(
+                    phase=phase,
+                    user="olga",
+                    client="192.0.2.1",
+                    via="panel",
+                    action="drain",
+                    kmsn="K",
+                    target=f"S00{i}",
+                    reason="r",
+                    expected_epoch=i,
+                    correlation=f"c{i}",
+                    result="accepted" if phase == "outcome" else "",
+                )
+            )
+    return out
+
+
+def test_entries_are_chained_from_a_genesis_hash(dj):
+    from elections import audit
+
+    entries = _append(3)
+    assert [e.seq for e in entries] == [1, 2, 3, 4, 5, 6]
+    assert entries[0].prev_hash == audit.GENESIS
+    assert all(b.prev_hash == a.hash for a, b in pairwise(entries))
+    assert str(audit.verify_chain()) == "chain verified: 6 entries"
+
+
+@pytest.mark.parametrize(
+    ("change", "broken_at"),
+    [
+        ({"target": "S009"}, 3),  # content edited
+        ({"result": "refused"}, 4),
+        ({"hash": "0" * 64}, 3),  # hash replaced
+    ],
+)
+def test_tampering_with_a_row_breaks_the_chain_there(dj, change, broken_at):
+    from elections import audit
+
+    _append(3)
+    audit.AuditEntry.objects.filter(seq=broken_at).update(**change)
+    status = audit.verify_chain()
+    assert (status.ok, status.broken_at) == (False, broken_at)
+    assert str(status).startswith(f"chain broken at #{broken_at}: ")
+
+
+def test_a_deleted_row_breaks_the_chain(dj):
+    from elections import audit
+
+    _append(3)
+    audit.AuditEntry.objects.filter(seq=2).delete()
+    assert str(audit.verify_chain()) == "chain broken at #2: row #2 is missing"
+
+
+def test_the_audit_page_shows_whether_the_chain_verifies(dj):
+    from elections import audit
+
+    _append(2)
+    c = client_for(make_user("vera"))
+    assert "Audit chain verified: 4 entries." in c.get("/audit/").content.decode()
+    audit.AuditEntry.objects.filter(seq=3).update(reason="nothing to see")
+    page = c.get("/audit/").content.decode()
+    assert "Audit chain broken at #3: content does not match its hash." in page
+
+
+def test_a_recomputed_hash_does_not_hide_an_edit(dj):
+    """Rewriting a row with a matching hash still breaks the link to the next row."""
+    from elections import audit
+
+    _append(2)
+    row = audit.AuditEntry.objects.get(seq=2)
+    row.target = "S777"
+    row.hash = row.compute_hash()
+    row.save()
+    assert audit.verify_chain().broken_at == 3
+
+
+def test_the_canonical_content_covers_every_audited_field(dj):
+    (entry, *_) = _append(1)
+    doc = entry.canonical()
+    for name in (
+        "user",
+        "client",
+        "action",
+        "target",
+        "reason",
+        "expected_epoch",
+        "result",
+        "correlation",
+        "at",
+    ):
+        assert f'"{name}":' in doc
+    assert doc == doc.strip() and ", " not in doc
+
+
+# -- failover classification ---------------------------------------------------------------
+T0 = datetime(2026, 6, 15, 12, 0, tzinfo=UTC)
+
+
+def ev(i: int, node: str, kind: str, epoch: int, sec: float, reason: str = "", **detail):  # type: ignore[no-untyped-def]
+    from elections.panel.failovers import Ev
+
+    return Ev(i, "K", node, epoch, kind, reason, T0 + timedelta(seconds=sec), detail)
+
+
+def test_failovers_are_classified_from_the_elected_reason_and_the_events_before_it(dj):
+    from elections.panel.failovers import derive
+
+    events = [
+        ev(1, "S001", "elected", 1, 0, "no lease file and no leader ever seen"),
+        ev(2, "S002", "elected", 2, 100, "lease of S001 expired: not renewed for 3.4 s ≥ 3 s"),
+        ev(3, "S002", "drain_requested", 2, 200, target="S002", actor="olga", correlation="c1"),
+        ev(4, "S002", "handoff", 2, 201, "released (drained), handoff to S003"),
+        ev(5, "S003", "elected", 3, 201.5, "S002 handed epoch 2 to me"),
+        ev(6, "S001", "promote_requested", 3, 300, target="S001", actor="pat"),
+        ev(7, "S003", "handoff", 3, 301, "released (promote), handoff to S001"),
+        ev(8, "S001", "elected", 4, 301.2, "S003 handed epoch 3 to me"),
+        ev(9, "S001", "released", 4, 400, "released (shutdown)"),
+        ev(10, "S002", "elected", 5, 400.5, "released by S001 (epoch 4)"),
+        ev(11, "S002", "handoff", 5, 500, "released (health: disk), handoff to S003"),
+        ev(12, "S003", "elected", 6, 500.3, "S002 handed epoch 5 to me"),
+        ev(13, "S003", "drain_requested", 6, 600, target="S003", actor="olga", force=True),
+        ev(14, "S001", "elected", 7, 610, "lease of S003 expired: not renewed for 3.1 s ≥ 3 s"),
+    ]
+    got = [(f.epoch, f.from_node, f.to_node, f.reason, f.actor) for f in derive(events)]
+    assert got == [
+        (1, None, "S001", "first election", "pool"),
+        (2, "S001", "S002", "lease expired", "pool"),
+        (3, "S002", "S003", "drained", "olga"),
+        (4, "S003", "S001", "promoted", "pat"),
+        (5, "S001", "S002", "stepped down", "pool"),
+        (6, "S002", "S003", "handoff", "pool"),
+        (7, "S003", "S001", "forced", "olga"),
+    ]
+    gaps = [f.gap_s for f in derive(events)]
+    assert (
+        gaps[0] is None and gaps[1] == 3.4 and gaps[2] == pytest.approx(0.5) and gaps[4] == pytest.approx(0.5)
+    )
+
+
+def test_segments_end_at_their_own_end_event_or_the_next_election(dj):
+    from elections.panel.failovers import segments
+
+    events = [
+        ev(1, "S001", "elected", 1, 0),
+        ev(2, "S001", "released", 1, 50),
+        ev(3, "S002", "elected", 2, 60),
+        ev(4, "S003", "elected", 3, 90),
+    ]
+    got = [
+        (s.node, s.epoch, (s.end - T0).total_seconds() if s.end else None)
+        for s in segments(events, T0 + timedelta(seconds=120), current_epoch=3)
+    ]
+    assert got == [("S001", 1, 50.0), ("S002", 2, 90.0), ("S003", 3, None)]
+
+
+def test_the_timeline_shades_gaps_only_after_the_first_recorded_leadership():
+    from elections import svg
+
+    bars = [
+        svg.Bar("S001", 1, T0 + timedelta(minutes=30), T0 + timedelta(minutes=40)),
+        svg.Bar("S002", 2, T0 + timedelta(minutes=45), None),
+    ]
+    out = svg.timeline(bars, ["S001", "S002", "S003"], T0, T0 + timedelta(hours=1))
+    assert out.count('class="gap"') == 1  # 40-45 min, not 0-30 min
+    assert out.count('class="lead"') == 2 and ">S003</text>" in out
+    assert "S001 epoch 1, S002 epoch 2; about 300 s without a leader" in out
+    evil = svg.timeline([svg.Bar("<script>", 1, T0, None)], [], T0, T0 + timedelta(hours=1))
+    assert "<script>" not in evil and "&lt;script&gt;" in evil
+
+
+# -- stkuser ----------------------------------------------------------------------------------
+def run(*args: str, stdin: str = "") -> str:
+    import sys
+
+    from django.core.management import call_command
+
+    out, saved = io.StringIO(), sys.stdin
+    sys.stdin = io.StringIO(stdin)
+    try:
+        call_command("stkuser", *args, stdout=out)
+    finally:
+        sys.stdin = saved
+    return out.getvalue()
+
+
+def test_stkuser_creates_users_with_a_role_and_a_password_from_stdin(dj):
+    from django.contrib.auth import authenticate
+
+    assert (
+        run("add", "olga", "--role", "operator", stdin="a-long-passphrase\n") == "created olga (operator)\n"
+    )
+    user = authenticate(username="olga", password="a-long-passphrase")
+    assert user is not None and user.has_perm("elections.drain_member")
+    assert user.password.startswith("argon2")
+    run("role", "olga", "--role", "viewer")
+    user.refresh_from_db()
+    user = type(user).objects.get(pk=user.pk)  # drop the permission cache
+    assert not user.has_perm("elections.drain_member")
+    assert "olga\tviewer\t0 token(s)" in run("list")
+
+
+def test_stkuser_refuses_weak_passwords_and_duplicates(dj):
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match="password refused"):
+        run("add", "olga", "--role", "viewer", "--password", "12345")
+    run("add", "olga", "--role", "viewer", "--password", "a-long-passphrase")
+    with pytest.raises(CommandError, match="exists"):
+        run("add", "olga", "--role", "viewer", "--password", "a-long-passphrase")
+
+
+def test_stkuser_tokens_authenticate_the_api_until_revoked(dj):
+    run("add", "bot", "--role", "viewer", "--password", "a-long-passphrase")
+    key = run("token", "bot", "--label", "grafana").strip()
+    assert key.startswith("stk_")
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {key}"}
+    assert client_for().get("/api/v1/sites", **auth).status_code == 200
+    assert run("revoke", "bot") == "1 token(s) of bot revoked\n"
+    assert client_for().get("/api/v1/sites", **auth).status_code == 401
