@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
 import secrets
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -154,19 +153,8 @@ def likely_successor(site: SiteState, excluding: str | None) -> str | None:
 
 
 def _action_config(actions: Any) -> Any:
-    """This agent's executors: from the settings when the config carries them,
-    else from the raw `[stk]` values and STK_* overrides."""
-    for attr in ("actions", "action_config"):
-        cfg = getattr(settings.STK, attr, None)
-        if isinstance(cfg, actions.ActionConfig):
-            return cfg
-    from stkrelay import config as stk_config
-
-    values, _, _ = stk_config._raw(None, dict(os.environ))
-    for key in actions.ACTION_DEFAULTS:
-        if f"STK_{key}" in os.environ:
-            values[key] = os.environ[f"STK_{key}"]
-    return actions.action_config({k: v for k, v in values.items() if k in actions.ACTION_DEFAULTS})[0]
+    """This agent's executors, from its `[stk]` values (STK_* overrides applied)."""
+    return actions.action_config(settings.STK.values)[0]
 
 
 def _plan(epoch: int, node: str, old_leader: str | None) -> tuple[str, str]:
