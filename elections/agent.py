@@ -132,6 +132,7 @@ class Agent:
         self.tail = EventTail(Path(stk.lease_dir) / "events")
         self.view: dict[str, Any] = {}
         self._leader_since: float | None = None
+        self._beat_fields: dict[str, Any] = {}
         self.policy = PoolPolicy(
             stk.node, stk.priority, self.commands, lambda: self.view, lambda: self._leader_since,
             self.data_dir, clock.monotonic, health_cmd=stk.health_cmd, health_url=stk.health_url,
@@ -207,11 +208,11 @@ class Agent:
         again right then (so failover does not wait a whole poll interval)."""
         self.ingest()
         decision = self.elector.cycle(renewing=renewing)
-        if renewing:
-            self.elector.heartbeat(
-                priority=self.stk.priority, drain=bool(self.commands.drained.get(self.stk.node)),
-                health=self.policy.health(), paused=self.commands.paused,
-            )  # fmt: skip
+        fields = {"priority": self.stk.priority, "drain": bool(self.commands.drained.get(self.stk.node)),
+                  "health": self.policy.health(), "paused": self.commands.paused}  # fmt: skip
+        if renewing or fields != self._beat_fields:  # a drain shows at once, not at the next renew
+            self.elector.heartbeat(**fields)
+            self._beat_fields = fields
         self.publish(decision)
         self.view = self.survey()
         if decision.wake_in is not None and decision.wake_in < self.timing.poll:

@@ -184,15 +184,22 @@ class AgentApi:
 
     name = "agents"
 
-    def __init__(self, urls: Iterable[str], kmsn: str, timeout: float = HTTP_TIMEOUT) -> None:
+    def __init__(
+        self, urls: Iterable[str], kmsn: str, timeout: float = HTTP_TIMEOUT, api_token: str | None = None
+    ) -> None:
         self.urls = [u.rstrip("/") for u in urls]
         self.kmsn, self.timeout = kmsn, timeout
+        # Agents answer the lookup without login only when STK_PUBLIC_LEADER_LOOKUP=1;
+        # otherwise a panel API token (manage.py stkuser token NAME) is needed.
+        self.headers = {"Authorization": f"Bearer {api_token}"} if api_token else {}
         self.last = "not asked yet" if self.urls else "no agent URLs configured"
 
     def _ask(self, base: str) -> Leader | str:
         url = f"{base}/api/v1/leader?{urllib.parse.urlencode({'kmsn': self.kmsn})}"
         try:
-            with _OPENER.open(url, timeout=self.timeout) as resp:
+            with _OPENER.open(
+                urllib.request.Request(url, headers=self.headers), timeout=self.timeout
+            ) as resp:
                 body = resp.read(64 << 10)
         except urllib.error.HTTPError as exc:
             return f"HTTP {exc.code}"
@@ -260,6 +267,7 @@ class Discovery:
         agents: Iterable[str] = (),
         fallbacks: Iterable[tuple[str, int]] = (),
         http_timeout: float = HTTP_TIMEOUT,
+        api_token: str | None = None,
     ) -> Discovery:
         """Lease file (when `lease_dir` is given), then agents' HTTP API, then fallbacks."""
         sources: list[LeaderSource] = []
@@ -267,7 +275,7 @@ class Discovery:
             sources.append(LeaseFile(lease_dir, token, kmsn))
         agents = list(agents)
         if agents:
-            sources.append(AgentApi(agents, kmsn, http_timeout))
+            sources.append(AgentApi(agents, kmsn, http_timeout, api_token))
         fallbacks = list(fallbacks)
         if fallbacks:
             sources.append(Fallbacks(fallbacks))

@@ -85,6 +85,13 @@ def _common(parser: argparse.ArgumentParser, *, role_required: bool) -> None:
         "--agent", action="append", default=[], metavar="URL", help="an agent's web URL (repeatable)"
     )
     parser.add_argument(
+        "--api-token",
+        default=os.environ.get("STK_API_TOKEN"),
+        metavar="TOKEN",
+        help="panel API token for --agent lookups (default $STK_API_TOKEN); not needed when the agents "
+        "set STK_PUBLIC_LEADER_LOOKUP=1",
+    )
+    parser.add_argument(
         "--fallback",
         action="append",
         default=[],
@@ -175,6 +182,7 @@ class Command(BaseCommand):
             lease_dir=lease_dir or None,
             agents=options["agent"],
             fallbacks=options["fallback"],
+            api_token=options["api_token"],
         )
         return RelayClient(
             role=role,
