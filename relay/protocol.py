@@ -27,6 +27,10 @@ Decisions worth knowing:
 - The server queues ``hello`` on construction; the nonce and session id are
   injectable so tests are byte-exact.
 - ``keepalive`` is answered with ``keepalive_ack`` inside the core; no event.
+  On the client side, ``keepalive_ack`` is absorbed silently unless the
+  connection is built with ``keepalive_acks=True``: then each one is a
+  `KeepaliveAck` event (the relay client times round trips and confirms
+  delivery with them).
 - An error frame caused by the peer's input also yields a `ProtocolError`
   event (for logging); `fail()`, `timeout()` and `leader_changed()` do not.
 - After registration, a frame whose ``type`` is unknown (or not valid in the
@@ -118,7 +122,16 @@ class LeaderChanged:
     port: int | None
 
 
-Event = Hello | Registered | Message | RawData | ProtocolError | ErrorReceived | LeaderChanged
+@dataclass(frozen=True, slots=True)
+class KeepaliveAck:
+    """The server answered a keepalive (client side, with ``keepalive_acks=True``).
+
+    The server frames the answer while parsing the keepalive, so every frame the
+    client wrote before that keepalive has been read by then.
+    """
+
+
+Event = Hello | Registered | Message | RawData | ProtocolError | ErrorReceived | LeaderChanged | KeepaliveAck
 
 
 def new_nonce(randbytes: Callable[[int], bytes] = os.urandom) -> str:
@@ -296,6 +309,8 @@ class ClientConnection(FramedConnection):
     close the connection; nothing is sent back. An ``error`` frame closes it
     before registration; after, it stays open (a fatal one is followed by the
     server's close: the transport reports it with `receive_eof()`).
+    With `keepalive_acks`, each ``keepalive_ack`` of an open connection is a
+    `KeepaliveAck` event; without, it is absorbed silently.
     """
 
     def __init__(
@@ -308,10 +323,12 @@ class ClientConnection(FramedConnection):
         epoch: int | None = None,
         max_frame: int = DEFAULT_MAX_FRAME,
         raw_mode: bool = False,
+        keepalive_acks: bool = False,
     ) -> None:
         super().__init__(max_frame=max_frame, raw_mode=raw_mode, state=State.AWAIT_HELLO)
         self.role, self.kmsn, self.station = role, kmsn, station
         self.epoch = epoch
+        self.keepalive_acks = keepalive_acks
         self._token = token
 
     def keepalive(self) -> None:
@@ -355,7 +372,10 @@ class ClientConnection(FramedConnection):
                 raise Reject(BAD_REQUEST, "expected a registered frame")
             self.state = State.OPEN
             self._events.append(Registered(self.role, self.kmsn, self.station, epoch, session))
-        elif kind != "keepalive_ack":
+        elif kind == "keepalive_ack":
+            if self.keepalive_acks:
+                self._events.append(KeepaliveAck())
+        else:
             self._events.append(Message(obj))
 
     def _hello(self, obj: dict) -> None:

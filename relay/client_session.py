@@ -1,0 +1,326 @@
+"""One connection of a relay client: connect, register, pump bytes, keepalives, confirmations.
+
+An asyncio shell over the sans-I/O `relay.protocol.ClientConnection` (built
+with ``keepalive_acks=True``) and the client's `relay.outbox.Outbox`. A
+`Session` lives from the TCP connect to the end of that connection; the
+`relay.client_follow.Follower` makes a new one for each attempt.
+
+- Keepalive every `keepalive` seconds once registered; the connection is
+  considered dead after 3 × `keepalive` without a byte from the server.
+- Keepalive answers also confirm delivery (see `relay.outbox`): right after a
+  burst of writes the session sends a keepalive unless one is unanswered, and
+  on each answer another one while the unconfirmed window is not empty.
+- When the session ends, whatever it left unconfirmed goes back into the
+  client's queue, for the next session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from relay.client_events import ConnectionLost, Received, Refused, ServerError
+from relay.discovery import Leader
+from relay.outbox import Outgoing
+from relay.protocol import (
+    NO_ROUTE,
+    ClientConnection,
+    ErrorReceived,
+    Hello,
+    KeepaliveAck,
+    LeaderChanged,
+    Message,
+    ProtocolError,
+    Registered,
+    State,
+)
+
+if TYPE_CHECKING:
+    from relay.client import RelayClient
+
+log = logging.getLogger("stkrelay.client")
+
+CONNECT_TIMEOUT = 5.0
+READ_SIZE = 1 << 16
+
+
+def max_epoch(*epochs: int | None) -> int | None:
+    known = [e for e in epochs if e is not None]
+    return max(known) if known else None
+
+
+@dataclass
+class Outcome:
+    """How a session ended: had it registered, why it ended, the refusal if any."""
+
+    registered: bool
+    reason: str
+    refusal: Refused | None = None
+
+
+class Session:
+    """One connection to `leader`, on behalf of `client`."""
+
+    def __init__(self, client: RelayClient, leader: Leader) -> None:
+        self.client, self.leader = client, leader
+        self.addr = f"{leader.ip}:{leader.port}"
+        self.conn: ClientConnection | None = None
+        self.writer: asyncio.StreamWriter | None = None
+        self.registered = False
+        self.node: str | None = None
+        self.epoch: int | None = None
+        self.session = ""
+        self.last_rx = self.deadline = self.next_keepalive = 0.0
+        self.acks: deque[tuple[float, asyncio.Future[float] | None]] = deque()
+        self.ka_sent = self.ka_acked = 0  # keepalives sent / answered on this connection
+        self.confirm_pending = False  # a confirmation keepalive is scheduled for after this burst
+        self.switch = ""  # set when the client itself ends the session to move elsewhere
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        return asyncio.get_running_loop()
+
+    @property
+    def writable(self) -> bool:
+        return (
+            self.registered
+            and self.conn is not None
+            and self.conn.state is State.OPEN
+            and self.writer is not None
+            and not self.writer.is_closing()
+        )
+
+    # -- lifetime --------------------------------------------------------------------
+    async def run(self) -> Outcome:
+        c = self.client
+        believed = max_epoch(self.leader.epoch, c.known_epoch)
+        c._emit("connecting", leader=self.leader, epoch=believed, node=self.leader.node)
+        try:
+            reader, self.writer = await asyncio.wait_for(
+                asyncio.open_connection(self.leader.ip, self.leader.port), c.connect_timeout
+            )
+        except TimeoutError:
+            return Outcome(False, f"connecting to {self.addr} took over {c.connect_timeout:g} s")
+        except OSError as exc:
+            return Outcome(False, f"cannot connect to {self.addr}: {exc.strerror or exc}")
+        self.conn = ClientConnection(
+            role=c.role,
+            kmsn=c.kmsn,
+            station=c.station,
+            token=c._token,
+            epoch=believed,
+            max_frame=c.max_frame,
+            keepalive_acks=True,
+        )
+        now = self.loop.time()
+        self.last_rx, self.deadline = now, now + c.connect_timeout
+        c._attempt = self
+        try:
+            outcome = await self._pump(reader)
+        except (ConnectionError, OSError) as exc:
+            outcome = Outcome(self.registered, f"connection to {self.addr} lost: {exc.strerror or exc}")
+        finally:
+            self._end()
+        if self.switch:
+            outcome.reason = self.switch
+        return outcome
+
+    def leave(self, reason: str) -> None:
+        """End this session to move elsewhere (the reader sees EOF)."""
+        self.switch = reason
+        if self.writer is not None:
+            self.writer.close()
+
+    def _end(self) -> None:
+        c = self.client
+        if c._live is self:
+            c._live = None
+        if c._attempt is self:
+            c._attempt = None
+        for _, fut in self.acks:
+            if fut is not None and not fut.done():
+                fut.set_exception(ConnectionLost("the connection ended before the keepalive answer"))
+        self.acks.clear()
+        if self.registered:
+            back, withdrawn = c._outbox.lost()
+            c.counters.resent += back
+            for msg in withdrawn:
+                _settle(msg, ConnectionLost("the connection ended before the relay confirmed the message"))
+            if back:
+                log.info("relay client %s/%s: %d unconfirmed messages to send again", c.kmsn, c.station, back)
+        if self.writer is not None:
+            self.writer.close()
+        c._notify()
+
+    async def _pump(self, reader: asyncio.StreamReader) -> Outcome:
+        c = self.client
+        assert self.conn is not None
+        while True:
+            now = self.loop.time()
+            if not self.registered:
+                wait = self.deadline - now
+                if wait <= 0:
+                    return Outcome(False, f"{self.addr} did not register us within {c.connect_timeout:g} s")
+            else:
+                if now - self.last_rx >= c.silence:
+                    return Outcome(True, f"{self.addr} silent for {now - self.last_rx:.1f} s")
+                if now >= self.next_keepalive:
+                    self.keepalive(None)
+                self.flush(now)  # retries that came due, holds that the settle window's end lifted
+                wake = min(self.next_keepalive, self.last_rx + c.silence)
+                outbox_wake = c._outbox.next_wake(now)
+                if outbox_wake is not None:
+                    wake = min(wake, outbox_wake)
+                wait = wake - now
+            try:
+                chunk = await asyncio.wait_for(reader.read(READ_SIZE), max(wait, 0.0))
+            except TimeoutError:
+                continue
+            if not chunk:
+                self.conn.receive_eof()
+                return Outcome(self.registered, f"{self.addr} closed the connection")
+            self.last_rx = self.loop.time()
+            self.conn.receive_data(chunk)
+            outcome = self._on_events(self.conn.events_received())
+            self.write()
+            if outcome is not None:
+                return outcome
+            if self.conn.close_expected():
+                return Outcome(self.registered, f"{self.addr} ended the session")
+
+    # -- output ------------------------------------------------------------------------
+    def write(self) -> None:
+        assert self.conn is not None and self.writer is not None
+        out = self.conn.data_to_send()
+        if out and not self.writer.is_closing():
+            self.writer.write(out)
+
+    def flush(self, now: float | None = None) -> int:
+        """Write what the outbox lets go now; return how many messages."""
+        if not self.writable:
+            return 0
+        c = self.client
+        assert self.conn is not None
+        msgs = c._outbox.take(self.loop.time() if now is None else now)
+        if not msgs:
+            return 0
+        mark = self.ka_sent + 1
+        for msg in msgs:
+            self.conn.send_message(msg.data, to=msg.to, id=msg.id)
+            c._outbox.written(msg, mark)
+        c.counters.sent += len(msgs)
+        self.write()
+        if not self.confirm_pending:  # one keepalive after the whole burst, not one per message
+            self.confirm_pending = True
+            self.loop.call_soon(self._confirm)
+        return len(msgs)
+
+    def _confirm(self) -> None:
+        self.confirm_pending = False
+        if self.writable and self.client._outbox.window and self.ka_sent == self.ka_acked:
+            self.keepalive(None)
+
+    def keepalive(self, fut: asyncio.Future[float] | None) -> None:
+        assert self.conn is not None
+        now = self.loop.time()
+        self.conn.keepalive()
+        self.ka_sent += 1
+        self.acks.append((now, fut))
+        self.next_keepalive = now + self.client.keepalive
+        self.write()
+
+    # -- input -------------------------------------------------------------------------
+    def _on_events(self, events: list) -> Outcome | None:
+        c = self.client
+        for event in events:
+            if isinstance(event, Message):
+                c.counters.received += 1
+                c._inbox.deliver(Received.from_frame(event.obj))
+            elif isinstance(event, KeepaliveAck):
+                self._on_ack()
+            elif isinstance(event, Hello):
+                self.node = event.node
+            elif isinstance(event, Registered):
+                self._registered(event)
+            elif isinstance(event, ErrorReceived):
+                if not self.registered:
+                    refusal = Refused(event.code, event.message, self.leader, self.node)
+                    return Outcome(False, str(refusal), refusal)
+                self._on_error(event)
+            elif isinstance(event, LeaderChanged):
+                epoch, ip, port = event.epoch, event.ip, event.port
+                c.known_epoch = max_epoch(c.known_epoch, epoch)
+                if ip and port:
+                    c._follower.set_hint(Leader(ip, port, epoch, None, "leader_changed"))
+                reason = f"{self.addr} says the leader changed: epoch={epoch} {ip}:{port}"
+                return Outcome(self.registered, reason)
+            elif isinstance(event, ProtocolError):
+                return Outcome(
+                    self.registered, f"{self.addr} broke the protocol: {event.code} ({event.message})"
+                )
+        return None
+
+    def _registered(self, event: Registered) -> None:
+        c = self.client
+        now = self.loop.time()
+        self.registered, self.epoch, self.session = True, event.epoch, event.session
+        self.next_keepalive = now + c.keepalive
+        c.known_epoch = max_epoch(c.known_epoch, event.epoch)
+        if c._ever_registered:
+            c.counters.reconnects += 1
+        c._ever_registered = True
+        c._outbox.open(now)
+        waiting = len(c._outbox.queue)
+        flushed = self.flush(now)  # in order, before any later send() can write
+        c._live = self
+        reason = ""
+        if waiting:
+            reason = f"flushed {flushed} queued messages"
+            if flushed < waiting:
+                reason = f"flushed {flushed} of {waiting} queued messages; the rest follow their probes"
+        c._emit("registered", leader=self.leader, epoch=event.epoch, node=self.node, reason=reason)
+
+    def _on_ack(self) -> None:
+        c = self.client
+        self.ka_acked += 1
+        if self.acks:
+            sent_at, fut = self.acks.popleft()
+            if fut is not None and not fut.done():
+                fut.set_result(self.loop.time() - sent_at)
+        confirmed = c._outbox.acked(self.ka_acked, self.ka_sent)
+        if confirmed:
+            c.counters.confirmed += len(confirmed)
+            for msg in confirmed:
+                _settle(msg, None)
+            c._notify()  # room in the outbox for a waiting send()
+            self.flush()  # a confirmed probe lets its destination's queue go
+        if c._outbox.window and self.ka_sent == self.ka_acked and self.writable:
+            self.keepalive(None)
+
+    def _on_error(self, event: ErrorReceived) -> None:
+        c = self.client
+        c.counters.errors += 1
+        error = ServerError(event.code, event.message, event.id)
+        if event.code == NO_ROUTE and event.id is not None:
+            msg, retried = c._outbox.no_route(event.id, self.loop.time())
+            if retried:
+                c.counters.retried += 1
+                return  # written again after its delay: see the pump's wake-up
+            if msg is not None:
+                c._notify()
+                if msg.done is not None:
+                    _settle(msg, error)  # claimed by send_confirmed(): raised there, not yielded
+                    return
+        c._inbox.deliver(error)
+
+
+def _settle(msg: Outgoing, error: Exception | None) -> None:
+    """Resolve `msg`'s send_confirmed() waiter, if it has one still waiting."""
+    if msg.done is not None and not msg.done.done():
+        if error is None:
+            msg.done.set_result(None)
+        else:
+            msg.done.set_exception(error)
