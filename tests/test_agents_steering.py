@@ -131,8 +131,9 @@ def test_a_drained_member_never_leads_even_alone_until_undrained(site_factory):
         assert rec is None or rec.node != keep.name, "a drained member took the lease"
         time.sleep(0.1)
     # The last eligible member... is none: undrain needs no force, and then it leads.
+    dead = site.lease()  # still names a killed member: valid bytes, expired by everyone's clock
     assert relayctl(keep, "undrain", keep.name)["code"] == "accepted"
-    rec = site.wait_leader(timeout=15)
+    rec = site.wait_leader(timeout=15, min_epoch=(dead.epoch if dead else 0) + 1)
     assert rec.node == keep.name
 
 
