@@ -251,7 +251,8 @@ class Agent:
                 "lease_status": read.status if read is not None else "unreachable",
                 "lease_detail": read.detail if read is not None else "",
                 "store_reachable": reachable and read is not None, "members": members,
-                "decision": str(self.elector.last or "")}  # fmt: skip
+                "decision": str(self.elector.last or ""),
+                "paused": self.commands.paused, "lease_seen_at": self.elector.memory.seen_at}  # fmt: skip
         _write_json(self.data_dir / POOL_NAME, view)
         return view
 

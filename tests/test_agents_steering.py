@@ -59,6 +59,8 @@ def test_draining_the_leader_moves_the_relay_within_2s_without_waiting_out_the_t
     wait_until(lambda: serving(old) == first.epoch, 15, "the leader's relay")
     wait_pool_view(site)
     issuer = next(a for a in site.agents if a is not old)
+    follower = ClientThread(site)  # a relay client attached to the old leader
+    assert follower.wait_epoch(first.epoch, 15)
     doc = relayctl(issuer, "drain", first.node, "--reason", "maintenance")
     accepted = time.monotonic()  # the command is in the pool's event log now
     assert doc["code"] == "accepted"
@@ -68,6 +70,8 @@ def test_draining_the_leader_moves_the_relay_within_2s_without_waiting_out_the_t
     took = time.monotonic() - accepted
     assert new.epoch == first.epoch + 1
     assert took < 2.0, f"drain to serving took {took:.2f} s"
+    assert follower.wait_epoch(new.epoch, 5), "the relay client did not move to the new leader"
+    follower.stop()
     wait_until(lambda: serving(old) is None, 3, "the drained leader's relay to stop")
     # It stays out: drained members never lead.
     wait_until(lambda: "drained" in pool(target)["members"][first.node]["reasons"], 10,
@@ -82,6 +86,40 @@ def test_draining_the_leader_moves_the_relay_within_2s_without_waiting_out_the_t
     wait_until(lambda: projection(others[0]) == projection(others[1])
                and any(k == "drain_requested" for _, _, k, _ in projection(others[0])),
                10, "identical histories")  # fmt: skip
+
+
+class ClientThread:
+    """A RelayClient on its own event loop thread, so the test can block freely."""
+
+    def __init__(self, site):
+        import asyncio
+        import threading
+
+        from harness import KMSN, TOKEN
+
+        from relay.client import RelayClient
+        from relay.discovery import Discovery
+
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, daemon=True).start()
+        discovery = Discovery.build(token=TOKEN, kmsn=KMSN, lease_dir=str(site.lease_dir))
+        self.client = RelayClient(role="agent", kmsn=KMSN, station="S501", token=TOKEN, discovery=discovery)
+        asyncio.run_coroutine_threadsafe(self.client.start(timeout=30), self.loop).result(35)
+
+    def wait_epoch(self, epoch, timeout):
+        try:
+            wait_until(
+                lambda: self.client.registered and self.client.epoch == epoch, timeout, f"epoch {epoch}"
+            )
+            return True
+        except AssertionError:
+            return False
+
+    def stop(self):
+        import asyncio
+
+        asyncio.run_coroutine_threadsafe(self.client.close(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
 
 
 def _rows(agent):
@@ -144,3 +182,37 @@ def test_a_member_with_priority_0_never_leads(site_factory):
     only = site.agents[0]
     wait_until(lambda: "priority 0" in only.state().get("decision", ""), 30, "the agent to say why it idles")
     assert site.lease() is None
+
+
+def test_pause_stops_automatic_failover_until_resumed_and_relayctl_reports_the_pool(site_factory):
+    site = site_factory(3)  # TTL 3
+    site.start()
+    first = site.wait_leader(timeout=40)
+    wait_pool_view(site)
+    listing = relayctl(site.agents[0], "list")
+    assert listing["lease"]["node"] == first.node and set(listing["members"]) == {"S001", "S002", "S003"}
+    doctor = relayctl(site.agents[0], "doctor")
+    assert {c["check"]: c["ok"] for c in doctor}["lease signature"] is True
+    plan = relayctl(site.agents[0], "plan", "S002")
+    assert plan["epoch"] == first.epoch + 1 and any(a["verb"] == "start_relay" for a in plan["actions"])
+    assert relayctl(site.agents[0], "pause", "--reason", "file server maintenance")["code"] == "accepted"
+    wait_until(
+        lambda: all(pool(a)["members"][a.name].get("eligible") is not None for a in site.agents), 10, "views"
+    )
+    wait_until(
+        lambda: all("paused" in json.dumps(pool(a)) for a in site.agents), 10, "every agent to see the pause"
+    )
+    site.by_name(first.node).kill9()
+    end = time.monotonic() + 2 * 3 + 2  # two TTLs and more: nobody takes the dead leader's lease
+    while time.monotonic() < end:
+        rec = site.lease()
+        assert rec is not None and rec.node == first.node, rec
+        time.sleep(0.1)
+    alive = next(a for a in site.agents if a.name != first.node)
+    assert "paused" in alive.state().get("decision", "")
+    assert relayctl(alive, "resume")["code"] == "accepted"
+    new = site.wait_leader(timeout=15, min_epoch=first.epoch + 1)
+    assert new.node != first.node
+    history = relayctl(alive, "history", "-n", "50")
+    kinds = [row["kind"] for row in history]
+    assert "pause_requested" in kinds and "resume_requested" in kinds
