@@ -30,9 +30,11 @@ def test_it_elects_one_leader_and_fails_over_within_ttl_plus_3s_after_kill_9(sit
     assert new.epoch == first.epoch + 1
     assert took <= 10 + 3, f"failover took {took:.1f} s > LEASE_TTL + 3 s"
     assert all(a.alive() for a in site.agents if a is not leader)
-    kinds = site.by_name(new.node).history()
-    assert ("elected", new.epoch) in [(k, e) for k, e, _ in kinds]
-    assert any(k == "elected" and "expired" in r for k, _, r in kinds), kinds
+    # The row follows the lease write by a moment: wait for it, then read its reason.
+    winner = site.by_name(new.node)
+    wait_until(lambda: ("elected", new.epoch) in [(k, e) for k, e, _ in winner.history()], 5, "the row")
+    reasons = [r for k, e, r in winner.history() if (k, e) == ("elected", new.epoch)]
+    assert reasons and "expired" in reasons[0], reasons
 
 
 def test_sigterm_stops_the_leader_within_5s_and_hands_over_at_once(site_factory):
