@@ -20,6 +20,7 @@ from .clock import Clock
 from .decide import Decision, Memory, Timing, Verdict, decide, track
 from .errors import StoreUnavailable
 from .lease import LeaseRead, LeaseRecord, legacy_lease_until
+from .policy import OpenPolicy, Policy
 from .store import LeaseStore, WriteOutcome
 
 log = logging.getLogger("stkrelay.elector")
@@ -48,44 +49,6 @@ class NullSink:
 
 
 Hook = Callable[[int], None]
-
-
-class Policy(Protocol):
-    """What the pool's state (ADR 0011) asks of this node's elector."""
-
-    def eligibility(self) -> tuple[bool, str]:
-        """May this node lead now? (False, why) when drained, sick, priority 0..."""
-
-    def paused(self) -> bool:
-        """Automatic failover is off for the pool (only planned handoffs)."""
-
-    def handoff(self, epoch: int) -> tuple[str, str] | None:
-        """(target, why) when a planned switchover of `epoch` is requested now."""
-
-    def successor(self) -> str | None:
-        """The member a leader that became ineligible should hand off to."""
-
-    def contend_delay(self, handoff: bool) -> float:
-        """Seconds to wait before contending (lower priority waits longer)."""
-
-
-class OpenPolicy:
-    """Phase 1: everyone eligible, no commands, no priorities."""
-
-    def eligibility(self) -> tuple[bool, str]:
-        return True, ""
-
-    def paused(self) -> bool:
-        return False
-
-    def handoff(self, epoch: int) -> tuple[str, str] | None:
-        return None
-
-    def successor(self) -> str | None:
-        return None
-
-    def contend_delay(self, handoff: bool) -> float:
-        return 0.0
 
 
 def make_record(

@@ -14,10 +14,49 @@ import subprocess
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from .projection import PoolCommands
 from .store import pid_alive
+
+
+class Policy(Protocol):
+    """What the pool's state (ADR 0011) asks of this node's elector."""
+
+    def eligibility(self) -> tuple[bool, str]:
+        """May this node lead now? (False, why) when drained, sick, priority 0..."""
+
+    def paused(self) -> bool:
+        """Automatic failover is off for the pool (only planned handoffs)."""
+
+    def handoff(self, epoch: int) -> tuple[str, str] | None:
+        """(target, why) when a planned switchover of `epoch` is requested now."""
+
+    def successor(self) -> str | None:
+        """The member a leader that became ineligible should hand off to."""
+
+    def contend_delay(self, handoff: bool) -> float:
+        """Seconds to wait before contending (lower priority waits longer)."""
+
+
+class OpenPolicy:
+    """Phase 1: everyone eligible, no commands, no priorities."""
+
+    def eligibility(self) -> tuple[bool, str]:
+        return True, ""
+
+    def paused(self) -> bool:
+        return False
+
+    def handoff(self, epoch: int) -> tuple[str, str] | None:
+        return None
+
+    def successor(self) -> str | None:
+        return None
+
+    def contend_delay(self, handoff: bool) -> float:
+        return 0.0
+
 
 RELAY_GRACE = 3.0  # seconds a new leader's relay has to come up before it counts
 RELAY_STALE = 3.0  # a relay status older than this is a dead relay
