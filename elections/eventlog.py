@@ -40,8 +40,18 @@ class JsonlEventSink:
             # Never parents=True: recreating a vanished share's folder would
             # make an empty lease dir appear where the real one was.
             self.path.parent.mkdir(exist_ok=True)
-            with open(self.path, "a", encoding="utf-8") as fh:
-                fh.write(line)
+            with open(self.path, "ab") as fh:
+                if fh.tell() > 0 and not _ends_with_newline(self.path):
+                    # A previous writer died mid-line: end that fragment so this
+                    # event stays a line of its own (readers skip the fragment).
+                    line = "\n" + line
+                fh.write(line.encode())
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with open(path, "rb") as fh:
+        fh.seek(-1, os.SEEK_END)
+        return fh.read(1) == b"\n"
 
 
 def read_events(path: str | os.PathLike[str]) -> list[dict[str, Any]]:

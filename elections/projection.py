@@ -33,17 +33,20 @@ class EventTail:
 
     def new_events(self) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
-        try:
-            names = sorted(n for n in os.listdir(self.dir) if n.endswith(".jsonl"))
+        try:  # one directory listing; files whose size did not move are not opened
+            with os.scandir(self.dir) as it:
+                sizes = {e.name: e.stat().st_size for e in it if e.name.endswith(".jsonl")}
         except OSError:
             return out
-        for name in names:
+        for name in sorted(sizes):
             path = self.dir / name
             start = self.offsets.get(name, 0)
+            if sizes[name] == start:
+                continue
+            if sizes[name] < start:
+                start = 0  # the file was replaced: read it again (ingestion is idempotent)
             try:
                 with open(path, "rb") as fh:
-                    if os.fstat(fh.fileno()).st_size < start:
-                        start = 0  # the file was replaced: read it again (ingestion is idempotent)
                     fh.seek(start)
                     data = fh.read()
             except OSError:

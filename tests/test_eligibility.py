@@ -73,3 +73,19 @@ def test_commands_fold_into_drains_pause_and_promotes():
     ])  # fmt: skip
     assert cmds.drained == {"S002": False} and cmds.paused
     assert cmds.promote_at(7) == "S003" and cmds.promote_at(8) is None
+
+
+def test_a_writer_restarting_after_a_torn_line_loses_nothing(tmp_path):
+    from elections.clock import FakeClock
+    from elections.eventlog import JsonlEventSink
+
+    path = tmp_path / "S001.jsonl"
+    sink = JsonlEventSink(path, "S001", FakeClock())
+    sink.record("elected", 1, "first")
+    with open(path, "ab") as fh:
+        fh.write(b'{"node": "S001", "seq": 2, "kin')  # died mid-append
+    tail = EventTail(tmp_path)
+    assert [e["seq"] for e in tail.new_events()] == [1]
+    restarted = JsonlEventSink(path, "S001", FakeClock())
+    restarted.record("stepped_down", 1, "after the crash")
+    assert [(e["seq"], e["kind"]) for e in tail.new_events()] == [(2, "stepped_down")]
