@@ -7,8 +7,10 @@ Try: kill -9 the leader's process group from another terminal, or Ctrl-C here.
 
 from __future__ import annotations
 
+import secrets
 import shutil
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -16,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from harness import DEFAULT, Site  # noqa: E402
+from harness import DEFAULT, Site, wait_until  # noqa: E402
 
 
 def main() -> None:
@@ -33,10 +35,17 @@ def main() -> None:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     site.start()
+    password = secrets.token_urlsafe(9)
+    for a in site.agents:  # one operator account on every agent's panel
+        wait_until(lambda a=a: (a.data_dir / "stkrelay.sqlite3").exists() and a.state(), 90, f"{a.name} up")
+        argv = [sys.executable, str(ROOT / "manage.py"), "stkuser", "add", "demo", "--role", "operator"]
+        env = {"PATH": "/usr/bin:/bin", "STK_INI": str(a.ini)}
+        subprocess.run([*argv, "--password", password], cwd=ROOT, env=env, check=True, capture_output=True)
     print(f"stkrelay demo: 3 agents of KMSN 9999-9999-99-99, lease dir {site.lease_dir}")
+    print(f"panel login on any agent: user demo, password {password}")
     for a in site.agents:
         ini = dict(line.split(" = ", 1) for line in a.ini.read_text().splitlines()[1:])
-        print(f"  {a.name}: pgid {a.pgid}  web http://{a.ip}:{ini['WEB_PORT']}/healthz  "
+        print(f"  {a.name}: pgid {a.pgid}  panel http://{a.ip}:{ini['WEB_PORT']}/  "
               f"relay {a.ip}:{ini['RELAY_PORT']}  log {a.log_path}")  # fmt: skip
     print("watching the lease (Ctrl-C stops the site)...", flush=True)
     last = None
