@@ -147,14 +147,18 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def decode_payload(payload: bytes) -> dict | ProtocolError:
+# One decoder for every frame: json.loads() with hooks builds a new one per call.
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
+
+
+def decode_payload(payload: bytes) -> dict | ProtocolError:  # the relay's hot path
     """Decode one frame's payload into a dict, or the `ProtocolError` it deserves."""
     try:
         text = payload.decode("utf-8")
     except UnicodeDecodeError as exc:
         return ProtocolError(BAD_JSON, f"invalid UTF-8 at byte {exc.start}")
     try:
-        obj = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+        obj = _DECODER.decode(text)
     except (ValueError, RecursionError) as exc:
         return ProtocolError(BAD_JSON, f"invalid JSON: {str(exc)[:200]}")
     if not isinstance(obj, dict):
