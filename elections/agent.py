@@ -278,6 +278,15 @@ def _write_json(path: Path, doc: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def disclaim(data_dir: str | os.PathLike[str], why: str) -> None:
+    """Mark this agent's leadership state "not leader" (after a release on the
+    way out), so no local reader trusts a claim whose worker is gone."""
+    state = read_state(data_dir)
+    if state.get("leader"):
+        _write_json(Path(data_dir) / STATE_NAME, {**state, "leader": False, "epoch": None,
+                                                  "valid_until": None, "decision": why})  # fmt: skip
+
+
 def read_pool(data_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """The pool view last written by this agent's worker ({} if none yet)."""
     if data_dir is None:

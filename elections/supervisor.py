@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from .agent import leads_now, read_state
+from .agent import disclaim, leads_now, read_state
 from .store import pid_alive
 
 log = logging.getLogger("stkrelay.supervisor")
@@ -196,6 +196,7 @@ class Supervisor:
         state = read_state(self.data_dir)
         if leads_now(state):
             ok = self.release(state)
+            disclaim(self.data_dir, f"released epoch {state.get('epoch')} on shutdown")
             self.say("agent", f"released epoch {state.get('epoch')}: {'done' if ok else 'not ours any more'}")
         for child in self.children:
             self._stop(child)
@@ -209,5 +210,7 @@ class Supervisor:
                 self.say("agent", f"{child.spec.name} did not stop in time: SIGKILL")
                 self._stop(child, signal.SIGKILL)
                 child.proc.wait(1.0)
+        if leads_now(state):  # again: the worker may have published once more before it stopped
+            disclaim(self.data_dir, f"released epoch {state.get('epoch')} on shutdown")
         self.say("agent", f"stopped in {time.monotonic() - started:.2f} s")
         return 0
