@@ -26,7 +26,7 @@ from .auth import api_error, api_view, client_address
 from .panel import fmt
 from .panel.operate import KINDS, perform
 from .panel.state import SiteState, site_state, site_states
-from .panel.views import PAGE_SIZE, _history_rows, audit_rows, join_outcomes
+from .panel.views import PAGE_SIZE, _history_rows, audit_rows, pool_chains, published_entries
 
 
 def _r(value: float | None, digits: int = 1) -> float | None:
@@ -169,12 +169,14 @@ def history(request: HttpRequest) -> HttpResponse:
 
 @api_view()
 def audit_log(request: HttpRequest) -> HttpResponse:
-    qs, filters = audit_rows(request.GET)  # type: ignore[arg-type]
-    paged = _page(request, qs)
+    published = published_entries()
+    rows, filters = audit_rows(request.GET, published)  # type: ignore[arg-type]
+    paged = _page(request, rows)
     if isinstance(paged, JsonResponse):
         return paged
     page, meta = paged
     chain = audit.verify_chain()
+    others = pool_chains(published)
     return JsonResponse(
         {
             **meta,
@@ -185,7 +187,12 @@ def audit_log(request: HttpRequest) -> HttpResponse:
                 "broken_at": chain.broken_at,
                 "detail": chain.detail or None,
             },
-            "actions": [r.as_dict() for r in join_outcomes(list(page))],
+            "node": settings.STK.node,
+            "pool_chains": {
+                node: {"ok": c.ok, "entries": c.entries, "broken_at": c.broken_at, "detail": c.detail or None}
+                for node, c in others
+            },
+            "actions": [r.as_dict() for r in page],
         }
     )
 

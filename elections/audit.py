@@ -14,6 +14,12 @@ Django discovers them); the permissions checked by the panel and the API,
 `elections.drain_member` and `elections.promote_member`, are defined on
 `AuditEntry`.
 
+The trail is local to the agent that received the click, and each row is also
+published to the pool (best effort, after the row is written) as an event of
+kind "audit" whose `audit` field carries the row (`pool_doc`), so every agent's
+audit page shows the pool's history; `verify_published` checks another agent's
+published chain from those rows.
+
 Exceptions: `AuditUnavailable` (the trail cannot be written: the action must
 not run).
 """
@@ -115,6 +121,12 @@ def append(**fields: Any) -> AuditEntry:
     unique, so two writers that read the same head cannot both insert: the
     loser retries on the new head."""
     fields.setdefault("at", timezone.now())
+    entry = _insert(fields)
+    publish(entry)
+    return entry
+
+
+def _insert(fields: dict[str, Any]) -> AuditEntry:
     last_error: Exception | None = None
     with _append_lock:
         for attempt in range(30):
@@ -136,6 +148,47 @@ def append(**fields: Any) -> AuditEntry:
                 break
     log.error("audit trail not written: %s", last_error)
     raise AuditUnavailable(f"audit trail not written: {last_error}")
+
+
+# -- the pool's copy ---------------------------------------------------------------------
+POOL_FIELDS = (*AuditEntry.CHAINED, "prev_hash", "hash")
+
+
+def pool_doc(entry: AuditEntry) -> dict[str, Any]:
+    """The row as published in the pool's event line (its `audit` field)."""
+    doc = {name: getattr(entry, name) for name in POOL_FIELDS}
+    doc["at"] = entry.at.astimezone(UTC).isoformat(timespec="microseconds")
+    return doc
+
+
+def publish(entry: AuditEntry) -> bool:
+    """Best effort: the local row is the record; a pool line that cannot be
+    written is logged, never a reason to refuse the action. The row's fields are
+    nested under `audit` (its seq, at, epoch and reason would collide with the
+    event's own)."""
+    from .agent import event_sink
+
+    try:
+        event_sink().record(
+            "audit",
+            int(entry.epoch or 0),
+            entry.reason or entry.message,
+            required=True,
+            audit=pool_doc(entry),
+        )
+    except Exception as exc:
+        log.warning("audit entry #%s not published to the pool: %s", entry.seq, exc)
+        return False
+    return True
+
+
+def from_pool_doc(doc: dict[str, Any]) -> AuditEntry:
+    """An unsaved AuditEntry rebuilt from a published row (ValueError/TypeError/KeyError if malformed)."""
+    fields = {name: doc[name] for name in POOL_FIELDS}
+    at = datetime.fromisoformat(str(fields["at"]))
+    fields["at"] = at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+    fields["seq"] = int(fields["seq"])
+    return AuditEntry(**fields)
 
 
 @dataclass(frozen=True)
@@ -164,6 +217,24 @@ def verify_chain() -> ChainStatus:
             return ChainStatus(False, n, entry.seq, "content does not match its hash")
         prev, expect_seq = entry.hash, expect_seq + 1
     return ChainStatus(True, n)
+
+
+def verify_published(entries: list[AuditEntry]) -> ChainStatus:
+    """Verify another agent's chain from its published rows. The rows may start
+    after #1 (rows written before publishing existed): the first one's link is
+    taken as given, every later row must follow it without a gap."""
+    rows = sorted(entries, key=lambda e: e.seq)
+    prev: str | None = None
+    expect_seq = rows[0].seq if rows else 1
+    for n, entry in enumerate(rows, 1):
+        if entry.seq != expect_seq:
+            return ChainStatus(False, n, expect_seq, f"row #{expect_seq} was not published")
+        if prev is not None and entry.prev_hash != prev:
+            return ChainStatus(False, n, entry.seq, "does not follow the previous row's hash")
+        if entry.compute_hash() != entry.hash:
+            return ChainStatus(False, n, entry.seq, "content does not match its hash")
+        prev, expect_seq = entry.hash, expect_seq + 1
+    return ChainStatus(True, len(rows))
 
 
 class LoginFailure(models.Model):

@@ -23,6 +23,7 @@ class ElectionEvent(models.Model):
         ("action_applied", "action applied"),
         ("action_fenced", "action fenced"),
         ("action_failed", "action failed"),
+        ("audit", "audit entry"),  # an operator audit row published by the agent that recorded it
     ]
 
     kmsn = models.CharField(max_length=64, db_index=True)

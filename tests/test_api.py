@@ -109,13 +109,21 @@ def test_a_token_can_drain_and_the_action_is_audited_like_the_panels(dj):
     intent, outcome = AuditEntry.objects.order_by("seq")
     assert (intent.user, intent.via, outcome.result) == ("bot", "api", "accepted")
     assert intent.correlation == doc["correlation"]
-    (ev,) = read_events(dj["lease_dir"] / "events" / "S001.jsonl")
+    lines = read_events(dj["lease_dir"] / "events" / "S001.jsonl")
+    assert [e["kind"] for e in lines] == ["audit", "drain_requested", "audit"]  # intent, command, outcome
+    ev = lines[1]
     assert (ev["kind"], ev["target"], ev["actor"], ev["reason"]) == (
         "drain_requested",
         "S002",
         "bot",
         "patching",
     )
+    # Both audit rows are published to the pool with their place in the chain.
+    published = [e["audit"] for e in (lines[0], lines[2])]
+    assert [(a["seq"], a["phase"], a["prev_hash"], a["hash"]) for a in published] == [
+        (r.seq, r.phase, r.prev_hash, r.hash) for r in (intent, outcome)
+    ]
+    assert published[1]["correlation"] == doc["correlation"] and published[1]["result"] == "accepted"
 
 
 @pytest.mark.parametrize(

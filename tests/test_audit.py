@@ -9,7 +9,7 @@ from itertools import pairwise
 
 import pytest
 import test_panel_support
-from test_panel_support import client_for, make_user
+from test_panel_support import KMSN, client_for, make_user
 
 dj = test_panel_support.dj  # the fixture, under its name here
 
@@ -113,6 +113,110 @@ def test_the_canonical_content_covers_every_audited_field(dj):
     ):
         assert f'"{name}":' in doc
     assert doc == doc.strip() and ", " not in doc
+
+
+# -- the pool's audit history ---------------------------------------------------------------
+def _publish_remote(lease_dir, node: str, correlation: str, at: datetime) -> list:  # type: ignore[type-arg]
+    """Write, as agent `node` would, the pool lines of one drain's intent and outcome."""
+    from elections import audit
+    from elections.clock import SystemClock
+    from elections.eventlog import JsonlEventSink
+
+    sink = JsonlEventSink(lease_dir / "events" / f"{node}.jsonl", node, SystemClock())
+    prev, out = audit.GENESIS, []
+    for seq, phase in enumerate(("intent", "outcome"), 1):
+        done = phase == "outcome"
+        entry = audit.AuditEntry(
+            seq=seq, prev_hash=prev, at=at + timedelta(seconds=seq), phase=phase, user="rémi",
+            client="192.0.2.9", via="api", action="drain", kmsn="K", target="S001", reason="kernel",
+            expected_epoch=7, force=False, result="accepted" if done else "",
+            message="drain S001 accepted at epoch 7" if done else "", epoch=7 if done else None,
+            correlation=correlation,
+        )  # fmt: skip
+        entry.hash = entry.compute_hash()
+        prev = entry.hash
+        sink.record("audit", 7, "kernel", audit=audit.pool_doc(entry))
+        out.append(entry)
+    return out
+
+
+def _ingest(lease_dir) -> None:  # type: ignore[no-untyped-def]
+    from elections.projection import EventTail, ingest
+
+    ingest(KMSN, EventTail(lease_dir / "events").new_events())
+
+
+def test_a_local_entry_is_published_to_the_pool_with_its_hashes(dj):
+    from elections.eventlog import read_events
+
+    entries = _append(1)
+    lines = read_events(dj["lease_dir"] / "events" / "S001.jsonl")
+    assert [e["kind"] for e in lines] == ["audit", "audit"]
+    assert [(e["audit"]["seq"], e["audit"]["prev_hash"], e["audit"]["hash"]) for e in lines] == [
+        (e.seq, e.prev_hash, e.hash) for e in entries
+    ]
+    assert lines[0]["audit"]["correlation"] == "c0" and lines[0]["audit"]["at"] == entries[0].at.isoformat(
+        timespec="microseconds"
+    )
+
+
+def test_a_pool_line_that_cannot_be_written_does_not_refuse_the_entry(dj, monkeypatch, caplog):
+    import shutil
+
+    from elections import audit
+
+    shutil.rmtree(dj["lease_dir"])  # the share is gone (the sink never recreates it)
+    try:
+        (entry, *_) = _append(1)
+    finally:
+        dj["lease_dir"].mkdir(parents=True)
+    assert audit.AuditEntry.objects.count() == 2 and entry.seq == 1
+    assert "not published to the pool" in caplog.text
+
+
+def test_audit_rows_published_by_another_agent_show_on_the_page_and_in_the_api(dj):
+    import json
+
+    from elections import audit
+    from elections.models import ElectionEvent
+
+    _append(1)  # this agent's own (also published as S001's lines: not shown twice)
+    later = datetime.now(UTC) + timedelta(hours=1)
+    _publish_remote(dj["lease_dir"], "S003", "c-remote", later)
+    _ingest(dj["lease_dir"])
+    assert ElectionEvent.objects.filter(kind="audit", node="S003").count() == 2
+
+    page = client_for(make_user("vera")).get("/audit/").content.decode()
+    assert "Audit chain verified: 2 entries." in page  # this agent's own chain
+    assert "Rows recorded by S003: chain verified from the 2 entries it published." in page
+    assert '<tr data-correlation="c-remote" data-node="S003">' in page
+    assert '<tr data-correlation="c0" data-node="S001">' in page
+    assert page.count('data-correlation="c0"') == 1
+
+    key = audit.ApiToken.issue(make_user("bot"))[1]
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {key}"}
+    doc = json.loads(client_for().get("/api/v1/audit", **auth).content)
+    got = [(a["node"], a["correlation"], a["user"], a["result"], a["epoch"]) for a in doc["actions"]]
+    assert got == [("S003", "c-remote", "rémi", "accepted", 7), ("S001", "c0", "olga", "accepted", None)]
+    assert doc["count"] == 2 and doc["node"] == "S001"
+    assert doc["pool_chains"] == {"S003": {"ok": True, "entries": 2, "broken_at": None, "detail": None}}
+    only = json.loads(client_for().get("/api/v1/audit", {"user": "rémi"}, **auth).content)
+    assert [a["node"] for a in only["actions"]] == ["S003"]
+
+    # An edited published row is shown as such.
+    row = ElectionEvent.objects.get(kind="audit", node="S003", detail__audit__seq=2)
+    row.detail["audit"]["result"] = "refused"
+    row.save()
+    doc = json.loads(client_for().get("/api/v1/audit", **auth).content)
+    assert doc["pool_chains"]["S003"]["broken_at"] == 2
+
+
+def test_audit_events_are_not_failovers(dj):
+    from elections.panel.failovers import load_events
+
+    _publish_remote(dj["lease_dir"], "S003", "c-remote", datetime.now(UTC))
+    _ingest(dj["lease_dir"])
+    assert load_events(KMSN) == []
 
 
 # -- failover classification ---------------------------------------------------------------

@@ -191,12 +191,13 @@ def segments(events: list[Ev], now: datetime, current_epoch: int | None) -> list
 _cache_lock = threading.Lock()
 _cache: dict[str, tuple[tuple[Any, ...], list[Failover]]] = {}
 FIELDS = ("id", "kmsn", "node", "epoch", "kind", "reason", "observed_at", "detail")
+IGNORED_KINDS = ("renew_failed", "audit")  # audit rows: the audit page's, not a transition
 
 
 def load_events(kmsn: str, since: datetime | None = None, kinds: tuple[str, ...] | None = None) -> list[Ev]:
     from ..models import ElectionEvent
 
-    qs = ElectionEvent.objects.filter(kmsn=kmsn).exclude(kind="renew_failed")
+    qs = ElectionEvent.objects.filter(kmsn=kmsn).exclude(kind__in=IGNORED_KINDS)
     if kinds:
         qs = qs.filter(kind__in=kinds)
     if since is not None:

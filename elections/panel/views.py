@@ -291,10 +291,38 @@ def history_csv(request: HttpRequest) -> HttpResponse:
 
 
 # -- audit history ---------------------------------------------------------------------------
+# The pool's audit history: this agent's own AuditEntry rows plus the rows other
+# agents published to the pool ("audit" events ingested into ElectionEvent).
+@dataclass(frozen=True)
+class AuditRecord:
+    """One audit row, wherever it was recorded (`node`)."""
+
+    node: str
+    seq: int
+    at: datetime
+    phase: str
+    user: str
+    client: str
+    via: str
+    action: str
+    kmsn: str
+    target: str
+    reason: str
+    expected_epoch: int | None
+    force: bool
+    result: str
+    message: str
+    epoch: int | None
+    correlation: str
+
+
+_RECORD_FIELDS = [f for f in AuditRecord.__dataclass_fields__ if f != "node"]
+
+
 @dataclass
 class AuditRow:
-    intent: audit.AuditEntry
-    outcome: audit.AuditEntry | None
+    intent: AuditRecord
+    outcome: AuditRecord | None
 
     @property
     def result(self) -> str:
@@ -311,6 +339,7 @@ class AuditRow:
     def as_dict(self) -> dict[str, Any]:
         e = self.intent
         return {
+            "node": e.node,
             "seq": e.seq,
             "at": fmt.iso(e.at),
             "user": e.user,
@@ -329,43 +358,71 @@ class AuditRow:
         }
 
 
-def audit_rows(params: dict[str, str]) -> tuple[Any, dict[str, str]]:
-    """Intents (filtered) joined with their outcomes, newest first, as a queryset-backed list."""
-    qs = audit.AuditEntry.objects.filter(phase=audit.AuditEntry.INTENT)
+def published_entries() -> dict[str, list[audit.AuditEntry]]:
+    """Other agents' published audit rows (unsaved AuditEntry), per node, one per seq."""
+    from ..models import ElectionEvent
+
+    own = settings.STK.node
+    out: dict[str, dict[int, audit.AuditEntry]] = {}
+    rows = ElectionEvent.objects.filter(kind="audit").exclude(node=own).order_by("id")
+    for node, detail in rows.values_list("node", "detail"):
+        doc = (detail or {}).get("audit") if isinstance(detail, dict) else None
+        try:
+            entry = audit.from_pool_doc(doc)  # type: ignore[arg-type]
+        except (KeyError, TypeError, ValueError):
+            continue  # not a row this version can read
+        out.setdefault(node, {}).setdefault(entry.seq, entry)
+    return {node: list(by_seq.values()) for node, by_seq in sorted(out.items())}
+
+
+def pool_records(published: dict[str, list[audit.AuditEntry]]) -> list[AuditRecord]:
+    own = settings.STK.node
+    records = [AuditRecord(own, **row) for row in audit.AuditEntry.objects.values(*_RECORD_FIELDS)]
+    for node, entries in published.items():
+        records += [AuditRecord(node, **{f: getattr(e, f) for f in _RECORD_FIELDS}) for e in entries]
+    return records
+
+
+def audit_rows(
+    params: dict[str, str], published: dict[str, list[audit.AuditEntry]] | None = None
+) -> tuple[list[AuditRow], dict[str, str]]:
+    """The pool's actions (intents joined with their outcomes on the same agent),
+    filtered, newest first."""
     filters = {k: (params.get(k) or "").strip() for k in ("user", "action", "result", "kmsn")}
-    if filters["user"]:
-        qs = qs.filter(user=filters["user"])
-    if filters["action"]:
-        qs = qs.filter(action=filters["action"])
-    if filters["kmsn"]:
-        qs = qs.filter(kmsn=filters["kmsn"])
-    if filters["result"]:
-        done = audit.AuditEntry.objects.filter(phase=audit.AuditEntry.OUTCOME, result=filters["result"])
-        qs = qs.filter(correlation__in=done.values("correlation"))
-    return qs.order_by("-seq"), filters
+    records = pool_records(published_entries() if published is None else published)
+    outcomes = {(r.node, r.correlation): r for r in records if r.phase == audit.AuditEntry.OUTCOME}
+    rows = []
+    for r in records:
+        if r.phase != audit.AuditEntry.INTENT:
+            continue
+        if any(filters[k] and getattr(r, k) != filters[k] for k in ("user", "action", "kmsn")):
+            continue
+        row = AuditRow(r, outcomes.get((r.node, r.correlation)))
+        if filters["result"] and (row.outcome is None or row.outcome.result != filters["result"]):
+            continue
+        rows.append(row)
+    rows.sort(key=lambda row: (row.intent.at, row.intent.node, row.intent.seq), reverse=True)
+    return rows, filters
 
 
-def join_outcomes(intents: list[audit.AuditEntry]) -> list[AuditRow]:
-    outcomes = {
-        e.correlation: e
-        for e in audit.AuditEntry.objects.filter(
-            phase=audit.AuditEntry.OUTCOME, correlation__in=[i.correlation for i in intents]
-        )
-    }
-    return [AuditRow(i, outcomes.get(i.correlation)) for i in intents]
+def pool_chains(published: dict[str, list[audit.AuditEntry]]) -> list[tuple[str, audit.ChainStatus]]:
+    """Per other agent: its chain as verified from the rows it published."""
+    return [(node, audit.verify_published(entries)) for node, entries in published.items()]
 
 
 @panel_view
 def audit_log(request: HttpRequest) -> HttpResponse:
-    qs, filters = audit_rows(request.GET)  # type: ignore[arg-type]
-    page = Paginator(qs, PAGE_SIZE).get_page(request.GET.get("page"))
-    rows = join_outcomes(list(page))
+    published = published_entries()
+    rows, filters = audit_rows(request.GET, published)  # type: ignore[arg-type]
+    page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
     ctx = _base(
         request,
         "Audit history",
         page=page,
-        rows=[{"r": r, "utc": fmt.utc(r.intent.at), "local": fmt.local(r.intent.at)} for r in rows],
+        rows=[{"r": r, "utc": fmt.utc(r.intent.at), "local": fmt.local(r.intent.at)} for r in page],
         chain=audit.verify_chain(),
+        own_node=settings.STK.node,
+        pool_chains=pool_chains(published),
         filters=filters,
         kinds=KINDS,
         results=("accepted", "stale_epoch", "unknown_member", "refused", "forbidden", "unavailable", "error"),

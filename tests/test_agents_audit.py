@@ -1,0 +1,103 @@
+"""The audit history is the pool's: a drain issued through S003's API shows, with
+its intent and outcome, on S001's and S002's audit history (real agents)."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+
+import pytest
+from harness import KMSN, ROOT, wait_until
+
+pytestmark = pytest.mark.agents
+
+
+def ini_value(agent, key):
+    return next(
+        ln.split("=", 1)[1].strip() for ln in agent.ini.read_text().splitlines() if ln.startswith(key)
+    )
+
+
+def web(agent):
+    return f"http://{agent.ip}:{ini_value(agent, 'WEB_PORT')}"
+
+
+def listening(agent):
+    try:
+        with socket.create_connection((agent.ip, int(ini_value(agent, "WEB_PORT"))), timeout=0.3):
+            return True
+    except OSError:
+        return False
+
+
+def stkuser(agent, *args):
+    env = dict(os.environ, STK_INI=str(agent.ini))
+    out = subprocess.run([sys.executable, str(ROOT / "manage.py"), "stkuser", *args],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout.strip()
+
+
+def operator_token(agent):
+    stkuser(agent, "add", "op", "--role", "operator", "--password", "a-long-password-1")
+    return stkuser(agent, "token", "op")
+
+
+def api(agent, token, path, body=None):
+    req = urllib.request.Request(
+        web(agent) + "/api/v1" + path,
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        method="GET" if body is None else "POST",
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"{}")
+
+
+def pool_seen(agent, n=3):
+    try:
+        return len(json.loads((agent.data_dir / "pool.json").read_text())["members"]) == n
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+def test_a_drain_issued_on_s003_is_in_the_audit_history_of_s001_and_s002(site_factory):
+    site = site_factory(3)
+    site.start()
+    lease = site.wait_leader(timeout=40)
+    s001, s002, s003 = (site.by_name(n) for n in ("S001", "S002", "S003"))
+    for agent in site.agents:
+        wait_until(lambda a=agent: listening(a) and pool_seen(a), 40, f"{agent.name}'s web and pool view")
+    tokens = {a.name: operator_token(a) for a in site.agents}
+
+    drain = {"target": lease.node, "expected_epoch": lease.epoch, "reason": "audit e2e"}
+    status, doc = api(s003, tokens["S003"], f"/sites/{KMSN}/drain", drain)
+    assert status == 202 and doc["result"] == "accepted", doc
+    correlation = doc["correlation"]
+
+    def drain_listed(agent):
+        status, page = api(agent, tokens[agent.name], "/audit")
+        assert status == 200, page
+        rows = [a for a in page["actions"] if a["correlation"] == correlation]
+        return rows and rows[0]["result"] == "accepted" and (rows, page)
+
+    for agent in (s001, s002):
+        rows, page = wait_until(lambda a=agent: drain_listed(a), 20, f"the drain in {agent.name}'s audit")
+        (row,) = rows  # intent joined with its outcome, once
+        assert (row["node"], row["user"], row["via"], row["action"], row["target"]) == (
+            "S003", "op", "api", "drain", lease.node,
+        )  # fmt: skip
+        assert (row["reason"], row["expected_epoch"], row["epoch"]) == ("audit e2e", lease.epoch, lease.epoch)
+        assert page["node"] == agent.name
+        assert page["pool_chains"]["S003"] == {"ok": True, "entries": 2, "broken_at": None, "detail": None}
+        assert page["chain"]["entries"] == 0  # nothing was recorded on this agent itself
+    # The issuing agent shows its own rows once, from its own chain.
+    _, mine = api(s003, tokens["S003"], "/audit")
+    assert [(a["node"], a["correlation"]) for a in mine["actions"]] == [("S003", correlation)]
+    assert mine["chain"]["entries"] == 2 and "S003" not in mine["pool_chains"]
