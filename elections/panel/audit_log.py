@@ -1,0 +1,160 @@
+"""The audit history page: this agent's chain merged with the ones other agents published."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlencode
+
+from django.conf import settings
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse
+
+from .. import audit
+from ..auth import panel_view
+from . import fmt
+from .live import render_live
+from .operate import KINDS
+from .views import PAGE_SIZE, _base  # views imports this module last: both names exist by then
+
+
+# -- audit history ---------------------------------------------------------------------------
+# The pool's audit history: this agent's own AuditEntry rows plus the rows other
+# agents published to the pool ("audit" events ingested into ElectionEvent).
+@dataclass(frozen=True)
+class AuditRecord:
+    """One audit row, wherever it was recorded (`node`)."""
+
+    node: str
+    seq: int
+    at: datetime
+    phase: str
+    user: str
+    client: str
+    via: str
+    action: str
+    kmsn: str
+    target: str
+    reason: str
+    expected_epoch: int | None
+    force: bool
+    result: str
+    message: str
+    epoch: int | None
+    correlation: str
+
+
+_RECORD_FIELDS = [f for f in AuditRecord.__dataclass_fields__ if f != "node"]
+
+
+@dataclass
+class AuditRow:
+    intent: AuditRecord
+    outcome: AuditRecord | None
+
+    @property
+    def result(self) -> str:
+        return self.outcome.result if self.outcome else "no outcome recorded"
+
+    @property
+    def message(self) -> str:
+        return self.outcome.message if self.outcome else "the action's outcome was never written"
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome is not None and self.outcome.result == "accepted"
+
+    def as_dict(self) -> dict[str, Any]:
+        e = self.intent
+        return {
+            "node": e.node,
+            "seq": e.seq,
+            "at": fmt.iso(e.at),
+            "user": e.user,
+            "client": e.client,
+            "via": e.via,
+            "action": e.action,
+            "kmsn": e.kmsn,
+            "target": e.target or None,
+            "reason": e.reason,
+            "expected_epoch": e.expected_epoch,
+            "force": e.force,
+            "result": self.result,
+            "message": self.message,
+            "epoch": self.outcome.epoch if self.outcome else None,
+            "correlation": e.correlation,
+        }
+
+
+def published_entries() -> dict[str, list[audit.AuditEntry]]:
+    """Other agents' published audit rows (unsaved AuditEntry), per node, one per seq."""
+    from ..models import ElectionEvent
+
+    own = settings.STK.node
+    out: dict[str, dict[int, audit.AuditEntry]] = {}
+    rows = ElectionEvent.objects.filter(kind="audit").exclude(node=own).order_by("id")
+    for node, detail in rows.values_list("node", "detail"):
+        doc = (detail or {}).get("audit") if isinstance(detail, dict) else None
+        try:
+            entry = audit.from_pool_doc(doc)  # type: ignore[arg-type]
+        except (KeyError, TypeError, ValueError):
+            continue  # not a row this version can read
+        out.setdefault(node, {}).setdefault(entry.seq, entry)
+    return {node: list(by_seq.values()) for node, by_seq in sorted(out.items())}
+
+
+def pool_records(published: dict[str, list[audit.AuditEntry]]) -> list[AuditRecord]:
+    own = settings.STK.node
+    records = [AuditRecord(own, **row) for row in audit.AuditEntry.objects.values(*_RECORD_FIELDS)]
+    for node, entries in published.items():
+        records += [AuditRecord(node, **{f: getattr(e, f) for f in _RECORD_FIELDS}) for e in entries]
+    return records
+
+
+def audit_rows(
+    params: dict[str, str], published: dict[str, list[audit.AuditEntry]] | None = None
+) -> tuple[list[AuditRow], dict[str, str]]:
+    """The pool's actions (intents joined with their outcomes on the same agent),
+    filtered, newest first."""
+    filters = {k: (params.get(k) or "").strip() for k in ("user", "action", "result", "kmsn")}
+    records = pool_records(published_entries() if published is None else published)
+    outcomes = {(r.node, r.correlation): r for r in records if r.phase == audit.AuditEntry.OUTCOME}
+    rows = []
+    for r in records:
+        if r.phase != audit.AuditEntry.INTENT:
+            continue
+        if any(filters[k] and getattr(r, k) != filters[k] for k in ("user", "action", "kmsn")):
+            continue
+        row = AuditRow(r, outcomes.get((r.node, r.correlation)))
+        if filters["result"] and (row.outcome is None or row.outcome.result != filters["result"]):
+            continue
+        rows.append(row)
+    rows.sort(key=lambda row: (row.intent.at, row.intent.node, row.intent.seq), reverse=True)
+    return rows, filters
+
+
+def pool_chains(published: dict[str, list[audit.AuditEntry]]) -> list[tuple[str, audit.ChainStatus]]:
+    """Per other agent: its chain as verified from the rows it published."""
+    return [(node, audit.verify_published(entries)) for node, entries in published.items()]
+
+
+@panel_view
+def audit_log(request: HttpRequest) -> HttpResponse:
+    published = published_entries()
+    rows, filters = audit_rows(request.GET, published)  # type: ignore[arg-type]
+    page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
+    ctx = _base(
+        request,
+        "Audit history",
+        page=page,
+        rows=[{"r": r, "utc": fmt.utc(r.intent.at), "local": fmt.local(r.intent.at)} for r in page],
+        chain=audit.verify_chain(),
+        own_node=settings.STK.node,
+        pool_chains=pool_chains(published),
+        filters=filters,
+        kinds=KINDS,
+        results=("accepted", "stale_epoch", "unknown_member", "refused", "forbidden", "unavailable", "error"),
+        query=urlencode({k: v for k, v in filters.items() if v}),
+    )
+    return render_live(request, "panel/audit.html", ctx, {"audit-live": "panel/_audit_table.html"})
