@@ -34,6 +34,7 @@ log = logging.getLogger("stkrelay.agent")
 
 STATE_NAME = "leadership.json"
 POOL_NAME = "pool.json"
+STOPPING_NAME = "stopping"  # written by the supervisor before it releases the lease on shutdown
 _agent: Agent | None = None
 
 
@@ -268,6 +269,8 @@ class Agent:
             "updated": self.clock.monotonic(),
             "decision": str(decision) if decision else "",
         }
+        if (self.data_dir / STOPPING_NAME).exists():  # the agent is stopping: it claims nothing
+            doc.update(leader=False, epoch=None, valid_until=None)
         _write_json(self.data_dir / STATE_NAME, doc)
 
 

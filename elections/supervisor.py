@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from .agent import disclaim, leads_now, read_state
+from .agent import STOPPING_NAME, disclaim, leads_now, read_state
 from .store import pid_alive
 
 log = logging.getLogger("stkrelay.supervisor")
@@ -184,6 +184,7 @@ class Supervisor:
         child.proc = None
 
     def run(self) -> int:
+        (Path(self.data_dir) / STOPPING_NAME).unlink(missing_ok=True)  # left by a crashed run
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: self.stopping.set())
         while not self.stopping.is_set():
@@ -193,6 +194,9 @@ class Supervisor:
 
     def shutdown(self) -> int:
         started = time.monotonic()
+        # First: the worker may publish no leadership claim any more (it may be
+        # mid-cycle, with a read taken before the release below).
+        (Path(self.data_dir) / STOPPING_NAME).touch()
         state = read_state(self.data_dir)
         if leads_now(state):
             ok = self.release(state)

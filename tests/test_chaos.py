@@ -26,8 +26,11 @@ def _check_invariants(site, seen_epochs):
         assert not seen_epochs or rec.epoch >= seen_epochs[-1], (seen_epochs[-1], rec)
         seen_epochs.append(rec.epoch)
     now = time.monotonic()
-    leaders = [a.name for a in site.agents if leads_now(a.state(), now)]
-    assert len(leaders) <= 1, f"two agents lead at once: {leaders}"
+    states = {a.name: a.state() for a in site.agents}
+    leaders = [name for name, st in states.items() if leads_now(st, now)]
+    detail = {n: (st.get("epoch"), round((st.get("valid_until") or now) - now, 2), st.get("decision"))
+              for n, st in states.items()}  # fmt: skip
+    assert len(leaders) <= 1, f"two agents lead at once: {leaders} {detail} lease={rec}"
 
 
 def test_random_kills_freezes_and_restarts_keep_one_leader_and_unique_epochs(site_factory):
