@@ -1,6 +1,8 @@
 """The agent's process supervisor: runs its children, restarts the ones that
-die, runs leader-only children only while the leadership state says so, and
-stops everything within 5 s on SIGTERM, releasing the lease first if leader.
+die (a standby child that exits cleanly is re-armed at once), stops a standby
+child that still serves once the leadership state says this agent no longer
+leads, and stops everything within 5 s on SIGTERM, releasing the lease first
+if leader.
 
 Children stay in the supervisor's process group (so `kill -9 -PGID` ends the
 whole agent) and get SIGKILL if the supervisor dies (PR_SET_PDEATHSIG).
@@ -35,7 +37,6 @@ STABLE_AFTER = 30.0  # a child that ran this long and died restarts with the sho
 class ChildSpec:
     name: str
     argv: list[str]
-    leader_only: bool = False
     # Always running, serving only while this agent leads (it checks by itself):
     # a clean exit (it served and lost leadership) restarts it at once, warm for
     # the next leadership; the supervisor stops it if it still serves 1 s after
@@ -129,30 +130,23 @@ class Supervisor:
         """One supervision pass: reconcile children with what should run."""
         leader = self._leader()
         for child in self.children:
-            want = leader or not child.spec.leader_only
-            if child.spec.leader_only and not want:
-                child.failures, child.not_before = 0, 0.0  # a new leadership starts afresh
-            if child.running and child.spec.standby_status and not leader:
-                self._guard_standby(child, now)
             if child.running:
-                if not want:
-                    self.say("agent", f"not leader: stopping {child.spec.name}")
-                    self._stop(child)
-                    self._reap(child, 1.0)
+                if child.spec.standby_status and not leader:
+                    self._guard_standby(child, now)
                 continue
             if child.proc is not None:  # it died
                 code = child.proc.returncode
                 child.proc = None
-                if want and code == 0 and child.spec.standby_status:
+                if code == 0 and child.spec.standby_status:
                     child.failures, child.not_before = 0, 0.0  # served, lost leadership: re-arm now
-                elif want:
+                else:
                     if now - child.started_at > STABLE_AFTER:
                         child.failures = 0  # it ran fine for a while: not a crash loop
                     child.failures += 1
                     delay = min(RESTART_BACKOFF[0] * 2 ** (child.failures - 1), RESTART_BACKOFF[1])
                     child.not_before = now + delay
                     self.say("agent", f"{child.spec.name} exited with {code}; restart in {delay:g} s")
-            if want and now >= child.not_before:
+            if now >= child.not_before:
                 self._start(child)
 
     def _guard_standby(self, child: Child, now: float) -> None:
