@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import harness
 import pytest
 from harness import ROOT, wait_until
 
@@ -49,33 +50,11 @@ HOST_DEAD = "127.0.0.59"  # nothing ever listens here
 
 
 # -- real parts ------------------------------------------------------------------------
-def write_lease(
-    lease_dir: Path,
-    node: str,
-    ip: str,
-    port: int,
-    epoch: int,
-    *,
-    token: str = TOKEN,
-    ttl_s: float = 10,
-    kmsn: str = KMSN,
-) -> None:
-    """A signed lease, written like the store does: temp file + atomic rename."""
-    record = LeaseRecord(
-        kmsn=kmsn,
-        station=node,
-        ip=ip,
-        port=port,
-        pid=4242,
-        epoch=epoch,
-        lease_until="20990101000000",
-        node=node,
-        renew_seq=1,
-        ttl_s=ttl_s,
-    )
-    tmp = lease_dir / ".relay_leader.json.tmp"
-    tmp.write_bytes(record.encode(token))
-    os.replace(tmp, lease_dir / "relay_leader.json")
+def write_lease(lease_dir: Path, node: str, ip: str, port: int, epoch: int, **kw: Any) -> None:
+    """A signed lease with this module's token and KMSN (see harness.write_lease)."""
+    kw.setdefault("token", TOKEN)
+    kw.setdefault("kmsn", KMSN)
+    harness.write_lease(lease_dir, node, ip, port, epoch, **kw)
 
 
 def dead_port(host: str = HOST_DEAD) -> int:

@@ -12,11 +12,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import harness
 import pytest
 from harness import PY, ROOT, wait_until
 from test_relay_server import KMSN, TOKEN, Wire
-
-from elections.lease import LeaseRecord
 
 HOST = "127.0.0.31"
 EPOCH = 7
@@ -57,19 +56,7 @@ class RelayProc:
         return until
 
     def write_lease(self, node: str, ip: str, port: int, epoch: int) -> None:
-        record = LeaseRecord(
-            kmsn=KMSN,
-            station=node,
-            ip=ip,
-            port=port,
-            pid=4242,
-            epoch=epoch,
-            lease_until="20990101000000",
-            node=node,
-            renew_seq=1,
-            ttl_s=10,
-        )
-        (self.lease_dir / "relay_leader.json").write_bytes(record.encode(TOKEN))
+        harness.write_lease(self.lease_dir, node, ip, port, epoch, token=TOKEN, kmsn=KMSN)
 
     def start(self) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("STK_")}
