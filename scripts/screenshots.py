@@ -21,18 +21,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from harness import KMSN, PY, Site, wait_until  # noqa: E402
+from harness import CHROMIUM, KMSN, PY, Site, wait_until  # noqa: E402
+from harness import CHROMIUM_ARGS as ARGS  # noqa: E402
 
-CHROMIUM = next((p for p in ("/usr/lib/chromium/chromium", "/usr/bin/chromium") if os.path.exists(p)), None)
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 PASSWORD = "screenshot-pass-2024"
 
 

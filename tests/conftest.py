@@ -27,6 +27,23 @@ def site_factory(tmp_path, request):
         site.stop()
 
 
+@pytest.fixture
+def relay_process():
+    """Start relays as real subprocesses (test_relay_client.RelayProcess); all are
+    killed at teardown."""
+    from test_relay_client import RelayProcess
+
+    procs = []
+
+    def make(node, host, epoch):
+        procs.append(RelayProcess(node, host, epoch))
+        return procs[-1]
+
+    yield make
+    for proc in procs:
+        proc.kill()
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield

@@ -24,6 +24,19 @@ KMSN = "9999-9999-99-99"
 FAST = {"LEASE_TTL": "3", "LEASE_RENEW": "1", "LEASE_POLL": "0.5", "RENEW_DEADLINE": "2"}
 DEFAULT = {"LEASE_TTL": "10", "LEASE_RENEW": "3", "LEASE_POLL": "2", "RENEW_DEADLINE": "7"}
 
+# Debian's Chromium for Playwright (never `playwright install`); these flags keep it
+# off the closed network and away from first-run and update work.
+CHROMIUM = next((p for p in ("/usr/lib/chromium/chromium", "/usr/bin/chromium") if os.path.exists(p)), None)
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
 T = TypeVar("T")
 
 

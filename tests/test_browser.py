@@ -16,20 +16,11 @@ import time
 from pathlib import Path
 
 import pytest
-from harness import KMSN, PY, ROOT, Site, wait_until
+from harness import CHROMIUM, KMSN, PY, ROOT, Site, wait_until
+from harness import CHROMIUM_ARGS as ARGS
 
 pytestmark = pytest.mark.agents
 
-CHROMIUM = next((p for p in ("/usr/lib/chromium/chromium", "/usr/bin/chromium") if os.path.exists(p)), None)
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 PASSWORD = "browser-test-passphrase"
 SITE_PATH = f"/sites/{KMSN}/"
 

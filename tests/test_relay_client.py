@@ -564,19 +564,6 @@ class RelayProcess:
         self.proc.wait(5)
 
 
-@pytest.fixture
-def relay_process():
-    procs: list[RelayProcess] = []
-
-    def make(node: str, host: str, epoch: int) -> RelayProcess:
-        procs.append(RelayProcess(node, host, epoch))
-        return procs[-1]
-
-    yield make
-    for proc in procs:
-        proc.kill()
-
-
 def test_it_reconnects_with_backoff_to_the_lease_leader_when_its_relay_is_killed(tmp_path, relay_process):
     killed = relay_process("S055", HOST_KILLED, 7)
 

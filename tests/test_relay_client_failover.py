@@ -18,7 +18,6 @@ import pytest
 from test_relay_client import (
     KMSN,
     Pool,
-    RelayProcess,
     dead_port,
     play,
     received,
@@ -38,19 +37,6 @@ KEEPALIVE_FRAME = encode_frame({"type": "keepalive"})
 
 
 # -- real parts ------------------------------------------------------------------------
-@pytest.fixture
-def relay_proc():
-    procs: list[RelayProcess] = []
-
-    def make(node: str, host: str, epoch: int) -> RelayProcess:
-        procs.append(RelayProcess(node, host, epoch))
-        return procs[-1]
-
-    yield make
-    for proc in procs:
-        proc.kill()
-
-
 class Cutter:
     """A TCP hop to `upstream`: forwards both ways; `mute` loses what the relay sends;
     `cut()` resets every connection through it. Counts the keepalives going up."""
@@ -214,9 +200,9 @@ def test_it_reports_keepalive_answers_as_events_only_when_asked():
 
 # -- failover --------------------------------------------------------------------------------
 def test_it_delivers_every_unconfirmed_message_exactly_once_and_in_order_after_its_relay_is_killed(
-    tmp_path, relay_proc
+    tmp_path, relay_process
 ):
-    a = relay_proc("S061", HOST_A, 7)
+    a = relay_process("S061", HOST_A, 7)
     n = 50
 
     async def body(pool: Pool) -> None:
@@ -364,9 +350,9 @@ def test_it_surfaces_no_route_after_the_settle_window_and_at_once_outside_it(tmp
     ],
 )
 def test_it_counts_the_unconfirmed_window_against_the_queue_bound(
-    tmp_path, relay_proc, overflow, late, delivered, dropped
+    tmp_path, relay_process, overflow, late, delivered, dropped
 ):
-    a = relay_proc("S061", HOST_A, 7)
+    a = relay_process("S061", HOST_A, 7)
 
     async def body(pool: Pool) -> None:
         b = await pool.relay("S062", HOST_B, 8)
@@ -400,8 +386,8 @@ def test_it_counts_the_unconfirmed_window_against_the_queue_bound(
     play(tmp_path, body)
 
 
-def test_it_ends_a_send_waiting_for_room_when_the_client_is_closed(tmp_path, relay_proc):
-    a = relay_proc("S061", HOST_A, 7)
+def test_it_ends_a_send_waiting_for_room_when_the_client_is_closed(tmp_path, relay_process):
+    a = relay_process("S061", HOST_A, 7)
 
     async def body(pool: Pool) -> None:
         write_lease(pool.lease_dir, "S061", a.ip, a.port, 7)
