@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import socket
 import sys
 import tempfile
 import time
@@ -18,18 +17,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from harness import FAST, KMSN, TOKEN, Site, wait_until  # noqa: E402
+from harness import FAST, KMSN, TOKEN, Site, listening, wait_until  # noqa: E402
 from websockets.asyncio.client import connect  # noqa: E402
 
 from relay.protocol import ClientConnection, Message, Registered, auth_digest  # noqa: E402
 
 WINDOW = 256  # messages in flight
-
-
-def ini(agent, key: str) -> str:  # type: ignore[no-untyped-def]
-    return next(
-        ln.split("=", 1)[1].strip() for ln in agent.ini.read_text().splitlines() if ln.startswith(key)
-    )
 
 
 async def tcp_agent(
@@ -46,9 +39,9 @@ async def tcp_agent(
 
 async def run(site: Site, n: int) -> None:
     agent = site.agents[0]
-    port = int(ini(agent, "RELAY_PORT"))
+    port = int(agent.setting("RELAY_PORT"))
     reader, writer, conn = await tcp_agent(agent.ip, port)
-    async with connect(f"ws://{agent.ip}:{ini(agent, 'WEB_PORT')}/ws/relay/", max_queue=None) as ws:
+    async with connect(f"ws://{agent.ip}:{agent.setting('WEB_PORT')}/ws/relay/", max_queue=None) as ws:
         hello = json.loads(await ws.recv())
         auth = auth_digest(TOKEN, hello["nonce"], "commander", KMSN, "C01")
         await ws.send(
@@ -116,15 +109,13 @@ def main() -> None:
             site.wait_leader(timeout=60)
             a = site.agents[0]
 
-            def up(port: int) -> bool:
-                try:
-                    with socket.create_connection((a.ip, port), timeout=0.3):
-                        return True
-                except OSError:
-                    return False
-
             wait_until(
-                lambda: up(int(ini(a, "RELAY_PORT"))) and up(int(ini(a, "WEB_PORT"))), 30, "relay and web"
+                lambda: (
+                    listening(a.ip, int(a.setting("RELAY_PORT")))
+                    and listening(a.ip, int(a.setting("WEB_PORT")))
+                ),
+                30,
+                "relay and web",
             )
             asyncio.run(run(site, args.messages))
         finally:

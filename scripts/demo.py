@@ -44,9 +44,8 @@ def main() -> None:
     print(f"stkrelay demo: 3 agents of KMSN 9999-9999-99-99, lease dir {site.lease_dir}")
     print(f"panel login on any agent: user demo, password {password}")
     for a in site.agents:
-        ini = dict(line.split(" = ", 1) for line in a.ini.read_text().splitlines()[1:])
-        print(f"  {a.name}: pgid {a.pgid}  panel http://{a.ip}:{ini['WEB_PORT']}/  "
-              f"relay {a.ip}:{ini['RELAY_PORT']}  log {a.log_path}")  # fmt: skip
+        print(f"  {a.name}: pgid {a.pgid}  panel http://{a.ip}:{a.setting('WEB_PORT')}/  "
+              f"relay {a.ip}:{a.setting('RELAY_PORT')}  log {a.log_path}")  # fmt: skip
     print("watching the lease (Ctrl-C stops the site)...", flush=True)
     last = None
     try:

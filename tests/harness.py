@@ -58,6 +58,15 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def listening(ip: str, port: int, timeout: float = 0.3) -> bool:
+    """True if something accepts TCP connections on ip:port now."""
+    try:
+        with socket.create_connection((ip, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
 class Redis:
     def __init__(self, workdir: Path) -> None:
         self.port = free_port()
@@ -189,6 +198,14 @@ class AgentProc:
         from elections.agent import read_state
 
         return read_state(self.data_dir)
+
+    def setting(self, key: str) -> str:
+        """The value of `key` in this agent's stk.ini (as `Site` wrote it)."""
+        for line in self.ini.read_text().splitlines():
+            name, sep, value = line.partition("=")
+            if sep and name.strip() == key:
+                return value.strip()
+        raise KeyError(key)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")

@@ -3,34 +3,23 @@ its intent and outcome, on S001's and S002's audit history (real agents)."""
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import urllib.error
 import urllib.request
 
 import pytest
-from harness import KMSN, ROOT, wait_until
+from harness import KMSN, ROOT, listening, wait_until
 
 pytestmark = pytest.mark.agents
 
 
-def ini_value(agent, key):
-    return next(
-        ln.split("=", 1)[1].strip() for ln in agent.ini.read_text().splitlines() if ln.startswith(key)
-    )
-
-
 def web(agent):
-    return f"http://{agent.ip}:{ini_value(agent, 'WEB_PORT')}"
+    return f"http://{agent.ip}:{agent.setting('WEB_PORT')}"
 
 
-def listening(agent):
-    try:
-        with socket.create_connection((agent.ip, int(ini_value(agent, "WEB_PORT"))), timeout=0.3):
-            return True
-    except OSError:
-        return False
+def web_up(agent):
+    return listening(agent.ip, int(agent.setting("WEB_PORT")))
 
 
 def stkuser(agent, *args):
@@ -73,7 +62,7 @@ def test_a_drain_issued_on_s003_is_in_the_audit_history_of_s001_and_s002(site_fa
     lease = site.wait_leader(timeout=40)
     s001, s002, s003 = (site.by_name(n) for n in ("S001", "S002", "S003"))
     for agent in site.agents:
-        wait_until(lambda a=agent: listening(a) and pool_seen(a), 40, f"{agent.name}'s web and pool view")
+        wait_until(lambda a=agent: web_up(a) and pool_seen(a), 40, f"{agent.name}'s web and pool view")
     tokens = {a.name: operator_token(a) for a in site.agents}
 
     drain = {"target": lease.node, "expected_epoch": lease.epoch, "reason": "audit e2e"}

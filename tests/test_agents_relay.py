@@ -7,7 +7,7 @@ import socket
 import time
 
 import pytest
-from harness import KMSN, TOKEN, wait_until
+from harness import KMSN, TOKEN, listening, wait_until
 
 from relay.client import Received, RelayClient
 from relay.discovery import Discovery
@@ -16,16 +16,7 @@ pytestmark = pytest.mark.agents
 
 
 def relay_port(site) -> int:
-    ini = site.agents[0].ini.read_text()
-    return int(next(line.split("=")[1] for line in ini.splitlines() if line.startswith("RELAY_PORT")))
-
-
-def listening(ip: str, port: int) -> bool:
-    try:
-        with socket.create_connection((ip, port), timeout=0.3):
-            return True
-    except OSError:
-        return False
+    return int(site.agents[0].setting("RELAY_PORT"))
 
 
 def client(site, role, station):

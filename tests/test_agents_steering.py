@@ -1,13 +1,12 @@
 """Drain, promote, undrain and priorities on real agents (ADR 0011)."""
 
 import json
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
-from harness import DEFAULT, ROOT, wait_until
+from harness import DEFAULT, ROOT, listening, wait_until
 
 pytestmark = pytest.mark.agents
 
@@ -26,13 +25,7 @@ def serving(agent):
         doc = json.loads((agent.data_dir / "relay.json").read_text())
     except (OSError, ValueError):
         doc = {}
-    port = int(
-        next(ln.split("=")[1] for ln in agent.ini.read_text().splitlines() if ln.startswith("RELAY_PORT"))
-    )
-    try:
-        with socket.create_connection((agent.ip, port), timeout=0.2):
-            pass
-    except OSError:
+    if not listening(agent.ip, int(agent.setting("RELAY_PORT")), timeout=0.2):
         return None
     return doc.get("epoch") if doc.get("listening") else "listening"
 

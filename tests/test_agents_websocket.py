@@ -3,10 +3,9 @@ TCP agent exchange messages both ways through the one routing table."""
 
 import asyncio
 import json
-import socket
 
 import pytest
-from harness import KMSN, TOKEN, wait_until
+from harness import KMSN, TOKEN, listening, wait_until
 from websockets.asyncio.client import connect
 
 from relay.client import Received, RelayClient
@@ -16,31 +15,17 @@ from relay.protocol import auth_digest
 pytestmark = pytest.mark.agents
 
 
-def ini_value(agent, key):
-    return next(
-        ln.split("=", 1)[1].strip() for ln in agent.ini.read_text().splitlines() if ln.startswith(key)
-    )
-
-
-def listening(ip, port):
-    try:
-        with socket.create_connection((ip, port), timeout=0.3):
-            return True
-    except OSError:
-        return False
-
-
 def test_a_websocket_commander_and_a_tcp_agent_talk_both_ways_even_after_idling(site_factory):
     site = site_factory(3)
     site.start()
     lease = site.wait_leader(timeout=40)
     leader = site.by_name(lease.node)
-    port = int(ini_value(leader, "RELAY_PORT"))
+    port = int(leader.setting("RELAY_PORT"))
     wait_until(lambda: listening(leader.ip, port), 10, "the leader's relay")
     # The browser talks to a follower's panel: the bridge finds the leader's relay.
     follower = next(a for a in site.agents if a is not leader)
-    web = f"ws://{follower.ip}:{ini_value(follower, 'WEB_PORT')}/ws/relay/"
-    wait_until(lambda: listening(follower.ip, int(ini_value(follower, "WEB_PORT"))), 20, "the follower's web")
+    web = f"ws://{follower.ip}:{follower.setting('WEB_PORT')}/ws/relay/"
+    wait_until(lambda: listening(follower.ip, int(follower.setting("WEB_PORT"))), 20, "the follower's web")
 
     async def scenario():
         discovery = Discovery.build(token=TOKEN, kmsn=KMSN, lease_dir=str(site.lease_dir))
