@@ -27,7 +27,7 @@ from test_panel_support import KMSN, django_env, make_user, write_leading, write
 
 
 def populate(n_events: int, n_audit: int) -> None:
-    from elections import audit
+    from elections import steering
     from elections.models import ElectionEvent
 
     rng = random.Random(7)
@@ -86,8 +86,9 @@ def populate(n_events: int, n_audit: int) -> None:
             expected_epoch=i,
             correlation=corr,
         )
-        audit.append(phase="intent", **base)
-        audit.append(
+        trail = steering.audit_trail()
+        trail.append(phase="intent", **base)
+        trail.append(
             phase="outcome",
             result=rng.choice(["accepted", "stale_epoch", "refused"]),
             message="bench",

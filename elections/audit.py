@@ -14,11 +14,13 @@ Django discovers them); the permissions checked by the panel and the API,
 `elections.drain_member` and `elections.promote_member`, are defined on
 `AuditEntry`.
 
-The trail is local to the agent that received the click, and each row is also
-published to the pool (best effort, after the row is written) as an event of
-kind "audit" whose `audit` field carries the row (`pool_doc`), so every agent's
-audit page shows the pool's history; `verify_published` checks another agent's
-published chain from those rows.
+The trail is local to the agent that received the command, and `AuditTrail`
+also publishes each row to the pool (best effort, after the row is written)
+through the event sink it is given, as an event of kind "audit" whose `audit`
+field carries the row (`pool_doc`), so every agent's audit page shows the
+pool's history; `verify_published` checks another agent's published chain
+from those rows. The steering service (`elections.steering`) is the one
+writer of operator rows.
 
 Exceptions: `AuditUnavailable` (the trail cannot be written: the action must
 not run).
@@ -27,18 +29,19 @@ not run).
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import secrets
 import threading
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from django.conf import settings
 from django.db import IntegrityError, OperationalError, models, transaction
 from django.utils import timezone
+
+from elections.core.lease import canonical_json
 
 log = logging.getLogger("stkrelay.audit")
 
@@ -108,22 +111,34 @@ class AuditEntry(models.Model):
         """The chained content as canonical JSON (keys sorted, no whitespace, UTF-8)."""
         doc: dict[str, Any] = {name: getattr(self, name) for name in self.CHAINED}
         doc["at"] = self.at.astimezone(UTC).isoformat(timespec="microseconds")
-        return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return canonical_json(doc).decode()
 
     def compute_hash(self) -> str:
         return hashlib.sha256((self.prev_hash + self.canonical()).encode()).hexdigest()
 
 
-def append(**fields: Any) -> AuditEntry:
-    """Append one entry at the head of the chain. Raises `AuditUnavailable`.
+class Sink(Protocol):
+    def record(self, kind: str, epoch: int, reason: str, required: bool = False, **extra: Any) -> None: ...
 
-    The chain head is read and the row inserted in one transaction; `seq` is
-    unique, so two writers that read the same head cannot both insert: the
-    loser retries on the new head."""
-    fields.setdefault("at", timezone.now())
-    entry = _insert(fields)
-    publish(entry)
-    return entry
+
+class AuditTrail:
+    """This agent's trail, publishing every row it appends to the pool's log via `sink`."""
+
+    def __init__(self, sink: Sink | None) -> None:
+        self.sink = sink
+
+    def append(self, **fields: Any) -> AuditEntry:
+        """Append one entry at the head of the chain, then publish it. Raises
+        `AuditUnavailable` when the row cannot be written (publishing is best effort).
+
+        The chain head is read and the row inserted in one transaction; `seq` is
+        unique, so two writers that read the same head cannot both insert: the
+        loser retries on the new head."""
+        fields.setdefault("at", timezone.now())
+        entry = _insert(fields)
+        if self.sink is not None:
+            publish(entry, self.sink)
+        return entry
 
 
 def _insert(fields: dict[str, Any]) -> AuditEntry:
@@ -161,15 +176,13 @@ def pool_doc(entry: AuditEntry) -> dict[str, Any]:
     return doc
 
 
-def publish(entry: AuditEntry) -> bool:
+def publish(entry: AuditEntry, sink: Sink) -> bool:
     """Best effort: the local row is the record; a pool line that cannot be
     written is logged, never a reason to refuse the action. The row's fields are
     nested under `audit` (its seq, at, epoch and reason would collide with the
     event's own)."""
-    from .agent import event_sink
-
     try:
-        event_sink().record(
+        sink.record(
             "audit",
             int(entry.epoch or 0),
             entry.reason or entry.message,

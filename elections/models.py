@@ -43,4 +43,4 @@ class ElectionEvent(models.Model):
         return f"{self.observed_at:%Y-%m-%d %H:%M:%S} {self.node} {self.kind} epoch {self.epoch}"
 
 
-from .audit import ApiToken, AuditEntry, LoginFailure  # noqa: F401,E402
+from elections.audit import ApiToken, AuditEntry, LoginFailure  # noqa: F401,E402

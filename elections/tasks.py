@@ -4,7 +4,7 @@ late renewal can never resurrect a lost lease."""
 
 from celery import shared_task
 
-from .agent import agent
+from elections.runtime.agent import agent
 
 
 @shared_task(name="elections.renew", ignore_result=True)

@@ -30,7 +30,7 @@ import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from elections.lease import LeaseRecord
+from elections.core.lease import LeaseRecord
 from relay.client_session import Outcome, Session, max_epoch
 from relay.discovery import Leader, LeaseFile
 from relay.protocol import BAD_AUTH, BAD_JSON, BAD_MAGIC, BAD_REQUEST, FRAME_TOO_LARGE, WRONG_KMSN

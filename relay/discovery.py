@@ -8,7 +8,7 @@ wins:
    corrupt, missing or released one is no evidence (a forged one is logged as
    the security event it is). Read in a daemon thread with a deadline: a dead
    file share must not hang the client.
-2. `AgentApi`: any agent's ``GET /api/v1/leader?kmsn=...`` (`elections.views`).
+2. `AgentApi`: any agent's ``GET /api/v1/leader?kmsn=...`` (`elections.web.health`).
    All the configured agents are asked at once with a short timeout; among the
    valid answers for our KMSN the highest epoch wins (an agent may lag behind).
    These answers are not signed: they only say where to connect; the relay
@@ -34,10 +34,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from elections.clock import SystemClock
+from elections.core.lease import LeaseRecord
 from elections.errors import StoreUnavailable
-from elections.lease import LeaseRecord
-from elections.store import FileLeaseStore
+from elections.ports.clock import SystemClock
+from elections.ports.store import FileLeaseStore
 
 log = logging.getLogger("stkrelay.client")
 

@@ -21,11 +21,10 @@ import logging
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
-from elections.clock import SystemClock
 from elections.errors import StoreUnavailable
-from elections.store import FileLeaseStore
-
-from .protocol import ClientConnection, RawData, Registered
+from elections.ports.clock import SystemClock
+from elections.ports.store import FileLeaseStore
+from relay.protocol import ClientConnection, RawData, Registered
 
 log = logging.getLogger("stkrelay.ws")
 

@@ -4,13 +4,13 @@ from django.conf import settings
 from django.urls import path, re_path
 from django.views.static import serve
 
-from elections import api, metrics, views
-from elections.panel import views as panel
+from elections.web import api, health, metrics
+from elections.web.panel import views as panel
 
 KMSN = "<str:kmsn>"
 
 urlpatterns = [
-    path("healthz", views.healthz, name="healthz"),
+    path("healthz", health.healthz, name="healthz"),
     path("metrics", metrics.metrics, name="metrics"),
     # panel
     path("login/", panel.login_view, name="panel-login"),

@@ -113,7 +113,7 @@ def write_lease(
     ttl_s: float = 10,
 ) -> None:  # fmt: skip
     """A signed lease naming `node`, written like the store does: temp file + atomic rename."""
-    from elections.lease import LeaseRecord
+    from elections.core.lease import LeaseRecord
 
     record = LeaseRecord(kmsn=kmsn, station=node, ip=ip, port=port, pid=4242, epoch=epoch,
                          lease_until="20990101000000", node=node, renew_seq=1, ttl_s=ttl_s)  # fmt: skip
@@ -123,7 +123,7 @@ def write_lease(
 
 
 def read_lease(lease_dir: Path, token: str = TOKEN):  # type: ignore[no-untyped-def]
-    from elections.lease import parse_lease
+    from elections.core.lease import parse_lease
 
     try:
         raw = (lease_dir / "relay_leader.json").read_bytes()
@@ -195,9 +195,11 @@ class AgentProc:
         return self.proc is not None and self.proc.poll() is None
 
     def state(self) -> dict[str, Any]:
-        from elections.agent import read_state
+        from dataclasses import asdict
 
-        return read_state(self.data_dir)
+        from elections.ports.localstate import LocalState
+
+        return asdict(LocalState(self.data_dir).leadership())
 
     def setting(self, key: str) -> str:
         """The value of `key` in this agent's stk.ini (as `Site` wrote it)."""
@@ -318,7 +320,7 @@ class Contender:
         args = [
             PY,
             "-m",
-            "elections.contend",
+            "elections.runtime.contend",
             "--dir",
             str(lease_dir),
             "--node",
@@ -344,6 +346,6 @@ class Contender:
         self.proc.wait(5)
 
     def events_of(self, kind: str) -> list[dict[str, Any]]:
-        from elections.eventlog import read_events
+        from elections.ports.eventlog import read_events
 
         return [e for e in read_events(self.events) if e.get("kind") == kind]

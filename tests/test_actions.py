@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from elections.actions import (
+from elections.core.actions import (
     ASSIGN_IP,
     ASSIGN_VIP,
     DEMOTED,
@@ -35,7 +35,6 @@ from elections.executors import (
     RelayExecutor,
     VipExecutor,
     build_executors,
-    epoch_from_elector,
     epoch_from_state,
     leader_duties,
     relay_wanted,
@@ -365,7 +364,9 @@ def test_it_fails_the_relay_action_when_the_hook_refuses(tmp_path):
 
 
 def test_it_reads_the_held_epoch_from_the_leadership_state_file(tmp_path):
-    current = epoch_from_state(tmp_path)
+    from elections.ports.localstate import LocalState
+
+    current = epoch_from_state(LocalState(tmp_path), time.monotonic)
     assert current() is None  # no file yet
     doc = {"leader": True, "epoch": 12, "valid_until": time.monotonic() + 30}
     (tmp_path / "leadership.json").write_text(json.dumps(doc))
@@ -373,23 +374,6 @@ def test_it_reads_the_held_epoch_from_the_leadership_state_file(tmp_path):
     (tmp_path / "leadership.json").write_text(json.dumps({**doc, "valid_until": time.monotonic() - 1}))
     assert current() is None  # past its renew deadline: not leader any more
     (tmp_path / "leadership.json").write_text(json.dumps({**doc, "leader": False, "epoch": None}))
-    assert current() is None
-
-
-def test_it_reads_the_held_epoch_from_an_elector_until_its_deadline():
-    from elections.clock import FakeClock
-
-    class Memory:
-        leader_epoch = 3
-
-    class El:
-        clock = FakeClock()
-        memory = Memory()
-        leader_valid_until = clock.monotonic() + 7
-
-    current = epoch_from_elector(El)
-    assert current() == 3
-    El.clock.advance(7)
     assert current() is None
 
 

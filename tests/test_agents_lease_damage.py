@@ -7,7 +7,7 @@ import os
 import pytest
 from harness import live_lease, read_lease, wait_until
 
-from elections.lease import sign
+from elections.core.lease import sign
 
 pytestmark = pytest.mark.agents
 

@@ -93,7 +93,7 @@ def test_sites_and_site_describe_the_pool(dj):
 
 def test_a_token_can_drain_and_the_action_is_audited_like_the_panels(dj):
     from elections.audit import AuditEntry
-    from elections.eventlog import read_events
+    from elections.ports.eventlog import read_events
 
     write_pool(dj["data_dir"], leader="S001", epoch=7)
     key = token_for("bot")
@@ -204,6 +204,8 @@ def test_history_is_paginated_and_filtered(dj):
             epoch,
             now - timedelta(hours=8 - epoch),
             f"lease of X expired: not renewed for {epoch}.5 s ≥ 3 s",
+            cause="expired",
+            gap_s=epoch + 0.5,
         )
     c = client_for(make_user("vera"))
     doc = json.loads(c.get(f"{API}/history", {"period": "all", "page_size": 4}).content)
@@ -234,7 +236,7 @@ def test_audit_lists_actions_with_their_outcome_and_the_chain_state(dj):
 
 
 def _write_lease(lease_dir, node: str = "S002", epoch: int = 4) -> None:  # type: ignore[no-untyped-def]
-    from elections.lease import LeaseRecord
+    from elections.core.lease import LeaseRecord
 
     rec = LeaseRecord(
         kmsn=KMSN,

@@ -15,13 +15,13 @@ dj = test_panel_support.dj  # the fixture, under its name here
 
 
 def _append(n: int) -> list:  # type: ignore[type-arg]
-    from elections import audit
+    from elections import steering
 
     out = []
     for i in range(n):
         for phase in ("intent", "outcome"):
             out.append(
-                audit.append(
+                steering.audit_trail().append(
                     phase=phase,
                     user="olga",
                     client="192.0.2.1",
@@ -119,8 +119,8 @@ def test_the_canonical_content_covers_every_audited_field(dj):
 def _publish_remote(lease_dir, node: str, correlation: str, at: datetime) -> list:  # type: ignore[type-arg]
     """Write, as agent `node` would, the pool lines of one drain's intent and outcome."""
     from elections import audit
-    from elections.clock import SystemClock
-    from elections.eventlog import JsonlEventSink
+    from elections.ports.clock import SystemClock
+    from elections.ports.eventlog import JsonlEventSink
 
     sink = JsonlEventSink(lease_dir / "events" / f"{node}.jsonl", node, SystemClock())
     prev, out = audit.GENESIS, []
@@ -141,13 +141,14 @@ def _publish_remote(lease_dir, node: str, correlation: str, at: datetime) -> lis
 
 
 def _ingest(lease_dir) -> None:  # type: ignore[no-untyped-def]
-    from elections.projection import EventTail, ingest
+    from elections.ports.eventlog import EventTail
+    from elections.runtime.projection import ingest
 
     ingest(KMSN, EventTail(lease_dir / "events").new_events())
 
 
 def test_a_local_entry_is_published_to_the_pool_with_its_hashes(dj):
-    from elections.eventlog import read_events
+    from elections.ports.eventlog import read_events
 
     entries = _append(1)
     lines = read_events(dj["lease_dir"] / "events" / "S001.jsonl")
@@ -212,7 +213,7 @@ def test_audit_rows_published_by_another_agent_show_on_the_page_and_in_the_api(d
 
 
 def test_audit_events_are_not_failovers(dj):
-    from elections.panel.failovers import load_events
+    from elections.web.panel.failovers import load_events
 
     _publish_remote(dj["lease_dir"], "S003", "c-remote", datetime.now(UTC))
     _ingest(dj["lease_dir"])
@@ -224,29 +225,29 @@ T0 = datetime(2026, 6, 15, 12, 0, tzinfo=UTC)
 
 
 def ev(i: int, node: str, kind: str, epoch: int, sec: float, reason: str = "", **detail):  # type: ignore[no-untyped-def]
-    from elections.panel.failovers import Ev
+    from elections.web.panel.failovers import Ev
 
     return Ev(i, "K", node, epoch, kind, reason, T0 + timedelta(seconds=sec), detail)
 
 
-def test_failovers_are_classified_from_the_elected_reason_and_the_events_before_it(dj):
-    from elections.panel.failovers import derive
+def test_failovers_are_classified_from_the_elected_cause_and_the_events_before_it(dj):
+    from elections.web.panel.failovers import derive
 
     events = [
         ev(1, "S001", "elected", 1, 0, "no lease file and no leader ever seen"),
-        ev(2, "S002", "elected", 2, 100, "lease of S001 expired: not renewed for 3.4 s ≥ 3 s"),
+        ev(2, "S002", "elected", 2, 100, "lease of S001 expired: ...", cause="expired", gap_s=3.4),
         ev(3, "S002", "drain_requested", 2, 200, target="S002", actor="olga", correlation="c1"),
         ev(4, "S002", "handoff", 2, 201, "released (drained), handoff to S003"),
-        ev(5, "S003", "elected", 3, 201.5, "S002 handed epoch 2 to me"),
+        ev(5, "S003", "elected", 3, 201.5, "S002 handed epoch 2 to me", cause="handoff"),
         ev(6, "S001", "promote_requested", 3, 300, target="S001", actor="pat"),
         ev(7, "S003", "handoff", 3, 301, "released (promote), handoff to S001"),
-        ev(8, "S001", "elected", 4, 301.2, "S003 handed epoch 3 to me"),
+        ev(8, "S001", "elected", 4, 301.2, "S003 handed epoch 3 to me", cause="handoff"),
         ev(9, "S001", "released", 4, 400, "released (shutdown)"),
-        ev(10, "S002", "elected", 5, 400.5, "released by S001 (epoch 4)"),
+        ev(10, "S002", "elected", 5, 400.5, "released by S001 (epoch 4)", cause="released"),
         ev(11, "S002", "handoff", 5, 500, "released (health: disk), handoff to S003"),
-        ev(12, "S003", "elected", 6, 500.3, "S002 handed epoch 5 to me"),
+        ev(12, "S003", "elected", 6, 500.3, "S002 handed epoch 5 to me", cause="handoff"),
         ev(13, "S003", "drain_requested", 6, 600, target="S003", actor="olga", force=True),
-        ev(14, "S001", "elected", 7, 610, "lease of S003 expired: not renewed for 3.1 s ≥ 3 s"),
+        ev(14, "S001", "elected", 7, 610, "lease of S003 expired: ...", cause="expired", gap_s=3.1),
     ]
     got = [(f.epoch, f.from_node, f.to_node, f.reason, f.actor) for f in derive(events)]
     assert got == [
@@ -265,7 +266,7 @@ def test_failovers_are_classified_from_the_elected_reason_and_the_events_before_
 
 
 def test_segments_end_at_their_own_end_event_or_the_next_election(dj):
-    from elections.panel.failovers import segments
+    from elections.web.panel.failovers import segments
 
     events = [
         ev(1, "S001", "elected", 1, 0),
@@ -281,7 +282,7 @@ def test_segments_end_at_their_own_end_event_or_the_next_election(dj):
 
 
 def test_the_timeline_shades_gaps_only_after_the_first_recorded_leadership():
-    from elections import svg
+    from elections.web import svg
 
     bars = [
         svg.Bar("S001", 1, T0 + timedelta(minutes=30), T0 + timedelta(minutes=40)),

@@ -14,8 +14,8 @@ import time
 import pytest
 from harness import wait_until
 
-from elections.agent import leads_now
-from elections.eventlog import read_events
+from elections.ports.eventlog import read_events
+from elections.ports.localstate import Leadership
 
 pytestmark = [pytest.mark.chaos, pytest.mark.agents]
 
@@ -27,7 +27,7 @@ def _check_invariants(site, seen_epochs):
         seen_epochs.append(rec.epoch)
     now = time.monotonic()
     states = {a.name: a.state() for a in site.agents}
-    leaders = [name for name, st in states.items() if leads_now(st, now)]
+    leaders = [name for name, st in states.items() if Leadership.from_doc(st).leads_now(now)]
     detail = {n: (st.get("epoch"), round((st.get("valid_until") or now) - now, 2), st.get("decision"))
               for n, st in states.items()}  # fmt: skip
     assert len(leaders) <= 1, f"two agents lead at once: {leaders} {detail} lease={rec}"

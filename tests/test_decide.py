@@ -4,8 +4,8 @@ from dataclasses import replace
 
 import pytest
 
-from elections.decide import Memory, Timing, Verdict, decide, track
-from elections.lease import LeaseRead, LeaseRecord
+from elections.core.decide import Memory, Observation, Timing, Verdict, contend_delay, decide, track
+from elections.core.lease import LeaseRead, LeaseRecord
 
 T = Timing(ttl=10, renew=3, poll=2, deadline=7)
 
@@ -42,7 +42,7 @@ def follow(reads, me="S002"):
     for now, read in reads:
         if read is not None:
             mem = track(mem, read, now, T.ttl)
-        d = decide(mem, read, now, T, renewing=False)
+        d = decide(mem, Observation(read, renewing=False), now, T)
     return mem, d
 
 
@@ -143,34 +143,41 @@ def leader(now_renewed=0.0, epoch=7):
     ],
 )
 def test_leader_decisions(case, read, now, renewing, verdict):
-    d = decide(leader(), read, now, T, renewing=renewing)
+    d = decide(leader(), Observation(read, renewing=renewing), now, T)
     assert d.verdict is verdict, f"{case}: {d}"
 
 
 def test_a_leader_that_becomes_ineligible_hands_off_and_an_ineligible_follower_idles():
-    d = decide(leader(), valid(rec()), 1, T, renewing=True, eligible=False, ineligible_why="drained")
+    d = decide(
+        leader(), Observation(valid(rec()), renewing=True, eligible=False, ineligible_why="drained"), 1, T
+    )
     assert d.verdict is Verdict.HAND_OFF and "drained" in d.reason
-    d = decide(Memory(node="S002"), MISSING, 0, T, renewing=False, eligible=False, ineligible_why="drained")
+    d = decide(
+        Memory(node="S002"),
+        Observation(MISSING, renewing=False, eligible=False, ineligible_why="drained"),
+        0,
+        T,
+    )
     assert d.verdict is Verdict.IDLE
     # Drained and the only one left: it never contends, not even for a lease handed to it.
     handed = valid(rec(ttl=0, handoff="S002"))
     mem = track(Memory(node="S002"), handed, 0, 10)
-    d = decide(mem, handed, 0, T, renewing=False, eligible=False, ineligible_why="drained")
+    d = decide(mem, Observation(handed, renewing=False, eligible=False, ineligible_why="drained"), 0, T)
     assert d.verdict is Verdict.IDLE
 
 
 def test_a_paused_pool_fails_over_only_by_a_planned_handoff():
     mem = track(Memory(node="S002"), valid(rec()), 0, 10)
-    d = decide(mem, valid(rec()), 10, T, renewing=False, paused=True)
+    d = decide(mem, Observation(valid(rec()), renewing=False, paused=True), 10, T)
     assert d.verdict is Verdict.IDLE and "paused" in d.reason
     handed = valid(rec(ttl=0, handoff="S002", seq=2))
     mem = track(mem, handed, 11, 10)
-    d = decide(mem, handed, 11, T, renewing=False, paused=True)
+    d = decide(mem, Observation(handed, renewing=False, paused=True), 11, T)
     assert d.verdict is Verdict.CONTEND and d.handoff
 
 
 def test_the_deadline_reason_says_by_how_much():
-    d = decide(leader(), valid(rec()), 8.1, T, renewing=True)
+    d = decide(leader(), Observation(valid(rec()), renewing=True), 8.1, T)
     assert d.reason == "deadline: last renewal of epoch 7 8.1 s ago > 7 s"
 
 
@@ -183,3 +190,57 @@ def test_track_remembers_the_highest_epoch_and_ignores_lower_ones():
 def test_a_record_cannot_make_followers_wait_forever():
     mem = track(Memory(node="S002"), valid(rec(ttl=10**9)), 0, 10)
     assert mem.seen_ttl == 300
+
+
+def test_a_planned_handoff_of_the_held_epoch_is_decided_in_the_core():
+    d = decide(
+        leader(), Observation(valid(rec()), planned_handoff=("S003", "promote of S003 requested")), 1, T
+    )
+    assert (d.verdict, d.handoff_to, d.cause) == (Verdict.HAND_OFF, "S003", "planned")
+    # ...but never past the deadline: a leader that must stop does not hand anything over.
+    d = decide(leader(), Observation(valid(rec()), planned_handoff=("S003", "promote")), 7.5, T)
+    assert d.verdict is Verdict.STEP_DOWN
+
+
+def test_an_ineligible_leader_hands_off_to_the_successor_the_observation_names():
+    obs = Observation(valid(rec()), renewing=True, eligible=False, ineligible_why="drained", successor="S002")
+    d = decide(leader(), obs, 1, T)
+    assert (d.verdict, d.handoff_to, d.cause) == (Verdict.HAND_OFF, "S002", "ineligible")
+
+
+def test_a_node_that_released_sits_out_unless_the_lease_is_handed_to_it():
+    mem = track(Memory(node="S002"), valid(rec()), 0, 10)
+    d = decide(mem, Observation(valid(rec()), sit_out_until=15), 10, T)
+    assert d.verdict is Verdict.IDLE and "sitting out" in d.reason and "5.0 s" in d.reason
+    d = decide(mem, Observation(valid(rec()), sit_out_until=15), 15, T)
+    assert d.verdict is Verdict.CONTEND
+    handed = valid(rec(ttl=0, handoff="S002", seq=2))
+    mem = track(mem, handed, 11, 10)
+    assert decide(mem, Observation(handed, sit_out_until=99), 11, T).verdict is Verdict.CONTEND
+
+
+@pytest.mark.parametrize(
+    "priority, handoff, promote_elsewhere, delay",
+    [(100, False, False, 0.0), (50, False, False, 0.25), (0, False, False, 0.5), (100, False, True, 1.0),
+     (10, True, True, 0.0), (250, False, False, 0.0)],
+)  # fmt: skip
+def test_lower_priority_waits_longer_and_everyone_defers_to_a_promoted_member(
+    priority, handoff, promote_elsewhere, delay
+):
+    assert contend_delay(priority, handoff, promote_elsewhere) == pytest.approx(delay)
+
+
+def test_a_contend_decision_carries_its_delay_cause_and_gap_as_data():
+    mem = track(Memory(node="S002"), valid(rec()), 0, 10)
+    d = decide(mem, Observation(valid(rec()), priority=50), 10.5, T)
+    assert (d.verdict, d.cause, d.gap, d.delay) == (Verdict.CONTEND, "expired", 10.5, 0.25)
+    d = decide(Memory(node="S002"), Observation(MISSING), 0, T)
+    assert (d.cause, d.gap) == ("first", None)
+    released = valid(rec(ttl=0, seq=2))
+    mem = track(mem, released, 11, 10)
+    d = decide(mem, Observation(released), 11.25, T)
+    assert (d.cause, d.gap) == ("released", 0.25)
+    handed = valid(rec(ttl=0, handoff="S002", seq=3))
+    mem = track(mem, handed, 12, 10)
+    d = decide(mem, Observation(handed), 12, T)
+    assert (d.cause, d.gap, d.delay) == ("handoff", 0.0, 0.0)

@@ -2,8 +2,9 @@
 
 import json
 
-from elections.eligibility import Freshness, judge, observe
-from elections.projection import EventTail, PoolCommands
+from elections.core.commands import PoolCommands
+from elections.core.eligibility import Freshness, judge, observe
+from elections.ports.eventlog import EventTail
 
 TTL, HOLD = 10.0, 5.0
 
@@ -76,8 +77,8 @@ def test_commands_fold_into_drains_pause_and_promotes():
 
 
 def test_a_writer_restarting_after_a_torn_line_loses_nothing(tmp_path):
-    from elections.clock import FakeClock
-    from elections.eventlog import JsonlEventSink
+    from elections.ports.clock import FakeClock
+    from elections.ports.eventlog import JsonlEventSink
 
     path = tmp_path / "S001.jsonl"
     sink = JsonlEventSink(path, "S001", FakeClock())

@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("boto3", reason="boto3 is not installed (pip install boto3)")
 
-from elections.actions import ActionPlan, action_config, demotion_plan, plan_for
+from elections.core.actions import ActionPlan, action_config, demotion_plan, plan_for
 from elections.executors import APPLIED, FAILED, FENCED, AwsExecutor, Gate, RelayExecutor, run_plan
 from elections.executors.aws import boto3_client
 

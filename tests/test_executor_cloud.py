@@ -9,7 +9,7 @@ import shlex
 
 import pytest
 
-from elections.actions import ActionPlan, action_config, demotion_plan, plan_for
+from elections.core.actions import ActionPlan, action_config, demotion_plan, plan_for
 from elections.executors import (
     APPLIED,
     FAILED,

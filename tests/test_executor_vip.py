@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from elections.actions import ActionPlan, action_config, demotion_plan, plan_for
+from elections.core.actions import ActionPlan, action_config, demotion_plan, plan_for
 from elections.executors import APPLIED, FAILED, FENCED, Gate, RelayExecutor, VipExecutor, run_plan
 
 VIP = "192.0.2.100"

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from elections.lease import LeaseRecord, canonical_json, parse_lease
+from elections.core.lease import LeaseRecord, canonical_json, parse_lease
 
 TOKEN = "s3cret-token"
 
@@ -48,7 +48,7 @@ def test_it_keeps_unknown_fields_inside_the_signature():
     doc = json.loads(record().encode(TOKEN))
     doc["future"] = {"x": 1}
     doc.pop("sig")
-    from elections.lease import sign
+    from elections.core.lease import sign
 
     doc["sig"] = sign(doc, TOKEN)
     read = parse_lease(json.dumps(doc).encode(), TOKEN)

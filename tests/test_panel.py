@@ -292,7 +292,7 @@ def test_an_operator_gets_links_except_where_the_pool_forbids(dj):
 
 # -- commands -----------------------------------------------------------------------------
 def _events(dj, kind: str) -> list[dict]:  # type: ignore[no-untyped-def]
-    from elections.eventlog import read_events
+    from elections.ports.eventlog import read_events
 
     return [e for e in read_events(dj["lease_dir"] / "events" / "S001.jsonl") if e["kind"] == kind]
 
@@ -419,16 +419,16 @@ def test_promoting_an_ineligible_member_is_refused_by_the_pool_check(dj):
 
 
 def test_an_action_is_refused_when_its_intent_cannot_be_audited(dj, monkeypatch):
-    from elections import audit, commands
+    from elections import audit, steering
 
     write_pool(dj["data_dir"])
     submitted = []
-    monkeypatch.setattr(commands, "submit", lambda *a, **k: submitted.append(a))
+    monkeypatch.setattr(steering, "submit", lambda *a, **k: submitted.append(a))
 
     def broken(**fields):  # type: ignore[no-untyped-def]
         raise audit.AuditUnavailable("disk full")
 
-    monkeypatch.setattr(audit, "append", broken)
+    monkeypatch.setattr(audit.AuditTrail, "append", lambda self, **fields: broken(**fields))
     response = client_for(make_user("olga", "operator")).post(
         f"{SITE}drain/", {"target": "S002", "expected_epoch": "7"}
     )

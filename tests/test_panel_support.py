@@ -66,7 +66,7 @@ def django_env() -> dict[str, Path]:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0, interactive=False)
-    from elections.auth import ensure_roles
+    from elections.web.auth import ensure_roles
 
     ensure_roles()
     _configured.update(root=root, lease_dir=lease_dir, data_dir=data_dir)
@@ -79,7 +79,7 @@ def dj():
     paths = django_env()
     from django.db import transaction
 
-    from elections.panel import failovers, state
+    from elections.web.panel import failovers, state
 
     failovers._cache.clear()
     state._lease_seen.clear()

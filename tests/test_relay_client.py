@@ -26,7 +26,7 @@ import harness
 import pytest
 from harness import ROOT, wait_until
 
-from elections.lease import LeaseRecord
+from elections.core.lease import LeaseRecord
 from relay.client import (
     Backoff,
     NoLeader,

@@ -9,10 +9,10 @@ import sys
 
 import pytest
 
-from elections.clock import FakeClock
+from elections.core.lease import LeaseRecord
 from elections.errors import StoreUnavailable
-from elections.lease import LeaseRecord
-from elections.store import FileLeaseStore, WriteOutcome
+from elections.ports.clock import FakeClock
+from elections.ports.store import FileLeaseStore, WriteOutcome
 
 TOKEN = "tok-0123456789"
 
@@ -93,7 +93,7 @@ def test_a_lock_of_this_node_whose_process_died_is_broken_at_once(tmp_path, stor
 def test_a_breaker_that_died_does_not_block_the_pool(tmp_path, store, clock):
     content = json.dumps({"node": "S009", "pid": 1, "nonce": "dead"})
     (tmp_path / "relay_leader.lock").write_text(content)
-    from elections.lease import revision_of
+    from elections.core.lease import revision_of
 
     marker = tmp_path / f"relay_leader.lock.break-{revision_of(content.encode())[:16]}"
     marker.write_text("")
@@ -127,7 +127,7 @@ def test_an_unreadable_directory_is_unreachable(tmp_path):
     d.chmod(0)
     code = (
         "import sys; sys.path.insert(0, '.');"
-        "from elections.store import FileLeaseStore; from elections.clock import SystemClock;"
+        "from elections.ports.store import FileLeaseStore; from elections.ports.clock import SystemClock;"
         "from elections.errors import StoreUnavailable\n"
         f"s = FileLeaseStore({str(d)!r}, {TOKEN!r}, 'S001', SystemClock())\n"
         "try:\n    s.read()\nexcept StoreUnavailable as e:\n    print('unreachable:', e)\n"

@@ -6,7 +6,7 @@ Wiring in the agent (the owner's part), for example:
 
     cfg, problems = action_config(raw_stk_values)
     executors = build_executors(cfg, data_dir)
-    gate = Gate(epoch_from_state(data_dir))       # or epoch_from_elector(elector)
+    gate = Gate(epoch_from_state(LocalState(data_dir), time.monotonic))
     on_elected, on_demoted = leader_duties(node, cfg, executors, gate, event_sink())
 """
 
@@ -16,10 +16,10 @@ import logging
 import os
 from collections.abc import Callable
 
-from ..actions import ActionConfig, ActionPlan, demotion_plan, plan_for
-from .aws import AwsExecutor
-from .azure import AzCliClient, AzureExecutor
-from .base import (
+from elections.core.actions import ActionConfig, ActionPlan, demotion_plan, plan_for
+from elections.executors.aws import AwsExecutor
+from elections.executors.azure import AzCliClient, AzureExecutor
+from elections.executors.base import (
     APPLIED,
     FAILED,
     FENCED,
@@ -35,14 +35,13 @@ from .base import (
     ProviderError,
     Runner,
     Sink,
-    epoch_from_elector,
     epoch_from_state,
     run_command,
     run_plan,
 )
-from .oci import OciExecutor
-from .relay import RelayExecutor, relay_wanted
-from .vip import VipExecutor
+from elections.executors.oci import OciExecutor
+from elections.executors.relay import RelayExecutor, relay_wanted
+from elections.executors.vip import VipExecutor
 
 __all__ = [
     "APPLIED",
@@ -65,7 +64,6 @@ __all__ = [
     "RelayExecutor",
     "VipExecutor",
     "build_executors",
-    "epoch_from_elector",
     "epoch_from_state",
     "leader_duties",
     "relay_wanted",

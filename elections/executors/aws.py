@@ -18,8 +18,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..actions import ASSIGN_IP, RELEASE_IP, Action
-from .base import Outcome, ProviderError, Recheck, applied, no_recheck
+from elections.core.actions import ASSIGN_IP, RELEASE_IP, Action
+from elections.executors.base import Outcome, ProviderError, Recheck, applied, no_recheck
 
 CONFIRM_WITHIN = 10.0  # seconds for DescribeNetworkInterfaces to show the move
 CONFIRM_EVERY = 0.5

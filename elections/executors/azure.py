@@ -27,8 +27,8 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from ..actions import ASSIGN_IP, RELEASE_IP, Action
-from .base import (
+from elections.core.actions import ASSIGN_IP, RELEASE_IP, Action
+from elections.executors.base import (
     Completed,
     Outcome,
     PreconditionFailed,

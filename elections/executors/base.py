@@ -32,15 +32,15 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import subprocess
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..actions import RELEASE_IP, RELEASE_VIP, STOP_RELAY, Action, ActionPlan
-from ..errors import ElectionError
+from elections.core.actions import RELEASE_IP, RELEASE_VIP, STOP_RELAY, Action, ActionPlan
+from elections.errors import ElectionError
+from elections.ports.localstate import LocalState
 
 log = logging.getLogger("stkrelay.actions")
 
@@ -219,28 +219,13 @@ def run_plan(
 # -- epoch sources -----------------------------------------------------------------
 
 
-def epoch_from_state(data_dir: str | os.PathLike[str]) -> Callable[[], int | None]:
-    """The production epoch source: DATA_DIR/leadership.json, as written by the
-    agent's worker after every cycle (leader, epoch, monotonic valid_until)."""
+def epoch_from_state(local: LocalState, monotonic: Callable[[], float]) -> Callable[[], int | None]:
+    """The production epoch source: this agent's leadership state
+    (`leadership.json`, written by its worker after every cycle), judged on
+    this machine's monotonic clock."""
 
     def current() -> int | None:
-        from ..agent import leads_now, read_state
-
-        state = read_state(data_dir)
-        epoch = state.get("epoch")
-        return epoch if leads_now(state) and isinstance(epoch, int) else None
-
-    return current
-
-
-def epoch_from_elector(elector: Any) -> Callable[[], int | None]:
-    """In the elector's own process: its epoch while its renew deadline holds."""
-
-    def current() -> int | None:
-        until = elector.leader_valid_until
-        if until is None or elector.clock.monotonic() >= until:
-            return None
-        return elector.memory.leader_epoch
+        return local.leadership().held_epoch(monotonic())
 
     return current
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import json
 
-from ..actions import ASSIGN_IP, RELEASE_IP, Action
-from .base import (
+from elections.core.actions import ASSIGN_IP, RELEASE_IP, Action
+from elections.executors.base import (
     CommandFailed,
     Completed,
     Outcome,

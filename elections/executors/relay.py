@@ -9,25 +9,18 @@ process). A hook that raises makes the action fail with its message.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 from pathlib import Path
 
-from ..actions import START_RELAY, STOP_RELAY, Action
-from .base import CommandFailed, Outcome, Recheck, applied, no_recheck
-
-MARKER = "relay.wanted"
+from elections.core.actions import START_RELAY, STOP_RELAY, Action
+from elections.executors.base import CommandFailed, Outcome, Recheck, applied, no_recheck
+from elections.ports.localstate import LocalState
 
 
 def relay_wanted(data_dir: str | os.PathLike[str]) -> int | None:
     """The epoch the relay is wanted for, or None (no marker, or unreadable)."""
-    try:
-        doc = json.loads((Path(data_dir) / MARKER).read_text())
-    except (OSError, ValueError):
-        return None
-    epoch = doc.get("epoch") if isinstance(doc, dict) else None
-    return epoch if isinstance(epoch, int) else None
+    return LocalState(data_dir).relay_wanted()
 
 
 class RelayExecutor:
@@ -58,17 +51,16 @@ class RelayExecutor:
 
     def _mark(self, action: Action) -> str:
         assert self.data_dir is not None
-        path = self.data_dir / MARKER
+        local = LocalState(self.data_dir)
+        path = local.relay_wanted_path
         try:
             if action.verb == START_RELAY:
-                tmp = path.with_name(f".{MARKER}.{os.getpid()}.tmp")
-                tmp.write_text(json.dumps({"epoch": action.epoch}))
-                os.replace(tmp, path)
+                local.want_relay(action.epoch)
                 return f"relay wanted for epoch {action.epoch} ({path})"
-            wanted = relay_wanted(self.data_dir)
+            wanted = local.relay_wanted()
             if wanted is not None and wanted > action.epoch:
                 return f"relay marker is for epoch {wanted}, newer than {action.epoch}: left alone"
-            path.unlink(missing_ok=True)
+            local.unwant_relay()
             return f"relay no longer wanted ({path} removed)"
         except OSError as exc:
             raise CommandFailed(f"cannot update {path}: {exc.strerror or exc}") from exc

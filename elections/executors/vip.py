@@ -20,8 +20,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..actions import ASSIGN_VIP, RELEASE_VIP, Action
-from .base import (
+from elections.core.actions import ASSIGN_VIP, RELEASE_VIP, Action
+from elections.executors.base import (
     CommandFailed,
     Completed,
     Outcome,

@@ -10,11 +10,14 @@
 `--json` prints one JSON document for scripts. Exit codes: 0 ok; 1 a command
 refused or a doctor check failed; 2 usage or configuration; 3 the pool is not
 reachable (no view yet, share down); 4 stale epoch (re-read and retry).
+
+Commands go through the steering service like a click in the panel: audited
+(user = the OS user, client = `cli@<host>`, via `cli`) and published to the
+pool, so every agent's audit page shows them.
 """
 
 from __future__ import annotations
 
-import getpass
 import json
 import os
 import socket
@@ -24,7 +27,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-EXIT = {"accepted": 0, "refused": 1, "unknown_member": 1, "unavailable": 3, "stale_epoch": 4}
+EXIT = {"accepted": 0, "refused": 1, "unknown_member": 1, "unavailable": 3, "audit_unavailable": 3,
+        "stale_epoch": 4}  # fmt: skip
 
 
 class Command(BaseCommand):
@@ -61,22 +65,19 @@ class Command(BaseCommand):
 
     # -- reading -----------------------------------------------------------------
     def do_list(self, o: dict[str, Any]) -> int:
-        from elections.agent import read_pool
-
-        pool = read_pool()
-        if not pool:
+        pool = _pool()
+        if not pool.exists:
             self.stderr.write("relayctl: this agent has no view of the pool yet (is runagent running?)")
             return 3
-        lease = pool.get("lease") or {}
-        head = f"KMSN {pool.get('kmsn')}  leader {lease.get('node', '-')}  epoch {lease.get('epoch', '-')}"
-        lines = [f"{head}  lease {pool.get('lease_status')}  (seen by {pool.get('node')})"]
-        for node, m in sorted((pool.get("members") or {}).items()):
-            role = "leader" if node == lease.get("node") and not lease.get("released") else "follower"
-            elig = "eligible" if m.get("eligible") else "NOT eligible: " + "; ".join(m.get("reasons") or [])
-            age = m.get("age")
-            lines.append(f"  {node:8s} {role:8s} {m.get('ip') or '-':15s} prio {m.get('priority'):>3}  "
-                         f"heartbeat {'-' if age is None else f'{age:.1f} s'}  {elig}")  # fmt: skip
-        self.emit(pool, "\n".join(lines))
+        lease = pool.lease or {}
+        head = f"KMSN {pool.kmsn}  leader {lease.get('node', '-')}  epoch {lease.get('epoch', '-')}"
+        lines = [f"{head}  lease {pool.lease_status}  (seen by {pool.node})"]
+        for node, m in sorted(pool.members.items()):
+            role = "leader" if node == pool.leader else "follower"
+            elig = "eligible" if m.eligible else "NOT eligible: " + "; ".join(m.reasons)
+            lines.append(f"  {node:8s} {role:8s} {m.ip or '-':15s} prio {m.priority:>3}  "
+                         f"heartbeat {'-' if m.age is None else f'{m.age:.1f} s'}  {elig}")  # fmt: skip
+        self.emit(pool.to_doc(), "\n".join(lines))
         return 0
 
     def do_history(self, o: dict[str, Any]) -> int:
@@ -93,11 +94,9 @@ class Command(BaseCommand):
     def do_plan(self, o: dict[str, Any]) -> int:
         from django.conf import settings
 
-        from elections.actions import action_config, plan_for
-        from elections.agent import read_pool
+        from elections.core.actions import action_config, plan_for
 
-        pool = read_pool()
-        epoch = ((pool.get("lease") or {}).get("epoch") or 0) + 1
+        epoch = (_pool().epoch or 0) + 1
         node = o["node"] or settings.STK.node
         config, problems = action_config(settings.STK.values)
         for problem in problems:
@@ -108,24 +107,23 @@ class Command(BaseCommand):
 
     # -- steering ----------------------------------------------------------------
     def do_command(self, o: dict[str, Any]) -> int:
-        from elections.commands import submit
+        from django.conf import settings
 
-        actor = f"{getpass.getuser()}@{socket.gethostname()} (relayctl)"
-        result = submit(o["action"], o["node"], actor=actor, client="local shell", reason=o["reason"],
-                        expected_epoch=o["epoch"], force=o["force"])  # fmt: skip
-        doc = {"code": result.code, "message": result.message, "correlation": result.correlation,
-               "epoch": result.epoch}  # fmt: skip
-        self.emit(doc, f"{result.code}: {result.message} (correlation {result.correlation})")
-        return EXIT.get(result.code, 1)
+        from elections.steering import Actor, perform
+
+        outcome = perform(Actor.from_shell(), o["action"], settings.STK.kmsn, o["node"], reason=o["reason"],
+                          expected_epoch=o["epoch"], force=o["force"])  # fmt: skip
+        doc = {"code": outcome.code, **outcome.as_dict()}
+        self.emit(doc, f"{outcome.code}: {outcome.message} (correlation {outcome.correlation})")
+        return EXIT.get(outcome.code, 1)
 
     # -- doctor --------------------------------------------------------------------
     def do_doctor(self, o: dict[str, Any]) -> int:
         from django.conf import settings
 
-        from elections.agent import read_pool
-        from elections.clock import SystemClock
         from elections.errors import StoreUnavailable
-        from elections.store import FileLeaseStore
+        from elections.ports.clock import SystemClock
+        from elections.ports.store import FileLeaseStore
 
         stk = settings.STK
         checks: list[dict[str, Any]] = []
@@ -153,9 +151,9 @@ class Command(BaseCommand):
         if share_mtime is not None:  # the file server's clock against ours: informative only
             skew = share_mtime - time.time()
             check("clock vs the file server", abs(skew) < 5, f"ours is {-skew:+.1f} s off the share's")
-        pool = read_pool()
-        for node, m in sorted((pool.get("members") or {}).items()):
-            age = m.get("age")
+        pool = _pool()
+        for node, m in sorted(pool.members.items()):
+            age = m.age
             check(f"member {node} heartbeat", age is not None and age < stk.heartbeat_ttl,
                   "never seen" if age is None else f"{age:.1f} s old on this agent's clock")  # fmt: skip
         answering = []
@@ -166,9 +164,18 @@ class Command(BaseCommand):
                     answering.append(node)
             except (OSError, TypeError):
                 pass
-        lease = (pool.get("lease") or {}).get("node")
+        lease = (pool.lease or {}).get("node")
         check("exactly one relay answering", len(answering) <= 1 and (not answering or answering == [lease]),
               f"answering: {', '.join(answering) or 'none'}; lease names {lease}")  # fmt: skip
         text = "\n".join(f"{'ok  ' if c['ok'] else 'FAIL'} {c['check']}: {c['detail']}" for c in checks)
         self.emit(checks, text)
         return 0 if all(c["ok"] for c in checks) else 1
+
+
+def _pool() -> Any:
+    """This agent's pool view (`pool.json`, written by its worker)."""
+    from django.conf import settings
+
+    from elections.ports.localstate import LocalState
+
+    return LocalState(settings.STK.data_dir).pool()

@@ -44,11 +44,13 @@ class Command(BaseCommand):
         _wait_for_redis(stk.redis_url)
         call_command("migrate", verbosity=0, interactive=False)
 
-        from elections.agent import event_sink, identity
-        from elections.clock import SystemClock
-        from elections.elector import make_record, release_lease
-        from elections.store import FileLeaseStore
-        from elections.supervisor import ChildSpec, Supervisor
+        from elections.ports.clock import SystemClock
+        from elections.ports.localstate import Leadership
+        from elections.ports.store import FileLeaseStore
+        from elections.runtime.agent import identity
+        from elections.runtime.elector import make_record, release_lease
+        from elections.runtime.projection import pool_event_sink
+        from elections.runtime.supervisor import ChildSpec, Supervisor
 
         py = sys.executable
         base = str(Path(settings.BASE_DIR))
@@ -74,19 +76,20 @@ class Command(BaseCommand):
             # Warm standby: listens within ~0.1 s of the fenced start_relay action of a
             # won epoch, stops itself within 0.1-0.2 s of losing; restarted if it dies.
             ChildSpec("relay", [py, str(Path(base) / "manage.py"), "runrelay", "--standby"],
-                      standby_status="relay.json"),
+                      standby=True),
         ]  # fmt: skip
         clock = SystemClock()
         os.environ["STK_AGENT_PID"] = str(os.getpid())
         me = identity()
 
-        def release(state: dict) -> bool:
+        def release(state: Leadership) -> bool:
             """On SIGTERM: mark our lease released so a follower takes over at once."""
             store = FileLeaseStore(stk.lease_dir, stk.relay_token, stk.node, clock)
-            epoch = int(state["epoch"])
+            epoch = state.epoch
+            assert epoch is not None
             done = release_lease(store, me, epoch, partial(make_record, me, clock))
             if done:
-                event_sink().record("released", epoch, "agent stopping (SIGTERM): lease released")
+                pool_event_sink(stk).record("released", epoch, "agent stopping (SIGTERM): lease released")
             return done
 
         os.chdir(data)

@@ -24,7 +24,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from elections.auth import ROLES, ensure_roles, role_of
+from elections.web.auth import ROLES, ensure_roles, role_of
 
 
 class Command(BaseCommand):

@@ -29,27 +29,23 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import json
 import logging
 import os
 import signal
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from elections.agent import leads_now, read_state
-from elections.clock import SystemClock
-from elections.executors.relay import relay_wanted
-from elections.store import FileLeaseStore, pid_alive
+from elections.ports.clock import SystemClock
+from elections.ports.localstate import Leadership, LocalState, RelayStatus
+from elections.ports.store import FileLeaseStore
 from relay.server import RelayServer
 
 log = logging.getLogger("stkrelay.relay")
 
-STATUS_NAME = "relay.json"
 TICK = 0.1
 STANDBY_POLL = 0.05
 STATUS_EVERY = 0.5
@@ -72,17 +68,16 @@ class LeadershipGate:
         cache_s: float = 0.1,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.data_dir, self.epoch, self.cache_s, self.clock = data_dir, epoch, cache_s, clock
-        self._state: dict[str, Any] = {}
+        self.local, self.epoch, self.cache_s, self.clock = LocalState(data_dir), epoch, cache_s, clock
+        self._state = Leadership()
         self._pid_ok = False
         self._read_at: float | None = None
 
     def _refresh(self, now: float) -> None:
         if self._read_at is not None and now - self._read_at < self.cache_s:
             return
-        self._state = read_state(self.data_dir)
-        pid = self._state.get("pid")
-        self._pid_ok = isinstance(pid, int) and not isinstance(pid, bool) and pid_alive(pid)
+        self._state = self.local.leadership()
+        self._pid_ok = self._state.worker_alive()
         self._read_at = now
 
     def why_not(self) -> str | None:
@@ -90,14 +85,14 @@ class LeadershipGate:
         now = self.clock()
         self._refresh(now)
         state = self._state
-        if not state.get("leader"):
+        if not state.leader:
             return "the leadership state says this agent is not the leader"
-        if not leads_now(state, now):
+        if not state.leads_now(now):
             return "the renew deadline in the leadership state has passed"
-        if state.get("epoch") != self.epoch:
-            return f"the epoch changed from {self.epoch} to {state.get('epoch')}"
+        if state.epoch != self.epoch:
+            return f"the epoch changed from {self.epoch} to {state.epoch}"
         if not self._pid_ok:
-            return f"the lease worker (pid {state.get('pid')}) is gone"
+            return f"the lease worker (pid {state.pid}) is gone"
         return None
 
     def __call__(self) -> bool:
@@ -118,11 +113,11 @@ class Command(BaseCommand):
     def _await_leadership(self, stk: Any) -> int:
         """Poll the leadership state and the relay marker every STANDBY_POLL; the
         imports are done, so the listeners are up within ~0.1 s of the action."""
+        local = LocalState(stk.data_dir)
         while True:
-            state = read_state(stk.data_dir)
-            epoch = state.get("epoch")
+            epoch = local.leadership().held_epoch(time.monotonic())
             if (
-                leads_now(state) and isinstance(epoch, int) and relay_wanted(stk.data_dir) == epoch
+                epoch is not None and local.relay_wanted() == epoch
                 and LeadershipGate(stk.data_dir, epoch).why_not() is None
             ):  # fmt: skip
                 return epoch
@@ -139,12 +134,9 @@ class Command(BaseCommand):
         if options["standby"]:
             epoch = self._await_leadership(stk)
         else:
-            state = read_state(stk.data_dir)
-            epoch = state.get("epoch")
-            if not leads_now(state):
+            epoch = LocalState(stk.data_dir).leadership().held_epoch(time.monotonic())
+            if epoch is None:
                 why = "the leadership state does not say this agent leads now"
-            elif not isinstance(epoch, int):
-                why = "the leadership state has no epoch"
             else:
                 why = LeadershipGate(stk.data_dir, epoch).why_not()
             if why is not None:
@@ -170,7 +162,7 @@ class RelayRunner:
     def __init__(self, stk: Any, epoch: int, say: Callable[[str], None], complain: Callable[[str], None]):
         self.stk, self.epoch, self.say, self.complain = stk, epoch, say, complain
         self.gate = LeadershipGate(stk.data_dir, epoch)
-        self.status_path = Path(stk.data_dir) / STATUS_NAME
+        self.local = LocalState(stk.data_dir)
         self.server = RelayServer(
             node=stk.node,
             kmsn=stk.kmsn,
@@ -247,16 +239,8 @@ class RelayRunner:
         return record.epoch, record.ip, record.port
 
     def write_status(self, listening: bool) -> None:
-        doc = {
-            "pid": os.getpid(),
-            "epoch": self.epoch,
-            "listening": listening,
-            "updated": time.monotonic(),
-            "snapshot": self.server.snapshot(),
-        }
-        tmp = self.status_path.with_name(f".{STATUS_NAME}.tmp")
+        status = RelayStatus(os.getpid(), self.epoch, listening, time.monotonic(), self.server.snapshot())
         try:
-            tmp.write_text(json.dumps(doc))
-            os.replace(tmp, self.status_path)
+            self.local.write_relay(status)
         except OSError as exc:
-            log.warning("cannot write %s: %s", self.status_path, exc)
+            log.warning("cannot write the relay status in %s: %s", self.local.dir, exc)

@@ -13,22 +13,21 @@ no leader. Why, in this order of precedence:
   lease expired the new leader took over after the old lease was not renewed
   first election no leader before
 
-The gap is measured, where possible, on one machine's clock: the new leader's
-own "not renewed for X s" when it took an expired lease; otherwise from the old
-leader's end event to the new leader's election (two machines' wall clocks,
-clamped at 0).
-
-`failovers_for(kmsn)` caches the derivation per process until the event table
-changes (its max id and row count).
+The cause and the gap come as data on the `elected` event (`cause`, `gap_s`,
+from `core.decide`): the gap is measured on one machine's clock, the new
+leader's, as the time since it last saw the old lease alive. An event without
+them (recorded before they existed) falls back to the old leader's end event:
+the gap from it to the election (two machines' wall clocks, clamped at 0). No
+reason text is ever parsed.
 """
 
 from __future__ import annotations
 
-import re
-import threading
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+from elections.core.decide import HANDOFF, HANDOFF_LAPSED, RELEASED
 
 REASONS = ("forced", "promoted", "drained", "handoff", "stepped down", "lease expired", "first election")
 END_KINDS = ("stepped_down", "released", "handoff")
@@ -39,7 +38,6 @@ COMMAND_KINDS = (
     "pause_requested",
     "resume_requested",
 )
-_EXPIRED = re.compile(r"not renewed for ([0-9.]+) s")
 
 
 @dataclass(frozen=True)
@@ -142,10 +140,10 @@ def _why(e: Ev, prev: Ev | None, end: Ev | None, asked: list[Ev]) -> tuple[str, 
     for c in reversed(mine):
         if c.kind == "drain_requested" and c.detail.get("target") == prev.node:
             return "drained", _actor(c), str(c.detail.get("correlation") or "")
-    text = e.reason.lower()
-    if "handed" in text or "handoff" in text or (end is not None and end.kind == "handoff"):
+    cause = e.detail.get("cause")
+    if cause in (HANDOFF, HANDOFF_LAPSED) or (end is not None and end.kind == "handoff"):
         return "handoff", "pool", ""
-    if end is not None or text.startswith("released by"):
+    if end is not None or cause == RELEASED:
         return "stepped down", "pool", ""
     return "lease expired", "pool", ""
 
@@ -155,9 +153,9 @@ def _actor(c: Ev) -> str:
 
 
 def _gap(e: Ev, end: Ev | None) -> float | None:
-    match = _EXPIRED.search(e.reason)
-    if match:
-        return float(match.group(1))
+    gap = e.detail.get("gap_s")
+    if isinstance(gap, (int, float)) and not isinstance(gap, bool) and gap >= 0:
+        return float(gap)
     if end is not None:
         return max((e.at - end.at).total_seconds(), 0.0)
     return None
@@ -185,49 +183,3 @@ def segments(events: list[Ev], now: datetime, current_epoch: int | None) -> list
             end = min(end, later)
         out.append(Segment(e.node, e.epoch, e.at, end if end is None else min(end, now)))
     return out
-
-
-# -- from the database, cached ---------------------------------------------------
-_cache_lock = threading.Lock()
-_cache: dict[str, tuple[tuple[Any, ...], list[Failover]]] = {}
-FIELDS = ("id", "kmsn", "node", "epoch", "kind", "reason", "observed_at", "detail")
-IGNORED_KINDS = ("renew_failed", "audit")  # audit rows: the audit page's, not a transition
-
-
-def load_events(kmsn: str, since: datetime | None = None, kinds: tuple[str, ...] | None = None) -> list[Ev]:
-    from ..models import ElectionEvent
-
-    qs = ElectionEvent.objects.filter(kmsn=kmsn).exclude(kind__in=IGNORED_KINDS)
-    if kinds:
-        qs = qs.filter(kind__in=kinds)
-    if since is not None:
-        qs = qs.filter(observed_at__gte=since)
-    return [Ev(*row) for row in qs.order_by().values_list(*FIELDS)]
-
-
-def table_version() -> tuple[Any, ...]:
-    from django.db.models import Count, Max
-
-    from ..models import ElectionEvent
-
-    agg = ElectionEvent.objects.aggregate(m=Max("id"), n=Count("id"))
-    return (agg["m"], agg["n"])
-
-
-def failovers_for(kmsn: str) -> list[Failover]:
-    """Every failover of `kmsn`, oldest first; recomputed only when events changed."""
-    version = table_version()
-    with _cache_lock:
-        hit = _cache.get(kmsn)
-        if hit is not None and hit[0] == version:
-            return hit[1]
-    result = derive(load_events(kmsn))
-    with _cache_lock:
-        _cache[kmsn] = (version, result)
-    return result
-
-
-def known_kmsns() -> list[str]:
-    from ..models import ElectionEvent
-
-    return sorted(ElectionEvent.objects.order_by().values_list("kmsn", flat=True).distinct())

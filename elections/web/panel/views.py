@@ -23,13 +23,15 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_http_methods, require_POST
 
-from .. import audit, svg
-from ..auth import client_address, denial, panel_view, role_of, secure_headers
-from . import fmt
-from .failovers import REASONS, Failover, failovers_for, known_kmsns, load_events, segments
-from .live import render_live
-from .operate import KINDS, perform, preview, progress
-from .state import SiteState, site_state, site_states
+from elections import audit
+from elections.steering import perform
+from elections.web import svg
+from elections.web.auth import actor_for, client_address, denial, panel_view, role_of, secure_headers
+from elections.web.panel import fmt
+from elections.web.panel.failovers import REASONS, Failover, failovers_for, known_kmsns, load_events, segments
+from elections.web.panel.live import render_live
+from elections.web.panel.operate import KINDS, preview, progress
+from elections.web.panel.state import SiteState, site_state, site_states
 
 PAGE_SIZE = 50
 PERIODS = {"1h": 1, "6h": 6, "24h": 24, "7d": 24 * 7, "30d": 24 * 30, "all": None}
@@ -160,7 +162,7 @@ def _buttons(request: HttpRequest, s: SiteState) -> tuple[dict[str, list[Button]
 
 
 def _timeline(s: SiteState, hours: float, now: datetime) -> str:
-    from ..models import ElectionEvent
+    from elections.models import ElectionEvent
 
     start = now - timedelta(hours=hours)
     events = load_events(s.kmsn, since=start, kinds=("elected", "stepped_down", "released", "handoff"))
@@ -171,7 +173,7 @@ def _timeline(s: SiteState, hours: float, now: datetime) -> str:
         .first()
     )
     if before is not None:
-        from .failovers import Ev
+        from elections.web.panel.failovers import Ev
 
         events.append(Ev(*before))
     bars = [
@@ -315,9 +317,7 @@ def confirm(request: HttpRequest, kmsn: str, kind: str) -> HttpResponse:
     if request.method == "POST":
         target = request.POST.get("target") or None
         outcome = perform(
-            request.user,
-            client_address(request),
-            "panel",
+            actor_for(request.user, request, "panel"),
             kind,
             kmsn,
             target,
@@ -390,4 +390,11 @@ def command_progress(request: HttpRequest, kmsn: str, correlation: str) -> HttpR
     return render_live(request, "panel/progress.html", ctx, {"progress-live": "panel/_progress.html"})
 
 
-from .audit_log import AuditRecord, AuditRow, audit_log, audit_rows, pool_chains, published_entries  # noqa: E402,F401
+from elections.web.panel.audit_log import (  # noqa: E402,F401
+    AuditRecord,
+    AuditRow,
+    audit_log,
+    audit_rows,
+    pool_chains,
+    published_entries,
+)

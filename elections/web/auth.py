@@ -26,6 +26,8 @@ from django.middleware.csrf import CsrfViewMiddleware
 from django.shortcuts import redirect
 from django.views.decorators.csrf import csrf_exempt
 
+from elections.steering import Actor
+
 VIEWER, OPERATOR = "viewer", "operator"
 ROLES = {
     VIEWER: [],
@@ -76,6 +78,12 @@ def denial(user: Any, kind: str) -> str:
     if not user.has_perm(perm):
         return f"needs the operator role (permission {perm.split('.', 1)[1]})"
     return ""
+
+
+def actor_for(user: Any, request: HttpRequest, via: str) -> Actor:
+    """The steering service's `Actor` for a logged-in user (panel) or a token (api)."""
+    return Actor(user=user.get_username(), client=client_address(request), via=via,
+                 denial=lambda kind: denial(user, kind) or None)  # fmt: skip
 
 
 def client_address(request: HttpRequest) -> str:
@@ -141,7 +149,7 @@ def bearer_user(request: HttpRequest) -> Any | bool | None:
     scheme, _, key = header.partition(" ")
     if scheme.lower() != "bearer" or not key.strip():
         return False
-    from .audit import ApiToken
+    from elections.audit import ApiToken
 
     return ApiToken.user_for(key.strip()) or False
 

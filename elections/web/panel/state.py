@@ -14,20 +14,17 @@ it, else from the first pool view in which this web process saw the current
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.utils import timezone
 
-from ..agent import leads_now, read_pool, read_state
+from elections.ports.localstate import LocalState, PoolView, RelayStatus
 
-RELAY_NAME = "relay.json"
 _lock = threading.Lock()
 _lease_seen: dict[str, tuple[tuple[Any, ...], float]] = {}
 _relay_samples: dict[Any, tuple[float, int, float | None]] = {}
@@ -148,29 +145,20 @@ class SiteState:
         return next((m for m in self.members if m.node == node), None)
 
 
-def read_relay(data_dir: str | Path) -> dict[str, Any]:
-    try:
-        doc = json.loads((Path(data_dir) / RELAY_NAME).read_text())
-    except (OSError, ValueError):
-        return {}
-    return doc if isinstance(doc, dict) else {}
-
-
 def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-def relay_state(doc: dict[str, Any], kmsn: str, now: float) -> RelayState:
+def relay_state(status: RelayStatus, kmsn: str, now: float) -> RelayState:
     """The relay as its status file describes it; defensive about every field."""
-    if not doc:
+    if not status.exists:
         return RelayState(False, "no relay status (relay.json) on this agent")
-    updated = doc.get("updated")
-    age = now - updated if isinstance(updated, (int, float)) else None
-    if not doc.get("listening"):
-        return RelayState(False, "relay not listening", pid=doc.get("pid"), epoch=doc.get("epoch"), age=age)
+    age = status.age(now)
+    if not status.listening:
+        return RelayState(False, "relay not listening", pid=status.pid, epoch=status.epoch, age=age)
     if age is None or age > 3.0:
-        return RelayState(False, "relay status is stale", pid=doc.get("pid"), epoch=doc.get("epoch"), age=age)
-    snap = doc.get("snapshot") if isinstance(doc.get("snapshot"), dict) else {}
+        return RelayState(False, "relay status is stale", pid=status.pid, epoch=status.epoch, age=age)
+    snap = status.snapshot
     counts = snap.get("counts") if isinstance(snap.get("counts"), dict) else {}
     stations = counts.get(kmsn) if isinstance(counts.get(kmsn), dict) else {}
     per_station = []
@@ -180,11 +168,12 @@ def relay_state(doc: dict[str, Any], kmsn: str, now: float) -> RelayState:
     relayed = snap.get("relayed") if isinstance(snap.get("relayed"), dict) else {}
     drops = snap.get("drops") if isinstance(snap.get("drops"), dict) else {}
     messages = _int(relayed.get("messages"))
-    rate = _rate(doc.get("pid"), float(updated), messages)
+    assert status.updated is not None
+    rate = _rate(status.pid, status.updated, messages)
     return RelayState(
         True,
-        pid=doc.get("pid"),
-        epoch=doc.get("epoch"),
+        pid=status.pid,
+        epoch=status.epoch,
         clients=sum(sum(r.values()) for _, r in per_station),
         per_station=per_station,
         connections=_int(snap.get("connections")),
@@ -213,16 +202,14 @@ def _rate(key: Any, updated: float, messages: int) -> float | None:
         return rate
 
 
-def _lease_seen_at(pool: dict[str, Any]) -> float | None:
-    lease = pool.get("lease")
-    updated = pool.get("updated")
-    if not lease or not isinstance(updated, (int, float)):
+def _lease_seen_at(pool: PoolView) -> float | None:
+    lease, updated = pool.lease, pool.updated
+    if not lease or updated is None:
         return None
-    seen = pool.get("lease_seen_at")
-    if isinstance(seen, (int, float)):
-        return float(seen)
+    if pool.lease_seen_at is not None:
+        return pool.lease_seen_at
     key = (lease.get("node"), lease.get("epoch"), lease.get("renew_seq"))
-    kmsn = str(pool.get("kmsn"))
+    kmsn = pool.kmsn
     with _lock:
         known = _lease_seen.get(kmsn)
         if known is None or known[0] != key:
@@ -232,48 +219,44 @@ def _lease_seen_at(pool: dict[str, Any]) -> float | None:
 
 
 def build_site(
-    pool: dict[str, Any], now: float, relay_doc: dict[str, Any] | None = None, leads: bool = False
+    pool: PoolView, now: float, relay: RelayStatus | None = None, leads: bool = False
 ) -> SiteState:
     """A `SiteState` from a pool view, without the database (see `annotate`)."""
-    kmsn = str(pool.get("kmsn") or settings.STK.kmsn)
-    updated = pool.get("updated")
-    view_age = now - updated if isinstance(updated, (int, float)) else None
-    lease = pool.get("lease") if isinstance(pool.get("lease"), dict) else None
+    kmsn = pool.kmsn or settings.STK.kmsn
+    view_age = now - pool.updated if pool.updated is not None else None
+    lease = pool.lease
     leader_node = (lease or {}).get("node")
     members = []
-    raw_members = pool.get("members") if isinstance(pool.get("members"), dict) else {}
-    for node, m in sorted(raw_members.items()):
-        if not isinstance(m, dict):
-            continue
-        age = m.get("age")
-        if isinstance(age, (int, float)) and view_age is not None:
+    for node, m in sorted(pool.members.items()):
+        age = m.age
+        if age is not None and view_age is not None:
             age = age + view_age  # aged on this machine's clock since the view was taken
         members.append(
             MemberRow(
-                node=str(node),
+                node=node,
                 leader=node == leader_node and not (lease or {}).get("released"),
-                eligible=bool(m.get("eligible")),
-                reasons=[str(r) for r in m.get("reasons") or []],
-                age=age if isinstance(age, (int, float)) else None,
-                priority=m.get("priority"),
-                ip=m.get("ip"),
-                drain=bool(m.get("drain")),
-                health=m.get("health"),
-                version=m.get("version"),
-                epoch=m.get("epoch"),
+                eligible=m.eligible,
+                reasons=list(m.reasons),
+                age=age,
+                priority=m.priority,
+                ip=m.ip,
+                drain=m.drain,
+                health=m.health,
+                version=m.version,
+                epoch=m.epoch,
             )
         )
     site = SiteState(
         kmsn=kmsn,
-        agent=str(pool.get("node") or settings.STK.node),
+        agent=pool.node or settings.STK.node,
         view_age=view_age,
         lease=lease,
-        lease_status=str(pool.get("lease_status") or ("missing" if not pool else "unknown")),
-        lease_detail=str(pool.get("lease_detail") or ""),
-        store_reachable=bool(pool.get("store_reachable")),
+        lease_status=pool.lease_status,
+        lease_detail=pool.lease_detail,
+        store_reachable=pool.store_reachable,
         members=members,
-        decision=str(pool.get("decision") or ""),
-        paused=pool.get("paused") if isinstance(pool.get("paused"), bool) else None,
+        decision=pool.decision,
+        paused=pool.paused,
         this_agent_leads=leads,
     )
     seen_at = _lease_seen_at(pool)
@@ -283,13 +266,13 @@ def build_site(
         if isinstance(ttl, (int, float)):
             site.expires_in = ttl - site.renewed_ago
     if leads and lease and leader_node == site.agent:
-        site.relay = relay_state(relay_doc or {}, kmsn, now)
+        site.relay = relay_state(relay or RelayStatus(), kmsn, now)
     return site
 
 
 def annotate(site: SiteState, wall_now: datetime) -> SiteState:
     """Add what comes from the election history: leader since, changes in 24 h, pause state."""
-    from ..models import ElectionEvent
+    from elections.models import ElectionEvent
 
     events = ElectionEvent.objects.filter(kmsn=site.kmsn)
     if site.epoch is not None:
@@ -317,12 +300,13 @@ def site_states(now: float | None = None, wall_now: datetime | None = None) -> l
     now = time.monotonic() if now is None else now
     wall_now = wall_now or timezone.now()
     stk = settings.STK
-    pool = read_pool(stk.data_dir)
-    if not pool:
-        pool = {"kmsn": stk.kmsn, "node": stk.node}
-    leads = leads_now(read_state(stk.data_dir), now)
-    relay_doc = read_relay(stk.data_dir) if leads else None
-    return [annotate(build_site(pool, now, relay_doc, leads), wall_now)]
+    local = LocalState(stk.data_dir)
+    pool = local.pool()
+    if not pool.exists:
+        pool = PoolView(kmsn=stk.kmsn, node=stk.node)
+    leads = local.leads_now(now)
+    relay = local.relay() if leads else None
+    return [annotate(build_site(pool, now, relay, leads), wall_now)]
 
 
 def site_state(kmsn: str, now: float | None = None) -> SiteState | None:

@@ -13,10 +13,10 @@ from collections.abc import Iterable
 from django.db.models import Count
 from django.http import HttpRequest, HttpResponse
 
-from .agent import leads_now, read_state
-from .auth import api_error, bearer_user, is_loopback
-from .models import ElectionEvent
-from .panel.state import site_states
+from elections.models import ElectionEvent
+from elections.ports.localstate import LocalState
+from elections.web.auth import api_error, bearer_user, is_loopback
+from elections.web.panel.state import site_states
 
 
 def _esc(value: object) -> str:
@@ -108,7 +108,7 @@ def render() -> str:
         "stkrelay_agent_leader",
         "gauge",
         "1 while this agent leads its pool.",
-        [({"node": settings.STK.node}, 1 if leads_now(read_state(settings.STK.data_dir), now) else 0)],
+        [({"node": settings.STK.node}, 1 if LocalState(settings.STK.data_dir).leads_now(now) else 0)],
     )
     relays = [(s, s.relay) for s in states if s.relay is not None and s.relay.running]
     out.family(

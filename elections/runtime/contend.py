@@ -1,6 +1,6 @@
 """A bare contender: the elector loop without Django or Celery.
 
-    python -m elections.contend --dir LEASE_DIR --node N --token T [--ttl 10 ...]
+    python -m elections.runtime.contend --dir LEASE_DIR --node N --token T [--ttl 10 ...]
 
 Used by the stress tests and the failover benchmark to run many real
 processes on one lease dir cheaply. SIGTERM releases the lease and exits;
@@ -14,11 +14,11 @@ import logging
 import signal
 import threading
 
-from .clock import Clock, SystemClock
-from .decide import Timing
-from .elector import Elector, Identity
-from .eventlog import JsonlEventSink
-from .store import FileLeaseStore
+from elections.core.decide import Timing
+from elections.ports.clock import Clock, SystemClock
+from elections.ports.eventlog import JsonlEventSink
+from elections.ports.store import FileLeaseStore
+from elections.runtime.elector import Elector, Identity
 
 
 def run_loop(elector: Elector, clock: Clock, stop: threading.Event) -> None:

@@ -3,7 +3,7 @@
 Authentication: a browser session (with the CSRF header on POST) or
 `Authorization: Bearer stk_...` (`manage.py stkuser token NAME`). Commands
 (POST .../drain|undrain|promote|pause|resume) go through the same
-`panel.operate.perform` as the panel's buttons: audited, permission-checked,
+`elections.steering.perform` as the panel's buttons and `relayctl`: audited, permission-checked,
 and mapped to HTTP: 202 accepted, 400 bad request, 403 forbidden, 404 unknown
 member/pool, 409 stale epoch, 422 refused, 503 unavailable.
 
@@ -20,13 +20,14 @@ from django.conf import settings
 from django.core.paginator import EmptyPage, Paginator
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from . import audit
-from . import views as agent_views
-from .auth import api_error, api_view, client_address
-from .panel import fmt
-from .panel.operate import KINDS, perform
-from .panel.state import SiteState, site_state, site_states
-from .panel.views import PAGE_SIZE, _history_rows, audit_rows, pool_chains, published_entries
+from elections import audit
+from elections.steering import perform
+from elections.web import health as agent_views
+from elections.web.auth import actor_for, api_error, api_view
+from elections.web.panel import fmt
+from elections.web.panel.operate import KINDS
+from elections.web.panel.state import SiteState, site_state, site_states
+from elections.web.panel.views import PAGE_SIZE, _history_rows, audit_rows, pool_chains, published_entries
 
 
 def _r(value: float | None, digits: int = 1) -> float | None:
@@ -225,12 +226,10 @@ def command(request: HttpRequest, kmsn: str, kind: str) -> HttpResponse:
         return api_error(400, "bad_request", "target must be a member name")
     force = body.get("force") in (True, "1", "true", "on")
     outcome = perform(
-        request.api_user,
-        client_address(request),
-        "api",
+        actor_for(request.api_user, request, "api"),  # type: ignore[attr-defined]
         kind,
         kmsn,
-        target,  # type: ignore[attr-defined]
+        target,
         reason=str(body.get("reason") or "")[:500],
         expected_epoch=expected,
         force=force,

@@ -1,9 +1,13 @@
 """The elector: one node's election loop around the pure core.
 
-It gathers inputs (a read of the lease, the clock), asks `decide()`, and acts
-through the `LeaseStore`: contend, renew, step down, release. Every transition
-goes to the `EventSink` and calls the leader-duty hooks. It holds no Django and
-no Celery: the Celery tasks and the contender script drive the same class.
+Each cycle it gathers one `Observation` (a read of the lease, the clock, the
+policy's facts about the pool, its own sit-out window), asks `decide()`, and
+acts on the answer through the `LeaseStore`: contend (after the decision's
+delay), renew, step down, hand off to the decision's successor. It decides
+nothing itself. Every transition goes to the `EventSink` (an election carries
+its cause and gap as data) and calls the leader-duty hooks. It holds no
+Django and no Celery: the Celery tasks, the contender script and the
+in-process tests drive the same class.
 """
 
 from __future__ import annotations
@@ -16,12 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from .clock import Clock
-from .decide import Decision, Memory, Timing, Verdict, decide, track
-from .errors import StoreUnavailable
-from .lease import LeaseRead, LeaseRecord, legacy_lease_until
-from .policy import OpenPolicy, Policy
-from .store import LeaseStore, WriteOutcome
+from elections.core.decide import PLANNED, Decision, Memory, Observation, Timing, Verdict, decide, track
+from elections.core.lease import LeaseRead, LeaseRecord, legacy_lease_until
+from elections.errors import StoreUnavailable
+from elections.ports.clock import Clock
+from elections.ports.store import LeaseStore, WriteOutcome
+from elections.runtime.policy import OpenPolicy, Policy
 
 log = logging.getLogger("stkrelay.elector")
 
@@ -149,27 +153,25 @@ class Elector:
 
     def cycle(self, renewing: bool = False) -> Decision:
         """Look once and act on what is seen. Never raises for store trouble."""
-        now = self.clock.monotonic()
         read = self._read()
-        decision = self._decide(read, now, renewing)
-        epoch = self.memory.leader_epoch
-        planned = self.policy.handoff(epoch) if epoch is not None else None
-        if planned is not None and decision.verdict in (Verdict.HOLD, Verdict.RENEW):
-            target, why = planned
-            self.release(handoff_to=target, reason=why, abstain=True, kind="handoff")
-            decision = Decision(Verdict.STEP_DOWN, f"handed epoch {epoch} to {target}: {why}")
-        elif decision.verdict is Verdict.CONTEND:
+        decision = self._decide(read, self.clock.monotonic(), renewing)
+        if decision.verdict is Verdict.CONTEND:
             decision = self._contend(read, decision)
         elif decision.verdict is Verdict.RENEW:
-            decision = self._renew(read, now)
+            decision = self._renew(read, self.clock.monotonic())
         elif decision.verdict is Verdict.STEP_DOWN:
             self._step_down(decision.reason)
         elif decision.verdict is Verdict.HAND_OFF:
-            target = self.policy.successor()
-            self.release(handoff_to=target, reason=decision.reason, abstain=True, kind="handoff")
-            decision = Decision(Verdict.STEP_DOWN, f"{decision.reason}: handed off to {target or 'anyone'}")
+            decision = self._hand_off(decision)
         self._note(decision)
         return decision
+
+    def _hand_off(self, decision: Decision) -> Decision:
+        epoch, target = self.memory.leader_epoch, decision.handoff_to
+        self.release(handoff_to=target, reason=decision.reason, abstain=True, kind="handoff")
+        if decision.cause == PLANNED:
+            return Decision(Verdict.STEP_DOWN, f"handed epoch {epoch} to {target}: {decision.reason}")
+        return Decision(Verdict.STEP_DOWN, f"{decision.reason}: handed off to {target or 'anyone'}")
 
     def release(
         self, handoff_to: str | None = None, reason: str = "shutdown", abstain: bool = False,
@@ -243,18 +245,16 @@ class Elector:
             )
         return read
 
+    def observe(self, read: LeaseRead | None, renewing: bool) -> Observation:
+        """Everything `decide()` needs from this cycle, in one value."""
+        lease_epoch = read.record.epoch if read is not None and read.record is not None else None
+        facts = self.policy.facts(self.memory.leader_epoch, lease_epoch)
+        return Observation(read, renewing, sit_out_until=self._abstain_until, **vars(facts))
+
     def _decide(self, read: LeaseRead | None, now: float, renewing: bool) -> Decision:
         if read is not None:
             self.memory = track(self.memory, read, now, self.timing.ttl)
-        ok, why = self.policy.eligibility()
-        decision = decide(self.memory, read, now, self.timing, renewing=renewing, eligible=ok,
-                          ineligible_why=why, paused=self.policy.paused())  # fmt: skip
-        sitting_out = self._abstain_until is not None and now < self._abstain_until
-        if sitting_out and decision.verdict is Verdict.CONTEND and not decision.handoff:
-            assert self._abstain_until is not None
-            left = self._abstain_until - now
-            return Decision(Verdict.IDLE, f"sitting out after a release for {left:.1f} s ({decision.reason})")
-        return decision
+        return decide(self.memory, self.observe(read, renewing), now, self.timing)
 
     def _record(self, epoch: int, seq: int, ttl: float, handoff_to: str | None = None) -> LeaseRecord:
         return make_record(self.me, self.clock, epoch, seq, ttl, handoff_to)
@@ -269,9 +269,8 @@ class Elector:
             return WriteOutcome.BUSY
 
     def _contend(self, read: LeaseRead | None, decision: Decision) -> Decision:
-        delay = self.policy.contend_delay(decision.handoff)
-        if delay > 0:  # lower priority waits: a higher one that contends too gets there first
-            self.sleep(delay)
+        if decision.delay > 0:  # lower priority waits: a higher one that contends too gets there first
+            self.sleep(decision.delay)
         for _ in range(CONTEND_ATTEMPTS):
             if read is None:
                 return decision
@@ -301,7 +300,8 @@ class Elector:
                 )
                 why = f"elected: took epoch {epoch} ({decision.reason})"
                 log.warning("%s", why)
-                self.events.record("elected", epoch, decision.reason)
+                gap = None if decision.gap is None else round(decision.gap, 3)
+                self.events.record("elected", epoch, decision.reason, cause=decision.cause, gap_s=gap)
                 self._duty(self.on_elected, epoch)
                 return Decision(Verdict.HOLD, why)
             self.sleep(self.rng.uniform(*BACKOFF))

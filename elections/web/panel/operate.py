@@ -1,175 +1,59 @@
-"""Operator commands as the panel and the API issue them: audit, check, submit.
-
-`perform()` is the one path for both: it writes the intent to the audit trail
-(refusing the action if that fails), checks the user's permission, calls
-`elections.commands.submit` (the only writer of command events), and writes
-the outcome. `preview()` says what a command will do, with the ActionPlan dry
-run from `elections.actions.plan_for` when that module exists. `progress()`
-tells, from the pool view, whether an accepted command has taken effect.
+"""What the panel shows around an operator command: `preview()` says what a
+command will do, with the ActionPlan dry run from `elections.core.actions`;
+`progress()` tells, from the pool view, whether an accepted command has taken
+effect. Performing a command is the steering service's (`elections.steering`).
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
-import secrets
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from types import SimpleNamespace
 
 from django.conf import settings
 
-from .. import audit, commands
-from ..auth import denial
-from .state import SiteState
+from elections import audit
+from elections.core import actions
+from elections.core.commands import KINDS
+from elections.core.eligibility import successor
+from elections.web.panel.state import SiteState
 
 log = logging.getLogger("stkrelay.panel")
 
-KINDS = ("drain", "undrain", "promote", "pause", "resume")
-HTTP_STATUS = {
-    "accepted": 202,
-    "stale_epoch": 409,
-    "unknown_member": 404,
-    "unknown_pool": 404,
-    "refused": 422,
-    "forbidden": 403,
-    "unavailable": 503,
-    "audit_unavailable": 503,
-    "error": 500,
-}
-
-
-@dataclass
-class Outcome:
-    code: str
-    message: str
-    correlation: str
-    epoch: int | None = None
-    recorded: bool = True  # the outcome row was written
-
-    @property
-    def status(self) -> int:
-        return HTTP_STATUS.get(self.code, 500)
-
-    @property
-    def ok(self) -> bool:
-        return self.code == "accepted"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "result": self.code,
-            "message": self.message,
-            "correlation": self.correlation,
-            "epoch": self.epoch,
-            "audit_recorded": self.recorded,
-        }
-
-
-def perform(
-    user: Any,
-    client: str,
-    via: str,
-    kind: str,
-    kmsn: str,
-    target: str | None,
-    reason: str = "",
-    expected_epoch: int | None = None,
-    force: bool = False,
-    confirm: str | None = None,
-) -> Outcome:
-    """Audit the intent, check, submit, audit the outcome. Never raises."""
-    correlation = secrets.token_hex(8)
-    who = user.get_username()
-    base = dict(
-        user=who,
-        client=client[:200],
-        via=via,
-        action=kind[:16],
-        kmsn=kmsn[:64],
-        target=(target or "")[:64],
-        reason=reason,
-        expected_epoch=expected_epoch,
-        force=force,
-        correlation=correlation,
-    )
-    try:
-        audit.append(phase=audit.AuditEntry.INTENT, **base)
-    except audit.AuditUnavailable as exc:
-        return Outcome(
-            "audit_unavailable",
-            f"refused: the audit trail cannot be written ({exc})",
-            correlation,
-            recorded=False,
-        )
-    epoch = None
-    why = denial(user, kind) if kind in KINDS else f"unknown command {kind!r}"
-    if why:
-        code, message = ("forbidden" if kind in KINDS else "refused"), why
-    elif kmsn != settings.STK.kmsn:
-        code, message = "unknown_pool", f"this agent does not manage pool {kmsn!r}"
-    elif confirm is not None and confirm.strip() != (target or ""):
-        code, message = "refused", f"the typed name {confirm.strip()!r} does not match the target {target!r}"
-    else:
-        try:
-            result = commands.submit(
-                kind,
-                target,
-                actor=who,
-                client=client,
-                reason=reason,
-                expected_epoch=expected_epoch,
-                force=force,
-                correlation=correlation,
-            )
-            code, message, epoch = result.code, result.message, result.epoch
-        except Exception as exc:
-            log.exception("command %s %s failed", kind, target)
-            code, message = "error", f"command failed: {exc}"
-    outcome = Outcome(code, message, correlation, epoch)
-    try:
-        audit.append(phase=audit.AuditEntry.OUTCOME, result=code, message=message, epoch=epoch, **base)
-    except audit.AuditUnavailable:
-        outcome.recorded = False
-        outcome.message += " (warning: the outcome could not be written to the audit trail)"
-    return outcome
+__all__ = ["KINDS", "Preview", "Progress", "likely_successor", "preview", "progress"]
 
 
 @dataclass
 class Preview:
     summary: str
     steps: list[str] = field(default_factory=list)
-    plan: str = ""  # elections.actions' rendered ActionPlan, when available
+    plan: str = ""  # elections.core.actions' rendered ActionPlan, when available
     plan_source: str = ""
     successor: str | None = None
 
 
 def likely_successor(site: SiteState, excluding: str | None) -> str | None:
-    """The eligible member the pool will most likely pick (highest priority, then name)."""
-    candidates = [m for m in site.members if m.eligible and m.node != excluding]
-    if not candidates:
-        return None
-    candidates.sort(key=lambda m: (-(m.priority if isinstance(m.priority, int) else 50), m.node))
-    return candidates[0].node
-
-
-def _action_config(actions: Any) -> Any:
-    """This agent's executors, from its `[stk]` values (STK_* overrides applied)."""
-    return actions.action_config(settings.STK.values)[0]
+    """The member the pool will pick: the pool's own successor rule
+    (`core.eligibility.successor`) over this agent's view of the members."""
+    members = {
+        m.node: SimpleNamespace(
+            eligible=m.eligible, priority=m.priority if isinstance(m.priority, int) else 50
+        )
+        for m in site.members
+    }
+    return successor(members, excluding=excluding)
 
 
 def _plan(epoch: int, node: str, old_leader: str | None) -> tuple[str, str]:
     """The dry run: the old leader's demotion plan and `node`'s plan for `epoch`."""
     try:
-        actions = importlib.import_module("elections.actions")
-    except ImportError:
-        return "", "panel"
-    try:
-        config = _action_config(actions)
+        config = actions.action_config(settings.STK.values)[0]
         parts = []
-        if old_leader and hasattr(actions, "demotion_plan"):
+        if old_leader:
             parts.append(actions.demotion_plan(epoch - 1, old_leader, config).render())
         parts.append(actions.plan_for(epoch, node, config).render())
-        return "\n\n".join(parts), "elections.actions"
+        return "\n\n".join(parts), "elections.core.actions"
     except Exception as exc:
         log.warning("plan_for(%s, %s) failed: %s", epoch, node, exc)
         return "", "panel"

@@ -44,7 +44,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .errors import ConfigError
+from elections.errors import ConfigError
 
 START_RELAY, STOP_RELAY = "start_relay", "stop_relay"
 ASSIGN_VIP, RELEASE_VIP = "assign_vip", "release_vip"

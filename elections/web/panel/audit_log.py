@@ -11,12 +11,15 @@ from django.conf import settings
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 
-from .. import audit
-from ..auth import panel_view
-from . import fmt
-from .live import render_live
-from .operate import KINDS
-from .views import PAGE_SIZE, _base  # views imports this module last: both names exist by then
+from elections import audit
+from elections.web.auth import panel_view
+from elections.web.panel import fmt
+from elections.web.panel.live import render_live
+from elections.web.panel.operate import KINDS
+from elections.web.panel.views import (  # views imports this module last: both names exist by then
+    PAGE_SIZE,
+    _base,
+)
 
 
 # -- audit history ---------------------------------------------------------------------------
@@ -89,7 +92,7 @@ class AuditRow:
 
 def published_entries() -> dict[str, list[audit.AuditEntry]]:
     """Other agents' published audit rows (unsaved AuditEntry), per node, one per seq."""
-    from ..models import ElectionEvent
+    from elections.models import ElectionEvent
 
     own = settings.STK.node
     out: dict[str, dict[int, audit.AuditEntry]] = {}

@@ -1,8 +1,15 @@
 """The election core: pure functions over what a node has observed.
 
 `track(memory, read, now)` folds one read of the lease into what this node
-remembers; `decide(memory, read, now, ...)` says what to do next and why. No
-I/O, no clock reads: `now` is this node's monotonic clock, passed in.
+remembers; `decide(memory, observation, now, timing)` says what to do next and
+why. The `Observation` carries everything one cycle looked at: the lease read,
+this node's eligibility, whether the pool is paused, a planned handoff of the
+epoch it holds, the successor the pool's rule names, and until when this node
+sits out after releasing. The answer is the whole decision: the verdict, the
+handoff target, how long to wait before contending (lower priority waits
+longer, and everyone defers to a promoted member), and for a takeover its
+cause and gap as data. No I/O, no clock reads: `now` is this node's monotonic
+clock, passed in.
 
 Expiry is timed as client-go does: from the moment *this* node saw the lease's
 (holder, epoch, renew_seq) change, on its own monotonic clock. `lease_until`
@@ -14,10 +21,24 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, replace
 
-from .lease import LeaseRead
+from elections.core.lease import LeaseRead
 
 # A record may not make followers wait longer than this, whatever it claims.
 MAX_TTL_S = 300.0
+PRIORITY_SPREAD = 0.5  # seconds between priority 100 (no wait) and priority 0 before contending
+PROMOTE_DEFERENCE = 1.0  # others wait this much longer when a promote names someone else
+
+# Why a follower contends (`Decision.cause`, recorded on its `elected` event).
+FIRST, EXPIRED, RELEASED, HANDOFF, HANDOFF_LAPSED = (
+    "first",
+    "expired",
+    "released",
+    "handoff",
+    "handoff_lapsed",
+)
+CAUSES = (FIRST, EXPIRED, RELEASED, HANDOFF, HANDOFF_LAPSED)
+# Why a leader hands off (`Decision.cause` of HAND_OFF).
+PLANNED, INELIGIBLE = "planned", "ineligible"
 
 
 class Verdict(enum.Enum):
@@ -56,11 +77,31 @@ class Memory:
 
 
 @dataclass(frozen=True)
+class Observation:
+    """What one cycle looked at, gathered by the elector (no I/O here)."""
+
+    read: LeaseRead | None  # None: the store was unreachable
+    renewing: bool = False  # the leader's renew tick (poll ticks only check)
+    eligible: bool = True
+    ineligible_why: str = ""
+    paused: bool = False  # automatic failover off: only a lease handed to this node is taken
+    planned_handoff: tuple[str, str] | None = None  # (target, why): a promote of the held epoch
+    successor: str | None = None  # whom a leader that must leave hands the lease to
+    sit_out_until: float | None = None  # after a release this node does not contend until then
+    priority: int = 50  # 0..100: lower waits longer before contending
+    promote_elsewhere: bool = False  # a pending promote names another node: defer to it
+
+
+@dataclass(frozen=True)
 class Decision:
     verdict: Verdict
     reason: str
     wake_in: float | None = None  # when the next look is worth taking, if soon
     handoff: bool = False  # CONTEND for a lease handed to this very node
+    handoff_to: str | None = None  # HAND_OFF: the successor (None: anyone)
+    delay: float = 0.0  # CONTEND: wait this long first
+    cause: str | None = None  # CONTEND: one of CAUSES; HAND_OFF: PLANNED or INELIGIBLE
+    gap: float | None = None  # CONTEND: seconds since this node last saw the lease alive
 
     def __str__(self) -> str:
         return f"{self.verdict.value}: {self.reason}"
@@ -102,41 +143,38 @@ def _no_evidence(read: LeaseRead, memory: Memory) -> str:
     return read.detail or read.status
 
 
-def decide(
-    memory: Memory,
-    read: LeaseRead | None,
-    now: float,
-    timing: Timing,
-    *,
-    renewing: bool,
-    eligible: bool = True,
-    ineligible_why: str = "",
-    paused: bool = False,
-) -> Decision:
-    """One cycle's decision. `read` is None when the store was unreachable.
-    `renewing` is True on the leader's renew tick (poll ticks only check).
-    An ineligible follower never contends; while the pool is `paused` only a
-    lease handed to this node is taken (a planned switchover)."""
+def decide(memory: Memory, obs: Observation, now: float, timing: Timing) -> Decision:
+    """One cycle's decision from one observation (see `Observation`)."""
     if memory.leader_epoch is not None:
-        return _decide_leader(memory, read, now, timing, renewing, eligible, ineligible_why)
-    decision = _decide_follower(memory, read, now, timing)
-    if decision.verdict is Verdict.CONTEND:
-        if not eligible:
-            return Decision(Verdict.IDLE, f"not eligible: {ineligible_why} ({decision.reason})")
-        if paused and not decision.handoff:
-            return Decision(Verdict.IDLE, f"pool paused, automatic failover off ({decision.reason})")
-    return decision
+        decision = _decide_leader(memory, obs, now, timing)
+        if obs.planned_handoff is not None and decision.verdict in (Verdict.HOLD, Verdict.RENEW):
+            target, why = obs.planned_handoff
+            return Decision(Verdict.HAND_OFF, why, handoff_to=target, cause=PLANNED)
+        return decision
+    decision = _decide_follower(memory, obs.read, now, timing)
+    if decision.verdict is not Verdict.CONTEND:
+        return decision
+    if not obs.eligible:
+        return Decision(Verdict.IDLE, f"not eligible: {obs.ineligible_why} ({decision.reason})")
+    if obs.paused and not decision.handoff:
+        return Decision(Verdict.IDLE, f"pool paused, automatic failover off ({decision.reason})")
+    if obs.sit_out_until is not None and now < obs.sit_out_until and not decision.handoff:
+        left = obs.sit_out_until - now
+        return Decision(Verdict.IDLE, f"sitting out after a release for {left:.1f} s ({decision.reason})")
+    return replace(decision, delay=contend_delay(obs.priority, decision.handoff, obs.promote_elsewhere))
 
 
-def _decide_leader(
-    memory: Memory,
-    read: LeaseRead | None,
-    now: float,
-    timing: Timing,
-    renewing: bool,
-    eligible: bool,
-    ineligible_why: str,
-) -> Decision:
+def contend_delay(priority: int, handoff: bool, promote_elsewhere: bool) -> float:
+    """Seconds to wait before contending: a higher priority that contends too
+    gets there first, and everyone defers to a member a promote names."""
+    if handoff:
+        return 0.0
+    delay = (100 - max(0, min(100, priority))) / 100 * PRIORITY_SPREAD
+    return delay + (PROMOTE_DEFERENCE if promote_elsewhere else 0.0)
+
+
+def _decide_leader(memory: Memory, obs: Observation, now: float, timing: Timing) -> Decision:
+    read = obs.read
     epoch = memory.leader_epoch
     age = now - (memory.renewed_at if memory.renewed_at is not None else now)
     if age > timing.deadline:
@@ -144,8 +182,11 @@ def _decide_leader(
             Verdict.STEP_DOWN,
             f"deadline: last renewal of epoch {epoch} {age:.1f} s ago > {timing.deadline:g} s",
         )
-    if not eligible:
-        return Decision(Verdict.HAND_OFF, f"no longer eligible: {ineligible_why}")
+    if not obs.eligible:
+        return Decision(
+            Verdict.HAND_OFF, f"no longer eligible: {obs.ineligible_why}", handoff_to=obs.successor,
+            cause=INELIGIBLE,
+        )  # fmt: skip
     if read is None:
         left = timing.deadline - age
         return Decision(
@@ -159,7 +200,7 @@ def _decide_leader(
             return Decision(Verdict.STEP_DOWN, f"lost: the lease names {rec.describe()}")
         if rec.released:
             return Decision(Verdict.STEP_DOWN, f"released epoch {epoch}")
-        if renewing:
+        if obs.renewing:
             return Decision(Verdict.RENEW, f"leader: renewing epoch {epoch} (last renewal {age:.1f} s ago)")
         return Decision(Verdict.HOLD, f"leader: {memory.node} holds epoch {epoch}, renewed {age:.1f} s ago")
     # Our record is gone, damaged, forged or a stale replay: no evidence that
@@ -173,22 +214,29 @@ def _decide_follower(memory: Memory, read: LeaseRead | None, now: float, timing:
     if read is None:
         return Decision(Verdict.WAIT, "lease store unreachable: cannot contend")
     if read.status == "missing" and memory.seen_key is None:
-        return Decision(Verdict.CONTEND, "no lease file and no leader ever seen")
+        return Decision(Verdict.CONTEND, "no lease file and no leader ever seen", cause=FIRST)
     if memory.seen_at is None:  # pragma: no cover - track() always sets it by now
-        return Decision(Verdict.CONTEND, "no leader seen")
+        return Decision(Verdict.CONTEND, "no leader seen", cause=FIRST)
     elapsed = now - memory.seen_at
     left = memory.seen_ttl - elapsed
     rec = read.record
     valid = read.status == "valid" and rec is not None and not _stale(memory, read)
     if valid and rec is not None and rec.released:
         if rec.handoff_to == memory.node:
-            return Decision(Verdict.CONTEND, f"{rec.node} handed epoch {rec.epoch} to me", handoff=True)
+            return Decision(
+                Verdict.CONTEND, f"{rec.node} handed epoch {rec.epoch} to me", handoff=True, cause=HANDOFF,
+                gap=elapsed,
+            )  # fmt: skip
         if rec.handoff_to is None:
-            return Decision(Verdict.CONTEND, f"released by {rec.node} (epoch {rec.epoch})")
+            return Decision(
+                Verdict.CONTEND, f"released by {rec.node} (epoch {rec.epoch})", cause=RELEASED, gap=elapsed
+            )
         if left <= 0:
             return Decision(
                 Verdict.CONTEND,
                 f"handoff to {rec.handoff_to} not taken within {memory.seen_ttl:g} s",
+                cause=HANDOFF_LAPSED,
+                gap=elapsed,
             )
         return Decision(
             Verdict.FOLLOW,
@@ -201,6 +249,8 @@ def _decide_follower(memory: Memory, read: LeaseRead | None, now: float, timing:
         return Decision(
             Verdict.CONTEND,
             f"lease of {holder} expired: not renewed for {elapsed:.1f} s ≥ {memory.seen_ttl:g} s{what}",
+            cause=EXPIRED if memory.seen_key is not None else FIRST,
+            gap=elapsed if memory.seen_key is not None else None,
         )
     if valid and rec is not None:
         return Decision(

@@ -30,14 +30,14 @@ import json
 import logging
 import os
 import secrets
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from .clock import Clock
-from .errors import StoreUnavailable
-from .lease import LeaseRead, LeaseRecord, parse_lease, revision_of, sign, signature_ok
+from elections.core.lease import LeaseRead, LeaseRecord, parse_lease, revision_of, sign, signature_ok
+from elections.errors import StoreUnavailable
+from elections.ports.clock import Clock
+from elections.ports.host import pid_alive, unlink_quietly, write_atomic
 
 log = logging.getLogger("stkrelay.store")
 
@@ -72,17 +72,9 @@ class LeaseStore(Protocol):
 
     def write_member(self, doc: dict[str, Any]) -> None: ...
 
+    def read_members(self) -> dict[str, dict[str, Any]]: ...
+
     def describe(self) -> str: ...
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class FileLeaseStore:
@@ -185,7 +177,7 @@ class FileLeaseStore:
             except FileExistsError:
                 if self._aged(marker, b"marker") < self.lock_stale_s:
                     return False  # someone else is breaking it right now
-                _unlink_quietly(marker)  # its breaker died
+                unlink_quietly(marker)  # its breaker died
             except OSError:
                 return False
         else:
@@ -200,26 +192,13 @@ class FileLeaseStore:
         except (OSError, StoreUnavailable):
             return False
         finally:
-            _unlink_quietly(marker)
+            unlink_quietly(marker)
 
     # -- writing -------------------------------------------------------------
     def _replace(self, path: Path, data: bytes) -> None:
-        tmp = path.with_name(f".{path.name}.{self.node}.{os.getpid()}.tmp")
         try:
-            with open(tmp, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            for attempt in range(5):
-                try:
-                    os.replace(tmp, path)
-                    return
-                except PermissionError:  # Windows: a reader holds the target open
-                    if attempt == 4:
-                        raise
-                    time.sleep(0.02)
+            write_atomic(path, data, durable=True, tag=self.node)
         except OSError as exc:
-            _unlink_quietly(tmp)
             raise StoreUnavailable(f"cannot write {path}: {exc.strerror or exc}") from exc
 
     def write(
@@ -320,10 +299,3 @@ def _lock_owner(content: bytes) -> tuple[str, int] | None:
         return str(doc["node"]), int(doc["pid"])
     except (ValueError, KeyError, TypeError):
         return None
-
-
-def _unlink_quietly(path: Path) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass

@@ -11,7 +11,6 @@ whole agent) and get SIGKILL if the supervisor dies (PR_SET_PDEATHSIG).
 from __future__ import annotations
 
 import ctypes
-import json
 import logging
 import signal
 import subprocess
@@ -20,16 +19,15 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, TextIO
 
-from .agent import STOPPING_NAME, disclaim, leads_now, read_state
-from .store import pid_alive
+from elections.ports.localstate import Leadership, LocalState
+from elections.retry import Backoff
 
 log = logging.getLogger("stkrelay.supervisor")
 
 STOP_WITHIN = 5.0  # seconds, from SIGTERM to every child gone
-RESTART_BACKOFF = (1.0, 30.0)
+RESTART_BACKOFF = Backoff(tries=1 << 30, first=1.0, factor=2.0, cap=30.0)
 STABLE_AFTER = 30.0  # a child that ran this long and died restarts with the shortest backoff
 
 
@@ -41,7 +39,7 @@ class ChildSpec:
     # a clean exit (it served and lost leadership) restarts it at once, warm for
     # the next leadership; the supervisor stops it if it still serves 1 s after
     # the leadership state says this agent no longer leads.
-    standby_status: str | None = None  # its status file in DATA_DIR, e.g. relay.json
+    standby: bool = False  # it reports itself in DATA_DIR/relay.json (LocalState.relay)
 
 
 @dataclass
@@ -73,12 +71,13 @@ class Supervisor:
         specs: list[ChildSpec],
         data_dir: str,
         env: dict[str, str],
-        release: Callable[[dict[str, Any]], bool],
+        release: Callable[[Leadership], bool],
         out: TextIO | None = None,
         tick: float = 0.1,
     ) -> None:
         self.children = [Child(s) for s in specs]
         self.data_dir = data_dir
+        self.local = LocalState(data_dir)
         self.env = env
         self.release = release
         self.out = out or sys.stdout
@@ -121,29 +120,28 @@ class Supervisor:
             except ProcessLookupError:
                 pass
 
-    def _leader(self) -> bool:
-        state = read_state(self.data_dir)
-        pid = state.get("pid")
-        return leads_now(state) and isinstance(pid, int) and pid_alive(pid)
+    def _leader(self, now: float) -> bool:
+        state = self.local.leadership()
+        return state.leads_now(now) and state.worker_alive()
 
     def step(self, now: float) -> None:
         """One supervision pass: reconcile children with what should run."""
-        leader = self._leader()
+        leader = self._leader(now)
         for child in self.children:
             if child.running:
-                if child.spec.standby_status and not leader:
+                if child.spec.standby and not leader:
                     self._guard_standby(child, now)
                 continue
             if child.proc is not None:  # it died
                 code = child.proc.returncode
                 child.proc = None
-                if code == 0 and child.spec.standby_status:
+                if code == 0 and child.spec.standby:
                     child.failures, child.not_before = 0, 0.0  # served, lost leadership: re-arm now
                 else:
                     if now - child.started_at > STABLE_AFTER:
                         child.failures = 0  # it ran fine for a while: not a crash loop
                     child.failures += 1
-                    delay = min(RESTART_BACKOFF[0] * 2 ** (child.failures - 1), RESTART_BACKOFF[1])
+                    delay = RESTART_BACKOFF.delay(child.failures - 1)
                     child.not_before = now + delay
                     self.say("agent", f"{child.spec.name} exited with {code}; restart in {delay:g} s")
             if now >= child.not_before:
@@ -151,12 +149,8 @@ class Supervisor:
 
     def _guard_standby(self, child: Child, now: float) -> None:
         """Not leader, yet the standby child says it serves: stop it after 1 s."""
-        assert child.proc is not None and child.spec.standby_status
-        try:
-            doc = json.loads((Path(self.data_dir) / child.spec.standby_status).read_text())
-        except (OSError, ValueError):
-            doc = {}
-        if not (doc.get("listening") and doc.get("pid") == child.proc.pid):
+        assert child.proc is not None and child.spec.standby
+        if not self.local.relay().serving(pid=child.proc.pid):
             child.serving_unled_since = None
             return
         if child.serving_unled_since is None:
@@ -178,7 +172,7 @@ class Supervisor:
         child.proc = None
 
     def run(self) -> int:
-        (Path(self.data_dir) / STOPPING_NAME).unlink(missing_ok=True)  # left by a crashed run
+        self.local.clear_stopping()  # left by a crashed run
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: self.stopping.set())
         while not self.stopping.is_set():
@@ -190,12 +184,13 @@ class Supervisor:
         started = time.monotonic()
         # First: the worker may publish no leadership claim any more (it may be
         # mid-cycle, with a read taken before the release below).
-        (Path(self.data_dir) / STOPPING_NAME).touch()
-        state = read_state(self.data_dir)
-        if leads_now(state):
+        self.local.mark_stopping()
+        state = self.local.leadership()
+        led = state.leads_now(time.monotonic())
+        if led:
             ok = self.release(state)
-            disclaim(self.data_dir, f"released epoch {state.get('epoch')} on shutdown")
-            self.say("agent", f"released epoch {state.get('epoch')}: {'done' if ok else 'not ours any more'}")
+            self.local.disclaim(f"released epoch {state.epoch} on shutdown")
+            self.say("agent", f"released epoch {state.epoch}: {'done' if ok else 'not ours any more'}")
         for child in self.children:
             self._stop(child)
         deadline = started + STOP_WITHIN - 1.0
@@ -208,7 +203,7 @@ class Supervisor:
                 self.say("agent", f"{child.spec.name} did not stop in time: SIGKILL")
                 self._stop(child, signal.SIGKILL)
                 child.proc.wait(1.0)
-        if leads_now(state):  # again: the worker may have published once more before it stopped
-            disclaim(self.data_dir, f"released epoch {state.get('epoch')} on shutdown")
+        if led:  # again: the worker may have published once more before it stopped
+            self.local.disclaim(f"released epoch {state.epoch} on shutdown")
         self.say("agent", f"stopped in {time.monotonic() - started:.2f} s")
         return 0

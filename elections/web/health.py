@@ -1,18 +1,20 @@
 """Minimal read-only endpoints: this agent's health and the pool's leader."""
 
+import time
+
 from django.conf import settings
 from django.http import JsonResponse
 
-from .agent import leads_now, read_state
-from .clock import SystemClock
-from .errors import StoreUnavailable
-from .store import FileLeaseStore
+from elections.errors import StoreUnavailable
+from elections.ports.clock import SystemClock
+from elections.ports.localstate import LocalState
+from elections.ports.store import FileLeaseStore
 
 
 def healthz(request):  # type: ignore[no-untyped-def]
-    state = read_state(settings.STK.data_dir)
+    state = LocalState(settings.STK.data_dir).leadership()
     return JsonResponse(
-        {"node": settings.STK.node, "leader": leads_now(state), "decision": state.get("decision", "")}
+        {"node": settings.STK.node, "leader": state.leads_now(time.monotonic()), "decision": state.decision}
     )
 
 

@@ -11,8 +11,9 @@ immediate. Each verdict names the failing condition and by how much.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 
 @dataclass(frozen=True)
@@ -68,3 +69,16 @@ def judge(
     if gate is False:
         reasons.append("gate signal: not master")
     return Verdict(node, not reasons, tuple(reasons), age, priority)
+
+
+class Candidate(Protocol):
+    eligible: bool
+    priority: int
+
+
+def successor(members: Mapping[str, Candidate], excluding: str | None = None) -> str | None:
+    """The pool's one successor rule, used by a leader that hands off and by
+    every preview: the eligible member with the highest priority, then the
+    lowest node id (a stable tie-break every agent computes alike)."""
+    ranked = sorted((-m.priority, node) for node, m in members.items() if m.eligible and node != excluding)
+    return ranked[0][1] if ranked else None

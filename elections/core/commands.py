@@ -1,0 +1,140 @@
+"""Operator commands (drain, undrain, promote, pause, resume): the check a
+command must pass, and the fold of the pool's command events into its state.
+
+Pure: no I/O, no clock. The steering service (`elections.steering`) checks a
+command against this agent's pool view with `check()` and writes it as an
+event; every agent folds every command event it reads with `PoolCommands`.
+
+Order without wall clocks (DESIGN.md §5.4–§6). Command events come from the
+event files of different members, whose `at` fields are other machines' wall
+clocks: they are never compared. Each command carries `clock`, a Lamport
+clock: one more than the highest `clock` of any command its issuing agent had
+folded (or issued) before. So a command given after seeing another sorts
+after it, on every agent. Commands are ordered by `(clock, node, seq)`:
+concurrent commands (neither issuer had seen the other) are ordered by node
+id, then by the issuer's own event sequence, which every agent computes alike.
+Each register (one member's drain mark, the pool's pause) holds the value of
+the last command in that order, whatever order the files were read in; a
+command without `clock` (written before this rule) counts as clock 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+KINDS = ("drain", "undrain", "promote", "pause", "resume")
+NEEDS_TARGET = ("drain", "undrain", "promote")
+EVENT_KINDS = tuple(f"{k}_requested" for k in KINDS)
+MAX_PROMOTES = 16  # pending promotes remembered (newest by order)
+
+# Outcomes of a command (`CommandResult.code`), stable for scripts and HTTP:
+ACCEPTED = "accepted"  # written; the pool will act on it
+STALE_EPOCH = "stale_epoch"  # the operator saw another epoch than the pool's (409)
+UNKNOWN_MEMBER = "unknown_member"  # no such member in the pool (404)
+REFUSED = "refused"  # unsafe (the last eligible member without force; an ineligible promote) (422)
+UNAVAILABLE = "unavailable"  # the share or this agent's view of the pool is not reachable (503)
+
+OrderKey = tuple[int, str, int]
+
+
+class MemberLike(Protocol):
+    eligible: bool
+    reasons: tuple[str, ...]
+
+
+class PoolLike(Protocol):
+    @property
+    def epoch(self) -> int | None: ...
+
+    lease: dict[str, Any] | None
+    members: Any  # Mapping[str, MemberLike]
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    code: str
+    message: str
+    correlation: str
+    epoch: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.code == ACCEPTED
+
+
+def check(
+    pool: PoolLike, kind: str, target: str | None, expected_epoch: int | None, force: bool
+) -> tuple[str, str]:
+    """Validation of a command against a pool view: (code, message)."""
+    if kind not in KINDS:
+        return REFUSED, f"unknown command {kind!r}"
+    epoch = pool.epoch
+    if expected_epoch is not None and epoch is not None and expected_epoch != epoch:
+        return STALE_EPOCH, f"the pool is at epoch {epoch}, the page showed {expected_epoch}: reload"
+    members = pool.members
+    if kind in NEEDS_TARGET:
+        if not target:
+            return REFUSED, f"{kind} needs a target member"
+        if target not in members:
+            return UNKNOWN_MEMBER, f"no member {target!r} in the pool"
+    eligible = {n for n, m in members.items() if m.eligible}
+    if kind == "drain" and not force and eligible <= {target}:
+        return REFUSED, f"{target} is the last eligible member: draining it leaves no leader (use force)"
+    if kind == "promote":
+        if target not in eligible:
+            why = "; ".join(members[target].reasons) or "not eligible"
+            return REFUSED, f"{target} cannot be promoted: {why}"
+        if (pool.lease or {}).get("node") == target:
+            return REFUSED, f"{target} already leads epoch {epoch}"
+    return ACCEPTED, f"{kind} {target or 'pool'} accepted at epoch {epoch}"
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def order_key(event: dict[str, Any]) -> OrderKey:
+    """Where a command event stands in the pool's order (see the module docstring)."""
+    return (_int(event.get("clock")), str(event.get("node") or ""), _int(event.get("seq")))
+
+
+@dataclass
+class PoolCommands:
+    """The pool's command state: last-writer-wins registers in command order."""
+
+    drained: dict[str, bool] = field(default_factory=dict)
+    paused: bool = False
+    promotes: list[dict[str, Any]] = field(default_factory=list)  # pending, in order, newest last
+    clock: int = 0  # the highest command clock folded: the next command issued here takes clock + 1
+    _drain_at: dict[str, OrderKey] = field(default_factory=dict)
+    _pause_at: OrderKey | None = None
+
+    def apply(self, events: list[dict[str, Any]]) -> None:
+        """Fold command events (others are ignored), in any order, any batching."""
+        for e in events:
+            kind, target = e.get("kind"), e.get("target")
+            if kind not in EVENT_KINDS:
+                continue
+            key = order_key(e)
+            self.clock = max(self.clock, key[0])
+            if kind in ("drain_requested", "undrain_requested") and target:
+                name = str(target)
+                if name not in self._drain_at or key > self._drain_at[name]:
+                    self._drain_at[name] = key
+                    self.drained[name] = kind == "drain_requested"
+            elif kind in ("pause_requested", "resume_requested"):
+                if self._pause_at is None or key > self._pause_at:
+                    self._pause_at = key
+                    self.paused = kind == "pause_requested"
+            elif kind == "promote_requested" and target:
+                self.promotes.append(e)
+                self.promotes.sort(key=order_key)
+                del self.promotes[:-MAX_PROMOTES]
+
+    def promote_at(self, epoch: int) -> str | None:
+        """The target of the last promote (in command order) issued against `epoch`."""
+        for e in reversed(self.promotes):
+            if e.get("expected_epoch") in (None, epoch) and _int(e.get("epoch")) == epoch:
+                return str(e["target"])
+        return None

@@ -1,0 +1,298 @@
+"""This agent's data directory: the files its local processes share.
+
+One module owns them, with a typed reader and writer each:
+
+| file              | written by                  | read by |
+|-------------------|-----------------------------|---------|
+| `leadership.json` | the worker, after each cycle | supervisor, relay gate, executors' gate, web |
+| `pool.json`       | the worker's survey          | web, relayctl, the steering service |
+| `relay.json`      | the relay, every 0.5 s       | the worker's policy (relay attests), supervisor, web |
+| `relay.wanted`    | the relay executor           | the relay (standby) |
+| `stopping`        | the supervisor, on SIGTERM   | the worker (claims nothing any more) |
+
+Writers replace files atomically (`host.write_atomic`); readers never raise: a
+missing, damaged or hostile file reads as the empty value. Every time in these
+files is this machine's monotonic clock, shared by its processes and never
+compared with another machine's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from elections.ports.host import pid_alive, write_atomic
+
+LEADERSHIP_NAME = "leadership.json"
+POOL_NAME = "pool.json"
+RELAY_NAME = "relay.json"
+RELAY_WANTED_NAME = "relay.wanted"
+STOPPING_NAME = "stopping"
+MAX_LOCAL_FILE = 4 << 20  # bytes: these files are small; a huge one is not ours
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _str(value: Any, default: str = "") -> str:
+    return value if isinstance(value, str) else default
+
+
+@dataclass(frozen=True)
+class Leadership:
+    """`leadership.json`: whether this agent leads, and until when it may act."""
+
+    node: str = ""
+    pid: int | None = None
+    leader: bool = False
+    epoch: int | None = None
+    max_epoch: int = 0
+    valid_until: float | None = None  # monotonic: after it, this agent must not act as leader
+    updated: float | None = None
+    decision: str = ""
+
+    def leads_now(self, now: float, epoch: int | None = None) -> bool:
+        """True while this says the agent leads (with `epoch`, if given) and the
+        renew deadline has not passed at `now` (this machine's monotonic clock)."""
+        if not self.leader or self.valid_until is None or self.epoch is None:
+            return False
+        if epoch is not None and epoch != self.epoch:
+            return False
+        return now < self.valid_until
+
+    def held_epoch(self, now: float) -> int | None:
+        """The epoch this agent may act for at `now`, None if it leads none."""
+        return self.epoch if self.leads_now(now) else None
+
+    def worker_alive(self) -> bool:
+        return self.pid is not None and pid_alive(self.pid)
+
+    def disclaimed(self, why: str) -> Leadership:
+        return Leadership(self.node, self.pid, False, None, self.max_epoch, None, self.updated, why)
+
+    @classmethod
+    def from_doc(cls, doc: dict[str, Any]) -> Leadership:
+        return cls(
+            node=_str(doc.get("node")),
+            pid=_int(doc.get("pid")),
+            leader=doc.get("leader") is True,
+            epoch=_int(doc.get("epoch")),
+            max_epoch=_int(doc.get("max_epoch")) or 0,
+            valid_until=_num(doc.get("valid_until")),
+            updated=_num(doc.get("updated")),
+            decision=_str(doc.get("decision")),
+        )
+
+
+@dataclass(frozen=True)
+class MemberView:
+    """One member as this agent judged it (eligibility on its own clock)."""
+
+    eligible: bool = False
+    reasons: tuple[str, ...] = ()
+    age: float | None = None
+    priority: int = 50
+    ip: str | None = None
+    drain: bool = False
+    health: Any = None
+    version: Any = None
+    epoch: int | None = None
+
+    @classmethod
+    def from_doc(cls, doc: dict[str, Any]) -> MemberView:
+        reasons = doc.get("reasons")
+        priority = _int(doc.get("priority"))
+        return cls(
+            eligible=doc.get("eligible") is True,
+            reasons=tuple(str(r) for r in reasons) if isinstance(reasons, list) else (),
+            age=_num(doc.get("age")),
+            priority=50 if priority is None else priority,
+            ip=doc.get("ip") if isinstance(doc.get("ip"), str) else None,
+            drain=bool(doc.get("drain")),
+            health=doc.get("health"),
+            version=doc.get("version"),
+            epoch=_int(doc.get("epoch")),
+        )
+
+
+@dataclass(frozen=True)
+class PoolView:
+    """`pool.json`: this agent's view of its pool, written by its worker."""
+
+    kmsn: str = ""
+    node: str = ""
+    updated: float | None = None  # monotonic, when the worker wrote it
+    lease: dict[str, Any] | None = None  # the valid lease's fields, None if none
+    lease_status: str = "unknown"
+    lease_detail: str = ""
+    store_reachable: bool = False
+    members: dict[str, MemberView] = field(default_factory=dict)
+    decision: str = ""
+    paused: bool | None = None
+    lease_seen_at: float | None = None  # monotonic, when the lease's renew_seq last changed
+    command_clock: int = 0  # the highest command clock folded (core.commands)
+
+    @property
+    def exists(self) -> bool:
+        return self.updated is not None
+
+    @property
+    def epoch(self) -> int | None:
+        return _int((self.lease or {}).get("epoch"))
+
+    @property
+    def leader(self) -> str | None:
+        """The lease's holder, unless released (liveness is the reader's to judge)."""
+        lease = self.lease or {}
+        node = lease.get("node")
+        return node if isinstance(node, str) and not lease.get("released") else None
+
+    def eligible(self) -> set[str]:
+        return {n for n, m in self.members.items() if m.eligible}
+
+    def to_doc(self) -> dict[str, Any]:
+        doc = asdict(self)
+        doc["members"] = {n: {**asdict(m), "reasons": list(m.reasons)} for n, m in self.members.items()}
+        return doc
+
+    @classmethod
+    def from_doc(cls, doc: dict[str, Any]) -> PoolView:
+        members = doc.get("members") if isinstance(doc.get("members"), dict) else {}
+        lease = doc.get("lease")
+        return cls(
+            kmsn=_str(doc.get("kmsn")),
+            node=_str(doc.get("node")),
+            updated=_num(doc.get("updated")),
+            lease=lease if isinstance(lease, dict) else None,
+            lease_status=_str(doc.get("lease_status"), "unknown" if doc else "missing"),
+            lease_detail=_str(doc.get("lease_detail")),
+            store_reachable=doc.get("store_reachable") is True,
+            members={str(n): MemberView.from_doc(m) for n, m in members.items() if isinstance(m, dict)},
+            decision=_str(doc.get("decision")),
+            paused=doc.get("paused") if isinstance(doc.get("paused"), bool) else None,
+            lease_seen_at=_num(doc.get("lease_seen_at")),
+            command_clock=_int(doc.get("command_clock")) or 0,
+        )
+
+
+@dataclass(frozen=True)
+class RelayStatus:
+    """`relay.json`: the relay process's own account of itself."""
+
+    pid: int | None = None
+    epoch: int | None = None
+    listening: bool = False
+    updated: float | None = None  # monotonic
+    snapshot: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def exists(self) -> bool:
+        return self.updated is not None or self.pid is not None
+
+    def age(self, now: float) -> float | None:
+        return None if self.updated is None else now - self.updated
+
+    def serving(self, pid: int | None = None) -> bool:
+        """It says it listens (as process `pid`, if given) and that process lives."""
+        if not self.listening or self.pid is None:
+            return False
+        if pid is not None and pid != self.pid:
+            return False
+        return pid_alive(self.pid)
+
+    @classmethod
+    def from_doc(cls, doc: dict[str, Any]) -> RelayStatus:
+        snapshot = doc.get("snapshot")
+        return cls(
+            pid=_int(doc.get("pid")),
+            epoch=_int(doc.get("epoch")),
+            listening=doc.get("listening") is True,
+            updated=_num(doc.get("updated")),
+            snapshot=snapshot if isinstance(snapshot, dict) else {},
+        )
+
+
+class LocalState:
+    """The data directory of one agent. Cheap to make: it holds only the path."""
+
+    def __init__(self, data_dir: str | os.PathLike[str]) -> None:
+        self.dir = Path(data_dir)
+
+    # -- plumbing -------------------------------------------------------------
+    def _read(self, name: str) -> dict[str, Any]:
+        try:
+            with open(self.dir / name, "rb") as fh:
+                raw = fh.read(MAX_LOCAL_FILE + 1)
+            if len(raw) > MAX_LOCAL_FILE:
+                return {}
+            doc = json.loads(raw)
+        except (OSError, ValueError, RecursionError):
+            return {}
+        return doc if isinstance(doc, dict) else {}
+
+    def _write(self, name: str, doc: dict[str, Any]) -> None:
+        write_atomic(self.dir / name, json.dumps(doc).encode(), tag=str(os.getpid()))
+
+    # -- leadership.json --------------------------------------------------------
+    def leadership(self) -> Leadership:
+        return Leadership.from_doc(self._read(LEADERSHIP_NAME))
+
+    def write_leadership(self, state: Leadership) -> None:
+        self._write(LEADERSHIP_NAME, asdict(state))
+
+    def leads_now(self, now: float, epoch: int | None = None) -> bool:
+        return self.leadership().leads_now(now, epoch)
+
+    def disclaim(self, why: str) -> None:
+        """Mark leadership "not leader" (after a release on the way out), so no
+        local reader trusts a claim whose worker is gone."""
+        state = self.leadership()
+        if state.leader:
+            self.write_leadership(state.disclaimed(why))
+
+    # -- pool.json ---------------------------------------------------------------
+    def pool(self) -> PoolView:
+        return PoolView.from_doc(self._read(POOL_NAME))
+
+    def write_pool(self, view: PoolView) -> None:
+        self._write(POOL_NAME, view.to_doc())
+
+    # -- relay.json --------------------------------------------------------------
+    def relay(self) -> RelayStatus:
+        return RelayStatus.from_doc(self._read(RELAY_NAME))
+
+    def write_relay(self, status: RelayStatus) -> None:
+        self._write(RELAY_NAME, asdict(status))
+
+    # -- relay.wanted --------------------------------------------------------------
+    def relay_wanted(self) -> int | None:
+        """The epoch the relay is wanted for, or None (no marker, or unreadable)."""
+        return _int(self._read(RELAY_WANTED_NAME).get("epoch"))
+
+    def want_relay(self, epoch: int) -> None:
+        self._write(RELAY_WANTED_NAME, {"epoch": epoch})
+
+    def unwant_relay(self) -> None:
+        (self.dir / RELAY_WANTED_NAME).unlink(missing_ok=True)
+
+    @property
+    def relay_wanted_path(self) -> Path:
+        return self.dir / RELAY_WANTED_NAME
+
+    # -- stopping ------------------------------------------------------------------
+    def stopping(self) -> bool:
+        return (self.dir / STOPPING_NAME).exists()
+
+    def mark_stopping(self) -> None:
+        (self.dir / STOPPING_NAME).touch()
+
+    def clear_stopping(self) -> None:
+        (self.dir / STOPPING_NAME).unlink(missing_ok=True)

@@ -1,0 +1,125 @@
+"""The pool's policy for one agent's elector (ADR 0011): the facts about the
+pool that go into each cycle's `Observation` — eligibility (drain, priority,
+the cached health check, the relay's own health), pause, a planned handoff of
+the epoch this node holds (a promote), the successor by the pool's one rule,
+and whether a promote names someone else (everyone else then defers).
+
+It decides nothing: `core.decide` does. It reads state other parts keep
+current — `PoolCommands` (operator commands from the pool's event files), the
+last pool view (members' eligibility judged on this agent's clock), the
+health monitor's last result and the relay's status file — and never blocks:
+no check runs on the renewal path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from elections.core.commands import PoolCommands
+from elections.core.eligibility import successor
+from elections.ports.localstate import LocalState, PoolView
+
+RELAY_GRACE = 3.0  # seconds a new leader's relay has to come up before it counts
+RELAY_STALE = 3.0  # a relay status older than this is a dead relay
+
+
+@dataclass(frozen=True)
+class PoolFacts:
+    """The policy's part of an `Observation` (same field names)."""
+
+    eligible: bool = True
+    ineligible_why: str = ""
+    paused: bool = False
+    planned_handoff: tuple[str, str] | None = None
+    successor: str | None = None
+    priority: int = 50
+    promote_elsewhere: bool = False
+
+
+class Policy(Protocol):
+    """What the pool's state (ADR 0011) tells this node's elector each cycle."""
+
+    def facts(self, held_epoch: int | None, lease_epoch: int | None) -> PoolFacts:
+        """The pool's facts for a cycle in which this node holds `held_epoch`
+        (None: follower) and the lease names `lease_epoch`."""
+
+
+class OpenPolicy:
+    """Phase 1: everyone eligible, no commands, no priorities."""
+
+    def facts(self, held_epoch: int | None, lease_epoch: int | None) -> PoolFacts:
+        return PoolFacts(priority=100)
+
+
+class PoolPolicy:
+    def __init__(
+        self, node: str, priority: int, commands: PoolCommands, pool_view: Callable[[], PoolView],
+        leader_since: Callable[[], float | None], local: LocalState, clock_mono: Callable[[], float],
+        health: Callable[[], str] = lambda: "ok", relay_attests: bool = True,
+    ) -> None:  # fmt: skip
+        self.node = node
+        self.priority = priority
+        self.commands = commands
+        self.pool_view = pool_view
+        self.leader_since = leader_since
+        self.local = local
+        self.mono = clock_mono
+        self.health = health
+        self.relay_attests = relay_attests
+
+    def relay_health(self) -> str:
+        """'ok' while the local relay serves this leadership (or is still
+        within its start-up grace); a lease must attest the relay, not only a
+        live Celery worker."""
+        since = self.leader_since()
+        if since is None or self.mono() - since < RELAY_GRACE:
+            return "ok"
+        status = self.local.relay()
+        if not status.serving():
+            return "relay not running"
+        age = self.mono() - (status.updated or 0.0)
+        if age > RELAY_STALE:
+            return f"relay status {age:.1f} s old > {RELAY_STALE:g} s"
+        return "ok"
+
+    def eligibility(self) -> tuple[bool, str]:
+        if self.commands.drained.get(self.node):
+            return False, "drained"
+        if self.priority <= 0:
+            return False, "priority 0 (never leader)"
+        health = self.health()
+        if health != "ok":
+            return False, health
+        if self.relay_attests and self.leader_since() is not None:
+            relay = self.relay_health()
+            if relay != "ok":
+                return False, relay
+        return True, ""
+
+    def successor(self) -> str | None:
+        return successor(self.pool_view().members, excluding=self.node)
+
+    def handoff(self, epoch: int) -> tuple[str, str] | None:
+        """(target, why) when a promote of `epoch` names an eligible other member."""
+        target = self.commands.promote_at(epoch)
+        if target is None or target == self.node:
+            return None
+        members = self.pool_view().members
+        if target not in members or not members[target].eligible:
+            return None  # checked when submitted; if it fell ineligible since, do not hand off blindly
+        return target, f"promote of {target} requested"
+
+    def facts(self, held_epoch: int | None, lease_epoch: int | None) -> PoolFacts:
+        ok, why = self.eligibility()
+        promoted = self.commands.promote_at(lease_epoch) if lease_epoch is not None else None
+        return PoolFacts(
+            eligible=ok,
+            ineligible_why=why,
+            paused=self.commands.paused,
+            planned_handoff=self.handoff(held_epoch) if held_epoch is not None else None,
+            successor=self.successor() if held_epoch is not None else None,
+            priority=self.priority,
+            promote_elsewhere=promoted is not None and promoted != self.node,
+        )

@@ -1,0 +1,96 @@
+"""The pool's history in this agent's database.
+
+Every node appends only to its own `events/<node>.jsonl`; every agent ingests
+all of them (`ingest`), idempotently on `(node, seq)`, so the failover and
+audit history is the same on every agent's panel. `DbEventSink` is how this
+agent records its own transitions: a row here first (the database hands out
+the seq), then the same event on the share.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from elections.ports.clock import SystemClock
+from elections.ports.eventlog import JsonlEventSink
+from elections.retry import Backoff, retry
+
+log = logging.getLogger("stkrelay.projection")
+
+SEQ_RACE = Backoff(tries=20)  # two local processes (worker, supervisor) may take the same seq
+
+
+class DbEventSink:
+    """Writes each transition as an ElectionEvent row and to the pool's
+    `events/<node>.jsonl` (the file is best effort: the share may be down)."""
+
+    def __init__(self, kmsn: str, node: str, pool_log: JsonlEventSink | None) -> None:
+        self.kmsn = kmsn
+        self.node = node
+        self.pool_log = pool_log
+
+    def record(self, kind: str, epoch: int, reason: str, required: bool = False, **extra: Any) -> None:
+        """One history row, then the pool's line. With `required` (operator
+        commands), a pool line that cannot be written raises OSError."""
+        from django.db import IntegrityError, transaction
+        from django.db.models import Max
+        from django.utils import timezone
+
+        from elections.models import ElectionEvent
+
+        def insert() -> int:
+            seq = (ElectionEvent.objects.filter(node=self.node).aggregate(m=Max("seq"))["m"] or 0) + 1
+            with transaction.atomic():
+                ElectionEvent.objects.create(
+                    kmsn=self.kmsn, node=self.node, seq=seq, epoch=epoch, kind=kind, reason=reason,
+                    observed_at=timezone.now(), detail=extra,
+                )  # fmt: skip
+            return seq
+
+        # Two local processes may record (the worker, and the supervisor's
+        # release on shutdown): the database hands out the seq.
+        seq = retry(insert, on=IntegrityError, backoff=SEQ_RACE)
+        if self.pool_log is None:
+            return
+        try:
+            self.pool_log.record(kind, epoch, reason, seq=seq, **extra)
+        except OSError as exc:
+            if required:
+                raise
+            log.warning("pool event log not written: %s", exc)
+
+
+def pool_event_sink(stk: Any) -> DbEventSink:
+    """This agent's history sink, from its settings (`settings.STK`): rows in its
+    database, mirrored to the pool's `events/<node>.jsonl`."""
+    path = Path(stk.lease_dir) / "events" / f"{stk.node}.jsonl"
+    return DbEventSink(stk.kmsn, stk.node, JsonlEventSink(path, stk.node, SystemClock()))
+
+
+def ingest(kmsn: str, events: list[dict[str, Any]]) -> int:
+    """Insert events into ElectionEvent, ignoring (node, seq) already there."""
+    from elections.models import ElectionEvent
+
+    rows = []
+    known = {k for k, _ in ElectionEvent.KINDS}
+    for e in events:
+        try:
+            at = datetime.fromisoformat(str(e.get("at")))
+        except ValueError:
+            at = datetime.now(UTC)
+        if at.tzinfo is None:
+            at = at.replace(tzinfo=UTC)
+        kind = str(e.get("kind"))
+        detail = {k: v for k, v in e.items() if k not in ("node", "seq", "kind", "epoch", "at", "reason")}
+        if kind not in known:
+            detail["unknown_kind"] = True
+        rows.append(ElectionEvent(
+            kmsn=kmsn, node=str(e["node"]), seq=int(e["seq"]), epoch=int(e.get("epoch") or 0),
+            kind=kind[:32], reason=str(e.get("reason", "")), observed_at=at, detail=detail,
+        ))  # fmt: skip
+    if rows:
+        ElectionEvent.objects.bulk_create(rows, ignore_conflicts=True, batch_size=500)
+    return len(rows)

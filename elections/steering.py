@@ -1,0 +1,195 @@
+"""The steering service: the one path of every operator command (drain,
+undrain, promote, pause, resume), from the panel, the API and `relayctl` alike.
+
+`perform(actor, ...)` writes the intent to the audit trail (refusing the
+command if that fails), checks the actor's permission and the typed
+confirmation, submits, and writes the outcome; every row is published to the
+pool, so every agent's audit page shows it. `submit()` checks the command
+against this agent's pool view (`core.commands.check`) and writes it as an
+event to this agent's own `events/<node>.jsonl`, naming the actor, client
+address, reason, the epoch the operator saw and the command's Lamport clock
+(the order rule is in `core.commands`). The target reacts when it observes the
+event; nothing relies on the operator's agent staying up.
+
+Outcomes (`Outcome.code`) and their HTTP statuses are in `HTTP_STATUS`.
+"""
+
+from __future__ import annotations
+
+import getpass
+import logging
+import secrets
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+
+from elections import audit
+from elections.core.commands import ACCEPTED, EVENT_KINDS, KINDS, UNAVAILABLE, CommandResult, check
+from elections.ports.localstate import LocalState
+from elections.runtime.projection import pool_event_sink
+
+log = logging.getLogger("stkrelay.steering")
+
+HTTP_STATUS = {
+    "accepted": 202,
+    "stale_epoch": 409,
+    "unknown_member": 404,
+    "unknown_pool": 404,
+    "refused": 422,
+    "forbidden": 403,
+    "unavailable": 503,
+    "audit_unavailable": 503,
+    "error": 500,
+}
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who gives a command, and from where. `denial(kind)` says why this actor
+    may not give `kind` (None: allowed); the web layer passes its permission check."""
+
+    user: str
+    client: str
+    via: str  # panel | api | cli
+    denial: Callable[[str], str | None] = lambda kind: None
+
+    @classmethod
+    def from_shell(cls) -> Actor:
+        """The operator at this machine's shell: the OS user, client `cli@host`."""
+        try:
+            user = getpass.getuser()
+        except (KeyError, OSError):
+            user = "unknown"
+        return cls(user=user, client=f"cli@{socket.gethostname()}", via="cli")
+
+
+@dataclass
+class Outcome:
+    code: str
+    message: str
+    correlation: str
+    epoch: int | None = None
+    recorded: bool = True  # the outcome row was written
+
+    @property
+    def status(self) -> int:
+        return HTTP_STATUS.get(self.code, 500)
+
+    @property
+    def ok(self) -> bool:
+        return self.code == ACCEPTED
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "result": self.code,
+            "message": self.message,
+            "correlation": self.correlation,
+            "epoch": self.epoch,
+            "audit_recorded": self.recorded,
+        }
+
+
+def audit_trail() -> audit.AuditTrail:
+    """This agent's audit trail, publishing to the pool's event log."""
+    return audit.AuditTrail(pool_event_sink(settings.STK))
+
+
+def perform(
+    actor: Actor,
+    kind: str,
+    kmsn: str,
+    target: str | None,
+    reason: str = "",
+    expected_epoch: int | None = None,
+    force: bool = False,
+    confirm: str | None = None,
+) -> Outcome:
+    """Audit the intent, check, submit, audit the outcome. Never raises."""
+    correlation = secrets.token_hex(8)
+    trail = audit_trail()
+    base = dict(
+        user=actor.user[:150],
+        client=actor.client[:200],
+        via=actor.via[:16],
+        action=kind[:16],
+        kmsn=kmsn[:64],
+        target=(target or "")[:64],
+        reason=reason,
+        expected_epoch=expected_epoch,
+        force=force,
+        correlation=correlation,
+    )
+    try:
+        trail.append(phase=audit.AuditEntry.INTENT, **base)
+    except audit.AuditUnavailable as exc:
+        return Outcome(
+            "audit_unavailable",
+            f"refused: the audit trail cannot be written ({exc})",
+            correlation,
+            recorded=False,
+        )
+    epoch = None
+    why = actor.denial(kind) if kind in KINDS else f"unknown command {kind!r}"
+    if why:
+        code, message = ("forbidden" if kind in KINDS else "refused"), why
+    elif kmsn != settings.STK.kmsn:
+        code, message = "unknown_pool", f"this agent does not manage pool {kmsn!r}"
+    elif confirm is not None and confirm.strip() != (target or ""):
+        code, message = "refused", f"the typed name {confirm.strip()!r} does not match the target {target!r}"
+    else:
+        try:
+            result = submit(
+                kind, target, actor=actor.user, client=actor.client, reason=reason,
+                expected_epoch=expected_epoch, force=force, correlation=correlation,
+            )  # fmt: skip
+            code, message, epoch = result.code, result.message, result.epoch
+        except Exception as exc:
+            log.exception("command %s %s failed", kind, target)
+            code, message = "error", f"command failed: {exc}"
+    outcome = Outcome(code, message, correlation, epoch)
+    try:
+        trail.append(phase=audit.AuditEntry.OUTCOME, result=code, message=message, epoch=epoch, **base)
+    except audit.AuditUnavailable:
+        outcome.recorded = False
+        outcome.message += " (warning: the outcome could not be written to the audit trail)"
+    return outcome
+
+
+def next_command_clock(folded: int) -> int:
+    """The Lamport clock of a command issued here now: one more than any command
+    this agent has folded (`folded`, from its worker's pool view) or recorded."""
+    from elections.models import ElectionEvent
+
+    recent = (
+        ElectionEvent.objects.filter(kind__in=EVENT_KINDS).order_by("-id").values_list("detail", flat=True)
+    )
+    seen = [d.get("clock") for d in recent[:200] if isinstance(d, dict)]
+    return max([folded, *(c for c in seen if isinstance(c, int) and not isinstance(c, bool))]) + 1
+
+
+def submit(
+    kind: str, target: str | None, *, actor: str, client: str, reason: str = "",
+    expected_epoch: int | None = None, force: bool = False, correlation: str | None = None,
+) -> CommandResult:  # fmt: skip
+    """Check a command against this agent's pool view and write it to the pool."""
+    correlation = correlation or secrets.token_hex(8)
+    stk = settings.STK
+    pool = LocalState(stk.data_dir).pool()
+    if not pool.exists:
+        return CommandResult(UNAVAILABLE, "this agent has no view of the pool yet", correlation)
+    code, message = check(pool, kind, target, expected_epoch, force)
+    epoch = pool.epoch
+    if code != ACCEPTED:
+        return CommandResult(code, message, correlation, epoch)
+    try:
+        pool_event_sink(stk).record(
+            f"{kind}_requested", int(epoch or 0), reason or message, required=True, target=target,
+            actor=actor, client=client, expected_epoch=expected_epoch, force=force, correlation=correlation,
+            clock=next_command_clock(pool.command_clock),
+        )  # fmt: skip
+    except OSError as exc:
+        return CommandResult(UNAVAILABLE, f"command not written: {exc}", correlation, epoch)
+    return CommandResult(ACCEPTED, message, correlation, epoch)
