@@ -5,6 +5,7 @@ from django.urls import path, re_path
 from django.views.static import serve
 
 from elections.web import api, health, metrics
+from elections.web.panel import audit_log
 from elections.web.panel import views as panel
 
 KMSN = "<str:kmsn>"
@@ -21,7 +22,7 @@ urlpatterns = [
     path(f"sites/{KMSN}/<str:kind>/", panel.confirm, name="panel-confirm"),
     path("history/", panel.history, name="panel-history"),
     path("history.csv", panel.history_csv, name="panel-history-csv"),
-    path("audit/", panel.audit_log, name="panel-audit"),
+    path("audit/", audit_log.audit_log, name="panel-audit"),
     # API
     path("api/v1/leader", api.leader, name="api-leader"),
     path("api/v1/sites", api.sites, name="api-sites"),

@@ -90,3 +90,55 @@ def test_a_drain_issued_on_s003_is_in_the_audit_history_of_s001_and_s002(site_fa
     _, mine = api(s003, tokens["S003"], "/audit")
     assert [(a["node"], a["correlation"]) for a in mine["actions"]] == [("S003", correlation)]
     assert mine["chain"]["entries"] == 2 and "S003" not in mine["pool_chains"]
+
+
+def relayctl(agent, *args):
+    env = {"PATH": "/usr/bin:/bin", "STK_INI": str(agent.ini)}
+    out = subprocess.run([sys.executable, str(ROOT / "manage.py"), "relayctl", *args, "--json"],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)  # fmt: skip
+    return out.returncode, json.loads(out.stdout) if out.stdout.strip() else out.stderr
+
+
+def test_a_drain_from_relayctl_is_audited_like_a_click_and_shows_on_another_agent(site_factory):
+    import getpass
+    import socket
+
+    site = site_factory(3)
+    site.start()
+    lease = site.wait_leader(timeout=40)
+    follower = next(a for a in site.agents if a.name != lease.node)
+    other = next(a for a in site.agents if a.name not in (lease.node, follower.name))
+    for agent in (follower, other):
+        wait_until(lambda a=agent: web_up(a) and pool_seen(a), 40, f"{agent.name}'s web and pool view")
+    token = operator_token(other)
+
+    code, doc = relayctl(follower, "drain", other.name, "--reason", "x")
+    assert code == 0 and doc["result"] == "accepted" and doc["audit_recorded"], doc
+
+    def listed():
+        status, page = api(other, token, "/audit")
+        assert status == 200, page
+        rows = [a for a in page["actions"] if a["correlation"] == doc["correlation"]]
+        return rows and rows[0]["result"] == "accepted" and (rows, page)
+
+    rows, page = wait_until(listed, 20, f"relayctl's drain in {other.name}'s audit")
+    (row,) = rows
+    assert (row["node"], row["user"], row["client"], row["via"]) == (
+        follower.name, getpass.getuser(), f"cli@{socket.gethostname()}", "cli",
+    )  # fmt: skip
+    assert (row["action"], row["target"], row["reason"], row["epoch"]) == (
+        "drain",
+        other.name,
+        "x",
+        lease.epoch,
+    )
+    assert page["pool_chains"][follower.name] == {"ok": True, "entries": 2, "broken_at": None, "detail": None}
+    # A refused command is audited too: draining an unknown member.
+    code, refused = relayctl(follower, "drain", "S404", "--reason", "typo")
+    assert code == 1 and refused["result"] == "unknown_member", refused
+    rows, _ = wait_until(
+        lambda: (r := [a for a in api(other, token, "/audit")[1]["actions"]
+                       if a["correlation"] == refused["correlation"]]) and (r, None),
+        20, "the refused drain in the audit",
+    )  # fmt: skip
+    assert rows[0]["result"] == "unknown_member" and rows[0]["via"] == "cli"

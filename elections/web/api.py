@@ -25,9 +25,11 @@ from elections.steering import perform
 from elections.web import health as agent_views
 from elections.web.auth import actor_for, api_error, api_view
 from elections.web.panel import fmt
+from elections.web.panel.audit_log import audit_rows, pool_chains, published_entries
 from elections.web.panel.operate import KINDS
+from elections.web.panel.page import PAGE_SIZE
 from elections.web.panel.state import SiteState, site_state, site_states
-from elections.web.panel.views import PAGE_SIZE, _history_rows, audit_rows, pool_chains, published_entries
+from elections.web.panel.views import history_rows
 
 
 def _r(value: float | None, digits: int = 1) -> float | None:
@@ -159,7 +161,7 @@ def _page(request: HttpRequest, items: Any) -> tuple[Any, dict[str, Any]] | Json
 
 @api_view()
 def history(request: HttpRequest) -> HttpResponse:
-    rows, filters = _history_rows(request)
+    rows, filters = history_rows(request)
     paged = _page(request, rows)
     if isinstance(paged, JsonResponse):
         return paged

@@ -16,10 +16,7 @@ from elections.web.auth import panel_view
 from elections.web.panel import fmt
 from elections.web.panel.live import render_live
 from elections.web.panel.operate import KINDS
-from elections.web.panel.views import (  # views imports this module last: both names exist by then
-    PAGE_SIZE,
-    _base,
-)
+from elections.web.panel.page import PAGE_SIZE, base_context
 
 
 # -- audit history ---------------------------------------------------------------------------
@@ -147,7 +144,7 @@ def audit_log(request: HttpRequest) -> HttpResponse:
     published = published_entries()
     rows, filters = audit_rows(request.GET, published)  # type: ignore[arg-type]
     page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
-    ctx = _base(
+    ctx = base_context(
         request,
         "Audit history",
         page=page,

@@ -26,27 +26,16 @@ from django.views.decorators.http import require_http_methods, require_POST
 from elections import audit
 from elections.steering import perform
 from elections.web import svg
-from elections.web.auth import actor_for, client_address, denial, panel_view, role_of, secure_headers
+from elections.web.auth import actor_for, client_address, denial, panel_view, secure_headers
 from elections.web.panel import fmt
 from elections.web.panel.failovers import REASONS, Failover, failovers_for, known_kmsns, load_events, segments
 from elections.web.panel.live import render_live
 from elections.web.panel.operate import KINDS, preview, progress
+from elections.web.panel.page import PAGE_SIZE, base_context
 from elections.web.panel.state import SiteState, site_state, site_states
 
-PAGE_SIZE = 50
 PERIODS = {"1h": 1, "6h": 6, "24h": 24, "7d": 24 * 7, "30d": 24 * 30, "all": None}
 TIMELINE_WINDOWS = {"15m": 0.25, "1h": 1, "6h": 6, "24h": 24}
-
-
-def _base(request: HttpRequest, title: str, alarm: bool = False, **extra: Any) -> dict[str, Any]:
-    return {
-        "title": title,
-        "alarm": alarm,
-        "role": role_of(request.user),
-        "agent": settings.STK.node,
-        "nav": request.resolver_match.url_name if request.resolver_match else "",
-        **extra,
-    }
 
 
 # -- login --------------------------------------------------------------------------
@@ -98,7 +87,7 @@ def logout_view(request: HttpRequest) -> HttpResponse:
 def sites(request: HttpRequest) -> HttpResponse:
     states = site_states()
     alarm = any(not s.has_leader for s in states)
-    ctx = _base(request, "Sites", alarm, sites=[_site_row(s) for s in states])
+    ctx = base_context(request, "Sites", alarm, sites=[_site_row(s) for s in states])
     return render_live(request, "panel/sites.html", ctx, {"sites-live": "panel/_sites_table.html"})
 
 
@@ -193,7 +182,7 @@ def site(request: HttpRequest, kmsn: str) -> HttpResponse:
     per_member, pool_buttons = _buttons(request, s)
     members = [{"m": m, "age": fmt.age(m.age), "buttons": per_member.get(m.node, [])} for m in s.members]
     relay = s.relay
-    ctx = _base(
+    ctx = base_context(
         request,
         f"Pool {kmsn}",
         not s.has_leader,
@@ -219,7 +208,7 @@ def site(request: HttpRequest, kmsn: str) -> HttpResponse:
 
 
 # -- failover history ---------------------------------------------------------------------
-def _history_rows(request: HttpRequest) -> tuple[list[Failover], dict[str, str]]:
+def history_rows(request: HttpRequest) -> tuple[list[Failover], dict[str, str]]:
     kmsns = sorted(set(known_kmsns()) | {settings.STK.kmsn})
     kmsn = request.GET.get("kmsn") or ""
     period = request.GET.get("period") or "7d"
@@ -240,10 +229,10 @@ def _history_rows(request: HttpRequest) -> tuple[list[Failover], dict[str, str]]
 
 @panel_view
 def history(request: HttpRequest) -> HttpResponse:
-    rows, filters = _history_rows(request)
+    rows, filters = history_rows(request)
     page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
     query = {k: v for k, v in filters.items() if k in ("kmsn", "period", "reason") and v}
-    ctx = _base(
+    ctx = base_context(
         request,
         "Failover history",
         page=page,
@@ -264,7 +253,7 @@ class _Echo:
 
 @panel_view
 def history_csv(request: HttpRequest) -> HttpResponse:
-    rows, _ = _history_rows(request)
+    rows, _ = history_rows(request)
     writer = csv.writer(_Echo())
     header = ["epoch", "kmsn", "at_utc", "from", "to", "reason", "actor", "gap_s", "detail", "correlation"]
 
@@ -328,7 +317,7 @@ def confirm(request: HttpRequest, kmsn: str, kind: str) -> HttpResponse:
         )
         if outcome.ok:
             return redirect(reverse("panel-progress", args=[kmsn, outcome.correlation]), permanent=False)
-        ctx = _base(
+        ctx = base_context(
             request,
             f"{kind.capitalize()} not done",
             True,
@@ -349,7 +338,7 @@ def confirm(request: HttpRequest, kmsn: str, kind: str) -> HttpResponse:
         target = choices[0].node if len(choices) == 1 else None
     if kind in ("drain", "undrain") and (not target or s.member(target) is None):
         raise Http404("no such member")
-    ctx = _base(
+    ctx = base_context(
         request,
         f"Confirm {kind}",
         not s.has_leader,
@@ -378,7 +367,7 @@ def command_progress(request: HttpRequest, kmsn: str, correlation: str) -> HttpR
     if s is None:
         raise Http404(f"this agent does not see pool {kmsn}")
     p = progress(entry, s, timezone.now(), progress_timeout())
-    ctx = _base(
+    ctx = base_context(
         request,
         f"{entry.action.capitalize()} {entry.target}".strip(),
         not s.has_leader,
@@ -388,13 +377,3 @@ def command_progress(request: HttpRequest, kmsn: str, correlation: str) -> HttpR
         row=_site_row(s),
     )
     return render_live(request, "panel/progress.html", ctx, {"progress-live": "panel/_progress.html"})
-
-
-from elections.web.panel.audit_log import (  # noqa: E402,F401
-    AuditRecord,
-    AuditRow,
-    audit_log,
-    audit_rows,
-    pool_chains,
-    published_entries,
-)

@@ -1,0 +1,24 @@
+"""What every panel page shares: the page size and the base template context."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.http import HttpRequest
+
+from elections.web.auth import role_of
+
+PAGE_SIZE = 50
+
+
+def base_context(request: HttpRequest, title: str, alarm: bool = False, **extra: Any) -> dict[str, Any]:
+    """Title, alarm state (tab title and favicon), the user's role, this agent, the nav entry."""
+    return {
+        "title": title,
+        "alarm": alarm,
+        "role": role_of(request.user),
+        "agent": settings.STK.node,
+        "nav": request.resolver_match.url_name if request.resolver_match else "",
+        **extra,
+    }
