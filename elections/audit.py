@@ -32,7 +32,6 @@ import hashlib
 import logging
 import secrets
 import threading
-import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -42,6 +41,7 @@ from django.db import IntegrityError, OperationalError, models, transaction
 from django.utils import timezone
 
 from elections.core.lease import canonical_json
+from elections.retry import Backoff, retry
 
 log = logging.getLogger("stkrelay.audit")
 
@@ -141,28 +141,26 @@ class AuditTrail:
         return entry
 
 
+# Another process took this seq (IntegrityError), or the database is locked (OperationalError).
+INSERT_BACKOFF = Backoff(tries=30, first=0.01, factor=1.5, cap=0.2)
+
+
 def _insert(fields: dict[str, Any]) -> AuditEntry:
-    last_error: Exception | None = None
+    def attempt() -> AuditEntry:
+        with transaction.atomic():
+            head = AuditEntry.objects.order_by("-seq").values_list("seq", "hash").first()
+            seq, prev = (head[0] + 1, head[1]) if head else (1, GENESIS)
+            entry = AuditEntry(seq=seq, prev_hash=prev, **fields)
+            entry.hash = entry.compute_hash()
+            entry.save(force_insert=True)
+            return entry
+
     with _append_lock:
-        for attempt in range(30):
-            try:
-                with transaction.atomic():
-                    head = AuditEntry.objects.order_by("-seq").values_list("seq", "hash").first()
-                    seq, prev = (head[0] + 1, head[1]) if head else (1, GENESIS)
-                    entry = AuditEntry(seq=seq, prev_hash=prev, **fields)
-                    entry.hash = entry.compute_hash()
-                    entry.save(force_insert=True)
-                    return entry
-            except IntegrityError as exc:  # another process took this seq
-                last_error = exc
-            except OperationalError as exc:  # database locked or gone
-                last_error = exc
-                time.sleep(min(0.01 * (attempt + 1), 0.2))
-            except Exception as exc:
-                last_error = exc
-                break
-    log.error("audit trail not written: %s", last_error)
-    raise AuditUnavailable(f"audit trail not written: {last_error}")
+        try:
+            return retry(attempt, on=(IntegrityError, OperationalError), backoff=INSERT_BACKOFF)
+        except Exception as exc:
+            log.error("audit trail not written: %s", exc)
+            raise AuditUnavailable(f"audit trail not written: {exc}") from exc
 
 
 # -- the pool's copy ---------------------------------------------------------------------

@@ -95,7 +95,7 @@ class Recorder:
 
 def executors_with(rec, tmp_path):
     return [
-        RelayExecutor(tmp_path, signal=lambda verb, epoch: rec.calls.append(("signal", verb, epoch))),
+        RelayExecutor(tmp_path),
         VipExecutor(runner=rec, which=lambda name: None),
         AwsExecutor(client_factory=lambda region, url: rec),
         OciExecutor(runner=rec),
@@ -251,7 +251,7 @@ def test_it_applies_a_whole_plan_at_the_held_epoch_and_records_each_action(tmp_p
     assert {e["epoch"] for e in sink.events} == {9}
     assert relay_wanted(tmp_path) == 9
     names = [c[0] for c in rec.calls]
-    assert names[0] == "signal" and "assign_private_ip_addresses" in names and "update_nic" in names
+    assert "assign_private_ip_addresses" in names and "update_nic" in names
 
 
 def test_it_turns_a_provider_error_into_a_failed_outcome_and_records_it(tmp_path):
@@ -335,12 +335,12 @@ def test_it_fences_the_second_step_when_the_lease_is_lost_in_between(tmp_path):
 
 
 def test_it_marks_the_relay_wanted_and_unwanted_in_the_data_dir(tmp_path):
-    sink, calls = Sink(), []
-    ex = RelayExecutor(tmp_path, signal=lambda verb, epoch: calls.append((verb, epoch)))
+    sink = Sink()
+    ex = RelayExecutor(tmp_path)
     run_plan(plan_for(4, "S001", ActionConfig()), [ex], held(4), sink)
-    assert relay_wanted(tmp_path) == 4 and calls == [(START_RELAY, 4)]
+    assert relay_wanted(tmp_path) == 4
     run_plan(demotion_plan(4, "S001", ActionConfig()), [ex], held(None), sink)
-    assert relay_wanted(tmp_path) is None and calls[-1] == (STOP_RELAY, 4)
+    assert relay_wanted(tmp_path) is None
     assert sink.kinds() == ["action_applied", "action_applied"]
 
 
@@ -349,18 +349,6 @@ def test_it_leaves_a_newer_relay_marker_alone_on_a_late_stop(tmp_path):
     run_plan(plan_for(6, "S001", ActionConfig()), [ex], held(6), None)
     [out] = run_plan(demotion_plan(4, "S001", ActionConfig()), [ex], held(4), None)
     assert out.status == APPLIED and "left alone" in out.message and relay_wanted(tmp_path) == 6
-
-
-def test_it_fails_the_relay_action_when_the_hook_refuses(tmp_path):
-    def hook(verb, epoch):
-        raise RuntimeError("port 9530 busy")
-
-    sink = Sink()
-    [out] = run_plan(plan_for(4, "S001", ActionConfig()), [RelayExecutor(signal=hook)], held(4), sink)
-    assert (
-        out.status == FAILED and out.message == "relay hook refused start_relay: RuntimeError: port 9530 busy"
-    )
-    assert sink.events[0]["kind"] == "action_failed"
 
 
 def test_it_reads_the_held_epoch_from_the_leadership_state_file(tmp_path):

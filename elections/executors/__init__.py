@@ -76,12 +76,11 @@ log = logging.getLogger("stkrelay.actions")
 
 def build_executors(
     config: ActionConfig,
-    data_dir: str | os.PathLike[str] | None,
-    relay_signal: Callable[[str, int], None] | None = None,
+    data_dir: str | os.PathLike[str],
     runner: Runner = run_command,
 ) -> list[Executor]:
     """The relay executor, plus one per provider the config enables."""
-    out: list[Executor] = [RelayExecutor(data_dir, relay_signal)]
+    out: list[Executor] = [RelayExecutor(data_dir)]
     if config.vip is not None:
         out.append(VipExecutor(runner))
     if config.aws is not None:

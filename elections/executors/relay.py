@@ -1,16 +1,13 @@
 """The local relay executor: `start_relay` / `stop_relay`.
 
-It does not run the relay itself; it tells whoever does. By default it writes
-(or removes) `DATA_DIR/relay.wanted`, a JSON marker `{"epoch": N}` that the
-supervisor can watch beside `leadership.json`; with `signal`, it calls the
-owner's hook `signal(verb, epoch)` as well (e.g. to start the listeners in
-process). A hook that raises makes the action fail with its message.
+It does not run the relay itself; it tells whoever does: it writes (or
+removes) `DATA_DIR/relay.wanted`, a JSON marker `{"epoch": N}` that the warm
+standby relay (`runrelay --standby`) watches beside `leadership.json`.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
 
 from elections.core.actions import START_RELAY, STOP_RELAY, Action
@@ -27,30 +24,13 @@ class RelayExecutor:
     name = "relay"
     verbs = frozenset({START_RELAY, STOP_RELAY})
 
-    def __init__(
-        self,
-        data_dir: str | os.PathLike[str] | None = None,
-        signal: Callable[[str, int], None] | None = None,
-    ) -> None:
-        if data_dir is None and signal is None:
-            raise ValueError("RelayExecutor needs a data_dir, a signal hook, or both")
-        self.data_dir = Path(data_dir) if data_dir is not None else None
-        self.signal = signal
+    def __init__(self, data_dir: str | os.PathLike[str]) -> None:
+        self.data_dir = Path(data_dir)
 
     def apply(self, action: Action, recheck: Recheck = no_recheck) -> Outcome:
-        notes = []
-        if self.data_dir is not None:
-            notes.append(self._mark(action))
-        if self.signal is not None:
-            try:
-                self.signal(action.verb, action.epoch)
-            except Exception as exc:
-                raise CommandFailed(f"relay hook refused {action.verb}: {type(exc).__name__}: {exc}") from exc
-            notes.append("relay hook signalled")
-        return applied(action, "; ".join(notes))
+        return applied(action, self._mark(action))
 
     def _mark(self, action: Action) -> str:
-        assert self.data_dir is not None
         local = LocalState(self.data_dir)
         path = local.relay_wanted_path
         try:
