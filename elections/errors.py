@@ -19,5 +19,6 @@ class StoreUnavailable(ElectionError):
 class ConfigError(ElectionError):
     def __init__(self, key: str, message: str, hint: str = "") -> None:
         self.key = key
+        self.message = message
         self.hint = hint
         super().__init__(f"{key}: {message}" + (f" — {hint}" if hint else ""))

@@ -1,9 +1,14 @@
 """Agent configuration: `stk.ini` section `[stk]`, overridden by `STK_<KEY>`.
 
 `load()` never raises for bad values: it returns the config and a list of
-`Problem`s, each with a stable id, the key, and a hint. `runagent` refuses to
-start on any problem and prints one line per problem; `manage.py check` shows
-the same list as Django system checks.
+`Problem`s, each with a stable id, the key, and a hint. `runagent` (like
+`relayctl` and `runrelay`) refuses to start on any problem and prints one line
+per problem; `manage.py check` shows the same list as Django system checks.
+
+The leader-action keys (`VIP_*`, `AWS_*`, `OCI_*`, `AZURE_*`) are read by
+`elections.core.actions.action_config`; its problems come back here with one id
+per executor family (`ACTION_IDS`), so a bad address stops start-up instead of
+leaving that executor silently off.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from elections.core.actions import action_config
 
 DEFAULTS: dict[str, str] = {
     "KMSN": "",
@@ -39,6 +46,14 @@ DEFAULTS: dict[str, str] = {
     "HEALTH_CMD": "",
     "HEALTH_URL": "",
     "RELAY_ATTESTS": "1",
+}
+
+
+ACTION_IDS: dict[str, str] = {  # key prefix -> id, for the leader-action problems
+    "VIP": "stkrelay.E014",
+    "AWS": "stkrelay.E015",
+    "OCI": "stkrelay.E016",
+    "AZURE": "stkrelay.E017",
 }
 
 
@@ -240,6 +255,8 @@ def load(ini_path: str | None = None, env: dict[str, str] | None = None, check_d
             f"{cfg.redis_url!r} is not a redis:// URL",
             "use this agent's local Redis, e.g. redis://127.0.0.1:6379/0",
         )
+    for err in action_config(values)[1]:
+        bad(ACTION_IDS[err.key.partition("_")[0]], err.key, err.message, err.hint)
     cfg.lease_dir = values["LEASE_DIR"]
     cfg.data_dir = values["DATA_DIR"] or str(Path.home() / ".stkrelay" / (cfg.node or "agent"))
     if check_dirs:

@@ -6,7 +6,8 @@ import sys
 import pytest
 from harness import ROOT, free_port
 
-from stkrelay.config import load
+from elections.core.actions import ACTION_DEFAULTS
+from stkrelay.config import ACTION_IDS, load
 
 GOOD = {
     "KMSN": "9999-9999-99-99", "STATION": "S001", "NODE_IP": "127.0.0.41", "RELAY_PORT": "9530",
@@ -63,6 +64,50 @@ def test_each_bad_value_names_its_key(tmp_path, over, expected):
     assert line.startswith(expected[1] + ":") and expected[0] in line and " — " in line
 
 
+VIP_OK = {"VIP_ADDRESS": "192.0.2.250/24", "VIP_INTERFACE": "eth0"}
+AWS_OK = {"AWS_ENI_ID": "eni-0b0b0b0b0b0b0b0b0", "AWS_PRIVATE_IP": "192.0.2.5", "AWS_REGION": "eu-west-1"}
+OCI_OK = {"OCI_VNIC_ID": "ocid1.vnic.oc1.eu-frankfurt-1.abc", "OCI_PRIVATE_IP": "192.0.2.6"}
+AZURE_NIC = "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Network/networkInterfaces/nic-a"
+AZURE_OK = {"AZURE_NIC_ID": AZURE_NIC, "AZURE_PRIVATE_IP": "192.0.2.7"}
+
+
+def test_good_leader_action_settings_load_with_no_problem(tmp_path):
+    cfg = load(str(write_ini(tmp_path, **VIP_OK, **AWS_OK, **OCI_OK, **AZURE_OK)), env={})
+    assert cfg.problems == []
+
+
+@pytest.mark.parametrize(
+    "over, expected",
+    [
+        ({**VIP_OK, "VIP_ADDRESS": "192.0.2.300"}, ("stkrelay.E014", "VIP_ADDRESS")),
+        ({**VIP_OK, "VIP_INTERFACE": ""}, ("stkrelay.E014", "VIP_INTERFACE")),
+        ({**VIP_OK, "VIP_GARP_COUNT": "99"}, ("stkrelay.E014", "VIP_GARP_COUNT")),
+        ({**AWS_OK, "AWS_ENI_ID": "nic-1"}, ("stkrelay.E015", "AWS_ENI_ID")),
+        ({**AWS_OK, "AWS_REGION": ""}, ("stkrelay.E015", "AWS_REGION")),
+        ({**OCI_OK, "OCI_PRIVATE_IP": "not-an-ip"}, ("stkrelay.E016", "OCI_PRIVATE_IP")),
+        ({**AZURE_OK, "AZURE_NIC_ID": "nic-b"}, ("stkrelay.E017", "AZURE_NIC_ID")),
+        ({**AZURE_OK, "AZURE_IP_CONFIG": "-bad name"}, ("stkrelay.E017", "AZURE_IP_CONFIG")),
+    ],
+)
+def test_a_bad_leader_action_setting_is_a_startup_problem_with_its_familys_id(tmp_path, over, expected):
+    cfg = load(str(write_ini(tmp_path, **over)), env={})
+    assert problems(cfg) == {expected}, cfg.problems
+    line = cfg.problems[0].line()
+    assert line.startswith(expected[1] + ":") and f"({expected[0]}) — " in line
+
+
+def test_a_leader_action_override_from_the_environment_is_checked_too(tmp_path):
+    cfg = load(
+        str(write_ini(tmp_path, **VIP_OK)), env={"STK_VIP_PREFIX": "40", "STK_VIP_ADDRESS": "192.0.2.9"}
+    )
+    assert problems(cfg) == {("stkrelay.E014", "VIP_PREFIX")}
+
+
+def test_every_leader_action_key_has_an_id():
+    assert {key.partition("_")[0] for key in ACTION_DEFAULTS} == set(ACTION_IDS)
+    assert len(set(ACTION_IDS.values())) == len(ACTION_IDS)
+
+
 def test_a_missing_or_broken_ini_is_reported_not_raised(tmp_path):
     cfg = load(str(tmp_path / "absent.ini"), env={})
     assert ("stkrelay.E001", "STK_INI") in problems(cfg)
@@ -91,6 +136,13 @@ def test_runagent_refuses_bad_settings_with_one_line_per_key(tmp_path):
     assert "Traceback" not in out.stderr
 
 
+def test_runagent_refuses_a_bad_leader_action_instead_of_running_without_it(tmp_path):
+    out = run_agent(write_ini(tmp_path, AWS_ENI_ID="eni-0b0b0b0b0b0b0b0b0", AWS_PRIVATE_IP="192.0.2.5"))
+    assert out.returncode == 2
+    assert "AWS_REGION: is required with AWS_ENI_ID (stkrelay.E015) — " in out.stderr
+    assert "Traceback" not in out.stderr
+
+
 def test_runagent_says_which_redis_it_cannot_reach(tmp_path):
     port = free_port()
     out = run_agent(write_ini(tmp_path, REDIS_URL=f"redis://127.0.0.1:{port}/0"))
@@ -107,3 +159,13 @@ def test_manage_py_check_shows_the_same_problems_with_stable_ids(tmp_path):
     )  # fmt: skip
     assert out.returncode != 0
     assert "(stkrelay.E008) RENEW_DEADLINE: 11 must be less than LEASE_TTL=10" in out.stderr
+
+
+def test_manage_py_check_shows_a_bad_leader_action_with_its_id(tmp_path):
+    ini = write_ini(tmp_path, VIP_ADDRESS="192.0.2.250", VIP_INTERFACE="eth0", VIP_GARP="loud")
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), "check"], capture_output=True, text=True, cwd=ROOT,
+        env={"PATH": "/usr/bin:/bin", "STK_INI": str(ini)}, timeout=60,
+    )  # fmt: skip
+    assert out.returncode != 0
+    assert "(stkrelay.E014) VIP_GARP: 'loud' is not a mode" in out.stderr

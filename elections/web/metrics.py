@@ -1,146 +1,167 @@
-"""`GET /metrics`: Prometheus text format (version 0.0.4).
+"""`GET /metrics`: Prometheus text format, written by prometheus_client.
 
 Readable without login from loopback addresses (a local scraper or
 node-exporter textfile job); from anywhere else it needs a session or
 `Authorization: Bearer stk_...` (Prometheus: `authorization: {credentials_file: ...}`).
+
+`PoolCollector.collect()` reads, at scrape time, what the panel reads (this
+agent's pool view and relay status, its election history, its leadership
+state): nothing is counted in memory between scrapes, so every web process
+answers the same. It sits on a private `REGISTRY` (not prometheus_client's
+global one) beside the library's process and platform collectors.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
+from django.conf import settings
 from django.db.models import Count
 from django.http import HttpRequest, HttpResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from elections.models import ElectionEvent
 from elections.ports.localstate import LocalState
 from elections.web.auth import api_error, bearer_user, is_loopback
-from elections.web.panel.state import site_states
+from elections.web.panel.failovers import failovers_for
+from elections.web.panel.state import RelayState, site_states
+
+GAP_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 15, 30, 60)  # seconds without a leader; +Inf is added
 
 
-def _esc(value: object) -> str:
-    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+def gap_buckets(gaps: Iterable[float], bounds: Sequence[float] = GAP_BUCKETS) -> list[tuple[str, float]]:
+    """Cumulative `(le, count)` pairs for `gaps`, ending with `+Inf` (every gap)."""
+    values = list(gaps)
+    pairs = [(floatToGoString(b), float(sum(1 for g in values if g <= b))) for b in bounds]
+    return [*pairs, ("+Inf", float(len(values)))]
 
 
-def _labels(**labels: object) -> str:
-    if not labels:
-        return ""
-    return "{" + ",".join(f'{k}="{_esc(v)}"' for k, v in labels.items()) + "}"
+class PoolCollector(Collector):
+    """The stkrelay_* families, read from this agent's files and database per scrape."""
+
+    def collect(self) -> Iterable[Metric]:
+        now = time.monotonic()
+        states = site_states(now)
+        elections = dict(
+            ElectionEvent.objects.filter(kind="elected")
+            .values_list("kmsn")
+            .annotate(n=Count("id"))
+            .order_by()
+        )
+
+        g = GaugeMetricFamily(
+            "stkrelay_pool_has_leader",
+            "1 if the pool has a live leader as this agent sees it.",
+            labels=["kmsn"],
+        )
+        for s in states:
+            g.add_metric([s.kmsn], 1 if s.has_leader else 0)
+        yield g
+        g = GaugeMetricFamily(
+            "stkrelay_pool_leader",
+            "1 for the member that leads the pool, 0 for the others.",
+            labels=["kmsn", "node"],
+        )
+        for s in states:
+            for m in s.members:
+                g.add_metric([s.kmsn, m.node], 1 if s.leader == m.node else 0)
+        yield g
+        g = GaugeMetricFamily("stkrelay_pool_epoch", "Epoch of the pool's current lease.", labels=["kmsn"])
+        for s in states:
+            if s.epoch is not None:
+                g.add_metric([s.kmsn], s.epoch)
+        yield g
+        g = GaugeMetricFamily(
+            "stkrelay_pool_lease_renewed_age_seconds",
+            "Seconds since this agent saw the lease renewed (its own clock).",
+            labels=["kmsn"],
+        )
+        for s in states:
+            if s.renewed_ago is not None:
+                g.add_metric([s.kmsn], round(s.renewed_ago, 3))
+        yield g
+        g = GaugeMetricFamily(
+            "stkrelay_pool_members", "Members with a heartbeat, by eligibility.", labels=["kmsn", "eligible"]
+        )
+        for s in states:
+            for e in (True, False):
+                g.add_metric([s.kmsn, str(e).lower()], sum(1 for m in s.members if m.eligible == e))
+        yield g
+        g = GaugeMetricFamily(
+            "stkrelay_member_eligible", "1 if the member may become leader.", labels=["kmsn", "node"]
+        )
+        for s in states:
+            for m in s.members:
+                g.add_metric([s.kmsn, m.node], 1 if m.eligible else 0)
+        yield g
+        c = CounterMetricFamily(
+            "stkrelay_failovers_total", "Elections recorded in this agent's history.", labels=["kmsn"]
+        )
+        for kmsn, n in sorted(elections.items()):
+            c.add_metric([kmsn], n)
+        yield c
+        h = HistogramMetricFamily(
+            "stkrelay_failover_gap_seconds",
+            "Seconds the pool had no leader before each failover in this agent's history.",
+            labels=["kmsn"],
+        )
+        for kmsn in sorted({*elections, *(s.kmsn for s in states)}):
+            gaps = [f.gap_s for f in failovers_for(kmsn) if f.gap_s is not None]
+            h.add_metric([kmsn], gap_buckets(gaps), sum(gaps))
+        yield h
+        g = GaugeMetricFamily("stkrelay_agent_leader", "1 while this agent leads its pool.", labels=["node"])
+        g.add_metric([settings.STK.node], 1 if LocalState(settings.STK.data_dir).leads_now(now) else 0)
+        yield g
+        yield from _relay_families(
+            [(s.kmsn, s.relay) for s in states if s.relay is not None and s.relay.running]
+        )
 
 
-class Exposition:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def family(
-        self, name: str, kind: str, help_text: str, samples: Iterable[tuple[dict[str, object], float]]
-    ) -> None:
-        self.lines.append(f"# HELP {name} {help_text}")
-        self.lines.append(f"# TYPE {name} {kind}")
-        for labels, value in samples:
-            self.lines.append(f"{name}{_labels(**labels)} {value:g}")
-
-    def text(self) -> str:
-        return "\n".join(self.lines) + "\n"
-
-
-def render() -> str:
-    from django.conf import settings
-
-    now = time.monotonic()
-    states = site_states(now)
-    out = Exposition()
-    failovers = dict(
-        ElectionEvent.objects.filter(kind="elected").values_list("kmsn").annotate(n=Count("id")).order_by()
-    )
-    out.family(
-        "stkrelay_pool_has_leader",
-        "gauge",
-        "1 if the pool has a live leader as this agent sees it.",
-        [({"kmsn": s.kmsn}, 1 if s.has_leader else 0) for s in states],
-    )
-    out.family(
-        "stkrelay_pool_leader",
-        "gauge",
-        "1 for the member that leads the pool, 0 for the others.",
-        [
-            ({"kmsn": s.kmsn, "node": m.node}, 1 if s.leader == m.node else 0)
-            for s in states
-            for m in s.members
-        ],
-    )
-    out.family(
-        "stkrelay_pool_epoch",
-        "gauge",
-        "Epoch of the pool's current lease.",
-        [({"kmsn": s.kmsn}, s.epoch) for s in states if s.epoch is not None],
-    )
-    out.family(
-        "stkrelay_pool_lease_renewed_age_seconds",
-        "gauge",
-        "Seconds since this agent saw the lease renewed (its own clock).",
-        [({"kmsn": s.kmsn}, round(s.renewed_ago, 3)) for s in states if s.renewed_ago is not None],
-    )
-    out.family(
-        "stkrelay_pool_members",
-        "gauge",
-        "Members with a heartbeat, by eligibility.",
-        [
-            ({"kmsn": s.kmsn, "eligible": str(e).lower()}, sum(1 for m in s.members if m.eligible == e))
-            for s in states
-            for e in (True, False)
-        ],
-    )
-    out.family(
-        "stkrelay_member_eligible",
-        "gauge",
-        "1 if the member may become leader.",
-        [({"kmsn": s.kmsn, "node": m.node}, 1 if m.eligible else 0) for s in states for m in s.members],
-    )
-    out.family(
-        "stkrelay_failovers_total",
-        "counter",
-        "Elections recorded in this agent's history.",
-        [({"kmsn": k}, n) for k, n in sorted(failovers.items())],
-    )
-    out.family(
-        "stkrelay_agent_leader",
-        "gauge",
-        "1 while this agent leads its pool.",
-        [({"node": settings.STK.node}, 1 if LocalState(settings.STK.data_dir).leads_now(now) else 0)],
-    )
-    relays = [(s, s.relay) for s in states if s.relay is not None and s.relay.running]
-    out.family(
+def _relay_families(relays: list[tuple[str, RelayState]]) -> Iterable[Metric]:
+    """The leader's relay counters (no samples on a follower)."""
+    g = GaugeMetricFamily(
         "stkrelay_relay_clients",
-        "gauge",
         "Registered relay clients on this agent, by station and role.",
-        [
-            ({"kmsn": s.kmsn, "station": st, "role": role}, n)
-            for s, r in relays
-            for st, roles in r.per_station
-            for role, n in roles.items()
-        ],
+        labels=["kmsn", "station", "role"],
     )
-    out.family(
-        "stkrelay_relay_messages_total",
-        "counter",
-        "Messages relayed by this agent's relay process.",
-        [({"kmsn": s.kmsn}, r.messages) for s, r in relays],
-    )
-    out.family(
-        "stkrelay_relay_bytes_total",
-        "counter",
-        "Bytes of relayed message frames.",
-        [({"kmsn": s.kmsn}, r.bytes) for s, r in relays],
-    )
-    out.family(
+    for kmsn, r in relays:
+        for station, roles in r.per_station:
+            for role, n in roles.items():
+                g.add_metric([kmsn, station, role], n)
+    yield g
+    for name, help_text, attr in (
+        ("stkrelay_relay_messages_total", "Messages relayed by this agent's relay process.", "messages"),
+        ("stkrelay_relay_bytes_total", "Bytes of relayed message frames.", "bytes"),
+    ):
+        c = CounterMetricFamily(name, help_text, labels=["kmsn"])
+        for kmsn, r in relays:
+            c.add_metric([kmsn], getattr(r, attr))
+        yield c
+    c = CounterMetricFamily(
         "stkrelay_relay_drops_total",
-        "counter",
         "Clients or frames dropped by the relay, by cause.",
-        [({"kmsn": s.kmsn, "cause": k}, v) for s, r in relays for k, v in sorted(r.drops.items())],
+        labels=["kmsn", "cause"],
     )
-    return out.text()
+    for kmsn, r in relays:
+        for cause, n in sorted(r.drops.items()):
+            c.add_metric([kmsn, cause], n)
+    yield c
+
+
+REGISTRY = CollectorRegistry()
+REGISTRY.register(PoolCollector())
+ProcessCollector(registry=REGISTRY)  # process_* (Linux /proc; nothing elsewhere)
+PlatformCollector(registry=REGISTRY)  # python_info
+
+
+def render() -> bytes:
+    return generate_latest(REGISTRY)
 
 
 def metrics(request: HttpRequest) -> HttpResponse:
@@ -148,4 +169,4 @@ def metrics(request: HttpRequest) -> HttpResponse:
         user = bearer_user(request)
         if not user and not request.user.is_authenticated:
             return api_error(401, "unauthenticated", "/metrics needs a token (or a loopback address)")
-    return HttpResponse(render(), content_type="text/plain; version=0.0.4; charset=utf-8")
+    return HttpResponse(render(), content_type=CONTENT_TYPE_LATEST)

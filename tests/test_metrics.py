@@ -1,0 +1,141 @@
+"""GET /metrics as Prometheus scrapes it: the README's families with their
+labels, the failover-gap histogram built from the history, and
+prometheus_client's process and platform metrics. (Its access rules are in
+test_panel.py.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from datetime import timedelta
+
+import pytest
+import test_panel_support
+from test_panel_support import KMSN, client_for, event, write_leading, write_pool
+
+dj = test_panel_support.dj  # the fixture, under its name here
+
+
+def scrape():  # type: ignore[no-untyped-def]
+    """The loopback scrape, parsed as Prometheus does: {family name: family}."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    response = client_for(REMOTE_ADDR="127.0.0.1").get("/metrics")
+    assert response.status_code == 200
+    return response, {f.name: f for f in text_string_to_metric_families(response.content.decode())}
+
+
+def samples(families, name: str) -> dict[tuple[tuple[str, str], ...], float]:  # type: ignore[no-untyped-def]
+    return {
+        tuple(sorted(s.labels.items())): s.value
+        for f in families.values()
+        for s in f.samples
+        if s.name == name
+    }
+
+
+def test_the_metrics_keep_the_readmes_names_and_labels(dj):
+    from django.utils import timezone
+    from prometheus_client import CONTENT_TYPE_LATEST
+
+    write_pool(dj["data_dir"], leader="S001", epoch=7)
+    write_leading(dj["data_dir"], epoch=7)
+    snapshot = {
+        "counts": {KMSN: {"S002": {"agent": 1}, "C01": {"commander": 2}}},
+        "relayed": {"messages": 40, "deliveries": 80, "bytes": 4096, "no_route": 1},
+        "drops": {"slow_viewer": 2},
+    }
+    relay = {
+        "pid": os.getpid(),
+        "epoch": 7,
+        "listening": True,
+        "updated": time.monotonic(),
+        "snapshot": snapshot,
+    }
+    (dj["data_dir"] / "relay.json").write_text(json.dumps(relay))
+    event("S001", 1, "elected", 7, timezone.now(), "no lease file and no leader ever seen")
+    response, families = scrape()
+    assert response["Content-Type"] == CONTENT_TYPE_LATEST
+    ours = {
+        s.name: set(s.labels) for f in families.values() if f.name.startswith("stkrelay_") for s in f.samples
+    }
+    assert ours == {
+        "stkrelay_pool_has_leader": {"kmsn"},
+        "stkrelay_pool_leader": {"kmsn", "node"},
+        "stkrelay_pool_epoch": {"kmsn"},
+        "stkrelay_pool_lease_renewed_age_seconds": {"kmsn"},
+        "stkrelay_pool_members": {"kmsn", "eligible"},
+        "stkrelay_member_eligible": {"kmsn", "node"},
+        "stkrelay_failovers_total": {"kmsn"},
+        "stkrelay_failover_gap_seconds_bucket": {"kmsn", "le"},
+        "stkrelay_failover_gap_seconds_count": {"kmsn"},
+        "stkrelay_failover_gap_seconds_sum": {"kmsn"},
+        "stkrelay_agent_leader": {"node"},
+        "stkrelay_relay_clients": {"kmsn", "station", "role"},
+        "stkrelay_relay_messages_total": {"kmsn"},
+        "stkrelay_relay_bytes_total": {"kmsn"},
+        "stkrelay_relay_drops_total": {"kmsn", "cause"},
+    }
+    kinds = {f.name: f.type for f in families.values() if f.name.startswith("stkrelay_")}
+    assert kinds["stkrelay_failovers"] == kinds["stkrelay_relay_drops"] == "counter"
+    assert kinds["stkrelay_failover_gap_seconds"] == "histogram" and kinds["stkrelay_pool_epoch"] == "gauge"
+    k = ("kmsn", KMSN)
+    assert samples(families, "stkrelay_pool_members") == {
+        (("eligible", "false"), k): 0,
+        (("eligible", "true"), k): 3,
+    }
+    assert samples(families, "stkrelay_agent_leader") == {(("node", "S001"),): 1}
+    assert samples(families, "stkrelay_failovers_total") == {(k,): 1}
+    assert samples(families, "stkrelay_relay_clients")[(k, ("role", "commander"), ("station", "C01"))] == 2
+    assert samples(families, "stkrelay_relay_messages_total") == {(k,): 40}
+    assert samples(families, "stkrelay_relay_drops_total") == {(("cause", "slow_viewer"), k): 2}
+
+
+def test_the_gap_histogram_counts_each_failovers_gap_in_its_buckets(dj):
+    from django.utils import timezone
+
+    now = timezone.now()
+    event("S001", 1, "elected", 1, now - timedelta(minutes=9), "no lease file and no leader ever seen")
+    for epoch, (node, gap) in enumerate((("S002", 0.3), ("S003", 1.0), ("S001", 2.5), ("S002", 45.0)), 2):
+        event(
+            node,
+            epoch,
+            "elected",
+            epoch,
+            now - timedelta(minutes=9 - epoch),
+            "expired",
+            cause="expired",
+            gap_s=gap,
+        )
+    _, families = scrape()
+    k = ("kmsn", KMSN)
+    buckets = {
+        float(dict(labels)["le"]): n
+        for labels, n in samples(families, "stkrelay_failover_gap_seconds_bucket").items()
+    }
+    assert buckets == {
+        0.1: 0, 0.25: 0, 0.5: 1, 1: 2, 2: 2, 3: 3, 5: 3, 10: 3, 15: 3, 30: 3, 60: 4, float("inf"): 4,
+    }  # fmt: skip
+    assert samples(families, "stkrelay_failover_gap_seconds_count") == {
+        (k,): 4
+    }  # the first election had no gap
+    assert samples(families, "stkrelay_failover_gap_seconds_sum")[(k,)] == pytest.approx(48.8)
+    assert samples(families, "stkrelay_failovers_total") == {(k,): 5}
+
+
+def test_a_pool_without_failovers_has_an_empty_gap_histogram(dj):
+    write_pool(dj["data_dir"])
+    _, families = scrape()
+    assert samples(families, "stkrelay_failover_gap_seconds_count") == {(("kmsn", KMSN),): 0}
+    assert samples(families, "stkrelay_failovers_total") == {}
+
+
+def test_the_metrics_carry_prometheus_clients_process_and_platform_metrics(dj):
+    _, families = scrape()
+    assert families["process_cpu_seconds"].samples[0].value > 0
+    assert families["process_resident_memory_bytes"].samples[0].value > 0
+    assert families["process_open_fds"].samples[0].value >= 3  # at least stdin, stdout, stderr
+    assert 0 < time.time() - families["process_start_time_seconds"].samples[0].value < 3600
+    (info,) = families["python_info"].samples
+    assert info.labels["major"] == "3" and info.value == 1
