@@ -64,6 +64,7 @@ from relay.framing import (  # noqa: F401  (re-exported: one import site for tra
     DEFAULT_MAX_FRAME,
     ERROR_CODES,
     FRAME_TOO_LARGE,
+    HEADER_SIZE,
     NO_ROUTE,
     NOT_LEADER,
     STALE_EPOCH,
@@ -79,6 +80,9 @@ from relay.framing import (  # noqa: F401  (re-exported: one import site for tra
     RelayError,
     State,
     encode_frame,
+    encode_payload,
+    frame_payload,
+    read_header,
 )
 
 MAGIC = "STKRELAY/1"
