@@ -30,9 +30,6 @@ class Inbox:
         self._seen: set[Hashable] = set()
         self._order: deque[Hashable] = deque()
 
-    def qsize(self) -> int:
-        return self._items.qsize()
-
     def deliver(self, item: Received | ServerError) -> None:
         if isinstance(item, Received) and self._duplicate(item):
             self.counters.duplicates += 1

@@ -171,14 +171,6 @@ class Router:
             del self._viewers[(kmsn, station)]
         return True
 
-    def is_registered(self, session: Session) -> bool:
-        role, key = session.role, (session.kmsn, session.station)
-        if role in (AGENT, COMMANDER):
-            return self._json.get((session.kmsn, role), {}).get(session.station) is session
-        if role == PUBLISHER:
-            return self._publishers.get(key) is session
-        return session in self._viewers.get(key, ())
-
     def sessions(self) -> list[Session]:
         """Every registered session: agents and commanders, publishers, viewers."""
         out: list[Session] = [s for table in self._json.values() for s in table.values()]
