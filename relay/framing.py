@@ -9,7 +9,7 @@ transport that only moves frames, `encode_payload`, `frame_payload` and
 connection share.
 `relay.protocol` gives the frames their meaning (hello, register, ...), and
 re-exports the public names defined here; its docstring has the exception tree.
-Pure code: no sockets, no clock, stdlib only.
+Pure code: no sockets, asyncio, subprocess, clock or Django; stdlib only.
 
 Decoding never raises on bad input; each problem becomes a `ProtocolError`
 event carrying one of the wire error codes:

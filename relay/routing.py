@@ -1,6 +1,6 @@
 """The relay's in-process routing table (DESIGN.md §8): who receives what.
 
-Pure: no sockets, no asyncio, no clock. The transport (`relay.server`) owns
+Pure: no sockets, no asyncio, no clock. The transport (`relay.sessions`) owns
 the sessions; the `Router` only holds references to registered ones, keyed by
 ``(kmsn, station, role)``, and calls three methods on them:
 
