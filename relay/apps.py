@@ -1,3 +1,5 @@
+"""The Django app of relay/: it makes the management commands (runrelay, relayclient) visible; no models."""
+
 from django.apps import AppConfig
 
 

@@ -10,51 +10,43 @@ An asyncio shell over the sans-I/O `relay.protocol.ClientConnection`. Typical us
         async for item in client.messages():       # Received, or ServerError (e.g. no_route)
             ...
 
-The parts, one module each (everything public is importable from here):
+This module's job is the public API and the wiring; the parts, one module
+each, never import it (everything public is importable from here):
 
-- `relay.client_follow`: discovery, ``leader_changed`` hints, epochs, the
-  lease watcher, jittered exponential backoff: how the client finds the
-  leader and follows it, and when it gives up (a definitive refusal before
-  the first registration: `start()` raises `Refused`).
-- `relay.client_session`: one connection: register, keepalive every
-  `keepalive` seconds, dead after 3 × `keepalive` of silence.
-- `relay.outbox`: the queue, the unconfirmed window, settle-window retries.
-- `relay.client_inbox`: the bounded inbox and duplicate suppression.
-- `relay.client_events`: exceptions, `Received`, `Status`, `Counters`.
+- `relay.client_follow`: how the client finds the leader and follows it
+  (discovery, ``leader_changed`` hints, epochs, the lease watcher, backoff),
+  and when it gives up (`start()` raises `Refused`). Given a `FollowerHooks`.
+- `relay.client_session`: one connection (register, keepalives, silence).
+  Given a `SessionConfig` and a `SessionOwner` (outbox, inbox, counters, callbacks).
+- `relay.outbox`: the queue, the unconfirmed window, settle-window retries;
+  `relay.client_inbox`: the bounded inbox and duplicate suppression;
+  `relay.client_events`: exceptions, `Received`, `Status`, `Counters`.
 
-Delivery semantics (details in `relay.outbox`):
+Delivery semantics, as a caller sees them (the details are in `relay.outbox`):
 
 - **At least once, across failovers; duplicates are possible after one.**
-  Every message carries an id (the caller's, else a fresh
-  ``"<8 hex>-<n>"``). `send()` writes at once when it can (``"sent"``), else
-  queues (``"queued"``). A written message stays *unconfirmed* until a
-  keepalive answered after it proves the relay routed it (and that no
-  ``no_route`` can still come); when a connection ends, the unconfirmed
-  messages go back to the front of the queue, in their original order, and
-  are written again after the next registration, before anything sent later.
-- A receiving client drops a message whose (sender role, sender station, id)
-  it saw among the last `dedup_size` (4096), counted in
-  ``counters["duplicates"]``. Callers that pass their own ids must keep them
-  unique per sender.
-- *Settle window*: for `settle` seconds (5) after each registration, a
-  ``no_route`` (a recipient not back yet) puts the message back into the
-  queue; it is retried after `retry_delay` (0.25 s), doubling, within the
-  window, one message per destination until one gets through, so the order
-  per destination holds. After the window, ``no_route`` comes out of
-  `messages()` as a `ServerError`, as it always did. ``settle=0`` disables it.
-- Bound: the queue and the unconfirmed window together hold at most
-  `queue_size` messages. While not registered, `overflow` decides when full:
-  ``"drop_oldest"`` (default; `send()` returns ``"queued"``), ``"drop_newest"``
-  (returns ``"dropped"``) or ``"raise"`` (`QueueFull`); every discarded
-  message counts in ``counters["dropped"]``. While registered, `send()` waits
-  for room instead (the relay's answers free it within a round trip; a relay
-  that stops answering is given up after the silence timeout).
+  Every message carries an id (the caller's, else a fresh ``"<8 hex>-<n>"``).
+  `send()` writes at once when it can (``"sent"``), else queues (``"queued"``).
+  A written message stays *unconfirmed* until the relay certainly routed it;
+  when a connection ends, the unconfirmed ones are written again after the
+  next registration, in their order, before anything sent later.
+- A receiver drops a message whose (sender role, sender station, id) it saw
+  among the last `dedup_size` (4096), counted in ``counters["duplicates"]``:
+  callers that pass their own ids must keep them unique per sender.
+- *Settle window*: for `settle` seconds (5) after each registration a
+  ``no_route`` is retried (after `retry_delay`, 0.25 s, doubling), keeping the
+  order per destination; after it, ``no_route`` comes out of `messages()` as a
+  `ServerError`. ``settle=0`` disables it.
+- Bound: the queue and the window hold at most `queue_size` messages. While
+  not registered, `overflow` decides when full: ``"drop_oldest"`` (default;
+  `send()` returns ``"queued"``), ``"drop_newest"`` (``"dropped"``) or
+  ``"raise"`` (`QueueFull`), each discard counted in ``counters["dropped"]``.
+  While registered, `send()` waits for room instead.
 - `send_confirmed()` returns once its message is confirmed, raises the
   ``no_route`` (never retried) and `ConnectionLost` (never sent again).
-- Received ``message`` frames and non-fatal error frames come out of
-  `messages()` / `receive()` in arrival order (`Received`, `ServerError`),
-  through a bounded inbox (`inbox_size`, oldest dropped, counted in
-  ``counters["inbox_dropped"]``).
+- `messages()` / `receive()` yield `Received` and non-fatal `ServerError` in
+  arrival order through a bounded inbox (`inbox_size`, oldest dropped,
+  counted in ``counters["inbox_dropped"]``).
 - Observability: `on_status` gets a `Status` at every transition; `state`,
   `leader`, `epoch`, `node`, `pending`, `unconfirmed` and `counters` can be
   read at any time. Exceptions: `relay.client_events`.
@@ -64,12 +56,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Literal
 
 # Callers import the public names of the client_* modules from here.
-from relay.client_events import (
+from relay.client_events import (  # noqa: F401  (re-exported)
     OVERFLOW_POLICIES,
     ClientClosed,
     ClientError,
@@ -90,11 +83,12 @@ from relay.client_follow import (  # noqa: F401  (re-exported)
     HINT_TRIES,
     Backoff,
     Follower,
+    FollowerHooks,
     choose_leader,
     lease_says_move,
 )
 from relay.client_inbox import Inbox
-from relay.client_session import CONNECT_TIMEOUT, READ_SIZE, Session  # noqa: F401
+from relay.client_session import CONNECT_TIMEOUT, READ_SIZE, Session, SessionConfig, SessionOwner  # noqa: F401
 from relay.discovery import Discovery, Leader
 from relay.outbox import DEDUP_SIZE, QUEUED, RETRY_DELAY, SETTLE, Outbox, Outgoing
 from relay.protocol import DEFAULT_MAX_FRAME, JSON_ROLES, KEEPALIVE_INTERVAL, encode_frame
@@ -158,7 +152,6 @@ class RelayClient:
         if keepalive <= 0 or connect_timeout <= 0 or lease_poll <= 0:
             raise ValueError("keepalive, connect_timeout and lease_poll must be positive")
         self.role, self.kmsn, self.station = role, kmsn, station
-        self._token = token
         self.discovery = discovery
         self.queue_size, self.overflow = queue_size, overflow
         self.keepalive, self.silence = keepalive, 3 * keepalive
@@ -167,17 +160,18 @@ class RelayClient:
         self.inbox_size, self.max_frame = inbox_size, max_frame
         self.on_status = on_status
         self.counters = Counters()
-        self.known_epoch: int | None = None  # the highest epoch seen (registrations, leases, leader_changed)
         self.state: Literal["idle", StatusKind] = "idle"
         self.status: Status | None = None
-        self.last_reason = ""
         self._outbox = Outbox(queue_size, overflow, settle, retry_delay)
         self._inbox = Inbox(inbox_size, dedup_size, self.counters)
-        self._follower = Follower(self)
+        config = SessionConfig(role, kmsn, station, token, max_frame, connect_timeout, keepalive)
+        owner = SessionOwner(
+            self._outbox, self._inbox.deliver, self.counters, self._notify, self._registered, self._ended
+        )
+        connect = functools.partial(Session, config, owner)
+        hooks = FollowerHooks(self._emit, self._notify, lambda: self._closed)
+        self._follower = Follower(discovery, self.backoff, lease_poll, connect, hooks, f"{kmsn}/{station}")
         self._live: Session | None = None  # registered session
-        self._attempt: Session | None = None  # session being set up or live
-        self._ever_registered = False
-        self._fatal: Refused | None = None
         self._closed = False
         self._changed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -216,8 +210,8 @@ class RelayClient:
 
         async def until() -> int:
             while True:
-                if self._fatal is not None:
-                    raise self._fatal
+                if self._follower.fatal is not None:
+                    raise self._follower.fatal
                 if self._closed:
                     raise ClientClosed("the client is closed")
                 live = self._live
@@ -351,6 +345,16 @@ class RelayClient:
         return self._closed
 
     @property
+    def known_epoch(self) -> int | None:
+        """The highest epoch seen (registrations, leases, leader_changed)."""
+        return self._follower.known_epoch
+
+    @property
+    def last_reason(self) -> str:
+        """Why the last attempt or session ended ("" before the first)."""
+        return self._follower.last_reason
+
+    @property
     def registered(self) -> bool:
         return self._live is not None
 
@@ -381,7 +385,18 @@ class RelayClient:
         """Messages written but not confirmed yet (they count against `queue_size` too)."""
         return len(self._outbox.window)
 
-    # -- status ----------------------------------------------------------------------------
+    # -- callbacks of the session and the follower ---------------------------------------
+    def _registered(self, session: Session, reason: str) -> None:
+        if self._follower.registered(session.epoch):
+            self.counters.reconnects += 1
+        self._live = session
+        self._emit("registered", leader=session.leader, epoch=session.epoch, node=session.node, reason=reason)
+
+    def _ended(self, session: Session) -> None:
+        if self._live is session:
+            self._live = None
+        self._notify()
+
     def _notify(self) -> None:
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()

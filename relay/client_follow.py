@@ -20,6 +20,15 @@
   raises `Refused`: a wrong token will not fix itself. After a first
   registration such refusals are reported (status ``refused``) and retried
   like any other failure.
+
+Interface: `Follower(discovery, backoff, lease_poll, connect, hooks, name)`
+runs two tasks, `run()` and `watch_lease()`. `connect(leader, epoch)` makes
+the next `relay.client_session.Session`; `hooks` (`FollowerHooks`) are the
+three callbacks it needs from its client, which tells it of each
+registration (`registered()`). It owns what following decides: the epoch
+believed in (`known_epoch`), the hint, the current attempt (`session`), the
+definitive refusal (`fatal`) and `last_reason`. The pure decisions
+(`choose_leader`, `lease_says_move`, `Backoff`) are plain functions and data.
 """
 
 from __future__ import annotations
@@ -27,16 +36,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from elections.core.lease import LeaseRecord
-from relay.client_session import Outcome, Session, max_epoch
-from relay.discovery import Leader, LeaseFile
+from relay.client_events import Refused
+from relay.client_session import Outcome, Session
+from relay.discovery import Discovery, Leader, LeaseFile
 from relay.protocol import BAD_AUTH, BAD_JSON, BAD_MAGIC, BAD_REQUEST, FRAME_TOO_LARGE, WRONG_KMSN
-
-if TYPE_CHECKING:
-    from relay.client import RelayClient
 
 log = logging.getLogger("stkrelay.client")
 
@@ -66,6 +74,11 @@ class Backoff:
 
 
 # -- pure decisions ------------------------------------------------------------------
+def max_epoch(*epochs: int | None) -> int | None:
+    known = [e for e in epochs if e is not None]
+    return max(known) if known else None
+
+
 def choose_leader(hint: Leader | None, found: Leader | None) -> Leader | None:
     """The hint (from ``leader_changed``) wins only if it is newer than what discovery found."""
     if hint is None or found is None:
@@ -85,58 +98,100 @@ def lease_says_move(record: LeaseRecord, epoch: int, node: str | None) -> str | 
 
 
 # -- the loops -------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class FollowerHooks:
+    """What a `Follower` needs from its client."""
+
+    status: Callable[..., None]  # a transition: status(kind, **Status fields)
+    changed: Callable[[], None]  # wake the client's waiters (`fatal` was set)
+    closed: Callable[[], bool]  # the client was closed: stop
+
+
 class Follower:
     """The client's two tasks: the session loop (`run`) and the lease watcher (`watch_lease`)."""
 
-    def __init__(self, client: RelayClient) -> None:
-        self.client = client
+    def __init__(
+        self,
+        discovery: Discovery,
+        backoff: Backoff,
+        lease_poll: float,
+        connect: Callable[[Leader, int | None], Session],
+        hooks: FollowerHooks,
+        name: str,
+    ) -> None:
+        self.discovery, self.backoff, self.lease_poll = discovery, backoff, lease_poll
+        self.connect, self.hooks, self.name = connect, hooks, name
+        self.known_epoch: int | None = None  # the highest epoch seen (registrations, leases, leader_changed)
+        self.session: Session | None = None  # the attempt under way
+        self.fatal: Refused | None = None  # a definitive refusal before the first registration
+        self.ever_registered = False
+        self.last_reason = ""
         self.hint: Leader | None = None
         self.hint_tries = 0
         self.target: tuple[Any, ...] | None = None  # (node, epoch, address) of the last attempt
         self.wake = asyncio.Event()
 
+    def saw_epoch(self, epoch: int | None) -> None:
+        self.known_epoch = max_epoch(self.known_epoch, epoch)
+
+    def registered(self, epoch: int) -> bool:
+        """A session registered at `epoch`; True if an earlier one had (a reconnect)."""
+        again, self.ever_registered = self.ever_registered, True
+        self.saw_epoch(epoch)
+        return again
+
     async def run(self) -> None:
-        client = self.client
+        hooks = self.hooks
         attempt = 0
         last_target = None
-        while not client._closed:
+        while not hooks.closed():
             try:
                 outcome = await self._try_once()
             except Exception as exc:  # a bug must not end the client: log it, back off, go on
-                log.exception("relay client %s/%s: attempt failed", client.kmsn, client.station)
+                log.exception("relay client %s: attempt failed", self.name)
                 outcome = Outcome(False, f"internal error: {exc!r}")
-            if outcome.refusal is not None and outcome.refusal is client._fatal:
+            if outcome.refusal is not None and outcome.refusal is self.fatal:
                 return
             if outcome.registered or self.target != last_target:
                 attempt = 0  # a new leader: start the backoff afresh, it may just be coming up
             last_target = self.target
-            client.last_reason = outcome.reason
-            delay = client.backoff.delay(attempt)
+            self.last_reason = outcome.reason
+            delay = self.backoff.delay(attempt)
             attempt += 1
-            client._emit("reconnecting", epoch=client.known_epoch, reason=outcome.reason, delay=delay)
+            hooks.status("reconnecting", epoch=self.known_epoch, reason=outcome.reason, delay=delay)
             await self._pause(delay)
 
     async def _try_once(self) -> Outcome:
         """Find the leader, then connect, register and serve until the session ends."""
-        client = self.client
+        hooks = self.hooks
         leader = await self._next_leader()
         self.target = None if leader is None else (leader.node, leader.epoch, leader.address)
         if leader is None:
-            return Outcome(False, f"no leader found ({client.discovery.describe()})")
-        outcome = await Session(client, leader).run()
+            return Outcome(False, f"no leader found ({self.discovery.describe()})")
+        believed = max_epoch(leader.epoch, self.known_epoch)
+        hooks.status("connecting", leader=leader, epoch=believed, node=leader.node)
+        self.session = self.connect(leader, believed)
+        try:
+            outcome = await self.session.run()
+        finally:
+            self.session = None
+        moved = outcome.moved
+        if moved is not None:  # leader_changed: believe its epoch, try its address next
+            self.saw_epoch(moved.epoch)
+            if moved.ip and moved.port:
+                self.set_hint(Leader(moved.ip, moved.port, moved.epoch, None, "leader_changed"))
         refusal = outcome.refusal
         if refusal is not None:
-            client._emit("refused", leader=leader, node=refusal.node, reason=outcome.reason)
-            if refusal.code in FINAL_REFUSALS and not client._ever_registered:
-                client._fatal = refusal  # stops the run loop; start() raises it
-                client._notify()
+            hooks.status("refused", leader=leader, node=refusal.node, reason=outcome.reason)
+            if refusal.code in FINAL_REFUSALS and not self.ever_registered:
+                self.fatal = refusal  # stops the run loop; start() raises it
+                hooks.changed()
         return outcome
 
     async def _next_leader(self) -> Leader | None:
-        client = self.client
-        found = await client.discovery.find()
+        found = await self.discovery.find()
         if found is not None and found.source == "lease":
-            client.known_epoch = max_epoch(client.known_epoch, found.epoch)
+            self.saw_epoch(found.epoch)
         hint = self.hint
         if hint is not None:
             self.hint_tries += 1
@@ -155,34 +210,32 @@ class Follower:
             await asyncio.wait_for(self.wake.wait(), delay)
         except TimeoutError:
             return
-        await asyncio.sleep(self.client.backoff.delay(0))  # still jittered: the whole pool saw the lease
+        await asyncio.sleep(self.backoff.delay(0))  # still jittered: the whole pool saw the lease
 
     async def watch_lease(self) -> None:
-        client = self.client
-        lease = client.discovery.lease
+        lease = self.discovery.lease
         assert lease is not None
         seen: tuple[str, int] | None = None
-        while not client._closed:
-            await asyncio.sleep(client.lease_poll)
+        while not self.hooks.closed():
+            await asyncio.sleep(self.lease_poll)
             try:
                 seen = await self._check_lease(lease, seen)
             except Exception:  # keep watching whatever happened
-                log.exception("relay client %s/%s: lease check failed", client.kmsn, client.station)
+                log.exception("relay client %s: lease check failed", self.name)
 
     async def _check_lease(self, lease: LeaseFile, seen: tuple[str, int] | None) -> tuple[str, int] | None:
         """One poll: move a registered session the lease outdates, or cut a backoff wait short."""
-        client = self.client
         record = await lease.read_record()
         if record is None:
             return seen  # no evidence: nothing to act on
-        client.known_epoch = max_epoch(client.known_epoch, record.epoch)
+        self.saw_epoch(record.epoch)
         key = (record.node, record.epoch)
-        s = client._attempt
+        s = self.session
         if s is not None and s.registered and s.epoch is not None:
             reason = lease_says_move(record, s.epoch, s.node)
             if reason is not None:
                 self.set_hint(Leader(record.ip, record.port, record.epoch, record.node, "lease"))
-                log.info("relay client %s/%s: %s: moving", client.kmsn, client.station, reason)
+                log.info("relay client %s: %s: moving", self.name, reason)
                 s.leave(reason)  # the reader sees EOF; the run loop reconnects
         elif key != seen:
             self.wake.set()  # waiting to retry: the lease names someone new, go now

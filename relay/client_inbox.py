@@ -5,6 +5,9 @@ write a message again that the old relay had already routed. A `Received`
 whose (sender role, sender station, id) is among the last `dedup_size` seen is
 dropped and counted in `Counters.duplicates`; a message without an id (or with
 an id that cannot be hashed) is never taken for a duplicate.
+
+Interface: `Inbox(size, dedup_size, counters)`; a session calls `deliver()`,
+the caller's `RelayClient.messages()` / `receive()` call `get()`, `close()` ends it.
 """
 
 from __future__ import annotations
@@ -29,9 +32,6 @@ class Inbox:
         self._items: asyncio.Queue[object] = asyncio.Queue()
         self._seen: set[Hashable] = set()
         self._order: deque[Hashable] = deque()
-
-    def qsize(self) -> int:
-        return self._items.qsize()
 
     def deliver(self, item: Received | ServerError) -> None:
         if isinstance(item, Received) and self._duplicate(item):

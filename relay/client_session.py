@@ -5,6 +5,12 @@ with ``keepalive_acks=True``) and the client's `relay.outbox.Outbox`. A
 `Session` lives from the TCP connect to the end of that connection; the
 `relay.client_follow.Follower` makes a new one for each attempt.
 
+Interface: `Session(config, owner, leader, epoch)`, then `await run()`, which
+returns an `Outcome`. `config` (`SessionConfig`) is the client's identity and
+timing; `owner` (`SessionOwner`) is all a session may touch of its client:
+the outbox, the inbox's `deliver`, the counters and three callbacks
+(`changed`, `registered`, `ended`). A session imports nothing of the client.
+
 - Keepalive every `keepalive` seconds once registered; the connection is
   considered dead after 3 × `keepalive` without a byte from the server.
 - Keepalive answers also confirm delivery (see `relay.outbox`): right after a
@@ -19,12 +25,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from relay.client_events import ConnectionLost, Received, Refused, ServerError
+from relay.client_events import ConnectionLost, Counters, Received, Refused, ServerError
 from relay.discovery import Leader
-from relay.outbox import Outgoing
+from relay.outbox import Outbox, Outgoing
 from relay.protocol import (
     NO_ROUTE,
     ClientConnection,
@@ -38,34 +44,58 @@ from relay.protocol import (
     State,
 )
 
-if TYPE_CHECKING:
-    from relay.client import RelayClient
-
 log = logging.getLogger("stkrelay.client")
 
 CONNECT_TIMEOUT = 5.0
 READ_SIZE = 1 << 16
 
 
-def max_epoch(*epochs: int | None) -> int | None:
-    known = [e for e in epochs if e is not None]
-    return max(known) if known else None
+@dataclass(frozen=True, slots=True)
+class SessionConfig:
+    """Who a client registers as, and its timing; the same for each of its sessions."""
+
+    role: str
+    kmsn: str
+    station: str
+    token: str
+    max_frame: int
+    connect_timeout: float
+    keepalive: float  # a keepalive every `keepalive` s; dead after 3 x `keepalive` of silence
+
+    @property
+    def silence(self) -> float:
+        return 3 * self.keepalive
+
+
+@dataclass(frozen=True, slots=True)
+class SessionOwner:
+    """What a session may touch of the client that runs it."""
+
+    outbox: Outbox
+    deliver: Callable[[Received | ServerError], None]  # into the client's inbox
+    counters: Counters
+    changed: Callable[[], None]  # wake the client's waiters (room in the outbox, a settled message)
+    registered: Callable[[Session, str], None]  # registered, queued messages flushed (the str says how many)
+    ended: Callable[[Session], None]  # over; its unconfirmed messages are back in the queue
 
 
 @dataclass
 class Outcome:
-    """How a session ended: had it registered, why it ended, the refusal if any."""
+    """How a session ended: had it registered, why it ended, the refusal if any,
+    and the ``leader_changed`` that ended it, if one did."""
 
     registered: bool
     reason: str
     refusal: Refused | None = None
+    moved: LeaderChanged | None = None
 
 
 class Session:
-    """One connection to `leader`, on behalf of `client`."""
+    """One connection to `leader`, registering with `epoch` (the one the client believes in)."""
 
-    def __init__(self, client: RelayClient, leader: Leader) -> None:
-        self.client, self.leader = client, leader
+    def __init__(self, config: SessionConfig, owner: SessionOwner, leader: Leader, epoch: int | None) -> None:
+        self.config, self.owner, self.leader = config, owner, leader
+        self.believed = epoch
         self.addr = f"{leader.ip}:{leader.port}"
         self.conn: ClientConnection | None = None
         self.writer: asyncio.StreamWriter | None = None
@@ -95,9 +125,7 @@ class Session:
 
     # -- lifetime --------------------------------------------------------------------
     async def run(self) -> Outcome:
-        c = self.client
-        believed = max_epoch(self.leader.epoch, c.known_epoch)
-        c._emit("connecting", leader=self.leader, epoch=believed, node=self.leader.node)
+        c = self.config
         try:
             reader, self.writer = await asyncio.wait_for(
                 asyncio.open_connection(self.leader.ip, self.leader.port), c.connect_timeout
@@ -110,14 +138,13 @@ class Session:
             role=c.role,
             kmsn=c.kmsn,
             station=c.station,
-            token=c._token,
-            epoch=believed,
+            token=c.token,
+            epoch=self.believed,
             max_frame=c.max_frame,
             keepalive_acks=True,
         )
         now = self.loop.time()
         self.last_rx, self.deadline = now, now + c.connect_timeout
-        c._attempt = self
         try:
             outcome = await self._pump(reader)
         except (ConnectionError, OSError) as exc:
@@ -135,28 +162,25 @@ class Session:
             self.writer.close()
 
     def _end(self) -> None:
-        c = self.client
-        if c._live is self:
-            c._live = None
-        if c._attempt is self:
-            c._attempt = None
+        owner = self.owner
         for _, fut in self.acks:
             if fut is not None and not fut.done():
                 fut.set_exception(ConnectionLost("the connection ended before the keepalive answer"))
         self.acks.clear()
         if self.registered:
-            back, withdrawn = c._outbox.lost()
-            c.counters.resent += back
+            back, withdrawn = owner.outbox.lost()
+            owner.counters.resent += back
             for msg in withdrawn:
                 _settle(msg, ConnectionLost("the connection ended before the relay confirmed the message"))
             if back:
+                c = self.config
                 log.info("relay client %s/%s: %d unconfirmed messages to send again", c.kmsn, c.station, back)
         if self.writer is not None:
             self.writer.close()
-        c._notify()
+        owner.ended(self)
 
     async def _pump(self, reader: asyncio.StreamReader) -> Outcome:
-        c = self.client
+        c, outbox = self.config, self.owner.outbox
         assert self.conn is not None
         while True:
             now = self.loop.time()
@@ -171,7 +195,7 @@ class Session:
                     self.keepalive(None)
                 self.flush(now)  # retries that came due, holds that the settle window's end lifted
                 wake = min(self.next_keepalive, self.last_rx + c.silence)
-                outbox_wake = c._outbox.next_wake(now)
+                outbox_wake = outbox.next_wake(now)
                 if outbox_wake is not None:
                     wake = min(wake, outbox_wake)
                 wait = wake - now
@@ -202,16 +226,16 @@ class Session:
         """Write what the outbox lets go now; return how many messages."""
         if not self.writable:
             return 0
-        c = self.client
+        outbox = self.owner.outbox
         assert self.conn is not None
-        msgs = c._outbox.take(self.loop.time() if now is None else now)
+        msgs = outbox.take(self.loop.time() if now is None else now)
         if not msgs:
             return 0
         mark = self.ka_sent + 1
         for msg in msgs:
             self.conn.send_message(msg.data, to=msg.to, id=msg.id)
-            c._outbox.written(msg, mark)
-        c.counters.sent += len(msgs)
+            outbox.written(msg, mark)
+        self.owner.counters.sent += len(msgs)
         self.write()
         if not self.confirm_pending:  # one keepalive after the whole burst, not one per message
             self.confirm_pending = True
@@ -220,7 +244,7 @@ class Session:
 
     def _confirm(self) -> None:
         self.confirm_pending = False
-        if self.writable and self.client._outbox.window and self.ka_sent == self.ka_acked:
+        if self.writable and self.owner.outbox.window and self.ka_sent == self.ka_acked:
             self.keepalive(None)
 
     def keepalive(self, fut: asyncio.Future[float] | None) -> None:
@@ -229,16 +253,16 @@ class Session:
         self.conn.keepalive()
         self.ka_sent += 1
         self.acks.append((now, fut))
-        self.next_keepalive = now + self.client.keepalive
+        self.next_keepalive = now + self.config.keepalive
         self.write()
 
     # -- input -------------------------------------------------------------------------
     def _on_events(self, events: list) -> Outcome | None:
-        c = self.client
+        owner = self.owner
         for event in events:
             if isinstance(event, Message):
-                c.counters.received += 1
-                c._inbox.deliver(Received.from_frame(event.obj))
+                owner.counters.received += 1
+                owner.deliver(Received.from_frame(event.obj))
             elif isinstance(event, KeepaliveAck):
                 self._on_ack()
             elif isinstance(event, Hello):
@@ -251,12 +275,8 @@ class Session:
                     return Outcome(False, str(refusal), refusal)
                 self._on_error(event)
             elif isinstance(event, LeaderChanged):
-                epoch, ip, port = event.epoch, event.ip, event.port
-                c.known_epoch = max_epoch(c.known_epoch, epoch)
-                if ip and port:
-                    c._follower.set_hint(Leader(ip, port, epoch, None, "leader_changed"))
-                reason = f"{self.addr} says the leader changed: epoch={epoch} {ip}:{port}"
-                return Outcome(self.registered, reason)
+                reason = f"{self.addr} says the leader changed: epoch={event.epoch} {event.ip}:{event.port}"
+                return Outcome(self.registered, reason, moved=event)  # the follower acts on it
             elif isinstance(event, ProtocolError):
                 return Outcome(
                     self.registered, f"{self.addr} broke the protocol: {event.code} ({event.message})"
@@ -264,57 +284,52 @@ class Session:
         return None
 
     def _registered(self, event: Registered) -> None:
-        c = self.client
+        outbox = self.owner.outbox
         now = self.loop.time()
         self.registered, self.epoch, self.session = True, event.epoch, event.session
-        self.next_keepalive = now + c.keepalive
-        c.known_epoch = max_epoch(c.known_epoch, event.epoch)
-        if c._ever_registered:
-            c.counters.reconnects += 1
-        c._ever_registered = True
-        c._outbox.open(now)
-        waiting = len(c._outbox.queue)
+        self.next_keepalive = now + self.config.keepalive
+        outbox.open(now)
+        waiting = len(outbox.queue)
         flushed = self.flush(now)  # in order, before any later send() can write
-        c._live = self
         reason = ""
         if waiting:
             reason = f"flushed {flushed} queued messages"
             if flushed < waiting:
                 reason = f"flushed {flushed} of {waiting} queued messages; the rest follow their probes"
-        c._emit("registered", leader=self.leader, epoch=event.epoch, node=self.node, reason=reason)
+        self.owner.registered(self, reason)  # the client's live session from now on
 
     def _on_ack(self) -> None:
-        c = self.client
+        owner = self.owner
         self.ka_acked += 1
         if self.acks:
             sent_at, fut = self.acks.popleft()
             if fut is not None and not fut.done():
                 fut.set_result(self.loop.time() - sent_at)
-        confirmed = c._outbox.acked(self.ka_acked, self.ka_sent)
+        confirmed = owner.outbox.acked(self.ka_acked, self.ka_sent)
         if confirmed:
-            c.counters.confirmed += len(confirmed)
+            owner.counters.confirmed += len(confirmed)
             for msg in confirmed:
                 _settle(msg, None)
-            c._notify()  # room in the outbox for a waiting send()
+            owner.changed()  # room in the outbox for a waiting send()
             self.flush()  # a confirmed probe lets its destination's queue go
-        if c._outbox.window and self.ka_sent == self.ka_acked and self.writable:
+        if owner.outbox.window and self.ka_sent == self.ka_acked and self.writable:
             self.keepalive(None)
 
     def _on_error(self, event: ErrorReceived) -> None:
-        c = self.client
-        c.counters.errors += 1
+        owner = self.owner
+        owner.counters.errors += 1
         error = ServerError(event.code, event.message, event.id)
         if event.code == NO_ROUTE and event.id is not None:
-            msg, retried = c._outbox.no_route(event.id, self.loop.time())
+            msg, retried = owner.outbox.no_route(event.id, self.loop.time())
             if retried:
-                c.counters.retried += 1
+                owner.counters.retried += 1
                 return  # written again after its delay: see the pump's wake-up
             if msg is not None:
-                c._notify()
+                owner.changed()
                 if msg.done is not None:
                     _settle(msg, error)  # claimed by send_confirmed(): raised there, not yielded
                     return
-        c._inbox.deliver(error)
+        owner.deliver(error)
 
 
 def _settle(msg: Outgoing, error: Exception | None) -> None:

@@ -3,11 +3,13 @@
 A frame is a 4-byte unsigned big-endian length ``N`` followed by ``N`` bytes of
 UTF-8 JSON whose top level is an object, with ``1 <= N <= max_frame``.
 
-This module holds the frame codec (`encode_frame`, `FrameDecoder`) and
-`FramedConnection`, the byte plumbing both ends of a connection share.
+This module holds the frame codec (`encode_frame`, `FrameDecoder`; for a
+transport that only moves frames, `encode_payload`, `frame_payload` and
+`read_header`) and `FramedConnection`, the byte plumbing both ends of a
+connection share.
 `relay.protocol` gives the frames their meaning (hello, register, ...), and
 re-exports the public names defined here; its docstring has the exception tree.
-Pure code: no sockets, no clock, stdlib only.
+Pure code: no sockets, asyncio, subprocess, clock or Django; stdlib only.
 
 Decoding never raises on bad input; each problem becomes a `ProtocolError`
 event carrying one of the wire error codes:
@@ -120,6 +122,12 @@ def encode_frame(obj: dict, *, max_frame: int | None = None) -> bytes:
     re-encoded. Raises `PayloadError` if `obj` is not a dict, is not JSON
     serializable (``NaN`` and ``Infinity`` included), or exceeds `max_frame`.
     """
+    payload = encode_payload(obj, max_frame=max_frame)
+    return len(payload).to_bytes(HEADER_SIZE, "big") + payload
+
+
+def encode_payload(obj: dict, *, max_frame: int | None = None) -> bytes:
+    """`encode_frame` without the length header: the JSON text of one message."""
     if not isinstance(obj, dict):
         raise PayloadError(f"a frame carries a JSON object, not {type(obj).__name__}")
     try:
@@ -133,7 +141,26 @@ def encode_frame(obj: dict, *, max_frame: int | None = None) -> bytes:
     limit = _LENGTH_LIMIT if max_frame is None else max_frame
     if len(payload) > limit:
         raise PayloadError(f"frame of {len(payload)} bytes exceeds the limit of {limit}")
+    return payload
+
+
+def frame_payload(payload: bytes, *, max_frame: int) -> bytes:
+    """Frame a payload that is already JSON text, unparsed (the receiver judges
+    it). Raises `PayloadError` if it exceeds `max_frame`."""
+    if len(payload) > max_frame:
+        raise PayloadError(f"frame of {len(payload)} bytes exceeds the limit of {max_frame}")
     return len(payload).to_bytes(HEADER_SIZE, "big") + payload
+
+
+def read_header(header: bytes | bytearray, max_frame: int) -> int | ProtocolError:
+    """The payload length a `HEADER_SIZE`-byte header announces, or the
+    `ProtocolError` it deserves (0, or over `max_frame`)."""
+    length = int.from_bytes(header, "big")
+    if length == 0:
+        return ProtocolError(BAD_REQUEST, "empty frame (length 0)")
+    if length > max_frame:
+        return ProtocolError(FRAME_TOO_LARGE, f"frame of {length} bytes exceeds the limit of {max_frame}")
+    return length
 
 
 def _reject_constant(name: str) -> float:
@@ -211,17 +238,10 @@ class FrameDecoder:
                 pos += take
                 if len(self._buf) < HEADER_SIZE:
                     break
-                length = int.from_bytes(self._buf, "big")
+                length = read_header(self._buf, self.max_frame)
                 self._buf.clear()
-                if length == 0:
-                    self._fail(ProtocolError(BAD_REQUEST, "empty frame (length 0)"))
-                elif length > self.max_frame:
-                    self._fail(
-                        ProtocolError(
-                            FRAME_TOO_LARGE,
-                            f"frame of {length} bytes exceeds the limit of {self.max_frame}",
-                        )
-                    )
+                if isinstance(length, ProtocolError):
+                    self._fail(length)
                 else:
                     self._length = length
                 continue

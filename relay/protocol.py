@@ -3,10 +3,12 @@
 No sockets, no asyncio, no clock reads, no Django: bytes in, events out, in
 the manner of python-websockets' ``protocol.py``. A transport feeds what it
 reads to `receive_data()`, acts on `events_received()`, writes
-`data_to_send()` and closes the socket once `close_expected()` says so. It
-owns the timers too: it calls `ServerConnection.timeout()` when
-`REGISTER_TIMEOUT` passes without `Registered`, or when an open connection
-has been silent for `SILENCE_TIMEOUT` (any received bytes count as traffic).
+`data_to_send()` and closes the socket once `close_expected()` says so.
+Time is the transport's: it owns the clock and the timers, and calls
+`ServerConnection.timeout()` when the connection's `register_timeout` passes
+without `Registered`, or when an open connection has been silent for its
+`silence_timeout` (any received bytes count as traffic); the core decides what
+that means (an error frame and a close, or only a close in raw mode).
 
 The byte level (frame codec, `FramedConnection`) lives in `relay.framing`;
 its public names are re-exported here.
@@ -62,6 +64,7 @@ from relay.framing import (  # noqa: F401  (re-exported: one import site for tra
     DEFAULT_MAX_FRAME,
     ERROR_CODES,
     FRAME_TOO_LARGE,
+    HEADER_SIZE,
     NO_ROUTE,
     NOT_LEADER,
     STALE_EPOCH,
@@ -77,6 +80,9 @@ from relay.framing import (  # noqa: F401  (re-exported: one import site for tra
     RelayError,
     State,
     encode_frame,
+    encode_payload,
+    frame_payload,
+    read_header,
 )
 
 MAGIC = "STKRELAY/1"
@@ -169,7 +175,9 @@ class ServerConnection(FramedConnection):
     `gate` (a bool, or a callable asked at registration time) says whether this
     node may register clients now; `nonce` and `session` default to fresh
     random hex and are injected by tests. `roles` is `JSON_ROLES` on the JSON
-    port and `PASSTHROUGH_ROLES` on the passthrough port.
+    port and `PASSTHROUGH_ROLES` on the passthrough port. `register_timeout`
+    and `silence_timeout` are the transport's deadlines, named in the error
+    that `timeout()` sends; the core never reads a clock.
     """
 
     def __init__(
@@ -185,6 +193,8 @@ class ServerConnection(FramedConnection):
         nonce: str | None = None,
         session: str | None = None,
         raw_mode: bool = False,
+        register_timeout: float = REGISTER_TIMEOUT,
+        silence_timeout: float = SILENCE_TIMEOUT,
     ) -> None:
         if not token:
             raise ValueError("token must not be empty")
@@ -197,6 +207,7 @@ class ServerConnection(FramedConnection):
         self.nonce = nonce
         self.session = new_session_id() if session is None else session
         self.registration: Registered | None = None
+        self.register_timeout, self.silence_timeout = register_timeout, silence_timeout
         self._token, self._gate = token, gate
         hello = {"type": "hello", "magic": MAGIC, "epoch": epoch, "node": node, "nonce": nonce}
         self._frame(hello)
@@ -218,11 +229,12 @@ class ServerConnection(FramedConnection):
         self.send({"type": "error", "code": NO_ROUTE, "message": "no recipient", "id": id})
 
     def timeout(self) -> None:
-        """The transport's deadline passed: registration or keepalive silence."""
+        """The transport's deadline passed: `register_timeout` before registration,
+        `silence_timeout` of silence after. Closes with ``timeout``."""
         if self.state is State.AWAIT_REGISTER:
-            self.fail(TIMEOUT, f"no register within {REGISTER_TIMEOUT:g} s")
+            self.fail(TIMEOUT, f"no register within {self.register_timeout:g} s")
         elif self.state is State.OPEN:
-            self.fail(TIMEOUT, f"silent for {SILENCE_TIMEOUT:g} s")
+            self.fail(TIMEOUT, f"silent for {self.silence_timeout:g} s")
 
     def leader_changed(
         self, epoch: int | None = None, ip: str | None = None, port: int | None = None

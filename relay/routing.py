@@ -1,6 +1,6 @@
 """The relay's in-process routing table (DESIGN.md §8): who receives what.
 
-Pure: no sockets, no asyncio, no clock. The transport (`relay.server`) owns
+Pure: no sockets, no asyncio, no clock. The transport (`relay.sessions`) owns
 the sessions; the `Router` only holds references to registered ones, keyed by
 ``(kmsn, station, role)``, and calls three methods on them:
 
@@ -170,14 +170,6 @@ class Router:
         if not viewers:
             del self._viewers[(kmsn, station)]
         return True
-
-    def is_registered(self, session: Session) -> bool:
-        role, key = session.role, (session.kmsn, session.station)
-        if role in (AGENT, COMMANDER):
-            return self._json.get((session.kmsn, role), {}).get(session.station) is session
-        if role == PUBLISHER:
-            return self._publishers.get(key) is session
-        return session in self._viewers.get(key, ())
 
     def sessions(self) -> list[Session]:
         """Every registered session: agents and commanders, publishers, viewers."""

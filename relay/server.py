@@ -1,9 +1,11 @@
 """The relay's asyncio TCP servers: framed JSON and passthrough (DESIGN.md §8).
 
-A thin shell over the sans-I/O core: each connection is an `asyncio.Protocol`
-that feeds its bytes to a `relay.protocol.ServerConnection`, acts on its
-events, writes what it has to send, and owns the timers (handshake deadline,
-silence). Routing is `relay.routing.Router`; the peers are its sessions.
+One job: listen, and hold what the connections share (the routing table, the
+write batch, the counters, the leadership flag). Each connection is a peer of
+`relay.sessions` (an `asyncio.Protocol` over the sans-I/O
+`relay.protocol.ServerConnection`) that reaches this server only through the
+narrow `relay.sessions.Host` interface, which `RelayServer` implements.
+Routing is `relay.routing.Router`; the peers are its sessions.
 
     server = RelayServer(node="S001", kmsn=..., token=..., gate=lambda: True, epoch=lambda: 7)
     await server.start("192.168.1.10", 9530)    # JSON on 9530, passthrough on 9531
@@ -37,12 +39,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
-from relay.protocol import DEFAULT_MAX_FRAME, KEEPALIVE_INTERVAL, REGISTER_TIMEOUT
+from relay.protocol import DEFAULT_MAX_FRAME, KEEPALIVE_INTERVAL, REGISTER_TIMEOUT, ServerConnection
 from relay.routing import Router
-from relay.sessions import JsonPeer, PassthroughPeer
+from relay.sessions import Batch, JsonPeer, PassthroughPeer, Successor
 
 log = logging.getLogger("stkrelay.relay")
 
@@ -58,6 +60,7 @@ class RelayServer:
     registration; an exception counts as no); `epoch` (a callable, or an int)
     is the epoch announced in ``hello`` and fencing every session. All methods
     but `start()`/`wait_closed()` are plain and must run on the server's loop.
+    The peers use it as their `relay.sessions.Host`.
     """
 
     def __init__(
@@ -90,11 +93,10 @@ class RelayServer:
         self.router = Router(max_frame=max_frame)
         self.peers: set[JsonPeer] = set()
         self.leading = True
-        self.batching = False
-        self.dirty: list[JsonPeer] = []
+        self.batch = Batch()
         self.drops: dict[str, int] = {}  # connections closed by the server, by cause
         self.rejected = 0  # non-fatal bad frames (unknown type after registration)
-        self.successor: tuple[int | None, str | None, int | None] | None = None
+        self.successor: Successor | None = None
         self.all_closed: asyncio.Event | None = None
         self.addresses: dict[str, tuple[str, int]] = {}
         self._listeners: list[asyncio.Server] = []
@@ -134,17 +136,36 @@ class RelayServer:
     def gate_open(self) -> bool:
         return self.leading and bool(self.gate())
 
-    def flush(self) -> None:
-        """Write what `deliver()` batched, one write per recipient."""
-        self.batching = False
-        dirty, self.dirty = self.dirty, []
-        for peer in dirty:
-            pending, peer.pending = peer.pending, []
-            if not peer.dead and pending and peer.transport is not None:
-                peer.transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
+    # -- relay.sessions.Host: what the peers see of the server -------------------------
+    def new_connection(self, *, roles: Collection[str], raw_mode: bool) -> ServerConnection:
+        return ServerConnection(
+            node=self.node,
+            epoch=self.current_epoch(),
+            kmsn=self.kmsn,
+            token=self.token,
+            roles=roles,
+            gate=self.gate_open,
+            max_frame=self.max_frame,
+            raw_mode=raw_mode,
+            register_timeout=self.register_timeout,
+            silence_timeout=self.silence,
+        )
+
+    def attach(self, peer: JsonPeer) -> None:
+        self.peers.add(peer)
+
+    def detach(self, peer: JsonPeer) -> None:
+        self.peers.discard(peer)
+        if not self.peers and self.all_closed is not None:
+            self.all_closed.set()
 
     def count(self, what: str) -> None:
         self.drops[what] = self.drops.get(what, 0) + 1
+
+    def rejected_frame(self) -> None:
+        self.rejected += 1
+
+    # -- control -------------------------------------------------------------------------
 
     def lose_leadership(
         self, epoch: int | None = None, ip: str | None = None, port: int | None = None
@@ -171,8 +192,7 @@ class RelayServer:
                 await asyncio.wait_for(self.all_closed.wait(), timeout)
             except TimeoutError:
                 for peer in list(self.peers):
-                    if peer.transport is not None:
-                        peer.transport.abort()
+                    peer.abort()
                 await asyncio.sleep(0)  # let connection_lost run
         for listener in self._listeners:
             try:

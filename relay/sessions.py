@@ -2,10 +2,15 @@
 
 `JsonPeer` (JSON port) and `PassthroughPeer` (passthrough port) feed the bytes
 they read to a `relay.protocol.ServerConnection`, act on its events, write
-what it has to send, and own the timers (handshake deadline, silence). Once
-registered, a peer is a `relay.routing.Session` of its server's `Router`.
-Their policies (buffer caps, batching, silence, crashes) are described in
-`relay.server`, which creates them.
+what it has to send, and own the clock: when a deadline passes (handshake,
+silence) they call the core's `timeout()`, which decides what to send. Once
+registered, a peer is a `relay.routing.Session` of its host's `Router`.
+
+Interface: a peer is built with a `Host`, the few things it needs from the
+server that accepted it (`relay.server.RelayServer` is one); it never sees the
+server itself. `Batch` collects the frames routed while one chunk is handled.
+The policies (buffer caps, batching, silence, crashes) are described in
+`relay.server`.
 """
 
 from __future__ import annotations
@@ -14,14 +19,13 @@ import asyncio
 import functools
 import logging
 import socket
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Collection
+from typing import Any, Protocol
 
 from relay.protocol import (
     FRAME_TOO_LARGE,
     JSON_ROLES,
     PASSTHROUGH_ROLES,
-    TIMEOUT,
     Message,
     PayloadError,
     ProtocolError,
@@ -29,12 +33,74 @@ from relay.protocol import (
     Registered,
     ServerConnection,
 )
-from relay.routing import PUBLISHER
-
-if TYPE_CHECKING:
-    from relay.server import RelayServer
+from relay.routing import PUBLISHER, Router
 
 log = logging.getLogger("stkrelay.relay")
+
+Successor = tuple[int | None, str | None, int | None]  # (epoch, ip, port) of ``leader_changed``
+
+
+class Batch:
+    """The frames routed while one chunk from a sender is handled, one write per recipient.
+
+    While `active`, `hold()` keeps a recipient's frames; `flush()` writes each
+    recipient's frames joined, skipping peers that died meanwhile.
+    """
+
+    def __init__(self) -> None:
+        self.active = False
+        self.dirty: list[JsonPeer] = []
+
+    def hold(self, peer: JsonPeer, frame: bytes) -> bool:
+        """Keep `frame` for `peer` until `flush()`; False when no batch is open."""
+        if not self.active:
+            return False
+        if not peer.pending:
+            self.dirty.append(peer)
+        peer.pending.append(frame)
+        return True
+
+    def flush(self) -> None:
+        self.active = False
+        dirty, self.dirty = self.dirty, []
+        for peer in dirty:
+            pending, peer.pending = peer.pending, []
+            if not peer.dead and pending and peer.transport is not None:
+                peer.transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
+
+
+class Host(Protocol):
+    """What a peer needs from the server that accepted it, and nothing more."""
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+
+    @property
+    def router(self) -> Router: ...
+
+    @property
+    def batch(self) -> Batch: ...
+
+    @property
+    def buffer_limit(self) -> int: ...  # write-buffer high-water mark: over it, the peer is dropped
+
+    @property
+    def handshake_limit(self) -> int: ...  # bytes a peer may send before registering
+
+    @property
+    def successor(self) -> Successor | None: ...  # set once leadership is lost
+
+    def new_connection(self, *, roles: Collection[str], raw_mode: bool) -> ServerConnection:
+        """The sans-I/O core for one new connection (it queues ``hello``)."""
+        ...
+
+    def attach(self, peer: JsonPeer) -> None: ...  # a connection was accepted
+
+    def detach(self, peer: JsonPeer) -> None: ...  # it is gone
+
+    def count(self, what: str) -> None: ...  # a connection closed by the server, by cause
+
+    def rejected_frame(self) -> None: ...  # a non-fatal bad frame
 
 
 def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -58,9 +124,9 @@ class JsonPeer(asyncio.Protocol):
     raw_mode = False
     silence_applies = True
 
-    def __init__(self, server: RelayServer) -> None:
-        self.server = server
-        self.loop = server.loop
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self.loop = host.loop
         self.transport: asyncio.Transport | None = None
         self.conn: ServerConnection | None = None
         self.kmsn = self.station = self.role = self.session = ""
@@ -77,29 +143,21 @@ class JsonPeer(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
-        srv = self.server
-        srv.peers.add(self)
+        host = self.host
+        host.attach(self)
         name = transport.get_extra_info("peername")
         self.peer = f"{name[0]}:{name[1]}" if isinstance(name, tuple) else str(name)
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-        transport.set_write_buffer_limits(high=srv.buffer_limit)
-        self.conn = ServerConnection(
-            node=srv.node,
-            epoch=srv.current_epoch(),
-            kmsn=srv.kmsn,
-            token=srv.token,
-            roles=self.roles,
-            gate=srv.gate_open,
-            max_frame=srv.max_frame,
-            raw_mode=self.raw_mode,
-        )
+        transport.set_write_buffer_limits(high=host.buffer_limit)
+        self.conn = host.new_connection(roles=self.roles, raw_mode=self.raw_mode)
         transport.write(self.conn.data_to_send())
-        if srv.successor is not None:  # accepted in the same loop turn as lose_leadership()
-            self.leader_changed(*srv.successor)
+        successor = host.successor
+        if successor is not None:  # accepted in the same loop turn as lose_leadership()
+            self.leader_changed(*successor)
             return
-        self.timer = self.loop.call_later(srv.register_timeout, self._handshake_expired)
+        self.timer = self.loop.call_later(self.conn.register_timeout, self._handshake_expired)
 
     def data_received(self, data: bytes) -> None:
         if self.dead:
@@ -108,7 +166,7 @@ class JsonPeer(asyncio.Protocol):
         try:
             if self.registered and self.raw_mode:
                 if self.role == PUBLISHER:
-                    self.server.router.publish(self, data)
+                    self.host.router.publish(self, data)
                 return
             self._feed(data)
         except Exception:
@@ -119,13 +177,10 @@ class JsonPeer(asyncio.Protocol):
         self.dead = True
         if self.timer is not None:
             self.timer.cancel()
-        srv = self.server
         if self.registered:
-            srv.router.unregister(self)
+            self.host.router.unregister(self)
             log.info("%s left (session %s)", self.who, self.session)
-        srv.peers.discard(self)
-        if not srv.peers and srv.all_closed is not None:
-            srv.all_closed.set()
+        self.host.detach(self)
 
     @_guarded
     def pause_writing(self) -> None:
@@ -144,8 +199,8 @@ class JsonPeer(asyncio.Protocol):
         conn.receive_data(data)
         events = conn.events_received()
         if events:
-            srv = self.server
-            srv.batching = True
+            host = self.host
+            host.batch.active = True
             try:
                 for event in events:
                     kind = type(event)
@@ -153,15 +208,16 @@ class JsonPeer(asyncio.Protocol):
                         self._on_message(event.obj)
                     elif kind is RawData:
                         if self.role == PUBLISHER:
-                            srv.router.publish(self, event.data)
+                            host.router.publish(self, event.data)
                     elif kind is Registered:
                         self._on_registered(event)
                     elif kind is ProtocolError:
                         self._on_protocol_error(event)
             finally:
-                srv.flush()
-        if not (self.registered or conn.closed) and self.rx > self.server.handshake_limit:
-            conn.fail(FRAME_TOO_LARGE, f"handshake larger than {self.server.handshake_limit} bytes")
+                host.batch.flush()
+        limit = self.host.handshake_limit
+        if not (self.registered or conn.closed) and self.rx > limit:
+            conn.fail(FRAME_TOO_LARGE, f"handshake larger than {limit} bytes")
         out = conn.data_to_send()
         if out:
             self.transport.write(out)
@@ -172,7 +228,7 @@ class JsonPeer(asyncio.Protocol):
         conn = self.conn
         assert conn is not None
         try:
-            delivered = self.server.router.send(self, obj)
+            delivered = self.host.router.send(self, obj)
         except PayloadError as exc:
             if not conn.closed:
                 conn.send_error(FRAME_TOO_LARGE, f"message too large to relay: {exc}", id=obj.get("id"))
@@ -192,53 +248,53 @@ class JsonPeer(asyncio.Protocol):
             self.timer.cancel()
             self.timer = None
         if self.silence_applies:
-            self.timer = self.loop.call_later(self.server.silence, self._silence_check)
-        self.server.router.register(self)
+            assert self.conn is not None
+            self.timer = self.loop.call_later(self.conn.silence_timeout, self._silence_check)
+        self.host.router.register(self)
         log.info("%s joined (session %s)", self.who, self.session)
 
     def _on_protocol_error(self, event: ProtocolError) -> None:
-        srv = self.server
         if event.fatal:
-            srv.count("protocol_error")
+            self.host.count("protocol_error")
         else:
-            srv.rejected += 1
+            self.host.rejected_frame()
         log.info("%s: %s %s", self.who, event.code, event.message)
 
-    # -- timers --------------------------------------------------------------------
+    # -- timers: the transport reads the clock, the core decides what a timeout means --
     @_guarded
     def _handshake_expired(self) -> None:
         self.timer = None
         if self.dead or self.registered or self.conn is None:
             return
-        self.server.count("timeout")
-        self._fail(TIMEOUT, f"no register within {self.server.register_timeout:g} s")
+        self.host.count("timeout")
+        self._timeout()
 
     @_guarded
     def _silence_check(self) -> None:
         self.timer = None
-        if self.dead:
+        if self.dead or self.conn is None:
             return
         idle = self.loop.time() - self.last_rx
-        silence = self.server.silence
+        silence = self.conn.silence_timeout
         if idle < silence:
             self.timer = self.loop.call_later(silence - idle, self._silence_check)
             return
-        self.server.count("timeout")
+        self.host.count("timeout")
         log.info("%s silent for %.1f s: closing", self.who, idle)
-        self._fail(TIMEOUT, f"silent for {silence:g} s")
+        self._timeout()
+
+    def _timeout(self) -> None:
+        assert self.conn is not None
+        self.conn.timeout()
+        self._flush_conn()
+        self._finish()
 
     # -- output and closing ------------------------------------------------------
     def deliver(self, frame: bytes) -> None:
-        if self.dead:
+        if self.dead or self.host.batch.hold(self, frame):
             return
-        srv = self.server
-        if srv.batching:
-            if not self.pending:
-                srv.dirty.append(self)
-            self.pending.append(frame)
-        else:
-            assert self.transport is not None
-            self.transport.write(frame)
+        assert self.transport is not None
+        self.transport.write(frame)
 
     def deliver_raw(self, data: bytes) -> None:
         if not self.dead:
@@ -249,7 +305,7 @@ class JsonPeer(asyncio.Protocol):
         """Replaced by a newer duplicate (see `relay.routing`)."""
         if not self.dead:
             log.info("%s: %s", self.who, message)
-            self.server.count("replaced")
+            self.host.count("replaced")
             self._fail(code, message)
 
     def leader_changed(self, epoch: int | None, ip: str | None, port: int | None) -> None:
@@ -264,18 +320,23 @@ class JsonPeer(asyncio.Protocol):
             return
         self.dead = True
         self.pending.clear()
-        self.server.count("slow_viewer" if self.raw_mode else "slow_peer")
+        self.host.count("slow_viewer" if self.raw_mode else "slow_peer")
         log.warning("dropping %s: %s", self.who, reason)
         assert self.transport is not None
         self.transport.abort()
 
     def crashed(self, where: str) -> None:
         log.exception("relay peer %s failed in %s; closing it", self.peer, where)
-        self.server.count("internal_error")
+        self.host.count("internal_error")
         if self.transport is None:
             return
         self.dead = True
         self.transport.abort()
+
+    def abort(self) -> None:
+        """Close at once, unsent bytes and all (the server gave up waiting)."""
+        if self.transport is not None:
+            self.transport.abort()
 
     def _fail(self, code: str, message: str) -> None:
         if self.conn is not None:

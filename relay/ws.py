@@ -9,13 +9,16 @@ TCP agent talk to each other, and no data frame goes through a channel layer.
 `/ws/stream/<station>/` (login required) registers as a passthrough `viewer`
 of that station on the operator's behalf and sends the bytes as binary
 messages.
+
+Interface: the Channels consumers `RelayBridge` and `StreamBridge` (routed in
+`stkrelay.asgi`), and `relay_address()`. Frames are made and read with the
+codec of `relay.protocol`; the JSON bridge does not parse what it carries.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 
 from channels.generic.websocket import AsyncWebsocketConsumer
@@ -24,7 +27,17 @@ from django.conf import settings
 from elections.errors import StoreUnavailable
 from elections.ports.clock import SystemClock
 from elections.ports.store import FileLeaseStore
-from relay.protocol import ClientConnection, RawData, Registered
+from relay.protocol import (
+    HEADER_SIZE,
+    ClientConnection,
+    PayloadError,
+    ProtocolError,
+    RawData,
+    Registered,
+    encode_payload,
+    frame_payload,
+    read_header,
+)
 
 log = logging.getLogger("stkrelay.ws")
 
@@ -84,11 +97,12 @@ class RelayBridge(_Bridge):
         if text_data is None or self.writer is None:
             await self.close(code=1003)  # text only
             return
-        payload = text_data.encode()
-        if len(payload) > settings.STK.relay_max_frame:
+        try:
+            frame = frame_payload(text_data.encode(), max_frame=settings.STK.relay_max_frame)
+        except PayloadError:
             await self.close(code=1009)  # too big
             return
-        self.writer.write(len(payload).to_bytes(4, "big") + payload)
+        self.writer.write(frame)
         if self.writer.transport.get_write_buffer_size() > DRAIN_ABOVE:
             await self.writer.drain()  # backpressure only when the relay falls behind
 
@@ -97,9 +111,8 @@ class RelayBridge(_Bridge):
         limit = settings.STK.relay_max_frame
         try:
             while True:
-                header = await self.reader.readexactly(4)
-                size = int.from_bytes(header, "big")
-                if not 0 < size <= limit:
+                size = read_header(await self.reader.readexactly(HEADER_SIZE), limit)
+                if isinstance(size, ProtocolError):
                     break
                 payload = await self.reader.readexactly(size)
                 await self.send(text_data=payload.decode("utf-8", "replace"))
@@ -142,7 +155,8 @@ class StreamBridge(_Bridge):
                     if isinstance(event, RawData):
                         await self.send(bytes_data=event.data)
                     elif isinstance(event, Registered):
-                        await self.send(text_data=json.dumps({"type": "registered", "epoch": event.epoch}))
+                        registered = encode_payload({"type": "registered", "epoch": event.epoch})
+                        await self.send(text_data=registered.decode())
                 if self.conn.close_expected():
                     break
         except ConnectionError:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import json
+from pathlib import Path
 
 import pytest
 
@@ -833,3 +835,43 @@ def test_it_keeps_error_frames_readable_as_json():
     server.receive_data(b"\x00\x00\x00\x01x")
     raw = server.data_to_send()
     assert json.loads(raw[4:])["code"] == BAD_JSON
+
+
+# --- layering ------------------------------------------------------------------------
+
+RELAY = Path(__file__).resolve().parent.parent / "relay"
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module an import statement of `path` names, wherever it sits (functions, TYPE_CHECKING)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def test_the_core_imports_no_io_no_clock_and_no_django():
+    banned = {"asyncio", "socket", "selectors", "subprocess", "time", "datetime", "django", "channels"}
+    for name in ("protocol.py", "framing.py"):
+        roots = {module.split(".")[0] for module in imported_modules(RELAY / name)}
+        assert roots & banned == set(), name
+
+
+def test_the_relay_modules_import_each_other_without_a_cycle():
+    modules = {f"relay.{p.stem}": p for p in RELAY.glob("*.py") if p.stem != "__init__"}
+    graph = {name: imported_modules(path) & set(modules) - {name} for name, path in modules.items()}
+    done: set[str] = set()
+
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        assert name not in path, " -> ".join((*path, name))
+        if name not in done:
+            for dep in graph[name]:
+                visit(dep, (*path, name))
+            done.add(name)
+
+    for name in graph:
+        visit(name, ())
