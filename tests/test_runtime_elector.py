@@ -649,6 +649,19 @@ def _expired(store, clock):
     return b
 
 
+def _expired_low_priority(store, clock):
+    _, b = elected_pool(store, clock, "S002", policies={"S002": Facts(priority=50)})
+    clock.advance(12)
+    return b
+
+
+def _expired_deferring_to_a_promote(store, clock):
+    facts = Facts(priority=50, promote_elsewhere=True)
+    _, b = elected_pool(store, clock, "S002", policies={"S002": facts})
+    clock.advance(12)
+    return b
+
+
 def _released(store, clock):
     a, b = elected_pool(store, clock, "S002")
     clock.advance(2)
@@ -676,6 +689,10 @@ def _handoff_lapsed(store, clock):
     [
         ("a first election has no gap", _first, "first", None),
         ("an expired lease counts the time since it was last seen renewed", _expired, "expired", 12.0),
+        ("a lower priority's wait before contending is part of the gap", _expired_low_priority,
+         "expired", 12.25),
+        ("a member deferring to a promoted one counts its wait too", _expired_deferring_to_a_promote,
+         "expired", 13.25),
         ("a release is taken at once", _released, "released", 0.0),
         ("a handoff to this node is taken at once whatever its priority", _handed_to_me, "handoff", 0.0),
         ("a lapsed handoff counts the whole wait", _handoff_lapsed, "handoff_lapsed", 11.0),
