@@ -229,6 +229,16 @@ def test_the_same_events_in_any_order_or_batching_give_the_same_state():
         assert state(c) == expected, order
 
 
+def test_applying_the_same_events_again_changes_nothing():
+    """An event file replaced on the share is read again from the start."""
+    once, twice = PoolCommands(), PoolCommands()
+    once.apply(EVENTS)
+    twice.apply(EVENTS)
+    twice.apply(EVENTS[4:])
+    assert state(twice) == state(once)
+    assert len(twice.promotes) == 2
+
+
 @pytest.mark.parametrize(
     "case, earlier, later",
     [
