@@ -494,6 +494,17 @@ def test_a_handoff_not_taken_within_ttl_lapses_and_the_others_contend(store, clo
     assert (b.events.elected()["cause"], b.events.elected()["gap_s"]) == ("handoff_lapsed", T.ttl)
 
 
+def test_a_paused_pool_lets_a_lease_expire_but_a_handoff_is_still_taken(store, clock):
+    a, b = elected_pool(store, clock, "S002", policies={"S002": Facts(paused=True)})
+    clock.advance(T.ttl)
+    assert str(b.cycle()).startswith(
+        "idle: pool paused, automatic failover off (lease of S001 epoch 1 expired"
+    )
+    assert store.calls == Counter(read=1)
+    a.elector.release(handoff_to="S002")
+    assert b.cycle().reason == "elected: took epoch 2 (S001 handed epoch 1 to me)"
+
+
 def _pool_policy(node, events, members, priority=50):
     commands = PoolCommands()
     commands.apply(events)
