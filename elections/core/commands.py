@@ -111,7 +111,8 @@ class PoolCommands:
     _pause_at: OrderKey | None = None
 
     def apply(self, events: list[dict[str, Any]]) -> None:
-        """Fold command events (others are ignored), in any order, any batching."""
+        """Fold command events (others are ignored), in any order, any batching;
+        an event folded again changes nothing."""
         for e in events:
             kind, target = e.get("kind"), e.get("target")
             if kind not in EVENT_KINDS:
@@ -128,6 +129,8 @@ class PoolCommands:
                     self._pause_at = key
                     self.paused = kind == "pause_requested"
             elif kind == "promote_requested" and target:
+                if any(order_key(p) == key for p in self.promotes):
+                    continue  # read again (a replaced event file is re-read from the start)
                 self.promotes.append(e)
                 self.promotes.sort(key=order_key)
                 del self.promotes[:-MAX_PROMOTES]

@@ -269,6 +269,7 @@ class Elector:
             return WriteOutcome.BUSY
 
     def _contend(self, read: LeaseRead | None, decision: Decision) -> Decision:
+        decided_at = self.clock.monotonic()  # decision.gap runs to here; the wait below counts too
         if decision.delay > 0:  # lower priority waits: a higher one that contends too gets there first
             self.sleep(decision.delay)
         for _ in range(CONTEND_ATTEMPTS):
@@ -300,13 +301,14 @@ class Elector:
                 )
                 why = f"elected: took epoch {epoch} ({decision.reason})"
                 log.warning("%s", why)
-                gap = None if decision.gap is None else round(decision.gap, 3)
+                gap = None if decision.gap is None else round(decision.gap + start - decided_at, 3)
                 self.events.record("elected", epoch, decision.reason, cause=decision.cause, gap_s=gap)
                 self._duty(self.on_elected, epoch)
                 return Decision(Verdict.HOLD, why)
             self.sleep(self.rng.uniform(*BACKOFF))
             read = self._read()
-            decision = self._decide(read, self.clock.monotonic(), renewing=False)
+            decided_at = self.clock.monotonic()
+            decision = self._decide(read, decided_at, renewing=False)
             if decision.verdict is not Verdict.CONTEND:
                 return decision
         return decision
