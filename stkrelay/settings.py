@@ -116,9 +116,8 @@ SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = os.environ.get("STK_SECURE_COOKIES"
 # Login throttling: this many failures per (user, client address) within the window → HTTP 429.
 STK_LOGIN_MAX_FAILURES = 5
 STK_LOGIN_WINDOW_S = 300
-# Number of trusted reverse proxies in front of the panel: the client address is then taken
-# from X-Forwarded-For (that many hops from the right). 0: REMOTE_ADDR only.
-STK_TRUST_FORWARDED_FOR = int(os.environ.get("STK_TRUST_FORWARDED_FOR") or 0)
+# X-Forwarded-For is believed only from these direct peers (WEB_TRUSTED_PROXIES; networks).
+STK_TRUSTED_PROXIES = STK.web_trusted_proxies
 # 1: GET /api/v1/leader answers without login (relay clients' fallback lookup).
 STK_PUBLIC_LEADER_LOOKUP = os.environ.get("STK_PUBLIC_LEADER_LOOKUP") == "1"
 X_FRAME_OPTIONS = "DENY"
