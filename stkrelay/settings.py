@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 from stkrelay import config as stk_config
+from stkrelay.config_web import allowed_hosts
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 STK = stk_config.load(check_dirs=os.environ.get("STK_SKIP_DIR_CHECKS") != "1")
@@ -38,7 +39,9 @@ def _secret_key() -> str:
 
 SECRET_KEY = os.environ.get("STK_SECRET_KEY") or _secret_key()
 DEBUG = os.environ.get("STK_DEBUG") == "1"
-ALLOWED_HOSTS = ["*"]  # a LAN appliance reached by IP; access control is login-based
+# Any other Host header is Django's 400 (DisallowedHost); the WebSocket routes check Origin
+# against the same list (stkrelay/asgi.py). A LAN attacker's DNS name for us gets nothing.
+ALLOWED_HOSTS = allowed_hosts(STK.node_ip, STK.web_allowed_hosts)
 
 INSTALLED_APPS = [
     "daphne",

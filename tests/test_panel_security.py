@@ -15,6 +15,85 @@ from test_panel_support import KMSN, client_for, event, make_user
 dj = test_panel_support.dj  # the fixture, under its name here
 
 
+# -- Host ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("url", ["/", "/login/", "/healthz", "/api/v1/sites", "/static/panel.js"])
+def test_a_request_for_a_foreign_host_is_a_bare_400(dj, url):
+    for host in ("evil.example", "evil.example:8000", "127.0.0.1.evil.example", "10.9.9.9"):
+        response = client_for().get(url, HTTP_HOST=host)
+        assert response.status_code == 400, (url, host)
+        assert b"<form" not in response.content and b"<table" not in response.content
+
+
+def test_the_agents_own_addresses_and_the_configured_names_are_served(dj):
+    from django.conf import settings
+
+    # NODE_IP (127.0.0.1 here), loopback, then WEB_ALLOWED_HOSTS; never "*".
+    assert settings.ALLOWED_HOSTS == ["127.0.0.1", "localhost", "[::1]", "testserver"]
+    for host in ("127.0.0.1:8000", "localhost:8000", "[::1]:8000", "testserver"):
+        assert client_for().get("/login/", HTTP_HOST=host).status_code == 200, host
+
+
+# -- WebSocket Origin -----------------------------------------------------------------------
+@pytest.fixture
+def ws(dj):
+    """Connect to the ASGI app's WebSocket routes; (accepted, close code)."""
+    from channels.testing import WebsocketCommunicator
+    from django.test import override_settings
+
+    from stkrelay.asgi import application
+
+    async def connect(path: str, origin: str | None, host: str = "127.0.0.1:8000"):
+        headers = [(b"host", host.encode())]
+        if origin is not None:
+            headers.append((b"origin", origin.encode()))
+        comm = WebsocketCommunicator(application, path, headers=headers)
+        accepted, code = await comm.connect(timeout=5)
+        await comm.disconnect()
+        return accepted, code
+
+    layers = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    with override_settings(CHANNEL_LAYERS=layers):
+        yield lambda path, origin, **kw: asyncio.run(connect(path, origin, **kw))
+
+
+@pytest.mark.parametrize("path", ["/ws/relay/", "/ws/stream/S002/"])
+@pytest.mark.parametrize(
+    "origin",
+    ["http://evil.example", "http://127.0.0.1.evil.example:8000", "null", "file://", "http://10.9.9.9"],
+)
+def test_a_cross_origin_browser_websocket_is_refused(ws, path, origin):
+    from elections.web.origin import REFUSED
+
+    assert ws(path, origin) == (False, REFUSED)
+
+
+def test_the_stream_needs_an_origin_but_the_relay_takes_non_browser_clients(ws, monkeypatch):
+    from elections.web.origin import REFUSED
+
+    assert ws("/ws/stream/S002/", None) == (False, REFUSED)
+    # With our own origin the stream's own check answers: not logged in.
+    assert ws("/ws/stream/S002/", "http://127.0.0.1:8000") == (False, 4401)
+
+    async def scenario(origin):
+        server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+        monkeypatch.setattr("relay.ws.relay_address", lambda: server.sockets[0].getsockname()[:2])
+        from channels.testing import WebsocketCommunicator
+
+        from stkrelay.asgi import application
+
+        headers = [(b"host", b"127.0.0.1:8000")] + ([(b"origin", origin.encode())] if origin else [])
+        comm = WebsocketCommunicator(application, "/ws/relay/", headers=headers)
+        accepted, _ = await comm.connect(timeout=5)
+        await comm.disconnect()
+        server.close()
+        await server.wait_closed()
+        return accepted
+
+    assert asyncio.run(scenario(None)) is True  # a relay client without a browser
+    assert asyncio.run(scenario("http://localhost:8000")) is True  # the panel's own page
+    assert asyncio.run(scenario("http://evil.example")) is False
+
+
 # -- X-Forwarded-For ------------------------------------------------------------------------
 def _client(remote: str, forwarded: str | None = None, proxies: tuple[str, ...] = ()) -> str:
     from django.test import RequestFactory, override_settings

@@ -45,6 +45,7 @@ def django_env() -> dict[str, Path]:
         "STK_LEASE_RENEW": "1",
         "STK_LEASE_POLL": "0.5",
         "STK_RENEW_DEADLINE": "2",
+        "STK_WEB_ALLOWED_HOSTS": "testserver",  # the Host header of Django's test client
     }
     saved = {k: os.environ.get(k) for k in [*env, "STK_INI", "STK_PUBLIC_LEADER_LOOKUP"]}
     try:
