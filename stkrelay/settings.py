@@ -116,9 +116,15 @@ CSRF_COOKIE_NAME = "stk_csrf"
 CSRF_COOKIE_HTTPONLY = True  # pages carry the token; scripts never need the cookie
 # Behind a TLS-terminating proxy set STK_SECURE_COOKIES=1 (the agents' web port itself is plain HTTP).
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = os.environ.get("STK_SECURE_COOKIES") == "1"
-# Login throttling: this many failures per (user, client address) within the window → HTTP 429.
+# Login throttling (elections/web/throttle.py), all answered 429 + Retry-After:
+# - this many failures per (user, client address) within the window (counted in the database);
 STK_LOGIN_MAX_FAILURES = 5
 STK_LOGIN_WINDOW_S = 300
+# - WEB_LOGIN_ADDRESS_FAILURES per client address per window, in memory, before any password hashing;
+STK_LOGIN_ADDRESS_MAX_FAILURES = STK.web_login_address_failures
+# - WEB_LOGIN_FAILURES_PER_S failed logins per second from everyone together (WEB_LOGIN_BURST at once).
+STK_LOGIN_GLOBAL_RATE = STK.web_login_failures_per_s
+STK_LOGIN_GLOBAL_BURST = STK.web_login_burst
 # X-Forwarded-For is believed only from these direct peers (WEB_TRUSTED_PROXIES; networks).
 STK_TRUSTED_PROXIES = STK.web_trusted_proxies
 # 1: GET /api/v1/leader answers without login (relay clients' fallback lookup).
@@ -175,7 +181,11 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # A login flood's 429s are summarised by the throttle, not logged one by one.
+    "filters": {"drop_throttled": {"()": "elections.web.throttle.DropThrottled"}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["drop_throttled"]}
+    },
     "loggers": {
         "stkrelay": {"handlers": ["console"], "level": "INFO", "propagate": False},
         "django": {"handlers": ["console"], "level": "WARNING"},

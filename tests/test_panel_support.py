@@ -80,8 +80,10 @@ def dj():
     paths = django_env()
     from django.db import transaction
 
+    from elections.web import throttle
     from elections.web.panel import failovers, state
 
+    throttle.reset()
     failovers._cache.clear()
     state._lease_seen.clear()
     state._relay_samples.clear()
