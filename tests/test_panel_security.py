@@ -131,3 +131,22 @@ def test_metrics_through_a_local_proxy_are_not_loopback_for_the_remote_client(dj
         assert client_for().get("/metrics", **meta).status_code == 401
 
 
+# -- CSV ------------------------------------------------------------------------------------
+def test_csv_cells_that_a_spreadsheet_would_run_get_a_leading_quote(dj):
+    from django.utils import timezone
+
+    from elections.web.panel.views import csv_cell
+
+    for evil in ('=HYPERLINK("http://x")', "+1+cmd|' /C calc'!A0", "-2+3", "@SUM(A1)", "\tx", "\rx"):
+        assert csv_cell(evil) == "'" + evil
+    for fine in ("S001", "lease expired", "-0.500", "12", 7, None, ""):
+        assert csv_cell(fine) == fine
+    now = timezone.now()
+    event("S001", 1, "elected", 1, now - timedelta(minutes=5), reason="=cmd|' /C calc'!A0")
+    event("S002", 1, "elected", 2, now - timedelta(minutes=1), reason="@SUM(1+1)*cmd|' /C calc'!A0")
+    response = client_for(make_user("vera")).get("/history.csv", {"kmsn": KMSN})
+    assert response.status_code == 200
+    rows = list(csv.reader(io.StringIO(b"".join(response.streaming_content).decode())))
+    cells = [cell for row in rows[1:] for cell in row]
+    assert len(rows) == 3 and not [c for c in cells if c[:1] in ("=", "+", "@", "\t", "\r")], rows
+    assert {"'=cmd|' /C calc'!A0", "'@SUM(1+1)*cmd|' /C calc'!A0"} <= set(cells), rows

@@ -6,6 +6,7 @@ login (`auth.panel_view`)."""
 from __future__ import annotations
 
 import csv
+import re
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -205,6 +206,17 @@ class _Echo:
         return value
 
 
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+_PLAIN_NUMBER = re.compile(r"^[+-]?\d+(\.\d+)?$")
+
+
+def csv_cell(value: Any) -> Any:
+    """A cell a spreadsheet will not run (OWASP CSV injection): text starting with
+    = + - @ tab or CR gets a leading ' — except a plain number such as -0.5."""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS) and not _PLAIN_NUMBER.match(value):
+        return "'" + value
+    return value
+
 
 @panel_view
 def history_csv(request: HttpRequest) -> HttpResponse:
@@ -217,7 +229,8 @@ def history_csv(request: HttpRequest) -> HttpResponse:
         for f in rows:
             gap = "" if f.gap_s is None else f"{f.gap_s:.3f}"
             yield writer.writerow(
-                [
+                csv_cell(v)
+                for v in [
                     f.epoch,
                     f.kmsn,
                     fmt.iso(f.at),
