@@ -150,3 +150,39 @@ def test_csv_cells_that_a_spreadsheet_would_run_get_a_leading_quote(dj):
     cells = [cell for row in rows[1:] for cell in row]
     assert len(rows) == 3 and not [c for c in cells if c[:1] in ("=", "+", "@", "\t", "\r")], rows
     assert {"'=cmd|' /C calc'!A0", "'@SUM(1+1)*cmd|' /C calc'!A0"} <= set(cells), rows
+
+
+# -- stkuser: passwords out of argv ----------------------------------------------------------
+def _stkuser(*args: str, stdin: str = "") -> tuple[str, str]:
+    import sys
+
+    from django.core.management import call_command
+
+    out, err, saved = io.StringIO(), io.StringIO(), sys.stdin
+    sys.stdin = io.StringIO(stdin)
+    try:
+        call_command("stkuser", *args, stdout=out, stderr=err)
+    finally:
+        sys.stdin = saved
+    return out.getvalue(), err.getvalue()
+
+
+def test_stkuser_reads_the_password_from_a_file_and_warns_about_argv(dj, tmp_path):
+    from django.contrib.auth import authenticate
+    from django.core.management.base import CommandError
+
+    secret = tmp_path / "olga.pw"
+    secret.write_text("a-long-passphrase\n")
+    out, err = _stkuser("add", "olga", "--role", "viewer", "--password-file", str(secret))
+    assert out == "created olga (viewer)\n" and err == ""
+    assert authenticate(username="olga", password="a-long-passphrase") is not None
+    out, err = _stkuser("passwd", "olga", "--password-file", "-", stdin="another-long-phrase\n")
+    assert authenticate(username="olga", password="another-long-phrase") is not None and err == ""
+    out, err = _stkuser("passwd", "olga", "--password", "third-long-phrase")
+    assert "visible to other users" in err
+    assert authenticate(username="olga", password="third-long-phrase") is not None
+    with pytest.raises(CommandError, match="cannot read --password-file"):
+        _stkuser("passwd", "olga", "--password-file", str(tmp_path / "absent"))
+    (tmp_path / "empty").write_text("\n")
+    with pytest.raises(CommandError, match="is empty"):
+        _stkuser("passwd", "olga", "--password-file", str(tmp_path / "empty"))
