@@ -52,8 +52,8 @@ DEFAULTS: dict[str, str] = {
     "WEB_ALLOWED_HOSTS": "",
     "WEB_TRUSTED_PROXIES": "",
     "WEB_LOGIN_ADDRESS_FAILURES": "20",
-    "WEB_LOGIN_FAILURES_PER_S": "1",
-    "WEB_LOGIN_BURST": "10",
+    "WEB_LOGIN_FAILURES_PER_S": "0.5",
+    "WEB_LOGIN_BURST": "5",
 }
 
 
@@ -104,8 +104,8 @@ class Config:
     web_allowed_hosts: list[str] = field(default_factory=list)  # WEB_ALLOWED_HOSTS only; see allowed_hosts()
     web_trusted_proxies: list[str] = field(default_factory=list)  # networks, e.g. "10.0.0.5/32"
     web_login_address_failures: int = 20  # failed logins per client address per STK_LOGIN_WINDOW_S
-    web_login_failures_per_s: float = 1.0  # failed logins per second, all addresses together
-    web_login_burst: int = 10  # ...with this many at once
+    web_login_failures_per_s: float = 0.5  # failed logins per second, all addresses together
+    web_login_burst: int = 5  # ...with this many at once
     source: str = "(defaults)"
     problems: list[Problem] = field(default_factory=list)
     values: dict[str, str] = field(default_factory=dict)  # every [stk] key as given, overrides applied

@@ -206,7 +206,7 @@ def test_the_panel_keys_load_normalised_and_the_agents_own_names_are_allowed(tmp
         "[fd00::10]", "localhost", "127.0.0.1", "[::1]", "panel.site.lan", ".site.lan", "192.168.1.10",
     ]  # fmt: skip
     assert cfg.web_trusted_proxies == ["10.0.0.5/32", "10.0.1.0/28"]
-    assert (cfg.web_login_address_failures, cfg.web_login_failures_per_s, cfg.web_login_burst) == (20, 1.0, 3)
+    assert (cfg.web_login_address_failures, cfg.web_login_failures_per_s, cfg.web_login_burst) == (20, 0.5, 3)
 
 
 def test_the_retired_forwarded_for_count_is_refused_not_silently_ignored(tmp_path):
