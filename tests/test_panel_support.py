@@ -46,6 +46,8 @@ def django_env() -> dict[str, Path]:
         "STK_LEASE_POLL": "0.5",
         "STK_RENEW_DEADLINE": "2",
         "STK_WEB_ALLOWED_HOSTS": "testserver",  # the Host header of Django's test client
+        # Room for the tests' own failed logins; test_login_throttle.py sets the global bucket it tests.
+        "STK_WEB_LOGIN_BURST": "100",
     }
     saved = {k: os.environ.get(k) for k in [*env, "STK_INI", "STK_PUBLIC_LEADER_LOOKUP"]}
     try:
