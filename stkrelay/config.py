@@ -46,6 +46,9 @@ DEFAULTS: dict[str, str] = {
     "HEALTH_CMD": "",
     "HEALTH_URL": "",
     "RELAY_ATTESTS": "1",
+    "POOL_KEY": "",  # default: RELAY_TOKEN
+    "RELAY_STATION_KEYS_ONLY": "0",
+    "RELAY_MAX_PER_ADDRESS": "0",  # 0: sized from the file limit (relay.limits)
 }
 
 
@@ -93,6 +96,9 @@ class Config:
     health_cmd: str = ""
     health_url: str = ""
     relay_attests: bool = True
+    pool_key: str = ""
+    relay_station_keys_only: bool = False
+    relay_max_per_address: int = 0
     source: str = "(defaults)"
     problems: list[Problem] = field(default_factory=list)
     values: dict[str, str] = field(default_factory=dict)  # every [stk] key as given, overrides applied
@@ -181,6 +187,10 @@ def load(ini_path: str | None = None, env: dict[str, str] | None = None, check_d
             "is missing",
             "set the site's shared secret (the same on every agent of the KMSN)",
         )
+    cfg.pool_key = values["POOL_KEY"] or cfg.relay_token
+    cfg.relay_station_keys_only = _flag(values["RELAY_STATION_KEYS_ONLY"], False)
+    per_address = number("RELAY_MAX_PER_ADDRESS", int, 0, 1 << 20)
+    cfg.relay_max_per_address = per_address if per_address is not None else 0
     try:
         cfg.node_ip = str(ipaddress.ip_address(values["NODE_IP"]))
     except ValueError:
@@ -246,7 +256,7 @@ def load(ini_path: str | None = None, env: dict[str, str] | None = None, check_d
     cfg.priority = prio if prio is not None else cfg.priority
     cfg.health_cmd = values["HEALTH_CMD"]
     cfg.health_url = values["HEALTH_URL"]
-    cfg.relay_attests = values["RELAY_ATTESTS"].lower() not in ("0", "no", "false", "off")
+    cfg.relay_attests = _flag(values["RELAY_ATTESTS"], True)
     cfg.redis_url = values["REDIS_URL"]
     if not cfg.redis_url.startswith(("redis://", "rediss://", "unix://")):
         bad(
@@ -275,6 +285,11 @@ def load(ini_path: str | None = None, env: dict[str, str] | None = None, check_d
             cfg.data_dir, "DATA_DIR", "stkrelay.E013", bad, "point DATA_DIR at a writable local folder"
         )
     return cfg
+
+
+def _flag(text: str, default: bool) -> bool:
+    """An ini boolean: 0/no/false/off are false, any other text true, empty the default."""
+    return default if not text else text.lower() not in ("0", "no", "false", "off")
 
 
 def _check_dir(path: str, key: str, pid: str, bad, hint: str) -> None:  # type: ignore[no-untyped-def]
