@@ -11,6 +11,7 @@ real `relay.server.RelayServer`s; every wait has a deadline.
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import resource
 import socket
@@ -19,7 +20,7 @@ from typing import Any
 
 import pytest
 from harness import wait_until
-from test_relay_client import KMSN, TOKEN, Gate, Pool, play, until
+from test_relay_client import KMSN, TOKEN, Gate, Pool, cli, play, until  # noqa: F401  (cli: a fixture)
 from test_relay_client import LeaderApi as _LeaderApi
 from test_relay_server import Relay as ThreadRelay
 from test_relay_server import Wire
@@ -376,3 +377,16 @@ def test_a_relay_full_of_registered_clients_refuses_newcomers_without_a_frame(th
         assert clients[0].frame() == {"type": "keepalive_ack"}  # the registered ones are untouched
     finally:
         late.close()
+
+
+# -- the command line ------------------------------------------------------------------------------
+def test_relayclient_registers_with_a_credential_read_from_a_file_and_refuses_an_empty_one(cli):  # noqa: F811
+    key = cli.tmp / "S002.key"
+    key.write_text(station_credential(TOKEN, KMSN, "S002") + "\n")  # POOL_KEY defaults to the token
+    done = cli.run("ping", "--json", "--count", "1", "--station", "S002", "--credential-file", str(key))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["leader"] == "S056"
+    assert "warning" not in done.stderr  # nothing was passed on argv
+    key.write_text("")
+    empty = cli.run("ping", "--station", "S002", "--credential-file", str(key))
+    assert empty.returncode == 2 and "is empty" in empty.stderr
