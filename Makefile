@@ -3,7 +3,7 @@
 PY := .venv/bin/python
 PYTEST := .venv/bin/pytest
 
-.PHONY: bootstrap run test chaos bench bench-failover bench-relay bench-switchover bench-panel bench-login screenshots lint format clean
+.PHONY: bootstrap run test chaos fuzz bench bench-failover bench-relay bench-relay-idle bench-switchover bench-panel bench-login screenshots lint format clean
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -17,7 +17,7 @@ test: bootstrap
 chaos: bootstrap
 	@$(PYTEST) -m chaos $(PYTEST_ARGS)
 
-bench: bench-failover bench-relay bench-switchover bench-panel bench-login
+bench: bench-failover bench-relay bench-relay-idle bench-switchover bench-panel bench-login
 
 bench-failover: bootstrap
 	@$(PY) bench/failover.py $(BENCH_ARGS)
@@ -25,6 +25,9 @@ bench-failover: bootstrap
 bench-relay: bootstrap
 	@$(PY) bench/relay.py $(BENCH_ARGS)
 	@$(PY) bench/websocket.py
+
+bench-relay-idle: bootstrap
+	@$(PY) bench/relay_idle.py $(BENCH_ARGS)
 
 bench-switchover: bootstrap
 	@$(PY) bench/switchover.py $(BENCH_ARGS)

@@ -47,6 +47,10 @@ Delivery semantics, as a caller sees them (the details are in `relay.outbox`):
 - `messages()` / `receive()` yield `Received` and non-fatal `ServerError` in
   arrival order through a bounded inbox (`inbox_size`, oldest dropped,
   counted in ``counters["inbox_dropped"]``).
+- Trust (protocol 1.1): every connection sends a ``cnonce``; a relay that does
+  not prove it knows the client's key is dropped, its epochs and
+  ``leader_changed`` ignored, and the next candidate tried. How far a
+  server's word may move the epoch is in `relay.client_follow`.
 - Observability: `on_status` gets a `Status` at every transition; `state`,
   `leader`, `epoch`, `node`, `pending`, `unconfirmed` and `counters` can be
   read at any time. Exceptions: `relay.client_events`.
@@ -89,7 +93,8 @@ from relay.client_follow import (  # noqa: F401  (re-exported)
 )
 from relay.client_inbox import Inbox
 from relay.client_session import CONNECT_TIMEOUT, READ_SIZE, Session, SessionConfig, SessionOwner  # noqa: F401
-from relay.discovery import Discovery, Leader
+from relay.client_state import ClientState
+from relay.discovery import Discovery, Leader  # noqa: F401  (re-exported)
 from relay.outbox import DEDUP_SIZE, QUEUED, RETRY_DELAY, SETTLE, Outbox, Outgoing
 from relay.protocol import DEFAULT_MAX_FRAME, JSON_ROLES, KEEPALIVE_INTERVAL, encode_frame
 
@@ -112,12 +117,15 @@ async def _cancel(task: asyncio.Task[None]) -> None:
         log.error("relay client task %s failed", task.get_name(), exc_info=task.exception())
 
 
-class RelayClient:
+class RelayClient(ClientState):
     """One relay client: a role and station of one KMSN, following the leader.
 
     `discovery` is the chain that says where the leader is
-    (`relay.discovery.Discovery`). See the module docstring for the delivery,
-    queue, backoff and reconnect policies.
+    (`relay.discovery.Discovery`). The client authenticates with `credential`
+    (its station's, from ``relayctl credential STATION``) when given, else with
+    the site `token`, and demands that the relay prove it knows that key
+    (protocol 1.1). See the module docstring for the delivery, queue, backoff
+    and reconnect policies; the read-only state is in `relay.client_state`.
     """
 
     def __init__(
@@ -126,8 +134,9 @@ class RelayClient:
         role: str,
         kmsn: str,
         station: str,
-        token: str,
+        token: str = "",
         discovery: Discovery,
+        credential: str = "",
         queue_size: int = 1000,
         overflow: Overflow = "drop_oldest",
         keepalive: float = KEEPALIVE_INTERVAL,
@@ -143,8 +152,8 @@ class RelayClient:
     ) -> None:
         if role not in JSON_ROLES:
             raise ValueError(f"role must be one of {', '.join(sorted(JSON_ROLES))}, not {role!r}")
-        if not (kmsn and station and token):
-            raise ValueError("kmsn, station and token must not be empty")
+        if not (kmsn and station and (token or credential)):
+            raise ValueError("kmsn, station and token (or credential) must not be empty")
         if overflow not in OVERFLOW_POLICIES:
             raise ValueError(f"overflow must be one of {', '.join(OVERFLOW_POLICIES)}, not {overflow!r}")
         if queue_size < 1 or inbox_size < 1:
@@ -164,7 +173,8 @@ class RelayClient:
         self.status: Status | None = None
         self._outbox = Outbox(queue_size, overflow, settle, retry_delay)
         self._inbox = Inbox(inbox_size, dedup_size, self.counters)
-        config = SessionConfig(role, kmsn, station, token, max_frame, connect_timeout, keepalive)
+        key = credential or token  # the station's credential, when given, is the key we prove
+        config = SessionConfig(role, kmsn, station, key, max_frame, connect_timeout, keepalive)
         owner = SessionOwner(
             self._outbox, self._inbox.deliver, self.counters, self._notify, self._registered, self._ended
         )
@@ -338,52 +348,6 @@ class RelayClient:
     async def receive(self, timeout: float | None = None) -> Received | ServerError:
         """The next item of `messages()`; `ClientClosed` once closed, `TimeoutError`."""
         return await self._inbox.get(timeout)
-
-    # -- public: state -------------------------------------------------------------------
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    @property
-    def known_epoch(self) -> int | None:
-        """The highest epoch seen (registrations, leases, leader_changed)."""
-        return self._follower.known_epoch
-
-    @property
-    def last_reason(self) -> str:
-        """Why the last attempt or session ended ("" before the first)."""
-        return self._follower.last_reason
-
-    @property
-    def registered(self) -> bool:
-        return self._live is not None
-
-    @property
-    def leader(self) -> Leader | None:
-        return self._live.leader if self._live else None
-
-    @property
-    def epoch(self) -> int | None:
-        """The server's epoch of the live session (None while not registered)."""
-        return self._live.epoch if self._live else None
-
-    @property
-    def node(self) -> str | None:
-        return self._live.node if self._live else None
-
-    @property
-    def session_id(self) -> str | None:
-        return self._live.session if self._live else None
-
-    @property
-    def pending(self) -> int:
-        """Messages waiting in the send queue (not written yet)."""
-        return len(self._outbox.queue)
-
-    @property
-    def unconfirmed(self) -> int:
-        """Messages written but not confirmed yet (they count against `queue_size` too)."""
-        return len(self._outbox.window)
 
     # -- callbacks of the session and the follower ---------------------------------------
     def _registered(self, session: Session, reason: str) -> None:

@@ -4,10 +4,33 @@
   else configured fallbacks. A ``leader_changed`` frame's address is used as a
   hint for the next attempts (up to `HINT_TRIES`) unless discovery knows a
   leader with an epoch at least as high (`choose_leader`).
-- Registration sends the epoch the client believes in: the highest it has seen
-  from registrations, ``leader_changed`` frames and valid leases (or the
-  candidate's, if higher). A server with a lower epoch refuses with
-  ``stale_epoch``: it is stale, and the client looks elsewhere.
+- Registration sends the epoch the client believes in (`known_epoch`). A
+  server with a lower epoch refuses with ``stale_epoch``: it is stale, and the
+  client looks elsewhere.
+- **Whose word raises that epoch** (someone hostile is on the LAN: a rogue
+  fallback address, an unsigned ``/api/v1/leader`` answer, a man in the
+  middle). If a rogue could make the client believe in epoch 10^15, the real
+  leader would refuse it with ``stale_epoch`` forever. So:
+
+  1. *Evidence* (`confirmed`): a lease whose signature verifies with the pool
+     key, and the epoch of a ``registered`` frame whose ``sauth`` proved the
+     server knows our key (the proof covers that epoch). Only these raise
+     `confirmed`, without bound.
+  2. *Claims*: a ``leader_changed`` on a proven session. Frames after the
+     proof are not signed one by one (a man in the middle could inject one),
+     so its epoch raises `known_epoch` only up to `confirmed` +
+     `MAX_EPOCH_JUMP`; the claim is dropped when a valid lease is read (the
+     signed lease always wins) or when a server refuses us with
+     ``stale_epoch`` while we believed a claim. The fencing that matters is
+     the server's own gate; the client's epoch is the second lock.
+  3. *Hearsay*: everything else (an agent's unsigned answer, a fallback, a
+     ``hello``, a ``leader_changed`` from a server that proved nothing).
+     It never raises the epoch; an agent's epoch only orders candidates.
+
+  A server that fails to prove itself (``registered`` without a valid
+  ``sauth``, ``leader_changed`` before the proof) is dropped and its address
+  avoided for `DISTRUST_FOR` seconds: discovery offers the next candidate
+  (never skipping the signed lease's).
 - Following the leader: ``leader_changed``, a closed or reset socket, silence,
   ``not_leader``/``stale_epoch`` at registration, or (with a lease dir) a lease
   polled every `lease_poll` seconds that names a newer epoch or another node
@@ -26,7 +49,8 @@ runs two tasks, `run()` and `watch_lease()`. `connect(leader, epoch)` makes
 the next `relay.client_session.Session`; `hooks` (`FollowerHooks`) are the
 three callbacks it needs from its client, which tells it of each
 registration (`registered()`). It owns what following decides: the epoch
-believed in (`known_epoch`), the hint, the current attempt (`session`), the
+believed in (`known_epoch`, from `confirmed` and `claim`), the avoided
+addresses (`distrusted`), the hint, the current attempt (`session`), the
 definitive refusal (`fatal`) and `last_reason`. The pure decisions
 (`choose_leader`, `lease_says_move`, `Backoff`) are plain functions and data.
 """
@@ -44,13 +68,23 @@ from elections.core.lease import LeaseRecord
 from relay.client_events import Refused
 from relay.client_session import Outcome, Session
 from relay.discovery import Discovery, Leader, LeaseFile
-from relay.protocol import BAD_AUTH, BAD_JSON, BAD_MAGIC, BAD_REQUEST, FRAME_TOO_LARGE, WRONG_KMSN
+from relay.protocol import (
+    BAD_AUTH,
+    BAD_JSON,
+    BAD_MAGIC,
+    BAD_REQUEST,
+    FRAME_TOO_LARGE,
+    STALE_EPOCH,
+    WRONG_KMSN,
+)
 
 log = logging.getLogger("stkrelay.client")
 
 # Refusals that another attempt will not fix (before the first registration, they stop the client).
 FINAL_REFUSALS = frozenset({BAD_AUTH, WRONG_KMSN, BAD_MAGIC, BAD_REQUEST, BAD_JSON, FRAME_TOO_LARGE})
 HINT_TRIES = 3
+MAX_EPOCH_JUMP = 16  # how far above the confirmed epoch a proven session's leader_changed may lead us
+DISTRUST_FOR = 15.0  # seconds an address that failed to prove itself is skipped by discovery
 
 
 @dataclass
@@ -77,6 +111,13 @@ class Backoff:
 def max_epoch(*epochs: int | None) -> int | None:
     known = [e for e in epochs if e is not None]
     return max(known) if known else None
+
+
+def claimed_epoch(confirmed: int | None, claim: int | None) -> int | None:
+    """What a ``leader_changed`` claim may add to the `confirmed` epoch: at most `MAX_EPOCH_JUMP`."""
+    if claim is None or confirmed is None:
+        return None  # nothing proven to measure the jump from: hearsay
+    return min(claim, confirmed + MAX_EPOCH_JUMP) if claim > confirmed else None
 
 
 def choose_leader(hint: Leader | None, found: Leader | None) -> Leader | None:
@@ -121,7 +162,11 @@ class Follower:
     ) -> None:
         self.discovery, self.backoff, self.lease_poll = discovery, backoff, lease_poll
         self.connect, self.hooks, self.name = connect, hooks, name
-        self.known_epoch: int | None = None  # the highest epoch seen (registrations, leases, leader_changed)
+        self.confirmed: int | None = (
+            None  # the highest epoch with evidence: signed lease, proven registration
+        )
+        self.claim: int | None = None  # a proven session's leader_changed, bounded (see the module docstring)
+        self.distrusted: dict[tuple[str, int], float] = {}  # address -> until (loop time)
         self.session: Session | None = None  # the attempt under way
         self.fatal: Refused | None = None  # a definitive refusal before the first registration
         self.ever_registered = False
@@ -131,14 +176,38 @@ class Follower:
         self.target: tuple[Any, ...] | None = None  # (node, epoch, address) of the last attempt
         self.wake = asyncio.Event()
 
+    @property
+    def known_epoch(self) -> int | None:
+        """The epoch believed in: the confirmed one, or a bounded claim above it."""
+        return max_epoch(self.confirmed, self.claim)
+
     def saw_epoch(self, epoch: int | None) -> None:
-        self.known_epoch = max_epoch(self.known_epoch, epoch)
+        """Evidence of `epoch` (a proven registration, a signed lease)."""
+        self.confirmed = max_epoch(self.confirmed, epoch)
+        if self.claim is not None and self.confirmed is not None and self.claim <= self.confirmed:
+            self.claim = None
+
+    def saw_lease(self, epoch: int) -> None:
+        """A validly signed lease: evidence, and it outranks any claim."""
+        self.claim = None
+        self.saw_epoch(epoch)
 
     def registered(self, epoch: int) -> bool:
-        """A session registered at `epoch`; True if an earlier one had (a reconnect)."""
+        """A session registered at `epoch` (proven); True if an earlier one had (a reconnect)."""
         again, self.ever_registered = self.ever_registered, True
         self.saw_epoch(epoch)
         return again
+
+    def distrust(self, address: tuple[str, int]) -> None:
+        now = asyncio.get_running_loop().time()
+        self.distrusted[address] = now + DISTRUST_FOR
+        if self.hint is not None and self.hint.address == address:
+            self.hint = None
+
+    def avoided(self) -> set[tuple[str, int]]:
+        now = asyncio.get_running_loop().time()
+        self.distrusted = {a: until for a, until in self.distrusted.items() if until > now}
+        return set(self.distrusted)
 
     async def run(self) -> None:
         hooks = self.hooks
@@ -168,19 +237,24 @@ class Follower:
         self.target = None if leader is None else (leader.node, leader.epoch, leader.address)
         if leader is None:
             return Outcome(False, f"no leader found ({self.discovery.describe()})")
-        believed = max_epoch(leader.epoch, self.known_epoch)
+        believed = self.known_epoch  # never a candidate's unsigned epoch (see the module docstring)
         hooks.status("connecting", leader=leader, epoch=believed, node=leader.node)
         self.session = self.connect(leader, believed)
         try:
             outcome = await self.session.run()
         finally:
             self.session = None
+        if outcome.unproven:
+            log.warning("relay client %s: %s; avoiding it for %g s", self.name, outcome.reason, DISTRUST_FOR)
+            self.distrust(leader.address)
         moved = outcome.moved
-        if moved is not None:  # leader_changed: believe its epoch, try its address next
-            self.saw_epoch(moved.epoch)
+        if moved is not None:  # a proven leader_changed: a bounded claim, and its address next
+            self.claim = max_epoch(self.claim, claimed_epoch(self.confirmed, moved.epoch))
             if moved.ip and moved.port:
                 self.set_hint(Leader(moved.ip, moved.port, moved.epoch, None, "leader_changed"))
         refusal = outcome.refusal
+        if refusal is not None and refusal.code == STALE_EPOCH and self.claim is not None:
+            self.claim = None  # the claim may have been a lie; the servers' gates still fence
         if refusal is not None:
             hooks.status("refused", leader=leader, node=refusal.node, reason=outcome.reason)
             if refusal.code in FINAL_REFUSALS and not self.ever_registered:
@@ -189,9 +263,9 @@ class Follower:
         return outcome
 
     async def _next_leader(self) -> Leader | None:
-        found = await self.discovery.find()
-        if found is not None and found.source == "lease":
-            self.saw_epoch(found.epoch)
+        found = await self.discovery.find(self.avoided())
+        if found is not None and found.source == "lease" and found.epoch is not None:
+            self.saw_lease(found.epoch)
         hint = self.hint
         if hint is not None:
             self.hint_tries += 1
@@ -228,7 +302,7 @@ class Follower:
         record = await lease.read_record()
         if record is None:
             return seen  # no evidence: nothing to act on
-        self.saw_epoch(record.epoch)
+        self.saw_lease(record.epoch)
         key = (record.node, record.epoch)
         s = self.session
         if s is not None and s.registered and s.epoch is not None:

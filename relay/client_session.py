@@ -18,6 +18,11 @@ the outbox, the inbox's `deliver`, the counters and three callbacks
   on each answer another one while the unconfirmed window is not empty.
 - When the session ends, whatever it left unconfirmed goes back into the
   client's queue, for the next session.
+- Protocol 1.1: every session sends a fresh ``cnonce`` and believes nothing
+  from a server that does not prove it knows the key: a ``registered``
+  without a valid ``sauth``, or a ``leader_changed`` before the proof, ends
+  the session with `Outcome.unproven` (and no `Outcome.moved`); the follower
+  then avoids that address for a while (`relay.client_follow`).
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from relay.protocol import (
     ProtocolError,
     Registered,
     State,
+    new_nonce,
 )
 
 log = logging.getLogger("stkrelay.client")
@@ -57,7 +63,7 @@ class SessionConfig:
     role: str
     kmsn: str
     station: str
-    token: str
+    token: str  # the key this client authenticates with: the site token or its station credential
     max_frame: int
     connect_timeout: float
     keepalive: float  # a keepalive every `keepalive` s; dead after 3 x `keepalive` of silence
@@ -82,12 +88,14 @@ class SessionOwner:
 @dataclass
 class Outcome:
     """How a session ended: had it registered, why it ended, the refusal if any,
-    and the ``leader_changed`` that ended it, if one did."""
+    the ``leader_changed`` that ended it, if one did (from a proven server only),
+    and whether the server failed to prove it knows the key (`unproven`)."""
 
     registered: bool
     reason: str
     refusal: Refused | None = None
     moved: LeaderChanged | None = None
+    unproven: bool = False
 
 
 class Session:
@@ -142,6 +150,7 @@ class Session:
             epoch=self.believed,
             max_frame=c.max_frame,
             keepalive_acks=True,
+            cnonce=new_nonce(),
         )
         now = self.loop.time()
         self.last_rx, self.deadline = now, now + c.connect_timeout
@@ -275,9 +284,16 @@ class Session:
                     return Outcome(False, str(refusal), refusal)
                 self._on_error(event)
             elif isinstance(event, LeaderChanged):
-                reason = f"{self.addr} says the leader changed: epoch={event.epoch} {event.ip}:{event.port}"
+                said = f"epoch={event.epoch} {event.ip}:{event.port}"
+                if not event.proven:
+                    reason = f"{self.addr} sent leader_changed ({said}) without proving itself: ignored"
+                    return Outcome(self.registered, reason, unproven=True)
+                reason = f"{self.addr} says the leader changed: {said}"
                 return Outcome(self.registered, reason, moved=event)  # the follower acts on it
             elif isinstance(event, ProtocolError):
+                if self.conn is not None and self.conn.unproven:
+                    reason = f"{self.addr} did not prove that it knows our key: not a relay we trust"
+                    return Outcome(False, reason, unproven=True)
                 return Outcome(
                     self.registered, f"{self.addr} broke the protocol: {event.code} ({event.message})"
                 )

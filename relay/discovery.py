@@ -19,6 +19,11 @@ wins:
 Each source's `find()` returns a `Leader` or None and never raises: an
 unreachable source is "no answer", and the reason is kept in `last` for logs
 and error messages.
+
+`find(avoid)` skips the addresses in `avoid` (servers that failed to prove
+they know the key: `relay.client_follow`), so that a rogue answer cannot
+keep a client away from the next candidate, except in the lease: a valid
+signed lease is the pool's own word and always wins.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ import threading
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -42,6 +47,7 @@ from elections.ports.store import FileLeaseStore
 log = logging.getLogger("stkrelay.client")
 
 T = TypeVar("T")
+Address = tuple[str, int]
 
 LEASE_READ_TIMEOUT = 2.0
 HTTP_TIMEOUT = 1.0
@@ -73,7 +79,7 @@ class LeaderSource(Protocol):
     name: str
     last: str  # what the last find() saw, for logs and error messages
 
-    async def find(self) -> Leader | None: ...
+    async def find(self, avoid: Collection[Address] = ()) -> Leader | None: ...
 
 
 async def run_blocking(fn: Callable[[], T], timeout: float, name: str = "relay-client-io") -> T:
@@ -154,8 +160,8 @@ class LeaseFile:
             self.last = f"lease read took over {self.timeout:g} s"
             return None
 
-    async def find(self) -> Leader | None:
-        record = await self.read_record()
+    async def find(self, avoid: Collection[Address] = ()) -> Leader | None:
+        record = await self.read_record()  # never avoided: the signed lease always wins
         if record is None:
             return None
         return Leader(record.ip, record.port, record.epoch, record.node, self.name)
@@ -211,7 +217,7 @@ class AgentApi:
             return "answer is not JSON"
         return parse_leader_answer(doc, self.kmsn, f"agent {base}")
 
-    async def find(self) -> Leader | None:
+    async def find(self, avoid: Collection[Address] = ()) -> Leader | None:
         if not self.urls:
             return None
 
@@ -222,6 +228,12 @@ class AgentApi:
                 return "timed out"
 
         answers = await asyncio.gather(*(ask(base) for base in self.urls))
+        answers = [
+            f"{a.describe()}: skipped, it did not prove itself"
+            if isinstance(a, Leader) and a.address in avoid
+            else a
+            for a in answers
+        ]
         found = [a for a in answers if isinstance(a, Leader)]
         self.last = "; ".join(
             f"{base}: {a.describe() if isinstance(a, Leader) else a}"
@@ -242,13 +254,17 @@ class Fallbacks:
         self.last = "no fallbacks configured" if not self.pairs else "not used yet"
         self._next = 0
 
-    async def find(self) -> Leader | None:
+    async def find(self, avoid: Collection[Address] = ()) -> Leader | None:
         if not self.pairs:
             return None
-        host, port = self.pairs[self._next % len(self.pairs)]
-        self._next += 1
-        self.last = f"fallback {host}:{port}"
-        return Leader(host, port, None, None, self.name)
+        for _ in self.pairs:
+            host, port = self.pairs[self._next % len(self.pairs)]
+            self._next += 1
+            if (host, port) not in avoid:
+                self.last = f"fallback {host}:{port}"
+                return Leader(host, port, None, None, self.name)
+        self.last = "every fallback failed to prove itself lately"
+        return None
 
 
 class Discovery:
@@ -286,9 +302,9 @@ class Discovery:
         """The lease source, which a client also polls for changes of leader."""
         return next((s for s in self.sources if isinstance(s, LeaseFile)), None)
 
-    async def find(self) -> Leader | None:
+    async def find(self, avoid: Collection[Address] = ()) -> Leader | None:
         for source in self.sources:
-            leader = await source.find()
+            leader = await source.find(avoid)
             if leader is not None:
                 return leader
         return None

@@ -1,4 +1,4 @@
-"""Relay wire protocol v1 (DESIGN.md §8) as a sans-I/O core.
+"""Relay wire protocol v1 and 1.1 (DESIGN.md §8) as a sans-I/O core.
 
 No sockets, no asyncio, no clock reads, no Django: bytes in, events out, in
 the manner of python-websockets' ``protocol.py``. A transport feeds what it
@@ -10,8 +10,10 @@ without `Registered`, or when an open connection has been silent for its
 `silence_timeout` (any received bytes count as traffic); the core decides what
 that means (an error frame and a close, or only a close in raw mode).
 
-The byte level (frame codec, `FramedConnection`) lives in `relay.framing`;
-its public names are re-exported here.
+The byte level (frame codec, `FramedConnection`) lives in `relay.framing`,
+the events and constants in `relay.protocol_events`, the client's half of the
+handshake in `relay.protocol_client` and the HMACs in `relay.auth`; their
+public names are re-exported here. This module is the server's half.
 
 Bad input from the peer never raises out of `receive_data()`: it always maps
 to an error code, an error frame and a `ProtocolError` event. Exceptions::
@@ -46,16 +48,29 @@ Decisions worth knowing:
   and friends only close.
 - A ``gate`` callable that raises counts as "not leader" (fail closed).
 - Auth hex is compared case-insensitively and in constant time.
+- Protocol 1.1 (mutual auth): a ``register`` may carry ``cnonce`` (32 hex);
+  the ``registered`` answer then carries ``sauth`` = HMAC(key, cnonce|session|
+  epoch), key being the one the client's ``auth`` was made with. Without
+  ``cnonce`` the answer is byte for byte protocol 1.
+- Keys: the station's credential (HMAC of the pool key, `relay.auth`) is tried
+  first, then the site token; with `station_keys_only` the site token is
+  refused with ``bad_auth`` and a message saying why. `Registered.station_key`
+  says which key it was.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import os
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
 
+from relay.auth import (  # noqa: F401  (re-exported)
+    auth_digest,
+    is_nonce,
+    new_nonce,
+    new_session_id,
+    server_proof,
+    station_credential,
+    verify_auth,
+)
 from relay.framing import (  # noqa: F401  (re-exported: one import site for transports)
     BAD_AUTH,
     BAD_JSON,
@@ -84,89 +99,32 @@ from relay.framing import (  # noqa: F401  (re-exported: one import site for tra
     frame_payload,
     read_header,
 )
+from relay.protocol_client import ClientConnection  # noqa: F401  (re-exported)
+from relay.protocol_events import (  # noqa: F401  (re-exported)
+    JSON_ROLES,
+    KEEPALIVE_INTERVAL,
+    MAGIC,
+    PASSTHROUGH_ROLES,
+    REGISTER_TIMEOUT,
+    SILENCE_TIMEOUT,
+    ErrorReceived,
+    Event,
+    Hello,
+    KeepaliveAck,
+    LeaderChanged,
+    Message,
+    Registered,
+    error_frame,
+    is_int,
+    nonempty_str,
+)
 
-MAGIC = "STKRELAY/1"
-REGISTER_TIMEOUT = 5.0
-KEEPALIVE_INTERVAL = 10.0
-SILENCE_TIMEOUT = 3 * KEEPALIVE_INTERVAL
-JSON_ROLES = frozenset({"agent", "commander"})
-PASSTHROUGH_ROLES = frozenset({"publisher", "viewer"})
-
-
-@dataclass(frozen=True, slots=True)
-class Hello:
-    node: str
-    epoch: int
-    nonce: str
-
-
-@dataclass(frozen=True, slots=True)
-class Registered:
-    role: str
-    kmsn: str
-    station: str
-    epoch: int  # the server's epoch, which fences the session
-    session: str
-
-
-@dataclass(frozen=True, slots=True)
-class Message:
-    obj: dict
-
-
-@dataclass(frozen=True, slots=True)
-class ErrorReceived:
-    code: str
-    message: str
-    id: object = None
-
-
-@dataclass(frozen=True, slots=True)
-class LeaderChanged:
-    epoch: int | None
-    ip: str | None
-    port: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class KeepaliveAck:
-    """The server answered a keepalive (client side, with ``keepalive_acks=True``).
-
-    The server frames the answer while parsing the keepalive, so every frame the
-    client wrote before that keepalive has been read by then.
-    """
-
-
-Event = Hello | Registered | Message | RawData | ProtocolError | ErrorReceived | LeaderChanged | KeepaliveAck
-
-
-def new_nonce(randbytes: Callable[[int], bytes] = os.urandom) -> str:
-    """32 lowercase hex characters from 16 bytes of `randbytes`."""
-    return randbytes(16).hex()
-
-
-def new_session_id(randbytes: Callable[[int], bytes] = os.urandom) -> str:
-    return randbytes(8).hex()
-
-
-def auth_digest(token: str, nonce: str, role: str, kmsn: str, station: str) -> str:
-    """Hex HMAC-SHA256 keyed with `token` over ``nonce|role|kmsn|station`` (UTF-8)."""
-    message = f"{nonce}|{role}|{kmsn}|{station}".encode()
-    return hmac.new(token.encode(), message, hashlib.sha256).hexdigest()
-
-
-def verify_auth(token: str, nonce: str, role: str, kmsn: str, station: str, auth: str) -> bool:
-    """Constant-time check of `auth` (hex, either case) against `auth_digest`."""
-    expected = auth_digest(token, nonce, role, kmsn, station).encode()
-    return hmac.compare_digest(expected, auth.encode("utf-8", "surrogatepass").lower())
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _nonempty_str(value: object) -> bool:
-    return isinstance(value, str) and value != ""
+# Asked before a registration takes effect: None to admit it, else why not (``bad_auth``).
+Admit = Callable[[Registered], "str | None"]
+STATION_KEYS_ONLY = (
+    "this relay accepts station credentials only (RELAY_STATION_KEYS_ONLY=1), not the site token: "
+    "authenticate with the credential of station {station} (relayctl credential {station})"
+)
 
 
 class ServerConnection(FramedConnection):
@@ -178,6 +136,13 @@ class ServerConnection(FramedConnection):
     port and `PASSTHROUGH_ROLES` on the passthrough port. `register_timeout`
     and `silence_timeout` are the transport's deadlines, named in the error
     that `timeout()` sends; the core never reads a clock.
+
+    Keys: ``auth`` may be made with the station's credential (derived from
+    `pool_key`, which defaults to `token` like ``POOL_KEY`` does) or with the
+    site `token`, unless `station_keys_only`. `admit`, asked once the rest of
+    the registration checked out, may still refuse it (``bad_auth``): the relay
+    uses it to keep a station held by its credential from being replaced with
+    the site token.
     """
 
     def __init__(
@@ -195,6 +160,9 @@ class ServerConnection(FramedConnection):
         raw_mode: bool = False,
         register_timeout: float = REGISTER_TIMEOUT,
         silence_timeout: float = SILENCE_TIMEOUT,
+        pool_key: str | None = None,
+        station_keys_only: bool = False,
+        admit: Admit | None = None,
     ) -> None:
         if not token:
             raise ValueError("token must not be empty")
@@ -209,6 +177,8 @@ class ServerConnection(FramedConnection):
         self.registration: Registered | None = None
         self.register_timeout, self.silence_timeout = register_timeout, silence_timeout
         self._token, self._gate = token, gate
+        self._pool_key = pool_key or token
+        self.station_keys_only, self._admit = station_keys_only, admit
         hello = {"type": "hello", "magic": MAGIC, "epoch": epoch, "node": node, "nonce": nonce}
         self._frame(hello)
 
@@ -217,12 +187,12 @@ class ServerConnection(FramedConnection):
         if self.state is State.CLOSED:
             return
         if self._can_frame():
-            self._frame(_error(code, message, id))
+            self._frame(error_frame(code, message, id))
         self.state = State.CLOSED
 
     def send_error(self, code: str, message: str, *, id: object = None) -> None:
         """Send a non-fatal error frame; the connection stays open."""
-        self.send(_error(code, message, id))
+        self.send(error_frame(code, message, id))
 
     def no_route(self, id: object = None) -> None:
         """Tell a registered sender that its ``send`` found no recipient."""
@@ -251,7 +221,7 @@ class ServerConnection(FramedConnection):
         if exc.fatal:
             self.fail(exc.code, exc.message, id=id)
         else:
-            self._frame(_error(exc.code, exc.message, id))
+            self._frame(error_frame(exc.code, exc.message, id))
 
     def _handle(self, obj: dict) -> None:
         if self.state is State.AWAIT_REGISTER:
@@ -272,9 +242,9 @@ class ServerConnection(FramedConnection):
         if "data" not in obj:
             raise Reject(BAD_REQUEST, "send lacks 'data'")
         to = obj.get("to")
-        if self.registration and self.registration.role == "commander" and not _nonempty_str(to):
+        if self.registration and self.registration.role == "commander" and not nonempty_str(to):
             raise Reject(BAD_REQUEST, "a commander's send needs 'to' (a station or '*')")
-        if to is not None and not _nonempty_str(to):
+        if to is not None and not nonempty_str(to):
             raise Reject(BAD_REQUEST, "'to' must be a non-empty string")
 
     def _register(self, obj: dict) -> None:
@@ -285,25 +255,52 @@ class ServerConnection(FramedConnection):
         role, kmsn, station = obj.get("role"), obj.get("kmsn"), obj.get("station")
         if not isinstance(role, str) or role not in self.roles:
             raise Reject(BAD_REQUEST, f"role must be one of {', '.join(sorted(self.roles))}")
-        if not (_nonempty_str(kmsn) and _nonempty_str(station)):
+        if not (nonempty_str(kmsn) and nonempty_str(station)):
             raise Reject(BAD_REQUEST, "kmsn and station must be non-empty strings")
-        auth, claimed = obj.get("auth"), obj.get("epoch")
+        auth, claimed, cnonce = obj.get("auth"), obj.get("epoch"), obj.get("cnonce")
         if not isinstance(auth, str):
             raise Reject(BAD_REQUEST, "auth must be a hex string")
-        if claimed is not None and not _is_int(claimed):
+        if claimed is not None and not is_int(claimed):
             raise Reject(BAD_REQUEST, "epoch must be an integer")
+        if cnonce is not None and not is_nonce(cnonce):
+            raise Reject(BAD_REQUEST, "cnonce must be 32 hex characters")
         if kmsn != self.kmsn:
             raise Reject(WRONG_KMSN, f"this relay serves KMSN {self.kmsn}")
-        if not verify_auth(self._token, self.nonce, role, kmsn, station, auth):
-            raise Reject(BAD_AUTH, "authentication failed")
+        key, station_key = self._authenticate(role, kmsn, station, auth)
         if claimed is not None and claimed > self.epoch:
             raise Reject(STALE_EPOCH, f"server epoch {self.epoch} < client epoch {claimed}")
         if not self._gate_open():
             raise Reject(NOT_LEADER, f"{self.node} is not the leader")
-        self._frame({"type": "registered", "epoch": self.epoch, "session": self.session})
+        registration = Registered(role, kmsn, station, self.epoch, self.session, station_key)
+        refusal = self._admitted(registration)
+        if refusal is not None:
+            raise Reject(BAD_AUTH, refusal)
+        registered = {"type": "registered", "epoch": self.epoch, "session": self.session}
+        if cnonce is not None:  # protocol 1.1: prove that we know the key the client used
+            registered["sauth"] = server_proof(key, cnonce, self.session, self.epoch)
+        self._frame(registered)
         self.state = State.OPEN
-        self.registration = Registered(role, kmsn, station, self.epoch, self.session)
+        self.registration = registration
         self._events.append(self.registration)
+
+    def _authenticate(self, role: str, kmsn: str, station: str, auth: str) -> tuple[str, bool]:
+        """The key `auth` was made with, and whether it is the station's credential."""
+        credential = station_credential(self._pool_key, kmsn, station)
+        if verify_auth(credential, self.nonce, role, kmsn, station, auth):
+            return credential, True
+        if not verify_auth(self._token, self.nonce, role, kmsn, station, auth):
+            raise Reject(BAD_AUTH, "authentication failed")
+        if self.station_keys_only:
+            raise Reject(BAD_AUTH, STATION_KEYS_ONLY.format(station=station[:64]))
+        return self._token, False
+
+    def _admitted(self, registration: Registered) -> str | None:
+        if self._admit is None:
+            return None
+        try:
+            return self._admit(registration)
+        except Exception:  # fail closed, like the gate
+            return "the relay could not check this registration"
 
     def _gate_open(self) -> bool:
         if not callable(self._gate):
@@ -312,111 +309,3 @@ class ServerConnection(FramedConnection):
             return bool(self._gate())
         except Exception:  # fail closed: no proof of leadership, no session
             return False
-
-
-class ClientConnection(FramedConnection):
-    """Client side: answers hello with register, then exchanges messages.
-
-    Errors detected in the server's frames yield a `ProtocolError` event and
-    close the connection; nothing is sent back. An ``error`` frame closes it
-    before registration; after, it stays open (a fatal one is followed by the
-    server's close: the transport reports it with `receive_eof()`).
-    With `keepalive_acks`, each ``keepalive_ack`` of an open connection is a
-    `KeepaliveAck` event; without, it is absorbed silently.
-    """
-
-    def __init__(
-        self,
-        *,
-        role: str,
-        kmsn: str,
-        station: str,
-        token: str,
-        epoch: int | None = None,
-        max_frame: int = DEFAULT_MAX_FRAME,
-        raw_mode: bool = False,
-        keepalive_acks: bool = False,
-    ) -> None:
-        super().__init__(max_frame=max_frame, raw_mode=raw_mode, state=State.AWAIT_HELLO)
-        self.role, self.kmsn, self.station = role, kmsn, station
-        self.epoch = epoch
-        self.keepalive_acks = keepalive_acks
-        self._token = token
-
-    def keepalive(self) -> None:
-        self.send({"type": "keepalive"})
-
-    def send_message(self, data: object, *, to: str | None = None, id: object = None) -> None:
-        obj: dict = {"type": "send"}
-        if to is not None:
-            obj["to"] = to
-        obj["data"] = data
-        if id is not None:
-            obj["id"] = id
-        self.send(obj)
-
-    def _reject(self, exc: Reject, id: object = None) -> None:
-        super()._reject(exc)
-        self.state = State.CLOSED
-
-    def _handle(self, obj: dict) -> None:
-        kind = obj.get("type")
-        if kind == "error":
-            code, message = obj.get("code"), obj.get("message")
-            self._events.append(ErrorReceived(str(code), str(message or ""), obj.get("id")))
-            if self.state is not State.OPEN:
-                self.state = State.CLOSED
-        elif kind == "leader_changed":
-            epoch, ip, port = obj.get("epoch"), obj.get("ip"), obj.get("port")
-            self._events.append(
-                LeaderChanged(
-                    epoch if _is_int(epoch) else None,
-                    ip if isinstance(ip, str) else None,
-                    port if _is_int(port) else None,
-                )
-            )
-            self.state = State.CLOSED
-        elif self.state is State.AWAIT_HELLO:
-            self._hello(obj)
-        elif self.state is State.AWAIT_REGISTER:
-            epoch, session = obj.get("epoch"), obj.get("session")
-            if kind != "registered" or not _is_int(epoch) or not isinstance(session, str):
-                raise Reject(BAD_REQUEST, "expected a registered frame")
-            self.state = State.OPEN
-            self._events.append(Registered(self.role, self.kmsn, self.station, epoch, session))
-        elif kind == "keepalive_ack":
-            if self.keepalive_acks:
-                self._events.append(KeepaliveAck())
-        else:
-            self._events.append(Message(obj))
-
-    def _hello(self, obj: dict) -> None:
-        epoch, node, nonce = obj.get("epoch"), obj.get("node"), obj.get("nonce")
-        if obj.get("type") != "hello":
-            raise Reject(BAD_REQUEST, "expected a hello frame")
-        if obj.get("magic") != MAGIC:
-            raise Reject(BAD_MAGIC, f"server does not speak {MAGIC}")
-        if not (_is_int(epoch) and isinstance(node, str) and _nonempty_str(nonce)):
-            raise Reject(BAD_REQUEST, "hello lacks epoch, node or nonce")
-        auth = auth_digest(self._token, nonce, self.role, self.kmsn, self.station)
-        register = {
-            "type": "register",
-            "magic": MAGIC,
-            "role": self.role,
-            "kmsn": self.kmsn,
-            "station": self.station,
-            "epoch": self.epoch,
-            "auth": auth,
-        }
-        if self.epoch is None:
-            del register["epoch"]
-        self._frame(register)
-        self.state = State.AWAIT_REGISTER
-        self._events.append(Hello(node, epoch, nonce))
-
-
-def _error(code: str, message: str, id: object = None) -> dict:
-    obj = {"type": "error", "code": code, "message": message}
-    if id is not None:
-        obj["id"] = id
-    return obj

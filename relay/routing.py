@@ -30,6 +30,13 @@ Rules:
   in raw mode, is just closed). Rationale: a client that reconnects after a
   network blip must win over its own half-open ghost at once, not wait for the
   ghost's silence timeout. Viewers are not unique: any number may watch.
+- Who may replace whom (`refusal`, asked before the newcomer is told
+  ``registered``): a session that authenticated with its station's
+  credential (``station_key`` true) may replace any holder; one that used the
+  site token may replace only another site-token holder. So a client that
+  knows the site token cannot take a station, and its messages, from the
+  credential holder; a credential holder still wins over its own ghost.
+  (A session without a ``station_key`` attribute counts as a site-token one.)
 - Passthrough: bytes from the current publisher of ``(kmsn, station)`` go to
   all viewers of that pair, in order. Viewers may register before the
   publisher and outlive it (a new publisher feeds them again); bytes with no
@@ -50,6 +57,7 @@ PUBLISHER = "publisher"
 VIEWER = "viewer"
 WILDCARD = "*"
 REPLACED = "replaced by a newer connection"
+HELD = "{station} is held by a client with its station credential; the site token cannot replace it"
 
 
 _JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
@@ -122,6 +130,21 @@ class Router:
         self._prefix: dict[Session, str] = {}  # the head of its message frames, per sender
 
     # -- membership ------------------------------------------------------------
+    def refusal(self, role: str, kmsn: str, station: str, station_key: bool) -> str | None:
+        """Why a registration of (`role`, `kmsn`, `station`) may not replace the
+        current holder (see the rules above), or None."""
+        if station_key:
+            return None
+        if role in (AGENT, COMMANDER):
+            old = self._json.get((kmsn, role), {}).get(station)
+        elif role == PUBLISHER:
+            old = self._publishers.get((kmsn, station))
+        else:
+            return None  # viewers replace nobody
+        if old is None or not getattr(old, "station_key", False):
+            return None
+        return HELD.format(station=station)
+
     def register(self, session: Session) -> Session | None:
         """Add `session`; return the older duplicate it replaced (already closed), if any."""
         role, kmsn, station = session.role, session.kmsn, session.station

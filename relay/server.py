@@ -32,6 +32,15 @@ Decisions worth knowing:
   TCP keepalive is on for every socket.
 - A viewer's bytes after registration are read and discarded.
 - An exception in a peer's callback is logged and closes that peer only.
+- Keys (protocol 1.1, DESIGN §8): a client authenticates with the site
+  `token` or its station's credential (derived from `pool_key`, default
+  `token`); `station_keys_only` refuses the site token. A station held by
+  its credential cannot be taken over with the site token (`relay.routing`).
+- Connection caps (`relay.limits`): total, unregistered and per-address,
+  sized from the soft ``RLIMIT_NOFILE`` at every accept unless `caps` is
+  given; refusals close without a frame, evictions of the oldest
+  unregistered connection send ``timeout``; all are counted in
+  ``snapshot()["admission"]``.
 """
 
 from __future__ import annotations
@@ -42,15 +51,36 @@ import logging
 from collections.abc import Callable, Collection
 from typing import Any
 
-from relay.protocol import DEFAULT_MAX_FRAME, KEEPALIVE_INTERVAL, REGISTER_TIMEOUT, ServerConnection
+from relay.limits import Admission, Caps, backlog
+from relay.protocol import (
+    DEFAULT_MAX_FRAME,
+    KEEPALIVE_INTERVAL,
+    REGISTER_TIMEOUT,
+    Registered,
+    ServerConnection,
+)
 from relay.routing import Router
 from relay.sessions import Batch, JsonPeer, PassthroughPeer, Successor
+
+try:
+    import resource
+except ImportError:  # Windows: no RLIMIT_NOFILE; the Proactor has no select() limit either
+    resource = None  # type: ignore[assignment]
 
 log = logging.getLogger("stkrelay.relay")
 
 BUFFER_LIMIT = 4 << 20
 HANDSHAKE_LIMIT = 64 << 10
 BACKLOG = 1024
+NOFILE_FALLBACK = 8192  # where the file limit cannot be read, or is unlimited
+
+
+def file_limit() -> int:
+    """The soft ``RLIMIT_NOFILE`` of this process (`NOFILE_FALLBACK` where unknown)."""
+    if resource is None:
+        return NOFILE_FALLBACK
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return NOFILE_FALLBACK if soft == resource.RLIM_INFINITY or soft <= 0 else soft
 
 
 class RelayServer:
@@ -76,12 +106,20 @@ class RelayServer:
         register_timeout: float = REGISTER_TIMEOUT,
         buffer_limit: int = BUFFER_LIMIT,
         handshake_limit: int = HANDSHAKE_LIMIT,
+        pool_key: str | None = None,
+        station_keys_only: bool = False,
+        caps: Caps | None = None,
+        max_per_address: int | None = None,
     ) -> None:
         if not token:
             raise ValueError("token must not be empty")
         if keepalive <= 0 or register_timeout <= 0 or buffer_limit <= 0:
             raise ValueError("keepalive, register_timeout and buffer_limit must be positive")
         self.node, self.kmsn, self.token = node, kmsn, token
+        self.pool_key, self.station_keys_only = pool_key or token, station_keys_only
+        self.admission = Admission(
+            (lambda: caps) if caps else lambda: Caps.sized(file_limit(), max_per_address)
+        )
         self.gate = gate
         self.epoch = epoch
         self.max_frame = max_frame
@@ -116,7 +154,7 @@ class RelayServer:
         try:
             for name, kind, number in (("json", JsonPeer, port), ("passthrough", PassthroughPeer, second)):
                 listener = await self._loop.create_server(
-                    functools.partial(kind, self), host, number, backlog=BACKLOG, reuse_address=True
+                    functools.partial(kind, self), host, number, backlog=self.backlog, reuse_address=True
                 )
                 self._listeners.append(listener)
                 self.addresses[name] = listener.sockets[0].getsockname()[:2]
@@ -125,6 +163,10 @@ class RelayServer:
                 listener.close()
             self._listeners.clear()
             raise
+
+    @property
+    def backlog(self) -> int:
+        return min(BACKLOG, backlog(file_limit()))
 
     @property
     def listening(self) -> bool:
@@ -149,12 +191,36 @@ class RelayServer:
             raw_mode=raw_mode,
             register_timeout=self.register_timeout,
             silence_timeout=self.silence,
+            pool_key=self.pool_key,
+            station_keys_only=self.station_keys_only,
+            admit=self.may_register,
         )
+
+    def may_register(self, registration: Registered) -> str | None:
+        """Asked by the core before ``registered``: may it take its place? (`relay.routing`)"""
+        r = registration
+        return self.router.refusal(r.role, r.kmsn, r.station, r.station_key)
+
+    def admit(self, peer: JsonPeer, address: str) -> bool:
+        accepted, evicted = self.admission.admit(peer, address)
+        if not accepted:
+            refused = sum(self.admission.refused.values())
+            if refused == 1 or refused % 1000 == 0:  # an attacker must not flood the log too
+                log.warning("refused %d connections so far (now from %s): caps %s", refused, address,
+                            self.admission.last)  # fmt: skip
+        if isinstance(evicted, JsonPeer):
+            waiting = len(self.admission.waiting) + 1
+            evicted.evict(f"{waiting} connections are waiting to register; this one waited longest")
+        return accepted
+
+    def joined(self, peer: JsonPeer) -> None:
+        self.admission.registered(peer)
 
     def attach(self, peer: JsonPeer) -> None:
         self.peers.add(peer)
 
     def detach(self, peer: JsonPeer) -> None:
+        self.admission.release(peer)
         self.peers.discard(peer)
         if not self.peers and self.all_closed is not None:
             self.all_closed.set()
@@ -222,4 +288,5 @@ class RelayServer:
             "relayed": self.router.counters.as_dict(),
             "drops": dict(sorted(self.drops.items())),
             "rejected_frames": self.rejected,
+            "admission": self.admission.snapshot(),
         }

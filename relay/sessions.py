@@ -6,11 +6,12 @@ what it has to send, and own the clock: when a deadline passes (handshake,
 silence) they call the core's `timeout()`, which decides what to send. Once
 registered, a peer is a `relay.routing.Session` of its host's `Router`.
 
-Interface: a peer is built with a `Host`, the few things it needs from the
-server that accepted it (`relay.server.RelayServer` is one); it never sees the
-server itself. `Batch` collects the frames routed while one chunk is handled.
-The policies (buffer caps, batching, silence, crashes) are described in
-`relay.server`.
+Interface: a peer is built with a `relay.host.Host`, the few things it needs
+from the server that accepted it (`relay.server.RelayServer` is one); it never
+sees the server itself. `relay.host.Batch` collects the frames routed while one
+chunk is handled. The policies (buffer caps, batching, silence, crashes) are
+described in `relay.server`; the connection caps in `relay.limits`: a peer
+asks `Host.admit()` first thing, and is closed without a word if refused.
 """
 
 from __future__ import annotations
@@ -19,13 +20,15 @@ import asyncio
 import functools
 import logging
 import socket
-from collections.abc import Callable, Collection
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any
 
+from relay.host import Batch, Host, Successor  # noqa: F401  (Batch, Successor: re-exported)
 from relay.protocol import (
     FRAME_TOO_LARGE,
     JSON_ROLES,
     PASSTHROUGH_ROLES,
+    TIMEOUT,
     Message,
     PayloadError,
     ProtocolError,
@@ -33,74 +36,9 @@ from relay.protocol import (
     Registered,
     ServerConnection,
 )
-from relay.routing import PUBLISHER, Router
+from relay.routing import PUBLISHER
 
 log = logging.getLogger("stkrelay.relay")
-
-Successor = tuple[int | None, str | None, int | None]  # (epoch, ip, port) of ``leader_changed``
-
-
-class Batch:
-    """The frames routed while one chunk from a sender is handled, one write per recipient.
-
-    While `active`, `hold()` keeps a recipient's frames; `flush()` writes each
-    recipient's frames joined, skipping peers that died meanwhile.
-    """
-
-    def __init__(self) -> None:
-        self.active = False
-        self.dirty: list[JsonPeer] = []
-
-    def hold(self, peer: JsonPeer, frame: bytes) -> bool:
-        """Keep `frame` for `peer` until `flush()`; False when no batch is open."""
-        if not self.active:
-            return False
-        if not peer.pending:
-            self.dirty.append(peer)
-        peer.pending.append(frame)
-        return True
-
-    def flush(self) -> None:
-        self.active = False
-        dirty, self.dirty = self.dirty, []
-        for peer in dirty:
-            pending, peer.pending = peer.pending, []
-            if not peer.dead and pending and peer.transport is not None:
-                peer.transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
-
-
-class Host(Protocol):
-    """What a peer needs from the server that accepted it, and nothing more."""
-
-    @property
-    def loop(self) -> asyncio.AbstractEventLoop: ...
-
-    @property
-    def router(self) -> Router: ...
-
-    @property
-    def batch(self) -> Batch: ...
-
-    @property
-    def buffer_limit(self) -> int: ...  # write-buffer high-water mark: over it, the peer is dropped
-
-    @property
-    def handshake_limit(self) -> int: ...  # bytes a peer may send before registering
-
-    @property
-    def successor(self) -> Successor | None: ...  # set once leadership is lost
-
-    def new_connection(self, *, roles: Collection[str], raw_mode: bool) -> ServerConnection:
-        """The sans-I/O core for one new connection (it queues ``hello``)."""
-        ...
-
-    def attach(self, peer: JsonPeer) -> None: ...  # a connection was accepted
-
-    def detach(self, peer: JsonPeer) -> None: ...  # it is gone
-
-    def count(self, what: str) -> None: ...  # a connection closed by the server, by cause
-
-    def rejected_frame(self) -> None: ...  # a non-fatal bad frame
 
 
 def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -132,6 +70,7 @@ class JsonPeer(asyncio.Protocol):
         self.kmsn = self.station = self.role = self.session = ""
         self.peer = "?"
         self.registered = False
+        self.station_key = False  # registered with its station's credential (see relay.routing)
         self.dead = False  # closing or closed: nothing more is written
         self.since = self.last_rx = self.loop.time()
         self.rx = 0
@@ -144,9 +83,13 @@ class JsonPeer(asyncio.Protocol):
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
         host = self.host
-        host.attach(self)
         name = transport.get_extra_info("peername")
         self.peer = f"{name[0]}:{name[1]}" if isinstance(name, tuple) else str(name)
+        if not host.admit(self, name[0] if isinstance(name, tuple) else str(name)):
+            self.dead = True  # over a connection cap (relay.limits): no frame, no hello
+            transport.abort()
+            return
+        host.attach(self)
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
@@ -243,7 +186,8 @@ class JsonPeer(asyncio.Protocol):
             event.role,
             event.session,
         )
-        self.registered = True
+        self.registered, self.station_key = True, event.station_key
+        self.host.joined(self)
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
@@ -307,6 +251,12 @@ class JsonPeer(asyncio.Protocol):
             log.info("%s: %s", self.who, message)
             self.host.count("replaced")
             self._fail(code, message)
+
+    def evict(self, message: str) -> None:
+        """Close an unregistered connection to make room (relay.limits): ``timeout``."""
+        if not self.dead and self.conn is not None:
+            log.info("%s: %s", self.who, message)
+            self._fail(TIMEOUT, message)
 
     def leader_changed(self, epoch: int | None, ip: str | None, port: int | None) -> None:
         if not self.dead and self.conn is not None:

@@ -36,7 +36,9 @@ from relay.protocol import (
     Registered,
     encode_payload,
     frame_payload,
+    new_nonce,
     read_header,
+    station_credential,
 )
 
 log = logging.getLogger("stkrelay.ws")
@@ -135,8 +137,10 @@ class StreamBridge(_Bridge):
             return
         stk = settings.STK
         station = self.scope["url_route"]["kwargs"]["station"]
-        self.conn = ClientConnection(role="viewer", kmsn=stk.kmsn, station=station, token=stk.relay_token,
-                                     raw_mode=True)  # fmt: skip
+        # The station's credential, not the site token: it works with RELAY_STATION_KEYS_ONLY too.
+        key = station_credential(stk.pool_key, stk.kmsn, station)
+        self.conn = ClientConnection(role="viewer", kmsn=stk.kmsn, station=station, token=key,
+                                     raw_mode=True, cnonce=new_nonce())  # fmt: skip
         await self.accept()
         self.pump = asyncio.create_task(self._from_relay())
 

@@ -54,6 +54,9 @@ DEFAULTS: dict[str, str] = {
     "WEB_LOGIN_ADDRESS_FAILURES": "20",
     "WEB_LOGIN_FAILURES_PER_S": "0.5",
     "WEB_LOGIN_BURST": "5",
+    "POOL_KEY": "",  # default: RELAY_TOKEN
+    "RELAY_STATION_KEYS_ONLY": "0",
+    "RELAY_MAX_PER_ADDRESS": "0",  # 0: sized from the file limit (relay.limits)
 }
 
 
@@ -106,6 +109,9 @@ class Config:
     web_login_address_failures: int = 20  # failed logins per client address per STK_LOGIN_WINDOW_S
     web_login_failures_per_s: float = 0.5  # failed logins per second, all addresses together
     web_login_burst: int = 5  # ...with this many at once
+    pool_key: str = ""
+    relay_station_keys_only: bool = False
+    relay_max_per_address: int = 0
     source: str = "(defaults)"
     problems: list[Problem] = field(default_factory=list)
     values: dict[str, str] = field(default_factory=dict)  # every [stk] key as given, overrides applied
@@ -194,6 +200,10 @@ def load(ini_path: str | None = None, env: dict[str, str] | None = None, check_d
             "is missing",
             "set the site's shared secret (the same on every agent of the KMSN)",
         )
+    cfg.pool_key = values["POOL_KEY"] or cfg.relay_token
+    cfg.relay_station_keys_only = _flag(values["RELAY_STATION_KEYS_ONLY"], False)
+    per_address = number("RELAY_MAX_PER_ADDRESS", int, 0, 1 << 20)
+    cfg.relay_max_per_address = per_address if per_address is not None else 0
     try:
         cfg.node_ip = str(ipaddress.ip_address(values["NODE_IP"]))
     except ValueError:
@@ -259,7 +269,7 @@ def load(ini_path: str | None = None, env: dict[str, str] | None = None, check_d
     cfg.priority = prio if prio is not None else cfg.priority
     cfg.health_cmd = values["HEALTH_CMD"]
     cfg.health_url = values["HEALTH_URL"]
-    cfg.relay_attests = values["RELAY_ATTESTS"].lower() not in ("0", "no", "false", "off")
+    cfg.relay_attests = _flag(values["RELAY_ATTESTS"], True)
     cfg.redis_url = values["REDIS_URL"]
     if not cfg.redis_url.startswith(("redis://", "rediss://", "unix://")):
         bad(
@@ -303,6 +313,11 @@ def _web(cfg: Config, values: dict[str, str], bad, number) -> None:  # type: ign
     cfg.web_login_failures_per_s = rate or cfg.web_login_failures_per_s
     burst = number("WEB_LOGIN_BURST", int, 1, 10000)
     cfg.web_login_burst = burst or cfg.web_login_burst
+
+
+def _flag(text: str, default: bool) -> bool:
+    """An ini boolean: 0/no/false/off are false, any other text true, empty the default."""
+    return default if not text else text.lower() not in ("0", "no", "false", "off")
 
 
 def _check_dir(path: str, key: str, pid: str, bad, hint: str) -> None:  # type: ignore[no-untyped-def]

@@ -6,6 +6,7 @@
     relayctl promote NODE            relayctl pause | resume
     relayctl plan [NODE]             the dry-run ActionPlan for NODE taking the next epoch
     relayctl doctor                  checks of the share, signatures, clocks, relays
+    relayctl credential STATION      the station's relay credential (DESIGN.md §8), from POOL_KEY
 
 `--json` prints one JSON document for scripts. Exit codes: 0 ok; 1 a command
 refused or a doctor check failed; 2 usage or configuration; 3 the pool is not
@@ -37,7 +38,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):  # type: ignore[no-untyped-def]
         parser.add_argument("action", choices=["list", "history", "drain", "undrain", "promote", "pause",
-                                               "resume", "plan", "doctor"])  # fmt: skip
+                                               "resume", "plan", "doctor", "credential"])  # fmt: skip
         parser.add_argument("node", nargs="?")
         parser.add_argument("--force", action="store_true", help="drain even the last eligible member")
         parser.add_argument("--reason", default="", help="why (kept in the audit trail)")
@@ -57,6 +58,8 @@ class Command(BaseCommand):
         action = o["action"]
         if action in ("drain", "undrain", "promote") and not o["node"]:
             raise CommandError(f"{action} needs a NODE")
+        if action == "credential" and not o["node"]:
+            raise CommandError("credential needs a STATION")
         code = getattr(self, f"do_{action}", self.do_command)(o)
         raise SystemExit(code)
 
@@ -103,6 +106,17 @@ class Command(BaseCommand):
             self.stderr.write(f"relayctl: {problem}")
         plan = plan_for(epoch, node, config)
         self.emit(plan.to_dict(), plan.render())
+        return 0
+
+    def do_credential(self, o: dict[str, Any]) -> int:
+        """The key a relay client of STATION authenticates with instead of RELAY_TOKEN."""
+        from django.conf import settings
+
+        from relay.auth import station_credential
+
+        stk, station = settings.STK, o["node"]
+        credential = station_credential(stk.pool_key, stk.kmsn, station)
+        self.emit({"kmsn": stk.kmsn, "station": station, "credential": credential}, credential)
         return 0
 
     # -- steering ----------------------------------------------------------------

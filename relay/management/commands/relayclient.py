@@ -10,6 +10,14 @@ in ``--lease-dir`` (default: settings LEASE_DIR), else ``--agent URL``
 (repeatable). ``--kmsn`` and ``--token`` default to the agent's settings
 (KMSN, RELAY_TOKEN). Needs no Redis and no database.
 
+Secrets: the site token from ``--token-file PATH`` (else ``--token``, else
+settings); a station's credential (``relayctl credential STATION``, DESIGN §8)
+from ``--credential-file PATH`` or ``$STK_RELAY_CREDENTIAL``: with one, the
+client authenticates as that station with it (the token, if any, still
+verifies the lease). A secret on the command line is visible in ``ps`` and
+shell history: ``--token`` says so on stderr when stderr is a terminal (or
+with ``-v 2``).
+
 Results go to stdout (``--json``: one JSON object per line); status and errors
 go to stderr, one line each (``--json``: JSON objects). Exit status:
 
@@ -65,6 +73,20 @@ def parse_fallback(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def _secret(path: str | None, flag: str) -> str:
+    """The secret in file `path` (stripped), "" without a path; `Stop` if unreadable or empty."""
+    if not path:
+        return ""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            secret = fh.read(4096).strip()
+    except OSError as exc:
+        raise Stop(EXIT_USAGE, f"relayclient: cannot read {flag} {path}: {exc.strerror or exc}") from None
+    if not secret:
+        raise Stop(EXIT_USAGE, f"relayclient: {flag} {path} is empty")
+    return secret
+
+
 def positive(text: str) -> float:
     try:
         value = float(text)
@@ -79,7 +101,15 @@ def _common(parser: argparse.ArgumentParser, *, role_required: bool) -> None:
     parser.add_argument("--role", choices=("agent", "commander"), required=role_required)
     parser.add_argument("--station", help="the station to register as")
     parser.add_argument("--kmsn", help="the site's KMSN (default: settings KMSN)")
-    parser.add_argument("--token", help="the site's relay token (default: settings RELAY_TOKEN)")
+    parser.add_argument(
+        "--token", help="the site's relay token (default: settings RELAY_TOKEN); prefer --token-file"
+    )
+    parser.add_argument("--token-file", metavar="PATH", help="read the site's relay token from PATH")
+    parser.add_argument(
+        "--credential-file",
+        metavar="PATH",
+        help="read this station's relay credential from PATH (default $STK_RELAY_CREDENTIAL)",
+    )
     parser.add_argument("--lease-dir", help="the pool's lease dir (default: settings LEASE_DIR; '' for none)")
     parser.add_argument(
         "--agent", action="append", default=[], metavar="URL", help="an agent's web URL (repeatable)"
@@ -155,14 +185,29 @@ class Command(BaseCommand):
         stk = settings.STK
         action = options["action"]
         kmsn = options["kmsn"] or stk.kmsn
-        token = options["token"] or stk.relay_token
+        if options["token"] and (self.stderr.isatty() or self.verbose):
+            self._status(
+                {"warning": "secret on the command line"},
+                "relayclient: warning: --token puts the secret in ps and shell history; "
+                "use --token-file or STK_RELAY_TOKEN",
+            )
+        token = _secret(options["token_file"], "--token-file") or options["token"] or stk.relay_token
+        credential = (
+            _secret(options["credential_file"], "--credential-file")
+            or os.environ.get("STK_RELAY_CREDENTIAL", "").strip()
+        )
         lease_dir = stk.lease_dir if options["lease_dir"] is None else options["lease_dir"]
+        if not token:
+            lease_dir = ""  # its signature cannot be checked with a station credential
         role = options["role"] or "commander"
         station = options["station"] or (f"ping-{os.getpid()}" if action == "ping" else "")
         if not kmsn:
             raise Stop(EXIT_USAGE, "relayclient: no KMSN: pass --kmsn or set KMSN (STK_KMSN)")
-        if not token:
-            raise Stop(EXIT_USAGE, "relayclient: no relay token: pass --token or set RELAY_TOKEN")
+        if not (token or credential):
+            raise Stop(
+                EXIT_USAGE,
+                "relayclient: no relay token: pass --token-file, --credential-file or set RELAY_TOKEN",
+            )
         if not station:
             raise Stop(EXIT_USAGE, f"relayclient {action}: --station is required")
         if action == "send" and role == "commander" and not options.get("to"):
@@ -189,6 +234,7 @@ class Command(BaseCommand):
             kmsn=kmsn,
             station=station,
             token=token,
+            credential=credential,
             discovery=discovery,
             keepalive=options["keepalive"],
             connect_timeout=min(options["connect_timeout"], 5.0),

@@ -171,6 +171,9 @@ class RelayRunner:
             epoch=epoch,
             max_frame=stk.relay_max_frame,
             keepalive=stk.relay_keepalive,
+            pool_key=stk.pool_key,
+            station_keys_only=stk.relay_station_keys_only,
+            max_per_address=stk.relay_max_per_address or None,
         )
 
     async def run(self) -> int:
