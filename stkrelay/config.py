@@ -46,6 +46,8 @@ DEFAULTS: dict[str, str] = {
     "HEALTH_CMD": "",
     "HEALTH_URL": "",
     "RELAY_ATTESTS": "1",
+    "POOL_KEY": "",  # default: RELAY_TOKEN
+    "SHARE_TIMEOUT": "2",
 }
 
 
@@ -76,6 +78,8 @@ class Config:
     node_ip: str = "127.0.0.1"
     relay_port: int = 9530
     relay_token: str = ""
+    pool_key: str = ""  # signs every pool record (lease, lock, members, events, audit chain)
+    share_timeout: float = 2.0
     lease_dir: str = ""
     lease_ttl: float = 10.0
     lease_renew: float = 3.0
@@ -181,6 +185,7 @@ def load(ini_path: str | None = None, env: dict[str, str] | None = None, check_d
             "is missing",
             "set the site's shared secret (the same on every agent of the KMSN)",
         )
+    cfg.pool_key = values["POOL_KEY"] or cfg.relay_token
     try:
         cfg.node_ip = str(ipaddress.ip_address(values["NODE_IP"]))
     except ValueError:
@@ -242,6 +247,15 @@ def load(ini_path: str | None = None, env: dict[str, str] | None = None, check_d
     cfg.promotion_hold = hold if hold is not None else cfg.promotion_hold
     watch = number("LEASE_WATCH", float, 0.05, 60)
     cfg.lease_watch = watch if watch is not None else cfg.lease_watch
+    share = number("SHARE_TIMEOUT", float, 0.1, 60)
+    cfg.share_timeout = share if share is not None else cfg.share_timeout
+    if share is not None and None not in timing.values() and share * 2 > cfg.renew_deadline:
+        bad(
+            "stkrelay.E025",
+            "SHARE_TIMEOUT",
+            f"{share:g} s is more than half of RENEW_DEADLINE={cfg.renew_deadline:g}",
+            "a renewal must be able to give up on a hung share and still step down in time, e.g. 2",
+        )
     prio = number("PRIORITY", int, 0, 100)
     cfg.priority = prio if prio is not None else cfg.priority
     cfg.health_cmd = values["HEALTH_CMD"]

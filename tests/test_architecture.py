@@ -1,0 +1,136 @@
+"""The layering holds: no import cycles, a pure core, the agent wiring imported
+only by its entry points, and the import-linter contracts in pyproject.toml.
+
+Imports are read from the source (every `import` statement, including those
+inside functions), so a lazy import cannot hide a cycle."""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("elections", "relay", "stkrelay")
+PURE = (
+    "elections.core.decide",
+    "elections.core.lease",
+    "elections.core.eligibility",
+    "elections.core.commands",
+    "elections.core.failovers",
+    "elections.core.actions",
+    "relay.protocol",
+    "relay.framing",
+)
+IMPURE_ROOTS = {
+    "django",
+    "socket",
+    "asyncio",
+    "subprocess",
+    "time",
+    "threading",
+    "channels",
+    "celery",
+    "redis",
+}
+ENTRY_POINTS = ("elections.tasks", "elections.management.commands.runagent")
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for pkg in PACKAGES:
+        for path in (ROOT / pkg).rglob("*.py"):
+            if "migrations" in path.parts:
+                continue
+            rel = path.relative_to(ROOT).with_suffix("")
+            parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+            out[".".join(parts)] = path
+    return out
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module name an import statement in `path` names (absolute imports)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{path}: relative import (use absolute imports)"
+            if node.module:
+                names.add(node.module)
+                names.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+    return names
+
+
+def _graph() -> dict[str, set[str]]:
+    mods = _modules()
+    return {m: {t for t in _imports(p) if t in mods and t != m} for m, p in mods.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_module_of_the_project_imports_itself_back_through_others():
+    assert _cycles(_graph()) == []
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+@pytest.mark.parametrize("module", PURE)
+def test_the_core_imports_no_django_no_sockets_no_processes_and_no_clock(module):
+    path = _modules()[module]
+    roots = {name.split(".")[0] for name in _imports(path)}
+    assert roots & IMPURE_ROOTS == set(), f"{module} imports {sorted(roots & IMPURE_ROOTS)}"
+    assert "datetime.now" not in path.read_text() and "monotonic()" not in path.read_text()
+
+
+def test_the_agent_wiring_is_imported_only_by_its_entry_points():
+    users = sorted(m for m, deps in _graph().items() if "elections.runtime.agent" in deps)
+    assert users == sorted(ENTRY_POINTS)
+
+
+def test_the_import_linter_contracts_hold():
+    lint = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
+    assert lint, "import-linter is a pinned test dependency (requirements.lock)"
+    done = subprocess.run([lint], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "broken" not in done.stdout.lower().replace("0 broken", "")
