@@ -3,7 +3,7 @@
 PY := .venv/bin/python
 PYTEST := .venv/bin/pytest
 
-.PHONY: bootstrap run test chaos bench bench-failover bench-relay bench-switchover bench-panel screenshots lint format clean
+.PHONY: bootstrap run test chaos bench bench-failover bench-relay bench-switchover bench-panel bench-login screenshots lint format clean
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -17,7 +17,7 @@ test: bootstrap
 chaos: bootstrap
 	@$(PYTEST) -m chaos $(PYTEST_ARGS)
 
-bench: bench-failover bench-relay bench-switchover bench-panel
+bench: bench-failover bench-relay bench-switchover bench-panel bench-login
 
 bench-failover: bootstrap
 	@$(PY) bench/failover.py $(BENCH_ARGS)
@@ -31,6 +31,9 @@ bench-switchover: bootstrap
 
 bench-panel: bootstrap
 	@$(PY) bench/panel.py $(BENCH_ARGS)
+
+bench-login: bootstrap
+	@$(PY) bench/login_flood.py $(BENCH_ARGS)
 
 screenshots: bootstrap
 	@$(PY) scripts/screenshots.py

@@ -249,7 +249,7 @@ def verify_published(entries: list[AuditEntry]) -> ChainStatus:
 
 
 class LoginFailure(models.Model):
-    """A failed login, counted per (username, client address) for throttling."""
+    """A failed login, counted per (username, client address) for throttling (kept for one window)."""
 
     username = models.CharField(max_length=150)
     client = models.CharField(max_length=200)
@@ -281,9 +281,12 @@ class LoginFailure(models.Model):
 
     @classmethod
     def note(cls, username: str, client: str, now: datetime | None = None) -> None:
+        """Record one failure; rows older than the window count for nothing and go.
+        Only attempts the in-memory throttle let through are noted, so the table
+        holds at most STK_LOGIN_GLOBAL_BURST + STK_LOGIN_GLOBAL_RATE × window rows."""
         now = now or timezone.now()
         cls.objects.create(username=username[:150], client=client[:200], at=now)
-        cls.objects.filter(at__lt=now - timedelta(days=1)).delete()
+        cls.objects.filter(at__lt=now - cls.window()).delete()
 
     @classmethod
     def forget(cls, username: str, client: str) -> None:

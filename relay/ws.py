@@ -49,7 +49,7 @@ def relay_address() -> tuple[str, int]:
     """Where the relay runs now: the leader named by a valid lease, else this agent."""
     stk = settings.STK
     try:
-        read = FileLeaseStore(stk.lease_dir, stk.relay_token, stk.node, SystemClock()).read()
+        read = FileLeaseStore(stk.lease_dir, stk.pool_key, stk.node, SystemClock(), timeout=stk.share_timeout).read()
     except StoreUnavailable:
         read = None
     rec = read.record if read is not None and read.status == "valid" else None

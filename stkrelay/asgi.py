@@ -1,4 +1,5 @@
-"""ASGI entry point: HTTP (panel, API) and the relay's WebSocket routes."""
+"""ASGI entry point: HTTP (panel, API; Host checked against ALLOWED_HOSTS by Django) and
+the relay's WebSocket routes (Origin checked by `elections.web.origin.OriginCheck`)."""
 
 import os
 
@@ -11,18 +12,24 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.urls import path  # noqa: E402
 
+from elections.web.origin import OriginCheck  # noqa: E402
 from relay.ws import RelayBridge, StreamBridge  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": AuthMiddlewareStack(
-            URLRouter(
-                [
-                    path("ws/relay/", RelayBridge.as_asgi()),
-                    path("ws/stream/<str:station>/", StreamBridge.as_asgi()),
-                ]
-            )
+        # A browser's Origin must be one of ALLOWED_HOSTS; only /ws/relay/ (relay-token
+        # handshake, no cookie) takes non-browser clients without one (elections/web/origin.py).
+        "websocket": OriginCheck(
+            AuthMiddlewareStack(
+                URLRouter(
+                    [
+                        path("ws/relay/", RelayBridge.as_asgi()),
+                        path("ws/stream/<str:station>/", StreamBridge.as_asgi()),
+                    ]
+                )
+            ),
+            allow_missing=("/ws/relay/",),
         ),
     }
 )

@@ -4,6 +4,8 @@
 `Problem`s, each with a stable id, the key, and a hint. `runagent` (like
 `relayctl` and `runrelay`) refuses to start on any problem and prints one line
 per problem; `manage.py check` shows the same list as Django system checks.
+The panel's keys (`WEB_ALLOWED_HOSTS`, `WEB_TRUSTED_PROXIES`, `WEB_LOGIN_*`)
+and the secrets' strength are checked by `stkrelay.config_web` (E018–E020).
 
 The leader-action keys (`VIP_*`, `AWS_*`, `OCI_*`, `AZURE_*`) are read by
 `elections.core.actions.action_config`; its problems come back here with one id
@@ -21,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from elections.core.actions import action_config
+from stkrelay import config_web
 
 DEFAULTS: dict[str, str] = {
     "KMSN": "",
@@ -48,6 +51,11 @@ DEFAULTS: dict[str, str] = {
     "RELAY_ATTESTS": "1",
     "POOL_KEY": "",  # default: RELAY_TOKEN
     "SHARE_TIMEOUT": "2",
+    "WEB_ALLOWED_HOSTS": "",
+    "WEB_TRUSTED_PROXIES": "",
+    "WEB_LOGIN_ADDRESS_FAILURES": "20",
+    "WEB_LOGIN_FAILURES_PER_S": "0.5",
+    "WEB_LOGIN_BURST": "5",
 }
 
 
@@ -97,6 +105,11 @@ class Config:
     health_cmd: str = ""
     health_url: str = ""
     relay_attests: bool = True
+    web_allowed_hosts: list[str] = field(default_factory=list)  # WEB_ALLOWED_HOSTS only; see allowed_hosts()
+    web_trusted_proxies: list[str] = field(default_factory=list)  # networks, e.g. "10.0.0.5/32"
+    web_login_address_failures: int = 20  # failed logins per client address per STK_LOGIN_WINDOW_S
+    web_login_failures_per_s: float = 0.5  # failed logins per second, all addresses together
+    web_login_burst: int = 5  # ...with this many at once
     source: str = "(defaults)"
     problems: list[Problem] = field(default_factory=list)
     values: dict[str, str] = field(default_factory=dict)  # every [stk] key as given, overrides applied
@@ -269,6 +282,7 @@ def load(ini_path: str | None = None, env: dict[str, str] | None = None, check_d
             f"{cfg.redis_url!r} is not a redis:// URL",
             "use this agent's local Redis, e.g. redis://127.0.0.1:6379/0",
         )
+    _web(cfg, values, bad, number)
     for err in action_config(values)[1]:
         bad(ACTION_IDS[err.key.partition("_")[0]], err.key, err.message, err.hint)
     cfg.lease_dir = values["LEASE_DIR"]
@@ -289,6 +303,20 @@ def load(ini_path: str | None = None, env: dict[str, str] | None = None, check_d
             cfg.data_dir, "DATA_DIR", "stkrelay.E013", bad, "point DATA_DIR at a writable local folder"
         )
     return cfg
+
+
+def _web(cfg: Config, values: dict[str, str], bad, number) -> None:  # type: ignore[no-untyped-def]
+    """The panel's keys (stkrelay/config_web.py) and the strength of the site's secrets."""
+    config_web.check_secrets(values, bad)
+    cfg.web_allowed_hosts = config_web.parse_allowed_hosts(values["WEB_ALLOWED_HOSTS"], bad)
+    cfg.web_trusted_proxies = config_web.parse_trusted_proxies(values["WEB_TRUSTED_PROXIES"], bad)
+    config_web.check_retired_forwarded_for(values, bad)
+    per_address = number("WEB_LOGIN_ADDRESS_FAILURES", int, 1, 10000)
+    cfg.web_login_address_failures = per_address or cfg.web_login_address_failures
+    rate = number("WEB_LOGIN_FAILURES_PER_S", float, 0.01, 1000)
+    cfg.web_login_failures_per_s = rate or cfg.web_login_failures_per_s
+    burst = number("WEB_LOGIN_BURST", int, 1, 10000)
+    cfg.web_login_burst = burst or cfg.web_login_burst
 
 
 def _check_dir(path: str, key: str, pid: str, bad, hint: str) -> None:  # type: ignore[no-untyped-def]

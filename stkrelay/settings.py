@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 from stkrelay import config as stk_config
+from stkrelay.config_web import allowed_hosts
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 STK = stk_config.load(check_dirs=os.environ.get("STK_SKIP_DIR_CHECKS") != "1")
@@ -38,7 +39,9 @@ def _secret_key() -> str:
 
 SECRET_KEY = os.environ.get("STK_SECRET_KEY") or _secret_key()
 DEBUG = os.environ.get("STK_DEBUG") == "1"
-ALLOWED_HOSTS = ["*"]  # a LAN appliance reached by IP; access control is login-based
+# Any other Host header is Django's 400 (DisallowedHost); the WebSocket routes check Origin
+# against the same list (stkrelay/asgi.py). A LAN attacker's DNS name for us gets nothing.
+ALLOWED_HOSTS = allowed_hosts(STK.node_ip, STK.web_allowed_hosts)
 
 INSTALLED_APPS = [
     "daphne",
@@ -113,12 +116,17 @@ CSRF_COOKIE_NAME = "stk_csrf"
 CSRF_COOKIE_HTTPONLY = True  # pages carry the token; scripts never need the cookie
 # Behind a TLS-terminating proxy set STK_SECURE_COOKIES=1 (the agents' web port itself is plain HTTP).
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = os.environ.get("STK_SECURE_COOKIES") == "1"
-# Login throttling: this many failures per (user, client address) within the window → HTTP 429.
+# Login throttling (elections/web/throttle.py), all answered 429 + Retry-After:
+# - this many failures per (user, client address) within the window (counted in the database);
 STK_LOGIN_MAX_FAILURES = 5
 STK_LOGIN_WINDOW_S = 300
-# Number of trusted reverse proxies in front of the panel: the client address is then taken
-# from X-Forwarded-For (that many hops from the right). 0: REMOTE_ADDR only.
-STK_TRUST_FORWARDED_FOR = int(os.environ.get("STK_TRUST_FORWARDED_FOR") or 0)
+# - WEB_LOGIN_ADDRESS_FAILURES per client address per window, in memory, before any password hashing;
+STK_LOGIN_ADDRESS_MAX_FAILURES = STK.web_login_address_failures
+# - WEB_LOGIN_FAILURES_PER_S failed logins per second from everyone together (WEB_LOGIN_BURST at once).
+STK_LOGIN_GLOBAL_RATE = STK.web_login_failures_per_s
+STK_LOGIN_GLOBAL_BURST = STK.web_login_burst
+# X-Forwarded-For is believed only from these direct peers (WEB_TRUSTED_PROXIES; networks).
+STK_TRUSTED_PROXIES = STK.web_trusted_proxies
 # 1: GET /api/v1/leader answers without login (relay clients' fallback lookup).
 STK_PUBLIC_LEADER_LOOKUP = os.environ.get("STK_PUBLIC_LEADER_LOOKUP") == "1"
 X_FRAME_OPTIONS = "DENY"
@@ -173,7 +181,11 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # A login flood's 429s are summarised by the throttle, not logged one by one.
+    "filters": {"drop_throttled": {"()": "elections.web.throttle.DropThrottled"}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["drop_throttled"]}
+    },
     "loggers": {
         "stkrelay": {"handlers": ["console"], "level": "INFO", "propagate": False},
         "django": {"handlers": ["console"], "level": "WARNING"},

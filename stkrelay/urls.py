@@ -6,6 +6,7 @@ from django.views.static import serve
 
 from elections.web import api, health, metrics
 from elections.web.panel import audit_log
+from elections.web.panel import login as panel_login
 from elections.web.panel import views as panel
 
 KMSN = "<str:kmsn>"
@@ -14,8 +15,8 @@ urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("metrics", metrics.metrics, name="metrics"),
     # panel
-    path("login/", panel.login_view, name="panel-login"),
-    path("logout/", panel.logout_view, name="panel-logout"),
+    path("login/", panel_login.login_view, name="panel-login"),
+    path("logout/", panel_login.logout_view, name="panel-logout"),
     path("", panel.sites, name="panel-sites"),
     path(f"sites/{KMSN}/", panel.site, name="panel-site"),
     path(f"sites/{KMSN}/progress/<str:correlation>/", panel.command_progress, name="panel-progress"),

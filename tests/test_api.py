@@ -284,7 +284,7 @@ def test_the_client_address_comes_from_forwarded_for_only_when_configured(dj):
     key = token_for("bot")
     hdr = {"REMOTE_ADDR": "10.0.0.1", "HTTP_X_FORWARDED_FOR": "203.0.113.9, 198.51.100.2"}
     post_json(client_for(), f"{API}/sites/{KMSN}/pause", {}, **bearer(key), **hdr)
-    with override_settings(STK_TRUST_FORWARDED_FOR=1):
+    with override_settings(STK_TRUSTED_PROXIES=["10.0.0.1/32"]):  # WEB_TRUSTED_PROXIES
         post_json(client_for(), f"{API}/sites/{KMSN}/resume", {}, **bearer(key), **hdr)
     clients = list(AuditEntry.objects.filter(phase="intent").order_by("seq").values_list("client", flat=True))
     assert clients == ["10.0.0.1", "198.51.100.2 (via 10.0.0.1)"]

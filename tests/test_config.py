@@ -169,3 +169,59 @@ def test_manage_py_check_shows_a_bad_leader_action_with_its_id(tmp_path):
     )  # fmt: skip
     assert out.returncode != 0
     assert "(stkrelay.E014) VIP_GARP: 'loud' is not a mode" in out.stderr
+
+
+# -- the panel's keys and the secrets' strength (stkrelay/config_web.py) ----------------------
+@pytest.mark.parametrize(
+    "over, expected",
+    [
+        ({"RELAY_TOKEN": "short-secret"}, ("stkrelay.E018", "RELAY_TOKEN")),
+        ({"RELAY_TOKEN": "aaaaaaaaaaaaaaaaaaaaaaaa"}, ("stkrelay.E018", "RELAY_TOKEN")),
+        ({"RELAY_TOKEN": "abcabcabcabcabcabcabc"}, ("stkrelay.E018", "RELAY_TOKEN")),
+        ({"RELAY_TOKEN": "abcdefgabcdefgabcdefg"}, ("stkrelay.E018", "RELAY_TOKEN")),
+        ({"RELAY_TOKEN": "change-me-to-a-long-random-secret"}, ("stkrelay.E018", "RELAY_TOKEN")),
+        ({"POOL_KEY": "0123012301230123"}, ("stkrelay.E018", "POOL_KEY")),
+        ({"WEB_ALLOWED_HOSTS": "panel.site.lan, http://evil/"}, ("stkrelay.E019", "WEB_ALLOWED_HOSTS")),
+        ({"WEB_ALLOWED_HOSTS": "*"}, ("stkrelay.E019", "WEB_ALLOWED_HOSTS")),
+        ({"WEB_TRUSTED_PROXIES": "10.0.0.5, proxy.lan"}, ("stkrelay.E020", "WEB_TRUSTED_PROXIES")),
+        ({"WEB_TRUSTED_PROXIES": "10.0.0.0/33"}, ("stkrelay.E020", "WEB_TRUSTED_PROXIES")),
+        ({"WEB_LOGIN_FAILURES_PER_S": "fast"}, ("stkrelay.E010", "WEB_LOGIN_FAILURES_PER_S")),
+        ({"WEB_LOGIN_BURST": "0"}, ("stkrelay.E011", "WEB_LOGIN_BURST")),
+    ],
+)
+def test_each_bad_panel_key_or_weak_secret_names_its_key(tmp_path, over, expected):
+    assert problems(load(str(write_ini(tmp_path, **over)), env={})) == {expected}
+
+
+def test_the_panel_keys_load_normalised_and_the_agents_own_names_are_allowed(tmp_path):
+    from stkrelay.config_web import allowed_hosts
+
+    hosts = "Panel.Site.LAN, .site.lan, 192.168.1.10, ::1"
+    proxies = "10.0.0.5, 10.0.1.0/28"
+    ini = write_ini(tmp_path, NODE_IP="fd00::10", WEB_ALLOWED_HOSTS=hosts, WEB_TRUSTED_PROXIES=proxies)
+    cfg = load(str(ini), env={"STK_WEB_LOGIN_BURST": "3"})
+    assert cfg.problems == []
+    assert cfg.web_allowed_hosts == ["panel.site.lan", ".site.lan", "192.168.1.10", "[::1]"]
+    assert allowed_hosts(cfg.node_ip, cfg.web_allowed_hosts) == [
+        "[fd00::10]", "localhost", "127.0.0.1", "[::1]", "panel.site.lan", ".site.lan", "192.168.1.10",
+    ]  # fmt: skip
+    assert cfg.web_trusted_proxies == ["10.0.0.5/32", "10.0.1.0/28"]
+    assert (cfg.web_login_address_failures, cfg.web_login_failures_per_s, cfg.web_login_burst) == (20, 0.5, 3)
+
+
+def test_the_retired_forwarded_for_count_is_refused_not_silently_ignored(tmp_path):
+    cfg = load(str(write_ini(tmp_path)), env={"STK_TRUST_FORWARDED_FOR": "1"})
+    assert problems(cfg) == {("stkrelay.E020", "STK_TRUST_FORWARDED_FOR")}
+    assert load(str(write_ini(tmp_path)), env={"STK_TRUST_FORWARDED_FOR": "0"}).problems == []
+
+
+def test_manage_py_check_shows_a_weak_token_and_a_bad_proxy_with_their_ids(tmp_path):
+    ini = write_ini(tmp_path, RELAY_TOKEN="secret", WEB_TRUSTED_PROXIES="nginx", WEB_ALLOWED_HOSTS="a b")
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), "check"], capture_output=True, text=True, cwd=ROOT,
+        env={"PATH": "/usr/bin:/bin", "STK_INI": str(ini)}, timeout=60,
+    )  # fmt: skip
+    assert out.returncode != 0
+    assert "(stkrelay.E018) RELAY_TOKEN: is 6 characters, fewer than 16" in out.stderr
+    assert "(stkrelay.E019) WEB_ALLOWED_HOSTS: 'a b' is not a host name or an address" in out.stderr
+    assert "(stkrelay.E020) WEB_TRUSTED_PROXIES: 'nginx' is not an address or a network" in out.stderr

@@ -45,6 +45,9 @@ def django_env() -> dict[str, Path]:
         "STK_LEASE_RENEW": "1",
         "STK_LEASE_POLL": "0.5",
         "STK_RENEW_DEADLINE": "2",
+        "STK_WEB_ALLOWED_HOSTS": "testserver",  # the Host header of Django's test client
+        # Room for the tests' own failed logins; test_login_throttle.py sets the global bucket it tests.
+        "STK_WEB_LOGIN_BURST": "100",
     }
     saved = {k: os.environ.get(k) for k in [*env, "STK_INI", "STK_PUBLIC_LEADER_LOOKUP"]}
     try:
@@ -79,8 +82,10 @@ def dj():
     paths = django_env()
     from django.db import transaction
 
+    from elections.web import throttle
     from elections.web.panel import failovers, state
 
+    throttle.reset()
     failovers._cache.clear()
     state._lease_seen.clear()
     state._relay_samples.clear()

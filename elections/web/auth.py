@@ -86,27 +86,48 @@ def actor_for(user: Any, request: HttpRequest, via: str) -> Actor:
                  denial=lambda kind: denial(user, kind) or None)  # fmt: skip
 
 
-def client_address(request: HttpRequest) -> str:
-    """REMOTE_ADDR, or — behind STK_TRUST_FORWARDED_FOR trusted proxies — the
-    X-Forwarded-For hop those proxies saw (the proxy address kept after 'via')."""
+def _trusted(ip: str, proxies: list[str]) -> bool:
+    try:
+        addr = ipaddress.ip_address(ip)
+    except ValueError:
+        return False
+    return any(addr in ipaddress.ip_network(net) for net in proxies)
+
+
+def client_ip(request: HttpRequest) -> str:
+    """The client's address: REMOTE_ADDR, unless that peer is one of WEB_TRUSTED_PROXIES
+    (`STK_TRUSTED_PROXIES`); then X-Forwarded-For is read from the right, past every
+    trusted proxy, up to the first hop that is not one (a malformed hop ends the walk:
+    the last trusted hop is the client then). Anyone else's X-Forwarded-For is ignored."""
     remote = request.META.get("REMOTE_ADDR", "") or "unknown"
-    hops = int(getattr(settings, "STK_TRUST_FORWARDED_FOR", 0) or 0)
-    if hops <= 0:
+    proxies = list(getattr(settings, "STK_TRUSTED_PROXIES", ()) or ())
+    if not proxies or not _trusted(remote, proxies):
         return remote
     chain = [h.strip() for h in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",") if h.strip()]
-    if len(chain) < hops:
-        return remote
-    candidate = chain[-hops]
-    try:
-        ipaddress.ip_address(candidate)
-    except ValueError:
-        return remote
-    return f"{candidate} (via {remote})"
+    client = remote
+    for hop in reversed(chain):
+        try:
+            hop = str(ipaddress.ip_address(hop))
+        except ValueError:
+            break
+        client = hop
+        if not _trusted(hop, proxies):
+            break
+    return client
+
+
+def client_address(request: HttpRequest) -> str:
+    """As recorded in the audit trail: `client_ip`, with '(via proxy)' when it came
+    through a trusted proxy's X-Forwarded-For."""
+    remote = request.META.get("REMOTE_ADDR", "") or "unknown"
+    ip = client_ip(request)
+    return ip if ip == remote else f"{ip} (via {remote})"
 
 
 def is_loopback(request: HttpRequest) -> bool:
+    """The client (not a trusted proxy relaying someone else) is on this machine."""
     try:
-        return ipaddress.ip_address(request.META.get("REMOTE_ADDR", "")).is_loopback
+        return ipaddress.ip_address(client_ip(request)).is_loopback
     except ValueError:
         return False
 

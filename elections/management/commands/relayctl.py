@@ -131,7 +131,7 @@ class Command(BaseCommand):
         def check(name: str, ok: bool, detail: str) -> None:
             checks.append({"check": name, "ok": ok, "detail": detail})
 
-        store = FileLeaseStore(stk.lease_dir, stk.relay_token, stk.node, SystemClock())
+        store = FileLeaseStore(stk.lease_dir, stk.pool_key, stk.node, SystemClock(), timeout=stk.share_timeout)
         try:
             probe = Path(stk.lease_dir) / f".doctor-{stk.node}-{os.getpid()}"
             probe.write_text("x")

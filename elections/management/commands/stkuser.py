@@ -1,12 +1,17 @@
 """`python manage.py stkuser`: panel accounts and API tokens on this agent.
 
-    stkuser add NAME --role viewer|operator [--password P]   (else read from stdin)
+    stkuser add NAME --role viewer|operator [--password-file PATH]   (else read from stdin)
     stkuser role NAME --role viewer|operator
-    stkuser passwd NAME [--password P]
+    stkuser passwd NAME [--password-file PATH]
     stkuser token NAME [--label L]      prints a new bearer token once
     stkuser revoke NAME                 deletes every token of NAME
     stkuser disable NAME | enable NAME
     stkuser list
+
+The password comes from stdin (a prompt on a terminal, else its first line) or
+from the first line of `--password-file PATH` (`-` is stdin). `--password P`
+still works for old scripts but warns: argv is visible to every local user
+(`ps`, /proc/PID/cmdline) for as long as the command runs.
 
 Accounts live in this agent's database: create them on each agent whose panel
 people use. Run it with the agent's settings (STK_INI=/path/to/stk.ini).
@@ -36,11 +41,20 @@ class Command(BaseCommand):
         )
         parser.add_argument("name", nargs="?")
         parser.add_argument("--role", choices=sorted(ROLES))
-        parser.add_argument("--password", help="the password (default: read from stdin)")
+        secret = parser.add_mutually_exclusive_group()
+        secret.add_argument("--password-file", metavar="PATH", help="the password: PATH's first line")
+        secret.add_argument("--password", help="deprecated: visible to other users in `ps`; use stdin")
         parser.add_argument("--label", default="", help="a label for the token")
 
-    def handle(self, *args, verb, name, role, password, label, **options):  # type: ignore[no-untyped-def]
+    def handle(self, *args, verb, name, role, password, password_file, label, **options):  # type: ignore[no-untyped-def]
         ensure_roles()
+        if password is not None:
+            self.stderr.write(
+                "warning: --password is visible to other users of this machine (ps); "
+                "pipe the password on stdin or use --password-file"
+            )
+        if password_file is not None and verb in ("add", "passwd"):
+            password = self._read_file(password_file)
         users = get_user_model()
         if verb == "list":
             for u in users.objects.order_by("username"):
@@ -97,7 +111,20 @@ class Command(BaseCommand):
             return first
         line = sys.stdin.readline()
         if not line.strip():
-            raise CommandError("no password on stdin (or use --password)")
+            raise CommandError("no password on stdin (or use --password-file PATH)")
+        return line.rstrip("\r\n")
+
+    def _read_file(self, path: str) -> str:
+        try:
+            if path == "-":
+                line = sys.stdin.readline()
+            else:
+                with open(path, encoding="utf-8") as fh:
+                    line = fh.readline()
+        except OSError as exc:
+            raise CommandError(f"cannot read --password-file {path}: {exc.strerror}") from None
+        if not line.strip():
+            raise CommandError(f"--password-file {path} is empty")
         return line.rstrip("\r\n")
 
     def _set_password(self, user, secret: str) -> None:  # type: ignore[no-untyped-def]

@@ -1,10 +1,12 @@
-"""The admin panel's pages: login, sites, site, failover history, audit history,
-command confirmation and progress. Thin: data comes from `state`,
-`failovers` and `operate`; every page needs a login (`auth.panel_view`)."""
+"""The admin panel's pages: sites, site, failover history (and its CSV), command
+confirmation and progress (login: `login.py`, audit history: `audit_log.py`).
+Thin: data comes from `state`, `failovers` and `operate`; every page needs a
+login (`auth.panel_view`)."""
 
 from __future__ import annotations
 
 import csv
+import re
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -12,21 +14,18 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.conf import settings
-from django.contrib.auth import login, logout
-from django.contrib.auth.forms import AuthenticationForm
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.safestring import mark_safe
-from django.views.decorators.http import require_http_methods, require_POST
+from django.views.decorators.http import require_http_methods
 
 from elections import audit
 from elections.steering import perform
 from elections.web import svg
-from elections.web.auth import actor_for, client_address, denial, panel_view, secure_headers
+from elections.web.auth import actor_for, denial, panel_view
 from elections.web.panel import fmt
 from elections.web.panel.failovers import REASONS, Failover, failovers_for, known_kmsns, load_events, segments
 from elections.web.panel.live import render_live
@@ -36,50 +35,6 @@ from elections.web.panel.state import SiteState, site_state, site_states
 
 PERIODS = {"1h": 1, "6h": 6, "24h": 24, "7d": 24 * 7, "30d": 24 * 30, "all": None}
 TIMELINE_WINDOWS = {"15m": 0.25, "1h": 1, "6h": 6, "24h": 24}
-
-
-# -- login --------------------------------------------------------------------------
-@require_http_methods(["GET", "POST"])
-def login_view(request: HttpRequest) -> HttpResponse:
-    """Django auth with throttling: STK_LOGIN_MAX_FAILURES per (user, address) per window → 429."""
-    nxt = request.POST.get("next") or request.GET.get("next") or "/"
-    if not url_has_allowed_host_and_scheme(nxt, allowed_hosts={request.get_host()}):
-        nxt = "/"
-    form = AuthenticationForm(request, data=request.POST or None)
-    status = 200
-    if request.method == "POST":
-        username = (request.POST.get("username") or "")[:150]
-        client = client_address(request)
-        wait = audit.LoginFailure.blocked_for(username, client)
-        if wait:
-            response = render(
-                request,
-                "panel/login.html",
-                {
-                    "form": AuthenticationForm(request),
-                    "next": nxt,
-                    "throttled": int(wait) + 1,
-                    "title": "Log in",
-                },
-                status=429,
-            )
-            response["Retry-After"] = str(int(wait) + 1)
-            return secure_headers(response)
-        if form.is_valid():
-            audit.LoginFailure.forget(username, client)
-            login(request, form.get_user())
-            return secure_headers(redirect(nxt))
-        audit.LoginFailure.note(username, client)
-        status = 200
-    return secure_headers(
-        render(request, "panel/login.html", {"form": form, "next": nxt, "title": "Log in"}, status=status)
-    )
-
-
-@require_POST
-def logout_view(request: HttpRequest) -> HttpResponse:
-    logout(request)
-    return secure_headers(redirect(settings.LOGIN_URL))
 
 
 # -- sites ----------------------------------------------------------------------------
@@ -251,6 +206,18 @@ class _Echo:
         return value
 
 
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+_PLAIN_NUMBER = re.compile(r"^[+-]?\d+(\.\d+)?$")
+
+
+def csv_cell(value: Any) -> Any:
+    """A cell a spreadsheet will not run (OWASP CSV injection): text starting with
+    = + - @ tab or CR gets a leading ' — except a plain number such as -0.5."""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS) and not _PLAIN_NUMBER.match(value):
+        return "'" + value
+    return value
+
+
 @panel_view
 def history_csv(request: HttpRequest) -> HttpResponse:
     rows, _ = history_rows(request)
@@ -262,7 +229,8 @@ def history_csv(request: HttpRequest) -> HttpResponse:
         for f in rows:
             gap = "" if f.gap_s is None else f"{f.gap_s:.3f}"
             yield writer.writerow(
-                [
+                csv_cell(v)
+                for v in [
                     f.epoch,
                     f.kmsn,
                     fmt.iso(f.at),

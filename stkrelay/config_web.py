@@ -1,0 +1,116 @@
+"""The web-facing keys of `stk.ini` and the strength of the site's secrets.
+
+Nothing that reaches the panel from the LAN is trusted by default:
+
+- `WEB_ALLOWED_HOSTS` (comma list): names and addresses the panel answers to,
+  besides `NODE_IP` and the loopback names (`allowed_hosts()`); any other
+  `Host` header, and any other browser `Origin` on the WebSocket routes, is
+  refused. Bad entries, and `*`, are `stkrelay.E019`.
+- `WEB_TRUSTED_PROXIES` (comma list of addresses or CIDRs): the only direct
+  peers whose `X-Forwarded-For` is believed. Bad entries are `stkrelay.E020`,
+  as is the retired `STK_TRUST_FORWARDED_FOR` (it trusted any peer).
+- `WEB_LOGIN_ADDRESS_FAILURES`, `WEB_LOGIN_FAILURES_PER_S`, `WEB_LOGIN_BURST`:
+  the login throttle (`elections.web.throttle`); checked as numbers (E010/E011).
+- `RELAY_TOKEN` (and `POOL_KEY` when set) must be at least 16 characters and
+  not trivially repetitive: `stkrelay.E018`.
+
+Each function reports through `bad(id, key, message, hint)` like `config.load`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Callable
+
+Bad = Callable[[str, str, str, str], None]
+
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
+SECRET_MIN_LENGTH = 16
+SECRET_MIN_DISTINCT = 6
+PLACEHOLDERS = ("change-me", "changeme", "change_me")
+SECRET_HINT = (
+    "use a long random secret, the same on every agent of the KMSN, "
+    "e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+)
+_HOSTNAME = re.compile(r"^\.?[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*\.?$")
+
+
+def _items(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def host_entry(ip: str) -> str:
+    """An address as Django's ALLOWED_HOSTS spells it (IPv6 in brackets)."""
+    return f"[{ip}]" if ":" in ip else ip
+
+
+def parse_allowed_hosts(text: str, bad: Bad) -> list[str]:
+    """WEB_ALLOWED_HOSTS: host names (a leading dot admits subdomains) or addresses."""
+    hosts: list[str] = []
+    for item in _items(text):
+        entry = item.lower()
+        if entry == "*":
+            hint = "list the names and addresses people type to reach this panel"
+            bad("stkrelay.E019", "WEB_ALLOWED_HOSTS", "'*' would let any Host in", hint)
+            continue
+        try:
+            hosts.append(host_entry(str(ipaddress.ip_address(entry.strip("[]")))))
+            continue
+        except ValueError:
+            pass
+        if not _HOSTNAME.match(entry) or len(entry) > 253:
+            hint = "a comma list such as panel.site.lan, .site.lan, 192.168.1.10 (no scheme, no port)"
+            bad("stkrelay.E019", "WEB_ALLOWED_HOSTS", f"{item!r} is not a host name or an address", hint)
+            continue
+        hosts.append(entry.rstrip("."))
+    return hosts
+
+
+def allowed_hosts(node_ip: str, extra: list[str]) -> list[str]:
+    """Django's ALLOWED_HOSTS: this agent's own address, loopback, then WEB_ALLOWED_HOSTS."""
+    hosts = [host_entry(node_ip), *LOOPBACK_HOSTS, *extra]
+    return list(dict.fromkeys(hosts))
+
+
+def parse_trusted_proxies(text: str, bad: Bad) -> list[str]:
+    """WEB_TRUSTED_PROXIES: addresses or networks (CIDR), normalised ('10.0.0.1/32')."""
+    nets: list[str] = []
+    for item in _items(text):
+        try:
+            nets.append(str(ipaddress.ip_network(item, strict=False)))
+        except ValueError:
+            hint = "a comma list of the reverse proxies in front of the panel, e.g. 10.0.0.5, 10.0.1.0/28"
+            bad("stkrelay.E020", "WEB_TRUSTED_PROXIES", f"{item!r} is not an address or a network", hint)
+    return nets
+
+
+def check_retired_forwarded_for(values: dict[str, str], bad: Bad) -> None:
+    """STK_TRUST_FORWARDED_FOR=N believed X-Forwarded-For from any peer: refuse it loudly."""
+    value = values.get("TRUST_FORWARDED_FOR", "").strip()
+    if value and value != "0":
+        hint = "unset it and list the proxies' addresses in WEB_TRUSTED_PROXIES"
+        bad("stkrelay.E020", "STK_TRUST_FORWARDED_FOR", "is no longer read (it trusted any peer)", hint)
+
+
+def secret_weakness(secret: str) -> str:
+    """Why `secret` is too weak for a site key ('' when it is acceptable)."""
+    if len(secret) < SECRET_MIN_LENGTH:
+        return f"is {len(secret)} characters, fewer than {SECRET_MIN_LENGTH}"
+    if len(set(secret)) < SECRET_MIN_DISTINCT:
+        return f"uses only {len(set(secret))} distinct characters"
+    for period in range(1, len(secret) // 2 + 1):
+        if all(secret[i] == secret[i % period] for i in range(len(secret))):
+            return f"repeats the same {period} characters"
+    if secret.lower().startswith(PLACEHOLDERS):
+        return "is the example's placeholder"
+    return ""
+
+
+def check_secrets(values: dict[str, str], bad: Bad) -> None:
+    """RELAY_TOKEN (already reported by E004 when empty) and POOL_KEY when set."""
+    for key in ("RELAY_TOKEN", "POOL_KEY"):
+        secret = values.get(key, "")
+        why = secret_weakness(secret) if secret else ""
+        if why:
+            bad("stkrelay.E018", key, why, SECRET_HINT)

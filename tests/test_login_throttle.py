@@ -1,0 +1,115 @@
+"""Login throttling: the token buckets on a fake clock, then the panel under a flood
+of bad logins from many addresses (Django's test client, real Argon2)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import test_panel_support
+from test_panel_support import PASSWORD, client_for, make_user
+
+from elections.ports.clock import FakeClock
+from elections.web.throttle import LoginThrottle, address_key
+
+dj = test_panel_support.dj  # the fixture, under its name here
+
+
+def throttle(address_max=3, window_s=30.0, rate=1.0, burst=5, **kw):  # type: ignore[no-untyped-def]
+    clock = FakeClock()
+    return LoginThrottle(address_max, window_s, rate, burst, clock=clock, **kw), clock
+
+
+def test_an_address_gets_its_failures_then_waits_for_one_to_refill():
+    gate, clock = throttle(address_max=3, window_s=30)
+    assert [gate.acquire("192.0.2.1") for _ in range(3)] == [0, 0, 0]
+    assert gate.acquire("192.0.2.1") == pytest.approx(10)  # 3 per 30 s: one every 10 s
+    assert gate.acquire("192.0.2.2") == 0  # another address is not affected
+    clock.advance(10)
+    assert gate.acquire("192.0.2.1") == 0
+
+
+def test_everyone_together_gets_the_burst_then_the_rate():
+    gate, clock = throttle(address_max=100, rate=2.0, burst=4)
+    assert [gate.acquire(f"192.0.2.{i}") for i in range(4)] == [0, 0, 0, 0]
+    assert gate.acquire("192.0.2.99") == pytest.approx(0.5)
+    clock.advance(0.5)
+    assert gate.acquire("192.0.2.99") == 0 and gate.acquire("192.0.2.98") > 0
+
+
+def test_a_success_gives_its_tokens_back():
+    gate, _ = throttle(address_max=1, burst=1)
+    assert gate.acquire("192.0.2.1") == 0
+    gate.refund("192.0.2.1")
+    assert gate.acquire("192.0.2.1") == 0
+    assert gate.acquire("192.0.2.1") > 0
+
+
+def test_ipv6_addresses_count_per_64_and_mapped_ipv4_as_ipv4():
+    assert address_key("2001:db8:1:2:aaaa::1") == address_key("2001:db8:1:2:bbbb::2") == "2001:db8:1:2::/64"
+    assert address_key("::ffff:192.0.2.1") == "192.0.2.1"
+    gate, _ = throttle(address_max=2)
+    assert gate.acquire("2001:db8::1") == gate.acquire("2001:db8::2") == 0
+    assert gate.acquire("2001:db8::3") > 0
+
+
+def test_memory_stays_bounded_under_many_addresses():
+    gate, _ = throttle(address_max=2, rate=1000, burst=100000, max_addresses=50)
+    for i in range(5000):
+        gate.acquire(f"10.{i // 65536}.{i // 256 % 256}.{i % 256}")
+    assert len(gate.addresses) == 50
+
+
+# -- the panel ------------------------------------------------------------------------------
+def post_login(c, username: str, password: str):  # type: ignore[no-untyped-def]
+    started = time.perf_counter()
+    response = c.post("/login/", {"username": username, "password": password})
+    return response, time.perf_counter() - started
+
+
+def test_an_address_is_throttled_across_user_names_before_any_hashing(dj, monkeypatch):
+    from django.test import override_settings
+
+    make_user("olga", "operator")
+    with override_settings(STK_LOGIN_ADDRESS_MAX_FAILURES=4):
+        c = client_for(REMOTE_ADDR="192.0.2.7")
+        for i in range(4):
+            assert post_login(c, f"user{i}", "wrong-password")[0].status_code == 200
+        hashed = []
+        monkeypatch.setattr("django.contrib.auth.hashers.Argon2PasswordHasher.verify",
+                            lambda *a: hashed.append(a) or True)  # fmt: skip
+        blocked, _ = post_login(c, "olga", PASSWORD)
+        assert blocked.status_code == 429 and int(blocked["Retry-After"]) > 0
+        assert "Too many failed attempts" in blocked.content.decode()
+        assert hashed == []  # refused before the password was looked at
+        monkeypatch.undo()
+        other = client_for(REMOTE_ADDR="192.0.2.8")
+        assert post_login(other, "olga", PASSWORD)[0].status_code == 302
+
+
+def test_a_flood_of_bad_logins_from_many_addresses_gets_429_fast_and_the_panel_stays_quick(dj):
+    from django.test import override_settings
+
+    from elections.audit import LoginFailure
+
+    make_user("olga", "operator")
+    viewer = client_for(make_user("vera"))
+    assert viewer.get("/").status_code == 200
+    flood, page = [], []
+    with override_settings(STK_LOGIN_GLOBAL_RATE=1.0, STK_LOGIN_GLOBAL_BURST=3):
+        for i in range(200):
+            c = client_for(REMOTE_ADDR=f"10.66.{i // 250}.{i % 250 + 1}")
+            flood.append(post_login(c, "olga", f"guess-{i}"))
+            if i % 20 == 0:
+                started = time.perf_counter()
+                assert viewer.get("/").status_code == 200
+                page.append(time.perf_counter() - started)
+    throttled = sorted(t for r, t in flood if r.status_code == 429)
+    hashed = [t for r, t in flood if r.status_code == 200]
+    assert all(r.status_code in (200, 429) for r, _ in flood)
+    assert len(throttled) >= 150, f"{len(hashed)} bad logins were hashed"
+    assert all(r["Retry-After"].isdigit() for r, _ in flood if r.status_code == 429)
+    # Generous bounds for a shared 2-core machine: a 429 costs no hash (one Argon2 is ~0.1-0.2 s).
+    assert throttled[int(len(throttled) * 0.95)] < 0.05, throttled[-10:]
+    assert max(page) < 1.0, page
+    assert LoginFailure.objects.count() == len(hashed) <= 3 + 1.0 * sum(t for _, t in flood) + 1
