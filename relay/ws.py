@@ -24,9 +24,7 @@ import logging
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
-from elections.errors import StoreUnavailable
-from elections.ports.clock import SystemClock
-from elections.ports.store import FileLeaseStore
+from elections.ports.localstate import LocalState
 from relay.protocol import (
     HEADER_SIZE,
     ClientConnection,
@@ -46,15 +44,14 @@ DRAIN_ABOVE = 1 << 20
 
 
 def relay_address() -> tuple[str, int]:
-    """Where the relay runs now: the leader named by a valid lease, else this agent."""
+    """Where the relay runs now: the leader of this agent's pool view (its worker
+    reads the share; this consumer never does, on the event loop or anywhere),
+    else this agent."""
     stk = settings.STK
-    try:
-        read = FileLeaseStore(stk.lease_dir, stk.pool_key, stk.node, SystemClock(), timeout=stk.share_timeout).read()
-    except StoreUnavailable:
-        read = None
-    rec = read.record if read is not None and read.status == "valid" else None
-    if rec is not None and not rec.released:
-        return rec.ip, rec.port
+    lease = LocalState(stk.data_dir).pool().lease or {}
+    ip, port = lease.get("ip"), lease.get("port")
+    if not lease.get("released") and isinstance(ip, str) and isinstance(port, int):
+        return ip, port
     return stk.node_ip, stk.relay_port
 
 

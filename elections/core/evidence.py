@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 KEEP = 32  # distinct refusals remembered for display
+SHOWN_FOR = 900.0  # seconds a refusal stays in the panel's banner after it was last seen
 
 
 @dataclass
@@ -22,6 +23,7 @@ class Refusal:
     detail: str
     count: int = 1
     last_at: str = ""
+    last_mono: float | None = None  # the recorder's monotonic clock, to age refusals out of view
 
     def to_doc(self) -> dict[str, Any]:
         return {"source": self.source, "cause": self.cause, "detail": self.detail, "count": self.count,
@@ -33,17 +35,17 @@ class Refusals:
     counts: dict[str, int] = field(default_factory=dict)
     recent: dict[tuple[str, str], Refusal] = field(default_factory=dict)
 
-    def note(self, source: str, cause: str, detail: str, at: str = "") -> bool:
+    def note(self, source: str, cause: str, detail: str, at: str = "", now: float | None = None) -> bool:
         """Count one refusal; True if (source, cause) was not among the recent ones."""
         self.counts[cause] = self.counts.get(cause, 0) + 1
         key = (source, cause)
         known = self.recent.pop(key, None)
         if known is not None:
             known.count += 1
-            known.detail, known.last_at = detail, at
+            known.detail, known.last_at, known.last_mono = detail, at, now
             self.recent[key] = known  # most recent last
             return False
-        self.recent[key] = Refusal(source, cause, detail, 1, at)
+        self.recent[key] = Refusal(source, cause, detail, 1, at, now)
         while len(self.recent) > KEEP:
             self.recent.pop(next(iter(self.recent)))
         return True
@@ -51,5 +53,8 @@ class Refusals:
     def total(self) -> int:
         return sum(self.counts.values())
 
-    def to_doc(self) -> dict[str, Any]:
-        return {"counts": dict(self.counts), "recent": [r.to_doc() for r in reversed(self.recent.values())]}
+    def to_doc(self, now: float | None = None, window: float = SHOWN_FOR) -> dict[str, Any]:
+        """Counts since start, and the refusals seen within `window` seconds of `now`, newest first."""
+        recent = [r for r in reversed(self.recent.values())
+                  if now is None or r.last_mono is None or now - r.last_mono <= window]  # fmt: skip
+        return {"counts": dict(self.counts), "recent": [r.to_doc() for r in recent]}

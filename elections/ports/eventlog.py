@@ -64,10 +64,10 @@ class JsonlEventSink:
     def record(self, kind: str, epoch: int, reason: str, seq: int | None = None, **extra: Any) -> None:
         """Append one signed event; `seq` defaults to one more than the last written here."""
         with self._lock:
-            self._seq = self._seq + 1 if seq is None else seq
+            seq = self._seq + 1 if seq is None else seq
             doc = {
                 "node": self.node,
-                "seq": self._seq,
+                "seq": seq,
                 "kind": kind,
                 "epoch": epoch,
                 "at": self.clock.wall().isoformat(),
@@ -81,6 +81,7 @@ class JsonlEventSink:
             # make an empty lease dir appear where the real one was.
             self.path.parent.mkdir(exist_ok=True)
             append_line(self.path, line.encode())
+            self._seq = seq
 
 
 def read_events(path: str | os.PathLike[str], max_bytes: int = 64 << 20) -> list[dict[str, Any]]:
@@ -104,7 +105,7 @@ def _last_seq(path: Path, key: str) -> int:
     """The highest seq among this writer's own valid lines near the end of its file."""
     try:
         size = path.stat().st_size
-        data = read_regular(path, TAIL_FOR_SEQ, offset=max(0, size - TAIL_FOR_SEQ)) or b""
+        data = read_regular(path, TAIL_FOR_SEQ, offset=max(0, size - TAIL_FOR_SEQ), chunk=True) or b""
     except (OSError, Untrusted):
         return 0
     best = 0
@@ -123,9 +124,14 @@ class EventTail:
     """Reads new, verified, complete lines of every events/*.jsonl since the last call."""
 
     def __init__(
-        self, events_dir: str | os.PathLike[str], key: str = "", refusals: Refusals | None = None
+        self,
+        events_dir: str | os.PathLike[str],
+        key: str = "",
+        refusals: Refusals | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.dir = Path(events_dir)
+        self.clock = clock
         self.key = key
         self.refusals = refusals if refusals is not None else Refusals()
         self.offsets: dict[str, int] = {}
@@ -134,7 +140,12 @@ class EventTail:
         self.backlog = False  # True when the last call stopped at a cap: call again soon
 
     def _refuse(self, name: str, exc: Untrusted) -> None:
-        if self.refusals.note(f"events/{name}", exc.cause, exc.detail):
+        at, now = (
+            (self.clock.wall().isoformat(timespec="seconds"), self.clock.monotonic())
+            if self.clock
+            else ("", None)
+        )
+        if self.refusals.note(f"events/{name}", exc.cause, exc.detail, at, now):
             level = logging.ERROR if exc.cause in SECURITY else logging.WARNING
             prefix = "SECURITY: " if exc.cause in SECURITY else ""
             log.log(level, "%signoring a line of events/%s: %s (%s)", prefix, name, exc.detail, exc.cause)
@@ -184,7 +195,7 @@ class EventTail:
                 break
             want = min(PER_FILE, budget)
             try:
-                data = read_regular(self.dir / name, want, offset=start) or b""
+                data = read_regular(self.dir / name, want, offset=start, chunk=True) or b""
             except (OSError, Untrusted) as exc:
                 if isinstance(exc, Untrusted):
                     self._refuse(name, exc)

@@ -63,10 +63,10 @@ def _open_regular(path: Path, flags: int) -> int:
     return fd
 
 
-def read_regular(path: Path, max_bytes: int, offset: int = 0) -> bytes | None:
-    """The file's bytes from `offset` (at most `max_bytes`; `TooLarge` past that
-    when reading from the start), or None when there is no file. Open, read,
-    close at once (Windows: a held file blocks os.replace)."""
+def read_regular(path: Path, max_bytes: int, offset: int = 0, chunk: bool = False) -> bytes | None:
+    """The whole file (`TooLarge` past `max_bytes`), or with `chunk` at most
+    `max_bytes` from `offset`; None when there is no file. Open, read, close at
+    once (Windows: a held file blocks os.replace)."""
     try:
         fd = _open_regular(path, os.O_RDONLY)
     except FileNotFoundError:
@@ -74,18 +74,18 @@ def read_regular(path: Path, max_bytes: int, offset: int = 0) -> bytes | None:
     try:
         if offset:
             os.lseek(fd, offset, os.SEEK_SET)
-        chunks, left = [], max_bytes + 1
+        parts, left = [], max_bytes + 1
         while left > 0:
-            chunk = os.read(fd, min(left, 1 << 16))
-            if not chunk:
+            part = os.read(fd, min(left, 1 << 16))
+            if not part:
                 break
-            chunks.append(chunk)
-            left -= len(chunk)
+            parts.append(part)
+            left -= len(part)
     finally:
         os.close(fd)
-    data = b"".join(chunks)
+    data = b"".join(parts)
     if len(data) > max_bytes:
-        if offset:
+        if chunk:
             return data[:max_bytes]
         raise Untrusted(TOO_LARGE, f"{path.name} is larger than {max_bytes} bytes")
     return data
@@ -93,13 +93,13 @@ def read_regular(path: Path, max_bytes: int, offset: int = 0) -> bytes | None:
 
 def append_line(path: Path, line: bytes) -> None:
     """Append one line to a regular file (created if missing), never through a link."""
-    fd = _open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    fd = _open_regular(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
     try:
         size = os.fstat(fd).st_size
         if size:
             # A previous writer died mid-line: end that fragment so this line
             # stays a line of its own (readers skip the fragment).
-            last = os.pread(fd, 1, size - 1) if hasattr(os, "pread") else b"\n"
+            last = os.pread(fd, 1, size - 1)
             if last != b"\n":
                 line = b"\n" + line
         os.write(fd, line)

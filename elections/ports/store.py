@@ -138,7 +138,8 @@ class FileLeaseStore:
 
     def refuse(self, source: str, exc: Untrusted) -> None:
         """Count and (once per source and cause) log something the share holds that is no evidence."""
-        if self.refusals.note(source, exc.cause, exc.detail, self.clock.wall().isoformat(timespec="seconds")):
+        at = self.clock.wall().isoformat(timespec="seconds")
+        if self.refusals.note(source, exc.cause, exc.detail, at, self.clock.monotonic()):
             level = logging.ERROR if exc.cause in SECURITY_CAUSES else logging.WARNING
             prefix = "SECURITY: " if exc.cause in SECURITY_CAUSES else ""
             log.log(level, "%signoring %s in %s: %s (%s)", prefix, source, self.dir, exc.detail, exc.cause)

@@ -72,7 +72,8 @@ class Agent:
         store = FileLeaseStore(stk.lease_dir, stk.pool_key, stk.node, clock, timeout=stk.share_timeout,
                                refusals=self.refusals)  # fmt: skip
         self.commands = PoolCommands()
-        self.tail = EventTail(Path(stk.lease_dir) / "events", key=stk.pool_key, refusals=self.refusals)
+        self.tail = EventTail(Path(stk.lease_dir) / "events", key=stk.pool_key, refusals=self.refusals,
+                              clock=clock)  # fmt: skip
         self.projector = Projector(stk.kmsn)
         self._unprojected: list[list[dict[str, Any]]] = []
         self.view = PoolView(kmsn=stk.kmsn, node=stk.node)
@@ -207,7 +208,7 @@ class Agent:
             store_reachable=reachable and read is not None, members=members,
             decision=str(self.elector.last or ""), paused=self.commands.paused,
             lease_seen_at=self.elector.memory.seen_at, command_clock=self.commands.clock,
-            refusals=self.refusals.to_doc(),
+            refusals=self.refusals.to_doc(now),
         )  # fmt: skip
         self.local.write_pool(view)
         return view

@@ -259,7 +259,8 @@ class Elector:
             )
         elif replayed(self.memory, read) and read.record is not None:
             detail = f"{read.record.describe()} is older than seen {self.memory.seen_key}"
-            self.refusals.note(LEASE_NAME, REPLAYED, detail, self.clock.wall().isoformat(timespec="seconds"))
+            at = self.clock.wall().isoformat(timespec="seconds")
+            self.refusals.note(LEASE_NAME, REPLAYED, detail, at, self.clock.monotonic())
             self._report(
                 f"SECURITY: ignoring replayed lease in {self.store.describe()}: {detail}",
                 logging.ERROR,
