@@ -24,7 +24,10 @@ import logging
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
+from elections.errors import StoreUnavailable
+from elections.ports.clock import SystemClock
 from elections.ports.localstate import LocalState
+from elections.ports.store import FileLeaseStore
 from relay.protocol import (
     HEADER_SIZE,
     ClientConnection,
@@ -43,11 +46,27 @@ READ_CHUNK = 1 << 16
 DRAIN_ABOVE = 1 << 20
 
 
-def relay_address() -> tuple[str, int]:
-    """Where the relay runs now: the leader of this agent's pool view (its worker
-    reads the share; this consumer never does, on the event loop or anywhere),
-    else this agent."""
+def _lease_address() -> tuple[str, int] | None:
+    """The leader named by a valid lease on the share (blocking, within SHARE_TIMEOUT)."""
     stk = settings.STK
+    try:
+        read = FileLeaseStore(
+            stk.lease_dir, stk.pool_key, stk.node, SystemClock(), timeout=stk.share_timeout
+        ).read()
+    except StoreUnavailable:
+        return None
+    rec = read.record if read.status == "valid" else None
+    return (rec.ip, rec.port) if rec is not None and not rec.released else None
+
+
+async def relay_address() -> tuple[str, int]:
+    """Where the relay runs now: the leader named by the signed lease, read off
+    the event loop with the share's deadline; if the share does not answer, the
+    leader of this agent's pool view; else this agent."""
+    stk = settings.STK
+    found = await asyncio.to_thread(_lease_address)
+    if found is not None:
+        return found
     lease = LocalState(stk.data_dir).pool().lease or {}
     ip, port = lease.get("ip"), lease.get("port")
     if not lease.get("released") and isinstance(ip, str) and isinstance(port, int):
@@ -62,7 +81,7 @@ class _Bridge(AsyncWebsocketConsumer):
     port_offset = 0
 
     async def open_relay(self) -> bool:
-        ip, port = relay_address()
+        ip, port = await relay_address()
         try:
             self.reader, self.writer = await asyncio.wait_for(
                 asyncio.open_connection(ip, port + self.port_offset), timeout=3

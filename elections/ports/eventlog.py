@@ -41,7 +41,7 @@ from elections.core.untrusted import (
     load_object,
 )
 from elections.ports.clock import Clock
-from elections.ports.sharefiles import append_line, list_regular, read_regular
+from elections.ports.sharefiles import ShareDeadline, append_line, list_regular, read_regular
 
 log = logging.getLogger("stkrelay.eventlog")
 
@@ -53,17 +53,30 @@ SECURITY = frozenset({UNSIGNED, FORGED, REPLAYED, WRONG_NODE})
 
 
 class JsonlEventSink:
-    def __init__(self, path: str | os.PathLike[str], node: str, clock: Clock, key: str = "") -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], node: str, clock: Clock, key: str = "",
+        deadline: ShareDeadline | None = None,
+    ) -> None:  # fmt: skip
         self.path = Path(path)
         self.node = node
         self.clock = clock
         self.key = key
+        self.deadline = deadline
         self._lock = threading.Lock()
-        self._seq = _last_seq(self.path, key)
+        self._seq: int | None = None  # read from the file at the first write (the share may be hung now)
 
     def record(self, kind: str, epoch: int, reason: str, seq: int | None = None, **extra: Any) -> None:
-        """Append one signed event; `seq` defaults to one more than the last written here."""
+        """Append one signed event; `seq` defaults to one more than the last written here.
+        Raises OSError, `Untrusted` (a link in its place) or `StoreUnavailable` (a hung share)."""
+        if self.deadline is not None:
+            self.deadline.run(lambda: self._record(kind, epoch, reason, seq, extra))
+        else:
+            self._record(kind, epoch, reason, seq, extra)
+
+    def _record(self, kind: str, epoch: int, reason: str, seq: int | None, extra: dict[str, Any]) -> None:
         with self._lock:
+            if self._seq is None:
+                self._seq = _last_seq(self.path, self.key)
             seq = self._seq + 1 if seq is None else seq
             doc = {
                 "node": self.node,
@@ -129,9 +142,11 @@ class EventTail:
         key: str = "",
         refusals: Refusals | None = None,
         clock: Clock | None = None,
+        deadline: ShareDeadline | None = None,
     ) -> None:
         self.dir = Path(events_dir)
         self.clock = clock
+        self.deadline = deadline
         self.key = key
         self.refusals = refusals if refusals is not None else Refusals()
         self.offsets: dict[str, int] = {}
@@ -173,6 +188,12 @@ class EventTail:
         return doc
 
     def new_events(self) -> list[dict[str, Any]]:
+        """New verified events; `StoreUnavailable` when the share is hung (with a deadline)."""
+        if self.deadline is not None:
+            return self.deadline.run(self._new_events)
+        return self._new_events()
+
+    def _new_events(self) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         self.backlog = False
         try:  # one directory listing; files whose size did not move are not opened

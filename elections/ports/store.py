@@ -136,10 +136,10 @@ class FileLeaseStore:
     def describe(self) -> str:
         return f"file:{self.dir}"
 
-    def refuse(self, source: str, exc: Untrusted) -> None:
+    def refuse(self, source: str, exc: Untrusted, log_it: bool = True) -> None:
         """Count and (once per source and cause) log something the share holds that is no evidence."""
         at = self.clock.wall().isoformat(timespec="seconds")
-        if self.refusals.note(source, exc.cause, exc.detail, at, self.clock.monotonic()):
+        if self.refusals.note(source, exc.cause, exc.detail, at, self.clock.monotonic()) and log_it:
             level = logging.ERROR if exc.cause in SECURITY_CAUSES else logging.WARNING
             prefix = "SECURITY: " if exc.cause in SECURITY_CAUSES else ""
             log.log(level, "%signoring %s in %s: %s (%s)", prefix, source, self.dir, exc.detail, exc.cause)
@@ -162,8 +162,8 @@ class FileLeaseStore:
         except Untrusted as exc:
             return LeaseRead("corrupt", detail=exc.detail, revision=f"untrusted:{exc.cause}", cause=exc.cause)
         read = parse_lease(raw, self.token)
-        if read.cause:
-            self.refuse(LEASE_NAME, Untrusted(read.cause, read.detail))
+        if read.cause:  # counted here; the elector logs what it makes of the lease
+            self.refuse(LEASE_NAME, Untrusted(read.cause, read.detail), log_it=False)
         return read
 
     def read(self) -> LeaseRead:

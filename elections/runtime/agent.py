@@ -73,7 +73,7 @@ class Agent:
                                refusals=self.refusals)  # fmt: skip
         self.commands = PoolCommands()
         self.tail = EventTail(Path(stk.lease_dir) / "events", key=stk.pool_key, refusals=self.refusals,
-                              clock=clock)  # fmt: skip
+                              clock=clock, deadline=store.deadline)  # fmt: skip
         self.projector = Projector(stk.kmsn)
         self._unprojected: list[list[dict[str, Any]]] = []
         self.view = PoolView(kmsn=stk.kmsn, node=stk.node)
@@ -127,7 +127,11 @@ class Agent:
             self._unprojected.pop(0)
         if self._unprojected:  # the database is behind: read nothing more until it catches up
             return False
-        events = self.tail.new_events()
+        try:
+            events = self.tail.new_events()
+        except StoreUnavailable as exc:
+            log.debug("event files not read: %s", exc)
+            return False
         if events:
             self.commands.apply(events)
             if not self.projector.submit(events, timeout=0):

@@ -19,8 +19,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from elections.errors import StoreUnavailable
 from elections.ports.clock import SystemClock
 from elections.ports.eventlog import JsonlEventSink
+from elections.ports.sharefiles import deadline_for
 from elections.retry import Backoff, retry
 
 log = logging.getLogger("stkrelay.projection")
@@ -62,9 +64,9 @@ class DbEventSink:
             return
         try:
             self.pool_log.record(kind, epoch, reason, seq=seq, **extra)
-        except OSError as exc:
+        except (OSError, ValueError, StoreUnavailable) as exc:  # ValueError: Untrusted (a planted link)
             if required:
-                raise
+                raise OSError(f"pool event log not written: {exc}") from exc
             log.warning("pool event log not written: %s", exc)
 
 
@@ -72,7 +74,10 @@ def pool_event_sink(stk: Any) -> DbEventSink:
     """This agent's history sink, from its settings (`settings.STK`): rows in its
     database, mirrored to the pool's `events/<node>.jsonl`."""
     path = Path(stk.lease_dir) / "events" / f"{stk.node}.jsonl"
-    return DbEventSink(stk.kmsn, stk.node, JsonlEventSink(path, stk.node, SystemClock(), key=stk.pool_key))
+    deadline = deadline_for(stk.lease_dir, stk.share_timeout)
+    return DbEventSink(
+        stk.kmsn, stk.node, JsonlEventSink(path, stk.node, SystemClock(), stk.pool_key, deadline)
+    )
 
 
 def ingest(kmsn: str, events: list[dict[str, Any]]) -> int:
