@@ -4,10 +4,12 @@ Every operator action (drain, undrain, promote, pause, resume), refused and
 failed ones included, is two append-only `AuditEntry` rows sharing one
 correlation id: the *intent*, written before `commands.submit` is called (if it
 cannot be written the action is refused), and the *outcome*. Rows are
-hash-chained: each stores `prev_hash` (the previous row's `hash`) and
-`hash = sha256(prev_hash + canonical JSON of its own content)`, so editing or
-deleting a row breaks the chain from that row on; `verify_chain()` names the
-first broken row.
+hash-chained and keyed: each stores `prev_hash` (the previous row's `hash`)
+and `hash = HMAC-SHA256(POOL_KEY, prev_hash + canonical JSON of its own
+content)`, so editing or deleting a row breaks the chain from that row on, and
+a row forged without the pool key never verifies; `verify_chain()` names the
+first broken row. Rows written before the chain was keyed (`alg` "sha256")
+verify as they were, but only at the chain's beginning.
 
 The models live here (imported at the end of `elections/models.py` so that
 Django discovers them); the permissions checked by the panel and the API,
@@ -29,6 +31,7 @@ not run).
 from __future__ import annotations
 
 import hashlib
+import hmac
 import logging
 import secrets
 import threading
@@ -46,7 +49,14 @@ from elections.retry import Backoff, retry
 log = logging.getLogger("stkrelay.audit")
 
 GENESIS = "0" * 64
+KEYED = "hmac-sha256"  # hash = HMAC(POOL_KEY, prev_hash + canonical JSON incl. alg)
+LEGACY = "sha256"  # rows written before the chain was keyed: sha256(prev_hash + canonical JSON)
 _append_lock = threading.Lock()
+
+
+def _key(key: str | None) -> str:
+    """The chain's key: the pool key (every agent of the pool verifies every agent's rows)."""
+    return key if key is not None else settings.STK.pool_key
 
 
 class AuditUnavailable(Exception):
@@ -77,6 +87,7 @@ class AuditEntry(models.Model):
     correlation = models.CharField(max_length=64, db_index=True)
     prev_hash = models.CharField(max_length=64)
     hash = models.CharField(max_length=64)
+    alg = models.CharField(max_length=16, default=KEYED)  # KEYED, or LEGACY for rows from before keying
 
     CHAINED = (
         "seq",
@@ -111,10 +122,17 @@ class AuditEntry(models.Model):
         """The chained content as canonical JSON (keys sorted, no whitespace, UTF-8)."""
         doc: dict[str, Any] = {name: getattr(self, name) for name in self.CHAINED}
         doc["at"] = self.at.astimezone(UTC).isoformat(timespec="microseconds")
+        if self.alg != LEGACY:
+            doc["alg"] = self.alg
         return canonical_json(doc).decode()
 
-    def compute_hash(self) -> str:
-        return hashlib.sha256((self.prev_hash + self.canonical()).encode()).hexdigest()
+    def compute_hash(self, key: str | None = None) -> str:
+        """The row's hash: keyed with the pool key (a forger without it cannot
+        make a row that verifies); legacy rows keep their unkeyed sha256."""
+        message = (self.prev_hash + self.canonical()).encode()
+        if self.alg == LEGACY:
+            return hashlib.sha256(message).hexdigest()
+        return hmac.new(_key(key).encode(), message, hashlib.sha256).hexdigest()
 
 
 class Sink(Protocol):
@@ -164,7 +182,7 @@ def _insert(fields: dict[str, Any]) -> AuditEntry:
 
 
 # -- the pool's copy ---------------------------------------------------------------------
-POOL_FIELDS = (*AuditEntry.CHAINED, "prev_hash", "hash")
+POOL_FIELDS = (*AuditEntry.CHAINED, "prev_hash", "hash", "alg")
 
 
 def pool_doc(entry: AuditEntry) -> dict[str, Any]:
@@ -195,7 +213,8 @@ def publish(entry: AuditEntry, sink: Sink) -> bool:
 
 def from_pool_doc(doc: dict[str, Any]) -> AuditEntry:
     """An unsaved AuditEntry rebuilt from a published row (ValueError/TypeError/KeyError if malformed)."""
-    fields = {name: doc[name] for name in POOL_FIELDS}
+    fields = {name: doc[name] for name in POOL_FIELDS if name != "alg"}
+    fields["alg"] = str(doc.get("alg") or LEGACY)
     at = datetime.fromisoformat(str(fields["at"]))
     fields["at"] = at if at.tzinfo is not None else at.replace(tzinfo=UTC)
     fields["seq"] = int(fields["seq"])
@@ -215,35 +234,53 @@ class ChainStatus:
         return f"chain broken at #{self.broken_at}: {self.detail}"
 
 
-def verify_chain() -> ChainStatus:
+def _row_problem(entry: AuditEntry, keyed_seen: bool, key: str) -> str:
+    """Why one row does not verify ('' if it does)."""
+    if entry.alg not in (KEYED, LEGACY):
+        return f"unknown hash algorithm {entry.alg[:16]!r}"
+    if entry.alg == LEGACY and keyed_seen:
+        return "an unkeyed row after keyed ones: forged"
+    if not hmac.compare_digest(entry.compute_hash(key), entry.hash):
+        return "content does not match its hash"
+    return ""
+
+
+def verify_chain(key: str | None = None) -> ChainStatus:
     """Recompute every hash in chain order; name the first row that does not verify."""
-    prev, expect_seq, n = GENESIS, 1, 0
+    key = _key(key)
+    prev, expect_seq, n, keyed = GENESIS, 1, 0, False
     for entry in AuditEntry.objects.order_by("seq").iterator(chunk_size=2000):
         n += 1
         if entry.seq != expect_seq:
             return ChainStatus(False, n, expect_seq, f"row #{expect_seq} is missing")
         if entry.prev_hash != prev:
             return ChainStatus(False, n, entry.seq, "does not follow the previous row's hash")
-        if entry.compute_hash() != entry.hash:
-            return ChainStatus(False, n, entry.seq, "content does not match its hash")
+        problem = _row_problem(entry, keyed, key)
+        if problem:
+            return ChainStatus(False, n, entry.seq, problem)
+        keyed = keyed or entry.alg == KEYED
         prev, expect_seq = entry.hash, expect_seq + 1
     return ChainStatus(True, n)
 
 
-def verify_published(entries: list[AuditEntry]) -> ChainStatus:
+def verify_published(entries: list[AuditEntry], key: str | None = None) -> ChainStatus:
     """Verify another agent's chain from its published rows. The rows may start
     after #1 (rows written before publishing existed): the first one's link is
     taken as given, every later row must follow it without a gap."""
+    key = _key(key)
     rows = sorted(entries, key=lambda e: e.seq)
     prev: str | None = None
     expect_seq = rows[0].seq if rows else 1
+    keyed = False
     for n, entry in enumerate(rows, 1):
         if entry.seq != expect_seq:
             return ChainStatus(False, n, expect_seq, f"row #{expect_seq} was not published")
         if prev is not None and entry.prev_hash != prev:
             return ChainStatus(False, n, entry.seq, "does not follow the previous row's hash")
-        if entry.compute_hash() != entry.hash:
-            return ChainStatus(False, n, entry.seq, "content does not match its hash")
+        problem = _row_problem(entry, keyed, key)
+        if problem:
+            return ChainStatus(False, n, entry.seq, problem)
+        keyed = keyed or entry.alg == KEYED
         prev, expect_seq = entry.hash, expect_seq + 1
     return ChainStatus(True, len(rows))
 

@@ -26,6 +26,7 @@ from django.conf import settings
 
 from elections.errors import StoreUnavailable
 from elections.ports.clock import SystemClock
+from elections.ports.localstate import LocalState
 from elections.ports.store import FileLeaseStore
 from relay.protocol import (
     HEADER_SIZE,
@@ -47,16 +48,31 @@ READ_CHUNK = 1 << 16
 DRAIN_ABOVE = 1 << 20
 
 
-def relay_address() -> tuple[str, int]:
-    """Where the relay runs now: the leader named by a valid lease, else this agent."""
+def _lease_address() -> tuple[str, int] | None:
+    """The leader named by a valid lease on the share (blocking, within SHARE_TIMEOUT)."""
     stk = settings.STK
     try:
-        read = FileLeaseStore(stk.lease_dir, stk.relay_token, stk.node, SystemClock()).read()
+        read = FileLeaseStore(
+            stk.lease_dir, stk.pool_key, stk.node, SystemClock(), timeout=stk.share_timeout
+        ).read()
     except StoreUnavailable:
-        read = None
-    rec = read.record if read is not None and read.status == "valid" else None
-    if rec is not None and not rec.released:
-        return rec.ip, rec.port
+        return None
+    rec = read.record if read.status == "valid" else None
+    return (rec.ip, rec.port) if rec is not None and not rec.released else None
+
+
+async def relay_address() -> tuple[str, int]:
+    """Where the relay runs now: the leader named by the signed lease, read off
+    the event loop with the share's deadline; if the share does not answer, the
+    leader of this agent's pool view; else this agent."""
+    stk = settings.STK
+    found = await asyncio.to_thread(_lease_address)
+    if found is not None:
+        return found
+    lease = LocalState(stk.data_dir).pool().lease or {}
+    ip, port = lease.get("ip"), lease.get("port")
+    if not lease.get("released") and isinstance(ip, str) and isinstance(port, int):
+        return ip, port
     return stk.node_ip, stk.relay_port
 
 
@@ -67,7 +83,7 @@ class _Bridge(AsyncWebsocketConsumer):
     port_offset = 0
 
     async def open_relay(self) -> bool:
-        ip, port = relay_address()
+        ip, port = await relay_address()
         try:
             self.reader, self.writer = await asyncio.wait_for(
                 asyncio.open_connection(ip, port + self.port_offset), timeout=3

@@ -13,6 +13,7 @@ command -v ip >/dev/null || need+=(iproute2)
 command -v gcc >/dev/null || need+=(gcc libc6-dev)
 command -v arping >/dev/null || need+=(iputils-arping)
 command -v chromium >/dev/null || need+=(chromium)
+command -v fusermount3 >/dev/null || need+=(fuse3)  # the faulty share of the hung-share tests
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "bootstrap: missing ${need[*]}; run as root or: sudo apt-get install ${need[*]}" >&2

@@ -49,12 +49,13 @@ DEFAULTS: dict[str, str] = {
     "HEALTH_CMD": "",
     "HEALTH_URL": "",
     "RELAY_ATTESTS": "1",
+    "POOL_KEY": "",  # default: RELAY_TOKEN
+    "SHARE_TIMEOUT": "2",
     "WEB_ALLOWED_HOSTS": "",
     "WEB_TRUSTED_PROXIES": "",
     "WEB_LOGIN_ADDRESS_FAILURES": "20",
     "WEB_LOGIN_FAILURES_PER_S": "0.5",
     "WEB_LOGIN_BURST": "5",
-    "POOL_KEY": "",  # default: RELAY_TOKEN
     "RELAY_STATION_KEYS_ONLY": "0",
     "RELAY_MAX_PER_ADDRESS": "0",  # 0: sized from the file limit (relay.limits)
 }
@@ -87,6 +88,8 @@ class Config:
     node_ip: str = "127.0.0.1"
     relay_port: int = 9530
     relay_token: str = ""
+    pool_key: str = ""  # signs every pool record (lease, lock, members, events, audit chain)
+    share_timeout: float = 2.0
     lease_dir: str = ""
     lease_ttl: float = 10.0
     lease_renew: float = 3.0
@@ -109,7 +112,6 @@ class Config:
     web_login_address_failures: int = 20  # failed logins per client address per STK_LOGIN_WINDOW_S
     web_login_failures_per_s: float = 0.5  # failed logins per second, all addresses together
     web_login_burst: int = 5  # ...with this many at once
-    pool_key: str = ""
     relay_station_keys_only: bool = False
     relay_max_per_address: int = 0
     source: str = "(defaults)"
@@ -265,6 +267,10 @@ def load(ini_path: str | None = None, env: dict[str, str] | None = None, check_d
     cfg.promotion_hold = hold if hold is not None else cfg.promotion_hold
     watch = number("LEASE_WATCH", float, 0.05, 60)
     cfg.lease_watch = watch if watch is not None else cfg.lease_watch
+    # A share operation that outlasts the renew deadline cannot keep a leader
+    # acting: the relay's and the executors' gates read the deadline themselves.
+    share = number("SHARE_TIMEOUT", float, 0.1, 60)
+    cfg.share_timeout = share if share is not None else cfg.share_timeout
     prio = number("PRIORITY", int, 0, 100)
     cfg.priority = prio if prio is not None else cfg.priority
     cfg.health_cmd = values["HEALTH_CMD"]

@@ -5,6 +5,7 @@ contender processes, and `wait_until` (conditions with deadlines, never sleeps).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -22,6 +23,16 @@ PY = sys.executable
 TOKEN = "test-token-0123456789abcdef"
 KMSN = "9999-9999-99-99"
 FAST = {"LEASE_TTL": "3", "LEASE_RENEW": "1", "LEASE_POLL": "0.5", "RENEW_DEADLINE": "2"}
+
+
+def signed_lock(node: str, pid: int, nonce: str, token: str = TOKEN) -> str:
+    """A lock file's content as a live (or dead) writer of the pool would leave it."""
+    from elections.core.lease import sign
+
+    doc = {"node": node, "pid": pid, "nonce": nonce}
+    return json.dumps({**doc, "sig": sign(doc, token)})
+
+
 DEFAULT = {"LEASE_TTL": "10", "LEASE_RENEW": "3", "LEASE_POLL": "2", "RENEW_DEADLINE": "7"}
 
 # Debian's Chromium for Playwright (never `playwright install`); these flags keep it

@@ -345,3 +345,36 @@ def test_stkuser_tokens_authenticate_the_api_until_revoked(dj):
     assert client_for().get("/api/v1/sites", **auth).status_code == 200
     assert run("revoke", "bot") == "1 token(s) of bot revoked\n"
     assert client_for().get("/api/v1/sites", **auth).status_code == 401
+
+
+def test_a_row_forged_without_the_pool_key_shows_as_forged(dj):
+    from elections import audit
+
+    _append(2)
+    row = audit.AuditEntry.objects.get(seq=4)
+    row.target = "S777"
+    row.hash = row.compute_hash(key="the-attackers-guess-0123")  # sha256 alone would not do either
+    row.save()
+    status = audit.verify_chain()
+    assert (status.ok, status.broken_at, status.detail) == (False, 4, "content does not match its hash")
+
+
+def test_rows_from_before_the_chain_was_keyed_verify_but_only_as_its_beginning(dj):
+    from elections import audit
+
+    _append(1)
+    for row in audit.AuditEntry.objects.order_by("seq"):  # as written before keying
+        row.alg = audit.LEGACY
+        row.prev_hash = audit.AuditEntry.objects.filter(seq=row.seq - 1).values_list(
+            "hash", flat=True
+        ).first() or (audit.GENESIS)
+        row.hash = row.compute_hash()
+        row.save()
+    _append(1)
+    assert audit.verify_chain().ok and audit.verify_chain().entries == 4
+    last = audit.AuditEntry.objects.get(seq=4)
+    last.alg = audit.LEGACY  # an unkeyed row after keyed ones: anyone could have made it
+    last.hash = last.compute_hash()
+    last.save()
+    status = audit.verify_chain()
+    assert (status.broken_at, status.detail) == (4, "an unkeyed row after keyed ones: forged")

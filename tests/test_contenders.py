@@ -1,11 +1,10 @@
 """Many real contender processes on one lease dir (the same elector the agents run)."""
 
-import json
 import signal
 import time
 
 import pytest
-from harness import Contender, live_lease, wait_until
+from harness import Contender, live_lease, signed_lock, wait_until
 
 QUICK = {"ttl": 2, "renew": 0.5, "poll": 0.2, "deadline": 1.5}
 
@@ -57,7 +56,7 @@ def test_twenty_contenders_elect_exactly_one_and_fifty_reelections_never_reuse_a
 def test_a_lock_left_by_a_dead_acquirer_delays_the_election_by_a_bounded_time(tmp_path, contenders):
     lease_dir = tmp_path / "socket"
     lease_dir.mkdir()
-    (lease_dir / "relay_leader.lock").write_text(json.dumps({"node": "GONE", "pid": 999999, "nonce": "x"}))
+    (lease_dir / "relay_leader.lock").write_text(signed_lock("GONE", 999999, "x"))
     started = time.monotonic()
     contenders(3, lease_dir)
     rec = wait_until(lambda: live_lease(lease_dir), 15, "a leader despite the stale lock")

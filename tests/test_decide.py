@@ -244,3 +244,24 @@ def test_a_contend_decision_carries_its_delay_cause_and_gap_as_data():
     mem = track(mem, handed, 12, 10)
     d = decide(mem, Observation(handed), 12, T)
     assert (d.cause, d.gap, d.delay) == ("handoff", 0.0, 0.0)
+
+
+def test_old_signed_copies_of_a_lease_swapped_back_and_forth_do_not_keep_a_dead_leader_alive():
+    from elections.core.decide import replayed
+
+    old, newer = valid(rec(seq=5)), valid(rec(seq=6))
+    mem = track(Memory(node="S002"), old, 0, 10)
+    mem = track(mem, newer, 1, 10)  # the last renewal this follower saw, at t=1
+    for now in (2, 3, 4, 5, 6, 7, 8, 9, 10):
+        read = old if now % 2 else newer
+        assert replayed(mem, read) is (read is old)
+        mem = track(mem, read, now, 10)
+    assert mem.seen_at == 1 and mem.seen_key == ("S001", 7, 6)
+    d = decide(mem, Observation(old), 11.1, T)
+    assert d.verdict is Verdict.CONTEND and "replayed lease ignored" in d.reason
+
+
+def test_a_leader_that_reads_an_older_copy_of_its_own_lease_rewrites_it():
+    mem = replace(leader(), seen_key=("S001", 7, 9))
+    d = decide(mem, Observation(valid(rec(seq=3))), 1, T)
+    assert d.verdict is Verdict.RENEW and "replayed" in d.reason

@@ -72,6 +72,7 @@ def test_the_metrics_keep_the_readmes_names_and_labels(dj):
         "stkrelay_failover_gap_seconds_count": {"kmsn"},
         "stkrelay_failover_gap_seconds_sum": {"kmsn"},
         "stkrelay_agent_leader": {"node"},
+        "stkrelay_security_events_total": {"kmsn", "cause"},
         "stkrelay_relay_clients": {"kmsn", "station", "role"},
         "stkrelay_relay_messages_total": {"kmsn"},
         "stkrelay_relay_bytes_total": {"kmsn"},

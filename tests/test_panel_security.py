@@ -76,7 +76,11 @@ def test_the_stream_needs_an_origin_but_the_relay_takes_non_browser_clients(ws, 
 
     async def scenario(origin):
         server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
-        monkeypatch.setattr("relay.ws.relay_address", lambda: server.sockets[0].getsockname()[:2])
+
+        async def address():  # type: ignore[no-untyped-def]
+            return server.sockets[0].getsockname()[:2]
+
+        monkeypatch.setattr("relay.ws.relay_address", address)
         from channels.testing import WebsocketCommunicator
 
         from stkrelay.asgi import application

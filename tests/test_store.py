@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from harness import signed_lock
 
 from elections.core.lease import LeaseRecord
 from elections.errors import StoreUnavailable
@@ -62,7 +63,7 @@ def test_a_fence_that_says_no_writes_nothing(store):
 
 def test_a_held_lock_makes_writers_wait_and_a_stale_one_is_broken_after_the_bound(tmp_path, store, clock):
     lock = tmp_path / "relay_leader.lock"
-    lock.write_text(json.dumps({"node": "S009", "pid": 1, "nonce": "dead"}))
+    lock.write_text(signed_lock("S009", 1, "dead", TOKEN))
     read = store.read()
     assert store.write(rec(), expect=read.revision) is WriteOutcome.BUSY
     clock.advance(1.9)
@@ -76,7 +77,7 @@ def test_a_held_lock_makes_writers_wait_and_a_stale_one_is_broken_after_the_boun
 def test_a_lock_that_changes_is_not_stale(tmp_path, store, clock):
     lock = tmp_path / "relay_leader.lock"
     for i in range(5):
-        lock.write_text(json.dumps({"node": "S009", "pid": 1, "nonce": f"n{i}"}))
+        lock.write_text(signed_lock("S009", 1, f"n{i}", TOKEN))
         assert store.write(rec(), expect="") is WriteOutcome.BUSY
         clock.advance(1.5)
     assert lock.exists()
@@ -86,12 +87,12 @@ def test_a_lock_of_this_node_whose_process_died_is_broken_at_once(tmp_path, stor
     dead = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
     ).stdout.strip()
-    (tmp_path / "relay_leader.lock").write_text(json.dumps({"node": "S001", "pid": int(dead), "nonce": "x"}))
+    (tmp_path / "relay_leader.lock").write_text(signed_lock("S001", int(dead), "x", TOKEN))
     assert store.write(rec(), expect="") is WriteOutcome.WRITTEN
 
 
 def test_a_breaker_that_died_does_not_block_the_pool(tmp_path, store, clock):
-    content = json.dumps({"node": "S009", "pid": 1, "nonce": "dead"})
+    content = signed_lock("S009", 1, "dead", TOKEN)
     (tmp_path / "relay_leader.lock").write_text(content)
     from elections.core.lease import revision_of
 
@@ -182,3 +183,70 @@ def test_an_election_over_a_changed_lease_loses_and_claims_nothing(tmp_path, sto
     )
     assert outcome is WriteOutcome.CHANGED and won is None
     assert "S002" not in other.read_members()
+
+
+# -- what anyone who can write the share may leave there (DESIGN.md §5.4) ------------------
+def test_a_lock_that_is_not_validly_signed_is_broken_at_once(tmp_path, store):
+    for content in ('{"node": "S009", "pid": 1, "nonce": "forged"}', "[[[[", "x" * 10_000):
+        (tmp_path / "relay_leader.lock").write_text(content)
+        assert store.write(rec(), expect=store.read().revision) is WriteOutcome.WRITTEN
+    assert store.refusals.counts["unsigned"] >= 1 and store.refusals.counts["too_large"] >= 1
+
+
+def test_old_locks_replayed_in_turn_age_like_one_and_are_broken(tmp_path, store, clock):
+    old = [signed_lock("S009", 1, f"n{i}", TOKEN) for i in range(2)]
+    lock = tmp_path / "relay_leader.lock"
+    for content in old:  # the store sees both once, as a live writer's locks
+        lock.write_text(content)
+        assert store.write(rec(), expect="") is WriteOutcome.BUSY
+    clock.advance(2.1)
+    lock.write_text(old[0])  # swapped back and forth: each is 2.1 s old on our clock
+    assert store.write(rec(), expect="") is WriteOutcome.WRITTEN
+
+
+def test_a_lease_that_is_a_link_a_fifo_or_huge_is_no_evidence_and_no_write_goes_through_it(tmp_path, store):
+    outside = tmp_path.parent / f"{tmp_path.name}-outside"
+    outside.write_text("precious")
+    lease = tmp_path / "relay_leader.json"
+    lease.symlink_to(outside)
+    read = store.read()
+    assert read.status == "corrupt" and read.cause == "not_a_file"
+    assert store.write(rec(), expect=read.revision) is WriteOutcome.WRITTEN
+    assert outside.read_text() == "precious" and not lease.is_symlink() and store.read().status == "valid"
+    lease.unlink()
+    os.mkfifo(lease)  # opening a FIFO for reading would block: it is refused instead
+    read = store.read()
+    assert read.status == "corrupt" and read.cause == "not_a_file"
+    lease.unlink()
+    lease.write_bytes(b"[" * 100_000)
+    assert store.read().cause == "too_large"
+    lease.write_bytes(b"[" * 10_000)
+    assert store.read().cause == "too_deep"
+
+
+def test_member_files_must_be_signed_name_their_own_node_and_only_move_forward(tmp_path, store):
+    from elections.core.lease import sign
+
+    store.write_member({"node": "S002", "seq": 5, "epoch": 1})
+    first = store.read_members()["S002"]
+    path = tmp_path / "members" / "S002.json"
+    old = path.read_bytes()
+    store.write_member({"node": "S002", "seq": 9, "epoch": 1})
+    assert store.read_members()["S002"]["seq"] == 9
+    path.write_bytes(old)  # a replayed older heartbeat
+    assert store.read_members()["S002"]["seq"] == 9 and store.refusals.counts["replayed"] == 1
+    doc = {"node": "S001", "seq": 99, "epoch": 1}
+    (tmp_path / "members" / "S003.json").write_text(json.dumps({**doc, "sig": sign(doc, TOKEN)}))
+    (tmp_path / "members" / "S004.json").write_text('{"node": "S004", "seq": 1}')
+    (tmp_path / "members" / "S005.json").write_text("[" * 50_000)
+    members = store.read_members()
+    assert set(members) == {"S002"} and first["node"] == "S002"
+    assert {"wrong_node", "unsigned", "too_large"} <= set(store.refusals.counts)
+
+
+def test_a_heartbeat_seq_keeps_growing_across_a_restart_with_a_lower_counter(tmp_path, clock):
+    a = FileLeaseStore(tmp_path, TOKEN, "S002", clock)
+    a.write_member({"node": "S002", "seq": 1_000_000, "epoch": 1})
+    restarted = FileLeaseStore(tmp_path, TOKEN, "S002", clock)  # e.g. after a reboot
+    restarted.write_member({"node": "S002", "seq": 5, "epoch": 1})
+    assert FileLeaseStore(tmp_path, TOKEN, "S001", clock).read_members()["S002"]["seq"] == 1_000_001

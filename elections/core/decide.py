@@ -108,9 +108,23 @@ class Decision:
 
 
 def _stale(memory: Memory, read: LeaseRead) -> bool:
-    """A validly signed record older than an epoch we already know is a replay or
-    a write from a leader that woke up late: no evidence, never obeyed."""
-    return read.record is not None and read.record.epoch < memory.max_epoch
+    """A validly signed record older than what we already know is a replay or a
+    write from a leader that woke up late: no evidence, never obeyed. Older means
+    a lower epoch, or, for the very (holder, epoch) we saw last, a lower
+    `renew_seq` (DESIGN.md §5.4: for one (node, epoch) the renew_seq only grows):
+    two old copies swapped back and forth must not keep a dead leader alive."""
+    rec = read.record
+    if rec is None:
+        return False
+    if rec.epoch < memory.max_epoch:
+        return True
+    seen = memory.seen_key
+    return seen is not None and (rec.node, rec.epoch) == seen[:2] and rec.renew_seq < seen[2]
+
+
+def replayed(memory: Memory, read: LeaseRead) -> bool:
+    """A validly signed record that `track` refuses as older than what was seen."""
+    return read.status == "valid" and _stale(memory, read)
 
 
 def track(memory: Memory, read: LeaseRead, now: float, default_ttl: float) -> Memory:
@@ -138,8 +152,12 @@ def track(memory: Memory, read: LeaseRead, now: float, default_ttl: float) -> Me
 
 def _no_evidence(read: LeaseRead, memory: Memory) -> str:
     if _stale(memory, read):
-        assert read.record is not None
-        return f"stale lease ignored ({read.record.describe()} < known epoch {memory.max_epoch})"
+        rec = read.record
+        assert rec is not None
+        if rec.epoch < memory.max_epoch:
+            return f"stale lease ignored ({rec.describe()} < known epoch {memory.max_epoch})"
+        assert memory.seen_key is not None
+        return f"replayed lease ignored ({rec.describe()} < seen seq {memory.seen_key[2]})"
     return read.detail or read.status
 
 

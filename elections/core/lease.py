@@ -19,6 +19,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from elections.core.untrusted import FORGED, LEASE, NOT_JSON, NOT_OBJECT, UNSIGNED, Untrusted, load_object
+
 LEASE_VERSION = 1
 
 # The seed's fields first (old readers know only these), then our additions.
@@ -114,6 +116,7 @@ class LeaseRead:
     detail: str = ""
     revision: str = ""
     forged_doc: dict[str, Any] | None = None
+    cause: str = ""  # why it is no evidence (core.untrusted.CAUSES), for corrupt and forged reads
 
 
 def revision_of(raw: bytes | None) -> str:
@@ -125,30 +128,29 @@ def parse_lease(raw: bytes | None, token: str) -> LeaseRead:
     if raw is None:
         return LeaseRead("missing", detail="no lease file", revision=rev)
     if not raw.strip():
-        return LeaseRead("corrupt", detail="lease file is empty", revision=rev)
+        return LeaseRead("corrupt", detail="lease file is empty", revision=rev, cause=NOT_JSON)
     try:
-        doc = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        return LeaseRead("corrupt", detail="lease file is not UTF-8", revision=rev)
-    except ValueError as exc:
-        return LeaseRead("corrupt", detail=f"lease file is not JSON ({exc.msg})", revision=rev)
-    if not isinstance(doc, dict):
-        return LeaseRead("corrupt", detail="lease file is not a JSON object", revision=rev)
+        doc = load_object(raw, LEASE, "lease file")
+    except Untrusted as exc:
+        return LeaseRead("corrupt", detail=exc.detail, revision=rev, cause=exc.cause)
     for name, kind in _FIELDS.items():
         if name not in doc:
-            return LeaseRead("corrupt", detail=f"lease has no '{name}'", revision=rev)
+            return LeaseRead("corrupt", detail=f"lease has no '{name}'", revision=rev, cause=NOT_OBJECT)
         value = doc[name]
         if not isinstance(value, kind) or isinstance(value, bool):
-            return LeaseRead("corrupt", detail=f"lease field '{name}' has a bad type", revision=rev)
+            return LeaseRead(
+                "corrupt", detail=f"lease field '{name}' has a bad type", revision=rev, cause=NOT_OBJECT
+            )
     if doc["epoch"] < 0 or doc["renew_seq"] < 0 or doc["ttl_s"] < 0:
-        return LeaseRead("corrupt", detail="lease has a negative number", revision=rev)
+        return LeaseRead("corrupt", detail="lease has a negative number", revision=rev, cause=NOT_OBJECT)
     if not signature_ok(doc, token):
-        why = "no signature" if "sig" not in doc else "bad signature"
+        why, cause = ("no signature", UNSIGNED) if "sig" not in doc else ("bad signature", FORGED)
         return LeaseRead(
             "forged",
             detail=f"lease has {why} (claims {doc['node']} epoch {doc['epoch']})",
             revision=rev,
             forged_doc=doc,
+            cause=cause,
         )
     known = {k: doc[k] for k in _FIELDS}
     extra = {k: v for k, v in doc.items() if k not in _FIELDS and k != "sig"}

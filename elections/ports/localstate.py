@@ -139,6 +139,7 @@ class PoolView:
     paused: bool | None = None
     lease_seen_at: float | None = None  # monotonic, when the lease's renew_seq last changed
     command_clock: int = 0  # the highest command clock folded (core.commands)
+    refusals: dict[str, Any] = field(default_factory=dict)  # core.evidence.Refusals.to_doc()
 
     @property
     def exists(self) -> bool:
@@ -180,6 +181,7 @@ class PoolView:
             paused=doc.get("paused") if isinstance(doc.get("paused"), bool) else None,
             lease_seen_at=_num(doc.get("lease_seen_at")),
             command_clock=_int(doc.get("command_clock")) or 0,
+            refusals=doc.get("refusals") if isinstance(doc.get("refusals"), dict) else {},
         )
 
 

@@ -26,6 +26,7 @@ from elections.core.actions import action_config
 from elections.core.commands import PoolCommands
 from elections.core.decide import Decision, Timing
 from elections.core.eligibility import Freshness, judge, observe
+from elections.core.evidence import Refusals
 from elections.errors import StoreUnavailable
 from elections.executors import Gate, build_executors, epoch_from_state, leader_duties
 from elections.ports.clock import SystemClock
@@ -35,7 +36,7 @@ from elections.ports.store import FileLeaseStore
 from elections.runtime.elector import Elector, Identity
 from elections.runtime.health import HealthMonitor
 from elections.runtime.policy import PoolPolicy
-from elections.runtime.projection import ingest, pool_event_sink
+from elections.runtime.projection import Projector, pool_event_sink
 
 log = logging.getLogger("stkrelay.agent")
 
@@ -67,9 +68,14 @@ class Agent:
         self.clock = clock
         self.local = LocalState(stk.data_dir)
         self.timing = Timing(stk.lease_ttl, stk.lease_renew, stk.lease_poll, stk.renew_deadline)
-        store = FileLeaseStore(stk.lease_dir, stk.relay_token, stk.node, clock)
+        self.refusals = Refusals()
+        store = FileLeaseStore(stk.lease_dir, stk.pool_key, stk.node, clock, timeout=stk.share_timeout,
+                               refusals=self.refusals)  # fmt: skip
         self.commands = PoolCommands()
-        self.tail = EventTail(Path(stk.lease_dir) / "events")
+        self.tail = EventTail(Path(stk.lease_dir) / "events", key=stk.pool_key, refusals=self.refusals,
+                              clock=clock, deadline=store.deadline)  # fmt: skip
+        self.projector = Projector(stk.kmsn)
+        self._unprojected: list[list[dict[str, Any]]] = []
         self.view = PoolView(kmsn=stk.kmsn, node=stk.node)
         self._leader_since: float | None = None
         self._beat_fields: dict[str, Any] = {}
@@ -80,7 +86,7 @@ class Agent:
         )  # fmt: skip
         self.elector = Elector(
             store, clock, identity(), self.timing, events=pool_event_sink(stk), policy=self.policy,
-            on_elected=self._elected, on_demoted=self._demoted,
+            on_elected=self._elected, on_demoted=self._demoted, refusals=self.refusals,
         )  # fmt: skip
         config, problems = action_config(stk.values)
         for problem in problems:
@@ -114,12 +120,23 @@ class Agent:
         threading.Thread(target=run, name=f"duty-{epoch}", daemon=True).start()
 
     def ingest(self) -> bool:
-        """Project the pool's new events into this database and fold commands.
-        True if there was anything new."""
-        events = self.tail.new_events()
+        """Fold the pool's new, verified events into the command state and hand
+        them to the projector (the database inserts happen off this path). The
+        tail reads a bounded amount per call. True if there was anything new."""
+        while self._unprojected and self.projector.submit(self._unprojected[0], timeout=0):
+            self._unprojected.pop(0)
+        if self._unprojected:  # the database is behind: read nothing more until it catches up
+            return False
+        try:
+            events = self.tail.new_events()
+        except StoreUnavailable as exc:
+            log.debug("event files not read: %s", exc)
+            return False
         if events:
-            ingest(self.stk.kmsn, events)
             self.commands.apply(events)
+            if not self.projector.submit(events, timeout=0):
+                log.warning("history projection is behind: %d events wait for the database", len(events))
+                self._unprojected.append(events)
         return bool(events)
 
     def watch(self) -> Decision | None:
@@ -195,6 +212,7 @@ class Agent:
             store_reachable=reachable and read is not None, members=members,
             decision=str(self.elector.last or ""), paused=self.commands.paused,
             lease_seen_at=self.elector.memory.seen_at, command_clock=self.commands.clock,
+            refusals=self.refusals.to_doc(now),
         )  # fmt: skip
         self.local.write_pool(view)
         return view

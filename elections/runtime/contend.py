@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> None:
     clock = SystemClock()
     timing = Timing(args.ttl, args.renew, args.poll, args.deadline)
     store = FileLeaseStore(args.dir, args.token, args.node, clock, lock_stale_s=args.lock_stale)
-    events = JsonlEventSink(args.events, args.node, clock) if args.events else None
+    events = JsonlEventSink(args.events, args.node, clock, key=args.token) if args.events else None
     me = Identity(node=args.node, kmsn=args.kmsn, station=args.node, ip=args.ip, port=args.port)
     elector = Elector(store, clock, me, timing, events=events)
     stop = threading.Event()

@@ -20,11 +20,23 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from elections.core.decide import PLANNED, Decision, Memory, Observation, Timing, Verdict, decide, track
+from elections.core.decide import (
+    PLANNED,
+    Decision,
+    Memory,
+    Observation,
+    Timing,
+    Verdict,
+    decide,
+    replayed,
+    track,
+)
+from elections.core.evidence import Refusals
 from elections.core.lease import LeaseRead, LeaseRecord, legacy_lease_until
+from elections.core.untrusted import REPLAYED
 from elections.errors import StoreUnavailable
 from elections.ports.clock import Clock
-from elections.ports.store import LeaseStore, WriteOutcome
+from elections.ports.store import LEASE_NAME, LeaseStore, WriteOutcome
 from elections.runtime.policy import OpenPolicy, Policy
 
 log = logging.getLogger("stkrelay.elector")
@@ -120,8 +132,10 @@ class Elector:
         policy: Policy | None = None,
         rng: random.Random | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        refusals: Refusals | None = None,
     ) -> None:
         self.store = store
+        self.refusals = refusals if refusals is not None else Refusals()
         self.clock = clock
         self.me = replace(me, pid=me.pid or os.getpid())
         self.timing = timing
@@ -241,6 +255,15 @@ class Elector:
             self._report(
                 f"ignoring damaged lease in {self.store.describe()}: {read.detail}",
                 logging.WARNING,
+                key=read.revision,
+            )
+        elif replayed(self.memory, read) and read.record is not None:
+            detail = f"{read.record.describe()} is older than seen {self.memory.seen_key}"
+            at = self.clock.wall().isoformat(timespec="seconds")
+            self.refusals.note(LEASE_NAME, REPLAYED, detail, at, self.clock.monotonic())
+            self._report(
+                f"SECURITY: ignoring replayed lease in {self.store.describe()}: {detail}",
+                logging.ERROR,
                 key=read.revision,
             )
         return read

@@ -2,20 +2,27 @@
 
 Every node appends only to its own `events/<node>.jsonl`; every agent ingests
 all of them (`ingest`), idempotently on `(node, seq)`, so the failover and
-audit history is the same on every agent's panel. `DbEventSink` is how this
-agent records its own transitions: a row here first (the database hands out
-the seq), then the same event on the share.
+audit history is the same on every agent's panel. `Projector` does the
+inserts on a thread of its own, off the renewal path: the cycle hands it the
+verified events and moves on (a bounded queue; when it is full the oldest
+batch waits in the tail's place, never in memory without bound). `DbEventSink`
+is how this agent records its own transitions: a row here first (the database
+hands out the seq), then the same event on the share.
 """
 
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from elections.errors import StoreUnavailable
 from elections.ports.clock import SystemClock
 from elections.ports.eventlog import JsonlEventSink
+from elections.ports.sharefiles import deadline_for
 from elections.retry import Backoff, retry
 
 log = logging.getLogger("stkrelay.projection")
@@ -57,9 +64,9 @@ class DbEventSink:
             return
         try:
             self.pool_log.record(kind, epoch, reason, seq=seq, **extra)
-        except OSError as exc:
+        except (OSError, ValueError, StoreUnavailable) as exc:  # ValueError: Untrusted (a planted link)
             if required:
-                raise
+                raise OSError(f"pool event log not written: {exc}") from exc
             log.warning("pool event log not written: %s", exc)
 
 
@@ -67,7 +74,10 @@ def pool_event_sink(stk: Any) -> DbEventSink:
     """This agent's history sink, from its settings (`settings.STK`): rows in its
     database, mirrored to the pool's `events/<node>.jsonl`."""
     path = Path(stk.lease_dir) / "events" / f"{stk.node}.jsonl"
-    return DbEventSink(stk.kmsn, stk.node, JsonlEventSink(path, stk.node, SystemClock()))
+    deadline = deadline_for(stk.lease_dir, stk.share_timeout)
+    return DbEventSink(
+        stk.kmsn, stk.node, JsonlEventSink(path, stk.node, SystemClock(), stk.pool_key, deadline)
+    )
 
 
 def ingest(kmsn: str, events: list[dict[str, Any]]) -> int:
@@ -94,3 +104,43 @@ def ingest(kmsn: str, events: list[dict[str, Any]]) -> int:
     if rows:
         ElectionEvent.objects.bulk_create(rows, ignore_conflicts=True, batch_size=500)
     return len(rows)
+
+
+class Projector:
+    """Inserts events into this agent's database on a thread of its own."""
+
+    def __init__(self, kmsn: str, max_batches: int = 64) -> None:
+        self.kmsn = kmsn
+        self._queue: queue.Queue[list[dict[str, Any]]] = queue.Queue(max_batches)
+        self._thread = threading.Thread(target=self._loop, name="projector", daemon=True)
+        self._thread.start()
+
+    def submit(self, events: list[dict[str, Any]], timeout: float = 1.0) -> bool:
+        """Queue a batch; False if the queue stayed full for `timeout` (the caller keeps it)."""
+        try:
+            self._queue.put(events, timeout=timeout)
+            return True
+        except queue.Full:
+            return False
+
+    def drain(self, timeout: float = 5.0) -> bool:
+        """Wait until every queued batch is in the database (tests, shutdown)."""
+        done = threading.Event()
+        if not self.submit([{"__drained__": done}], timeout):
+            return False
+        return done.wait(timeout)
+
+    def _loop(self) -> None:
+        from django.db import connection
+
+        while True:
+            batch = self._queue.get()
+            marker = [e for e in batch if "__drained__" in e]
+            if marker:
+                marker[0]["__drained__"].set()
+                continue
+            try:
+                ingest(self.kmsn, batch)
+            except Exception:  # the history is a projection: a failed batch must not stop the next
+                log.exception("could not project %d events", len(batch))
+                connection.close()

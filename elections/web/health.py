@@ -22,7 +22,9 @@ def leader(request):  # type: ignore[no-untyped-def]
     """Who leads this agent's pool, from the signed lease (a client's fallback lookup)."""
     stk = settings.STK
     try:
-        read = FileLeaseStore(stk.lease_dir, stk.relay_token, stk.node, SystemClock()).read()
+        read = FileLeaseStore(
+            stk.lease_dir, stk.pool_key, stk.node, SystemClock(), timeout=stk.share_timeout
+        ).read()
     except StoreUnavailable as exc:
         return JsonResponse({"kmsn": stk.kmsn, "error": f"lease store unreachable: {exc}"}, status=503)
     if read.record is None or read.status != "valid" or read.record.released:

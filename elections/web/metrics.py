@@ -26,6 +26,7 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from elections.core.untrusted import CAUSES
 from elections.models import ElectionEvent
 from elections.ports.localstate import LocalState
 from elections.web.auth import api_error, bearer_user, is_loopback
@@ -115,6 +116,17 @@ class PoolCollector(Collector):
             gaps = [f.gap_s for f in failovers_for(kmsn) if f.gap_s is not None]
             h.add_metric([kmsn], gap_buckets(gaps), sum(gaps))
         yield h
+        c = CounterMetricFamily(
+            "stkrelay_security_events",
+            "Records from the share refused as evidence (forged, replayed, oversized...), by cause.",
+            labels=["kmsn", "cause"],
+        )
+        for s in states:
+            counts = s.refusals.get("counts") if isinstance(s.refusals.get("counts"), dict) else {}
+            for cause in sorted(CAUSES):
+                n = counts.get(cause, 0)
+                c.add_metric([s.kmsn, cause], n if isinstance(n, int) else 0)
+        yield c
         g = GaugeMetricFamily("stkrelay_agent_leader", "1 while this agent leads its pool.", labels=["node"])
         g.add_metric([settings.STK.node], 1 if LocalState(settings.STK.data_dir).leads_now(now) else 0)
         yield g

@@ -145,7 +145,9 @@ class Command(BaseCommand):
         def check(name: str, ok: bool, detail: str) -> None:
             checks.append({"check": name, "ok": ok, "detail": detail})
 
-        store = FileLeaseStore(stk.lease_dir, stk.relay_token, stk.node, SystemClock())
+        store = FileLeaseStore(
+            stk.lease_dir, stk.pool_key, stk.node, SystemClock(), timeout=stk.share_timeout
+        )
         try:
             probe = Path(stk.lease_dir) / f".doctor-{stk.node}-{os.getpid()}"
             probe.write_text("x")
@@ -181,6 +183,13 @@ class Command(BaseCommand):
         lease = (pool.lease or {}).get("node")
         check("exactly one relay answering", len(answering) <= 1 and (not answering or answering == [lease]),
               f"answering: {', '.join(answering) or 'none'}; lease names {lease}")  # fmt: skip
+        recent = pool.refusals.get("recent") if isinstance(pool.refusals.get("recent"), list) else []
+        check("no forged, replayed or oversized records on the share", not recent,
+              f"{len(recent)} refused recently" if recent else "none refused recently")  # fmt: skip
+        for r in recent if isinstance(recent, list) else []:
+            if isinstance(r, dict):
+                seen = f"x{r.get('count')}, last {r.get('last_at')}"
+                check(f"refused {r.get('source')}", False, f"{r.get('cause')}: {r.get('detail')} ({seen})")
         text = "\n".join(f"{'ok  ' if c['ok'] else 'FAIL'} {c['check']}: {c['detail']}" for c in checks)
         self.emit(checks, text)
         return 0 if all(c["ok"] for c in checks) else 1

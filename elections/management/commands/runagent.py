@@ -84,7 +84,7 @@ class Command(BaseCommand):
 
         def release(state: Leadership) -> bool:
             """On SIGTERM: mark our lease released so a follower takes over at once."""
-            store = FileLeaseStore(stk.lease_dir, stk.relay_token, stk.node, clock)
+            store = FileLeaseStore(stk.lease_dir, stk.pool_key, stk.node, clock, timeout=stk.share_timeout)
             epoch = state.epoch
             assert epoch is not None
             done = release_lease(store, me, epoch, partial(make_record, me, clock))

@@ -98,6 +98,7 @@ class SiteState:
     changes_24h: int = 0
     paused: bool | None = None
     this_agent_leads: bool = False
+    refusals: dict[str, Any] = field(default_factory=dict)  # what this agent refused as evidence
 
     @property
     def epoch(self) -> int | None:
@@ -258,6 +259,7 @@ def build_site(
         decision=pool.decision,
         paused=pool.paused,
         this_agent_leads=leads,
+        refusals=pool.refusals,
     )
     seen_at = _lease_seen_at(pool)
     if lease is not None and seen_at is not None:

@@ -223,7 +223,9 @@ class RelayRunner:
 
         def read() -> None:
             try:
-                store = FileLeaseStore(stk.lease_dir, stk.relay_token, stk.node, SystemClock())
+                store = FileLeaseStore(
+                    stk.lease_dir, stk.pool_key, stk.node, SystemClock(), timeout=stk.share_timeout
+                )
                 future.set_result(store.read())
             except BaseException as exc:
                 future.set_exception(exc)

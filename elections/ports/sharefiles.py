@@ -1,0 +1,202 @@
+"""The share's files, read and written as files from someone else's disk
+(DESIGN.md §5.3–5.4).
+
+- Only regular files are opened: no link is followed (`O_NOFOLLOW`), a FIFO or
+  device never blocks the open (`O_NONBLOCK`) and is refused after `fstat`.
+- Every read is bounded: at most `max_bytes + 1` bytes are read, whatever the
+  file claims; directories are listed up to a cap.
+- Appends go through the same checks (`append_line`), so a planted link in
+  `events/` never makes an agent write elsewhere on its host.
+- `ShareDeadline.run(fn)` runs one share operation on a thread of its own and
+  gives up after `SHARE_TIMEOUT`: a share that hangs (an SMB server that stops
+  answering, a FUSE mount that blocks) is "unreachable", never a thread that
+  holds the renew deadline hostage. While an earlier operation is still hung,
+  later ones fail at once instead of piling up threads.
+
+`NotRegular` and `TooLarge` are `Untrusted`: the caller treats them as no
+evidence. `StoreUnavailable` means the share cannot be reached.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from pathlib import Path
+from typing import TypeVar
+
+from elections.core.untrusted import NOT_A_FILE, TOO_LARGE, TOO_MANY, Untrusted
+from elections.errors import StoreUnavailable
+
+T = TypeVar("T")
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+DEFAULT_TIMEOUT = 2.0
+
+
+def _refuse_link(path: Path) -> None:
+    """Where O_NOFOLLOW does not exist (Windows): refuse a link before opening."""
+    if not _NOFOLLOW and path.is_symlink():
+        raise Untrusted(NOT_A_FILE, f"{path.name} is a link")
+
+
+def _open_regular(path: Path, flags: int) -> int:
+    _refuse_link(path)
+    try:
+        fd = os.open(path, flags | _NOFOLLOW | _NONBLOCK | _CLOEXEC, 0o644)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EMLINK):
+            raise Untrusted(NOT_A_FILE, f"{path.name} is a link") from None
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise Untrusted(NOT_A_FILE, f"{path.name} is not a regular file ({stat.filemode(mode)[0]})")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_regular(path: Path, max_bytes: int, offset: int = 0, chunk: bool = False) -> bytes | None:
+    """The whole file (`TooLarge` past `max_bytes`), or with `chunk` at most
+    `max_bytes` from `offset`; None when there is no file. Open, read, close at
+    once (Windows: a held file blocks os.replace)."""
+    try:
+        fd = _open_regular(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        if offset:
+            os.lseek(fd, offset, os.SEEK_SET)
+        parts, left = [], max_bytes + 1
+        while left > 0:
+            part = os.read(fd, min(left, 1 << 16))
+            if not part:
+                break
+            parts.append(part)
+            left -= len(part)
+    finally:
+        os.close(fd)
+    data = b"".join(parts)
+    if len(data) > max_bytes:
+        if chunk:
+            return data[:max_bytes]
+        raise Untrusted(TOO_LARGE, f"{path.name} is larger than {max_bytes} bytes")
+    return data
+
+
+def append_line(path: Path, line: bytes) -> None:
+    """Append one line to a regular file (created if missing), never through a link."""
+    fd = _open_regular(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+    try:
+        size = os.fstat(fd).st_size
+        if size:
+            # A previous writer died mid-line: end that fragment so this line
+            # stays a line of its own (readers skip the fragment).
+            last = os.pread(fd, 1, size - 1)
+            if last != b"\n":
+                line = b"\n" + line
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+def list_regular(folder: Path, suffix: str, limit: int) -> tuple[dict[str, int], list[Untrusted]]:
+    """{name: size} of the regular files in `folder` ending in `suffix` (at most
+    `limit`, by name), and what was refused (links, FIFOs, too many files)."""
+    if folder.is_symlink():
+        return {}, [Untrusted(NOT_A_FILE, f"{folder.name}/ is a link")]
+    refused: list[Untrusted] = []
+    found: dict[str, int] = {}
+    with os.scandir(folder) as it:
+        entries = sorted((e for e in it if e.name.endswith(suffix) and not e.name.startswith(".")),
+                         key=lambda e: e.name)  # fmt: skip
+    for entry in entries:
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            refused.append(Untrusted(NOT_A_FILE, f"{folder.name}/{entry.name} is not a regular file"))
+            continue
+        if len(found) >= limit:
+            refused.append(Untrusted(TOO_MANY, f"{folder.name}/ holds more than {limit} files"))
+            break
+        found[entry.name] = st.st_size
+    return found, refused
+
+
+class ShareDeadline:
+    """One share operation at a time on a thread of its own, each within `timeout`."""
+
+    def __init__(self, timeout: float = DEFAULT_TIMEOUT, name: str = "share") -> None:
+        self.timeout = timeout
+        self.name = name
+        self._lock = threading.Lock()
+        self._busy_since: float | None = None
+        self._queue: list[tuple[Callable[[], object], Future[object]]] = []
+        self._wake = threading.Condition(self._lock)
+        self._thread: threading.Thread | None = None
+
+    def _ensure_thread(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._loop, name=f"{self.name}-io", daemon=True)
+            self._thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            with self._wake:
+                while not self._queue:
+                    self._wake.wait()
+                fn, future = self._queue.pop(0)
+                self._busy_since = time.monotonic()
+            try:
+                if future.set_running_or_notify_cancel():
+                    try:
+                        future.set_result(fn())
+                    except BaseException as exc:
+                        future.set_exception(exc)
+            finally:
+                with self._lock:
+                    self._busy_since = None
+
+    def run(self, fn: Callable[[], T]) -> T:
+        """`fn()` on the share thread; `StoreUnavailable` if it does not finish
+        within the timeout, or at once while an earlier operation is hung."""
+        if threading.current_thread() is self._thread:
+            return fn()  # a share operation made of share operations: already on the thread
+        future: Future[object] = Future()
+        with self._wake:
+            since = self._busy_since
+            if since is not None and time.monotonic() - since > self.timeout:
+                raise StoreUnavailable(
+                    f"share not answering: an operation has been hung for {time.monotonic() - since:.1f} s"
+                )
+            self._queue.append((fn, future))
+            self._ensure_thread()
+            self._wake.notify()
+        try:
+            return future.result(self.timeout)  # type: ignore[return-value]
+        except TimeoutError:
+            future.cancel()
+            raise StoreUnavailable(f"share did not answer within {self.timeout:g} s") from None
+
+
+_deadlines: dict[tuple[str, float], ShareDeadline] = {}
+_deadlines_lock = threading.Lock()
+
+
+def deadline_for(share: str | os.PathLike[str], timeout: float = DEFAULT_TIMEOUT) -> ShareDeadline:
+    """The one `ShareDeadline` of this process for a share (all its users queue on it)."""
+    key = (os.path.abspath(share), timeout)  # no I/O: the share may be hung
+    with _deadlines_lock:
+        gate = _deadlines.get(key)
+        if gate is None:
+            gate = _deadlines[key] = ShareDeadline(timeout, name=Path(share).name or "share")
+        return gate
