@@ -3,7 +3,7 @@
 PY := .venv/bin/python
 PYTEST := .venv/bin/pytest
 
-.PHONY: bootstrap run test chaos fuzz bench bench-failover bench-relay bench-relay-idle bench-switchover bench-panel bench-login screenshots lint format clean
+.PHONY: bootstrap run test chaos fuzz bench bench-failover bench-relay bench-relay-idle bench-switchover bench-panel bench-login bench-hostile screenshots lint format clean
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -17,7 +17,11 @@ test: bootstrap
 chaos: bootstrap
 	@$(PYTEST) -m chaos $(PYTEST_ARGS)
 
-bench: bench-failover bench-relay bench-relay-idle bench-switchover bench-panel bench-login
+# The fuzzers of the guarded reader and the wire protocol, with many more examples.
+fuzz: bootstrap
+	@STK_FUZZ_EXAMPLES=$${STK_FUZZ_EXAMPLES:-20000} $(PYTEST) tests/test_untrusted.py tests/test_protocol_fuzz.py $(PYTEST_ARGS)
+
+bench: bench-failover bench-relay bench-relay-idle bench-switchover bench-panel bench-login bench-hostile
 
 bench-failover: bootstrap
 	@$(PY) bench/failover.py $(BENCH_ARGS)
@@ -34,6 +38,9 @@ bench-switchover: bootstrap
 
 bench-panel: bootstrap
 	@$(PY) bench/panel.py $(BENCH_ARGS)
+
+bench-hostile: bootstrap
+	@$(PY) bench/hostile_share.py $(BENCH_ARGS)
 
 bench-login: bootstrap
 	@$(PY) bench/login_flood.py $(BENCH_ARGS)

@@ -29,7 +29,6 @@ signed lease is the pool's own word and always wins.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import threading
 import urllib.error
@@ -40,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from elections.core.lease import LeaseRecord
+from elections.core.untrusted import LEADER_ANSWER, Untrusted, load_object
 from elections.errors import StoreUnavailable
 from elections.ports.clock import SystemClock
 from elections.ports.store import FileLeaseStore
@@ -212,9 +212,9 @@ class AgentApi:
         except (OSError, ValueError) as exc:
             return f"unreachable ({getattr(exc, 'reason', None) or exc})"
         try:
-            doc = json.loads(body)
-        except ValueError:
-            return "answer is not JSON"
+            doc = load_object(body, LEADER_ANSWER, "answer")
+        except Untrusted as exc:
+            return f"answer refused ({exc.cause})"
         return parse_leader_answer(doc, self.kmsn, f"agent {base}")
 
     async def find(self, avoid: Collection[Address] = ()) -> Leader | None:

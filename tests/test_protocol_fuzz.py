@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,7 +25,7 @@ TOKEN = "secret"
 KMSN = "9999-9999-99-99"
 MAX_FRAME = 256
 
-fuzz = settings(max_examples=200, deadline=None, database=None)
+fuzz = settings(max_examples=int(os.environ.get("STK_FUZZ_EXAMPLES", "200")), deadline=None, database=None)
 
 json_scalars = (
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text()

@@ -51,6 +51,8 @@ LOCK = Limits(4 << 10, max_depth=4)
 MEMBER = Limits(16 << 10)
 EVENT_LINE = Limits(64 << 10)
 LOCAL = Limits(4 << 20, max_depth=32)  # this agent's own data-directory files
+API_BODY = Limits(64 << 10, max_depth=8)  # a JSON body of the panel's API
+LEADER_ANSWER = Limits(64 << 10, max_depth=8)  # another agent's /api/v1/leader answer
 
 
 class Untrusted(ValueError):

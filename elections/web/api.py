@@ -13,7 +13,6 @@ STK_PUBLIC_LEADER_LOOKUP=1 (relay clients' fallback lookup).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django.conf import settings
@@ -21,6 +20,7 @@ from django.core.paginator import EmptyPage, Paginator
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from elections import audit
+from elections.core.untrusted import API_BODY, Untrusted, load_object
 from elections.steering import perform
 from elections.web import health as agent_views
 from elections.web.auth import actor_for, api_error, api_view
@@ -203,10 +203,9 @@ def audit_log(request: HttpRequest) -> HttpResponse:
 def _body(request: HttpRequest) -> dict[str, Any] | None:
     if request.content_type == "application/json":
         try:
-            doc = json.loads(request.body or b"{}")
-        except ValueError:
+            return load_object(request.body or b"{}", API_BODY, "request body")
+        except Untrusted:
             return None
-        return doc if isinstance(doc, dict) else None
     return {k: v for k, v in request.POST.items()}
 
 
