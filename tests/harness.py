@@ -304,6 +304,16 @@ class Site:
 
         return wait_until(ok, timeout, f"a leader other than {other_than}" if other_than else "a leader")
 
+    def wait_settled(self, timeout: float = 40):  # type: ignore[no-untyped-def]
+        """The lease once a leader holds it, knows it, and every other agent follows it."""
+        lease = self.wait_leader(timeout=timeout)
+        leader = self.by_name(lease.node)
+        wait_until(lambda: leader.state().get("leader"), 10, "the leader's state")
+        others = len(self.agents) - 1
+        wait_until(lambda: sum("follow" in a.state().get("decision", "") for a in self.agents) == others,
+                   30, "every other agent to follow")  # fmt: skip
+        return lease
+
     def stop(self) -> None:
         for agent in self.agents:
             if agent.proc is not None:

@@ -31,12 +31,7 @@ def refused(agent, source, cause):
 
 
 def settled(site):
-    lease = site.wait_leader(timeout=40)
-    wait_until(
-        lambda: sum("follow" in a.state().get("decision", "") for a in site.agents) == 2,
-        30,
-        "both followers to follow",
-    )
+    lease = site.wait_settled()
     wait_until(lambda: all(len(pool(a).get("members") or {}) == 3 for a in site.agents), 30, "pool views")
     return lease
 

@@ -15,13 +15,8 @@ pytestmark = pytest.mark.agents
 def test_damaged_and_forged_leases_are_ignored_and_overwritten_by_the_leader(site_factory):
     site = site_factory(3)  # TTL 3, renew 1, poll 0.5
     site.start()
-    lease = site.wait_leader(timeout=40)
+    lease = site.wait_settled()
     leader = site.by_name(lease.node)
-    wait_until(
-        lambda: sum("follow" in a.state().get("decision", "") for a in site.agents) == 2,
-        30,
-        "both followers to follow",
-    )
     path = site.lease_dir / "relay_leader.json"
     good = json.loads(path.read_bytes())
     raw = path.read_bytes()
@@ -55,13 +50,8 @@ def test_damaged_and_forged_leases_are_ignored_and_overwritten_by_the_leader(sit
 def test_a_deleted_lease_is_rewritten_without_a_new_epoch(site_factory):
     site = site_factory(3)
     site.start()
-    lease = site.wait_leader(timeout=40)
     # Once every follower has seen the valid record, its vanishing is "no evidence".
-    wait_until(
-        lambda: sum("follow" in a.state().get("decision", "") for a in site.agents) == 2,
-        30,
-        "both followers to follow",
-    )
+    lease = site.wait_settled()
     os.unlink(site.lease_dir / "relay_leader.json")
     back = wait_until(lambda: live_lease(site.lease_dir), 5, "the lease to come back")
     assert (back.node, back.epoch) == (lease.node, lease.epoch)

@@ -15,14 +15,9 @@ Contract of every backend:
   nodes can ever take the same epoch, even when the lease file is deleted.
 - `write_member(doc)` never lowers the epoch recorded in this member's file.
 
-The file backend serializes writers with `relay_leader.lock` (O_CREAT|O_EXCL),
-whose content is signed with the pool key. A lock that is not validly signed is
-broken at once (anyone who can write the share could otherwise hold the pool
-forever); a signed lock left by a writer that died is broken once this process
-has known that very content for `lock_stale_s` on its own monotonic clock —
-counted from the first time it ever saw it, so old locks replayed in turn age
-like one — and a lock of this node whose pid is no longer alive is broken at
-once. No wall clocks of two machines are ever compared.
+The file backend serializes writers with `relay_leader.lock` (`filelock`:
+O_CREAT|O_EXCL, content signed with the pool key, stale locks broken by a
+bound on this process's own monotonic clock).
 
 Nothing read from the share is trusted (DESIGN.md §5.4): every file is opened
 as a regular file only, bounded in size and nesting (`sharefiles`,
@@ -36,12 +31,9 @@ under the share's deadline (`SHARE_TIMEOUT`): a hung share raises
 from __future__ import annotations
 
 import enum
-import hashlib
 import json
 import logging
 import os
-import secrets
-from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -51,9 +43,7 @@ from elections.core.lease import LeaseRead, LeaseRecord, parse_lease, revision_o
 from elections.core.untrusted import (
     FORGED,
     LEASE,
-    LOCK,
     MEMBER,
-    NOT_OBJECT,
     REPLAYED,
     UNSIGNED,
     WRONG_NODE,
@@ -63,7 +53,8 @@ from elections.core.untrusted import (
 )
 from elections.errors import StoreUnavailable
 from elections.ports.clock import Clock
-from elections.ports.host import pid_alive, unlink_quietly, write_atomic
+from elections.ports.filelock import ShareLock
+from elections.ports.host import write_atomic
 from elections.ports.sharefiles import DEFAULT_TIMEOUT, deadline_for, list_regular, read_regular
 
 log = logging.getLogger("stkrelay.store")
@@ -72,9 +63,7 @@ LEASE_NAME = "relay_leader.json"
 LOCK_NAME = "relay_leader.lock"
 MEMBERS_DIR = "members"
 MAX_MEMBERS = 64  # member files read per pool; more are refused (too_many)
-FIRST_SEEN_KEPT = 256  # lock contents remembered with the time first seen
 SECURITY_CAUSES = frozenset({UNSIGNED, FORGED, REPLAYED, WRONG_NODE})
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
 class WriteOutcome(enum.Enum):
@@ -128,8 +117,7 @@ class FileLeaseStore:
         self.lock_path = self.dir / LOCK_NAME
         self.deadline = deadline_for(self.dir, timeout)
         self.refusals = refusals if refusals is not None else Refusals()
-        self._first_seen: OrderedDict[str, float] = OrderedDict()  # content digest -> first seen
-        self._my_lock: bytes | None = None
+        self.lock = ShareLock(self.lock_path, token, node, clock, lock_stale_s, self._read_raw, self.refuse)
         self._member_seq: dict[str, int] = {}  # node -> highest heartbeat seq accepted
         self._member_doc: dict[str, dict[str, Any]] = {}  # node -> that heartbeat
 
@@ -175,113 +163,6 @@ class FileLeaseStore:
         except Untrusted as exc:
             return f"untrusted:{exc.cause}"
 
-    # -- the lock ------------------------------------------------------------
-    def _try_lock(self, retry: bool = True) -> bool:
-        doc = {"node": self.node, "pid": os.getpid(), "nonce": secrets.token_hex(8)}
-        body = json.dumps({**doc, "sig": sign(doc, self.token)}).encode()
-        try:
-            fd = os.open(self.lock_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | _NOFOLLOW, 0o644)
-        except FileExistsError:
-            # Broke a stale lock: race for it at once, like everyone else.
-            return retry and self._maybe_break_lock() and self._try_lock(retry=False)
-        except OSError as exc:
-            raise StoreUnavailable(f"cannot create {self.lock_path}: {exc.strerror}") from exc
-        try:
-            os.write(fd, body)
-        finally:
-            os.close(fd)
-        self._my_lock = body
-        return True
-
-    def _unlock(self) -> None:
-        mine, self._my_lock = self._my_lock, None
-        try:
-            if self._read_raw(self.lock_path, LOCK) == mine:
-                os.unlink(self.lock_path)
-            else:
-                log.warning("our lock on %s was broken by another process", self.dir)
-        except (OSError, StoreUnavailable, Untrusted):
-            pass
-
-    def _aged(self, content: bytes) -> float:
-        """Seconds since this process first saw `content` (any file, any time)."""
-        digest = hashlib.sha256(content).hexdigest()
-        now = self.clock.monotonic()
-        first = self._first_seen.get(digest)
-        if first is None:
-            self._first_seen[digest] = now
-            while len(self._first_seen) > FIRST_SEEN_KEPT:
-                self._first_seen.popitem(last=False)
-            return 0.0
-        return now - first
-
-    def _lock_content(self) -> tuple[bytes | None, tuple[str, int] | None, str]:
-        """(content, owner if validly signed, why it is not)."""
-        try:
-            content = self._read_raw(self.lock_path, LOCK)
-        except Untrusted as exc:
-            self.refuse(LOCK_NAME, exc)
-            return b"untrusted", None, exc.detail
-        if content is None:
-            return None, None, ""
-        try:
-            doc = load_object(content, LOCK, "lock file")
-            if not signature_ok(doc, self.token):
-                raise Untrusted(UNSIGNED if "sig" not in doc else FORGED, "lock is not validly signed")
-            return content, (str(doc["node"]), int(doc["pid"])), ""
-        except Untrusted as exc:
-            self.refuse(LOCK_NAME, exc)
-            return content, None, exc.detail
-        except (KeyError, TypeError, ValueError):
-            self.refuse(LOCK_NAME, Untrusted(NOT_OBJECT, "lock has no node and pid"))
-            return content, None, "lock has no node and pid"
-
-    def _maybe_break_lock(self) -> bool:
-        """Break the lock if it is stale or not validly signed. True if this call removed it.
-
-        Breakers serialize on a marker file named after the lock's content, so
-        that two breakers of one stale lock cannot remove a fresh lock taken in
-        between. A marker left by a breaker that died ages out the same way."""
-        try:
-            content, owner, bad = self._lock_content()
-        except StoreUnavailable:
-            return False
-        if content is None:
-            return True  # gone already: worth one more try
-        dead_here = owner is not None and owner[0] == self.node and not pid_alive(owner[1])
-        age = self._aged(content)
-        if owner is not None and not dead_here and age < self.lock_stale_s:
-            return False
-        marker = self.dir / f"{LOCK_NAME}.break-{revision_of(content)[:16]}"
-        for _ in range(2):
-            try:
-                os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY | _NOFOLLOW, 0o644))
-                break
-            except FileExistsError:
-                if self._aged(b"marker:" + marker.name.encode()) < self.lock_stale_s:
-                    return False  # someone else is breaking it right now
-                unlink_quietly(marker)  # its breaker died
-            except OSError:
-                return False
-        else:
-            return False
-        try:
-            if self._lock_content()[0] != content:
-                return False
-            os.unlink(self.lock_path)
-            if owner is None:
-                why = f"not validly signed: {bad}"
-            else:
-                why = f"its pid {owner[1]} is dead" if dead_here else f"unchanged for {age:.1f} s"
-            log.warning(
-                "broke stale lock %s (%s): %s", self.lock_path, content[:200].decode(errors="replace"), why
-            )
-            return True
-        except (OSError, StoreUnavailable):
-            return False
-        finally:
-            unlink_quietly(marker)
-
     # -- writing -------------------------------------------------------------
     def _replace(self, path: Path, data: bytes) -> None:
         try:
@@ -290,7 +171,7 @@ class FileLeaseStore:
             raise StoreUnavailable(f"cannot write {path}: {exc.strerror or exc}") from exc
 
     def _write(self, record: LeaseRecord, expect: str, fence: Callable[[], bool] | None) -> WriteOutcome:
-        if not self._try_lock():
+        if not self.lock.acquire():
             return WriteOutcome.BUSY
         try:
             if self._lease_revision() != expect:
@@ -300,7 +181,7 @@ class FileLeaseStore:
             self._replace(self.lease_path, record.encode(self.token))
             return WriteOutcome.WRITTEN
         finally:
-            self._unlock()
+            self.lock.release()
 
     def write(
         self, record: LeaseRecord, expect: str, fence: Callable[[], bool] | None = None
@@ -310,7 +191,7 @@ class FileLeaseStore:
     def _acquire(
         self, make: Callable[[int], LeaseRecord], expect: str, known_epoch: int, member: dict[str, Any]
     ) -> tuple[WriteOutcome, LeaseRecord | None]:
-        if not self._try_lock():
+        if not self.lock.acquire():
             return WriteOutcome.BUSY, None
         try:
             if self._lease_revision() != expect:
@@ -320,7 +201,7 @@ class FileLeaseStore:
             self._replace(self.lease_path, record.encode(self.token))
             return WriteOutcome.WRITTEN, record
         finally:
-            self._unlock()
+            self.lock.release()
 
     def acquire(
         self,

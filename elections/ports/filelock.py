@@ -1,0 +1,161 @@
+"""The share's acquisition lock, `relay_leader.lock` (DESIGN.md §5.1, §5.4).
+
+Created with `O_CREAT|O_EXCL` (never through a link); the creator holds it.
+Its content — node, pid, nonce — is signed with the pool key:
+
+- a lock that is not validly signed is broken at once: anyone who can write
+  the share could otherwise hold the pool forever;
+- a signed lock left by a writer that died is broken once this process has
+  known that very content for `stale_s` on its own monotonic clock, counted
+  from the first time it ever saw it, so old locks replayed in turn age like
+  one; a lock of this node whose pid is no longer alive is broken at once.
+
+Breakers serialize on a marker file named after the lock's content, so two
+breakers of one stale lock cannot remove a fresh lock taken in between; a
+marker left by a breaker that died ages out the same way. No wall clocks of
+two machines are ever compared.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import secrets
+from collections import OrderedDict
+from collections.abc import Callable
+from pathlib import Path
+
+from elections.core.lease import revision_of, sign, signature_ok
+from elections.core.untrusted import FORGED, LOCK, NOT_OBJECT, UNSIGNED, Limits, Untrusted, load_object
+from elections.errors import StoreUnavailable
+from elections.ports.clock import Clock
+from elections.ports.host import pid_alive, unlink_quietly
+
+log = logging.getLogger("stkrelay.store")
+
+FIRST_SEEN_KEPT = 256  # lock contents remembered with the time first seen
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+class ShareLock:
+    def __init__(
+        self, path: Path, key: str, node: str, clock: Clock, stale_s: float,
+        read_raw: Callable[[Path, Limits], bytes | None], refuse: Callable[[str, Untrusted], None],
+    ) -> None:  # fmt: skip
+        self.path = path
+        self.key = key
+        self.node = node
+        self.clock = clock
+        self.stale_s = stale_s
+        self.read_raw = read_raw  # the store's bounded, regular-files-only read
+        self.refuse = refuse  # the store's count-and-log of what is no evidence
+        self._first_seen: OrderedDict[str, float] = OrderedDict()  # content digest -> first seen
+        self._my_lock: bytes | None = None
+
+    def acquire(self, retry: bool = True) -> bool:
+        doc = {"node": self.node, "pid": os.getpid(), "nonce": secrets.token_hex(8)}
+        body = json.dumps({**doc, "sig": sign(doc, self.key)}).encode()
+        try:
+            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | _NOFOLLOW, 0o644)
+        except FileExistsError:
+            # Broke a stale lock: race for it at once, like everyone else.
+            return retry and self._maybe_break() and self.acquire(retry=False)
+        except OSError as exc:
+            raise StoreUnavailable(f"cannot create {self.path}: {exc.strerror}") from exc
+        try:
+            os.write(fd, body)
+        finally:
+            os.close(fd)
+        self._my_lock = body
+        return True
+
+    def release(self) -> None:
+        mine, self._my_lock = self._my_lock, None
+        try:
+            if self.read_raw(self.path, LOCK) == mine:
+                os.unlink(self.path)
+            else:
+                log.warning("our lock %s was broken by another process", self.path)
+        except (OSError, StoreUnavailable, Untrusted):
+            pass
+
+    def _aged(self, content: bytes) -> float:
+        """Seconds since this process first saw `content` (any file, any time)."""
+        digest = hashlib.sha256(content).hexdigest()
+        now = self.clock.monotonic()
+        first = self._first_seen.get(digest)
+        if first is None:
+            self._first_seen[digest] = now
+            while len(self._first_seen) > FIRST_SEEN_KEPT:
+                self._first_seen.popitem(last=False)
+            return 0.0
+        return now - first
+
+    def _content(self) -> tuple[bytes | None, tuple[str, int] | None, str]:
+        """(content, owner if validly signed, why it is not)."""
+        try:
+            content = self.read_raw(self.path, LOCK)
+        except Untrusted as exc:
+            self.refuse(self.path.name, exc)
+            return b"untrusted", None, exc.detail
+        if content is None:
+            return None, None, ""
+        try:
+            doc = load_object(content, LOCK, "lock file")
+            if not signature_ok(doc, self.key):
+                raise Untrusted(UNSIGNED if "sig" not in doc else FORGED, "lock is not validly signed")
+            return content, (str(doc["node"]), int(doc["pid"])), ""
+        except Untrusted as exc:
+            self.refuse(self.path.name, exc)
+            return content, None, exc.detail
+        except (KeyError, TypeError, ValueError):
+            self.refuse(self.path.name, Untrusted(NOT_OBJECT, "lock has no node and pid"))
+            return content, None, "lock has no node and pid"
+
+    def _maybe_break(self) -> bool:
+        """Break the lock if it is stale or not validly signed. True if this call removed it.
+
+        Breakers serialize on a marker file named after the lock's content, so
+        that two breakers of one stale lock cannot remove a fresh lock taken in
+        between. A marker left by a breaker that died ages out the same way."""
+        try:
+            content, owner, bad = self._content()
+        except StoreUnavailable:
+            return False
+        if content is None:
+            return True  # gone already: worth one more try
+        dead_here = owner is not None and owner[0] == self.node and not pid_alive(owner[1])
+        age = self._aged(content)
+        if owner is not None and not dead_here and age < self.stale_s:
+            return False
+        marker = self.path.with_name(f"{self.path.name}.break-{revision_of(content)[:16]}")
+        for _ in range(2):
+            try:
+                os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY | _NOFOLLOW, 0o644))
+                break
+            except FileExistsError:
+                if self._aged(b"marker:" + marker.name.encode()) < self.stale_s:
+                    return False  # someone else is breaking it right now
+                unlink_quietly(marker)  # its breaker died
+            except OSError:
+                return False
+        else:
+            return False
+        try:
+            if self._content()[0] != content:
+                return False
+            os.unlink(self.path)
+            if owner is None:
+                why = f"not validly signed: {bad}"
+            else:
+                why = f"its pid {owner[1]} is dead" if dead_here else f"unchanged for {age:.1f} s"
+            log.warning(
+                "broke stale lock %s (%s): %s", self.path, content[:200].decode(errors="replace"), why
+            )
+            return True
+        except (OSError, StoreUnavailable):
+            return False
+        finally:
+            unlink_quietly(marker)
