@@ -22,7 +22,8 @@ from elections.errors import StoreUnavailable
 from elections.ports.clock import FakeClock
 from elections.ports.localstate import LocalState, MemberView, PoolView
 from elections.ports.store import FileLeaseStore, WriteOutcome
-from elections.runtime.elector import Elector, Identity, make_record
+from elections.runtime.elector import Elector
+from elections.runtime.lease_writes import Identity, make_record
 from elections.runtime.policy import PoolFacts, PoolPolicy
 
 T = Timing(ttl=10, renew=3, poll=2, deadline=7)

@@ -33,8 +33,9 @@ from elections.ports.clock import SystemClock
 from elections.ports.eventlog import EventTail
 from elections.ports.localstate import Leadership, LocalState, MemberView, PoolView
 from elections.ports.store import FileLeaseStore
-from elections.runtime.elector import Elector, Identity
+from elections.runtime.elector import Elector
 from elections.runtime.health import HealthMonitor
+from elections.runtime.lease_writes import Identity
 from elections.runtime.policy import PoolPolicy
 from elections.runtime.projection import Projector, pool_event_sink
 

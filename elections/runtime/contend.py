@@ -18,7 +18,8 @@ from elections.core.decide import Timing
 from elections.ports.clock import Clock, SystemClock
 from elections.ports.eventlog import JsonlEventSink
 from elections.ports.store import FileLeaseStore
-from elections.runtime.elector import Elector, Identity
+from elections.runtime.elector import Elector
+from elections.runtime.lease_writes import Identity
 
 
 def run_loop(elector: Elector, clock: Clock, stop: threading.Event) -> None:

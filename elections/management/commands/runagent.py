@@ -48,7 +48,7 @@ class Command(BaseCommand):
         from elections.ports.localstate import Leadership
         from elections.ports.store import FileLeaseStore
         from elections.runtime.agent import identity
-        from elections.runtime.elector import make_record, release_lease
+        from elections.runtime.lease_writes import make_record, release_lease
         from elections.runtime.projection import pool_event_sink
         from elections.runtime.supervisor import ChildSpec, Supervisor
 
