@@ -265,3 +265,14 @@ def test_a_leader_that_reads_an_older_copy_of_its_own_lease_rewrites_it():
     mem = replace(leader(), seen_key=("S001", 7, 9))
     d = decide(mem, Observation(valid(rec(seq=3))), 1, T)
     assert d.verdict is Verdict.RENEW and "replayed" in d.reason
+
+
+def test_a_node_that_knew_the_pool_before_it_restarted_does_not_take_a_missing_lease_at_once():
+    # Anyone who can write the share can delete the lease while an agent restarts;
+    # an agent that already knew epochs waits a TTL, as for a damaged lease.
+    fresh = Memory(node="S002")
+    assert decide(track(fresh, MISSING, 0, 10), Observation(MISSING), 0, T).verdict is Verdict.CONTEND
+    knew = track(Memory(node="S002", max_epoch=6), MISSING, 0, 10)
+    d = decide(knew, Observation(MISSING), 9.9, T)
+    assert d.verdict is Verdict.WAIT and "times out in" in d.reason
+    assert decide(knew, Observation(MISSING), 10.0, T).verdict is Verdict.CONTEND

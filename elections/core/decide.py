@@ -122,6 +122,11 @@ def _stale(memory: Memory, read: LeaseRead) -> bool:
     return seen is not None and (rec.node, rec.epoch) == seen[:2] and rec.renew_seq < seen[2]
 
 
+def knows_a_pool(memory: Memory) -> bool:
+    """This node has seen a lease or an epoch before (now, or before it restarted)."""
+    return memory.seen_key is not None or memory.max_epoch > 0
+
+
 def replayed(memory: Memory, read: LeaseRead) -> bool:
     """A validly signed record that `track` refuses as older than what was seen."""
     return read.status == "valid" and _stale(memory, read)
@@ -143,9 +148,10 @@ def track(memory: Memory, read: LeaseRead, now: float, default_ttl: float) -> Me
                 max_epoch=max_epoch,
             )
         return replace(memory, max_epoch=max_epoch)
-    if memory.seen_at is None and read.status != "missing":
+    if memory.seen_at is None and (read.status != "missing" or knows_a_pool(memory)):
         # First look finds no evidence: someone may hold a lease whose file is
-        # damaged. Time a full TTL from now before contending.
+        # damaged, or was deleted (by anyone who can write the share) while a
+        # pool this node already knew lives on. Time a full TTL from now.
         return replace(memory, seen_at=now, seen_ttl=default_ttl)
     return memory
 
@@ -231,7 +237,7 @@ def _decide_leader(memory: Memory, obs: Observation, now: float, timing: Timing)
 def _decide_follower(memory: Memory, read: LeaseRead | None, now: float, timing: Timing) -> Decision:
     if read is None:
         return Decision(Verdict.WAIT, "lease store unreachable: cannot contend")
-    if read.status == "missing" and memory.seen_key is None:
+    if read.status == "missing" and not knows_a_pool(memory):
         return Decision(Verdict.CONTEND, "no lease file and no leader ever seen", cause=FIRST)
     if memory.seen_at is None:  # pragma: no cover - track() always sets it by now
         return Decision(Verdict.CONTEND, "no leader seen", cause=FIRST)

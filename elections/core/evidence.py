@@ -16,6 +16,12 @@ KEEP = 32  # distinct refusals remembered for display
 SHOWN_FOR = 900.0  # seconds a refusal stays in the panel's banner after it was last seen
 
 
+def printable(text: str, limit: int) -> str:
+    """Text from outside as it may be shown and stored: names on a share need not
+    be UTF-8 (lone surrogates become escapes), and nothing is longer than `limit`."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")[:limit]
+
+
 @dataclass
 class Refusal:
     source: str  # the file (relative to the share) or peer it came from
@@ -37,6 +43,7 @@ class Refusals:
 
     def note(self, source: str, cause: str, detail: str, at: str = "", now: float | None = None) -> bool:
         """Count one refusal; True if (source, cause) was not among the recent ones."""
+        source, detail = printable(source, 200), printable(detail, 500)
         self.counts[cause] = self.counts.get(cause, 0) + 1
         key = (source, cause)
         known = self.recent.pop(key, None)

@@ -41,7 +41,7 @@ from elections.core.untrusted import (
     load_object,
 )
 from elections.ports.clock import Clock
-from elections.ports.sharefiles import ShareDeadline, append_line, list_regular, read_regular
+from elections.ports.sharefiles import ShareDeadline, append_line, ensure_dir, list_regular, read_regular
 
 log = logging.getLogger("stkrelay.eventlog")
 
@@ -91,8 +91,9 @@ class JsonlEventSink:
                 doc["sig"] = sign(doc, self.key)
             line = json.dumps(doc, ensure_ascii=False) + "\n"
             # Never parents=True: recreating a vanished share's folder would
-            # make an empty lease dir appear where the real one was.
-            self.path.parent.mkdir(exist_ok=True)
+            # make an empty lease dir appear where the real one was. A link in
+            # place of events/ is moved aside: nothing is written through it.
+            ensure_dir(self.path.parent)
             append_line(self.path, line.encode())
             self._seq = seq
 
@@ -153,6 +154,7 @@ class EventTail:
         self.last_seq: dict[str, int] = {}  # node -> highest seq accepted
         self._rereading: set[str] = set()  # files replaced: lines up to last_seq are not replays
         self.backlog = False  # True when the last call stopped at a cap: call again soon
+        self._cursor = 0  # where the next call starts when the last one stopped at a cap
 
     def _refuse(self, name: str, exc: Untrusted) -> None:
         at, now = (
@@ -202,8 +204,10 @@ class EventTail:
             return out
         for exc in refused:
             self._refuse("", exc)
-        budget = PER_CALL
-        for name in sorted(sizes):
+        budget, reads = PER_CALL, 2 * PER_CALL  # bytes consumed, bytes read: both bounded per call
+        names = sorted(sizes)
+        first = self._cursor % len(names) if names else 0  # round robin: big files cannot starve others
+        for i, name in enumerate(names[first:] + names[:first]):
             start = self.offsets.get(name, 0)
             if sizes[name] == start:
                 self._rereading.discard(name)
@@ -211,25 +215,30 @@ class EventTail:
             if sizes[name] < start:
                 start = 0  # the file was replaced: read it again (ingestion is idempotent)
                 self._rereading.add(name)
-            if budget <= 0:
+            want = min(PER_FILE, budget, reads)
+            if want < EVENT_LINE.max_bytes + 1:
                 self.backlog = True
+                self._cursor = first + i
                 break
-            want = min(PER_FILE, budget)
             try:
                 data = read_regular(self.dir / name, want, offset=start, chunk=True) or b""
             except (OSError, Untrusted) as exc:
                 if isinstance(exc, Untrusted):
                     self._refuse(name, exc)
                 continue
-            budget -= len(data)
+            reads -= len(data)
             end = data.rfind(b"\n") + 1  # only complete lines
-            if end == 0 and len(data) >= want and want >= EVENT_LINE.max_bytes:
-                # No line end within a whole window: a line longer than any
-                # event may be. Skip the window; the rest of it follows.
-                self._refuse(name, Untrusted(TOO_LARGE, f"a line longer than {EVENT_LINE.max_bytes} bytes"))
-                self.offsets[name] = start + len(data)
-                self.backlog = True
-                continue
+            if end == 0:
+                if len(data) > EVENT_LINE.max_bytes:
+                    # No line end within more than a line may hold: skip it; the rest follows.
+                    self._refuse(
+                        name, Untrusted(TOO_LARGE, f"a line longer than {EVENT_LINE.max_bytes} bytes")
+                    )
+                    self.offsets[name] = start + len(data)
+                    budget -= len(data)
+                    self.backlog = True
+                continue  # else a torn last line: it costs no budget, and waits for its end
+            budget -= end
             for raw in data[:end].split(b"\n"):
                 if raw.strip():
                     doc = self._verify(name, raw)

@@ -12,8 +12,11 @@ Its content — node, pid, nonce — is signed with the pool key:
 
 Breakers serialize on a marker file named after the lock's content, so two
 breakers of one stale lock cannot remove a fresh lock taken in between; a
-marker left by a breaker that died ages out the same way. No wall clocks of
-two machines are ever compared.
+marker left by a breaker that died ages out the same way; a lock found present
+at every look for 5 x `stale_s`, whatever its content, is stale too (more old
+locks rotated in than this process remembers). Whatever sits in the lock's
+place and is not a file (a directory) is moved aside. No wall clocks of two
+machines are ever compared.
 """
 
 from __future__ import annotations
@@ -32,10 +35,12 @@ from elections.core.untrusted import FORGED, LOCK, NOT_OBJECT, UNSIGNED, Limits,
 from elections.errors import StoreUnavailable
 from elections.ports.clock import Clock
 from elections.ports.host import pid_alive, unlink_quietly
+from elections.ports.sharefiles import quarantine
 
 log = logging.getLogger("stkrelay.store")
 
 FIRST_SEEN_KEPT = 256  # lock contents remembered with the time first seen
+PRESENCE_FACTOR = 5  # a lock seen at every look for 5 x stale_s is stale, whatever its content
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
@@ -53,6 +58,7 @@ class ShareLock:
         self.refuse = refuse  # the store's count-and-log of what is no evidence
         self._first_seen: OrderedDict[str, float] = OrderedDict()  # content digest -> first seen
         self._my_lock: bytes | None = None
+        self._present_since: float | None = None  # a lock of any content seen at every look since
 
     def acquire(self, retry: bool = True) -> bool:
         doc = {"node": self.node, "pid": os.getpid(), "nonce": secrets.token_hex(8)}
@@ -66,9 +72,13 @@ class ShareLock:
             raise StoreUnavailable(f"cannot create {self.path}: {exc.strerror}") from exc
         try:
             os.write(fd, body)
-        finally:
+        except OSError as exc:  # the share is full, or failing: leave no empty lock behind
             os.close(fd)
+            unlink_quietly(self.path)
+            raise StoreUnavailable(f"cannot write {self.path}: {exc.strerror or exc}") from exc
+        os.close(fd)
         self._my_lock = body
+        self._present_since = None
         return True
 
     def release(self) -> None:
@@ -124,10 +134,16 @@ class ShareLock:
             content, owner, bad = self._content()
         except StoreUnavailable:
             return False
+        now = self.clock.monotonic()
         if content is None:
+            self._present_since = None
             return True  # gone already: worth one more try
+        if self._present_since is None:
+            self._present_since = now
         dead_here = owner is not None and owner[0] == self.node and not pid_alive(owner[1])
-        age = self._aged(content)
+        # A content's own age, or — against old locks swapped in turn, more than
+        # this process can remember — how long some lock has been there at every look.
+        age = max(self._aged(content), (now - self._present_since) / PRESENCE_FACTOR)
         if owner is not None and not dead_here and age < self.stale_s:
             return False
         marker = self.path.with_name(f"{self.path.name}.break-{revision_of(content)[:16]}")
@@ -146,7 +162,11 @@ class ShareLock:
         try:
             if self._content()[0] != content:
                 return False
-            os.unlink(self.path)
+            try:
+                os.unlink(self.path)
+            except (IsADirectoryError, PermissionError):  # a directory, or planted so it cannot be removed
+                quarantine(self.path)
+            self._present_since = None
             if owner is None:
                 why = f"not validly signed: {bad}"
             else:

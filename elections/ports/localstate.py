@@ -42,6 +42,14 @@ def _num(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
+def _seen(value: Any) -> tuple[str, int, int] | None:
+    if isinstance(value, list) and len(value) == 3 and isinstance(value[0], str):
+        epoch, seq = _int(value[1]), _int(value[2])
+        if epoch is not None and seq is not None:
+            return (value[0], epoch, seq)
+    return None
+
+
 def _str(value: Any, default: str = "") -> str:
     return value if isinstance(value, str) else default
 
@@ -58,6 +66,7 @@ class Leadership:
     valid_until: float | None = None  # monotonic: after it, this agent must not act as leader
     updated: float | None = None
     decision: str = ""
+    seen: tuple[str, int, int] | None = None  # the last valid lease this worker saw (node, epoch, renew_seq)
 
     def leads_now(self, now: float, epoch: int | None = None) -> bool:
         """True while this says the agent leads (with `epoch`, if given) and the
@@ -76,7 +85,9 @@ class Leadership:
         return self.pid is not None and pid_alive(self.pid)
 
     def disclaimed(self, why: str) -> Leadership:
-        return Leadership(self.node, self.pid, False, None, self.max_epoch, None, self.updated, why)
+        return Leadership(
+            self.node, self.pid, False, None, self.max_epoch, None, self.updated, why, self.seen
+        )
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any]) -> Leadership:
@@ -89,6 +100,7 @@ class Leadership:
             valid_until=_num(doc.get("valid_until")),
             updated=_num(doc.get("updated")),
             decision=_str(doc.get("decision")),
+            seen=_seen(doc.get("seen")),
         )
 
 

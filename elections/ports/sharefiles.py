@@ -13,14 +13,23 @@
   holds the renew deadline hostage. While an earlier operation is still hung,
   later ones fail at once instead of piling up threads.
 
-`NotRegular` and `TooLarge` are `Untrusted`: the caller treats them as no
-evidence. `StoreUnavailable` means the share cannot be reached.
+- Whatever sits where a file or folder of the pool belongs and is not one (a
+  directory named like the lock, a link in place of `members/`, a file the
+  agent may not read) is moved aside (`quarantine`: renamed to
+  `.<name>.quarantine-<random>`), so that one planted entry cannot stop the
+  pool for good.
+
+Refusals are `Untrusted` (`not_a_file`, `unreadable`, `too_large`,
+`too_many`): the caller treats them as no evidence. `StoreUnavailable` means
+the share cannot be reached.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import re
+import secrets
 import stat
 import threading
 import time
@@ -29,7 +38,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import TypeVar
 
-from elections.core.untrusted import NOT_A_FILE, TOO_LARGE, TOO_MANY, Untrusted
+from elections.core.untrusted import NOT_A_FILE, TOO_LARGE, TOO_MANY, UNREADABLE, Untrusted
 from elections.errors import StoreUnavailable
 
 T = TypeVar("T")
@@ -37,6 +46,10 @@ _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 DEFAULT_TIMEOUT = 2.0
+MAX_SCAN = 4096  # directory entries looked at per listing, of any kind: a flood cannot stall a cycle
+MAX_REFUSED = 8  # refusals reported per listing
+NODE_FILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # a node id as a file name stem
+_ASIDE = (errno.EACCES, errno.EPERM)
 
 
 def _refuse_link(path: Path) -> None:
@@ -52,6 +65,10 @@ def _open_regular(path: Path, flags: int) -> int:
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.EMLINK):
             raise Untrusted(NOT_A_FILE, f"{path.name} is a link") from None
+        if exc.errno in (errno.EISDIR, errno.ENOTDIR):
+            raise Untrusted(NOT_A_FILE, f"{path.name} is not a regular file") from None
+        if exc.errno in _ASIDE and _listable(path.parent):  # one file we may not read in a share we can
+            raise Untrusted(UNREADABLE, f"{path.name} cannot be read ({exc.strerror})") from None
         raise
     try:
         mode = os.fstat(fd).st_mode
@@ -61,6 +78,14 @@ def _open_regular(path: Path, flags: int) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def _listable(folder: Path) -> bool:
+    try:
+        with os.scandir(folder):
+            return True
+    except OSError:
+        return False
 
 
 def read_regular(path: Path, max_bytes: int, offset: int = 0, chunk: bool = False) -> bytes | None:
@@ -107,29 +132,75 @@ def append_line(path: Path, line: bytes) -> None:
         os.close(fd)
 
 
+def safe_name(name: str) -> str:
+    """A file name as it may be shown (names on the share need not be UTF-8)."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")[:120]
+
+
 def list_regular(folder: Path, suffix: str, limit: int) -> tuple[dict[str, int], list[Untrusted]]:
-    """{name: size} of the regular files in `folder` ending in `suffix` (at most
-    `limit`, by name), and what was refused (links, FIFOs, too many files)."""
+    """{name: size} of the regular files in `folder` named `<node id><suffix>`
+    (at most `limit`, by name), and what was refused (links, FIFOs, odd names,
+    too many entries). At most `MAX_SCAN` entries are looked at."""
     if folder.is_symlink():
         return {}, [Untrusted(NOT_A_FILE, f"{folder.name}/ is a link")]
     refused: list[Untrusted] = []
-    found: dict[str, int] = {}
+
+    def refuse(exc: Untrusted) -> None:
+        if len(refused) < MAX_REFUSED:
+            refused.append(exc)
+
+    regular: dict[str, os.DirEntry[str]] = {}
     with os.scandir(folder) as it:
-        entries = sorted((e for e in it if e.name.endswith(suffix) and not e.name.startswith(".")),
-                         key=lambda e: e.name)  # fmt: skip
-    for entry in entries:
+        for n, entry in enumerate(it):
+            if n >= MAX_SCAN:
+                refuse(Untrusted(TOO_MANY, f"{folder.name}/ holds more than {MAX_SCAN} entries"))
+                break
+            name = entry.name
+            if name.startswith(".") or not name.endswith(suffix):
+                continue
+            if not NODE_FILE.fullmatch(name[: -len(suffix)]):
+                refuse(Untrusted(NOT_A_FILE, f"{folder.name}/{safe_name(name)} is not named after a node"))
+            elif not entry.is_file(follow_symlinks=False):  # d_type: no extra round trip to the server
+                refuse(Untrusted(NOT_A_FILE, f"{folder.name}/{name} is not a regular file"))
+            else:
+                regular[name] = entry
+    if len(regular) > limit:
+        refuse(Untrusted(TOO_MANY, f"{folder.name}/ holds more than {limit} files"))
+    found: dict[str, int] = {}
+    for name in sorted(regular)[:limit]:
         try:
-            st = entry.stat(follow_symlinks=False)
+            found[name] = regular[name].stat(follow_symlinks=False).st_size
         except OSError:
             continue
-        if not stat.S_ISREG(st.st_mode):
-            refused.append(Untrusted(NOT_A_FILE, f"{folder.name}/{entry.name} is not a regular file"))
-            continue
-        if len(found) >= limit:
-            refused.append(Untrusted(TOO_MANY, f"{folder.name}/ holds more than {limit} files"))
-            break
-        found[entry.name] = st.st_size
     return found, refused
+
+
+def quarantine(path: Path) -> bool:
+    """Move whatever is at `path` aside (renamed, never followed, never deleted
+    recursively). True if something was moved."""
+    aside = path.with_name(f".{path.name}.quarantine-{secrets.token_hex(4)}")
+    try:
+        os.rename(path, aside)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def ensure_dir(folder: Path) -> Untrusted | None:
+    """Make `folder` a real directory of the share (never a link to one
+    elsewhere): anything else in its place is moved aside first. Returns what
+    was refused, if anything. Never creates parents (a vanished share stays
+    vanished)."""
+    refused = None
+    try:
+        st = os.lstat(folder)
+        if not stat.S_ISDIR(st.st_mode):
+            refused = Untrusted(NOT_A_FILE, f"{folder.name}/ is not a directory (moved aside)")
+            quarantine(folder)
+    except FileNotFoundError:
+        pass
+    folder.mkdir(exist_ok=True)
+    return refused
 
 
 class ShareDeadline:

@@ -36,7 +36,7 @@ import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from elections.core.evidence import Refusals
 from elections.core.lease import LeaseRead, LeaseRecord, parse_lease, revision_of, sign, signature_ok
@@ -44,6 +44,7 @@ from elections.core.untrusted import (
     FORGED,
     LEASE,
     MEMBER,
+    NOT_A_FILE,
     REPLAYED,
     UNSIGNED,
     WRONG_NODE,
@@ -55,13 +56,21 @@ from elections.errors import StoreUnavailable
 from elections.ports.clock import Clock
 from elections.ports.filelock import ShareLock
 from elections.ports.host import write_atomic
-from elections.ports.sharefiles import DEFAULT_TIMEOUT, deadline_for, list_regular, read_regular
+from elections.ports.sharefiles import (
+    DEFAULT_TIMEOUT,
+    deadline_for,
+    ensure_dir,
+    list_regular,
+    quarantine,
+    read_regular,
+)
 
 log = logging.getLogger("stkrelay.store")
 
 LEASE_NAME = "relay_leader.json"
 LOCK_NAME = "relay_leader.lock"
 MEMBERS_DIR = "members"
+T = TypeVar("T")
 MAX_MEMBERS = 64  # member files read per pool; more are refused (too_many)
 SECURITY_CAUSES = frozenset({UNSIGNED, FORGED, REPLAYED, WRONG_NODE})
 
@@ -124,6 +133,18 @@ class FileLeaseStore:
     def describe(self) -> str:
         return f"file:{self.dir}"
 
+    def _run(self, fn: Callable[[], T]) -> T:
+        """One public operation: on the share's deadline thread, and whatever the
+        share answers (ENOSPC, EIO...) is `StoreUnavailable`, never a raw OSError."""
+
+        def guarded() -> T:
+            try:
+                return fn()
+            except OSError as exc:
+                raise StoreUnavailable(f"share error in {self.dir}: {exc.strerror or exc}") from exc
+
+        return self.deadline.run(guarded)
+
     def refuse(self, source: str, exc: Untrusted, log_it: bool = True) -> None:
         """Count and (once per source and cause) log something the share holds that is no evidence."""
         at = self.clock.wall().isoformat(timespec="seconds")
@@ -155,7 +176,7 @@ class FileLeaseStore:
         return read
 
     def read(self) -> LeaseRead:
-        return self.deadline.run(self._read_lease)
+        return self._run(self._read_lease)
 
     def _lease_revision(self) -> str:
         try:
@@ -165,10 +186,21 @@ class FileLeaseStore:
 
     # -- writing -------------------------------------------------------------
     def _replace(self, path: Path, data: bytes) -> None:
-        try:
-            write_atomic(path, data, durable=True, tag=self.node)
-        except OSError as exc:
-            raise StoreUnavailable(f"cannot write {path}: {exc.strerror or exc}") from exc
+        """Atomically, for readers on other machines. Something planted where the
+        file belongs (a directory, a link's target we may not replace) is moved
+        aside first, so it cannot stop this write for good."""
+        for attempt in range(2):
+            try:
+                write_atomic(path, data, durable=True, tag=self.node)
+                return
+            except OSError as exc:
+                planted = path.is_symlink() or (path.exists() and not path.is_file())
+                if attempt or not planted:
+                    raise StoreUnavailable(f"cannot write {path}: {exc.strerror or exc}") from exc
+                self.refuse(
+                    str(path.relative_to(self.dir)), Untrusted(NOT_A_FILE, f"{path.name} was not a file")
+                )
+                quarantine(path)
 
     def _write(self, record: LeaseRecord, expect: str, fence: Callable[[], bool] | None) -> WriteOutcome:
         if not self.lock.acquire():
@@ -186,7 +218,7 @@ class FileLeaseStore:
     def write(
         self, record: LeaseRecord, expect: str, fence: Callable[[], bool] | None = None
     ) -> WriteOutcome:
-        return self.deadline.run(lambda: self._write(record, expect, fence))
+        return self._run(lambda: self._write(record, expect, fence))
 
     def _acquire(
         self, make: Callable[[int], LeaseRecord], expect: str, known_epoch: int, member: dict[str, Any]
@@ -210,7 +242,7 @@ class FileLeaseStore:
         known_epoch: int,
         member: dict[str, Any],
     ) -> tuple[WriteOutcome, LeaseRecord | None]:
-        return self.deadline.run(lambda: self._acquire(make, expect, known_epoch, member))
+        return self._run(lambda: self._acquire(make, expect, known_epoch, member))
 
     # -- members' heartbeats ---------------------------------------------------
     def _own_member(self, path: Path) -> dict[str, Any]:
@@ -224,9 +256,11 @@ class FileLeaseStore:
     def _write_member(self, doc: dict[str, Any]) -> None:
         members = self.dir / MEMBERS_DIR
         try:
-            members.mkdir(exist_ok=True)
+            planted = ensure_dir(members)
         except OSError as exc:
             raise StoreUnavailable(f"cannot create {members}: {exc.strerror}") from exc
+        if planted is not None:
+            self.refuse(f"{MEMBERS_DIR}/", planted)
         path = members / f"{doc['node']}.json"
         mine = self._own_member(path)
         if _int(mine.get("epoch")) > _int(doc.get("epoch")):
@@ -238,7 +272,7 @@ class FileLeaseStore:
 
     def write_member(self, doc: dict[str, Any]) -> None:
         """Write this member's heartbeat; never lowers its epoch or its seq."""
-        self.deadline.run(lambda: self._write_member(doc))
+        self._run(lambda: self._write_member(doc))
 
     def _member(self, folder: Path, name: str) -> dict[str, Any] | None:
         node = name[: -len(".json")]
@@ -276,7 +310,7 @@ class FileLeaseStore:
 
     def read_members(self) -> dict[str, dict[str, Any]]:
         """Every member's last valid heartbeat, by node (bad files are refused)."""
-        return self.deadline.run(self._read_members)
+        return self._run(self._read_members)
 
     def _highest_epoch(self) -> int:
         lease = self._read_lease()
@@ -286,7 +320,7 @@ class FileLeaseStore:
         return best
 
     def highest_epoch(self) -> int:
-        return self.deadline.run(self._highest_epoch)
+        return self._run(self._highest_epoch)
 
 
 def _int(value: Any) -> int:

@@ -89,12 +89,25 @@ class Agent:
             store, clock, identity(), self.timing, events=pool_event_sink(stk), policy=self.policy,
             on_elected=self._elected, on_demoted=self._demoted, refusals=self.refusals,
         )  # fmt: skip
+        self._seed_memory()
         config, problems = action_config(stk.values)
         for problem in problems:
             log.error("leader action disabled: %s", problem)
         executors = build_executors(config, stk.data_dir)
         gate = Gate(epoch_from_state(self.local, clock.monotonic))
         self.duties = leader_duties(stk.node, config, executors, gate, pool_event_sink(stk))
+
+    def _seed_memory(self) -> None:
+        """What this agent knew before it restarted: the epochs in its own state
+        and history, and the last lease it saw. A restarted agent must neither
+        take an epoch again nor believe an older copy of a lease."""
+        from django.db.models import Max
+
+        from elections.models import ElectionEvent
+
+        before = self.local.leadership()
+        in_history = ElectionEvent.objects.aggregate(m=Max("epoch"))["m"] or 0
+        self.elector.know(max(before.max_epoch, in_history, before.epoch or 0), before.seen)
 
     def _elected(self, epoch: int) -> None:
         self._leader_since = self.clock.monotonic()
@@ -135,6 +148,7 @@ class Agent:
             return False
         if events:
             self.commands.apply(events)
+            self.elector.know(max(e["epoch"] if isinstance(e.get("epoch"), int) else 0 for e in events))
             if not self.projector.submit(events, timeout=0):
                 log.warning("history projection is behind: %d events wait for the database", len(events))
                 self._unprojected.append(events)
@@ -229,6 +243,7 @@ class Agent:
             valid_until=el.leader_valid_until,
             updated=self.clock.monotonic(),
             decision=str(decision) if decision else "",
+            seen=el.memory.seen_key,
         )
         if self.local.stopping():  # the agent is stopping: it claims nothing
             state = state.disclaimed(state.decision)

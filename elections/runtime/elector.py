@@ -92,6 +92,15 @@ class Elector:
         self._beat = int(clock.monotonic() * 1000)  # member seq: grows across restarts
 
     # -- public ----------------------------------------------------------------
+    def know(self, epoch: int, seen_key: tuple[str, int, int] | None = None) -> None:
+        """What this node knew before it (re)started, or reads in the pool's
+        events: epochs it may never take again, the last lease it saw (older
+        copies of it are replays). Never lowers anything; starts no timer."""
+        mem = self.memory
+        if seen_key is not None and mem.seen_key is None:
+            mem = replace(mem, seen_key=seen_key)
+        self.memory = replace(mem, max_epoch=max(mem.max_epoch, epoch, seen_key[1] if seen_key else 0))
+
     @property
     def is_leader(self) -> bool:
         return self.memory.leader_epoch is not None
