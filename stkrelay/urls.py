@@ -34,6 +34,7 @@ urlpatterns = [
     path(f"api/v1/sites/{KMSN}/<str:kind>", api.command, name="api-command"),
     path("api/v1/history", api.history, name="api-history"),
     path("api/v1/audit", api.audit_log, name="api-audit"),
+    re_path(r"^api/v1/(?P<rest>.*)$", api.not_found, name="api-not-found"),
     # The agent's web port is Daphne alone: it serves the few static files itself.
     re_path(r"^static/(?P<path>.*)$", serve, {"document_root": settings.ASSETS_DIR / "static"}),
 ]

@@ -249,3 +249,9 @@ def leader(request: HttpRequest) -> HttpResponse:
     if kmsn and kmsn != settings.STK.kmsn:
         return JsonResponse({"kmsn": kmsn, "leader": None, "status": "unknown_kmsn"}, status=404)
     return agent_views.leader(request)
+
+
+@api_view(methods=("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"))
+def not_found(request: HttpRequest, rest: str = "") -> HttpResponse:
+    """Any other path under /api/v1/: a JSON 404 (after authentication), never Django's HTML page."""
+    return api_error(404, "not_found", f"no endpoint /api/v1/{rest} (see /api/v1/openapi.json)")

@@ -162,7 +162,7 @@ BAD_PAGE = {
     "400": "page or page_size is not an integer (`bad_request`)",
     "404": "no such page (`no_such_page`)",
 }
-UNKNOWN = {"404": "this agent does not see that pool (`unknown_pool`)"}
+UNKNOWN = {"404": "this agent does not see that pool (`unknown_pool`), or no such path (`not_found`)"}
 
 
 def document() -> dict[str, Any]:
@@ -202,7 +202,8 @@ def document() -> dict[str, Any]:
                     {"oneOf": [OUTCOME, ERROR]},
                 ),
                 "404": _answer(
-                    "unknown member or pool (or command: `unknown_command`)", {"oneOf": [OUTCOME, ERROR]}
+                    "unknown member or pool (or command: `unknown_command`; path: `not_found`)",
+                    {"oneOf": [OUTCOME, ERROR]},
                 ),
                 "409": _answer("stale epoch: the pool moved on since `expected_epoch`", OUTCOME),
                 "422": _answer("refused by the pool check (e.g. draining the last eligible member)", OUTCOME),
