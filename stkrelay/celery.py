@@ -23,4 +23,4 @@ def _json_logs(logger: Any = None, **kwargs: Any) -> None:
 
     stk = settings.STK
     if stk.log_format == "json" and logger is not None:
-        use_json(logger, stk.node, os.environ.get("STK_COMPONENT", "worker"))
+        use_json(logger, stk.node)

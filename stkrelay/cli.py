@@ -40,7 +40,8 @@ def take_ini(argv: list[str]) -> list[str]:
 
 def run(command: str, argv: list[str], prog: str | None = None) -> int:
     """`manage.py COMMAND ARGV` with the agent's settings, from any directory."""
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "stkrelay.settings")
+    if not os.environ.get("DJANGO_SETTINGS_MODULE"):
+        os.environ["DJANGO_SETTINGS_MODULE"] = "stkrelay.settings"
     from django.core.management import execute_from_command_line
 
     execute_from_command_line([prog or command, command, *take_ini(argv)])

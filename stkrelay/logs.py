@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import time
 from typing import Any
@@ -38,17 +39,17 @@ def _now_iso(t: float | None = None) -> str:
 class JsonFormatter(logging.Formatter):
     """One JSON object per record."""
 
-    def __init__(self, node: str = "", component: str = "cli") -> None:
+    def __init__(self, node: str = "", component: str | None = None) -> None:
         super().__init__()
         self.node = node
-        self.component = component
+        self.component = component  # None: $STK_COMPONENT when the record is written, else `cli`
 
     def format(self, record: logging.LogRecord) -> str:
         doc: dict[str, Any] = {
             "time": _now_iso(record.created),
             "level": record.levelname.lower(),
             "node": self.node,
-            "component": self.component,
+            "component": self.component or os.environ.get("STK_COMPONENT", "cli"),
             "logger": record.name,
             "message": record.getMessage(),
         }
@@ -62,7 +63,7 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(doc, default=str, ensure_ascii=False)
 
 
-def logging_config(fmt: str, node: str, component: str) -> dict[str, Any]:
+def logging_config(fmt: str, node: str, component: str | None = None) -> dict[str, Any]:
     """Django's LOGGING for this process. `text` is the agent's historical config."""
     config: dict[str, Any] = {
         "version": 1,
@@ -87,7 +88,7 @@ def logging_config(fmt: str, node: str, component: str) -> dict[str, Any]:
     return config
 
 
-def use_json(logger: logging.Logger, node: str, component: str) -> None:
+def use_json(logger: logging.Logger, node: str, component: str | None = None) -> None:
     """Give every handler of `logger` the JSON formatter (Celery's own loggers)."""
     for handler in logger.handlers:
         handler.setFormatter(JsonFormatter(node, component))

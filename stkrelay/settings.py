@@ -182,6 +182,6 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 
-# LOG_FORMAT text (the default) or json: one JSON object per line (stkrelay/logs.py); STK_COMPONENT
-# is set by runagent's supervisor for each child (web, worker, beat, relay).
-LOGGING = logging_config(STK.log_format, STK.node, os.environ.get("STK_COMPONENT", "cli"))
+# LOG_FORMAT text (the default) or json: one JSON object per line (stkrelay/logs.py), its
+# `component` from STK_COMPONENT (runagent: agent; its supervisor sets web, worker, beat, relay).
+LOGGING = logging_config(STK.log_format, STK.node)

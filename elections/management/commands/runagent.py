@@ -37,6 +37,7 @@ class Command(BaseCommand):
         from django.core.management import call_command
 
         stk = settings.STK
+        os.environ["STK_COMPONENT"] = "agent"  # its own log lines (LOG_FORMAT=json); children get theirs
         if stk.problems:
             for problem in stk.problems:
                 self.stderr.write(f"stkrelay: config {stk.source}: {problem.line()}")
