@@ -28,7 +28,8 @@ MAX_LINE = 64 * 1024  # a child's line longer than this is cut before wrapping
 
 # Attributes every LogRecord has; anything else was given with `extra=` and is a field.
 _STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
-_LEVEL_WORDS = re.compile(r"\b(CRITICAL|ERROR|WARNING|WARN|INFO|DEBUG)\b")
+# A level as log formats write it: "WARNING/MainProcess]", "ERROR:root:", "[INFO]" (not any mention).
+_LEVEL_WORDS = re.compile(r"\b(CRITICAL|ERROR|WARNING|WARN|INFO|DEBUG)(?=[/:\]])")
 
 
 def _now_iso(t: float | None = None) -> str:

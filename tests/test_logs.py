@@ -54,6 +54,7 @@ def test_a_childs_plain_line_is_wrapped_and_its_json_line_completed():
     wrapped = json.loads(as_json_line("[2026-01-01 10:00:00: WARNING/MainProcess] slow\n", "S002", "worker"))
     assert (wrapped["level"], wrapped["node"], wrapped["component"]) == ("warning", "S002", "worker")
     assert wrapped["message"] == "[2026-01-01 10:00:00: WARNING/MainProcess] slow"
+    assert json.loads(as_json_line("    . logfile -> [stderr]@%WARNING", "S002", "beat"))["level"] == "info"
     own = json.loads(as_json_line('{"time": "t", "level": "info", "message": "m"}', "S002", "relay"))
     assert own == {"time": "t", "level": "info", "message": "m", "node": "S002", "component": "relay"}
     for odd in ("{not json", "[1, 2]", "{" * 100_000, ""):
@@ -130,7 +131,7 @@ def test_a_json_agent_writes_one_object_per_line_from_every_process_and_rotates_
     site.wait_leader(60)
     wait_until(lambda: agent.data_dir.joinpath("relay.json").exists(), 30, "the relay's status")
     base = f"http://{agent.ip}:{agent.setting('WEB_PORT')}"
-    for _ in range(120):  # ~60 bytes a line: several rotations of 4 KiB
+    for _ in range(300):  # ~55 bytes a line: several rotations of 4 KiB
         assert _get(f"{base}/healthz") == 200
 
     def every_child_spoke() -> list[str] | None:
