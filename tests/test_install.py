@@ -18,11 +18,10 @@ from harness import ROOT, wait_until
 pytestmark = pytest.mark.agents
 
 
-def _cli(
-    installed, name: str, *args: str, cwd: Path, stdin: str | None = None
-) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
-    return subprocess.run([str(installed.bin(name)), *args], cwd=cwd, env=installed.env(), input=stdin,
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+def _cli(installed, name: str, *args: str, cwd: Path, stdin: str | None = None, **env: str):  # type: ignore[no-untyped-def]
+    """Run the venv's `name` the way an operator's shell would: from `cwd`, no checkout anywhere."""
+    return subprocess.run([str(installed.bin(name)), *args], cwd=cwd, env={**installed.env(), **env},
+                          input=stdin, capture_output=True, text=True, timeout=60)  # fmt: skip
 
 
 def _get(url: str, token: str | None = None) -> tuple[int, str, bytes]:
