@@ -31,6 +31,8 @@ from elections.web.panel.page import PAGE_SIZE
 from elections.web.panel.state import SiteState, site_state, site_states
 from elections.web.panel.views import history_rows
 
+MAX_EPOCH = (1 << 63) - 1  # epochs are stored as SQLite INTEGERs (the audit trail too)
+
 
 def _r(value: float | None, digits: int = 1) -> float | None:
     return None if value is None else round(value, digits)
@@ -220,8 +222,10 @@ def command(request: HttpRequest, kmsn: str, kind: str) -> HttpResponse:
     expected = body.get("expected_epoch")
     if isinstance(expected, str) and expected.strip().isdigit():
         expected = int(expected)
-    if expected is not None and (not isinstance(expected, int) or isinstance(expected, bool)):
-        return api_error(400, "bad_request", "expected_epoch must be an integer")
+    if expected is not None and (
+        not isinstance(expected, int) or isinstance(expected, bool) or not 0 <= expected <= MAX_EPOCH
+    ):
+        return api_error(400, "bad_request", "expected_epoch must be an integer from 0 to 2^63-1")
     target = body.get("target") or None
     if target is not None and not isinstance(target, str):
         return api_error(400, "bad_request", "target must be a member name")

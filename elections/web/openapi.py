@@ -105,7 +105,13 @@ COMMAND_BODY = {
     "type": "object",
     "properties": {
         "target": _t(S, True, description="the member to drain/undrain/promote (pause/resume: none)"),
-        "expected_epoch": _t(INT, True, description="refused with 409 if the pool's epoch moved on"),
+        "expected_epoch": _t(
+            INT,
+            True,
+            minimum=0,
+            maximum=(1 << 63) - 1,
+            description="refused with 409 if the pool's epoch moved on",
+        ),
         "reason": _t(S, description="kept in the audit trail (first 500 characters)"),
         "force": _t(B, description="drain even the last eligible member"),
     },
@@ -196,7 +202,7 @@ def document() -> dict[str, Any]:
             },
             "responses": {
                 "202": _answer("accepted: the command event is written", OUTCOME),
-                "400": _answer("the body is not an object, or a field has the wrong type", ERROR),
+                "400": _answer("the body is not an object, or a field has the wrong type or range", ERROR),
                 "403": _answer(
                     "no permission (`forbidden`), or a session without the CSRF header",
                     {"oneOf": [OUTCOME, ERROR]},
