@@ -40,11 +40,14 @@ def take_ini(argv: list[str]) -> list[str]:
 
 def run(command: str, argv: list[str], prog: str | None = None) -> int:
     """`manage.py COMMAND ARGV` with the agent's settings, from any directory."""
+    argv = take_ini(argv)
+    if os.environ.get("STK_INI"):  # relative to where it was given, not to DATA_DIR (runagent's cwd)
+        os.environ["STK_INI"] = os.path.abspath(os.environ["STK_INI"])
     if not os.environ.get("DJANGO_SETTINGS_MODULE"):
         os.environ["DJANGO_SETTINGS_MODULE"] = "stkrelay.settings"
     from django.core.management import execute_from_command_line
 
-    execute_from_command_line([prog or command, command, *take_ini(argv)])
+    execute_from_command_line([prog or command, command, *argv])
     return 0
 
 

@@ -9,6 +9,7 @@ started (README "Install on a site" says what is and is not verified)."""
 from __future__ import annotations
 
 import configparser
+import os
 import re
 import shutil
 import subprocess
@@ -173,3 +174,17 @@ def test_the_wheel_carries_every_module_template_and_static_file(installed):
     entry_points = zipfile.ZipFile(installed.wheel).read("stkrelay-0.1.0.dist-info/entry_points.txt").decode()
     for script in ("stkrelay", "relayctl", "relayclient", "stkuser"):
         assert f"{script} = stkrelay.cli:" in entry_points
+
+
+def test_the_entry_points_take_ini_anywhere_and_make_it_absolute(monkeypatch, tmp_path):
+    from stkrelay.cli import take_ini
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("STK_INI", raising=False)
+    assert take_ini(["list", "--ini", "site.ini", "--json"]) == ["list", "--json"]
+    assert os.environ["STK_INI"] == str(tmp_path / "site.ini")
+    assert take_ini(["--ini=/etc/stkrelay/a.ini", "ping"]) == ["ping"]
+    assert os.environ["STK_INI"] == "/etc/stkrelay/a.ini"
+    assert take_ini(["send", "--", "--ini", "x"]) == ["send", "--", "--ini", "x"]  # after --: not ours
+    with pytest.raises(SystemExit):
+        take_ini(["list", "--ini"])
