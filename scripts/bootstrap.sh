@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what stkrelay needs on a fresh Debian machine with Python 3.11:
 # system packages (redis-server, faketime, ...) from Debian, then the venv with
-# the pinned Python dependencies. Idempotent and quiet when nothing is missing.
+# the pinned runtime (requirements.lock) and test (requirements-dev.lock)
+# dependencies. Idempotent and quiet when nothing is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,6 +15,8 @@ command -v gcc >/dev/null || need+=(gcc libc6-dev)
 command -v arping >/dev/null || need+=(iputils-arping)
 command -v chromium >/dev/null || need+=(chromium)
 command -v fusermount3 >/dev/null || need+=(fuse3)  # the faulty share of the hung-share tests
+command -v systemd-analyze >/dev/null || need+=(systemd)  # `systemd-analyze verify` of packaging/*.service
+command -v docker-compose >/dev/null || need+=(docker-compose)  # `docker-compose config` of docker/compose.yaml
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "bootstrap: missing ${need[*]}; run as root or: sudo apt-get install ${need[*]}" >&2
@@ -36,10 +39,10 @@ fi
 [ -n "$PY" ] || { echo "bootstrap: Python 3.11 is required (python3.11 not found)" >&2; exit 1; }
 
 stamp=.venv/.requirements.sha
-want=$(sha256sum requirements.lock | cut -d' ' -f1)
+want=$(cat requirements.lock requirements-dev.lock | sha256sum | cut -d' ' -f1)
 if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "bootstrap: creating .venv with pinned dependencies"
   [ -x .venv/bin/python ] || "$PY" -m venv .venv
-  .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements.lock
+  .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements-dev.lock
   echo "$want" > "$stamp"
 fi

@@ -10,6 +10,7 @@ from __future__ import annotations
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -18,14 +19,40 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from harness import DEFAULT, Site, wait_until  # noqa: E402
+from harness import DEFAULT, Site, free_port, wait_until  # noqa: E402
+
+# Every agent listens on its own loopback address only (127.0.0.21-23; each Redis on 127.0.0.1):
+# the demo opens nothing to the outside. The panels are on these ports unless one is taken.
+FIRST_IP, WEB_PORTS = 21, (8001, 8002, 8003)
+
+
+def port_free(ip: str, port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((ip, port))
+        except OSError:
+            return False
+    return True
+
+
+def web_ports(first_ip: int = FIRST_IP, wanted: tuple[int, ...] = WEB_PORTS) -> list[int]:
+    """The fixed panel ports, each replaced by a free one only if it is busy on its agent's address."""
+    out = []
+    for i, port in enumerate(wanted):
+        ip = f"127.0.0.{first_ip + i}"
+        out.append(port if port_free(ip, port) else free_port(ip))
+    return out
 
 
 def main() -> None:
     base = ROOT / ".demo"
     shutil.rmtree(base, ignore_errors=True)
     base.mkdir()
-    site = Site(base / "site", n=3, timing=DEFAULT)
+    ports = web_ports()
+    for want, got in zip(WEB_PORTS, ports, strict=True):
+        if want != got:
+            print(f"port {want} is busy: using {got} instead", flush=True)
+    site = Site(base / "site", n=3, timing=DEFAULT, first_ip=FIRST_IP, web_ports=ports)
     stop = False
 
     def on_signal(*_: object) -> None:

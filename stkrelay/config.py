@@ -58,6 +58,9 @@ DEFAULTS: dict[str, str] = {
     "WEB_LOGIN_BURST": "5",
     "RELAY_STATION_KEYS_ONLY": "0",
     "RELAY_MAX_PER_ADDRESS": "0",  # 0: sized from the file limit (relay.limits)
+    "LOG_FORMAT": "text",  # or json: one JSON object per line (stkrelay/logs.py)
+    "LOG_MAX_BYTES": str(10 << 20),  # the files the agent writes in DATA_DIR rotate at this size...
+    "LOG_BACKUPS": "5",  # ...keeping this many old ones
 }
 
 
@@ -114,6 +117,9 @@ class Config:
     web_login_burst: int = 5  # ...with this many at once
     relay_station_keys_only: bool = False
     relay_max_per_address: int = 0
+    log_format: str = "text"
+    log_max_bytes: int = 10 << 20
+    log_backups: int = 5
     source: str = "(defaults)"
     problems: list[Problem] = field(default_factory=list)
     values: dict[str, str] = field(default_factory=dict)  # every [stk] key as given, overrides applied
@@ -285,6 +291,7 @@ def load(ini_path: str | None = None, env: dict[str, str] | None = None, check_d
             "use this agent's local Redis, e.g. redis://127.0.0.1:6379/0",
         )
     _web(cfg, values, bad, number)
+    _logs(cfg, values, bad, number)
     for err in action_config(values)[1]:
         bad(ACTION_IDS[err.key.partition("_")[0]], err.key, err.message, err.hint)
     cfg.lease_dir = values["LEASE_DIR"]
@@ -319,6 +326,20 @@ def _web(cfg: Config, values: dict[str, str], bad, number) -> None:  # type: ign
     cfg.web_login_failures_per_s = rate or cfg.web_login_failures_per_s
     burst = number("WEB_LOGIN_BURST", int, 1, 10000)
     cfg.web_login_burst = burst or cfg.web_login_burst
+
+
+def _logs(cfg: Config, values: dict[str, str], bad, number) -> None:  # type: ignore[no-untyped-def]
+    """LOG_FORMAT (E021) and the rotation of the agent's files in DATA_DIR."""
+    fmt = values["LOG_FORMAT"].lower()
+    if fmt in ("text", "json"):
+        cfg.log_format = fmt
+    else:
+        bad("stkrelay.E021", "LOG_FORMAT", f"{values['LOG_FORMAT']!r} is not a log format",
+            "use text or json")  # fmt: skip
+    size = number("LOG_MAX_BYTES", int, 4096, 1 << 40)
+    cfg.log_max_bytes = size or cfg.log_max_bytes
+    backups = number("LOG_BACKUPS", int, 1, 1000)
+    cfg.log_backups = backups or cfg.log_backups
 
 
 def _flag(text: str, default: bool) -> bool:

@@ -11,8 +11,13 @@ from pathlib import Path
 
 from stkrelay import config as stk_config
 from stkrelay.config_web import allowed_hosts
+from stkrelay.logs import logging_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+# templates/ and static/: at the top of a source checkout; inside the package once installed
+# (pyproject.toml maps them there), so an installed agent finds them from any directory.
+_PACKAGE = Path(__file__).resolve().parent
+ASSETS_DIR = _PACKAGE if (_PACKAGE / "templates").is_dir() else BASE_DIR
 STK = stk_config.load(check_dirs=os.environ.get("STK_SKIP_DIR_CHECKS") != "1")
 DATA_DIR = Path(STK.data_dir)
 
@@ -69,7 +74,7 @@ ROOT_URLCONF = "stkrelay.urls"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        "DIRS": [ASSETS_DIR / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -136,7 +141,7 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_TZ = True
 STATIC_URL = "static/"
-STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_DIRS = [ASSETS_DIR / "static"]
 STATIC_ROOT = DATA_DIR / "static"
 
 # Channels: the local Redis carries low-rate events only (DESIGN.md §12).
@@ -177,17 +182,6 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    # A login flood's 429s are summarised by the throttle, not logged one by one.
-    "filters": {"drop_throttled": {"()": "elections.web.throttle.DropThrottled"}},
-    "handlers": {
-        "console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["drop_throttled"]}
-    },
-    "loggers": {
-        "stkrelay": {"handlers": ["console"], "level": "INFO", "propagate": False},
-        "django": {"handlers": ["console"], "level": "WARNING"},
-    },
-}
+# LOG_FORMAT text (the default) or json: one JSON object per line (stkrelay/logs.py), its
+# `component` from STK_COMPONENT (runagent: agent; its supervisor sets web, worker, beat, relay).
+LOGGING = logging_config(STK.log_format, STK.node)

@@ -4,7 +4,7 @@ from django.conf import settings
 from django.urls import path, re_path
 from django.views.static import serve
 
-from elections.web import api, health, metrics
+from elections.web import api, health, metrics, openapi
 from elections.web.panel import audit_log
 from elections.web.panel import login as panel_login
 from elections.web.panel import views as panel
@@ -25,6 +25,7 @@ urlpatterns = [
     path("history.csv", panel.history_csv, name="panel-history-csv"),
     path("audit/", audit_log.audit_log, name="panel-audit"),
     # API
+    path("api/v1/openapi.json", openapi.openapi_json, name="api-openapi"),
     path("api/v1/leader", api.leader, name="api-leader"),
     path("api/v1/sites", api.sites, name="api-sites"),
     path(f"api/v1/sites/{KMSN}", api.site, name="api-site"),
@@ -33,6 +34,7 @@ urlpatterns = [
     path(f"api/v1/sites/{KMSN}/<str:kind>", api.command, name="api-command"),
     path("api/v1/history", api.history, name="api-history"),
     path("api/v1/audit", api.audit_log, name="api-audit"),
+    re_path(r"^api/v1/(?P<rest>.*)$", api.not_found, name="api-not-found"),
     # The agent's web port is Daphne alone: it serves the few static files itself.
-    re_path(r"^static/(?P<path>.*)$", serve, {"document_root": settings.BASE_DIR / "static"}),
+    re_path(r"^static/(?P<path>.*)$", serve, {"document_root": settings.ASSETS_DIR / "static"}),
 ]

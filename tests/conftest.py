@@ -27,6 +27,14 @@ def site_factory(tmp_path, request):
         site.stop()
 
 
+@pytest.fixture(scope="session")
+def installed(tmp_path_factory):
+    """stkrelay from its wheel in a fresh venv (tests/installed.py), built once per session."""
+    from installed import install
+
+    return install(tmp_path_factory.mktemp("installed"))
+
+
 @pytest.fixture
 def relay_process():
     """Start relays as real subprocesses (test_relay_client.RelayProcess); all are

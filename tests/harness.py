@@ -161,6 +161,10 @@ class AgentProc:
     wrapper: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
+    command: list[str] = field(
+        default_factory=list
+    )  # instead of `manage.py runagent` (e.g. `stkrelay agent`)
+    cwd: Path = ROOT
 
     def start(self) -> None:
         env = dict(os.environ, **self.env)
@@ -168,8 +172,13 @@ class AgentProc:
         env["PYTHONUNBUFFERED"] = "1"
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [*self.wrapper, PY, str(ROOT / "manage.py"), "runagent", "--ini", str(self.ini)],
-                cwd=ROOT,
+                [
+                    *self.wrapper,
+                    *(self.command or [PY, str(ROOT / "manage.py"), "runagent"]),
+                    "--ini",
+                    str(self.ini),
+                ],
+                cwd=self.cwd,
                 env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -256,6 +265,8 @@ class Site:
         timing: dict[str, str] | None = None,
         token: str = TOKEN,
         first_ip: int = 21,
+        web_ports: list[int] | None = None,
+        extra: dict[str, str] | None = None,
     ) -> None:
         self.root = root
         self.lease_dir = root / "share" / "socket"
@@ -277,9 +288,10 @@ class Site:
                 "RELAY_TOKEN": token,
                 "LEASE_DIR": str(self.lease_dir),
                 "DATA_DIR": str(data),
-                "WEB_PORT": str(free_port(ip)),
+                "WEB_PORT": str(web_ports[i] if web_ports else free_port(ip)),
                 "REDIS_URL": redis.url,
                 **(timing or FAST),
+                **(extra or {}),
             }
             ini = data / "stk.ini"
             ini.write_text("[stk]\n" + "".join(f"{k} = {v}\n" for k, v in values.items()))

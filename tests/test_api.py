@@ -175,6 +175,25 @@ def test_bad_command_bodies_are_400(dj):
     assert c.get(url, **auth).status_code == 405
 
 
+def test_an_epoch_no_epoch_can_be_is_400_not_an_unwritable_audit_row(dj):
+    # Found by schemathesis (tests/test_openapi.py): 2^100 reached the audit trail's INTEGER column (503).
+    write_pool(dj["data_dir"])
+    c, auth = client_for(), bearer(token_for("bot"))
+    url = f"{API}/sites/{KMSN}/drain"
+    for epoch in (1 << 100, -1, 1 << 63):
+        response = post_json(c, url, {"target": "S002", "expected_epoch": epoch}, **auth)
+        assert response.status_code == 400 and json.loads(response.content)["error"] == "bad_request"
+    assert post_json(c, url, {"target": "S002", "expected_epoch": (1 << 63) - 1}, **auth).status_code == 409
+
+
+def test_any_other_api_path_is_a_json_404_after_authentication(dj):
+    c, auth = client_for(), bearer(token_for("bot"))
+    assert c.get(f"{API}/nope").status_code == 401
+    for url in (f"{API}/nope", f"{API}/sites/a/b/members", f"{API}/sites/{KMSN}/lease/x"):
+        response = c.get(url, **auth)
+        assert response.status_code == 404 and json.loads(response.content)["error"] == "not_found"
+
+
 def test_a_session_post_needs_the_csrf_header_a_token_post_does_not(dj):
     write_pool(dj["data_dir"])
     c = client_for(make_user("olga", "operator"), csrf=True)

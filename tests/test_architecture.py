@@ -130,7 +130,7 @@ def test_the_agent_wiring_is_imported_only_by_its_entry_points():
 
 def test_the_import_linter_contracts_hold():
     lint = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
-    assert lint, "import-linter is a pinned test dependency (requirements.lock)"
+    assert lint, "import-linter is a pinned test dependency (requirements-dev.lock)"
     done = subprocess.run([lint], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "broken" not in done.stdout.lower().replace("0 broken", "")

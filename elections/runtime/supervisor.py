@@ -23,6 +23,7 @@ from typing import Any, TextIO
 
 from elections.ports.localstate import Leadership, LocalState
 from elections.retry import Backoff
+from stkrelay.logs import as_json_line
 
 log = logging.getLogger("stkrelay.supervisor")
 
@@ -74,6 +75,8 @@ class Supervisor:
         release: Callable[[Leadership], bool],
         out: TextIO | None = None,
         tick: float = 0.1,
+        log_format: str = "text",
+        node: str = "",
     ) -> None:
         self.children = [Child(s) for s in specs]
         self.data_dir = data_dir
@@ -82,13 +85,19 @@ class Supervisor:
         self.release = release
         self.out = out or sys.stdout
         self.tick = tick
+        self.log_format = log_format  # json: every line out is one JSON object (stkrelay/logs.py)
+        self.node = node
         self.stopping = threading.Event()
         self._out_lock = threading.Lock()
 
     # -- output ----------------------------------------------------------------
     def say(self, name: str, line: str) -> None:
+        if self.log_format == "json":
+            text = as_json_line(line, self.node, name)
+        else:
+            text = f"[{name}] {line.rstrip()}"
         with self._out_lock:
-            self.out.write(f"[{name}] {line.rstrip()}\n")
+            self.out.write(text + "\n")
             self.out.flush()
 
     def _pump(self, name: str, stream: Any) -> None:
@@ -100,7 +109,7 @@ class Supervisor:
     def _start(self, child: Child) -> None:
         proc = subprocess.Popen(
             child.spec.argv,
-            env=self.env,
+            env={**self.env, "STK_COMPONENT": child.spec.name},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

@@ -31,6 +31,8 @@ from elections.web.panel.page import PAGE_SIZE
 from elections.web.panel.state import SiteState, site_state, site_states
 from elections.web.panel.views import history_rows
 
+MAX_EPOCH = (1 << 63) - 1  # epochs are stored as SQLite INTEGERs (the audit trail too)
+
 
 def _r(value: float | None, digits: int = 1) -> float | None:
     return None if value is None else round(value, digits)
@@ -220,8 +222,10 @@ def command(request: HttpRequest, kmsn: str, kind: str) -> HttpResponse:
     expected = body.get("expected_epoch")
     if isinstance(expected, str) and expected.strip().isdigit():
         expected = int(expected)
-    if expected is not None and (not isinstance(expected, int) or isinstance(expected, bool)):
-        return api_error(400, "bad_request", "expected_epoch must be an integer")
+    if expected is not None and (
+        not isinstance(expected, int) or isinstance(expected, bool) or not 0 <= expected <= MAX_EPOCH
+    ):
+        return api_error(400, "bad_request", "expected_epoch must be an integer from 0 to 2^63-1")
     target = body.get("target") or None
     if target is not None and not isinstance(target, str):
         return api_error(400, "bad_request", "target must be a member name")
@@ -249,3 +253,9 @@ def leader(request: HttpRequest) -> HttpResponse:
     if kmsn and kmsn != settings.STK.kmsn:
         return JsonResponse({"kmsn": kmsn, "leader": None, "status": "unknown_kmsn"}, status=404)
     return agent_views.leader(request)
+
+
+@api_view(methods=("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"))
+def not_found(request: HttpRequest, rest: str = "") -> HttpResponse:
+    """Any other path under /api/v1/: a JSON 404 (after authentication), never Django's HTML page."""
+    return api_error(404, "not_found", f"no endpoint /api/v1/{rest} (see /api/v1/openapi.json)")

@@ -37,6 +37,7 @@ class Command(BaseCommand):
         from django.core.management import call_command
 
         stk = settings.STK
+        os.environ["STK_COMPONENT"] = "agent"  # its own log lines (LOG_FORMAT=json); children get theirs
         if stk.problems:
             for problem in stk.problems:
                 self.stderr.write(f"stkrelay: config {stk.source}: {problem.line()}")
@@ -53,19 +54,24 @@ class Command(BaseCommand):
         from elections.runtime.supervisor import ChildSpec, Supervisor
 
         py = sys.executable
-        base = str(Path(settings.BASE_DIR))
+        base = Path(settings.BASE_DIR)
         env = dict(
             os.environ,
             PYTHONUNBUFFERED="1",
             DJANGO_SETTINGS_MODULE="stkrelay.settings",
             STK_AGENT_PID=str(os.getpid()),
         )
-        env["PYTHONPATH"] = base + os.pathsep + env.get("PYTHONPATH", "")
+        if (base / "manage.py").is_file():  # a source checkout: the children run from DATA_DIR
+            env["PYTHONPATH"] = str(base) + os.pathsep + env.get("PYTHONPATH", "")
         data = Path(stk.data_dir)
         celery = [py, "-m", "celery", "-A", "stkrelay"]
+        # Every child is `python -m ...`, so an installed package (no manage.py) runs the same.
         specs = [
-            ChildSpec("web", [py, "-m", "daphne", "-b", stk.node_ip, "-p", str(stk.web_port),
-                              "--access-log", str(data / "access.log"), "stkrelay.asgi:application"]),
+            # Daphne, with its access log rotated by size (LOG_MAX_BYTES, LOG_BACKUPS).
+            ChildSpec("web", [py, "-m", "stkrelay.web", "--access-log", str(data / "access.log"),
+                              "--log-max-bytes", str(stk.log_max_bytes),
+                              "--log-backups", str(stk.log_backups),
+                              "-b", stk.node_ip, "-p", str(stk.web_port), "stkrelay.asgi:application"]),
             # The lease queue has its own solo worker, prefetch 1 (DESIGN.md §12).
             ChildSpec("worker", [*celery, "worker", "-P", "solo", "-Q", "lease", "-n", f"lease@{stk.node}",
                                  "--prefetch-multiplier", "1", "--without-gossip", "--without-mingle",
@@ -75,8 +81,7 @@ class Command(BaseCommand):
                                "--pidfile", str(data / "beat.pid")]),
             # Warm standby: listens within ~0.1 s of the fenced start_relay action of a
             # won epoch, stops itself within 0.1-0.2 s of losing; restarted if it dies.
-            ChildSpec("relay", [py, str(Path(base) / "manage.py"), "runrelay", "--standby"],
-                      standby=True),
+            ChildSpec("relay", [py, "-m", "django", "runrelay", "--standby"], standby=True),
         ]  # fmt: skip
         clock = SystemClock()
         os.environ["STK_AGENT_PID"] = str(os.getpid())
@@ -93,12 +98,14 @@ class Command(BaseCommand):
             return done
 
         os.chdir(data)
-        self.stdout.write(
-            f"stkrelay agent {stk.node} of {stk.kmsn} on {stk.node_ip} "
-            f"(web :{stk.web_port}, relay :{stk.relay_port}, lease dir {stk.lease_dir})"
-        )
-        self.stdout.flush()
-        sup = Supervisor(specs, str(data), env, release)
+        sup = Supervisor(specs, str(data), env, release, log_format=stk.log_format, node=stk.node)
+        banner = (f"stkrelay agent {stk.node} of {stk.kmsn} on {stk.node_ip} "
+                  f"(web :{stk.web_port}, relay :{stk.relay_port}, lease dir {stk.lease_dir})")  # fmt: skip
+        if stk.log_format == "json":
+            sup.say("agent", banner)
+        else:
+            self.stdout.write(banner)
+            self.stdout.flush()
         raise SystemExit(sup.run())
 
 

@@ -1,0 +1,281 @@
+"""`GET /api/v1/openapi.json`: the JSON API described as OpenAPI 3.1, by hand.
+
+Every path, parameter, body and error answer of `elections/web/api.py` (and of
+the `api_view` wrapper around it: 401, 403 csrf, 405) is written out here;
+`tests/test_openapi.py` runs schemathesis against a live agent with it, so a
+view that answers something undescribed fails the suite.
+
+It needs authentication like the rest of `/api/v1/` (DESIGN.md §10: everything
+but the optional leader lookup does): a client that can read the document can
+call the API anyway, and an unauthenticated scanner on the LAN learns nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+
+from elections.web.auth import api_view
+from elections.web.panel.operate import KINDS
+from elections.web.panel.views import PERIODS
+
+JSON = "application/json"
+
+
+def _t(kind: str, nullable: bool = False, **extra: Any) -> dict[str, Any]:
+    return {"type": [kind, "null"] if nullable else kind, **extra}
+
+
+def _obj(required: dict[str, Any], optional: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"type": "object", "required": sorted(required), "properties": {**required, **(optional or {})}}
+
+
+S, N, INT, B = "string", "number", "integer", "boolean"
+ANY: dict[str, Any] = {}
+
+ERROR = _obj({"error": _t(S), "message": _t(S)})
+SUMMARY = _obj(
+    {
+        "kmsn": _t(S), "agent": _t(S), "leader": _t(S, True), "has_leader": _t(B),
+        "why_no_leader": _t(S, True), "epoch": _t(INT, True), "since": _t(S, True), "lease_status": _t(S),
+        "lease_renewed_ago_s": _t(N, True), "lease_expires_in_s": _t(N, True),
+        "members_eligible": _t(INT), "members_total": _t(INT), "relay_clients": _t(INT, True),
+        "leader_changes_24h": _t(INT), "paused": _t(B, True), "view_age_s": _t(N, True), "view_stale": _t(B),
+    }
+)  # fmt: skip
+MEMBER = _obj(
+    {
+        "node": _t(S), "role": _t(S), "eligible": _t(B), "reasons": {"type": "array", "items": _t(S)},
+        "heartbeat_age_s": _t(N, True), "priority": ANY, "drain": _t(B), "health": ANY, "version": ANY,
+        "ip": _t(S, True), "epoch": ANY,
+    }
+)  # fmt: skip
+MEMBERS = {"type": "array", "items": MEMBER}
+LEASE = _obj(
+    {
+        "kmsn": _t(S), "status": _t(S), "detail": _t(S), "store_reachable": _t(B),
+        "record": _t("object", True), "renewed_ago_s": _t(N, True), "expires_in_s": _t(N, True),
+        "decision": _t(S),
+    }
+)  # fmt: skip
+RELAY = {
+    "oneOf": [
+        {"type": "null"},
+        _obj(
+            {
+                "running": _t(B), "why": _t(S, True), "pid": ANY, "epoch": ANY, "clients": _t(INT),
+                "per_station": {"type": "object", "additionalProperties": {"type": "object"}},
+                "connections": _t(INT), "messages": _t(INT), "messages_per_s": _t(N, True),
+                "deliveries": _t(INT), "bytes": _t(INT), "no_route": _t(INT), "drops": {"type": "object"},
+            }
+        ),
+    ]
+}  # fmt: skip
+SITE = {"allOf": [SUMMARY, _obj({"members": MEMBERS, "lease": LEASE, "relay": RELAY})]}
+PAGE = {
+    "page": _t(INT),
+    "page_size": _t(INT),
+    "pages": _t(INT),
+    "count": _t(INT),
+    "filters": {"type": "object"},
+}
+FAILOVER = _obj(
+    {
+        "kmsn": _t(S), "epoch": _t(INT), "at": _t(S), "from": _t(S, True), "to": _t(S), "reason": _t(S),
+        "actor": _t(S, True), "gap_s": _t(N, True), "detail": ANY, "correlation": _t(S, True),
+    }
+)  # fmt: skip
+ACTION = _obj(
+    {
+        "node": _t(S), "seq": _t(INT), "at": _t(S), "user": _t(S), "client": _t(S), "via": _t(S),
+        "action": _t(S), "kmsn": _t(S), "target": _t(S, True), "reason": _t(S),
+        "expected_epoch": _t(INT, True), "force": _t(B), "result": _t(S, True), "message": _t(S, True),
+        "epoch": _t(INT, True), "correlation": _t(S),
+    }
+)  # fmt: skip
+CHAIN = _obj({"ok": _t(B), "entries": _t(INT), "broken_at": _t(INT, True), "detail": _t(S, True)})
+OUTCOME = _obj(
+    {
+        "command": _t(S, enum=list(KINDS)), "target": _t(S, True), "result": _t(S), "message": _t(S),
+        "correlation": _t(S), "epoch": _t(INT, True), "audit_recorded": _t(B),
+    }
+)  # fmt: skip
+COMMAND_BODY = {
+    "type": "object",
+    "properties": {
+        "target": _t(S, True, description="the member to drain/undrain/promote (pause/resume: none)"),
+        "expected_epoch": _t(
+            INT,
+            True,
+            minimum=0,
+            maximum=(1 << 63) - 1,
+            description="refused with 409 if the pool's epoch moved on",
+        ),
+        "reason": _t(S, description="kept in the audit trail (first 500 characters)"),
+        "force": _t(B, description="drain even the last eligible member"),
+    },
+}
+LEADER = _obj(
+    {"kmsn": _t(S), "leader": _t(S), "station": _t(S), "ip": _t(S), "port": _t(INT), "epoch": _t(INT),
+     "status": _t(S)}
+)  # fmt: skip
+NO_LEADER = {
+    "oneOf": [
+        _obj({"kmsn": _t(S), "leader": {"type": "null"}, "status": _t(S)}),  # 404: none, or another KMSN
+        _obj({"kmsn": _t(S), "error": _t(S)}),  # 503: the share is unreachable
+    ]
+}
+
+
+def _answer(description: str, schema: dict[str, Any], **headers: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"description": description, "content": {JSON: {"schema": schema}}}
+    if headers:
+        out["headers"] = headers
+    return out
+
+
+AUTH_ERRORS = {
+    "401": _answer(
+        "no, a bad, revoked or malformed credential (`unauthenticated`, `bad_token`)",
+        ERROR,
+        **{"WWW-Authenticate": {"schema": _t(S), "required": True}},
+    ),
+    "405": _answer("another method (`method_not_allowed`; the Allow header names the right one)", ERROR),
+}
+
+
+def _get(summary: str, ok: dict[str, Any], params: list[dict[str, Any]] | None = None,
+         **errors: str) -> dict[str, Any]:  # fmt: skip
+    responses = {"200": _answer(summary, ok), **{code: _answer(why, ERROR) for code, why in errors.items()}}
+    return {
+        "get": {"summary": summary, "parameters": params or [], "responses": {**responses, **AUTH_ERRORS}}
+    }
+
+
+def _q(name: str, description: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": False, "description": description,
+            "schema": schema or _t(S)}  # fmt: skip
+
+
+KMSN_PARAM = {"name": "kmsn", "in": "path", "required": True, "description": "the pool, e.g. 9999-9999-99-99",
+              "schema": _t(S, pattern="^[^/]+$")}  # fmt: skip
+PAGING = [
+    _q("page", "page number, from 1 (past the last page: 404)", _t(INT)),
+    _q("page_size", "rows per page (clamped to 1..500; default 50)", _t(INT)),
+]
+BAD_PAGE = {
+    "400": "page or page_size is not an integer (`bad_request`)",
+    "404": "no such page (`no_such_page`)",
+}
+UNKNOWN = {"404": "this agent does not see that pool (`unknown_pool`), or no such path (`not_found`)"}
+
+
+def document() -> dict[str, Any]:
+    """The OpenAPI 3.1 document of /api/v1/."""
+    site_paths = {
+        "/api/v1/sites/{kmsn}": _get(
+            "the site: summary, members, lease, relay", SITE, [KMSN_PARAM], **UNKNOWN
+        ),
+        "/api/v1/sites/{kmsn}/members": _get(
+            "the members, with eligibility and its reasons",
+            _obj({"kmsn": _t(S), "epoch": _t(INT, True), "members": MEMBERS}), [KMSN_PARAM], **UNKNOWN,
+        ),
+        "/api/v1/sites/{kmsn}/lease": _get(
+            "the lease as this agent sees it: record, signature status, renewal timing", LEASE, [KMSN_PARAM],
+            **UNKNOWN,
+        ),
+    }  # fmt: skip
+    command = {
+        "post": {
+            "summary": "an operator command, audited like the panel's button (operator role)",
+            "parameters": [
+                KMSN_PARAM,
+                {"name": "kind", "in": "path", "required": True, "schema": _t(S, enum=list(KINDS))},
+            ],
+            "requestBody": {
+                "required": False,
+                "content": {
+                    JSON: {"schema": COMMAND_BODY},
+                    "application/x-www-form-urlencoded": {"schema": COMMAND_BODY},
+                },
+            },
+            "responses": {
+                "202": _answer("accepted: the command event is written", OUTCOME),
+                "400": _answer("the body is not an object, or a field has the wrong type or range", ERROR),
+                "403": _answer(
+                    "no permission (`forbidden`), or a session without the CSRF header",
+                    {"oneOf": [OUTCOME, ERROR]},
+                ),
+                "404": _answer(
+                    "unknown member or pool (or command: `unknown_command`; path: `not_found`)",
+                    {"oneOf": [OUTCOME, ERROR]},
+                ),
+                "409": _answer("stale epoch: the pool moved on since `expected_epoch`", OUTCOME),
+                "422": _answer("refused by the pool check (e.g. draining the last eligible member)", OUTCOME),
+                "503": _answer("the share, the pool view or the audit trail is unavailable", OUTCOME),
+                **AUTH_ERRORS,
+            },
+        }
+    }
+    history_params = [
+        _q("kmsn", "only this pool"),
+        _q("period", f"one of {', '.join(PERIODS)} (default and anything else: 7d)"),
+        _q("reason", "only this reason, e.g. `lease expired`"),
+        *PAGING,
+    ]
+    audit_params = [_q(k, f"only rows with this {k}") for k in ("user", "action", "result", "kmsn")] + PAGING
+    leader = _get(
+        "who leads, from the signed lease", LEADER, [_q("kmsn", "the pool (default: this agent's)")]
+    )
+    leader["get"]["responses"]["404"] = _answer("no live leader, or a pool this agent is not in", NO_LEADER)
+    leader["get"]["responses"]["503"] = _answer("the lease store is unreachable", NO_LEADER)
+    leader["get"]["description"] = (
+        "Readable without a credential when the agent runs with STK_PUBLIC_LEADER_LOOKUP=1."
+    )
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "stkrelay agent API",
+            "version": "1",
+            "description": "The panel's data as JSON (README: Admin panel and JSON API).",
+        },
+        "components": {
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer", "description": "`stkuser token NAME`"}
+            }
+        },
+        "security": [{"bearer": []}],
+        "paths": {
+            "/api/v1/openapi.json": _get("this document", _obj({"openapi": _t(S), "paths": _t("object")})),
+            "/api/v1/leader": leader,
+            "/api/v1/sites": _get("every pool this agent sees", _obj({"sites": _t("array", items=SUMMARY)})),
+            **site_paths,
+            "/api/v1/sites/{kmsn}/{kind}": command,
+            "/api/v1/history": _get(
+                "failovers, newest first",
+                _obj({**PAGE, "failovers": {"type": "array", "items": FAILOVER}}),
+                history_params,
+                **BAD_PAGE,
+            ),
+            "/api/v1/audit": _get(
+                "the pool's operator actions with their outcome, newest first, and the chains' status",
+                _obj(
+                    {
+                        **PAGE,
+                        "chain": CHAIN,
+                        "node": _t(S),
+                        "actions": {"type": "array", "items": ACTION},
+                        "pool_chains": {"type": "object", "additionalProperties": CHAIN},
+                    }
+                ),
+                audit_params,
+                **BAD_PAGE,
+            ),
+        },
+    }
+
+
+@api_view()
+def openapi_json(request: HttpRequest) -> HttpResponse:
+    return JsonResponse(document())

@@ -1,0 +1,80 @@
+"""Console entry points of an installed stkrelay (pyproject.toml `[project.scripts]`).
+
+    stkrelay agent --ini PATH          one agent in the foreground (as `manage.py runagent`)
+    stkrelay manage COMMAND [ARGS]     any management command (migrate, check, runrelay, ...)
+    relayctl ARGS | relayclient ARGS | stkuser ARGS    as `manage.py relayctl ARGS`, ...
+
+Each one sets DJANGO_SETTINGS_MODULE and takes `--ini PATH` anywhere on its
+command line (else `STK_INI`); the path is made absolute before Django reads
+settings, so they work from any directory. `stkrelay cloud` is reserved for the
+outside entry (DESIGN.md §14). `python -m stkrelay ...` is the same as `stkrelay ...`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+USAGE = """usage: stkrelay agent [--ini PATH]        run one agent (web, worker, beat, relay while leader)
+       stkrelay manage COMMAND [ARGS...]  run a management command with the agent's settings
+also: relayctl, relayclient, stkuser (each takes --ini PATH, else $STK_INI)"""
+
+
+def take_ini(argv: list[str]) -> list[str]:
+    """Remove `--ini PATH` / `--ini=PATH` from `argv`; point STK_INI at the absolute path."""
+    rest: list[str] = []
+    args = iter(argv)
+    for arg in args:
+        if arg == "--ini" or arg.startswith("--ini="):
+            path = arg.partition("=")[2] if "=" in arg else next(args, "")
+            if not path:
+                raise SystemExit("--ini needs a PATH")
+            os.environ["STK_INI"] = os.path.abspath(path)
+        elif arg == "--":  # the rest is not ours to read
+            rest.append(arg)
+            rest.extend(args)
+        else:
+            rest.append(arg)
+    return rest
+
+
+def run(command: str, argv: list[str], prog: str | None = None) -> int:
+    """`manage.py COMMAND ARGV` with the agent's settings, from any directory."""
+    argv = take_ini(argv)
+    if os.environ.get("STK_INI"):  # relative to where it was given, not to DATA_DIR (runagent's cwd)
+        os.environ["STK_INI"] = os.path.abspath(os.environ["STK_INI"])
+    if not os.environ.get("DJANGO_SETTINGS_MODULE"):
+        os.environ["DJANGO_SETTINGS_MODULE"] = "stkrelay.settings"
+    from django.core.management import execute_from_command_line
+
+    execute_from_command_line([prog or command, command, *argv])
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return 0 if args else 2
+    sub, rest = args[0], args[1:]
+    if sub == "agent":
+        return run("runagent", rest, "stkrelay agent")
+    if sub == "manage" and rest:
+        return run(rest[0], rest[1:], "stkrelay manage")
+    if sub == "cloud":
+        print("stkrelay cloud: not in this version (DESIGN.md §14)", file=sys.stderr)
+        return 2
+    print(USAGE, file=sys.stderr)
+    return 2
+
+
+def relayctl() -> int:
+    return run("relayctl", sys.argv[1:])
+
+
+def relayclient() -> int:
+    return run("relayclient", sys.argv[1:])
+
+
+def stkuser() -> int:
+    return run("stkuser", sys.argv[1:])

@@ -1,0 +1,190 @@
+"""What a site installs: the systemd units (`systemd-analyze verify`, sandbox and
+capabilities), the compose demo (`docker-compose config`, and the agents' settings
+checked like runagent checks them), the Docker image's and the wheel's contents,
+and the split of runtime pins from test tooling.
+
+No Docker daemon exists here: the image is never built and the compose site never
+started (README "Install on a site" says what is and is not verified)."""
+
+from __future__ import annotations
+
+import configparser
+import os
+import re
+import shutil
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+UNITS = ("stkrelay@.service", "stkrelay-redis@.service")
+DEV_TOOLS = {"pytest", "pytest-timeout", "hypothesis", "ruff", "import-linter", "moto", "playwright",
+             "mfusepy", "websockets", "schemathesis"}  # fmt: skip
+
+
+def verify(unit_dir: Path, *units: str) -> subprocess.CompletedProcess[str]:
+    exe = shutil.which("systemd-analyze")
+    assert exe, "systemd-analyze is missing: run `make test` (bootstrap installs Debian's systemd)"
+    argv = [exe, "verify", *(str(unit_dir / u) for u in units)]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60)
+
+
+def clean(done: subprocess.CompletedProcess[str]) -> bool:
+    """systemd-analyze exits 0 on an unknown key or a bad value (it only warns): both count."""
+    return done.returncode == 0 and not done.stderr.strip() and not done.stdout.strip()
+
+
+def units_in(tmp_path: Path, stkrelay: Path, edit=lambda text: text) -> Path:  # type: ignore[no-untyped-def]
+    """The units as installed, with ExecStart pointing at a real `stkrelay` script."""
+    for name in UNITS:
+        text = (ROOT / "packaging" / name).read_text().replace("/opt/stkrelay/bin/stkrelay", str(stkrelay))
+        (tmp_path / name).write_text(edit(text) if name == UNITS[0] else text)
+    return tmp_path
+
+
+def test_systemd_analyze_verify_passes_on_both_units(tmp_path, installed):
+    d = units_in(tmp_path, installed.bin("stkrelay"))
+    done = verify(d, "stkrelay@site1.service", "stkrelay-redis@site1.service")
+    assert clean(done), done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    "breakage",
+    [
+        ("KillMode=control-group", "KillMod=control-group"),  # unknown key: only a warning
+        ("Restart=on-failure", "Restart=sometimes"),  # bad value: only a warning
+        ("ExecStart=", "ExecStart=/nonexistent"),  # a binary that does not exist: an error
+    ],
+)
+def test_the_verify_check_fails_on_a_broken_unit(tmp_path, installed, breakage):
+    old, new = breakage
+    d = units_in(tmp_path, installed.bin("stkrelay"), lambda text: text.replace(old, new, 1))
+    assert not clean(verify(d, "stkrelay@site1.service"))
+
+
+def _service(name: str) -> configparser.ConfigParser:
+    unit = configparser.ConfigParser(strict=False, interpolation=None)
+    unit.optionxform = str  # type: ignore[assignment, method-assign]
+    unit.read_string((ROOT / "packaging" / name).read_text())
+    return unit
+
+
+def test_the_agent_unit_runs_one_agent_per_instance_ini_in_a_sandbox():
+    svc = _service("stkrelay@.service")["Service"]
+    assert svc["ExecStart"].split()[1:] == ["agent", "--ini", "/etc/stkrelay/%i.ini"]
+    assert (svc["KillMode"], svc["Restart"]) == ("control-group", "on-failure")
+    for key in ("NoNewPrivileges", "ProtectHome", "PrivateTmp"):
+        assert svc[key] == "yes", key
+    assert svc["ProtectSystem"] == "strict"
+    assert svc["StateDirectory"] == "stkrelay/%i" and "ReadWritePaths" in svc
+    caps = {"CAP_NET_ADMIN", "CAP_NET_RAW"}  # the VIP executor's `ip addr` and arping, nothing more
+    assert set(svc["CapabilityBoundingSet"].split()) == caps == set(svc["AmbientCapabilities"].split())
+    assert _service("stkrelay@.service")["Unit"]["Requires"] == "stkrelay-redis@%i.service"
+
+
+def test_the_redis_unit_is_per_instance_on_loopback_without_capabilities():
+    svc = _service("stkrelay-redis@.service")["Service"]
+    assert "/etc/stkrelay/%i.redis.conf" in svc["ExecStart"] and "--bind 127.0.0.1" in svc["ExecStart"]
+    assert svc["CapabilityBoundingSet"] == "" and svc["NoNewPrivileges"] == "yes"
+
+
+def compose_config() -> dict:  # type: ignore[type-arg]
+    exe = shutil.which("docker-compose")
+    assert exe, "docker-compose is missing: run `make test` (bootstrap installs Debian's docker-compose)"
+    done = subprocess.run([exe, "-f", str(ROOT / "docker" / "compose.yaml"), "config"], capture_output=True,
+                          text=True, timeout=60, cwd=ROOT)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return yaml.safe_load(done.stdout)
+
+
+def test_docker_compose_config_accepts_the_three_agent_demo_site():
+    services = compose_config()["services"]
+    agents = sorted(n for n in services if n.startswith("s0"))
+    assert agents == ["s001", "s002", "s003"]
+    redis = {services[a]["environment"]["STK_REDIS_URL"] for a in agents}
+    assert len(redis) == 3, "every agent has its own Redis (DESIGN.md §4)"
+    for a in agents:
+        svc = services[a]
+        assert [v.split(":")[0] for v in _volumes(svc)] == ["share"], "one shared volume as the share"
+        host = re.match(r"redis://([^:/]+)", svc["environment"]["STK_REDIS_URL"]).group(1)  # type: ignore[union-attr]
+        assert host in services and services[host]["image"].startswith("redis:")
+        assert all(str(p.get("host_ip", p) if isinstance(p, dict) else p).startswith("127.0.0.1")
+                   for p in svc.get("ports", [])), "published on the host's loopback only"  # fmt: skip
+
+
+def _volumes(svc: dict) -> list[str]:  # type: ignore[type-arg]
+    return [v if isinstance(v, str) else f"{v['source']}:{v['target']}" for v in svc["volumes"]]
+
+
+def test_the_compose_agents_settings_pass_the_agents_own_checks():
+    from stkrelay import config
+
+    for name, svc in compose_config()["services"].items():
+        if name.startswith("s0"):
+            env = {k: str(v) for k, v in svc["environment"].items()}
+            cfg = config.load(env=env, check_dirs=False)
+            assert cfg.problems == [], (name, [p.line() for p in cfg.problems])
+            assert cfg.node_ip == svc["networks"]["site"]["ipv4_address"]
+
+
+def _names(lock: str) -> set[str]:
+    names = set()
+    for line in (ROOT / lock).read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line and not line.startswith("-"):
+            names.add(re.split(r"[=<>\[ ]", line)[0].lower().replace("_", "-"))
+    return names
+
+
+def test_runtime_pins_carry_no_test_tooling_and_the_dev_lock_adds_it():
+    runtime, dev = _names("requirements.lock"), _names("requirements-dev.lock")
+    assert runtime & DEV_TOOLS == set()
+    assert dev >= DEV_TOOLS and runtime & dev == set()
+    assert "-r requirements.lock" in (ROOT / "requirements-dev.lock").read_text()
+    assert "requirements-dev.lock" in (ROOT / "scripts" / "bootstrap.sh").read_text()
+
+
+def test_the_image_installs_the_package_with_runtime_pins_only():
+    dockerfile = (ROOT / "docker" / "Dockerfile").read_text()
+    installs = re.findall(r"pip install[^\n]*", dockerfile)
+    assert installs and all("requirements-dev" not in i for i in installs)
+    assert any("-r requirements.lock" in i for i in installs) and any(
+        re.search(r"--no-deps \.( |$)", i) for i in installs
+    )
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert {"tests", "bench", ".venv"} <= set(ignored)
+    assert "COPY . ." not in dockerfile
+
+
+def test_the_wheel_carries_every_module_template_and_static_file(installed):
+    from installed import source_files
+
+    names = set(zipfile.ZipFile(installed.wheel).namelist())
+    files = source_files()
+    modules = [
+        f for f in files if f.endswith(".py") and f.split("/")[0] in ("stkrelay", "elections", "relay")
+    ]
+    assert modules and [m for m in modules if m not in names] == []
+    assets = [f for f in files if f.split("/")[0] in ("templates", "static") and not f.endswith(".gitkeep")]
+    assert assets and [a for a in assets if f"stkrelay/{a}" not in names] == []
+    assert not any(n.startswith(("tests/", "bench/", "scripts/")) for n in names)
+    entry_points = zipfile.ZipFile(installed.wheel).read("stkrelay-0.1.0.dist-info/entry_points.txt").decode()
+    for script in ("stkrelay", "relayctl", "relayclient", "stkuser"):
+        assert f"{script} = stkrelay.cli:" in entry_points
+
+
+def test_the_entry_points_take_ini_anywhere_and_make_it_absolute(monkeypatch, tmp_path):
+    from stkrelay.cli import take_ini
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("STK_INI", raising=False)
+    assert take_ini(["list", "--ini", "site.ini", "--json"]) == ["list", "--json"]
+    assert os.environ["STK_INI"] == str(tmp_path / "site.ini")
+    assert take_ini(["--ini=/etc/stkrelay/a.ini", "ping"]) == ["ping"]
+    assert os.environ["STK_INI"] == "/etc/stkrelay/a.ini"
+    assert take_ini(["send", "--", "--ini", "x"]) == ["send", "--", "--ini", "x"]  # after --: not ours
+    with pytest.raises(SystemExit):
+        take_ini(["list", "--ini"])
