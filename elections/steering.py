@@ -33,6 +33,8 @@ from elections.runtime.projection import pool_event_sink
 
 log = logging.getLogger("stkrelay.steering")
 
+MAX_EPOCH = (1 << 63) - 1  # epochs are stored as SQLite INTEGERs (the audit trail too)
+
 HTTP_STATUS = {
     "accepted": 202,
     "stale_epoch": 409,
@@ -110,6 +112,8 @@ def perform(
     """Audit the intent, check, submit, audit the outcome. Never raises."""
     correlation = secrets.token_hex(8)
     trail = audit_trail()
+    # An epoch the database cannot hold is refused below, and audited as none.
+    bad_epoch = expected_epoch is not None and not 0 <= expected_epoch <= MAX_EPOCH
     base = dict(
         user=actor.user[:150],
         client=actor.client[:200],
@@ -118,7 +122,7 @@ def perform(
         kmsn=kmsn[:64],
         target=(target or "")[:64],
         reason=reason,
-        expected_epoch=expected_epoch,
+        expected_epoch=None if bad_epoch else expected_epoch,
         force=force,
         correlation=correlation,
     )
@@ -135,6 +139,11 @@ def perform(
     why = actor.denial(kind) if kind in KINDS else f"unknown command {kind!r}"
     if why:
         code, message = ("forbidden" if kind in KINDS else "refused"), why
+    elif bad_epoch:
+        code, message = (
+            "refused",
+            f"expected epoch {str(expected_epoch)[:30]} is not between 0 and {MAX_EPOCH}",
+        )
     elif kmsn != settings.STK.kmsn:
         code, message = "unknown_pool", f"this agent does not manage pool {kmsn!r}"
     elif confirm is not None and confirm.strip() != (target or ""):

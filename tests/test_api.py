@@ -307,3 +307,14 @@ def test_the_client_address_comes_from_forwarded_for_only_when_configured(dj):
         post_json(client_for(), f"{API}/sites/{KMSN}/resume", {}, **bearer(key), **hdr)
     clients = list(AuditEntry.objects.filter(phase="intent").order_by("seq").values_list("client", flat=True))
     assert clients == ["10.0.0.1", "198.51.100.2 (via 10.0.0.1)"]
+
+
+def test_an_expected_epoch_the_database_cannot_hold_is_refused_and_audited_from_any_entry(dj):
+    from elections import audit
+    from elections.steering import Actor, perform
+
+    write_pool(dj["data_dir"])
+    out = perform(Actor.from_shell(), "drain", KMSN, "S002", expected_epoch=1 << 70)
+    assert (out.code, out.recorded) == ("refused", True) and "not between 0 and" in out.message
+    rows = list(audit.AuditEntry.objects.order_by("seq").values_list("phase", "expected_epoch", "result"))
+    assert rows == [("intent", None, ""), ("outcome", None, "refused")]

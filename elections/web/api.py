@@ -21,7 +21,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from elections import audit
 from elections.core.untrusted import API_BODY, Untrusted, load_object
-from elections.steering import perform
+from elections.steering import MAX_EPOCH, perform
 from elections.web import health as agent_views
 from elections.web.auth import actor_for, api_error, api_view
 from elections.web.panel import fmt
@@ -30,8 +30,6 @@ from elections.web.panel.operate import KINDS
 from elections.web.panel.page import PAGE_SIZE
 from elections.web.panel.state import SiteState, site_state, site_states
 from elections.web.panel.views import history_rows
-
-MAX_EPOCH = (1 << 63) - 1  # epochs are stored as SQLite INTEGERs (the audit trail too)
 
 
 def _r(value: float | None, digits: int = 1) -> float | None:
