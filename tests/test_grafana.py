@@ -6,14 +6,12 @@ relay families have samples too)."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import time
 from pathlib import Path
 
 import test_panel_support
 from test_metrics import scrape
-from test_panel_support import KMSN, event, write_leading, write_pool
+from test_panel_support import KMSN, event, write_leading, write_pool, write_relay
 
 ROOT = Path(__file__).resolve().parent.parent
 DASHBOARD = ROOT / "packaging" / "grafana" / "stkrelay.json"
@@ -74,14 +72,7 @@ def test_the_dashboard_asks_only_for_metrics_the_agent_exports(dj):
         "relayed": {"messages": 4, "bytes": 40},
         "drops": {"x": 1},
     }
-    relay = {
-        "pid": os.getpid(),
-        "epoch": 7,
-        "listening": True,
-        "updated": time.monotonic(),
-        "snapshot": snapshot,
-    }
-    (dj["data_dir"] / "relay.json").write_text(json.dumps(relay))
+    write_relay(dj["data_dir"], snapshot)
     event("S001", 1, "elected", 7, timezone.now(), "no lease file and no leader ever seen")
     dashboard = json.loads(DASHBOARD.read_text())
     used = set().union(*(metric_names(e) for e in expressions(dashboard)))

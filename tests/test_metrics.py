@@ -5,14 +5,12 @@ test_panel.py.)"""
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from datetime import timedelta
 
 import pytest
 import test_panel_support
-from test_panel_support import KMSN, client_for, event, write_leading, write_pool
+from test_panel_support import KMSN, client_for, event, write_leading, write_pool, write_relay
 
 dj = test_panel_support.dj  # the fixture, under its name here
 
@@ -46,14 +44,7 @@ def test_the_metrics_keep_the_readmes_names_and_labels(dj):
         "relayed": {"messages": 40, "deliveries": 80, "bytes": 4096, "no_route": 1},
         "drops": {"slow_viewer": 2},
     }
-    relay = {
-        "pid": os.getpid(),
-        "epoch": 7,
-        "listening": True,
-        "updated": time.monotonic(),
-        "snapshot": snapshot,
-    }
-    (dj["data_dir"] / "relay.json").write_text(json.dumps(relay))
+    write_relay(dj["data_dir"], snapshot)
     event("S001", 1, "elected", 7, timezone.now(), "no lease file and no leader ever seen")
     response, families = scrape()
     assert response["Content-Type"] == CONTENT_TYPE_LATEST

@@ -186,6 +186,18 @@ def write_pool(
     return doc
 
 
+def write_relay(data_dir: Path, snapshot: dict[str, Any], epoch: int = 7) -> None:
+    """DATA_DIR/relay.json as a serving relay of this very process writes it."""
+    doc = {
+        "pid": os.getpid(),
+        "epoch": epoch,
+        "listening": True,
+        "updated": time.monotonic(),
+        "snapshot": snapshot,
+    }
+    (data_dir / "relay.json").write_text(json.dumps(doc))
+
+
 def write_leading(data_dir: Path, epoch: int = 7) -> None:
     """leadership.json saying this agent (S001) leads `epoch` for the next minute."""
     doc = {
