@@ -137,10 +137,13 @@ def safe_name(name: str) -> str:
     return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")[:120]
 
 
-def list_regular(folder: Path, suffix: str, limit: int) -> tuple[dict[str, int], list[Untrusted]]:
+def list_regular(
+    folder: Path, suffix: str, limit: int, names: re.Pattern[str] = NODE_FILE
+) -> tuple[dict[str, int], list[Untrusted]]:
     """{name: size} of the regular files in `folder` named `<node id><suffix>`
-    (at most `limit`, by name), and what was refused (links, FIFOs, odd names,
-    too many entries). At most `MAX_SCAN` entries are looked at."""
+    (or whose stem matches `names`; at most `limit`, by name), and what was
+    refused (links, FIFOs, odd names, too many entries). At most `MAX_SCAN`
+    entries are looked at."""
     if folder.is_symlink():
         return {}, [Untrusted(NOT_A_FILE, f"{folder.name}/ is a link")]
     refused: list[Untrusted] = []
@@ -158,7 +161,7 @@ def list_regular(folder: Path, suffix: str, limit: int) -> tuple[dict[str, int],
             name = entry.name
             if name.startswith(".") or not name.endswith(suffix):
                 continue
-            if not NODE_FILE.fullmatch(name[: -len(suffix)]):
+            if not names.fullmatch(name[: -len(suffix)]):
                 refuse(Untrusted(NOT_A_FILE, f"{folder.name}/{safe_name(name)} is not named after a node"))
             elif not entry.is_file(follow_symlinks=False):  # d_type: no extra round trip to the server
                 refuse(Untrusted(NOT_A_FILE, f"{folder.name}/{name} is not a regular file"))
@@ -173,6 +176,48 @@ def list_regular(folder: Path, suffix: str, limit: int) -> tuple[dict[str, int],
         except OSError:
             continue
     return found, refused
+
+
+def file_size(path: Path) -> int | None:
+    """The size of the regular file at `path` (never followed), None if there is none."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        raise Untrusted(NOT_A_FILE, f"{path.name} is not a regular file")
+    return st.st_size
+
+
+def rename_file(path: Path, to: Path) -> None:
+    """Give the regular file at `path` the name `to` in the same folder (a link
+    or folder in the way of `to` is moved aside first). Raises OSError
+    (PermissionError while another client holds it open, on Windows and SMB)."""
+    if file_size(path) is None:
+        raise FileNotFoundError(errno.ENOENT, "no such file", str(path))
+    try:
+        st = os.lstat(to)
+        if not stat.S_ISREG(st.st_mode):
+            quarantine(to)
+    except FileNotFoundError:
+        pass
+    os.replace(path, to)
+
+
+def remove_file(path: Path) -> bool:
+    """Delete the regular file at `path` (a link or folder there is left alone).
+    True if it was removed; False if there was none."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    if not stat.S_ISREG(st.st_mode):
+        raise Untrusted(NOT_A_FILE, f"{path.name} is not a regular file")
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def quarantine(path: Path) -> bool:
