@@ -113,6 +113,10 @@ def measure(pids: list[int], seconds: float, every: float = 5.0) -> list[tuple[S
     return out
 
 
+def mib(rss_kib: float, pss_kib: float) -> str:
+    return f"RSS {rss_kib / 1024:6.1f} MiB  PSS {pss_kib / 1024:6.1f} MiB"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=60.0)
@@ -124,7 +128,7 @@ def main() -> None:
             site.start()
             lease = site.wait_settled(timeout=90)
             time.sleep(5)  # let start-up work (migrations, first ingestion) finish
-            plan = [(a, group(a.pgid) + [a.redis.proc.pid]) for a in site.agents]  # type: ignore[attr-defined]
+            plan = [(a, [*group(a.pgid), a.redis.proc.pid]) for a in site.agents]  # type: ignore[attr-defined]
             everything = [p for _, pids in plan for p in pids]
             results = {s.pid: (s, cpu, rss, pss) for s, cpu, rss, pss in measure(everything, args.seconds)}
             print(f"idle footprint over {args.seconds:g} s, leader {lease.node} epoch {lease.epoch}, "
@@ -134,12 +138,11 @@ def main() -> None:
                 rows = [results[p] for p in pids if p in results]
                 print(f"{agent.name} ({role})")
                 for s, cpu, rss, pss in rows:
-                    print(f"  {s.name:<8} pid {s.pid:<7} RSS {rss / 1024:6.1f} MiB  PSS {pss / 1024:6.1f} MiB  "
-                          f"CPU {cpu:5.2f} %")  # fmt: skip
+                    print(f"  {s.name:<8} pid {s.pid:<7} {mib(rss, pss)}  CPU {cpu:5.2f} %")
                 py = [r for r in rows if r[0].name != "redis"]
                 for label, part in (("python", py), ("all", rows)):
-                    print(f"  total {label:<6} {len(part)} processes  RSS {sum(r[2] for r in part) / 1024:6.1f} MiB  "
-                          f"PSS {sum(r[3] for r in part) / 1024:6.1f} MiB  CPU {sum(r[1] for r in part):5.2f} %")  # fmt: skip
+                    rss, pss, cpu = (sum(r[i] for r in part) for i in (2, 3, 1))
+                    print(f"  total {label:<6} {len(part)} processes  {mib(rss, pss)}  CPU {cpu:5.2f} %")
         finally:
             site.stop()
 

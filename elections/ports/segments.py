@@ -31,7 +31,7 @@ import json
 import logging
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -65,6 +65,22 @@ class Retention:
     segment_bytes: int = SEGMENT_BYTES
     keep_bytes: int = KEEP_BYTES
     keep_s: float = KEEP_S
+
+    @classmethod
+    def of(cls, options: Mapping[str, str]) -> Retention:
+        """From a pool's settings (`EVENTS_*`, checked at start-up by stkrelay.config)."""
+
+        def number(key: str, default: float) -> float:
+            try:
+                return float(options.get(key) or default)
+            except ValueError:
+                return default
+
+        return cls(
+            segment_bytes=int(number("EVENTS_SEGMENT_BYTES", SEGMENT_BYTES)),
+            keep_bytes=int(number("EVENTS_KEEP_BYTES", KEEP_BYTES)),
+            keep_s=number("EVENTS_KEEP_DAYS", KEEP_S / 86400) * 86400,
+        )
 
 
 @dataclass(frozen=True)

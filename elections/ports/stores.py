@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from elections.core.evidence import Refusals
 from elections.ports.clock import Clock
-from elections.ports.eventlog import EventTail, JsonlEventSink
+from elections.ports.eventlog import EventTail, JsonlEventSink, Retention
 from elections.ports.sharefiles import DEFAULT_TIMEOUT, deadline_for
 from elections.ports.store import FileLeaseStore, LeaseStore
 
@@ -78,7 +78,10 @@ def open_event_sink(place: PoolPlace, node: str, clock: Clock) -> EventSink:
     """Where `node` appends its signed events in the pool."""
     if place.backend == FILE:
         path = Path(place.lease_dir) / EVENTS_DIR / f"{node}.jsonl"
-        return JsonlEventSink(path, node, clock, place.key, deadline_for(place.lease_dir, place.timeout))
+        return JsonlEventSink(
+            path, node, clock, place.key, deadline_for(place.lease_dir, place.timeout),
+            retention=Retention.of(place.options),
+        )  # fmt: skip
     raise ValueError(f"unknown lease store {place.backend!r}")
 
 
