@@ -101,6 +101,7 @@ def main() -> None:
         files = sorted(events.iterdir())
         share = sum(p.stat().st_size for p in files)
         bound = len(WRITERS) * (rule.keep_bytes + rule.segment_bytes + (64 << 10))
+        sys.stdout.flush()
         print(f"share: events/ holds {share / (1 << 20):.2f} MiB in {len(files)} files "
               f"(rule allows {bound / (1 << 20):.2f} MiB: {len(WRITERS)} x (keep {rule.keep_bytes >> 20} MiB "
               f"+ segment {rule.segment_bytes >> 20} MiB + base)); within: {share <= bound}")  # fmt: skip
@@ -126,6 +127,7 @@ def main() -> None:
               f"refusals {tail.refusals.total()}; command state as after all {written:,} events: {same} "
               f"(paused={fold.paused}, drained={drained}, clock={fold.clock})")  # fmt: skip
 
+        sys.stdout.flush()
         agent = site.agents[0]
         db = agent.data_dir / "stkrelay.sqlite3"
 
@@ -156,13 +158,18 @@ def main() -> None:
             state_s = time.monotonic() - started
             wait_until(lambda: projected() >= seen, 120, "every event in the database", every=0.1)
             rows_s = time.monotonic() - started
-            lease = site.wait_leader(timeout=60)
+            known = wait_until(lambda: local.leadership().max_epoch >= top_epoch and local.leadership(), 30,
+                               "the history's highest epoch known")  # fmt: skip
             after = rows_s - first_tick
+            if full.paused:
+                took_over = "the pool is paused: no takeover"
+            else:
+                lease = site.wait_leader(timeout=60)
+                took_over = f"it leads epoch {lease.epoch} (never reused: {lease.epoch > top_epoch})"
             print(f"join: a new agent's first cycle {first_tick:.2f} s after start; the pool's command "
                   f"state (paused={view.paused}, clock={view.command_clock}) {state_s:.2f} s; all {seen:,} "
                   f"events in its database {rows_s:.2f} s (after its first cycle {after:.2f} s); "
-                  f"it leads epoch {lease.epoch} (history's highest {top_epoch}: never reused: "
-                  f"{lease.epoch > top_epoch})")  # fmt: skip
+                  f"highest epoch known {known.max_epoch} (history's {top_epoch}); {took_over}")  # fmt: skip
         finally:
             site.stop()
 

@@ -121,9 +121,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--agents", type=int, default=3)
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="an stk.ini value")
     args = ap.parse_args()
+    extra = dict(item.split("=", 1) for item in args.set)
     with tempfile.TemporaryDirectory() as tmp:
-        site = Site(Path(tmp) / "site", n=args.agents, timing=DEFAULT)
+        site = Site(Path(tmp) / "site", n=args.agents, timing=DEFAULT, extra=extra)
         try:
             site.start()
             lease = site.wait_settled(timeout=90)

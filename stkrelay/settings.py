@@ -48,8 +48,9 @@ DEBUG = os.environ.get("STK_DEBUG") == "1"
 # against the same list (stkrelay/asgi.py). A LAN attacker's DNS name for us gets nothing.
 ALLOWED_HOSTS = allowed_hosts(STK.node_ip, STK.web_allowed_hosts)
 
+# Not "daphne": the web child runs Daphne itself (stkrelay/web.py); as an app it would load
+# Twisted and TLS libraries (~25 MiB) into the supervisor and the lease worker, which serve no HTTP.
 INSTALLED_APPS = [
-    "daphne",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

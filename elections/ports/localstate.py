@@ -235,22 +235,37 @@ class RelayStatus:
 
 
 class LocalState:
-    """The data directory of one agent. Cheap to make: it holds only the path."""
+    """The data directory of one agent. Cheap to make: it holds the path, and
+    the last document read of each file with the file's identity then (inode,
+    size, times): a reader that looks often (the supervisor, the standby relay)
+    pays one `stat` while a file has not been replaced, not a read and a parse."""
 
     def __init__(self, data_dir: str | os.PathLike[str]) -> None:
         self.dir = Path(data_dir)
+        self._seen: dict[str, tuple[tuple[int, ...], dict[str, Any]]] = {}
 
     # -- plumbing -------------------------------------------------------------
     def _read(self, name: str) -> dict[str, Any]:
+        path = self.dir / name
         try:
-            with open(self.dir / name, "rb") as fh:
+            st = os.stat(path)
+            ident = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            known = self._seen.get(name)
+            if known is not None and known[0] == ident:
+                return dict(known[1])
+            with open(path, "rb") as fh:
                 raw = fh.read(MAX_LOCAL_FILE + 1)
             if len(raw) > MAX_LOCAL_FILE:
                 return {}
             doc = json.loads(raw)
         except (OSError, ValueError, RecursionError):
+            self._seen.pop(name, None)
             return {}
-        return doc if isinstance(doc, dict) else {}
+        if not isinstance(doc, dict):
+            return {}
+        if len(raw) == st.st_size:  # what was read is what the identity names
+            self._seen[name] = (ident, doc)
+        return dict(doc)
 
     def _write(self, name: str, doc: dict[str, Any]) -> None:
         write_atomic(self.dir / name, json.dumps(doc).encode(), tag=str(os.getpid()))
