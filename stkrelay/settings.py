@@ -175,12 +175,8 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": STK.lease_poll,
         "options": {"expires": STK.lease_poll * 0.8, "queue": "lease"},
     },
-    # Cheap look for commands and handoffs between polls (planned switchovers < 1 s).
-    "lease-watch": {
-        "task": "elections.watch",
-        "schedule": STK.lease_watch,
-        "options": {"expires": STK.lease_watch * 0.8, "queue": "lease"},
-    },
+    # The cheap look for commands and handoffs between polls (planned switchovers < 1 s),
+    # every LEASE_WATCH, runs on a thread of the lease worker (elections/tasks.py `Watcher`).
 }
 
 # LOG_FORMAT text (the default) or json: one JSON object per line (stkrelay/logs.py), its
