@@ -3,6 +3,7 @@
 
     python bench/compaction.py                    # 1,000,000 events: a few minutes
     python bench/compaction.py --events 200000
+    python bench/compaction.py --share /tmp/h    # writes the history there once, then reuses it
 
 1. Three members (H001..H003, one writer process each) append `--events`
    signed events in all through the real writer (`JsonlEventSink`, default
@@ -23,7 +24,9 @@
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing
+import shutil
 import sqlite3
 import sys
 import tempfile
@@ -83,21 +86,38 @@ def write(args: tuple[str, int, int, str]) -> tuple[list[dict], int, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--events", type=int, default=1_000_000)
+    ap.add_argument("--share", type=Path, help="keep the written history here and reuse it next time")
+    ap.add_argument("--write-only", action="store_true", help="only write (with --share)")
     args = ap.parse_args()
     rule = Retention()
     with tempfile.TemporaryDirectory() as tmp:
         site = Site(Path(tmp) / "site", n=1, timing=DEFAULT)
         events = site.lease_dir / "events"
         events.mkdir()
-        per = args.events // len(WRITERS)
-        started = time.monotonic()
-        with multiprocessing.Pool(len(WRITERS)) as pool:
-            results = pool.map(write, [(str(events), i, per, TOKEN) for i in range(len(WRITERS))])
-        took = time.monotonic() - started
-        written = per * len(WRITERS)
-        each = ", ".join(f"{r[2]:.0f} s" for r in results)
-        print(f"written: {written:,} events by {len(WRITERS)} members in {took:.1f} s "
-              f"({written / took:,.0f} events/s; per writer {each})")  # fmt: skip
+        saved = args.share / "expected.json" if args.share else None
+        if saved is not None and saved.exists():
+            shutil.copytree(args.share / "events", events, dirs_exist_ok=True)
+            results = [(r[0], r[1], r[2]) for r in json.loads(saved.read_text())]
+            written = json.loads((args.share / "written").read_text())
+            print(f"reused: {written:,} events written earlier into {args.share}")
+        else:
+            per = args.events // len(WRITERS)
+            started = time.monotonic()
+            with multiprocessing.Pool(len(WRITERS)) as pool:
+                results = pool.map(write, [(str(events), i, per, TOKEN) for i in range(len(WRITERS))])
+            took = time.monotonic() - started
+            written = per * len(WRITERS)
+            each = ", ".join(f"{r[2]:.0f} s" for r in results)
+            print(f"written: {written:,} events by {len(WRITERS)} members in {took:.1f} s "
+                  f"({written / took:,.0f} events/s; per writer {each})")  # fmt: skip
+            if saved is not None:
+                shutil.copytree(events, args.share / "events", dirs_exist_ok=True)
+                (args.share / "written").write_text(json.dumps(written))
+                saved.write_text(json.dumps(results))
+        sys.stdout.flush()
+        if args.write_only:
+            site.stop()  # its redis-server
+            return
         files = sorted(events.iterdir())
         share = sum(p.stat().st_size for p in files)
         bound = len(WRITERS) * (rule.keep_bytes + rule.segment_bytes + (64 << 10))

@@ -354,7 +354,7 @@ def _logs(cfg: Config, values: dict[str, str], bad, number) -> None:  # type: ig
 
 def _events(cfg: Config, values: dict[str, str], bad, number) -> None:  # type: ignore[no-untyped-def]
     """The retention of this member's event files (E041 when it cannot hold one segment)."""
-    segment = number("EVENTS_SEGMENT_BYTES", int, 4096, 8 << 20)  # readers read at most 16 MiB of one
+    segment = number("EVENTS_SEGMENT_BYTES", int, 4096, 8 << 20)  # readers read at most 64 MiB of one
     cfg.events_segment_bytes = segment or cfg.events_segment_bytes
     keep = number("EVENTS_KEEP_BYTES", int, 4096, 1 << 40)
     cfg.events_keep_bytes = keep or cfg.events_keep_bytes

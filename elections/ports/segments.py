@@ -51,7 +51,8 @@ SUFFIX = ".jsonl"
 # The stem of an event file: a node id, then for a sealed segment or a base `@` and twelve digits.
 EVENT_STEM = re.compile(r"(?P<node>[A-Za-z0-9][A-Za-z0-9_.-]{0,63}?)(?:@(?P<n>\d{12})(?P<base>\.base)?)?")
 ACTIVE, SEALED, BASE = 0, 1, 2
-MAX_SEGMENT = 16 << 20  # bytes of a sealed segment or base a reader or the compactor reads at most
+MAX_SEGMENT = 64 << 20  # bytes of a sealed segment or base a reader reads at most
+MAX_OWN = 1 << 30  # bytes of its own sealed segment the compactor folds at most (an old single file)
 READ_CHUNK = 1 << 20  # bytes the compactor reads per share operation
 HEAD = 64 << 10  # bytes read to find a file's first line
 
@@ -255,13 +256,11 @@ class Compactor:
         self.retired_total += removed
         return removed
 
-    def _newest_base(
-        self, bases: list[EventFile]
-    ) -> tuple[EventFile | None, list[tuple[dict[str, Any], bytes]]]:
+    def _newest_base(self, bases: list[EventFile]) -> tuple[EventFile | None, list[Line]]:
+        """The newest base whose header verifies, and its lines (this node's, signed, in its cover)."""
         for ref in sorted(bases, key=lambda b: b.n, reverse=True):
-            data = (
-                self._io(lambda ref=ref: read_regular(self.folder / ref.name, MAX_SEGMENT, chunk=True)) or b""
-            )
+            path = self.folder / ref.name
+            data = self._io(lambda path=path: read_regular(path, READ_CHUNK, chunk=True)) or b""
             raws = lines_of(data)
             try:
                 head = load_object(raws[0], EVENT_LINE, "base header") if raws else {}
@@ -289,7 +288,7 @@ class Compactor:
     def _fold(self, path: Path, keeper: Keeper) -> int:
         """Fold a sealed segment's lines into `keeper`, a chunk per share operation; its highest seq."""
         offset, best = 0, 0
-        while offset < MAX_SEGMENT:
+        while offset < MAX_OWN:
             data = self._io(lambda o=offset: read_regular(path, READ_CHUNK, offset=o, chunk=True)) or b""
             end = data.rfind(b"\n") + 1
             if end == 0:
