@@ -58,6 +58,11 @@ def test_old_segments_are_retired_and_what_rules_need_survives(tmp_path):
     w.record("pause_requested", 41, "op", clock=6)
     w.record("audit", 41, "op", audit={"seq": 7, "hash": "h7"})
     w.record("audit", 41, "op", audit={"seq": 8, "hash": "h8"})
+    other = sink(tmp_path, "S009", clock, None)  # another member's files: never touched by S001
+    for _ in range(60):
+        other.record("action_applied", 1, "x" * 100)
+    (tmp_path / "S009.jsonl").rename(tmp_path / sealed_name("S009", 1))
+    theirs = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("S009")}
     everything: list[dict] = []
     follower = EventTail(tmp_path, key=KEY)
     everything += drain_all(follower)
@@ -69,14 +74,16 @@ def test_old_segments_are_retired_and_what_rules_need_survives(tmp_path):
     everything += drain_all(follower)
 
     assert w.compactor.retired_total > 0
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("S009")} == theirs
     # At most the rule: the newest segments within keep_bytes (active included), one more
     # segment being filled, and a base of a few lines.
     assert node_bytes(tmp_path, "S001") <= SMALL.keep_bytes + SMALL.segment_bytes + 4096
-    assert [e["seq"] for e in everything] == list(range(1, 408))  # followed: every event once, in order
+    mine = [e["seq"] for e in everything if e["node"] == "S001"]
+    assert mine == list(range(1, 408))  # followed: every event once, in order
     assert follower.refusals.total() == 0
 
     joiner = EventTail(tmp_path, key=KEY)
-    seen = drain_all(joiner)
+    seen = [e for e in drain_all(joiner) if e["node"] == "S001"]
     seqs = [e["seq"] for e in seen]
     assert seqs == sorted(set(seqs)) and joiner.refusals.total() == 0
     assert len(seen) < 200  # it did not read the whole history
@@ -86,7 +93,7 @@ def test_old_segments_are_retired_and_what_rules_need_survives(tmp_path):
     assert kinds[5] == "pause_requested" and kinds[7] == "audit" and 6 not in kinds  # the audit head
     joined, full = PoolCommands(), PoolCommands()
     joined.apply(seen)
-    full.apply(everything)
+    full.apply([e for e in everything if e["node"] == "S001"])
     assert (joined.drained, joined.paused, joined.clock) == (full.drained, full.paused, full.clock)
     assert max(e["epoch"] for e in seen) == 41
 
