@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ RELAY_NAME = "relay.json"
 RELAY_WANTED_NAME = "relay.wanted"
 STOPPING_NAME = "stopping"
 MAX_LOCAL_FILE = 4 << 20  # bytes: these files are small; a huge one is not ours
+FRESH_NS = 50_000_000  # a file written this recently is read again at every look
 
 
 def _int(value: Any) -> int | None:
@@ -263,7 +265,10 @@ class LocalState:
             return {}
         if not isinstance(doc, dict):
             return {}
-        if len(raw) == st.st_size:  # what was read is what the identity names
+        # Kept only if what was read is what the identity names, and only once the file is older
+        # than the file system's time step: a rewrite in the same step (a recycled inode, the same
+        # size) could otherwise look unchanged.
+        if len(raw) == st.st_size and time.time_ns() - st.st_mtime_ns > FRESH_NS:
             self._seen[name] = (ident, doc)
         return dict(doc)
 
