@@ -213,3 +213,18 @@ def test_a_reader_goes_on_in_a_segment_sealed_while_it_was_reading_it(tmp_path):
     history(w2, 600, clock)  # and the new active file grew past the old offset before the next read
     got = [e["seq"] for e in drain_all(tail)]
     assert got == list(range(51, 681)) and tail.refusals.total() == 0
+
+
+def test_a_link_or_file_planted_at_the_next_sealed_name_is_moved_aside_and_the_writer_seals_on(tmp_path):
+    clock = FakeClock()
+    w = sink(tmp_path, "S001", clock, Retention(segment_bytes=4 << 10, keep_bytes=1 << 30))
+    w.record("elected", 1, "won")
+    outside = tmp_path.parent / f"{tmp_path.name}-outside"
+    outside.write_text("not ours")
+    (tmp_path / sealed_name("S001", 1)).symlink_to(outside)  # where the active file will be sealed
+    history(w, 60, clock)
+    assert outside.read_text() == "not ours"
+    first = tmp_path / sealed_name("S001", 1)
+    assert first.is_file() and not first.is_symlink()
+    tail = EventTail(tmp_path, key=KEY)
+    assert [e["seq"] for e in drain_all(tail)] == list(range(1, 62)) and tail.refusals.total() == 0

@@ -40,6 +40,7 @@ from elections.ports.sharefiles import (
     ensure_dir,
     file_size,
     list_regular,
+    quarantine,
     read_regular,
     rename_file,
 )
@@ -123,9 +124,13 @@ class JsonlEventSink:
         first = first_seq(self.path)
         target = self.path.with_name(sealed_name(self.stem, first if first is not None else self._seq or 0))
         try:
-            if file_size(target) is not None:
-                log.warning("events/%s exists: %s not sealed", target.name, self.path.name)
-                return False
+            try:
+                in_the_way = file_size(target) is not None
+            except Untrusted:
+                in_the_way = True  # a link or a folder planted there
+            if in_the_way:  # nothing of this writer's: sealed names are new names
+                log.warning("events/%s was in the way of sealing %s: moved aside", target.name, self.stem)
+                quarantine(target)
             rename_file(self.path, target)
         except FileNotFoundError:
             return False
