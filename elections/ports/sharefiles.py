@@ -42,7 +42,7 @@ from elections.core.untrusted import NOT_A_FILE, TOO_LARGE, TOO_MANY, UNREADABLE
 from elections.errors import StoreUnavailable
 
 T = TypeVar("T")
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_NOFOLLOW = NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 DEFAULT_TIMEOUT = 2.0
@@ -265,9 +265,12 @@ _deadlines_lock = threading.Lock()
 
 def deadline_for(share: str | os.PathLike[str], timeout: float = DEFAULT_TIMEOUT) -> ShareDeadline:
     """The one `ShareDeadline` of this process for a share (all its users queue on it)."""
-    key = (os.path.abspath(share), timeout)  # no I/O: the share may be hung
+    where = os.fspath(share)
+    remote = "://" in where  # smb://host/share/path: one gate per URL
+    key = (where if remote else os.path.abspath(where), timeout)  # no I/O: the share may be hung
     with _deadlines_lock:
         gate = _deadlines.get(key)
         if gate is None:
-            gate = _deadlines[key] = ShareDeadline(timeout, name=Path(share).name or "share")
+            name = where.rstrip("/").rsplit("/", 1)[-1] if remote else Path(where).name
+            gate = _deadlines[key] = ShareDeadline(timeout, name=name or "share")
         return gate
