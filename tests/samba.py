@@ -10,9 +10,13 @@ can also look at directly.
     server.stop()                            # by pid, never by name
 
 Facts this relies on (measured here): smbd must get stdin from /dev/null (with
-an inherited pipe it started but never listened), `--no-process-group` keeps it
-in the test's session so it can be stopped by pid, and `interfaces = lo` with
-`bind interfaces only = yes` keeps it off every other address.
+an inherited pipe it started but never listened); `--no-process-group` keeps
+it from making a group of its own, and it is started in a new session anyway:
+on SIGTERM smbd signals its whole process group, which would otherwise be the
+test runner's. Its helpers (notifyd, cleanupd, one child per client) are in
+that one group, so they are paused, resumed and stopped with it, by its pid.
+`interfaces = lo` with `bind interfaces only = yes` keep it off every other
+address.
 """
 
 from __future__ import annotations
@@ -105,7 +109,7 @@ class Samba:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 [SMBD, "--foreground", "--no-process-group", "-s", str(self.conf), "--debug-stdout"],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
         wait_until(lambda: self._answering() or self._died(), timeout, f"smbd to listen on :{self.port}")
         if self._died():
@@ -128,72 +132,54 @@ class Samba:
         """What an agent needs to log in (STK_SMB_PASSWORD)."""
         return {"STK_SMB_PASSWORD": PASSWORD}
 
-    def _signal_all(self, sig: int) -> None:
-        """The main smbd and the children it forked (one per client connection)."""
-        assert self.proc is not None
-        for pid in [self.proc.pid, *self.children()]:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-
-    def children(self) -> list[int]:
+    def _signal_group(self, sig: int) -> None:
+        """The main smbd and every process it forked: its own process group."""
         if self.proc is None:
-            return []
-        out = subprocess.run(["pgrep", "-P", str(self.proc.pid)], capture_output=True, text=True).stdout
-        kids = [int(p) for p in out.split()]
-        for kid in list(kids):  # smbd forks helpers that fork again
-            more = subprocess.run(["pgrep", "-P", str(kid)], capture_output=True, text=True).stdout
-            kids += [int(p) for p in more.split()]
-        return kids
+            return
+        try:
+            os.killpg(self.proc.pid, sig)
+        except ProcessLookupError:
+            pass
 
     def pause(self) -> None:
         """A hung file server: every smbd process stopped, connections left open."""
-        self._signal_all(signal.SIGSTOP)
+        self._signal_group(signal.SIGSTOP)
 
     def resume(self) -> None:
-        self._signal_all(signal.SIGCONT)
+        self._signal_group(signal.SIGCONT)
 
     def kill(self) -> None:
-        """smbd dies at once (every session is lost)."""
+        """smbd dies at once (every session is lost); `start()` again serves the same share."""
         if self.proc is None:
             return
-        kids = self.children()
-        self.proc.send_signal(signal.SIGKILL)
-        for pid in kids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        self._signal_group(signal.SIGCONT)
+        self._signal_group(signal.SIGKILL)
         self.proc.wait(10)
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and any(_alive(p) for p in kids):
-            time.sleep(0.02)
+        _wait_group_gone(self.proc.pid)
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
+        if self.proc is None:
             return
         self.resume()
-        kids = self.children()
-        self.proc.send_signal(signal.SIGTERM)
+        self._signal_group(signal.SIGTERM)
         try:
             self.proc.wait(10)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
+            pass
+        self._signal_group(signal.SIGKILL)  # helpers that outlived the main process
+        if self.proc.poll() is None:
             self.proc.wait(5)
-        for pid in kids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        _wait_group_gone(self.proc.pid)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+def _wait_group_gone(pgid: int, timeout: float = 5) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.02)

@@ -199,6 +199,8 @@ class SmbShare:
             tree = self._connect()
             try:
                 return fn(tree)
+            except Untrusted:
+                raise  # what the share holds is no evidence: an answer, not a lost connection
             except SMBResponseException as exc:
                 if exc.status in _SESSION_LOST:
                     self._drop()
