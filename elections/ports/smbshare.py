@@ -127,7 +127,8 @@ class SmbShare:
         self._tree: TreeConnect | None = None
         self.requests = 0  # SMB requests sent
         self.round_trips = 0  # ...in this many exchanges (compounds count once)
-        self.reconnects = 0
+        self.reconnects = 0  # operations tried again on a new connection
+        self.connects = 0  # connections made
         gate = deadline_for(self.where, timeout)
         if self.abort not in gate.on_hang:
             gate.on_hang.append(self.abort)
@@ -165,6 +166,7 @@ class SmbShare:
                     raise OSError(errno.EHOSTUNREACH, f"cannot reach {self.where}: {exc}") from exc
                 raise
             self._tree = tree
+            self.connects += 1
             return tree
 
     def abort(self) -> None:
@@ -414,7 +416,9 @@ class SmbShare:
     def replace(self, rel: str, data: bytes, tag: str = "") -> None:
         folder, name = parent_of(rel), rel.rsplit("/", 1)[-1]
         tmp = f"{folder + '/' if folder else ''}.{name}.{tag + '.' if tag else ''}{secrets.token_hex(6)}.tmp"
-        give_up = time.monotonic() + self.timeout
+        # Retried renames must give up while the caller still waits for the answer
+        # (the share's deadline would otherwise cut the connection mid-write).
+        give_up = time.monotonic() + self.timeout / 2
 
         def run(tree: TreeConnect) -> None:
             options = FILE | CreateOptions.FILE_WRITE_THROUGH
