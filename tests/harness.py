@@ -274,6 +274,7 @@ class Site:
         # `extra`: the folder the SMB server serves).
         self.lease_dir = lease_dir or root / "share" / "socket"
         self.lease_dir.mkdir(parents=True, exist_ok=True)
+        root.mkdir(parents=True, exist_ok=True)
         self.token = token
         self.agents: list[AgentProc] = []
         relay_port = free_port()
