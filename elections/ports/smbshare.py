@@ -46,7 +46,6 @@ from smbprotocol.connection import Connection
 from smbprotocol.exceptions import SMBAuthenticationError, SMBException, SMBResponseException
 from smbprotocol.file_info import (
     FileAttributes,
-    FileDispositionInformation,
     FileInformationClass,
     FileRenameInformation,
 )
@@ -431,51 +430,54 @@ class SmbShare:
             try:
                 if isinstance(answers[1], BaseException):
                     raise answers[1]
+                status = self._rename(tree, fopen, rel, replace=True, then_close=True)  # one round trip
                 pause = RENAME_PAUSE
-                while True:
-                    status = self._rename(tree, fopen, rel, replace=True)
-                    if status is None:
-                        done = True
-                        break
+                while status is not None:
                     if status not in RENAME_BUSY or time.monotonic() + pause > give_up:
                         raise self._os_error(status, rel)
                     time.sleep(pause)  # someone holds the target open: it is not replaced yet
                     pause = min(pause * 2, 0.2)
+                    fopen, (create, created) = self._open(tree, tmp, WRITE, CreateDisposition.FILE_OPEN, FILE)
+                    self._raise_first(self._answers(self._send(tree, [create]), [created]))
+                    status = self._rename(tree, fopen, rel, replace=True, then_close=True)
+                done = True
             finally:
-                if not done:  # the temp file never outlives a failure
-                    self._delete_open(tree, fopen)
                 self._close_quietly(tree, fopen)
+                if not done:  # the temp file never outlives a failure
+                    self.unlink_quietly(tmp)
 
         self._op(run, rel)
 
-    def _rename(self, tree: TreeConnect, fopen: Open, rel: str, replace: bool) -> int | None:
-        """The NT status of renaming the open file to `rel` (None: renamed)."""
+    def _rename(
+        self, tree: TreeConnect, fopen: Open, rel: str, replace: bool, then_close: bool = False
+    ) -> int | None:
+        """The NT status of renaming the open file to `rel` (None: renamed);
+        with `then_close`, the handle is closed in the same round trip, renamed
+        or not (an unrelated compound: the close does not depend on the rename)."""
         info = FileRenameInformation()
         info["replace_if_exists"] = replace
         info["file_name"] = self._name(rel)
-        answer = self._set_info(tree, fopen, info)
+        conn = tree.session.connection
+        msgs, unpack = [self._set_info_request(fopen, info)], [conn.receive]
+        if then_close:
+            close, closed = fopen.close(send=False)
+            msgs.append(close)
+            unpack.append(closed)
+        answer = self._answers(self._send(tree, msgs, related=False), unpack)[0]
         if isinstance(answer, SMBResponseException):
             return answer.status
         if isinstance(answer, BaseException):
             raise answer
         return None
 
-    def _set_info(self, tree: TreeConnect, fopen: Open, info: Any) -> Any:
+    @staticmethod
+    def _set_info_request(fopen: Open, info: Any) -> SMB2SetInfoRequest:
         req = SMB2SetInfoRequest()
         req["info_type"] = info.INFO_TYPE
         req["file_info_class"] = info.INFO_CLASS
         req["file_id"] = fopen.file_id
         req["buffer"] = info
-        conn = tree.session.connection
-        return self._answers(self._send(tree, [req], related=False), [conn.receive])[0]
-
-    def _delete_open(self, tree: TreeConnect, fopen: Open) -> None:
-        info = FileDispositionInformation()
-        info["delete_pending"] = True
-        try:
-            self._set_info(tree, fopen, info)
-        except (SMBException, OSError):
-            pass
+        return req
 
     def create_exclusive(self, rel: str, data: bytes) -> None:
         def run(tree: TreeConnect) -> None:
