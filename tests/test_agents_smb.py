@@ -5,10 +5,12 @@ test looks at the pool through the folder smbd serves."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 
 import pytest
-from harness import live_lease, read_lease, wait_until
+from harness import ROOT, live_lease, read_lease, wait_until
 
 from elections.core.lease import sign
 
@@ -72,3 +74,16 @@ def test_over_smb_damaged_leases_are_overwritten_and_a_killed_leader_is_replaced
     # The same files as on a mounted share.
     wait_until(lambda: (site.lease_dir / "members" / f"{new.node}.json").exists(), 5, "the member file")
     wait_until(lambda: (site.lease_dir / "events" / f"{new.node}.jsonl").exists(), 10, "the event log")
+
+    # relayctl doctor probes the share through SMB too; no password in any log.
+    from samba import PASSWORD
+
+    winner = site.by_name(new.node)
+    out = subprocess.run([sys.executable, str(ROOT / "manage.py"), "relayctl", "doctor", "--json"],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT,
+                         env={"PATH": "/usr/bin:/bin", "STK_INI": str(winner.ini)})  # fmt: skip
+    checks = {c["check"]: c for c in json.loads(out.stdout)}
+    probe = checks["lease dir reachable and writable"]
+    assert probe["ok"] and probe["detail"].startswith("smb://"), probe
+    assert checks["lease signature"]["ok"], checks["lease signature"]
+    assert PASSWORD not in logs + out.stdout + out.stderr
