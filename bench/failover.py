@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import signal
 import statistics
 import sys
 import tempfile
@@ -130,6 +131,7 @@ def main() -> None:
     ap.add_argument("--profiles", default="default,fast")
     ap.add_argument("--backends", default="file", help="file, smb or both (file,smb), in the same run")
     args = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the sites and smbd on the way out
     results = {}
     ops = None
     with tempfile.TemporaryDirectory(prefix="stk-bench-") as tmp:
