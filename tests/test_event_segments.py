@@ -228,3 +228,31 @@ def test_a_link_or_file_planted_at_the_next_sealed_name_is_moved_aside_and_the_w
     assert first.is_file() and not first.is_symlink()
     tail = EventTail(tmp_path, key=KEY)
     assert [e["seq"] for e in drain_all(tail)] == list(range(1, 62)) and tail.refusals.total() == 0
+
+
+def test_over_smb_the_writer_seals_and_retires_and_a_tail_reads_every_node_in_order(samba_server):
+    from samba import PASSWORD
+
+    from elections.ports.smbshare import SmbShare
+    from elections.ports.smburl import parse_smb_url
+
+    samba_server.path("segments").mkdir(exist_ok=True)
+    (samba_server.path("segments") / "events").mkdir(exist_ok=True)
+    share = SmbShare(parse_smb_url(samba_server.url("segments")), PASSWORD, 5.0)
+    clock = FakeClock()
+    w = JsonlEventSink("events/S001.jsonl", "S001", clock, key=KEY, share=share, retention=SMALL)
+    w.record("elected", 9, "won")
+    follower = EventTail("events", key=KEY, share=share)
+    got: list[dict] = []
+    for _ in range(10):
+        history(w, 20, clock, start_epoch=9)
+        w.compactor.join()
+        got += drain_all(follower)
+    w.compactor.run()
+    local = samba_server.path("segments") / "events"  # the same files, as the server holds them
+    names = sorted(p.name for p in local.iterdir())
+    assert any(n.endswith(".base.jsonl") for n in names) and any("@" in n for n in names)
+    assert node_bytes(local, "S001") <= SMALL.keep_bytes + SMALL.segment_bytes + 4096
+    assert [e["seq"] for e in got] == list(range(1, 202)) and follower.refusals.total() == 0
+    joiner = drain_all(EventTail("events", key=KEY, share=share))
+    assert joiner[0]["kind"] == "elected" and joiner[-1]["seq"] == 201

@@ -6,7 +6,8 @@ line signed with the pool key (the `EventSink` of processes without a
 database, such as the contender script, and the pool's copy of an agent's
 history); full files are sealed into segments and old segments retired
 (`elections.ports.segments`). `EventTail` (`elections.ports.eventtail`, here
-for its users) reads every node's new, verified lines.
+for its users) reads every node's new, verified lines. All I/O goes through a
+`Share` (a local folder, or SMB).
 """
 
 from __future__ import annotations
@@ -31,19 +32,11 @@ from elections.ports.segments import (
     chains,
     compactor_for,
     first_seq,
+    join,
     sealed_name,
 )
-from elections.ports.sharefiles import (
-    MAX_SCAN,
-    ShareDeadline,
-    append_line,
-    ensure_dir,
-    file_size,
-    list_regular,
-    quarantine,
-    read_regular,
-    rename_file,
-)
+from elections.ports.share import LocalShare, Share, parent_of
+from elections.ports.sharefiles import MAX_SCAN, ShareDeadline, read_regular
 
 __all__ = ["MAX_FILES", "PER_CALL", "PER_FILE", "EventTail", "JsonlEventSink", "Retention", "read_events"]
 log = logging.getLogger("stkrelay.eventlog")
@@ -59,17 +52,22 @@ class JsonlEventSink:
 
     def __init__(
         self, path: str | os.PathLike[str], node: str, clock: Clock, key: str = "",
-        deadline: ShareDeadline | None = None, retention: Retention | None = Retention(),
+        deadline: ShareDeadline | None = None, share: Share | None = None,
+        retention: Retention | None = Retention(),
     ) -> None:  # fmt: skip
-        self.path = Path(path)
+        # `path` is a local file, or with `share` the file's path in that share.
+        local = Path(path)
+        self.share, self.rel = (share, str(path)) if share else (LocalShare(local.parent), local.name)
+        self.folder = parent_of(self.rel)
+        name = self.rel.rsplit("/", 1)[-1]
+        self.stem = name[: -len(SUFFIX)] if name.endswith(SUFFIX) else name
         self.node = node
         self.clock = clock
         self.key = key
         self.deadline = deadline
         self.retention = retention
-        self.stem = self.path.name[: -len(SUFFIX)] if self.path.name.endswith(SUFFIX) else self.path.stem
         self.compactor = (
-            compactor_for(self.path.parent, self.stem, node, key, clock, retention, deadline)
+            compactor_for(self.share, self.folder, self.stem, node, key, clock, retention, deadline)
             if retention is not None
             else None
         )
@@ -106,9 +104,9 @@ class JsonlEventSink:
             # Never parents=True: recreating a vanished share's folder would
             # make an empty lease dir appear where the real one was. A link in
             # place of events/ is moved aside: nothing is written through it.
-            ensure_dir(self.path.parent)
+            self.share.ensure_dir(self.folder)
             rolled = self._roll(len(line))
-            append_line(self.path, line.encode())
+            self.share.append_line(self.rel, line.encode())
             self._seq = seq
             return rolled
 
@@ -118,39 +116,40 @@ class JsonlEventSink:
         (the supervisor's release, another sink of this process) roll it too."""
         if self.retention is None:
             return False
-        size = file_size(self.path) or 0
+        try:
+            size = self.share.size(self.rel) or 0
+        except (OSError, Untrusted):
+            return False  # the append says what is wrong
         if size == 0 or size + adding <= self.retention.segment_bytes:
             return False
-        first = first_seq(self.path)
-        target = self.path.with_name(sealed_name(self.stem, first if first is not None else self._seq or 0))
+        first = first_seq(self.share, self.rel)
+        target = join(self.folder, sealed_name(self.stem, first if first is not None else self._seq or 0))
         try:
-            try:
-                in_the_way = file_size(target) is not None
-            except Untrusted:
-                in_the_way = True  # a link or a folder planted there
-            if in_the_way:  # nothing of this writer's: sealed names are new names
-                log.warning("events/%s was in the way of sealing %s: moved aside", target.name, self.stem)
-                quarantine(target)
-            rename_file(self.path, target)
+            if self.share.planted(target) or self.share.size(target) is not None:
+                # Nothing of this writer's (sealed names are new names): moved aside.
+                log.warning("events/%s was in the way of sealing %s: moved aside", target, self.stem)
+                self.share.quarantine(target)
+            self.share.rename(self.rel, target)
         except FileNotFoundError:
             return False
-        except OSError as exc:  # held open by a reader (Windows, SMB): the next line tries again
-            log.info("events/%s not sealed yet: %s", self.path.name, exc)
+        except (OSError, Untrusted) as exc:  # held open by a reader (Windows, SMB): the next line tries again
+            log.info("events/%s not sealed yet: %s", self.rel, exc)
             return False
         return True
 
     def _resume(self) -> int:
         """The highest seq this writer wrote: from its active file, else its newest segment or base."""
-        last = _last_seq(self.path, self.key)
+        last = _last_seq(self.share, self.rel, self.key)
         if last or self.retention is None:
             return last
         try:
-            files = chains(list_regular(self.path.parent, SUFFIX, MAX_SCAN, EVENT_STEM)[0]).get(self.stem, [])
+            sizes, _ = self.share.listing(self.folder, SUFFIX, MAX_SCAN, EVENT_STEM)
         except OSError:
             return 0
+        files = chains(sizes).get(self.stem, [])
         for ref in reversed(files):
             if ref.role == SEALED:
-                last = max(last, ref.n, _last_seq(self.path.with_name(ref.name), self.key))
+                last = max(last, ref.n, _last_seq(self.share, join(self.folder, ref.name), self.key))
                 break
         return max([last, *(ref.n for ref in files if ref.role == BASE)])
 
@@ -172,11 +171,11 @@ def read_events(path: str | os.PathLike[str], max_bytes: int = 64 << 20) -> list
     return out
 
 
-def _last_seq(path: Path, key: str) -> int:
+def _last_seq(share: Share, rel: str, key: str) -> int:
     """The highest seq among this writer's own valid lines near the end of its file."""
     try:
-        size = path.stat().st_size
-        data = read_regular(path, TAIL_FOR_SEQ, offset=max(0, size - TAIL_FOR_SEQ), chunk=True) or b""
+        size = share.size(rel) or 0
+        data = share.read(rel, TAIL_FOR_SEQ, offset=max(0, size - TAIL_FOR_SEQ), chunk=True) or b""
     except (OSError, Untrusted):
         return 0
     best = 0

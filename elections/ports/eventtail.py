@@ -49,9 +49,11 @@ from elections.ports.segments import (
     EventFile,
     chains,
     header_ok,
+    join,
     parse_name,
 )
-from elections.ports.sharefiles import ShareDeadline, list_regular, read_regular
+from elections.ports.share import LocalShare, Share
+from elections.ports.sharefiles import ShareDeadline
 
 log = logging.getLogger("stkrelay.eventlog")
 
@@ -79,8 +81,10 @@ class EventTail:
         refusals: Refusals | None = None,
         clock: Clock | None = None,
         deadline: ShareDeadline | None = None,
+        share: Share | None = None,
     ) -> None:
-        self.dir = Path(events_dir)
+        # `events_dir` is a local folder, or with `share` the folder's path in that share.
+        self.share, self.folder = (share, str(events_dir)) if share else (LocalShare(Path(events_dir)), "")
         self.clock = clock
         self.deadline = deadline
         self.key = key
@@ -141,7 +145,7 @@ class EventTail:
         out: list[dict[str, Any]] = []
         self.backlog = False
         try:  # one directory listing; files whose size did not move are not opened
-            sizes, refused = list_regular(self.dir, SUFFIX, MAX_FILES, EVENT_STEM)
+            sizes, refused = self.share.listing(self.folder, SUFFIX, MAX_FILES, EVENT_STEM)
         except OSError:
             return out
         for exc in refused:
@@ -263,10 +267,10 @@ class EventTail:
         replaced sealed file or base is read again from the start at once; a
         replaced active file only at the next call, after another listing (it
         may just have been sealed, and that name must be read first)."""
-        path = self.dir / ref.name
+        path = join(self.folder, ref.name)
         if start == 0 or ref.name in self._midline:
-            return read_regular(path, want, offset=start, chunk=True) or b""
-        data = read_regular(path, want + 1, offset=start - 1, chunk=True) or b""
+            return self.share.read(path, want, offset=start, chunk=True) or b""
+        data = self.share.read(path, want + 1, offset=start - 1, chunk=True) or b""
         if size >= start and data[:1] == b"\n":
             return data[1:]
         if ref.role == ACTIVE and ref.name not in self._deferred:
@@ -276,7 +280,7 @@ class EventTail:
         self._rereading.add(ref.name)  # ingestion is idempotent: lines up to last_seq are skipped
         self.offsets[ref.name] = 0
         self._active_first.pop(ref.node, None) if ref.role == ACTIVE else None
-        return read_regular(path, want, chunk=True) or b""
+        return self.share.read(path, want, chunk=True) or b""
 
     def _cover(self, ref: EventFile, raw: bytes) -> bool:
         """A base's header: signed by the pool, naming its own node and cover."""

@@ -34,15 +34,14 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from elections.core.lease import sign, signature_ok
 from elections.core.retention import Keeper, Segment, retired
 from elections.core.untrusted import EVENT_LINE, Untrusted, load_object
 from elections.ports.clock import Clock
-from elections.ports.host import write_atomic
-from elections.ports.sharefiles import ShareDeadline, list_regular, read_regular, remove_file
+from elections.ports.share import Share
+from elections.ports.sharefiles import ShareDeadline
 
 log = logging.getLogger("stkrelay.eventlog")
 Line = tuple[dict[str, Any], bytes]  # a verified line: parsed, and as written
@@ -145,14 +144,19 @@ def header_ok(doc: dict[str, Any], ref: EventFile, key: str) -> bool:
     )
 
 
+def join(folder: str, name: str) -> str:
+    """A file's path in the share from its folder's ('' is the share's own folder)."""
+    return f"{folder}/{name}" if folder else name
+
+
 def lines_of(data: bytes) -> list[bytes]:
     return [raw for raw in data[: data.rfind(b"\n") + 1].split(b"\n") if raw.strip()]
 
 
-def first_seq(path: Path) -> int | None:
+def first_seq(share: Share, rel: str) -> int | None:
     """The seq of the first complete line of a file (None if it has none)."""
     try:
-        data = read_regular(path, HEAD, chunk=True) or b""
+        data = share.read(rel, HEAD, chunk=True) or b""
     except (OSError, Untrusted):
         return None
     raw = data.split(b"\n", 1)[0] if b"\n" in data else b""
@@ -178,10 +182,10 @@ class Compactor:
     it on a thread of its own, once at a time."""
 
     def __init__(
-        self, folder: Path, stem: str, node: str, key: str, clock: Clock, rule: Retention,
+        self, share: Share, folder: str, stem: str, node: str, key: str, clock: Clock, rule: Retention,
         deadline: ShareDeadline | None = None,
     ) -> None:  # fmt: skip
-        self.folder, self.stem, self.node, self.key = folder, stem, node, key
+        self.share, self.folder, self.stem, self.node, self.key = share, folder, stem, node, key
         self.clock, self.rule, self.deadline = clock, rule, deadline
         self._ages: dict[str, float | None] = {}  # sealed files never change: their age is read once
         self._lock = threading.Lock()
@@ -217,7 +221,7 @@ class Compactor:
             thread.join(timeout)
 
     def mine(self) -> list[EventFile]:
-        sizes, _ = self._io(lambda: list_regular(self.folder, SUFFIX, 4096, EVENT_STEM))
+        sizes, _ = self._io(lambda: self.share.listing(self.folder, SUFFIX, 4096, EVENT_STEM))
         return chains(sizes).get(self.stem, [])
 
     def run(self) -> int:
@@ -240,18 +244,21 @@ class Compactor:
             for doc, raw in base_lines:
                 keeper.add(doc, raw)
             for seg in going:
-                upto = max(upto, seg.first, self._fold(self.folder / seg.name, keeper))
+                upto = max(upto, seg.first, self._fold(join(self.folder, seg.name), keeper))
             header = json.dumps(base_header(self.node, upto, self.key)).encode() + b"\n"
             body = header + b"".join(raw + b"\n" for _, raw in keeper.lines())
-            path = self.folder / base_name(self.stem, upto)
-            self._io(lambda: write_atomic(path, body, durable=True, tag=self.node))
+            path = join(self.folder, base_name(self.stem, upto))
+            self._io(lambda: self.share.replace(path, body, tag=self.node))
             covered += [f for f in live if f.name in {s.name for s in going}]
         # Older bases are superseded; one whose header does not verify and names a higher
         # seq is left alone (readers refuse it; it may be a base under another key).
         bases = [b for b in bases if b.n < upto or (base is not None and b.n < base.n)]
         for f in covered + bases:
-            if self._io(lambda f=f: remove_file(self.folder / f.name)):
+            try:
+                self._io(lambda f=f: self.share.unlink(join(self.folder, f.name)))
                 removed += 1
+            except FileNotFoundError:
+                pass
             self._ages.pop(f.name, None)
         self.retired_total += removed
         return removed
@@ -259,8 +266,8 @@ class Compactor:
     def _newest_base(self, bases: list[EventFile]) -> tuple[EventFile | None, list[Line]]:
         """The newest base whose header verifies, and its lines (this node's, signed, in its cover)."""
         for ref in sorted(bases, key=lambda b: b.n, reverse=True):
-            path = self.folder / ref.name
-            data = self._io(lambda path=path: read_regular(path, READ_CHUNK, chunk=True)) or b""
+            path = join(self.folder, ref.name)
+            data = self._io(lambda path=path: self.share.read(path, READ_CHUNK, chunk=True)) or b""
             raws = lines_of(data)
             try:
                 head = load_object(raws[0], EVENT_LINE, "base header") if raws else {}
@@ -285,11 +292,11 @@ class Compactor:
             return None, raw
         return doc, raw
 
-    def _fold(self, path: Path, keeper: Keeper) -> int:
+    def _fold(self, path: str, keeper: Keeper) -> int:
         """Fold a sealed segment's lines into `keeper`, a chunk per share operation; its highest seq."""
         offset, best = 0, 0
         while offset < MAX_OWN:
-            data = self._io(lambda o=offset: read_regular(path, READ_CHUNK, offset=o, chunk=True)) or b""
+            data = self._io(lambda o=offset: self.share.read(path, READ_CHUNK, offset=o, chunk=True)) or b""
             end = data.rfind(b"\n") + 1
             if end == 0:
                 break  # the end, or a fragment no line fits in: nothing more to keep
@@ -305,8 +312,8 @@ class Compactor:
         """The writer's wall time of a sealed segment's last line (read once per file)."""
         if ref.name not in self._ages:
             start = max(0, ref.size - HEAD)
-            path = self.folder / ref.name
-            data = self._io(lambda: read_regular(path, HEAD, offset=start, chunk=True)) or b""
+            path = join(self.folder, ref.name)
+            data = self._io(lambda: self.share.read(path, HEAD, offset=start, chunk=True)) or b""
             at = None
             for raw in reversed(lines_of(data)):
                 doc, _ = self._own(raw)
@@ -322,13 +329,13 @@ _compactors_lock = threading.Lock()
 
 
 def compactor_for(
-    folder: Path, stem: str, node: str, key: str, clock: Clock, rule: Retention,
+    share: Share, folder: str, stem: str, node: str, key: str, clock: Clock, rule: Retention,
     deadline: ShareDeadline | None = None,
 ) -> Compactor:  # fmt: skip
     """The one compactor of this process for a node's files (every sink of it shares it)."""
-    ident = (str(folder.absolute()), stem)  # no I/O: the share may be hung
+    ident = (share.where, folder, stem)  # no I/O: the share may be hung
     with _compactors_lock:
         found = _compactors.get(ident)
         if found is None or found.key != key or found.rule != rule:
-            found = _compactors[ident] = Compactor(folder, stem, node, key, clock, rule, deadline)
+            found = _compactors[ident] = Compactor(share, folder, stem, node, key, clock, rule, deadline)
         return found
