@@ -23,10 +23,14 @@ What SMB servers really answer, and what is made of it:
   which is not one, for EIO; `SMBOSError`, which is one but not the subclass).
 - A lost connection or session (smbd restarted, a network cut) is dropped
   and made again at the next operation. smbprotocol has no request timeout:
-  the share's `ShareDeadline` bounds every operation, and when one outlives
-  it (a SIGSTOPped smbd) the connection is closed from outside
-  (`ShareDeadline.on_hang`) so the hung request fails instead of holding the
-  share's thread.
+  the share's `ShareDeadline` bounds every caller's wait. A request that
+  hangs (a SIGSTOPped smbd) is left hung for a while, so that every other
+  caller fails at once, as on a hung local mount; one hung for
+  `ABORT_AFTER` x the timeout has its connection closed from outside
+  (`ShareDeadline.on_hang`: a dead TCP peer never answers). A connection
+  that could not be made is not tried again for one timeout: while the
+  server does not answer, operations fail at once instead of each waiting
+  out a connect.
 
 `requests` and `round_trips` count what was sent (the benchmark's SMB
 operations per renewal).
@@ -86,6 +90,7 @@ DIRECTORY = FileAttributes.FILE_ATTRIBUTE_DIRECTORY
 GONE = (NtStatus.STATUS_OBJECT_NAME_NOT_FOUND, NtStatus.STATUS_OBJECT_PATH_NOT_FOUND)
 RENAME_BUSY = (NtStatus.STATUS_ACCESS_DENIED, NtStatus.STATUS_SHARING_VIOLATION)
 RENAME_PAUSE = 0.02  # first pause between refused renames (doubles, up to 0.2 s)
+ABORT_AFTER = 2.0  # a request hung for this many timeouts has its connection closed
 MAX_LIST_BATCHES = 64  # QUERY_DIRECTORY round trips per listing (MAX_SCAN entries fit in far fewer)
 
 _ERRNO = {
@@ -128,9 +133,10 @@ class SmbShare:
         self.round_trips = 0  # ...in this many exchanges (compounds count once)
         self.reconnects = 0  # operations tried again on a new connection
         self.connects = 0  # connections made
+        self._retry_at = 0.0  # no new connection before this (monotonic): the server did not answer
         gate = deadline_for(self.where, timeout)
-        if self.abort not in gate.on_hang:
-            gate.on_hang.append(self.abort)
+        if self._on_hang not in gate.on_hang:
+            gate.on_hang.append(self._on_hang)
         self._gate = gate
 
     def __repr__(self) -> str:
@@ -145,6 +151,9 @@ class SmbShare:
         with self._lock:
             if self._tree is not None:
                 return self._tree
+            wait = self._retry_at - time.monotonic()
+            if wait > 0:
+                raise OSError(errno.EHOSTUNREACH, f"{self.where} did not answer; next try in {wait:.1f} s")
             conn = Connection(uuid.uuid4(), self.url.host.strip("[]"), self.url.port, require_signing=True)
             self._conn = conn
             try:
@@ -156,9 +165,11 @@ class SmbShare:
                 tree.connect()
             except SMBAuthenticationError as exc:
                 self._drop()
+                self._retry_at = time.monotonic() + self.timeout
                 raise OSError(errno.EACCES, f"SMB login refused for {self.url.user or 'guest'}") from exc
             except BaseException as exc:
                 self._drop()
+                self._retry_at = time.monotonic() + self.timeout
                 if isinstance(exc, SMBResponseException):
                     raise self._os_error(exc.status, self.url.unc) from exc
                 if isinstance(exc, (SMBException, OSError, ValueError)):
@@ -167,6 +178,11 @@ class SmbShare:
             self._tree = tree
             self.connects += 1
             return tree
+
+    def _on_hang(self, hung_for: float) -> None:
+        if hung_for >= ABORT_AFTER * self.timeout:
+            self._retry_at = time.monotonic() + self.timeout
+            self.abort()
 
     def abort(self) -> None:
         """Close the connection from outside (a hung server): its waiting
