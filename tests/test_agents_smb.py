@@ -19,13 +19,12 @@ pytestmark = pytest.mark.agents
 
 @pytest.fixture
 def smb_site(site_factory, samba_server, request):
-    from samba import PASSWORD
-
     def make(n=3, timing=None, server=None, **kw):  # type: ignore[no-untyped-def]
         server = server or samba_server
         folder = f"site-{request.node.name[-30:]}-{time.monotonic_ns()}"
-        extra = {"LEASE_DIR": server.url(folder), "SMB_PASSWORD": PASSWORD, **kw.pop("extra", {})}
-        return site_factory(n, timing=timing, lease_dir=server.path(folder), extra=extra, **kw)
+        options = server.site_options(folder)
+        options["extra"] = {**options["extra"], **kw.pop("extra", {})}
+        return site_factory(n, timing=timing, **options, **kw)
 
     return make
 
