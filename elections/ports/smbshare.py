@@ -30,7 +30,8 @@ What SMB servers really answer, and what is made of it:
   (`ShareDeadline.on_hang`: a dead TCP peer never answers). A connection
   that could not be made is not tried again for one timeout: while the
   server does not answer, operations fail at once instead of each waiting
-  out a connect.
+  out a connect (the pause doubles after each failure, up to 4 x the
+  timeout, and is reset by a connection made).
 
 `requests` and `round_trips` count what was sent (the benchmark's SMB
 operations per renewal).
@@ -134,6 +135,8 @@ class SmbShare:
         self.reconnects = 0  # operations tried again on a new connection
         self.connects = 0  # connections made
         self._retry_at = 0.0  # no new connection before this (monotonic): the server did not answer
+        self._backoff = timeout  # ...for this long after the next failure (doubles, up to 4 x timeout)
+        self._aborted: Connection | None = None
         gate = deadline_for(self.where, timeout)
         if self._on_hang not in gate.on_hang:
             gate.on_hang.append(self._on_hang)
@@ -165,11 +168,11 @@ class SmbShare:
                 tree.connect()
             except SMBAuthenticationError as exc:
                 self._drop()
-                self._retry_at = time.monotonic() + self.timeout
+                self._back_off()
                 raise OSError(errno.EACCES, f"SMB login refused for {self.url.user or 'guest'}") from exc
             except BaseException as exc:
                 self._drop()
-                self._retry_at = time.monotonic() + self.timeout
+                self._back_off()
                 if isinstance(exc, SMBResponseException):
                     raise self._os_error(exc.status, self.url.unc) from exc
                 if isinstance(exc, (SMBException, OSError, ValueError)):
@@ -177,11 +180,19 @@ class SmbShare:
                 raise
             self._tree = tree
             self.connects += 1
+            self._backoff = self.timeout
             return tree
 
+    def _back_off(self) -> None:
+        """No new connection for a while: callers fail at once meanwhile."""
+        self._retry_at = time.monotonic() + self._backoff
+        self._backoff = min(self._backoff * 2, 4 * self.timeout)
+
     def _on_hang(self, hung_for: float) -> None:
-        if hung_for >= ABORT_AFTER * self.timeout:
-            self._retry_at = time.monotonic() + self.timeout
+        conn = self._conn
+        if hung_for >= ABORT_AFTER * self.timeout and conn is not None and conn is not self._aborted:
+            self._aborted = conn  # once per connection: every caller that gives up calls this
+            self._back_off()
             self.abort()
 
     def abort(self) -> None:
