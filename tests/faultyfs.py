@@ -32,6 +32,7 @@ process).
 
 from __future__ import annotations
 
+import atexit
 import errno
 import fnmatch
 import json
@@ -320,6 +321,15 @@ def mounted(path: Path) -> bool:
         return any(line.split()[1] == str(path) for line in fh)
 
 
+_mounted_here: set[FaultyMount] = set()  # unmounted at exit if a test could not
+
+
+@atexit.register
+def _unmount_at_exit() -> None:
+    for mount in list(_mounted_here):
+        mount.stop()
+
+
 class FaultyMount:
     """One faulty FUSE view of `backing` at `mountpoint`, driven through `control`."""
 
@@ -335,6 +345,7 @@ class FaultyMount:
                 [sys.executable, __file__, str(self.backing), str(self.mountpoint), str(self.control)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             )  # fmt: skip
+        _mounted_here.add(self)
         deadline = time.monotonic() + timeout
         while not mounted(self.mountpoint):
             if time.monotonic() > deadline or self.proc.poll() is not None:
@@ -359,6 +370,7 @@ class FaultyMount:
             (self.control / name).unlink(missing_ok=True)
 
     def stop(self) -> None:
+        _mounted_here.discard(self)
         self.clear()
         subprocess.run(["fusermount3", "-u", "-z", str(self.mountpoint)], capture_output=True, timeout=10)
         if self.proc is not None:

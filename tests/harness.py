@@ -362,6 +362,26 @@ class Site:
         return "\n".join(f"===== {a.name}\n{a.log()[-6000:]}" for a in self.agents if a.log_path.exists())
 
 
+LIBFAKETIME = next(iter(sorted(Path("/usr/lib").glob("*/faketime/libfaketime.so.1"))), None)
+
+
+def faketime_env(workdir: Path) -> Callable[[str], dict[str, str]]:
+    """A maker of environments that run a process (and its children) with a wall
+    clock off by `skew` (libfaketime, e.g. "+300s") and a true monotonic clock, as
+    on a real machine whose clock is off. Builds tests/faketime_fix.c into `workdir`."""
+    assert LIBFAKETIME, "libfaketime is missing: run `make test` (it installs faketime)"
+    shim = workdir / "faketime_fix.so"
+    if not shim.exists():
+        src = Path(__file__).with_name("faketime_fix.c")
+        gcc = shutil.which("gcc") or "gcc"
+        subprocess.run([gcc, "-shared", "-fPIC", "-O2", "-o", str(shim), str(src), "-ldl"], check=True)
+
+    def env(skew: str) -> dict[str, str]:
+        return {"LD_PRELOAD": f"{shim}:{LIBFAKETIME}", "FAKETIME": skew, "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+
+    return env
+
+
 class Contender:
     """A bare elector process (elections/contend.py) on a lease dir."""
 

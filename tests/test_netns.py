@@ -6,26 +6,9 @@ cut off, stops serving."""
 
 import pytest
 from harness import wait_until
-from netns import RELAY_PORT, NetnsSite, available
+from netns import RELAY_PORT, available
 
 pytestmark = pytest.mark.agents
-
-
-@pytest.fixture
-def netns_site(tmp_path, request):
-    why = available()
-    if why:
-        pytest.skip(why)
-    sites = []
-    request.node.stk_sites = sites
-
-    def make(n=3, **kw):
-        sites.append(NetnsSite(tmp_path / f"site{len(sites)}", n=n, **kw))
-        return sites[-1]
-
-    yield make
-    for site in sites:
-        site.stop()
 
 
 def test_agents_in_namespaces_elect_one_leader_and_a_cut_cable_moves_it(netns_site):
