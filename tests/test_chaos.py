@@ -56,6 +56,8 @@ TIMING = dict(FAST)  # LEASE_TTL 3, LEASE_RENEW 1, LEASE_POLL 0.5, RENEW_DEADLIN
 BOUNDS = {kind: 15.0 for kind in KINDS}
 BOUNDS.update(share_hang=20.0, share_deleted=20.0, skew=20.0, sigterm=20.0)
 MAX_RUN_S = 3600
+RESTART_SEC = 2.0  # packaging/stkrelay@.service: Restart=on-failure, RestartSec=2
+DOWN_KINDS = ("kill9", "sigterm", "skew")  # the agent stays down until the heal starts it
 WAIT_AFTER_ROUND = 0.8  # probability that a round waits for recovery before the next one
 
 
@@ -81,6 +83,28 @@ class Runner:
         self.skewed = faketime_env(workdir)
         self.n = 0
         self.probers: list[Prober] = []
+        self.held: set[str] = set()  # agents a fault keeps down until its heal
+        self.dead_since: dict[str, float] = {}
+
+    def supervise(self) -> None:
+        """What systemd does for the unit (Restart=on-failure, RestartSec=2): start an
+        agent that exited by itself (e.g. refused to start while the share was gone)."""
+        for agent in self.site.agents:
+            if agent.name in self.held or agent.alive():
+                self.dead_since.pop(agent.name, None)
+                continue
+            since = self.dead_since.setdefault(agent.name, time.monotonic())
+            if time.monotonic() - since >= RESTART_SEC:
+                code = agent.proc.returncode if agent.proc is not None else None
+                self.history.record("info", "restart", agent=agent.name, exit=code)
+                agent.start()
+                self.dead_since.pop(agent.name, None)
+
+    def pause(self, seconds: float, until=None) -> None:  # type: ignore[no-untyped-def]
+        end = time.monotonic() + seconds
+        while time.monotonic() < end and not (until and until()):
+            self.supervise()
+            time.sleep(0.1)
 
     def last_served(self) -> float:
         return max((p.last_ok_invoked for p in self.probers), default=-1.0)
@@ -102,18 +126,19 @@ class Runner:
             self.n += 1
             n = self.n
             start = self.history.record("info", "fault", phase="start", fault=n, kind=kind, target=target)
+            if kind in DOWN_KINDS:
+                self.held.add(target)
             heal, hold = inject(kind, self.site, target, self.rng, self.skewed, tag=f"f{n}")
             heals.append((start + hold, n, kind, target, heal))
         for at, n, kind, target, heal in sorted(heals):
-            time.sleep(max(0.0, at - self.history.now()))
+            self.pause(at - self.history.now())
             heal()
+            self.held.discard(target)
             self.history.record("info", "fault", phase="end", fault=n, kind=kind, target=target)
         quiet = self.history.now()
         if self.rng.random() < WAIT_AFTER_ROUND:
-            deadline = time.monotonic() + max(BOUNDS.values()) + 5
-            while self.last_served() < quiet and time.monotonic() < deadline:
-                time.sleep(0.1)
-        time.sleep(self.rng.uniform(0.0, 1.0))
+            self.pause(max(BOUNDS.values()) + 5, until=lambda: self.last_served() >= quiet)
+        self.pause(self.rng.uniform(0.0, 1.0))
 
 
 def _epochs_elected_once(lease_dir: Path) -> dict[int, list[str]]:
@@ -125,6 +150,7 @@ def _epochs_elected_once(lease_dir: Path) -> dict[int, list[str]]:
     return {epoch: sorted(nodes) for epoch, nodes in claims.items() if len(nodes) > 1}
 
 
+@pytest.mark.timeout(MAX_RUN_S + 900)
 def test_chaos_judged_by_the_clients_history(tmp_path, request):
     faults = int(os.environ.get("STK_CHAOS_FAULTS", "200"))
     seed = int(os.environ.get("STK_CHAOS_SEED", random.randrange(1 << 30)))
@@ -160,6 +186,7 @@ def test_chaos_judged_by_the_clients_history(tmp_path, request):
         while deck and time.monotonic() - began < MAX_RUN_S:
             runner.round(deck)
         # Quiet: everything healed; the stream must deliver all it had acknowledged.
+        runner.pause(30, until=lambda: all(a.alive() for a in site.agents))
         site.wait_settled(timeout=60)
         stream.sending.clear()
         drain_until = time.monotonic() + 60
@@ -176,7 +203,10 @@ def test_chaos_judged_by_the_clients_history(tmp_path, request):
         out.mkdir(parents=True, exist_ok=True)
         kept = out / f"history-{seed}.jsonl"
         shutil.copyfile(history.path, kept)
-        print(f"history: {kept}")
+        for agent in site.agents:
+            if agent.log_path.exists():
+                shutil.copyfile(agent.log_path, out / f"agent-{seed}-{agent.name}.log")
+        print(f"history: {kept} (agent logs beside it)")
     report = check(load(history.path.read_text().splitlines()))
     elapsed = time.monotonic() - began
     summary = report.table()
