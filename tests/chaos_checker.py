@@ -31,8 +31,10 @@ What is checked (each failure is a `Violation`):
 - ``slow_recovery`` / ``no_recovery``: after a fault, the pool must accept a
   registration again within the bound of its kind. Faults may overlap, so
   recovery is timed from the fault's *quiet point*: the first instant at or
-  after its end when no fault at all is active. ``no_recovery`` is reported
-  only if the history goes on at least the bound past that point.
+  after its end when no fault at all is active, and the bound is the largest
+  of the kinds in that group of overlapping faults (they heal as the slowest
+  of them). ``no_recovery`` is reported only if the history goes on at least
+  the bound past that point.
 
 Violations are attributed, for the table, to every fault kind active around
 them (from a second before a fault's start to its quiet point plus bound).
@@ -244,12 +246,15 @@ def _recoveries(
 ) -> tuple[list[Recovery], list[Violation]]:  # fmt: skip
     quiet = quiet_points(faults)
     served = sorted((inv["time"], done["time"]) for inv, done in accepted)
+    group_bound: dict[float, float] = defaultdict(float)  # a group of overlapping faults heals as its slowest
+    for fault in faults:
+        group_bound[quiet[fault.id]] = max(group_bound[quiet[fault.id]], bounds.get(fault.kind, 0.0))
     recoveries, out = [], []
     for fault in faults:
         q = quiet[fault.id]
         first = next((ok for inv, ok in served if inv >= q), None)
         after = None if first is None else first - q
-        bound = bounds.get(fault.kind)
+        bound = group_bound[q] if fault.kind in bounds else None
         if after is None and bound is not None and end - q >= bound:
             out.append(Violation("no_recovery", q, f"fault {fault.id} ({fault.kind} {fault.target}): no "
                                  f"registration accepted in the {end - q:.1f} s after {q:.3f}"))  # fmt: skip

@@ -24,6 +24,9 @@ changes), so a test turns them on and off while agents run:
   A failed operation is never carried out. ``stale`` serves what an NFS client
   with attribute caching (``actimeo``) sees: the file's content and attributes
   as they were when last fetched, refreshed at most every ``stale`` seconds.
+  As on NFS, this view's own changes are seen at once (a create, write,
+  rename, truncate or unlink through it drops its copy of that path), and an
+  absent file is never cached: only other writers' changes arrive late.
 
 `FaultyMount` (below) mounts one, sets its rules, and unmounts it; the tests
 import it (harness code runs on the test's side, the filesystem in its own
@@ -165,9 +168,15 @@ class Faulty:
                         data = fh.read(16 << 20)
                     attrs["st_size"] = len(data)
             except OSError:
-                attrs, data = None, b""
+                return Snapshot(now, None, b"")  # absence is not cached
             snap = self.snapshots[path] = Snapshot(now, attrs, data)
             return snap
+
+    def _changed(self, *paths: str) -> None:
+        """This view changed `paths`: it sees its own changes at once."""
+        with self._lock:
+            for path in paths:
+                self.snapshots.pop(path, None)
 
     # -- the dispatch -----------------------------------------------------------------
     def __call__(self, op: str, path: str, *args):  # type: ignore[no-untyped-def]
@@ -225,6 +234,7 @@ class Faulty:
 
     def op_unlink(self, path):  # type: ignore[no-untyped-def]
         self._gate("unlink", path)
+        self._changed(path)
         return os.unlink(self._full(path))
 
     def op_symlink(self, target, source):  # type: ignore[no-untyped-def]
@@ -233,6 +243,7 @@ class Faulty:
 
     def op_rename(self, old, new):  # type: ignore[no-untyped-def]
         self._gate("rename", new)
+        self._changed(old, new)
         return os.replace(self._full(old), self._full(new))
 
     def op_link(self, target, source):  # type: ignore[no-untyped-def]
@@ -261,10 +272,13 @@ class Faulty:
                 self._next_fh += 1
                 self.stale_open[fh] = snap.data
             return fh
+        if flags & os.O_ACCMODE != os.O_RDONLY:
+            self._changed(path)
         return os.open(self._full(path), flags)
 
     def op_create(self, path, mode, fi=None):  # type: ignore[no-untyped-def]
         self._gate("create", path)
+        self._changed(path)
         return os.open(self._full(path), os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
 
     def op_read(self, path, length, offset, fh):  # type: ignore[no-untyped-def]
@@ -275,10 +289,12 @@ class Faulty:
 
     def op_write(self, path, data, offset, fh):  # type: ignore[no-untyped-def]
         self._gate("write", path, len(data))
+        self._changed(path)
         return os.pwrite(fh, data, offset)
 
     def op_truncate(self, path, length, fh=None):  # type: ignore[no-untyped-def]
         self._gate("truncate", path)
+        self._changed(path)
         return os.truncate(self._full(path), length)
 
     def op_flush(self, path, fh):  # type: ignore[no-untyped-def]

@@ -51,10 +51,14 @@ pytestmark = [pytest.mark.chaos, pytest.mark.agents]
 
 TIMING = dict(FAST)  # LEASE_TTL 3, LEASE_RENEW 1, LEASE_POLL 0.5, RENEW_DEADLINE 2
 # Seconds from a fault's quiet point (no fault active any more) to an accepted
-# registration: TTL + poll + a lost race's backoff + the relay's start, with room
-# for a slow machine (restarts import Django; a hung share's queued operations drain).
-BOUNDS = {kind: 15.0 for kind in KINDS}
-BOUNDS.update(share_hang=20.0, share_deleted=20.0, skew=20.0, sigterm=20.0)
+# registration. Without a restart: TTL 3 + poll 0.5 + a lost race's backoff 1 +
+# the relay's start, plus a hung share's queued operations draining: 12 s. With
+# one (kill9, sigterm, skew): the agent's start-up too, 6-8 s on a loaded 2-core
+# machine (Django, Celery), once more if it started while the share was missing
+# (E012, restarted 2 s later as systemd does): 25 s. A group of overlapping
+# faults heals as its slowest kind (tests/chaos_checker.py).
+BOUNDS = {kind: 12.0 for kind in KINDS}
+BOUNDS.update(kill9=25.0, sigterm=25.0, skew=25.0)
 MAX_RUN_S = 3600
 RESTART_SEC = 2.0  # packaging/stkrelay@.service: Restart=on-failure, RestartSec=2
 DOWN_KINDS = ("kill9", "sigterm", "skew")  # the agent stays down until the heal starts it
@@ -162,7 +166,8 @@ def test_chaos_judged_by_the_clients_history(tmp_path, request):
     request.node.stk_sites = [site]
     request.addfinalizer(site.stop)
     history = History(tmp_path / "history.jsonl")
-    history.record("info", "run", seed=seed, faults=faults, backend=backend, bounds=BOUNDS, timing=TIMING)
+    history.record("info", "run", seed=seed, faults=faults, backend=backend, bounds=BOUNDS, timing=TIMING,
+                   wall=time.time())  # fmt: skip
     runner = Runner(site, history, rng, tmp_path)
     stream = None
     began = time.monotonic()

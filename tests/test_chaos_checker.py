@@ -105,6 +105,11 @@ def test_recovery_is_timed_from_when_no_fault_is_active():
     assert report.ok
     assert {r.fault.id: r.quiet for r in report.recoveries} == {1: 8.0, 2: 8.0}
     assert all(abs(r.after - 1.0) < 1e-9 for r in report.recoveries)
+    # Overlapping faults heal as the slowest kind among them: its bound applies to all.
+    mixed = H().fault(1, "kill9", 1.0, 2.0).fault(2, "share_hang", 1.5, 3.0)
+    mixed.probe("S002", 16.0, 16.5, epoch=2)
+    assert check(mixed.recs, {"kill9": 10.0, "share_hang": 20.0}).ok
+    assert _kinds(check(mixed.recs, {"kill9": 10.0, "share_hang": 12.0})) == ["slow_recovery"] * 2
     # An acceptance invoked before the quiet point does not count as recovery.
     late = H().fault(1, "kill9", 1.0, 2.0).probe("S002", 1.9, 2.5, epoch=2).probe("S002", 2.6, 2.7, epoch=2)
     assert abs(check(late.recs, BOUNDS).recoveries[0].after - 0.7) < 1e-9

@@ -70,7 +70,9 @@ def test_a_hang_rule_blocks_until_released_and_then_the_operation_runs(share):
     share.set_rules([{"ops": ["rename"], "hang": True}])
     (view / "tmp").write_text("new")
     done = threading.Event()
-    threading.Thread(target=lambda: (os.replace(view / "tmp", view / "lease"), done.set()), daemon=True).start()
+    threading.Thread(
+        target=lambda: (os.replace(view / "tmp", view / "lease"), done.set()), daemon=True
+    ).start()
     assert not done.wait(0.5) and not (share.backing / "lease").exists()
     share.set_rules([])
     assert done.wait(5) and (share.backing / "lease").read_text() == "new"
@@ -86,6 +88,11 @@ def test_stale_reads_serve_the_old_copy_until_it_is_older_than_the_bound(share):
     assert (view / "lease.json").read_text() == "epoch 1"
     assert os.stat(view / "lease.json").st_size == len("epoch 1")  # attributes as old as the content
     wait_until(lambda: (view / "lease.json").read_text() == "epoch 2, longer", 5, "a fresh copy after 1 s")
+    (view / "lease.json").write_text("mine")  # this view's own change: seen at once
+    assert (view / "lease.json").read_text() == "mine"
+    assert not (view / "new.json").exists()  # absence is not cached
+    (share.backing / "new.json").write_text("other")
+    assert (view / "new.json").read_text() == "other"
     share.set_rules([])
     (share.backing / "lease.json").write_text("epoch 3")
     assert (view / "lease.json").read_text() == "epoch 3"
