@@ -275,12 +275,29 @@ def _attribute(violations: list[Violation], faults: list[Fault], quiet: dict[int
     return dict(counts)
 
 
-if __name__ == "__main__":  # judge a kept history again: python tests/chaos_checker.py FILE
+def merged(reports: Iterable[Report]) -> Report:
+    """One report of several runs (e.g. a long run made of chunks): everything summed."""
+    out = Report()
+    for report in reports:
+        out.violations += report.violations
+        out.recoveries += report.recoveries
+        out.indeterminate += report.indeterminate
+        for kind, n in report.attributed.items():
+            out.attributed[kind] = out.attributed.get(kind, 0) + n
+        for op, n in report.counts.items():
+            out.counts[op] = out.counts.get(op, 0) + n
+    return out
+
+
+if __name__ == "__main__":  # judge kept histories again: python tests/chaos_checker.py FILE...
     import sys
 
-    with open(sys.argv[1]) as fh:
-        judged = check(load(fh))
-    print(judged.table())
-    for v in judged.violations:
+    judged = []
+    for name in sys.argv[1:]:
+        with open(name) as fh:
+            judged.append(check(load(fh)))
+    total = merged(judged)
+    print(total.table())
+    for v in total.violations:
         print(f"{v.kind} at {v.time:.3f}: {v.detail}")
-    sys.exit(0 if judged.ok else 1)
+    sys.exit(0 if total.ok else 1)

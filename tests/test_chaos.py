@@ -20,9 +20,10 @@ are checked too (each epoch elected by one node).
 
 Output: the table (kind × count × worst recovery × violations), and the
 history and seed under `.chaos/` (`STK_CHAOS_OUT`), so that a failure can be
-judged again (``python tests/chaos_checker.py FILE``) and its schedule
-replayed (``STK_CHAOS_SEED=...``). Time: about 4-5 s per fault on an idle
-2-core machine (200 faults: ~15 min; bounded by `MAX_RUN_S`).
+judged again (``python tests/chaos_checker.py FILE...``, several runs in one
+table) and its schedule replayed (``STK_CHAOS_SEED=...``). Time: about 5-6 s
+per fault on a 2-core machine (200 faults: ~20 min; the run stops drawing
+faults after `MAX_RUN_S` and then fails for the ones it could not run).
 
 Backend: `STK_CHAOS_BACKEND` = ``file`` (the default: LEASE_DIR is a folder of
 the share) or ``smb`` (LEASE_DIR=smb://..., served by Samba over the faulty

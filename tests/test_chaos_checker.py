@@ -2,7 +2,7 @@
 violation it exists for is found, and a clean failover, operations whose order
 is ambiguous, and overlapping faults are not reported."""
 
-from chaos_checker import check, completed, load, quiet_points
+from chaos_checker import check, completed, load, merged, quiet_points
 from chaos_checker import faults_of as faults_in
 
 
@@ -155,3 +155,15 @@ def test_a_fault_never_ended_lasts_to_the_end_of_the_history():
     [fault] = faults_in(h.recs)
     assert (fault.start, fault.end, fault.kind) == (1.0, 3.1, "net_cut")
     assert quiet_points([fault]) == {7: 3.1}
+
+
+def test_reports_of_several_runs_merge_into_one_table():
+    one = check(
+        H().probe("S001", 0, 0.1, epoch=1).fault(1, "kill9", 1, 2).probe("S002", 3, 3.5, epoch=2).recs, BOUNDS
+    )
+    two = H().fault(1, "kill9", 1, 2).probe("S002", 3, 6.0, epoch=2).op("send", "C01", 7, 7.1, id="x")
+    two = check(two.recs, BOUNDS)
+    total = merged([one, two])
+    assert [(k, n, bad) for k, n, _, bad in total.rows()] == [("kill9", 2, 1)]
+    assert abs(total.rows()[0][2] - 4.0) < 1e-9 and total.counts == {"probe": 3, "send": 1}
+    assert [v.kind for v in total.violations] == ["lost_message"]
