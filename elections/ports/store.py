@@ -40,9 +40,7 @@ import enum
 import json
 import logging
 import os
-import stat
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from elections.core.evidence import Refusals
@@ -62,15 +60,8 @@ from elections.core.untrusted import (
 from elections.errors import StoreUnavailable
 from elections.ports.clock import Clock
 from elections.ports.filelock import ShareLock
-from elections.ports.host import unlink_quietly, write_atomic
-from elections.ports.sharefiles import (
-    DEFAULT_TIMEOUT,
-    deadline_for,
-    ensure_dir,
-    list_regular,
-    quarantine,
-    read_regular,
-)
+from elections.ports.share import LocalShare, Share, share_of
+from elections.ports.sharefiles import DEFAULT_TIMEOUT
 
 log = logging.getLogger("stkrelay.store")
 
@@ -116,7 +107,7 @@ class LeaseStore(Protocol):
 class FileLeaseStore:
     def __init__(
         self,
-        lease_dir: str | os.PathLike[str],
+        lease_dir: str | os.PathLike[str] | Share,
         token: str,
         node: str,
         clock: Clock,
@@ -124,21 +115,22 @@ class FileLeaseStore:
         timeout: float = DEFAULT_TIMEOUT,
         refusals: Refusals | None = None,
     ) -> None:
-        self.dir = Path(lease_dir)
+        self.share = share_of(lease_dir, timeout)  # a path is a local (or mounted) directory
+        self.dir = self.share.root if isinstance(self.share, LocalShare) else None
         self.token = token  # the pool key: signs and verifies every record
         self.node = node
         self.clock = clock
         self.lock_stale_s = lock_stale_s
-        self.lease_path = self.dir / LEASE_NAME
-        self.lock_path = self.dir / LOCK_NAME
-        self.deadline = deadline_for(self.dir, timeout)
+        self.deadline = self.share.deadline
         self.refusals = refusals if refusals is not None else Refusals()
-        self.lock = ShareLock(self.lock_path, token, node, clock, lock_stale_s, self._read_raw, self.refuse)
+        self.lock = ShareLock(
+            self.share, LOCK_NAME, token, node, clock, lock_stale_s, self._read_raw, self.refuse
+        )
         self._member_seq: dict[str, int] = {}  # node -> highest heartbeat seq accepted
         self._member_doc: dict[str, dict[str, Any]] = {}  # node -> that heartbeat
 
     def describe(self) -> str:
-        return f"file:{self.dir}"
+        return f"file:{self.share.where}"
 
     def _run(self, fn: Callable[[], T]) -> T:
         """One public operation: on the share's deadline thread, and whatever the
@@ -148,7 +140,7 @@ class FileLeaseStore:
             try:
                 return fn()
             except OSError as exc:
-                raise StoreUnavailable(f"share error in {self.dir}: {exc.strerror or exc}") from exc
+                raise StoreUnavailable(f"share error in {self.share.where}: {exc.strerror or exc}") from exc
 
         return self.deadline.run(guarded)
 
@@ -158,23 +150,24 @@ class FileLeaseStore:
         if self.refusals.note(source, exc.cause, exc.detail, at, self.clock.monotonic()) and log_it:
             level = logging.ERROR if exc.cause in SECURITY_CAUSES else logging.WARNING
             prefix = "SECURITY: " if exc.cause in SECURITY_CAUSES else ""
-            log.log(level, "%signoring %s in %s: %s (%s)", prefix, source, self.dir, exc.detail, exc.cause)
+            where = self.share.where
+            log.log(level, "%signoring %s in %s: %s (%s)", prefix, source, where, exc.detail, exc.cause)
 
     # -- reading -------------------------------------------------------------
-    def _read_raw(self, path: Path, limits: Limits) -> bytes | None:
+    def _read_raw(self, rel: str, limits: Limits) -> bytes | None:
         """The file's bytes, None if there is none; `Untrusted` for a link, a
         FIFO, a directory or an oversized file."""
         try:
-            raw = read_regular(path, limits.max_bytes)
+            raw = self.share.read(rel, limits.max_bytes)
         except OSError as exc:
-            raise StoreUnavailable(f"cannot read {path}: {exc.strerror or exc}") from exc
-        if raw is None and not self.dir.is_dir():
-            raise StoreUnavailable(f"lease dir {self.dir} is gone")
+            raise StoreUnavailable(f"cannot read {rel} in {self.share.where}: {exc.strerror or exc}") from exc
+        if raw is None and not self.share.exists():
+            raise StoreUnavailable(f"lease dir {self.share.where} is gone")
         return raw
 
     def _read_lease(self) -> LeaseRead:
         try:
-            raw = self._read_raw(self.lease_path, LEASE)
+            raw = self._read_raw(LEASE_NAME, LEASE)
         except Untrusted as exc:
             return LeaseRead("corrupt", detail=exc.detail, revision=f"untrusted:{exc.cause}", cause=exc.cause)
         read = parse_lease(raw, self.token)
@@ -187,11 +180,11 @@ class FileLeaseStore:
 
     def _lease_revision(self) -> str:
         try:
-            return revision_of(self._read_raw(self.lease_path, LEASE))
+            return revision_of(self._read_raw(LEASE_NAME, LEASE))
         except Untrusted as exc:
             return f"untrusted:{exc.cause}"
 
-    def _fresh_revision(self) -> tuple[str, Path | None]:
+    def _fresh_revision(self) -> tuple[str, str | None]:
         """The lease's revision as the file server holds it now, for an election's
         compare-and-set under the lock: (revision, where the lease was moved aside, or None).
 
@@ -205,15 +198,16 @@ class FileLeaseStore:
         (`_replaced_aside`). Every lease writer holds the lock, so nothing
         writes the lease in between.
         """
+        aside = f".{LEASE_NAME}.{self.node}.cas"
         try:
-            if not stat.S_ISREG(os.lstat(self.lease_path).st_mode):
+            if self.share.planted(LEASE_NAME):
                 return self._lease_revision(), None
-            aside = self.dir / f".{LEASE_NAME}.{self.node}.cas"
-            os.rename(self.lease_path, aside)
+            self.share.move(LEASE_NAME, aside)
         except FileNotFoundError:
             return revision_of(None), None
         except OSError as exc:
-            raise StoreUnavailable(f"cannot move {self.lease_path} aside: {exc.strerror or exc}") from exc
+            raise StoreUnavailable(f"cannot move {LEASE_NAME} aside in {self.share.where}: "
+                                   f"{exc.strerror or exc}") from exc  # fmt: skip
         try:
             return revision_of(self._read_raw(aside, LEASE)), aside
         except Untrusted as exc:
@@ -222,40 +216,42 @@ class FileLeaseStore:
             self._put_back(aside)
             raise
 
-    def _put_back(self, aside: Path | None) -> None:
+    def _put_back(self, aside: str | None) -> None:
         if aside is not None:
             try:
-                os.rename(aside, self.lease_path)
+                self.share.move(aside, LEASE_NAME)
             except OSError as exc:
-                raise StoreUnavailable(f"cannot put {self.lease_path} back: {exc.strerror or exc}") from exc
+                raise StoreUnavailable(f"cannot put {LEASE_NAME} back in {self.share.where}: "
+                                       f"{exc.strerror or exc}") from exc  # fmt: skip
 
-    def _replaced_aside(self, aside: Path | None, data: bytes) -> None:
+    def _replaced_aside(self, aside: str | None, data: bytes) -> None:
         """Write the new lease where the moved one was; the old copy goes (or back, if the write failed)."""
         try:
-            self._replace(self.lease_path, data)
+            self._replace(LEASE_NAME, data)
         except StoreUnavailable:
             self._put_back(aside)
             raise
         if aside is not None:
-            unlink_quietly(aside)
+            try:
+                self.share.unlink(aside)
+            except OSError:
+                pass  # a leftover copy under a dot name: no reader looks at it
 
     # -- writing -------------------------------------------------------------
-    def _replace(self, path: Path, data: bytes) -> None:
+    def _replace(self, rel: str, data: bytes) -> None:
         """Atomically, for readers on other machines. Something planted where the
         file belongs (a directory, a link's target we may not replace) is moved
         aside first, so it cannot stop this write for good."""
         for attempt in range(2):
             try:
-                write_atomic(path, data, durable=True, tag=self.node)
+                self.share.replace(rel, data, tag=self.node)
                 return
             except OSError as exc:
-                planted = path.is_symlink() or (path.exists() and not path.is_file())
-                if attempt or not planted:
-                    raise StoreUnavailable(f"cannot write {path}: {exc.strerror or exc}") from exc
-                self.refuse(
-                    str(path.relative_to(self.dir)), Untrusted(NOT_A_FILE, f"{path.name} was not a file")
-                )
-                quarantine(path)
+                if attempt or not self.share.planted(rel):
+                    where = f"{rel} in {self.share.where}"
+                    raise StoreUnavailable(f"cannot write {where}: {exc.strerror or exc}") from exc
+                self.refuse(rel, Untrusted(NOT_A_FILE, f"{rel.rsplit('/', 1)[-1]} was not a file"))
+                self.share.quarantine(rel)
 
     def _write(self, record: LeaseRecord, expect: str, fence: Callable[[], bool] | None) -> WriteOutcome:
         if not self.lock.acquire():
@@ -265,7 +261,7 @@ class FileLeaseStore:
                 return WriteOutcome.CHANGED
             if fence is not None and not fence():
                 return WriteOutcome.FENCED
-            self._replace(self.lease_path, record.encode(self.token))
+            self._replace(LEASE_NAME, record.encode(self.token))
             return WriteOutcome.WRITTEN
         finally:
             self.lock.release()
@@ -311,23 +307,23 @@ class FileLeaseStore:
         return self._run(lambda: self._acquire(make, expect, known_epoch, member))
 
     # -- members' heartbeats ---------------------------------------------------
-    def _own_member(self, path: Path) -> dict[str, Any]:
+    def _own_member(self, rel: str) -> dict[str, Any]:
         """This node's own last heartbeat, if validly signed (else {})."""
         try:
-            doc = load_object(self._read_raw(path, MEMBER) or b"{}", MEMBER, path.name)
+            doc = load_object(self._read_raw(rel, MEMBER) or b"{}", MEMBER, rel)
         except Untrusted:
             return {}
         return doc if signature_ok(doc, self.token) else {}
 
     def _write_member(self, doc: dict[str, Any]) -> None:
-        members = self.dir / MEMBERS_DIR
         try:
-            planted = ensure_dir(members)
+            planted = self.share.ensure_dir(MEMBERS_DIR)
         except OSError as exc:
-            raise StoreUnavailable(f"cannot create {members}: {exc.strerror}") from exc
+            where = f"{MEMBERS_DIR}/ in {self.share.where}"
+            raise StoreUnavailable(f"cannot create {where}: {exc.strerror or exc}") from exc
         if planted is not None:
             self.refuse(f"{MEMBERS_DIR}/", planted)
-        path = members / f"{doc['node']}.json"
+        path = f"{MEMBERS_DIR}/{doc['node']}.json"
         mine = self._own_member(path)
         if _int(mine.get("epoch")) > _int(doc.get("epoch")):
             doc = dict(doc, epoch=_int(mine.get("epoch")))
@@ -340,10 +336,11 @@ class FileLeaseStore:
         """Write this member's heartbeat; never lowers its epoch or its seq."""
         self._run(lambda: self._write_member(doc))
 
-    def _member(self, folder: Path, name: str) -> dict[str, Any] | None:
+    def _member(self, name: str) -> dict[str, Any] | None:
         node = name[: -len(".json")]
         try:
-            doc = load_object(self._read_raw(folder / name, MEMBER) or b"", MEMBER, f"{MEMBERS_DIR}/{name}")
+            rel = f"{MEMBERS_DIR}/{name}"
+            doc = load_object(self._read_raw(rel, MEMBER) or b"", MEMBER, rel)
             if not signature_ok(doc, self.token):
                 raise Untrusted(UNSIGNED if "sig" not in doc else FORGED, f"{name} is not validly signed")
             if doc.get("node") != node:
@@ -358,18 +355,18 @@ class FileLeaseStore:
         return doc
 
     def _read_members(self) -> dict[str, dict[str, Any]]:
-        folder = self.dir / MEMBERS_DIR
         try:
-            names, refused = list_regular(folder, ".json", MAX_MEMBERS)
+            names, refused = self.share.listing(MEMBERS_DIR, ".json", MAX_MEMBERS)
         except FileNotFoundError:
             return {}
         except OSError as exc:
-            raise StoreUnavailable(f"cannot list {folder}: {exc.strerror}") from exc
+            where = f"{MEMBERS_DIR}/ in {self.share.where}"
+            raise StoreUnavailable(f"cannot list {where}: {exc.strerror or exc}") from exc
         for exc in refused:
             self.refuse(f"{MEMBERS_DIR}/", exc)
         out = {}
         for name in names:
-            doc = self._member(folder, name)
+            doc = self._member(name)
             if doc is not None:
                 out[name[: -len(".json")]] = doc
         return out
