@@ -21,7 +21,8 @@ net_cut         the agent's cable pulled (its share goes with it); heal: mend
 ==============  ============================================================
 
 Share faults hit one agent's view of the share or (``target="all"``) the file
-server itself (every view). Holds are drawn from `rng`, so one seed gives one
+server itself (every view; over SMB, always the server: Samba serves one
+faulty view). Holds are drawn from `rng`, so one seed gives one
 schedule.
 """
 
@@ -141,8 +142,8 @@ def targets_for(kind: str, site: NetnsSite, rng: random.Random, taken: set[str])
     free = [a.name for a in site.agents if a.name not in taken]
     if kind == "share_deleted":
         return ALL if ALL not in taken else None
-    if kind in SHARE_KINDS and rng.random() < 0.5 and ALL not in taken:
-        return ALL
+    if kind in SHARE_KINDS and (not site.per_agent_share or rng.random() < 0.5):
+        return ALL if ALL not in taken else None  # smb: faults of the one file server
     if not free:
         return None
     lease = site.lease()

@@ -24,6 +24,10 @@ own address ``10.77.0.<11+i>``. The share is a directory every namespace sees:
   server does: cutting its cable also makes its share fail (each operation
   after a delay, with EIO, never carried out), and per-agent share faults
   (delay, errno, hang, stale reads) are possible (`share_faults`).
+- ``share="smb"``: a real Samba server (`tests/samba.py`) on its own host of
+  the LAN (``10.77.0.250:445``) serves one faulty FUSE view of the backing
+  directory; every agent's LEASE_DIR is ``smb://...`` to it, so a cut cable
+  cuts the share by itself, and share faults hit the file server (all agents).
 
 Cleanup: `Site.stop()` (the fixtures call it), an atexit hook, and, at start,
 the removal of namespaces left by test processes that no longer exist.
@@ -46,6 +50,7 @@ from typing import Any, TypeVar
 
 from faultyfs import FaultyMount
 from harness import AgentProc, Site, wait_until
+from samba import SMBD, Samba
 
 PREFIX = "chao"
 SUBNET = "10.77.0"
@@ -291,14 +296,17 @@ class NetnsSite(Site):
     """A `harness.Site` whose agents each live in a network namespace of one `Lan`."""
 
     def __init__(self, root: Path, n: int = 3, *, share: str = "direct", **kw: Any) -> None:
-        if share not in ("direct", "lan"):
-            raise ValueError(f"share must be 'direct' or 'lan', not {share!r}")
+        if share not in ("direct", "lan", "smb"):
+            raise ValueError(f"share must be 'direct', 'lan' or 'smb', not {share!r}")
         self.lan = Lan()
         self.share_mode = share
         self.views: list[FaultyMount] = []
         self.view_faults: list[dict[str, list[dict[str, Any]]]] = []
+        self.samba: Any = None
         try:
             self._root = root
+            if share == "smb":
+                kw["extra"] = {**kw.get("extra", {}), "SMB_PASSWORD": self._start_samba(root)}
             super().__init__(root, n=n, **kw)
             self.observer = self.lan.add("obs", 200)  # where tests and clients stand on the LAN
         except BaseException:
@@ -319,7 +327,29 @@ class NetnsSite(Site):
         host = self.lan.add(f"S{i + 1:03d}", 11 + i)
         return NsRedis(host, data)
 
+    @property
+    def per_agent_share(self) -> bool:
+        """Whether share faults can hit one agent's view (else only the file server)."""
+        return self.share_mode == "lan"
+
+    def _start_samba(self, root: Path) -> str:
+        """Samba on a LAN host of its own, serving a faulty view of root/share; its password."""
+        from samba import PASSWORD
+
+        backing = root / "share"
+        backing.mkdir(parents=True, exist_ok=True)
+        view = FaultyMount(backing, root / "smbview", root / "smbcontrol", root / "faultyfs-smb.log")
+        self.views.append(view)
+        self.view_faults.append({})
+        view.start()
+        host = self.lan.add("smb", 250)
+        self.samba = NsSamba(root / "samba", host, view.mountpoint)
+        self.samba.start()
+        return PASSWORD
+
     def lease_dir_for(self, i: int) -> Path:
+        if self.share_mode == "smb":
+            return self.samba.url(self.lease_dir.name)  # type: ignore[no-any-return]
         if self.share_mode == "direct":
             return self.lease_dir
         share = self.lease_dir.parent
@@ -339,7 +369,7 @@ class NetnsSite(Site):
         return self.lan.hosts[f"S{i + 1:03d}"]
 
     def cut(self, agent: AgentProc) -> None:
-        """Pull the agent's cable (and, with ``share="lan"``, its share with it)."""
+        """Pull the agent's cable (and its share with it, but with ``share="direct"``)."""
         self.lan.cut(self.host(agent).label)
         if self.share_mode == "lan":
             self.share_faults(agent, "cut", CUT_SHARE)
@@ -357,9 +387,9 @@ class NetnsSite(Site):
 
     def share_faults(self, agent: AgentProc, tag: str, rules: list[dict[str, Any]]) -> None:
         """Set (or, with [], clear) the faultyfs rules named `tag` on the agent's share view."""
-        if self.share_mode != "lan":
-            raise RuntimeError("per-agent share faults need share='lan'")
-        i = self.agents.index(agent)
+        if self.share_mode == "direct":
+            raise RuntimeError("share faults need share='lan' or 'smb'")
+        i = self.agents.index(agent) if self.share_mode == "lan" else 0  # smb: the server's one view
         faults = self.view_faults[i]
         faults[tag] = rules
         if not rules:
@@ -375,6 +405,37 @@ class NetnsSite(Site):
             if getattr(self, "agents", None) is not None:
                 super().stop()
         finally:
+            if self.samba is not None:
+                self.samba.stop()
             for view in self.views:
                 view.stop()
             self.lan.close()
+
+
+class NsSamba(Samba):
+    """`samba.Samba` (real smbd, private config) on a LAN host of its own, port 445, serving `served`."""
+
+    def __init__(self, workdir: Path, host: LanHost, served: Path) -> None:
+        self.lan_host, self.served = host, served
+        super().__init__(workdir)  # on loopback first (its port probe runs here), then moved:
+        self.host, self.port = host.ip, 445
+        self.conf.write_text(self._config())
+
+    def _config(self) -> str:
+        text = super()._config().replace("interfaces = lo", f"interfaces = {self.lan_host.ip}/24")
+        text = re.sub(r"smb ports = \d+", f"smb ports = {self.port}", text)
+        return text.replace(f"path = {self.root}", f"path = {self.served}")
+
+    def start(self, timeout: float = 20) -> None:
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [*self.lan_host.wrapper, SMBD, "--foreground", "--no-process-group", "-s", str(self.conf),
+                 "--debug-stdout"],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
+        wait_until(lambda: self._answering() or self._died(), timeout, f"smbd to listen on {self.host}:445")
+        if self._died():
+            raise RuntimeError(f"smbd exited: {self.log_path.read_text(errors='replace')[-2000:]}")
+
+    def _answering(self) -> bool:
+        return self.lan_host.call_in(_listening, self.host, self.port)

@@ -25,9 +25,10 @@ table) and its schedule replayed (``STK_CHAOS_SEED=...``). Time: about 5-6 s
 per fault on a 2-core machine (200 faults: ~20 min; the run stops drawing
 faults after `MAX_RUN_S` and then fails for the ones it could not run).
 
-Backend: `STK_CHAOS_BACKEND` = ``file`` (the default: LEASE_DIR is a folder of
-the share) or ``smb`` (LEASE_DIR=smb://..., served by Samba over the faulty
-folder; comes with the SMB backend).
+Backend: `STK_CHAOS_BACKEND` = ``file`` (the default: LEASE_DIR is each
+agent's faulty view of the share folder) or ``smb`` (LEASE_DIR=smb://... to a
+real Samba on its own LAN host, serving one faulty view: share faults hit the
+file server, a cut cable cuts the agent's SMB session).
 """
 
 from __future__ import annotations
@@ -69,10 +70,9 @@ WAIT_AFTER_ROUND = 0.8  # probability that a round waits for recovery before the
 def build_site(backend: str, root: Path) -> NetnsSite:
     if backend == "file":
         return NetnsSite(root, 3, share="lan", timing=TIMING)
-    raise NotImplementedError(
-        f"STK_CHAOS_BACKEND={backend!r}: only 'file' exists yet ('smb' comes with the smb:// lease dir: "
-        "a Samba server in the LAN serving the faulty folder, LEASE_DIR=smb://...)"
-    )
+    if backend == "smb":
+        return NetnsSite(root, 3, share="smb", timing=TIMING)
+    raise ValueError(f"STK_CHAOS_BACKEND={backend!r}: 'file' or 'smb'")
 
 
 def _deck(n: int, rng: random.Random) -> list[str]:
