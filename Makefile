@@ -14,8 +14,10 @@ run: bootstrap
 test: bootstrap
 	@$(PYTEST) -m "not chaos" $(PYTEST_ARGS)
 
+# Chaos judged by client history (tests/test_chaos.py): STK_CHAOS_FAULTS (200),
+# STK_CHAOS_SEED, STK_CHAOS_BACKEND (file); the table, history and seed go to .chaos/.
 chaos: bootstrap
-	@$(PYTEST) -m chaos $(PYTEST_ARGS)
+	@$(PYTEST) -m chaos -s $(PYTEST_ARGS)
 
 # The fuzzers of the guarded reader and the wire protocol, with many more examples.
 fuzz: bootstrap

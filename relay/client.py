@@ -51,6 +51,9 @@ Delivery semantics, as a caller sees them (the details are in `relay.outbox`):
   not prove it knows the client's key is dropped, its epochs and
   ``leader_changed`` ignored, and the next candidate tried. How far a
   server's word may move the epoch is in `relay.client_follow`.
+- Receipts: `on_confirmed` is called with the id of every message the relay
+  confirmed (in confirmation order; once per message), whether it came from
+  `send()` or `send_confirmed()`: what a caller may count as acknowledged.
 - Observability: `on_status` gets a `Status` at every transition; `state`,
   `leader`, `epoch`, `node`, `pending`, `unconfirmed` and `counters` can be
   read at any time. Exceptions: `relay.client_events`.
@@ -149,6 +152,7 @@ class RelayClient(ClientState):
         retry_delay: float = RETRY_DELAY,
         dedup_size: int = DEDUP_SIZE,
         on_status: Callable[[Status], None] | None = None,
+        on_confirmed: Callable[[Any], None] | None = None,
     ) -> None:
         if role not in JSON_ROLES:
             raise ValueError(f"role must be one of {', '.join(sorted(JSON_ROLES))}, not {role!r}")
@@ -168,6 +172,7 @@ class RelayClient(ClientState):
         self.connect_timeout, self.lease_poll = connect_timeout, lease_poll
         self.inbox_size, self.max_frame = inbox_size, max_frame
         self.on_status = on_status
+        self.on_confirmed = on_confirmed
         self.counters = Counters()
         self.state: Literal["idle", StatusKind] = "idle"
         self.status: Status | None = None
@@ -176,8 +181,9 @@ class RelayClient(ClientState):
         key = credential or token  # the station's credential, when given, is the key we prove
         config = SessionConfig(role, kmsn, station, key, max_frame, connect_timeout, keepalive)
         owner = SessionOwner(
-            self._outbox, self._inbox.deliver, self.counters, self._notify, self._registered, self._ended
-        )
+            self._outbox, self._inbox.deliver, self.counters, self._notify, self._registered, self._ended,
+            self._confirmed,
+        )  # fmt: skip
         connect = functools.partial(Session, config, owner)
         hooks = FollowerHooks(self._emit, self._notify, lambda: self._closed)
         self._follower = Follower(discovery, self.backoff, lease_poll, connect, hooks, f"{kmsn}/{station}")
@@ -355,6 +361,15 @@ class RelayClient(ClientState):
             self.counters.reconnects += 1
         self._live = session
         self._emit("registered", leader=session.leader, epoch=session.epoch, node=session.node, reason=reason)
+
+    def _confirmed(self, msgs: list[Outgoing]) -> None:
+        if self.on_confirmed is None:
+            return
+        for msg in msgs:
+            try:
+                self.on_confirmed(msg.id)
+            except Exception:
+                log.exception("relay client on_confirmed callback failed")
 
     def _ended(self, session: Session) -> None:
         if self._live is session:

@@ -83,6 +83,7 @@ class SessionOwner:
     changed: Callable[[], None]  # wake the client's waiters (room in the outbox, a settled message)
     registered: Callable[[Session, str], None]  # registered, queued messages flushed (the str says how many)
     ended: Callable[[Session], None]  # over; its unconfirmed messages are back in the queue
+    confirmed: Callable[[list[Outgoing]], None] | None = None  # the messages a keepalive answer confirmed
 
 
 @dataclass
@@ -326,6 +327,8 @@ class Session:
             owner.counters.confirmed += len(confirmed)
             for msg in confirmed:
                 _settle(msg, None)
+            if owner.confirmed is not None:
+                owner.confirmed(confirmed)
             owner.changed()  # room in the outbox for a waiting send()
             self.flush()  # a confirmed probe lets its destination's queue go
         if owner.outbox.window and self.ka_sent == self.ka_acked and self.writable:

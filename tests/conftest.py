@@ -27,6 +27,28 @@ def site_factory(tmp_path, request):
         site.stop()
 
 
+@pytest.fixture
+def netns_site(tmp_path, request):
+    """Build sites whose agents live in network namespaces (tests/netns.py); each
+    is stopped (agents, Redis, share views, namespaces) at teardown."""
+    from netns import NetnsSite, available
+
+    why = available()
+    if why:
+        pytest.skip(why)
+    sites: list[NetnsSite] = []
+    request.node.stk_sites = sites
+
+    def make(n=3, **kw):
+        site = NetnsSite(tmp_path / f"site{len(sites)}", n=n, **kw)
+        sites.append(site)
+        return site
+
+    yield make
+    for site in sites:
+        site.stop()
+
+
 @pytest.fixture(scope="session")
 def samba_server(tmp_path_factory):
     """One real smbd on loopback for the session (tests/samba.py); tests that

@@ -1,35 +1,20 @@
 """Followers whose wall clocks are 5 minutes off (libfaketime) neither steal a
 live lease nor fail to take over a dead one."""
 
-import glob
-import shutil
-import subprocess
 import time
 from datetime import datetime
-from pathlib import Path
 
 import pytest
-from harness import wait_until
+from harness import faketime_env, wait_until
 
 pytestmark = pytest.mark.agents
-
-LIBFAKETIME = (glob.glob("/usr/lib/*/faketime/libfaketime.so.1") or [""])[0]
 
 
 @pytest.fixture
 def skewed_env(tmp_path):
     """Environment that runs a process (and its children) with a skewed wall
     clock and a true monotonic clock, as on a real machine whose clock is off."""
-    assert LIBFAKETIME, "libfaketime is missing: run `make test` (it installs faketime)"
-    shim = tmp_path / "faketime_fix.so"
-    src = Path(__file__).with_name("faketime_fix.c")
-    gcc = shutil.which("gcc") or "gcc"
-    subprocess.run([gcc, "-shared", "-fPIC", "-O2", "-o", str(shim), str(src), "-ldl"], check=True)
-
-    def env(skew: str) -> dict[str, str]:
-        return {"LD_PRELOAD": f"{shim}:{LIBFAKETIME}", "FAKETIME": skew, "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
-
-    return env
+    return faketime_env(tmp_path)
 
 
 def test_followers_with_skewed_wall_clocks_follow_and_take_over(site_factory, skewed_env):

@@ -388,6 +388,26 @@ def test_it_registers_then_relays_between_a_commander_and_an_agent(tmp_path):
     play(tmp_path, body)
 
 
+def test_it_hands_a_receipt_to_on_confirmed_for_each_message_the_relay_confirmed(tmp_path):
+    async def body(pool: Pool) -> None:
+        a = await pool.relay("S051", HOST_A, 7)
+        pool.lease(a)
+        receipts: list[Any] = []
+        agent = pool.client("agent", "S002")
+        commander = pool.client("commander", "C01", settle=0, on_confirmed=receipts.append)
+        await agent.start(timeout=5)
+        await commander.start(timeout=5)
+        for i in range(5):
+            await commander.send(i, to="S002", id=f"m{i}")
+        await commander.send("lost", to="S404", id="gone")  # no_route: never confirmed
+        sent = await commander.send_confirmed("last", to="S002", id="c1")
+        await until(lambda: len(receipts) == 6, 5, "six receipts")
+        assert receipts == ["m0", "m1", "m2", "m3", "m4", sent]
+        assert commander.counters.confirmed == 6
+
+    play(tmp_path, body)
+
+
 def test_it_stops_at_once_when_refused_for_a_bad_token(tmp_path):
     async def body(pool: Pool) -> None:
         a = await pool.relay("S051", HOST_A, 7)

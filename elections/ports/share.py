@@ -22,6 +22,9 @@ implementation:
   for a moment, never reported as done. Raises OSError.
 - `create_exclusive` is atomic between machines (O_EXCL, SMB FILE_CREATE);
   a collision raises `FileExistsError`.
+- `move` renames a file on the server (replacing `new_rel` if it exists):
+  every client sees it at once, whatever it had cached; `FileNotFoundError`
+  if there is no `rel`.
 - `listing` is bounded (`MAX_SCAN` entries looked at, `limit` kept) and
   raises `FileNotFoundError` for a missing folder; it keeps names whose stem
   is a node id, or matches `names`.
@@ -71,6 +74,8 @@ class Share(Protocol):
     def create_exclusive(self, rel: str, data: bytes) -> None: ...
 
     def unlink(self, rel: str) -> None: ...
+
+    def move(self, rel: str, new_rel: str) -> None: ...
 
     def quarantine(self, rel: str) -> bool: ...
 
@@ -138,6 +143,9 @@ class LocalShare:
 
     def unlink(self, rel: str) -> None:
         os.unlink(self.path(rel))
+
+    def move(self, rel: str, new_rel: str) -> None:
+        os.replace(self.path(rel), self.path(new_rel))
 
     def quarantine(self, rel: str) -> bool:
         return sharefiles.quarantine(self.path(rel))

@@ -327,13 +327,21 @@ class SmbShare(SmbSession):
         self._op(run, rel)
 
     def rename(self, rel: str, to: str) -> None:
+        self._rename_entry(rel, to, replace=False)
+
+    def move(self, rel: str, new_rel: str) -> None:
+        self._rename_entry(rel, new_rel, replace=True)
+
+    def _rename_entry(self, rel: str, to: str, replace: bool) -> None:
+        """A server-side rename of one regular file (never a link or folder)."""
+
         def run(tree: TreeConnect) -> None:
             access = FilePipePrinterAccessMask.DELETE | ATTRS
             fopen, (create, created) = self._open(tree, rel, access, CreateDisposition.FILE_OPEN, FILE)
             self._raise_first(self._answers(self._send(tree, [create]), [created]))
             try:
                 self._refuse_odd(fopen, rel)
-                status = self._rename(tree, fopen, to, replace=False)
+                status = self._rename(tree, fopen, to, replace=replace)
                 if status is not None:
                     raise self._os_error(status, rel)
             finally:

@@ -17,7 +17,13 @@ Contract of every backend:
 
 The file backend serializes writers with `relay_leader.lock` (`filelock`:
 O_CREAT|O_EXCL, content signed with the pool key, stale locks broken by a
-bound on this process's own monotonic clock).
+bound on this process's own monotonic clock). An election's compare-and-set
+reads the lease as the file server holds it, past any client cache: under the
+lock the lease is renamed aside, read there, then replaced or put back
+(`_fresh_revision`), so that a share serving old copies can neither hand a
+follower a live lease nor two contenders one epoch. A renewal needs no such
+read: a leader renews only within its deadline, and nobody may take its lease
+before it has gone unrenewed — on the server — for a whole TTL, which is longer.
 
 Nothing read from the share is trusted (DESIGN.md §5.4): every file is opened
 as a regular file only, bounded in size and nesting (`sharefiles`,
@@ -178,6 +184,59 @@ class FileLeaseStore:
         except Untrusted as exc:
             return f"untrusted:{exc.cause}"
 
+    def _fresh_revision(self) -> tuple[str, str | None]:
+        """The lease's revision as the file server holds it now, for an election's
+        compare-and-set under the lock: (revision, where the lease was moved aside, or None).
+
+        A client's cache (NFS attribute caching, a share that serves old copies)
+        may show an older lease than the server holds; a compare-and-set on that
+        copy would let a follower take a live lease, or two contenders the same
+        epoch. So the lease is renamed aside first — a server-side operation
+        every client sees at once, and a change of this client's own, which
+        drops its copy — and read there. Only a regular file is moved; the
+        caller puts it back (`_put_back`) or writes the new lease in its place
+        (`_replaced_aside`). Every lease writer holds the lock, so nothing
+        writes the lease in between.
+        """
+        aside = f".{LEASE_NAME}.{self.node}.cas"
+        try:
+            if self.share.planted(LEASE_NAME):
+                return self._lease_revision(), None
+            self.share.move(LEASE_NAME, aside)
+        except FileNotFoundError:
+            return revision_of(None), None
+        except OSError as exc:
+            raise StoreUnavailable(f"cannot move {LEASE_NAME} aside in {self.share.where}: "
+                                   f"{exc.strerror or exc}") from exc  # fmt: skip
+        try:
+            return revision_of(self._read_raw(aside, LEASE)), aside
+        except Untrusted as exc:
+            return f"untrusted:{exc.cause}", aside
+        except StoreUnavailable:
+            self._put_back(aside)
+            raise
+
+    def _put_back(self, aside: str | None) -> None:
+        if aside is not None:
+            try:
+                self.share.move(aside, LEASE_NAME)
+            except OSError as exc:
+                raise StoreUnavailable(f"cannot put {LEASE_NAME} back in {self.share.where}: "
+                                       f"{exc.strerror or exc}") from exc  # fmt: skip
+
+    def _replaced_aside(self, aside: str | None, data: bytes) -> None:
+        """Write the new lease where the moved one was; the old copy goes (or back, if the write failed)."""
+        try:
+            self._replace(LEASE_NAME, data)
+        except StoreUnavailable:
+            self._put_back(aside)
+            raise
+        if aside is not None:
+            try:
+                self.share.unlink(aside)
+            except OSError:
+                pass  # a leftover copy under a dot name: no reader looks at it
+
     # -- writing -------------------------------------------------------------
     def _replace(self, rel: str, data: bytes) -> None:
         """Atomically, for readers on other machines. Something planted where the
@@ -218,11 +277,22 @@ class FileLeaseStore:
         if not self.lock.acquire():
             return WriteOutcome.BUSY, None
         try:
-            if self._lease_revision() != expect:
+            revision, aside = self._fresh_revision()
+            if revision != expect:
+                self._put_back(aside)
                 return WriteOutcome.CHANGED, None
-            record = make(max(known_epoch, self._highest_epoch()) + 1)
-            self._write_member(dict(member, epoch=record.epoch))  # the claim, before the lease
-            self._replace(LEASE_NAME, record.encode(self.token))
+            try:
+                current = self._read_lease() if aside is None else parse_lease(self._read_raw(aside, LEASE),
+                                                                               self.token)  # fmt: skip
+            except Untrusted:
+                current = LeaseRead("corrupt")
+            try:
+                record = make(max(known_epoch, self._highest_epoch(current)) + 1)
+                self._write_member(dict(member, epoch=record.epoch))  # the claim, before the lease
+            except StoreUnavailable:
+                self._put_back(aside)
+                raise
+            self._replaced_aside(aside, record.encode(self.token))
             return WriteOutcome.WRITTEN, record
         finally:
             self.lock.release()
@@ -305,8 +375,8 @@ class FileLeaseStore:
         """Every member's last valid heartbeat, by node (bad files are refused)."""
         return self._run(self._read_members)
 
-    def _highest_epoch(self) -> int:
-        lease = self._read_lease()
+    def _highest_epoch(self, lease: LeaseRead | None = None) -> int:
+        lease = lease if lease is not None else self._read_lease()
         best = lease.record.epoch if lease.record is not None else 0
         for doc in self._read_members().values():
             best = max(best, _int(doc.get("epoch")))
