@@ -187,10 +187,23 @@ def test_an_election_over_a_changed_lease_loses_and_claims_nothing(tmp_path, sto
 
 # -- what anyone who can write the share may leave there (DESIGN.md §5.4) ------------------
 def test_a_lock_that_is_not_validly_signed_is_broken_at_once(tmp_path, store):
-    for content in ('{"node": "S009", "pid": 1, "nonce": "forged"}', "[[[[", "x" * 10_000):
+    for content in ('{"node": "S009", "pid": 1, "nonce": "forged"}', "x" * 10_000):
         (tmp_path / "relay_leader.lock").write_text(content)
         assert store.write(rec(), expect=store.read().revision) is WriteOutcome.WRITTEN
     assert store.refusals.counts["unsigned"] >= 1 and store.refusals.counts["too_large"] >= 1
+
+
+@pytest.mark.parametrize("content", ["", '{"node": "S0', "[[[["])
+def test_a_lock_not_yet_filled_by_its_writer_is_never_broken_at_once(tmp_path, store, clock, content):
+    """Create and fill are two steps: a lock caught between them is a live
+    writer's. Breaking it at once let a second writer in (one epoch taken twice,
+    found by the conformance suite under load); it ages like a signed lock."""
+    (tmp_path / "relay_leader.lock").write_text(content)
+    assert store.write(rec(), expect="") is WriteOutcome.BUSY
+    clock.advance(1.9)
+    assert store.write(rec(), expect="") is WriteOutcome.BUSY
+    clock.advance(0.2)
+    assert store.write(rec(), expect="") is WriteOutcome.WRITTEN
 
 
 def test_old_locks_replayed_in_turn_age_like_one_and_are_broken(tmp_path, store, clock):
