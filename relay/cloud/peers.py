@@ -391,7 +391,7 @@ class RemotePeer(asyncio.Protocol):
             return
         if tunnel.mux.buffered(self.stream) <= READ_PAUSE_ABOVE // 2:
             self.paused_reading = False
-                transport.resume_reading()
+            transport.resume_reading()
 
     def site_closed(self, reason: str) -> None:
         """The site ended the stream (it closed the session): close after what was sent."""
