@@ -32,7 +32,14 @@ def _pair(ip: str) -> int:
 
 
 class CloudProc:
-    def __init__(self, root: Path, ip: str = CLOUD_IP, token: str = CLOUD_TOKEN, park: float = 4.0) -> None:
+    def __init__(
+        self,
+        root: Path,
+        ip: str = CLOUD_IP,
+        token: str = CLOUD_TOKEN,
+        park: float = 4.0,
+        keepalive: float = 1.0,
+    ) -> None:
         self.root, self.ip, self.token = root, ip, token
         root.mkdir(parents=True, exist_ok=True)
         self.relay_port = _pair(ip)
@@ -41,7 +48,7 @@ class CloudProc:
         self.ini.write_text(
             "[cloud]\n"
             f"LISTEN_IP = {ip}\nRELAY_PORT = {self.relay_port}\nTUNNEL_PORT = {self.tunnel_port}\n"
-            f"WEB_PORT = {self.web_port}\nDATA_DIR = {root / 'data'}\nRELAY_KEEPALIVE = 1\nPARK = {park}\n"
+            f"WEB_PORT = {self.web_port}\nDATA_DIR = {root / 'data'}\nRELAY_KEEPALIVE = {keepalive:g}\nPARK = {park}\n"
             f"[site:{KMSN}]\nCLOUD_TOKEN = {token}\n"
         )
         self.log_path = root / "cloud.log"
