@@ -48,7 +48,8 @@ class CloudProc:
         self.ini.write_text(
             "[cloud]\n"
             f"LISTEN_IP = {ip}\nRELAY_PORT = {self.relay_port}\nTUNNEL_PORT = {self.tunnel_port}\n"
-            f"WEB_PORT = {self.web_port}\nDATA_DIR = {root / 'data'}\nRELAY_KEEPALIVE = {keepalive:g}\nPARK = {park}\n"
+            f"WEB_PORT = {self.web_port}\nDATA_DIR = {root / 'data'}\n"
+            f"RELAY_KEEPALIVE = {keepalive:g}\nPARK = {park}\n"
             f"[site:{KMSN}]\nCLOUD_TOKEN = {token}\n"
         )
         self.log_path = root / "cloud.log"

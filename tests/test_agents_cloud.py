@@ -126,7 +126,7 @@ def test_remote_clients_follow_a_drain_and_a_kill_9_of_the_leader_through_the_cl
         assert isinstance(got, Received) and got.data == {"up": 1} and got.sender_station == "S101"
 
         # Drain: measured from the new leader serving (its relay listening) to a remote message flowing.
-        relayctl(site.by_name([a for a in site.agents if a is not leader][0].name), "drain", first.node)
+        relayctl(next(a for a in site.agents if a is not leader), "drain", first.node)
         second = await asyncio.to_thread(site.wait_leader, 15, first.node)
         new = site.by_name(second.node)
         await asyncio.to_thread(wait_until, lambda: listening(new.ip, port, 0.1), 10, "the new relay", 0.01)
