@@ -28,8 +28,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from typing import TYPE_CHECKING, Any
+from collections.abc import Hashable
+from typing import Any, Protocol
 
+from relay.cloud.config import CloudConfig
+from relay.cloud.fence import EpochFence, TunnelBook, TunnelRecord
 from relay.cloud.handshake import TunnelAcceptor, TunnelRegistered
 from relay.cloud.mux import (
     INITIAL_WINDOW,
@@ -44,14 +47,39 @@ from relay.cloud.remote import FrameCursor, Greeting
 from relay.framing import NOT_LEADER, WRONG_KMSN, RawData, decode_payload, encode_frame
 from relay.protocol_events import REGISTER_TIMEOUT, error_frame
 
-if TYPE_CHECKING:
-    from relay.cloud.fence import TunnelRecord
-    from relay.cloud.server import CloudServer
-
 log = logging.getLogger("stkrelay.cloud")
 
 READ_PAUSE_ABOVE = INITIAL_WINDOW
 HANDSHAKE_LIMIT = 64 << 10
+
+
+class CloudServer(Protocol):
+    """What the peers need of the server that accepted them (`relay.cloud.server.CloudServer`)."""
+
+    cfg: CloudConfig
+    fence: EpochFence
+    book: TunnelBook
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+
+    def admit(self, peer: Hashable, address: str) -> bool: ...  # False: over a cap, close without a word
+
+    def release(self, peer: Hashable) -> None: ...
+
+    def count(self, what: str) -> None: ...
+
+    def refused(self, code: str, peer: str) -> None: ...
+
+    def tunnel_accepted(self, tunnel: TunnelPeer) -> TunnelRecord: ...
+
+    def tunnel_lost(self, tunnel: TunnelPeer, reason: str) -> None: ...
+
+    def route(self, remote: RemotePeer) -> None: ...  # to its KMSN's tunnel, or parked
+
+    def forget(self, remote: RemotePeer) -> None: ...
+
+    def client_address(self) -> tuple[str | None, int | None]: ...
 
 
 def _peer_name(transport: asyncio.BaseTransport) -> tuple[str, str]:
