@@ -50,6 +50,7 @@ from relay.protocol_events import REGISTER_TIMEOUT, error_frame
 log = logging.getLogger("stkrelay.cloud")
 
 READ_PAUSE_ABOVE = INITIAL_WINDOW
+LINGER = 2.0  # seconds a closed client's unsent bytes may take to flush before it is aborted
 HANDSHAKE_LIMIT = 64 << 10
 
 
@@ -458,6 +459,8 @@ class RemotePeer(asyncio.Protocol):
             self.timer = None
         if self.transport is not None:
             self.transport.close()
+            if self.transport.get_write_buffer_size():  # a client that stopped reading: do not wait forever
+                self.loop.call_later(LINGER, self.transport.abort)
 
     def describe(self) -> dict[str, Any]:
         g = self.greeting

@@ -199,6 +199,7 @@ class TunnelClient:
         self.last_error = ""
         self.refusals: dict[str, int] = {}
         self.accepted = self.reconnects = 0
+        self.replaced_by: object = None  # the epoch the cloud said replaced this tunnel, if it did
         self.bytes_in = self.bytes_out = 0
         self.streams_opened = 0
         self.stopping = False
@@ -328,6 +329,7 @@ class TunnelClient:
             elif kind is Control:
                 obj = event.obj
                 if obj.get("type") == "leader_changed":
+                    self.replaced_by = obj.get("epoch")
                     self.last_error = f"replaced at the cloud by epoch {obj.get('epoch')} ({obj.get('node')})"
                     log.warning("tunnel to %s: %s", self.url, self.last_error)
             elif kind is MuxError:
@@ -413,4 +415,5 @@ class TunnelClient:
             "reconnects": self.reconnects,
             "refusals": dict(sorted(self.refusals.items())),
             "last_error": self.last_error,
+            "replaced_by": self.replaced_by if isinstance(self.replaced_by, int) else None,
         }
