@@ -43,7 +43,8 @@ class Rig:
 
     def __init__(self, tmp_path):
         self.cfg = CloudConfig(listen_ip=CLOUD_IP, relay_port=pair_port(CLOUD_IP),
-                               tunnel_port=free_port(CLOUD_IP), web_port=free_port(CLOUD_IP), data_dir=str(tmp_path), keepalive=1.0, park=2.0,
+                               tunnel_port=free_port(CLOUD_IP), web_port=free_port(CLOUD_IP),
+                               data_dir=str(tmp_path), keepalive=1.0, park=2.0,
                                tokens={KMSN: CLOUD_TOKEN})  # fmt: skip
         self.cloud = CloudServer(self.cfg)
         self.sites: list[tuple[RelayServer, TunnelClient]] = []
