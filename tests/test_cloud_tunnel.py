@@ -288,3 +288,31 @@ def test_a_remote_client_of_a_site_without_a_tunnel_is_refused_not_leader(tmp_pa
         await rig.stop()
 
     asyncio.run(scenario())
+
+
+def test_registered_remote_clients_are_never_evicted_to_make_room_for_newcomers(tmp_path):
+    from relay.limits import Caps
+
+    async def scenario():
+        rig = Rig(tmp_path)
+        rig.cloud = CloudServer(rig.cfg, caps=Caps(total=50, preauth=3, per_address=50))
+        await rig.start()
+        _, tunnel = await rig.site("S001", 7)
+        await until(lambda: tunnel.state == "connected", 5, "the tunnel")
+        held = [await json_client(CLOUD_IP, rig.cfg.relay_port, "commander", f"C{i:02d}") for i in range(5)]
+        await until(
+            lambda: rig.cloud.status()["pools"][KMSN]["remote_clients"] == 5, 5, "five remote clients"
+        )
+        idle = [
+            await asyncio.open_connection(CLOUD_IP, rig.cfg.relay_port) for _ in range(6)
+        ]  # never register
+        await asyncio.sleep(0.2)
+        assert rig.cloud.status()["pools"][KMSN]["remote_clients"] == 5  # the idle ones evicted each other
+        assert rig.cloud.admission.refused["evicted"] >= 3
+        for _, w, _ in held:
+            w.close()
+        for _, w in idle:
+            w.close()
+        await rig.stop()
+
+    asyncio.run(scenario())

@@ -68,6 +68,8 @@ class CloudServer(Protocol):
 
     def release(self, peer: Hashable) -> None: ...
 
+    def joined(self, peer: Hashable) -> None: ...  # registered: no longer an evictable newcomer
+
     def count(self, what: str) -> None: ...
 
     def refused(self, code: str, peer: str) -> None: ...
@@ -412,6 +414,7 @@ class RemotePeer(asyncio.Protocol):
             if self.timer is not None:
                 self.timer.cancel()
                 self.timer = None
+            self.server.joined(self)
             self.server.count("remote_registered")
 
     def writable(self) -> None:

@@ -114,6 +114,9 @@ class CloudServer:
     def release(self, peer: Hashable) -> None:
         self.admission.release(peer)
 
+    def joined(self, peer: Hashable) -> None:
+        self.admission.registered(peer)
+
     def count(self, what: str) -> None:
         self.counters[what] = self.counters.get(what, 0) + 1
 
