@@ -396,14 +396,14 @@ def _cloud(cfg: Config, values: dict[str, str], bad) -> None:  # type: ignore[no
     elif parsed.scheme != "tcp":
         bad("stkrelay.E028", "CLOUD_URL", f"{parsed.scheme}:// tunnels are not supported yet",
             "use tcp://host:TUNNEL_PORT")  # fmt: skip
-    else:
-        cfg.cloud = parsed
     if len(cfg.cloud_token) < 16:
         bad("stkrelay.E028", "CLOUD_TOKEN", "is missing or shorter than 16 characters",
             "set the CLOUD_TOKEN of this site's [site:<KMSN>] section in the cloud's cloud.ini")  # fmt: skip
     elif cfg.cloud_token in (cfg.relay_token, cfg.pool_key):
         bad("stkrelay.E028", "CLOUD_TOKEN", "is the same as RELAY_TOKEN or POOL_KEY",
             "the cloud must not hold a site key: choose a separate secret")  # fmt: skip
+    elif isinstance(parsed, CloudURL) and parsed.scheme == "tcp":
+        cfg.cloud = parsed  # a tunnel only with both keys sound
 
 
 def _flag(text: str, default: bool) -> bool:
