@@ -70,11 +70,19 @@ async def latency(cmd: RelayClient, agent: RelayClient, n: int, tag: str) -> lis
     return out
 
 
-async def flows(cmd: RelayClient, agent: RelayClient, tag: str, timeout: float = 30) -> float:
-    """Retry a remote message until it reaches `agent`; the monotonic time it arrived."""
+async def flows(cmd: RelayClient, agent: RelayClient, tag: str, timeout: float = 30, epoch: int = 0) -> float:
+    """Retry a remote message until it reaches `agent`, both registered with `epoch` or later
+    (so through the new leader); the monotonic time it arrived."""
     deadline = time.monotonic() + timeout
     n = 0
     while time.monotonic() < deadline:
+        if (
+            (cmd.epoch or 0) < epoch
+            or (agent.epoch or 0) < epoch
+            or not (cmd.registered and agent.registered)
+        ):
+            await asyncio.sleep(0.002)
+            continue
         n += 1
         try:
             await cmd.send_confirmed({"tag": tag, "n": n}, to=agent.station, id=f"{tag}-{n}", timeout=0.5)
@@ -134,7 +142,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> None:
             while not (agent.registered and (agent.epoch or 0) > rec.epoch):
                 await asyncio.sleep(0.005)
             site_gaps.append(time.monotonic() - killed)
-            remote_gaps.append(await flows(remote, agent, f"kill-{i}") - killed)
+            remote_gaps.append(await flows(remote, agent, f"kill-{i}", epoch=rec.epoch + 1) - killed)
             print(f"  kill {i + 1:2d}/{args.kills}: {rec.node} epoch {rec.epoch}: site {site_gaps[-1]:.2f} s,"
                   f" remote {remote_gaps[-1]:.2f} s", flush=True)  # fmt: skip
             victim.start()
@@ -156,7 +164,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> None:
                 wait_until, lambda a=fresh: listening(a.ip, port, 0.05), 10, "the new relay", 0.005
             )
             serving = time.monotonic()
-            arrived = await flows(remote, agent, f"drain-{i}")
+            arrived = await flows(remote, agent, f"drain-{i}", epoch=new.epoch)
             from_serving.append(arrived - serving)
             from_drain.append(arrived - started)
             where = f"{rec.node} -> {new.node}"

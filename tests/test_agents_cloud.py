@@ -54,20 +54,32 @@ def tunnel_of(agent):
     return doc.get("snapshot", {}).get("tunnel") or {} if doc.get("listening") else {}
 
 
-async def flows(cmd, agent, n, timeout):
-    """Time until a remote commander's message reaches `agent` (retrying until it does)."""
+async def flows(cmd, agent, n, timeout, epoch=0):
+    """Time until a remote commander's message reaches `agent` (retrying until it does), both
+    registered with `epoch` or later: through the new leader, not a late old one."""
     started = time.monotonic()
+    tries = 0
     while time.monotonic() - started < timeout:
+        if (
+            (cmd.epoch or 0) < epoch
+            or (agent.epoch or 0) < epoch
+            or not (cmd.registered and agent.registered)
+        ):
+            await asyncio.sleep(0.005)
+            continue
+        tries += 1
         try:
-            await cmd.send_confirmed({"n": n}, to=agent.station, id=f"m{n}", timeout=0.5)
+            await cmd.send_confirmed({"n": n}, to=agent.station, id=f"m{n}-{tries}", timeout=0.5)
         except Exception:
             await asyncio.sleep(0.02)
             continue
-        got = await agent.receive(timeout=1)
-        while isinstance(got, Received) and got.data != {"n": n}:
-            got = await agent.receive(timeout=1)
-        if isinstance(got, Received):
-            return time.monotonic() - started
+        try:
+            while True:
+                got = await agent.receive(timeout=1)
+                if isinstance(got, Received) and got.data == {"n": n}:
+                    return time.monotonic() - started
+        except TimeoutError:
+            continue
     raise AssertionError(f"message {n} did not flow within {timeout} s")
 
 
@@ -131,7 +143,7 @@ def test_remote_clients_follow_a_drain_and_a_kill_9_of_the_leader_through_the_cl
         new = site.by_name(second.node)
         await asyncio.to_thread(wait_until, lambda: listening(new.ip, port, 0.1), 10, "the new relay", 0.01)
         serving = time.monotonic()
-        await flows(cmd, s101, 1, 10)
+        await flows(cmd, s101, 1, 10, epoch=second.epoch)
         drain_gap = time.monotonic() - serving
         assert cmd.epoch == second.epoch
 
@@ -142,7 +154,7 @@ def test_remote_clients_follow_a_drain_and_a_kill_9_of_the_leader_through_the_cl
             assert time.monotonic() - killed < 15
             await asyncio.sleep(0.02)
         site_failover = time.monotonic() - killed
-        await flows(cmd, s101, 2, 15)
+        await flows(cmd, s101, 2, 15, epoch=second.epoch + 1)
         remote_recovery = time.monotonic() - killed
         for c in (cmd, s101):
             await c.close()
