@@ -110,7 +110,9 @@ def test_remote_clients_follow_a_drain_and_a_kill_9_of_the_leader_through_the_cl
     first = site.wait_settled()
     leader = site.by_name(first.node)
     wait_until(lambda: cloud.tunnel_epoch() == first.epoch, 15, "the leader's tunnel at the cloud")
-    assert tunnel_of(leader)["connected"]
+    # relay.json is rewritten every 0.5 s: the leader's own account catches up.
+    wait_until(lambda: tunnel_of(leader).get("connected"), 5, "relay.json to show the tunnel connected")
+    assert tunnel_of(leader)["epoch"] == first.epoch and tunnel_of(leader)["url"] == cloud.url
     port = int(leader.setting("RELAY_PORT"))
 
     # Passthrough: a site publisher, a remote viewer on the cloud.
