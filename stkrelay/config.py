@@ -378,7 +378,7 @@ def _logs(cfg: Config, values: dict[str, str], bad, number) -> None:  # type: ig
 
 
 def _cloud(cfg: Config, values: dict[str, str], bad) -> None:  # type: ignore[no-untyped-def]
-    """CLOUD_URL and CLOUD_TOKEN (E028): both or neither."""
+    """CLOUD_URL (E028) and CLOUD_TOKEN (E029): both or neither."""
     cfg.cloud_url, cfg.cloud_token = values["CLOUD_URL"], values["CLOUD_TOKEN"]
     if not cfg.cloud_url:
         if cfg.cloud_token:
@@ -397,10 +397,10 @@ def _cloud(cfg: Config, values: dict[str, str], bad) -> None:  # type: ignore[no
         bad("stkrelay.E028", "CLOUD_URL", f"{parsed.scheme}:// tunnels are not supported yet",
             "use tcp://host:TUNNEL_PORT")  # fmt: skip
     if len(cfg.cloud_token) < 16:
-        bad("stkrelay.E028", "CLOUD_TOKEN", "is missing or shorter than 16 characters",
+        bad("stkrelay.E029", "CLOUD_TOKEN", "is missing or shorter than 16 characters",
             "set the CLOUD_TOKEN of this site's [site:<KMSN>] section in the cloud's cloud.ini")  # fmt: skip
     elif cfg.cloud_token in (cfg.relay_token, cfg.pool_key):
-        bad("stkrelay.E028", "CLOUD_TOKEN", "is the same as RELAY_TOKEN or POOL_KEY",
+        bad("stkrelay.E029", "CLOUD_TOKEN", "is the same as RELAY_TOKEN or POOL_KEY",
             "the cloud must not hold a site key: choose a separate secret")  # fmt: skip
     elif isinstance(parsed, CloudURL) and parsed.scheme == "tcp":
         cfg.cloud = parsed  # a tunnel only with both keys sound

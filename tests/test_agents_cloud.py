@@ -223,14 +223,12 @@ def frozen_leader_scenario(site_factory, cloud):
         == "bad_auth"
     )
     assert tunnel_attempt(cloud, "S009", new.epoch, {**lease, "node": "S009"}) == "stale_epoch"
-    # Hostile bytes on the tunnel port: closed, bounded, the cloud carries on.
-    for junk in (
-        b"\xff" * 9,
-        b"\x00\x00\x00\x00",
-        (1 << 31).to_bytes(4, "big") + b"{",
-        b"GET / HTTP/1.1\r\n\r\n",
-    ):
-        with socket.create_connection((cloud.ip, cloud.tunnel_port), timeout=5) as s:
+    # Hostile bytes on the tunnel port and the remote clients' ports: closed, bounded, the cloud carries on.
+    junks = (b"\xff" * 9, b"\x00\x00\x00\x00", (1 << 31).to_bytes(4, "big") + b"{", b"GET / HTTP/1.1\r\n\r\n",
+             b"\x00\x00\x00\x05[1,2]", b"\x00\x00\x00\x0f" + b'{"type":"send"}')  # fmt: skip
+    ports = (cloud.tunnel_port, cloud.relay_port, cloud.relay_port + 1)
+    for junk, port in ((j, p) for j in junks for p in ports):
+        with socket.create_connection((cloud.ip, port), timeout=5) as s:
             s.recv(65536)
             s.sendall(junk)
             s.settimeout(6)

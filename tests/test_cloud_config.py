@@ -98,6 +98,7 @@ BASE = {"STK_KMSN": KMSN, "STK_STATION": "S001", "STK_RELAY_TOKEN": "site-Token-
 )
 def test_the_agents_cloud_keys_are_checked_at_start_up(extra, problem):
     cfg = load_agent(None, env={**BASE, **extra}, check_dirs=False)
-    ours = [p for p in cfg.problems if p.id == "stkrelay.E028"]
-    assert [p.key for p in ours] == ([problem] if problem else [])
+    ours = [(p.id, p.key) for p in cfg.problems if p.id in ("stkrelay.E028", "stkrelay.E029")]
+    ids = {"CLOUD_URL": "stkrelay.E028", "CLOUD_TOKEN": "stkrelay.E029"}
+    assert ours == ([(ids[problem], problem)] if problem else [])
     assert (cfg.cloud is not None) == (problem is None and "STK_CLOUD_URL" in extra)
