@@ -128,8 +128,12 @@ async def run(args: argparse.Namespace, workdir: Path) -> None:
             await c.start(timeout=20)
         await latency(remote, agent, 20, "warm-remote")
         await latency(direct, agent, 20, "warm-direct")
-        results["latency through the cloud (ms)"] = await latency(remote, agent, args.messages, "remote")
-        results["latency direct on the site (ms)"] = await latency(direct, agent, args.messages, "direct")
+        through, straight = [], []
+        for i in range(args.messages):  # interleaved, so that both see the same machine load
+            through += await latency(remote, agent, 1, f"remote-{i}")
+            straight += await latency(direct, agent, 1, f"direct-{i}")
+        results["latency through the cloud (ms)"] = through
+        results["latency direct on the site (ms)"] = straight
 
         site_gaps, remote_gaps = [], []
         for i in range(args.kills):
@@ -148,6 +152,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> None:
             victim.start()
         results["kill -9: site (LAN agent back)"] = site_gaps
         results["kill -9: remote message flows"] = remote_gaps
+        results["kill -9: remote minus site"] = [r - s for r, s in zip(remote_gaps, site_gaps, strict=True)]
 
         from_serving, from_drain = [], []
         for i in range(args.drains):
@@ -184,10 +189,13 @@ async def run(args: argparse.Namespace, workdir: Path) -> None:
           f"site timing TTL {FAST['LEASE_TTL']} renew {FAST['LEASE_RENEW']}"
           f" poll {FAST['LEASE_POLL']}")  # fmt: skip
     for name, values in results.items():
+        if not values:
+            continue
         ms = "(ms)" in name
         print(line(name.replace(" (ms)", ""), values, "ms" if ms else "s", 1000.0 if ms else 1.0))
+    carried = sum(t["bytes_in"] + t["bytes_out"] for t in tunnels)
     print(f"  the cloud's records: {len(tunnels)} tunnels, epochs {[t['epoch'] for t in tunnels]}, "
-          f"refused {status['refused']}")  # fmt: skip
+          f"{carried:,} bytes carried, refused {status['refused']}")  # fmt: skip
 
 
 def main() -> None:
