@@ -148,6 +148,10 @@ def test_remote_clients_follow_a_drain_and_a_kill_9_of_the_leader_through_the_cl
         await flows(cmd, s101, 1, 10, epoch=second.epoch)
         drain_gap = time.monotonic() - serving
         assert cmd.epoch == second.epoch
+        # The new leader's tunnel opened within 1 s of its relay serving (the cloud's loop.time()
+        # is this host's CLOCK_MONOTONIC, like time.monotonic() here).
+        opened = next(r["opened"] for r in cloud.status()["tunnels"] if r["epoch"] == second.epoch)
+        assert opened - serving < 1.0, opened - serving
 
         # kill -9 of the leader: the site's own failover (a local client re-registered) + 2 s.
         new.kill9()
@@ -160,9 +164,9 @@ def test_remote_clients_follow_a_drain_and_a_kill_9_of_the_leader_through_the_cl
         remote_recovery = time.monotonic() - killed
         for c in (cmd, s101):
             await c.close()
-        return drain_gap, site_failover, remote_recovery
+        return drain_gap, site_failover, remote_recovery, second
 
-    drain_gap, site_failover, remote_recovery = asyncio.run(scenario())
+    drain_gap, site_failover, remote_recovery, second = asyncio.run(scenario())
     print(f"drain: remote flow {drain_gap:.2f} s after the new leader served; kill -9: site failover "
           f"{site_failover:.2f} s, remote flow {remote_recovery:.2f} s")  # fmt: skip
     assert drain_gap < 1.0 + 0.5, drain_gap  # 1 s, and 0.5 s for a machine shared with other tests
@@ -171,7 +175,11 @@ def test_remote_clients_follow_a_drain_and_a_kill_9_of_the_leader_through_the_cl
     records = status["tunnels"]
     assert [r["epoch"] for r in records] == sorted(r["epoch"] for r in records)
     assert overlaps(records) == [], records  # one tunnel per KMSN at any instant
-    assert status["pools"][KMSN]["epoch"] == site.lease().epoch
+    third = site.lease()
+    assert status["pools"][KMSN]["epoch"] == third.epoch
+    # Only leaders dialled out: each epoch's tunnel came from that epoch's leader, no one else.
+    holders = {first.epoch: first.node, second.epoch: second.node, third.epoch: third.node}
+    assert {(r["epoch"], r["node"]) for r in records} == set(holders.items()), records
 
 
 def test_a_frozen_leader_woken_cannot_bring_its_old_epoch_back_and_forged_tunnels_are_refused(
