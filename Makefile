@@ -3,7 +3,7 @@
 PY := .venv/bin/python
 PYTEST := .venv/bin/pytest
 
-.PHONY: bootstrap run test chaos fuzz bench bench-failover bench-relay bench-relay-idle bench-switchover bench-panel bench-login bench-hostile bench-compaction bench-footprint screenshots lint format clean
+.PHONY: bootstrap run test chaos fuzz bench bench-failover bench-relay bench-relay-idle bench-switchover bench-panel bench-login bench-hostile bench-compaction bench-footprint screenshots lint format clean bench-cloud
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -23,7 +23,7 @@ chaos: bootstrap
 fuzz: bootstrap
 	@STK_FUZZ_EXAMPLES=$${STK_FUZZ_EXAMPLES:-20000} $(PYTEST) tests/test_untrusted.py tests/test_protocol_fuzz.py $(PYTEST_ARGS)
 
-bench: bench-failover bench-relay bench-relay-idle bench-switchover bench-panel bench-login bench-hostile bench-compaction bench-footprint
+bench: bench-failover bench-relay bench-relay-idle bench-switchover bench-panel bench-login bench-hostile bench-compaction bench-footprint bench-cloud
 
 bench-failover: bootstrap
 	@$(PY) bench/failover.py $(BENCH_ARGS)
@@ -51,6 +51,9 @@ bench-compaction: bootstrap
 # Memory and idle CPU of every process of an agent of a 3-member site.
 bench-footprint: bootstrap
 	@$(PY) bench/footprint.py $(BENCH_ARGS)
+# The cloud relay (DESIGN.md §14): latency through it vs direct, remote recovery after kill -9 and drain.
+bench-cloud: bootstrap
+	@$(PY) bench/cloud.py $(BENCH_ARGS)
 
 bench-login: bootstrap
 	@$(PY) bench/login_flood.py $(BENCH_ARGS)

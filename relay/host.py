@@ -76,8 +76,11 @@ class Host(Protocol):
     @property
     def successor(self) -> Successor | None: ...  # set once leadership is lost
 
-    def new_connection(self, *, roles: Collection[str], raw_mode: bool) -> ServerConnection:
-        """The sans-I/O core for one new connection (it queues ``hello``)."""
+    def new_connection(
+        self, *, roles: Collection[str], raw_mode: bool, nonce: str | None = None
+    ) -> ServerConnection:
+        """The sans-I/O core for one new connection (it queues ``hello``; `nonce`:
+        the one another relay's hello sent, for a peer that came through a tunnel)."""
         ...
 
     def admit(self, peer: Peer, address: str) -> bool: ...  # False: refuse it, no frame (relay.limits)

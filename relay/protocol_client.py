@@ -51,7 +51,8 @@ class ClientConnection(FramedConnection):
     server's close: the transport reports it with `receive_eof()`).
     With `keepalive_acks`, each ``keepalive_ack`` of an open connection is a
     `KeepaliveAck` event; without, it is absorbed silently. With `cnonce`, the
-    server must prove itself (see the module docstring).
+    server must prove itself (see the module docstring). `extra` adds fields to
+    ``register`` (never replacing one of its own): the cloud tunnel's ``lease``.
     """
 
     def __init__(
@@ -66,6 +67,7 @@ class ClientConnection(FramedConnection):
         raw_mode: bool = False,
         keepalive_acks: bool = False,
         cnonce: str | None = None,
+        extra: dict | None = None,
     ) -> None:
         if cnonce is not None and not is_nonce(cnonce):
             raise ValueError(f"cnonce must be 32 hex characters, got {cnonce!r}")
@@ -74,6 +76,7 @@ class ClientConnection(FramedConnection):
         self.epoch = epoch
         self.keepalive_acks = keepalive_acks
         self.cnonce = cnonce
+        self.extra = dict(extra or {})  # further fields of ``register`` (a tunnel's signed lease)
         self.proven = False  # the server proved it knows our key (protocol 1.1)
         self.unproven = False  # it answered registered without a valid proof
         self._token = token
@@ -156,6 +159,7 @@ class ClientConnection(FramedConnection):
             del register["epoch"]
         if self.cnonce is not None:
             register["cnonce"] = self.cnonce
+        register.update({k: v for k, v in self.extra.items() if k not in register})
         self._frame(register)
         self.state = State.AWAIT_REGISTER
         self._events.append(Hello(node, epoch, nonce))

@@ -6,14 +6,18 @@ ports it needs (no Django, no Celery: a few MiB where a management command
 costs ~75), waits for this agent's leadership and the fenced start_relay
 action of its epoch, and serves until leadership is lost (see
 `relay.management.commands.runrelay`, the same behaviour as a management
-command). Exit status: 0 after serving, 1 if a port cannot be bound, 2 on a
-configuration problem.
+command). With ``CLOUD_URL`` set, it dials the cloud relay's tunnel as soon
+as it serves (`relay.cloud.tunnel.TunnelClient`, presenting the signed lease of
+its epoch), redials with backoff while the gate holds, and closes it on the
+way out; its state is ``snapshot["tunnel"]`` in relay.json. Exit status: 0
+after serving, 1 if a port cannot be bound, 2 on a configuration problem.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import logging
 import os
 import signal
@@ -26,6 +30,7 @@ from typing import Any
 from elections.ports.clock import SystemClock
 from elections.ports.localstate import Leadership, LocalState, RelayStatus
 from elections.ports.stores import PoolPlace, open_store
+from relay.cloud.tunnel import TunnelClient
 from relay.server import RelayServer
 
 log = logging.getLogger("stkrelay.relay")
@@ -116,6 +121,7 @@ class RelayRunner:
             station_keys_only=stk.relay_station_keys_only,
             max_per_address=stk.relay_max_per_address or None,
         )
+        self.tunnel: TunnelClient | None = None
 
     async def run(self) -> int:
         stk, server = self.stk, self.server
@@ -135,6 +141,12 @@ class RelayRunner:
             f"runrelay: {stk.node} epoch {self.epoch} serving {stk.kmsn} on {stk.node_ip}:"
             f"{stk.relay_port} (json) and :{stk.relay_port + 1} (passthrough)"
         )
+        if stk.cloud is not None:
+            self.tunnel = TunnelClient(server=server, host=stk.cloud.host, port=stk.cloud.port,
+                                       token=stk.cloud_token, kmsn=stk.kmsn, node=stk.node, epoch=self.epoch,
+                                       lease=self.own_lease, gate=self.gate, keepalive=stk.relay_keepalive,
+                                       url=stk.cloud_url)  # fmt: skip
+            self.tunnel.start()
         self.write_status(True)
         next_status = loop.time() + STATUS_EVERY
         while True:
@@ -152,13 +164,15 @@ class RelayRunner:
         told = server.snapshot()["connections"]
         server.lose_leadership(*successor)
         await server.wait_closed(0.5)
+        if self.tunnel is not None:
+            await self.tunnel.stop()
         self.write_status(False)
         epoch, ip, port = successor
         self.say(f"runrelay: {reason}; told {told} connections epoch={epoch} ip={ip} port={port}; exiting")
         return 0
 
-    async def successor(self) -> Successor:
-        """The new leader from the lease, read off-loop (a dead share may hang): or nulls."""
+    async def read_lease(self, within: float = LEASE_READ_WITHIN) -> Any:
+        """The lease read off-loop (a dead share may hang), within `within` seconds; raises if not."""
         stk = self.stk
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
 
@@ -170,20 +184,41 @@ class RelayRunner:
                 future.set_exception(exc)
 
         threading.Thread(target=read, name="lease-read", daemon=True).start()
+        return await asyncio.wait_for(asyncio.wrap_future(future), within)
+
+    async def own_lease(self) -> dict[str, Any] | None:
+        """The signed lease naming this node with this epoch, as the tunnel presents it; or None."""
         try:
-            lease = await asyncio.wait_for(asyncio.wrap_future(future), LEASE_READ_WITHIN)
+            lease = await self.read_lease(self.stk.share_timeout + 0.5)
+        except Exception as exc:
+            log.warning("cannot read the lease for the cloud tunnel: %s", exc or type(exc).__name__)
+            return None
+        record = lease.record
+        if lease.status != "valid" or record is None or record.released:
+            return None
+        if record.node != self.stk.node or record.epoch != self.epoch:
+            return None
+        return json.loads(record.encode(self.stk.pool_key))
+
+    async def successor(self) -> Successor:
+        """The new leader from the lease, read off-loop (a dead share may hang): or nulls."""
+        try:
+            lease = await self.read_lease()
         except Exception as exc:
             log.warning("cannot read the lease to name the new leader: %s", exc or type(exc).__name__)
             return NOBODY
         record = lease.record
         if lease.status != "valid" or record is None or record.released:
             return NOBODY
-        if record.node == stk.node or record.epoch <= self.epoch:
+        if record.node == self.stk.node or record.epoch <= self.epoch:
             return NOBODY
         return record.epoch, record.ip, record.port
 
     def write_status(self, listening: bool) -> None:
-        status = RelayStatus(os.getpid(), self.epoch, listening, time.monotonic(), self.server.snapshot())
+        snapshot = self.server.snapshot()
+        if self.tunnel is not None:
+            snapshot["tunnel"] = self.tunnel.snapshot()
+        status = RelayStatus(os.getpid(), self.epoch, listening, time.monotonic(), snapshot)
         try:
             self.local.write_relay(status)
         except OSError as exc:

@@ -179,7 +179,9 @@ class RelayServer:
         return self.leading and bool(self.gate())
 
     # -- relay.sessions.Host: what the peers see of the server -------------------------
-    def new_connection(self, *, roles: Collection[str], raw_mode: bool) -> ServerConnection:
+    def new_connection(
+        self, *, roles: Collection[str], raw_mode: bool, nonce: str | None = None
+    ) -> ServerConnection:
         return ServerConnection(
             node=self.node,
             epoch=self.current_epoch(),
@@ -194,6 +196,7 @@ class RelayServer:
             pool_key=self.pool_key,
             station_keys_only=self.station_keys_only,
             admit=self.may_register,
+            nonce=nonce,
         )
 
     def may_register(self, registration: Registered) -> str | None:

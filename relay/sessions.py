@@ -61,6 +61,7 @@ class JsonPeer(asyncio.Protocol):
     roles = JSON_ROLES
     raw_mode = False
     silence_applies = True
+    nonce: str | None = None  # the hello's nonce: fresh, unless another relay greeted (relay.cloud)
 
     def __init__(self, host: Host) -> None:
         self.host = host
@@ -94,13 +95,17 @@ class JsonPeer(asyncio.Protocol):
         if sock is not None:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         transport.set_write_buffer_limits(high=host.buffer_limit)
-        self.conn = host.new_connection(roles=self.roles, raw_mode=self.raw_mode)
-        transport.write(self.conn.data_to_send())
+        self.conn = host.new_connection(roles=self.roles, raw_mode=self.raw_mode, nonce=self.nonce)
+        self.greet(transport, self.conn.data_to_send())
         successor = host.successor
         if successor is not None:  # accepted in the same loop turn as lose_leadership()
             self.leader_changed(*successor)
             return
         self.timer = self.loop.call_later(self.conn.register_timeout, self._handshake_expired)
+
+    def greet(self, transport: asyncio.Transport, hello: bytes) -> None:
+        """Send the core's ``hello`` (a tunnelled peer drops it: the cloud greeted)."""
+        transport.write(hello)
 
     def data_received(self, data: bytes) -> None:
         if self.dead:

@@ -2,12 +2,14 @@
 
     stkrelay agent --ini PATH          one agent in the foreground (as `manage.py runagent`)
     stkrelay manage COMMAND [ARGS]     any management command (migrate, check, runrelay, ...)
+    stkrelay cloud --ini cloud.ini     the cloud rendezvous relay (as `manage.py runcloud`, DESIGN.md §14)
     relayctl ARGS | relayclient ARGS | stkuser ARGS    as `manage.py relayctl ARGS`, ...
 
 Each one sets DJANGO_SETTINGS_MODULE and takes `--ini PATH` anywhere on its
 command line (else `STK_INI`); the path is made absolute before Django reads
-settings, so they work from any directory. `stkrelay cloud` is reserved for the
-outside entry (DESIGN.md §14). `python -m stkrelay ...` is the same as `stkrelay ...`.
+settings, so they work from any directory; `stkrelay cloud` takes `--ini PATH` (else
+`CLOUD_INI`) as the cloud's own cloud.ini, not an agent's. `python -m stkrelay ...` is the
+same as `stkrelay ...`.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import sys
 
 USAGE = """usage: stkrelay agent [--ini PATH]        run one agent (web, worker, beat, relay while leader)
        stkrelay manage COMMAND [ARGS...]  run a management command with the agent's settings
+       stkrelay cloud [--ini cloud.ini]   run the cloud rendezvous relay (else $CLOUD_INI)
 also: relayctl, relayclient, stkuser (each takes --ini PATH, else $STK_INI)"""
 
 
@@ -62,8 +65,13 @@ def main(argv: list[str] | None = None) -> int:
     if sub == "manage" and rest:
         return run(rest[0], rest[1:], "stkrelay manage")
     if sub == "cloud":
-        print("stkrelay cloud: not in this version (DESIGN.md §14)", file=sys.stderr)
-        return 2
+        agent_ini = os.environ.pop("STK_INI", None)  # the cloud reads no agent's stk.ini
+        rest = take_ini(rest)
+        if os.environ.get("STK_INI"):
+            os.environ["CLOUD_INI"] = os.environ.pop("STK_INI")
+        if agent_ini is not None and not os.environ.get("CLOUD_INI"):
+            os.environ["CLOUD_INI"] = ""  # never fall back on the agent's file
+        return run("runcloud", rest, "stkrelay cloud")
     print(USAGE, file=sys.stderr)
     return 2
 

@@ -25,6 +25,10 @@ PURE = (
     "elections.core.actions",
     "relay.protocol",
     "relay.framing",
+    "relay.cloud.mux",
+    "relay.cloud.fence",
+    "relay.cloud.handshake",
+    "relay.cloud.remote",
 )
 IMPURE_ROOTS = {
     "django",

@@ -131,3 +131,29 @@ def test_the_metrics_carry_prometheus_clients_process_and_platform_metrics(dj):
     assert 0 < time.time() - families["process_start_time_seconds"].samples[0].value < 3600
     (info,) = families["python_info"].samples
     assert info.labels["major"] == "3" and info.value == 1
+
+
+def test_the_leaders_cloud_tunnel_is_in_the_metrics_and_on_the_panel(dj):
+    from test_panel_support import make_user
+
+    write_pool(dj["data_dir"], leader="S001", epoch=7)
+    write_leading(dj["data_dir"], epoch=7)
+    tunnel = {"url": "tcp://cloud.example:9542", "state": "connected", "connected": True, "epoch": 7,
+              "age_s": 12.5, "remote_clients": 3, "streams": 4, "bytes_in": 1000, "bytes_out": 2000,
+              "reconnects": 1, "refusals": {"stale_epoch": 1}, "last_error": ""}  # fmt: skip
+    write_relay(dj["data_dir"], {"counts": {}, "relayed": {}, "drops": {}, "tunnel": tunnel})
+    _, families = scrape()
+    k = ("kmsn", KMSN)
+    assert samples(families, "stkrelay_tunnel_connected") == {(("epoch", "7"), k): 1}
+    assert samples(families, "stkrelay_tunnel_remote_clients") == {(k,): 3}
+    assert samples(families, "stkrelay_tunnel_bytes_total") == {(("direction", "in"), k): 1000,
+                                                                (("direction", "out"), k): 2000}  # fmt: skip
+    page = client_for(make_user("tunnel-viewer")).get(f"/sites/{KMSN}/").content.decode()
+    assert "Cloud tunnel to tcp://cloud.example:9542: connected, epoch 7" in page
+    assert "3 remote clients" in page and "refused: stale_epoch 1" in page
+    # Whatever the relay status holds, the panel and the scrape survive it.
+    write_relay(
+        dj["data_dir"], {"tunnel": {"epoch": "x" * 10, "refusals": [1], "age_s": True, "state": None}}
+    )
+    scrape()
+    assert client_for(make_user("tunnel-viewer2")).get(f"/sites/{KMSN}/").status_code == 200

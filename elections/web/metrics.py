@@ -164,6 +164,26 @@ def _relay_families(relays: list[tuple[str, RelayState]]) -> Iterable[Metric]:
         for cause, n in sorted(r.drops.items()):
             c.add_metric([kmsn, cause], n)
     yield c
+    yield from _tunnel_families([(kmsn, r.tunnel) for kmsn, r in relays if r.tunnel is not None])
+
+
+def _tunnel_families(tunnels: list) -> Iterable[Metric]:  # type: ignore[type-arg]
+    """The leader's tunnel to the cloud relay (DESIGN.md §14; only with CLOUD_URL)."""
+    g = GaugeMetricFamily("stkrelay_tunnel_connected", "1 while the cloud accepted this leader's tunnel.",
+                          labels=["kmsn", "epoch"])  # fmt: skip
+    r = GaugeMetricFamily("stkrelay_tunnel_remote_clients", "Remote clients registered through the tunnel.",
+                          labels=["kmsn"])  # fmt: skip
+    b = CounterMetricFamily("stkrelay_tunnel_bytes_total", "Bytes over the tunnel, by direction.",
+                            labels=["kmsn", "direction"])  # fmt: skip
+    n = CounterMetricFamily("stkrelay_tunnel_reconnects_total", "Tunnel connections ended and redialled.",
+                            labels=["kmsn"])  # fmt: skip
+    for kmsn, t in tunnels:
+        g.add_metric([kmsn, str(t.epoch)], 1 if t.connected else 0)
+        r.add_metric([kmsn], t.remote_clients)
+        b.add_metric([kmsn, "in"], t.bytes_in)
+        b.add_metric([kmsn, "out"], t.bytes_out)
+        n.add_metric([kmsn], t.reconnects)
+    yield from (g, r, b, n)
 
 
 REGISTRY = CollectorRegistry()

@@ -56,6 +56,46 @@ class MemberRow:
 
 
 @dataclass
+class TunnelState:
+    """The leader's outbound tunnel to the cloud relay (DESIGN.md §14), from relay.json."""
+
+    state: str
+    url: str = ""
+    connected: bool = False
+    epoch: int = 0
+    age_s: float | None = None
+    remote_clients: int = 0
+    streams: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    reconnects: int = 0
+    refusals: dict[str, int] = field(default_factory=dict)
+    last_error: str = ""
+
+    @classmethod
+    def of(cls, doc: object) -> TunnelState | None:
+        """From the relay's snapshot["tunnel"], defensive about every field; None without one."""
+        if not isinstance(doc, dict):
+            return None
+        age = doc.get("age_s")
+        refusals = doc.get("refusals") if isinstance(doc.get("refusals"), dict) else {}
+        return cls(
+            state=str(doc.get("state", "?"))[:40],
+            url=str(doc.get("url", ""))[:200],
+            connected=doc.get("connected") is True,
+            epoch=_int(doc.get("epoch")),
+            age_s=float(age) if isinstance(age, int | float) and not isinstance(age, bool) else None,
+            remote_clients=_int(doc.get("remote_clients")),
+            streams=_int(doc.get("streams")),
+            bytes_in=_int(doc.get("bytes_in")),
+            bytes_out=_int(doc.get("bytes_out")),
+            reconnects=_int(doc.get("reconnects")),
+            refusals={str(k)[:40]: _int(v) for k, v in list(refusals.items())[:20]},
+            last_error=str(doc.get("last_error", ""))[:300],
+        )
+
+
+@dataclass
 class RelayState:
     """The leader's relay, from its relay.json (only on the leading agent)."""
 
@@ -74,6 +114,7 @@ class RelayState:
     rate: float | None = None  # messages/s between two observations
     drops: dict[str, int] = field(default_factory=dict)
     age: float | None = None
+    tunnel: TunnelState | None = None  # CLOUD_URL set: the tunnel to the cloud relay
 
     @property
     def drops_total(self) -> int:
@@ -186,6 +227,7 @@ def relay_state(status: RelayStatus, kmsn: str, now: float) -> RelayState:
         rate=rate,
         drops={str(k): _int(v) for k, v in drops.items()},
         age=age,
+        tunnel=TunnelState.of(snap.get("tunnel")),
     )
 
 

@@ -1,0 +1,116 @@
+"""The cloud relay's configuration: `cloud.ini` (DESIGN.md §14).
+
+``[cloud]``: ``LISTEN_IP`` (default ``127.0.0.1``; a cloud VM sets its public
+or ``0.0.0.0``), ``RELAY_PORT`` (remote clients, protocol v1, default 9540;
+passthrough on ``RELAY_PORT + 1``), ``TUNNEL_PORT`` (default 9542),
+``WEB_PORT`` (WebSocket clients at ``/ws/relay/``, status JSON at ``/status``,
+metrics at ``/metrics``; default 9543), ``DATA_DIR`` (the saved epochs;
+default ``~/.stkrelay/cloud``), ``RELAY_MAX_FRAME``, ``RELAY_KEEPALIVE`` and
+``PARK`` (seconds a remote client's ``register`` may wait for its site's
+tunnel, default 4: below the clients' 5 s registration deadline). One
+``[site:<KMSN>]`` per site with its ``CLOUD_TOKEN`` (at least 16 characters).
+
+`load()` never raises for bad values: it returns the config with a list of
+`stkrelay.config.Problem`s (ids ``stkrelay.C001``…), like the agent's loader.
+"""
+
+from __future__ import annotations
+
+import configparser
+import ipaddress
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from stkrelay.config import Problem
+
+MIN_TOKEN = 16
+
+
+@dataclass
+class CloudConfig:
+    listen_ip: str = "127.0.0.1"
+    relay_port: int = 9540
+    tunnel_port: int = 9542
+    web_port: int = 9543
+    data_dir: str = ""
+    max_frame: int = 1 << 20
+    keepalive: float = 10.0
+    park: float = 4.0
+    tokens: dict[str, str] = field(default_factory=dict)  # kmsn -> CLOUD_TOKEN
+    source: str = ""
+    problems: list[Problem] = field(default_factory=list)
+
+
+def load(path: str | None) -> CloudConfig:
+    cfg = CloudConfig(source=path or "(none)")
+    bad = cfg.problems.append
+    if not path:
+        bad(Problem("stkrelay.C001", "--ini", "no cloud.ini given", "pass --ini PATH or set CLOUD_INI"))
+        return cfg
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.optionxform = str.upper  # type: ignore[assignment, method-assign]
+    try:
+        with open(path, encoding="utf-8-sig") as fh:
+            parser.read_file(fh)
+    except (OSError, configparser.Error) as exc:
+        bad(Problem("stkrelay.C001", "--ini", f"cannot read {path}: {exc}", "point --ini at cloud.ini"))
+        return cfg
+    if not parser.has_section("cloud"):
+        bad(Problem("stkrelay.C002", "[cloud]", f"{path} has no [cloud] section", "add a [cloud] header"))
+        return cfg
+    values = {k.upper(): v.strip() for k, v in parser.items("cloud")}
+
+    def number(key: str, kind: type, default: float, low: float, high: float) -> float:
+        text = values.get(key, "")
+        if not text:
+            return default
+        try:
+            value = kind(text)
+        except ValueError:
+            bad(Problem("stkrelay.C003", key, f"{text!r} is not a number", f"set {key} to a number"))
+            return default
+        if not low <= value <= high:
+            bad(Problem("stkrelay.C003", key, f"{value} is out of range", f"use {low:g}..{high:g}"))
+            return default
+        return value
+
+    try:
+        cfg.listen_ip = str(ipaddress.ip_address(values.get("LISTEN_IP", "") or cfg.listen_ip))
+    except ValueError:
+        bad(Problem("stkrelay.C004", "LISTEN_IP", f"{values['LISTEN_IP']!r} is not an IP address",
+                    "e.g. 0.0.0.0 or the VM's address"))  # fmt: skip
+    cfg.relay_port = int(number("RELAY_PORT", int, 9540, 1, 65534))
+    cfg.tunnel_port = int(number("TUNNEL_PORT", int, cfg.relay_port + 2, 1, 65535))
+    cfg.web_port = int(number("WEB_PORT", int, cfg.relay_port + 3, 1, 65535))
+    ports = [cfg.relay_port, cfg.relay_port + 1, cfg.tunnel_port, cfg.web_port]
+    if len(set(ports)) != len(ports):
+        bad(Problem("stkrelay.C005", "TUNNEL_PORT", f"ports collide: {ports}",
+                    "RELAY_PORT, RELAY_PORT+1, TUNNEL_PORT and WEB_PORT must differ"))  # fmt: skip
+    cfg.max_frame = int(number("RELAY_MAX_FRAME", int, 1 << 20, 1024, 64 << 20))
+    cfg.keepalive = number("RELAY_KEEPALIVE", float, 10.0, 0.1, 3600)
+    cfg.park = number("PARK", float, 4.0, 0, 30)
+    cfg.data_dir = values.get("DATA_DIR", "") or str(Path.home() / ".stkrelay" / "cloud")
+    try:
+        Path(cfg.data_dir).mkdir(parents=True, exist_ok=True)
+        if not os.access(cfg.data_dir, os.W_OK):
+            raise PermissionError(cfg.data_dir)
+    except OSError as exc:
+        bad(Problem("stkrelay.C006", "DATA_DIR", f"{cfg.data_dir} is not writable ({exc})",
+                    "point DATA_DIR at a writable folder"))  # fmt: skip
+    for section in parser.sections():
+        if not section.startswith("site:"):
+            continue
+        kmsn = section[5:].strip()
+        token = parser.get(section, "CLOUD_TOKEN", fallback="").strip()
+        if not kmsn:
+            bad(Problem("stkrelay.C007", f"[{section}]", "names no KMSN", "e.g. [site:9999-9999-99-99]"))
+        elif len(token) < MIN_TOKEN:
+            bad(Problem("stkrelay.C007", f"[{section}] CLOUD_TOKEN", f"is under {MIN_TOKEN} characters",
+                        "set the site's CLOUD_TOKEN (the same as in its agents' stk.ini)"))  # fmt: skip
+        else:
+            cfg.tokens[kmsn] = token
+    if not cfg.tokens and not any(p.id == "stkrelay.C007" for p in cfg.problems):
+        bad(Problem("stkrelay.C008", "[site:<KMSN>]", "no site configured",
+                    "add one [site:<KMSN>] section with CLOUD_TOKEN per site"))  # fmt: skip
+    return cfg

@@ -1,0 +1,477 @@
+"""The cloud's connections: tunnels from sites' leaders, and remote clients.
+
+Thin `asyncio.Protocol`s over the pure cores (`relay.cloud.handshake`,
+`relay.cloud.mux`, `relay.cloud.remote`); what they share (the fence, the
+book, the tunnels by KMSN, the parked clients, the counters) is the
+`relay.cloud.server.CloudServer` they are built with, seen through the few
+methods they call on it.
+
+- `TunnelPeer`: handshake (5 s), then mux frames. PING every keepalive; silent
+  3 × keepalive: closed. Replaced by a higher epoch: a ``leader_changed``
+  CONTROL frame, then closed; bytes that still arrive are discarded (counted),
+  never delivered: nothing goes through a tunnel that is not its KMSN's
+  current one.
+- `RemotePeer`: hello, then the client's first frame names its KMSN; with no
+  tunnel yet it is parked up to PARK seconds (a new leader is coming), else a
+  stream is opened and the bytes piped. Flow control: the cloud credits the
+  site's bytes only while the client's socket keeps up (asyncio's write
+  limits), and stops reading a client whose stream's queue is over
+  `READ_PAUSE_ABOVE`, so neither direction buffers without bound.
+  When its tunnel goes (lost, or replaced), a JSON client is sent
+  ``leader_changed`` (between two frames; else just closed), naming the
+  cloud's own address: remote clients reconnect to the cloud, which routes
+  them to the new leader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import Hashable
+from typing import Any, Protocol
+
+from relay.cloud.config import CloudConfig
+from relay.cloud.fence import EpochFence, TunnelBook, TunnelRecord
+from relay.cloud.handshake import TunnelAcceptor, TunnelRegistered
+from relay.cloud.mux import (
+    INITIAL_WINDOW,
+    Control,
+    Mux,
+    MuxError,
+    StreamClosed,
+    StreamData,
+    Writable,
+)
+from relay.cloud.remote import FrameCursor, Greeting
+from relay.framing import NOT_LEADER, WRONG_KMSN, RawData, decode_payload, encode_frame
+from relay.protocol_events import REGISTER_TIMEOUT, error_frame
+
+log = logging.getLogger("stkrelay.cloud")
+
+READ_PAUSE_ABOVE = INITIAL_WINDOW
+LINGER = 2.0  # seconds a closed client's unsent bytes may take to flush before it is aborted
+HANDSHAKE_LIMIT = 64 << 10
+
+
+class CloudServer(Protocol):
+    """What the peers need of the server that accepted them (`relay.cloud.server.CloudServer`)."""
+
+    cfg: CloudConfig
+    fence: EpochFence
+    book: TunnelBook
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+
+    def admit(self, peer: Hashable, address: str) -> bool: ...  # False: over a cap, close without a word
+
+    def release(self, peer: Hashable) -> None: ...
+
+    def joined(self, peer: Hashable) -> None: ...  # registered: no longer an evictable newcomer
+
+    def count(self, what: str) -> None: ...
+
+    def refused(self, code: str, peer: str) -> None: ...
+
+    def tunnel_accepted(self, tunnel: TunnelPeer) -> TunnelRecord: ...
+
+    def tunnel_lost(self, tunnel: TunnelPeer, reason: str) -> None: ...
+
+    def route(self, remote: RemotePeer) -> None: ...  # to its KMSN's tunnel, or parked
+
+    def forget(self, remote: RemotePeer) -> None: ...
+
+    def client_address(self) -> tuple[str | None, int | None]: ...
+
+
+def _peer_name(transport: asyncio.BaseTransport) -> tuple[str, str]:
+    name = transport.get_extra_info("peername")
+    if isinstance(name, tuple):
+        return str(name[0]), f"{name[0]}:{name[1]}"
+    return str(name), str(name)
+
+
+def _keepalive(transport: asyncio.BaseTransport) -> None:
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        except OSError:
+            pass
+
+
+class TunnelPeer(asyncio.Protocol):
+    def __init__(self, server: CloudServer) -> None:
+        self.server = server
+        self.loop = server.loop
+        self.transport: asyncio.Transport | None = None
+        self.core = TunnelAcceptor(tokens=server.cfg.tokens, judge=server.fence.judge)
+        self.mux = Mux(opener=True)
+        self.record: TunnelRecord | None = None
+        self.registration: TunnelRegistered | None = None
+        self.streams: dict[int, RemotePeer] = {}
+        self.dead = False
+        self.peer = "?"
+        self.rx = 0
+        self.last_rx = self.loop.time()
+        self.timer: asyncio.TimerHandle | None = None
+        self._flush_soon = False
+
+    # -- asyncio ----------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        address, self.peer = _peer_name(transport)
+        if not self.server.admit(self, address):
+            self.dead = True
+            transport.abort()
+            return
+        _keepalive(transport)
+        transport.write(self.core.data_to_send())
+        self.timer = self.loop.call_later(REGISTER_TIMEOUT, self._handshake_expired)
+
+    def data_received(self, data: bytes) -> None:
+        if self.dead:
+            if self.record is not None:
+                self.record.discarded += len(data)
+            return
+        self.last_rx = self.loop.time()
+        try:
+            if self.record is None:
+                self._handshake(data)
+            else:
+                self._from_site(data)
+        except Exception:
+            log.exception("tunnel %s failed; closing it", self.peer)
+            self.server.count("internal_error")
+            self.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.dead = True
+        if self.timer is not None:
+            self.timer.cancel()
+        self.server.release(self)
+        if self.record is not None:
+            self.server.tunnel_lost(self, "connection lost" if exc is None else f"connection lost: {exc}")
+        for remote in list(self.streams.values()):
+            remote.tunnel_gone(None)
+        self.streams.clear()
+
+    # -- handshake ----------------------------------------------------------------------
+    def _handshake(self, data: bytes) -> None:
+        assert self.transport is not None
+        self.rx += len(data)
+        core = self.core
+        core.receive_data(data)
+        raw = b""
+        for event in core.events_received():
+            if isinstance(event, TunnelRegistered):
+                self.registration = event
+            elif isinstance(event, RawData):
+                raw += event.data
+        out = core.data_to_send()
+        if out:
+            self.transport.write(out)
+        if core.close_expected():
+            self.server.refused(core.refusal or "closed", self.peer)
+            self.dead = True
+            self.transport.close()
+            return
+        if self.registration is None:
+            if self.rx > HANDSHAKE_LIMIT:
+                self.server.refused("frame_too_large", self.peer)
+                self.abort()
+            return
+        if self.timer is not None:
+            self.timer.cancel()
+        self.record = self.server.tunnel_accepted(self)
+        self.timer = self.loop.call_later(self.server.cfg.keepalive, self._tick)
+        if raw:
+            self._from_site(raw)
+
+    def _handshake_expired(self) -> None:
+        self.timer = None
+        if self.record is None and not self.dead:
+            self.core.timeout()
+            self.server.refused("timeout", self.peer)
+            if self.transport is not None:
+                self.transport.write(self.core.data_to_send())
+                self.transport.close()
+            self.dead = True
+
+    # -- the mux ------------------------------------------------------------------------
+    def _from_site(self, data: bytes) -> None:
+        record = self.record
+        assert record is not None
+        if not self.server.book.is_current(record):
+            record.discarded += len(data)  # a replaced tunnel: never delivered
+            return
+        record.bytes_in += len(data)
+        self.mux.receive_data(data)
+        for event in self.mux.events_received():
+            kind = type(event)
+            if kind is StreamData:
+                remote = self.streams.get(event.stream)
+                if remote is not None:
+                    remote.from_site(event.data)
+            elif kind is Writable:
+                remote = self.streams.get(event.stream)
+                if remote is not None:
+                    remote.writable()
+            elif kind is StreamClosed:
+                remote = self.streams.pop(event.stream, None)
+                if remote is not None:
+                    remote.site_closed(event.reason)
+            elif kind is MuxError:
+                log.warning(
+                    "tunnel %s of %s broke the mux: %s; closing it", self.peer, record.kmsn, event.message
+                )
+                self.server.count("mux_error")
+                self.abort()
+                return
+            elif kind is Control:
+                log.info("tunnel %s says %s", self.peer, str(event.obj)[:200])
+        self.flush()
+
+    def open_stream(self, remote: RemotePeer, kind: str, nonce: str, peer: str) -> int:
+        stream = self.mux.open({"kind": kind, "nonce": nonce, "peer": peer})
+        self.streams[stream] = remote
+        assert self.record is not None
+        self.record.streams += 1
+        return stream
+
+    def write(self, stream: int, data: bytes) -> None:
+        if self.record is not None:
+            self.record.bytes_out += len(data)
+        self.mux.write(stream, data)
+        self.flush_soon()
+
+    def close_stream(self, stream: int, reason: str) -> None:
+        if self.streams.pop(stream, None) is not None:
+            self.mux.close(stream, reason)
+            self.flush_soon()
+
+    def flush_soon(self) -> None:
+        if not self._flush_soon:
+            self._flush_soon = True
+            self.loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        self._flush_soon = False
+        out = self.mux.data_to_send()
+        if out and self.transport is not None and not self.dead:
+            self.transport.write(out)
+
+    def _tick(self) -> None:
+        self.timer = None
+        if self.dead:
+            return
+        keepalive = self.server.cfg.keepalive
+        if self.loop.time() - self.last_rx > 3 * keepalive:
+            log.warning("tunnel %s silent for %.1f s: closing it", self.peer, self.loop.time() - self.last_rx)
+            self.server.count("tunnel_timeout")
+            self.abort()
+            return
+        self.mux.ping()
+        self.flush()
+        self.timer = self.loop.call_later(keepalive, self._tick)
+
+    def replaced(self, epoch: int, node: str) -> None:
+        """A higher epoch took the KMSN: tell the site, close, and move the clients."""
+        self.mux.control({"type": "leader_changed", "epoch": epoch, "node": node})
+        self.flush()
+        self.dead = True
+        if self.transport is not None:
+            self.transport.close()
+        for remote in list(self.streams.values()):
+            remote.tunnel_gone(epoch)
+        self.streams.clear()
+
+    def abort(self) -> None:
+        self.dead = True
+        if self.transport is not None:
+            self.transport.abort()
+
+
+class RemotePeer(asyncio.Protocol):
+    """A remote client on the cloud's JSON port (`kind` json) or passthrough port (raw)."""
+
+    kind = "json"
+
+    def __init__(self, server: CloudServer) -> None:
+        self.server = server
+        self.loop = server.loop
+        self.greeting = Greeting()
+        self.cursor = FrameCursor()
+        self.transport: asyncio.Transport | None = None
+        self.tunnel: TunnelPeer | None = None
+        self.stream = 0
+        self.kmsn = ""
+        self.registered = False
+        self.dead = False
+        self.paused_reading = self.paused_writing = False
+        self.owed = 0  # site bytes written to the client but not credited yet
+        self.peer = "?"
+        self.address = ""
+        self.since = self.loop.time()
+        self.timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.address, self.peer = _peer_name(transport)
+        if not self.server.admit(self, self.address):
+            self.dead = True
+            transport.abort()
+            return
+        _keepalive(transport)
+        transport.set_write_buffer_limits(high=INITIAL_WINDOW, low=INITIAL_WINDOW // 4)
+        transport.write(self.greeting.hello)
+        self.timer = self.loop.call_later(REGISTER_TIMEOUT, self._expired)
+
+    def data_received(self, data: bytes) -> None:
+        if self.dead:
+            return
+        if self.tunnel is not None:
+            self.tunnel.write(self.stream, data)
+            if self.tunnel.mux.buffered(self.stream) > READ_PAUSE_ABOVE and not self.paused_reading:
+                self.paused_reading = True
+                assert self.transport is not None
+                self.transport.pause_reading()
+            return
+        if self.kmsn:  # parked: keep what it sends (bounded), forward it with the register
+            if len(self.greeting.buffer) + len(data) > 2 * HANDSHAKE_LIMIT:
+                self.refuse("frame_too_large", "too much before registration")
+                return
+            self.greeting.buffer += data
+            return
+        greeting = self.greeting
+        greeting.receive_data(data)
+        if greeting.refusal is not None:
+            self.refuse(*greeting.refusal)
+        elif greeting.kmsn is not None:
+            self.kmsn = greeting.kmsn
+            if self.kmsn not in self.server.cfg.tokens:
+                self.refuse(WRONG_KMSN, f"this cloud serves no site {self.kmsn[:64]}")
+                return
+            self.server.route(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.dead = True
+        if self.timer is not None:
+            self.timer.cancel()
+        if self.tunnel is not None:
+            self.tunnel.close_stream(self.stream, "the remote client left")
+            self.tunnel = None
+        self.server.forget(self)
+
+    def pause_writing(self) -> None:
+        self.paused_writing = True
+
+    def resume_writing(self) -> None:
+        self.paused_writing = False
+        if self.owed and self.tunnel is not None:
+            owed, self.owed = self.owed, 0
+            self.tunnel.mux.consumed(self.stream, owed)
+            self.tunnel.flush_soon()
+
+    # -- routing --------------------------------------------------------------------------
+    def attach(self, tunnel: TunnelPeer) -> None:
+        """Open this client's stream on `tunnel` and forward what it sent so far."""
+        if self.dead:
+            return
+        self.tunnel = tunnel
+        self.stream = tunnel.open_stream(self, self.kind, self.greeting.nonce, self.peer)
+        tunnel.write(self.stream, bytes(self.greeting.buffer))
+        self.greeting.buffer.clear()
+
+    def park_expired(self) -> None:
+        if not self.dead and self.tunnel is None:
+            self.server.count("park_expired")
+            self.refuse(NOT_LEADER, f"no leader of {self.kmsn[:64]} is connected to this cloud")
+
+    def from_site(self, data: bytes) -> None:
+        if self.dead or self.transport is None:
+            return
+        if not self.registered and self.cursor.first is None:
+            self.cursor.feed(data)
+            first = self.cursor.first
+            if first is not None:
+                self._first_answer(first)
+        elif self.kind == "json":
+            self.cursor.feed(data)
+        self.transport.write(data)
+        if self.paused_writing:
+            self.owed += len(data)
+        elif self.tunnel is not None:
+            self.tunnel.mux.consumed(self.stream, len(data))
+
+    def _first_answer(self, payload: bytes) -> None:
+        obj = decode_payload(payload)
+        if isinstance(obj, dict) and obj.get("type") == "registered":
+            self.registered = True
+            if self.timer is not None:
+                self.timer.cancel()
+                self.timer = None
+            self.server.joined(self)
+            self.server.count("remote_registered")
+
+    def writable(self) -> None:
+        tunnel, transport = self.tunnel, self.transport
+        if not (self.paused_reading and tunnel is not None and transport is not None):
+            return
+        if tunnel.mux.buffered(self.stream) <= READ_PAUSE_ABOVE // 2:
+            self.paused_reading = False
+            transport.resume_reading()
+
+    def site_closed(self, reason: str) -> None:
+        """The site ended the stream (it closed the session): close after what was sent."""
+        self.tunnel = None
+        self._close()
+
+    def tunnel_gone(self, epoch: int | None) -> None:
+        """The tunnel went (lost, or replaced by `epoch`): send the client back to the cloud."""
+        self.tunnel = None
+        if self.dead or self.transport is None:
+            return
+        if self.kind == "json" and self.registered and self.cursor.at_boundary:
+            ip, port = self.server.client_address()
+            self.transport.write(
+                encode_frame({"type": "leader_changed", "epoch": epoch, "ip": ip, "port": port})
+            )
+        self.server.count("moved")
+        self._close()
+
+    def refuse(self, code: str, message: str) -> None:
+        if self.dead or self.transport is None:
+            return
+        self.server.refused(code, self.peer)
+        self.transport.write(encode_frame(error_frame(code, message)))
+        self._close()
+
+    def _expired(self) -> None:
+        self.timer = None
+        if not self.dead and not self.registered and self.tunnel is None and not self.kmsn:
+            self.refuse("timeout", "no register within the deadline")
+
+    def _close(self) -> None:
+        self.dead = True
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if self.transport is not None:
+            self.transport.close()
+            if self.transport.get_write_buffer_size():  # a client that stopped reading: do not wait forever
+                self.loop.call_later(LINGER, self.transport.abort)
+
+    def describe(self) -> dict[str, Any]:
+        g = self.greeting
+        return {"kmsn": self.kmsn, "role": g.role, "station": g.station, "peer": self.peer,
+                "registered": self.registered, "since": round(self.since, 3), "kind": self.kind}  # fmt: skip
+
+
+class RemoteViewer(RemotePeer):
+    """A remote client of the passthrough port (publisher or viewer)."""
+
+    kind = "raw"

@@ -1,0 +1,235 @@
+"""The cloud rendezvous relay (DESIGN.md §14): listeners and what the connections share.
+
+    server = CloudServer(load("cloud.ini"))
+    await server.start()       # remote clients on RELAY_PORT (+1 passthrough), tunnels on TUNNEL_PORT
+    ...
+    server.status()            # the pools, their epochs, tunnels and clients (the /status JSON)
+
+One job: hold the fence (`relay.cloud.fence.EpochFence`, saved to
+``DATA_DIR/epochs.json`` at every accepted tunnel, so a restarted cloud still
+refuses a stale leader), the book of tunnels, the current tunnel per KMSN, the
+remote clients parked while their KMSN has none, the connection caps
+(`relay.limits`) and the counters. The connections are `relay.cloud.peers`.
+
+Decisions worth knowing:
+
+- A higher epoch replaces the open tunnel at once, in one loop turn: the book
+  closes the old record and opens the new one at the same instant, the old
+  tunnel gets ``leader_changed`` and is closed, and its remote clients are
+  sent back to the cloud (``leader_changed`` naming the cloud). Rather than
+  re-route their sessions silently to the new leader, the cloud ends them:
+  a session was authenticated by the old leader over a nonce that is spent,
+  and its 1.1 proof binds the old epoch; the clients' own follow logic
+  (re-register, re-send the unconfirmed window, drop duplicates) is what
+  local clients do on a failover, so remote ones behave the same.
+- A remote client whose KMSN has no tunnel is parked up to PARK seconds and
+  routed the moment a tunnel arrives, so after a failover the clients that
+  reconnected at once do not wait out a backoff.
+- The cloud decides nothing about a site and stores nothing but the epochs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from collections.abc import Hashable
+from pathlib import Path
+from typing import Any
+
+from relay.cloud.config import CloudConfig
+from relay.cloud.fence import EpochFence, TunnelBook, TunnelRecord
+from relay.cloud.peers import RemotePeer, RemoteViewer, TunnelPeer
+from relay.limits import Admission, Caps
+from relay.server import BACKLOG, file_limit
+
+log = logging.getLogger("stkrelay.cloud")
+
+EPOCHS_NAME = "epochs.json"
+
+
+class CloudServer:
+    def __init__(self, cfg: CloudConfig, caps: Caps | None = None) -> None:
+        self.cfg = cfg
+        self.epochs_path = Path(cfg.data_dir) / EPOCHS_NAME
+        self.fence = EpochFence.from_doc(self._saved_epochs())
+        self.book = TunnelBook()
+        self.tunnels: dict[str, TunnelPeer] = {}
+        self.parked: dict[str, dict[RemotePeer, asyncio.TimerHandle]] = {}
+        self.remotes: set[RemotePeer] = set()
+        self.admission = Admission((lambda: caps) if caps else lambda: Caps.sized(file_limit()))
+        self.counters: dict[str, int] = {}
+        self.refusals: dict[str, int] = {}
+        self.addresses: dict[str, tuple[str, int]] = {}
+        self.started = 0.0
+        self._listeners: list[asyncio.Server] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        assert self._loop is not None, "start() the server first"
+        return self._loop
+
+    async def start(self) -> None:
+        """Listen on LISTEN_IP: RELAY_PORT, +1, TUNNEL_PORT. Raises OSError (then none listens)."""
+        self._loop = asyncio.get_running_loop()
+        self.started = self._loop.time()
+        cfg = self.cfg
+        plan = (("json", RemotePeer, cfg.relay_port), ("passthrough", RemoteViewer, cfg.relay_port + 1),
+                ("tunnel", TunnelPeer, cfg.tunnel_port))  # fmt: skip
+        try:
+            for name, kind, port in plan:
+                listener = await self._loop.create_server(
+                    lambda kind=kind: kind(self), cfg.listen_ip, port, backlog=BACKLOG, reuse_address=True
+                )
+                self._listeners.append(listener)
+                self.addresses[name] = listener.sockets[0].getsockname()[:2]
+        except OSError:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        for listener in self._listeners:
+            listener.close()
+        self._listeners.clear()
+        for tunnel in list(self.tunnels.values()):
+            tunnel.abort()
+        for remote in list(self.remotes):
+            remote.tunnel_gone(None)
+
+    # -- what the peers call -----------------------------------------------------------
+    def admit(self, peer: Hashable, address: str) -> bool:
+        accepted, evicted = self.admission.admit(peer, address)
+        if isinstance(evicted, RemotePeer):
+            evicted.refuse("timeout", "too many connections are waiting; this one waited longest")
+        elif isinstance(evicted, TunnelPeer):
+            evicted.abort()
+        if not accepted:
+            self.count("refused_connection")
+        elif isinstance(peer, RemotePeer):
+            self.remotes.add(peer)
+        return accepted
+
+    def release(self, peer: Hashable) -> None:
+        self.admission.release(peer)
+
+    def joined(self, peer: Hashable) -> None:
+        self.admission.registered(peer)
+
+    def count(self, what: str) -> None:
+        self.counters[what] = self.counters.get(what, 0) + 1
+
+    def refused(self, code: str, peer: str) -> None:
+        self.refusals[code] = self.refusals.get(code, 0) + 1
+        n = sum(self.refusals.values())
+        if n <= 20 or n % 1000 == 0:
+            log.info("refused %s: %s (%d refusals so far)", peer, code, n)
+
+    def tunnel_accepted(self, tunnel: TunnelPeer) -> TunnelRecord:
+        """`tunnel` passed the handshake and the fence: it is its KMSN's tunnel from now on."""
+        reg = tunnel.registration
+        assert reg is not None
+        self.admission.registered(tunnel)
+        self.fence.accept(reg.kmsn, reg.epoch, reg.node)
+        self._save_epochs()
+        record, old = self.book.open(reg.kmsn, reg.epoch, reg.node, self.loop.time())
+        previous = self.tunnels.get(reg.kmsn)
+        self.tunnels[reg.kmsn] = tunnel
+        if previous is not None and previous is not tunnel:
+            log.info("tunnel of %s: epoch %d (%s) replaces epoch %s", reg.kmsn, reg.epoch, reg.node,
+                     old.epoch if old else "?")  # fmt: skip
+            self.count("replaced")
+            previous.replaced(reg.epoch, reg.node)
+        log.info("tunnel of %s accepted: %s epoch %d from %s", reg.kmsn, reg.node, reg.epoch, tunnel.peer)
+        self.count("tunnels_accepted")
+        tunnel.record = record
+        for remote in list(self.parked.get(reg.kmsn, {})):
+            self._unpark(remote)
+            remote.attach(tunnel)
+        return record
+
+    def tunnel_lost(self, tunnel: TunnelPeer, reason: str) -> None:
+        record = tunnel.record
+        assert record is not None
+        if self.book.is_current(record):
+            self.book.close(record, self.loop.time(), reason)
+            log.info("tunnel of %s epoch %d lost: %s", record.kmsn, record.epoch, reason)
+        if self.tunnels.get(record.kmsn) is tunnel:
+            del self.tunnels[record.kmsn]
+
+    def route(self, remote: RemotePeer) -> None:
+        """`remote` named its KMSN: to its tunnel now, or parked until one comes."""
+        tunnel = self.tunnels.get(remote.kmsn)
+        if tunnel is not None and not tunnel.dead:
+            remote.attach(tunnel)
+            return
+        if self.cfg.park <= 0:
+            remote.park_expired()
+            return
+        timer = self.loop.call_later(self.cfg.park, self._park_expired, remote)
+        self.parked.setdefault(remote.kmsn, {})[remote] = timer
+        self.count("parked")
+
+    def forget(self, remote: RemotePeer) -> None:
+        self._unpark(remote)
+        self.remotes.discard(remote)
+        self.release(remote)
+
+    def client_address(self) -> tuple[str | None, int | None]:
+        """Where remote clients reach the cloud (in the ``leader_changed`` it sends them)."""
+        ip = self.cfg.listen_ip
+        return (None if ip in ("0.0.0.0", "::") else ip), self.cfg.relay_port
+
+    def _park_expired(self, remote: RemotePeer) -> None:
+        self._unpark(remote)
+        remote.park_expired()
+
+    def _unpark(self, remote: RemotePeer) -> None:
+        waiting = self.parked.get(remote.kmsn)
+        if waiting and remote in waiting:
+            waiting.pop(remote).cancel()
+            if not waiting:
+                del self.parked[remote.kmsn]
+
+    # -- the saved fence -----------------------------------------------------------------
+    def _saved_epochs(self) -> object:
+        try:
+            with open(self.epochs_path, encoding="utf-8") as fh:
+                return json.loads(fh.read(1 << 20))
+        except (OSError, ValueError):
+            return {}
+
+    def _save_epochs(self) -> None:
+        tmp = self.epochs_path.with_suffix(".tmp")
+        try:
+            tmp.write_text(json.dumps(self.fence.to_doc(), indent=1))
+            os.replace(tmp, self.epochs_path)
+        except OSError as exc:
+            log.warning("cannot save the epochs in %s: %s", self.epochs_path, exc)
+
+    # -- status ----------------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        now = self.loop.time()
+        pools: dict[str, Any] = {}
+        for kmsn in sorted(self.cfg.tokens):
+            record = self.book.current.get(kmsn)
+            clients = [r for r in self.remotes if r.kmsn == kmsn and not r.dead]
+            pools[kmsn] = {
+                "epoch": self.fence.epochs.get(kmsn),
+                "holder": self.fence.holders.get(kmsn),
+                "tunnel": record.as_dict(now) if record else None,
+                "remote_clients": sum(1 for r in clients if r.registered),
+                "parked": len(self.parked.get(kmsn, {})),
+                "clients": sorted((r.describe() for r in clients), key=lambda d: (d["station"], d["peer"])),
+            }
+        return {
+            "now": round(now, 3),
+            "uptime_s": round(now - self.started, 3),
+            "listening": {name: f"{ip}:{port}" for name, (ip, port) in self.addresses.items()},
+            "pools": pools,
+            "tunnels": self.book.records(now),
+            "refused": dict(sorted(self.refusals.items())),
+            "counters": dict(sorted(self.counters.items())),
+            "admission": self.admission.snapshot(),
+        }

@@ -1,0 +1,104 @@
+"""The cloud relay's cloud.ini and the agent's CLOUD_URL/CLOUD_TOKEN keys (DESIGN.md §14)."""
+
+import pytest
+
+from relay.cloud.config import load
+from stkrelay.config import CloudURL, parse_cloud_url
+from stkrelay.config import load as load_agent
+
+KMSN = "9999-9999-99-99"
+
+
+def ini(tmp_path, text):
+    path = tmp_path / "cloud.ini"
+    path.write_text(text)
+    return str(path)
+
+
+def test_a_cloud_ini_with_defaults_and_two_sites(tmp_path):
+    text = (f"[cloud]\nDATA_DIR = {tmp_path}/d\n[site:{KMSN}]\nCLOUD_TOKEN = a-long-cloud-token-1\n"
+            "[site:1111-1111-11-11]\nCLOUD_TOKEN = another-cloud-token\n")  # fmt: skip
+    cfg = load(ini(tmp_path, text))
+    assert cfg.problems == []
+    ports = (cfg.relay_port, cfg.tunnel_port, cfg.web_port)
+    assert (cfg.listen_ip, ports, cfg.park) == ("127.0.0.1", (9540, 9542, 9543), 4.0)
+    assert cfg.tokens == {KMSN: "a-long-cloud-token-1", "1111-1111-11-11": "another-cloud-token"}
+
+
+@pytest.mark.parametrize(
+    ("text", "pid", "key"),
+    [
+        ("[other]\n", "stkrelay.C002", "[cloud]"),
+        (
+            "[cloud]\nRELAY_PORT = x\n[site:K]\nCLOUD_TOKEN = a-long-cloud-token-1\n",
+            "stkrelay.C003",
+            "RELAY_PORT",
+        ),
+        ("[cloud]\nPARK = 99\n[site:K]\nCLOUD_TOKEN = a-long-cloud-token-1\n", "stkrelay.C003", "PARK"),
+        (
+            "[cloud]\nLISTEN_IP = cloud\n[site:K]\nCLOUD_TOKEN = a-long-cloud-token-1\n",
+            "stkrelay.C004",
+            "LISTEN_IP",
+        ),
+        (
+            "[cloud]\nTUNNEL_PORT = 9541\n[site:K]\nCLOUD_TOKEN = a-long-cloud-token-1\n",
+            "stkrelay.C005",
+            "TUNNEL_PORT",
+        ),
+        ("[cloud]\n[site:K]\nCLOUD_TOKEN = short\n", "stkrelay.C007", "[site:K] CLOUD_TOKEN"),
+        ("[cloud]\n", "stkrelay.C008", "[site:<KMSN>]"),
+    ],
+)
+def test_each_problem_of_a_cloud_ini_has_its_id_and_key(tmp_path, text, pid, key):
+    cfg = load(ini(tmp_path, text.replace("[cloud]\n", f"[cloud]\nDATA_DIR = {tmp_path}/d\n")))
+    assert [(p.id, p.key) for p in cfg.problems] == [(pid, key)]
+
+
+def test_no_or_an_unreadable_cloud_ini(tmp_path):
+    assert [p.id for p in load(None).problems] == ["stkrelay.C001"]
+    assert [p.id for p in load(str(tmp_path / "missing.ini")).problems] == ["stkrelay.C001"]
+
+
+@pytest.mark.parametrize(
+    ("url", "parsed"),
+    [
+        ("tcp://cloud.example:9542", CloudURL("tcp", "cloud.example", 9542)),
+        ("wss://cloud.example/tunnel", CloudURL("wss", "cloud.example", 443, "/tunnel")),
+        ("tcp://cloud.example", "needs a port"),
+        ("http://cloud.example:80", "scheme"),
+        ("tcp://:9542", "no host"),
+        ("tcp://h:99999", "not a URL"),
+    ],
+)
+def test_cloud_urls(url, parsed):
+    got = parse_cloud_url(url)
+    assert got == parsed if isinstance(parsed, CloudURL) else parsed in got
+
+
+BASE = {"STK_KMSN": KMSN, "STK_STATION": "S001", "STK_RELAY_TOKEN": "site-Token-9f8e7d6c5b4a"}
+
+
+@pytest.mark.parametrize(
+    ("extra", "problem"),
+    [
+        ({}, None),  # no tunnel
+        ({"STK_CLOUD_URL": "tcp://127.0.0.90:9542", "STK_CLOUD_TOKEN": "cloud-Token-0123456789"}, None),
+        ({"STK_CLOUD_TOKEN": "cloud-Token-0123456789"}, "CLOUD_URL"),
+        ({"STK_CLOUD_URL": "tcp://127.0.0.90:9542"}, "CLOUD_TOKEN"),
+        (
+            {"STK_CLOUD_URL": "tcp://127.0.0.90:9542", "STK_CLOUD_TOKEN": BASE["STK_RELAY_TOKEN"]},
+            "CLOUD_TOKEN",
+        ),
+        (
+            {"STK_CLOUD_URL": "wss://cloud.example/t", "STK_CLOUD_TOKEN": "cloud-Token-0123456789"},
+            "CLOUD_URL",
+        ),
+        ({"STK_CLOUD_URL": "cloud.example:9542", "STK_CLOUD_TOKEN": "cloud-Token-0123456789"}, "CLOUD_URL"),
+    ],
+)
+def test_the_agents_cloud_keys_are_checked_at_start_up(extra, problem):
+    cfg = load_agent(None, env={**BASE, **extra}, check_dirs=False)
+    ours = [(p.id, p.key) for p in cfg.problems if p.id in ("stkrelay.E028", "stkrelay.E029")]
+    ids = {"CLOUD_URL": "stkrelay.E028", "CLOUD_TOKEN": "stkrelay.E029"}
+    assert ours == ([(ids[problem], problem)] if problem else [])
+    assert (cfg.cloud is not None) == (problem is None and "STK_CLOUD_URL" in extra)
