@@ -152,6 +152,14 @@ class PoolView:
     lease_seen_at: float | None = None  # monotonic, when the lease's renew_seq last changed
     command_clock: int = 0  # the highest command clock folded (core.commands)
     refusals: dict[str, Any] = field(default_factory=dict)  # core.evidence.Refusals.to_doc()
+    # ports.beacons.BeaconService.snapshot() ({} while beacons are off): per member
+    # loss, jitter and last-seen age on this agent's clock, the liveness watch
+    beacons: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def detection(self) -> str:
+        """How this agent detects a leader's death: `beacons` or `lease only`."""
+        return "beacons" if self.beacons else "lease only"
 
     @property
     def exists(self) -> bool:
@@ -194,6 +202,7 @@ class PoolView:
             lease_seen_at=_num(doc.get("lease_seen_at")),
             command_clock=_int(doc.get("command_clock")) or 0,
             refusals=doc.get("refusals") if isinstance(doc.get("refusals"), dict) else {},
+            beacons=doc.get("beacons") if isinstance(doc.get("beacons"), dict) else {},
         )
 
 

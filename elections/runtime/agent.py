@@ -26,13 +26,15 @@ from elections.core.actions import action_config
 from elections.core.commands import PoolCommands
 from elections.core.decide import Decision, Timing
 from elections.core.eligibility import Freshness, judge, observe
-from elections.core.evidence import Refusals
+from elections.core.evidence import Refusals, merged
 from elections.errors import StoreUnavailable
 from elections.executors import Gate, build_executors, epoch_from_state, leader_duties
+from elections.ports.beacons import BeaconConfig
 from elections.ports.clock import SystemClock
 from elections.ports.eventlog import EventTail
 from elections.ports.localstate import Leadership, LocalState, MemberView, PoolView
 from elections.ports.store import FileLeaseStore
+from elections.runtime.beacon_link import BeaconLink
 from elections.runtime.elector import Elector
 from elections.runtime.health import HealthMonitor
 from elections.runtime.lease_writes import Identity
@@ -90,6 +92,14 @@ class Agent:
             on_elected=self._elected, on_demoted=self._demoted, refusals=self.refusals,
         )  # fmt: skip
         self._seed_memory()
+        # One election cycle at a time: the Celery tasks and the beacons' kicks share it.
+        self.lock = threading.RLock()
+        self.beacons: BeaconLink | None = None
+        if stk.beacon_interval > 0:
+            bconf = BeaconConfig(stk.kmsn, stk.node, stk.node_ip, stk.relay_port, stk.pool_key,
+                                 stk.beacon_interval, stk.beacon_port, stk.beacon_peers)  # fmt: skip
+            self.beacons = BeaconLink(bconf, self.elector, self._kicked, clock.monotonic).start()
+            self.elector.evidence = self.beacons.evidence
         config, problems = action_config(stk.values)
         for problem in problems:
             log.error("leader action disabled: %s", problem)
@@ -154,11 +164,25 @@ class Agent:
                 self._unprojected.append(events)
         return bool(events)
 
+    def _kicked(self, why: str) -> None:
+        """A beacon's reaction or a gone leader: one cycle now (a store read)."""
+        with self.lock:
+            decision = self.elector.cycle(renewing=False)
+            self.publish(decision)
+
     def watch(self) -> Decision | None:
         """The cheap, frequent look (LEASE_WATCH): new pool events, or a lease
         that changed (a handoff, a release), trigger a full cycle at once, so a
-        planned switchover does not wait for the next poll."""
+        planned switchover does not wait for the next poll. While the leader's
+        beacons name the very lease this follower last read, the lease is not
+        read again (they would say when it changed)."""
+        with self.lock:
+            return self._watch()
+
+    def _watch(self) -> Decision | None:
         news = self.ingest()
+        if not news and self.beacons is not None and self.beacons.vouches():
+            return None
         try:
             read = self.elector.store.read()
         except StoreUnavailable:
@@ -171,12 +195,22 @@ class Agent:
             and (rec.key != mem.seen_key or rec.released != mem.seen_released)
         )
         if news or moved:
-            return self.tick(renewing=False)
+            return self._tick(renewing=False)
         return None
 
     def tick(self, renewing: bool) -> Decision:
         """One cycle; if the lease we wait on expires before the next poll, look
         again right then (so failover does not wait a whole poll interval)."""
+        with self.lock:
+            decision = self._tick(renewing, wait=False)
+        if decision.wake_in is not None and decision.wake_in < self.timing.poll:
+            time.sleep(max(decision.wake_in, 0.0) + 0.01)  # outside the lock: a kick may run meanwhile
+            with self.lock:
+                decision = self.elector.cycle(renewing=False)
+                self.publish(decision)
+        return decision
+
+    def _tick(self, renewing: bool, wait: bool = True) -> Decision:
         self.ingest()
         decision = self.elector.cycle(renewing=renewing)
         fields = {"priority": self.stk.priority, "drain": bool(self.commands.drained.get(self.stk.node)),
@@ -186,7 +220,7 @@ class Agent:
             self._beat_fields = fields
         self.publish(decision)
         self.view = self.survey()
-        if decision.wake_in is not None and decision.wake_in < self.timing.poll:
+        if wait and decision.wake_in is not None and decision.wake_in < self.timing.poll:
             time.sleep(max(decision.wake_in, 0.0) + 0.01)
             decision = self.elector.cycle(renewing=False)
             self.publish(decision)
@@ -210,6 +244,10 @@ class Agent:
             reachable = True
         except StoreUnavailable:
             docs, reachable = {}, False
+        beacons = self.beacons.service.snapshot() if self.beacons is not None else {}
+        refusals = self.refusals.to_doc(now)
+        if beacons:  # refused datagrams show beside refused share records
+            refusals = merged(refusals, beacons.pop("refusals"))
         members = {}
         for node, doc in docs.items():
             self.fresh[node] = observe(self.fresh.get(node, Freshness()), doc.get("seq"), now)
@@ -227,7 +265,7 @@ class Agent:
             store_reachable=reachable and read is not None, members=members,
             decision=str(self.elector.last or ""), paused=self.commands.paused,
             lease_seen_at=self.elector.memory.seen_at, command_clock=self.commands.clock,
-            refusals=self.refusals.to_doc(now),
+            refusals=refusals, beacons=beacons,
         )  # fmt: skip
         self.local.write_pool(view)
         return view
