@@ -10,7 +10,8 @@ pytestmark = pytest.mark.agents
 
 
 def test_it_elects_one_leader_and_fails_over_within_ttl_plus_3s_after_kill_9(site_factory):
-    site = site_factory(3, timing=DEFAULT)
+    # The lease alone, as before beacons (BEACON_INTERVAL = 0): tests/test_agents_beacons.py has them on.
+    site = site_factory(3, timing=DEFAULT, extra={"BEACON_INTERVAL": "0"})
     site.start()
     first = site.wait_leader(timeout=40)
     # Every agent agrees: exactly one says it leads.
