@@ -42,7 +42,7 @@ from elections.core.lease import LeaseRecord
 from elections.core.untrusted import LEADER_ANSWER, Untrusted, load_object
 from elections.errors import StoreUnavailable
 from elections.ports.clock import SystemClock
-from elections.ports.store import FileLeaseStore
+from elections.ports.stores import PoolPlace, open_store
 
 log = logging.getLogger("stkrelay.client")
 
@@ -123,7 +123,7 @@ class LeaseFile:
         self, lease_dir: str, token: str, kmsn: str | None = None, timeout: float = LEASE_READ_TIMEOUT
     ) -> None:
         self.lease_dir, self.kmsn, self.timeout = lease_dir, kmsn, timeout
-        self.store = FileLeaseStore(lease_dir, token, node="relay-client", clock=SystemClock())
+        self.store = open_store(PoolPlace(kmsn or "", lease_dir, token), "relay-client", SystemClock())
         self.last = "not read yet"
         self._reported = ""  # revision of the last bad file logged, to log each once
 

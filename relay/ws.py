@@ -27,7 +27,7 @@ from django.conf import settings
 from elections.errors import StoreUnavailable
 from elections.ports.clock import SystemClock
 from elections.ports.localstate import LocalState
-from elections.ports.store import FileLeaseStore
+from elections.ports.stores import PoolPlace, open_store
 from relay.protocol import (
     HEADER_SIZE,
     ClientConnection,
@@ -52,9 +52,7 @@ def _lease_address() -> tuple[str, int] | None:
     """The leader named by a valid lease on the share (blocking, within SHARE_TIMEOUT)."""
     stk = settings.STK
     try:
-        read = FileLeaseStore(
-            stk.lease_dir, stk.pool_key, stk.node, SystemClock(), timeout=stk.share_timeout
-        ).read()
+        read = open_store(PoolPlace.of(stk), stk.node, SystemClock()).read()
     except StoreUnavailable:
         return None
     rec = read.record if read.status == "valid" else None

@@ -134,3 +134,21 @@ def test_the_import_linter_contracts_hold():
     done = subprocess.run([lint], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "broken" not in done.stdout.lower().replace("0 broken", "")
+
+
+# Backends are opened in one place (`elections.ports.stores`); contend.py is the
+# bare file contender of the tests and benchmarks, file-only by design.
+STORE_OPENERS = {"elections.ports.stores", "elections.runtime.contend"}
+BACKEND_CLASSES = ("FileLeaseStore(", "JsonlEventSink(", "EventTail(")
+
+
+def test_only_the_store_factory_constructs_a_backend():
+    mods = _modules()
+    makers = {
+        m
+        for m, path in mods.items()
+        if not m.startswith("elections.ports.store")
+        and m != "elections.ports.eventlog"
+        and any(c in path.read_text() for c in BACKEND_CLASSES)
+    }
+    assert makers <= STORE_OPENERS, sorted(makers - STORE_OPENERS)

@@ -19,7 +19,6 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from elections.core.actions import action_config
@@ -31,9 +30,8 @@ from elections.errors import StoreUnavailable
 from elections.executors import Gate, build_executors, epoch_from_state, leader_duties
 from elections.ports.beacons import BeaconConfig
 from elections.ports.clock import SystemClock
-from elections.ports.eventlog import EventTail
 from elections.ports.localstate import Leadership, LocalState, MemberView, PoolView
-from elections.ports.store import FileLeaseStore
+from elections.ports.stores import PoolPlace, open_event_tail, open_store
 from elections.runtime.beacon_link import BeaconLink
 from elections.runtime.elector import Elector
 from elections.runtime.health import HealthMonitor
@@ -72,11 +70,10 @@ class Agent:
         self.local = LocalState(stk.data_dir)
         self.timing = Timing(stk.lease_ttl, stk.lease_renew, stk.lease_poll, stk.renew_deadline)
         self.refusals = Refusals()
-        store = FileLeaseStore(stk.lease_dir, stk.pool_key, stk.node, clock, timeout=stk.share_timeout,
-                               refusals=self.refusals)  # fmt: skip
+        place = PoolPlace.of(stk)
+        store = open_store(place, stk.node, clock, refusals=self.refusals)
         self.commands = PoolCommands()
-        self.tail = EventTail(Path(stk.lease_dir) / "events", key=stk.pool_key, refusals=self.refusals,
-                              clock=clock, deadline=store.deadline)  # fmt: skip
+        self.tail = open_event_tail(place, clock, refusals=self.refusals)
         self.projector = Projector(stk.kmsn)
         self._unprojected: list[list[dict[str, Any]]] = []
         self.view = PoolView(kmsn=stk.kmsn, node=stk.node)

@@ -16,13 +16,11 @@ import logging
 import queue
 import threading
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from elections.errors import StoreUnavailable
 from elections.ports.clock import SystemClock
-from elections.ports.eventlog import JsonlEventSink
-from elections.ports.sharefiles import deadline_for
+from elections.ports.stores import EventSink, PoolPlace, open_event_sink
 from elections.retry import Backoff, retry
 
 log = logging.getLogger("stkrelay.projection")
@@ -34,7 +32,7 @@ class DbEventSink:
     """Writes each transition as an ElectionEvent row and to the pool's
     `events/<node>.jsonl` (the file is best effort: the share may be down)."""
 
-    def __init__(self, kmsn: str, node: str, pool_log: JsonlEventSink | None) -> None:
+    def __init__(self, kmsn: str, node: str, pool_log: EventSink | None) -> None:
         self.kmsn = kmsn
         self.node = node
         self.pool_log = pool_log
@@ -73,11 +71,7 @@ class DbEventSink:
 def pool_event_sink(stk: Any) -> DbEventSink:
     """This agent's history sink, from its settings (`settings.STK`): rows in its
     database, mirrored to the pool's `events/<node>.jsonl`."""
-    path = Path(stk.lease_dir) / "events" / f"{stk.node}.jsonl"
-    deadline = deadline_for(stk.lease_dir, stk.share_timeout)
-    return DbEventSink(
-        stk.kmsn, stk.node, JsonlEventSink(path, stk.node, SystemClock(), stk.pool_key, deadline)
-    )
+    return DbEventSink(stk.kmsn, stk.node, open_event_sink(PoolPlace.of(stk), stk.node, SystemClock()))
 
 
 def ingest(kmsn: str, events: list[dict[str, Any]]) -> int:

@@ -8,7 +8,7 @@ from django.http import JsonResponse
 from elections.errors import StoreUnavailable
 from elections.ports.clock import SystemClock
 from elections.ports.localstate import LocalState
-from elections.ports.store import FileLeaseStore
+from elections.ports.stores import PoolPlace, open_store
 
 
 def healthz(request):  # type: ignore[no-untyped-def]
@@ -22,9 +22,7 @@ def leader(request):  # type: ignore[no-untyped-def]
     """Who leads this agent's pool, from the signed lease (a client's fallback lookup)."""
     stk = settings.STK
     try:
-        read = FileLeaseStore(
-            stk.lease_dir, stk.pool_key, stk.node, SystemClock(), timeout=stk.share_timeout
-        ).read()
+        read = open_store(PoolPlace.of(stk), stk.node, SystemClock()).read()
     except StoreUnavailable as exc:
         return JsonResponse({"kmsn": stk.kmsn, "error": f"lease store unreachable: {exc}"}, status=503)
     if read.record is None or read.status != "valid" or read.record.released:

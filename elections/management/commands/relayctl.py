@@ -137,7 +137,7 @@ class Command(BaseCommand):
 
         from elections.errors import StoreUnavailable
         from elections.ports.clock import SystemClock
-        from elections.ports.store import FileLeaseStore
+        from elections.ports.stores import PoolPlace, open_store
 
         stk = settings.STK
         checks: list[dict[str, Any]] = []
@@ -145,9 +145,7 @@ class Command(BaseCommand):
         def check(name: str, ok: bool, detail: str) -> None:
             checks.append({"check": name, "ok": ok, "detail": detail})
 
-        store = FileLeaseStore(
-            stk.lease_dir, stk.pool_key, stk.node, SystemClock(), timeout=stk.share_timeout
-        )
+        store = open_store(PoolPlace.of(stk), stk.node, SystemClock())
         try:
             probe = Path(stk.lease_dir) / f".doctor-{stk.node}-{os.getpid()}"
             probe.write_text("x")

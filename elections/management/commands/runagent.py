@@ -51,7 +51,7 @@ class Command(BaseCommand):
         from elections.ports.beacons import BeaconConfig, LivenessPort, send_resign
         from elections.ports.clock import SystemClock
         from elections.ports.localstate import Leadership
-        from elections.ports.store import FileLeaseStore
+        from elections.ports.stores import PoolPlace, open_store
         from elections.runtime.agent import identity
         from elections.runtime.lease_writes import make_record, release_lease
         from elections.runtime.projection import pool_event_sink
@@ -93,7 +93,7 @@ class Command(BaseCommand):
 
         def release(state: Leadership) -> bool:
             """On SIGTERM: mark our lease released so a follower takes over at once."""
-            store = FileLeaseStore(stk.lease_dir, stk.pool_key, stk.node, clock, timeout=stk.share_timeout)
+            store = open_store(PoolPlace.of(stk), stk.node, clock)
             epoch = state.epoch
             assert epoch is not None
             done = release_lease(store, me, epoch, partial(make_record, me, clock))

@@ -41,7 +41,7 @@ from django.core.management.base import BaseCommand
 
 from elections.ports.clock import SystemClock
 from elections.ports.localstate import Leadership, LocalState, RelayStatus
-from elections.ports.store import FileLeaseStore
+from elections.ports.stores import PoolPlace, open_store
 from relay.server import RelayServer
 
 log = logging.getLogger("stkrelay.relay")
@@ -223,9 +223,7 @@ class RelayRunner:
 
         def read() -> None:
             try:
-                store = FileLeaseStore(
-                    stk.lease_dir, stk.pool_key, stk.node, SystemClock(), timeout=stk.share_timeout
-                )
+                store = open_store(PoolPlace.of(stk), stk.node, SystemClock())
                 future.set_result(store.read())
             except BaseException as exc:
                 future.set_exception(exc)
