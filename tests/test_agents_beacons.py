@@ -10,8 +10,9 @@ import threading
 import time
 
 import pytest
-from harness import DEFAULT, FAST, KMSN, TOKEN, listening, wait_until
+from harness import DEFAULT, FAST, KMSN, TOKEN, listening, wait_until, write_lease
 
+from elections.core.beacons import Beacon
 from relay.client import Received, RelayClient
 from relay.discovery import Discovery
 
@@ -35,6 +36,15 @@ def client(site, role, station):
     discovery = Discovery.build(token=TOKEN, kmsn=KMSN, lease_dir=str(site.lease_dir))
     return RelayClient(role=role, kmsn=KMSN, station=station, token=TOKEN, discovery=discovery,
                        keepalive=1.0)  # fmt: skip
+
+
+def send_beacon(port: int, node: str, epoch: int, key: str = TOKEN, seq: int = 1) -> None:
+    """A leader beacon of `node`, signed with `key`, broadcast on loopback three times."""
+    raw = Beacon(KMSN, node, "127.0.0.99", 9530, "leader", epoch, 1, "9" * 16, seq).encode(key)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
+        for _ in range(3):
+            sock.sendto(raw, ("127.255.255.255", port))
 
 
 def flood(ip: str, port: int, seconds: float, per_second: int = 10_000) -> int:
@@ -144,3 +154,24 @@ def test_a_frozen_leader_is_waited_out_and_never_serves_again_after_it_wakes(sit
     winner = site.by_name(new.node)
     reasons = [r for k, e, r in winner.history() if (k, e) == ("elected", new.epoch)]
     assert reasons and "expired" in reasons[0], reasons
+
+    # Split-brain guard: a forged leader beacon and a second leader of one epoch are security events...
+    port = int(winner.setting("RELAY_PORT")) + 2
+    send_beacon(port, "S009", new.epoch, key="not-the-pool-key-0123")
+    send_beacon(port, "S009", new.epoch, seq=2)
+
+    def counts():
+        c = pool_view(winner).get("refusals", {}).get("counts", {})
+        return c if c.get("split_brain") and c.get("forged") else None
+
+    counts = wait_until(counts, 10, "the security events")
+    assert counts["split_brain"] >= 1 and counts["forged"] >= 1, counts
+    assert winner.state().get("leader") is True  # the store still names it: it keeps leading
+    # ...and a leader beacon of a higher epoch that the store confirms makes the leader step down at once.
+    write_lease(site.lease_dir, "S009", "127.0.0.99", 9530, new.epoch + 1)
+    send_beacon(port, "S009", new.epoch + 1, seq=3)
+    sent = time.monotonic()
+    wait_until(lambda: winner.state().get("leader") is False, 3, "the leader to step down")
+    took = time.monotonic() - sent
+    assert "beacons as leader of epoch" in winner.log()
+    print(f"stepped down {took:.2f} s after a higher epoch's beacon")
