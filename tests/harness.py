@@ -273,29 +273,50 @@ class Site:
         self.lease_dir.mkdir(parents=True)
         self.token = token
         self.agents: list[AgentProc] = []
-        relay_port = free_port()
+        relay_port = self.relay_port()
         for i in range(n):
             name = f"S{i + 1:03d}"
-            ip = f"127.0.0.{first_ip + i}"
+            ip = self.node_ip(i, first_ip)
             data = root / name
             data.mkdir()
-            redis = Redis(data)
+            redis = self.redis_for(i, data)
             values = {
                 "KMSN": KMSN,
                 "STATION": name,
                 "NODE_IP": ip,
                 "RELAY_PORT": str(relay_port),
                 "RELAY_TOKEN": token,
-                "LEASE_DIR": str(self.lease_dir),
+                "LEASE_DIR": str(self.lease_dir_for(i)),
                 "DATA_DIR": str(data),
-                "WEB_PORT": str(web_ports[i] if web_ports else free_port(ip)),
+                "WEB_PORT": str(web_ports[i] if web_ports else self.web_port(ip)),
                 "REDIS_URL": redis.url,
                 **(timing or FAST),
                 **(extra or {}),
             }
             ini = data / "stk.ini"
             ini.write_text("[stk]\n" + "".join(f"{k} = {v}\n" for k, v in values.items()))
-            self.agents.append(AgentProc(name, ip, ini, data, data / "agent.log", redis))
+            self.agents.append(
+                AgentProc(name, ip, ini, data, data / "agent.log", redis, wrapper=self.wrapper(i))
+            )
+
+    # -- where each agent lives (tests/netns.py puts them in network namespaces) ------
+    def relay_port(self) -> int:
+        return free_port()
+
+    def node_ip(self, i: int, first_ip: int) -> str:
+        return f"127.0.0.{first_ip + i}"
+
+    def web_port(self, ip: str) -> int:
+        return free_port(ip)
+
+    def redis_for(self, i: int, data: Path) -> Redis:
+        return Redis(data)
+
+    def lease_dir_for(self, i: int) -> Path:
+        return self.lease_dir
+
+    def wrapper(self, i: int) -> list[str]:
+        return []
 
     def start(self) -> None:
         for agent in self.agents:
