@@ -149,6 +149,11 @@ class BeaconService:
                 return None
             return (stats.last.node, stats.last.epoch, stats.last.renew_seq)
 
+    def hears_all(self, nodes: set[str], within: float) -> bool:
+        with self.lock:
+            now = self.monotonic()
+            return all(self.board.heard_from(node, now, within) for node in nodes)
+
     def snapshot(self) -> dict[str, Any]:
         """Per member arrival statistics, the liveness watch and the refusals, for the pool view."""
         with self.lock:

@@ -35,7 +35,7 @@ from elections.core.untrusted import FORGED, LOCK, NOT_OBJECT, UNSIGNED, Limits,
 from elections.errors import StoreUnavailable
 from elections.ports.clock import Clock
 from elections.ports.host import pid_alive, unlink_quietly
-from elections.ports.sharefiles import quarantine
+from elections.ports.sharefiles import SHARE_OPS, quarantine
 
 log = logging.getLogger("stkrelay.store")
 
@@ -63,6 +63,7 @@ class ShareLock:
     def acquire(self, retry: bool = True) -> bool:
         doc = {"node": self.node, "pid": os.getpid(), "nonce": secrets.token_hex(8)}
         body = json.dumps({**doc, "sig": sign(doc, self.key)}).encode()
+        SHARE_OPS.count()
         try:
             fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | _NOFOLLOW, 0o644)
         except FileExistsError:
@@ -85,6 +86,7 @@ class ShareLock:
         mine, self._my_lock = self._my_lock, None
         try:
             if self.read_raw(self.path, LOCK) == mine:
+                SHARE_OPS.count()
                 os.unlink(self.path)
             else:
                 log.warning("our lock %s was broken by another process", self.path)

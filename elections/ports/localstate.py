@@ -155,6 +155,7 @@ class PoolView:
     # ports.beacons.BeaconService.snapshot() ({} while beacons are off): per member
     # loss, jitter and last-seen age on this agent's clock, the liveness watch
     beacons: dict[str, Any] = field(default_factory=dict)
+    share_ops: int = 0  # operations this agent's worker made on the share since it started (ShareOps)
 
     @property
     def detection(self) -> str:
@@ -203,6 +204,7 @@ class PoolView:
             command_clock=_int(doc.get("command_clock")) or 0,
             refusals=doc.get("refusals") if isinstance(doc.get("refusals"), dict) else {},
             beacons=doc.get("beacons") if isinstance(doc.get("beacons"), dict) else {},
+            share_ops=_int(doc.get("share_ops")) or 0,
         )
 
 

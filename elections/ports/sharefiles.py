@@ -52,6 +52,24 @@ NODE_FILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # a node id as a fil
 _ASIDE = (errno.EACCES, errno.EPERM)
 
 
+class ShareOps:
+    """How many operations this process made on shares: each open of a file,
+    listing of a folder, write (temp file + rename), lock create or remove
+    counts one (roughly one SMB request/response pair each). Read by the
+    benchmarks (`bench/share_load.py`) through `pool.json`."""
+
+    def __init__(self) -> None:
+        self.total = 0
+        self._lock = threading.Lock()
+
+    def count(self, n: int = 1) -> None:
+        with self._lock:
+            self.total += n
+
+
+SHARE_OPS = ShareOps()
+
+
 def _refuse_link(path: Path) -> None:
     """Where O_NOFOLLOW does not exist (Windows): refuse a link before opening."""
     if not _NOFOLLOW and path.is_symlink():
@@ -60,6 +78,7 @@ def _refuse_link(path: Path) -> None:
 
 def _open_regular(path: Path, flags: int) -> int:
     _refuse_link(path)
+    SHARE_OPS.count()
     try:
         fd = os.open(path, flags | _NOFOLLOW | _NONBLOCK | _CLOEXEC, 0o644)
     except OSError as exc:
@@ -81,6 +100,7 @@ def _open_regular(path: Path, flags: int) -> int:
 
 
 def _listable(folder: Path) -> bool:
+    SHARE_OPS.count()
     try:
         with os.scandir(folder):
             return True
@@ -150,6 +170,7 @@ def list_regular(folder: Path, suffix: str, limit: int) -> tuple[dict[str, int],
             refused.append(exc)
 
     regular: dict[str, os.DirEntry[str]] = {}
+    SHARE_OPS.count()
     with os.scandir(folder) as it:
         for n, entry in enumerate(it):
             if n >= MAX_SCAN:

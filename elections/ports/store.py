@@ -58,6 +58,7 @@ from elections.ports.filelock import ShareLock
 from elections.ports.host import write_atomic
 from elections.ports.sharefiles import (
     DEFAULT_TIMEOUT,
+    SHARE_OPS,
     deadline_for,
     ensure_dir,
     list_regular,
@@ -191,6 +192,7 @@ class FileLeaseStore:
         aside first, so it cannot stop this write for good."""
         for attempt in range(2):
             try:
+                SHARE_OPS.count(2)  # the temp file and the rename over the target
                 write_atomic(path, data, durable=True, tag=self.node)
                 return
             except OSError as exc:

@@ -10,6 +10,14 @@ instant until which it may act as leader) and `pool.json` (its survey of the
 pool, judged on its own clock). Other local processes read those files;
 monotonic time is shared by all processes of one machine, never compared
 across machines.
+
+With beacons on (`BEACON_INTERVAL` > 0) a `BeaconLink` runs beside it: its
+reactions and the evidence of a gone leader become an election cycle at once
+(`_kicked`, under the same lock as the ticks). While the leader's beacons
+vouch for the lease a follower last read, the follower reads the share less:
+no lease read on its ticks and watches (a beacon naming a new renewal makes it
+read), the event files once a second, the member files every 5 s. It falls
+back to polling the moment the beacons stop (three intervals without one).
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from elections.executors import Gate, build_executors, epoch_from_state, leader_
 from elections.ports.beacons import BeaconConfig
 from elections.ports.clock import SystemClock
 from elections.ports.localstate import Leadership, LocalState, MemberView, PoolView
+from elections.ports.sharefiles import SHARE_OPS
 from elections.ports.stores import PoolPlace, open_event_tail, open_store
 from elections.runtime.beacon_link import BeaconLink
 from elections.runtime.elector import Elector
@@ -40,6 +49,10 @@ from elections.runtime.policy import PoolPolicy
 from elections.runtime.projection import Projector, pool_event_sink
 
 log = logging.getLogger("stkrelay.agent")
+
+# While the leader's beacons vouch for the lease a follower last read (`Agent._quiet`):
+QUIET_EVENTS_EVERY = 1.0  # the pool's event files (commands) are looked at this often, not every watch
+QUIET_SURVEY_EVERY = 5.0  # the members' files are read this often (stale only after HEARTBEAT_TTL + hold)
 
 _agent: Agent | None = None
 
@@ -91,6 +104,7 @@ class Agent:
         self._seed_memory()
         # One election cycle at a time: the Celery tasks and the beacons' kicks share it.
         self.lock = threading.RLock()
+        self._last_done: dict[str, float] = {}
         self.beacons: BeaconLink | None = None
         if stk.beacon_interval > 0:
             bconf = BeaconConfig(stk.kmsn, stk.node, stk.node_ip, stk.relay_port, stk.pool_key,
@@ -177,9 +191,11 @@ class Agent:
             return self._watch()
 
     def _watch(self) -> Decision | None:
-        news = self.ingest()
-        if not news and self.beacons is not None and self.beacons.vouches():
+        if self._quiet():  # the beacons tell when the lease changes; commands are looked for each second
+            if self._due("events", QUIET_EVENTS_EVERY) and self.ingest():
+                return self._tick(renewing=False, news=True)
             return None
+        news = self.ingest()
         try:
             read = self.elector.store.read()
         except StoreUnavailable:
@@ -207,17 +223,42 @@ class Agent:
                 self.publish(decision)
         return decision
 
-    def _tick(self, renewing: bool, wait: bool = True) -> Decision:
-        self.ingest()
-        decision = self.elector.cycle(renewing=renewing)
+    def _quiet(self) -> bool:
+        """A follower whose leader's fresh beacons name the very lease it last read,
+        or a leader that hears every other member beacon: the share can be read
+        less often, and the beacons say when to look (`BeaconLink.vouches`,
+        `hears_all`). False the moment the beacons stop."""
+        if self.beacons is None:
+            return False
+        if self.elector.is_leader:
+            others = set(self.view.members) - {self.stk.node}
+            return bool(others) and self.beacons.hears_all(others)
+        return self.beacons.vouches()
+
+    def _due(self, what: str, every: float) -> bool:
+        now = self.clock.monotonic()
+        if now - self._last_done.get(what, -1e9) < every:
+            return False
+        self._last_done[what] = now
+        return True
+
+    def _tick(self, renewing: bool, wait: bool = True, news: bool = False) -> Decision:
+        quiet = self._quiet() and self.elector.last is not None
+        if not quiet or self._due("events", QUIET_EVENTS_EVERY):
+            news = self.ingest() or news
+        # A renewal is never skipped, nor a cycle after new events (a command may concern this node).
+        skip = quiet and not news and not (renewing and self.elector.is_leader)
+        decision = self.elector.last if skip else self.elector.cycle(renewing=renewing)
+        assert decision is not None
         fields = {"priority": self.stk.priority, "drain": bool(self.commands.drained.get(self.stk.node)),
                   "health": self.health.status(), "paused": self.commands.paused}  # fmt: skip
         if renewing or fields != self._beat_fields:  # a drain shows at once, not at the next renew
             self.elector.heartbeat(**fields)
             self._beat_fields = fields
         self.publish(decision)
-        self.view = self.survey()
-        if wait and decision.wake_in is not None and decision.wake_in < self.timing.poll:
+        if not quiet or news or self._due("survey", QUIET_SURVEY_EVERY):
+            self.view = self.survey()
+        if wait and not skip and decision.wake_in is not None and decision.wake_in < self.timing.poll:
             time.sleep(max(decision.wake_in, 0.0) + 0.01)
             decision = self.elector.cycle(renewing=False)
             self.publish(decision)
@@ -262,7 +303,7 @@ class Agent:
             store_reachable=reachable and read is not None, members=members,
             decision=str(self.elector.last or ""), paused=self.commands.paused,
             lease_seen_at=self.elector.memory.seen_at, command_clock=self.commands.clock,
-            refusals=refusals, beacons=beacons,
+            refusals=refusals, beacons=beacons, share_ops=SHARE_OPS.total,
         )  # fmt: skip
         self.local.write_pool(view)
         return view

@@ -10,7 +10,9 @@
   folded into the next.
 - The elector asks `evidence(holder, epoch)` for its `Observation`.
 - `vouches()`: the leader's fresh beacons name the very lease this follower
-  last read, so reading the share again now would tell it nothing.
+  last read, so reading the share again now would tell it nothing;
+  `hears_all(members)`: a leader hears every member beacon, so another
+  leader's beacon would reach it before any read of the share could.
 """
 
 from __future__ import annotations
@@ -66,6 +68,11 @@ class BeaconLink:
             return False
         key = self.service.leader_key(mem.seen_key[0], VOUCH_INTERVALS * self.interval)
         return key == mem.seen_key
+
+    def hears_all(self, nodes: set[str]) -> bool:
+        """Every one of `nodes` beaconed within the vouching window: a leader of a
+        pool whose members all beacon hears at once when another one takes over."""
+        return self.service.hears_all(nodes, VOUCH_INTERVALS * self.interval)
 
     def react(self, reaction: Reaction) -> None:
         """From the beacon thread: run a cycle soon (never on that thread)."""
