@@ -6,11 +6,13 @@ import asyncio
 import json
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 
 import pytest
-from harness import DEFAULT, FAST, KMSN, TOKEN, listening, wait_until, write_lease
+from harness import DEFAULT, FAST, KMSN, ROOT, TOKEN, listening, wait_until, write_lease
 
 from elections.core.beacons import Beacon
 from relay.client import Received, RelayClient
@@ -26,10 +28,17 @@ def pool_view(agent) -> dict:
         return {}
 
 
-def hears_everyone(site, agent) -> bool:
+def hears_everyone(site, agent, others=None) -> bool:
     members = pool_view(agent).get("beacons", {}).get("members", {})
-    others = {a.name for a in site.agents if a is not agent}
+    others = {a.name for a in site.agents if a is not agent} if others is None else others
     return others <= set(members) and all(members[n]["age_s"] < 1.0 for n in others)
+
+
+def doctor(agent) -> dict[str, tuple[bool, str]]:
+    env = {"PATH": "/usr/bin:/bin", "STK_INI": str(agent.ini)}
+    out = subprocess.run([sys.executable, str(ROOT / "manage.py"), "relayctl", "doctor", "--json"],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)  # fmt: skip
+    return {c["check"]: (c["ok"], c["detail"]) for c in json.loads(out.stdout)}
 
 
 def client(site, role, station):
@@ -38,13 +47,14 @@ def client(site, role, station):
                        keepalive=1.0)  # fmt: skip
 
 
-def send_beacon(port: int, node: str, epoch: int, key: str = TOKEN, seq: int = 1) -> None:
-    """A leader beacon of `node`, signed with `key`, broadcast on loopback three times."""
+def send_beacon(port: int, node: str, epoch: int, key: str = TOKEN, seq: int = 1,
+                to: str = "127.255.255.255") -> None:  # fmt: skip
+    """A leader beacon of `node`, signed with `key`, sent to `to` (broadcast on loopback) three times."""
     raw = Beacon(KMSN, node, "127.0.0.99", 9530, "leader", epoch, 1, "9" * 16, seq).encode(key)
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
         for _ in range(3):
-            sock.sendto(raw, ("127.255.255.255", port))
+            sock.sendto(raw, (to, port))
 
 
 def flood(ip: str, port: int, seconds: float, per_second: int = 10_000) -> int:
@@ -130,12 +140,24 @@ def test_a_flood_changes_nothing_and_kill_9_of_the_leaders_agent_moves_clients_w
     print(f"clients on the new leader {gap:.2f} s after kill -9")
 
 
-def test_a_frozen_leader_is_waited_out_and_never_serves_again_after_it_wakes(site_factory):
+def test_unicast_peers_one_way_paths_and_a_frozen_leader_waited_out_that_never_serves_again(site_factory):
     site = site_factory(3, timing=FAST)  # TTL 3, renew 1, poll 0.5, deadline 2; beacons every 0.2 s
+    # BEACON_PEERS instead of broadcast; S003 forgets S001: a one-way path S001 -> S003.
+    peers = {"S001": "127.0.0.22,127.0.0.23", "S002": "127.0.0.21,127.0.0.23", "S003": "127.0.0.22"}
+    for agent in site.agents:
+        agent.ini.write_text(agent.ini.read_text() + f"BEACON_PEERS = {peers[agent.name]}\n")
     site.start()
     first = site.wait_settled(timeout=60)
     old = site.by_name(first.node)
-    wait_until(lambda: all(hears_everyone(site, a) for a in site.agents), 15, "everyone to hear the others")
+    hears = {"S001": {"S002"}, "S002": {"S001", "S003"}, "S003": {"S001", "S002"}}
+    wait_until(lambda: all(hears_everyone(site, a, hears[a.name]) for a in site.agents), 15, "the beacons")
+    s001, s003 = site.by_name("S001"), site.by_name("S003")
+    wait_until(lambda: not doctor(s003)["beacons from S001"][0], 15, "S001's heartbeat to say whom it hears")
+    checks = doctor(s003)
+    assert checks["detection"] == (True, "beacons") and checks["beacons from S002"][0] is True, checks
+    assert "one-way: S003 hears S001, S001 does not hear S003" in checks["beacons from S001"][1], checks
+    ok, detail = doctor(s001)["beacons from S003"]
+    assert not ok and "none heard; one-way: S003 hears S001" in detail, detail
     seq = (site.lease() or first).renew_seq
     wait_until(lambda: (site.lease() or first).renew_seq > seq, 10, "a renewal")
     renewed = time.monotonic()
@@ -157,8 +179,8 @@ def test_a_frozen_leader_is_waited_out_and_never_serves_again_after_it_wakes(sit
 
     # Split-brain guard: a forged leader beacon and a second leader of one epoch are security events...
     port = int(winner.setting("RELAY_PORT")) + 2
-    send_beacon(port, "S009", new.epoch, key="not-the-pool-key-0123")
-    send_beacon(port, "S009", new.epoch, seq=2)
+    send_beacon(port, "S009", new.epoch, key="not-the-pool-key-0123", to=winner.ip)
+    send_beacon(port, "S009", new.epoch, seq=2, to=winner.ip)
 
     def counts():
         c = pool_view(winner).get("refusals", {}).get("counts", {})
@@ -169,7 +191,7 @@ def test_a_frozen_leader_is_waited_out_and_never_serves_again_after_it_wakes(sit
     assert winner.state().get("leader") is True  # the store still names it: it keeps leading
     # ...and a leader beacon of a higher epoch that the store confirms makes the leader step down at once.
     write_lease(site.lease_dir, "S009", "127.0.0.99", 9530, new.epoch + 1)
-    send_beacon(port, "S009", new.epoch + 1, seq=3)
+    send_beacon(port, "S009", new.epoch + 1, seq=3, to=winner.ip)
     sent = time.monotonic()
     wait_until(lambda: winner.state().get("leader") is False, 3, "the leader to step down")
     took = time.monotonic() - sent

@@ -168,15 +168,16 @@ class BeaconBoard:
 
     # -- steps --------------------------------------------------------------------
     def _admit(self, source: str, now: float) -> bool:
-        total = self._total or _Bucket(TOTAL, now)
-        self._total = total
-        if not _take(total, now, TOTAL):
-            return False
+        """One address's flood spends its own budget only, never everyone's."""
         bucket = self._sources.pop(source, None) or _Bucket(PER_SOURCE, now)
         self._sources[source] = bucket
         while len(self._sources) > KEEP_SOURCES:
             self._sources.popitem(last=False)
-        return _take(bucket, now, PER_SOURCE)
+        if not _take(bucket, now, PER_SOURCE):
+            return False
+        total = self._total or _Bucket(TOTAL, now)
+        self._total = total
+        return _take(total, now, TOTAL)
 
     def _refuse(self, source: str, cause: str, detail: str, now: float) -> None:
         self.refusals.note(f"beacon from {source}", cause, detail, now=now)

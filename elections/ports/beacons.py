@@ -19,8 +19,7 @@ election loop (a flood of datagrams costs that thread, never a renewal):
 
 The board and the liveness record are shared with the election thread under
 one lock (`evidence()`, `snapshot()`); nothing here decides anything.
-`LivenessPort` is the supervisor's side: it listens and holds connections,
-nothing more. `send_resign` is for a supervisor that releases on SIGTERM.
+The supervisor's side (the liveness port, `send_resign`) is `ports.liveness_port`.
 """
 
 from __future__ import annotations
@@ -32,8 +31,6 @@ import json
 import logging
 import random
 import secrets
-import selectors
-import socket
 import subprocess
 import threading
 from collections.abc import Callable
@@ -48,7 +45,6 @@ log = logging.getLogger("stkrelay.beacons")
 
 JITTER = 0.2
 CONNECT_TIMEOUT = 1.0
-MAX_HELD = 256  # connections the liveness port holds (oldest closed first)
 
 
 def new_boot() -> str:
@@ -153,6 +149,11 @@ class BeaconService:
         with self.lock:
             now = self.monotonic()
             return all(self.board.heard_from(node, now, within) for node in nodes)
+
+    def heard(self, within: float) -> list[str]:
+        with self.lock:
+            now = self.monotonic()
+            return sorted(n for n in self.board.members if self.board.heard_from(n, now, within))
 
     def snapshot(self) -> dict[str, Any]:
         """Per member arrival statistics, the liveness watch and the refusals, for the pool view."""
@@ -309,85 +310,3 @@ class BeaconService:
                 self._reported = (node, epoch)
                 log.warning("%s", why)
                 self._hand(Reaction(why))
-
-
-class LivenessPort:
-    """The supervisor's TCP liveness port: listens on NODE_IP:BEACON_PORT and
-    holds every connection open without reading a byte of meaning. When the
-    supervisor dies, the kernel closes them all — that answer is the evidence
-    followers wait for. Binding fails loudly (`OSError`): an agent whose
-    followers could not tell its death from its life must not start."""
-
-    def __init__(self, ip: str, port: int) -> None:
-        self.listener = socket.create_server((ip, port), backlog=128, reuse_port=False)
-        self.listener.setblocking(False)
-        self._held: list[socket.socket] = []
-        self._stop = threading.Event()
-        self._selector = selectors.DefaultSelector()
-        self._selector.register(self.listener, selectors.EVENT_READ)
-        self._thread = threading.Thread(target=self._serve, name="liveness-port", daemon=True)
-
-    def start(self) -> LivenessPort:
-        self._thread.start()
-        return self
-
-    def close(self) -> None:
-        self._stop.set()
-
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            for key, _ in self._selector.select(0.2):
-                sock = key.fileobj
-                assert isinstance(sock, socket.socket)
-                if sock is self.listener:
-                    self._accept()
-                else:
-                    self._drain(sock)
-        for sock in self._held:
-            sock.close()
-        self.listener.close()
-
-    def _accept(self) -> None:
-        try:
-            conn, _ = self.listener.accept()
-        except OSError:
-            return
-        conn.setblocking(False)
-        self._held.append(conn)
-        self._selector.register(conn, selectors.EVENT_READ)
-        while len(self._held) > MAX_HELD:
-            self._forget(self._held[0])
-
-    def _drain(self, sock: socket.socket) -> None:
-        try:
-            data = sock.recv(4096)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        if not data:
-            self._forget(sock)
-
-    def _forget(self, sock: socket.socket) -> None:
-        with contextlib.suppress(KeyError, ValueError):
-            self._selector.unregister(sock)
-        with contextlib.suppress(ValueError):
-            self._held.remove(sock)
-        sock.close()
-
-
-def send_resign(config: BeaconConfig, epoch: int, renew_seq: int) -> None:
-    """`resign` three times from a process that is not the beacon sender (the
-    supervisor releasing on SIGTERM), under a boot of its own."""
-    boot = new_boot()
-    targets = config.peers or [subnet_broadcast(config.ip)]
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
-        with contextlib.suppress(OSError):
-            sock.bind((config.ip, 0))
-        for seq in range(1, RESIGN_COPIES + 1):
-            raw = Beacon(config.kmsn, config.node, config.ip, config.relay_port, RESIGN, epoch, renew_seq,
-                         boot, seq).encode(config.key)  # fmt: skip
-            for target in targets:
-                with contextlib.suppress(OSError):
-                    sock.sendto(raw, (target, config.port))

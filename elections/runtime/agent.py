@@ -253,7 +253,9 @@ class Agent:
         fields = {"priority": self.stk.priority, "drain": bool(self.commands.drained.get(self.stk.node)),
                   "health": self.health.status(), "paused": self.commands.paused}  # fmt: skip
         if renewing or fields != self._beat_fields:  # a drain shows at once, not at the next renew
-            self.elector.heartbeat(**fields)
+            # `hears`: whose beacons reach this member, so `relayctl doctor` can tell one-way paths.
+            heard = {"hears": self.beacons.heard()} if self.beacons is not None else {}
+            self.elector.heartbeat(**fields, **heard)
             self._beat_fields = fields
         self.publish(decision)
         if not quiet or news or self._due("survey", QUIET_SURVEY_EVERY):

@@ -74,6 +74,10 @@ class BeaconLink:
         pool whose members all beacon hears at once when another one takes over."""
         return self.service.hears_all(nodes, VOUCH_INTERVALS * self.interval)
 
+    def heard(self) -> list[str]:
+        """The members whose beacons reached this one lately (for its heartbeat)."""
+        return self.service.heard(VOUCH_INTERVALS * self.interval * 5)
+
     def react(self, reaction: Reaction) -> None:
         """From the beacon thread: run a cycle soon (never on that thread)."""
         if reaction.security:

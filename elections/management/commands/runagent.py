@@ -48,8 +48,9 @@ class Command(BaseCommand):
         _wait_for_redis(stk.redis_url)
         call_command("migrate", verbosity=0, interactive=False)
 
-        from elections.ports.beacons import BeaconConfig, LivenessPort, send_resign
+        from elections.ports.beacons import BeaconConfig
         from elections.ports.clock import SystemClock
+        from elections.ports.liveness_port import LivenessPort, send_resign
         from elections.ports.localstate import Leadership
         from elections.ports.stores import PoolPlace, open_store
         from elections.runtime.agent import identity
