@@ -1,14 +1,21 @@
 """Failover benchmark: kill -9 the leader's process group of a real 3-agent
-site N times and time kill → a new valid lease, for the default timing and a
-fast profile. Prints p50/p95/max per profile.
+site N times and time kill → a new valid lease, for the default timing with
+the lease alone (`BEACON_INTERVAL = 0`), with beacons (0.2 s, DESIGN.md §13),
+and a fast lease-only profile. Prints p50/p95/max per profile.
 
-    python bench/failover.py [--kills 20] [--profiles default,fast]
+With `--stops N` it also freezes the leader (SIGSTOP of its process group, beacons
+on, default timing) N times: no evidence, so the new lease comes after the TTL.
+With `--cuts N` (needs root: network namespaces, tests/netns.py) it pulls the
+leader's cable N times (its share goes with it): the same, timed by the lease.
+
+    python bench/failover.py [--kills 20] [--profiles lease,beacons,fast] [--stops 5] [--cuts 3]
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import signal
 import statistics
 import sys
 import tempfile
@@ -19,10 +26,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from harness import DEFAULT, Site, wait_until  # noqa: E402
+from netns import NetnsSite, available  # noqa: E402
 
+LEASE_ONLY = {"BEACON_INTERVAL": "0"}
 PROFILES = {
-    "default": DEFAULT,  # TTL 10, renew 3, poll 2, deadline 7
-    "fast": {"LEASE_TTL": "3", "LEASE_RENEW": "1", "LEASE_POLL": "0.5", "RENEW_DEADLINE": "2"},
+    "lease": {**DEFAULT, **LEASE_ONLY},  # TTL 10, renew 3, poll 2, deadline 7; the lease alone
+    "beacons": {**DEFAULT, "BEACON_INTERVAL": "0.2"},  # the defaults: beacons every 0.2 s
+    "fast": {"LEASE_TTL": "3", "LEASE_RENEW": "1", "LEASE_POLL": "0.5", "RENEW_DEADLINE": "2", **LEASE_ONLY},
 }
 
 
@@ -31,10 +41,14 @@ def pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
-def run_profile(name: str, kills: int, workdir: Path) -> list[float]:
+def run_profile(
+    name: str, kills: int, workdir: Path, freeze: bool = False, site: Site | None = None
+) -> list[float]:
+    """`kills` times: kill -9 (or with `freeze`, SIGSTOP) the leader's process group
+    at a random phase of its renew cycle, time it to a new valid lease."""
     timing = PROFILES[name]
     renew = float(timing["LEASE_RENEW"])
-    site = Site(workdir / name, n=3, timing=timing)
+    site = site or Site(workdir / (name + ("-stop" if freeze else "")), n=3, timing=timing)
     gaps: list[float] = []
     try:
         site.start()
@@ -47,15 +61,26 @@ def run_profile(name: str, kills: int, workdir: Path) -> list[float]:
             rec = site.lease()
             assert rec is not None
             victim = site.by_name(rec.node)
-            victim.kill9()
+            if freeze:
+                victim.signal_group(signal.SIGSTOP)
+            elif isinstance(site, NetnsSite):
+                site.cut(victim)
+            else:
+                victim.kill9()
             killed = time.monotonic()
             new = wait_until(lambda r=rec: (x := site.lease()) and x.epoch > r.epoch and x, 60,
                              "a new leader", every=0.005)  # fmt: skip
             gap = time.monotonic() - killed
             gaps.append(gap)
-            print(f"  {name} kill {i + 1:2d}/{kills}: {rec.node} epoch {rec.epoch} -> "
+            what = "stop" if freeze else "cut" if isinstance(site, NetnsSite) else "kill"
+            print(f"  {name} {what} {i + 1:2d}/{kills}: {rec.node} epoch {rec.epoch} -> "
                   f"{new.node} epoch {new.epoch} in {gap:5.2f} s", flush=True)  # fmt: skip
-            victim.start()  # back to three agents
+            if freeze:  # wake it: it steps down without writing, and follows
+                victim.signal_group(signal.SIGCONT)
+            elif isinstance(site, NetnsSite):
+                site.mend(victim)
+            else:
+                victim.start()  # back to three agents
     finally:
         site.stop()
     return gaps
@@ -64,20 +89,29 @@ def run_profile(name: str, kills: int, workdir: Path) -> list[float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kills", type=int, default=20)
-    ap.add_argument("--profiles", default="default,fast")
+    ap.add_argument("--profiles", default="lease,beacons,fast")
+    ap.add_argument("--stops", type=int, default=5, help="SIGSTOPs of the leader (beacons on), 0 = none")
+    ap.add_argument("--cuts", type=int, default=3, help="cables of the leader pulled (netns, root), 0 = none")
     args = ap.parse_args()
     results = {}
     with tempfile.TemporaryDirectory(prefix="stk-bench-") as tmp:
         for name in args.profiles.split(","):
             t = PROFILES[name]
             print(f"profile {name}: TTL {t['LEASE_TTL']} renew {t['LEASE_RENEW']} poll {t['LEASE_POLL']} "
-                  f"deadline {t['RENEW_DEADLINE']}, {args.kills} kills", flush=True)  # fmt: skip
-            results[name] = run_profile(name, args.kills, Path(tmp))
-    print("\nfailover: kill -9 of the leader's process group -> new valid lease (seconds)")
+                  f"deadline {t['RENEW_DEADLINE']} beacons {t.get('BEACON_INTERVAL', '0.2')}, "
+                  f"{args.kills} kills", flush=True)  # fmt: skip
+            results[f"kill -9, {name}"] = run_profile(name, args.kills, Path(tmp))
+        if args.stops:
+            results["SIGSTOP, beacons"] = run_profile("beacons", args.stops, Path(tmp), freeze=True)
+        if args.cuts and available() is None:
+            site = NetnsSite(Path(tmp) / "cut", n=3, share="lan", timing=PROFILES["beacons"])
+            results["cable cut, beacons"] = run_profile("beacons", args.cuts, Path(tmp), site=site)
+        elif args.cuts:
+            print(f"cable cuts skipped: {available()}")
+    print("\nfailover: the leader's process group killed / stopped, or its cable cut -> new valid lease (s)")
     for name, gaps in results.items():
-        t = PROFILES[name]
-        print(f"  {name:8s} (TTL {t['LEASE_TTL']:>2s}): n={len(gaps)}  p50={statistics.median(gaps):.2f}  "
-              f"p95={pct(gaps, 95):.2f}  max={max(gaps):.2f}  min={min(gaps):.2f}")  # fmt: skip
+        print(f"  {name:22s}: n={len(gaps):2d}  p50={statistics.median(gaps):5.2f}  "
+              f"p95={pct(gaps, 95):5.2f}  max={max(gaps):5.2f}  min={min(gaps):5.2f}")  # fmt: skip
 
 
 if __name__ == "__main__":
