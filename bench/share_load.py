@@ -68,7 +68,7 @@ def main() -> None:
                        f"(leader {leader:5.1f}, followers {followers:5.1f})")  # fmt: skip
                 print(row, flush=True)
                 rows.append(row)
-    print("\nshare load (default timing, settled site, window %.0f s)" % args.window)
+    print(f"\nshare load (default timing, settled site, window {args.window:.0f} s)")
     print("\n".join(rows))
 
 
