@@ -41,8 +41,11 @@ def doctor(agent) -> dict[str, tuple[bool, str]]:
     return {c["check"]: (c["ok"], c["detail"]) for c in json.loads(out.stdout)}
 
 
-def client(site, role, station):
-    discovery = Discovery.build(token=TOKEN, kmsn=KMSN, lease_dir=str(site.lease_dir))
+def client(site, role, station, beacons_only=False):
+    """A relay client finding the leader from the lease, or from the leader's beacons alone (no share)."""
+    port = int(site.agents[0].setting("RELAY_PORT")) + 2
+    where = {"beacon_port": port} if beacons_only else {"lease_dir": str(site.lease_dir)}
+    discovery = Discovery.build(token=TOKEN, kmsn=KMSN, **where)
     return RelayClient(role=role, kmsn=KMSN, station=station, token=TOKEN, discovery=discovery,
                        keepalive=1.0)  # fmt: skip
 
@@ -85,6 +88,13 @@ def test_a_flood_changes_nothing_and_kill_9_of_the_leaders_agent_moves_clients_w
     relay_port = int(leader.setting("RELAY_PORT"))
     assert listening(leader.ip, beacon_port), "the supervisor holds the liveness port"
     wait_until(lambda: all(hears_everyone(site, a) for a in site.agents), 15, "everyone to hear the others")
+    # relayclient --discover: the relay from the leader's beacons alone, confirmed by the handshake.
+    env = {"PATH": "/usr/bin:/bin", "STK_INI": str(site.agents[1].ini)}
+    done = subprocess.run([sys.executable, str(ROOT / "manage.py"), "relayclient", "ping", "--discover",
+                           "--lease-dir", "", "--count", "1", "--json"],
+                          capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f'"epoch": {first.epoch}' in done.stdout + done.stderr, done.stdout + done.stderr
 
     # 10,000 forged datagrams a second at the leader for 4 s: renewals go on, nothing fails over.
     seqs: list[tuple[float, int]] = []
@@ -105,7 +115,7 @@ def test_a_flood_changes_nothing_and_kill_9_of_the_leaders_agent_moves_clients_w
     assert refused.get("too_many", 0) + refused.get("forged", 0) >= 3_000, refused
 
     async def scenario():
-        cmd, s101 = client(site, "commander", "C01"), client(site, "agent", "S101")
+        cmd, s101 = client(site, "commander", "C01"), client(site, "agent", "S101", beacons_only=True)
         for c in (cmd, s101):
             await c.start(timeout=15)
         seq = (site.lease() or first).renew_seq
