@@ -14,18 +14,20 @@ leader's cable N times (its share goes with it): the same, timed by the lease.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import random
 import signal
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from harness import DEFAULT, Site, wait_until  # noqa: E402
+from harness import DEFAULT, KMSN, TOKEN, Site, wait_until  # noqa: E402
 from netns import NetnsSite, available  # noqa: E402
 
 LEASE_ONLY = {"BEACON_INTERVAL": "0"}
@@ -41,18 +43,50 @@ def pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
+class ClientThread:
+    """A relay client (lease discovery) on an event loop of its own, registered
+    with whoever leads: `epoch()` is the epoch it is registered with now."""
+
+    def __init__(self, site: Site) -> None:
+        from relay.client import RelayClient
+        from relay.discovery import Discovery
+
+        discovery = Discovery.build(token=TOKEN, kmsn=KMSN, lease_dir=str(site.lease_dir))
+        self.client = RelayClient(role="agent", kmsn=KMSN, station="B01", token=TOKEN, discovery=discovery,
+                                  keepalive=1.0)  # fmt: skip
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, daemon=True).start()
+        asyncio.run_coroutine_threadsafe(self.client.start(timeout=30), self.loop).result(40)
+
+    def epoch(self) -> int:
+        return (self.client.epoch or 0) if self.client.registered else 0
+
+    def close(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.client.close(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
+
 def run_profile(
-    name: str, kills: int, workdir: Path, freeze: bool = False, site: Site | None = None
+    name: str,
+    kills: int,
+    workdir: Path,
+    freeze: bool = False,
+    site: Site | None = None,
+    clients: list[float] | None = None,
 ) -> list[float]:
     """`kills` times: kill -9 (or with `freeze`, SIGSTOP) the leader's process group
-    at a random phase of its renew cycle, time it to a new valid lease."""
+    at a random phase of its renew cycle, time it to a new valid lease (and, with
+    `clients`, to a relay client registered with the new leader)."""
     timing = PROFILES[name]
     renew = float(timing["LEASE_RENEW"])
     site = site or Site(workdir / (name + ("-stop" if freeze else "")), n=3, timing=timing)
     gaps: list[float] = []
+    client: ClientThread | None = None
     try:
         site.start()
         site.wait_leader(timeout=60)
+        if clients is not None:
+            client = ClientThread(site)
         for i in range(kills):
             # Everyone up and following, then kill at a random phase of the renew cycle.
             wait_until(lambda: sum("follow" in a.state().get("decision", "") for a in site.agents) == 2,
@@ -72,6 +106,12 @@ def run_profile(
                              "a new leader", every=0.005)  # fmt: skip
             gap = time.monotonic() - killed
             gaps.append(gap)
+            if client is not None:
+                wait_until(
+                    lambda r=rec: client.epoch() > r.epoch, 60, "the client on the new leader", every=0.005
+                )
+                assert clients is not None
+                clients.append(time.monotonic() - killed)
             what = "stop" if freeze else "cut" if isinstance(site, NetnsSite) else "kill"
             print(f"  {name} {what} {i + 1:2d}/{kills}: {rec.node} epoch {rec.epoch} -> "
                   f"{new.node} epoch {new.epoch} in {gap:5.2f} s", flush=True)  # fmt: skip
@@ -82,6 +122,8 @@ def run_profile(
             else:
                 victim.start()  # back to three agents
     finally:
+        if client is not None:
+            client.close()
         site.stop()
     return gaps
 
@@ -100,7 +142,10 @@ def main() -> None:
             print(f"profile {name}: TTL {t['LEASE_TTL']} renew {t['LEASE_RENEW']} poll {t['LEASE_POLL']} "
                   f"deadline {t['RENEW_DEADLINE']} beacons {t.get('BEACON_INTERVAL', '0.2')}, "
                   f"{args.kills} kills", flush=True)  # fmt: skip
-            results[f"kill -9, {name}"] = run_profile(name, args.kills, Path(tmp))
+            clients: list[float] | None = [] if name == "beacons" else None
+            results[f"kill -9, {name}"] = run_profile(name, args.kills, Path(tmp), clients=clients)
+            if clients:
+                results[f"  client moved, {name}"] = clients
         if args.stops:
             results["SIGSTOP, beacons"] = run_profile("beacons", args.stops, Path(tmp), freeze=True)
         if args.cuts and available() is None:

@@ -192,11 +192,11 @@ def test_unicast_peers_one_way_paths_and_a_frozen_leader_waited_out_that_never_s
     send_beacon(port, "S009", new.epoch, key="not-the-pool-key-0123", to=winner.ip)
     send_beacon(port, "S009", new.epoch, seq=2, to=winner.ip)
 
-    def counts():
+    def security_events():
         c = pool_view(winner).get("refusals", {}).get("counts", {})
         return c if c.get("split_brain") and c.get("forged") else None
 
-    counts = wait_until(counts, 10, "the security events")
+    counts = wait_until(security_events, 10, "the security events")
     assert counts["split_brain"] >= 1 and counts["forged"] >= 1, counts
     assert winner.state().get("leader") is True  # the store still names it: it keeps leading
     # ...and a leader beacon of a higher epoch that the store confirms makes the leader step down at once.
