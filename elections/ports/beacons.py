@@ -116,6 +116,7 @@ class BeaconService:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._transports: list[asyncio.BaseTransport] = []
         self._reported: tuple[str, int] | None = None
         self.ready = threading.Event()
         self.failed: str | None = None
@@ -128,9 +129,19 @@ class BeaconService:
         return self
 
     def stop(self) -> None:
+        """Stop sending, receiving and watching (its sockets closed), within a second."""
         loop = self._loop
         if loop is not None and loop.is_running():
-            loop.call_soon_threadsafe(loop.stop)
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(self._close(), loop).result(1.0)
+
+    async def _close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for transport in self._transports:
+            transport.close()
+        asyncio.get_running_loop().call_soon(asyncio.get_running_loop().stop)
 
     def evidence(self, node: str, epoch: int) -> str | None:
         """Why the holder `node` of `epoch` is positively gone, or None."""
@@ -200,11 +211,13 @@ class BeaconService:
         self._sock, _ = await loop.create_datagram_endpoint(
             lambda: _Datagrams(self), local_addr=(cfg.ip, cfg.port), reuse_port=True, allow_broadcast=True
         )
+        self._transports.append(self._sock)
         if not cfg.peers:  # broadcasts reach only a socket bound to the broadcast address (or any)
-            await loop.create_datagram_endpoint(
+            bcast, _ = await loop.create_datagram_endpoint(
                 lambda: _Datagrams(self), local_addr=(self.targets[0], cfg.port), reuse_port=True,
                 allow_broadcast=True,
             )  # fmt: skip
+            self._transports.append(bcast)
 
     def _datagram(self, role: str, epoch: int, renew_seq: int) -> bytes:
         self._seq += 1
