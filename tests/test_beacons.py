@@ -53,7 +53,11 @@ def test_a_beacon_round_trips_signed_and_fits_in_one_datagram():
 
 HOSTILE = [
     ("a bad signature", forged_bytes(epoch=99), "forged"),
-    ("no signature", json.dumps({k: v for k, v in json.loads(raw()).items() if k != "sig"}).encode(), "unsigned"),
+    (
+        "no signature",
+        json.dumps({k: v for k, v in json.loads(raw()).items() if k != "sig"}).encode(),
+        "unsigned",
+    ),
     ("signed with another key", beacon().encode("another-key-0123456789"), "forged"),
     ("another KMSN", raw(kmsn="1111-1111-11-11"), "wrong_kmsn"),
     ("more than 1,200 bytes", raw()[:-1] + b"," + b'"x":"' + b"a" * 1200 + b'"}', "too_large"),
@@ -258,6 +262,7 @@ def test_evidence_never_lets_an_ineligible_or_paused_member_contend():
 
 
 def test_a_leader_ignores_evidence_and_steps_down_only_on_what_the_store_says():
-    mem = replace(track(Memory(node="S002"), lease("S002", 7), 100.0, T.ttl), leader_epoch=7, renewed_at=100.0)
+    mem = track(Memory(node="S002"), lease("S002", 7), 100.0, T.ttl)
+    mem = replace(mem, leader_epoch=7, renewed_at=100.0)
     assert decide(mem, Observation(lease("S002", 7), gone=("S002", 7, "x")), 101.0, T).verdict is Verdict.HOLD
     assert decide(mem, Observation(lease("S003", 8)), 101.0, T).verdict is Verdict.STEP_DOWN

@@ -75,8 +75,13 @@ def test_each_bad_value_names_its_key(tmp_path, over, expected):
 def test_beacons_default_to_every_0_2_s_on_relay_port_plus_2_and_0_switches_them_off(tmp_path):
     cfg = load(str(write_ini(tmp_path)), env={})
     assert (cfg.beacon_interval, cfg.beacon_port, cfg.beacon_peers, cfg.problems) == (0.2, 9532, [], [])
-    cfg = load(str(write_ini(tmp_path, BEACON_INTERVAL="0", BEACON_PEERS="192.168.1.11, 192.168.1.12")), env={})
-    assert (cfg.beacon_interval, cfg.beacon_peers, cfg.problems) == (0.0, ["192.168.1.11", "192.168.1.12"], [])
+    ini = write_ini(tmp_path, BEACON_INTERVAL="0", BEACON_PEERS="192.168.1.11, 192.168.1.12")
+    cfg = load(str(ini), env={})
+    assert (cfg.beacon_interval, cfg.beacon_peers, cfg.problems) == (
+        0.0,
+        ["192.168.1.11", "192.168.1.12"],
+        [],
+    )
 
 
 VIP_OK = {"VIP_ADDRESS": "192.0.2.250/24", "VIP_INTERFACE": "eth0"}
