@@ -137,7 +137,7 @@ def main() -> None:
     args = ap.parse_args()
     results = {}
     with tempfile.TemporaryDirectory(prefix="stk-bench-") as tmp:
-        for name in args.profiles.split(","):
+        for name in [p for p in args.profiles.split(",") if p]:
             t = PROFILES[name]
             print(f"profile {name}: TTL {t['LEASE_TTL']} renew {t['LEASE_RENEW']} poll {t['LEASE_POLL']} "
                   f"deadline {t['RENEW_DEADLINE']} beacons {t.get('BEACON_INTERVAL', '0.2')}, "
