@@ -227,8 +227,9 @@ class Agent:
         """A follower whose leader's fresh beacons name the very lease it last read,
         or a leader that hears every other member beacon: the share can be read
         less often, and the beacons say when to look (`BeaconLink.vouches`,
-        `hears_all`). False the moment the beacons stop."""
-        if self.beacons is None:
+        `hears_all`). False the moment the beacons stop, and while the store was
+        unreachable at the last look (every tick then cycles, as without beacons)."""
+        if self.beacons is None or self.elector.last_read is None:
             return False
         if self.elector.is_leader:
             others = set(self.view.members) - {self.stk.node}
