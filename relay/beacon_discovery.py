@@ -1,6 +1,6 @@
 """Finding the relay from the pool's leader beacons (DESIGN.md §13), for
 clients that do not mount the share: `relayclient --discover`, and any
-`Discovery` built with `beacon_port`.
+`Discovery.build(beacons=BeaconListener(key, kmsn, port))`.
 
 `BeaconListener.find()` listens on `BEACON_PORT` (any address, `reuse_port`,
 so it works beside an agent on the same machine) for up to `wait` seconds.

@@ -8,7 +8,7 @@ the first that knows wins:
    corrupt, missing or released one is no evidence (a forged one is logged as
    the security event it is). Read in a daemon thread with a deadline: a dead
    file share must not hang the client.
-   Then, when asked for (`beacon_port`), `relay.beacon_discovery.BeaconListener`:
+   Then, when given (`beacons`), `relay.beacon_discovery.BeaconListener`:
    the leader's beacons on the LAN (DESIGN.md §13), a hint the handshake confirms.
 2. `AgentApi`: any agent's ``GET /api/v1/leader?kmsn=...`` (`elections.web.health`).
    All the configured agents are asked at once with a short timeout; among the
@@ -286,17 +286,16 @@ class Discovery:
         fallbacks: Iterable[tuple[str, int]] = (),
         http_timeout: float = HTTP_TIMEOUT,
         api_token: str | None = None,
-        beacon_port: int | None = None,
+        beacons: LeaderSource | None = None,
     ) -> Discovery:
-        """Lease file (when `lease_dir` is given), then the leader's beacons (when
-        `beacon_port` is), then agents' HTTP API, then fallbacks."""
-        from relay.beacon_discovery import BeaconListener
-
+        """Lease file (when `lease_dir` is given), then the leader's beacons (a
+        `relay.beacon_discovery.BeaconListener`, when given), then agents' HTTP
+        API, then fallbacks."""
         sources: list[LeaderSource] = []
         if lease_dir:
             sources.append(LeaseFile(lease_dir, token, kmsn))
-        if beacon_port:
-            sources.append(BeaconListener(token, kmsn, beacon_port))
+        if beacons is not None:
+            sources.append(beacons)
         agents = list(agents)
         if agents:
             sources.append(AgentApi(agents, kmsn, http_timeout, api_token))

@@ -15,6 +15,7 @@ import pytest
 from harness import DEFAULT, FAST, KMSN, ROOT, TOKEN, listening, wait_until, write_lease
 
 from elections.core.beacons import Beacon
+from relay.beacon_discovery import BeaconListener
 from relay.client import Received, RelayClient
 from relay.discovery import Discovery
 
@@ -44,7 +45,8 @@ def doctor(agent) -> dict[str, tuple[bool, str]]:
 def client(site, role, station, beacons_only=False):
     """A relay client finding the leader from the lease, or from the leader's beacons alone (no share)."""
     port = int(site.agents[0].setting("RELAY_PORT")) + 2
-    where = {"beacon_port": port} if beacons_only else {"lease_dir": str(site.lease_dir)}
+    beacons = BeaconListener(TOKEN, KMSN, port)
+    where = {"beacons": beacons} if beacons_only else {"lease_dir": str(site.lease_dir)}
     discovery = Discovery.build(token=TOKEN, kmsn=KMSN, **where)
     return RelayClient(role=role, kmsn=KMSN, station=station, token=TOKEN, discovery=discovery,
                        keepalive=1.0)  # fmt: skip

@@ -41,6 +41,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from relay.beacon_discovery import BeaconListener
 from relay.client import (
     ClientClosed,
     ConnectionLost,
@@ -238,7 +239,7 @@ class Command(BaseCommand):
             agents=options["agent"],
             fallbacks=options["fallback"],
             api_token=options["api_token"],
-            beacon_port=beacon_port,
+            beacons=BeaconListener(token, kmsn, beacon_port) if beacon_port else None,
         )
         return RelayClient(
             role=role,
