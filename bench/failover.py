@@ -1,40 +1,39 @@
 """Failover benchmark: kill -9 the leader's process group of a real 3-agent
-site N times and time kill → a new valid lease, for the default timing with
-the lease alone (`BEACON_INTERVAL = 0`), with beacons (0.2 s, DESIGN.md §13),
-and a fast lease-only profile. Prints p50/p95/max per profile.
+site N times and time kill → a new valid lease, for the default timing and a
+fast profile, on each backend asked for: `file` (a local directory) and `smb`
+(an smb:// lease dir on a real smbd on loopback, no mount; DESIGN.md §5.3).
+Prints p50/p95/max per backend and profile and, for smb, the SMB operations
+of one renewal and of one heartbeat.
 
-With `--stops N` it also freezes the leader (SIGSTOP of its process group, beacons
-on, default timing) N times: no evidence, so the new lease comes after the TTL.
-With `--cuts N` (needs root: network namespaces, tests/netns.py) it pulls the
-leader's cable N times (its share goes with it): the same, timed by the lease.
-
-    python bench/failover.py [--kills 20] [--profiles lease,beacons,fast] [--stops 5] [--cuts 3]
+    python bench/failover.py [--kills 20] [--profiles default,fast] [--backends file,smb]
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import random
 import signal
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from harness import DEFAULT, KMSN, TOKEN, Site, wait_until  # noqa: E402
-from netns import NetnsSite, available  # noqa: E402
+from harness import DEFAULT, Site, wait_until  # noqa: E402
 
-LEASE_ONLY = {"BEACON_INTERVAL": "0"}
+# The lease alone (BEACON_INTERVAL = 0): the beacons' rows are bench/failover_beacons.py.
 PROFILES = {
-    "lease": {**DEFAULT, **LEASE_ONLY},  # TTL 10, renew 3, poll 2, deadline 7; the lease alone
-    "beacons": {**DEFAULT, "BEACON_INTERVAL": "0.2"},  # the defaults: beacons every 0.2 s
-    "fast": {"LEASE_TTL": "3", "LEASE_RENEW": "1", "LEASE_POLL": "0.5", "RENEW_DEADLINE": "2", **LEASE_ONLY},
+    "default": {**DEFAULT, "BEACON_INTERVAL": "0"},  # TTL 10, renew 3, poll 2, deadline 7
+    "fast": {
+        "LEASE_TTL": "3",
+        "LEASE_RENEW": "1",
+        "LEASE_POLL": "0.5",
+        "RENEW_DEADLINE": "2",
+        "BEACON_INTERVAL": "0",
+    },
 }
 
 
@@ -43,50 +42,71 @@ def pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
-class ClientThread:
-    """A relay client (lease discovery) on an event loop of its own, registered
-    with whoever leads: `epoch()` is the epoch it is registered with now."""
-
-    def __init__(self, site: Site) -> None:
-        from relay.client import RelayClient
-        from relay.discovery import Discovery
-
-        discovery = Discovery.build(token=TOKEN, kmsn=KMSN, lease_dir=str(site.lease_dir))
-        self.client = RelayClient(role="agent", kmsn=KMSN, station="B01", token=TOKEN, discovery=discovery,
-                                  keepalive=1.0)  # fmt: skip
-        self.loop = asyncio.new_event_loop()
-        threading.Thread(target=self.loop.run_forever, daemon=True).start()
-        asyncio.run_coroutine_threadsafe(self.client.start(timeout=30), self.loop).result(40)
-
-    def epoch(self) -> int:
-        return (self.client.epoch or 0) if self.client.registered else 0
-
-    def close(self) -> None:
-        asyncio.run_coroutine_threadsafe(self.client.close(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
+def make_site(backend: str, name: str, workdir: Path, timing: dict[str, str]) -> Site:
+    if backend == "file":
+        return Site(workdir / f"{backend}-{name}", n=3, timing=timing)
+    server = samba_server(workdir)
+    return Site(workdir / f"{backend}-{name}", n=3, timing=timing, **server.site_options(name))
 
 
-def run_profile(
-    name: str,
-    kills: int,
-    workdir: Path,
-    freeze: bool = False,
-    site: Site | None = None,
-    clients: list[float] | None = None,
-) -> list[float]:
-    """`kills` times: kill -9 (or with `freeze`, SIGSTOP) the leader's process group
-    at a random phase of its renew cycle, time it to a new valid lease (and, with
-    `clients`, to a relay client registered with the new leader)."""
+_samba = []
+
+
+def samba_server(workdir: Path):  # type: ignore[no-untyped-def]
+    """One smbd on loopback for the whole run (tests/samba.py)."""
+    if not _samba:
+        from samba import Samba, available
+
+        why = available()
+        if why:
+            raise SystemExit(f"--backends smb: {why}")
+        _samba.append(Samba(workdir / "samba"))
+        _samba[0].start()
+    return _samba[0]
+
+
+def smb_operations(workdir: Path, renewals: int = 50) -> tuple[float, float, float, float]:
+    """(round trips, requests) of one renewal and of one heartbeat by a leader
+    whose lease dir is on SMB, counted by its `SmbShare`."""
+    from samba import PASSWORD
+
+    from elections.core.decide import Timing
+    from elections.ports.clock import SystemClock
+    from elections.ports.smbshare import SmbShare
+    from elections.ports.smburl import parse_smb_url
+    from elections.ports.store import FileLeaseStore
+    from elections.runtime.elector import Elector
+    from elections.runtime.lease_writes import Identity
+
+    server = samba_server(workdir)
+    server.path("ops").mkdir()
+    share = SmbShare(parse_smb_url(server.url("ops")), PASSWORD, 2.0)
+    clock = SystemClock()
+    store = FileLeaseStore(share, "bench-token-0123456789", "S001", clock, timeout=2.0)
+    me = Identity(node="S001", kmsn="9999-9999-99-99", station="S001", ip="127.0.0.1", port=9530)
+    elector = Elector(store, clock, me, Timing(10, 3, 2, 7))
+    wait_until(lambda: elector.cycle(renewing=False) and elector.is_leader, 10, "the bench elector to lead")
+    elector.heartbeat()
+    trips, reqs = share.round_trips, share.requests
+    for _ in range(renewals):
+        elector.cycle(renewing=True)
+    assert elector.is_leader
+    renew = ((share.round_trips - trips) / renewals, (share.requests - reqs) / renewals)
+    trips, reqs = share.round_trips, share.requests
+    for _ in range(renewals):
+        elector.heartbeat()
+    beat = ((share.round_trips - trips) / renewals, (share.requests - reqs) / renewals)
+    return (*renew, *beat)
+
+
+def run_profile(backend: str, name: str, kills: int, workdir: Path) -> list[float]:
     timing = PROFILES[name]
     renew = float(timing["LEASE_RENEW"])
-    site = site or Site(workdir / (name + ("-stop" if freeze else "")), n=3, timing=timing)
+    site = make_site(backend, name, workdir, timing)
     gaps: list[float] = []
-    client: ClientThread | None = None
     try:
         site.start()
         site.wait_leader(timeout=60)
-        if clients is not None:
-            client = ClientThread(site)
         for i in range(kills):
             # Everyone up and following, then kill at a random phase of the renew cycle.
             wait_until(lambda: sum("follow" in a.state().get("decision", "") for a in site.agents) == 2,
@@ -95,35 +115,16 @@ def run_profile(
             rec = site.lease()
             assert rec is not None
             victim = site.by_name(rec.node)
-            if freeze:
-                victim.signal_group(signal.SIGSTOP)
-            elif isinstance(site, NetnsSite):
-                site.cut(victim)
-            else:
-                victim.kill9()
+            victim.kill9()
             killed = time.monotonic()
             new = wait_until(lambda r=rec: (x := site.lease()) and x.epoch > r.epoch and x, 60,
                              "a new leader", every=0.005)  # fmt: skip
             gap = time.monotonic() - killed
             gaps.append(gap)
-            if client is not None:
-                wait_until(
-                    lambda r=rec: client.epoch() > r.epoch, 60, "the client on the new leader", every=0.005
-                )
-                assert clients is not None
-                clients.append(time.monotonic() - killed)
-            what = "stop" if freeze else "cut" if isinstance(site, NetnsSite) else "kill"
-            print(f"  {name} {what} {i + 1:2d}/{kills}: {rec.node} epoch {rec.epoch} -> "
+            print(f"  {backend} {name} kill {i + 1:2d}/{kills}: {rec.node} epoch {rec.epoch} -> "
                   f"{new.node} epoch {new.epoch} in {gap:5.2f} s", flush=True)  # fmt: skip
-            if freeze:  # wake it: it steps down without writing, and follows
-                victim.signal_group(signal.SIGCONT)
-            elif isinstance(site, NetnsSite):
-                site.mend(victim)
-            else:
-                victim.start()  # back to three agents
+            victim.start()  # back to three agents
     finally:
-        if client is not None:
-            client.close()
         site.stop()
     return gaps
 
@@ -131,32 +132,37 @@ def run_profile(
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kills", type=int, default=20)
-    ap.add_argument("--profiles", default="lease,beacons,fast")
-    ap.add_argument("--stops", type=int, default=5, help="SIGSTOPs of the leader (beacons on), 0 = none")
-    ap.add_argument("--cuts", type=int, default=3, help="cables of the leader pulled (netns, root), 0 = none")
+    ap.add_argument("--profiles", default="default,fast")
+    ap.add_argument("--backends", default="file", help="file, smb or both (file,smb), in the same run")
     args = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the sites and smbd on the way out
     results = {}
+    ops = None
     with tempfile.TemporaryDirectory(prefix="stk-bench-") as tmp:
-        for name in [p for p in args.profiles.split(",") if p]:
-            t = PROFILES[name]
-            print(f"profile {name}: TTL {t['LEASE_TTL']} renew {t['LEASE_RENEW']} poll {t['LEASE_POLL']} "
-                  f"deadline {t['RENEW_DEADLINE']} beacons {t.get('BEACON_INTERVAL', '0.2')}, "
-                  f"{args.kills} kills", flush=True)  # fmt: skip
-            clients: list[float] | None = [] if name == "beacons" else None
-            results[f"kill -9, {name}"] = run_profile(name, args.kills, Path(tmp), clients=clients)
-            if clients:
-                results[f"  client moved, {name}"] = clients
-        if args.stops:
-            results["SIGSTOP, beacons"] = run_profile("beacons", args.stops, Path(tmp), freeze=True)
-        if args.cuts and available() is None:
-            site = NetnsSite(Path(tmp) / "cut", n=3, share="lan", timing=PROFILES["beacons"])
-            results["cable cut, beacons"] = run_profile("beacons", args.cuts, Path(tmp), site=site)
-        elif args.cuts:
-            print(f"cable cuts skipped: {available()}")
-    print("\nfailover: the leader's process group killed / stopped, or its cable cut -> new valid lease (s)")
-    for name, gaps in results.items():
-        print(f"  {name:22s}: n={len(gaps):2d}  p50={statistics.median(gaps):5.2f}  "
-              f"p95={pct(gaps, 95):5.2f}  max={max(gaps):5.2f}  min={min(gaps):5.2f}")  # fmt: skip
+        try:
+            for backend in args.backends.split(","):
+                for name in args.profiles.split(","):
+                    t = PROFILES[name]
+                    print(f"{backend} profile {name}: TTL {t['LEASE_TTL']} renew {t['LEASE_RENEW']} "
+                          f"poll {t['LEASE_POLL']} deadline {t['RENEW_DEADLINE']}, {args.kills} kills",
+                          flush=True)  # fmt: skip
+                    results[(backend, name)] = run_profile(backend, name, args.kills, Path(tmp))
+            if "smb" in args.backends.split(","):
+                ops = smb_operations(Path(tmp))
+        finally:
+            for server in _samba:
+                server.stop()
+    print("\nfailover: kill -9 of the leader's process group -> new valid lease (seconds)")
+    for (backend, name), gaps in results.items():
+        t = PROFILES[name]
+        print(f"  {backend:4s} {name:8s} (TTL {t['LEASE_TTL']:>2s}): n={len(gaps)}  "
+              f"p50={statistics.median(gaps):.2f}  p95={pct(gaps, 95):.2f}  max={max(gaps):.2f}  "
+              f"min={min(gaps):.2f}")  # fmt: skip
+    if ops is not None:
+        print(
+            f"SMB operations per renewal: {ops[0]:.1f} round trips ({ops[1]:.1f} requests); "
+            f"per heartbeat: {ops[2]:.1f} round trips ({ops[3]:.1f} requests)"
+        )
 
 
 if __name__ == "__main__":

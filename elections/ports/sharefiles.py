@@ -33,7 +33,7 @@ import secrets
 import stat
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from pathlib import Path
 from typing import TypeVar
@@ -42,7 +42,8 @@ from elections.core.untrusted import NOT_A_FILE, TOO_LARGE, TOO_MANY, UNREADABLE
 from elections.errors import StoreUnavailable
 
 T = TypeVar("T")
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+E = TypeVar("E")
+_NOFOLLOW = NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 DEFAULT_TIMEOUT = 2.0
@@ -50,24 +51,6 @@ MAX_SCAN = 4096  # directory entries looked at per listing, of any kind: a flood
 MAX_REFUSED = 8  # refusals reported per listing
 NODE_FILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # a node id as a file name stem
 _ASIDE = (errno.EACCES, errno.EPERM)
-
-
-class ShareOps:
-    """How many operations this process made on shares: each open of a file,
-    listing of a folder, write (temp file + rename), lock create or remove
-    counts one (roughly one SMB request/response pair each). Read by the
-    benchmarks (`bench/share_load.py`) through `pool.json`."""
-
-    def __init__(self) -> None:
-        self.total = 0
-        self._lock = threading.Lock()
-
-    def count(self, n: int = 1) -> None:
-        with self._lock:
-            self.total += n
-
-
-SHARE_OPS = ShareOps()
 
 
 def _refuse_link(path: Path) -> None:
@@ -78,7 +61,6 @@ def _refuse_link(path: Path) -> None:
 
 def _open_regular(path: Path, flags: int) -> int:
     _refuse_link(path)
-    SHARE_OPS.count()
     try:
         fd = os.open(path, flags | _NOFOLLOW | _NONBLOCK | _CLOEXEC, 0o644)
     except OSError as exc:
@@ -100,7 +82,6 @@ def _open_regular(path: Path, flags: int) -> int:
 
 
 def _listable(folder: Path) -> bool:
-    SHARE_OPS.count()
     try:
         with os.scandir(folder):
             return True
@@ -157,40 +138,51 @@ def safe_name(name: str) -> str:
     return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")[:120]
 
 
-def list_regular(folder: Path, suffix: str, limit: int) -> tuple[dict[str, int], list[Untrusted]]:
-    """{name: size} of the regular files in `folder` named `<node id><suffix>`
-    (at most `limit`, by name), and what was refused (links, FIFOs, odd names,
-    too many entries). At most `MAX_SCAN` entries are looked at."""
-    if folder.is_symlink():
-        return {}, [Untrusted(NOT_A_FILE, f"{folder.name}/ is a link")]
+def pick_node_files(
+    label: str, entries: Iterable[tuple[str, E]], is_regular: Callable[[E], bool], suffix: str, limit: int
+) -> tuple[dict[str, E], list[Untrusted]]:
+    """Of a folder's listing (`label` names the folder), the regular files named
+    `<node id><suffix>` (at most `limit`, by name), and what was refused (links,
+    FIFOs, odd names, too many entries). At most `MAX_SCAN` entries are looked
+    at. The rule of every share's listing, local or remote."""
     refused: list[Untrusted] = []
 
     def refuse(exc: Untrusted) -> None:
         if len(refused) < MAX_REFUSED:
             refused.append(exc)
 
-    regular: dict[str, os.DirEntry[str]] = {}
-    SHARE_OPS.count()
-    with os.scandir(folder) as it:
-        for n, entry in enumerate(it):
-            if n >= MAX_SCAN:
-                refuse(Untrusted(TOO_MANY, f"{folder.name}/ holds more than {MAX_SCAN} entries"))
-                break
-            name = entry.name
-            if name.startswith(".") or not name.endswith(suffix):
-                continue
-            if not NODE_FILE.fullmatch(name[: -len(suffix)]):
-                refuse(Untrusted(NOT_A_FILE, f"{folder.name}/{safe_name(name)} is not named after a node"))
-            elif not entry.is_file(follow_symlinks=False):  # d_type: no extra round trip to the server
-                refuse(Untrusted(NOT_A_FILE, f"{folder.name}/{name} is not a regular file"))
-            else:
-                regular[name] = entry
+    regular: dict[str, E] = {}
+    for n, (name, entry) in enumerate(entries):
+        if n >= MAX_SCAN:
+            refuse(Untrusted(TOO_MANY, f"{label}/ holds more than {MAX_SCAN} entries"))
+            break
+        if name.startswith(".") or not name.endswith(suffix):
+            continue
+        if not NODE_FILE.fullmatch(name[: -len(suffix)]):
+            refuse(Untrusted(NOT_A_FILE, f"{label}/{safe_name(name)} is not named after a node"))
+        elif not is_regular(entry):
+            refuse(Untrusted(NOT_A_FILE, f"{label}/{name} is not a regular file"))
+        else:
+            regular[name] = entry
     if len(regular) > limit:
-        refuse(Untrusted(TOO_MANY, f"{folder.name}/ holds more than {limit} files"))
+        refuse(Untrusted(TOO_MANY, f"{label}/ holds more than {limit} files"))
+    return {name: regular[name] for name in sorted(regular)[:limit]}, refused
+
+
+def list_regular(folder: Path, suffix: str, limit: int) -> tuple[dict[str, int], list[Untrusted]]:
+    """{name: size} of the regular files in `folder` named `<node id><suffix>`
+    (`pick_node_files`), and what was refused."""
+    if folder.is_symlink():
+        return {}, [Untrusted(NOT_A_FILE, f"{folder.name}/ is a link")]
+    with os.scandir(folder) as it:
+        # d_type: no extra round trip to the server per entry
+        picked, refused = pick_node_files(
+            folder.name, ((e.name, e) for e in it), lambda e: e.is_file(follow_symlinks=False), suffix, limit
+        )
     found: dict[str, int] = {}
-    for name in sorted(regular)[:limit]:
+    for name, entry in picked.items():
         try:
-            found[name] = regular[name].stat(follow_symlinks=False).st_size
+            found[name] = entry.stat(follow_symlinks=False).st_size
         except OSError:
             continue
     return found, refused
@@ -235,6 +227,19 @@ class ShareDeadline:
         self._queue: list[tuple[Callable[[], object], Future[object]]] = []
         self._wake = threading.Condition(self._lock)
         self._thread: threading.Thread | None = None
+        # Called (from a caller's thread, with how long the operation has been
+        # hung) whenever a caller gives up on a hung operation: a remote share
+        # may drop its connection there, so that a call no answer will ever end
+        # (a dead TCP peer) fails, and the next one connects again.
+        self.on_hang: list[Callable[[float], None]] = []
+
+    def _hung(self, since: float | None) -> None:
+        hung_for = time.monotonic() - since if since is not None else self.timeout
+        for hook in list(self.on_hang):
+            try:
+                hook(hung_for)
+            except Exception:  # a hook must never turn a timeout into a crash
+                pass
 
     def _ensure_thread(self) -> None:
         if self._thread is None or not self._thread.is_alive():
@@ -267,6 +272,7 @@ class ShareDeadline:
         with self._wake:
             since = self._busy_since
             if since is not None and time.monotonic() - since > self.timeout:
+                self._hung(since)
                 raise StoreUnavailable(
                     f"share not answering: an operation has been hung for {time.monotonic() - since:.1f} s"
                 )
@@ -277,6 +283,7 @@ class ShareDeadline:
             return future.result(self.timeout)  # type: ignore[return-value]
         except TimeoutError:
             future.cancel()
+            self._hung(self._busy_since)
             raise StoreUnavailable(f"share did not answer within {self.timeout:g} s") from None
 
 
@@ -286,9 +293,12 @@ _deadlines_lock = threading.Lock()
 
 def deadline_for(share: str | os.PathLike[str], timeout: float = DEFAULT_TIMEOUT) -> ShareDeadline:
     """The one `ShareDeadline` of this process for a share (all its users queue on it)."""
-    key = (os.path.abspath(share), timeout)  # no I/O: the share may be hung
+    where = os.fspath(share)
+    remote = "://" in where  # smb://host/share/path: one gate per URL
+    key = (where if remote else os.path.abspath(where), timeout)  # no I/O: the share may be hung
     with _deadlines_lock:
         gate = _deadlines.get(key)
         if gate is None:
-            gate = _deadlines[key] = ShareDeadline(timeout, name=Path(share).name or "share")
+            name = where.rstrip("/").rsplit("/", 1)[-1] if remote else Path(where).name
+            gate = _deadlines[key] = ShareDeadline(timeout, name=name or "share")
         return gate

@@ -39,7 +39,7 @@ from elections.executors import Gate, build_executors, epoch_from_state, leader_
 from elections.ports.beacons import BeaconConfig
 from elections.ports.clock import SystemClock
 from elections.ports.localstate import Leadership, LocalState, MemberView, PoolView
-from elections.ports.sharefiles import SHARE_OPS
+from elections.ports.share import SHARE_OPS
 from elections.ports.stores import PoolPlace, open_event_tail, open_store
 from elections.runtime.beacon_link import BeaconLink
 from elections.runtime.elector import Elector

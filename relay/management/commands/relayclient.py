@@ -41,6 +41,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from elections.ports.smburl import is_smb
 from relay.beacon_discovery import BeaconListener
 from relay.client import (
     ClientClosed,
@@ -221,7 +222,7 @@ class Command(BaseCommand):
             raise Stop(EXIT_USAGE, f"relayclient {action}: --station is required")
         if action == "send" and role == "commander" and not options.get("to"):
             raise Stop(EXIT_USAGE, "relayclient send: a commander must name --to (a station, or '*')")
-        if lease_dir and not os.path.isdir(lease_dir):
+        if lease_dir and not is_smb(lease_dir) and not os.path.isdir(lease_dir):
             raise Stop(EXIT_USAGE, f"relayclient: lease dir {lease_dir} is not a directory")
         beacon_port = (options["beacon_port"] or stk.beacon_port) if options["discover"] else None
         if not (lease_dir or options["agent"] or options["fallback"] or beacon_port):
@@ -239,6 +240,7 @@ class Command(BaseCommand):
             agents=options["agent"],
             fallbacks=options["fallback"],
             api_token=options["api_token"],
+            lease_options=stk.values,  # an smb:// LEASE_DIR logs in with SMB_PASSWORD(_FILE)
             beacons=BeaconListener(token, kmsn, beacon_port) if beacon_port else None,
         )
         return RelayClient(
