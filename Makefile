@@ -3,7 +3,7 @@
 PY := .venv/bin/python
 PYTEST := .venv/bin/pytest
 
-.PHONY: bootstrap run test chaos fuzz bench bench-failover bench-relay bench-relay-idle bench-switchover bench-panel bench-login bench-hostile screenshots lint format clean
+.PHONY: bootstrap run test chaos fuzz bench bench-failover bench-relay bench-relay-idle bench-switchover bench-panel bench-login bench-hostile bench-compaction bench-footprint screenshots lint format clean
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -21,7 +21,7 @@ chaos: bootstrap
 fuzz: bootstrap
 	@STK_FUZZ_EXAMPLES=$${STK_FUZZ_EXAMPLES:-20000} $(PYTEST) tests/test_untrusted.py tests/test_protocol_fuzz.py $(PYTEST_ARGS)
 
-bench: bench-failover bench-relay bench-relay-idle bench-switchover bench-panel bench-login bench-hostile
+bench: bench-failover bench-relay bench-relay-idle bench-switchover bench-panel bench-login bench-hostile bench-compaction bench-footprint
 
 bench-failover: bootstrap
 	@$(PY) bench/failover.py $(BENCH_ARGS)
@@ -43,6 +43,14 @@ bench-panel: bootstrap
 
 bench-hostile: bootstrap
 	@$(PY) bench/hostile_share.py $(BENCH_ARGS)
+
+# A pool's event files after 1,000,000 events: share bytes, and a new agent joining.
+bench-compaction: bootstrap
+	@$(PY) bench/compaction.py $(BENCH_ARGS)
+
+# Memory and idle CPU of every process of an agent of a 3-member site.
+bench-footprint: bootstrap
+	@$(PY) bench/footprint.py $(BENCH_ARGS)
 
 bench-login: bootstrap
 	@$(PY) bench/login_flood.py $(BENCH_ARGS)

@@ -1,23 +1,64 @@
 """Celery tasks of the lease queue. Safe when late or duplicated: each carries
 `expires` (set by the beat schedule), and every write is compare-and-set, so a
-late renewal can never resurrect a lost lease."""
+late renewal can never resurrect a lost lease.
+
+The cheap look between polls (`Agent.watch`, every LEASE_WATCH) runs on a
+thread of the lease worker (`Watcher`, started when the worker is ready), not
+as a task through the broker: four tasks a second cost an idle agent more than
+the look itself. One lock keeps the agent single-threaded: a renewal and a
+look never run at the same time; each waits for the other to finish.
+"""
+
+import logging
+import threading
 
 from celery import shared_task
+from celery.signals import worker_ready
 
 from elections.runtime.agent import agent
+
+log = logging.getLogger("stkrelay.agent")
+_lock = threading.Lock()  # one cycle of the agent at a time: the tasks' and the watcher's
 
 
 @shared_task(name="elections.renew", ignore_result=True)
 def renew() -> str:
-    return str(agent().tick(renewing=True))
+    with _lock:
+        return str(agent().tick(renewing=True))
 
 
 @shared_task(name="elections.poll", ignore_result=True)
 def poll() -> str:
-    return str(agent().tick(renewing=False))
+    with _lock:
+        return str(agent().tick(renewing=False))
 
 
 @shared_task(name="elections.watch", ignore_result=True)
 def watch() -> str:
-    decision = agent().watch()
+    with _lock:
+        decision = agent().watch()
     return str(decision) if decision is not None else "no change"
+
+
+class Watcher(threading.Thread):
+    """`Agent.watch()` every `every` seconds, beside the worker's tasks."""
+
+    def __init__(self, every: float) -> None:
+        super().__init__(name="lease-watch", daemon=True)
+        self.every = every
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.wait(self.every):
+            try:
+                with _lock:
+                    agent().watch()
+            except Exception:  # the next look tries again; renewals go on meanwhile
+                log.exception("watch failed")
+
+
+@worker_ready.connect
+def _start_watching(**_: object) -> None:
+    from django.conf import settings
+
+    Watcher(settings.STK.lease_watch).start()

@@ -1,16 +1,45 @@
-"""The agent's Celery app: broker is this agent's own Redis, never a shared one."""
+"""The agent's Celery app: broker is this agent's own Redis, never a shared one.
+
+`celery -A stkrelay.celery worker --stk-beat ...` runs the agent's one beat
+(in-memory schedule, DESIGN.md §12) on a thread of the lease worker instead
+of a process of its own: one interpreter less per agent, and beat lives and
+dies with the worker whose queue it feeds.
+"""
 
 import os
 from typing import Any
 
-from celery import Celery
+from celery import Celery, bootsteps
 from celery.signals import after_setup_logger, after_setup_task_logger
+from click import Option
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "stkrelay.settings")
 
 app = Celery("stkrelay")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["elections"])
+
+
+class ThreadedBeat(bootsteps.StartStopStep):
+    """The beat of this agent on a thread of the worker (`--stk-beat`)."""
+
+    label = "stk-beat"
+    conditional = True
+
+    def __init__(self, worker: Any, stk_beat: bool = False, **kwargs: Any) -> None:
+        self.enabled = bool(stk_beat)
+        super().__init__(worker, **kwargs)
+
+    def create(self, worker: Any) -> Any:
+        from celery.beat import EmbeddedService
+
+        return EmbeddedService(worker.app, thread=True, scheduler_cls="celery.beat:Scheduler")
+
+
+app.user_options["worker"].add(
+    Option(["--stk-beat"], is_flag=True, default=False, help="Run the beat on a thread of the worker.")
+)
+app.steps["worker"].add(ThreadedBeat)
 
 
 @after_setup_logger.connect

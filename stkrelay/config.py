@@ -65,6 +65,12 @@ DEFAULTS: dict[str, str] = {
     "LOG_FORMAT": "text",  # or json: one JSON object per line (stkrelay/logs.py)
     "LOG_MAX_BYTES": str(10 << 20),  # the files the agent writes in DATA_DIR rotate at this size...
     "LOG_BACKUPS": "5",  # ...keeping this many old ones
+    # This member's event files on the share (elections/ports/segments.py): the active file is
+    # sealed at EVENTS_SEGMENT_BYTES; the newest segments within EVENTS_KEEP_BYTES and younger
+    # than EVENTS_KEEP_DAYS are kept, older ones retired (what rules need is kept in a base).
+    "EVENTS_SEGMENT_BYTES": str(1 << 20),
+    "EVENTS_KEEP_BYTES": str(4 << 20),
+    "EVENTS_KEEP_DAYS": "400",
     "BEACON_INTERVAL": str(config_beacons.DEFAULT_INTERVAL),  # 0: off, the lease alone (DESIGN.md §13)
     "BEACON_PORT": "",  # default: RELAY_PORT + 2
     "BEACON_PEERS": "",  # default: the broadcast address of NODE_IP's subnet
@@ -127,6 +133,9 @@ class Config:
     log_format: str = "text"
     log_max_bytes: int = 10 << 20
     log_backups: int = 5
+    events_segment_bytes: int = 1 << 20
+    events_keep_bytes: int = 4 << 20
+    events_keep_days: float = 400.0
     beacon_interval: float = config_beacons.DEFAULT_INTERVAL
     beacon_port: int = 9532
     beacon_peers: list[str] = field(default_factory=list)
@@ -302,6 +311,7 @@ def load(ini_path: str | None = None, env: dict[str, str] | None = None, check_d
         )
     _web(cfg, values, bad, number)
     _logs(cfg, values, bad, number)
+    _events(cfg, values, bad, number)
     cfg.beacon_interval = config_beacons.parse_interval(values["BEACON_INTERVAL"], cfg.lease_renew, bad)
     cfg.beacon_port = config_beacons.parse_port(values["BEACON_PORT"], cfg.relay_port, cfg.web_port, bad)
     cfg.beacon_peers = config_beacons.parse_peers(values["BEACON_PEERS"], bad)
@@ -356,6 +366,20 @@ def _logs(cfg: Config, values: dict[str, str], bad, number) -> None:  # type: ig
     cfg.log_max_bytes = size or cfg.log_max_bytes
     backups = number("LOG_BACKUPS", int, 1, 1000)
     cfg.log_backups = backups or cfg.log_backups
+
+
+def _events(cfg: Config, values: dict[str, str], bad, number) -> None:  # type: ignore[no-untyped-def]
+    """The retention of this member's event files (E041 when it cannot hold one segment)."""
+    segment = number("EVENTS_SEGMENT_BYTES", int, 4096, 8 << 20)  # readers read at most 64 MiB of one
+    cfg.events_segment_bytes = segment or cfg.events_segment_bytes
+    keep = number("EVENTS_KEEP_BYTES", int, 4096, 1 << 40)
+    cfg.events_keep_bytes = keep or cfg.events_keep_bytes
+    days = number("EVENTS_KEEP_DAYS", float, 1, 100_000)
+    cfg.events_keep_days = days or cfg.events_keep_days
+    if cfg.events_keep_bytes < 2 * cfg.events_segment_bytes:
+        bad("stkrelay.E041", "EVENTS_KEEP_BYTES",
+            f"{cfg.events_keep_bytes} must be at least twice EVENTS_SEGMENT_BYTES={cfg.events_segment_bytes}",
+            "keep the active file and at least one sealed segment")  # fmt: skip
 
 
 def _flag(text: str, default: bool) -> bool:

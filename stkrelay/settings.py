@@ -48,8 +48,9 @@ DEBUG = os.environ.get("STK_DEBUG") == "1"
 # against the same list (stkrelay/asgi.py). A LAN attacker's DNS name for us gets nothing.
 ALLOWED_HOSTS = allowed_hosts(STK.node_ip, STK.web_allowed_hosts)
 
+# Not "daphne": the web child runs Daphne itself (stkrelay/web.py); as an app it would load
+# Twisted and TLS libraries (~25 MiB) into the supervisor and the lease worker, which serve no HTTP.
 INSTALLED_APPS = [
-    "daphne",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -174,12 +175,8 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": STK.lease_poll,
         "options": {"expires": STK.lease_poll * 0.8, "queue": "lease"},
     },
-    # Cheap look for commands and handoffs between polls (planned switchovers < 1 s).
-    "lease-watch": {
-        "task": "elections.watch",
-        "schedule": STK.lease_watch,
-        "options": {"expires": STK.lease_watch * 0.8, "queue": "lease"},
-    },
+    # The cheap look for commands and handoffs between polls (planned switchovers < 1 s),
+    # every LEASE_WATCH, runs on a thread of the lease worker (elections/tasks.py `Watcher`).
 }
 
 # LOG_FORMAT text (the default) or json: one JSON object per line (stkrelay/logs.py), its

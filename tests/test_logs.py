@@ -18,7 +18,7 @@ from stkrelay.logs import JsonFormatter, as_json_line, logging_config
 from stkrelay.web import RotatingLog
 
 KEYS = {"time", "level", "node", "component", "message"}
-CHILDREN = {"agent", "web", "worker", "beat", "relay"}
+CHILDREN = {"agent", "web", "worker", "relay"}  # beat is a thread of the worker
 
 
 def _record(msg: str, *args, **extra) -> logging.LogRecord:  # type: ignore[no-untyped-def]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ RELAY_NAME = "relay.json"
 RELAY_WANTED_NAME = "relay.wanted"
 STOPPING_NAME = "stopping"
 MAX_LOCAL_FILE = 4 << 20  # bytes: these files are small; a huge one is not ours
+FRESH_NS = 50_000_000  # a file written this recently is read again at every look
 
 
 def _int(value: Any) -> int | None:
@@ -246,22 +248,40 @@ class RelayStatus:
 
 
 class LocalState:
-    """The data directory of one agent. Cheap to make: it holds only the path."""
+    """The data directory of one agent. Cheap to make: it holds the path, and
+    the last document read of each file with the file's identity then (inode,
+    size, times): a reader that looks often (the supervisor, the standby relay)
+    pays one `stat` while a file has not been replaced, not a read and a parse."""
 
     def __init__(self, data_dir: str | os.PathLike[str]) -> None:
         self.dir = Path(data_dir)
+        self._seen: dict[str, tuple[tuple[int, ...], dict[str, Any]]] = {}
 
     # -- plumbing -------------------------------------------------------------
     def _read(self, name: str) -> dict[str, Any]:
+        path = self.dir / name
         try:
-            with open(self.dir / name, "rb") as fh:
+            st = os.stat(path)
+            ident = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            known = self._seen.get(name)
+            if known is not None and known[0] == ident:
+                return dict(known[1])
+            with open(path, "rb") as fh:
                 raw = fh.read(MAX_LOCAL_FILE + 1)
             if len(raw) > MAX_LOCAL_FILE:
                 return {}
             doc = json.loads(raw)
         except (OSError, ValueError, RecursionError):
+            self._seen.pop(name, None)
             return {}
-        return doc if isinstance(doc, dict) else {}
+        if not isinstance(doc, dict):
+            return {}
+        # Kept only if what was read is what the identity names, and only once the file is older
+        # than the file system's time step: a rewrite in the same step (a recycled inode, the same
+        # size) could otherwise look unchanged.
+        if len(raw) == st.st_size and time.time_ns() - st.st_mtime_ns > FRESH_NS:
+            self._seen[name] = (ident, doc)
+        return dict(doc)
 
     def _write(self, name: str, doc: dict[str, Any]) -> None:
         write_atomic(self.dir / name, json.dumps(doc).encode(), tag=str(os.getpid()))

@@ -23,7 +23,10 @@ implementation:
 - `create_exclusive` is atomic between machines (O_EXCL, SMB FILE_CREATE);
   a collision raises `FileExistsError`.
 - `listing` is bounded (`MAX_SCAN` entries looked at, `limit` kept) and
-  raises `FileNotFoundError` for a missing folder.
+  raises `FileNotFoundError` for a missing folder; it keeps names whose stem
+  is a node id, or matches `names`.
+- `rename` gives a regular file another name in its folder (the event log
+  seals its active file so); a name already taken raises OSError on SMB.
 - Errors are `OSError`s (`FileNotFoundError`, `FileExistsError`,
   `IsADirectoryError`, `PermissionError`, or a bare `OSError` for a failing
   or lost server), `Untrusted` for what is not a regular file.
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import re
 import threading
 from pathlib import Path
 from typing import Protocol
@@ -40,7 +44,7 @@ from typing import Protocol
 from elections.core.untrusted import Untrusted
 from elections.ports import sharefiles
 from elections.ports.host import unlink_quietly, write_atomic
-from elections.ports.sharefiles import DEFAULT_TIMEOUT, ShareDeadline, deadline_for
+from elections.ports.sharefiles import DEFAULT_TIMEOUT, NODE_FILE, ShareDeadline, deadline_for
 
 
 class ShareOps:
@@ -76,7 +80,11 @@ class Share(Protocol):
 
     def append_line(self, rel: str, line: bytes) -> None: ...
 
-    def listing(self, folder: str, suffix: str, limit: int) -> tuple[dict[str, int], list[Untrusted]]: ...
+    def listing(
+        self, folder: str, suffix: str, limit: int, names: re.Pattern[str] = NODE_FILE
+    ) -> tuple[dict[str, int], list[Untrusted]]: ...
+
+    def rename(self, rel: str, to: str) -> None: ...
 
     def replace(self, rel: str, data: bytes, tag: str = "") -> None: ...
 
@@ -128,9 +136,15 @@ class LocalShare:
         SHARE_OPS.count()
         sharefiles.append_line(self.path(rel), line)
 
-    def listing(self, folder: str, suffix: str, limit: int) -> tuple[dict[str, int], list[Untrusted]]:
+    def listing(
+        self, folder: str, suffix: str, limit: int, names: re.Pattern[str] = NODE_FILE
+    ) -> tuple[dict[str, int], list[Untrusted]]:
         SHARE_OPS.count()
-        return sharefiles.list_regular(self.path(folder), suffix, limit)
+        return sharefiles.list_regular(self.path(folder), suffix, limit, names)
+
+    def rename(self, rel: str, to: str) -> None:
+        SHARE_OPS.count()
+        sharefiles.rename_file(self.path(rel), self.path(to))
 
     def replace(self, rel: str, data: bytes, tag: str = "") -> None:
         SHARE_OPS.count(2)

@@ -139,12 +139,14 @@ def safe_name(name: str) -> str:
 
 
 def pick_node_files(
-    label: str, entries: Iterable[tuple[str, E]], is_regular: Callable[[E], bool], suffix: str, limit: int
-) -> tuple[dict[str, E], list[Untrusted]]:
+    label: str, entries: Iterable[tuple[str, E]], is_regular: Callable[[E], bool], suffix: str, limit: int,
+    names: re.Pattern[str] = NODE_FILE,
+) -> tuple[dict[str, E], list[Untrusted]]:  # fmt: skip
     """Of a folder's listing (`label` names the folder), the regular files named
-    `<node id><suffix>` (at most `limit`, by name), and what was refused (links,
-    FIFOs, odd names, too many entries). At most `MAX_SCAN` entries are looked
-    at. The rule of every share's listing, local or remote."""
+    `<node id><suffix>` (or whose stem matches `names`; at most `limit`, by
+    name), and what was refused (links, FIFOs, odd names, too many entries). At
+    most `MAX_SCAN` entries are looked at. The rule of every share's listing,
+    local or remote."""
     refused: list[Untrusted] = []
 
     def refuse(exc: Untrusted) -> None:
@@ -158,7 +160,7 @@ def pick_node_files(
             break
         if name.startswith(".") or not name.endswith(suffix):
             continue
-        if not NODE_FILE.fullmatch(name[: -len(suffix)]):
+        if not names.fullmatch(name[: -len(suffix)]):
             refuse(Untrusted(NOT_A_FILE, f"{label}/{safe_name(name)} is not named after a node"))
         elif not is_regular(entry):
             refuse(Untrusted(NOT_A_FILE, f"{label}/{name} is not a regular file"))
@@ -169,7 +171,9 @@ def pick_node_files(
     return {name: regular[name] for name in sorted(regular)[:limit]}, refused
 
 
-def list_regular(folder: Path, suffix: str, limit: int) -> tuple[dict[str, int], list[Untrusted]]:
+def list_regular(
+    folder: Path, suffix: str, limit: int, names: re.Pattern[str] = NODE_FILE
+) -> tuple[dict[str, int], list[Untrusted]]:
     """{name: size} of the regular files in `folder` named `<node id><suffix>`
     (`pick_node_files`), and what was refused."""
     if folder.is_symlink():
@@ -177,7 +181,12 @@ def list_regular(folder: Path, suffix: str, limit: int) -> tuple[dict[str, int],
     with os.scandir(folder) as it:
         # d_type: no extra round trip to the server per entry
         picked, refused = pick_node_files(
-            folder.name, ((e.name, e) for e in it), lambda e: e.is_file(follow_symlinks=False), suffix, limit
+            folder.name,
+            ((e.name, e) for e in it),
+            lambda e: e.is_file(follow_symlinks=False),
+            suffix,
+            limit,
+            names,
         )
     found: dict[str, int] = {}
     for name, entry in picked.items():
@@ -186,6 +195,16 @@ def list_regular(folder: Path, suffix: str, limit: int) -> tuple[dict[str, int],
         except OSError:
             continue
     return found, refused
+
+
+def rename_file(path: Path, to: Path) -> None:
+    """Give the regular file at `path` the name `to` in the same folder.
+    Raises OSError (FileNotFoundError when there is no file), `Untrusted` for
+    what is not a regular file."""
+    st = os.lstat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise Untrusted(NOT_A_FILE, f"{path.name} is not a regular file")
+    os.replace(path, to)
 
 
 def quarantine(path: Path) -> bool:

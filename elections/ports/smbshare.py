@@ -28,6 +28,7 @@ operations per renewal).
 
 from __future__ import annotations
 
+import re
 import secrets
 import threading
 import time
@@ -54,7 +55,7 @@ from smbprotocol.tree import TreeConnect
 
 from elections.core.untrusted import NOT_A_FILE, TOO_LARGE, UNREADABLE, Untrusted
 from elections.ports.share import SHARE_OPS, parent_of
-from elections.ports.sharefiles import DEFAULT_TIMEOUT, pick_node_files
+from elections.ports.sharefiles import DEFAULT_TIMEOUT, NODE_FILE, pick_node_files
 from elections.ports.smbsession import REPARSE, SmbSession, status_of
 from elections.ports.smburl import SmbUrl
 
@@ -194,7 +195,9 @@ class SmbShare(SmbSession):
 
         self._op(run, rel)
 
-    def listing(self, folder: str, suffix: str, limit: int) -> tuple[dict[str, int], list[Untrusted]]:
+    def listing(
+        self, folder: str, suffix: str, limit: int, names: re.Pattern[str] = NODE_FILE
+    ) -> tuple[dict[str, int], list[Untrusted]]:
         SHARE_OPS.count()
         label = folder.rsplit("/", 1)[-1] or (self._base[-1] if self._base else self.url.share)
 
@@ -204,7 +207,8 @@ class SmbShare(SmbSession):
             try:
                 if (fopen.file_attributes or 0) & REPARSE:
                     return {}, [Untrusted(NOT_A_FILE, f"{label}/ is a link")]
-                picked, refused = pick_node_files(label, self._entries(tree, fopen), _regular, suffix, limit)
+                entries = self._entries(tree, fopen)
+                picked, refused = pick_node_files(label, entries, _regular, suffix, limit, names)
             finally:
                 self._close_quietly(tree, fopen)
             return {name: int(entry["end_of_file"].get_value()) for name, entry in picked.items()}, refused
@@ -331,6 +335,23 @@ class SmbShare(SmbSession):
             fopen, (create, created) = self._open(tree, rel, access, CreateDisposition.FILE_OPEN, options)
             close, closed = fopen.close(send=False)
             self._raise_first(self._answers(self._send(tree, [create, close]), [created, closed])[:1])
+
+        self._op(run, rel)
+
+    def rename(self, rel: str, to: str) -> None:
+        SHARE_OPS.count()
+
+        def run(tree: TreeConnect) -> None:
+            access = FilePipePrinterAccessMask.DELETE | ATTRS
+            fopen, (create, created) = self._open(tree, rel, access, CreateDisposition.FILE_OPEN, FILE)
+            self._raise_first(self._answers(self._send(tree, [create]), [created]))
+            try:
+                self._refuse_odd(fopen, rel)
+                status = self._rename(tree, fopen, to, replace=False)
+                if status is not None:
+                    raise self._os_error(status, rel)
+            finally:
+                self._close_quietly(tree, fopen)
 
         self._op(run, rel)
 

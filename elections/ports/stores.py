@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from elections.core.evidence import Refusals
 from elections.ports.clock import Clock
-from elections.ports.eventlog import EventTail, JsonlEventSink
+from elections.ports.eventlog import EventTail, JsonlEventSink, Retention
 from elections.ports.share import Share
 from elections.ports.sharefiles import DEFAULT_TIMEOUT, deadline_for
 from elections.ports.smburl import is_smb, parse_smb_url, smb_password
@@ -102,10 +102,15 @@ def open_event_sink(place: PoolPlace, node: str, clock: Clock) -> EventSink:
     if place.backend == FILE and place.remote:
         share = open_share(place)
         rel = f"{EVENTS_DIR}/{node}.jsonl"
-        return JsonlEventSink(rel, node, clock, place.key, share.deadline, share=share)
+        return JsonlEventSink(
+            rel, node, clock, place.key, share.deadline, share=share, retention=Retention.of(place.options)
+        )
     if place.backend == FILE:
         path = Path(place.lease_dir) / EVENTS_DIR / f"{node}.jsonl"
-        return JsonlEventSink(path, node, clock, place.key, deadline_for(place.lease_dir, place.timeout))
+        return JsonlEventSink(
+            path, node, clock, place.key, deadline_for(place.lease_dir, place.timeout),
+            retention=Retention.of(place.options),
+        )  # fmt: skip
     raise ValueError(f"unknown lease store {place.backend!r}")
 
 

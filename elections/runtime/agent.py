@@ -55,6 +55,7 @@ QUIET_EVENTS_EVERY = 1.0  # the pool's event files (commands) are looked at this
 QUIET_SURVEY_EVERY = 5.0  # the members' files are read this often (stale only after HEARTBEAT_TTL + hold)
 
 _agent: Agent | None = None
+CATCH_UP_S = 0.2  # seconds of one cycle spent reading a backlog of pool events (a joiner's history)
 
 
 def identity() -> Identity:
@@ -157,23 +158,30 @@ class Agent:
     def ingest(self) -> bool:
         """Fold the pool's new, verified events into the command state and hand
         them to the projector (the database inserts happen off this path). The
-        tail reads a bounded amount per call. True if there was anything new."""
-        while self._unprojected and self.projector.submit(self._unprojected[0], timeout=0):
-            self._unprojected.pop(0)
-        if self._unprojected:  # the database is behind: read nothing more until it catches up
-            return False
-        try:
-            events = self.tail.new_events()
-        except StoreUnavailable as exc:
-            log.debug("event files not read: %s", exc)
-            return False
-        if events:
-            self.commands.apply(events)
-            self.elector.know(max(e["epoch"] if isinstance(e.get("epoch"), int) else 0 for e in events))
-            if not self.projector.submit(events, timeout=0):
-                log.warning("history projection is behind: %d events wait for the database", len(events))
-                self._unprojected.append(events)
-        return bool(events)
+        tail reads a bounded amount per call; while it has a backlog (an agent
+        joining a pool's history) it is called again for up to `CATCH_UP_S`.
+        True if there was anything new."""
+        news = False
+        until = self.clock.monotonic() + CATCH_UP_S
+        while True:
+            while self._unprojected and self.projector.submit(self._unprojected[0], timeout=0):
+                self._unprojected.pop(0)
+            if self._unprojected:  # the database is behind: read nothing more until it catches up
+                return news
+            try:
+                events = self.tail.new_events()
+            except StoreUnavailable as exc:
+                log.debug("event files not read: %s", exc)
+                return news
+            if events:
+                news = True
+                self.commands.apply(events)
+                self.elector.know(max(e["epoch"] if isinstance(e.get("epoch"), int) else 0 for e in events))
+                if not self.projector.submit(events, timeout=0):
+                    log.warning("history projection is behind: %d events wait for the database", len(events))
+                    self._unprojected.append(events)
+            if not self.tail.backlog or self.clock.monotonic() >= until:
+                return news
 
     def _kicked(self, why: str) -> None:
         """A beacon's reaction or a gone leader: one cycle now (a store read)."""

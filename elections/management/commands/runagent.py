@@ -1,7 +1,7 @@
 """`python manage.py runagent --ini PATH`: one agent in the foreground.
 
-Web (Daphne), the lease worker (Celery, solo, queue `lease`) and its beat, and
-the leader-only children, supervised as one process group. SIGTERM stops it
+Web (Daphne), the lease worker (Celery, solo, queue `lease`) with its beat on
+a thread, and the standby relay (no Django), supervised as one process group. SIGTERM stops it
 within 5 s, releasing the lease first if this agent leads (and saying so with
 three `resign` beacons). With beacons on (`BEACON_INTERVAL` > 0) it holds the
 TCP liveness port `NODE_IP:BEACON_PORT` (DESIGN.md §13): its death, which
@@ -69,7 +69,7 @@ class Command(BaseCommand):
         if (base / "manage.py").is_file():  # a source checkout: the children run from DATA_DIR
             env["PYTHONPATH"] = str(base) + os.pathsep + env.get("PYTHONPATH", "")
         data = Path(stk.data_dir)
-        celery = [py, "-m", "celery", "-A", "stkrelay"]
+        celery = [py, "-m", "celery", "-A", "stkrelay.celery"]
         # Every child is `python -m ...`, so an installed package (no manage.py) runs the same.
         specs = [
             # Daphne, with its access log rotated by size (LOG_MAX_BYTES, LOG_BACKUPS).
@@ -77,16 +77,14 @@ class Command(BaseCommand):
                               "--log-max-bytes", str(stk.log_max_bytes),
                               "--log-backups", str(stk.log_backups),
                               "-b", stk.node_ip, "-p", str(stk.web_port), "stkrelay.asgi:application"]),
-            # The lease queue has its own solo worker, prefetch 1 (DESIGN.md §12).
+            # The lease queue has its own solo worker, prefetch 1 (DESIGN.md §12), and the agent's
+            # one beat on a thread of it (schedule in memory, no schedule file).
             ChildSpec("worker", [*celery, "worker", "-P", "solo", "-Q", "lease", "-n", f"lease@{stk.node}",
                                  "--prefetch-multiplier", "1", "--without-gossip", "--without-mingle",
-                                 "--without-heartbeat", "-l", "WARNING"]),
-            # Exactly one beat per agent, schedule in memory (no schedule file).
-            ChildSpec("beat", [*celery, "beat", "-S", "celery.beat:Scheduler", "-l", "WARNING",
-                               "--pidfile", str(data / "beat.pid")]),
-            # Warm standby: listens within ~0.1 s of the fenced start_relay action of a
-            # won epoch, stops itself within 0.1-0.2 s of losing; restarted if it dies.
-            ChildSpec("relay", [py, "-m", "django", "runrelay", "--standby"], standby=True),
+                                 "--without-heartbeat", "--stk-beat", "-l", "WARNING"]),
+            # Warm standby, without Django (relay/runner.py): listens within ~0.1 s of the fenced
+            # start_relay action of a won epoch, stops itself 0.1-0.2 s after losing; restarted if it dies.
+            ChildSpec("relay", [py, "-m", "relay.runner", "--standby"], standby=True),
         ]  # fmt: skip
         clock = SystemClock()
         os.environ["STK_AGENT_PID"] = str(os.getpid())

@@ -1,0 +1,307 @@
+"""The reader of a pool's event files (DESIGN.md §6, §5.4): `EventTail` reads
+every node's new complete lines since the last call and hands on only evidence:
+
+- bounded work: at most `PER_FILE` bytes of one file and `PER_CALL` bytes of
+  all files per call (a 30 MB file is read over several calls, never whole),
+  at most `MAX_FILES` files (`MAX_CHAIN` of one node); a line longer than
+  `EVENT_LINE` is skipped; a sealed segment or base counts up to `MAX_SEGMENT`;
+- every line parsed by the guarded reader (size, nesting), signed with the
+  pool key, naming the file's own node, and with a `seq` higher than the last
+  accepted from that node: anything else is refused (counted in `refusals`,
+  logged once per file and cause) and the tail moves past it;
+- a torn last line (a writer that died mid-append) is left for later and
+  picked up once complete, never counted twice, never lost; a file that
+  shrank or was replaced (the byte before the read offset is no longer a line
+  end) is read again from the start, its old lines skipped as already seen;
+- segments (`elections.ports.segments`): a node's files are read in order, a
+  sealed one under a verified base's cover is retired and not read, one that
+  is missing is retired, the lines of a base already seen are copies.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from elections.core.evidence import Refusals
+from elections.core.lease import signature_ok
+from elections.core.untrusted import (
+    EVENT_LINE,
+    FORGED,
+    REPLAYED,
+    TOO_LARGE,
+    TOO_MANY,
+    UNSIGNED,
+    WRONG_NODE,
+    Untrusted,
+    load_object,
+)
+from elections.ports.clock import Clock
+from elections.ports.segments import (
+    ACTIVE,
+    BASE,
+    EVENT_STEM,
+    MAX_SEGMENT,
+    SEALED,
+    SUFFIX,
+    EventFile,
+    chains,
+    header_ok,
+    join,
+    parse_name,
+)
+from elections.ports.share import LocalShare, Share
+from elections.ports.sharefiles import ShareDeadline
+
+log = logging.getLogger("stkrelay.eventlog")
+
+PER_FILE = 256 << 10  # bytes of one file read per call
+PER_CALL = 1 << 20  # bytes of all files read per call
+MAX_FILES = 1024  # event files read per pool (every node's segments)
+MAX_CHAIN = 64  # event files of one node read (its newest)
+SECURITY = frozenset({UNSIGNED, FORGED, REPLAYED, WRONG_NODE})
+
+
+class EventTail:
+    """Reads new, verified, complete lines of every node's event files since the last call.
+
+    Per node the files are read in order (`segments.chains`): bases, sealed
+    segments, the active file; the next file of a node is read only once the
+    one before it is read to its end, so a node's seqs arrive in order. A
+    sealed segment under a verified base's cover is retired: not read; a
+    segment that went missing is retired too, never an attack. Nodes take
+    turns (round robin) when a call stops at a cap."""
+
+    def __init__(
+        self,
+        events_dir: str | os.PathLike[str],
+        key: str = "",
+        refusals: Refusals | None = None,
+        clock: Clock | None = None,
+        deadline: ShareDeadline | None = None,
+        share: Share | None = None,
+    ) -> None:
+        # `events_dir` is a local folder, or with `share` the folder's path in that share.
+        self.share, self.folder = (share, str(events_dir)) if share else (LocalShare(Path(events_dir)), "")
+        self.clock = clock
+        self.deadline = deadline
+        self.key = key
+        self.refusals = refusals if refusals is not None else Refusals()
+        self.offsets: dict[str, int] = {}
+        self.last_seq: dict[str, int] = {}  # node -> highest seq accepted
+        self.covered: dict[str, int] = {}  # node -> the highest `upto` of a verified base
+        self._active_first: dict[str, int] = {}  # node -> seq of its active file's first line
+        self._rereading: set[str] = set()  # files replaced: lines up to last_seq are not replays
+        self._deferred: set[str] = set()  # active files seen replaced once: list again before rereading
+        self._midline: set[str] = set()  # files whose offset is inside a line too long to keep
+        self.backlog = False  # True when the last call stopped at a cap: call again soon
+        self._cursor = 0  # where the next call starts when the last one stopped at a cap
+        self._budget = self._reads = 0
+
+    def _refuse(self, name: str, exc: Untrusted) -> None:
+        at, now = (
+            (self.clock.wall().isoformat(timespec="seconds"), self.clock.monotonic())
+            if self.clock
+            else ("", None)
+        )
+        if self.refusals.note(f"events/{name}", exc.cause, exc.detail, at, now):
+            level = logging.ERROR if exc.cause in SECURITY else logging.WARNING
+            prefix = "SECURITY: " if exc.cause in SECURITY else ""
+            log.log(level, "%signoring a line of events/%s: %s (%s)", prefix, name, exc.detail, exc.cause)
+
+    def _verify(self, ref: EventFile, raw: bytes) -> dict[str, Any] | None:
+        node = ref.node
+        try:
+            doc = load_object(raw, EVENT_LINE, "event line")
+            if self.key and not signature_ok(doc, self.key):
+                raise Untrusted(UNSIGNED if "sig" not in doc else FORGED, "event line is not validly signed")
+            if doc.get("node") != node:
+                raise Untrusted(WRONG_NODE, f"event line names node {str(doc.get('node'))[:64]!r}")
+            seq = doc.get("seq")
+            if not isinstance(seq, int) or isinstance(seq, bool):
+                raise Untrusted(FORGED, "event line has no integer seq")
+            if ref.role == BASE and seq > ref.n:
+                raise Untrusted(REPLAYED, f"event seq {seq} in a base that covers seqs up to {ref.n}")
+            last = self.last_seq.get(node, 0)
+            if seq <= last:
+                if ref.role == BASE or ref.name in self._rereading:
+                    return None  # a copy kept by compaction, or seen before the file was replaced
+                raise Untrusted(REPLAYED, f"event seq {seq} ≤ {last} already seen from {node}")
+        except Untrusted as exc:
+            self._refuse(ref.name, exc)
+            return None
+        self.last_seq[node] = seq
+        return doc
+
+    def new_events(self) -> list[dict[str, Any]]:
+        """New verified events; `StoreUnavailable` when the share is hung (with a deadline)."""
+        if self.deadline is not None:
+            return self.deadline.run(self._new_events)
+        return self._new_events()
+
+    def _new_events(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        self.backlog = False
+        try:  # one directory listing; files whose size did not move are not opened
+            sizes, refused = self.share.listing(self.folder, SUFFIX, MAX_FILES, EVENT_STEM)
+        except OSError:
+            return out
+        for exc in refused:
+            self._refuse("", exc)
+        if not any(exc.cause == TOO_MANY for exc in refused):
+            self._forget(sizes)
+        by_node = chains(sizes)
+        self._budget, self._reads = PER_CALL, 2 * PER_CALL  # bytes consumed, bytes read: both bounded
+        nodes = sorted(by_node)
+        first = self._cursor % len(nodes) if nodes else 0  # round robin: big files cannot starve others
+        for i, node in enumerate(nodes[first:] + nodes[:first]):
+            files = by_node[node]
+            if len(files) > MAX_CHAIN:
+                self._refuse("", Untrusted(TOO_MANY, f"more than {MAX_CHAIN} event files of {node}"))
+                files = files[-MAX_CHAIN:]
+            for ref in files:
+                done = self._read(ref, out)
+                if done is None:  # out of budget: this node goes first next time
+                    self.backlog = True
+                    self._cursor = first + i
+                    return out
+                if not done:
+                    break  # the rest of this file first: the node's later files wait
+        return out
+
+    def _forget(self, sizes: dict[str, int]) -> None:
+        """Drop what is remembered of files no longer there (retired segments).
+        An active file that vanished mid-roll keeps its offset until its sealed
+        name shows up."""
+        for name in [n for n in self.offsets if n not in sizes]:
+            ref = parse_name(name)
+            if ref is not None and ref.role == ACTIVE and ref.node in self._active_first:
+                continue
+            self.offsets.pop(name, None)
+            for remembered in (self._rereading, self._deferred, self._midline):
+                remembered.discard(name)
+
+    def _read(self, ref: EventFile, out: list[dict[str, Any]]) -> bool | None:
+        """Read on in one file: True once it is read to its end, False if the
+        rest must wait (a torn last line, a cap), None when the budget is spent."""
+        name, node = ref.name, ref.node
+        if ref.role == SEALED and ref.n <= self.covered.get(node, 0):
+            return True  # retired: what a rule needs of it is in the base
+        active = f"{node}{SUFFIX}"
+        if ref.role == SEALED and name not in self.offsets and self._active_first.get(node) == ref.n:
+            # The active file this tail was reading, sealed under its first seq: go on where it was.
+            self.offsets[name] = self.offsets.pop(active, 0)
+            if active in self._rereading:
+                self._rereading.add(name)
+            self._rereading.discard(active)
+            self._deferred.discard(active)
+            del self._active_first[node]
+        size = ref.size
+        if ref.role != ACTIVE and size > MAX_SEGMENT:
+            self._refuse(name, Untrusted(TOO_LARGE, f"larger than {MAX_SEGMENT} bytes: the rest is ignored"))
+            size = MAX_SEGMENT
+        start = self.offsets.get(name, 0)
+        if size == start:
+            self._rereading.discard(name)
+            self._deferred.discard(name)
+            return True
+        want = min(PER_FILE, self._budget, self._reads)
+        if want < EVENT_LINE.max_bytes + 1:
+            return None
+        if ref.role != ACTIVE:
+            want = min(want, size - start) if size > start else want
+        try:
+            data = self._read_on(ref, start, want, size)
+        except (OSError, Untrusted) as exc:
+            if isinstance(exc, Untrusted):
+                self._refuse(name, exc)
+            return False
+        if data is None:  # an active file replaced: list again before reading it anew
+            self.backlog = True
+            return False
+        start = self.offsets.get(name, 0)  # 0 if it was found replaced
+        self._reads -= len(data)
+        end = data.rfind(b"\n") + 1  # only complete lines
+        if end == 0:
+            if len(data) > EVENT_LINE.max_bytes:
+                # No line end within more than a line may hold: skip it; the rest follows.
+                self._refuse(name, Untrusted(TOO_LARGE, f"a line longer than {EVENT_LINE.max_bytes} bytes"))
+                self.offsets[name] = start + len(data)
+                self._midline.add(name)
+                self._budget -= len(data)
+                self.backlog = True
+                return False
+            if ref.role != ACTIVE and start + len(data) >= size:
+                self.offsets[name] = start + len(data)  # a fragment at the end of a sealed file: no line
+                return True
+            return False  # a torn last line: it costs no budget, and waits for its end
+        self._budget -= end
+        self._midline.discard(name)
+        raws = data[:end].split(b"\n")
+        if start == 0 and ref.role == BASE:
+            if not self._cover(ref, raws[0]):
+                self.offsets[name] = size
+                return True
+            raws = raws[1:]
+        if start == 0 and ref.role == ACTIVE:
+            self._note_first(node, raws[0])
+        for raw in raws:
+            if raw.strip():
+                doc = self._verify(ref, raw)
+                if doc is not None:
+                    out.append(doc)
+        self.offsets[name] = start + end
+        if start + end < size:
+            if ref.role != ACTIVE and start + len(data) >= size:
+                self.offsets[name] = size  # a fragment at the end of a sealed file: no line
+                return True
+            self.backlog = True
+            return False
+        return True
+
+    def _read_on(self, ref: EventFile, start: int, want: int, size: int) -> bytes | None:
+        """`want` bytes from `start`, checking that the byte before is still a line
+        end (the file was not replaced by another that grew past `start`). A
+        replaced sealed file or base is read again from the start at once; a
+        replaced active file only at the next call, after another listing (it
+        may just have been sealed, and that name must be read first)."""
+        path = join(self.folder, ref.name)
+        if start == 0 or ref.name in self._midline:
+            return self.share.read(path, want, offset=start, chunk=True) or b""
+        data = self.share.read(path, want + 1, offset=start - 1, chunk=True) or b""
+        if size >= start and data[:1] == b"\n":
+            return data[1:]
+        if ref.role == ACTIVE and ref.name not in self._deferred:
+            self._deferred.add(ref.name)
+            return None
+        self._deferred.discard(ref.name)
+        self._rereading.add(ref.name)  # ingestion is idempotent: lines up to last_seq are skipped
+        self.offsets[ref.name] = 0
+        self._active_first.pop(ref.node, None) if ref.role == ACTIVE else None
+        return self.share.read(path, want, chunk=True) or b""
+
+    def _cover(self, ref: EventFile, raw: bytes) -> bool:
+        """A base's header: signed by the pool, naming its own node and cover."""
+        try:
+            doc = load_object(raw, EVENT_LINE, "base header")
+        except Untrusted as exc:
+            self._refuse(ref.name, exc)
+            return False
+        if not header_ok(doc, ref, self.key):
+            cause = UNSIGNED if self.key and "sig" not in doc else FORGED
+            self._refuse(
+                ref.name, Untrusted(cause, "the header of a base is not validly signed for its name")
+            )
+            return False
+        self.covered[ref.node] = max(self.covered.get(ref.node, 0), ref.n)
+        return True
+
+    def _note_first(self, node: str, raw: bytes) -> None:
+        try:
+            seq = load_object(raw, EVENT_LINE, "event line").get("seq")
+        except Untrusted:
+            return
+        if isinstance(seq, int) and not isinstance(seq, bool):
+            self._active_first[node] = seq

@@ -1,0 +1,231 @@
+"""The relay's TCP listeners while this agent leads, without Django (DESIGN.md §4).
+
+`python -m relay.runner --standby` is the agent's warm standby relay: it
+loads only the configuration (`stkrelay.config`), the relay server and the
+ports it needs (no Django, no Celery: a few MiB where a management command
+costs ~75), waits for this agent's leadership and the fenced start_relay
+action of its epoch, and serves until leadership is lost (see
+`relay.management.commands.runrelay`, the same behaviour as a management
+command). Exit status: 0 after serving, 1 if a port cannot be bound, 2 on a
+configuration problem.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from elections.ports.clock import SystemClock
+from elections.ports.localstate import Leadership, LocalState, RelayStatus
+from elections.ports.stores import PoolPlace, open_store
+from relay.server import RelayServer
+
+log = logging.getLogger("stkrelay.relay")
+
+TICK = 0.1
+STANDBY_POLL = 0.05
+STATUS_EVERY = 0.5
+LEASE_READ_WITHIN = 0.5
+Successor = tuple[int | None, str | None, int | None]
+NOBODY: Successor = (None, None, None)
+
+
+class LeadershipGate:
+    """`gate()` of the relay: does this agent still lead, with `epoch`?
+
+    The state file is read at most every `cache_s`; the deadline in it is
+    compared with the clock at every call.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str],
+        epoch: int,
+        cache_s: float = 0.1,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.local, self.epoch, self.cache_s, self.clock = LocalState(data_dir), epoch, cache_s, clock
+        self._state = Leadership()
+        self._pid_ok = False
+        self._read_at: float | None = None
+
+    def _refresh(self, now: float) -> None:
+        if self._read_at is not None and now - self._read_at < self.cache_s:
+            return
+        self._state = self.local.leadership()
+        self._pid_ok = self._state.worker_alive()
+        self._read_at = now
+
+    def why_not(self) -> str | None:
+        """None while this agent leads with `epoch`; else the reason, for the log."""
+        now = self.clock()
+        self._refresh(now)
+        state = self._state
+        if not state.leader:
+            return "the leadership state says this agent is not the leader"
+        if not state.leads_now(now):
+            return "the renew deadline in the leadership state has passed"
+        if state.epoch != self.epoch:
+            return f"the epoch changed from {self.epoch} to {state.epoch}"
+        if not self._pid_ok:
+            return f"the lease worker (pid {state.pid}) is gone"
+        return None
+
+    def __call__(self) -> bool:
+        return self.why_not() is None
+
+
+def await_leadership(stk: Any) -> int:
+    """Poll the leadership state and the relay marker every STANDBY_POLL; the
+    imports are done, so the listeners are up within ~0.1 s of the action."""
+    local = LocalState(stk.data_dir)
+    while True:
+        epoch = local.leadership().held_epoch(time.monotonic())
+        if (
+            epoch is not None and local.relay_wanted() == epoch
+            and LeadershipGate(stk.data_dir, epoch).why_not() is None
+        ):  # fmt: skip
+            return epoch
+        time.sleep(STANDBY_POLL)
+
+
+class RelayRunner:
+    """Serve while the gate holds; on losing it, redirect clients and return 0."""
+
+    def __init__(self, stk: Any, epoch: int, say: Callable[[str], None], complain: Callable[[str], None]):
+        self.stk, self.epoch, self.say, self.complain = stk, epoch, say, complain
+        self.gate = LeadershipGate(stk.data_dir, epoch)
+        self.local = LocalState(stk.data_dir)
+        self.server = RelayServer(
+            node=stk.node,
+            kmsn=stk.kmsn,
+            token=stk.relay_token,
+            gate=self.gate,
+            epoch=epoch,
+            max_frame=stk.relay_max_frame,
+            keepalive=stk.relay_keepalive,
+            pool_key=stk.pool_key,
+            station_keys_only=stk.relay_station_keys_only,
+            max_per_address=stk.relay_max_per_address or None,
+        )
+
+    async def run(self) -> int:
+        stk, server = self.stk, self.server
+        loop = asyncio.get_running_loop()
+        try:
+            await server.start(stk.node_ip, stk.relay_port)
+        except OSError as exc:
+            self.complain(
+                f"runrelay: cannot listen on {stk.node_ip}:{stk.relay_port} and :{stk.relay_port + 1}: "
+                f"{exc.strerror or exc}"
+            )
+            return 1
+        stopping = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stopping.set)
+        self.say(
+            f"runrelay: {stk.node} epoch {self.epoch} serving {stk.kmsn} on {stk.node_ip}:"
+            f"{stk.relay_port} (json) and :{stk.relay_port + 1} (passthrough)"
+        )
+        self.write_status(True)
+        next_status = loop.time() + STATUS_EVERY
+        while True:
+            await asyncio.sleep(TICK)
+            if stopping.is_set():
+                reason, successor = "stopped by signal", NOBODY
+                break
+            why = self.gate.why_not()
+            if why is not None:
+                reason, successor = f"lost leadership: {why}", await self.successor()
+                break
+            if loop.time() >= next_status:
+                self.write_status(True)
+                next_status = loop.time() + STATUS_EVERY
+        told = server.snapshot()["connections"]
+        server.lose_leadership(*successor)
+        await server.wait_closed(0.5)
+        self.write_status(False)
+        epoch, ip, port = successor
+        self.say(f"runrelay: {reason}; told {told} connections epoch={epoch} ip={ip} port={port}; exiting")
+        return 0
+
+    async def successor(self) -> Successor:
+        """The new leader from the lease, read off-loop (a dead share may hang): or nulls."""
+        stk = self.stk
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+        def read() -> None:
+            try:
+                store = open_store(PoolPlace.of(stk), stk.node, SystemClock())
+                future.set_result(store.read())
+            except BaseException as exc:
+                future.set_exception(exc)
+
+        threading.Thread(target=read, name="lease-read", daemon=True).start()
+        try:
+            lease = await asyncio.wait_for(asyncio.wrap_future(future), LEASE_READ_WITHIN)
+        except Exception as exc:
+            log.warning("cannot read the lease to name the new leader: %s", exc or type(exc).__name__)
+            return NOBODY
+        record = lease.record
+        if lease.status != "valid" or record is None or record.released:
+            return NOBODY
+        if record.node == stk.node or record.epoch <= self.epoch:
+            return NOBODY
+        return record.epoch, record.ip, record.port
+
+    def write_status(self, listening: bool) -> None:
+        status = RelayStatus(os.getpid(), self.epoch, listening, time.monotonic(), self.server.snapshot())
+        try:
+            self.local.write_relay(status)
+        except OSError as exc:
+            log.warning("cannot write the relay status in %s: %s", self.local.dir, exc)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m relay.runner --standby`: the standby relay, configured from STK_INI."""
+    import argparse
+    import logging.config
+
+    from stkrelay import config as stk_config
+    from stkrelay.logs import logging_config
+
+    parser = argparse.ArgumentParser(prog="python -m relay.runner", description=__doc__.splitlines()[0])
+    parser.add_argument("--standby", action="store_true", help="wait for leadership, then serve")
+    args = parser.parse_args(argv)
+    stk = stk_config.load(check_dirs=os.environ.get("STK_SKIP_DIR_CHECKS") != "1")
+    logging.config.dictConfig(logging_config(stk.log_format, stk.node))
+    if stk.problems:
+        for problem in stk.problems:
+            print(f"runrelay: config {stk.source}: {problem.line()}", file=sys.stderr)
+        return 2
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+
+    def complain(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    if args.standby:
+        epoch = await_leadership(stk)
+    else:
+        epoch = LocalState(stk.data_dir).leadership().held_epoch(time.monotonic())
+        why = "the leadership state does not say this agent leads now" if epoch is None else None
+        why = why or LeadershipGate(stk.data_dir, epoch).why_not()  # type: ignore[arg-type]
+        if why is not None:
+            say(f"runrelay: {stk.node} is not the leader ({why}): not serving")
+            return 0
+    assert isinstance(epoch, int)
+    return asyncio.run(RelayRunner(stk, epoch, say, complain).run())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,258 @@
+"""Segmented event files and their compaction, with real files (issue 12, point 3).
+
+A writer seals its active file into segments and retires old ones under the
+retention rule; what a rule still needs survives (the last election, the
+highest epoch, the last command of every register, the audit chain head); a
+reader that joins late or that followed along sees every node's events in
+order, once, without refusals; the old single-file format is read; forged,
+replayed, linked and huge segments are refused without stopping the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from elections.core.commands import PoolCommands
+from elections.core.lease import sign
+from elections.ports.clock import FakeClock
+from elections.ports.eventlog import EventTail, JsonlEventSink
+from elections.ports.segments import MAX_SEGMENT, Retention, base_header, sealed_name
+
+KEY = "pool-key-0123456789abcdef"
+SMALL = Retention(segment_bytes=4 << 10, keep_bytes=16 << 10, keep_s=30 * 86400.0)
+
+
+def sink(folder: Path, node: str, clock: FakeClock, rule: Retention | None = SMALL) -> JsonlEventSink:
+    return JsonlEventSink(folder / f"{node}.jsonl", node, clock, key=KEY, retention=rule)
+
+
+def drain_all(tail: EventTail, calls: int = 500) -> list[dict]:
+    out: list[dict] = []
+    for _ in range(calls):
+        out += tail.new_events()
+        if not tail.backlog:
+            break
+    return out
+
+
+def history(w: JsonlEventSink, n: int, clock: FakeClock, start_epoch: int = 1) -> None:
+    """`n` ordinary events of a busy member (each well over 100 bytes)."""
+    for i in range(n):
+        w.record("action_applied", start_epoch, f"start_relay done, step {i} " + "x" * 80)
+        clock.advance(1)
+
+
+def node_bytes(folder: Path, node: str) -> int:
+    return sum(p.stat().st_size for p in folder.iterdir() if p.name.split("@")[0].split(".jsonl")[0] == node)
+
+
+def test_old_segments_are_retired_and_what_rules_need_survives(tmp_path):
+    clock = FakeClock()
+    w = sink(tmp_path, "S001", clock)
+    w.record("elected", 41, "first", cause="first")
+    w.record("drain_requested", 41, "op", target="S002", clock=3)
+    w.record("drain_requested", 41, "op", target="S003", clock=4)
+    w.record("undrain_requested", 41, "op", target="S003", clock=5)
+    w.record("pause_requested", 41, "op", clock=6)
+    w.record("audit", 41, "op", audit={"seq": 7, "hash": "h7"})
+    w.record("audit", 41, "op", audit={"seq": 8, "hash": "h8"})
+    other = sink(tmp_path, "S009", clock, None)  # another member's files: never touched by S001
+    for _ in range(60):
+        other.record("action_applied", 1, "x" * 100)
+    (tmp_path / "S009.jsonl").rename(tmp_path / sealed_name("S009", 1))
+    theirs = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("S009")}
+    everything: list[dict] = []
+    follower = EventTail(tmp_path, key=KEY)
+    everything += drain_all(follower)
+    for _ in range(40):
+        history(w, 10, clock)
+        w.compactor.join()
+        everything += drain_all(follower)  # a reader that follows along, across rolls and compactions
+    w.compactor.run()
+    everything += drain_all(follower)
+
+    assert w.compactor.retired_total > 0
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("S009")} == theirs
+    # At most the rule: the newest segments within keep_bytes (active included), one more
+    # segment being filled, and a base of a few lines.
+    assert node_bytes(tmp_path, "S001") <= SMALL.keep_bytes + SMALL.segment_bytes + 4096
+    mine = [e["seq"] for e in everything if e["node"] == "S001"]
+    assert mine == list(range(1, 408))  # followed: every event once, in order
+    assert follower.refusals.total() == 0
+
+    joiner = EventTail(tmp_path, key=KEY)
+    seen = [e for e in drain_all(joiner) if e["node"] == "S001"]
+    seqs = [e["seq"] for e in seen]
+    assert seqs == sorted(set(seqs)) and joiner.refusals.total() == 0
+    assert len(seen) < 200  # it did not read the whole history
+    kinds = {e["seq"]: e["kind"] for e in seen}
+    assert kinds[1] == "elected"  # the last election and the highest epoch
+    assert kinds[2] == "drain_requested" and kinds[4] == "undrain_requested" and 3 not in kinds
+    assert kinds[5] == "pause_requested" and kinds[7] == "audit" and 6 not in kinds  # the audit head
+    joined, full = PoolCommands(), PoolCommands()
+    joined.apply(seen)
+    full.apply([e for e in everything if e["node"] == "S001"])
+    assert (joined.drained, joined.paused, joined.clock) == (full.drained, full.paused, full.clock)
+    assert max(e["epoch"] for e in seen) == 41
+
+
+def test_a_writer_that_restarts_goes_on_after_its_last_seq_even_with_only_a_base_left(tmp_path):
+    clock = FakeClock()
+    w = sink(tmp_path, "S001", clock)
+    w.record("elected", 7, "won")
+    history(w, 200, clock, start_epoch=7)
+    w.compactor.join()
+    w.compactor.run()
+    bases = [p for p in tmp_path.iterdir() if p.name.endswith(".base.jsonl")]
+    assert len(bases) == 1
+    upto = int(bases[0].name.split("@")[1].split(".")[0])
+    for p in tmp_path.iterdir():
+        if p not in bases:
+            p.unlink()  # the active file and the segments lost: only the base remains
+    again = sink(tmp_path, "S001", clock)
+    again.record("stepped_down", 7, "restart")
+    tail = EventTail(tmp_path, key=KEY)
+    got = drain_all(tail)
+    assert got[0]["kind"] == "elected" and got[-1]["kind"] == "stepped_down"
+    assert got[-1]["seq"] == upto + 1 and tail.refusals.total() == 0
+
+
+def test_old_segments_age_out_on_the_writers_own_clock(tmp_path):
+    clock = FakeClock()
+    rule = Retention(segment_bytes=4 << 10, keep_bytes=1 << 30, keep_s=86400.0)
+    w = sink(tmp_path, "S001", clock, rule)
+    w.record("elected", 3, "won")
+    history(w, 100, clock, start_epoch=3)
+    w.compactor.join()
+    before = node_bytes(tmp_path, "S001")
+    clock.advance(2 * 86400)
+    history(w, 40, clock, start_epoch=3)  # rolls at least once more
+    w.compactor.join()
+    w.compactor.run()
+    assert node_bytes(tmp_path, "S001") < before
+    seen = drain_all(EventTail(tmp_path, key=KEY))
+    assert seen[0]["kind"] == "elected"  # kept, though its segment aged out
+
+
+def test_the_old_single_file_format_is_read_and_taken_over(tmp_path):
+    clock = FakeClock()
+    old = sink(tmp_path, "S002", clock, rule=None)  # one file growing without end, as before
+    old.record("elected", 5, "won")
+    history(old, 300, clock, start_epoch=5)
+    assert os.listdir(tmp_path) == ["S002.jsonl"]
+    tail = EventTail(tmp_path, key=KEY)
+    assert [e["seq"] for e in drain_all(tail)] == list(range(1, 302))
+    new = sink(tmp_path, "S002", clock)  # the upgraded agent writes on, seals and retires
+    got = []
+    for _ in range(10):
+        history(new, 10, clock, start_epoch=5)
+        new.compactor.join()
+        got += drain_all(tail)
+    new.compactor.run()
+    assert [e["seq"] for e in got] == list(range(302, 402))
+    assert tail.refusals.total() == 0
+    assert node_bytes(tmp_path, "S002") <= SMALL.keep_bytes + SMALL.segment_bytes + 4096
+    assert drain_all(EventTail(tmp_path, key=KEY))[0]["kind"] == "elected"
+
+
+def test_a_missing_older_segment_is_retired_not_an_attack(tmp_path):
+    clock = FakeClock()
+    w = sink(tmp_path, "S001", clock, Retention(segment_bytes=4 << 10, keep_bytes=1 << 30))
+    history(w, 200, clock)
+    sealed = sorted(p for p in tmp_path.iterdir() if "@" in p.name)
+    assert len(sealed) >= 3
+    sealed[0].unlink()  # anyone on the share may delete files
+    tail = EventTail(tmp_path, key=KEY)
+    got = [e["seq"] for e in drain_all(tail)]
+    assert got and got[-1] == 200 and got == sorted(got)
+    assert tail.refusals.total() == 0
+
+
+def test_forged_replayed_linked_and_huge_segments_are_refused_and_the_real_ones_read(tmp_path):
+    clock = FakeClock()
+    w = sink(tmp_path, "S001", clock, Retention(segment_bytes=4 << 10, keep_bytes=1 << 30))
+    history(w, 120, clock)
+    follower = EventTail(tmp_path, key=KEY)
+    assert len(drain_all(follower)) == 120
+    sealed = sorted(p for p in tmp_path.iterdir() if "@" in p.name)
+    # A base that would cover every real segment, with a header signed by another key.
+    forged = {"node": "S001", "base": 999_999_999_999}
+    forged["sig"] = sign(forged, "not-the-pool-key-0123456789")
+    (tmp_path / "S001@999999999999.base.jsonl").write_text(json.dumps(forged) + "\n")
+    # A valid base header under another node's name (a header is bound to its file).
+    (tmp_path / "S002@000000000100.base.jsonl").write_text(json.dumps(base_header("S001", 100, KEY)) + "\n")
+    # A real sealed segment copied under a later name: its lines are replays.
+    (tmp_path / sealed_name("S001", 500)).write_bytes(sealed[0].read_bytes())
+    # A link and a FIFO named like segments; a huge sparse segment of another node.
+    (tmp_path / sealed_name("S003", 1)).symlink_to(sealed[1])
+    os.mkfifo(tmp_path / sealed_name("S003", 2))
+    with open(tmp_path / sealed_name("S004", 1), "wb") as fh:
+        fh.truncate(4 * MAX_SEGMENT)
+    history(w, 5, clock)
+    got = drain_all(follower)
+    assert [e["seq"] for e in got] == [121, 122, 123, 124, 125]
+    counts = follower.refusals.counts
+    assert counts.get("forged", 0) >= 2 and counts.get("replayed", 0) >= 1
+    assert counts.get("not_a_file", 0) >= 2 and counts.get("too_large", 0) >= 1
+    joiner = EventTail(tmp_path, key=KEY)
+    seqs = [e["seq"] for e in drain_all(joiner, calls=200) if e["node"] == "S001"]
+    assert seqs == list(range(1, 126))  # the forged cover hid nothing; the copy added nothing
+
+
+def test_a_reader_goes_on_in_a_segment_sealed_while_it_was_reading_it(tmp_path):
+    clock = FakeClock()
+    w = sink(tmp_path, "S001", clock, Retention(segment_bytes=64 << 10, keep_bytes=1 << 30))
+    history(w, 50, clock)
+    tail = EventTail(tmp_path, key=KEY)
+    assert len(tail.new_events()) == 50
+    history(w, 30, clock)  # unread lines at the end of the active file...
+    (tmp_path / "S001.jsonl").rename(tmp_path / sealed_name("S001", 1))  # ...sealed by its writer
+    w2 = sink(tmp_path, "S001", clock, Retention(segment_bytes=1 << 30, keep_bytes=1 << 30))
+    history(w2, 600, clock)  # and the new active file grew past the old offset before the next read
+    got = [e["seq"] for e in drain_all(tail)]
+    assert got == list(range(51, 681)) and tail.refusals.total() == 0
+
+
+def test_a_link_or_file_planted_at_the_next_sealed_name_is_moved_aside_and_the_writer_seals_on(tmp_path):
+    clock = FakeClock()
+    w = sink(tmp_path, "S001", clock, Retention(segment_bytes=4 << 10, keep_bytes=1 << 30))
+    w.record("elected", 1, "won")
+    outside = tmp_path.parent / f"{tmp_path.name}-outside"
+    outside.write_text("not ours")
+    (tmp_path / sealed_name("S001", 1)).symlink_to(outside)  # where the active file will be sealed
+    history(w, 60, clock)
+    assert outside.read_text() == "not ours"
+    first = tmp_path / sealed_name("S001", 1)
+    assert first.is_file() and not first.is_symlink()
+    tail = EventTail(tmp_path, key=KEY)
+    assert [e["seq"] for e in drain_all(tail)] == list(range(1, 62)) and tail.refusals.total() == 0
+
+
+def test_over_smb_the_writer_seals_and_retires_and_a_tail_reads_every_node_in_order(samba_server):
+    from samba import PASSWORD
+
+    from elections.ports.smbshare import SmbShare
+    from elections.ports.smburl import parse_smb_url
+
+    samba_server.path("segments").mkdir(exist_ok=True)
+    (samba_server.path("segments") / "events").mkdir(exist_ok=True)
+    share = SmbShare(parse_smb_url(samba_server.url("segments")), PASSWORD, 5.0)
+    clock = FakeClock()
+    w = JsonlEventSink("events/S001.jsonl", "S001", clock, key=KEY, share=share, retention=SMALL)
+    w.record("elected", 9, "won")
+    follower = EventTail("events", key=KEY, share=share)
+    got: list[dict] = []
+    for _ in range(10):
+        history(w, 20, clock, start_epoch=9)
+        w.compactor.join()
+        got += drain_all(follower)
+    w.compactor.run()
+    local = samba_server.path("segments") / "events"  # the same files, as the server holds them
+    names = sorted(p.name for p in local.iterdir())
+    assert any(n.endswith(".base.jsonl") for n in names) and any("@" in n for n in names)
+    assert node_bytes(local, "S001") <= SMALL.keep_bytes + SMALL.segment_bytes + 4096
+    assert [e["seq"] for e in got] == list(range(1, 202)) and follower.refusals.total() == 0
+    joiner = drain_all(EventTail("events", key=KEY, share=share))
+    assert joiner[0]["kind"] == "elected" and joiner[-1]["seq"] == 201
