@@ -24,9 +24,16 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from harness import DEFAULT, Site, wait_until  # noqa: E402
 
+# The lease alone (BEACON_INTERVAL = 0): the beacons' rows are bench/failover_beacons.py.
 PROFILES = {
-    "default": DEFAULT,  # TTL 10, renew 3, poll 2, deadline 7
-    "fast": {"LEASE_TTL": "3", "LEASE_RENEW": "1", "LEASE_POLL": "0.5", "RENEW_DEADLINE": "2"},
+    "default": {**DEFAULT, "BEACON_INTERVAL": "0"},  # TTL 10, renew 3, poll 2, deadline 7
+    "fast": {
+        "LEASE_TTL": "3",
+        "LEASE_RENEW": "1",
+        "LEASE_POLL": "0.5",
+        "RENEW_DEADLINE": "2",
+        "BEACON_INTERVAL": "0",
+    },
 }
 
 

@@ -1,13 +1,15 @@
 """Where is the leader's relay? The discovery chain of a relay client (DESIGN.md §9).
 
-Three sources, asked in this order by `Discovery.find()`; the first that knows
-wins:
+Three sources (four with beacons), asked in this order by `Discovery.find()`;
+the first that knows wins:
 
 1. `LeaseFile`: the pool's signed lease (``relay_leader.json`` in the lease
    dir, §5.1). Only a valid, unreleased record of our KMSN counts; a forged,
    corrupt, missing or released one is no evidence (a forged one is logged as
    the security event it is). Read in a daemon thread with a deadline: a dead
    file share must not hang the client.
+   Then, when given (`beacons`), `relay.beacon_discovery.BeaconListener`:
+   the leader's beacons on the LAN (DESIGN.md §13), a hint the handshake confirms.
 2. `AgentApi`: any agent's ``GET /api/v1/leader?kmsn=...`` (`elections.web.health`).
    All the configured agents are asked at once with a short timeout; among the
    valid answers for our KMSN the highest epoch wins (an agent may lag behind).
@@ -288,11 +290,16 @@ class Discovery:
         http_timeout: float = HTTP_TIMEOUT,
         api_token: str | None = None,
         lease_options: Mapping[str, str] | None = None,
+        beacons: LeaderSource | None = None,
     ) -> Discovery:
-        """Lease file (when `lease_dir` is given), then agents' HTTP API, then fallbacks."""
+        """Lease file (when `lease_dir` is given), then the leader's beacons (a
+        `relay.beacon_discovery.BeaconListener`, when given), then agents' HTTP
+        API, then fallbacks."""
         sources: list[LeaderSource] = []
         if lease_dir:
             sources.append(LeaseFile(lease_dir, token, kmsn, options=lease_options))
+        if beacons is not None:
+            sources.append(beacons)
         agents = list(agents)
         if agents:
             sources.append(AgentApi(agents, kmsn, http_timeout, api_token))

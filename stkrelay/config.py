@@ -5,7 +5,8 @@
 `relayctl` and `runrelay`) refuses to start on any problem and prints one line
 per problem; `manage.py check` shows the same list as Django system checks.
 The panel's keys (`WEB_ALLOWED_HOSTS`, `WEB_TRUSTED_PROXIES`, `WEB_LOGIN_*`)
-and the secrets' strength are checked by `stkrelay.config_web` (E018–E020).
+and the secrets' strength are checked by `stkrelay.config_web` (E018–E020),
+the beacon keys (`BEACON_*`) by `stkrelay.config_beacons` (E030–E032).
 
 The leader-action keys (`VIP_*`, `AWS_*`, `OCI_*`, `AZURE_*`) are read by
 `elections.core.actions.action_config`; its problems come back here with one id
@@ -24,7 +25,7 @@ from pathlib import Path
 
 from elections.core.actions import action_config
 from elections.ports.smburl import SmbUrlError, is_smb, parse_smb_url, smb_password
-from stkrelay import config_web
+from stkrelay import config_beacons, config_web
 
 DEFAULTS: dict[str, str] = {
     "KMSN": "",
@@ -72,6 +73,9 @@ DEFAULTS: dict[str, str] = {
     "EVENTS_KEEP_DAYS": "400",
     "CLOUD_URL": "",  # the cloud relay's tunnel port (DESIGN.md §14): tcp://host:port or wss://host/path
     "CLOUD_TOKEN": "",  # this site's secret with the cloud relay (its [site:<KMSN>] CLOUD_TOKEN)
+    "BEACON_INTERVAL": str(config_beacons.DEFAULT_INTERVAL),  # 0: off, the lease alone (DESIGN.md §13)
+    "BEACON_PORT": "",  # default: RELAY_PORT + 2
+    "BEACON_PEERS": "",  # default: the broadcast address of NODE_IP's subnet
 }
 
 
@@ -166,6 +170,9 @@ class Config:
     cloud_url: str = ""
     cloud_token: str = ""
     cloud: CloudURL | None = None  # CLOUD_URL parsed; None when no tunnel is wanted
+    beacon_interval: float = config_beacons.DEFAULT_INTERVAL
+    beacon_port: int = 9532
+    beacon_peers: list[str] = field(default_factory=list)
     source: str = "(defaults)"
     problems: list[Problem] = field(default_factory=list)
     values: dict[str, str] = field(default_factory=dict)  # every [stk] key as given, overrides applied
@@ -340,6 +347,9 @@ def load(ini_path: str | None = None, env: dict[str, str] | None = None, check_d
     _logs(cfg, values, bad, number)
     _events(cfg, values, bad, number)
     _cloud(cfg, values, bad)
+    cfg.beacon_interval = config_beacons.parse_interval(values["BEACON_INTERVAL"], cfg.lease_renew, bad)
+    cfg.beacon_port = config_beacons.parse_port(values["BEACON_PORT"], cfg.relay_port, cfg.web_port, bad)
+    cfg.beacon_peers = config_beacons.parse_peers(values["BEACON_PEERS"], bad)
     for err in action_config(values)[1]:
         bad(ACTION_IDS[err.key.partition("_")[0]], err.key, err.message, err.hint)
     cfg.lease_dir = values["LEASE_DIR"]

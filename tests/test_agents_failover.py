@@ -4,13 +4,21 @@ import signal
 import time
 
 import pytest
-from harness import DEFAULT, wait_until
+from harness import DEFAULT, listening, wait_until
+
+from elections.ports.localstate import LocalState
 
 pytestmark = pytest.mark.agents
 
 
+def pool_detection(agent) -> str | None:
+    pool = LocalState(agent.data_dir).pool()
+    return pool.detection if pool.exists else None
+
+
 def test_it_elects_one_leader_and_fails_over_within_ttl_plus_3s_after_kill_9(site_factory):
-    site = site_factory(3, timing=DEFAULT)
+    # The lease alone, as before beacons (BEACON_INTERVAL = 0): tests/test_agents_beacons.py has them on.
+    site = site_factory(3, timing=DEFAULT, extra={"BEACON_INTERVAL": "0"})
     site.start()
     first = site.wait_leader(timeout=40)
     # Every agent agrees: exactly one says it leads.
@@ -20,6 +28,9 @@ def test_it_elects_one_leader_and_fails_over_within_ttl_plus_3s_after_kill_9(sit
         "exactly one agent to report leadership",
     )
     leader = site.by_name(first.node)
+    # Beacons off: no liveness port, and every agent says it detects by the lease alone.
+    assert not listening(leader.ip, int(leader.setting("RELAY_PORT")) + 2)
+    wait_until(lambda: all(pool_detection(a) == "lease only" for a in site.agents), 15, "the pool views")
     # Kill right after a renewal is seen, the worst case for the followers' timers.
     seq = first.renew_seq
     wait_until(lambda: (site.lease() or first).renew_seq > seq, 10, "a renewal")

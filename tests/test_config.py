@@ -55,6 +55,14 @@ def test_environment_variables_override_the_ini(tmp_path):
         ({"KMSN": ""}, ("stkrelay.E003", "KMSN")),
         ({"REDIS_URL": "localhost:6379"}, ("stkrelay.E009", "REDIS_URL")),
         ({"LEASE_DIR": "/nonexistent/share"}, ("stkrelay.E012", "LEASE_DIR")),
+        ({"BEACON_INTERVAL": "fast"}, ("stkrelay.E030", "BEACON_INTERVAL")),
+        ({"BEACON_INTERVAL": "2"}, ("stkrelay.E030", "BEACON_INTERVAL")),  # > LEASE_RENEW / 2
+        ({"BEACON_INTERVAL": "0.01"}, ("stkrelay.E030", "BEACON_INTERVAL")),
+        ({"BEACON_PORT": "9531"}, ("stkrelay.E031", "BEACON_PORT")),
+        ({"BEACON_PORT": "8000"}, ("stkrelay.E031", "BEACON_PORT")),
+        ({"BEACON_PORT": "0"}, ("stkrelay.E031", "BEACON_PORT")),
+        ({"BEACON_PEERS": "192.168.1.11,printer"}, ("stkrelay.E032", "BEACON_PEERS")),
+        ({"BEACON_PEERS": "::1"}, ("stkrelay.E032", "BEACON_PEERS")),
     ],
 )
 def test_each_bad_value_names_its_key(tmp_path, over, expected):
@@ -62,6 +70,18 @@ def test_each_bad_value_names_its_key(tmp_path, over, expected):
     assert expected in problems(cfg), cfg.problems
     line = next(p.line() for p in cfg.problems if (p.id, p.key) == expected)
     assert line.startswith(expected[1] + ":") and expected[0] in line and " — " in line
+
+
+def test_beacons_default_to_every_0_2_s_on_relay_port_plus_2_and_0_switches_them_off(tmp_path):
+    cfg = load(str(write_ini(tmp_path)), env={})
+    assert (cfg.beacon_interval, cfg.beacon_port, cfg.beacon_peers, cfg.problems) == (0.2, 9532, [], [])
+    ini = write_ini(tmp_path, BEACON_INTERVAL="0", BEACON_PEERS="192.168.1.11, 192.168.1.12")
+    cfg = load(str(ini), env={})
+    assert (cfg.beacon_interval, cfg.beacon_peers, cfg.problems) == (
+        0.0,
+        ["192.168.1.11", "192.168.1.12"],
+        [],
+    )
 
 
 VIP_OK = {"VIP_ADDRESS": "192.0.2.250/24", "VIP_INTERFACE": "eth0"}

@@ -68,6 +68,7 @@ def test_the_metrics_keep_the_readmes_names_and_labels(dj):
         "stkrelay_relay_messages_total": {"kmsn"},
         "stkrelay_relay_bytes_total": {"kmsn"},
         "stkrelay_relay_drops_total": {"kmsn", "cause"},
+        "stkrelay_pool_detection": {"kmsn", "mode"},
     }
     kinds = {f.name: f.type for f in families.values() if f.name.startswith("stkrelay_")}
     assert kinds["stkrelay_failovers"] == kinds["stkrelay_relay_drops"] == "counter"
@@ -157,3 +158,21 @@ def test_the_leaders_cloud_tunnel_is_in_the_metrics_and_on_the_panel(dj):
     )
     scrape()
     assert client_for(make_user("tunnel-viewer2")).get(f"/sites/{KMSN}/").status_code == 200
+
+
+def sample(families, name: str, **labels: str) -> float:  # type: ignore[no-untyped-def]
+    return samples(families, name)[tuple(sorted(labels.items()))]
+
+
+def test_beacon_families_show_each_members_loss_and_age_and_the_detection_mode(dj):
+    beacons = {"members": {"S002": {"node": "S002", "loss": 0.3, "age_s": 0.25, "source": "127.0.0.22"}},
+               "liveness": {}, "sent": 10}  # fmt: skip
+    write_pool(dj["data_dir"], leader="S001", epoch=7, beacons=beacons)
+    _, families = scrape()
+    assert sample(families, "stkrelay_pool_detection", kmsn=KMSN, mode="beacons") == 1
+    assert sample(families, "stkrelay_pool_detection", kmsn=KMSN, mode="lease only") == 0
+    assert sample(families, "stkrelay_beacon_loss_ratio", kmsn=KMSN, node="S002") == 0.3
+    assert 0.25 <= sample(families, "stkrelay_beacon_age_seconds", kmsn=KMSN, node="S002") < 5
+    write_pool(dj["data_dir"], leader="S001", epoch=7)
+    _, families = scrape()
+    assert sample(families, "stkrelay_pool_detection", kmsn=KMSN, mode="lease only") == 1

@@ -4,8 +4,10 @@
 remembers; `decide(memory, observation, now, timing)` says what to do next and
 why. The `Observation` carries everything one cycle looked at: the lease read,
 this node's eligibility, whether the pool is paused, a planned handoff of the
-epoch it holds, the successor the pool's rule names, and until when this node
-sits out after releasing. The answer is the whole decision: the verdict, the
+epoch it holds, the successor the pool's rule names, until when this node
+sits out after releasing, and positive evidence that the holder's agent is
+gone (its host answered and its beacons stopped: `core.liveness`), which lets
+a follower contend before the TTL runs out. The answer is the whole decision: the verdict, the
 handoff target, how long to wait before contending (lower priority waits
 longer, and everyone defers to a promoted member), and for a takeover its
 cause and gap as data. No I/O, no clock reads: `now` is this node's monotonic
@@ -29,14 +31,15 @@ PRIORITY_SPREAD = 0.5  # seconds between priority 100 (no wait) and priority 0 b
 PROMOTE_DEFERENCE = 1.0  # others wait this much longer when a promote names someone else
 
 # Why a follower contends (`Decision.cause`, recorded on its `elected` event).
-FIRST, EXPIRED, RELEASED, HANDOFF, HANDOFF_LAPSED = (
+FIRST, EXPIRED, RELEASED, HANDOFF, HANDOFF_LAPSED, GONE = (
     "first",
     "expired",
     "released",
     "handoff",
     "handoff_lapsed",
+    "gone",  # positive evidence that the holder's agent is gone (core.liveness)
 )
-CAUSES = (FIRST, EXPIRED, RELEASED, HANDOFF, HANDOFF_LAPSED)
+CAUSES = (FIRST, EXPIRED, RELEASED, HANDOFF, HANDOFF_LAPSED, GONE)
 # Why a leader hands off (`Decision.cause` of HAND_OFF).
 PLANNED, INELIGIBLE = "planned", "ineligible"
 
@@ -90,6 +93,10 @@ class Observation:
     sit_out_until: float | None = None  # after a release this node does not contend until then
     priority: int = 50  # 0..100: lower waits longer before contending
     promote_elsewhere: bool = False  # a pending promote names another node: defer to it
+    # Positive evidence that the agent holding (node, epoch) is gone, and why
+    # (core.liveness): its host said so and its beacons stopped. Counts only for
+    # the very lease read this cycle; silence alone never gets here.
+    gone: tuple[str, int, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -176,6 +183,8 @@ def decide(memory: Memory, obs: Observation, now: float, timing: Timing) -> Deci
             return Decision(Verdict.HAND_OFF, why, handoff_to=target, cause=PLANNED)
         return decision
     decision = _decide_follower(memory, obs.read, now, timing)
+    if decision.verdict is Verdict.FOLLOW and obs.gone is not None:
+        decision = _holder_gone(memory, obs, now) or decision
     if decision.verdict is not Verdict.CONTEND:
         return decision
     if not obs.eligible:
@@ -186,6 +195,20 @@ def decide(memory: Memory, obs: Observation, now: float, timing: Timing) -> Deci
         left = obs.sit_out_until - now
         return Decision(Verdict.IDLE, f"sitting out after a release for {left:.1f} s ({decision.reason})")
     return replace(decision, delay=contend_delay(obs.priority, decision.handoff, obs.promote_elsewhere))
+
+
+def _holder_gone(memory: Memory, obs: Observation, now: float) -> Decision | None:
+    """A live-looking lease whose holder is positively gone: contend now. Only
+    for the record read this cycle, unreleased, naming the node and epoch the
+    evidence is about (evidence about an older holder is no evidence)."""
+    read, gone = obs.read, obs.gone
+    rec = read.record if read is not None else None
+    if gone is None or rec is None or read is None or read.status != "valid" or rec.released:
+        return None
+    node, epoch, why = gone
+    if (rec.node, rec.epoch) != (node, epoch) or _stale(memory, read) or memory.seen_at is None:
+        return None
+    return Decision(Verdict.CONTEND, why, cause=GONE, gap=now - memory.seen_at)
 
 
 def contend_delay(priority: int, handoff: bool, promote_elsewhere: bool) -> float:

@@ -65,3 +65,14 @@ class Refusals:
         recent = [r for r in reversed(self.recent.values())
                   if now is None or r.last_mono is None or now - r.last_mono <= window]  # fmt: skip
         return {"counts": dict(self.counts), "recent": [r.to_doc() for r in recent]}
+
+
+def merged(*docs: dict[str, Any]) -> dict[str, Any]:
+    """Several `Refusals.to_doc()` as one: counts added, recent ones in order."""
+    counts: dict[str, int] = {}
+    recent: list[dict[str, Any]] = []
+    for doc in docs:
+        for cause, n in doc.get("counts", {}).items():
+            counts[cause] = counts.get(cause, 0) + n
+        recent.extend(doc.get("recent", []))
+    return {"counts": counts, "recent": recent[:KEEP]}

@@ -10,6 +10,8 @@ no leader. Why, in this order of precedence:
   drained       a drain naming the old leader was issued during the old epoch
   handoff       the old leader handed the lease over (elected reason or its event)
   stepped down  the old leader released the lease or stepped down
+  leader gone   the new leader took over on positive evidence that the old
+                leader's agent was gone (DESIGN.md §13), before the TTL ran out
   lease expired the new leader took over after the old lease was not renewed
   first election no leader before
 
@@ -27,9 +29,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from elections.core.decide import HANDOFF, HANDOFF_LAPSED, RELEASED
+from elections.core.decide import GONE, HANDOFF, HANDOFF_LAPSED, RELEASED
 
-REASONS = ("forced", "promoted", "drained", "handoff", "stepped down", "lease expired", "first election")
+REASONS = ("forced", "promoted", "drained", "handoff", "stepped down", "leader gone", "lease expired",
+           "first election")  # fmt: skip
 END_KINDS = ("stepped_down", "released", "handoff")
 COMMAND_KINDS = (
     "drain_requested",
@@ -145,6 +148,8 @@ def _why(e: Ev, prev: Ev | None, end: Ev | None, asked: list[Ev]) -> tuple[str, 
         return "handoff", "pool", ""
     if end is not None or cause == RELEASED:
         return "stepped down", "pool", ""
+    if cause == GONE:
+        return "leader gone", "pool", ""
     return "lease expired", "pool", ""
 
 

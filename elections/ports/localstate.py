@@ -154,6 +154,15 @@ class PoolView:
     lease_seen_at: float | None = None  # monotonic, when the lease's renew_seq last changed
     command_clock: int = 0  # the highest command clock folded (core.commands)
     refusals: dict[str, Any] = field(default_factory=dict)  # core.evidence.Refusals.to_doc()
+    # ports.beacons.BeaconService.snapshot() ({} while beacons are off): per member
+    # loss, jitter and last-seen age on this agent's clock, the liveness watch
+    beacons: dict[str, Any] = field(default_factory=dict)
+    share_ops: int = 0  # operations this agent's worker made on the share since it started (ShareOps)
+
+    @property
+    def detection(self) -> str:
+        """How this agent detects a leader's death: `beacons` or `lease only`."""
+        return "beacons" if self.beacons else "lease only"
 
     @property
     def exists(self) -> bool:
@@ -196,6 +205,8 @@ class PoolView:
             lease_seen_at=_num(doc.get("lease_seen_at")),
             command_clock=_int(doc.get("command_clock")) or 0,
             refusals=doc.get("refusals") if isinstance(doc.get("refusals"), dict) else {},
+            beacons=doc.get("beacons") if isinstance(doc.get("beacons"), dict) else {},
+            share_ops=_int(doc.get("share_ops")) or 0,
         )
 
 

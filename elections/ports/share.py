@@ -40,6 +40,7 @@ from __future__ import annotations
 import os
 import posixpath
 import re
+import threading
 from pathlib import Path
 from typing import Protocol
 
@@ -47,6 +48,25 @@ from elections.core.untrusted import Untrusted
 from elections.ports import sharefiles
 from elections.ports.host import unlink_quietly, write_atomic
 from elections.ports.sharefiles import DEFAULT_TIMEOUT, NODE_FILE, ShareDeadline, deadline_for
+
+
+class ShareOps:
+    """How many operations this process made on shares (every `Share`): each read
+    or size of a file, listing of a folder, append, write (temp file + rename:
+    two), exclusive create or removal counts one — roughly one SMB request and
+    answer each. Reported as `share_ops` in `pool.json`; read by
+    `bench/share_load.py`."""
+
+    def __init__(self) -> None:
+        self.total = 0
+        self._lock = threading.Lock()
+
+    def count(self, n: int = 1) -> None:
+        with self._lock:
+            self.total += n
+
+
+SHARE_OPS = ShareOps()
 
 
 class Share(Protocol):
@@ -107,29 +127,36 @@ class LocalShare:
         return self.root.is_dir()
 
     def read(self, rel: str, max_bytes: int, offset: int = 0, chunk: bool = False) -> bytes | None:
+        SHARE_OPS.count()
         return sharefiles.read_regular(self.path(rel), max_bytes, offset=offset, chunk=chunk)
 
     def size(self, rel: str) -> int | None:
+        SHARE_OPS.count()
         try:
             return self.path(rel).stat().st_size
         except FileNotFoundError:
             return None
 
     def append_line(self, rel: str, line: bytes) -> None:
+        SHARE_OPS.count()
         sharefiles.append_line(self.path(rel), line)
 
     def listing(
         self, folder: str, suffix: str, limit: int, names: re.Pattern[str] = NODE_FILE
     ) -> tuple[dict[str, int], list[Untrusted]]:
+        SHARE_OPS.count()
         return sharefiles.list_regular(self.path(folder), suffix, limit, names)
 
     def rename(self, rel: str, to: str) -> None:
+        SHARE_OPS.count()
         sharefiles.rename_file(self.path(rel), self.path(to))
 
     def replace(self, rel: str, data: bytes, tag: str = "") -> None:
+        SHARE_OPS.count(2)
         write_atomic(self.path(rel), data, durable=True, tag=tag)
 
     def create_exclusive(self, rel: str, data: bytes) -> None:
+        SHARE_OPS.count()
         path = self.path(rel)
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | sharefiles.NOFOLLOW, 0o644)
         try:
@@ -142,9 +169,11 @@ class LocalShare:
         os.close(fd)
 
     def unlink(self, rel: str) -> None:
+        SHARE_OPS.count()
         os.unlink(self.path(rel))
 
     def move(self, rel: str, new_rel: str) -> None:
+        SHARE_OPS.count()
         os.replace(self.path(rel), self.path(new_rel))
 
     def quarantine(self, rel: str) -> bool:

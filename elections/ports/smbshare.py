@@ -54,7 +54,7 @@ from smbprotocol.open import (
 from smbprotocol.tree import TreeConnect
 
 from elections.core.untrusted import NOT_A_FILE, TOO_LARGE, UNREADABLE, Untrusted
-from elections.ports.share import parent_of
+from elections.ports.share import SHARE_OPS, parent_of
 from elections.ports.sharefiles import DEFAULT_TIMEOUT, NODE_FILE, pick_node_files
 from elections.ports.smbsession import REPARSE, SmbSession, status_of
 from elections.ports.smburl import SmbUrl
@@ -94,6 +94,8 @@ class SmbShare(SmbSession):
         return self._op(run, "", retry=True)
 
     def read(self, rel: str, max_bytes: int, offset: int = 0, chunk: bool = False) -> bytes | None:
+        SHARE_OPS.count()
+
         def run(tree: TreeConnect) -> bytes | None:
             conn = tree.session.connection
             want = max_bytes + 1
@@ -149,6 +151,8 @@ class SmbShare(SmbSession):
         return self._op(run, rel, retry=True)
 
     def size(self, rel: str) -> int | None:
+        SHARE_OPS.count()
+
         def run(tree: TreeConnect) -> int | None:
             fopen, (create, created) = self._open(tree, rel, ATTRS, CreateDisposition.FILE_OPEN, FILE)
             close, closed = fopen.close(send=False)
@@ -164,6 +168,8 @@ class SmbShare(SmbSession):
         return self._op(run, rel, retry=True)
 
     def append_line(self, rel: str, line: bytes) -> None:
+        SHARE_OPS.count()
+
         def run(tree: TreeConnect) -> None:
             access = (
                 READ | FilePipePrinterAccessMask.FILE_WRITE_DATA | FilePipePrinterAccessMask.FILE_APPEND_DATA
@@ -192,6 +198,7 @@ class SmbShare(SmbSession):
     def listing(
         self, folder: str, suffix: str, limit: int, names: re.Pattern[str] = NODE_FILE
     ) -> tuple[dict[str, int], list[Untrusted]]:
+        SHARE_OPS.count()
         label = folder.rsplit("/", 1)[-1] or (self._base[-1] if self._base else self.url.share)
 
         def run(tree: TreeConnect) -> tuple[dict[str, int], list[Untrusted]]:
@@ -226,6 +233,7 @@ class SmbShare(SmbSession):
                     yield name, entry
 
     def replace(self, rel: str, data: bytes, tag: str = "") -> None:
+        SHARE_OPS.count(2)
         folder, name = parent_of(rel), rel.rsplit("/", 1)[-1]
         tmp = f"{folder + '/' if folder else ''}.{name}.{tag + '.' if tag else ''}{secrets.token_hex(6)}.tmp"
         # Retried renames must give up while the caller still waits for the answer
@@ -293,6 +301,8 @@ class SmbShare(SmbSession):
         return req
 
     def create_exclusive(self, rel: str, data: bytes) -> None:
+        SHARE_OPS.count()
+
         def run(tree: TreeConnect) -> None:
             fopen, (create, created) = self._open(tree, rel, WRITE, CreateDisposition.FILE_CREATE, FILE)
             msgs, unpack = [create], [created]
@@ -317,6 +327,8 @@ class SmbShare(SmbSession):
             pass
 
     def unlink(self, rel: str) -> None:
+        SHARE_OPS.count()
+
         def run(tree: TreeConnect) -> None:
             access = FilePipePrinterAccessMask.DELETE | ATTRS
             options = FILE | CreateOptions.FILE_DELETE_ON_CLOSE
@@ -327,9 +339,11 @@ class SmbShare(SmbSession):
         self._op(run, rel)
 
     def rename(self, rel: str, to: str) -> None:
+        SHARE_OPS.count()
         self._rename_entry(rel, to, replace=False)
 
     def move(self, rel: str, new_rel: str) -> None:
+        SHARE_OPS.count()
         self._rename_entry(rel, new_rel, replace=True)
 
     def _rename_entry(self, rel: str, to: str, replace: bool) -> None:

@@ -10,6 +10,14 @@ instant until which it may act as leader) and `pool.json` (its survey of the
 pool, judged on its own clock). Other local processes read those files;
 monotonic time is shared by all processes of one machine, never compared
 across machines.
+
+With beacons on (`BEACON_INTERVAL` > 0) a `BeaconLink` runs beside it: its
+reactions and the evidence of a gone leader become an election cycle at once
+(`_kicked`, under the same lock as the ticks). While the leader's beacons
+vouch for the lease a follower last read, the follower reads the share less:
+no lease read on its ticks and watches (a beacon naming a new renewal makes it
+read), the event files once a second, the member files every 5 s. It falls
+back to polling the moment the beacons stop (three intervals without one).
 """
 
 from __future__ import annotations
@@ -25,12 +33,15 @@ from elections.core.actions import action_config
 from elections.core.commands import PoolCommands
 from elections.core.decide import Decision, Timing
 from elections.core.eligibility import Freshness, judge, observe
-from elections.core.evidence import Refusals
+from elections.core.evidence import Refusals, merged
 from elections.errors import StoreUnavailable
 from elections.executors import Gate, build_executors, epoch_from_state, leader_duties
+from elections.ports.beacons import BeaconConfig
 from elections.ports.clock import SystemClock
 from elections.ports.localstate import Leadership, LocalState, MemberView, PoolView
+from elections.ports.share import SHARE_OPS
 from elections.ports.stores import PoolPlace, open_event_tail, open_store
+from elections.runtime.beacon_link import BeaconLink
 from elections.runtime.elector import Elector
 from elections.runtime.health import HealthMonitor
 from elections.runtime.lease_writes import Identity
@@ -38,6 +49,10 @@ from elections.runtime.policy import PoolPolicy
 from elections.runtime.projection import Projector, pool_event_sink
 
 log = logging.getLogger("stkrelay.agent")
+
+# While the leader's beacons vouch for the lease a follower last read (`Agent._quiet`):
+QUIET_EVENTS_EVERY = 1.0  # the pool's event files (commands) are looked at this often, not every watch
+QUIET_SURVEY_EVERY = 5.0  # the members' files are read this often (stale only after HEARTBEAT_TTL + hold)
 
 _agent: Agent | None = None
 CATCH_UP_S = 0.2  # seconds of one cycle spent reading a backlog of pool events (a joiner's history)
@@ -88,6 +103,15 @@ class Agent:
             on_elected=self._elected, on_demoted=self._demoted, refusals=self.refusals,
         )  # fmt: skip
         self._seed_memory()
+        # One election cycle at a time: the Celery tasks and the beacons' kicks share it.
+        self.lock = threading.RLock()
+        self._last_done: dict[str, float] = {}
+        self.beacons: BeaconLink | None = None
+        if stk.beacon_interval > 0:
+            bconf = BeaconConfig(stk.kmsn, stk.node, stk.node_ip, stk.relay_port, stk.pool_key,
+                                 stk.beacon_interval, stk.beacon_port, stk.beacon_peers)  # fmt: skip
+            self.beacons = BeaconLink(bconf, self.elector, self._kicked, clock.monotonic).start()
+            self.elector.evidence = self.beacons.evidence
         config, problems = action_config(stk.values)
         for problem in problems:
             log.error("leader action disabled: %s", problem)
@@ -159,10 +183,26 @@ class Agent:
             if not self.tail.backlog or self.clock.monotonic() >= until:
                 return news
 
+    def _kicked(self, why: str) -> None:
+        """A beacon's reaction or a gone leader: one cycle now (a store read)."""
+        with self.lock:
+            decision = self.elector.cycle(renewing=False)
+            self.publish(decision)
+
     def watch(self) -> Decision | None:
         """The cheap, frequent look (LEASE_WATCH): new pool events, or a lease
         that changed (a handoff, a release), trigger a full cycle at once, so a
-        planned switchover does not wait for the next poll."""
+        planned switchover does not wait for the next poll. While the leader's
+        beacons name the very lease this follower last read, the lease is not
+        read again (they would say when it changed)."""
+        with self.lock:
+            return self._watch()
+
+    def _watch(self) -> Decision | None:
+        if self._quiet():  # the beacons tell when the lease changes; commands are looked for each second
+            if self._due("events", QUIET_EVENTS_EVERY) and self.ingest():
+                return self._tick(renewing=False, news=True)
+            return None
         news = self.ingest()
         try:
             read = self.elector.store.read()
@@ -176,22 +216,60 @@ class Agent:
             and (rec.key != mem.seen_key or rec.released != mem.seen_released)
         )
         if news or moved:
-            return self.tick(renewing=False)
+            return self._tick(renewing=False)
         return None
 
     def tick(self, renewing: bool) -> Decision:
         """One cycle; if the lease we wait on expires before the next poll, look
         again right then (so failover does not wait a whole poll interval)."""
-        self.ingest()
-        decision = self.elector.cycle(renewing=renewing)
+        with self.lock:
+            decision = self._tick(renewing, wait=False)
+        if decision.wake_in is not None and decision.wake_in < self.timing.poll:
+            time.sleep(max(decision.wake_in, 0.0) + 0.01)  # outside the lock: a kick may run meanwhile
+            with self.lock:
+                decision = self.elector.cycle(renewing=False)
+                self.publish(decision)
+        return decision
+
+    def _quiet(self) -> bool:
+        """A follower whose leader's fresh beacons name the very lease it last read,
+        or a leader that hears every other member beacon: the share can be read
+        less often, and the beacons say when to look (`BeaconLink.vouches`,
+        `hears_all`). False the moment the beacons stop, and while the store was
+        unreachable at the last look (every tick then cycles, as without beacons)."""
+        if self.beacons is None or self.elector.last_read is None:
+            return False
+        if self.elector.is_leader:
+            others = set(self.view.members) - {self.stk.node}
+            return bool(others) and self.beacons.hears_all(others)
+        return self.beacons.vouches()
+
+    def _due(self, what: str, every: float) -> bool:
+        now = self.clock.monotonic()
+        if now - self._last_done.get(what, -1e9) < every:
+            return False
+        self._last_done[what] = now
+        return True
+
+    def _tick(self, renewing: bool, wait: bool = True, news: bool = False) -> Decision:
+        quiet = self._quiet() and self.elector.last is not None
+        if not quiet or self._due("events", QUIET_EVENTS_EVERY):
+            news = self.ingest() or news
+        # A renewal is never skipped, nor a cycle after new events (a command may concern this node).
+        skip = quiet and not news and not (renewing and self.elector.is_leader)
+        decision = self.elector.last if skip else self.elector.cycle(renewing=renewing)
+        assert decision is not None
         fields = {"priority": self.stk.priority, "drain": bool(self.commands.drained.get(self.stk.node)),
                   "health": self.health.status(), "paused": self.commands.paused}  # fmt: skip
         if renewing or fields != self._beat_fields:  # a drain shows at once, not at the next renew
-            self.elector.heartbeat(**fields)
+            # `hears`: whose beacons reach this member, so `relayctl doctor` can tell one-way paths.
+            heard = {"hears": self.beacons.heard()} if self.beacons is not None else {}
+            self.elector.heartbeat(**fields, **heard)
             self._beat_fields = fields
         self.publish(decision)
-        self.view = self.survey()
-        if decision.wake_in is not None and decision.wake_in < self.timing.poll:
+        if not quiet or news or self._due("survey", QUIET_SURVEY_EVERY):
+            self.view = self.survey()
+        if wait and not skip and decision.wake_in is not None and decision.wake_in < self.timing.poll:
             time.sleep(max(decision.wake_in, 0.0) + 0.01)
             decision = self.elector.cycle(renewing=False)
             self.publish(decision)
@@ -215,6 +293,10 @@ class Agent:
             reachable = True
         except StoreUnavailable:
             docs, reachable = {}, False
+        beacons = self.beacons.service.snapshot() if self.beacons is not None else {}
+        refusals = self.refusals.to_doc(now)
+        if beacons:  # refused datagrams show beside refused share records
+            refusals = merged(refusals, beacons.pop("refusals"))
         members = {}
         for node, doc in docs.items():
             self.fresh[node] = observe(self.fresh.get(node, Freshness()), doc.get("seq"), now)
@@ -232,7 +314,7 @@ class Agent:
             store_reachable=reachable and read is not None, members=members,
             decision=str(self.elector.last or ""), paused=self.commands.paused,
             lease_seen_at=self.elector.memory.seen_at, command_clock=self.commands.clock,
-            refusals=self.refusals.to_doc(now),
+            refusals=refusals, beacons=beacons, share_ops=SHARE_OPS.total,
         )  # fmt: skip
         self.local.write_pool(view)
         return view

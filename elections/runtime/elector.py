@@ -55,6 +55,8 @@ class NullSink:
 
 
 Hook = Callable[[int], None]
+# (holder, epoch) -> why that holder's agent is positively gone, or None (runtime.beacons)
+Evidence = Callable[[str, int], "str | None"]
 
 
 class Elector:
@@ -71,8 +73,10 @@ class Elector:
         rng: random.Random | None = None,
         sleep: Callable[[float], None] = time.sleep,
         refusals: Refusals | None = None,
+        evidence: Evidence | None = None,
     ) -> None:
         self.store = store
+        self.evidence = evidence
         self.refusals = refusals if refusals is not None else Refusals()
         self.clock = clock
         self.me = replace(me, pid=me.pid or os.getpid())
@@ -219,7 +223,12 @@ class Elector:
         """Everything `decide()` needs from this cycle, in one value."""
         lease_epoch = read.record.epoch if read is not None and read.record is not None else None
         facts = self.policy.facts(self.memory.leader_epoch, lease_epoch)
-        return Observation(read, renewing, sit_out_until=self._abstain_until, **vars(facts))
+        gone = None
+        rec = read.record if read is not None else None
+        if self.evidence is not None and rec is not None and self.memory.leader_epoch is None:
+            why = self.evidence(rec.node, rec.epoch)
+            gone = (rec.node, rec.epoch, why) if why else None
+        return Observation(read, renewing, sit_out_until=self._abstain_until, gone=gone, **vars(facts))
 
     def _decide(self, read: LeaseRead | None, now: float, renewing: bool) -> Decision:
         if read is not None:

@@ -6,12 +6,32 @@ if leader.
 
 Children stay in the supervisor's process group (so `kill -9 -PGID` ends the
 whole agent) and get SIGKILL if the supervisor dies (PR_SET_PDEATHSIG).
+
+Why followers may take a supervisor's death for the death of its whole agent
+(DESIGN.md §13, the liveness port held by `runagent`):
+
+- `PR_SET_PDEATHSIG(SIGKILL)` is set in each child between fork and exec; it
+  survives exec and fires when the thread that forked it — the supervisor's
+  main thread, the only one that starts children — exits, however it exits.
+  A supervisor that dies in the instant between fork and `prctl` would be
+  missed, so the child then checks that its parent is still the supervisor
+  and kills itself if not. Children start no children that act for the pool.
+- The kernel closes a dead process's sockets before it signals the children,
+  so a follower may see the liveness connection end a moment before the
+  relay and the worker are gone. That moment is covered twice: the follower
+  also waits for 2 beacon intervals without a leader beacon of that boot
+  (the worker sends them, and it dies with the supervisor), and the relay
+  refuses registrations of a higher epoch (the winner's) anyway.
+- A stopped agent (SIGSTOP) keeps its sockets: the connection stays up and
+  new ones are still accepted by the kernel. A cut cable or a dead host
+  answers nothing. Neither is evidence; the TTL decides.
 """
 
 from __future__ import annotations
 
 import ctypes
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -58,12 +78,18 @@ class Child:
         return self.proc is not None and self.proc.poll() is None
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGKILL me if the supervisor dies."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
+def _die_with(parent: int) -> Callable[[], None]:
+    def die_with_parent() -> None:
+        """In the child, before exec: SIGKILL me if the supervisor dies (and at
+        once if it already died between the fork and this call)."""
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except OSError:
+            pass
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return die_with_parent
 
 
 class Supervisor:
@@ -113,7 +139,7 @@ class Supervisor:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent,
+            preexec_fn=_die_with(os.getpid()),
         )
         child.proc = proc
         child.started_at = time.monotonic()

@@ -31,7 +31,7 @@ from elections.models import ElectionEvent
 from elections.ports.localstate import LocalState
 from elections.web.auth import api_error, bearer_user, is_loopback
 from elections.web.panel.failovers import failovers_for
-from elections.web.panel.state import RelayState, site_states
+from elections.web.panel.state import RelayState, SiteState, site_states
 
 GAP_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 15, 30, 60)  # seconds without a leader; +Inf is added
 
@@ -127,12 +127,42 @@ class PoolCollector(Collector):
                 n = counts.get(cause, 0)
                 c.add_metric([s.kmsn, cause], n if isinstance(n, int) else 0)
         yield c
+        yield from _beacon_families(states)
         g = GaugeMetricFamily("stkrelay_agent_leader", "1 while this agent leads its pool.", labels=["node"])
         g.add_metric([settings.STK.node], 1 if LocalState(settings.STK.data_dir).leads_now(now) else 0)
         yield g
         yield from _relay_families(
             [(s.kmsn, s.relay) for s in states if s.relay is not None and s.relay.running]
         )
+
+
+def _beacon_families(states: list[SiteState]) -> Iterable[Metric]:
+    """How this agent detects a leader's death, and what it hears of each member (DESIGN.md §13)."""
+    g = GaugeMetricFamily("stkrelay_pool_detection", "1 for the pool's detection mode on this agent.",
+                          labels=["kmsn", "mode"])  # fmt: skip
+    for s in states:
+        for mode in ("beacons", "lease only"):
+            g.add_metric([s.kmsn, mode], 1 if s.detection == mode else 0)
+    yield g
+    for name, help_text, attr in (
+        (
+            "stkrelay_beacon_age_seconds",
+            "Seconds since this agent last heard a beacon of the member.",
+            "beacon_age",
+        ),
+        (
+            "stkrelay_beacon_loss_ratio",
+            "Share of the member's beacons this agent never received.",
+            "beacon_loss",
+        ),
+    ):
+        g = GaugeMetricFamily(name, help_text, labels=["kmsn", "node"])
+        for s in states:
+            for m in s.members:
+                value = getattr(m, attr)
+                if value is not None:
+                    g.add_metric([s.kmsn, m.node], round(value, 4))
+        yield g
 
 
 def _relay_families(relays: list[tuple[str, RelayState]]) -> Iterable[Metric]:

@@ -189,6 +189,7 @@ class Command(BaseCommand):
         lease = (pool.lease or {}).get("node")
         check("exactly one relay answering", len(answering) <= 1 and (not answering or answering == [lease]),
               f"answering: {', '.join(answering) or 'none'}; lease names {lease}")  # fmt: skip
+        _beacon_checks(check, stk.node, pool, members)
         recent = pool.refusals.get("recent") if isinstance(pool.refusals.get("recent"), list) else []
         check("no forged, replayed or oversized records on the share", not recent,
               f"{len(recent)} refused recently" if recent else "none refused recently")  # fmt: skip
@@ -199,6 +200,32 @@ class Command(BaseCommand):
         text = "\n".join(f"{'ok  ' if c['ok'] else 'FAIL'} {c['check']}: {c['detail']}" for c in checks)
         self.emit(checks, text)
         return 0 if all(c["ok"] for c in checks) else 1
+
+
+def _beacon_checks(check: Any, me: str, pool: Any, members: dict[str, dict[str, Any]]) -> None:
+    """Beacons from every member, and paths that work one way only (DESIGN.md §13): this
+    agent hears X but X's heartbeat says it does not hear this agent, or the reverse."""
+    check("detection", True, pool.detection)
+    if pool.detection != "beacons":
+        return
+    heard = pool.beacons.get("members") if isinstance(pool.beacons.get("members"), dict) else {}
+    for node in sorted(set(members) | set(pool.members)):
+        if node == me:
+            continue
+        b = heard.get(node) if isinstance(heard.get(node), dict) else None
+        hears_me = me in (members.get(node, {}).get("hears") or [])
+        reports = isinstance(members.get(node, {}).get("hears"), list)  # it beacons and says whom it hears
+        if b is None or not isinstance(b.get("age_s"), (int, float)) or b["age_s"] > 2.0:
+            why = "none heard" if b is None else f"last one {b.get('age_s')} s ago"
+            one_way = f"; one-way: {node} hears {me}, {me} does not hear {node}" if hears_me else ""
+            check(f"beacons from {node}", False, why + one_way)
+            continue
+        detail = f"{b.get('age_s')} s ago, {float(b.get('loss') or 0):.0%} lost, from {b.get('source')}"
+        if reports and not hears_me:
+            one_way = f"one-way: {me} hears {node}, {node} does not hear {me}"
+            check(f"beacons from {node}", False, f"{detail}; {one_way}")
+        else:
+            check(f"beacons from {node}", True, detail)
 
 
 def _pool() -> Any:

@@ -2,7 +2,10 @@
 
 Web (Daphne), the lease worker (Celery, solo, queue `lease`) with its beat on
 a thread, and the standby relay (no Django), supervised as one process group. SIGTERM stops it
-within 5 s, releasing the lease first if this agent leads.
+within 5 s, releasing the lease first if this agent leads (and saying so with
+three `resign` beacons). With beacons on (`BEACON_INTERVAL` > 0) it holds the
+TCP liveness port `NODE_IP:BEACON_PORT` (DESIGN.md §13): its death, which
+kills every child (`runtime.supervisor`), is what followers may act on early.
 """
 
 from __future__ import annotations
@@ -45,7 +48,9 @@ class Command(BaseCommand):
         _wait_for_redis(stk.redis_url)
         call_command("migrate", verbosity=0, interactive=False)
 
+        from elections.ports.beacons import BeaconConfig
         from elections.ports.clock import SystemClock
+        from elections.ports.liveness_port import LivenessPort, send_resign
         from elections.ports.localstate import Leadership
         from elections.ports.stores import PoolPlace, open_store
         from elections.runtime.agent import identity
@@ -93,7 +98,21 @@ class Command(BaseCommand):
             done = release_lease(store, me, epoch, partial(make_record, me, clock))
             if done:
                 pool_event_sink(stk).record("released", epoch, "agent stopping (SIGTERM): lease released")
+                if stk.beacon_interval > 0:
+                    send_resign(beacons, epoch, 0)
             return done
+
+        beacons = BeaconConfig(stk.kmsn, stk.node, stk.node_ip, stk.relay_port, stk.pool_key,
+                               stk.beacon_interval, stk.beacon_port, stk.beacon_peers)  # fmt: skip
+        if stk.beacon_interval > 0:
+            try:  # before any child starts: none may inherit it, and none runs if it cannot be held
+                LivenessPort(stk.node_ip, stk.beacon_port).start()
+            except OSError as exc:
+                self.stderr.write(f"stkrelay: config {stk.source}: BEACON_PORT: cannot listen on "
+                                  f"{stk.node_ip}:{stk.beacon_port}: {exc.strerror} (stkrelay.E031) — "
+                                  "free the port, set another BEACON_PORT on every member, or "
+                                  "BEACON_INTERVAL = 0")  # fmt: skip
+                raise SystemExit(2) from None
 
         os.chdir(data)
         sup = Supervisor(specs, str(data), env, release, log_format=stk.log_format, node=stk.node)

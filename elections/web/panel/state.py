@@ -49,6 +49,8 @@ class MemberRow:
     health: Any
     version: Any
     epoch: Any
+    beacon_loss: float | None = None  # share of its beacons lost (0..1), as this agent counts them
+    beacon_age: float | None = None  # seconds since this agent last heard one (its own clock)
 
     @property
     def role(self) -> str:
@@ -140,6 +142,7 @@ class SiteState:
     paused: bool | None = None
     this_agent_leads: bool = False
     refusals: dict[str, Any] = field(default_factory=dict)  # what this agent refused as evidence
+    detection: str = "lease only"  # or "beacons" (DESIGN.md §13)
 
     @property
     def epoch(self) -> int | None:
@@ -270,10 +273,15 @@ def build_site(
     lease = pool.lease
     leader_node = (lease or {}).get("node")
     members = []
+    heard = pool.beacons.get("members") if isinstance(pool.beacons.get("members"), dict) else {}
     for node, m in sorted(pool.members.items()):
         age = m.age
         if age is not None and view_age is not None:
             age = age + view_age  # aged on this machine's clock since the view was taken
+        b = heard.get(node) if isinstance(heard.get(node), dict) else {}
+        b_age, b_loss = b.get("age_s"), b.get("loss")
+        if isinstance(b_age, (int, float)) and view_age is not None:
+            b_age = b_age + view_age
         members.append(
             MemberRow(
                 node=node,
@@ -287,6 +295,8 @@ def build_site(
                 health=m.health,
                 version=m.version,
                 epoch=m.epoch,
+                beacon_loss=b_loss if isinstance(b_loss, (int, float)) else None,
+                beacon_age=b_age if isinstance(b_age, (int, float)) else None,
             )
         )
     site = SiteState(
@@ -302,6 +312,7 @@ def build_site(
         paused=pool.paused,
         this_agent_leads=leads,
         refusals=pool.refusals,
+        detection=pool.detection,
     )
     seen_at = _lease_seen_at(pool)
     if lease is not None and seen_at is not None:

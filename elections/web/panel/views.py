@@ -135,7 +135,10 @@ def site(request: HttpRequest, kmsn: str) -> HttpResponse:
     window = request.GET.get("window", "6h")
     window = window if window in TIMELINE_WINDOWS else "6h"
     per_member, pool_buttons = _buttons(request, s)
-    members = [{"m": m, "age": fmt.age(m.age), "buttons": per_member.get(m.node, [])} for m in s.members]
+    members = [{"m": m, "age": fmt.age(m.age), "buttons": per_member.get(m.node, []),
+                "beacon_age": fmt.age(m.beacon_age),
+                "beacon_loss": f"{m.beacon_loss:.0%}" if m.beacon_loss is not None else "—"}
+               for m in s.members]  # fmt: skip
     relay = s.relay
     ctx = base_context(
         request,

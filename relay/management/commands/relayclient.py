@@ -42,6 +42,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from elections.ports.smburl import is_smb
+from relay.beacon_discovery import BeaconListener
 from relay.client import (
     ClientClosed,
     ConnectionLost,
@@ -130,6 +131,14 @@ def _common(parser: argparse.ArgumentParser, *, role_required: bool) -> None:
         metavar="HOST:PORT",
         help="a relay address to try when nothing else knows the leader (repeatable)",
     )
+    parser.add_argument(
+        "--discover",
+        action="store_true",
+        help="also find the relay from the leader's beacons on the LAN (no share needed)",
+    )
+    parser.add_argument(
+        "--beacon-port", type=int, help="where beacons arrive (default: settings BEACON_PORT)"
+    )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument(
         "--connect-timeout",
@@ -215,10 +224,12 @@ class Command(BaseCommand):
             raise Stop(EXIT_USAGE, "relayclient send: a commander must name --to (a station, or '*')")
         if lease_dir and not is_smb(lease_dir) and not os.path.isdir(lease_dir):
             raise Stop(EXIT_USAGE, f"relayclient: lease dir {lease_dir} is not a directory")
-        if not (lease_dir or options["agent"] or options["fallback"]):
+        beacon_port = (options["beacon_port"] or stk.beacon_port) if options["discover"] else None
+        if not (lease_dir or options["agent"] or options["fallback"] or beacon_port):
             raise Stop(
                 EXIT_USAGE,
-                "relayclient: no way to find the leader: set LEASE_DIR, or pass --agent or --fallback",
+                "relayclient: no way to find the leader: set LEASE_DIR, or pass --discover, --agent "
+                "or --fallback",
             )
         if options.get("count") is not None and options["count"] < 1:
             raise Stop(EXIT_USAGE, f"relayclient {action}: --count must be at least 1")
@@ -230,6 +241,7 @@ class Command(BaseCommand):
             fallbacks=options["fallback"],
             api_token=options["api_token"],
             lease_options=stk.values,  # an smb:// LEASE_DIR logs in with SMB_PASSWORD(_FILE)
+            beacons=BeaconListener(token, kmsn, beacon_port) if beacon_port else None,
         )
         return RelayClient(
             role=role,

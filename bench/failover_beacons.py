@@ -1,0 +1,164 @@
+"""Failover benchmark with beacons (DESIGN.md §13; `bench/failover.py` has the
+lease-only rows per store backend): kill -9 the leader's process group of a real 3-agent
+site N times and time kill → a new valid lease, for the default timing with
+the lease alone (`BEACON_INTERVAL = 0`), with beacons (0.2 s, DESIGN.md §13),
+and a fast lease-only profile. Prints p50/p95/max per profile.
+
+With `--stops N` it also freezes the leader (SIGSTOP of its process group, beacons
+on, default timing) N times: no evidence, so the new lease comes after the TTL.
+With `--cuts N` (needs root: network namespaces, tests/netns.py) it pulls the
+leader's cable N times (its share goes with it): the same, timed by the lease.
+
+    python bench/failover_beacons.py [--kills 20] [--profiles lease,beacons,fast] [--stops 5] [--cuts 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import signal
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+from harness import DEFAULT, KMSN, TOKEN, Site, wait_until  # noqa: E402
+from netns import NetnsSite, available  # noqa: E402
+
+LEASE_ONLY = {"BEACON_INTERVAL": "0"}
+PROFILES = {
+    "lease": {**DEFAULT, **LEASE_ONLY},  # TTL 10, renew 3, poll 2, deadline 7; the lease alone
+    "beacons": {**DEFAULT, "BEACON_INTERVAL": "0.2"},  # the defaults: beacons every 0.2 s
+    "fast": {"LEASE_TTL": "3", "LEASE_RENEW": "1", "LEASE_POLL": "0.5", "RENEW_DEADLINE": "2", **LEASE_ONLY},
+}
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+class ClientThread:
+    """A relay client (lease discovery) on an event loop of its own, registered
+    with whoever leads: `epoch()` is the epoch it is registered with now."""
+
+    def __init__(self, site: Site) -> None:
+        from relay.client import RelayClient
+        from relay.discovery import Discovery
+
+        discovery = Discovery.build(token=TOKEN, kmsn=KMSN, lease_dir=str(site.lease_dir))
+        self.client = RelayClient(role="agent", kmsn=KMSN, station="B01", token=TOKEN, discovery=discovery,
+                                  keepalive=1.0)  # fmt: skip
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, daemon=True).start()
+        asyncio.run_coroutine_threadsafe(self.client.start(timeout=30), self.loop).result(40)
+
+    def epoch(self) -> int:
+        return (self.client.epoch or 0) if self.client.registered else 0
+
+    def close(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.client.close(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
+
+def run_profile(
+    name: str,
+    kills: int,
+    workdir: Path,
+    freeze: bool = False,
+    site: Site | None = None,
+    clients: list[float] | None = None,
+) -> list[float]:
+    """`kills` times: kill -9 (or with `freeze`, SIGSTOP) the leader's process group
+    at a random phase of its renew cycle, time it to a new valid lease (and, with
+    `clients`, to a relay client registered with the new leader)."""
+    timing = PROFILES[name]
+    renew = float(timing["LEASE_RENEW"])
+    site = site or Site(workdir / (name + ("-stop" if freeze else "")), n=3, timing=timing)
+    gaps: list[float] = []
+    client: ClientThread | None = None
+    try:
+        site.start()
+        site.wait_leader(timeout=60)
+        if clients is not None:
+            client = ClientThread(site)
+        for i in range(kills):
+            # Everyone up and following, then kill at a random phase of the renew cycle.
+            wait_until(lambda: sum("follow" in a.state().get("decision", "") for a in site.agents) == 2,
+                       60, "two followers")  # fmt: skip
+            time.sleep(random.uniform(0, renew))
+            rec = site.lease()
+            assert rec is not None
+            victim = site.by_name(rec.node)
+            if freeze:
+                victim.signal_group(signal.SIGSTOP)
+            elif isinstance(site, NetnsSite):
+                site.cut(victim)
+            else:
+                victim.kill9()
+            killed = time.monotonic()
+            new = wait_until(lambda r=rec: (x := site.lease()) and x.epoch > r.epoch and x, 60,
+                             "a new leader", every=0.005)  # fmt: skip
+            gap = time.monotonic() - killed
+            gaps.append(gap)
+            if client is not None:
+                wait_until(
+                    lambda r=rec: client.epoch() > r.epoch, 60, "the client on the new leader", every=0.005
+                )
+                assert clients is not None
+                clients.append(time.monotonic() - killed)
+            what = "stop" if freeze else "cut" if isinstance(site, NetnsSite) else "kill"
+            print(f"  {name} {what} {i + 1:2d}/{kills}: {rec.node} epoch {rec.epoch} -> "
+                  f"{new.node} epoch {new.epoch} in {gap:5.2f} s", flush=True)  # fmt: skip
+            if freeze:  # wake it: it steps down without writing, and follows
+                victim.signal_group(signal.SIGCONT)
+            elif isinstance(site, NetnsSite):
+                site.mend(victim)
+            else:
+                victim.start()  # back to three agents
+    finally:
+        if client is not None:
+            client.close()
+        site.stop()
+    return gaps
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kills", type=int, default=20)
+    ap.add_argument("--profiles", default="lease,beacons,fast")
+    ap.add_argument("--stops", type=int, default=5, help="SIGSTOPs of the leader (beacons on), 0 = none")
+    ap.add_argument("--cuts", type=int, default=3, help="cables of the leader pulled (netns, root), 0 = none")
+    args = ap.parse_args()
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="stk-bench-") as tmp:
+        for name in [p for p in args.profiles.split(",") if p]:
+            t = PROFILES[name]
+            print(f"profile {name}: TTL {t['LEASE_TTL']} renew {t['LEASE_RENEW']} poll {t['LEASE_POLL']} "
+                  f"deadline {t['RENEW_DEADLINE']} beacons {t.get('BEACON_INTERVAL', '0.2')}, "
+                  f"{args.kills} kills", flush=True)  # fmt: skip
+            clients: list[float] | None = [] if name == "beacons" else None
+            results[f"kill -9, {name}"] = run_profile(name, args.kills, Path(tmp), clients=clients)
+            if clients:
+                results[f"  client moved, {name}"] = clients
+        if args.stops:
+            results["SIGSTOP, beacons"] = run_profile("beacons", args.stops, Path(tmp), freeze=True)
+        if args.cuts and available() is None:
+            site = NetnsSite(Path(tmp) / "cut", n=3, share="lan", timing=PROFILES["beacons"])
+            results["cable cut, beacons"] = run_profile("beacons", args.cuts, Path(tmp), site=site)
+        elif args.cuts:
+            print(f"cable cuts skipped: {available()}")
+    print("\nfailover: the leader's process group killed / stopped, or its cable cut -> new valid lease (s)")
+    for name, gaps in results.items():
+        print(f"  {name:22s}: n={len(gaps):2d}  p50={statistics.median(gaps):5.2f}  "
+              f"p95={pct(gaps, 95):5.2f}  max={max(gaps):5.2f}  min={min(gaps):5.2f}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+"""The beacon datagram (DESIGN.md §13): its codec and its checks. Pure.
+
+A beacon is one UTF-8 JSON object of at most 1,200 bytes, signed like every
+pool record (HMAC-SHA256 with `POOL_KEY` over the canonical JSON without
+`sig`):
+
+    {"v": 1, "kmsn": ..., "node": "S001", "ip": "192.168.1.10", "port": 9530,
+     "role": "leader" | "follower" | "resign", "epoch": 7, "renew_seq": 4182,
+     "boot": "<16 hex, new at every start of the sender>", "seq": 991, "sig": ...}
+
+`parse_beacon(raw, key, kmsn)` returns a `Beacon` or raises `Untrusted` with a
+stable cause (the guarded reader's causes plus `wrong_kmsn`); it never raises
+anything else. Replays are not judged here: a receiver keeps, per
+`(node, boot)`, the last `seq` it accepted (`core.beacon_board`).
+
+A beacon is a hint and never authority: a lease is only ever taken on the
+store, and a beacon only ever makes its receiver look at the store sooner.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from elections.core.lease import sign, signature_ok
+from elections.core.untrusted import (
+    FORGED,
+    NOT_OBJECT,
+    UNSIGNED,
+    WRONG_KMSN,
+    Limits,
+    Untrusted,
+    load_object,
+)
+
+BEACON_VERSION = 1
+MAX_BYTES = 1200
+BEACON = Limits(MAX_BYTES, max_depth=2)  # a flat object; anything nested is refused before parsing
+LEADER, FOLLOWER, RESIGN = "leader", "follower", "resign"
+ROLES = (LEADER, FOLLOWER, RESIGN)
+RESIGN_COPIES = 3  # a leader that releases or hands off says so this many times
+_BOOT = re.compile(r"[0-9a-f]{16}")
+_MAX_INT = (1 << 63) - 1
+_FIELDS: dict[str, type] = {
+    "v": int,
+    "kmsn": str,
+    "node": str,
+    "ip": str,
+    "port": int,
+    "role": str,
+    "epoch": int,
+    "renew_seq": int,
+    "boot": str,
+    "seq": int,
+}
+
+
+@dataclass(frozen=True)
+class Beacon:
+    kmsn: str
+    node: str
+    ip: str
+    port: int
+    role: str
+    epoch: int
+    renew_seq: int
+    boot: str
+    seq: int
+    v: int = BEACON_VERSION
+
+    def to_doc(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def encode(self, key: str) -> bytes:
+        doc = self.to_doc()
+        doc["sig"] = sign(doc, key)
+        raw = json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
+        if len(raw) > MAX_BYTES:  # only a node id or KMSN far beyond any real one gets here
+            raise ValueError(f"beacon of {len(raw)} bytes > {MAX_BYTES}")
+        return raw
+
+    def describe(self) -> str:
+        return f"{self.role} {self.node} epoch {self.epoch} seq {self.renew_seq} boot {self.boot}"
+
+
+def parse_beacon(raw: bytes, key: str, kmsn: str) -> Beacon:
+    """A verified beacon of pool `kmsn`, or `Untrusted` naming why not."""
+    doc = load_object(raw, BEACON, "beacon")
+    for name, kind in _FIELDS.items():
+        value = doc.get(name)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise Untrusted(NOT_OBJECT, f"beacon field '{name}' is missing or has a bad type")
+    if any(not 0 <= doc[name] <= _MAX_INT for name in ("epoch", "renew_seq", "seq")):
+        raise Untrusted(NOT_OBJECT, "beacon has a number out of range")
+    if doc["role"] not in ROLES or not _BOOT.fullmatch(doc["boot"]) or not 0 < doc["port"] < 65536:
+        raise Untrusted(NOT_OBJECT, "beacon has a bad role, boot or port")
+    what = f"{doc['role']} beacon of {doc['node'][:64]!r} epoch {doc['epoch']}"
+    if doc["kmsn"] != kmsn:  # another site on the same LAN (its own key): not ours to verify
+        raise Untrusted(WRONG_KMSN, f"{what} is for KMSN {doc['kmsn'][:64]!r}")
+    if not signature_ok(doc, key):
+        if "sig" not in doc:
+            raise Untrusted(UNSIGNED, f"unsigned {what}")
+        raise Untrusted(FORGED, f"bad signature on {what}")
+    return Beacon(**{name: doc[name] for name in _FIELDS})

@@ -1,0 +1,325 @@
+"""The beacons' thin asyncio transport (DESIGN.md §13), around the pure core
+(`core.beacons`, `core.beacon_board`, `core.liveness`).
+
+`BeaconService` runs one event loop on a thread of its own, beside the
+election loop (a flood of datagrams costs that thread, never a renewal):
+
+- **send**: every `BEACON_INTERVAL` (±20 % jitter) one signed beacon saying
+  what `standing()` says (leader of epoch E with its renew_seq, or follower)
+  to each `BEACON_PEERS` address, or to the broadcast address of `NODE_IP`'s
+  subnet; when this member stops leading, `resign` three times at once.
+- **receive**: UDP on `NODE_IP:BEACON_PORT` (unicast) and, without peers, on
+  the subnet's broadcast address (`reuse_port`, never `reuse_address`); every
+  datagram goes to `BeaconBoard.receive`, whose `Reaction`s are handed to
+  `react` (the runtime runs an election cycle: a store read, nothing more).
+- **liveness**: a TCP connection to the lease holder's supervisor on
+  `BEACON_PORT`; the host's answers (connection ended, reconnect refused) go
+  to `Liveness`; timeouts and unreachable hosts are no answer. When the
+  evidence of `core.liveness` holds, `react` is told once per (holder, epoch).
+
+The board and the liveness record are shared with the election thread under
+one lock (`evidence()`, `snapshot()`); nothing here decides anything.
+The supervisor's side (the liveness port, `send_resign`) is `ports.liveness_port`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import json
+import logging
+import random
+import secrets
+import subprocess
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from elections.core.beacon_board import BeaconBoard, Reaction, Standing
+from elections.core.beacons import RESIGN, RESIGN_COPIES, Beacon
+from elections.core.liveness import CONNECTED, ENDED, REFUSED, UNREACHABLE, Liveness
+
+log = logging.getLogger("stkrelay.beacons")
+
+JITTER = 0.2
+CONNECT_TIMEOUT = 1.0
+
+
+def new_boot() -> str:
+    return secrets.token_hex(8)
+
+
+def subnet_broadcast(ip: str) -> str:
+    """The broadcast address of the subnet of the interface holding `ip`
+    (`ip -j addr`); 127.255.255.255 for loopback, a /24 if none is found."""
+    address = ipaddress.ip_address(ip)
+    try:
+        out = subprocess.run(["ip", "-j", "-4", "addr"], capture_output=True, text=True, timeout=5).stdout
+        for link in json.loads(out or "[]"):
+            for info in link.get("addr_info", []):
+                if info.get("local") == ip:
+                    net = ipaddress.ip_network(f"{ip}/{info.get('prefixlen', 24)}", strict=False)
+                    return str(info.get("broadcast") or net.broadcast_address)
+    except (OSError, ValueError, subprocess.SubprocessError):
+        pass
+    if address.is_loopback:
+        return "127.255.255.255"
+    return str(ipaddress.ip_network(f"{ip}/24", strict=False).broadcast_address)
+
+
+@dataclass
+class BeaconConfig:
+    kmsn: str
+    node: str
+    ip: str  # NODE_IP
+    relay_port: int
+    key: str  # POOL_KEY
+    interval: float
+    port: int  # BEACON_PORT
+    peers: list[str] = field(default_factory=list)
+
+
+class _Datagrams(asyncio.DatagramProtocol):
+    def __init__(self, service: BeaconService) -> None:
+        self.service = service
+
+    def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
+        self.service.received(data, addr[0])
+
+    def error_received(self, exc: Exception) -> None:  # ICMP errors of our sends: nothing to learn
+        log.debug("beacon socket: %s", exc)
+
+
+class BeaconService:
+    def __init__(
+        self,
+        config: BeaconConfig,
+        standing: Callable[[], Standing],
+        react: Callable[[Reaction], None],
+        monotonic: Callable[[], float],
+        boot: str | None = None,
+    ) -> None:
+        self.config = config
+        self.standing = standing
+        self.react = react
+        self.monotonic = monotonic
+        self.boot = boot or new_boot()
+        self.board = BeaconBoard(config.kmsn, config.key, config.node)
+        self.liveness = Liveness(config.interval)
+        self.lock = threading.Lock()
+        self.targets = config.peers or [subnet_broadcast(config.ip)]
+        self.sent = 0
+        self._seq = 0
+        self._sock: asyncio.DatagramTransport | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._transports: list[asyncio.BaseTransport] = []
+        self._reported: tuple[str, int] | None = None
+        self.ready = threading.Event()
+        self.failed: str | None = None
+
+    # -- for the election thread -------------------------------------------------
+    def start(self) -> BeaconService:
+        self._thread = threading.Thread(target=self._run, name="beacons", daemon=True)
+        self._thread.start()
+        self.ready.wait(5)
+        return self
+
+    def stop(self) -> None:
+        """Stop sending, receiving and watching (its sockets closed), within a second."""
+        loop = self._loop
+        if loop is not None and loop.is_running():
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(self._close(), loop).result(1.0)
+
+    async def _close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for transport in self._transports:
+            transport.close()
+        asyncio.get_running_loop().call_soon(asyncio.get_running_loop().stop)
+
+    def evidence(self, node: str, epoch: int) -> str | None:
+        """Why the holder `node` of `epoch` is positively gone, or None."""
+        with self.lock:
+            return self.liveness.gone(self.board, node, epoch, self.monotonic())
+
+    def leader_key(self, node: str, within: float) -> tuple[str, int, int] | None:
+        """(node, epoch, renew_seq) of `node`'s latest leader beacon, if one came within `within` s."""
+        with self.lock:
+            stats = self.board.leader_beacon(node)
+            if stats is None or stats.leader_at is None or self.monotonic() - stats.leader_at > within:
+                return None
+            return (stats.last.node, stats.last.epoch, stats.last.renew_seq)
+
+    def hears_all(self, nodes: set[str], within: float) -> bool:
+        with self.lock:
+            now = self.monotonic()
+            return all(self.board.heard_from(node, now, within) for node in nodes)
+
+    def heard(self, within: float) -> list[str]:
+        with self.lock:
+            now = self.monotonic()
+            return sorted(n for n in self.board.members if self.board.heard_from(n, now, within))
+
+    def snapshot(self) -> dict[str, Any]:
+        """Per member arrival statistics, the liveness watch and the refusals, for the pool view."""
+        with self.lock:
+            now = self.monotonic()
+            return {**self.board.to_doc(now), "liveness": self.liveness.to_doc(now), "sent": self.sent,
+                    "interval": self.config.interval, "targets": list(self.targets), "boot": self.boot,
+                    "refusals": self.board.refusals.to_doc(now)}  # fmt: skip
+
+    # -- the loop -----------------------------------------------------------------
+    def received(self, data: bytes, source: str) -> None:
+        with self.lock:
+            reaction = self.board.receive(data, source, self.monotonic(), self.standing())
+        if reaction is not None:
+            self._hand(reaction)
+
+    def _hand(self, reaction: Reaction) -> None:
+        try:
+            self.react(reaction)
+        except Exception:  # the runtime's trouble must not stop the beacons
+            log.exception("beacon reaction failed")
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        try:
+            loop.run_until_complete(self._open())
+        except OSError as exc:
+            self.failed = f"beacons off: cannot bind {self.config.ip}:{self.config.port}: {exc}"
+            log.error("%s", self.failed)
+            self.ready.set()
+            return
+        self.ready.set()
+        self._tasks = [loop.create_task(job) for job in (self._send_loop(), self._liveness_loop(),
+                                                         self._evidence_loop())]  # fmt: skip
+        try:
+            loop.run_forever()
+        finally:
+            loop.close()
+
+    async def _open(self) -> None:
+        loop = asyncio.get_running_loop()
+        cfg = self.config
+        self._sock, _ = await loop.create_datagram_endpoint(
+            lambda: _Datagrams(self), local_addr=(cfg.ip, cfg.port), reuse_port=True, allow_broadcast=True
+        )
+        self._transports.append(self._sock)
+        if not cfg.peers:  # broadcasts reach only a socket bound to the broadcast address (or any)
+            bcast, _ = await loop.create_datagram_endpoint(
+                lambda: _Datagrams(self), local_addr=(self.targets[0], cfg.port), reuse_port=True,
+                allow_broadcast=True,
+            )  # fmt: skip
+            self._transports.append(bcast)
+
+    def _datagram(self, role: str, epoch: int, renew_seq: int) -> bytes:
+        self._seq += 1
+        cfg = self.config
+        beacon = Beacon(cfg.kmsn, cfg.node, cfg.ip, cfg.relay_port, role, epoch, renew_seq, self.boot,
+                        self._seq)  # fmt: skip
+        return beacon.encode(cfg.key)
+
+    def _send(self, raw: bytes) -> None:
+        assert self._sock is not None
+        for target in self.targets:
+            try:
+                self._sock.sendto(raw, (target, self.config.port))
+                self.sent += 1
+            except OSError as exc:  # a down link: the others learn it from silence, and the TTL
+                log.debug("beacon to %s not sent: %s", target, exc)
+
+    async def _send_loop(self) -> None:
+        led: int | None = None
+        while True:
+            standing = self.standing()
+            if led is not None and standing.leader_epoch != led:
+                for _ in range(RESIGN_COPIES):  # stopped leading: say so at once, thrice
+                    self._send(self._datagram(RESIGN, led, standing.renew_seq))
+                    await asyncio.sleep(0.01)
+            led = standing.leader_epoch
+            self._send(self._datagram(*standing.outgoing()))
+            await asyncio.sleep(self.config.interval * random.uniform(1 - JITTER, 1 + JITTER))
+
+    def _target(self) -> tuple[str, tuple[str, int]] | None:
+        st = self.standing()
+        if st.leader_epoch is not None or st.seen_key is None or not st.holder_ip:
+            return None
+        if st.seen_key[0] == self.config.node:
+            return None
+        return st.seen_key[0], (st.holder_ip, self.config.port)
+
+    def _saw(self, state: str) -> None:
+        with self.lock:
+            self.liveness.saw(state, self.monotonic())
+
+    async def _liveness_loop(self) -> None:
+        pause = min(self.config.interval, 0.2)
+        while True:
+            target = self._target()
+            with self.lock:
+                self.liveness.watch(*(target or (None, None)), self.monotonic())
+            if target is None:
+                await asyncio.sleep(pause)
+                continue
+            try:
+                reader, writer = await asyncio.wait_for(asyncio.open_connection(*target[1]), CONNECT_TIMEOUT)
+            except ConnectionRefusedError:
+                self._saw(REFUSED)  # the host answers: nothing listens there
+                await asyncio.sleep(pause)
+                continue
+            except (TimeoutError, OSError):
+                self._saw(UNREACHABLE)  # no answer: no evidence
+                await asyncio.sleep(pause)
+                continue
+            self._saw(CONNECTED)
+            await self._hold(reader, writer, target)
+            await asyncio.sleep(min(pause, 0.05))
+
+    async def _hold(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, target: tuple[str, tuple[str, int]]
+    ) -> None:
+        """Hold the connection until the host ends it or the lease names someone else."""
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                read = loop.create_task(reader.read(256))
+                done, _ = await asyncio.wait({read}, timeout=self.config.interval)
+                if not done:
+                    read.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, OSError):
+                        await read
+                    if self._target() != target:
+                        return
+                    continue
+                try:
+                    data = read.result()
+                except ConnectionResetError:
+                    data = b""
+                except OSError:  # a timeout of the kernel's own (keepalive): no answer
+                    self._saw(UNREACHABLE)
+                    return
+                if not data:
+                    self._saw(ENDED)
+                    return
+        finally:
+            writer.close()
+
+    async def _evidence_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.interval / 4)
+            st = self.standing()
+            if st.leader_epoch is not None or st.seen_key is None:
+                continue
+            node, epoch = st.seen_key[0], st.seen_key[1]
+            why = self.evidence(node, epoch)
+            if why and self._reported != (node, epoch):
+                self._reported = (node, epoch)
+                log.warning("%s", why)
+                self._hand(Reaction(why))

@@ -1,0 +1,97 @@
+"""The supervisor's side of the beacons (DESIGN.md §13): the TCP liveness
+port it holds, and the `resign` it sends when it releases the lease on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import selectors
+import socket
+import threading
+
+from elections.core.beacons import RESIGN, RESIGN_COPIES, Beacon
+from elections.ports.beacons import BeaconConfig, new_boot, subnet_broadcast
+
+MAX_HELD = 256  # connections the liveness port holds (oldest closed first)
+
+
+class LivenessPort:
+    """The supervisor's TCP liveness port: listens on NODE_IP:BEACON_PORT and
+    holds every connection open without reading a byte of meaning. When the
+    supervisor dies, the kernel closes them all — that answer is the evidence
+    followers wait for. Binding fails loudly (`OSError`): an agent whose
+    followers could not tell its death from its life must not start."""
+
+    def __init__(self, ip: str, port: int) -> None:
+        self.listener = socket.create_server((ip, port), backlog=128, reuse_port=False)
+        self.listener.setblocking(False)
+        self._held: list[socket.socket] = []
+        self._stop = threading.Event()
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self.listener, selectors.EVENT_READ)
+        self._thread = threading.Thread(target=self._serve, name="liveness-port", daemon=True)
+
+    def start(self) -> LivenessPort:
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._stop.set()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            for key, _ in self._selector.select(0.2):
+                sock = key.fileobj
+                assert isinstance(sock, socket.socket)
+                if sock is self.listener:
+                    self._accept()
+                else:
+                    self._drain(sock)
+        for sock in self._held:
+            sock.close()
+        self.listener.close()
+
+    def _accept(self) -> None:
+        try:
+            conn, _ = self.listener.accept()
+        except OSError:
+            return
+        conn.setblocking(False)
+        self._held.append(conn)
+        self._selector.register(conn, selectors.EVENT_READ)
+        while len(self._held) > MAX_HELD:
+            self._forget(self._held[0])
+
+    def _drain(self, sock: socket.socket) -> None:
+        try:
+            data = sock.recv(4096)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._forget(sock)
+
+    def _forget(self, sock: socket.socket) -> None:
+        with contextlib.suppress(KeyError, ValueError):
+            self._selector.unregister(sock)
+        with contextlib.suppress(ValueError):
+            self._held.remove(sock)
+        sock.close()
+
+
+def send_resign(config: BeaconConfig, epoch: int, renew_seq: int) -> None:
+    """`resign` three times from a process that is not the beacon sender (the
+    supervisor releasing on SIGTERM), under a boot of its own."""
+    boot = new_boot()
+    targets = config.peers or [subnet_broadcast(config.ip)]
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
+        with contextlib.suppress(OSError):
+            sock.bind((config.ip, 0))
+        for seq in range(1, RESIGN_COPIES + 1):
+            raw = Beacon(config.kmsn, config.node, config.ip, config.relay_port, RESIGN, epoch, renew_seq,
+                         boot, seq).encode(config.key)  # fmt: skip
+            for target in targets:
+                with contextlib.suppress(OSError):
+                    sock.sendto(raw, (target, config.port))

@@ -1,0 +1,81 @@
+"""The beacon keys of `stk.ini` (DESIGN.md §13).
+
+- `BEACON_INTERVAL` (seconds, default 0.2): how often this member sends a
+  signed beacon (jittered ±20 %). `0` switches beacons off, and with them the
+  liveness port and every early reaction: the pool then behaves exactly as
+  with the lease alone. Otherwise 0.05..`LEASE_RENEW`/2 — a beacon slower than
+  that could not tell anyone anything before the next lease read
+  (`stkrelay.E030`).
+- `BEACON_PORT` (default `RELAY_PORT + 2`): UDP beacons and the supervisor's
+  TCP liveness port; it must not be one of the relay ports or the web port
+  (`stkrelay.E031`). The same on every member of the pool.
+- `BEACON_PEERS` (comma list of addresses, empty = the broadcast address of
+  `NODE_IP`'s subnet): where beacons go when broadcast does not reach every
+  member (routed sites, Wi-Fi that drops broadcast). Bad entries are
+  `stkrelay.E032`.
+
+Each function reports through `bad(id, key, message, hint)` like `config.load`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable
+
+Bad = Callable[[str, str, str, str], None]
+DEFAULT_INTERVAL = 0.2
+MIN_INTERVAL = 0.05
+
+
+def parse_interval(text: str, lease_renew: float, bad: Bad) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        bad("stkrelay.E030", "BEACON_INTERVAL", f"{text!r} is not a number",
+            "set BEACON_INTERVAL to seconds between beacons, e.g. 0.2 (0 = beacons off)")  # fmt: skip
+        return 0.0
+    if value == 0:
+        return 0.0
+    if not MIN_INTERVAL <= value <= lease_renew / 2:
+        bad("stkrelay.E030", "BEACON_INTERVAL", f"{value:g} is out of range",
+            f"use 0 (off) or {MIN_INTERVAL:g}..{lease_renew / 2:g} (LEASE_RENEW / 2), e.g. 0.2")  # fmt: skip
+        return 0.0
+    return value
+
+
+def parse_port(text: str, relay_port: int, web_port: int, bad: Bad) -> int:
+    default = relay_port + 2 if relay_port <= 65533 else relay_port - 1
+    if not text:
+        port = default
+    else:
+        try:
+            port = int(text)
+        except ValueError:
+            bad("stkrelay.E031", "BEACON_PORT", f"{text!r} is not a port", f"e.g. {default} (RELAY_PORT + 2)")
+            return default
+        if not 1 <= port <= 65535:
+            bad("stkrelay.E031", "BEACON_PORT", f"{port} is out of range", "use 1..65535")
+            return default
+    if port in (relay_port, relay_port + 1, web_port):
+        hint = f"RELAY_PORT uses {relay_port}, {relay_port + 1}, WEB_PORT {web_port}; e.g. {default}"
+        bad("stkrelay.E031", "BEACON_PORT", f"{port} collides with the relay or web ports", hint)
+    return port
+
+
+def parse_peers(text: str, bad: Bad) -> list[str]:
+    """BEACON_PEERS: IPv4 addresses (beacons go to each, at BEACON_PORT)."""
+    peers: list[str] = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        try:
+            address = ipaddress.ip_address(item)
+        except ValueError:
+            bad("stkrelay.E032", "BEACON_PEERS", f"{item!r} is not an IP address",
+                "list the members' addresses, e.g. 192.168.1.10,192.168.1.11")  # fmt: skip
+            continue
+        if address.version != 4:
+            bad("stkrelay.E032", "BEACON_PEERS", f"{item!r} is not IPv4", "beacons are IPv4 datagrams")
+            continue
+        peers.append(str(address))
+    return peers

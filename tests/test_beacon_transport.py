@@ -1,0 +1,72 @@
+"""The beacons' transport on real loopback sockets (ports/beacons.py,
+ports/liveness_port.py): two members, a leader whose supervisor holds the
+liveness port and a follower watching it. Evidence of death needs both the
+host's answer and the beacons' silence; either alone is none."""
+
+import time
+
+import pytest
+from harness import free_port, wait_until
+
+from elections.core.beacon_board import Standing
+from elections.ports.beacons import BeaconConfig, BeaconService
+from elections.ports.liveness_port import LivenessPort
+
+KEY = "pool-key-0123456789abcdef"
+KMSN = "9999-9999-99-99"
+LEADER_IP, FOLLOWER_IP = "127.0.0.31", "127.0.0.32"
+
+
+@pytest.fixture
+def pair():
+    port = free_port(LEADER_IP)
+    leader = BeaconService(
+        BeaconConfig(KMSN, "S001", LEADER_IP, 9530, KEY, 0.1, port, [FOLLOWER_IP]),
+        lambda: Standing("S001", leader_epoch=7, seen_key=("S001", 7, 4), renew_seq=4), lambda r: None,
+        time.monotonic,
+    )  # fmt: skip
+    reactions = []
+    follower = BeaconService(
+        BeaconConfig(KMSN, "S002", FOLLOWER_IP, 9530, KEY, 0.1, port, [LEADER_IP]),
+        lambda: Standing("S002", seen_key=("S001", 7, 4), holder_ip=LEADER_IP, max_epoch=7), reactions.append,
+        time.monotonic,
+    )  # fmt: skip
+    liveness = LivenessPort(LEADER_IP, port).start()
+    leader.start()
+    follower.start()
+    assert leader.failed is None and follower.failed is None
+    wait_until(lambda: follower.snapshot()["liveness"]["state"] == "connected", 5, "the liveness connection")
+    wait_until(lambda: follower.leader_key("S001", 0.5) == ("S001", 7, 4), 5, "the leader's beacons")
+    yield leader, follower, liveness, reactions
+    for service in (leader, follower):
+        service.stop()
+    liveness.close()
+
+
+def test_the_supervisors_end_and_the_beacons_silence_together_are_evidence(pair):
+    leader, follower, liveness, reactions = pair
+    assert follower.evidence("S001", 7) is None
+    leader.stop()
+    liveness.close()  # the whole agent is gone: the kernel ends the connection
+    why = wait_until(lambda: follower.evidence("S001", 7), 3, "the evidence")
+    assert "S001's agent is gone" in why
+    wait_until(lambda: any("agent is gone" in r.why for r in reactions), 2, "the follower to be told")
+    assert follower.evidence("S001", 6) is None  # about another epoch: none
+
+
+def test_the_beacons_silence_alone_is_no_evidence(pair):
+    leader, follower, _, _ = pair
+    leader.stop()  # a frozen worker, or a cut path for datagrams only: the supervisor still answers
+    time.sleep(1.0)  # 10 beacon intervals of silence
+    assert follower.snapshot()["liveness"]["state"] == "connected"
+    assert follower.evidence("S001", 7) is None
+
+
+def test_the_hosts_answer_while_the_leader_beacons_is_no_evidence(pair):
+    _, follower, liveness, _ = pair
+    liveness.close()  # ended and refused, as injected resets would make it
+    wait_until(lambda: follower.snapshot()["liveness"]["state"] in ("ended", "refused"), 3, "the answer")
+    end = time.monotonic() + 1.0
+    while time.monotonic() < end:
+        assert follower.evidence("S001", 7) is None
+        time.sleep(0.05)
