@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from elections.core.actions import action_config
-from stkrelay import config_web
+from stkrelay import config_pools, config_web
+from stkrelay.config_pools import WatchedPool
 
 DEFAULTS: dict[str, str] = {
     "KMSN": "",
@@ -123,11 +124,15 @@ class Config:
     source: str = "(defaults)"
     problems: list[Problem] = field(default_factory=list)
     values: dict[str, str] = field(default_factory=dict)  # every [stk] key as given, overrides applied
+    watched: list[WatchedPool] = field(default_factory=list)  # the [pool:<KMSN>] sections (config_pools)
 
 
-def _raw(ini_path: str | None, env: dict[str, str]) -> tuple[dict[str, str], str, list[Problem]]:
+def _raw(
+    ini_path: str | None, env: dict[str, str]
+) -> tuple[dict[str, str], str, list[Problem], dict[str, dict[str, str]]]:
     values = dict(DEFAULTS)
     problems: list[Problem] = []
+    pools: dict[str, dict[str, str]] = {}
     path = ini_path or env.get("STK_INI")
     source = "(environment)"
     if path:
@@ -156,6 +161,7 @@ def _raw(ini_path: str | None, env: dict[str, str]) -> tuple[dict[str, str], str
                 )
             )
         else:
+            pools = config_pools.sections(parser)
             if parser.has_section("stk"):
                 values.update({k.upper(): v.strip() for k, v in parser.items("stk")})
             else:
@@ -170,12 +176,12 @@ def _raw(ini_path: str | None, env: dict[str, str]) -> tuple[dict[str, str], str
     for key, value in env.items():  # every STK_<KEY>, also keys other modules read (VIP_*, AWS_*...)
         if key.startswith("STK_") and key != "STK_INI":
             values[key[4:]] = value.strip()
-    return values, source, problems
+    return values, source, problems, pools
 
 
 def load(ini_path: str | None = None, env: dict[str, str] | None = None, check_dirs: bool = True) -> Config:
     env = dict(os.environ if env is None else env)
-    values, source, problems = _raw(ini_path, env)
+    values, source, problems, pools = _raw(ini_path, env)
     cfg = Config(source=source, problems=problems, values=values)
 
     def bad(pid: str, key: str, message: str, hint: str) -> None:
@@ -295,6 +301,7 @@ def load(ini_path: str | None = None, env: dict[str, str] | None = None, check_d
     for err in action_config(values)[1]:
         bad(ACTION_IDS[err.key.partition("_")[0]], err.key, err.message, err.hint)
     cfg.lease_dir = values["LEASE_DIR"]
+    cfg.watched = config_pools.parse(pools, cfg.kmsn, cfg.node, cfg.lease_dir, cfg.share_timeout, bad)
     cfg.data_dir = values["DATA_DIR"] or str(Path.home() / ".stkrelay" / (cfg.node or "agent"))
     if check_dirs:
         _check_dir(
