@@ -19,20 +19,24 @@ from elections.web.panel.state import SiteState
 WORST = "worst"
 
 
-def _none_last(value: Any) -> tuple[int, Any]:
-    return (1, 0) if value is None else (0, value)
-
-
 # column -> (label, sort key, natural direction is descending)
 SORTS: dict[str, tuple[str, Callable[[SiteState], Any], bool]] = {
     WORST: ("Worst first", lambda s: (s.severity, s.kmsn), True),
     "kmsn": ("KMSN", lambda s: s.kmsn, False),
-    "leader": ("Leader", lambda s: (s.leader is None, s.leader or "", s.kmsn), False),
-    "epoch": ("Epoch", lambda s: (_none_last(s.epoch), s.kmsn), True),
-    "age": ("Lease age", lambda s: (_none_last(s.renewed_ago), s.kmsn), True),
+    "leader": ("Leader", lambda s: (s.leader or "", s.kmsn), False),
+    "epoch": ("Epoch", lambda s: (s.epoch or 0, s.kmsn), True),
+    "age": ("Lease age", lambda s: (s.renewed_ago or 0.0, s.kmsn), True),
     "eligible": ("Eligible", lambda s: (len(s.eligible), len(s.members), s.kmsn), False),
     "failovers": ("Failovers, 24 h", lambda s: (s.changes_24h, s.kmsn), True),
     "alarms": ("Alarms", lambda s: (len(s.alarms), s.severity, s.kmsn), True),
+}
+
+
+# Pools without the value (no leader, no lease) go last whichever way a column sorts.
+MISSING: dict[str, Callable[[SiteState], bool]] = {
+    "leader": lambda s: s.leader is None,
+    "epoch": lambda s: s.epoch is None,
+    "age": lambda s: s.renewed_ago is None,
 }
 
 
@@ -52,7 +56,11 @@ class Order:
 
     def apply(self, states: list[SiteState]) -> list[SiteState]:
         shown = [s for s in states if self.kmsn.lower() in s.kmsn.lower()]
-        return sorted(shown, key=SORTS[self.sort][1], reverse=self.descending)
+        ordered = sorted(shown, key=SORTS[self.sort][1], reverse=self.descending)
+        missing = MISSING.get(self.sort)
+        if missing is None:
+            return ordered
+        return [s for s in ordered if not missing(s)] + [s for s in ordered if missing(s)]
 
     def label(self) -> str:
         """The order in words, for the table's caption."""
