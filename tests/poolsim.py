@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import threading
 import zlib
 from datetime import UTC, datetime
 from pathlib import Path
@@ -116,6 +117,28 @@ class SimPool:
         doc["sig"] = sign(doc, "not-the-pool-key-at-all")
         with open(self.dir / "events" / f"{node}.jsonl", "a", encoding="utf-8") as fh:
             fh.write(json.dumps(doc) + "\n")
+
+
+class Ticker:
+    """The simulated pools' agents: each pool renews and heartbeats every `every`
+    seconds on a thread of its own (a pool whose directory is gone just waits)."""
+
+    def __init__(self, *pools: SimPool, every: float = 0.5) -> None:
+        self.every = every
+        self._stop = threading.Event()
+        self.threads = [threading.Thread(target=self._run, args=(p,), daemon=True) for p in pools]
+        for t in self.threads:
+            t.start()
+
+    def _run(self, pool: SimPool) -> None:
+        while not self._stop.wait(self.every):
+            try:
+                pool.tick()
+            except OSError:
+                pass
+
+    def stop(self) -> None:
+        self._stop.set()
 
 
 def pool_section(kmsn: str, lease_dir: Path, key: str, **extra: str) -> str:

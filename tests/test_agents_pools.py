@@ -7,12 +7,11 @@ unreachable and never stops the agent's own renewals."""
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
 from harness import KMSN, wait_until
-from poolsim import SimPool, pool_section
+from poolsim import SimPool, Ticker, pool_section
 from test_agents_audit import api, operator_token, web_up
 from test_agents_share_hang import faulty_share  # noqa: F401 - the fixture, used below
 
@@ -23,23 +22,6 @@ pytestmark = pytest.mark.agents
 
 A, B = "1111-1111-11-11", "2222-2222-22-22"
 KEY_A, KEY_B = "site-a-key-0123456789abc", "site-b-key-9876543210xyz"
-
-
-class Ticker:
-    """The simulated pools' agents: renew and heartbeat every 0.5 s, each pool on its own thread."""
-
-    def __init__(self, *pools: SimPool) -> None:
-        self.stop = threading.Event()
-        self.threads = [threading.Thread(target=self._run, args=(p,), daemon=True) for p in pools]
-        for t in self.threads:
-            t.start()
-
-    def _run(self, pool: SimPool) -> None:
-        while not self.stop.wait(0.5):
-            try:
-                pool.tick()
-            except OSError:  # its directory was renamed away by the test: the pool's agents wait
-                pass
 
 
 class ShareOf:
@@ -61,8 +43,8 @@ def own_renewals(site) -> int:  # type: ignore[no-untyped-def]
 
 def test_an_agent_shows_its_pool_and_two_watched_pools_and_keeps_renewing_when_one_hangs(
     site_factory,
-    faulty_share,
-    tmp_path,  # noqa: F811
+    faulty_share,  # noqa: F811 - the fixture imported above
+    tmp_path,
 ):
     site = site_factory(1)
     # Pool A on a plain directory; pool B behind a FUSE share that can hang. B's
@@ -75,7 +57,7 @@ def test_an_agent_shows_its_pool_and_two_watched_pools_and_keeps_renewing_when_o
     a.elect("S001")
     a.elect("S003", reason="lease expired")
     b.elect("S002")
-    ticker = Ticker(a, b)
+    tick_a, tick_b = Ticker(a), Ticker(b)
     agent = site.agents[0]
     with open(agent.ini, "a") as fh:
         fh.write(pool_section(A, a.dir, KEY_A, NODE="OFFICE1"))
@@ -105,8 +87,11 @@ def test_an_agent_shows_its_pool_and_two_watched_pools_and_keeps_renewing_when_o
         (line,) = read_events(a.dir / "events" / "OFFICE1.jsonl")
         assert line["kind"] == "drain_requested" and signature_ok(line, KEY_A)
 
-        # A forged lease in A is refused with A's key: the leader stays, the refusal shows.
+        # A forged lease and event line in A are refused with A's key: the leader stays
+        # (A's agents pause, so that no renewal replaces the forgery before a look).
+        tick_a.stop()
         a.forge_lease("S666", epoch=99)
+        a.forge_event("S001", target="S003")
         wait_until(lambda: sites_of(agent, token)[A]["security_alarm"], 15, "the forgery refused in A")
         assert (sites_of(agent, token)[A]["leader"], sites_of(agent, token)[A]["epoch"]) == ("S003", 2)
 
@@ -131,5 +116,6 @@ def test_an_agent_shows_its_pool_and_two_watched_pools_and_keeps_renewing_when_o
         wait_until(lambda: sites_of(agent, token)[B]["leader"] == "S002", 20, "B back")
         assert "Traceback" not in agent.log()
     finally:
-        ticker.stop.set()
+        tick_a.stop()
+        tick_b.stop()
         (control / "hang").unlink(missing_ok=True)
