@@ -3,7 +3,7 @@
 PY := .venv/bin/python
 PYTEST := .venv/bin/pytest
 
-.PHONY: bootstrap run test chaos fuzz bench bench-failover bench-relay bench-relay-idle bench-switchover bench-panel bench-login bench-hostile screenshots lint format clean
+.PHONY: bootstrap run test chaos fuzz bench bench-failover bench-relay bench-relay-idle bench-switchover bench-panel bench-fleet bench-login bench-hostile screenshots lint format clean
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -21,7 +21,7 @@ chaos: bootstrap
 fuzz: bootstrap
 	@STK_FUZZ_EXAMPLES=$${STK_FUZZ_EXAMPLES:-20000} $(PYTEST) tests/test_untrusted.py tests/test_protocol_fuzz.py $(PYTEST_ARGS)
 
-bench: bench-failover bench-relay bench-relay-idle bench-switchover bench-panel bench-login bench-hostile
+bench: bench-failover bench-relay bench-relay-idle bench-switchover bench-panel bench-fleet bench-login bench-hostile
 
 bench-failover: bootstrap
 	@$(PY) bench/failover.py $(BENCH_ARGS)
@@ -38,6 +38,9 @@ bench-switchover: bootstrap
 
 bench-panel: bootstrap
 	@$(PY) bench/panel.py $(BENCH_ARGS)
+
+bench-fleet: bootstrap
+	@$(PY) bench/fleet.py $(BENCH_ARGS)
 
 bench-hostile: bootstrap
 	@$(PY) bench/hostile_share.py $(BENCH_ARGS)

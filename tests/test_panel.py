@@ -140,7 +140,7 @@ def test_an_expired_or_released_lease_is_no_leader(dj):
 def test_a_pool_view_the_worker_stopped_writing_counts_as_no_leader(dj):
     write_pool(dj["data_dir"], updated=time.monotonic() - 60)
     page = text(client_for(make_user("vera")).get("/"))
-    assert "view of the pool is 60 s old" in page
+    assert re.search(r"view of the pool is 6[0-5] s old", page)  # 60 s, and the time to render it
     assert "NO LEADER" in page
 
 

@@ -324,27 +324,47 @@ def build_site(
 
 def annotate(site: SiteState, wall_now: datetime) -> SiteState:
     """Add what comes from the election history: leader since, changes in 24 h, pause state."""
+    return annotate_all([site], wall_now)[0]
+
+
+def annotate_all(sites: list[SiteState], wall_now: datetime) -> list[SiteState]:
+    """`annotate` for many pools at once: three queries whatever their number
+    (the fleet view shows 50 pools on every poll)."""
+    from django.db.models import Count, Min, Q
+
     from elections.models import ElectionEvent
 
-    events = ElectionEvent.objects.filter(kmsn=site.kmsn)
-    if site.epoch is not None:
-        first = (
-            events.filter(kind="elected", epoch=site.epoch)
-            .order_by("observed_at")
-            .values_list("observed_at", flat=True)
-            .first()
+    if not sites:
+        return sites
+    kmsns = [s.kmsn for s in sites]
+    events = ElectionEvent.objects.filter(kmsn__in=kmsns).order_by()
+    with_epoch = [s for s in sites if s.epoch is not None]
+    since: dict[tuple[str, int], datetime] = {}
+    if with_epoch:
+        wanted = Q()
+        for s in with_epoch:
+            wanted |= Q(kmsn=s.kmsn, epoch=s.epoch)
+        rows = events.filter(wanted, kind="elected").values("kmsn", "epoch").annotate(at=Min("observed_at"))
+        since = {(r["kmsn"], r["epoch"]): r["at"] for r in rows}
+    recent = events.filter(kind="elected", observed_at__gte=wall_now - timedelta(hours=24))
+    changes = dict(recent.values("kmsn").annotate(n=Count("id")).values_list("kmsn", "n"))
+    unknown = [s.kmsn for s in sites if s.paused is None]
+    paused: dict[str, bool] = {}
+    if unknown:
+        rows = (
+            events.filter(kmsn__in=unknown, kind__in=("pause_requested", "resume_requested"))
+            .order_by("kmsn", "-observed_at", "-id")
+            .values_list("kmsn", "kind")
         )
-        site.since = first
-    site.changes_24h = events.filter(kind="elected", observed_at__gte=wall_now - timedelta(hours=24)).count()
-    if site.paused is None:
-        last = (
-            events.filter(kind__in=("pause_requested", "resume_requested"))
-            .order_by("-observed_at", "-id")
-            .values_list("kind", flat=True)
-            .first()
-        )
-        site.paused = last == "pause_requested"
-    return site
+        for kmsn, kind in rows:
+            paused.setdefault(kmsn, kind == "pause_requested")
+    for s in sites:
+        if s.epoch is not None:
+            s.since = since.get((s.kmsn, s.epoch))
+        s.changes_24h = changes.get(s.kmsn, 0)
+        if s.paused is None:
+            s.paused = paused.get(s.kmsn, False)
+    return sites
 
 
 def watched_kmsns() -> list[str]:
@@ -370,7 +390,7 @@ def pool_view(kmsn: str) -> PoolView | None:
     return pool if pool.exists and pool.kmsn == kmsn else PoolView(kmsn=kmsn, node=stk.node, watched=True)
 
 
-def _state(kmsn: str, now: float, wall_now: datetime) -> SiteState | None:
+def _built(kmsn: str, now: float) -> SiteState | None:
     pool = pool_view(kmsn)
     if pool is None:
         return None
@@ -379,17 +399,16 @@ def _state(kmsn: str, now: float, wall_now: datetime) -> SiteState | None:
         local = LocalState(settings.STK.data_dir)
         leads = local.leads_now(now)
         relay = local.relay() if leads else None
-    return annotate(build_site(pool, now, relay, leads), wall_now)
+    return build_site(pool, now, relay, leads)
 
 
 def site_states(now: float | None = None, wall_now: datetime | None = None) -> list[SiteState]:
     """One `SiteState` per KMSN this agent sees: its own pool, then every watched one."""
     now = time.monotonic() if now is None else now
-    wall_now = wall_now or timezone.now()
-    states = (_state(k, now, wall_now) for k in all_kmsns())
-    return [s for s in states if s is not None]
+    states = [s for s in (_built(k, now) for k in all_kmsns()) if s is not None]
+    return annotate_all(states, wall_now or timezone.now())
 
 
 def site_state(kmsn: str, now: float | None = None) -> SiteState | None:
-    now = time.monotonic() if now is None else now
-    return _state(kmsn, now, timezone.now())
+    site = _built(kmsn, time.monotonic() if now is None else now)
+    return None if site is None else annotate(site, timezone.now())
