@@ -181,3 +181,10 @@ def test_a_command_in_a_watched_pool_whose_member_has_this_agents_name_is_refuse
     response = c.post(f"/api/v1/sites/{B}/pause", json.dumps({}), content_type="application/json")
     assert response.status_code == 503 and "set NODE in [pool:" in json.loads(response.content)["message"]
     assert not (sims[B].dir / "events" / "S003.jsonl").exists()  # S003's own file: never written by us
+
+
+def test_the_confirmation_of_a_promote_in_a_watched_pool_shows_no_plan_of_this_agents_actions(pools):
+    c = client_for(make_user("olga", "operator"))
+    page = text(c.get(f"/sites/{A}/promote/?target=S002&epoch=2"))
+    assert "S002 takes epoch 3" in page and "This agent only watches pool" in page
+    assert 'class="plan"' not in page
