@@ -14,9 +14,13 @@ several sites' shares). Each section names one pool:
 
 The agent never contends in a watched pool: it reads the lease, the members'
 heartbeats and the events, and writes only operator commands (drain, promote...)
-as its own signed event lines there. Every problem is `stkrelay.E022`, naming
-the section and key; a share that is unreachable at start-up is not a problem
-(it shows as unreachable on the panel, like one that goes away later).
+as its own signed event lines there. Problems name the section and the key:
+`stkrelay.E025` the section itself (not a KMSN, this agent's own pool, an
+unknown key, too many sections), `stkrelay.E026` its secrets (`RELAY_TOKEN` /
+`POOL_KEY` missing or weak), `stkrelay.E027` its values (`LEASE_DIR` unset or
+this agent's own, `SHARE_TIMEOUT`, `NODE`). A share that is unreachable at
+start-up is not a problem (it shows as unreachable on the panel, like one that
+goes away later).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from stkrelay.config_web import SECRET_HINT, secret_weakness
 
 Bad = Callable[[str, str, str, str], None]
 SECTION_PREFIX = "pool:"
-PROBLEM = "stkrelay.E022"
+SECTION, SECRET, VALUE = "stkrelay.E025", "stkrelay.E026", "stkrelay.E027"
 KEYS = ("LEASE_DIR", "RELAY_TOKEN", "POOL_KEY", "SHARE_TIMEOUT", "NODE")
 BACKEND_PREFIXES = ("SMB_",)  # handed to the share's backend as its options
 MAX_POOLS = 500
@@ -66,17 +70,18 @@ def parse(
     found: dict[str, dict[str, str]], own_kmsn: str, own_node: str, own_lease_dir: str, share_timeout: float,
     bad: Bad,
 ) -> list[WatchedPool]:  # fmt: skip
-    """Every watched pool that is well configured; one E022 line per problem."""
+    """Every watched pool that is well configured; one line per problem (E025–E027)."""
     pools: list[WatchedPool] = []
     if len(found) > MAX_POOLS:
-        bad(PROBLEM, "[pool:*]", f"{len(found)} watched pools, more than {MAX_POOLS}",
+        bad(SECTION, "[pool:*]", f"{len(found)} watched pools, more than {MAX_POOLS}",
             "split the pools over several agents' panels")  # fmt: skip
         return pools
     for kmsn, values in found.items():
         where = f"[pool:{kmsn}]"
 
         def problem(key: str, message: str, hint: str, where: str = where) -> None:
-            bad(PROBLEM, f"{where} {key}".strip(), message, hint)
+            pid = SECRET if key in ("RELAY_TOKEN", "POOL_KEY") else VALUE if key in KEYS else SECTION
+            bad(pid, f"{where} {key}".strip(), message, hint)
 
         if not kmsn or any(c.isspace() or c in "/\\" for c in kmsn) or len(kmsn) > 64:
             problem("", "is not a KMSN", "name the section [pool:<KMSN>], e.g. [pool:1234-5678-90-12]")

@@ -1,4 +1,5 @@
-"""Watched pools in stk.ini: `[pool:<KMSN>]` sections, checked with one E022 line per problem."""
+"""Watched pools in stk.ini: `[pool:<KMSN>]` sections, checked with one line per problem
+(E025 the section, E026 its secrets, E027 its values)."""
 
 import pytest
 from test_config import write_ini
@@ -41,26 +42,26 @@ def test_a_watched_share_that_is_not_there_yet_does_not_stop_the_agent(tmp_path)
 
 
 @pytest.mark.parametrize(
-    "section, key, words",
+    "section, pid, key, words",
     [
-        (f"[pool:1111]\nRELAY_TOKEN = {KEY_A}\n", "[pool:1111] LEASE_DIR", "is not set"),
-        ("[pool:1111]\nLEASE_DIR = /srv/a\n", "[pool:1111] RELAY_TOKEN", "is missing"),
-        ("[pool:1111]\nLEASE_DIR = /srv/a\nRELAY_TOKEN = short\n", "[pool:1111] RELAY_TOKEN",
+        (f"[pool:1111]\nRELAY_TOKEN = {KEY_A}\n", "E027", "[pool:1111] LEASE_DIR", "is not set"),
+        ("[pool:1111]\nLEASE_DIR = /srv/a\n", "E026", "[pool:1111] RELAY_TOKEN", "is missing"),
+        ("[pool:1111]\nLEASE_DIR = /srv/a\nRELAY_TOKEN = short\n", "E026", "[pool:1111] RELAY_TOKEN",
          "fewer than 16"),
-        (f"[pool:1111]\nLEASE_DIR = /srv/a\nRELAY_TOKEN = {KEY_A}\nSHARE_TIMEOUT = soon\n",
+        (f"[pool:1111]\nLEASE_DIR = /srv/a\nRELAY_TOKEN = {KEY_A}\nSHARE_TIMEOUT = soon\n", "E027",
          "[pool:1111] SHARE_TIMEOUT", "is not 0.1..60 seconds"),
-        (f"[pool:1111]\nLEASE_DIR = /srv/a\nRELAY_TOKEN = {KEY_A}\nLEASE_TTL = 4\n",
+        (f"[pool:1111]\nLEASE_DIR = /srv/a\nRELAY_TOKEN = {KEY_A}\nLEASE_TTL = 4\n", "E025",
          "[pool:1111] LEASE_TTL", "is not a key of a watched pool"),
-        (f"[pool:9999-9999-99-99]\nLEASE_DIR = /srv/a\nRELAY_TOKEN = {KEY_A}\n",
+        (f"[pool:9999-9999-99-99]\nLEASE_DIR = /srv/a\nRELAY_TOKEN = {KEY_A}\n", "E025",
          "[pool:9999-9999-99-99]", "this agent's own pool"),
-        (f"[pool:]\nLEASE_DIR = /srv/a\nRELAY_TOKEN = {KEY_A}\n", "[pool:]", "is not a KMSN"),
-        (f"[pool:1111]\nLEASE_DIR = /srv/a\nRELAY_TOKEN = {KEY_A}\nNODE = a b\n", "[pool:1111] NODE",
+        (f"[pool:]\nLEASE_DIR = /srv/a\nRELAY_TOKEN = {KEY_A}\n", "E025", "[pool:]", "is not a KMSN"),
+        (f"[pool:1111]\nLEASE_DIR = /srv/a\nRELAY_TOKEN = {KEY_A}\nNODE = a b\n", "E027", "[pool:1111] NODE",
          "is not a node name"),
     ],
 )  # fmt: skip
-def test_each_bad_pool_section_is_one_line_naming_the_section_and_key(tmp_path, section, key, words):
+def test_each_bad_pool_section_is_one_line_naming_the_section_and_key(tmp_path, section, pid, key, words):
     cfg = load(with_pools(tmp_path, section), env={})
-    assert [(p.id, p.key) for p in cfg.problems] == [("stkrelay.E022", key)]
+    assert [(p.id, p.key) for p in cfg.problems] == [(f"stkrelay.{pid}", key)]
     line = cfg.problems[0].line()
     assert words in line and "\n" not in line
     assert cfg.watched == []
@@ -68,4 +69,4 @@ def test_each_bad_pool_section_is_one_line_naming_the_section_and_key(tmp_path, 
 
 def test_a_pool_on_the_agents_own_share_is_refused(tmp_path):
     cfg = load(with_pools(tmp_path, f"[pool:1111]\nLEASE_DIR = {tmp_path}\nRELAY_TOKEN = {KEY_A}\n"), env={})
-    assert [(p.id, p.key) for p in cfg.problems] == [("stkrelay.E022", "[pool:1111] LEASE_DIR")]
+    assert [(p.id, p.key) for p in cfg.problems] == [("stkrelay.E027", "[pool:1111] LEASE_DIR")]
