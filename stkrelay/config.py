@@ -5,7 +5,9 @@
 `relayctl` and `runrelay`) refuses to start on any problem and prints one line
 per problem; `manage.py check` shows the same list as Django system checks.
 The panel's keys (`WEB_ALLOWED_HOSTS`, `WEB_TRUSTED_PROXIES`, `WEB_LOGIN_*`)
-and the secrets' strength are checked by `stkrelay.config_web` (E018–E020).
+and the secrets' strength are checked by `stkrelay.config_web` (E018–E020);
+the `[pool:<KMSN>]` sections of watched pools by `stkrelay.config_pools`
+(E025–E027, `Config.watched`).
 
 The leader-action keys (`VIP_*`, `AWS_*`, `OCI_*`, `AZURE_*`) are read by
 `elections.core.actions.action_config`; its problems come back here with one id
