@@ -29,6 +29,7 @@ import configparser
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from elections.ports.smburl import SmbUrlError, is_smb, parse_smb_url, smb_password
 from stkrelay.config_web import SECRET_HINT, secret_weakness
 
 Bad = Callable[[str, str, str, str], None]
@@ -80,7 +81,8 @@ def parse(
         where = f"[pool:{kmsn}]"
 
         def problem(key: str, message: str, hint: str, where: str = where) -> None:
-            pid = SECRET if key in ("RELAY_TOKEN", "POOL_KEY") else VALUE if key in KEYS else SECTION
+            secret = key in ("RELAY_TOKEN", "POOL_KEY", "SMB_PASSWORD", "SMB_PASSWORD_FILE")
+            pid = SECRET if secret else VALUE if key in KEYS else SECTION
             bad(pid, f"{where} {key}".strip(), message, hint)
 
         if not kmsn or any(c.isspace() or c in "/\\" for c in kmsn) or len(kmsn) > 64:
@@ -103,6 +105,8 @@ def parse(
         elif lease_dir == own_lease_dir:
             problem("LEASE_DIR", "is this agent's own LEASE_DIR", "each pool has its own share folder")
             ok = False
+        elif is_smb(lease_dir):
+            ok = _smb_ok(values, problem) and ok
         token = values.get("RELAY_TOKEN", "")
         key = values.get("POOL_KEY", "") or token
         if not key:
@@ -129,3 +133,22 @@ def parse(
         if ok:
             pools.append(WatchedPool(kmsn, lease_dir, token, key, timeout, node, dict(values)))
     return pools
+
+
+def _smb_ok(values: dict[str, str], problem: Callable[[str, str, str], None]) -> bool:
+    """An smb:// share of a watched pool: its URL and its password (no network)."""
+    try:
+        url = parse_smb_url(values["LEASE_DIR"])
+    except SmbUrlError as exc:
+        problem("LEASE_DIR", str(exc), "use smb://[user@]host[:port]/share/folder")
+        return False
+    try:
+        password = smb_password(values)
+    except SmbUrlError as exc:
+        problem("SMB_PASSWORD_FILE", str(exc), "name a file this agent can read")
+        return False
+    if url.user and not password:
+        problem("SMB_PASSWORD", f"is not set for {url.user}@{url.host}",
+                "set SMB_PASSWORD, or SMB_PASSWORD_FILE naming a file that holds it")  # fmt: skip
+        return False
+    return True

@@ -17,11 +17,12 @@ def with_pools(tmp_path, text):
 
 
 def test_each_pool_section_is_a_watched_pool_with_its_own_share_and_key(tmp_path):
+    (tmp_path / "b.pw").write_text("smb-password-of-b\n")
     ini = with_pools(
         tmp_path,
         f"[pool:1111-1111-11-11]\nLEASE_DIR = /srv/site-a/socket\nRELAY_TOKEN = {KEY_A}\n"
         f"[pool:2222-2222-22-22]\nLEASE_DIR = smb://files-b/share/socket\nRELAY_TOKEN = {KEY_A}\n"
-        f"POOL_KEY = {KEY_B}\nSHARE_TIMEOUT = 1.5\nNODE = OFFICE1\nSMB_PASSWORD_FILE = /etc/stk/b.pw\n",
+        f"POOL_KEY = {KEY_B}\nSHARE_TIMEOUT = 1.5\nNODE = OFFICE1\nSMB_PASSWORD_FILE = {tmp_path}/b.pw\n",
     )
     cfg = load(ini, env={})
     assert cfg.problems == []
@@ -32,7 +33,7 @@ def test_each_pool_section_is_a_watched_pool_with_its_own_share_and_key(tmp_path
     assert (b.kmsn, b.lease_dir, b.pool_key, b.share_timeout, b.node) == (
         "2222-2222-22-22", "smb://files-b/share/socket", KEY_B, 1.5, "OFFICE1",
     )  # fmt: skip
-    assert b.values["SMB_PASSWORD_FILE"] == "/etc/stk/b.pw"  # the share's backend reads its own keys
+    assert b.values["SMB_PASSWORD_FILE"] == f"{tmp_path}/b.pw"  # the share's backend reads its own keys
 
 
 def test_a_watched_share_that_is_not_there_yet_does_not_stop_the_agent(tmp_path):
@@ -70,3 +71,14 @@ def test_each_bad_pool_section_is_one_line_naming_the_section_and_key(tmp_path, 
 def test_a_pool_on_the_agents_own_share_is_refused(tmp_path):
     cfg = load(with_pools(tmp_path, f"[pool:1111]\nLEASE_DIR = {tmp_path}\nRELAY_TOKEN = {KEY_A}\n"), env={})
     assert [(p.id, p.key) for p in cfg.problems] == [("stkrelay.E027", "[pool:1111] LEASE_DIR")]
+
+
+def test_a_watched_smb_share_is_checked_without_the_network(tmp_path):
+    bad_url = f"[pool:1111]\nLEASE_DIR = smb://\nRELAY_TOKEN = {KEY_A}\n"
+    cfg = load(with_pools(tmp_path, bad_url), env={})
+    assert [(p.id, p.key) for p in cfg.problems] == [("stkrelay.E027", "[pool:1111] LEASE_DIR")]
+    no_password = f"[pool:1111]\nLEASE_DIR = smb://stk@files-a/share/socket\nRELAY_TOKEN = {KEY_A}\n"
+    cfg = load(with_pools(tmp_path, no_password), env={})
+    assert [(p.id, p.key) for p in cfg.problems] == [("stkrelay.E026", "[pool:1111] SMB_PASSWORD")]
+    good = no_password + "SMB_PASSWORD = a-long-smb-password\n"
+    assert load(with_pools(tmp_path, good), env={}).problems == []

@@ -161,8 +161,12 @@ class Watchers:
     @classmethod
     def from_settings(cls, stk: Any, clock: Clock, local: LocalState, projector: Any) -> Watchers:
         timing = (stk.heartbeat_ttl, stk.promotion_hold, stk.lease_ttl)
-        pools = getattr(stk, "watched", [])
-        watchers = [PoolWatcher(w, stk.node, clock, local, projector, *timing) for w in pools]
+        watchers = []
+        for w in getattr(stk, "watched", []):
+            try:
+                watchers.append(PoolWatcher(w, stk.node, clock, local, projector, *timing))
+            except Exception as exc:  # e.g. its SMB password file went away: that pool only is not watched
+                log.error("pool %s is not watched: %s", w.kmsn, exc)
         return cls(watchers, stk.lease_poll)
 
     def start(self) -> Watchers:

@@ -23,7 +23,6 @@ import json
 import os
 import socket
 import time
-from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
@@ -140,7 +139,8 @@ class Command(BaseCommand):
 
         from elections.errors import StoreUnavailable
         from elections.ports.clock import SystemClock
-        from elections.ports.stores import PoolPlace, open_store
+        from elections.ports.share import LocalShare
+        from elections.ports.stores import PoolPlace, open_share, open_store
 
         stk = settings.STK
         checks: list[dict[str, Any]] = []
@@ -148,16 +148,24 @@ class Command(BaseCommand):
         def check(name: str, ok: bool, detail: str) -> None:
             checks.append({"check": name, "ok": ok, "detail": detail})
 
-        store = open_store(PoolPlace.of(stk), stk.node, SystemClock())
+        place = PoolPlace.of(stk)
+        store = open_store(place, stk.node, SystemClock())
+        share, share_mtime = open_share(place), None
+        probe = f".doctor-{stk.node}-{os.getpid()}"
+
+        def probe_share() -> float | None:
+            """Write, (locally: stat) and remove a probe file, the way the store writes."""
+            share.create_exclusive(probe, b"x")
+            try:
+                return (share.root / probe).stat().st_mtime if isinstance(share, LocalShare) else None
+            finally:
+                share.unlink(probe)
+
         try:
-            probe = Path(stk.lease_dir) / f".doctor-{stk.node}-{os.getpid()}"
-            probe.write_text("x")
-            share_mtime = probe.stat().st_mtime
-            probe.unlink()
-            check("lease dir reachable and writable", True, stk.lease_dir)
-        except OSError as exc:
-            check("lease dir reachable and writable", False, f"{stk.lease_dir}: {exc}")
-            share_mtime = None
+            share_mtime = share.deadline.run(probe_share)
+            check("lease dir reachable and writable", True, share.where)
+        except (OSError, StoreUnavailable) as exc:
+            check("lease dir reachable and writable", False, f"{share.where}: {exc}")
         try:
             read = store.read()
             check("lease signature", read.status == "valid", f"{read.status}: {read.detail}")

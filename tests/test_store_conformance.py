@@ -1,0 +1,286 @@
+"""One suite of the `LeaseStore` contract (elections/ports/store.py), run
+against every backend: a local directory, a real SMB share (Samba on
+loopback, spoken to with smbprotocol, no mount) and — added in
+`POOLS` by its backend — etcd.
+
+A backend is a fixture that yields a `Pool`: it makes stores on one pool
+(each as another machine would: its own connection), and it can put raw
+bytes where a record lives, as anyone who can write the share can.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from harness import signed_lock
+
+from elections.core.lease import LeaseRecord, sign
+from elections.ports.clock import FakeClock
+from elections.ports.eventlog import EventTail, JsonlEventSink
+from elections.ports.store import FileLeaseStore, LeaseStore, WriteOutcome
+
+TOKEN = "tok-0123456789-conformance"
+STALE_S = 2.0
+
+
+@dataclass
+class Pool:
+    name: str
+    store: Callable[..., LeaseStore]  # store(node, clock, token=TOKEN, timeout=5.0): a new client
+    put: Callable[[str, bytes], None]  # put(record, raw): "lease", "lock", "members/S001.json", ...
+    remove: Callable[[str], None]  # remove(record), missing is fine
+    events: Callable[..., tuple[JsonlEventSink, EventTail]]  # events(node, clock): a sink and a tail
+
+
+RECORD_FILES = {"lease": "relay_leader.json", "lock": "relay_leader.lock"}
+
+
+def _folder_pool(name: str, folder: Path, where: Callable[[float], object]) -> Pool:
+    """A pool kept in files of `folder` (seen directly), reached through `where(timeout)`."""
+
+    def path(record: str) -> Path:
+        return folder / RECORD_FILES.get(record, record)
+
+    def put(record: str, raw: bytes) -> None:
+        path(record).parent.mkdir(exist_ok=True)
+        path(record).write_bytes(raw)
+
+    def remove(record: str) -> None:
+        target = path(record)
+        if target.is_dir():
+            for child in target.iterdir():
+                child.unlink()
+            target.rmdir()
+        else:
+            target.unlink(missing_ok=True)
+
+    def store(node: str, clock, token: str = TOKEN, timeout: float = 5.0) -> LeaseStore:  # type: ignore[no-untyped-def]
+        return FileLeaseStore(where(timeout), token, node, clock, lock_stale_s=STALE_S, timeout=timeout)
+
+    def events(node: str, clock, timeout: float = 5.0):  # type: ignore[no-untyped-def]
+        share = where(timeout)
+        if isinstance(share, Path):
+            sink = JsonlEventSink(share / "events" / f"{node}.jsonl", node, clock, TOKEN)
+            return sink, EventTail(share / "events", key=TOKEN, clock=clock)
+        sink = JsonlEventSink(f"events/{node}.jsonl", node, clock, TOKEN, share.deadline, share=share)
+        return sink, EventTail("events", key=TOKEN, clock=clock, deadline=share.deadline, share=share)
+
+    return Pool(name, store, put, remove, events)
+
+
+@pytest.fixture
+def local_pool(tmp_path):
+    folder = tmp_path / "socket"
+    folder.mkdir()
+    return _folder_pool("local", folder, lambda timeout: folder)
+
+
+@pytest.fixture
+def smb_pool(samba_server, request):
+    from samba import PASSWORD
+
+    from elections.ports.smbshare import SmbShare
+    from elections.ports.smburl import parse_smb_url
+
+    name = f"conf-{request.node.name[-40:]}".replace("[", "-").replace("]", "")
+    folder = samba_server.path(name)
+    folder.mkdir()
+    url = parse_smb_url(samba_server.url(name))
+    shares: list[SmbShare] = []
+
+    def where(timeout: float) -> SmbShare:
+        shares.append(SmbShare(url, PASSWORD, timeout))  # its own connection: another machine
+        return shares[-1]
+
+    yield _folder_pool("smb", folder, where)
+    for share in shares:
+        share.abort()
+
+
+POOLS = {"local": "local_pool", "smb": "smb_pool"}  # backend -> fixture; etcd adds "etcd" here
+
+
+@pytest.fixture(params=sorted(POOLS))
+def pool(request) -> Pool:
+    return request.getfixturevalue(POOLS[request.param])
+
+
+def rec(node: str = "S001", epoch: int = 1, seq: int = 0) -> LeaseRecord:
+    return LeaseRecord(kmsn="K", station=node, ip="127.0.0.1", port=9530, pid=4242, epoch=epoch,
+                       lease_until="20260615203015", node=node, renew_seq=seq, ttl_s=10)  # fmt: skip
+
+
+def member(node: str, seq: int = 1) -> dict:
+    return {"node": node, "seq": seq, "ip": "127.0.0.1"}
+
+
+# -- compare-and-set --------------------------------------------------------------------------
+def test_a_write_lands_only_over_what_was_read(pool):
+    store = pool.store("S001", FakeClock())
+    first = store.read()
+    assert first.status == "missing"
+    assert store.write(rec(), expect=first.revision) is WriteOutcome.WRITTEN
+    assert store.write(rec("S002"), expect=first.revision) is WriteOutcome.CHANGED
+    now = store.read()
+    assert now.status == "valid" and now.record.node == "S001"
+    renewed = rec(seq=1)
+    assert store.write(renewed, expect=now.revision) is WriteOutcome.WRITTEN
+    assert store.read().record.renew_seq == 1
+
+
+def test_of_two_writers_that_read_the_same_lease_the_second_loses(pool):
+    clock = FakeClock()
+    a, b = pool.store("S001", clock), pool.store("S002", clock)
+    assert a.write(rec("S001"), expect=a.read().revision) is WriteOutcome.WRITTEN
+    seen_a, seen_b = a.read(), b.read()
+    assert seen_a.revision == seen_b.revision
+    assert a.write(rec("S001", seq=1), expect=seen_a.revision) is WriteOutcome.WRITTEN
+    assert b.write(rec("S002", epoch=2), expect=seen_b.revision) is WriteOutcome.CHANGED
+    assert b.read().record.node == "S001"
+
+
+def test_no_write_lands_while_another_store_is_inside_its_write(pool):
+    clock = FakeClock()
+    a, b = pool.store("S001", clock), pool.store("S002", clock)
+    read = a.read()
+    inside: list[WriteOutcome] = []
+
+    def fence() -> bool:  # runs under a's exclusion, at its last moment before writing
+        inside.append(b.write(rec("S002"), expect=read.revision))
+        return True
+
+    assert a.write(rec("S001"), expect=read.revision, fence=fence) is WriteOutcome.WRITTEN
+    assert inside and inside[0] is not WriteOutcome.WRITTEN, inside
+    assert b.read().record.node == "S001"
+
+
+def test_a_lock_left_by_a_dead_writer_is_broken_after_its_bound_never_before(pool):
+    clock = FakeClock()
+    store = pool.store("S001", clock)
+    pool.put("lock", signed_lock("S009", 1, "dead", TOKEN).encode())
+    read = store.read()
+    assert store.write(rec(), expect=read.revision) is WriteOutcome.BUSY
+    clock.advance(STALE_S - 0.1)
+    assert store.write(rec(), expect=read.revision) is WriteOutcome.BUSY
+    clock.advance(0.2)
+    assert store.write(rec(), expect=read.revision) is WriteOutcome.WRITTEN
+    assert store.read().record.node == "S001"
+
+
+# -- epochs -----------------------------------------------------------------------------------
+def test_two_contenders_never_take_the_same_epoch(pool):
+    """Two stores with a gate each (as two machines have) race for the lease on
+    threads of their own; the lease is deleted now and then while nobody leads."""
+    clock = FakeClock()
+    stores = [pool.store("S001", clock, timeout=5.0), pool.store("S002", clock, timeout=5.01)]
+    won: list[tuple[str, int]] = []
+    lock = threading.Lock()
+    start = threading.Barrier(len(stores))
+
+    def contend(store: FileLeaseStore) -> None:
+        start.wait()
+        for i in range(6):
+            read = store.read()
+            claim = member(store.node, i + 1)
+            outcome, record = store.acquire(
+                lambda e, n=store.node: rec(n, e), read.revision, known_epoch=0, member=claim
+            )
+            if outcome is WriteOutcome.WRITTEN:
+                with lock:
+                    won.append((store.node, record.epoch))
+                if i % 2:
+                    pool.remove("lease")  # lost while nobody leads: the members' claims remain
+
+    threads = [threading.Thread(target=contend, args=(s,)) for s in stores]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    epochs = [e for _, e in won]
+    assert len(won) >= 2, won
+    assert len(epochs) == len(set(epochs)), f"an epoch was taken twice: {won}"
+
+
+def test_epochs_are_never_reused_after_the_lease_and_the_members_are_deleted(pool):
+    clock = FakeClock()
+    a, b = pool.store("S001", clock), pool.store("S002", clock)
+    outcome, first = a.acquire(lambda e: rec("S001", e), "", known_epoch=0, member=member("S001"))
+    assert outcome is WriteOutcome.WRITTEN and first.epoch == 1
+    pool.remove("lease")  # the members' files still carry epoch 1
+    outcome, second = b.acquire(
+        lambda e: rec("S002", e), b.read().revision, known_epoch=0, member=member("S002")
+    )
+    assert outcome is WriteOutcome.WRITTEN and second.epoch == 2
+    pool.remove("lease")
+    pool.remove("members")  # what the pool recorded is gone; what b saw is not
+    outcome, third = b.acquire(
+        lambda e: rec("S002", e), b.read().revision, known_epoch=second.epoch, member=member("S002", 2)
+    )
+    assert outcome is WriteOutcome.WRITTEN and third.epoch == 3
+    assert a.highest_epoch() == 3
+
+
+# -- what anyone who can write the share may leave there (DESIGN.md §5.4) ----------------------
+def test_a_replayed_heartbeat_is_refused_and_the_last_good_one_kept(pool):
+    clock = FakeClock()
+    writer, reader = pool.store("S002", clock), pool.store("S001", clock)
+    writer.write_member(member("S002", seq=3))
+    old = {**member("S002", seq=3)}
+    old["sig"] = sign(old, TOKEN)
+    writer.write_member(member("S002", seq=9))
+    assert reader.read_members()["S002"]["seq"] == 9
+    pool.put("members/S002.json", json.dumps(old).encode())  # a copy taken earlier, put back
+    assert reader.read_members()["S002"]["seq"] == 9
+    assert reader.refusals.counts["replayed"] == 1
+
+
+def test_replayed_and_forged_event_lines_are_refused(pool):
+    clock = FakeClock()
+    sink, tail = pool.events("S001", clock)
+    sink.record("elected", 1, "first")
+    sink.record("renewed", 1, "second")
+    lines = [json.loads(line) for line in _lines(pool, sink)]
+    assert [e["seq"] for e in tail.new_events()] == [1, 2]
+    forged = {**lines[0], "seq": 7, "kind": "promote"}
+    replayed = "".join(json.dumps(doc) + "\n" for doc in (lines[0], forged))
+    pool.put("events/S001.jsonl", "".join(json.dumps(d) + "\n" for d in lines).encode() + replayed.encode())
+    assert tail.new_events() == []
+    assert tail.refusals.counts["replayed"] == 1 and tail.refusals.counts["forged"] == 1
+
+
+def _lines(pool: Pool, sink: JsonlEventSink) -> list[str]:
+    data = sink.share.read(sink.rel, 1 << 20) or b""
+    return [line for line in data.decode().splitlines() if line]
+
+
+def test_a_forged_lease_is_no_evidence_and_is_overwritten(pool):
+    clock = FakeClock()
+    store = pool.store("S001", clock)
+    forged = rec("S666", epoch=99).encode("not-the-pool-key")
+    pool.put("lease", forged)
+    read = store.read()
+    assert read.status == "forged" and read.record is None
+    assert store.write(rec(), expect=read.revision) is WriteOutcome.WRITTEN
+    assert store.read().record.node == "S001"
+    impostor = pool.store("S666", clock, token="not-the-pool-key")
+    impostor.write_member({"node": "S666", "seq": 1, "epoch": 10**6})
+    assert "S666" not in store.read_members()
+    assert store.highest_epoch() < 10**6
+
+
+def test_oversized_records_are_refused_without_reading_them_whole(pool):
+    clock = FakeClock()
+    store = pool.store("S001", clock)
+    pool.put("lease", b"{" + b" " * (4 << 20) + b"}")
+    read = store.read()
+    assert read.status == "corrupt" and read.cause == "too_large"
+    store.write_member(member("S001"))
+    pool.put("members/S002.json", b"[" * (2 << 20))
+    assert set(store.read_members()) == {"S001"}
+    assert store.refusals.counts["too_large"] >= 1
+    assert store.write(rec(), expect=read.revision) is WriteOutcome.WRITTEN  # the next write heals it
