@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from harness import wait_until
 from poolsim import SimPool
 
 from elections.ports.clock import FakeClock
@@ -136,3 +137,29 @@ def test_each_watched_pool_looks_on_its_own_thread(tmp_path):
             time.sleep(0.05)
     finally:
         watchers.stop()
+
+
+def test_a_watched_pool_on_an_smb_share_is_read_through_the_factory_and_a_hung_server_is_unreachable(
+    tmp_path, own_samba
+):
+    from samba import PASSWORD
+
+    sim = SimPool(own_samba.path("socket"), KMSN, KEY, members=3)
+    sim.elect("S003")
+    sim.beat_all()
+    watched = WatchedPool(KMSN, own_samba.url("socket"), KEY, KEY, 1.0, "OFFICE1", {"SMB_PASSWORD": PASSWORD})
+    (tmp_path / "data").mkdir()
+    local = LocalState(tmp_path / "data")
+    w = PoolWatcher(watched, "S001", FakeClock(), local, Batches(), 3.0, 1.0, 3.0)
+    view = w.look()
+    assert view.store_reachable and (view.leader, view.epoch) == ("S003", 1)
+    assert sorted(view.members) == ["S001", "S002", "S003"]
+    own_samba.pause()
+    try:
+        started = time.monotonic()
+        view = w.look()
+        assert not view.store_reachable and view.lease is None
+        assert time.monotonic() - started < 3 * 1.0 + 2  # each share operation given up at SHARE_TIMEOUT
+    finally:
+        own_samba.resume()
+    assert wait_until(lambda: w.look().store_reachable, 30, "the share back")
