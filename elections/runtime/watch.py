@@ -170,8 +170,10 @@ class Watchers:
         return cls(watchers, stk.lease_poll)
 
     def start(self) -> Watchers:
-        for w in self.watchers:
-            t = threading.Thread(target=self._run, args=(w,), name=f"watch-{w.kmsn}", daemon=True)
+        n = max(len(self.watchers), 1)
+        for i, w in enumerate(self.watchers):  # staggered over one poll: 50 pools never look at once
+            t = threading.Thread(target=self._run, args=(w, i * self.poll / n), name=f"watch-{w.kmsn}",
+                                 daemon=True)  # fmt: skip
             t.start()
             self._threads.append(t)
         return self
@@ -179,7 +181,8 @@ class Watchers:
     def stop(self) -> None:
         self._stop.set()
 
-    def _run(self, watcher: PoolWatcher) -> None:
+    def _run(self, watcher: PoolWatcher, offset: float = 0.0) -> None:
+        self._stop.wait(offset)
         while not self._stop.is_set():
             try:
                 watcher.look()
