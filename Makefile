@@ -41,6 +41,7 @@ bench-panel: bootstrap
 
 bench-fleet: bootstrap
 	@$(PY) bench/fleet.py $(BENCH_ARGS)
+	@$(PY) bench/fleet_agent.py
 
 bench-hostile: bootstrap
 	@$(PY) bench/hostile_share.py $(BENCH_ARGS)
