@@ -3,7 +3,7 @@
 PY := .venv/bin/python
 PYTEST := .venv/bin/pytest
 
-.PHONY: bootstrap run test chaos fuzz bench bench-failover bench-relay bench-relay-idle bench-switchover bench-panel bench-login bench-hostile bench-compaction bench-footprint screenshots lint format clean bench-cloud
+.PHONY: bootstrap run test chaos fuzz bench bench-failover bench-relay bench-relay-idle bench-switchover bench-panel bench-login bench-hostile bench-compaction bench-footprint screenshots lint format clean bench-cloud bench-fleet
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -23,7 +23,7 @@ chaos: bootstrap
 fuzz: bootstrap
 	@STK_FUZZ_EXAMPLES=$${STK_FUZZ_EXAMPLES:-20000} $(PYTEST) tests/test_untrusted.py tests/test_protocol_fuzz.py $(PYTEST_ARGS)
 
-bench: bench-failover bench-relay bench-relay-idle bench-switchover bench-panel bench-login bench-hostile bench-compaction bench-footprint bench-cloud
+bench: bench-failover bench-relay bench-relay-idle bench-switchover bench-panel bench-login bench-hostile bench-compaction bench-footprint bench-cloud bench-fleet
 
 bench-failover: bootstrap
 	@$(PY) bench/failover.py $(BENCH_ARGS)
@@ -42,6 +42,10 @@ bench-switchover: bootstrap
 
 bench-panel: bootstrap
 	@$(PY) bench/panel.py $(BENCH_ARGS)
+
+bench-fleet: bootstrap
+	@$(PY) bench/fleet.py $(BENCH_ARGS)
+	@$(PY) bench/fleet_agent.py
 
 bench-hostile: bootstrap
 	@$(PY) bench/hostile_share.py $(BENCH_ARGS)

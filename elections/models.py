@@ -6,8 +6,10 @@ from django.db import models
 class ElectionEvent(models.Model):
     """One transition seen by one node: elected, stepped_down, released, renew_failed.
 
-    `(node, seq)` is unique so that the pool's event files can later be
-    ingested into every agent's database idempotently (DESIGN.md §6)."""
+    `(kmsn, node, seq)` is unique so that every pool's event files (this
+    agent's own and the watched ones, DESIGN.md §6, §11) are ingested into every
+    agent's database idempotently: node names repeat across pools (every site
+    has an S001)."""
 
     KINDS = [
         ("elected", "elected"),
@@ -37,7 +39,7 @@ class ElectionEvent(models.Model):
 
     class Meta:
         ordering = ["-observed_at", "-id"]
-        constraints = [models.UniqueConstraint(fields=["node", "seq"], name="event_node_seq")]
+        constraints = [models.UniqueConstraint(fields=["kmsn", "node", "seq"], name="event_kmsn_node_seq")]
 
     def __str__(self) -> str:
         return f"{self.observed_at:%Y-%m-%d %H:%M:%S} {self.node} {self.kind} epoch {self.epoch}"

@@ -5,8 +5,9 @@ undrain, promote, pause, resume), from the panel, the API and `relayctl` alike.
 command if that fails), checks the actor's permission and the typed
 confirmation, submits, and writes the outcome; every row is published to the
 pool, so every agent's audit page shows it. `submit()` checks the command
-against this agent's pool view (`core.commands.check`) and writes it as an
-event to this agent's own `events/<node>.jsonl`, naming the actor, client
+against this agent's view of the pool (`core.commands.check`) and writes it as
+an event to this agent's own `events/<node>.jsonl` in that pool (its own pool,
+or a watched `[pool:<KMSN>]`, signed with that pool's key), naming the actor, client
 address, reason, the epoch the operator saw and the command's Lamport clock
 (the order rule is in `core.commands`). The target reacts when it observes the
 event; nothing relies on the operator's agent staying up.
@@ -29,7 +30,7 @@ from django.conf import settings
 from elections import audit
 from elections.core.commands import ACCEPTED, EVENT_KINDS, KINDS, UNAVAILABLE, CommandResult, check
 from elections.ports.localstate import LocalState
-from elections.runtime.projection import pool_event_sink
+from elections.runtime.projection import pool_event_sink, watched_event_sink
 
 log = logging.getLogger("stkrelay.steering")
 
@@ -144,15 +145,15 @@ def perform(
             "refused",
             f"expected epoch {str(expected_epoch)[:30]} is not between 0 and {MAX_EPOCH}",
         )
-    elif kmsn != settings.STK.kmsn:
-        code, message = "unknown_pool", f"this agent does not manage pool {kmsn!r}"
+    elif kmsn != settings.STK.kmsn and watched_pool(kmsn) is None:
+        code, message = "unknown_pool", f"this agent neither manages nor watches pool {kmsn!r}"
     elif confirm is not None and confirm.strip() != (target or ""):
         code, message = "refused", f"the typed name {confirm.strip()!r} does not match the target {target!r}"
     else:
         try:
             result = submit(
                 kind, target, actor=actor.user, client=actor.client, reason=reason,
-                expected_epoch=expected_epoch, force=force, correlation=correlation,
+                expected_epoch=expected_epoch, force=force, correlation=correlation, kmsn=kmsn,
             )  # fmt: skip
             code, message, epoch = result.code, result.message, result.epoch
         except Exception as exc:
@@ -167,37 +168,60 @@ def perform(
     return outcome
 
 
-def next_command_clock(folded: int) -> int:
-    """The Lamport clock of a command issued here now: one more than any command
-    this agent has folded (`folded`, from its worker's pool view) or recorded."""
+def next_command_clock(folded: int, kmsn: str | None = None) -> int:
+    """The Lamport clock of a command issued here now in pool `kmsn` (default:
+    this agent's): one more than any command of that pool this agent has folded
+    (`folded`, from its worker's pool view) or recorded."""
     from elections.models import ElectionEvent
 
     recent = (
-        ElectionEvent.objects.filter(kind__in=EVENT_KINDS).order_by("-id").values_list("detail", flat=True)
+        ElectionEvent.objects.filter(kmsn=kmsn or settings.STK.kmsn, kind__in=EVENT_KINDS)
+        .order_by("-id")
+        .values_list("detail", flat=True)
     )
     seen = [d.get("clock") for d in recent[:200] if isinstance(d, dict)]
     return max([folded, *(c for c in seen if isinstance(c, int) and not isinstance(c, bool))]) + 1
 
 
+def watched_pool(kmsn: str) -> Any | None:
+    """The `[pool:<KMSN>]` section of `kmsn` (stkrelay.config_pools.WatchedPool), or None."""
+    return next((w for w in getattr(settings.STK, "watched", []) if w.kmsn == kmsn), None)
+
+
 def submit(
     kind: str, target: str | None, *, actor: str, client: str, reason: str = "",
     expected_epoch: int | None = None, force: bool = False, correlation: str | None = None,
+    kmsn: str | None = None,
 ) -> CommandResult:  # fmt: skip
-    """Check a command against this agent's pool view and write it to the pool."""
+    """Check a command against this agent's view of pool `kmsn` (default: its
+    own) and write it to that pool: in a watched pool, as this agent's own event
+    line on that pool's share, signed with that pool's key (DESIGN.md §11)."""
     correlation = correlation or secrets.token_hex(8)
     stk = settings.STK
-    pool = LocalState(stk.data_dir).pool()
+    local = LocalState(stk.data_dir)
+    watched = watched_pool(kmsn) if kmsn and kmsn != stk.kmsn else None
+    if watched is not None:
+        pool, sink = local.watched_pool(watched.kmsn), watched_event_sink(watched)
+        if pool.exists and watched.node in pool.members:
+            return CommandResult(
+                UNAVAILABLE, f"{watched.node} is a member of pool {watched.kmsn}: its event file is that "
+                f"member's; set NODE in [pool:{watched.kmsn}] to this agent's own name there", correlation,
+            )  # fmt: skip
+    else:
+        pool, sink = local.pool(), pool_event_sink(stk)
     if not pool.exists:
         return CommandResult(UNAVAILABLE, "this agent has no view of the pool yet", correlation)
+    if watched is not None and not pool.store_reachable:
+        return CommandResult(UNAVAILABLE, f"the share of pool {watched.kmsn} is unreachable", correlation)
     code, message = check(pool, kind, target, expected_epoch, force)
     epoch = pool.epoch
     if code != ACCEPTED:
         return CommandResult(code, message, correlation, epoch)
     try:
-        pool_event_sink(stk).record(
+        sink.record(
             f"{kind}_requested", int(epoch or 0), reason or message, required=True, target=target,
             actor=actor, client=client, expected_epoch=expected_epoch, force=force, correlation=correlation,
-            clock=next_command_clock(pool.command_clock),
+            clock=next_command_clock(pool.command_clock, pool.kmsn or stk.kmsn),
         )  # fmt: skip
     except OSError as exc:
         return CommandResult(UNAVAILABLE, f"command not written: {exc}", correlation, epoch)

@@ -7,7 +7,8 @@
  * answers 401 with HX-Redirect, which htmx follows to the login page.
  * Below the page, "updated N s ago"; after STALE_S without a good answer a
  * banner says the data may be out of date. The tab title and favicon turn red
- * while any [data-alarm="1"] marker is on the page.
+ * while any [data-alarm="1"] marker is on the page (the title says the
+ * marker's data-alarm-text: NO LEADER, SECURITY).
  */
 (function () {
   "use strict";
@@ -29,9 +30,11 @@
   }
 
   function applyAlarm() {
-    var alarm = document.querySelector('[data-alarm="1"]') !== null;
+    var marker = document.querySelector('[data-alarm="1"]');
+    var alarm = marker !== null;
+    var text = (marker && marker.getAttribute("data-alarm-text")) || "NO LEADER";
     var base = document.body.getAttribute("data-title") || document.title;
-    document.title = (alarm ? "\u26a0 NO LEADER \u00b7 " : "") + base;
+    document.title = (alarm ? "\u26a0 " + text + " \u00b7 " : "") + base;
     document.body.classList.toggle("alarm", alarm);
     var icon = document.getElementById("favicon");
     if (icon) {

@@ -6,7 +6,9 @@
 per problem; `manage.py check` shows the same list as Django system checks.
 The panel's keys (`WEB_ALLOWED_HOSTS`, `WEB_TRUSTED_PROXIES`, `WEB_LOGIN_*`)
 and the secrets' strength are checked by `stkrelay.config_web` (E018–E020),
-the beacon keys (`BEACON_*`) by `stkrelay.config_beacons` (E030–E032).
+the beacon keys (`BEACON_*`) by `stkrelay.config_beacons` (E030–E032);
+the `[pool:<KMSN>]` sections of watched pools by `stkrelay.config_pools`
+(E025–E027, `Config.watched`).
 
 The leader-action keys (`VIP_*`, `AWS_*`, `OCI_*`, `AZURE_*`) are read by
 `elections.core.actions.action_config`; its problems come back here with one id
@@ -25,7 +27,8 @@ from pathlib import Path
 
 from elections.core.actions import action_config
 from elections.ports.smburl import SmbUrlError, is_smb, parse_smb_url, smb_password
-from stkrelay import config_beacons, config_web
+from stkrelay import config_beacons, config_pools, config_web
+from stkrelay.config_pools import WatchedPool
 
 DEFAULTS: dict[str, str] = {
     "KMSN": "",
@@ -176,11 +179,15 @@ class Config:
     source: str = "(defaults)"
     problems: list[Problem] = field(default_factory=list)
     values: dict[str, str] = field(default_factory=dict)  # every [stk] key as given, overrides applied
+    watched: list[WatchedPool] = field(default_factory=list)  # the [pool:<KMSN>] sections (config_pools)
 
 
-def _raw(ini_path: str | None, env: dict[str, str]) -> tuple[dict[str, str], str, list[Problem]]:
+def _raw(
+    ini_path: str | None, env: dict[str, str]
+) -> tuple[dict[str, str], str, list[Problem], dict[str, dict[str, str]]]:
     values = dict(DEFAULTS)
     problems: list[Problem] = []
+    pools: dict[str, dict[str, str]] = {}
     path = ini_path or env.get("STK_INI")
     source = "(environment)"
     if path:
@@ -209,6 +216,7 @@ def _raw(ini_path: str | None, env: dict[str, str]) -> tuple[dict[str, str], str
                 )
             )
         else:
+            pools = config_pools.sections(parser)
             if parser.has_section("stk"):
                 values.update({k.upper(): v.strip() for k, v in parser.items("stk")})
             else:
@@ -223,12 +231,12 @@ def _raw(ini_path: str | None, env: dict[str, str]) -> tuple[dict[str, str], str
     for key, value in env.items():  # every STK_<KEY>, also keys other modules read (VIP_*, AWS_*...)
         if key.startswith("STK_") and key != "STK_INI":
             values[key[4:]] = value.strip()
-    return values, source, problems
+    return values, source, problems, pools
 
 
 def load(ini_path: str | None = None, env: dict[str, str] | None = None, check_dirs: bool = True) -> Config:
     env = dict(os.environ if env is None else env)
-    values, source, problems = _raw(ini_path, env)
+    values, source, problems, pools = _raw(ini_path, env)
     cfg = Config(source=source, problems=problems, values=values)
 
     def bad(pid: str, key: str, message: str, hint: str) -> None:
@@ -353,6 +361,7 @@ def load(ini_path: str | None = None, env: dict[str, str] | None = None, check_d
     for err in action_config(values)[1]:
         bad(ACTION_IDS[err.key.partition("_")[0]], err.key, err.message, err.hint)
     cfg.lease_dir = values["LEASE_DIR"]
+    cfg.watched = config_pools.parse(pools, cfg.kmsn, cfg.node, cfg.lease_dir, cfg.share_timeout, bad)
     cfg.data_dir = values["DATA_DIR"] or str(Path.home() / ".stkrelay" / (cfg.node or "agent"))
     if is_smb(cfg.lease_dir):
         _check_smb(values, bad)

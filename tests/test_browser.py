@@ -3,8 +3,10 @@
 Playwright for Python drives Debian's Chromium (`apt-get install chromium`;
 never `playwright install`). One site and one browser serve the whole module;
 users are created with `manage.py stkuser` against agent S001, whose panel
-every test uses. Each page is also checked with the vendored axe-core: no
-"serious" or "critical" violation.
+every test uses; S001 also watches two simulated pools (tests/poolsim.py), one
+of them without a leader. Each page is also checked with the vendored
+axe-core: no "serious" or "critical" violation; and every page fits a phone
+(390 px wide) without scrolling sideways.
 """
 
 from __future__ import annotations
@@ -18,11 +20,14 @@ from pathlib import Path
 import pytest
 from harness import CHROMIUM, KMSN, PY, ROOT, Site, wait_until
 from harness import CHROMIUM_ARGS as ARGS
+from poolsim import SimPool, Ticker, pool_section
 
 pytestmark = pytest.mark.agents
 
 PASSWORD = "browser-test-passphrase"
 SITE_PATH = f"/sites/{KMSN}/"
+WATCHED, LEADERLESS = "1111-1111-11-11", "2222-2222-22-22"
+PHONE = {"width": 390, "height": 844}
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
 if CHROMIUM is None:
@@ -47,7 +52,15 @@ def stkuser(ini: Path, *args: str) -> str:
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
-    s = Site(tmp_path_factory.mktemp("browser") / "site", n=3)
+    root = tmp_path_factory.mktemp("browser")
+    s = Site(root / "site", n=3)
+    watched = SimPool(root / "a" / "socket", WATCHED, "watched-key-0123456789ab", members=10)
+    watched.elect("S004")
+    leaderless = SimPool(root / "b" / "socket", LEADERLESS, "leaderless-key-0123456789", members=2)
+    with open(s.by_name("S001").ini, "a") as fh:
+        fh.write(pool_section(WATCHED, watched.dir, watched.key, NODE="OFFICE1"))
+        fh.write(pool_section(LEADERLESS, leaderless.dir, leaderless.key, NODE="OFFICE1"))
+    ticker = Ticker(watched)
     try:
         s.start()
         s.wait_leader(60)
@@ -55,10 +68,10 @@ def site(tmp_path_factory):
         wait_until(lambda: (panel.data_dir / "pool.json").exists(), 30, "S001's pool view")
         stkuser(panel.ini, "add", "olga", "--role", "operator")
         stkuser(panel.ini, "add", "vera", "--role", "viewer")
-        ini = dict(line.split(" = ", 1) for line in panel.ini.read_text().splitlines()[1:])
-        s.base = f"http://{panel.ip}:{ini['WEB_PORT']}"  # type: ignore[attr-defined]
+        s.base = f"http://{panel.ip}:{panel.setting('WEB_PORT')}"  # type: ignore[attr-defined]
         yield s
     finally:
+        ticker.stop()
         s.stop()
 
 
@@ -75,8 +88,8 @@ def browser():
         b.close()
 
 
-def login(browser, site, user: str):  # type: ignore[no-untyped-def]
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
+def login(browser, site, user: str, viewport: dict | None = None):  # type: ignore[no-untyped-def]
+    context = browser.new_context(viewport=viewport or {"width": 1280, "height": 900})
     page = context.new_page()
     page.set_default_timeout(20_000)
     page.goto(site.base + SITE_PATH)
@@ -232,4 +245,41 @@ def test_the_page_says_when_live_updates_stop(browser, site):
     assert time.monotonic() - started >= 9
     page.unroute(re.compile(r".*_poll=1.*"))
     page.wait_for_selector("#live-banner[hidden]", state="attached", timeout=10_000)
+    page.context.close()
+
+
+def test_the_sites_page_shows_the_watched_pools_worst_first(browser, site):
+    page = login(browser, site, "vera")
+    page.goto(site.base + "/")
+    rows = page.locator("table.fleet tbody tr")
+    wait_until(lambda: rows.count() == 3, 20, "three pools on the sites page")
+    assert rows.nth(0).get_attribute("data-kmsn") == LEADERLESS  # no leader: first
+    assert "no leader" in rows.nth(0).inner_text() and "watched" in rows.nth(0).inner_text()
+    watched = page.locator(f'tr[data-kmsn="{WATCHED}"]')
+    wait_until(lambda: "S004" in watched.inner_text(), 20, "the watched pool's leader")
+    assert page.title().startswith("\u26a0 NO LEADER")
+    page.click("th a:text('KMSN')")
+    page.wait_for_url(re.compile(r"sort=kmsn"))
+    assert [rows.nth(i).get_attribute("data-kmsn") for i in range(3)] == sorted([KMSN, WATCHED, LEADERLESS])
+    no_serious_axe_violations(page)
+    page.context.close()
+
+
+def test_every_page_fits_a_phone_without_scrolling_sideways(browser, site):
+    page = login(browser, site, "olga", viewport=PHONE)
+    follower = next(a.name for a in site.agents if a.name != site.lease().node)
+    paths = ["/", SITE_PATH, f"/sites/{WATCHED}/", f"/sites/{LEADERLESS}/", "/history/?period=all", "/audit/",
+             f"{SITE_PATH}promote/", f"{SITE_PATH}drain/?target={follower}", "/login/"]  # fmt: skip
+    widths = {}
+    for path in paths:
+        page.goto(site.base + path)
+        widths[path] = page.evaluate("document.documentElement.scrollWidth")
+    assert all(w <= PHONE["width"] for w in widths.values()), widths
+    # The wide tables scroll inside their own box instead.
+    page.goto(site.base + SITE_PATH)
+    box = page.evaluate(
+        """() => { const w = document.querySelector("table.members").closest(".table-wrap");
+                   return [w.scrollWidth, w.clientWidth, getComputedStyle(w).overflowX]; }"""
+    )
+    assert box[0] > box[1] and box[2] == "auto", box
     page.context.close()

@@ -124,7 +124,7 @@ def test_a_pool_without_a_leader_turns_the_row_the_title_and_the_favicon_red(dj)
     page = text(client_for(make_user("vera")).get("/"))
     assert "<title>⚠ NO LEADER · Sites" in page
     assert 'href="/static/favicon-alarm.svg"' in page
-    assert '<tr class="bad">' in page
+    assert re.search(r"<tr class=\"bad\" data-kmsn=", page)
     assert 'data-alarm="1"' in page
     assert "no valid lease (status missing)" in page
 
@@ -140,7 +140,7 @@ def test_an_expired_or_released_lease_is_no_leader(dj):
 def test_a_pool_view_the_worker_stopped_writing_counts_as_no_leader(dj):
     write_pool(dj["data_dir"], updated=time.monotonic() - 60)
     page = text(client_for(make_user("vera")).get("/"))
-    assert "view of the pool is 60 s old" in page
+    assert re.search(r"view of the pool is 6[0-5] s old", page)  # 60 s, and the time to render it
     assert "NO LEADER" in page
 
 

@@ -6,6 +6,7 @@ One module owns them, with a typed reader and writer each:
 |-------------------|-----------------------------|---------|
 | `leadership.json` | the worker, after each cycle | supervisor, relay gate, executors' gate, web |
 | `pool.json`       | the worker's survey          | web, relayctl, the steering service |
+| `watched/<KMSN>.json` | the worker's watchers (one per `[pool:<KMSN>]`) | web, the steering service |
 | `relay.json`      | the relay, every 0.5 s       | the worker's policy (relay attests), supervisor, web |
 | `relay.wanted`    | the relay executor           | the relay (standby) |
 | `stopping`        | the supervisor, on SIGTERM   | the worker (claims nothing any more) |
@@ -32,6 +33,7 @@ POOL_NAME = "pool.json"
 RELAY_NAME = "relay.json"
 RELAY_WANTED_NAME = "relay.wanted"
 STOPPING_NAME = "stopping"
+WATCHED_DIR = "watched"
 MAX_LOCAL_FILE = 4 << 20  # bytes: these files are small; a huge one is not ours
 FRESH_NS = 50_000_000  # a file written this recently is read again at every look
 
@@ -164,6 +166,8 @@ class PoolView:
         """How this agent detects a leader's death: `beacons` or `lease only`."""
         return "beacons" if self.beacons else "lease only"
 
+    watched: bool = False  # a pool this agent only watches (DESIGN.md §11), never contends in
+
     @property
     def exists(self) -> bool:
         return self.updated is not None
@@ -207,6 +211,7 @@ class PoolView:
             refusals=doc.get("refusals") if isinstance(doc.get("refusals"), dict) else {},
             beacons=doc.get("beacons") if isinstance(doc.get("beacons"), dict) else {},
             share_ops=_int(doc.get("share_ops")) or 0,
+            watched=doc.get("watched") is True,
         )
 
 
@@ -309,6 +314,15 @@ class LocalState:
 
     def write_pool(self, view: PoolView) -> None:
         self._write(POOL_NAME, view.to_doc())
+
+    # -- watched/<KMSN>.json ------------------------------------------------------
+    def watched_pool(self, kmsn: str) -> PoolView:
+        """The view of a watched pool (`exists` is False before its watcher's first look)."""
+        return PoolView.from_doc(self._read(f"{WATCHED_DIR}/{kmsn}.json"))
+
+    def write_watched_pool(self, view: PoolView) -> None:
+        (self.dir / WATCHED_DIR).mkdir(exist_ok=True)
+        self._write(f"{WATCHED_DIR}/{view.kmsn}.json", view.to_doc())
 
     # -- relay.json --------------------------------------------------------------
     def relay(self) -> RelayStatus:

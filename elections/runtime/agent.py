@@ -2,7 +2,9 @@
 tasks of the lease queue. Imported only by entry points (`elections.tasks`,
 the management commands); nothing below imports it back.
 
-The Celery worker (solo pool) owns the one `Elector` of the agent. Each tick it
+The Celery worker (solo pool) owns the one `Elector` of the agent (and the
+watchers of the `[pool:<KMSN>]` sections, `runtime.watch`, on threads of their
+own: they never contend, and never hold up a tick). Each tick it
 ingests the pool's new events (history rows, command fold), runs one elector
 cycle, writes this member's heartbeat, and publishes through `LocalState`:
 `leadership.json` (whether this agent leads, the epoch, and the monotonic
@@ -47,6 +49,7 @@ from elections.runtime.health import HealthMonitor
 from elections.runtime.lease_writes import Identity
 from elections.runtime.policy import PoolPolicy
 from elections.runtime.projection import Projector, pool_event_sink
+from elections.runtime.watch import Watchers
 
 log = logging.getLogger("stkrelay.agent")
 
@@ -89,6 +92,8 @@ class Agent:
         self.commands = PoolCommands()
         self.tail = open_event_tail(place, clock, refusals=self.refusals)
         self.projector = Projector(stk.kmsn)
+        # The [pool:<KMSN>] sections: read only, each on its own thread and share deadline.
+        self.watchers = Watchers.from_settings(stk, clock, self.local, self.projector).start()
         self._unprojected: list[list[dict[str, Any]]] = []
         self.view = PoolView(kmsn=stk.kmsn, node=stk.node)
         self._leader_since: float | None = None
@@ -128,7 +133,7 @@ class Agent:
         from elections.models import ElectionEvent
 
         before = self.local.leadership()
-        in_history = ElectionEvent.objects.aggregate(m=Max("epoch"))["m"] or 0
+        in_history = ElectionEvent.objects.filter(kmsn=self.stk.kmsn).aggregate(m=Max("epoch"))["m"] or 0
         self.elector.know(max(before.max_epoch, in_history, before.epoch or 0), before.seen)
 
     def _elected(self, epoch: int) -> None:

@@ -1,7 +1,8 @@
 """The pool's history in this agent's database.
 
 Every node appends only to its own `events/<node>.jsonl`; every agent ingests
-all of them (`ingest`), idempotently on `(node, seq)`, so the failover and
+all of them (`ingest`), idempotently on `(kmsn, node, seq)` (its own pool's and
+every watched pool's), so the failover and
 audit history is the same on every agent's panel. `Projector` does the
 inserts on a thread of its own, off the renewal path: the cycle hands it the
 verified events and moves on (a bounded queue; when it is full the oldest
@@ -47,7 +48,8 @@ class DbEventSink:
         from elections.models import ElectionEvent
 
         def insert() -> int:
-            seq = (ElectionEvent.objects.filter(node=self.node).aggregate(m=Max("seq"))["m"] or 0) + 1
+            mine = ElectionEvent.objects.filter(kmsn=self.kmsn, node=self.node)
+            seq = (mine.aggregate(m=Max("seq"))["m"] or 0) + 1
             with transaction.atomic():
                 ElectionEvent.objects.create(
                     kmsn=self.kmsn, node=self.node, seq=seq, epoch=epoch, kind=kind, reason=reason,
@@ -72,6 +74,15 @@ def pool_event_sink(stk: Any) -> DbEventSink:
     """This agent's history sink, from its settings (`settings.STK`): rows in its
     database, mirrored to the pool's `events/<node>.jsonl`."""
     return DbEventSink(stk.kmsn, stk.node, open_event_sink(PoolPlace.of(stk), stk.node, SystemClock()))
+
+
+def watched_event_sink(watched: Any) -> DbEventSink:
+    """This agent's sink in a watched pool (`stkrelay.config_pools.WatchedPool`):
+    rows in its database under that KMSN, mirrored to `events/<NODE>.jsonl` on
+    that pool's share, signed with that pool's key. Operator commands only: the
+    agent never contends there."""
+    place = PoolPlace.of(watched)
+    return DbEventSink(watched.kmsn, watched.node, open_event_sink(place, watched.node, SystemClock()))
 
 
 def ingest(kmsn: str, events: list[dict[str, Any]]) -> int:
@@ -104,15 +115,16 @@ class Projector:
     """Inserts events into this agent's database on a thread of its own."""
 
     def __init__(self, kmsn: str, max_batches: int = 64) -> None:
-        self.kmsn = kmsn
-        self._queue: queue.Queue[list[dict[str, Any]]] = queue.Queue(max_batches)
+        self.kmsn = kmsn  # this agent's own pool: batches without a KMSN are its
+        self._queue: queue.Queue[tuple[str, list[dict[str, Any]]]] = queue.Queue(max_batches)
         self._thread = threading.Thread(target=self._loop, name="projector", daemon=True)
         self._thread.start()
 
-    def submit(self, events: list[dict[str, Any]], timeout: float = 1.0) -> bool:
-        """Queue a batch; False if the queue stayed full for `timeout` (the caller keeps it)."""
+    def submit(self, events: list[dict[str, Any]], timeout: float = 1.0, kmsn: str | None = None) -> bool:
+        """Queue a batch of pool `kmsn`'s events (default: this agent's pool); False
+        if the queue stayed full for `timeout` (the caller keeps the batch)."""
         try:
-            self._queue.put(events, timeout=timeout)
+            self._queue.put((kmsn or self.kmsn, events), timeout=timeout)
             return True
         except queue.Full:
             return False
@@ -128,13 +140,13 @@ class Projector:
         from django.db import connection
 
         while True:
-            batch = self._queue.get()
+            kmsn, batch = self._queue.get()
             marker = [e for e in batch if "__drained__" in e]
             if marker:
                 marker[0]["__drained__"].set()
                 continue
             try:
-                ingest(self.kmsn, batch)
+                ingest(kmsn, batch)
             except Exception:  # the history is a projection: a failed batch must not stop the next
                 log.exception("could not project %d events", len(batch))
                 connection.close()

@@ -24,11 +24,11 @@ from elections.core.untrusted import API_BODY, Untrusted, load_object
 from elections.steering import MAX_EPOCH, perform
 from elections.web import health as agent_views
 from elections.web.auth import actor_for, api_error, api_view
-from elections.web.panel import fmt
+from elections.web.panel import fleet, fmt
 from elections.web.panel.audit_log import audit_rows, pool_chains, published_entries
 from elections.web.panel.operate import KINDS
 from elections.web.panel.page import PAGE_SIZE
-from elections.web.panel.state import SiteState, site_state, site_states
+from elections.web.panel.state import SiteState, site_state, site_states, watched_kmsns
 from elections.web.panel.views import history_rows
 
 
@@ -55,6 +55,11 @@ def summary(s: SiteState) -> dict[str, Any]:
         "paused": s.paused,
         "view_age_s": _r(s.view_age),
         "view_stale": s.view_stale,
+        "watched": s.watched,
+        "store_reachable": s.store_reachable,
+        "alarms": s.alarms,
+        "security_alarm": s.security_alarm,
+        "refused_records": s.refused_total,
     }
 
 
@@ -118,7 +123,14 @@ def _site_or_404(kmsn: str) -> SiteState | JsonResponse:
 
 @api_view()
 def sites(request: HttpRequest) -> HttpResponse:
-    return JsonResponse({"sites": [summary(s) for s in site_states()]})
+    """Every pool this agent shows (its own first, then the watched ones in the
+    ini's order); `?kmsn=` keeps those whose KMSN contains it, `?sort=` orders
+    them like the fleet view (`worst`, `kmsn`, `epoch`, ...; `dir=asc|desc`)."""
+    order = fleet.Order.of(request.GET)
+    states = order.apply(site_states()) if request.GET.get("sort") else site_states()
+    if not request.GET.get("sort"):
+        states = [s for s in states if order.kmsn.lower() in s.kmsn.lower()]
+    return JsonResponse({"sites": [summary(s) for s in states]})
 
 
 @api_view()
@@ -249,8 +261,22 @@ def leader(request: HttpRequest) -> HttpResponse:
     """Who leads `?kmsn=` (default: this agent's pool), from the signed lease."""
     kmsn = request.GET.get("kmsn")
     if kmsn and kmsn != settings.STK.kmsn:
-        return JsonResponse({"kmsn": kmsn, "leader": None, "status": "unknown_kmsn"}, status=404)
+        return _watched_leader(kmsn)
     return agent_views.leader(request)
+
+
+def _watched_leader(kmsn: str) -> HttpResponse:
+    """A watched pool's leader, from this agent's latest verified view of it."""
+    s = site_state(kmsn) if kmsn in watched_kmsns() else None
+    if s is None:
+        return JsonResponse({"kmsn": kmsn, "leader": None, "status": "unknown_kmsn"}, status=404)
+    if not s.store_reachable:
+        return JsonResponse({"kmsn": kmsn, "error": f"lease store unreachable: {s.lease_detail}"}, status=503)
+    lease = s.lease or {}
+    if not s.has_leader:
+        return JsonResponse({"kmsn": kmsn, "leader": None, "status": s.lease_status}, status=404)
+    return JsonResponse({"kmsn": kmsn, "leader": s.leader, "station": s.leader, "ip": lease.get("ip"),
+                         "port": lease.get("port"), "epoch": s.epoch, "status": "valid"})  # fmt: skip
 
 
 @api_view(methods=("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"))

@@ -17,6 +17,7 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from elections.web.auth import api_view
+from elections.web.panel.fleet import ALARM_LABELS, SORTS
 from elections.web.panel.operate import KINDS
 from elections.web.panel.views import PERIODS
 
@@ -35,6 +36,7 @@ S, N, INT, B = "string", "number", "integer", "boolean"
 ANY: dict[str, Any] = {}
 
 ERROR = _obj({"error": _t(S), "message": _t(S)})
+ALARMS = list(ALARM_LABELS)
 SUMMARY = _obj(
     {
         "kmsn": _t(S), "agent": _t(S), "leader": _t(S, True), "has_leader": _t(B),
@@ -42,6 +44,8 @@ SUMMARY = _obj(
         "lease_renewed_ago_s": _t(N, True), "lease_expires_in_s": _t(N, True),
         "members_eligible": _t(INT), "members_total": _t(INT), "relay_clients": _t(INT, True),
         "leader_changes_24h": _t(INT), "paused": _t(B, True), "view_age_s": _t(N, True), "view_stale": _t(B),
+        "watched": _t(B), "store_reachable": _t(B), "alarms": {"type": "array", "items": _t(S, enum=ALARMS)},
+        "security_alarm": _t(B), "refused_records": _t(INT),
     }
 )  # fmt: skip
 MEMBER = _obj(
@@ -226,9 +230,12 @@ def document() -> dict[str, Any]:
     ]
     audit_params = [_q(k, f"only rows with this {k}") for k in ("user", "action", "result", "kmsn")] + PAGING
     leader = _get(
-        "who leads, from the signed lease", LEADER, [_q("kmsn", "the pool (default: this agent's)")]
+        "who leads, from the signed lease", LEADER,
+        [_q("kmsn", "the pool (default: this agent's; a watched pool: from this agent's view of it)")],
+    )  # fmt: skip
+    leader["get"]["responses"]["404"] = _answer(
+        "no live leader, or a pool this agent does not see", NO_LEADER
     )
-    leader["get"]["responses"]["404"] = _answer("no live leader, or a pool this agent is not in", NO_LEADER)
     leader["get"]["responses"]["503"] = _answer("the lease store is unreachable", NO_LEADER)
     leader["get"]["description"] = (
         "Readable without a credential when the agent runs with STK_PUBLIC_LEADER_LOOKUP=1."
@@ -249,7 +256,23 @@ def document() -> dict[str, Any]:
         "paths": {
             "/api/v1/openapi.json": _get("this document", _obj({"openapi": _t(S), "paths": _t("object")})),
             "/api/v1/leader": leader,
-            "/api/v1/sites": _get("every pool this agent sees", _obj({"sites": _t("array", items=SUMMARY)})),
+            "/api/v1/sites": _get(
+                "every pool this agent sees: its own and the watched ones ([pool:<KMSN>])",
+                _obj({"sites": _t("array", items=SUMMARY)}),
+                [
+                    _q("kmsn", "only pools whose KMSN contains this"),
+                    _q(
+                        "sort",
+                        "order like the fleet view (default: this agent's pool, then the ini's order)",
+                        _t(S, enum=list(SORTS)),
+                    ),
+                    _q(
+                        "dir",
+                        "with sort: asc or desc (default: the column's natural way)",
+                        _t(S, enum=["asc", "desc"]),
+                    ),
+                ],
+            ),
             **site_paths,
             "/api/v1/sites/{kmsn}/{kind}": command,
             "/api/v1/history": _get(

@@ -83,9 +83,12 @@ class Command(BaseCommand):
         return 0
 
     def do_history(self, o: dict[str, Any]) -> int:
+        from django.conf import settings
+
         from elections.models import ElectionEvent
 
-        rows = list(ElectionEvent.objects.order_by("-observed_at", "-id")[: o["n"]])
+        mine = ElectionEvent.objects.filter(kmsn=settings.STK.kmsn)  # not the watched pools'
+        rows = list(mine.order_by("-observed_at", "-id")[: o["n"]])
         doc = [{"at": r.observed_at.isoformat(), "node": r.node, "kind": r.kind, "epoch": r.epoch,
                 "reason": r.reason, **r.detail} for r in rows]  # fmt: skip
         text = "\n".join(f"{r.observed_at:%Y-%m-%d %H:%M:%S}  epoch {r.epoch:<5} {r.node:8s} {r.kind:18s} "

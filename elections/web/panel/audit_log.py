@@ -1,4 +1,5 @@
-"""The audit history page: this agent's chain merged with the ones other agents published."""
+"""The audit history page: this agent's chain merged with the ones other agents
+published, in its own pool and in every watched pool (filter: `kmsn`)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from elections.web.panel import fmt
 from elections.web.panel.live import render_live
 from elections.web.panel.operate import KINDS
 from elections.web.panel.page import PAGE_SIZE, base_context
+from elections.web.panel.state import all_kmsns
 
 
 # -- audit history ---------------------------------------------------------------------------
@@ -87,21 +89,35 @@ class AuditRow:
         }
 
 
+def writer(kmsn: str, node: str) -> str:
+    """Who published a row: the node in this agent's pool, `node@KMSN` in a watched one."""
+    return node if kmsn == settings.STK.kmsn else f"{node}@{kmsn}"
+
+
+def _keys() -> dict[str, str]:
+    """KMSN -> the key its published rows verify with (every watched pool has its own)."""
+    stk = settings.STK
+    return {stk.kmsn: stk.pool_key, **{w.kmsn: w.pool_key for w in getattr(stk, "watched", [])}}
+
+
 def published_entries() -> dict[str, list[audit.AuditEntry]]:
-    """Other agents' published audit rows (unsaved AuditEntry), per node, one per seq."""
+    """Other agents' published audit rows (unsaved AuditEntry), per writer
+    (`writer()`), one per seq: this pool's and every watched pool's."""
     from elections.models import ElectionEvent
 
-    own = settings.STK.node
+    stk = settings.STK
     out: dict[str, dict[int, audit.AuditEntry]] = {}
-    rows = ElectionEvent.objects.filter(kind="audit").exclude(node=own).order_by("id")
-    for node, detail in rows.values_list("node", "detail"):
+    rows = ElectionEvent.objects.filter(kind="audit", kmsn__in=list(_keys())).order_by("id")
+    for kmsn, node, detail in rows.values_list("kmsn", "node", "detail"):
+        if kmsn == stk.kmsn and node == stk.node:
+            continue  # this agent's own rows are its AuditEntry table
         doc = (detail or {}).get("audit") if isinstance(detail, dict) else None
         try:
             entry = audit.from_pool_doc(doc)  # type: ignore[arg-type]
         except (KeyError, TypeError, ValueError):
             continue  # not a row this version can read
-        out.setdefault(node, {}).setdefault(entry.seq, entry)
-    return {node: list(by_seq.values()) for node, by_seq in sorted(out.items())}
+        out.setdefault(writer(kmsn, node), {}).setdefault(entry.seq, entry)
+    return {name: list(by_seq.values()) for name, by_seq in sorted(out.items())}
 
 
 def pool_records(published: dict[str, list[audit.AuditEntry]]) -> list[AuditRecord]:
@@ -135,8 +151,14 @@ def audit_rows(
 
 
 def pool_chains(published: dict[str, list[audit.AuditEntry]]) -> list[tuple[str, audit.ChainStatus]]:
-    """Per other agent: its chain as verified from the rows it published."""
-    return [(node, audit.verify_published(entries)) for node, entries in published.items()]
+    """Per other agent: its chain as verified from the rows it published, with
+    its own pool's key (a watched pool's writer `node@KMSN` with that pool's)."""
+    keys = _keys()
+    own = settings.STK.kmsn
+    return [
+        (name, audit.verify_published(entries, keys.get(name.rpartition("@")[2] if "@" in name else own)))
+        for name, entries in published.items()
+    ]
 
 
 @panel_view
@@ -154,6 +176,7 @@ def audit_log(request: HttpRequest) -> HttpResponse:
         pool_chains=pool_chains(published),
         filters=filters,
         kinds=KINDS,
+        kmsns=all_kmsns(),
         results=("accepted", "stale_epoch", "unknown_member", "refused", "forbidden", "unavailable", "error"),
         query=urlencode({k: v for k, v in filters.items() if v}),
     )

@@ -74,7 +74,9 @@ def preview(kind: str, site: SiteState, target: str | None) -> Preview:
             "clients follow via leader_changed (and the lease) and reconnect",
         ]
         p = Preview("", steps, successor=to)
-        if to:
+        if to and site.watched:  # this agent's leader actions are its own pool's, not that pool's
+            p.plan_source = "the watched pool's own agents (their leader actions are not configured here)"
+        elif to:
             p.plan, p.plan_source = _plan(nxt, to, leader)
         return p
 

@@ -1,7 +1,8 @@
 """What the panel shows about a pool, gathered once per request.
 
 `site_states(now)` turns this agent's own pool view (`DATA_DIR/pool.json`,
-written by its worker), its relay status (`DATA_DIR/relay.json`, while it
+written by its worker) and the views of the pools it watches
+(`DATA_DIR/watched/<KMSN>.json`, DESIGN.md §11), its relay status (`DATA_DIR/relay.json`, while it
 leads) and the election history into `SiteState`s. Every age and countdown is
 measured on *this machine's* monotonic clock from when this agent observed
 something (the worker's `updated`, a change of the lease's renew_seq), never
@@ -143,6 +144,52 @@ class SiteState:
     this_agent_leads: bool = False
     refusals: dict[str, Any] = field(default_factory=dict)  # what this agent refused as evidence
     detection: str = "lease only"  # or "beacons" (DESIGN.md §13)
+    watched: bool = False  # a [pool:<KMSN>] this agent only watches
+
+    @property
+    def security_alarm(self) -> bool:
+        """Records refused as evidence within the banner's window (forged, replayed,
+        oversized, not a file...): what the site page's red banner shows."""
+        recent = self.refusals.get("recent") if isinstance(self.refusals, dict) else None
+        return bool(recent)
+
+    @property
+    def alarms(self) -> list[str]:
+        """What is wrong with the pool, worst first (stable codes: the API's `alarms`)."""
+        out = []
+        if not self.has_leader:
+            out.append("no_leader")
+        if not self.store_reachable:
+            out.append("unreachable")
+        if self.security_alarm:
+            out.append("security")
+        if self.view_stale:
+            out.append("stale_view")
+        if self.members and len(self.eligible) < len(self.members):
+            out.append("ineligible_members")
+        if self.paused:
+            out.append("paused")
+        return out
+
+    @property
+    def severity(self) -> tuple[int, int, int, int]:
+        """Sort key of the fleet view, larger is worse: no leader (or no share),
+        then a security alarm, then members that cannot lead, then failovers."""
+        down = 1 if (not self.has_leader or not self.store_reachable) else 0
+        missing = len(self.members) - len(self.eligible)
+        return (down, 1 if self.security_alarm else 0, missing, self.changes_24h)
+
+    @property
+    def alarm_text(self) -> str:
+        """What the tab title says: NO LEADER before SECURITY ('' when neither)."""
+        if not self.has_leader:
+            return "NO LEADER"
+        return "SECURITY" if self.security_alarm else ""
+
+    @property
+    def refused_total(self) -> int:
+        counts = self.refusals.get("counts") if isinstance(self.refusals, dict) else None
+        return sum(v for v in (counts or {}).values() if isinstance(v, int) and not isinstance(v, bool))
 
     @property
     def epoch(self) -> int | None:
@@ -173,6 +220,8 @@ class SiteState:
         if self.view_stale:
             return f"this agent's view of the pool is {self.view_age:.0f} s old"
         if not self.store_reachable:
+            if self.watched and self.lease_detail:
+                return f"the watched share is unreachable from this agent: {self.lease_detail}"
             return "the lease store is unreachable from this agent"
         if self.lease is None:
             return f"no valid lease (status {self.lease_status})"
@@ -313,6 +362,7 @@ def build_site(
         this_agent_leads=leads,
         refusals=pool.refusals,
         detection=pool.detection,
+        watched=pool.watched,
     )
     seen_at = _lease_seen_at(pool)
     if lease is not None and seen_at is not None:
@@ -327,42 +377,91 @@ def build_site(
 
 def annotate(site: SiteState, wall_now: datetime) -> SiteState:
     """Add what comes from the election history: leader since, changes in 24 h, pause state."""
+    return annotate_all([site], wall_now)[0]
+
+
+def annotate_all(sites: list[SiteState], wall_now: datetime) -> list[SiteState]:
+    """`annotate` for many pools at once: three queries whatever their number
+    (the fleet view shows 50 pools on every poll)."""
+    from django.db.models import Count, Min, Q
+
     from elections.models import ElectionEvent
 
-    events = ElectionEvent.objects.filter(kmsn=site.kmsn)
-    if site.epoch is not None:
-        first = (
-            events.filter(kind="elected", epoch=site.epoch)
-            .order_by("observed_at")
-            .values_list("observed_at", flat=True)
-            .first()
+    if not sites:
+        return sites
+    kmsns = [s.kmsn for s in sites]
+    events = ElectionEvent.objects.filter(kmsn__in=kmsns).order_by()
+    with_epoch = [s for s in sites if s.epoch is not None]
+    since: dict[tuple[str, int], datetime] = {}
+    if with_epoch:
+        wanted = Q()
+        for s in with_epoch:
+            wanted |= Q(kmsn=s.kmsn, epoch=s.epoch)
+        rows = events.filter(wanted, kind="elected").values("kmsn", "epoch").annotate(at=Min("observed_at"))
+        since = {(r["kmsn"], r["epoch"]): r["at"] for r in rows}
+    recent = events.filter(kind="elected", observed_at__gte=wall_now - timedelta(hours=24))
+    changes = dict(recent.values("kmsn").annotate(n=Count("id")).values_list("kmsn", "n"))
+    unknown = [s.kmsn for s in sites if s.paused is None]
+    paused: dict[str, bool] = {}
+    if unknown:
+        rows = (
+            events.filter(kmsn__in=unknown, kind__in=("pause_requested", "resume_requested"))
+            .order_by("kmsn", "-observed_at", "-id")
+            .values_list("kmsn", "kind")
         )
-        site.since = first
-    site.changes_24h = events.filter(kind="elected", observed_at__gte=wall_now - timedelta(hours=24)).count()
-    if site.paused is None:
-        last = (
-            events.filter(kind__in=("pause_requested", "resume_requested"))
-            .order_by("-observed_at", "-id")
-            .values_list("kind", flat=True)
-            .first()
-        )
-        site.paused = last == "pause_requested"
-    return site
+        for kmsn, kind in rows:
+            paused.setdefault(kmsn, kind == "pause_requested")
+    for s in sites:
+        if s.epoch is not None:
+            s.since = since.get((s.kmsn, s.epoch))
+        s.changes_24h = changes.get(s.kmsn, 0)
+        if s.paused is None:
+            s.paused = paused.get(s.kmsn, False)
+    return sites
+
+
+def watched_kmsns() -> list[str]:
+    """The KMSNs of the `[pool:<KMSN>]` sections, in the ini's order."""
+    return [w.kmsn for w in getattr(settings.STK, "watched", [])]
+
+
+def all_kmsns() -> list[str]:
+    """Every pool this agent shows: its own first, then the watched ones."""
+    return [settings.STK.kmsn, *watched_kmsns()]
+
+
+def pool_view(kmsn: str) -> PoolView | None:
+    """This agent's latest view of pool `kmsn` (own or watched); None if it shows no such pool."""
+    stk = settings.STK
+    local = LocalState(stk.data_dir)
+    if kmsn == stk.kmsn:
+        pool = local.pool()
+        return pool if pool.exists else PoolView(kmsn=stk.kmsn, node=stk.node)
+    if kmsn not in watched_kmsns():
+        return None
+    pool = local.watched_pool(kmsn)
+    return pool if pool.exists and pool.kmsn == kmsn else PoolView(kmsn=kmsn, node=stk.node, watched=True)
+
+
+def _built(kmsn: str, now: float) -> SiteState | None:
+    pool = pool_view(kmsn)
+    if pool is None:
+        return None
+    leads, relay = False, None
+    if not pool.watched:
+        local = LocalState(settings.STK.data_dir)
+        leads = local.leads_now(now)
+        relay = local.relay() if leads else None
+    return build_site(pool, now, relay, leads)
 
 
 def site_states(now: float | None = None, wall_now: datetime | None = None) -> list[SiteState]:
-    """One `SiteState` per KMSN this agent sees (today: its own pool)."""
+    """One `SiteState` per KMSN this agent sees: its own pool, then every watched one."""
     now = time.monotonic() if now is None else now
-    wall_now = wall_now or timezone.now()
-    stk = settings.STK
-    local = LocalState(stk.data_dir)
-    pool = local.pool()
-    if not pool.exists:
-        pool = PoolView(kmsn=stk.kmsn, node=stk.node)
-    leads = local.leads_now(now)
-    relay = local.relay() if leads else None
-    return [annotate(build_site(pool, now, relay, leads), wall_now)]
+    states = [s for s in (_built(k, now) for k in all_kmsns()) if s is not None]
+    return annotate_all(states, wall_now or timezone.now())
 
 
 def site_state(kmsn: str, now: float | None = None) -> SiteState | None:
-    return next((s for s in site_states(now) if s.kmsn == kmsn), None)
+    site = _built(kmsn, time.monotonic() if now is None else now)
+    return None if site is None else annotate(site, timezone.now())

@@ -26,12 +26,12 @@ from elections import audit
 from elections.steering import perform
 from elections.web import svg
 from elections.web.auth import actor_for, denial, panel_view
-from elections.web.panel import fmt
+from elections.web.panel import fleet, fmt
 from elections.web.panel.failovers import REASONS, Failover, failovers_for, known_kmsns, load_events, segments
 from elections.web.panel.live import render_live
 from elections.web.panel.operate import KINDS, preview, progress
 from elections.web.panel.page import PAGE_SIZE, base_context
-from elections.web.panel.state import SiteState, site_state, site_states
+from elections.web.panel.state import SiteState, all_kmsns, site_state, site_states
 
 PERIODS = {"1h": 1, "6h": 6, "24h": 24, "7d": 24 * 7, "30d": 24 * 30, "all": None}
 TIMELINE_WINDOWS = {"15m": 0.25, "1h": 1, "6h": 6, "24h": 24}
@@ -40,9 +40,17 @@ TIMELINE_WINDOWS = {"15m": 0.25, "1h": 1, "6h": 6, "24h": 24}
 # -- sites ----------------------------------------------------------------------------
 @panel_view
 def sites(request: HttpRequest) -> HttpResponse:
+    """The fleet view: every pool, worst first (or as sorted), filterable by KMSN."""
     states = site_states()
-    alarm = any(not s.has_leader for s in states)
-    ctx = base_context(request, "Sites", alarm, sites=[_site_row(s) for s in states])
+    order = fleet.Order.of(request.GET)
+    shown = order.apply(states)
+    alarm_text = next((s.alarm_text for s in sorted(states, key=lambda s: s.has_leader) if s.alarm_text), "")
+    ctx = base_context(
+        request, "Sites", bool(alarm_text), alarm_text=alarm_text, sites=[_site_row(s) for s in shown],
+        order=order, h=order.headers(), sorts=[(k, v[0]) for k, v in fleet.SORTS.items()],
+        order_label=order.label(),
+        counts=fleet.counts(states, shown),
+    )  # fmt: skip
     return render_live(request, "panel/sites.html", ctx, {"sites-live": "panel/_sites_table.html"})
 
 
@@ -57,6 +65,7 @@ def _site_row(s: SiteState) -> dict[str, Any]:
         "total": len(s.members),
         "relay_clients": s.relay.clients if s.relay and s.relay.running else None,
         "view_age": fmt.age(s.view_age),
+        "alarms": fleet.alarm_badges(s),
     }
 
 
@@ -143,7 +152,8 @@ def site(request: HttpRequest, kmsn: str) -> HttpResponse:
     ctx = base_context(
         request,
         f"Pool {kmsn}",
-        not s.has_leader,
+        bool(s.alarm_text),
+        alarm_text=s.alarm_text,
         s=s,
         row=_site_row(s),
         members=members,
@@ -167,7 +177,7 @@ def site(request: HttpRequest, kmsn: str) -> HttpResponse:
 
 # -- failover history ---------------------------------------------------------------------
 def history_rows(request: HttpRequest) -> tuple[list[Failover], dict[str, str]]:
-    kmsns = sorted(set(known_kmsns()) | {settings.STK.kmsn})
+    kmsns = sorted(set(known_kmsns()) | set(all_kmsns()))
     kmsn = request.GET.get("kmsn") or ""
     period = request.GET.get("period") or "7d"
     reason = request.GET.get("reason") or ""

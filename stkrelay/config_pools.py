@@ -1,0 +1,154 @@
+"""Watched pools: the `[pool:<KMSN>]` sections of `stk.ini` (DESIGN.md §11).
+
+An agent's panel can also show other KMSNs (an office server that mounts
+several sites' shares). Each section names one pool:
+
+| key | default | meaning |
+|---|---|---|
+| `LEASE_DIR` | — | that pool's share (a directory, or `smb://host/share/socket`) |
+| `RELAY_TOKEN` | — | that pool's site secret |
+| `POOL_KEY` | `RELAY_TOKEN` | what signs that pool's records; verifies them here |
+| `SHARE_TIMEOUT` | the agent's | seconds one operation on that share may take |
+| `NODE` | the agent's node | the name this agent's operator commands carry there |
+| `SMB_*` | — | that share's own SMB settings (`SMB_PASSWORD`, `SMB_PASSWORD_FILE`...) |
+
+The agent never contends in a watched pool: it reads the lease, the members'
+heartbeats and the events, and writes only operator commands (drain, promote...)
+as its own signed event lines there. Problems name the section and the key:
+`stkrelay.E025` the section itself (not a KMSN, this agent's own pool, an
+unknown key, too many sections), `stkrelay.E026` its secrets (`RELAY_TOKEN` /
+`POOL_KEY` missing or weak), `stkrelay.E027` its values (`LEASE_DIR` unset or
+this agent's own, `SHARE_TIMEOUT`, `NODE`). A share that is unreachable at
+start-up is not a problem (it shows as unreachable on the panel, like one that
+goes away later).
+"""
+
+from __future__ import annotations
+
+import configparser
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from elections.ports.smburl import SmbUrlError, is_smb, parse_smb_url, smb_password
+from stkrelay.config_web import SECRET_HINT, secret_weakness
+
+Bad = Callable[[str, str, str, str], None]
+SECTION_PREFIX = "pool:"
+SECTION, SECRET, VALUE = "stkrelay.E025", "stkrelay.E026", "stkrelay.E027"
+KEYS = ("LEASE_DIR", "RELAY_TOKEN", "POOL_KEY", "SHARE_TIMEOUT", "NODE")
+BACKEND_PREFIXES = ("SMB_",)  # handed to the share's backend as its options
+MAX_POOLS = 500
+
+
+@dataclass(frozen=True)
+class WatchedPool:
+    """One `[pool:<KMSN>]` section, checked."""
+
+    kmsn: str
+    lease_dir: str
+    relay_token: str
+    pool_key: str
+    share_timeout: float
+    node: str
+    values: dict[str, str] = field(default_factory=dict)  # the section as given (backend options)
+
+    # `PoolPlace.of()` reads the same attribute names as on the agent's own Config.
+    @property
+    def lease_store(self) -> str:
+        return "file"
+
+
+def sections(parser: configparser.ConfigParser) -> dict[str, dict[str, str]]:
+    """The `[pool:<KMSN>]` sections of a parsed ini, keys upper-cased, values stripped."""
+    out = {}
+    for name in parser.sections():
+        if name.lower().startswith(SECTION_PREFIX):
+            out[name[len(SECTION_PREFIX) :].strip()] = {k.upper(): v.strip() for k, v in parser.items(name)}
+    return out
+
+
+def parse(
+    found: dict[str, dict[str, str]], own_kmsn: str, own_node: str, own_lease_dir: str, share_timeout: float,
+    bad: Bad,
+) -> list[WatchedPool]:  # fmt: skip
+    """Every watched pool that is well configured; one line per problem (E025–E027)."""
+    pools: list[WatchedPool] = []
+    if len(found) > MAX_POOLS:
+        bad(SECTION, "[pool:*]", f"{len(found)} watched pools, more than {MAX_POOLS}",
+            "split the pools over several agents' panels")  # fmt: skip
+        return pools
+    for kmsn, values in found.items():
+        where = f"[pool:{kmsn}]"
+
+        def problem(key: str, message: str, hint: str, where: str = where) -> None:
+            secret = key in ("RELAY_TOKEN", "POOL_KEY", "SMB_PASSWORD", "SMB_PASSWORD_FILE")
+            pid = SECRET if secret else VALUE if key in KEYS else SECTION
+            bad(pid, f"{where} {key}".strip(), message, hint)
+
+        if not kmsn or any(c.isspace() or c in "/\\" for c in kmsn) or len(kmsn) > 64:
+            problem("", "is not a KMSN", "name the section [pool:<KMSN>], e.g. [pool:1234-5678-90-12]")
+            continue
+        if kmsn == own_kmsn:
+            problem("", f"is this agent's own pool ({own_kmsn})", "watch other KMSNs only: remove it")
+            continue
+        ok = True
+        for key in values:
+            if key not in KEYS and not key.startswith(BACKEND_PREFIXES):
+                problem(key, "is not a key of a watched pool", f"use {', '.join(KEYS)}")
+                ok = False
+        lease_dir = values.get("LEASE_DIR", "")
+        if not lease_dir:
+            problem(
+                "LEASE_DIR", "is not set", "point it at that site's share (its socket folder, or smb://...)"
+            )
+            ok = False
+        elif lease_dir == own_lease_dir:
+            problem("LEASE_DIR", "is this agent's own LEASE_DIR", "each pool has its own share folder")
+            ok = False
+        elif is_smb(lease_dir):
+            ok = _smb_ok(values, problem) and ok
+        token = values.get("RELAY_TOKEN", "")
+        key = values.get("POOL_KEY", "") or token
+        if not key:
+            problem("RELAY_TOKEN", "is missing", "set that pool's secret: it verifies the pool's signatures")
+            ok = False
+        for name in ("RELAY_TOKEN", "POOL_KEY"):
+            why = secret_weakness(values.get(name, "")) if values.get(name) else ""
+            if why:
+                problem(name, why, SECRET_HINT)
+                ok = False
+        timeout = share_timeout
+        if values.get("SHARE_TIMEOUT"):
+            try:
+                timeout = float(values["SHARE_TIMEOUT"])
+            except ValueError:
+                timeout = -1.0
+            if not 0.1 <= timeout <= 60:
+                problem("SHARE_TIMEOUT", f"{values['SHARE_TIMEOUT']!r} is not 0.1..60 seconds", "e.g. 2")
+                ok = False
+        node = values.get("NODE", "") or own_node
+        if any(c.isspace() or c in "/\\" for c in node) or len(node) > 64:
+            problem("NODE", f"{node[:64]!r} is not a node name", "e.g. OFFICE1")
+            ok = False
+        if ok:
+            pools.append(WatchedPool(kmsn, lease_dir, token, key, timeout, node, dict(values)))
+    return pools
+
+
+def _smb_ok(values: dict[str, str], problem: Callable[[str, str, str], None]) -> bool:
+    """An smb:// share of a watched pool: its URL and its password (no network)."""
+    try:
+        url = parse_smb_url(values["LEASE_DIR"])
+    except SmbUrlError as exc:
+        problem("LEASE_DIR", str(exc), "use smb://[user@]host[:port]/share/folder")
+        return False
+    try:
+        password = smb_password(values)
+    except SmbUrlError as exc:
+        problem("SMB_PASSWORD_FILE", str(exc), "name a file this agent can read")
+        return False
+    if url.user and not password:
+        problem("SMB_PASSWORD", f"is not set for {url.user}@{url.host}",
+                "set SMB_PASSWORD, or SMB_PASSWORD_FILE naming a file that holds it")  # fmt: skip
+        return False
+    return True
