@@ -5,7 +5,8 @@
 `relayctl` and `runrelay`) refuses to start on any problem and prints one line
 per problem; `manage.py check` shows the same list as Django system checks.
 The panel's keys (`WEB_ALLOWED_HOSTS`, `WEB_TRUSTED_PROXIES`, `WEB_LOGIN_*`)
-and the secrets' strength are checked by `stkrelay.config_web` (E018–E020).
+and the secrets' strength are checked by `stkrelay.config_web` (E018–E020);
+`LEASE_STORE` and the `ETCD_*` keys by `stkrelay.config_store` (E022–E025).
 
 The leader-action keys (`VIP_*`, `AWS_*`, `OCI_*`, `AZURE_*`) are read by
 `elections.core.actions.action_config`; its problems come back here with one id
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from elections.core.actions import action_config
-from stkrelay import config_web
+from stkrelay import config_store, config_web
 
 DEFAULTS: dict[str, str] = {
     "KMSN": "",
@@ -94,6 +95,12 @@ class Config:
     pool_key: str = ""  # signs every pool record (lease, lock, members, events, audit chain)
     share_timeout: float = 2.0
     lease_dir: str = ""
+    lease_store: str = "file"  # or etcd
+    etcd_endpoints: list[str] = field(default_factory=list)
+    etcd_prefix: str = ""
+    etcd_ca: str = ""
+    etcd_cert: str = ""
+    etcd_key: str = ""
     lease_ttl: float = 10.0
     lease_renew: float = 3.0
     lease_poll: float = 2.0
@@ -294,9 +301,10 @@ def load(ini_path: str | None = None, env: dict[str, str] | None = None, check_d
     _logs(cfg, values, bad, number)
     for err in action_config(values)[1]:
         bad(ACTION_IDS[err.key.partition("_")[0]], err.key, err.message, err.hint)
+    config_store.check_store(cfg, values, bad)
     cfg.lease_dir = values["LEASE_DIR"]
     cfg.data_dir = values["DATA_DIR"] or str(Path.home() / ".stkrelay" / (cfg.node or "agent"))
-    if check_dirs:
+    if check_dirs and cfg.lease_store == "file":  # on etcd, nothing of the pool is on a share
         _check_dir(
             cfg.lease_dir,
             "LEASE_DIR",
@@ -304,6 +312,7 @@ def load(ini_path: str | None = None, env: dict[str, str] | None = None, check_d
             bad,
             "mount the site's share and point LEASE_DIR at its socket folder (W:\\socket)",
         )
+    if check_dirs:
         try:
             Path(cfg.data_dir).mkdir(parents=True, exist_ok=True)
         except OSError:

@@ -6,6 +6,8 @@ key that signs its records (`POOL_KEY`), the deadline of every operation
 (`SHARE_TIMEOUT`), the backend and that backend's own settings. Backends:
 
 - `file`: `LEASE_DIR` is a directory (a mounted share, §5.1).
+- `etcd`: the keys under `ETCD_PREFIX` on the members of `ETCD_ENDPOINTS`
+  (§5.2, `elections.ports.etcd`); `ETCD_CA`/`ETCD_CERT`/`ETCD_KEY` for TLS.
 
 Every other module asks here; nothing else constructs a backend, so a new one
 (`smb://` lease dirs, §5.3; `LEASE_STORE = etcd`, §5.2) plugs in at this one
@@ -26,11 +28,19 @@ from elections.ports.sharefiles import DEFAULT_TIMEOUT, deadline_for
 from elections.ports.store import FileLeaseStore, LeaseStore
 
 FILE = "file"
+ETCD = "etcd"
+BACKENDS = (FILE, ETCD)
 EVENTS_DIR = "events"
 
 
 class EventSink(Protocol):
     def record(self, kind: str, epoch: int, reason: str, seq: int | None = None, **extra: Any) -> None: ...
+
+
+class EventReader(Protocol):
+    backlog: bool  # the last call stopped at a cap: call again soon
+
+    def new_events(self) -> list[dict[str, Any]]: ...
 
 
 @dataclass(frozen=True)
@@ -55,7 +65,24 @@ class PoolPlace:
         )
 
     def describe(self) -> str:
+        if self.backend == ETCD:
+            return _etcd_pool(self).describe()
         return f"{self.backend}:{self.lease_dir}"
+
+
+def _etcd_pool(place: PoolPlace) -> Any:
+    """The process's one `EtcdPool` for this place (client, watch, key layout)."""
+    from elections.ports.etcd.client import Tls
+    from elections.ports.etcd.pool import default_prefix, pool_for
+
+    opts = place.options
+    tls = Tls(opts.get("ETCD_CA", ""), opts.get("ETCD_CERT", ""), opts.get("ETCD_KEY", ""))
+    try:
+        fallback = float(opts.get("LEASE_POLL") or 2.0)
+    except ValueError:
+        fallback = 2.0
+    prefix = opts.get("ETCD_PREFIX") or default_prefix(place.kmsn)
+    return pool_for(opts.get("ETCD_ENDPOINTS", ""), prefix, place.timeout, tls, fallback=fallback)
 
 
 def open_store(
@@ -71,6 +98,10 @@ def open_store(
             place.lease_dir, place.key, node, clock, lock_stale_s=lock_stale_s, timeout=place.timeout,
             refusals=refusals,
         )  # fmt: skip
+    if place.backend == ETCD:
+        from elections.ports.etcd.store import EtcdLeaseStore
+
+        return EtcdLeaseStore(_etcd_pool(place), place.key, node, clock, refusals=refusals)
     raise ValueError(f"unknown lease store {place.backend!r}")
 
 
@@ -79,14 +110,22 @@ def open_event_sink(place: PoolPlace, node: str, clock: Clock) -> EventSink:
     if place.backend == FILE:
         path = Path(place.lease_dir) / EVENTS_DIR / f"{node}.jsonl"
         return JsonlEventSink(path, node, clock, place.key, deadline_for(place.lease_dir, place.timeout))
+    if place.backend == ETCD:
+        from elections.ports.etcd.events import EtcdEventSink
+
+        return EtcdEventSink(_etcd_pool(place), node, clock, place.key)
     raise ValueError(f"unknown lease store {place.backend!r}")
 
 
-def open_event_tail(place: PoolPlace, clock: Clock, refusals: Refusals | None = None) -> EventTail:
+def open_event_tail(place: PoolPlace, clock: Clock, refusals: Refusals | None = None) -> EventReader:
     """A reader of every member's new, verified events in the pool."""
     if place.backend == FILE:
         return EventTail(
             Path(place.lease_dir) / EVENTS_DIR, key=place.key, refusals=refusals, clock=clock,
             deadline=deadline_for(place.lease_dir, place.timeout),
         )  # fmt: skip
+    if place.backend == ETCD:
+        from elections.ports.etcd.events import EtcdEventTail
+
+        return EtcdEventTail(_etcd_pool(place), place.key, refusals=refusals, clock=clock)
     raise ValueError(f"unknown lease store {place.backend!r}")

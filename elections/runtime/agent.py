@@ -167,7 +167,10 @@ class Agent:
             and rec is not None
             and (rec.key != mem.seen_key or rec.released != mem.seen_released)
         )
-        if news or moved:
+        # A leader whose record vanished (on etcd: its lease revoked behind its
+        # back, seen by the watch) looks at once: it rewrites or steps down now.
+        gone = self.elector.is_leader and read.status == "missing"
+        if news or moved or gone:
             return self.tick(renewing=False)
         return None
 

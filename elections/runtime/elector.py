@@ -314,6 +314,10 @@ class Elector:
                 why = f"deadline passed before the write of epoch {epoch}"
                 self._step_down(why)
                 return Decision(Verdict.STEP_DOWN, why)
+            if outcome is WriteOutcome.LOST:
+                why = f"lost: the store took the hold of epoch {epoch} away (its etcd lease is gone)"
+                self._step_down(why)
+                return Decision(Verdict.STEP_DOWN, why)
             if outcome is WriteOutcome.BUSY:
                 self.sleep(self.rng.uniform(0.02, 0.1))
             start = self.clock.monotonic()
