@@ -106,3 +106,21 @@ def etcd_faults(tmp_path):
     yield make
     for cluster in clusters:
         cluster.stop()
+
+
+@pytest.fixture
+def etcd_site_factory(tmp_path, request, etcd_cluster):
+    """Real agent sites whose pool is on the session's etcd cluster (a prefix each)."""
+    from etcd import EtcdSite
+
+    sites = []
+    request.node.stk_sites = sites
+
+    def make(n=3, timing=None, cluster=None, **kw):
+        site = EtcdSite(tmp_path / f"site{len(sites)}", cluster or etcd_cluster, n=n, timing=timing, **kw)
+        sites.append(site)
+        return site
+
+    yield make
+    for site in sites:
+        site.stop()

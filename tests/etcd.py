@@ -280,3 +280,51 @@ class TcpProxy:
         self._stopped.set()
         self._server.close()
         self._close_all()
+
+
+def etcd_pool(endpoints: str, prefix: str, timeout: float = 2.0):  # type: ignore[no-untyped-def]
+    """A pool's place on etcd as a test reads it (no watch: every read is a real one)."""
+    from elections.ports.etcd.pool import EtcdPool
+
+    return EtcdPool([e for e in endpoints.split(",") if e], prefix, timeout)
+
+
+def read_etcd_lease(pool, token: str):  # type: ignore[no-untyped-def]
+    """The lease record under the pool's prefix, parsed as every agent parses it."""
+    from elections.core.lease import parse_lease
+    from elections.core.untrusted import LEASE
+
+    kv = pool.get("pool/leader", LEASE.max_bytes)
+    return parse_lease(None if kv is None else kv.value or b"", token)
+
+
+def unique_prefix() -> str:
+    import uuid
+
+    return f"/stkrelay-test/{uuid.uuid4().hex[:12]}/"
+
+
+class EtcdSite:
+    """A `harness.Site` whose pool is on etcd (`LEASE_STORE = etcd`): the same
+    agents, with `lease()` read from the cluster instead of the share."""
+
+    def __new__(cls, root: Path, cluster: EtcdCluster, n: int = 3, timing=None, endpoints: str | None = None,
+                extra: dict | None = None, **kw):  # type: ignore[no-untyped-def]  # fmt: skip
+        from harness import TOKEN, Site, live_lease  # noqa: F401
+
+        prefix = unique_prefix()
+        keys = {"LEASE_STORE": "etcd", "ETCD_ENDPOINTS": endpoints or cluster.endpoints, "ETCD_PREFIX": prefix,
+                **(extra or {})}  # fmt: skip
+        site = Site(root, n=n, timing=timing, extra=keys, **kw)
+        site.etcd = cluster  # type: ignore[attr-defined]
+        site.prefix = prefix  # type: ignore[attr-defined]
+        pool = etcd_pool(cluster.endpoints, prefix)
+
+        def lease():  # type: ignore[no-untyped-def]
+            read = read_etcd_lease(pool, site.token)
+            rec = read.record
+            return rec if read.status == "valid" and rec is not None and not rec.released else None
+
+        site.lease = lease  # type: ignore[method-assign]
+        site.etcd_pool = pool  # type: ignore[attr-defined]
+        return site

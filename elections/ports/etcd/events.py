@@ -35,7 +35,7 @@ from elections.core.untrusted import (
     load_object,
 )
 from elections.ports.clock import Clock
-from elections.ports.etcd.client import as_int, created_at, put
+from elections.ports.etcd.client import as_int, created_at, prefix_end, put, unb64
 from elections.ports.etcd.pool import EVENTS, NODE, EtcdPool, Kv
 from elections.ports.store import SECURITY_CAUSES
 
@@ -79,18 +79,14 @@ class EtcdEventSink:
             self._seq = max(self._seq, seq)
 
     def _last_seq(self) -> int:
-        """The highest seq among this node's own validly signed event keys."""
+        """The highest seq among this node's event keys (valid or not: a key once
+        taken is never written again, so the next seq must pass every one)."""
         rel = f"{EVENTS}{self.node}/"
-        kvs, _ = self.pool.bounded_range(rel, 8, EVENT_LINE.max_bytes, ANSWER_CAP, sort_order="DESCEND",
-                                         sort_target="KEY")  # fmt: skip
-        for kv in kvs:
-            try:
-                doc = load_object(kv.value or b"", EVENT_LINE, "event")
-            except Untrusted:
-                continue
-            seq = doc.get("seq")
-            if signature_ok(doc, self.key) and isinstance(seq, int) and not isinstance(seq, bool):
-                return seq
+        doc = self.pool.client.range(self.pool.key(rel), prefix_end(self.pool.key(rel)), limit=1,
+                                     keys_only=True, sort_order="DESCEND", sort_target="KEY")  # fmt: skip
+        for kv in doc.get("kvs") or []:
+            seq = unb64(kv.get("key")).decode("utf-8", "replace").rpartition("/")[2]
+            return int(seq) if seq.isdigit() else 0
         return 0
 
 
