@@ -310,11 +310,11 @@ class EtcdSite:
 
     def __new__(cls, root: Path, cluster: EtcdCluster, n: int = 3, timing=None, endpoints: str | None = None,
                 extra: dict | None = None, **kw):  # type: ignore[no-untyped-def]  # fmt: skip
-        from harness import TOKEN, Site, live_lease  # noqa: F401
+        from harness import Site
 
         prefix = unique_prefix()
-        keys = {"LEASE_STORE": "etcd", "ETCD_ENDPOINTS": endpoints or cluster.endpoints, "ETCD_PREFIX": prefix,
-                **(extra or {})}  # fmt: skip
+        eps = endpoints or cluster.endpoints
+        keys = {"LEASE_STORE": "etcd", "ETCD_ENDPOINTS": eps, "ETCD_PREFIX": prefix, **(extra or {})}
         site = Site(root, n=n, timing=timing, extra=keys, **kw)
         site.etcd = cluster  # type: ignore[attr-defined]
         site.prefix = prefix  # type: ignore[attr-defined]
