@@ -17,6 +17,7 @@ one member, for a partition without touching the host's firewall.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -328,3 +329,80 @@ class EtcdSite:
         site.lease = lease  # type: ignore[method-assign]
         site.etcd_pool = pool  # type: ignore[attr-defined]
         return site
+
+
+class EtcdContender:
+    """A bare elector process (elections/runtime/contend.py) on a pool on etcd,
+    with the interface of `harness.Contender`."""
+
+    def __init__(self, endpoints: str, prefix: str, node: str, workdir: Path, timing: dict[str, float],
+                 token: str | None = None) -> None:  # fmt: skip
+        import sys
+
+        from harness import PY, ROOT, TOKEN
+
+        self.node = node
+        self.events = workdir / f"{node}.events.jsonl"
+        self.log_path = workdir / f"{node}.log"
+        args = [PY, "-m", "elections.runtime.contend", "--etcd", endpoints, "--prefix", prefix,
+                "--node", node, "--token", token or TOKEN, "--events", str(self.events)]  # fmt: skip
+        for k, v in timing.items():
+            args += [f"--{k.replace('_', '-')}", str(v)]
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL)  # fmt: skip
+        del sys
+
+    def send(self, sig: int) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+
+    def stop(self) -> None:
+        self.send(signal.SIGCONT)
+        self.send(signal.SIGKILL)
+        self.proc.wait(5)
+
+    def events_of(self, kind: str) -> list[dict]:
+        from elections.ports.eventlog import read_events
+
+        return [e for e in read_events(self.events) if e.get("kind") == kind]
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+def leadership_segments(contenders) -> list[tuple[str, int, float, float]]:  # type: ignore[no-untyped-def]
+    """(node, epoch, from, to) of every leadership, on this machine's wall clock (the
+    contenders all run here), `to` = inf while it lasts."""
+    from datetime import datetime
+
+    out = []
+    for c in contenders:
+        start: dict[int, float] = {}
+        for e in _events(c):
+            at = datetime.fromisoformat(e["at"]).timestamp()
+            if e["kind"] == "elected":
+                start[e["epoch"]] = at
+            elif e["kind"] in ("stepped_down", "released", "handoff") and e["epoch"] in start:
+                held = e.get("held_until")  # a late step-down did not lead past its deadline
+                end = min(at, datetime.fromisoformat(held).timestamp()) if held else at
+                out.append((c.node, e["epoch"], start.pop(e["epoch"]), end))
+        out += [(c.node, ep, at, float("inf")) for ep, at in start.items()]
+    return sorted(out, key=lambda s: s[2])
+
+
+def _events(c) -> list[dict]:  # type: ignore[no-untyped-def]
+    from elections.ports.eventlog import read_events
+
+    return read_events(c.events)
+
+
+def assert_one_leader_at_most(contenders) -> list[tuple[str, int, float, float]]:  # type: ignore[no-untyped-def]
+    """No two leaderships overlap in time and no epoch was taken twice."""
+    segs = leadership_segments(contenders)
+    epochs = [s[1] for s in segs]
+    assert len(epochs) == len(set(epochs)), f"an epoch was taken twice: {segs}"
+    for a, b in itertools.pairwise(segs):
+        assert a[3] <= b[2] + 0.05, f"two leaders at once: {a} and {b}"
+        assert b[1] > a[1], f"epochs went backwards: {a} then {b}"
+    return segs

@@ -1,6 +1,7 @@
 """A bare contender: the elector loop without Django or Celery.
 
     python -m elections.runtime.contend --dir LEASE_DIR --node N --token T [--ttl 10 ...]
+    python -m elections.runtime.contend --etcd ENDPOINTS [--prefix P] --node N --token T ...
 
 Used by the stress tests and the failover benchmark to run many real
 processes on one lease dir cheaply. SIGTERM releases the lease and exits;
@@ -17,7 +18,7 @@ import threading
 from elections.core.decide import Timing
 from elections.ports.clock import Clock, SystemClock
 from elections.ports.eventlog import JsonlEventSink
-from elections.ports.store import FileLeaseStore
+from elections.ports.stores import ETCD, FILE, PoolPlace, open_store
 from elections.runtime.elector import Elector
 from elections.runtime.lease_writes import Identity
 
@@ -47,7 +48,10 @@ def run_loop(elector: Elector, clock: Clock, stop: threading.Event) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--dir", required=True)
+    ap.add_argument("--dir", default="", help="the lease dir (file store)")
+    ap.add_argument("--etcd", default="", help="ETCD_ENDPOINTS: the pool is on etcd (LEASE_STORE = etcd)")
+    ap.add_argument("--prefix", default="", help="ETCD_PREFIX (default /stkrelay/<KMSN>/)")
+    ap.add_argument("--timeout", type=float, default=2.0, help="SHARE_TIMEOUT: every store call's deadline")
     ap.add_argument("--node", required=True)
     ap.add_argument("--token", required=True)
     ap.add_argument("--kmsn", default="9999-9999-99-99")
@@ -64,7 +68,11 @@ def main(argv: list[str] | None = None) -> None:
 
     clock = SystemClock()
     timing = Timing(args.ttl, args.renew, args.poll, args.deadline)
-    store = FileLeaseStore(args.dir, args.token, args.node, clock, lock_stale_s=args.lock_stale)
+    if not (args.dir or args.etcd):
+        ap.error("give --dir or --etcd")
+    options = {"ETCD_ENDPOINTS": args.etcd, "ETCD_PREFIX": args.prefix, "LEASE_POLL": str(args.poll)}
+    place = PoolPlace(args.kmsn, args.dir, args.token, args.timeout, ETCD if args.etcd else FILE, options)
+    store = open_store(place, args.node, clock, lock_stale_s=args.lock_stale)
     events = JsonlEventSink(args.events, args.node, clock, key=args.token) if args.events else None
     me = Identity(node=args.node, kmsn=args.kmsn, station=args.node, ip=args.ip, port=args.port)
     elector = Elector(store, clock, me, timing, events=events)

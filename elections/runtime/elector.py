@@ -18,6 +18,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from datetime import timedelta
 from typing import Any, Protocol
 
 from elections.core.decide import (
@@ -335,10 +336,21 @@ class Elector:
         epoch = self.memory.leader_epoch
         if epoch is None:
             return
+        held_until = self._held_until()
         self.memory = replace(self.memory, leader_epoch=None, renewed_at=None)
         log.warning("stepping down from epoch %s: %s", epoch, reason)
-        self.events.record(kind, epoch, reason)
+        self.events.record(kind, epoch, reason, held_until=held_until)
         self._duty(self.on_demoted, epoch)
+
+    def _held_until(self) -> str | None:
+        """Until when this node may have acted as leader (its renew deadline, or now if
+        sooner), as a wall time of this machine: a late step-down (a frozen process, a
+        hung store) did not lead past it, for the history and for tests to see."""
+        valid = self.leader_valid_until
+        if valid is None:
+            return None
+        now = self.clock.monotonic()
+        return (self.clock.wall() - timedelta(seconds=max(0.0, now - valid))).isoformat()
 
     def _duty(self, hook: Hook, epoch: int) -> None:
         try:
