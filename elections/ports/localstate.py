@@ -152,6 +152,7 @@ class PoolView:
     lease_seen_at: float | None = None  # monotonic, when the lease's renew_seq last changed
     command_clock: int = 0  # the highest command clock folded (core.commands)
     refusals: dict[str, Any] = field(default_factory=dict)  # core.evidence.Refusals.to_doc()
+    store: dict[str, Any] = field(default_factory=dict)  # ports.stores.store_details(): kind, where...
 
     @property
     def exists(self) -> bool:
@@ -194,6 +195,7 @@ class PoolView:
             lease_seen_at=_num(doc.get("lease_seen_at")),
             command_clock=_int(doc.get("command_clock")) or 0,
             refusals=doc.get("refusals") if isinstance(doc.get("refusals"), dict) else {},
+            store=doc.get("store") if isinstance(doc.get("store"), dict) else {},
         )
 
 

@@ -30,7 +30,7 @@ from elections.errors import StoreUnavailable
 from elections.executors import Gate, build_executors, epoch_from_state, leader_duties
 from elections.ports.clock import SystemClock
 from elections.ports.localstate import Leadership, LocalState, MemberView, PoolView
-from elections.ports.stores import PoolPlace, open_event_tail, open_store
+from elections.ports.stores import PoolPlace, open_event_tail, open_store, store_details
 from elections.runtime.elector import Elector
 from elections.runtime.health import HealthMonitor
 from elections.runtime.lease_writes import Identity
@@ -227,7 +227,7 @@ class Agent:
             store_reachable=reachable and read is not None, members=members,
             decision=str(self.elector.last or ""), paused=self.commands.paused,
             lease_seen_at=self.elector.memory.seen_at, command_clock=self.commands.clock,
-            refusals=self.refusals.to_doc(now),
+            refusals=self.refusals.to_doc(now), store=store_details(self.elector.store),
         )  # fmt: skip
         self.local.write_pool(view)
         return view

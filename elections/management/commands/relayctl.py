@@ -146,15 +146,21 @@ class Command(BaseCommand):
             checks.append({"check": name, "ok": ok, "detail": detail})
 
         store = open_store(PoolPlace.of(stk), stk.node, SystemClock())
-        try:
-            probe = Path(stk.lease_dir) / f".doctor-{stk.node}-{os.getpid()}"
-            probe.write_text("x")
-            share_mtime = probe.stat().st_mtime
-            probe.unlink()
-            check("lease dir reachable and writable", True, stk.lease_dir)
-        except OSError as exc:
-            check("lease dir reachable and writable", False, f"{stk.lease_dir}: {exc}")
-            share_mtime = None
+        share_mtime = None
+        if getattr(stk, "lease_store", "file") == "etcd":  # the cluster, and TTLs as etcd counts them
+            from elections.ports.etcd.health import doctor_checks
+
+            for name, ok, detail in doctor_checks(store.pool, stk.lease_ttl):  # type: ignore[attr-defined]
+                check(name, ok, detail)
+        else:
+            try:
+                probe = Path(stk.lease_dir) / f".doctor-{stk.node}-{os.getpid()}"
+                probe.write_text("x")
+                share_mtime = probe.stat().st_mtime
+                probe.unlink()
+                check("lease dir reachable and writable", True, stk.lease_dir)
+            except OSError as exc:
+                check("lease dir reachable and writable", False, f"{stk.lease_dir}: {exc}")
         try:
             read = store.read()
             check("lease signature", read.status == "valid", f"{read.status}: {read.detail}")

@@ -108,6 +108,12 @@ class EtcdLeaseStore:
         if len(self._lost) > 64:
             self._lost = {lease}
 
+    def details(self) -> dict[str, Any]:
+        """The store as the panel shows it: endpoints, the etcd leader, the revision."""
+        from elections.ports.etcd.health import cluster_view
+
+        return cluster_view(self.pool)
+
     @property
     def held_lease(self) -> int:
         return self._held

@@ -99,6 +99,7 @@ class SiteState:
     paused: bool | None = None
     this_agent_leads: bool = False
     refusals: dict[str, Any] = field(default_factory=dict)  # what this agent refused as evidence
+    store: dict[str, Any] = field(default_factory=dict)  # the pool's store: kind, where, etcd leader...
 
     @property
     def epoch(self) -> int | None:
@@ -260,6 +261,7 @@ def build_site(
         paused=pool.paused,
         this_agent_leads=leads,
         refusals=pool.refusals,
+        store=pool.store,
     )
     seen_at = _lease_seen_at(pool)
     if lease is not None and seen_at is not None:
