@@ -3,7 +3,7 @@
 PY := .venv/bin/python
 PYTEST := .venv/bin/pytest
 
-.PHONY: bootstrap run test chaos fuzz bench bench-failover bench-relay bench-relay-idle bench-switchover bench-panel bench-login bench-hostile screenshots lint format clean
+.PHONY: bootstrap run test chaos fuzz bench bench-failover bench-relay bench-relay-idle bench-switchover bench-panel bench-login bench-hostile bench-etcd screenshots lint format clean
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -21,7 +21,7 @@ chaos: bootstrap
 fuzz: bootstrap
 	@STK_FUZZ_EXAMPLES=$${STK_FUZZ_EXAMPLES:-20000} $(PYTEST) tests/test_untrusted.py tests/test_protocol_fuzz.py $(PYTEST_ARGS)
 
-bench: bench-failover bench-relay bench-relay-idle bench-switchover bench-panel bench-login bench-hostile
+bench: bench-failover bench-relay bench-relay-idle bench-switchover bench-panel bench-login bench-hostile bench-etcd
 
 bench-failover: bootstrap
 	@$(PY) bench/failover.py $(BENCH_ARGS)
@@ -41,6 +41,10 @@ bench-panel: bootstrap
 
 bench-hostile: bootstrap
 	@$(PY) bench/hostile_share.py $(BENCH_ARGS)
+
+# etcd: failover and switchover vs the file share in one run; 100 pools on one 3-member etcd.
+bench-etcd: bootstrap
+	@$(PY) bench/etcd.py $(BENCH_ARGS)
 
 bench-login: bootstrap
 	@$(PY) bench/login_flood.py $(BENCH_ARGS)

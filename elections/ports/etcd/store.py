@@ -114,6 +114,17 @@ class EtcdLeaseStore:
 
         return cluster_view(self.pool)
 
+    def wait_change(self, timeout: float) -> bool:
+        """Sleep until the lease changes (the watch says so) or `timeout` passes: a
+        loop that waits here instead of sleeping sees a release at once."""
+        w = self.watch
+        if w is None or not w.connected:
+            time.sleep(max(0.0, timeout))
+            return False
+        cached = self._lease_cache
+        since = cached[0] if cached is not None else w.generation["lease"]
+        return w.wait_change("lease", since, max(0.0, timeout))
+
     @property
     def held_lease(self) -> int:
         return self._held
