@@ -6,7 +6,7 @@
 per problem; `manage.py check` shows the same list as Django system checks.
 The panel's keys (`WEB_ALLOWED_HOSTS`, `WEB_TRUSTED_PROXIES`, `WEB_LOGIN_*`)
 and the secrets' strength are checked by `stkrelay.config_web` (E018–E020);
-`LEASE_STORE` and the `ETCD_*` keys by `stkrelay.config_store` (E022–E025).
+`LEASE_STORE` and the `ETCD_*` keys by `stkrelay.config_store` (E033–E036).
 
 The leader-action keys (`VIP_*`, `AWS_*`, `OCI_*`, `AZURE_*`) are read by
 `elections.core.actions.action_config`; its problems come back here with one id

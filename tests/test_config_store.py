@@ -1,5 +1,5 @@
 """LEASE_STORE and the ETCD_* keys (stkrelay/config_store.py): each bad value
-stops start-up with one line naming the key and a stable id (E022–E025)."""
+stops start-up with one line naming the key and a stable id (E033–E036)."""
 
 import pytest
 from test_config import problems, write_ini
@@ -25,13 +25,13 @@ def test_an_etcd_pool_needs_no_lease_dir_and_gets_its_own_prefix(tmp_path):
 @pytest.mark.parametrize(
     "keys, expected",
     [
-        ({"LEASE_STORE": "zookeeper"}, ("stkrelay.E022", "LEASE_STORE")),
-        ({"LEASE_STORE": "etcd"}, ("stkrelay.E023", "ETCD_ENDPOINTS")),
-        ({"LEASE_STORE": "etcd", "ETCD_ENDPOINTS": "127.0.0.1:2379"}, ("stkrelay.E023", "ETCD_ENDPOINTS")),
-        ({"LEASE_STORE": "etcd", "ETCD_ENDPOINTS": "http://h:2379/v3"}, ("stkrelay.E023", "ETCD_ENDPOINTS")),
-        ({**ETCD, "ETCD_PREFIX": "stk"}, ("stkrelay.E024", "ETCD_PREFIX")),
-        ({**ETCD, "ETCD_PREFIX": "/a b/"}, ("stkrelay.E024", "ETCD_PREFIX")),
-        ({**ETCD, "ETCD_CA": "/nonexistent/ca.pem"}, ("stkrelay.E025", "ETCD_CA")),
+        ({"LEASE_STORE": "zookeeper"}, ("stkrelay.E033", "LEASE_STORE")),
+        ({"LEASE_STORE": "etcd"}, ("stkrelay.E034", "ETCD_ENDPOINTS")),
+        ({"LEASE_STORE": "etcd", "ETCD_ENDPOINTS": "127.0.0.1:2379"}, ("stkrelay.E034", "ETCD_ENDPOINTS")),
+        ({"LEASE_STORE": "etcd", "ETCD_ENDPOINTS": "http://h:2379/v3"}, ("stkrelay.E034", "ETCD_ENDPOINTS")),
+        ({**ETCD, "ETCD_PREFIX": "stk"}, ("stkrelay.E035", "ETCD_PREFIX")),
+        ({**ETCD, "ETCD_PREFIX": "/a b/"}, ("stkrelay.E035", "ETCD_PREFIX")),
+        ({**ETCD, "ETCD_CA": "/nonexistent/ca.pem"}, ("stkrelay.E036", "ETCD_CA")),
     ],
 )  # fmt: skip
 def test_bad_store_settings_name_their_key(tmp_path, keys, expected):
@@ -46,7 +46,7 @@ def test_tls_needs_https_endpoints_and_a_certificate_with_its_key(tmp_path):
     cert.write_text("x")
     cfg = load(str(write_ini(tmp_path, LEASE_STORE="etcd", ETCD_ENDPOINTS=EPS, ETCD_CA=str(ca),
                              ETCD_CERT=str(cert))), env={})  # fmt: skip
-    assert {("stkrelay.E025", "ETCD_ENDPOINTS"), ("stkrelay.E025", "ETCD_KEY")} <= problems(cfg)
+    assert {("stkrelay.E036", "ETCD_ENDPOINTS"), ("stkrelay.E036", "ETCD_KEY")} <= problems(cfg)
     https = EPS.replace("http://", "https://")
     key = tmp_path / "key.pem"
     key.write_text("x")

@@ -80,8 +80,7 @@ class EtcdLeaseStore:
         self.clock = clock
         self.refusals = refusals if refusals is not None else Refusals()
         self.watch = pool.watching() if watch else None
-        if self.watch is not None:
-            self.watch.on_lease_gone(self._lease_gone)
+        self._listening = False  # told of revoked leases once it holds one (short-lived readers never are)
         self._held = 0  # the etcd lease under the record this store wrote as holder
         self._lost: set[int] = set()  # etcd leases the watch saw taken away
         self._lease_cache: tuple[int, float, LeaseRead] | None = None  # (generation, when, read)
@@ -251,6 +250,9 @@ class EtcdLeaseStore:
                 self._revoke(lease)
                 return WriteOutcome.CHANGED, None
             self._own = (_txn_revision(doc), claim)
+            if self.watch is not None and not self._listening:
+                self._listening = True
+                self.watch.on_lease_gone(self._lease_gone)
             if self._held and self._held != lease:
                 self._revoke(self._held)
             self._held = lease
