@@ -1,14 +1,18 @@
 """Failover benchmark: kill -9 the leader's process group of a real 3-agent
 site N times and time kill → a new valid lease, for the default timing and a
-fast profile. Prints p50/p95/max per profile.
+fast profile, on each backend asked for: `file` (a local directory) and `smb`
+(an smb:// lease dir on a real smbd on loopback, no mount; DESIGN.md §5.3).
+Prints p50/p95/max per backend and profile and, for smb, the SMB operations
+of one renewal and of one heartbeat.
 
-    python bench/failover.py [--kills 20] [--profiles default,fast]
+    python bench/failover.py [--kills 20] [--profiles default,fast] [--backends file,smb]
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import signal
 import statistics
 import sys
 import tempfile
@@ -31,10 +35,70 @@ def pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
-def run_profile(name: str, kills: int, workdir: Path) -> list[float]:
+def make_site(backend: str, name: str, workdir: Path, timing: dict[str, str]) -> Site:
+    if backend == "file":
+        return Site(workdir / f"{backend}-{name}", n=3, timing=timing)
+    from samba import PASSWORD
+
+    server = samba_server(workdir)
+    extra = {"LEASE_DIR": server.url(name), "SMB_PASSWORD": PASSWORD}
+    return Site(workdir / f"{backend}-{name}", n=3, timing=timing, lease_dir=server.path(name), extra=extra)
+
+
+_samba = []
+
+
+def samba_server(workdir: Path):  # type: ignore[no-untyped-def]
+    """One smbd on loopback for the whole run (tests/samba.py)."""
+    if not _samba:
+        from samba import Samba, available
+
+        why = available()
+        if why:
+            raise SystemExit(f"--backends smb: {why}")
+        _samba.append(Samba(workdir / "samba"))
+        _samba[0].start()
+    return _samba[0]
+
+
+def smb_operations(workdir: Path, renewals: int = 50) -> tuple[float, float, float, float]:
+    """(round trips, requests) of one renewal and of one heartbeat by a leader
+    whose lease dir is on SMB, counted by its `SmbShare`."""
+    from samba import PASSWORD
+
+    from elections.core.decide import Timing
+    from elections.ports.clock import SystemClock
+    from elections.ports.smbshare import SmbShare
+    from elections.ports.smburl import parse_smb_url
+    from elections.ports.store import FileLeaseStore
+    from elections.runtime.elector import Elector
+    from elections.runtime.lease_writes import Identity
+
+    server = samba_server(workdir)
+    server.path("ops").mkdir()
+    share = SmbShare(parse_smb_url(server.url("ops")), PASSWORD, 2.0)
+    clock = SystemClock()
+    store = FileLeaseStore(share, "bench-token-0123456789", "S001", clock, timeout=2.0)
+    me = Identity(node="S001", kmsn="9999-9999-99-99", station="S001", ip="127.0.0.1", port=9530)
+    elector = Elector(store, clock, me, Timing(10, 3, 2, 7))
+    wait_until(lambda: elector.cycle(renewing=False) and elector.is_leader, 10, "the bench elector to lead")
+    elector.heartbeat()
+    trips, reqs = share.round_trips, share.requests
+    for _ in range(renewals):
+        elector.cycle(renewing=True)
+    assert elector.is_leader
+    renew = ((share.round_trips - trips) / renewals, (share.requests - reqs) / renewals)
+    trips, reqs = share.round_trips, share.requests
+    for _ in range(renewals):
+        elector.heartbeat()
+    beat = ((share.round_trips - trips) / renewals, (share.requests - reqs) / renewals)
+    return (*renew, *beat)
+
+
+def run_profile(backend: str, name: str, kills: int, workdir: Path) -> list[float]:
     timing = PROFILES[name]
     renew = float(timing["LEASE_RENEW"])
-    site = Site(workdir / name, n=3, timing=timing)
+    site = make_site(backend, name, workdir, timing)
     gaps: list[float] = []
     try:
         site.start()
@@ -53,7 +117,7 @@ def run_profile(name: str, kills: int, workdir: Path) -> list[float]:
                              "a new leader", every=0.005)  # fmt: skip
             gap = time.monotonic() - killed
             gaps.append(gap)
-            print(f"  {name} kill {i + 1:2d}/{kills}: {rec.node} epoch {rec.epoch} -> "
+            print(f"  {backend} {name} kill {i + 1:2d}/{kills}: {rec.node} epoch {rec.epoch} -> "
                   f"{new.node} epoch {new.epoch} in {gap:5.2f} s", flush=True)  # fmt: skip
             victim.start()  # back to three agents
     finally:
@@ -65,19 +129,36 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kills", type=int, default=20)
     ap.add_argument("--profiles", default="default,fast")
+    ap.add_argument("--backends", default="file", help="file, smb or both (file,smb), in the same run")
     args = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the sites and smbd on the way out
     results = {}
+    ops = None
     with tempfile.TemporaryDirectory(prefix="stk-bench-") as tmp:
-        for name in args.profiles.split(","):
-            t = PROFILES[name]
-            print(f"profile {name}: TTL {t['LEASE_TTL']} renew {t['LEASE_RENEW']} poll {t['LEASE_POLL']} "
-                  f"deadline {t['RENEW_DEADLINE']}, {args.kills} kills", flush=True)  # fmt: skip
-            results[name] = run_profile(name, args.kills, Path(tmp))
+        try:
+            for backend in args.backends.split(","):
+                for name in args.profiles.split(","):
+                    t = PROFILES[name]
+                    print(f"{backend} profile {name}: TTL {t['LEASE_TTL']} renew {t['LEASE_RENEW']} "
+                          f"poll {t['LEASE_POLL']} deadline {t['RENEW_DEADLINE']}, {args.kills} kills",
+                          flush=True)  # fmt: skip
+                    results[(backend, name)] = run_profile(backend, name, args.kills, Path(tmp))
+            if "smb" in args.backends.split(","):
+                ops = smb_operations(Path(tmp))
+        finally:
+            for server in _samba:
+                server.stop()
     print("\nfailover: kill -9 of the leader's process group -> new valid lease (seconds)")
-    for name, gaps in results.items():
+    for (backend, name), gaps in results.items():
         t = PROFILES[name]
-        print(f"  {name:8s} (TTL {t['LEASE_TTL']:>2s}): n={len(gaps)}  p50={statistics.median(gaps):.2f}  "
-              f"p95={pct(gaps, 95):.2f}  max={max(gaps):.2f}  min={min(gaps):.2f}")  # fmt: skip
+        print(f"  {backend:4s} {name:8s} (TTL {t['LEASE_TTL']:>2s}): n={len(gaps)}  "
+              f"p50={statistics.median(gaps):.2f}  p95={pct(gaps, 95):.2f}  max={max(gaps):.2f}  "
+              f"min={min(gaps):.2f}")  # fmt: skip
+    if ops is not None:
+        print(
+            f"SMB operations per renewal: {ops[0]:.1f} round trips ({ops[1]:.1f} requests); "
+            f"per heartbeat: {ops[2]:.1f} round trips ({ops[3]:.1f} requests)"
+        )
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ command -v gcc >/dev/null || need+=(gcc libc6-dev)
 command -v arping >/dev/null || need+=(iputils-arping)
 command -v chromium >/dev/null || need+=(chromium)
 command -v fusermount3 >/dev/null || need+=(fuse3)  # the faulty share of the hung-share tests
+command -v smbd >/dev/null || need+=(samba)  # a real SMB server on loopback for the smb:// tests (tests/samba.py)
 command -v systemd-analyze >/dev/null || need+=(systemd)  # `systemd-analyze verify` of packaging/*.service
 command -v etcd >/dev/null || need+=(etcd-server)  # a real 3-member etcd cluster in the LEASE_STORE=etcd tests
 command -v etcdctl >/dev/null || need+=(etcd-client)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from elections.core.actions import action_config
+from elections.ports.smburl import SmbUrlError, is_smb, parse_smb_url, smb_password
 from stkrelay import config_store, config_web
 
 DEFAULTS: dict[str, str] = {
@@ -52,6 +53,8 @@ DEFAULTS: dict[str, str] = {
     "RELAY_ATTESTS": "1",
     "POOL_KEY": "",  # default: RELAY_TOKEN
     "SHARE_TIMEOUT": "2",
+    "SMB_PASSWORD": "",  # smb:// lease dirs (DESIGN.md §5.3): the password...
+    "SMB_PASSWORD_FILE": "",  # ...or a file holding it (first line)
     "WEB_ALLOWED_HOSTS": "",
     "WEB_TRUSTED_PROXIES": "",
     "WEB_LOGIN_ADDRESS_FAILURES": "20",
@@ -304,7 +307,9 @@ def load(ini_path: str | None = None, env: dict[str, str] | None = None, check_d
     config_store.check_store(cfg, values, bad)
     cfg.lease_dir = values["LEASE_DIR"]
     cfg.data_dir = values["DATA_DIR"] or str(Path.home() / ".stkrelay" / (cfg.node or "agent"))
-    if check_dirs and cfg.lease_store == "file":  # on etcd, nothing of the pool is on a share
+    if is_smb(cfg.lease_dir):
+        _check_smb(values, bad)
+    if check_dirs and cfg.lease_store == "file" and not is_smb(cfg.lease_dir):  # etcd: nothing on a share
         _check_dir(
             cfg.lease_dir,
             "LEASE_DIR",
@@ -354,6 +359,24 @@ def _logs(cfg: Config, values: dict[str, str], bad, number) -> None:  # type: ig
 def _flag(text: str, default: bool) -> bool:
     """An ini boolean: 0/no/false/off are false, any other text true, empty the default."""
     return default if not text else text.lower() not in ("0", "no", "false", "off")
+
+
+def _check_smb(values: dict[str, str], bad) -> None:  # type: ignore[no-untyped-def]
+    """An smb:// LEASE_DIR (E012) and its password (E022), without touching the
+    network: the share is checked by `relayctl doctor` and by the agent itself."""
+    try:
+        url = parse_smb_url(values["LEASE_DIR"])
+    except SmbUrlError as exc:
+        bad("stkrelay.E012", "LEASE_DIR", str(exc), "use smb://[user@]host[:port]/share/folder")
+        return
+    try:
+        password = smb_password(values)
+    except SmbUrlError as exc:
+        bad("stkrelay.E022", "SMB_PASSWORD_FILE", str(exc), "name a file this agent can read")
+        return
+    if url.user and not password:
+        bad("stkrelay.E022", "SMB_PASSWORD", f"is not set for {url.user}@{url.host}",
+            "set SMB_PASSWORD, or SMB_PASSWORD_FILE naming a file that holds it")  # fmt: skip
 
 
 def _check_dir(path: str, key: str, pid: str, bad, hint: str) -> None:  # type: ignore[no-untyped-def]

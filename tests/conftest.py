@@ -28,6 +28,34 @@ def site_factory(tmp_path, request):
 
 
 @pytest.fixture(scope="session")
+def samba_server(tmp_path_factory):
+    """One real smbd on loopback for the session (tests/samba.py); tests that
+    stop, pause or kill their server use `own_samba` instead."""
+    server = _start_samba(tmp_path_factory.mktemp("samba"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def own_samba(tmp_path):
+    """A real smbd of this test's own, stopped at teardown (by pid)."""
+    server = _start_samba(tmp_path / "samba")
+    yield server
+    server.stop()
+
+
+def _start_samba(workdir):  # type: ignore[no-untyped-def]
+    from samba import Samba, available
+
+    why = available()
+    if why:
+        pytest.skip(why)
+    server = Samba(workdir)
+    server.start()
+    return server
+
+
+@pytest.fixture(scope="session")
 def installed(tmp_path_factory):
     """stkrelay from its wheel in a fresh venv (tests/installed.py), built once per session."""
     from installed import install

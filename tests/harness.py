@@ -267,10 +267,14 @@ class Site:
         first_ip: int = 21,
         web_ports: list[int] | None = None,
         extra: dict[str, str] | None = None,
+        lease_dir: Path | None = None,
     ) -> None:
         self.root = root
-        self.lease_dir = root / "share" / "socket"
-        self.lease_dir.mkdir(parents=True)
+        # The pool's folder as this machine sees it (for an smb:// LEASE_DIR in
+        # `extra`: the folder the SMB server serves).
+        self.lease_dir = lease_dir or root / "share" / "socket"
+        self.lease_dir.mkdir(parents=True, exist_ok=True)
+        root.mkdir(parents=True, exist_ok=True)
         self.token = token
         self.agents: list[AgentProc] = []
         relay_port = free_port()

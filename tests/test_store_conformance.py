@@ -1,220 +1,394 @@
-"""The `LeaseStore` contract (elections/ports/store.py), the same tests for every
-backend: the file share and etcd (a real 3-member cluster), with SMB to plug
-in as one more `Backend`.
+"""One suite of the `LeaseStore` contract (elections/ports/store.py), run
+against every backend: a local directory, a real SMB share (Samba on
+loopback, spoken to with smbprotocol, no mount) and etcd (a real 3-member
+cluster on loopback, `LEASE_STORE = etcd`).
 
-A `Backend` opens stores of one pool for several nodes and knows how to do to
-its medium what an outsider can: plant bytes where the lease or a member's
-record belongs, delete the lease, delete everything, make it unreachable.
-Every test below uses only the protocol and those arrangers, so a backend
-passes exactly when it keeps the file store's contract: compare-and-set,
-exclusion of two contenders, epochs never taken twice (also after deletes),
-and forged, replayed, misnamed and oversized records refused as no evidence.
+A backend is a fixture that yields a `Pool`: it makes stores on one pool
+(each as another machine would: its own connection), and it can put raw
+bytes where a record lives, as anyone who can write the share can. The
+records are named as on the share ("lease", "members/S001.json", "members");
+etcd maps them to its keys. The acquisition lock is the share's alone (etcd
+compares revisions in one transaction instead): the lock's tests run on the
+backends that have one (`LOCKING`); every other test runs on all.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import threading
-import time
-import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from harness import signed_lock
 
 from elections.core.lease import LeaseRecord, sign
-from elections.errors import StoreUnavailable
 from elections.ports.clock import FakeClock
-from elections.ports.store import FileLeaseStore, WriteOutcome
+from elections.ports.eventlog import EventTail, JsonlEventSink
+from elections.ports.store import FileLeaseStore, LeaseStore, WriteOutcome
 
-TOKEN = "tok-conformance-0123456789"
-
-
-def rec(node: str = "S001", epoch: int = 1, seq: int = 0, ttl: float = 10, handoff_to: str | None = None):
-    return LeaseRecord(kmsn="K", station=node, ip="127.0.0.1", port=9530, pid=os.getpid(), epoch=epoch,
-                       lease_until="20260615203015", node=node, renew_seq=seq, ttl_s=ttl,
-                       handoff_to=handoff_to)  # fmt: skip
+TOKEN = "tok-0123456789-conformance"
+STALE_S = 2.0
 
 
-def signed_member(doc: dict[str, Any], token: str = TOKEN) -> bytes:
-    return json.dumps({**doc, "sig": sign(doc, token)}).encode()
+@dataclass
+class Pool:
+    name: str
+    store: Callable[..., LeaseStore]  # store(node, clock, token=TOKEN, timeout=5.0): a new client
+    put: Callable[[str, bytes], None]  # put(record, raw): "lease", "lock", "members/S001.json", ...
+    remove: Callable[[str], None]  # remove(record), missing is fine
+    events: Callable[..., tuple[Any, Any]]  # events(node, clock): a sink and a tail
+    event_docs: Callable[[str], list[dict]]  # event_docs(node): the lines the node wrote, as stored
+    plant_events: Callable[[str, list[dict]], None]  # plant_events(node, docs): lines put after its own
 
 
-class Backend:
-    """One pool on one medium, as the tests need it."""
-
-    name = "?"
-
-    def store(self, node: str, token: str = TOKEN) -> Any:
-        raise NotImplementedError
-
-    def plant_lease(self, raw: bytes) -> None:
-        raise NotImplementedError
-
-    def plant_member(self, node: str, raw: bytes) -> None:
-        raise NotImplementedError
-
-    def member_raw(self, node: str) -> bytes:
-        raise NotImplementedError
-
-    def delete_lease(self) -> None:
-        raise NotImplementedError
-
-    def wipe(self) -> None:
-        """Everything of the pool is deleted (lease, counter, members)."""
-        raise NotImplementedError
-
-    def make_unreachable(self) -> None:
-        raise NotImplementedError
+RECORD_FILES = {"lease": "relay_leader.json", "lock": "relay_leader.lock"}
 
 
-class FileBackend(Backend):
-    name = "file"
+def _folder_pool(name: str, folder: Path, where: Callable[[float], object]) -> Pool:
+    """A pool kept in files of `folder` (seen directly), reached through `where(timeout)`."""
 
-    def __init__(self, root: Path) -> None:
-        self.dir = root / "share"
-        self.dir.mkdir()
-        self.clock = FakeClock()
+    def path(record: str) -> Path:
+        return folder / RECORD_FILES.get(record, record)
 
-    def store(self, node: str, token: str = TOKEN) -> FileLeaseStore:
-        return FileLeaseStore(self.dir, token, node, self.clock)
+    def put(record: str, raw: bytes) -> None:
+        path(record).parent.mkdir(exist_ok=True)
+        path(record).write_bytes(raw)
 
-    def plant_lease(self, raw: bytes) -> None:
-        (self.dir / "relay_leader.json").write_bytes(raw)
+    def remove(record: str) -> None:
+        target = path(record)
+        if target.is_dir():
+            for child in target.iterdir():
+                child.unlink()
+            target.rmdir()
+        else:
+            target.unlink(missing_ok=True)
 
-    def plant_member(self, node: str, raw: bytes) -> None:
-        (self.dir / "members").mkdir(exist_ok=True)
-        (self.dir / "members" / f"{node}.json").write_bytes(raw)
+    def store(node: str, clock, token: str = TOKEN, timeout: float = 5.0) -> LeaseStore:  # type: ignore[no-untyped-def]
+        return FileLeaseStore(where(timeout), token, node, clock, lock_stale_s=STALE_S, timeout=timeout)
 
-    def member_raw(self, node: str) -> bytes:
-        return (self.dir / "members" / f"{node}.json").read_bytes()
+    def events(node: str, clock, timeout: float = 5.0):  # type: ignore[no-untyped-def]
+        share = where(timeout)
+        if isinstance(share, Path):
+            sink = JsonlEventSink(share / "events" / f"{node}.jsonl", node, clock, TOKEN)
+            return sink, EventTail(share / "events", key=TOKEN, clock=clock)
+        sink = JsonlEventSink(f"events/{node}.jsonl", node, clock, TOKEN, share.deadline, share=share)
+        return sink, EventTail("events", key=TOKEN, clock=clock, deadline=share.deadline, share=share)
 
-    def delete_lease(self) -> None:
-        (self.dir / "relay_leader.json").unlink(missing_ok=True)
+    def event_docs(node: str) -> list[dict]:
+        raw = path(f"events/{node}.jsonl").read_bytes()
+        return [json.loads(line) for line in raw.decode().splitlines() if line]
 
-    def wipe(self) -> None:
-        shutil.rmtree(self.dir)
-        self.dir.mkdir()
+    def plant_events(node: str, docs: list[dict]) -> None:
+        lines = [*event_docs(node), *docs]
+        put(f"events/{node}.jsonl", "".join(json.dumps(d) + "\n" for d in lines).encode())
 
-    def make_unreachable(self) -> None:
-        shutil.rmtree(self.dir)
-
-
-class EtcdBackend(Backend):
-    name = "etcd"
-
-    def __init__(self, cluster: Any) -> None:
-        from elections.ports.etcd.pool import EtcdPool
-
-        self.cluster = cluster
-        self.prefix = f"/stkrelay-test/{uuid.uuid4().hex[:12]}/"
-        self.pool = EtcdPool([m.url for m in cluster.members], self.prefix, timeout=2.0, fallback=2.0)
-        self.clock = FakeClock()
-        self._stores: list[Any] = []
-
-    def store(self, node: str, token: str = TOKEN) -> Any:
-        from elections.ports.etcd.store import EtcdLeaseStore
-
-        s = EtcdLeaseStore(self.pool, token, node, self.clock)
-        self._stores.append(s)
-        return s
-
-    def _put(self, rel: str, raw: bytes) -> None:
-        from elections.ports.etcd.client import b64
-
-        self.pool.client.call("kv/put", {"key": b64(self.prefix + rel), "value": b64(raw)})
-        self.pool.touched(self.pool.part_of(self.prefix + rel) or "lease")
-
-    def _delete(self, rel: str, prefix: bool = False) -> None:
-        from elections.ports.etcd.client import b64, prefix_end
-
-        body = {"key": b64(self.prefix + rel)}
-        if prefix:
-            body["range_end"] = b64(prefix_end(self.prefix + rel))
-        self.pool.client.call("kv/deleterange", body)
-        for part in ("lease", "members", "events"):
-            self.pool.touched(part)
-
-    def plant_lease(self, raw: bytes) -> None:
-        self._put("pool/leader", raw)
-
-    def plant_member(self, node: str, raw: bytes) -> None:
-        self._put(f"pool/members/{node}", raw)
-
-    def member_raw(self, node: str) -> bytes:
-        kv = self.pool.get(f"pool/members/{node}", 1 << 20)
-        assert kv is not None and kv.value is not None
-        return kv.value
-
-    def delete_lease(self) -> None:
-        self._delete("pool/leader")
-
-    def wipe(self) -> None:
-        self._delete("", prefix=True)
-
-    def make_unreachable(self) -> None:
-        """Stores opened from now on see the pool through members that refuse every connection."""
-        from harness import free_port
-
-        from elections.ports.etcd.pool import EtcdPool
-
-        dead = [f"http://127.0.0.1:{free_port()}" for _ in range(3)]
-        self.pool = EtcdPool(dead, self.prefix, timeout=1.0)
+    return Pool(name, store, put, remove, events, event_docs, plant_events)
 
 
-@pytest.fixture(params=["file", "etcd"])
-def backend(request, tmp_path) -> Backend:
-    if request.param == "file":
-        return FileBackend(tmp_path)
-    return EtcdBackend(request.getfixturevalue("etcd_cluster"))
+@pytest.fixture
+def local_pool(tmp_path):
+    folder = tmp_path / "socket"
+    folder.mkdir()
+    return _folder_pool("local", folder, lambda timeout: folder)
 
 
-def acquire(store: Any, node: str, known: int = 0, expect: str | None = None, seq: int = 1):
-    expect = store.read().revision if expect is None else expect
-    return store.acquire(lambda e: rec(node, e), expect, known, {"node": node, "seq": seq})
+@pytest.fixture
+def smb_pool(samba_server, request):
+    from samba import PASSWORD
+
+    from elections.ports.smbshare import SmbShare
+    from elections.ports.smburl import parse_smb_url
+
+    name = f"conf-{request.node.name[-40:]}".replace("[", "-").replace("]", "")
+    folder = samba_server.path(name)
+    folder.mkdir()
+    url = parse_smb_url(samba_server.url(name))
+    shares: list[SmbShare] = []
+
+    def where(timeout: float) -> SmbShare:
+        shares.append(SmbShare(url, PASSWORD, timeout))  # its own connection: another machine
+        return shares[-1]
+
+    yield _folder_pool("smb", folder, where)
+    for share in shares:
+        share.abort()
 
 
-# -- compare-and-set ---------------------------------------------------------------------
-def test_it_writes_only_over_what_it_read(backend):
-    s1 = backend.store("S001")
-    first = s1.read()
+@pytest.fixture
+def etcd_pool(etcd_cluster):
+    from etcd import unique_prefix
+
+    from elections.ports.etcd.client import b64, prefix_end
+    from elections.ports.etcd.events import EtcdEventSink, EtcdEventTail, event_key
+    from elections.ports.etcd.pool import EtcdPool
+    from elections.ports.etcd.store import EtcdLeaseStore
+
+    prefix = unique_prefix()
+    endpoints = [m.url for m in etcd_cluster.members]
+    pools: dict[float, EtcdPool] = {}
+
+    def place(timeout: float = 5.0) -> EtcdPool:
+        # One client per deadline, shared by this test's stores: what one writes, the others
+        # read at once (a process's stores of one pool share its watch, as an agent's do).
+        if timeout not in pools:
+            pools[timeout] = EtcdPool(endpoints, prefix, timeout, fallback=2.0)
+        return pools[timeout]
+
+    def key(record: str) -> str:
+        if record == "lease":
+            return "pool/leader"
+        if record == "members":
+            return "pool/members/"
+        if record.startswith("members/"):
+            return "pool/members/" + record[len("members/") :].removesuffix(".json")
+        raise KeyError(record)
+
+    def changed() -> None:
+        for p in pools.values():
+            for part in ("lease", "members", "events"):
+                p.touched(part)
+
+    def put(record: str, raw: bytes) -> None:
+        raw = raw[: 1 << 20]  # etcd refuses a request over ~1.5 MiB: the most anyone can plant
+        place().client.call("kv/put", {"key": b64(prefix + key(record)), "value": b64(raw)})
+        changed()
+
+    def remove(record: str) -> None:
+        body = {"key": b64(prefix + key(record))}
+        if record.endswith("s"):  # "members": the whole folder
+            body["range_end"] = b64(prefix_end(prefix + key(record)))
+        place().client.call("kv/deleterange", body)
+        changed()
+
+    def store(node: str, clock, token: str = TOKEN, timeout: float = 5.0):  # type: ignore[no-untyped-def]
+        return EtcdLeaseStore(place(timeout), token, node, clock)
+
+    def events(node: str, clock, timeout: float = 5.0):  # type: ignore[no-untyped-def]
+        return EtcdEventSink(place(timeout), node, clock, TOKEN), EtcdEventTail(
+            place(timeout), TOKEN, clock=clock
+        )
+
+    def event_docs(node: str) -> list[dict]:
+        kvs, _ = place().bounded_range(f"events/{node}/", 1000, 1 << 16, 1 << 24)
+        return [json.loads(kv.value) for kv in kvs]
+
+    def plant_events(node: str, docs: list[dict]) -> None:
+        client = place().client
+        for doc in docs:  # an existing key is written again: a new line where an old one was
+            k = b64(prefix + event_key(node, int(doc["seq"])))
+            client.call("kv/deleterange", {"key": k})
+            client.call("kv/put", {"key": k, "value": b64(json.dumps(doc))})
+        changed()
+
+    return Pool("etcd", store, put, remove, events, event_docs, plant_events)
+
+
+POOLS = {"local": "local_pool", "smb": "smb_pool", "etcd": "etcd_pool"}  # backend -> fixture
+LOCKING = ("local", "smb")  # backends whose writers exclude each other with the share's lock file
+
+
+@pytest.fixture(params=sorted(POOLS))
+def pool(request) -> Pool:
+    return request.getfixturevalue(POOLS[request.param])
+
+
+@pytest.fixture(params=LOCKING)
+def locking_pool(request) -> Pool:
+    return request.getfixturevalue(POOLS[request.param])
+
+
+def rec(node: str = "S001", epoch: int = 1, seq: int = 0) -> LeaseRecord:
+    return LeaseRecord(kmsn="K", station=node, ip="127.0.0.1", port=9530, pid=4242, epoch=epoch,
+                       lease_until="20260615203015", node=node, renew_seq=seq, ttl_s=10)  # fmt: skip
+
+
+def member(node: str, seq: int = 1) -> dict:
+    return {"node": node, "seq": seq, "ip": "127.0.0.1"}
+
+
+# -- compare-and-set --------------------------------------------------------------------------
+def test_a_write_lands_only_over_what_was_read(pool):
+    store = pool.store("S001", FakeClock())
+    first = store.read()
     assert first.status == "missing"
-    assert s1.write(rec(), expect=first.revision) is WriteOutcome.WRITTEN
-    # A second writer that read "missing" earlier loses: the lease changed.
-    assert backend.store("S002").write(rec("S002"), expect=first.revision) is WriteOutcome.CHANGED
-    now = backend.store("S003").read()
-    assert (now.status, now.record.node) == ("valid", "S001")
-    assert s1.write(rec(seq=1), expect=now.revision) is WriteOutcome.WRITTEN
-    assert backend.store("S003").read().record.renew_seq == 1
+    assert store.write(rec(), expect=first.revision) is WriteOutcome.WRITTEN
+    assert store.write(rec("S002"), expect=first.revision) is WriteOutcome.CHANGED
+    now = store.read()
+    assert now.status == "valid" and now.record.node == "S001"
+    renewed = rec(seq=1)
+    assert store.write(renewed, expect=now.revision) is WriteOutcome.WRITTEN
+    assert store.read().record.renew_seq == 1
 
 
-def test_a_fence_is_asked_after_the_compare_and_a_no_writes_nothing(backend):
-    store = backend.store("S001")
-    asked: list[bool] = []
-
-    def fence() -> bool:
-        asked.append(True)
-        return False
-
-    assert store.write(rec(), expect="not-what-is-there", fence=fence) is WriteOutcome.CHANGED
-    assert store.write(rec(), expect=store.read().revision, fence=fence) is WriteOutcome.FENCED
-    assert asked and store.read().status == "missing"
+def test_of_two_writers_that_read_the_same_lease_the_second_loses(pool):
+    clock = FakeClock()
+    a, b = pool.store("S001", clock), pool.store("S002", clock)
+    assert a.write(rec("S001"), expect=a.read().revision) is WriteOutcome.WRITTEN
+    seen_a, seen_b = a.read(), b.read()
+    assert seen_a.revision == seen_b.revision
+    assert a.write(rec("S001", seq=1), expect=seen_a.revision) is WriteOutcome.WRITTEN
+    assert b.write(rec("S002", epoch=2), expect=seen_b.revision) is WriteOutcome.CHANGED
+    assert b.read().record.node == "S001"
 
 
-def test_a_released_record_is_seen_by_the_others_with_its_handoff(backend):
-    s1 = backend.store("S001")
-    outcome, won = acquire(s1, "S001")
+def test_no_write_lands_while_another_store_is_inside_its_write(locking_pool):
+    pool = locking_pool
+    clock = FakeClock()
+    a, b = pool.store("S001", clock), pool.store("S002", clock)
+    read = a.read()
+    inside: list[WriteOutcome] = []
+
+    def fence() -> bool:  # runs under a's exclusion, at its last moment before writing
+        inside.append(b.write(rec("S002"), expect=read.revision))
+        return True
+
+    assert a.write(rec("S001"), expect=read.revision, fence=fence) is WriteOutcome.WRITTEN
+    assert inside and inside[0] is not WriteOutcome.WRITTEN, inside
+    assert b.read().record.node == "S001"
+
+
+def test_a_lock_left_by_a_dead_writer_is_broken_after_its_bound_never_before(locking_pool):
+    pool = locking_pool
+    clock = FakeClock()
+    store = pool.store("S001", clock)
+    pool.put("lock", signed_lock("S009", 1, "dead", TOKEN).encode())
+    read = store.read()
+    assert store.write(rec(), expect=read.revision) is WriteOutcome.BUSY
+    clock.advance(STALE_S - 0.1)
+    assert store.write(rec(), expect=read.revision) is WriteOutcome.BUSY
+    clock.advance(0.2)
+    assert store.write(rec(), expect=read.revision) is WriteOutcome.WRITTEN
+    assert store.read().record.node == "S001"
+
+
+# -- epochs -----------------------------------------------------------------------------------
+def test_two_contenders_never_take_the_same_epoch(pool):
+    """Two stores with a gate each (as two machines have) race for the lease on
+    threads of their own; the lease is deleted now and then while nobody leads."""
+    clock = FakeClock()
+    stores = [pool.store("S001", clock, timeout=5.0), pool.store("S002", clock, timeout=5.01)]
+    won: list[tuple[str, int]] = []
+    lock = threading.Lock()
+    start = threading.Barrier(len(stores))
+
+    def contend(store: FileLeaseStore) -> None:
+        start.wait()
+        for i in range(6):
+            read = store.read()
+            claim = member(store.node, i + 1)
+            outcome, record = store.acquire(
+                lambda e, n=store.node: rec(n, e), read.revision, known_epoch=0, member=claim
+            )
+            if outcome is WriteOutcome.WRITTEN:
+                with lock:
+                    won.append((store.node, record.epoch))
+                if i % 2:
+                    pool.remove("lease")  # lost while nobody leads: the members' claims remain
+
+    threads = [threading.Thread(target=contend, args=(s,)) for s in stores]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    epochs = [e for _, e in won]
+    assert len(won) >= 2, won
+    assert len(epochs) == len(set(epochs)), f"an epoch was taken twice: {won}"
+
+
+def test_epochs_are_never_reused_after_the_lease_and_the_members_are_deleted(pool):
+    clock = FakeClock()
+    a, b = pool.store("S001", clock), pool.store("S002", clock)
+    outcome, first = a.acquire(lambda e: rec("S001", e), "", known_epoch=0, member=member("S001"))
+    assert outcome is WriteOutcome.WRITTEN and first.epoch == 1
+    pool.remove("lease")  # the members' files still carry epoch 1
+    outcome, second = b.acquire(
+        lambda e: rec("S002", e), b.read().revision, known_epoch=0, member=member("S002")
+    )
+    assert outcome is WriteOutcome.WRITTEN and second.epoch == 2
+    pool.remove("lease")
+    pool.remove("members")  # what the pool recorded is gone; what b saw is not
+    outcome, third = b.acquire(
+        lambda e: rec("S002", e), b.read().revision, known_epoch=second.epoch, member=member("S002", 2)
+    )
+    assert outcome is WriteOutcome.WRITTEN and third.epoch == 3
+    assert a.highest_epoch() == 3
+
+
+# -- what anyone who can write the share may leave there (DESIGN.md §5.4) ----------------------
+def test_a_replayed_heartbeat_is_refused_and_the_last_good_one_kept(pool):
+    clock = FakeClock()
+    writer, reader = pool.store("S002", clock), pool.store("S001", clock)
+    writer.write_member(member("S002", seq=3))
+    old = {**member("S002", seq=3)}
+    old["sig"] = sign(old, TOKEN)
+    writer.write_member(member("S002", seq=9))
+    assert reader.read_members()["S002"]["seq"] == 9
+    pool.put("members/S002.json", json.dumps(old).encode())  # a copy taken earlier, put back
+    assert reader.read_members()["S002"]["seq"] == 9
+    assert reader.refusals.counts["replayed"] == 1
+
+
+def test_replayed_and_forged_event_lines_are_refused(pool):
+    clock = FakeClock()
+    sink, tail = pool.events("S001", clock)
+    sink.record("elected", 1, "first")
+    sink.record("renewed", 1, "second")
+    lines = pool.event_docs("S001")
+    assert [e["seq"] for e in tail.new_events()] == [1, 2]
+    forged = {**lines[0], "seq": 7, "kind": "promote"}
+    pool.plant_events("S001", [lines[0], forged])  # an old line again, and one with its signature moved
+    assert tail.new_events() == []
+    assert tail.refusals.counts["replayed"] == 1 and tail.refusals.counts["forged"] == 1
+
+
+def test_a_forged_lease_is_no_evidence_and_is_overwritten(pool):
+    clock = FakeClock()
+    store = pool.store("S001", clock)
+    forged = rec("S666", epoch=99).encode("not-the-pool-key")
+    pool.put("lease", forged)
+    read = store.read()
+    assert read.status == "forged" and read.record is None
+    assert store.write(rec(), expect=read.revision) is WriteOutcome.WRITTEN
+    assert store.read().record.node == "S001"
+    impostor = pool.store("S666", clock, token="not-the-pool-key")
+    impostor.write_member({"node": "S666", "seq": 1, "epoch": 10**6})
+    assert "S666" not in store.read_members()
+    assert store.highest_epoch() < 10**6
+
+
+def test_oversized_records_are_refused_without_reading_them_whole(pool):
+    clock = FakeClock()
+    store = pool.store("S001", clock)
+    pool.put("lease", b"{" + b" " * (4 << 20) + b"}")
+    read = store.read()
+    assert read.status == "corrupt" and read.cause == "too_large"
+    store.write_member(member("S001"))
+    pool.put("members/S002.json", b"[" * (2 << 20))
+    assert set(store.read_members()) == {"S001"}
+    assert store.refusals.counts["too_large"] >= 1
+    assert store.write(rec(), expect=read.revision) is WriteOutcome.WRITTEN  # the next write heals it
+
+
+# -- more of the contract (from the etcd backend's suite, on every backend) --------------------
+def take(store, node: str, known: int = 0, expect: str | None = None, seq: int = 1):  # type: ignore[no-untyped-def]
+    expect = store.read().revision if expect is None else expect
+    return store.acquire(lambda e: rec(node, e), expect, known, member(node, seq))
+
+
+def test_a_released_record_is_seen_by_the_others_with_its_handoff(pool):
+    clock = FakeClock()
+    s1, s2 = pool.store("S001", clock), pool.store("S002", clock)
+    outcome, won = take(s1, "S001")
     assert outcome is WriteOutcome.WRITTEN
-    released = rec("S001", won.epoch, seq=1, ttl=0, handoff_to="S002")
+    released = LeaseRecord(**{**won.to_doc(), "renew_seq": 1, "ttl_s": 0, "handoff_to": "S002"})
     assert s1.write(released, expect=s1.read().revision) is WriteOutcome.WRITTEN
-    seen = backend.store("S002").read()
+    seen = s2.read()
     assert seen.status == "valid" and seen.record.released and seen.record.handoff_to == "S002"
 
 
-# -- elections: exclusion and epochs ------------------------------------------------------
 @pytest.mark.parametrize(
     "case, lease_epoch, member_epoch, known, expected",
     [
@@ -224,88 +398,38 @@ def test_a_released_record_is_seen_by_the_others_with_its_handoff(backend):
         ("an empty pool starts at one", None, None, 0, 1),
     ],
 )
-def test_an_election_takes_one_more_than_the_highest_epoch_known(backend, case, lease_epoch, member_epoch,
-                                                                 known, expected):  # fmt: skip
-    store = backend.store("S001")
+def test_an_election_takes_one_more_than_the_highest_epoch_known(pool, case, lease_epoch, member_epoch, known,
+                                                                 expected):  # fmt: skip
+    clock = FakeClock()
+    store = pool.store("S001", clock)
     if lease_epoch is not None:
-        backend.store("S002").write(rec("S002", lease_epoch), expect=store.read().revision)
+        pool.store("S002", clock).write(rec("S002", lease_epoch), expect=store.read().revision)
     if member_epoch is not None:
-        backend.store("S004").write_member({"node": "S004", "seq": 1, "epoch": member_epoch})
-    outcome, won = acquire(store, "S001", known)
+        pool.store("S004", clock).write_member({"node": "S004", "seq": 1, "epoch": member_epoch})
+    outcome, won = take(store, "S001", known)
     assert (outcome, won.epoch) == (WriteOutcome.WRITTEN, expected)
-    other = backend.store("S005")
+    other = pool.store("S005", clock)
     assert other.read().record.epoch == expected
     assert other.read_members()["S001"]["epoch"] == expected  # the claim is on record
     assert other.highest_epoch() == expected
 
 
-def test_an_election_over_a_changed_lease_loses_and_claims_nothing(backend):
-    s1, s2 = backend.store("S001"), backend.store("S002")
+def test_an_election_over_a_changed_lease_loses_and_claims_nothing(pool):
+    clock = FakeClock()
+    s1, s2 = pool.store("S001", clock), pool.store("S002", clock)
     stale = s1.read().revision
-    assert acquire(s2, "S002", expect=stale)[0] is WriteOutcome.WRITTEN
-    outcome, won = acquire(s1, "S001", expect=stale)
-    assert (outcome, won) == (WriteOutcome.CHANGED, None)
+    assert take(s2, "S002", expect=stale)[0] is WriteOutcome.WRITTEN
+    assert take(s1, "S001", expect=stale) == (WriteOutcome.CHANGED, None)
     assert "S001" not in s1.read_members()
     assert s1.read().record.node == "S002"
 
 
-def test_two_contenders_on_one_read_never_both_win_and_never_share_an_epoch(backend):
-    stores = [backend.store(f"S00{i}") for i in (1, 2)]
-    epochs: list[int] = []
-    for _ in range(6):
-        expect = stores[0].read().revision
-        results: dict[str, Any] = {}
-        barrier = threading.Barrier(2)
-
-        def contend(store: Any, barrier: Any = barrier, expect: str = expect, results: dict = results):
-            barrier.wait()
-            for _ in range(50):  # a busy lock is "try again after a backoff", as the elector does
-                out = acquire(store, store.node, expect=expect)
-                if out[0] is not WriteOutcome.BUSY:
-                    break
-                time.sleep(0.02)
-            results[store.node] = out
-
-        threads = [threading.Thread(target=contend, args=(s,)) for s in stores]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(30)
-        won = [r for r in results.values() if r[0] is WriteOutcome.WRITTEN]
-        assert len(results) == 2 and len(won) == 1, results
-        epochs.append(won[0][1].epoch)
-        backend.clock.advance(3)  # a lock left behind is stale by now on any clock
-    assert epochs == sorted(set(epochs)), epochs
-
-
-def test_epochs_are_never_taken_again_after_the_lease_or_everything_is_deleted(backend):
-    s1, s2 = backend.store("S001"), backend.store("S002")
-    assert acquire(s1, "S001")[1].epoch == 1
-    backend.delete_lease()  # while nobody leads: the claim still counts
-    assert acquire(s2, "S002")[1].epoch == 2
-    backend.delete_lease()
-    assert acquire(s1, "S001")[1].epoch == 3
-    backend.wipe()  # everything: only what the contender remembers is left
-    assert acquire(s2, "S002", known=3)[1].epoch == 4
-    assert backend.store("S003").highest_epoch() == 4
-
-
-def test_a_heartbeat_never_lowers_the_recorded_epoch_or_seq_even_after_a_restart(backend):
-    backend.store("S002").write_member({"node": "S002", "seq": 1_000, "epoch": 8})
-    backend.store("S002").write_member({"node": "S002", "seq": 5, "epoch": 3})  # restarted, knows less
-    doc = backend.store("S001").read_members()["S002"]
+def test_a_heartbeat_never_lowers_the_recorded_epoch_or_seq_even_after_a_restart(pool):
+    clock = FakeClock()
+    pool.store("S002", clock).write_member({"node": "S002", "seq": 1_000, "epoch": 8})
+    pool.store("S002", clock).write_member({"node": "S002", "seq": 5, "epoch": 3})  # restarted, knows less
+    doc = pool.store("S001", clock).read_members()["S002"]
     assert (doc["seq"], doc["epoch"]) == (1_001, 8)
-
-
-# -- what an outsider can leave in the store (DESIGN.md §5.4) --------------------------------
-def test_a_forged_lease_is_no_evidence_and_the_holder_writes_over_it(backend):
-    store = backend.store("S001")
-    backend.plant_lease(rec("S666", 99).encode("another-key"))
-    read = store.read()
-    assert (read.status, read.cause) == ("forged", "forged")
-    assert store.write(rec("S001", 1), expect=read.revision) is WriteOutcome.WRITTEN
-    assert store.read().status == "valid"
-    assert store.highest_epoch() == 1  # the forged epoch counts for nothing
 
 
 @pytest.mark.parametrize(
@@ -314,48 +438,27 @@ def test_a_forged_lease_is_no_evidence_and_the_holder_writes_over_it(backend):
         (b"", "not_json"),
         (b"{not json", "not_json"),
         (b"[" * 10_000, "too_deep"),
-        (b" " * 100_000, "too_large"),
         (json.dumps({"node": "S001"}).encode(), "not_object"),
     ],
+    ids=["empty", "not-json", "deep", "fields-missing"],
 )
-def test_damaged_or_oversized_leases_are_corrupt_and_counted(backend, raw, cause):
-    store = backend.store("S001")
-    backend.plant_lease(raw)
+def test_damaged_leases_are_corrupt_and_counted(pool, raw, cause):
+    store = pool.store("S001", FakeClock())
+    pool.put("lease", raw)
     read = store.read()
     assert (read.status, read.cause) == ("corrupt", cause)
     assert store.refusals.counts.get(cause, 0) >= 1
 
 
-def test_member_records_must_be_signed_name_their_own_node_and_only_move_forward(backend):
-    store = backend.store("S001")
-    backend.store("S002").write_member({"node": "S002", "seq": 5, "epoch": 1})
-    old = backend.member_raw("S002")
-    backend.store("S002").write_member({"node": "S002", "seq": 9, "epoch": 1})
-    assert store.read_members()["S002"]["seq"] == 9
-    backend.plant_member("S002", old)  # a replayed older heartbeat
-    assert store.read_members()["S002"]["seq"] == 9 and store.refusals.counts["replayed"] == 1
-    backend.plant_member("S003", signed_member({"node": "S001", "seq": 99, "epoch": 1}))
-    backend.plant_member("S004", json.dumps({"node": "S004", "seq": 1, "epoch": 10**6}).encode())
-    backend.plant_member("S005", b"[" * 50_000)
-    backend.plant_member("S006", signed_member({"node": "S006", "seq": 1, "epoch": 10**6}, "another-key"))
+def test_member_records_must_be_validly_signed_and_name_their_own_node(pool):
+    clock = FakeClock()
+    store = pool.store("S001", clock)
+    pool.store("S002", clock).write_member({"node": "S002", "seq": 5, "epoch": 1})
+    doc = {"node": "S001", "seq": 99, "epoch": 1}
+    pool.put("members/S003.json", json.dumps({**doc, "sig": sign(doc, TOKEN)}).encode())  # another's name
+    pool.put("members/S004.json", json.dumps({"node": "S004", "seq": 1, "epoch": 10**6}).encode())
+    doc = {"node": "S006", "seq": 1, "epoch": 10**6}
+    pool.put("members/S006.json", json.dumps({**doc, "sig": sign(doc, "another-key")}).encode())
     assert set(store.read_members()) == {"S002"}
     assert {"wrong_node", "unsigned", "forged"} <= set(store.refusals.counts)
-    assert store.refusals.counts.get("too_large", 0) + store.refusals.counts.get("too_deep", 0) >= 1
     assert store.highest_epoch() == 1  # no planted epoch counts
-
-
-def test_an_unreachable_store_raises_store_unavailable(backend):
-    store = backend.store("S001")
-    read = store.read()
-    backend.make_unreachable()
-    store = backend.store("S001")
-    calls: list[Callable[[], Any]] = [
-        store.read,
-        lambda: store.write(rec(), expect=read.revision),
-        lambda: acquire(store, "S001", expect=read.revision),
-        lambda: store.write_member({"node": "S001", "seq": 1, "epoch": 1}),
-        store.highest_epoch,
-    ]
-    for call in calls:
-        with pytest.raises(StoreUnavailable):
-            call()

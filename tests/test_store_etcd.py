@@ -14,7 +14,7 @@ import pytest
 from etcd import unique_prefix
 from harness import wait_until
 
-from elections.core.lease import sign
+from elections.core.lease import LeaseRecord, sign
 from elections.errors import StoreUnavailable
 from elections.ports.clock import FakeClock
 from elections.ports.etcd.client import b64
@@ -27,9 +27,8 @@ TOKEN = "tok-etcd-0123456789"
 
 
 def rec(node="S001", epoch=1, seq=0, ttl=10.0):
-    from test_store_conformance import rec as make
-
-    return make(node, epoch, seq, ttl)
+    return LeaseRecord(kmsn="K", station=node, ip="127.0.0.1", port=9530, pid=4242, epoch=epoch,
+                       lease_until="20260615203015", node=node, renew_seq=seq, ttl_s=ttl)  # fmt: skip
 
 
 @pytest.fixture

@@ -41,7 +41,8 @@ from elections.core.untrusted import (
     load_object,
 )
 from elections.ports.clock import Clock
-from elections.ports.sharefiles import ShareDeadline, append_line, ensure_dir, list_regular, read_regular
+from elections.ports.share import LocalShare, Share, parent_of
+from elections.ports.sharefiles import ShareDeadline, read_regular
 
 log = logging.getLogger("stkrelay.eventlog")
 
@@ -55,9 +56,11 @@ SECURITY = frozenset({UNSIGNED, FORGED, REPLAYED, WRONG_NODE})
 class JsonlEventSink:
     def __init__(
         self, path: str | os.PathLike[str], node: str, clock: Clock, key: str = "",
-        deadline: ShareDeadline | None = None,
+        deadline: ShareDeadline | None = None, share: Share | None = None,
     ) -> None:  # fmt: skip
-        self.path = Path(path)
+        # `path` is a local file, or with `share` the file's path in that share.
+        local = Path(path)
+        self.share, self.rel = (share, str(path)) if share else (LocalShare(local.parent), local.name)
         self.node = node
         self.clock = clock
         self.key = key
@@ -76,7 +79,7 @@ class JsonlEventSink:
     def _record(self, kind: str, epoch: int, reason: str, seq: int | None, extra: dict[str, Any]) -> None:
         with self._lock:
             if self._seq is None:
-                self._seq = _last_seq(self.path, self.key)
+                self._seq = _last_seq(self.share, self.rel, self.key)
             seq = self._seq + 1 if seq is None else seq
             doc = {
                 "node": self.node,
@@ -93,8 +96,8 @@ class JsonlEventSink:
             # Never parents=True: recreating a vanished share's folder would
             # make an empty lease dir appear where the real one was. A link in
             # place of events/ is moved aside: nothing is written through it.
-            ensure_dir(self.path.parent)
-            append_line(self.path, line.encode())
+            self.share.ensure_dir(parent_of(self.rel))
+            self.share.append_line(self.rel, line.encode())
             self._seq = seq
 
 
@@ -115,11 +118,11 @@ def read_events(path: str | os.PathLike[str], max_bytes: int = 64 << 20) -> list
     return out
 
 
-def _last_seq(path: Path, key: str) -> int:
+def _last_seq(share: Share, rel: str, key: str) -> int:
     """The highest seq among this writer's own valid lines near the end of its file."""
     try:
-        size = path.stat().st_size
-        data = read_regular(path, TAIL_FOR_SEQ, offset=max(0, size - TAIL_FOR_SEQ), chunk=True) or b""
+        size = share.size(rel) or 0
+        data = share.read(rel, TAIL_FOR_SEQ, offset=max(0, size - TAIL_FOR_SEQ), chunk=True) or b""
     except (OSError, Untrusted):
         return 0
     best = 0
@@ -144,8 +147,10 @@ class EventTail:
         refusals: Refusals | None = None,
         clock: Clock | None = None,
         deadline: ShareDeadline | None = None,
+        share: Share | None = None,
     ) -> None:
-        self.dir = Path(events_dir)
+        # `events_dir` is a local folder, or with `share` the folder's path in that share.
+        self.share, self.folder = (share, str(events_dir)) if share else (LocalShare(events_dir), "")
         self.clock = clock
         self.deadline = deadline
         self.key = key
@@ -199,7 +204,7 @@ class EventTail:
         out: list[dict[str, Any]] = []
         self.backlog = False
         try:  # one directory listing; files whose size did not move are not opened
-            sizes, refused = list_regular(self.dir, ".jsonl", MAX_FILES)
+            sizes, refused = self.share.listing(self.folder, ".jsonl", MAX_FILES)
         except OSError:
             return out
         for exc in refused:
@@ -221,7 +226,8 @@ class EventTail:
                 self._cursor = first + i
                 break
             try:
-                data = read_regular(self.dir / name, want, offset=start, chunk=True) or b""
+                rel = f"{self.folder}/{name}" if self.folder else name
+                data = self.share.read(rel, want, offset=start, chunk=True) or b""
             except (OSError, Untrusted) as exc:
                 if isinstance(exc, Untrusted):
                     self._refuse(name, exc)

@@ -1,6 +1,7 @@
 """The share's acquisition lock, `relay_leader.lock` (DESIGN.md §5.1, §5.4).
 
-Created with `O_CREAT|O_EXCL` (never through a link); the creator holds it.
+Created exclusively through the share (`Share.create_exclusive`: `O_CREAT|O_EXCL`
+never through a link, or SMB FILE_CREATE); the creator holds it.
 Its content — node, pid, nonce — is signed with the pool key:
 
 - a lock that is not validly signed is broken at once: anyone who can write
@@ -28,28 +29,28 @@ import os
 import secrets
 from collections import OrderedDict
 from collections.abc import Callable
-from pathlib import Path
 
 from elections.core.lease import revision_of, sign, signature_ok
 from elections.core.untrusted import FORGED, LOCK, NOT_OBJECT, UNSIGNED, Limits, Untrusted, load_object
 from elections.errors import StoreUnavailable
 from elections.ports.clock import Clock
-from elections.ports.host import pid_alive, unlink_quietly
-from elections.ports.sharefiles import quarantine
+from elections.ports.host import pid_alive
+from elections.ports.share import Share
 
 log = logging.getLogger("stkrelay.store")
 
 FIRST_SEEN_KEPT = 256  # lock contents remembered with the time first seen
 PRESENCE_FACTOR = 5  # a lock seen at every look for 5 x stale_s is stale, whatever its content
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
 class ShareLock:
     def __init__(
-        self, path: Path, key: str, node: str, clock: Clock, stale_s: float,
-        read_raw: Callable[[Path, Limits], bytes | None], refuse: Callable[[str, Untrusted], None],
+        self, share: Share, name: str, key: str, node: str, clock: Clock, stale_s: float,
+        read_raw: Callable[[str, Limits], bytes | None], refuse: Callable[[str, Untrusted], None],
     ) -> None:  # fmt: skip
-        self.path = path
+        self.share = share
+        self.name = name  # the lock's path in the share
+        self.where = f"{name} in {share.where}"
         self.key = key
         self.node = node
         self.clock = clock
@@ -64,19 +65,12 @@ class ShareLock:
         doc = {"node": self.node, "pid": os.getpid(), "nonce": secrets.token_hex(8)}
         body = json.dumps({**doc, "sig": sign(doc, self.key)}).encode()
         try:
-            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | _NOFOLLOW, 0o644)
+            self.share.create_exclusive(self.name, body)  # a failed write leaves no empty lock behind
         except FileExistsError:
             # Broke a stale lock: race for it at once, like everyone else.
             return retry and self._maybe_break() and self.acquire(retry=False)
         except OSError as exc:
-            raise StoreUnavailable(f"cannot create {self.path}: {exc.strerror}") from exc
-        try:
-            os.write(fd, body)
-        except OSError as exc:  # the share is full, or failing: leave no empty lock behind
-            os.close(fd)
-            unlink_quietly(self.path)
-            raise StoreUnavailable(f"cannot write {self.path}: {exc.strerror or exc}") from exc
-        os.close(fd)
+            raise StoreUnavailable(f"cannot create {self.where}: {exc.strerror or exc}") from exc
         self._my_lock = body
         self._present_since = None
         return True
@@ -84,10 +78,10 @@ class ShareLock:
     def release(self) -> None:
         mine, self._my_lock = self._my_lock, None
         try:
-            if self.read_raw(self.path, LOCK) == mine:
-                os.unlink(self.path)
+            if self.read_raw(self.name, LOCK) == mine:
+                self.share.unlink(self.name)
             else:
-                log.warning("our lock %s was broken by another process", self.path)
+                log.warning("our lock %s was broken by another process", self.where)
         except (OSError, StoreUnavailable, Untrusted):
             pass
 
@@ -106,9 +100,9 @@ class ShareLock:
     def _content(self) -> tuple[bytes | None, tuple[str, int] | None, str]:
         """(content, owner if validly signed, why it is not)."""
         try:
-            content = self.read_raw(self.path, LOCK)
+            content = self.read_raw(self.name, LOCK)
         except Untrusted as exc:
-            self.refuse(self.path.name, exc)
+            self.refuse(self.name, exc)
             return b"untrusted", None, exc.detail
         if content is None:
             return None, None, ""
@@ -118,10 +112,10 @@ class ShareLock:
                 raise Untrusted(UNSIGNED if "sig" not in doc else FORGED, "lock is not validly signed")
             return content, (str(doc["node"]), int(doc["pid"])), ""
         except Untrusted as exc:
-            self.refuse(self.path.name, exc)
+            self.refuse(self.name, exc)
             return content, None, exc.detail
         except (KeyError, TypeError, ValueError):
-            self.refuse(self.path.name, Untrusted(NOT_OBJECT, "lock has no node and pid"))
+            self.refuse(self.name, Untrusted(NOT_OBJECT, "lock has no node and pid"))
             return content, None, "lock has no node and pid"
 
     def _maybe_break(self) -> bool:
@@ -146,15 +140,15 @@ class ShareLock:
         age = max(self._aged(content), (now - self._present_since) / PRESENCE_FACTOR)
         if owner is not None and not dead_here and age < self.stale_s:
             return False
-        marker = self.path.with_name(f"{self.path.name}.break-{revision_of(content)[:16]}")
+        marker = f"{self.name}.break-{revision_of(content)[:16]}"
         for _ in range(2):
             try:
-                os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY | _NOFOLLOW, 0o644))
+                self.share.create_exclusive(marker, b"")
                 break
             except FileExistsError:
-                if self._aged(b"marker:" + marker.name.encode()) < self.stale_s:
+                if self._aged(b"marker:" + marker.rsplit("/", 1)[-1].encode()) < self.stale_s:
                     return False  # someone else is breaking it right now
-                unlink_quietly(marker)  # its breaker died
+                self._unlink_quietly(marker)  # its breaker died
             except OSError:
                 return False
         else:
@@ -163,19 +157,25 @@ class ShareLock:
             if self._content()[0] != content:
                 return False
             try:
-                os.unlink(self.path)
+                self.share.unlink(self.name)
             except (IsADirectoryError, PermissionError):  # a directory, or planted so it cannot be removed
-                quarantine(self.path)
+                self.share.quarantine(self.name)
             self._present_since = None
             if owner is None:
                 why = f"not validly signed: {bad}"
             else:
                 why = f"its pid {owner[1]} is dead" if dead_here else f"unchanged for {age:.1f} s"
             log.warning(
-                "broke stale lock %s (%s): %s", self.path, content[:200].decode(errors="replace"), why
+                "broke stale lock %s (%s): %s", self.where, content[:200].decode(errors="replace"), why
             )
             return True
         except (OSError, StoreUnavailable):
             return False
         finally:
-            unlink_quietly(marker)
+            self._unlink_quietly(marker)
+
+    def _unlink_quietly(self, rel: str) -> None:
+        try:
+            self.share.unlink(rel)
+        except OSError:
+            pass

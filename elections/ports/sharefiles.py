@@ -33,7 +33,7 @@ import secrets
 import stat
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from pathlib import Path
 from typing import TypeVar
@@ -42,7 +42,8 @@ from elections.core.untrusted import NOT_A_FILE, TOO_LARGE, TOO_MANY, UNREADABLE
 from elections.errors import StoreUnavailable
 
 T = TypeVar("T")
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+E = TypeVar("E")
+_NOFOLLOW = NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 DEFAULT_TIMEOUT = 2.0
@@ -137,39 +138,51 @@ def safe_name(name: str) -> str:
     return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")[:120]
 
 
-def list_regular(folder: Path, suffix: str, limit: int) -> tuple[dict[str, int], list[Untrusted]]:
-    """{name: size} of the regular files in `folder` named `<node id><suffix>`
-    (at most `limit`, by name), and what was refused (links, FIFOs, odd names,
-    too many entries). At most `MAX_SCAN` entries are looked at."""
-    if folder.is_symlink():
-        return {}, [Untrusted(NOT_A_FILE, f"{folder.name}/ is a link")]
+def pick_node_files(
+    label: str, entries: Iterable[tuple[str, E]], is_regular: Callable[[E], bool], suffix: str, limit: int
+) -> tuple[dict[str, E], list[Untrusted]]:
+    """Of a folder's listing (`label` names the folder), the regular files named
+    `<node id><suffix>` (at most `limit`, by name), and what was refused (links,
+    FIFOs, odd names, too many entries). At most `MAX_SCAN` entries are looked
+    at. The rule of every share's listing, local or remote."""
     refused: list[Untrusted] = []
 
     def refuse(exc: Untrusted) -> None:
         if len(refused) < MAX_REFUSED:
             refused.append(exc)
 
-    regular: dict[str, os.DirEntry[str]] = {}
-    with os.scandir(folder) as it:
-        for n, entry in enumerate(it):
-            if n >= MAX_SCAN:
-                refuse(Untrusted(TOO_MANY, f"{folder.name}/ holds more than {MAX_SCAN} entries"))
-                break
-            name = entry.name
-            if name.startswith(".") or not name.endswith(suffix):
-                continue
-            if not NODE_FILE.fullmatch(name[: -len(suffix)]):
-                refuse(Untrusted(NOT_A_FILE, f"{folder.name}/{safe_name(name)} is not named after a node"))
-            elif not entry.is_file(follow_symlinks=False):  # d_type: no extra round trip to the server
-                refuse(Untrusted(NOT_A_FILE, f"{folder.name}/{name} is not a regular file"))
-            else:
-                regular[name] = entry
+    regular: dict[str, E] = {}
+    for n, (name, entry) in enumerate(entries):
+        if n >= MAX_SCAN:
+            refuse(Untrusted(TOO_MANY, f"{label}/ holds more than {MAX_SCAN} entries"))
+            break
+        if name.startswith(".") or not name.endswith(suffix):
+            continue
+        if not NODE_FILE.fullmatch(name[: -len(suffix)]):
+            refuse(Untrusted(NOT_A_FILE, f"{label}/{safe_name(name)} is not named after a node"))
+        elif not is_regular(entry):
+            refuse(Untrusted(NOT_A_FILE, f"{label}/{name} is not a regular file"))
+        else:
+            regular[name] = entry
     if len(regular) > limit:
-        refuse(Untrusted(TOO_MANY, f"{folder.name}/ holds more than {limit} files"))
+        refuse(Untrusted(TOO_MANY, f"{label}/ holds more than {limit} files"))
+    return {name: regular[name] for name in sorted(regular)[:limit]}, refused
+
+
+def list_regular(folder: Path, suffix: str, limit: int) -> tuple[dict[str, int], list[Untrusted]]:
+    """{name: size} of the regular files in `folder` named `<node id><suffix>`
+    (`pick_node_files`), and what was refused."""
+    if folder.is_symlink():
+        return {}, [Untrusted(NOT_A_FILE, f"{folder.name}/ is a link")]
+    with os.scandir(folder) as it:
+        # d_type: no extra round trip to the server per entry
+        picked, refused = pick_node_files(
+            folder.name, ((e.name, e) for e in it), lambda e: e.is_file(follow_symlinks=False), suffix, limit
+        )
     found: dict[str, int] = {}
-    for name in sorted(regular)[:limit]:
+    for name, entry in picked.items():
         try:
-            found[name] = regular[name].stat(follow_symlinks=False).st_size
+            found[name] = entry.stat(follow_symlinks=False).st_size
         except OSError:
             continue
     return found, refused
@@ -214,6 +227,17 @@ class ShareDeadline:
         self._queue: list[tuple[Callable[[], object], Future[object]]] = []
         self._wake = threading.Condition(self._lock)
         self._thread: threading.Thread | None = None
+        # Called (from the caller's thread) when an operation outlives the timeout:
+        # a remote share drops its connection there, so the hung call fails and
+        # the next one reconnects instead of queueing behind it for good.
+        self.on_hang: list[Callable[[], None]] = []
+
+    def _hung(self) -> None:
+        for hook in list(self.on_hang):
+            try:
+                hook()
+            except Exception:  # a hook must never turn a timeout into a crash
+                pass
 
     def _ensure_thread(self) -> None:
         if self._thread is None or not self._thread.is_alive():
@@ -246,6 +270,7 @@ class ShareDeadline:
         with self._wake:
             since = self._busy_since
             if since is not None and time.monotonic() - since > self.timeout:
+                self._hung()
                 raise StoreUnavailable(
                     f"share not answering: an operation has been hung for {time.monotonic() - since:.1f} s"
                 )
@@ -256,6 +281,7 @@ class ShareDeadline:
             return future.result(self.timeout)  # type: ignore[return-value]
         except TimeoutError:
             future.cancel()
+            self._hung()
             raise StoreUnavailable(f"share did not answer within {self.timeout:g} s") from None
 
 
@@ -265,9 +291,12 @@ _deadlines_lock = threading.Lock()
 
 def deadline_for(share: str | os.PathLike[str], timeout: float = DEFAULT_TIMEOUT) -> ShareDeadline:
     """The one `ShareDeadline` of this process for a share (all its users queue on it)."""
-    key = (os.path.abspath(share), timeout)  # no I/O: the share may be hung
+    where = os.fspath(share)
+    remote = "://" in where  # smb://host/share/path: one gate per URL
+    key = (where if remote else os.path.abspath(where), timeout)  # no I/O: the share may be hung
     with _deadlines_lock:
         gate = _deadlines.get(key)
         if gate is None:
-            gate = _deadlines[key] = ShareDeadline(timeout, name=Path(share).name or "share")
+            name = where.rstrip("/").rsplit("/", 1)[-1] if remote else Path(where).name
+            gate = _deadlines[key] = ShareDeadline(timeout, name=name or "share")
         return gate

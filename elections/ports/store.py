@@ -37,7 +37,6 @@ import json
 import logging
 import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from elections.core.evidence import Refusals
@@ -57,15 +56,8 @@ from elections.core.untrusted import (
 from elections.errors import StoreUnavailable
 from elections.ports.clock import Clock
 from elections.ports.filelock import ShareLock
-from elections.ports.host import write_atomic
-from elections.ports.sharefiles import (
-    DEFAULT_TIMEOUT,
-    deadline_for,
-    ensure_dir,
-    list_regular,
-    quarantine,
-    read_regular,
-)
+from elections.ports.share import LocalShare, Share, share_of
+from elections.ports.sharefiles import DEFAULT_TIMEOUT
 
 log = logging.getLogger("stkrelay.store")
 
@@ -112,7 +104,7 @@ class LeaseStore(Protocol):
 class FileLeaseStore:
     def __init__(
         self,
-        lease_dir: str | os.PathLike[str],
+        lease_dir: str | os.PathLike[str] | Share,
         token: str,
         node: str,
         clock: Clock,
@@ -120,21 +112,22 @@ class FileLeaseStore:
         timeout: float = DEFAULT_TIMEOUT,
         refusals: Refusals | None = None,
     ) -> None:
-        self.dir = Path(lease_dir)
+        self.share = share_of(lease_dir, timeout)  # a path is a local (or mounted) directory
+        self.dir = self.share.root if isinstance(self.share, LocalShare) else None
         self.token = token  # the pool key: signs and verifies every record
         self.node = node
         self.clock = clock
         self.lock_stale_s = lock_stale_s
-        self.lease_path = self.dir / LEASE_NAME
-        self.lock_path = self.dir / LOCK_NAME
-        self.deadline = deadline_for(self.dir, timeout)
+        self.deadline = self.share.deadline
         self.refusals = refusals if refusals is not None else Refusals()
-        self.lock = ShareLock(self.lock_path, token, node, clock, lock_stale_s, self._read_raw, self.refuse)
+        self.lock = ShareLock(
+            self.share, LOCK_NAME, token, node, clock, lock_stale_s, self._read_raw, self.refuse
+        )
         self._member_seq: dict[str, int] = {}  # node -> highest heartbeat seq accepted
         self._member_doc: dict[str, dict[str, Any]] = {}  # node -> that heartbeat
 
     def describe(self) -> str:
-        return f"file:{self.dir}"
+        return f"file:{self.share.where}"
 
     def _run(self, fn: Callable[[], T]) -> T:
         """One public operation: on the share's deadline thread, and whatever the
@@ -144,7 +137,7 @@ class FileLeaseStore:
             try:
                 return fn()
             except OSError as exc:
-                raise StoreUnavailable(f"share error in {self.dir}: {exc.strerror or exc}") from exc
+                raise StoreUnavailable(f"share error in {self.share.where}: {exc.strerror or exc}") from exc
 
         return self.deadline.run(guarded)
 
@@ -154,23 +147,24 @@ class FileLeaseStore:
         if self.refusals.note(source, exc.cause, exc.detail, at, self.clock.monotonic()) and log_it:
             level = logging.ERROR if exc.cause in SECURITY_CAUSES else logging.WARNING
             prefix = "SECURITY: " if exc.cause in SECURITY_CAUSES else ""
-            log.log(level, "%signoring %s in %s: %s (%s)", prefix, source, self.dir, exc.detail, exc.cause)
+            where = self.share.where
+            log.log(level, "%signoring %s in %s: %s (%s)", prefix, source, where, exc.detail, exc.cause)
 
     # -- reading -------------------------------------------------------------
-    def _read_raw(self, path: Path, limits: Limits) -> bytes | None:
+    def _read_raw(self, rel: str, limits: Limits) -> bytes | None:
         """The file's bytes, None if there is none; `Untrusted` for a link, a
         FIFO, a directory or an oversized file."""
         try:
-            raw = read_regular(path, limits.max_bytes)
+            raw = self.share.read(rel, limits.max_bytes)
         except OSError as exc:
-            raise StoreUnavailable(f"cannot read {path}: {exc.strerror or exc}") from exc
-        if raw is None and not self.dir.is_dir():
-            raise StoreUnavailable(f"lease dir {self.dir} is gone")
+            raise StoreUnavailable(f"cannot read {rel} in {self.share.where}: {exc.strerror or exc}") from exc
+        if raw is None and not self.share.exists():
+            raise StoreUnavailable(f"lease dir {self.share.where} is gone")
         return raw
 
     def _read_lease(self) -> LeaseRead:
         try:
-            raw = self._read_raw(self.lease_path, LEASE)
+            raw = self._read_raw(LEASE_NAME, LEASE)
         except Untrusted as exc:
             self.refuse(LEASE_NAME, exc, log_it=False)  # counted like any other refused lease
             return LeaseRead("corrupt", detail=exc.detail, revision=f"untrusted:{exc.cause}", cause=exc.cause)
@@ -184,27 +178,25 @@ class FileLeaseStore:
 
     def _lease_revision(self) -> str:
         try:
-            return revision_of(self._read_raw(self.lease_path, LEASE))
+            return revision_of(self._read_raw(LEASE_NAME, LEASE))
         except Untrusted as exc:
             return f"untrusted:{exc.cause}"
 
     # -- writing -------------------------------------------------------------
-    def _replace(self, path: Path, data: bytes) -> None:
+    def _replace(self, rel: str, data: bytes) -> None:
         """Atomically, for readers on other machines. Something planted where the
         file belongs (a directory, a link's target we may not replace) is moved
         aside first, so it cannot stop this write for good."""
         for attempt in range(2):
             try:
-                write_atomic(path, data, durable=True, tag=self.node)
+                self.share.replace(rel, data, tag=self.node)
                 return
             except OSError as exc:
-                planted = path.is_symlink() or (path.exists() and not path.is_file())
-                if attempt or not planted:
-                    raise StoreUnavailable(f"cannot write {path}: {exc.strerror or exc}") from exc
-                self.refuse(
-                    str(path.relative_to(self.dir)), Untrusted(NOT_A_FILE, f"{path.name} was not a file")
-                )
-                quarantine(path)
+                if attempt or not self.share.planted(rel):
+                    where = f"{rel} in {self.share.where}"
+                    raise StoreUnavailable(f"cannot write {where}: {exc.strerror or exc}") from exc
+                self.refuse(rel, Untrusted(NOT_A_FILE, f"{rel.rsplit('/', 1)[-1]} was not a file"))
+                self.share.quarantine(rel)
 
     def _write(self, record: LeaseRecord, expect: str, fence: Callable[[], bool] | None) -> WriteOutcome:
         if not self.lock.acquire():
@@ -214,7 +206,7 @@ class FileLeaseStore:
                 return WriteOutcome.CHANGED
             if fence is not None and not fence():
                 return WriteOutcome.FENCED
-            self._replace(self.lease_path, record.encode(self.token))
+            self._replace(LEASE_NAME, record.encode(self.token))
             return WriteOutcome.WRITTEN
         finally:
             self.lock.release()
@@ -234,7 +226,7 @@ class FileLeaseStore:
                 return WriteOutcome.CHANGED, None
             record = make(max(known_epoch, self._highest_epoch()) + 1)
             self._write_member(dict(member, epoch=record.epoch))  # the claim, before the lease
-            self._replace(self.lease_path, record.encode(self.token))
+            self._replace(LEASE_NAME, record.encode(self.token))
             return WriteOutcome.WRITTEN, record
         finally:
             self.lock.release()
@@ -249,23 +241,23 @@ class FileLeaseStore:
         return self._run(lambda: self._acquire(make, expect, known_epoch, member))
 
     # -- members' heartbeats ---------------------------------------------------
-    def _own_member(self, path: Path) -> dict[str, Any]:
+    def _own_member(self, rel: str) -> dict[str, Any]:
         """This node's own last heartbeat, if validly signed (else {})."""
         try:
-            doc = load_object(self._read_raw(path, MEMBER) or b"{}", MEMBER, path.name)
+            doc = load_object(self._read_raw(rel, MEMBER) or b"{}", MEMBER, rel)
         except Untrusted:
             return {}
         return doc if signature_ok(doc, self.token) else {}
 
     def _write_member(self, doc: dict[str, Any]) -> None:
-        members = self.dir / MEMBERS_DIR
         try:
-            planted = ensure_dir(members)
+            planted = self.share.ensure_dir(MEMBERS_DIR)
         except OSError as exc:
-            raise StoreUnavailable(f"cannot create {members}: {exc.strerror}") from exc
+            where = f"{MEMBERS_DIR}/ in {self.share.where}"
+            raise StoreUnavailable(f"cannot create {where}: {exc.strerror or exc}") from exc
         if planted is not None:
             self.refuse(f"{MEMBERS_DIR}/", planted)
-        path = members / f"{doc['node']}.json"
+        path = f"{MEMBERS_DIR}/{doc['node']}.json"
         mine = self._own_member(path)
         if _int(mine.get("epoch")) > _int(doc.get("epoch")):
             doc = dict(doc, epoch=_int(mine.get("epoch")))
@@ -278,10 +270,11 @@ class FileLeaseStore:
         """Write this member's heartbeat; never lowers its epoch or its seq."""
         self._run(lambda: self._write_member(doc))
 
-    def _member(self, folder: Path, name: str) -> dict[str, Any] | None:
+    def _member(self, name: str) -> dict[str, Any] | None:
         node = name[: -len(".json")]
         try:
-            doc = load_object(self._read_raw(folder / name, MEMBER) or b"", MEMBER, f"{MEMBERS_DIR}/{name}")
+            rel = f"{MEMBERS_DIR}/{name}"
+            doc = load_object(self._read_raw(rel, MEMBER) or b"", MEMBER, rel)
             if not signature_ok(doc, self.token):
                 raise Untrusted(UNSIGNED if "sig" not in doc else FORGED, f"{name} is not validly signed")
             if doc.get("node") != node:
@@ -296,18 +289,18 @@ class FileLeaseStore:
         return doc
 
     def _read_members(self) -> dict[str, dict[str, Any]]:
-        folder = self.dir / MEMBERS_DIR
         try:
-            names, refused = list_regular(folder, ".json", MAX_MEMBERS)
+            names, refused = self.share.listing(MEMBERS_DIR, ".json", MAX_MEMBERS)
         except FileNotFoundError:
             return {}
         except OSError as exc:
-            raise StoreUnavailable(f"cannot list {folder}: {exc.strerror}") from exc
+            where = f"{MEMBERS_DIR}/ in {self.share.where}"
+            raise StoreUnavailable(f"cannot list {where}: {exc.strerror or exc}") from exc
         for exc in refused:
             self.refuse(f"{MEMBERS_DIR}/", exc)
         out = {}
         for name in names:
-            doc = self._member(folder, name)
+            doc = self._member(name)
             if doc is not None:
                 out[name[: -len(".json")]] = doc
         return out

@@ -5,7 +5,10 @@ A pool is found by its `PoolPlace`: the KMSN, the location (`LEASE_DIR`), the
 key that signs its records (`POOL_KEY`), the deadline of every operation
 (`SHARE_TIMEOUT`), the backend and that backend's own settings. Backends:
 
-- `file`: `LEASE_DIR` is a directory (a mounted share, §5.1).
+- `file`: `LEASE_DIR` is a directory (a mounted share, §5.1), or an
+  `smb://[user@]host[:port]/share/path` spoken to without a mount (§5.3,
+  `SMB_PASSWORD`/`SMB_PASSWORD_FILE`): the same files and rules over a
+  `Share` (`share.LocalShare`, `smbshare.SmbShare`).
 - `etcd`: the keys under `ETCD_PREFIX` on the members of `ETCD_ENDPOINTS`
   (§5.2, `elections.ports.etcd`); `ETCD_CA`/`ETCD_CERT`/`ETCD_KEY` for TLS.
 
@@ -24,7 +27,9 @@ from typing import Any, Protocol
 from elections.core.evidence import Refusals
 from elections.ports.clock import Clock
 from elections.ports.eventlog import EventTail, JsonlEventSink
+from elections.ports.share import Share
 from elections.ports.sharefiles import DEFAULT_TIMEOUT, deadline_for
+from elections.ports.smburl import is_smb, parse_smb_url, smb_password
 from elections.ports.store import FileLeaseStore, LeaseStore
 
 FILE = "file"
@@ -69,6 +74,23 @@ class PoolPlace:
             return _etcd_pool(self).describe()
         return f"{self.backend}:{self.lease_dir}"
 
+    @property
+    def remote(self) -> bool:
+        """True when the lease dir is reached over SMB, not as a local path."""
+        return is_smb(self.lease_dir)
+
+
+def open_share(place: PoolPlace) -> Share:
+    """The pool's folder as a `Share`: SMB for an smb:// lease dir (one
+    connection per process and folder), else the local directory."""
+    if place.remote:
+        from elections.ports.smbshare import smb_share  # smbprotocol only for pools that use it
+
+        return smb_share(parse_smb_url(place.lease_dir), smb_password(dict(place.options)), place.timeout)
+    from elections.ports.share import LocalShare
+
+    return LocalShare(place.lease_dir, place.timeout)
+
 
 def _etcd_pool(place: PoolPlace) -> Any:
     """The process's one `EtcdPool` for this place (client, watch, key layout)."""
@@ -107,8 +129,9 @@ def open_store(
 ) -> LeaseStore:
     """The pool's lease store, as seen by `node`."""
     if place.backend == FILE:
+        where = open_share(place) if place.remote else place.lease_dir
         return FileLeaseStore(
-            place.lease_dir, place.key, node, clock, lock_stale_s=lock_stale_s, timeout=place.timeout,
+            where, place.key, node, clock, lock_stale_s=lock_stale_s, timeout=place.timeout,
             refusals=refusals,
         )  # fmt: skip
     if place.backend == ETCD:
@@ -120,6 +143,10 @@ def open_store(
 
 def open_event_sink(place: PoolPlace, node: str, clock: Clock) -> EventSink:
     """Where `node` appends its signed events in the pool."""
+    if place.backend == FILE and place.remote:
+        share = open_share(place)
+        rel = f"{EVENTS_DIR}/{node}.jsonl"
+        return JsonlEventSink(rel, node, clock, place.key, share.deadline, share=share)
     if place.backend == FILE:
         path = Path(place.lease_dir) / EVENTS_DIR / f"{node}.jsonl"
         return JsonlEventSink(path, node, clock, place.key, deadline_for(place.lease_dir, place.timeout))
@@ -132,6 +159,11 @@ def open_event_sink(place: PoolPlace, node: str, clock: Clock) -> EventSink:
 
 def open_event_tail(place: PoolPlace, clock: Clock, refusals: Refusals | None = None) -> EventReader:
     """A reader of every member's new, verified events in the pool."""
+    if place.backend == FILE and place.remote:
+        share = open_share(place)
+        return EventTail(
+            EVENTS_DIR, key=place.key, refusals=refusals, clock=clock, deadline=share.deadline, share=share
+        )
     if place.backend == FILE:
         return EventTail(
             Path(place.lease_dir) / EVENTS_DIR, key=place.key, refusals=refusals, clock=clock,

@@ -23,7 +23,6 @@ import json
 import os
 import socket
 import time
-from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
@@ -137,7 +136,8 @@ class Command(BaseCommand):
 
         from elections.errors import StoreUnavailable
         from elections.ports.clock import SystemClock
-        from elections.ports.stores import PoolPlace, open_store
+        from elections.ports.share import LocalShare
+        from elections.ports.stores import PoolPlace, open_share, open_store
 
         stk = settings.STK
         checks: list[dict[str, Any]] = []
@@ -145,7 +145,8 @@ class Command(BaseCommand):
         def check(name: str, ok: bool, detail: str) -> None:
             checks.append({"check": name, "ok": ok, "detail": detail})
 
-        store = open_store(PoolPlace.of(stk), stk.node, SystemClock())
+        place = PoolPlace.of(stk)
+        store = open_store(place, stk.node, SystemClock())
         share_mtime = None
         if getattr(stk, "lease_store", "file") == "etcd":  # the cluster, and TTLs as etcd counts them
             from elections.ports.etcd.health import doctor_checks
@@ -153,14 +154,22 @@ class Command(BaseCommand):
             for name, ok, detail in doctor_checks(store.pool, stk.lease_ttl):  # type: ignore[attr-defined]
                 check(name, ok, detail)
         else:
+            share = open_share(place)
+            probe = f".doctor-{stk.node}-{os.getpid()}"
+
+            def probe_share() -> float | None:
+                """Write, (locally: stat) and remove a probe file, the way the store writes."""
+                share.create_exclusive(probe, b"x")
+                try:
+                    return (share.root / probe).stat().st_mtime if isinstance(share, LocalShare) else None
+                finally:
+                    share.unlink(probe)
+
             try:
-                probe = Path(stk.lease_dir) / f".doctor-{stk.node}-{os.getpid()}"
-                probe.write_text("x")
-                share_mtime = probe.stat().st_mtime
-                probe.unlink()
-                check("lease dir reachable and writable", True, stk.lease_dir)
-            except OSError as exc:
-                check("lease dir reachable and writable", False, f"{stk.lease_dir}: {exc}")
+                share_mtime = share.deadline.run(probe_share)
+                check("lease dir reachable and writable", True, share.where)
+            except (OSError, StoreUnavailable) as exc:
+                check("lease dir reachable and writable", False, f"{share.where}: {exc}")
         try:
             read = store.read()
             check("lease signature", read.status == "valid", f"{read.status}: {read.detail}")

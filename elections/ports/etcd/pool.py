@@ -57,7 +57,10 @@ def revision(mod: int, lease: int) -> str:
 
 
 def parse_revision(text: str) -> tuple[int, int] | None:
-    """(mod_revision, lease) of a revision this store handed out; None for anything else."""
+    """(mod_revision, lease) of a revision this store handed out; None for anything else.
+    "" is "no record at all", as every store's `read()` of nothing says it (file: "")."""
+    if text == "":
+        return 0, 0
     kind, _, rest = text.partition(":")
     mod, _, lease = rest.partition(":")
     if kind != "etcd" or not mod.isdigit() or not lease.isdigit():

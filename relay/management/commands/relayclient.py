@@ -41,6 +41,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from elections.ports.smburl import is_smb
 from relay.client import (
     ClientClosed,
     ConnectionLost,
@@ -212,7 +213,7 @@ class Command(BaseCommand):
             raise Stop(EXIT_USAGE, f"relayclient {action}: --station is required")
         if action == "send" and role == "commander" and not options.get("to"):
             raise Stop(EXIT_USAGE, "relayclient send: a commander must name --to (a station, or '*')")
-        if lease_dir and not os.path.isdir(lease_dir):
+        if lease_dir and not is_smb(lease_dir) and not os.path.isdir(lease_dir):
             raise Stop(EXIT_USAGE, f"relayclient: lease dir {lease_dir} is not a directory")
         if not (lease_dir or options["agent"] or options["fallback"]):
             raise Stop(
