@@ -5,8 +5,9 @@
 1. The same pool of 3 contender processes (elections/runtime/contend.py, TTL 5,
    renew 1, poll 1, deadline 3.5) on the file share and on etcd, in the same
    run: crash failover (kill -9 of the leader -> a new valid lease), the same
-   with the etcd leader member killed at the same moment, and planned
-   switchover (SIGUSR1: the leader releases and sits out -> a new lease).
+   with the etcd leader member killed at the same moment, a planned switchover
+   (SIGUSR2: the leader hands off to a named member -> its new lease), and a
+   release to anyone (SIGUSR1; the contenders' priority delay included).
 2. Many pools on one etcd: `--pools` pools of 3 lightweight contenders each
    (electors on threads, spread over worker processes) renewing for
    `--seconds`: renewals per second, renewal latency (keepalive + transaction)
@@ -17,6 +18,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import random
@@ -108,10 +110,12 @@ class OnePool:
             wait_until(self.cluster.healthy, 30, "the etcd member back")
         return took
 
-    def switchover(self) -> float:
+    def switchover(self, handoff: bool = True) -> float:
+        """SIGUSR2: a planned handoff to a named member; SIGUSR1: a release to anyone
+        (then every contender waits its priority's delay, 0.25 s at priority 50)."""
         self.settled()
         rec = self.lease()
-        self.procs[rec.node].send(signal.SIGUSR1)
+        self.procs[rec.node].send(signal.SIGUSR2 if handoff else signal.SIGUSR1)
         sent = time.monotonic()
         self.next_leader(rec.epoch)
         return time.monotonic() - sent
@@ -126,7 +130,9 @@ def compare(trials: int, workdir: Path, cluster: EtcdCluster) -> dict[str, list[
     for kind in ("file", "etcd"):
         pool = OnePool(kind, workdir / kind, cluster)
         try:
-            for name, fn in (("crash", pool.crash), ("switchover", pool.switchover)):
+            steps = (("crash", pool.crash), ("handoff", pool.switchover),
+                     ("release", functools.partial(pool.switchover, handoff=False)))  # fmt: skip
+            for name, fn in steps:
                 vals = out.setdefault(f"{kind} {name}", [])
                 for i in range(trials):
                     vals.append(fn())

@@ -5,7 +5,9 @@
 
 Used by the stress tests and the failover benchmark to run many real
 processes on one lease dir cheaply. SIGTERM releases the lease and exits;
-SIGUSR1 releases it and sits out one election (a forced re-election).
+SIGUSR1 releases it and sits out one election (a forced re-election);
+SIGUSR2 hands it to the next member by name (a planned switchover: only that
+member takes it at once, as after a promote).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import signal
 import threading
 
 from elections.core.decide import Timing
+from elections.errors import StoreUnavailable
 from elections.ports.clock import Clock, SystemClock
 from elections.ports.eventlog import JsonlEventSink
 from elections.ports.stores import ETCD, FILE, PoolPlace, open_store
@@ -85,11 +88,12 @@ def main(argv: list[str] | None = None) -> None:
     requests: list[str] = []
 
     def on_signal(signum: int, frame: object) -> None:
-        requests.append("release" if signum == signal.SIGUSR1 else "stop")
+        requests.append({signal.SIGUSR1: "release", signal.SIGUSR2: "handoff"}.get(signum, "stop"))
         stop.set()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGUSR1, on_signal)
+    signal.signal(signal.SIGUSR2, on_signal)
     while True:
         run_loop(elector, clock, stop)
         with lock:
@@ -97,8 +101,21 @@ def main(argv: list[str] | None = None) -> None:
         if "stop" in todo:
             elector.release(reason="SIGTERM")
             return
-        elector.release(reason="SIGUSR1", abstain=True)
+        if "handoff" in todo:
+            elector.release(handoff_to=next_member(elector), reason="SIGUSR2", abstain=True, kind="handoff")
+        else:
+            elector.release(reason="SIGUSR1", abstain=True)
         stop.clear()
+
+
+def next_member(elector: Elector) -> str | None:
+    """The member after this one by name (wrapping), from the store's heartbeats."""
+    try:
+        others = sorted(n for n in elector.store.read_members() if n != elector.me.node)
+    except StoreUnavailable:
+        return None
+    after = [n for n in others if n > elector.me.node]
+    return (after or others or [None])[0]
 
 
 if __name__ == "__main__":
