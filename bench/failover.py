@@ -38,11 +38,8 @@ def pct(values: list[float], p: float) -> float:
 def make_site(backend: str, name: str, workdir: Path, timing: dict[str, str]) -> Site:
     if backend == "file":
         return Site(workdir / f"{backend}-{name}", n=3, timing=timing)
-    from samba import PASSWORD
-
     server = samba_server(workdir)
-    extra = {"LEASE_DIR": server.url(name), "SMB_PASSWORD": PASSWORD}
-    return Site(workdir / f"{backend}-{name}", n=3, timing=timing, lease_dir=server.path(name), extra=extra)
+    return Site(workdir / f"{backend}-{name}", n=3, timing=timing, **server.site_options(name))
 
 
 _samba = []

@@ -34,7 +34,7 @@ import threading
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -120,10 +120,13 @@ class LeaseFile:
     name = "lease"
 
     def __init__(
-        self, lease_dir: str, token: str, kmsn: str | None = None, timeout: float = LEASE_READ_TIMEOUT
-    ) -> None:
+        self, lease_dir: str, token: str, kmsn: str | None = None, timeout: float = LEASE_READ_TIMEOUT,
+        options: Mapping[str, str] | None = None,
+    ) -> None:  # fmt: skip
         self.lease_dir, self.kmsn, self.timeout = lease_dir, kmsn, timeout
-        self.store = open_store(PoolPlace(kmsn or "", lease_dir, token), "relay-client", SystemClock())
+        # `options`: the pool's settings beyond the path (an smb:// lease dir's SMB_PASSWORD(_FILE)).
+        place = PoolPlace(kmsn or "", lease_dir, token, options=dict(options or {}))
+        self.store = open_store(place, "relay-client", SystemClock())
         self.last = "not read yet"
         self._reported = ""  # revision of the last bad file logged, to log each once
 
@@ -284,11 +287,12 @@ class Discovery:
         fallbacks: Iterable[tuple[str, int]] = (),
         http_timeout: float = HTTP_TIMEOUT,
         api_token: str | None = None,
+        lease_options: Mapping[str, str] | None = None,
     ) -> Discovery:
         """Lease file (when `lease_dir` is given), then agents' HTTP API, then fallbacks."""
         sources: list[LeaderSource] = []
         if lease_dir:
-            sources.append(LeaseFile(lease_dir, token, kmsn))
+            sources.append(LeaseFile(lease_dir, token, kmsn, options=lease_options))
         agents = list(agents)
         if agents:
             sources.append(AgentApi(agents, kmsn, http_timeout, api_token))

@@ -6,6 +6,7 @@ can also look at directly.
     server.start()                           # waits until it answers SMB
     server.url("socket")                     # smb://root@127.0.0.1:PORT/pool/socket
     server.path("socket")                    # the same folder on this disk
+    Site(root, **server.site_options("socket"))  # agents on smb://, files seen here
     server.pause(); server.resume()          # a hung file server (SIGSTOP/SIGCONT)
     server.stop()                            # by pid, never by name
 
@@ -131,6 +132,13 @@ class Samba:
     def env(self) -> dict[str, str]:
         """What an agent needs to log in (STK_SMB_PASSWORD)."""
         return {"STK_SMB_PASSWORD": PASSWORD}
+
+    def site_options(self, folder: str) -> dict[str, object]:
+        """`harness.Site(root, **server.site_options("socket"))`: agents whose
+        LEASE_DIR is this server's smb:// folder, while the test looks at the
+        same files on this disk (`site.lease_dir`)."""
+        extra = {"LEASE_DIR": self.url(folder), "SMB_PASSWORD": PASSWORD}
+        return {"lease_dir": self.path(folder), "extra": extra}
 
     def _signal_group(self, sig: int) -> None:
         """The main smbd and every process it forked: its own process group."""

@@ -19,21 +19,21 @@ pytestmark = pytest.mark.agents
 
 @pytest.fixture
 def smb_site(site_factory, samba_server, request):
-    from samba import PASSWORD
-
     def make(n=3, timing=None, server=None, **kw):  # type: ignore[no-untyped-def]
         server = server or samba_server
         folder = f"site-{request.node.name[-30:]}-{time.monotonic_ns()}"
-        extra = {"LEASE_DIR": server.url(folder), "SMB_PASSWORD": PASSWORD, **kw.pop("extra", {})}
-        return site_factory(n, timing=timing, lease_dir=server.path(folder), extra=extra, **kw)
+        options = server.site_options(folder)
+        options["extra"] = {**options["extra"], **kw.pop("extra", {})}
+        return site_factory(n, timing=timing, **options, **kw)
 
     return make
 
 
-def test_over_smb_damaged_leases_are_overwritten_and_a_killed_leader_is_replaced_within_ttl_plus_3s(smb_site):
-    """One site for both (agents take long to start on a loaded machine): the
-    lease-damage rules, then a crash failover, all over SMB."""
-    site = smb_site(3)  # TTL 3, renew 1, poll 0.5, deadline 2
+def test_over_smb_damage_crash_and_a_hung_file_server_leave_one_leader(smb_site, own_samba):
+    """One site for all three (agents take long to start on a loaded machine):
+    the lease-damage rules, a crash failover, a file server that hangs."""
+    server = own_samba
+    site = smb_site(3, server=server)  # TTL 3, renew 1, poll 0.5, deadline 2
     site.start()
     lease = site.wait_settled(timeout=60)
     wait_until(lambda: sum(a.state().get("leader") is True for a in site.agents) == 1, 15, "one leader")
@@ -74,6 +74,32 @@ def test_over_smb_damaged_leases_are_overwritten_and_a_killed_leader_is_replaced
     # The same files as on a mounted share.
     wait_until(lambda: (site.lease_dir / "members" / f"{new.node}.json").exists(), 5, "the member file")
     wait_until(lambda: (site.lease_dir / "events" / f"{new.node}.jsonl").exists(), 10, "the event log")
+
+    # The file server stops answering (SIGSTOP) for 2 x TTL: the leader cannot
+    # renew and steps down at its deadline; nobody can take over meanwhile.
+    # After SIGCONT the pool has one leader again.
+    living = [a for a in site.agents if a is not leader]  # the killed one's state file still says leader
+    server.pause()
+    try:
+        stopped_at = time.monotonic()
+        wait_until(lambda: not any(a.state().get("leader") for a in living), 2 + 5,
+                   "the leader to step down while the share hangs")  # fmt: skip
+        time.sleep(max(0.0, stopped_at + 2 * 3 - time.monotonic()))
+        assert not any(a.state().get("leader") for a in living)
+    finally:
+        server.resume()
+    frozen = site.lease()
+
+    def renewed():  # type: ignore[no-untyped-def]
+        now = site.lease()
+        moved = frozen is None or (now and (now.node, now.epoch, now.renew_seq) != (
+            frozen.node, frozen.epoch, frozen.renew_seq))  # fmt: skip
+        return now if now and moved else None
+
+    again = wait_until(renewed, 20, "a lease written again after SIGCONT")
+    wait_until(lambda: sum(a.state().get("leader") is True for a in living) == 1, 20,
+               "exactly one leader after SIGCONT")  # fmt: skip
+    assert again.epoch >= new.epoch
 
     # relayctl doctor probes the share through SMB too; no password in any log.
     from samba import PASSWORD

@@ -227,15 +227,17 @@ class ShareDeadline:
         self._queue: list[tuple[Callable[[], object], Future[object]]] = []
         self._wake = threading.Condition(self._lock)
         self._thread: threading.Thread | None = None
-        # Called (from the caller's thread) when an operation outlives the timeout:
-        # a remote share drops its connection there, so the hung call fails and
-        # the next one reconnects instead of queueing behind it for good.
-        self.on_hang: list[Callable[[], None]] = []
+        # Called (from a caller's thread, with how long the operation has been
+        # hung) whenever a caller gives up on a hung operation: a remote share
+        # may drop its connection there, so that a call no answer will ever end
+        # (a dead TCP peer) fails, and the next one connects again.
+        self.on_hang: list[Callable[[float], None]] = []
 
-    def _hung(self) -> None:
+    def _hung(self, since: float | None) -> None:
+        hung_for = time.monotonic() - since if since is not None else self.timeout
         for hook in list(self.on_hang):
             try:
-                hook()
+                hook(hung_for)
             except Exception:  # a hook must never turn a timeout into a crash
                 pass
 
@@ -270,7 +272,7 @@ class ShareDeadline:
         with self._wake:
             since = self._busy_since
             if since is not None and time.monotonic() - since > self.timeout:
-                self._hung()
+                self._hung(since)
                 raise StoreUnavailable(
                     f"share not answering: an operation has been hung for {time.monotonic() - since:.1f} s"
                 )
@@ -281,7 +283,7 @@ class ShareDeadline:
             return future.result(self.timeout)  # type: ignore[return-value]
         except TimeoutError:
             future.cancel()
-            self._hung()
+            self._hung(self._busy_since)
             raise StoreUnavailable(f"share did not answer within {self.timeout:g} s") from None
 
 

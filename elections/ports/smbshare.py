@@ -6,8 +6,9 @@ What SMB servers really answer, and what is made of it:
 
 - A reader opens with share access read+write+delete and closes in the same
   round trip (CREATE+READ+CLOSE, compounded): a rename over a file held open
-  by someone else fails on Windows (and on Samba: ACCESS_DENIED), so nobody
-  holds the lease open longer than one request.
+  by someone else fails on Windows (Samba 4.17 refuses it with ACCESS_DENIED
+  only for an open on the same client connection), so nobody holds the lease
+  open longer than one request.
 - `replace` writes a temp file created with FILE_CREATE (an unpredictable
   name, write-through), then renames it over the target. A rename refused
   with ACCESS_DENIED or SHARING_VIOLATION (someone has the target open) is
@@ -18,15 +19,8 @@ What SMB servers really answer, and what is made of it:
 - Links are refused, not followed: every open asks for the entry itself
   (FILE_OPEN_REPARSE_POINT) and a reparse point is `Untrusted(NOT_A_FILE)`;
   FILE_NON_DIRECTORY_FILE turns a planted directory into `IsADirectoryError`.
-- Every error is an `OSError` (`FileNotFoundError`, `FileExistsError`,
-  `PermissionError`...), whatever smbprotocol raised (`SMBResponseException`,
-  which is not one, for EIO; `SMBOSError`, which is one but not the subclass).
-- A lost connection or session (smbd restarted, a network cut) is dropped
-  and made again at the next operation. smbprotocol has no request timeout:
-  the share's `ShareDeadline` bounds every operation, and when one outlives
-  it (a SIGSTOPped smbd) the connection is closed from outside
-  (`ShareDeadline.on_hang`) so the hung request fails instead of holding the
-  share's thread.
+- Every error is an `OSError`, a lost session is made again, and a hung
+  server costs each caller at most `SHARE_TIMEOUT` (`smbsession.SmbSession`).
 
 `requests` and `round_trips` count what was sent (the benchmark's SMB
 operations per renewal).
@@ -34,16 +28,13 @@ operations per renewal).
 
 from __future__ import annotations
 
-import errno
 import secrets
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from smbprotocol.connection import Connection
-from smbprotocol.exceptions import SMBAuthenticationError, SMBException, SMBResponseException
+from smbprotocol.exceptions import SMBResponseException
 from smbprotocol.file_info import (
     FileAttributes,
     FileInformationClass,
@@ -55,21 +46,18 @@ from smbprotocol.open import (
     CreateOptions,
     DirectoryAccessMask,
     FilePipePrinterAccessMask,
-    ImpersonationLevel,
     Open,
     QueryDirectoryFlags,
-    ShareAccess,
     SMB2SetInfoRequest,
 )
-from smbprotocol.session import Session
 from smbprotocol.tree import TreeConnect
 
 from elections.core.untrusted import NOT_A_FILE, TOO_LARGE, UNREADABLE, Untrusted
 from elections.ports.share import parent_of
-from elections.ports.sharefiles import DEFAULT_TIMEOUT, ShareDeadline, deadline_for, pick_node_files
+from elections.ports.sharefiles import DEFAULT_TIMEOUT, pick_node_files
+from elections.ports.smbsession import REPARSE, SmbSession, status_of
 from elections.ports.smburl import SmbUrl
 
-RWD = ShareAccess.FILE_SHARE_READ | ShareAccess.FILE_SHARE_WRITE | ShareAccess.FILE_SHARE_DELETE
 ENTRY = CreateOptions.FILE_OPEN_REPARSE_POINT  # the entry itself: a link is never followed
 FILE = ENTRY | CreateOptions.FILE_NON_DIRECTORY_FILE
 FOLDER = ENTRY | CreateOptions.FILE_DIRECTORY_FILE
@@ -81,194 +69,15 @@ WRITE = (
     | FilePipePrinterAccessMask.DELETE
 )
 LIST = DirectoryAccessMask.FILE_LIST_DIRECTORY | DirectoryAccessMask.FILE_READ_ATTRIBUTES
-REPARSE = FileAttributes.FILE_ATTRIBUTE_REPARSE_POINT
 DIRECTORY = FileAttributes.FILE_ATTRIBUTE_DIRECTORY
 GONE = (NtStatus.STATUS_OBJECT_NAME_NOT_FOUND, NtStatus.STATUS_OBJECT_PATH_NOT_FOUND)
 RENAME_BUSY = (NtStatus.STATUS_ACCESS_DENIED, NtStatus.STATUS_SHARING_VIOLATION)
 RENAME_PAUSE = 0.02  # first pause between refused renames (doubles, up to 0.2 s)
 MAX_LIST_BATCHES = 64  # QUERY_DIRECTORY round trips per listing (MAX_SCAN entries fit in far fewer)
 
-_ERRNO = {
-    NtStatus.STATUS_OBJECT_NAME_NOT_FOUND: errno.ENOENT,
-    NtStatus.STATUS_OBJECT_PATH_NOT_FOUND: errno.ENOENT,
-    NtStatus.STATUS_NO_SUCH_FILE: errno.ENOENT,
-    NtStatus.STATUS_DELETE_PENDING: errno.ENOENT,  # being deleted: gone for every new open
-    NtStatus.STATUS_OBJECT_NAME_COLLISION: errno.EEXIST,
-    NtStatus.STATUS_FILE_IS_A_DIRECTORY: errno.EISDIR,
-    NtStatus.STATUS_NOT_A_DIRECTORY: errno.ENOTDIR,
-    NtStatus.STATUS_ACCESS_DENIED: errno.EACCES,
-    NtStatus.STATUS_SHARING_VIOLATION: errno.EACCES,
-    NtStatus.STATUS_DISK_FULL: errno.ENOSPC,
-}
-_SESSION_LOST = (
-    0xC000035C,  # STATUS_NETWORK_SESSION_EXPIRED (not in smbprotocol 1.17)
-    NtStatus.STATUS_USER_SESSION_DELETED,
-    NtStatus.STATUS_NETWORK_NAME_DELETED,
-    NtStatus.STATUS_FILE_CLOSED,
-)
 
-
-def _status(exc: BaseException) -> int | None:
-    return exc.status if isinstance(exc, SMBResponseException) else None
-
-
-class SmbShare:
-    """One folder of one SMB share, one connection (made again when lost)."""
-
-    def __init__(self, url: SmbUrl, password: str, timeout: float = DEFAULT_TIMEOUT) -> None:
-        self.url = url
-        self.where = url.where
-        self.timeout = timeout
-        self._password = password  # never logged, never shown
-        self._base = tuple(url.path)
-        self._lock = threading.RLock()
-        self._conn: Connection | None = None
-        self._tree: TreeConnect | None = None
-        self.requests = 0  # SMB requests sent
-        self.round_trips = 0  # ...in this many exchanges (compounds count once)
-        self.reconnects = 0  # operations tried again on a new connection
-        self.connects = 0  # connections made
-        gate = deadline_for(self.where, timeout)
-        if self.abort not in gate.on_hang:
-            gate.on_hang.append(self.abort)
-        self._gate = gate
-
-    def __repr__(self) -> str:
-        return f"SmbShare({self.where!r})"  # no password
-
-    @property
-    def deadline(self) -> ShareDeadline:
-        return self._gate
-
-    # -- the connection ------------------------------------------------------
-    def _connect(self) -> TreeConnect:
-        with self._lock:
-            if self._tree is not None:
-                return self._tree
-            conn = Connection(uuid.uuid4(), self.url.host.strip("[]"), self.url.port, require_signing=True)
-            self._conn = conn
-            try:
-                conn.connect(timeout=max(1, int(self.timeout + 0.999)))
-                user = f"{self.url.domain}\\{self.url.user}" if self.url.domain else self.url.user
-                session = Session(conn, user or None, self._password or None, require_encryption=False)
-                session.connect()
-                tree = TreeConnect(session, self.url.unc)
-                tree.connect()
-            except SMBAuthenticationError as exc:
-                self._drop()
-                raise OSError(errno.EACCES, f"SMB login refused for {self.url.user or 'guest'}") from exc
-            except BaseException as exc:
-                self._drop()
-                if isinstance(exc, SMBResponseException):
-                    raise self._os_error(exc.status, self.url.unc) from exc
-                if isinstance(exc, (SMBException, OSError, ValueError)):
-                    raise OSError(errno.EHOSTUNREACH, f"cannot reach {self.where}: {exc}") from exc
-                raise
-            self._tree = tree
-            self.connects += 1
-            return tree
-
-    def abort(self) -> None:
-        """Close the connection from outside (a hung server): its waiting
-        requests fail at once, and the next operation connects again."""
-        conn = self._conn
-        if conn is not None:
-            try:
-                conn.transport.close()
-            except Exception:  # already closed, or closing
-                pass
-
-    def _drop(self) -> None:
-        with self._lock:
-            conn, self._conn, self._tree = self._conn, None, None
-        if conn is not None:
-            try:
-                conn.disconnect(close=False)
-            except Exception:  # it is gone either way
-                pass
-
-    def _os_error(self, status: int, rel: str) -> OSError:
-        code = _ERRNO.get(status, errno.EIO)
-        name = next((k for k, v in vars(NtStatus).items() if v == status), f"0x{status:08x}")
-        return OSError(code, f"{name} on {self.where}", rel)  # OSError picks the subclass by errno
-
-    def _op(self, fn: Any, rel: str, retry: bool = False) -> Any:
-        """One operation on the share: SMB answers become OSErrors; a lost
-        connection or session is dropped (and, for a `retry`able operation,
-        the operation is tried once more on a new one)."""
-        for attempt in range(2 if retry else 1):
-            tree = self._connect()
-            try:
-                return fn(tree)
-            except Untrusted:
-                raise  # what the share holds is no evidence: an answer, not a lost connection
-            except SMBResponseException as exc:
-                if exc.status in _SESSION_LOST:
-                    self._drop()
-                    if attempt == 0 and retry:
-                        self.reconnects += 1
-                        continue
-                raise self._os_error(exc.status, rel) from None
-            except (SMBException, OSError, ValueError, KeyError) as exc:
-                answered = isinstance(exc, OSError) and not isinstance(exc, (ConnectionError, TimeoutError))
-                if answered and exc.errno in _ERRNO.values():  # type: ignore[union-attr]
-                    raise  # an answer about the file, already an OSError
-                self._drop()
-                if attempt == 0 and retry:
-                    self.reconnects += 1
-                    continue
-                raise OSError(errno.ECONNRESET, f"SMB connection to {self.where} lost: {exc}") from None
-        raise AssertionError("unreachable")
-
-    def _name(self, rel: str) -> str:
-        """The path inside the share, as SMB spells it."""
-        parts = (*self._base, *(p for p in rel.split("/") if p))
-        return "\\".join(parts)
-
-    def _send(self, tree: TreeConnect, messages: list[Any], related: bool = True) -> list[Any]:
-        self.requests += len(messages)
-        self.round_trips += 1
-        conn = tree.session.connection
-        return conn.send_compound(messages, tree.session.session_id, tree.tree_connect_id, related=related)
-
-    def _answers(self, requests: list[Any], unpack: list[Any]) -> list[Any]:
-        """Each answer, or the exception it raised (every one is received)."""
-        out: list[Any] = []
-        for request, fn in zip(requests, unpack, strict=True):
-            try:
-                out.append(fn(request))
-            except (SMBResponseException, SMBException) as exc:
-                out.append(exc)
-        return out
-
-    def _open(
-        self, tree: TreeConnect, rel: str, access: int, disposition: int, options: int
-    ) -> tuple[Open, Any]:
-        fopen = Open(tree, self._name(rel))
-        msg = fopen.create(
-            ImpersonationLevel.Impersonation, access, FileAttributes.FILE_ATTRIBUTE_NORMAL, RWD, disposition,
-            options, send=False,
-        )  # fmt: skip
-        return fopen, msg
-
-    @staticmethod
-    def _raise_first(answers: list[Any]) -> None:
-        for answer in answers:
-            if isinstance(answer, BaseException):
-                raise answer
-
-    def _refuse_odd(self, fopen: Open, rel: str) -> None:
-        attrs = fopen.file_attributes or 0
-        if attrs & REPARSE:
-            raise Untrusted(NOT_A_FILE, f"{rel} is a link")
-
-    def _close_quietly(self, tree: TreeConnect, fopen: Open) -> None:
-        if fopen.connected:
-            try:
-                msg, unpack = fopen.close(send=False)
-                self._answers(self._send(tree, [msg], related=False), [unpack])
-            except (SMBException, OSError):
-                pass
+class SmbShare(SmbSession):
+    """The `Share` operations on one folder of one SMB share."""
 
     # -- the Share operations ------------------------------------------------
     def exists(self) -> bool:
@@ -276,7 +85,7 @@ class SmbShare:
             fopen, (create, created) = self._open(tree, "", LIST, CreateDisposition.FILE_OPEN, FOLDER)
             close, closed = fopen.close(send=False)
             answers = self._answers(self._send(tree, [create, close]), [created, closed])
-            if _status(answers[0]) in (*GONE, NtStatus.STATUS_NOT_A_DIRECTORY):
+            if status_of(answers[0]) in (*GONE, NtStatus.STATUS_NOT_A_DIRECTORY):
                 return False
             self._raise_first(answers)
             return True
@@ -297,7 +106,7 @@ class SmbShare:
                 msgs.append(close)
                 unpack.append(closed)
             answers = self._answers(self._send(tree, msgs), unpack)
-            status = _status(answers[0])
+            status = status_of(answers[0])
             if status in (*GONE, NtStatus.STATUS_DELETE_PENDING):
                 return None
             if status in (NtStatus.STATUS_FILE_IS_A_DIRECTORY, NtStatus.STATUS_STOPPED_ON_SYMLINK):
@@ -308,7 +117,7 @@ class SmbShare:
                 if isinstance(answers[0], BaseException):
                     raise answers[0]
                 self._refuse_odd(fopen, rel)
-                parts = [b"" if _status(answers[1]) == NtStatus.STATUS_END_OF_FILE else answers[1]]
+                parts = [b"" if status_of(answers[1]) == NtStatus.STATUS_END_OF_FILE else answers[1]]
                 if isinstance(parts[0], BaseException):
                     raise parts[0]
                 got_bytes = len(parts[0])
@@ -320,7 +129,7 @@ class SmbShare:
                     self.round_trips += 1
                     part = self._answers([conn.send(more[0], tree.session.session_id, tree.tree_connect_id)],
                                          [more[1]])[0]  # fmt: skip
-                    if _status(part) == NtStatus.STATUS_END_OF_FILE:
+                    if status_of(part) == NtStatus.STATUS_END_OF_FILE:
                         break
                     if isinstance(part, BaseException):
                         raise part
@@ -343,7 +152,7 @@ class SmbShare:
             fopen, (create, created) = self._open(tree, rel, ATTRS, CreateDisposition.FILE_OPEN, FILE)
             close, closed = fopen.close(send=False)
             answers = self._answers(self._send(tree, [create, close]), [created, closed])
-            if _status(answers[0]) in (
+            if status_of(answers[0]) in (
                 NtStatus.STATUS_OBJECT_NAME_NOT_FOUND,
                 NtStatus.STATUS_OBJECT_PATH_NOT_FOUND,
             ):
@@ -402,7 +211,7 @@ class SmbShare:
                 "*", FileInformationClass.FILE_DIRECTORY_INFORMATION, flags=flags, send=False
             )
             answer = self._answers(self._send(tree, [query], related=False), [got])[0]
-            if _status(answer) in (NtStatus.STATUS_NO_MORE_FILES, NtStatus.STATUS_NO_SUCH_FILE):
+            if status_of(answer) in (NtStatus.STATUS_NO_MORE_FILES, NtStatus.STATUS_NO_SUCH_FILE):
                 return
             if isinstance(answer, BaseException):
                 raise answer
@@ -521,7 +330,7 @@ class SmbShare:
             access = FilePipePrinterAccessMask.DELETE | ATTRS
             fopen, (create, created) = self._open(tree, rel, access, CreateDisposition.FILE_OPEN, ENTRY)
             answer = self._answers(self._send(tree, [create]), [created])[0]
-            if _status(answer) in (
+            if status_of(answer) in (
                 NtStatus.STATUS_OBJECT_NAME_NOT_FOUND,
                 NtStatus.STATUS_OBJECT_PATH_NOT_FOUND,
             ):
@@ -547,7 +356,7 @@ class SmbShare:
 
         def run(tree: TreeConnect) -> Untrusted | None:
             fopen, answer = make(tree)
-            odd = _status(answer) == NtStatus.STATUS_NOT_A_DIRECTORY or (
+            odd = status_of(answer) == NtStatus.STATUS_NOT_A_DIRECTORY or (
                 not isinstance(answer, BaseException) and (fopen.file_attributes or 0) & REPARSE
             )
             if not odd:

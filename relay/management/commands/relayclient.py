@@ -229,6 +229,7 @@ class Command(BaseCommand):
             agents=options["agent"],
             fallbacks=options["fallback"],
             api_token=options["api_token"],
+            lease_options=stk.values,  # an smb:// LEASE_DIR logs in with SMB_PASSWORD(_FILE)
         )
         return RelayClient(
             role=role,
