@@ -17,6 +17,8 @@ command -v chromium >/dev/null || need+=(chromium)
 command -v fusermount3 >/dev/null || need+=(fuse3)  # the faulty share of the hung-share tests
 command -v smbd >/dev/null || need+=(samba)  # a real SMB server on loopback for the smb:// tests (tests/samba.py)
 command -v systemd-analyze >/dev/null || need+=(systemd)  # `systemd-analyze verify` of packaging/*.service
+command -v etcd >/dev/null || need+=(etcd-server)  # a real 3-member etcd cluster in the LEASE_STORE=etcd tests
+command -v etcdctl >/dev/null || need+=(etcd-client)
 command -v docker-compose >/dev/null || need+=(docker-compose)  # `docker-compose config` of docker/compose.yaml
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then

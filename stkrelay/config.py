@@ -8,7 +8,8 @@ The panel's keys (`WEB_ALLOWED_HOSTS`, `WEB_TRUSTED_PROXIES`, `WEB_LOGIN_*`)
 and the secrets' strength are checked by `stkrelay.config_web` (E018–E020),
 the beacon keys (`BEACON_*`) by `stkrelay.config_beacons` (E030–E032);
 the `[pool:<KMSN>]` sections of watched pools by `stkrelay.config_pools`
-(E025–E027, `Config.watched`).
+(E025–E027, `Config.watched`);
+`LEASE_STORE` and the `ETCD_*` keys by `stkrelay.config_store` (E033–E036).
 
 The leader-action keys (`VIP_*`, `AWS_*`, `OCI_*`, `AZURE_*`) are read by
 `elections.core.actions.action_config`; its problems come back here with one id
@@ -27,7 +28,7 @@ from pathlib import Path
 
 from elections.core.actions import action_config
 from elections.ports.smburl import SmbUrlError, is_smb, parse_smb_url, smb_password
-from stkrelay import config_beacons, config_pools, config_web
+from stkrelay import config_beacons, config_pools, config_store, config_web
 from stkrelay.config_pools import WatchedPool
 
 DEFAULTS: dict[str, str] = {
@@ -141,6 +142,12 @@ class Config:
     pool_key: str = ""  # signs every pool record (lease, lock, members, events, audit chain)
     share_timeout: float = 2.0
     lease_dir: str = ""
+    lease_store: str = "file"  # or etcd
+    etcd_endpoints: list[str] = field(default_factory=list)
+    etcd_prefix: str = ""
+    etcd_ca: str = ""
+    etcd_cert: str = ""
+    etcd_key: str = ""
     lease_ttl: float = 10.0
     lease_renew: float = 3.0
     lease_poll: float = 2.0
@@ -360,12 +367,13 @@ def load(ini_path: str | None = None, env: dict[str, str] | None = None, check_d
     cfg.beacon_peers = config_beacons.parse_peers(values["BEACON_PEERS"], bad)
     for err in action_config(values)[1]:
         bad(ACTION_IDS[err.key.partition("_")[0]], err.key, err.message, err.hint)
+    config_store.check_store(cfg, values, bad)
     cfg.lease_dir = values["LEASE_DIR"]
     cfg.watched = config_pools.parse(pools, cfg.kmsn, cfg.node, cfg.lease_dir, cfg.share_timeout, bad)
     cfg.data_dir = values["DATA_DIR"] or str(Path.home() / ".stkrelay" / (cfg.node or "agent"))
     if is_smb(cfg.lease_dir):
         _check_smb(values, bad)
-    if check_dirs and not is_smb(cfg.lease_dir):
+    if check_dirs and cfg.lease_store == "file" and not is_smb(cfg.lease_dir):  # etcd: nothing on a share
         _check_dir(
             cfg.lease_dir,
             "LEASE_DIR",

@@ -125,3 +125,52 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 def pytest_sessionfinish(session, exitstatus):
     if getattr(session.config, "_stk_skips_failed", False) and exitstatus == 0:
         session.exitstatus = 1
+
+
+@pytest.fixture(scope="session")
+def etcd_cluster(tmp_path_factory):
+    """One real 3-member etcd cluster on loopback for the session's store tests
+    (each test uses a prefix of its own); stopped and removed at the end."""
+    from etcd import EtcdCluster, have_etcd
+
+    if not have_etcd():
+        pytest.skip("etcd is missing: run `make test` (the bootstrap installs etcd-server)")
+    cluster = EtcdCluster(tmp_path_factory.mktemp("etcd-session"), n=3).start()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def etcd_faults(tmp_path):
+    """A 3-member etcd cluster of this test alone, for faults (kill, pause): stopped at teardown."""
+    from etcd import EtcdCluster, have_etcd
+
+    if not have_etcd():
+        pytest.skip("etcd is missing: run `make test` (the bootstrap installs etcd-server)")
+    clusters = []
+
+    def make(n=3):
+        clusters.append(EtcdCluster(tmp_path / f"etcd{len(clusters)}", n=n).start())
+        return clusters[-1]
+
+    yield make
+    for cluster in clusters:
+        cluster.stop()
+
+
+@pytest.fixture
+def etcd_site_factory(tmp_path, request, etcd_cluster):
+    """Real agent sites whose pool is on the session's etcd cluster (a prefix each)."""
+    from etcd import EtcdSite
+
+    sites = []
+    request.node.stk_sites = sites
+
+    def make(n=3, timing=None, cluster=None, **kw):
+        site = EtcdSite(tmp_path / f"site{len(sites)}", cluster or etcd_cluster, n=n, timing=timing, **kw)
+        sites.append(site)
+        return site
+
+    yield make
+    for site in sites:
+        site.stop()

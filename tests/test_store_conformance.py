@@ -1,11 +1,15 @@
 """One suite of the `LeaseStore` contract (elections/ports/store.py), run
 against every backend: a local directory, a real SMB share (Samba on
-loopback, spoken to with smbprotocol, no mount) and — added in
-`POOLS` by its backend — etcd.
+loopback, spoken to with smbprotocol, no mount) and etcd (a real 3-member
+cluster on loopback, `LEASE_STORE = etcd`).
 
 A backend is a fixture that yields a `Pool`: it makes stores on one pool
 (each as another machine would: its own connection), and it can put raw
-bytes where a record lives, as anyone who can write the share can.
+bytes where a record lives, as anyone who can write the share can. The
+records are named as on the share ("lease", "members/S001.json", "members");
+etcd maps them to its keys. The acquisition lock is the share's alone (etcd
+compares revisions in one transaction instead): the lock's tests run on the
+backends that have one (`LOCKING`); every other test runs on all.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from harness import signed_lock
@@ -34,7 +39,9 @@ class Pool:
     store: Callable[..., LeaseStore]  # store(node, clock, token=TOKEN, timeout=5.0): a new client
     put: Callable[[str, bytes], None]  # put(record, raw): "lease", "lock", "members/S001.json", ...
     remove: Callable[[str], None]  # remove(record), missing is fine
-    events: Callable[..., tuple[JsonlEventSink, EventTail]]  # events(node, clock): a sink and a tail
+    events: Callable[..., tuple[Any, Any]]  # events(node, clock): a sink and a tail
+    event_docs: Callable[[str], list[dict]]  # event_docs(node): the lines the node wrote, as stored
+    plant_events: Callable[[str, list[dict]], None]  # plant_events(node, docs): lines put after its own
 
 
 RECORD_FILES = {"lease": "relay_leader.json", "lock": "relay_leader.lock"}
@@ -70,7 +77,15 @@ def _folder_pool(name: str, folder: Path, where: Callable[[float], object]) -> P
         sink = JsonlEventSink(f"events/{node}.jsonl", node, clock, TOKEN, share.deadline, share=share)
         return sink, EventTail("events", key=TOKEN, clock=clock, deadline=share.deadline, share=share)
 
-    return Pool(name, store, put, remove, events)
+    def event_docs(node: str) -> list[dict]:
+        raw = path(f"events/{node}.jsonl").read_bytes()
+        return [json.loads(line) for line in raw.decode().splitlines() if line]
+
+    def plant_events(node: str, docs: list[dict]) -> None:
+        lines = [*event_docs(node), *docs]
+        put(f"events/{node}.jsonl", "".join(json.dumps(d) + "\n" for d in lines).encode())
+
+    return Pool(name, store, put, remove, events, event_docs, plant_events)
 
 
 @pytest.fixture
@@ -102,11 +117,86 @@ def smb_pool(samba_server, request):
         share.abort()
 
 
-POOLS = {"local": "local_pool", "smb": "smb_pool"}  # backend -> fixture; etcd adds "etcd" here
+@pytest.fixture
+def etcd_pool(etcd_cluster):
+    from etcd import unique_prefix
+
+    from elections.ports.etcd.client import b64, prefix_end
+    from elections.ports.etcd.events import EtcdEventSink, EtcdEventTail, event_key
+    from elections.ports.etcd.pool import EtcdPool
+    from elections.ports.etcd.store import EtcdLeaseStore
+
+    prefix = unique_prefix()
+    endpoints = [m.url for m in etcd_cluster.members]
+    pools: dict[float, EtcdPool] = {}
+
+    def place(timeout: float = 5.0) -> EtcdPool:
+        # One client per deadline, shared by this test's stores: what one writes, the others
+        # read at once (a process's stores of one pool share its watch, as an agent's do).
+        if timeout not in pools:
+            pools[timeout] = EtcdPool(endpoints, prefix, timeout, fallback=2.0)
+        return pools[timeout]
+
+    def key(record: str) -> str:
+        if record == "lease":
+            return "pool/leader"
+        if record == "members":
+            return "pool/members/"
+        if record.startswith("members/"):
+            return "pool/members/" + record[len("members/") :].removesuffix(".json")
+        raise KeyError(record)
+
+    def changed() -> None:
+        for p in pools.values():
+            for part in ("lease", "members", "events"):
+                p.touched(part)
+
+    def put(record: str, raw: bytes) -> None:
+        raw = raw[: 1 << 20]  # etcd refuses a request over ~1.5 MiB: the most anyone can plant
+        place().client.call("kv/put", {"key": b64(prefix + key(record)), "value": b64(raw)})
+        changed()
+
+    def remove(record: str) -> None:
+        body = {"key": b64(prefix + key(record))}
+        if record.endswith("s"):  # "members": the whole folder
+            body["range_end"] = b64(prefix_end(prefix + key(record)))
+        place().client.call("kv/deleterange", body)
+        changed()
+
+    def store(node: str, clock, token: str = TOKEN, timeout: float = 5.0):  # type: ignore[no-untyped-def]
+        return EtcdLeaseStore(place(timeout), token, node, clock)
+
+    def events(node: str, clock, timeout: float = 5.0):  # type: ignore[no-untyped-def]
+        return EtcdEventSink(place(timeout), node, clock, TOKEN), EtcdEventTail(
+            place(timeout), TOKEN, clock=clock
+        )
+
+    def event_docs(node: str) -> list[dict]:
+        kvs, _ = place().bounded_range(f"events/{node}/", 1000, 1 << 16, 1 << 24)
+        return [json.loads(kv.value) for kv in kvs]
+
+    def plant_events(node: str, docs: list[dict]) -> None:
+        client = place().client
+        for doc in docs:  # an existing key is written again: a new line where an old one was
+            k = b64(prefix + event_key(node, int(doc["seq"])))
+            client.call("kv/deleterange", {"key": k})
+            client.call("kv/put", {"key": k, "value": b64(json.dumps(doc))})
+        changed()
+
+    return Pool("etcd", store, put, remove, events, event_docs, plant_events)
+
+
+POOLS = {"local": "local_pool", "smb": "smb_pool", "etcd": "etcd_pool"}  # backend -> fixture
+LOCKING = ("local", "smb")  # backends whose writers exclude each other with the share's lock file
 
 
 @pytest.fixture(params=sorted(POOLS))
 def pool(request) -> Pool:
+    return request.getfixturevalue(POOLS[request.param])
+
+
+@pytest.fixture(params=LOCKING)
+def locking_pool(request) -> Pool:
     return request.getfixturevalue(POOLS[request.param])
 
 
@@ -144,7 +234,8 @@ def test_of_two_writers_that_read_the_same_lease_the_second_loses(pool):
     assert b.read().record.node == "S001"
 
 
-def test_no_write_lands_while_another_store_is_inside_its_write(pool):
+def test_no_write_lands_while_another_store_is_inside_its_write(locking_pool):
+    pool = locking_pool
     clock = FakeClock()
     a, b = pool.store("S001", clock), pool.store("S002", clock)
     read = a.read()
@@ -159,7 +250,8 @@ def test_no_write_lands_while_another_store_is_inside_its_write(pool):
     assert b.read().record.node == "S001"
 
 
-def test_a_lock_left_by_a_dead_writer_is_broken_after_its_bound_never_before(pool):
+def test_a_lock_left_by_a_dead_writer_is_broken_after_its_bound_never_before(locking_pool):
+    pool = locking_pool
     clock = FakeClock()
     store = pool.store("S001", clock)
     pool.put("lock", signed_lock("S009", 1, "dead", TOKEN).encode())
@@ -244,18 +336,12 @@ def test_replayed_and_forged_event_lines_are_refused(pool):
     sink, tail = pool.events("S001", clock)
     sink.record("elected", 1, "first")
     sink.record("renewed", 1, "second")
-    lines = [json.loads(line) for line in _lines(pool, sink)]
+    lines = pool.event_docs("S001")
     assert [e["seq"] for e in tail.new_events()] == [1, 2]
     forged = {**lines[0], "seq": 7, "kind": "promote"}
-    replayed = "".join(json.dumps(doc) + "\n" for doc in (lines[0], forged))
-    pool.put("events/S001.jsonl", "".join(json.dumps(d) + "\n" for d in lines).encode() + replayed.encode())
+    pool.plant_events("S001", [lines[0], forged])  # an old line again, and one with its signature moved
     assert tail.new_events() == []
     assert tail.refusals.counts["replayed"] == 1 and tail.refusals.counts["forged"] == 1
-
-
-def _lines(pool: Pool, sink: JsonlEventSink) -> list[str]:
-    data = sink.share.read(sink.rel, 1 << 20) or b""
-    return [line for line in data.decode().splitlines() if line]
 
 
 def test_a_forged_lease_is_no_evidence_and_is_overwritten(pool):
@@ -284,3 +370,95 @@ def test_oversized_records_are_refused_without_reading_them_whole(pool):
     assert set(store.read_members()) == {"S001"}
     assert store.refusals.counts["too_large"] >= 1
     assert store.write(rec(), expect=read.revision) is WriteOutcome.WRITTEN  # the next write heals it
+
+
+# -- more of the contract (from the etcd backend's suite, on every backend) --------------------
+def take(store, node: str, known: int = 0, expect: str | None = None, seq: int = 1):  # type: ignore[no-untyped-def]
+    expect = store.read().revision if expect is None else expect
+    return store.acquire(lambda e: rec(node, e), expect, known, member(node, seq))
+
+
+def test_a_released_record_is_seen_by_the_others_with_its_handoff(pool):
+    clock = FakeClock()
+    s1, s2 = pool.store("S001", clock), pool.store("S002", clock)
+    outcome, won = take(s1, "S001")
+    assert outcome is WriteOutcome.WRITTEN
+    released = LeaseRecord(**{**won.to_doc(), "renew_seq": 1, "ttl_s": 0, "handoff_to": "S002"})
+    assert s1.write(released, expect=s1.read().revision) is WriteOutcome.WRITTEN
+    seen = s2.read()
+    assert seen.status == "valid" and seen.record.released and seen.record.handoff_to == "S002"
+
+
+@pytest.mark.parametrize(
+    "case, lease_epoch, member_epoch, known, expected",
+    [
+        ("the lease's epoch is the highest", 5, 3, 0, 6),
+        ("a member's claim is the highest", 2, 9, 0, 10),
+        ("the caller knows the highest", 2, 3, 12, 13),
+        ("an empty pool starts at one", None, None, 0, 1),
+    ],
+)
+def test_an_election_takes_one_more_than_the_highest_epoch_known(pool, case, lease_epoch, member_epoch, known,
+                                                                 expected):  # fmt: skip
+    clock = FakeClock()
+    store = pool.store("S001", clock)
+    if lease_epoch is not None:
+        pool.store("S002", clock).write(rec("S002", lease_epoch), expect=store.read().revision)
+    if member_epoch is not None:
+        pool.store("S004", clock).write_member({"node": "S004", "seq": 1, "epoch": member_epoch})
+    outcome, won = take(store, "S001", known)
+    assert (outcome, won.epoch) == (WriteOutcome.WRITTEN, expected)
+    other = pool.store("S005", clock)
+    assert other.read().record.epoch == expected
+    assert other.read_members()["S001"]["epoch"] == expected  # the claim is on record
+    assert other.highest_epoch() == expected
+
+
+def test_an_election_over_a_changed_lease_loses_and_claims_nothing(pool):
+    clock = FakeClock()
+    s1, s2 = pool.store("S001", clock), pool.store("S002", clock)
+    stale = s1.read().revision
+    assert take(s2, "S002", expect=stale)[0] is WriteOutcome.WRITTEN
+    assert take(s1, "S001", expect=stale) == (WriteOutcome.CHANGED, None)
+    assert "S001" not in s1.read_members()
+    assert s1.read().record.node == "S002"
+
+
+def test_a_heartbeat_never_lowers_the_recorded_epoch_or_seq_even_after_a_restart(pool):
+    clock = FakeClock()
+    pool.store("S002", clock).write_member({"node": "S002", "seq": 1_000, "epoch": 8})
+    pool.store("S002", clock).write_member({"node": "S002", "seq": 5, "epoch": 3})  # restarted, knows less
+    doc = pool.store("S001", clock).read_members()["S002"]
+    assert (doc["seq"], doc["epoch"]) == (1_001, 8)
+
+
+@pytest.mark.parametrize(
+    "raw, cause",
+    [
+        (b"", "not_json"),
+        (b"{not json", "not_json"),
+        (b"[" * 10_000, "too_deep"),
+        (json.dumps({"node": "S001"}).encode(), "not_object"),
+    ],
+    ids=["empty", "not-json", "deep", "fields-missing"],
+)
+def test_damaged_leases_are_corrupt_and_counted(pool, raw, cause):
+    store = pool.store("S001", FakeClock())
+    pool.put("lease", raw)
+    read = store.read()
+    assert (read.status, read.cause) == ("corrupt", cause)
+    assert store.refusals.counts.get(cause, 0) >= 1
+
+
+def test_member_records_must_be_validly_signed_and_name_their_own_node(pool):
+    clock = FakeClock()
+    store = pool.store("S001", clock)
+    pool.store("S002", clock).write_member({"node": "S002", "seq": 5, "epoch": 1})
+    doc = {"node": "S001", "seq": 99, "epoch": 1}
+    pool.put("members/S003.json", json.dumps({**doc, "sig": sign(doc, TOKEN)}).encode())  # another's name
+    pool.put("members/S004.json", json.dumps({"node": "S004", "seq": 1, "epoch": 10**6}).encode())
+    doc = {"node": "S006", "seq": 1, "epoch": 10**6}
+    pool.put("members/S006.json", json.dumps({**doc, "sig": sign(doc, "another-key")}).encode())
+    assert set(store.read_members()) == {"S002"}
+    assert {"wrong_node", "unsigned", "forged"} <= set(store.refusals.counts)
+    assert store.highest_epoch() == 1  # no planted epoch counts

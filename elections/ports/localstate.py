@@ -167,6 +167,7 @@ class PoolView:
         return "beacons" if self.beacons else "lease only"
 
     watched: bool = False  # a pool this agent only watches (DESIGN.md §11), never contends in
+    store: dict[str, Any] = field(default_factory=dict)  # ports.stores.store_details(): kind, where...
 
     @property
     def exists(self) -> bool:
@@ -212,6 +213,7 @@ class PoolView:
             beacons=doc.get("beacons") if isinstance(doc.get("beacons"), dict) else {},
             share_ops=_int(doc.get("share_ops")) or 0,
             watched=doc.get("watched") is True,
+            store=doc.get("store") if isinstance(doc.get("store"), dict) else {},
         )
 
 

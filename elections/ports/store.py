@@ -6,7 +6,9 @@ Contract of every backend:
 - `write(record, expect, fence)` is compare-and-set: it writes only if the store
   still holds exactly what was read with revision `expect`, and only if `fence()`
   still returns True at the last moment before the write. It returns a
-  `WriteOutcome`; losing a race is a normal outcome, not an exception.
+  `WriteOutcome`; losing a race is a normal outcome, not an exception. A
+  backend whose records are bound to a hold of the store (etcd's leases)
+  answers `LOST` when that hold was taken away: the writer leads no more.
 - `acquire(make, expect, known_epoch, member)` is the compare-and-set of an
   election: under the same exclusion as `write`, it picks the new epoch as one
   more than the highest the pool has recorded (lease, members' files, and
@@ -78,6 +80,7 @@ class WriteOutcome(enum.Enum):
     CHANGED = "changed"  # the store no longer holds what was read: lost the race
     BUSY = "busy"  # another writer holds the lock right now
     FENCED = "fenced"  # fence() said no at the last moment: nothing written
+    LOST = "lost"  # the store took the writer's hold away (an etcd lease revoked or expired): step down
 
 
 class LeaseStore(Protocol):
@@ -169,6 +172,7 @@ class FileLeaseStore:
         try:
             raw = self._read_raw(LEASE_NAME, LEASE)
         except Untrusted as exc:
+            self.refuse(LEASE_NAME, exc, log_it=False)  # counted like any other refused lease
             return LeaseRead("corrupt", detail=exc.detail, revision=f"untrusted:{exc.cause}", cause=exc.cause)
         read = parse_lease(raw, self.token)
         if read.cause:  # counted here; the elector logs what it makes of the lease

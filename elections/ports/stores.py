@@ -9,6 +9,8 @@ key that signs its records (`POOL_KEY`), the deadline of every operation
   `smb://[user@]host[:port]/share/path` spoken to without a mount (§5.3,
   `SMB_PASSWORD`/`SMB_PASSWORD_FILE`): the same files and rules over a
   `Share` (`share.LocalShare`, `smbshare.SmbShare`).
+- `etcd`: the keys under `ETCD_PREFIX` on the members of `ETCD_ENDPOINTS`
+  (§5.2, `elections.ports.etcd`); `ETCD_CA`/`ETCD_CERT`/`ETCD_KEY` for TLS.
 
 Every other module asks here; nothing else constructs a backend, so a new one
 (`smb://` lease dirs, §5.3; `LEASE_STORE = etcd`, §5.2) plugs in at this one
@@ -31,11 +33,19 @@ from elections.ports.smburl import is_smb, parse_smb_url, smb_password
 from elections.ports.store import FileLeaseStore, LeaseStore
 
 FILE = "file"
+ETCD = "etcd"
+BACKENDS = (FILE, ETCD)
 EVENTS_DIR = "events"
 
 
 class EventSink(Protocol):
     def record(self, kind: str, epoch: int, reason: str, seq: int | None = None, **extra: Any) -> None: ...
+
+
+class EventReader(Protocol):
+    backlog: bool  # the last call stopped at a cap: call again soon
+
+    def new_events(self) -> list[dict[str, Any]]: ...
 
 
 @dataclass(frozen=True)
@@ -60,6 +70,8 @@ class PoolPlace:
         )
 
     def describe(self) -> str:
+        if self.backend == ETCD:
+            return _etcd_pool(self).describe()
         return f"{self.backend}:{self.lease_dir}"
 
     @property
@@ -80,6 +92,34 @@ def open_share(place: PoolPlace) -> Share:
     return LocalShare(place.lease_dir, place.timeout)
 
 
+def _etcd_pool(place: PoolPlace) -> Any:
+    """The process's one `EtcdPool` for this place (client, watch, key layout)."""
+    from elections.ports.etcd.client import Tls
+    from elections.ports.etcd.pool import default_prefix, pool_for
+
+    opts = place.options
+    tls = Tls(opts.get("ETCD_CA", ""), opts.get("ETCD_CERT", ""), opts.get("ETCD_KEY", ""))
+    try:
+        fallback = float(opts.get("LEASE_POLL") or 2.0)
+    except ValueError:
+        fallback = 2.0
+    prefix = opts.get("ETCD_PREFIX") or default_prefix(place.kmsn)
+    return pool_for(opts.get("ETCD_ENDPOINTS", ""), prefix, place.timeout, tls, fallback=fallback)
+
+
+def store_details(store: Any) -> dict[str, Any]:
+    """What the panel shows of a pool's store: its kind and place, and what the
+    backend adds (etcd: endpoints, leader, revision). Never raises."""
+    details = getattr(store, "details", None)
+    if callable(details):
+        try:
+            return dict(details())
+        except Exception as exc:
+            return {"kind": store.describe().partition(":")[0], "where": store.describe(), "error": str(exc)}
+    where = store.describe()
+    return {"kind": where.partition(":")[0], "where": where}
+
+
 def open_store(
     place: PoolPlace,
     node: str,
@@ -94,6 +134,10 @@ def open_store(
             where, place.key, node, clock, lock_stale_s=lock_stale_s, timeout=place.timeout,
             refusals=refusals,
         )  # fmt: skip
+    if place.backend == ETCD:
+        from elections.ports.etcd.store import EtcdLeaseStore
+
+        return EtcdLeaseStore(_etcd_pool(place), place.key, node, clock, refusals=refusals)
     raise ValueError(f"unknown lease store {place.backend!r}")
 
 
@@ -111,10 +155,14 @@ def open_event_sink(place: PoolPlace, node: str, clock: Clock) -> EventSink:
             path, node, clock, place.key, deadline_for(place.lease_dir, place.timeout),
             retention=Retention.of(place.options),
         )  # fmt: skip
+    if place.backend == ETCD:
+        from elections.ports.etcd.events import EtcdEventSink
+
+        return EtcdEventSink(_etcd_pool(place), node, clock, place.key)
     raise ValueError(f"unknown lease store {place.backend!r}")
 
 
-def open_event_tail(place: PoolPlace, clock: Clock, refusals: Refusals | None = None) -> EventTail:
+def open_event_tail(place: PoolPlace, clock: Clock, refusals: Refusals | None = None) -> EventReader:
     """A reader of every member's new, verified events in the pool."""
     if place.backend == FILE and place.remote:
         share = open_share(place)
@@ -126,4 +174,8 @@ def open_event_tail(place: PoolPlace, clock: Clock, refusals: Refusals | None = 
             Path(place.lease_dir) / EVENTS_DIR, key=place.key, refusals=refusals, clock=clock,
             deadline=deadline_for(place.lease_dir, place.timeout),
         )  # fmt: skip
+    if place.backend == ETCD:
+        from elections.ports.etcd.events import EtcdEventTail
+
+        return EtcdEventTail(_etcd_pool(place), place.key, refusals=refusals, clock=clock)
     raise ValueError(f"unknown lease store {place.backend!r}")

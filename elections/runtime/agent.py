@@ -42,7 +42,7 @@ from elections.ports.beacons import BeaconConfig
 from elections.ports.clock import SystemClock
 from elections.ports.localstate import Leadership, LocalState, MemberView, PoolView
 from elections.ports.share import SHARE_OPS
-from elections.ports.stores import PoolPlace, open_event_tail, open_store
+from elections.ports.stores import PoolPlace, open_event_tail, open_store, store_details
 from elections.runtime.beacon_link import BeaconLink
 from elections.runtime.elector import Elector
 from elections.runtime.health import HealthMonitor
@@ -220,7 +220,10 @@ class Agent:
             and rec is not None
             and (rec.key != mem.seen_key or rec.released != mem.seen_released)
         )
-        if news or moved:
+        # A leader whose record vanished (on etcd: its lease revoked behind its
+        # back, seen by the watch) looks at once: it rewrites or steps down now.
+        gone = self.elector.is_leader and read.status == "missing"
+        if news or moved or gone:
             return self._tick(renewing=False)
         return None
 
@@ -320,6 +323,7 @@ class Agent:
             decision=str(self.elector.last or ""), paused=self.commands.paused,
             lease_seen_at=self.elector.memory.seen_at, command_clock=self.commands.clock,
             refusals=refusals, beacons=beacons, share_ops=SHARE_OPS.total,
+            store=store_details(self.elector.store),
         )  # fmt: skip
         self.local.write_pool(view)
         return view

@@ -1,10 +1,13 @@
 """A bare contender: the elector loop without Django or Celery.
 
     python -m elections.runtime.contend --dir LEASE_DIR --node N --token T [--ttl 10 ...]
+    python -m elections.runtime.contend --etcd ENDPOINTS [--prefix P] --node N --token T ...
 
 Used by the stress tests and the failover benchmark to run many real
 processes on one lease dir cheaply. SIGTERM releases the lease and exits;
-SIGUSR1 releases it and sits out one election (a forced re-election).
+SIGUSR1 releases it and sits out one election (a forced re-election);
+SIGUSR2 hands it to the next member by name (a planned switchover: only that
+member takes it at once, as after a promote).
 """
 
 from __future__ import annotations
@@ -15,9 +18,10 @@ import signal
 import threading
 
 from elections.core.decide import Timing
+from elections.errors import StoreUnavailable
 from elections.ports.clock import Clock, SystemClock
 from elections.ports.eventlog import JsonlEventSink
-from elections.ports.store import FileLeaseStore
+from elections.ports.stores import ETCD, FILE, PoolPlace, open_store
 from elections.runtime.elector import Elector
 from elections.runtime.lease_writes import Identity
 
@@ -42,12 +46,19 @@ def run_loop(elector: Elector, clock: Clock, stop: threading.Event) -> None:
             wait = timing.poll
         if decision.wake_in is not None:
             wait = min(wait, max(decision.wake_in, 0.0) + 0.01)
-        stop.wait(wait)
+        wait_change = getattr(elector.store, "wait_change", None)
+        if wait_change is not None and not elector.is_leader:  # a watch: look as soon as the lease moves
+            wait_change(wait)
+        else:
+            stop.wait(wait)
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--dir", required=True)
+    ap.add_argument("--dir", default="", help="the lease dir (file store)")
+    ap.add_argument("--etcd", default="", help="ETCD_ENDPOINTS: the pool is on etcd (LEASE_STORE = etcd)")
+    ap.add_argument("--prefix", default="", help="ETCD_PREFIX (default /stkrelay/<KMSN>/)")
+    ap.add_argument("--timeout", type=float, default=2.0, help="SHARE_TIMEOUT: every store call's deadline")
     ap.add_argument("--node", required=True)
     ap.add_argument("--token", required=True)
     ap.add_argument("--kmsn", default="9999-9999-99-99")
@@ -64,7 +75,11 @@ def main(argv: list[str] | None = None) -> None:
 
     clock = SystemClock()
     timing = Timing(args.ttl, args.renew, args.poll, args.deadline)
-    store = FileLeaseStore(args.dir, args.token, args.node, clock, lock_stale_s=args.lock_stale)
+    if not (args.dir or args.etcd):
+        ap.error("give --dir or --etcd")
+    options = {"ETCD_ENDPOINTS": args.etcd, "ETCD_PREFIX": args.prefix, "LEASE_POLL": str(args.poll)}
+    place = PoolPlace(args.kmsn, args.dir, args.token, args.timeout, ETCD if args.etcd else FILE, options)
+    store = open_store(place, args.node, clock, lock_stale_s=args.lock_stale)
     events = JsonlEventSink(args.events, args.node, clock, key=args.token) if args.events else None
     me = Identity(node=args.node, kmsn=args.kmsn, station=args.node, ip=args.ip, port=args.port)
     elector = Elector(store, clock, me, timing, events=events)
@@ -73,11 +88,12 @@ def main(argv: list[str] | None = None) -> None:
     requests: list[str] = []
 
     def on_signal(signum: int, frame: object) -> None:
-        requests.append("release" if signum == signal.SIGUSR1 else "stop")
+        requests.append({signal.SIGUSR1: "release", signal.SIGUSR2: "handoff"}.get(signum, "stop"))
         stop.set()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGUSR1, on_signal)
+    signal.signal(signal.SIGUSR2, on_signal)
     while True:
         run_loop(elector, clock, stop)
         with lock:
@@ -85,8 +101,21 @@ def main(argv: list[str] | None = None) -> None:
         if "stop" in todo:
             elector.release(reason="SIGTERM")
             return
-        elector.release(reason="SIGUSR1", abstain=True)
+        if "handoff" in todo:
+            elector.release(handoff_to=next_member(elector), reason="SIGUSR2", abstain=True, kind="handoff")
+        else:
+            elector.release(reason="SIGUSR1", abstain=True)
         stop.clear()
+
+
+def next_member(elector: Elector) -> str | None:
+    """The member after this one by name (wrapping), from the store's heartbeats."""
+    try:
+        others = sorted(n for n in elector.store.read_members() if n != elector.me.node)
+    except StoreUnavailable:
+        return None
+    after = [n for n in others if n > elector.me.node]
+    return (after or others or [None])[0]
 
 
 if __name__ == "__main__":

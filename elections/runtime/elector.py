@@ -18,6 +18,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from datetime import timedelta
 from typing import Any, Protocol
 
 from elections.core.decide import (
@@ -323,6 +324,10 @@ class Elector:
                 why = f"deadline passed before the write of epoch {epoch}"
                 self._step_down(why)
                 return Decision(Verdict.STEP_DOWN, why)
+            if outcome is WriteOutcome.LOST:
+                why = f"lost: the store took the hold of epoch {epoch} away (its etcd lease is gone)"
+                self._step_down(why)
+                return Decision(Verdict.STEP_DOWN, why)
             if outcome is WriteOutcome.BUSY:
                 self.sleep(self.rng.uniform(0.02, 0.1))
             start = self.clock.monotonic()
@@ -340,10 +345,21 @@ class Elector:
         epoch = self.memory.leader_epoch
         if epoch is None:
             return
+        held_until = self._held_until()
         self.memory = replace(self.memory, leader_epoch=None, renewed_at=None)
         log.warning("stepping down from epoch %s: %s", epoch, reason)
-        self.events.record(kind, epoch, reason)
+        self.events.record(kind, epoch, reason, held_until=held_until)
         self._duty(self.on_demoted, epoch)
+
+    def _held_until(self) -> str | None:
+        """Until when this node may have acted as leader (its renew deadline, or now if
+        sooner), as a wall time of this machine: a late step-down (a frozen process, a
+        hung store) did not lead past it, for the history and for tests to see."""
+        valid = self.leader_valid_until
+        if valid is None:
+            return None
+        now = self.clock.monotonic()
+        return (self.clock.wall() - timedelta(seconds=max(0.0, now - valid))).isoformat()
 
     def _duty(self, hook: Hook, epoch: int) -> None:
         try:

@@ -88,6 +88,7 @@ def lease(s: SiteState) -> dict[str, Any]:
         "status": s.lease_status,
         "detail": s.lease_detail,
         "store_reachable": s.store_reachable,
+        "store": s.store or None,
         "record": s.lease,
         "renewed_ago_s": _r(s.renewed_ago),
         "expires_in_s": _r(s.expires_in),

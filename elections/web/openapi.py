@@ -59,8 +59,8 @@ MEMBERS = {"type": "array", "items": MEMBER}
 LEASE = _obj(
     {
         "kmsn": _t(S), "status": _t(S), "detail": _t(S), "store_reachable": _t(B),
-        "record": _t("object", True), "renewed_ago_s": _t(N, True), "expires_in_s": _t(N, True),
-        "decision": _t(S),
+        "store": _t("object", True), "record": _t("object", True), "renewed_ago_s": _t(N, True),
+        "expires_in_s": _t(N, True), "decision": _t(S),
     }
 )  # fmt: skip
 RELAY = {

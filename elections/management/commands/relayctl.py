@@ -150,22 +150,29 @@ class Command(BaseCommand):
 
         place = PoolPlace.of(stk)
         store = open_store(place, stk.node, SystemClock())
-        share, share_mtime = open_share(place), None
-        probe = f".doctor-{stk.node}-{os.getpid()}"
+        share_mtime = None
+        if getattr(stk, "lease_store", "file") == "etcd":  # the cluster, and TTLs as etcd counts them
+            from elections.ports.etcd.health import doctor_checks
 
-        def probe_share() -> float | None:
-            """Write, (locally: stat) and remove a probe file, the way the store writes."""
-            share.create_exclusive(probe, b"x")
+            for name, ok, detail in doctor_checks(store.pool, stk.lease_ttl):  # type: ignore[attr-defined]
+                check(name, ok, detail)
+        else:
+            share = open_share(place)
+            probe = f".doctor-{stk.node}-{os.getpid()}"
+
+            def probe_share() -> float | None:
+                """Write, (locally: stat) and remove a probe file, the way the store writes."""
+                share.create_exclusive(probe, b"x")
+                try:
+                    return (share.root / probe).stat().st_mtime if isinstance(share, LocalShare) else None
+                finally:
+                    share.unlink(probe)
+
             try:
-                return (share.root / probe).stat().st_mtime if isinstance(share, LocalShare) else None
-            finally:
-                share.unlink(probe)
-
-        try:
-            share_mtime = share.deadline.run(probe_share)
-            check("lease dir reachable and writable", True, share.where)
-        except (OSError, StoreUnavailable) as exc:
-            check("lease dir reachable and writable", False, f"{share.where}: {exc}")
+                share_mtime = share.deadline.run(probe_share)
+                check("lease dir reachable and writable", True, share.where)
+            except (OSError, StoreUnavailable) as exc:
+                check("lease dir reachable and writable", False, f"{share.where}: {exc}")
         try:
             read = store.read()
             check("lease signature", read.status == "valid", f"{read.status}: {read.detail}")

@@ -191,6 +191,8 @@ class SiteState:
         counts = self.refusals.get("counts") if isinstance(self.refusals, dict) else None
         return sum(v for v in (counts or {}).values() if isinstance(v, int) and not isinstance(v, bool))
 
+    store: dict[str, Any] = field(default_factory=dict)  # the pool's store: kind, where, etcd leader...
+
     @property
     def epoch(self) -> int | None:
         return (self.lease or {}).get("epoch")
@@ -363,6 +365,7 @@ def build_site(
         refusals=pool.refusals,
         detection=pool.detection,
         watched=pool.watched,
+        store=pool.store,
     )
     seen_at = _lease_seen_at(pool)
     if lease is not None and seen_at is not None:

@@ -1,0 +1,11 @@
+"""The pool on etcd v3 (`LEASE_STORE = etcd`, DESIGN.md §5.2): the same signed
+records as on the share, kept under one key prefix.
+
+    client.py   EtcdClient: several endpoints, a deadline on every call, failover, TLS, capped answers
+    watch.py    PrefixWatch: when to read again (never what to believe)
+    pool.py     EtcdPool: one pool's client, watch and key layout, shared in a process
+    store.py    EtcdLeaseStore: the LeaseStore port (transactions on mod_revision, the epoch counter)
+    events.py   EtcdEventSink, EtcdEventTail: the event log, one key per signed line
+
+Opened only through `elections.ports.stores` (imported when a pool uses etcd).
+"""
