@@ -205,7 +205,8 @@ class Agent:
 
     def _watch(self) -> Decision | None:
         if self._quiet():  # the beacons tell when the lease changes; commands are looked for each second
-            if self._due("events", QUIET_EVENTS_EVERY) and self.ingest():
+            looks = self.elector.is_leader or self._due("events", QUIET_EVENTS_EVERY)  # a leader: every watch
+            if looks and self.ingest():
                 return self._tick(renewing=False, news=True)
             return None
         news = self.ingest()
@@ -261,10 +262,14 @@ class Agent:
 
     def _tick(self, renewing: bool, wait: bool = True, news: bool = False) -> Decision:
         quiet = self._quiet() and self.elector.last is not None
-        if not quiet or self._due("events", QUIET_EVENTS_EVERY):
+        # The leader reads the pool's commands at every cycle, quiet or not: a drain or a
+        # promote is a planned switchover, which must not wait for QUIET_EVENTS_EVERY.
+        if not quiet or self.elector.is_leader or self._due("events", QUIET_EVENTS_EVERY):
             news = self.ingest() or news
-        # A renewal is never skipped, nor a cycle after new events (a command may concern this node).
-        skip = quiet and not news and not (renewing and self.elector.is_leader)
+        # A renewal is never skipped, nor a cycle after new events (a command may concern this node),
+        # nor a leader's poll: it is the look that rewrites a damaged lease before its next renewal
+        # (a lease damaged again and again must not outlast the followers' TTL for want of a look).
+        skip = quiet and not news and not self.elector.is_leader
         decision = self.elector.last if skip else self.elector.cycle(renewing=renewing)
         assert decision is not None
         fields = {"priority": self.stk.priority, "drain": bool(self.commands.drained.get(self.stk.node)),
