@@ -98,6 +98,7 @@ class Agent:
         self.view = PoolView(kmsn=stk.kmsn, node=stk.node)
         self._leader_since: float | None = None
         self._beat_fields: dict[str, Any] = {}
+        self._member_docs: tuple[dict[str, dict[str, Any]], bool] | None = None  # survey(): last members read
         self.health = HealthMonitor.from_settings(stk.health_cmd, stk.health_url).start()
         self.policy = PoolPolicy(
             stk.node, stk.priority, self.commands, lambda: self.view, lambda: self._leader_since,
@@ -280,18 +281,20 @@ class Agent:
             self.elector.heartbeat(**fields, **heard)
             self._beat_fields = fields
         self.publish(decision)
-        if not quiet or news or self._due("survey", QUIET_SURVEY_EVERY):
-            self.view = self.survey()
+        # The view is written at every cycle (the panel judges the lease by it); while quiet,
+        # the members' files are read again only every QUIET_SURVEY_EVERY.
+        self.view = self.survey(read_members=not quiet or news or self._due("survey", QUIET_SURVEY_EVERY))
         if wait and not skip and decision.wake_in is not None and decision.wake_in < self.timing.poll:
             time.sleep(max(decision.wake_in, 0.0) + 0.01)
             decision = self.elector.cycle(renewing=False)
             self.publish(decision)
         return decision
 
-    def survey(self) -> PoolView:
+    def survey(self, read_members: bool = True) -> PoolView:
         """This agent's view of the pool, judged on its own clock: the lease and
         every member's eligibility with reasons. Written to DATA_DIR/pool.json
-        for the panel and for command checks in other local processes."""
+        for the panel and for command checks in other local processes. Without
+        `read_members`, the members' heartbeats are those of the last reading."""
         now = self.clock.monotonic()
         stk = self.stk
         read = self.elector.last_read
@@ -301,11 +304,12 @@ class Agent:
             lease = {"node": rec.node, "epoch": rec.epoch, "ip": rec.ip, "port": rec.port,
                      "renew_seq": rec.renew_seq, "ttl_s": rec.ttl_s, "released": rec.released,
                      "handoff_to": rec.handoff_to}  # fmt: skip
-        try:
-            docs = self.elector.store.read_members()  # type: ignore[attr-defined]
-            reachable = True
-        except StoreUnavailable:
-            docs, reachable = {}, False
+        if read_members or self._member_docs is None:
+            try:
+                self._member_docs = self.elector.store.read_members(), True  # type: ignore[attr-defined]
+            except StoreUnavailable:
+                self._member_docs = {}, False
+        docs, reachable = self._member_docs
         beacons = self.beacons.service.snapshot() if self.beacons is not None else {}
         refusals = self.refusals.to_doc(now)
         if beacons:  # refused datagrams show beside refused share records

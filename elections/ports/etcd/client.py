@@ -36,6 +36,7 @@ from elections.errors import StoreUnavailable
 API_PATH = "/v3/"
 SMALL = 256 << 10  # bytes of an answer to anything but a range read
 RETRYABLE_CODES = {4, 14}  # gRPC DeadlineExceeded, Unavailable (no leader, stopping, timed out)
+ROUND_PAUSE = 0.05  # seconds between two rounds over the members that all failed
 MIN_ATTEMPT = 0.25  # seconds at least for one attempt while other members remain
 
 
@@ -138,13 +139,22 @@ class EtcdClient:
         n = len(self._members)
         with self._lock:
             first = self._preferred
-        errors = []
-        for k in range(n):
+        errors: list[str] = []
+        k = 0  # attempts so far: round after round over the members until the deadline, since
+        # a member's quick "leader changed" (an etcd election under way) is worth asking again
+        while True:
             i = (first + k) % n
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            per = left if k == n - 1 else max(left / (n - k), min(MIN_ATTEMPT, left))
+            if k and k % n == 0:  # a whole round failed: let an election settle a moment
+                time.sleep(min(ROUND_PAUSE, left))
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+            in_round = n - k % n
+            per = left if in_round == 1 else max(left / in_round, min(MIN_ATTEMPT, left))
+            k += 1
             try:
                 doc = self._post(i, path, body, cap, per)
             except (ConnectionError, TimeoutError, _Retry) as exc:
