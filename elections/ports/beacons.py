@@ -39,7 +39,7 @@ from typing import Any
 
 from elections.core.beacon_board import BeaconBoard, Reaction, Standing
 from elections.core.beacons import RESIGN, RESIGN_COPIES, Beacon
-from elections.core.liveness import CONNECTED, ENDED, REFUSED, UNREACHABLE, Liveness
+from elections.core.liveness import ANSWERS, CONNECTED, ENDED, REFUSED, UNREACHABLE, Liveness
 
 log = logging.getLogger("stkrelay.beacons")
 
@@ -67,6 +67,9 @@ def subnet_broadcast(ip: str) -> str:
     if address.is_loopback:
         return "127.255.255.255"
     return str(ipaddress.ip_network(f"{ip}/24", strict=False).broadcast_address)
+
+
+HOLD_LOOK = 0.5  # seconds: a held liveness connection checks the lease's holder this often
 
 
 @dataclass
@@ -118,6 +121,7 @@ class BeaconService:
         self._tasks: list[asyncio.Task[None]] = []
         self._transports: list[asyncio.BaseTransport] = []
         self._reported: tuple[str, int] | None = None
+        self._answered = asyncio.Event()  # set by the liveness loop when a host answers (ended, refused)
         self.ready = threading.Event()
         self.failed: str | None = None
 
@@ -258,6 +262,8 @@ class BeaconService:
     def _saw(self, state: str) -> None:
         with self.lock:
             self.liveness.saw(state, self.monotonic())
+        if state in ANSWERS:
+            self._answered.set()  # the evidence loop looks closely from now on
 
     async def _liveness_loop(self) -> None:
         pause = min(self.config.interval, 0.2)
@@ -290,7 +296,9 @@ class BeaconService:
         try:
             while True:
                 read = loop.create_task(reader.read(256))
-                done, _ = await asyncio.wait({read}, timeout=self.config.interval)
+                # The read ends at once when the host ends the connection; the timeout only
+                # bounds how late a change of leader is noticed here.
+                done, _ = await asyncio.wait({read}, timeout=max(self.config.interval, HOLD_LOOK))
                 if not done:
                     read.cancel()
                     with contextlib.suppress(asyncio.CancelledError, OSError):
@@ -312,7 +320,16 @@ class BeaconService:
             writer.close()
 
     async def _evidence_loop(self) -> None:
+        # Evidence needs the host's answer first: until one comes (the liveness
+        # connection ended or a reconnect refused), sleep on it instead of polling.
         while True:
+            with self.lock:
+                answered = self.liveness.state in ANSWERS
+            if not answered:
+                self._answered.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._answered.wait(), 1.0)
+                continue
             await asyncio.sleep(self.config.interval / 4)
             st = self.standing()
             if st.leader_epoch is not None or st.seen_key is None:
