@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import statistics
 import subprocess
 import sys
@@ -99,6 +100,15 @@ async def flows(cmd: RelayClient, agent: RelayClient, tag: str, timeout: float =
     raise TimeoutError(f"{tag}: no remote message within {timeout} s")
 
 
+def _eligible(agent, node: str) -> bool:  # type: ignore[no-untyped-def]
+    """`node` is eligible again in `agent`'s own view of the pool (an undrain folded)."""
+    try:
+        view = json.loads((agent.data_dir / "pool.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return bool(((view.get("members") or {}).get(node) or {}).get("eligible"))
+
+
 def relayctl(agent, *args: str) -> None:  # type: ignore[no-untyped-def]
     env = {"PATH": "/usr/bin:/bin", "STK_INI": str(agent.ini)}
     done = subprocess.run([sys.executable, str(ROOT / "manage.py"), "relayctl", *args, "--json"],
@@ -176,6 +186,9 @@ async def run(args: argparse.Namespace, workdir: Path) -> None:
             print(f"  drain {i + 1:2d}/{args.drains}: {where}: remote {from_serving[-1]:.2f} s after the new"
                   f" relay served, {from_drain[-1]:.2f} s after the drain", flush=True)  # fmt: skip
             await asyncio.to_thread(relayctl, other, "undrain", rec.node)
+            await asyncio.to_thread(
+                wait_until, lambda n=rec.node: all(_eligible(a, n) for a in site.agents), 20, "the undrain"
+            )
         results["drain: new relay serving -> remote"] = from_serving
         results["drain: drain command -> remote"] = from_drain
         for c in (remote, direct, agent):
