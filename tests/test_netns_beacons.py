@@ -177,6 +177,7 @@ class LossyHub:
         self.sock.close()
 
 
+@pytest.mark.timeout(float(os.environ.get("STK_LOSS_SECONDS", "600")) + 300)  # the loss lasts 10 minutes
 def test_30_percent_beacon_loss_with_delay_causes_no_failover(netns_site):
     seconds = float(os.environ.get("STK_LOSS_SECONDS", "600"))
     agents = [f"{SUBNET}.{11 + i}" for i in range(3)]
