@@ -37,6 +37,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
@@ -50,6 +51,7 @@ log = logging.getLogger("stkrelay.supervisor")
 STOP_WITHIN = 5.0  # seconds, from SIGTERM to every child gone
 RESTART_BACKOFF = Backoff(tries=1 << 30, first=1.0, factor=2.0, cap=30.0)
 STABLE_AFTER = 30.0  # a child that ran this long and died restarts with the shortest backoff
+KILL_AFTER = 1.0  # seconds from the supervisor's SIGTERM to its SIGKILL of a standby child
 
 
 @dataclass
@@ -71,6 +73,7 @@ class Child:
     not_before: float = 0.0
     started_at: float = 0.0
     serving_unled_since: float | None = None
+    kill_at: float | None = None  # told to stop by the supervisor: SIGKILL if still alive then
     pumps: list[threading.Thread] = field(default_factory=list)
 
     @property
@@ -132,15 +135,22 @@ class Supervisor:
         stream.close()
 
     # -- children ----------------------------------------------------------------
-    def _start(self, child: Child) -> None:
-        proc = subprocess.Popen(
-            child.spec.argv,
-            env={**self.env, "STK_COMPONENT": child.spec.name},
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            preexec_fn=_die_with(os.getpid()),
-        )
+    def _start(self, child: Child, now: float) -> None:
+        try:
+            proc = subprocess.Popen(
+                child.spec.argv,
+                env={**self.env, "STK_COMPONENT": child.spec.name},
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                preexec_fn=_die_with(os.getpid()),
+            )
+        except (OSError, subprocess.SubprocessError) as exc:  # fork refused, binary gone: a failed start
+            child.failures += 1
+            delay = RESTART_BACKOFF.delay(child.failures - 1)
+            child.not_before = now + delay
+            self.say("agent", f"could not start {child.spec.name} ({exc}); again in {delay:g} s")
+            return
         child.proc = proc
         child.started_at = time.monotonic()
         pump = threading.Thread(target=self._pump, args=(child.spec.name, proc.stdout), daemon=True)
@@ -160,17 +170,24 @@ class Supervisor:
         return state.leads_now(now) and state.worker_alive()
 
     def step(self, now: float) -> None:
-        """One supervision pass: reconcile children with what should run."""
+        """One supervision pass: reconcile children with what should run. It
+        never waits on a child: a pass takes as long as a few `poll()`s."""
         leader = self._leader(now)
         for child in self.children:
             if child.running:
-                if child.spec.standby and not leader:
+                if child.kill_at is not None:
+                    if now >= child.kill_at:
+                        self.say("agent", f"{child.spec.name} did not stop in {KILL_AFTER:g} s: SIGKILL")
+                        self._stop(child, signal.SIGKILL)
+                        child.kill_at = now + KILL_AFTER  # and again, should the kernel be slow
+                elif child.spec.standby and not leader:
                     self._guard_standby(child, now)
                 continue
             if child.proc is not None:  # it died
                 code = child.proc.returncode
                 child.proc = None
-                if code == 0 and child.spec.standby:
+                stopped_by_us, child.kill_at = child.kill_at is not None, None
+                if child.spec.standby and (code == 0 or stopped_by_us):
                     child.failures, child.not_before = 0, 0.0  # served, lost leadership: re-arm now
                 else:
                     if now - child.started_at > STABLE_AFTER:
@@ -180,10 +197,11 @@ class Supervisor:
                     child.not_before = now + delay
                     self.say("agent", f"{child.spec.name} exited with {code}; restart in {delay:g} s")
             if now >= child.not_before:
-                self._start(child)
+                self._start(child, now)
 
     def _guard_standby(self, child: Child, now: float) -> None:
-        """Not leader, yet the standby child says it serves: stop it after 1 s."""
+        """Not leader, yet the standby child says it serves: stop it after 1 s
+        (SIGTERM, then SIGKILL `KILL_AFTER` later if it is still there)."""
         assert child.proc is not None and child.spec.standby
         if not self.local.relay().serving(pid=child.proc.pid):
             child.serving_unled_since = None
@@ -193,25 +211,18 @@ class Supervisor:
         elif now - child.serving_unled_since > 1.0:
             self.say("agent", f"{child.spec.name} still serves without leadership: stopping it")
             self._stop(child)
-            self._reap(child, 1.0)
+            child.kill_at = now + KILL_AFTER
             child.serving_unled_since = None
-
-    def _reap(self, child: Child, timeout: float) -> None:
-        if child.proc is None:
-            return
-        try:
-            child.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self._stop(child, signal.SIGKILL)
-            child.proc.wait(1.0)
-        child.proc = None
 
     def run(self) -> int:
         self.local.clear_stopping()  # left by a crashed run
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: self.stopping.set())
         while not self.stopping.is_set():
-            self.step(time.monotonic())
+            try:
+                self.step(time.monotonic())
+            except Exception:  # the agent's children die with this process: never end here
+                self.say("agent", f"supervision pass failed; going on\n{traceback.format_exc()}")
             self.stopping.wait(self.tick)
         return self.shutdown()
 
@@ -237,7 +248,10 @@ class Supervisor:
             except subprocess.TimeoutExpired:
                 self.say("agent", f"{child.spec.name} did not stop in time: SIGKILL")
                 self._stop(child, signal.SIGKILL)
-                child.proc.wait(1.0)
+                try:
+                    child.proc.wait(1.0)
+                except subprocess.TimeoutExpired:
+                    self.say("agent", f"{child.spec.name} (pid {child.proc.pid}) outlived SIGKILL by 1 s")
         if led:  # again: the worker may have published once more before it stopped
             self.local.disclaim(f"released epoch {state.epoch} on shutdown")
         self.say("agent", f"stopped in {time.monotonic() - started:.2f} s")

@@ -1,0 +1,106 @@
+"""The supervisor with real children: it never waits on one, and nothing a
+child does (ignore SIGTERM, fail to start) ends it — its end would take every
+child of the agent with it (PR_SET_PDEATHSIG)."""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+from harness import wait_until
+
+from elections.runtime.supervisor import ChildSpec, Supervisor
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# A standby relay that says it serves and will not stop on SIGTERM.
+STUBBORN = textwrap.dedent(
+    """
+    import signal, sys, time, os
+    from elections.ports.localstate import LocalState, RelayStatus
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    status = RelayStatus(pid=os.getpid(), listening=True, updated=time.monotonic())
+    LocalState(sys.argv[1]).write_relay(status)
+    print("serving", flush=True)
+    while True:
+        time.sleep(0.05)
+    """
+)
+
+
+def env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def test_a_standby_child_that_ignores_sigterm_is_killed_without_the_supervisor_waiting(tmp_path):
+    out = io.StringIO()
+    spec = ChildSpec("relay", [sys.executable, "-c", STUBBORN, str(tmp_path)], standby=True)
+    sup = Supervisor([spec], str(tmp_path), env(), lambda s: True, out=out)
+    child = sup.children[0]
+    slowest = 0.0
+
+    def step() -> bool:
+        nonlocal slowest
+        started = time.monotonic()
+        sup.step(time.monotonic())
+        slowest = max(slowest, time.monotonic() - started)
+        return False
+
+    sup.step(time.monotonic())
+    first = child.proc
+    assert first is not None
+    # Not leader (no leadership.json), yet it says it serves: SIGTERM after 1 s,
+    # which it ignores; SIGKILL a second later; then a new standby at once.
+    wait_until(lambda: step() or "did not stop in" in out.getvalue(), 15, "the SIGKILL")
+    wait_until(lambda: step() or (child.proc is not None and child.proc is not first), 15, "a new standby")
+    assert first.returncode == -9
+    assert "still serves without leadership: stopping it" in out.getvalue()
+    assert "restart in" not in out.getvalue()  # stopped by the supervisor: re-armed, no backoff
+    assert child.failures == 0
+    assert slowest < 0.5, f"a supervision pass took {slowest:.2f} s: it waited on a child"
+    sup.stopping.set()
+    assert sup.shutdown() == 0
+    assert child.proc is not None and child.proc.poll() is not None
+
+
+def test_a_child_that_cannot_start_backs_off_and_the_others_run(tmp_path):
+    out = io.StringIO()
+    missing = ChildSpec("web", [str(tmp_path / "no-such-binary")])
+    fine = ChildSpec("worker", [sys.executable, "-c", "import time; time.sleep(60)"])
+    sup = Supervisor([missing, fine], str(tmp_path), env(), lambda s: True, out=out)
+    now = time.monotonic()
+    sup.step(now)
+    sup.step(now + 0.1)  # within the backoff: not tried again
+    assert out.getvalue().count("could not start web") == 1
+    assert sup.children[0].proc is None and sup.children[0].failures == 1
+    assert sup.children[1].running
+    sup.step(now + 5)
+    assert out.getvalue().count("could not start web") == 2
+    assert sup.shutdown() == 0
+
+
+def test_a_failing_supervision_pass_does_not_end_the_supervisor(tmp_path, monkeypatch):
+    out = io.StringIO()
+    sup = Supervisor([], str(tmp_path), env(), lambda s: True, out=out, tick=0.02)
+    passes = []
+
+    def broken(now: float) -> None:
+        passes.append(now)
+        raise RuntimeError("a bug in one pass")
+
+    monkeypatch.setattr(sup, "step", broken)
+    stopper = threading.Thread(
+        target=lambda: (wait_until(lambda: len(passes) >= 3, 10, "three passes"), sup.stopping.set()),
+        daemon=True,
+    )
+    stopper.start()
+    assert sup.run() == 0  # run() installs signal handlers: it must run on the main thread
+    stopper.join(5)
+    assert len(passes) >= 3
+    assert "supervision pass failed; going on" in out.getvalue()
+    assert "RuntimeError: a bug in one pass" in out.getvalue()
