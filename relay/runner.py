@@ -28,16 +28,19 @@ from collections.abc import Callable
 from typing import Any
 
 from elections.ports.clock import SystemClock
-from elections.ports.localstate import Leadership, LocalState, RelayStatus
+from elections.ports.dirwatch import DirWatch
+from elections.ports.localstate import LEADERSHIP_NAME, RELAY_WANTED_NAME, Leadership, LocalState, RelayStatus
 from elections.ports.stores import PoolPlace, open_store
 from relay.cloud.tunnel import TunnelClient
 from relay.server import RelayServer
 
 log = logging.getLogger("stkrelay.relay")
 
-TICK = 0.1
-STANDBY_POLL = 0.05
-STATUS_EVERY = 0.5
+TICK = 0.1  # the serving loop's look without inotify
+LOOK_EVERY = 0.5  # with it: a look this often even if no change was announced (the worker's pid)
+STANDBY_POLL = 0.05  # without inotify
+STANDBY_FALLBACK = 1.0  # with it: a look this often even if no change was announced
+STATUS_EVERY = 1.0  # relay.json; the panel calls a status older than 3 s stale
 LEASE_READ_WITHIN = 0.5
 Successor = tuple[int | None, str | None, int | None]
 NOBODY: Successor = (None, None, None)
@@ -69,9 +72,12 @@ class LeadershipGate:
         self._pid_ok = self._state.worker_alive()
         self._read_at = now
 
-    def why_not(self) -> str | None:
-        """None while this agent leads with `epoch`; else the reason, for the log."""
+    def why_not(self, fresh: bool = False) -> str | None:
+        """None while this agent leads with `epoch`; else the reason, for the log.
+        `fresh`: read the state file now, whatever the cache says."""
         now = self.clock()
+        if fresh:
+            self._read_at = None
         self._refresh(now)
         state = self._state
         if not state.leader:
@@ -87,19 +93,70 @@ class LeadershipGate:
     def __call__(self) -> bool:
         return self.why_not() is None
 
+    def deadline(self) -> float | None:
+        """The renew deadline (monotonic) in the state last read, if it says this agent leads."""
+        state = self._state
+        return state.valid_until if state.leader else None
+
+
+class LeadershipChanges:
+    """The serving loop's wait: until the worker replaces leadership.json
+    (inotify, on the event loop), a stop, or a timeout."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, data_dir: str | os.PathLike[str]) -> None:
+        self.loop = loop
+        self.changed = asyncio.Event()
+        self.watch = DirWatch(data_dir, (LEADERSHIP_NAME,))
+        if self.watch.fd is not None:
+            loop.add_reader(self.watch.fd, self._readable)
+
+    @property
+    def watching(self) -> bool:
+        return self.watch.watching
+
+    def _readable(self) -> None:
+        if self.watch.drain():
+            self.changed.set()
+        if self.watch.ended:  # the data directory went away: polling from now on
+            self._unwatch()
+
+    def _unwatch(self) -> None:
+        if self.watch.fd is not None:
+            self.loop.remove_reader(self.watch.fd)
+            self.watch.close()
+
+    async def wait(self, stopping: asyncio.Event, timeout: float) -> None:
+        if not (self.changed.is_set() or stopping.is_set()):
+            waiters = {asyncio.ensure_future(self.changed.wait()), asyncio.ensure_future(stopping.wait())}
+            _, pending = await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            for waiter in pending:
+                waiter.cancel()
+        self.changed.clear()
+
+    def __enter__(self) -> LeadershipChanges:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._unwatch()
+
 
 def await_leadership(stk: Any) -> int:
-    """Poll the leadership state and the relay marker every STANDBY_POLL; the
-    imports are done, so the listeners are up within ~0.1 s of the action."""
+    """Look at the leadership state and the relay marker whenever the worker
+    replaces one of them (inotify on the data directory), at least every
+    STANDBY_FALLBACK, or every STANDBY_POLL where inotify is not to be had. The
+    imports are done, so the listeners are up within ~0.1 s of the action, and
+    an idle standby costs no wakeups."""
     local = LocalState(stk.data_dir)
-    while True:
-        epoch = local.leadership().held_epoch(time.monotonic())
-        if (
-            epoch is not None and local.relay_wanted() == epoch
-            and LeadershipGate(stk.data_dir, epoch).why_not() is None
-        ):  # fmt: skip
-            return epoch
-        time.sleep(STANDBY_POLL)
+    with DirWatch(stk.data_dir, (LEADERSHIP_NAME, RELAY_WANTED_NAME)) as changes:
+        every = STANDBY_FALLBACK if changes.watching else STANDBY_POLL
+        while True:
+            epoch = local.leadership().held_epoch(time.monotonic())
+            if (
+                epoch is not None and local.relay_wanted() == epoch
+                and LeadershipGate(stk.data_dir, epoch).why_not() is None
+            ):  # fmt: skip
+                return epoch
+            changes.wait(every)
 
 
 class RelayRunner:
@@ -149,18 +206,19 @@ class RelayRunner:
             self.tunnel.start()
         self.write_status(True)
         next_status = loop.time() + STATUS_EVERY
-        while True:
-            await asyncio.sleep(TICK)
-            if stopping.is_set():
-                reason, successor = "stopped by signal", NOBODY
-                break
-            why = self.gate.why_not()
-            if why is not None:
-                reason, successor = f"lost leadership: {why}", await self.successor()
-                break
-            if loop.time() >= next_status:
-                self.write_status(True)
-                next_status = loop.time() + STATUS_EVERY
+        with LeadershipChanges(loop, stk.data_dir) as changes:
+            while True:
+                await changes.wait(stopping, self.next_look(loop.time(), next_status, changes.watching))
+                if stopping.is_set():
+                    reason, successor = "stopped by signal", NOBODY
+                    break
+                why = self.gate.why_not(fresh=True)
+                if why is not None:
+                    reason, successor = f"lost leadership: {why}", await self.successor()
+                    break
+                if loop.time() >= next_status:
+                    self.write_status(True)
+                    next_status = loop.time() + STATUS_EVERY
         told = server.snapshot()["connections"]
         server.lose_leadership(*successor)
         await server.wait_closed(0.5)
@@ -170,6 +228,19 @@ class RelayRunner:
         epoch, ip, port = successor
         self.say(f"runrelay: {reason}; told {told} connections epoch={epoch} ip={ip} port={port}; exiting")
         return 0
+
+    def next_look(self, now: float, next_status: float, watching: bool) -> float:
+        """Seconds until the loop must look again by itself: at the renew
+        deadline in the leadership state (to the millisecond: the gate closes
+        then, not a tick later), at the next status write, and at least every
+        LOOK_EVERY (the worker's pid). A change of the state wakes it sooner."""
+        if not watching:
+            return TICK
+        until = min(next_status - now, LOOK_EVERY)
+        deadline = self.gate.deadline()
+        if deadline is not None:
+            until = min(until, deadline - now + 0.001)
+        return max(until, 0.0)
 
     async def read_lease(self, within: float = LEASE_READ_WITHIN) -> Any:
         """The lease read off-loop (a dead share may hang), within `within` seconds; raises if not."""

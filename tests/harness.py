@@ -5,6 +5,7 @@ contender processes, and `wait_until` (conditions with deadlines, never sleeps).
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
@@ -12,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -255,6 +257,28 @@ def _group_alive(pgid: int) -> bool:
     return any(not s.startswith("Z") for s in out.split())
 
 
+SHARE_ROOT = Path("/dev/shm")
+_shares: list[Path] = []
+
+
+def share_dir(root: Path) -> Path:
+    """A fresh folder to play the file server's share, on tmpfs where there is one.
+
+    A site's share is another machine's disk. Here it would be this one's, and
+    under a parallel test run an fsync on it waits for every other test's
+    journal commits (measured: up to 2.6 s at p100, 0.5 s at p99, while the
+    browser and agent tests ran side by side), which a site with TTL 3 and a
+    2 s share deadline takes, rightly, for a share that is not answering. The
+    SMB tests put a real server's latency back in front of it."""
+    if SHARE_ROOT.is_dir() and os.access(SHARE_ROOT, os.W_OK):
+        made = Path(tempfile.mkdtemp(prefix="stk-share-", dir=SHARE_ROOT))
+        if not _shares:
+            atexit.register(lambda: [shutil.rmtree(p, ignore_errors=True) for p in _shares])
+        _shares.append(made)
+        return made
+    return root / "share"
+
+
 class Site:
     """A KMSN with n agents on 127.0.0.21.., one shared lease dir, one Redis each."""
 
@@ -272,7 +296,7 @@ class Site:
         self.root = root
         # The pool's folder as this machine sees it (for an smb:// LEASE_DIR in
         # `extra`: the folder the SMB server serves).
-        self.lease_dir = lease_dir or root / "share" / "socket"
+        self.lease_dir = lease_dir or share_dir(root) / "socket"
         self.lease_dir.mkdir(parents=True, exist_ok=True)
         root.mkdir(parents=True, exist_ok=True)
         self.token = token

@@ -95,7 +95,7 @@ def test_a_failing_supervision_pass_does_not_end_the_supervisor(tmp_path, monkey
 
     monkeypatch.setattr(sup, "step", broken)
     stopper = threading.Thread(
-        target=lambda: (wait_until(lambda: len(passes) >= 3, 10, "three passes"), sup.stopping.set()),
+        target=lambda: (wait_until(lambda: len(passes) >= 3, 10, "three passes"), sup.stop()),
         daemon=True,
     )
     stopper.start()

@@ -25,6 +25,7 @@ The supervisor's side (the liveness port, `send_resign`) is `ports.liveness_port
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import ipaddress
 import json
@@ -69,7 +70,8 @@ def subnet_broadcast(ip: str) -> str:
     return str(ipaddress.ip_network(f"{ip}/24", strict=False).broadcast_address)
 
 
-HOLD_LOOK = 0.5  # seconds: a held liveness connection checks the lease's holder this often
+HOLD_LOOK = 2.0  # seconds: a held liveness connection checks the lease's holder at least this often
+RETARGET_WAIT = 2.0  # seconds: with no holder to watch, the liveness loop looks at least this often
 
 
 @dataclass
@@ -122,6 +124,10 @@ class BeaconService:
         self._transports: list[asyncio.BaseTransport] = []
         self._reported: tuple[str, int] | None = None
         self._answered = asyncio.Event()  # set by the liveness loop when a host answers (ended, refused)
+        self._retarget = asyncio.Event()  # set by the send loop when the holder to watch changed
+        self._watched: tuple[str, tuple[str, int]] | None = None  # what the liveness loop watches
+        self._echoes: collections.deque[bytes] = collections.deque(maxlen=8)  # our last datagrams
+        self.echoes = 0
         self.ready = threading.Event()
         self.failed: str | None = None
 
@@ -180,6 +186,9 @@ class BeaconService:
 
     # -- the loop -----------------------------------------------------------------
     def received(self, data: bytes, source: str) -> None:
+        if data in self._echoes:  # our own broadcast, come back: byte for byte, nothing to verify
+            self.echoes += 1
+            return
         with self.lock:
             reaction = self.board.receive(data, source, self.monotonic(), self.standing())
         if reaction is not None:
@@ -232,6 +241,7 @@ class BeaconService:
 
     def _send(self, raw: bytes) -> None:
         assert self._sock is not None
+        self._echoes.append(raw)
         for target in self.targets:
             try:
                 self._sock.sendto(raw, (target, self.config.port))
@@ -248,11 +258,16 @@ class BeaconService:
                     self._send(self._datagram(RESIGN, led, standing.renew_seq))
                     await asyncio.sleep(0.01)
             led = standing.leader_epoch
+            if self._target_of(standing) != self._watched:
+                self._retarget.set()  # the liveness loop watches someone else now
             self._send(self._datagram(*standing.outgoing()))
             await asyncio.sleep(self.config.interval * random.uniform(1 - JITTER, 1 + JITTER))
 
     def _target(self) -> tuple[str, tuple[str, int]] | None:
-        st = self.standing()
+        return self._target_of(self.standing())
+
+    def _target_of(self, st: Standing) -> tuple[str, tuple[str, int]] | None:
+        """The holder whose liveness port to watch: the one of the lease this follower last read."""
         if st.leader_epoch is not None or st.seen_key is None or not st.holder_ip:
             return None
         if st.seen_key[0] == self.config.node:
@@ -265,14 +280,20 @@ class BeaconService:
         if state in ANSWERS:
             self._answered.set()  # the evidence loop looks closely from now on
 
+    async def _retargeted(self, timeout: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._retarget.wait(), timeout)
+
     async def _liveness_loop(self) -> None:
         pause = min(self.config.interval, 0.2)
         while True:
             target = self._target()
+            self._watched = target
+            self._retarget.clear()  # set again by the next send if the holder changed meanwhile
             with self.lock:
                 self.liveness.watch(*(target or (None, None)), self.monotonic())
             if target is None:
-                await asyncio.sleep(pause)
+                await self._retargeted(RETARGET_WAIT)  # a leader, or no holder known: nothing to watch
                 continue
             try:
                 reader, writer = await asyncio.wait_for(asyncio.open_connection(*target[1]), CONNECT_TIMEOUT)
@@ -291,20 +312,23 @@ class BeaconService:
     async def _hold(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, target: tuple[str, tuple[str, int]]
     ) -> None:
-        """Hold the connection until the host ends it or the lease names someone else."""
+        """Hold the connection until the host ends it or the lease names someone
+        else (the send loop says so at its next beacon; HOLD_LOOK at the latest)."""
         loop = asyncio.get_running_loop()
+        read = loop.create_task(reader.read(256))
         try:
             while True:
-                read = loop.create_task(reader.read(256))
-                # The read ends at once when the host ends the connection; the timeout only
-                # bounds how late a change of leader is noticed here.
-                done, _ = await asyncio.wait({read}, timeout=max(self.config.interval, HOLD_LOOK))
-                if not done:
-                    read.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, OSError):
-                        await read
+                retarget = loop.create_task(self._retarget.wait())
+                # The read ends at once when the host ends the connection.
+                done, _ = await asyncio.wait(
+                    {read, retarget}, timeout=HOLD_LOOK, return_when=asyncio.FIRST_COMPLETED
+                )
+                retarget.cancel()
+                if read not in done:
+                    self._retarget.clear()
                     if self._target() != target:
                         return
+                    self._watched = target
                     continue
                 try:
                     data = read.result()
@@ -316,7 +340,11 @@ class BeaconService:
                 if not data:
                     self._saw(ENDED)
                     return
+                read = loop.create_task(reader.read(256))  # the port says nothing: bytes are ignored
         finally:
+            read.cancel()
+            with contextlib.suppress(asyncio.CancelledError, OSError):
+                await read
             writer.close()
 
     async def _evidence_loop(self) -> None:

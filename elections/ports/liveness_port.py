@@ -27,8 +27,10 @@ class LivenessPort:
         self.listener.setblocking(False)
         self._held: list[socket.socket] = []
         self._stop = threading.Event()
+        self._wake_r, self._wake_w = socket.socketpair()  # close() wakes the thread: no polling
         self._selector = selectors.DefaultSelector()
         self._selector.register(self.listener, selectors.EVENT_READ)
+        self._selector.register(self._wake_r, selectors.EVENT_READ)
         self._thread = threading.Thread(target=self._serve, name="liveness-port", daemon=True)
 
     def start(self) -> LivenessPort:
@@ -37,19 +39,23 @@ class LivenessPort:
 
     def close(self) -> None:
         self._stop.set()
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"\0")
 
     def _serve(self) -> None:
         while not self._stop.is_set():
-            for key, _ in self._selector.select(0.2):
+            for key, _ in self._selector.select():
                 sock = key.fileobj
                 assert isinstance(sock, socket.socket)
                 if sock is self.listener:
                     self._accept()
-                else:
+                elif sock is not self._wake_r:
                     self._drain(sock)
         for sock in self._held:
             sock.close()
         self.listener.close()
+        self._wake_r.close()
+        self._wake_w.close()
 
     def _accept(self) -> None:
         try:

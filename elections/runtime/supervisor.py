@@ -29,6 +29,7 @@ Why followers may take a supervisor's death for the death of its whole agent
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
@@ -42,7 +43,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from elections.ports.localstate import Leadership, LocalState
+from elections.ports.dirwatch import DirWatch
+from elections.ports.localstate import LEADERSHIP_NAME, RELAY_NAME, Leadership, LocalState
 from elections.retry import Backoff
 from stkrelay.logs import as_json_line
 
@@ -51,6 +53,7 @@ log = logging.getLogger("stkrelay.supervisor")
 STOP_WITHIN = 5.0  # seconds, from SIGTERM to every child gone
 RESTART_BACKOFF = Backoff(tries=1 << 30, first=1.0, factor=2.0, cap=30.0)
 STABLE_AFTER = 30.0  # a child that ran this long and died restarts with the shortest backoff
+SUPERVISE_EVERY = 0.5  # seconds between passes when nothing wakes one sooner (inotify, SIGCHLD)
 KILL_AFTER = 1.0  # seconds from the supervisor's SIGTERM to its SIGKILL of a standby child
 
 
@@ -117,6 +120,7 @@ class Supervisor:
         self.log_format = log_format  # json: every line out is one JSON object (stkrelay/logs.py)
         self.node = node
         self.stopping = threading.Event()
+        self._wake_w: int | None = None
         self._out_lock = threading.Lock()
 
     # -- output ----------------------------------------------------------------
@@ -215,16 +219,44 @@ class Supervisor:
             child.serving_unled_since = None
 
     def run(self) -> int:
+        """Supervise until SIGTERM/SIGINT (or `stop()`), then `shutdown()`.
+
+        A pass runs when something it looks at may have changed — the worker
+        replaced leadership.json, the relay relay.json (inotify), a child ended
+        (SIGCHLD), a signal came — and at least every SUPERVISE_EVERY (every
+        `tick` where inotify cannot be had): an idle agent's supervisor does
+        not wake ten times a second to find nothing changed."""
         self.local.clear_stopping()  # left by a crashed run
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: self.stopping.set())
-        while not self.stopping.is_set():
-            try:
-                self.step(time.monotonic())
-            except Exception:  # the agent's children die with this process: never end here
-                self.say("agent", f"supervision pass failed; going on\n{traceback.format_exc()}")
-            self.stopping.wait(self.tick)
-        return self.shutdown()
+        wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        previous = {
+            sig: signal.signal(sig, lambda *_: self.stopping.set()) for sig in (signal.SIGTERM, signal.SIGINT)
+        }
+        previous[signal.SIGCHLD] = signal.signal(signal.SIGCHLD, lambda *_: None)  # its byte wakes the wait
+        old_wakeup = signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
+        try:
+            with DirWatch(self.data_dir, (LEADERSHIP_NAME, RELAY_NAME)) as changes:
+                every = SUPERVISE_EVERY if changes.watching else self.tick
+                while not self.stopping.is_set():
+                    try:
+                        self.step(time.monotonic())
+                    except Exception:  # the agent's children die with this process: never end here
+                        self.say("agent", f"supervision pass failed; going on\n{traceback.format_exc()}")
+                    changes.wait(every, also=(wake_r,))
+            return self.shutdown()
+        finally:
+            signal.set_wakeup_fd(old_wakeup)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            os.close(wake_r)
+            os.close(self._wake_w)
+            self._wake_w = None
+
+    def stop(self) -> None:
+        """From another thread: end `run()` as SIGTERM would."""
+        self.stopping.set()
+        if self._wake_w is not None:
+            with contextlib.suppress(OSError):
+                os.write(self._wake_w, b"\0")
 
     def shutdown(self) -> int:
         started = time.monotonic()

@@ -9,11 +9,13 @@ with, and:
   every 100 ms) must still say leader, with the same epoch, a renew deadline
   (``valid_until``, monotonic) not yet passed, and a live lease worker pid.
   A deadline that passes refuses registrations at once (``not_leader``).
-- every `TICK` asks the gate too; once it says no, reads the lease to tell
+- asks the gate too whenever the worker replaces leadership.json (inotify on
+  the data directory), at the renew deadline itself, and at least every
+  `LOOK_EVERY` (every `TICK` without inotify); once it says no, reads the lease to tell
   clients where the leader went (``leader_changed`` with the new leader's
   epoch/ip/port when a valid lease names another node with a higher epoch,
   else nulls), closes everything and exits 0.
-- every 0.5 s writes ``DATA_DIR/relay.json`` (tmp + rename)::
+- every `STATUS_EVERY` (1 s) writes ``DATA_DIR/relay.json`` (tmp + rename)::
 
       {"pid": 123, "epoch": 7, "listening": true, "updated": <monotonic>,
        "snapshot": RelayServer.snapshot()}

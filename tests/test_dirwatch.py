@@ -1,0 +1,53 @@
+"""DirWatch: a waiter wakes on a change of a watched name, not on others."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from elections.ports.dirwatch import DirWatch
+from elections.ports.host import write_atomic
+
+
+def later(delay: float, action) -> threading.Thread:  # type: ignore[no-untyped-def]
+    t = threading.Timer(delay, action)
+    t.start()
+    return t
+
+
+def test_a_replace_of_a_watched_file_wakes_the_waiter_at_once(tmp_path):
+    with DirWatch(tmp_path, ["leadership.json"]) as changes:
+        assert changes.watching
+        later(0.2, lambda: write_atomic(tmp_path / "leadership.json", b"{}"))
+        started = time.monotonic()
+        assert changes.wait(10) is True
+        assert time.monotonic() - started < 5  # woken by the rename, not by the timeout
+
+
+def test_other_files_do_not_wake_it_and_removal_does(tmp_path):
+    (tmp_path / "relay.wanted").write_text("{}")
+    with DirWatch(tmp_path, ["relay.wanted"]) as changes:
+        write_atomic(tmp_path / "pool.json", b"{}")  # another name: its temp file and rename
+        (tmp_path / "db.sqlite3").write_bytes(b"x")
+        assert changes.wait(0.3) is False
+        (tmp_path / "relay.wanted").unlink()
+        assert changes.wait(10) is True
+        assert changes.wait(0.1) is False  # the queue was drained
+
+
+def test_a_removed_directory_ends_the_watch_and_it_falls_back_to_sleeping(tmp_path):
+    watched = tmp_path / "data"
+    watched.mkdir()
+    changes = DirWatch(watched, ["leadership.json"])
+    watched.rmdir()
+    assert changes.wait(10) is True  # IN_IGNORED: look now, then poll
+    assert not changes.watching
+    started = time.monotonic()
+    assert changes.wait(0.2) is False
+    assert time.monotonic() - started >= 0.19
+
+
+def test_a_directory_that_cannot_be_watched_means_polling(tmp_path):
+    changes = DirWatch(tmp_path / "missing", ["leadership.json"])
+    assert not changes.watching
+    assert changes.wait(0.05) is False
