@@ -10,6 +10,7 @@ import os
 from typing import Any
 
 from celery import Celery, bootsteps
+from celery.beat import Scheduler
 from celery.signals import after_setup_logger, after_setup_task_logger
 from click import Option
 
@@ -18,6 +19,23 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "stkrelay.settings")
 app = Celery("stkrelay")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["elections"])
+
+
+class SteadyScheduler(Scheduler):
+    """Celery's in-memory beat scheduler, without its spin before each due entry.
+
+    `Scheduler.adjust` wakes 10 ms early (`n - 0.010`). For a wait shorter
+    than that it returns a negative interval, which `beat.Service` does not
+    sleep on: it ticks again at once, thousands of times, until the entry is
+    due. With renewals and polls every few seconds that spin was ~10 ms of
+    CPU per task sent, 0.7 % of a core of an idle agent (measured with
+    per-thread utime/stime). Here a wait that would turn non-positive is
+    slept in full instead."""
+
+    def adjust(self, n: Any, drift: float = -0.010) -> Any:
+        if n and n > 0:
+            return n + drift if n + drift > 0 else n
+        return n
 
 
 class ThreadedBeat(bootsteps.StartStopStep):
@@ -33,7 +51,7 @@ class ThreadedBeat(bootsteps.StartStopStep):
     def create(self, worker: Any) -> Any:
         from celery.beat import EmbeddedService
 
-        return EmbeddedService(worker.app, thread=True, scheduler_cls="celery.beat:Scheduler")
+        return EmbeddedService(worker.app, thread=True, scheduler_cls="stkrelay.celery:SteadyScheduler")
 
 
 app.user_options["worker"].add(

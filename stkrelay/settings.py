@@ -162,7 +162,7 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ACKS_LATE = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ROUTES = {"elections.*": {"queue": "lease"}}
-CELERY_BEAT_SCHEDULER = "celery.beat:Scheduler"
+CELERY_BEAT_SCHEDULER = "stkrelay.celery:SteadyScheduler"
 CELERY_BEAT_SCHEDULE = {
     # A late renewal is dropped (expires), never replayed in a burst.
     "lease-renew": {
