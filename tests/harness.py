@@ -97,6 +97,7 @@ class Redis:
                 "",
                 "--appendonly",
                 "no",
+                *REDIS_IDLE,
                 "--dir",
                 str(workdir),
             ],
@@ -256,6 +257,10 @@ def _group_alive(pgid: int) -> bool:
     out = subprocess.run(["ps", "-o", "stat=", "-g", str(pgid)], capture_output=True, text=True).stdout
     return any(not s.startswith("Z") for s in out.split())
 
+
+# The agent's Redis as packaged (packaging/stkrelay-redis@.service): its housekeeping
+# once a second, not ten times (one broker of one agent's few clients, no expiring keys).
+REDIS_IDLE = ("--hz", "1", "--dynamic-hz", "no")
 
 SHARE_ROOT = Path("/dev/shm")
 _shares: list[Path] = []

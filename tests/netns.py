@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from faultyfs import FaultyMount
-from harness import AgentProc, Site, wait_until
+from harness import REDIS_IDLE, AgentProc, Site, wait_until
 from samba import SMBD, Samba
 
 PREFIX = "chao"
@@ -260,7 +260,17 @@ class NsRedis:
         assert exe, "redis-server is missing: run `make test` (it installs it)"
         self.ns, self.port = ns, REDIS_PORT
         self.url = f"redis://127.0.0.1:{REDIS_PORT}/0"
-        args = ["--port", str(REDIS_PORT), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        args = [
+            "--port",
+            str(REDIS_PORT),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            *REDIS_IDLE,
+        ]
         self.proc = subprocess.Popen(
             [*ns.wrapper, exe, *args, "--dir", str(workdir)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from harness import wait_until
 
-from elections.runtime.supervisor import ChildSpec, Supervisor
+from elections.ports.localstate import Leadership, LocalState
+from elections.runtime.supervisor import SUPERVISE_EVERY, ChildSpec, Supervisor
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -104,3 +105,27 @@ def test_a_failing_supervision_pass_does_not_end_the_supervisor(tmp_path, monkey
     assert len(passes) >= 3
     assert "supervision pass failed; going on" in out.getvalue()
     assert "RuntimeError: a bug in one pass" in out.getvalue()
+
+
+def test_an_idle_supervisor_passes_on_change_not_ten_times_a_second(tmp_path, monkeypatch):
+    sup = Supervisor([], str(tmp_path), env(), lambda s: True, out=io.StringIO(), tick=0.1)
+    passes: list[float] = []
+    monkeypatch.setattr(sup, "step", lambda now: passes.append(time.monotonic()))
+    results: dict[str, object] = {}
+
+    def drive() -> None:
+        started = time.monotonic()
+        time.sleep(2.0)  # the idle window being measured, not a wait for something
+        results["idle"] = sum(1 for t in passes if t >= started)
+        written = time.monotonic()
+        LocalState(tmp_path).write_leadership(Leadership(node="S001", pid=os.getpid()))
+        wait_until(lambda: any(t > written for t in passes), 5, "a pass after the worker's write")
+        results["woken_after"] = min(t for t in passes if t > written) - written
+        sup.stop()
+
+    driver = threading.Thread(target=drive, daemon=True)
+    driver.start()
+    assert sup.run() == 0
+    driver.join(10)
+    assert results["idle"] <= 2.0 / SUPERVISE_EVERY + 2, results  # 20 when it ticked every 0.1 s
+    assert results["woken_after"] < SUPERVISE_EVERY / 2, results  # woken by the change, not the timeout
