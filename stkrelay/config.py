@@ -28,7 +28,8 @@ from pathlib import Path
 
 from elections.core.actions import action_config
 from elections.ports.smburl import SmbUrlError, is_smb, parse_smb_url, smb_password
-from stkrelay import config_beacons, config_pools, config_store, config_web
+from stkrelay import config_beacons, config_cloud, config_pools, config_store, config_web
+from stkrelay.config_cloud import CloudURL
 from stkrelay.config_pools import WatchedPool
 
 DEFAULTS: dict[str, str] = {
@@ -100,35 +101,6 @@ class Problem:
 
     def line(self) -> str:
         return f"{self.key}: {self.message} ({self.id}) — {self.hint}"
-
-
-@dataclass(frozen=True)
-class CloudURL:
-    """``CLOUD_URL`` parsed: ``tcp://host:port`` or ``ws(s)://host[:port]/path``."""
-
-    scheme: str
-    host: str
-    port: int
-    path: str = "/"
-
-
-def parse_cloud_url(text: str) -> CloudURL | str:
-    """The URL, or why it is not one (for the problem line)."""
-    from urllib.parse import urlsplit
-
-    try:
-        url = urlsplit(text)
-        port = url.port
-    except ValueError as exc:
-        return f"{text!r} is not a URL ({exc})"
-    if url.scheme not in ("tcp", "ws", "wss"):
-        return f"{text!r}: the scheme must be tcp, ws or wss"
-    if not url.hostname:
-        return f"{text!r} names no host"
-    if url.scheme == "tcp" and port is None:
-        return f"{text!r}: a tcp URL needs a port"
-    default = 443 if url.scheme == "wss" else 80
-    return CloudURL(url.scheme, url.hostname, port or default, url.path or "/")
 
 
 @dataclass
@@ -361,7 +333,7 @@ def load(ini_path: str | None = None, env: dict[str, str] | None = None, check_d
     _web(cfg, values, bad, number)
     _logs(cfg, values, bad, number)
     _events(cfg, values, bad, number)
-    _cloud(cfg, values, bad)
+    config_cloud.check(cfg, values, bad)
     cfg.beacon_interval = config_beacons.parse_interval(values["BEACON_INTERVAL"], cfg.lease_renew, bad)
     cfg.beacon_port = config_beacons.parse_port(values["BEACON_PORT"], cfg.relay_port, cfg.web_port, bad)
     cfg.beacon_peers = config_beacons.parse_peers(values["BEACON_PEERS"], bad)
@@ -432,35 +404,6 @@ def _events(cfg: Config, values: dict[str, str], bad, number) -> None:  # type: 
         bad("stkrelay.E041", "EVENTS_KEEP_BYTES",
             f"{cfg.events_keep_bytes} must be at least twice EVENTS_SEGMENT_BYTES={cfg.events_segment_bytes}",
             "keep the active file and at least one sealed segment")  # fmt: skip
-
-
-def _cloud(cfg: Config, values: dict[str, str], bad) -> None:  # type: ignore[no-untyped-def]
-    """CLOUD_URL (E028) and CLOUD_TOKEN (E029): both or neither."""
-    cfg.cloud_url, cfg.cloud_token = values["CLOUD_URL"], values["CLOUD_TOKEN"]
-    if not cfg.cloud_url:
-        if cfg.cloud_token:
-            bad("stkrelay.E028", "CLOUD_URL", "is not set but CLOUD_TOKEN is",
-                "set CLOUD_URL to the cloud relay's tunnel port, e.g. tcp://cloud.example:9542")  # fmt: skip
-        return
-    parsed = parse_cloud_url(cfg.cloud_url)
-    if isinstance(parsed, str):
-        bad(
-            "stkrelay.E028",
-            "CLOUD_URL",
-            parsed,
-            "e.g. tcp://cloud.example:9542 or wss://cloud.example/tunnel",
-        )
-    elif parsed.scheme != "tcp":
-        bad("stkrelay.E028", "CLOUD_URL", f"{parsed.scheme}:// tunnels are not supported yet",
-            "use tcp://host:TUNNEL_PORT")  # fmt: skip
-    if len(cfg.cloud_token) < 16:
-        bad("stkrelay.E029", "CLOUD_TOKEN", "is missing or shorter than 16 characters",
-            "set the CLOUD_TOKEN of this site's [site:<KMSN>] section in the cloud's cloud.ini")  # fmt: skip
-    elif cfg.cloud_token in (cfg.relay_token, cfg.pool_key):
-        bad("stkrelay.E029", "CLOUD_TOKEN", "is the same as RELAY_TOKEN or POOL_KEY",
-            "the cloud must not hold a site key: choose a separate secret")  # fmt: skip
-    elif isinstance(parsed, CloudURL) and parsed.scheme == "tcp":
-        cfg.cloud = parsed  # a tunnel only with both keys sound
 
 
 def _flag(text: str, default: bool) -> bool:

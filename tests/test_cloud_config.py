@@ -3,8 +3,8 @@
 import pytest
 
 from relay.cloud.config import load
-from stkrelay.config import CloudURL, parse_cloud_url
 from stkrelay.config import load as load_agent
+from stkrelay.config_cloud import CloudURL, parse_cloud_url
 
 KMSN = "9999-9999-99-99"
 

@@ -1,0 +1,77 @@
+"""The cloud keys of `stk.ini` (DESIGN.md §14): `CLOUD_URL` and `CLOUD_TOKEN`.
+
+- `CLOUD_URL`: the cloud relay's tunnel, `tcp://host:port` (the one scheme
+  built; `ws(s)://` parse but are refused for now, `stkrelay.E028`). Empty:
+  no tunnel.
+- `CLOUD_TOKEN`: this site's secret at the cloud, at least 16 characters and
+  neither `RELAY_TOKEN` nor `POOL_KEY` (the cloud must hold no site key,
+  `stkrelay.E029`). Both keys or neither.
+
+Reports through `bad(id, key, message, hint)` like `config.load`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+Bad = Callable[[str, str, str, str], None]
+
+
+@dataclass(frozen=True)
+class CloudURL:
+    """``CLOUD_URL`` parsed: ``tcp://host:port`` or ``ws(s)://host[:port]/path``."""
+
+    scheme: str
+    host: str
+    port: int
+    path: str = "/"
+
+
+def parse_cloud_url(text: str) -> CloudURL | str:
+    """The URL, or why it is not one (for the problem line)."""
+    from urllib.parse import urlsplit
+
+    try:
+        url = urlsplit(text)
+        port = url.port
+    except ValueError as exc:
+        return f"{text!r} is not a URL ({exc})"
+    if url.scheme not in ("tcp", "ws", "wss"):
+        return f"{text!r}: the scheme must be tcp, ws or wss"
+    if not url.hostname:
+        return f"{text!r} names no host"
+    if url.scheme == "tcp" and port is None:
+        return f"{text!r}: a tcp URL needs a port"
+    default = 443 if url.scheme == "wss" else 80
+    return CloudURL(url.scheme, url.hostname, port or default, url.path or "/")
+
+
+def check(cfg: Any, values: dict[str, str], bad: Bad) -> None:
+    """Set `cfg.cloud_url`, `cfg.cloud_token` and, with both sound, `cfg.cloud`."""
+    cfg.cloud_url, cfg.cloud_token = values["CLOUD_URL"], values["CLOUD_TOKEN"]
+    if not cfg.cloud_url:
+        if cfg.cloud_token:
+            bad("stkrelay.E028", "CLOUD_URL", "is not set but CLOUD_TOKEN is",
+                "set CLOUD_URL to the cloud relay's tunnel port, e.g. tcp://cloud.example:9542")  # fmt: skip
+        return
+    parsed = parse_cloud_url(cfg.cloud_url)
+    if isinstance(parsed, str):
+        bad(
+            "stkrelay.E028",
+            "CLOUD_URL",
+            parsed,
+            "e.g. tcp://cloud.example:9542 or wss://cloud.example/tunnel",
+        )
+    elif parsed.scheme != "tcp":
+        bad("stkrelay.E028", "CLOUD_URL", f"{parsed.scheme}:// tunnels are not supported yet",
+            "use tcp://host:TUNNEL_PORT")  # fmt: skip
+    if len(cfg.cloud_token) < 16:
+        bad("stkrelay.E029", "CLOUD_TOKEN", "is missing or shorter than 16 characters",
+            "set the CLOUD_TOKEN of this site's [site:<KMSN>] section in the cloud's cloud.ini")  # fmt: skip
+    elif cfg.cloud_token in (cfg.relay_token, cfg.pool_key):
+        bad("stkrelay.E029", "CLOUD_TOKEN", "is the same as RELAY_TOKEN or POOL_KEY",
+            "the cloud must not hold a site key: choose a separate secret")  # fmt: skip
+    elif isinstance(parsed, CloudURL) and parsed.scheme == "tcp":
+        cfg.cloud = parsed  # a tunnel only with both keys sound
