@@ -216,3 +216,26 @@ def test_unicast_peers_one_way_paths_and_a_frozen_leader_waited_out_that_never_s
     took = time.monotonic() - sent
     assert "beacons as leader of epoch" in winner.log()
     print(f"stepped down {took:.2f} s after a higher epoch's beacon")
+
+
+def test_a_quiet_pool_still_judges_every_live_member_fresh(site_factory):
+    # Beacons vouching for the lease make followers read the members' files less
+    # often; a live member must never look older than HEARTBEAT_TTL for it (TTL 3,
+    # renew 1: it did, at ~5 s, when the files were read every 5 s).
+    site = site_factory(3)
+    site.start()
+    site.wait_settled(timeout=60)
+    wait_until(lambda: all(hears_everyone(site, a) for a in site.agents), 15, "everyone to hear the others")
+    names = {a.name for a in site.agents}
+    deadline, looks = time.monotonic() + 8.0, 0
+    while time.monotonic() < deadline:  # an invariant over a window longer than the old 5 s
+        for agent in site.agents:
+            members = pool_view(agent).get("members") or {}
+            if set(members) != names:
+                continue  # a view being replaced
+            looks += 1
+            stale = {n: m.get("age") for n, m in members.items() if not (m.get("age") or 0) < 3.0}
+            assert not stale, f"{agent.name} judged live members stale: {stale}"
+            assert all(m.get("eligible") for m in members.values()), (agent.name, members)
+        time.sleep(0.2)
+    assert looks > 60

@@ -55,7 +55,17 @@ log = logging.getLogger("stkrelay.agent")
 
 # While the leader's beacons vouch for the lease a follower last read (`Agent._quiet`):
 QUIET_EVENTS_EVERY = 1.0  # the pool's event files (commands) are looked at this often, not every watch
-QUIET_SURVEY_EVERY = 5.0  # the members' files are read this often (stale only after HEARTBEAT_TTL + hold)
+QUIET_SURVEY_EVERY = 5.0  # at most this long between reads of the members' files while quiet (see below)
+
+
+def quiet_survey_every(heartbeat_ttl: float, lease_renew: float) -> float:
+    """How often a quiet agent reads the members' files. A member's heartbeat is
+    judged by when this agent saw its seq change, so a read every S seconds of
+    heartbeats written every LEASE_RENEW makes a live member look up to
+    S + LEASE_RENEW old: S stays under half of what HEARTBEAT_TTL leaves, or a
+    live member would be judged stale (TTL 3, renew 1: 1 s; the defaults: 3.5 s)."""
+    return min(QUIET_SURVEY_EVERY, max(0.25, (heartbeat_ttl - lease_renew) / 2))
+
 
 _agent: Agent | None = None
 CATCH_UP_S = 0.2  # seconds of one cycle spent reading a backlog of pool events (a joiner's history)
@@ -282,8 +292,9 @@ class Agent:
             self._beat_fields = fields
         self.publish(decision)
         # The view is written at every cycle (the panel judges the lease by it); while quiet,
-        # the members' files are read again only every QUIET_SURVEY_EVERY.
-        self.view = self.survey(read_members=not quiet or news or self._due("survey", QUIET_SURVEY_EVERY))
+        # the members' files are read again only every `quiet_survey_every`.
+        every = quiet_survey_every(self.stk.heartbeat_ttl, self.stk.lease_renew)
+        self.view = self.survey(read_members=not quiet or news or self._due("survey", every))
         if wait and not skip and decision.wake_in is not None and decision.wake_in < self.timing.poll:
             time.sleep(max(decision.wake_in, 0.0) + 0.01)
             decision = self.elector.cycle(renewing=False)
