@@ -1,4 +1,7 @@
+import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -6,6 +9,40 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
+
+TMPFS = Path("/dev/shm")
+
+
+def pytest_configure(config):
+    """Test files on tmpfs (`--basetemp` in /dev/shm, removed at the end; set
+    STK_KEEP_TMP=1 to keep it, or pass --basetemp to choose). The sites' shares,
+    data dirs, Samba and etcd directories are other machines' disks on a real
+    site; here they would share this one's journal, whose fsync took up to
+    2.6 s while two workers and a browser ran (measured), and a share that
+    takes that long is rightly treated as not answering by a TTL 3 site."""
+    if hasattr(config, "workerinput") or config.option.basetemp is not None:
+        return  # an xdist worker gets <basetemp>/popen-gwN from the controller
+    if TMPFS.is_dir() and os.access(TMPFS, os.W_OK):
+        config.option.basetemp = tempfile.mkdtemp(prefix="stk-pytest-", dir=TMPFS)
+        config.stk_made_basetemp = config.option.basetemp
+
+
+def pytest_unconfigure(config):
+    made = getattr(config, "stk_made_basetemp", None)
+    if made and not os.environ.get("STK_KEEP_TMP"):
+        shutil.rmtree(made, ignore_errors=True)
+    if not hasattr(config, "workerinput"):
+        _forget_faketime_segments()
+
+
+def _forget_faketime_segments():
+    """libfaketime leaves /dev/shm/faketime_{shm,sem}_<pid> behind a process
+    that was killed (the agents of the skew tests are, with -9): remove those
+    whose process is gone."""
+    for entry in TMPFS.glob("*faketime_*_*") if TMPFS.is_dir() else []:
+        pid = entry.name.rsplit("_", 1)[-1]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            entry.unlink(missing_ok=True)
 
 
 @pytest.fixture

@@ -274,13 +274,15 @@ def share_dir(root: Path) -> Path:
     journal commits (measured: up to 2.6 s at p100, 0.5 s at p99, while the
     browser and agent tests ran side by side), which a site with TTL 3 and a
     2 s share deadline takes, rightly, for a share that is not answering. The
-    SMB tests put a real server's latency back in front of it."""
-    if SHARE_ROOT.is_dir() and os.access(SHARE_ROOT, os.W_OK):
+    SMB tests put a real server's latency back in front of it. Under pytest,
+    `root` is on tmpfs already (tests/conftest.py) and is used as it is."""
+    on_tmpfs = str(root.resolve()).startswith(str(SHARE_ROOT) + os.sep)
+    if not on_tmpfs and SHARE_ROOT.is_dir() and os.access(SHARE_ROOT, os.W_OK):
         made = Path(tempfile.mkdtemp(prefix="stk-share-", dir=SHARE_ROOT))
         if not _shares:
             atexit.register(lambda: [shutil.rmtree(p, ignore_errors=True) for p in _shares])
         _shares.append(made)
-        return made
+        return made / "share"  # its siblings (a FUSE test's backing folder) stay in `made`
     return root / "share"
 
 
