@@ -162,6 +162,10 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ACKS_LATE = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ROUTES = {"elections.*": {"queue": "lease"}}
+# kombu's BRPOP returns as soon as a task is pushed; its timeout only bounds an idle
+# wait (1 s by default: a wakeup a second for nothing). A half-open broker socket
+# is still found within brpop_timeout + health_check_interval.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"polling_interval": 5}
 CELERY_BEAT_SCHEDULER = "stkrelay.celery:SteadyScheduler"
 CELERY_BEAT_SCHEDULE = {
     # A late renewal is dropped (expires), never replayed in a burst.
