@@ -104,7 +104,9 @@ def test_a_failing_supervision_pass_does_not_end_the_supervisor(tmp_path, monkey
     stopper.join(5)
     assert len(passes) >= 3
     assert "supervision pass failed; going on" in out.getvalue()
-    assert "RuntimeError: a bug in one pass" in out.getvalue()
+    assert (
+        out.getvalue().count("RuntimeError: a bug in one pass") == 1
+    )  # the same failure: said once a minute
 
 
 def test_an_idle_supervisor_passes_on_change_not_ten_times_a_second(tmp_path, monkeypatch):

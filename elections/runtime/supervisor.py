@@ -121,6 +121,7 @@ class Supervisor:
         self.node = node
         self.stopping = threading.Event()
         self._wake_w: int | None = None
+        self._failure: tuple[str, float, int] = ("", 0.0, 0)  # the last failed pass said, when, repeats since
         self._out_lock = threading.Lock()
 
     # -- output ----------------------------------------------------------------
@@ -240,7 +241,7 @@ class Supervisor:
                     try:
                         self.step(time.monotonic())
                     except Exception:  # the agent's children die with this process: never end here
-                        self.say("agent", f"supervision pass failed; going on\n{traceback.format_exc()}")
+                        self._failed_pass(traceback.format_exc())
                     changes.wait(every, also=(wake_r,))
             return self.shutdown()
         finally:
@@ -250,6 +251,17 @@ class Supervisor:
             os.close(wake_r)
             os.close(self._wake_w)
             self._wake_w = None
+
+    def _failed_pass(self, trace: str) -> None:
+        """Say a failed pass with its traceback; the same failure again only once a minute."""
+        now = time.monotonic()
+        last, said_at, repeats = self._failure
+        if trace == last and now - said_at < 60.0:
+            self._failure = (last, said_at, repeats + 1)
+            return
+        again = f" ({repeats} more times since)" if trace == last and repeats else ""
+        self.say("agent", f"supervision pass failed{again}; going on\n{trace}")
+        self._failure = (trace, now, 0)
 
     def stop(self) -> None:
         """From another thread: end `run()` as SIGTERM would."""
