@@ -83,12 +83,12 @@ def dj():
     from django.db import transaction
 
     from elections.web import throttle
-    from elections.web.panel import failovers, state
+    from elections.web.panel import failovers, relay_state, state
 
     throttle.reset()
     failovers._cache.clear()
     state._lease_seen.clear()
-    state._relay_samples.clear()
+    relay_state._relay_samples.clear()
     for name in ("pool.json", "leadership.json", "relay.json"):
         (paths["data_dir"] / name).unlink(missing_ok=True)
     for path in (paths["lease_dir"]).glob("**/*"):

@@ -1,0 +1,142 @@
+"""What the panel shows about the leader's relay and its cloud tunnel, from the
+relay's own `DATA_DIR/relay.json` (written by it every second while it serves;
+older than 3 s is stale). Every field is read defensively: the file is this
+agent's, but a relay that crashed mid-write or an older version must not break
+a page. The message rate is measured between two observations of this web
+process, on this machine's monotonic clock.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from elections.ports.localstate import RelayStatus
+
+_lock = threading.Lock()
+_relay_samples: dict[Any, tuple[float, int, float | None]] = {}
+
+
+@dataclass
+class TunnelState:
+    """The leader's outbound tunnel to the cloud relay (DESIGN.md §14), from relay.json."""
+
+    state: str
+    url: str = ""
+    connected: bool = False
+    epoch: int = 0
+    age_s: float | None = None
+    remote_clients: int = 0
+    streams: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    reconnects: int = 0
+    refusals: dict[str, int] = field(default_factory=dict)
+    last_error: str = ""
+
+    @classmethod
+    def of(cls, doc: object) -> TunnelState | None:
+        """From the relay's snapshot["tunnel"], defensive about every field; None without one."""
+        if not isinstance(doc, dict):
+            return None
+        age = doc.get("age_s")
+        refusals = doc.get("refusals") if isinstance(doc.get("refusals"), dict) else {}
+        return cls(
+            state=str(doc.get("state", "?"))[:40],
+            url=str(doc.get("url", ""))[:200],
+            connected=doc.get("connected") is True,
+            epoch=_int(doc.get("epoch")),
+            age_s=float(age) if isinstance(age, int | float) and not isinstance(age, bool) else None,
+            remote_clients=_int(doc.get("remote_clients")),
+            streams=_int(doc.get("streams")),
+            bytes_in=_int(doc.get("bytes_in")),
+            bytes_out=_int(doc.get("bytes_out")),
+            reconnects=_int(doc.get("reconnects")),
+            refusals={str(k)[:40]: _int(v) for k, v in list(refusals.items())[:20]},
+            last_error=str(doc.get("last_error", ""))[:300],
+        )
+
+
+@dataclass
+class RelayState:
+    """The leader's relay, from its relay.json (only on the leading agent)."""
+
+    running: bool
+    why: str = ""
+    pid: Any = None
+    epoch: Any = None
+    clients: int = 0
+    per_station: list[tuple[str, dict[str, int]]] = field(default_factory=list)
+    connections: int = 0
+    unregistered: int = 0
+    messages: int = 0
+    deliveries: int = 0
+    bytes: int = 0
+    no_route: int = 0
+    rate: float | None = None  # messages/s between two observations
+    drops: dict[str, int] = field(default_factory=dict)
+    age: float | None = None
+    tunnel: TunnelState | None = None  # CLOUD_URL set: the tunnel to the cloud relay
+
+    @property
+    def drops_total(self) -> int:
+        return sum(v for v in self.drops.values() if isinstance(v, int))
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def relay_state(status: RelayStatus, kmsn: str, now: float) -> RelayState:
+    """The relay as its status file describes it; defensive about every field."""
+    if not status.exists:
+        return RelayState(False, "no relay status (relay.json) on this agent")
+    age = status.age(now)
+    if not status.listening:
+        return RelayState(False, "relay not listening", pid=status.pid, epoch=status.epoch, age=age)
+    if age is None or age > 3.0:
+        return RelayState(False, "relay status is stale", pid=status.pid, epoch=status.epoch, age=age)
+    snap = status.snapshot
+    counts = snap.get("counts") if isinstance(snap.get("counts"), dict) else {}
+    stations = counts.get(kmsn) if isinstance(counts.get(kmsn), dict) else {}
+    per_station = []
+    for station, roles in sorted(stations.items()):
+        if isinstance(roles, dict):
+            per_station.append((str(station), {str(r): _int(n) for r, n in sorted(roles.items())}))
+    relayed = snap.get("relayed") if isinstance(snap.get("relayed"), dict) else {}
+    drops = snap.get("drops") if isinstance(snap.get("drops"), dict) else {}
+    messages = _int(relayed.get("messages"))
+    assert status.updated is not None
+    rate = _rate(status.pid, status.updated, messages)
+    return RelayState(
+        True,
+        pid=status.pid,
+        epoch=status.epoch,
+        clients=sum(sum(r.values()) for _, r in per_station),
+        per_station=per_station,
+        connections=_int(snap.get("connections")),
+        unregistered=_int(snap.get("unregistered")),
+        messages=messages,
+        deliveries=_int(relayed.get("deliveries")),
+        bytes=_int(relayed.get("bytes")),
+        no_route=_int(relayed.get("no_route")),
+        rate=rate,
+        drops={str(k): _int(v) for k, v in drops.items()},
+        age=age,
+        tunnel=TunnelState.of(snap.get("tunnel")),
+    )
+
+
+def _rate(key: Any, updated: float, messages: int) -> float | None:
+    """Messages/s between the last two observations at least 1 s apart."""
+    with _lock:
+        prev = _relay_samples.get(key)
+        if prev is None or messages < prev[1]:
+            _relay_samples[key] = (updated, messages, None)
+            return None
+        if updated - prev[0] < 1.0:
+            return prev[2]
+        rate = (messages - prev[1]) / (updated - prev[0])
+        _relay_samples[key] = (updated, messages, rate)
+        return rate
