@@ -23,6 +23,7 @@ PURE = (
     "elections.core.commands",
     "elections.core.failovers",
     "elections.core.actions",
+    "elections.core.action_config",
     "relay.protocol",
     "relay.framing",
     "relay.cloud.mux",
