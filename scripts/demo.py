@@ -52,7 +52,9 @@ def main() -> None:
     for want, got in zip(WEB_PORTS, ports, strict=True):
         if want != got:
             print(f"port {want} is busy: using {got} instead", flush=True)
-    site = Site(base / "site", n=3, timing=DEFAULT, first_ip=FIRST_IP, web_ports=ports)
+    # The share where the README says it is (a test site would put it on tmpfs).
+    site = Site(base / "site", n=3, timing=DEFAULT, first_ip=FIRST_IP, web_ports=ports,
+                lease_dir=base / "site" / "share" / "socket")  # fmt: skip
     stop = False
 
     def on_signal(*_: object) -> None:
