@@ -329,6 +329,20 @@ class LoginFailure(models.Model):
     def forget(cls, username: str, client: str) -> None:
         cls.objects.filter(username=username, client=client).delete()
 
+    @classmethod
+    def locked(cls, now: datetime | None = None) -> list[tuple[str, str, float]]:
+        """(username, client, seconds left) of every pair locked out now, longest first."""
+        now = now or timezone.now()
+        pairs = (
+            cls.objects.filter(at__gte=now - cls.window())
+            .values_list("username", "client")
+            .annotate(n=models.Count("id"))
+            .filter(n__gte=cls.limit())
+            .order_by()
+        )
+        out = [(u, c, cls.blocked_for(u, c, now)) for u, c, _ in pairs[:200]]
+        return sorted((x for x in out if x[2] > 0), key=lambda x: -x[2])
+
 
 class ApiToken(models.Model):
     """A bearer token for scripts (`Authorization: Bearer stk_...`); only its sha256 is stored."""

@@ -131,6 +131,13 @@ STK_LOGIN_ADDRESS_MAX_FAILURES = STK.web_login_address_failures
 # - WEB_LOGIN_FAILURES_PER_S failed logins per second from everyone together (WEB_LOGIN_BURST at once).
 STK_LOGIN_GLOBAL_RATE = STK.web_login_failures_per_s
 STK_LOGIN_GLOBAL_BURST = STK.web_login_burst
+# - once that is spent, an address that has not failed within the window may still draw on a
+#   reserve of its own (strangers failing elsewhere never lock an operator out), and a browser
+#   that logged in as that user before (device cookie, STK_LOGIN_DEVICE_DAYS) or the console
+#   (loopback) skip the global bucket altogether.
+STK_LOGIN_RESERVE_RATE = float(os.environ.get("STK_LOGIN_RESERVE_RATE", 0.2))
+STK_LOGIN_RESERVE_BURST = int(os.environ.get("STK_LOGIN_RESERVE_BURST", 10))
+STK_LOGIN_DEVICE_DAYS = int(os.environ.get("STK_LOGIN_DEVICE_DAYS", 30))
 # X-Forwarded-For is believed only from these direct peers (WEB_TRUSTED_PROXIES; networks).
 STK_TRUSTED_PROXIES = STK.web_trusted_proxies
 # 1: GET /api/v1/leader answers without login (relay clients' fallback lookup).

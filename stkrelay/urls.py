@@ -5,7 +5,7 @@ from django.urls import path, re_path
 from django.views.static import serve
 
 from elections.web import api, health, metrics, openapi
-from elections.web.panel import audit_log
+from elections.web.panel import audit_log, lockouts
 from elections.web.panel import login as panel_login
 from elections.web.panel import views as panel
 
@@ -24,6 +24,7 @@ urlpatterns = [
     path("history/", panel.history, name="panel-history"),
     path("history.csv", panel.history_csv, name="panel-history-csv"),
     path("audit/", audit_log.audit_log, name="panel-audit"),
+    path("lockouts/", lockouts.lockouts, name="panel-lockouts"),
     # API
     path("api/v1/openapi.json", openapi.openapi_json, name="api-openapi"),
     path("api/v1/leader", api.leader, name="api-leader"),

@@ -11,7 +11,7 @@ import time
 import urllib.request
 
 import pytest
-from harness import live_lease, signed_lock, wait_until
+from harness import DEFAULT, FAST, live_lease, signed_lock, wait_until
 
 from elections.core.lease import sign
 
@@ -108,6 +108,30 @@ def test_forged_commands_in_the_event_files_are_refused_and_change_nothing(site_
     assert not any(h[0] == "drain_requested" for a in site.agents for h in a.history())
 
 
+def swapping(path, copies, every):
+    """Put `copies` in place of the lease in turn, every `every` s, until the returned event is set."""
+    stop = threading.Event()
+
+    def swap():
+        i = 0
+        while not stop.is_set():
+            tmp = path.with_name(".swap.tmp")
+            tmp.write_bytes(copies[i % len(copies)])
+            tmp.replace(path)
+            i += 1
+            stop.wait(every)
+
+    threading.Thread(target=swap, daemon=True).start()
+    return stop
+
+
+def old_copies(path):
+    """Two validly signed copies of the live lease, the second a renewal newer than the first."""
+    first = path.read_bytes()
+    wait_until(lambda: path.read_bytes() != first, 15, "a renewal")
+    return [first, path.read_bytes()]
+
+
 def test_old_leases_swapped_back_and_forth_do_not_keep_a_crashed_leader_alive(site_factory):
     # The lease alone: with beacons the followers see the crash at once (the liveness
     # port refuses) and take over before any swapped copy is read.
@@ -115,33 +139,82 @@ def test_old_leases_swapped_back_and_forth_do_not_keep_a_crashed_leader_alive(si
     site.start()
     lease = settled(site)
     path = site.lease_dir / "relay_leader.json"
-    first = path.read_bytes()
-    wait_until(lambda: path.read_bytes() != first, 5, "a renewal")
-    copies = [first, path.read_bytes()]
+    copies = old_copies(path)
     site.by_name(lease.node).kill9()
     killed = time.monotonic()
-    stop = threading.Event()
-
-    def swap():  # faster than the followers poll, for as long as the test runs
-        i = 0
-        while not stop.is_set():
-            tmp = path.with_name(".swap.tmp")
-            tmp.write_bytes(copies[i % 2])
-            tmp.replace(path)
-            i += 1
-            stop.wait(0.2)
-
-    swapper = threading.Thread(target=swap, daemon=True)
-    swapper.start()
+    stop = swapping(path, copies, 0.2)  # faster than the followers poll
     try:
         new = site.wait_leader(timeout=20, other_than=lease.node)
     finally:
         stop.set()
-        swapper.join(2)
     took = time.monotonic() - killed
     assert new.epoch > lease.epoch and took < 3 + 3, f"took {took:.1f} s"
     logs = "".join(a.log() for a in site.agents if a.name != lease.node)
     assert "SECURITY: ignoring replayed lease" in logs
+
+
+def test_old_leases_swapped_in_every_second_do_not_slow_the_beacons_fast_path(site_factory):
+    """Issue 28: after kill -9, two old signed copies of the dead leader's lease
+    swapped in every second made the pool wait out the TTL instead of the
+    beacon evidence's ~0.7 s. A replay is no evidence of life: the evidence
+    about the holder last seen decides. Default timing (TTL 10), beacons on."""
+    site = site_factory(3, timing=DEFAULT)
+    site.start()
+    lease = settled(site)
+    path = site.lease_dir / "relay_leader.json"
+    copies = old_copies(path)
+    wait_until(lambda: path.read_bytes() not in copies, 15, "a renewal past both copies")
+    stop = swapping(path, copies, 1.0)
+    try:
+        wait_until(lambda: path.read_bytes() in copies, 5, "a replayed copy in place")
+        site.by_name(lease.node).kill9()
+        killed = time.monotonic()
+        new = site.wait_leader(timeout=20, other_than=lease.node)
+        took = time.monotonic() - killed
+    finally:
+        stop.set()
+    # Must hold: the fast path's time (<= 1 s); 3 s of CI headroom is still far from the TTL of 10 s.
+    assert new.epoch > lease.epoch and took < 3, f"took {took:.1f} s"
+
+
+@pytest.mark.parametrize("timing", ["fast", "default"])
+def test_a_lock_rewritten_with_junk_every_fifth_of_a_second_does_not_stop_an_election(site_factory, timing):
+    """Issue 27: a lock rewritten with a line of junk every 0.4 s used to keep the
+    pool leaderless for as long as the rewriting went on (it aged like a lock a
+    writer was still filling). Locks are published whole now, so junk is broken
+    at once. The lease alone (no beacons): the takeover waits the TTL, no more."""
+    ttl = 3 if timing == "fast" else 10
+    site = site_factory(3, timing=FAST if timing == "fast" else DEFAULT, extra={"BEACON_INTERVAL": "0"})
+    site.start()
+    lease = settled(site)
+    lock = site.lease_dir / "relay_leader.lock"
+    stop = threading.Event()
+
+    def squat():
+        i = 0
+        while not stop.is_set():
+            tmp = lock.with_name(".squat.tmp")
+            tmp.write_bytes(b"junk %d\n" % i if i % 2 else b"")
+            tmp.replace(lock)
+            i += 1
+            stop.wait(0.2)
+
+    squatter = threading.Thread(target=squat, daemon=True)
+    squatter.start()
+    try:
+        site.by_name(lease.node).kill9()
+        killed = time.monotonic()
+        new = site.wait_leader(timeout=ttl + 20, other_than=lease.node)
+        took = time.monotonic() - killed
+    finally:
+        stop.set()
+        squatter.join(2)
+    # Must hold: TTL + 2 s; one more second of headroom for a loaded CI runner.
+    assert new.epoch > lease.epoch and took < ttl + 3, f"took {took:.1f} s"
+    try:
+        wait_until(lambda: any(refused(a, "relay_leader.lock", "not_json") for a in site.agents), 10, "junk")
+    except AssertionError:
+        raise AssertionError([(pool(a).get("refusals") or {}).get("recent") for a in site.agents]) from None
 
 
 def test_a_lock_rewritten_every_half_second_does_not_stop_an_election(site_factory):

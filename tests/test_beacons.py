@@ -10,7 +10,7 @@ import pytest
 
 from elections.core.beacon_board import PER_SOURCE, BeaconBoard, Standing
 from elections.core.beacons import MAX_BYTES, Beacon, parse_beacon
-from elections.core.decide import GONE, Memory, Observation, Timing, Verdict, decide, track
+from elections.core.decide import GONE, Memory, Observation, Timing, Verdict, decide, evidence_subject, track
 from elections.core.lease import LeaseRead, LeaseRecord, sign
 from elections.core.liveness import CONNECTED, ENDED, FRESH, REFUSED, UNREACHABLE, Liveness
 from elections.core.untrusted import Untrusted
@@ -252,6 +252,38 @@ def test_decide_contends_before_the_ttl_on_evidence_about_the_lease_it_reads():
 def test_decide_follows_a_live_lease_without_matching_evidence(what, obs):
     mem = track(Memory(node="S002"), lease(), 100.0, T.ttl)
     assert decide(mem, obs, 101.0, T).verdict is Verdict.FOLLOW
+
+
+@pytest.mark.parametrize(
+    "what, read",
+    [
+        ("an older signed copy of the same lease (a replay)", lease(seq=2)),
+        ("a damaged lease file", LeaseRead("corrupt", detail="lease file is empty", revision="x")),
+        ("a forged lease file", LeaseRead("forged", detail="bad signature", revision="y")),
+        ("no lease file", LeaseRead("missing", detail="no lease file")),
+    ],
+)
+def test_evidence_decides_as_if_a_replayed_or_damaged_lease_were_absent(what, read):
+    """Issue 28: two old signed copies swapped in after kill -9 made the pool wait
+    out the TTL. A record older than the newest seen for its (node, epoch) is no
+    evidence of life: the evidence is about the holder last seen, and decides."""
+    mem = track(Memory(node="S002"), lease(seq=4), 100.0, T.ttl)
+    mem = track(mem, read, 100.5, T.ttl)
+    assert evidence_subject(mem, read) == ("S001", 7)
+    d = decide(mem, Observation(read, priority=50, gone=("S001", 7, "S001's agent is gone")), 101.0, T)
+    assert (d.verdict, d.cause) == (Verdict.CONTEND, GONE), what
+
+
+def test_evidence_about_the_holder_a_fresh_record_no_longer_names_or_that_released_is_none():
+    mem = track(Memory(node="S002"), lease(seq=4), 100.0, T.ttl)
+    newer = lease("S003", epoch=8, seq=1)
+    mem2 = track(mem, newer, 100.5, T.ttl)
+    assert evidence_subject(mem2, newer) == ("S003", 8)
+    assert decide(mem2, Observation(newer, gone=("S001", 7, "gone")), 101.0, T).verdict is Verdict.FOLLOW
+    released = lease(ttl=0)
+    mem3 = track(mem, released, 100.5, T.ttl)
+    assert evidence_subject(mem3, released) is None
+    assert evidence_subject(mem3, LeaseRead("missing", detail="gone")) is None
 
 
 def test_evidence_never_lets_an_ineligible_or_paused_member_contend():

@@ -69,6 +69,8 @@ def test_the_metrics_keep_the_readmes_names_and_labels(dj):
         "stkrelay_relay_bytes_total": {"kmsn"},
         "stkrelay_relay_drops_total": {"kmsn", "cause"},
         "stkrelay_pool_detection": {"kmsn", "mode"},
+        "stkrelay_login_lockouts": {"scope"},
+        "stkrelay_login_refused_total": {"scope"},
     }
     kinds = {f.name: f.type for f in families.values() if f.name.startswith("stkrelay_")}
     assert kinds["stkrelay_failovers"] == kinds["stkrelay_relay_drops"] == "counter"

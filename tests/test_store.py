@@ -1,11 +1,13 @@
 """The file lease store on real files: compare-and-set, the O_EXCL lock, stale
 locks, unreachable directories."""
 
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+import threading
 
 import pytest
 from harness import signed_lock
@@ -193,17 +195,69 @@ def test_a_lock_that_is_not_validly_signed_is_broken_at_once(tmp_path, store):
     assert store.refusals.counts["unsigned"] >= 1 and store.refusals.counts["too_large"] >= 1
 
 
-@pytest.mark.parametrize("content", ["", '{"node": "S0', "[[[["])
-def test_a_lock_not_yet_filled_by_its_writer_is_never_broken_at_once(tmp_path, store, clock, content):
-    """Create and fill are two steps: a lock caught between them is a live
-    writer's. Breaking it at once let a second writer in (one epoch taken twice,
-    found by the conformance suite under load); it ages like a signed lock."""
+@pytest.mark.parametrize("content", ["", '{"node": "S0', "[[[[", "junk\n"])
+def test_a_lock_that_is_empty_cut_short_or_junk_is_broken_at_once(tmp_path, store, content):
+    """A writer's lock is published whole (DESIGN.md §5.1, turn 3), so one that is
+    not a whole object was never a live writer's: junk rewritten every 0.4 s used
+    to hold elections off for as long as the rewriting went on."""
     (tmp_path / "relay_leader.lock").write_text(content)
-    assert store.write(rec(), expect="") is WriteOutcome.BUSY
-    clock.advance(1.9)
-    assert store.write(rec(), expect="") is WriteOutcome.BUSY
-    clock.advance(0.2)
     assert store.write(rec(), expect="") is WriteOutcome.WRITTEN
+    assert sum(store.refusals.counts.values()) >= 1
+
+
+def test_a_published_lock_is_never_seen_empty_or_half_written(tmp_path):
+    """The race the old create-then-fill lock had (one epoch taken twice under
+    load): a reader looking as fast as it can, while writers publish and remove
+    the lock, finds it absent or whole, never anything in between."""
+    from elections.ports.share import LocalShare
+
+    share = LocalShare(tmp_path)
+    body = json.dumps({"node": "S001", "pid": 1, "nonce": "n" * 4000}).encode()
+    seen: set[bytes] = set()
+    stop = threading.Event()
+
+    def look() -> None:
+        path = tmp_path / "relay_leader.lock"
+        while not stop.is_set():
+            try:
+                seen.add(path.read_bytes())
+            except FileNotFoundError:
+                pass
+
+    reader = threading.Thread(target=look)
+    reader.start()
+    try:
+        published = collided = 0
+        for _ in range(300):
+            try:
+                share.create_exclusive("relay_leader.lock", body)
+                published += 1
+            except FileExistsError:
+                collided += 1
+            with contextlib.suppress(FileNotFoundError):
+                (tmp_path / "relay_leader.lock").unlink()
+    finally:
+        stop.set()
+        reader.join()
+    assert published == 300 and collided == 0
+    assert seen <= {body} and seen, f"a reader saw {len(seen)} different contents"
+    assert not list(tmp_path.glob(".*.tmp")), "a temp file outlived its publish"
+
+
+def test_publishing_over_anything_already_there_fails_and_writes_through_nothing(tmp_path):
+    from elections.ports.share import LocalShare
+
+    share = LocalShare(tmp_path)
+    outside = tmp_path.parent / f"{tmp_path.name}-outside"
+    outside.write_text("precious")
+    (tmp_path / "relay_leader.lock").symlink_to(outside)
+    with pytest.raises(FileExistsError):
+        share.create_exclusive("relay_leader.lock", b"mine")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(FileExistsError):
+        share.create_exclusive("dangling", b"mine")
+    assert outside.read_text() == "precious" and not (tmp_path / "nowhere").exists()
+    assert not list(tmp_path.glob(".*.tmp"))
 
 
 def test_old_locks_replayed_in_turn_age_like_one_and_are_broken(tmp_path, store, clock):

@@ -183,7 +183,7 @@ def decide(memory: Memory, obs: Observation, now: float, timing: Timing) -> Deci
             return Decision(Verdict.HAND_OFF, why, handoff_to=target, cause=PLANNED)
         return decision
     decision = _decide_follower(memory, obs.read, now, timing)
-    if decision.verdict is Verdict.FOLLOW and obs.gone is not None:
+    if decision.verdict in (Verdict.FOLLOW, Verdict.WAIT) and obs.gone is not None:
         decision = _holder_gone(memory, obs, now) or decision
     if decision.verdict is not Verdict.CONTEND:
         return decision
@@ -197,16 +197,31 @@ def decide(memory: Memory, obs: Observation, now: float, timing: Timing) -> Deci
     return replace(decision, delay=contend_delay(obs.priority, decision.handoff, obs.promote_elsewhere))
 
 
+def evidence_subject(memory: Memory, read: LeaseRead | None) -> tuple[str, int] | None:
+    """Whose death positive evidence would be about this cycle: the holder of the
+    record read now, if it is fresh evidence; else — the read is a replay, damaged,
+    forged or missing, none of which is evidence of life — the holder of the last
+    record seen, unless that one was released (issue 28: two old signed copies
+    swapped in turned the fast path off and the pool waited out the TTL)."""
+    if read is None:
+        return None
+    rec = read.record
+    if read.status == "valid" and rec is not None and not _stale(memory, read):
+        return None if rec.released else (rec.node, rec.epoch)
+    if memory.seen_key is None or memory.seen_released:
+        return None
+    return memory.seen_key[0], memory.seen_key[1]
+
+
 def _holder_gone(memory: Memory, obs: Observation, now: float) -> Decision | None:
     """A live-looking lease whose holder is positively gone: contend now. Only
-    for the record read this cycle, unreleased, naming the node and epoch the
-    evidence is about (evidence about an older holder is no evidence)."""
-    read, gone = obs.read, obs.gone
-    rec = read.record if read is not None else None
-    if gone is None or rec is None or read is None or read.status != "valid" or rec.released:
+    for the holder `evidence_subject` names this cycle (evidence about an older
+    holder, or about one a fresh record no longer names, is no evidence)."""
+    gone = obs.gone
+    if gone is None or memory.seen_at is None:
         return None
     node, epoch, why = gone
-    if (rec.node, rec.epoch) != (node, epoch) or _stale(memory, read) or memory.seen_at is None:
+    if evidence_subject(memory, obs.read) != (node, epoch):
         return None
     return Decision(Verdict.CONTEND, why, cause=GONE, gap=now - memory.seen_at)
 

@@ -1,15 +1,16 @@
 """The share's acquisition lock, `relay_leader.lock` (DESIGN.md §5.1, §5.4).
 
-Created exclusively through the share (`Share.create_exclusive`: `O_CREAT|O_EXCL`
-never through a link, or SMB FILE_CREATE); the creator holds it.
-Its content — node, pid, nonce — is signed with the pool key:
+Published whole through the share (`Share.create_exclusive`: an exclusive
+temp file, then `link()` or a rename that never replaces — SMB
+`ReplaceIfExists = 0`); the one whose publish succeeds holds it. Its content —
+node, pid, nonce — is signed with the pool key:
 
-- a lock that is a whole JSON object but not validly signed is broken at once:
-  anyone who can write the share could otherwise hold the pool forever;
-- a lock that is empty or not yet a whole object may be one a writer has just
-  created and not yet filled (create and write are two steps, long ones on a
-  loaded machine or over SMB): it ages like a signed one, never broken at once
-  (breaking it let a second writer in beside the first: one epoch taken twice);
+- a lock that is not a whole, validly signed object (empty, cut short, junk,
+  forged, too large) is never a live writer's — no writer's lock is ever
+  visible before it is whole — so it is broken at once: anyone who can write
+  the share could otherwise hold elections off for as long as they keep
+  rewriting it (DESIGN.md §5.1, turn 3; it used to age like a live lock, when
+  a lock was created empty and filled in a second step);
 - a signed lock left by a writer that died is broken once this process has
   known that very content for `stale_s` on its own monotonic clock, counted
   from the first time it ever saw it, so old locks replayed in turn age like
@@ -44,7 +45,6 @@ from elections.ports.share import Share
 log = logging.getLogger("stkrelay.store")
 
 FIRST_SEEN_KEPT = 256  # lock contents remembered with the time first seen
-INCOMPLETE = "not a whole lock yet"  # aged like a live lock: its writer may be filling it
 PRESENCE_FACTOR = 5  # a lock seen at every look for 5 x stale_s is stale, whatever its content
 
 
@@ -112,10 +112,7 @@ class ShareLock:
         if content is None:
             return None, None, ""
         try:
-            doc = load_object(content, LOCK, "lock file")
-        except Untrusted as exc:  # empty or cut short: perhaps a writer's lock not filled yet
-            return content, None, f"{INCOMPLETE}: {exc.detail}"
-        try:
+            doc = load_object(content, LOCK, "lock file")  # empty or junk: never a writer's (published whole)
             if not signature_ok(doc, self.key):
                 raise Untrusted(UNSIGNED if "sig" not in doc else FORGED, "lock is not validly signed")
             return content, (str(doc["node"]), int(doc["pid"])), ""
@@ -146,8 +143,7 @@ class ShareLock:
         # A content's own age, or — against old locks swapped in turn, more than
         # this process can remember — how long some lock has been there at every look.
         age = max(self._aged(content), (now - self._present_since) / PRESENCE_FACTOR)
-        being_written = owner is None and bad.startswith(INCOMPLETE)
-        if (owner is not None or being_written) and not dead_here and age < self.stale_s:
+        if owner is not None and not dead_here and age < self.stale_s:
             return False
         marker = f"{self.name}.break-{revision_of(content)[:16]}"
         for _ in range(2):
@@ -170,8 +166,6 @@ class ShareLock:
             except (IsADirectoryError, PermissionError):  # a directory, or planted so it cannot be removed
                 self.share.quarantine(self.name)
             self._present_since = None
-            if being_written:
-                self.refuse(self.name, Untrusted(NOT_OBJECT, bad))
             if owner is None:
                 why = f"not validly signed: {bad}"
             else:

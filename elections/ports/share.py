@@ -20,8 +20,10 @@ implementation:
   and renames it over the target: readers see the old file or the new one,
   whole; a rename refused because someone holds the target open is retried
   for a moment, never reported as done. Raises OSError.
-- `create_exclusive` is atomic between machines (O_EXCL, SMB FILE_CREATE);
-  a collision raises `FileExistsError`.
+- `create_exclusive` is atomic between machines and publishes the file
+  whole: the data goes to an exclusive temp file first, which is then linked
+  (or renamed without replace: SMB `ReplaceIfExists = 0`) to `rel`; nobody
+  ever sees `rel` empty or half written. A collision raises `FileExistsError`.
 - `move` renames a file on the server (replacing `new_rel` if it exists):
   every client sees it at once, whatever it had cached; `FileNotFoundError`
   if there is no `rel`.
@@ -46,7 +48,7 @@ from typing import Protocol
 
 from elections.core.untrusted import Untrusted
 from elections.ports import sharefiles
-from elections.ports.host import unlink_quietly, write_atomic
+from elections.ports.host import publish_exclusive, write_atomic
 from elections.ports.sharefiles import DEFAULT_TIMEOUT, NODE_FILE, ShareDeadline, deadline_for
 
 
@@ -156,17 +158,8 @@ class LocalShare:
         write_atomic(self.path(rel), data, durable=True, tag=tag)
 
     def create_exclusive(self, rel: str, data: bytes) -> None:
-        SHARE_OPS.count()
-        path = self.path(rel)
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | sharefiles.NOFOLLOW, 0o644)
-        try:
-            if data:
-                os.write(fd, data)
-        except BaseException:  # the share is full, or failing: leave no empty file behind
-            os.close(fd)
-            unlink_quietly(path)
-            raise
-        os.close(fd)
+        SHARE_OPS.count(2)
+        publish_exclusive(self.path(rel), data)
 
     def unlink(self, rel: str) -> None:
         SHARE_OPS.count()

@@ -14,7 +14,9 @@ What SMB servers really answer, and what is made of it:
   with ACCESS_DENIED or SHARING_VIOLATION (someone has the target open) is
   retried until the deadline, never taken for done; the temp file is deleted
   on any failure.
-- `create_exclusive` is FILE_CREATE: atomic between clients;
+- `create_exclusive` writes a temp file created with FILE_CREATE, then
+  renames it to the target with `ReplaceIfExists = 0` (atomic between
+  clients): the target is never seen empty or half written;
   STATUS_OBJECT_NAME_COLLISION is `FileExistsError`.
 - Links are refused, not followed: every open asks for the entry itself
   (FILE_OPEN_REPARSE_POINT) and a reparse point is `Untrusted(NOT_A_FILE)`;
@@ -301,22 +303,32 @@ class SmbShare(SmbSession):
         return req
 
     def create_exclusive(self, rel: str, data: bytes) -> None:
-        SHARE_OPS.count()
+        SHARE_OPS.count(2)
+        folder, name = parent_of(rel), rel.rsplit("/", 1)[-1]
+        tmp = f"{folder + '/' if folder else ''}.{name}.new.{secrets.token_hex(6)}.tmp"
 
         def run(tree: TreeConnect) -> None:
-            fopen, (create, created) = self._open(tree, rel, WRITE, CreateDisposition.FILE_CREATE, FILE)
+            fopen, (create, created) = self._open(tree, tmp, WRITE, CreateDisposition.FILE_CREATE, FILE)
             msgs, unpack = [create], [created]
             if data:
                 write, wrote = fopen.write(data, 0, send=False)
                 msgs.append(write)
                 unpack.append(wrote)
-            close, closed = fopen.close(send=False)
-            answers = self._answers(self._send(tree, [*msgs, close]), [*unpack, closed])
+            answers = self._answers(self._send(tree, msgs), unpack)
             if isinstance(answers[0], BaseException):
                 raise answers[0]
-            if any(isinstance(a, BaseException) for a in answers[1:-1]):
-                self.unlink_quietly(rel)  # the share is full, or failing: leave no empty file behind
-                self._raise_first(answers[1:-1])
+            published = False
+            try:
+                self._raise_first(answers[1:])
+                # Whole before visible: a rename that never replaces (ReplaceIfExists = 0).
+                status = self._rename(tree, fopen, rel, replace=False, then_close=True)
+                if status is not None:
+                    raise self._os_error(status, rel)  # OBJECT_NAME_COLLISION: FileExistsError
+                published = True
+            finally:
+                self._close_quietly(tree, fopen)
+                if not published:  # the temp file never outlives a failure
+                    self.unlink_quietly(tmp)
 
         self._op(run, rel)
 

@@ -29,6 +29,7 @@ from elections.core.decide import (
     Timing,
     Verdict,
     decide,
+    evidence_subject,
     replayed,
     track,
 )
@@ -225,10 +226,10 @@ class Elector:
         lease_epoch = read.record.epoch if read is not None and read.record is not None else None
         facts = self.policy.facts(self.memory.leader_epoch, lease_epoch)
         gone = None
-        rec = read.record if read is not None else None
-        if self.evidence is not None and rec is not None and self.memory.leader_epoch is None:
-            why = self.evidence(rec.node, rec.epoch)
-            gone = (rec.node, rec.epoch, why) if why else None
+        subject = evidence_subject(self.memory, read)
+        if self.evidence is not None and subject is not None and self.memory.leader_epoch is None:
+            why = self.evidence(*subject)
+            gone = (*subject, why) if why else None
         return Observation(read, renewing, sit_out_until=self._abstain_until, gone=gone, **vars(facts))
 
     def _decide(self, read: LeaseRead | None, now: float, renewing: bool) -> Decision:

@@ -40,6 +40,7 @@ PERMISSION_FOR = {
     "promote": "elections.promote_member",
     "pause": "elections.promote_member",
     "resume": "elections.promote_member",
+    "unlock_login": "elections.drain_member",  # lift a login lockout: an operator's
 }
 
 CSP = (

@@ -26,12 +26,14 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from elections.audit import LoginFailure
 from elections.core.untrusted import CAUSES
 from elections.models import ElectionEvent
 from elections.ports.localstate import LocalState
 from elections.web.auth import api_error, bearer_user, is_loopback
 from elections.web.panel.failovers import failovers_for
 from elections.web.panel.state import RelayState, SiteState, site_states
+from elections.web.throttle import login_throttle
 
 GAP_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 15, 30, 60)  # seconds without a leader; +Inf is added
 
@@ -134,6 +136,28 @@ class PoolCollector(Collector):
         yield from _relay_families(
             [(s.kmsn, s.relay) for s in states if s.relay is not None and s.relay.running]
         )
+        yield from _login_families()
+
+
+def _login_families() -> Iterable[Metric]:
+    """This agent's login lockouts (`elections.web.throttle`, `audit.LoginFailure`)."""
+    gate = login_throttle()
+    g = GaugeMetricFamily(
+        "stkrelay_login_lockouts",
+        "Login lockouts in force on this agent's panel: addresses, and (user, client) pairs.",
+        labels=["scope"],
+    )
+    g.add_metric(["address"], len(gate.lockouts()))
+    g.add_metric(["user"], len(LoginFailure.locked()))
+    yield g
+    c = CounterMetricFamily(
+        "stkrelay_login_refused",
+        "Login attempts refused before any password was hashed, by the limit that refused them.",
+        labels=["scope"],
+    )
+    for scope, n in sorted(gate.refused.items()):
+        c.add_metric([scope], n)
+    yield c
 
 
 def _beacon_families(states: list[SiteState]) -> Iterable[Metric]:

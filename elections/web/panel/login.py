@@ -1,7 +1,8 @@
 """The panel's login and logout. Logging in is throttled before the password is
-hashed (`elections.web.throttle`: per client address and for everyone, in
-memory), then per (user, address) in the database (`audit.LoginFailure`);
-every refusal is 429 with Retry-After."""
+hashed (`elections.web.throttle`: per client address, and for everyone with a
+reserve for clean addresses, in memory), then per (user, address) — or per
+(user, device) for a browser that logged in before (`elections.web.device`) —
+in the database (`audit.LoginFailure`); every refusal is 429 with Retry-After."""
 
 from __future__ import annotations
 
@@ -14,11 +15,12 @@ from django.contrib.auth.forms import AuthenticationForm
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.translation import gettext as _
 from django.views.decorators.http import require_http_methods, require_POST
 
 from elections import audit
-from elections.web import throttle
-from elections.web.auth import client_address, client_ip, secure_headers
+from elections.web import device, throttle
+from elections.web.auth import client_address, client_ip, is_loopback, secure_headers
 
 
 @require_http_methods(["GET", "POST"])
@@ -33,21 +35,26 @@ def login_view(request: HttpRequest) -> HttpResponse:
         return _login_page(request, AuthenticationForm(request), nxt)
     username = (request.POST.get("username") or "")[:150]
     ip, client = client_ip(request), client_address(request)
+    known = device.device_of(request, username)
     gate = throttle.login_throttle()
-    wait = gate.acquire(ip)
+    # A known device or the console is bounded by its own failures, never by strangers'.
+    wait = gate.acquire(ip, everyone=not (known or is_loopback(request)))
     if wait:
-        return _throttled(request, nxt, wait, "from your address or on this panel")
-    wait = audit.LoginFailure.blocked_for(username, client)
+        return _throttled(request, nxt, wait, _("from your address or on this panel"))
+    failures_of = device.client_key(known) if known else client
+    wait = audit.LoginFailure.blocked_for(username, failures_of)
     if wait:
         gate.refund(ip)
-        return _throttled(request, nxt, wait, "for this user from your address")
+        return _throttled(request, nxt, wait, _("for this user from your address"))
     form = AuthenticationForm(request, data=request.POST)
     if form.is_valid():
         gate.refund(ip)
-        audit.LoginFailure.forget(username, client)
+        audit.LoginFailure.forget(username, failures_of)
         login(request, form.get_user())
-        return secure_headers(redirect(nxt))
-    audit.LoginFailure.note(username, client)
+        response = redirect(nxt)
+        device.remember(response, request, username)
+        return secure_headers(response)
+    audit.LoginFailure.note(username, failures_of)
     return _login_page(request, form, nxt)
 
 
