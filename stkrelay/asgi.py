@@ -1,5 +1,6 @@
-"""ASGI entry point: HTTP (panel, API; Host checked against ALLOWED_HOSTS by Django) and
-the relay's WebSocket routes (Origin checked by `elections.web.origin.OriginCheck`)."""
+"""ASGI entry point: HTTP (panel, API; bodies bounded by `elections.web.body_limit.BodyLimit`,
+Host checked against ALLOWED_HOSTS by Django) and the relay's WebSocket routes (Origin
+checked by `elections.web.origin.OriginCheck`)."""
 
 import os
 
@@ -10,14 +11,17 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from django.conf import settings  # noqa: E402
 from django.urls import path  # noqa: E402
 
+from elections.web.body_limit import BodyLimit  # noqa: E402
 from elections.web.origin import OriginCheck  # noqa: E402
 from relay.ws import RelayBridge, StreamBridge  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        # A body over DATA_UPLOAD_MAX_MEMORY_SIZE is 413 before Django reads it: one log line.
+        "http": BodyLimit(django_asgi_app, settings.DATA_UPLOAD_MAX_MEMORY_SIZE),
         # A browser's Origin must be one of ALLOWED_HOSTS; only /ws/relay/ (relay-token
         # handshake, no cookie) takes non-browser clients without one (elections/web/origin.py).
         "websocket": OriginCheck(

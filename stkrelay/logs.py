@@ -70,14 +70,21 @@ def logging_config(fmt: str, node: str, component: str | None = None) -> dict[st
         "version": 1,
         "disable_existing_loggers": False,
         "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-        # A login flood's 429s are summarised by the throttle, not logged one by one.
-        "filters": {"drop_throttled": {"()": "elections.web.throttle.DropThrottled"}},
+        # A login flood's 429s are summarised by the throttle, not logged one by one; refused
+        # bodies are one line each from elections.web.body_limit, not Django's (and tracebacks).
+        "filters": {
+            "drop_throttled": {"()": "elections.web.throttle.DropThrottled"},
+            "quiet_refusals": {"()": "elections.web.body_limit.QuietRefusals"},
+        },
         "handlers": {
             "console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["drop_throttled"]}
         },
         "loggers": {
             "stkrelay": {"handlers": ["console"], "level": "INFO", "propagate": False},
             "django": {"handlers": ["console"], "level": "WARNING"},
+            # Logger-level: these records then reach no handler, Django's or Daphne's root one.
+            "django.request": {"filters": ["quiet_refusals"]},
+            "django.security.RequestDataTooBig": {"filters": ["quiet_refusals"]},
         },
     }
     if fmt == "json":

@@ -142,6 +142,9 @@ STK_LOGIN_DEVICE_DAYS = int(os.environ.get("STK_LOGIN_DEVICE_DAYS", 30))
 STK_TRUSTED_PROXIES = STK.web_trusted_proxies
 # 1: GET /api/v1/leader answers without login (relay clients' fallback lookup).
 STK_PUBLIC_LEADER_LOOKUP = os.environ.get("STK_PUBLIC_LEADER_LOOKUP") == "1"
+# Request bodies: the panel's forms and the API's JSON are a few hundred bytes (the API reads at
+# most 64 KiB); anything over this is 413 before Django reads it (elections/web/body_limit.py).
+DATA_UPLOAD_MAX_MEMORY_SIZE = 256 << 10
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 

@@ -78,13 +78,18 @@ def test_text_is_the_default_and_keeps_the_historical_logging_config():
         "version": 1,
         "disable_existing_loggers": False,
         "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-        "filters": {"drop_throttled": {"()": "elections.web.throttle.DropThrottled"}},
+        "filters": {
+            "drop_throttled": {"()": "elections.web.throttle.DropThrottled"},
+            "quiet_refusals": {"()": "elections.web.body_limit.QuietRefusals"},
+        },
         "handlers": {
             "console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["drop_throttled"]}
         },
         "loggers": {
             "stkrelay": {"handlers": ["console"], "level": "INFO", "propagate": False},
             "django": {"handlers": ["console"], "level": "WARNING"},
+            "django.request": {"filters": ["quiet_refusals"]},
+            "django.security.RequestDataTooBig": {"filters": ["quiet_refusals"]},
         },
     }
     assert logging_config("text", "S001", "web") == historical
