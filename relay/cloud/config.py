@@ -130,7 +130,8 @@ def load(path: str | None) -> CloudConfig:
             key = _lease_key(parser, section, Path(path).parent, token, bad)
             if key is not None:
                 cfg.tokens[kmsn], cfg.lease_keys[kmsn] = token, key
-    if not cfg.tokens and not any(p.id == "stkrelay.C007" for p in cfg.problems):
+    site_problems = ("stkrelay.C007", "stkrelay.C009", "stkrelay.C010", "stkrelay.C011")
+    if not cfg.tokens and not any(p.id in site_problems for p in cfg.problems):
         bad(Problem("stkrelay.C008", "[site:<KMSN>]", "no site configured",
                     "add one [site:<KMSN>] section with CLOUD_TOKEN and LEASE_KEY per site"))  # fmt: skip
     return cfg
