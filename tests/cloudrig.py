@@ -48,8 +48,9 @@ class Rig:
     def __init__(self, tmp_path, **cfg):
         self.cfg = CloudConfig(listen_ip=CLOUD_IP, relay_port=pair_port(CLOUD_IP),
                                tunnel_port=free_port(CLOUD_IP), web_port=free_port(CLOUD_IP),
-                               data_dir=str(tmp_path), keepalive=1.0, park=2.0, tokens=dict(CLOUD_TOKENS),
-                               lease_keys={k: cloud_key(TOKEN, k) for k in CLOUD_TOKENS}, **cfg)  # fmt: skip
+                               data_dir=str(tmp_path), tokens=dict(CLOUD_TOKENS),
+                               lease_keys={k: cloud_key(TOKEN, k) for k in CLOUD_TOKENS},
+                               **{"keepalive": 1.0, "park": 2.0, **cfg})  # fmt: skip
         self.cloud = CloudServer(self.cfg)
         self.sites: list[tuple[RelayServer, TunnelClient]] = []
 

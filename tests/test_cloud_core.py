@@ -318,7 +318,7 @@ def test_data_beyond_the_window_and_credit_overflow_fail_the_tunnel():
 
 @pytest.mark.parametrize("credit", [1, INITIAL_WINDOW, 1 << 30, (1 << 31) - 1, 0xFFFFFFFF, 0])
 def test_credit_for_bytes_never_sent_fails_the_tunnel_before_it_raises_any_window(credit):
-    cloud, site, to_site, _ = pair()
+    cloud, _, to_site, _ = pair()
     s = cloud.open({"kind": "raw", "nonce": NONCE})
     to_site()
     cloud.receive_data(frame(CREDIT, s, credit.to_bytes(4, "big")))  # nothing was sent: nothing to credit
