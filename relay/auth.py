@@ -9,6 +9,10 @@ case-insensitive on the hex.
 - `station_credential`: the key of one station, derived from the pool key as
   ``HMAC(POOL_KEY, "station|" + kmsn + "|" + station)``. A client holding it
   may register as that station only (`relayctl credential STATION` prints it).
+- `cloud_key`: the key the cloud relay checks a tunnel's lease with (DESIGN.md
+  §14), ``HMAC(POOL_KEY, "cloud|" + kmsn)`` (`relayctl cloud-key` prints it).
+  Derived one way, with its own prefix: its holder can make no pool record and
+  no station credential.
 - `server_proof` / `verify_proof`: the server's ``sauth`` in ``registered``,
   answering a client's ``cnonce``: ``HMAC(key, cnonce|session|epoch)``, where
   ``key`` is the key the client authenticated with. Only a server that knows
@@ -63,6 +67,13 @@ def station_credential(pool_key: str, kmsn: str, station: str) -> str:
     if not pool_key:
         raise ValueError("the pool key must not be empty")
     return _digest(pool_key, f"station|{kmsn}|{station}")
+
+
+def cloud_key(pool_key: str, kmsn: str) -> str:
+    """The cloud's lease key of `kmsn`: hex HMAC-SHA256(pool key, ``cloud|kmsn``)."""
+    if not pool_key:
+        raise ValueError("the pool key must not be empty")
+    return _digest(pool_key, f"cloud|{kmsn}")
 
 
 def server_proof(key: str, cnonce: str, session: str, epoch: int) -> str:

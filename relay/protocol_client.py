@@ -19,6 +19,8 @@ the client speaks protocol 1 byte for byte, and proves nothing either.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from relay.auth import auth_digest, is_nonce, verify_proof
 from relay.framing import (
     BAD_AUTH,
@@ -52,7 +54,9 @@ class ClientConnection(FramedConnection):
     With `keepalive_acks`, each ``keepalive_ack`` of an open connection is a
     `KeepaliveAck` event; without, it is absorbed silently. With `cnonce`, the
     server must prove itself (see the module docstring). `extra` adds fields to
-    ``register`` (never replacing one of its own): the cloud tunnel's ``lease``.
+    ``register`` (never replacing one of its own): the cloud tunnel's ``lease``;
+    a callable is given the server's nonce and returns them (a lease MAC bound
+    to that nonce, `relay.cloud.lease_mac`).
     """
 
     def __init__(
@@ -67,7 +71,7 @@ class ClientConnection(FramedConnection):
         raw_mode: bool = False,
         keepalive_acks: bool = False,
         cnonce: str | None = None,
-        extra: dict | None = None,
+        extra: dict | Callable[[str], dict] | None = None,
     ) -> None:
         if cnonce is not None and not is_nonce(cnonce):
             raise ValueError(f"cnonce must be 32 hex characters, got {cnonce!r}")
@@ -76,7 +80,7 @@ class ClientConnection(FramedConnection):
         self.epoch = epoch
         self.keepalive_acks = keepalive_acks
         self.cnonce = cnonce
-        self.extra = dict(extra or {})  # further fields of ``register`` (a tunnel's signed lease)
+        self.extra = extra if callable(extra) else dict(extra or {})  # further fields of ``register``
         self.proven = False  # the server proved it knows our key (protocol 1.1)
         self.unproven = False  # it answered registered without a valid proof
         self._token = token
@@ -159,7 +163,8 @@ class ClientConnection(FramedConnection):
             del register["epoch"]
         if self.cnonce is not None:
             register["cnonce"] = self.cnonce
-        register.update({k: v for k, v in self.extra.items() if k not in register})
+        extra = self.extra(nonce) if callable(self.extra) else self.extra
+        register.update({k: v for k, v in extra.items() if k not in register})
         self._frame(register)
         self.state = State.AWAIT_REGISTER
         self._events.append(Hello(node, epoch, nonce))

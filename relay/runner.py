@@ -31,6 +31,7 @@ from elections.ports.clock import SystemClock
 from elections.ports.dirwatch import DirWatch
 from elections.ports.localstate import LEADERSHIP_NAME, RELAY_WANTED_NAME, Leadership, LocalState, RelayStatus
 from elections.ports.stores import PoolPlace, open_store
+from relay.auth import cloud_key
 from relay.cloud.tunnel import TunnelClient
 from relay.server import RelayServer
 
@@ -200,7 +201,8 @@ class RelayRunner:
         )
         if stk.cloud is not None:
             self.tunnel = TunnelClient(server=server, host=stk.cloud.host, port=stk.cloud.port,
-                                       token=stk.cloud_token, kmsn=stk.kmsn, node=stk.node, epoch=self.epoch,
+                                       token=stk.cloud_token, lease_key=cloud_key(stk.pool_key, stk.kmsn),
+                                       kmsn=stk.kmsn, node=stk.node, epoch=self.epoch,
                                        lease=self.own_lease, gate=self.gate, keepalive=stk.relay_keepalive,
                                        url=stk.cloud_url)  # fmt: skip
             self.tunnel.start()

@@ -5,7 +5,9 @@
   no tunnel.
 - `CLOUD_TOKEN`: this site's secret at the cloud, at least 16 characters and
   neither `RELAY_TOKEN` nor `POOL_KEY` (the cloud must hold no site key,
-  `stkrelay.E029`). Both keys or neither.
+  `stkrelay.E029`), nor the site's lease key K_cloud (`relayctl cloud-key`,
+  `relay.auth.cloud_key`): whoever holds the token would then sign leases the
+  cloud believes (`stkrelay.E055`). Both keys or neither.
 
 Reports through `bad(id, key, message, hint)` like `config.load`.
 """
@@ -15,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from relay.auth import cloud_key
 
 Bad = Callable[[str, str, str, str], None]
 
@@ -73,5 +77,8 @@ def check(cfg: Any, values: dict[str, str], bad: Bad) -> None:
     elif cfg.cloud_token in (cfg.relay_token, cfg.pool_key):
         bad("stkrelay.E029", "CLOUD_TOKEN", "is the same as RELAY_TOKEN or POOL_KEY",
             "the cloud must not hold a site key: choose a separate secret")  # fmt: skip
+    elif cfg.pool_key and cfg.cloud_token.strip().lower() == cloud_key(cfg.pool_key, cfg.kmsn):
+        bad("stkrelay.E055", "CLOUD_TOKEN", "is the site's lease key (relayctl cloud-key)",
+            "then a CLOUD_TOKEN holder signs leases the cloud believes: choose another secret")  # fmt: skip
     elif isinstance(parsed, CloudURL) and parsed.scheme == "tcp":
         cfg.cloud = parsed  # a tunnel only with both keys sound

@@ -11,10 +11,13 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from harness import KMSN, ROOT, free_port, listening, wait_until
+from harness import KMSN, ROOT, TOKEN, free_port, listening, wait_until
+
+from relay.auth import cloud_key
 
 CLOUD_IP = "127.0.0.90"
 CLOUD_TOKEN = "cloud-token-9f8e7d6c5b4a3210"
+LEASE_KEY = cloud_key(TOKEN, KMSN)  # the test sites' POOL_KEY is their RELAY_TOKEN
 
 
 def _pair(ip: str) -> int:
@@ -45,12 +48,13 @@ class CloudProc:
         self.relay_port = _pair(ip)
         self.tunnel_port, self.web_port = free_port(ip), free_port(ip)
         self.ini = root / "cloud.ini"
+        (root / "lease.key").write_text(LEASE_KEY + "\n")  # as `relayctl cloud-key` prints it
         self.ini.write_text(
             "[cloud]\n"
             f"LISTEN_IP = {ip}\nRELAY_PORT = {self.relay_port}\nTUNNEL_PORT = {self.tunnel_port}\n"
             f"WEB_PORT = {self.web_port}\nDATA_DIR = {root / 'data'}\n"
             f"RELAY_KEEPALIVE = {keepalive:g}\nPARK = {park}\n"
-            f"[site:{KMSN}]\nCLOUD_TOKEN = {token}\n"
+            f"[site:{KMSN}]\nCLOUD_TOKEN = {token}\nLEASE_KEY_FILE = lease.key\n"
         )
         self.log_path = root / "cloud.log"
         self.proc: subprocess.Popen[bytes] | None = None

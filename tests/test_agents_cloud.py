@@ -10,11 +10,12 @@ import sys
 import time
 
 import pytest
-from cloudproc import CLOUD_TOKEN, CloudProc
+from cloudproc import CLOUD_TOKEN, LEASE_KEY, CloudProc
 from harness import KMSN, ROOT, TOKEN, listening, wait_until
 
 from relay.client import Received, RelayClient
 from relay.cloud.fence import overlaps
+from relay.cloud.lease_mac import presented
 from relay.discovery import Discovery
 from relay.protocol import ClientConnection, ErrorReceived, Registered, new_nonce
 
@@ -44,6 +45,7 @@ def relayctl(agent, *args):
     out = subprocess.run([sys.executable, str(ROOT / "manage.py"), "relayctl", *args, "--json"],
                          capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
+    return json.loads(out.stdout)
 
 
 def tunnel_of(agent):
@@ -219,8 +221,15 @@ def frozen_leader_scenario(site_factory, cloud):
     assert overlaps(status["tunnels"]) == []
     assert all(r["epoch"] == new.epoch for r in status["tunnels"] if r["closed"] is None)
 
+    # The cloud's LEASE_KEY is what `relayctl cloud-key` prints on any agent of the site.
+    assert relayctl(old, "cloud-key")["lease_key"] == LEASE_KEY
     # A tunnel with the old epoch's genuine signed lease and the right token: stale_epoch.
     assert tunnel_attempt(cloud, first.node, first.epoch, old_lease) == "stale_epoch"
+    # A holder of CLOUD_TOKEN without the pool key, with a made-up higher epoch: refused, counted.
+    made_up = {**json.loads(site.lease().encode(TOKEN)), "epoch": new.epoch + 100, "sig": "f" * 64}
+    for key in (None, CLOUD_TOKEN):
+        assert tunnel_attempt(cloud, new.node, new.epoch + 100, made_up, key=key) == "bad_auth"
+    assert cloud.pool()["lease_refused"] == {"lease_forged": 1, "lease_unsigned": 1}
     # Without the token, with a lease naming another epoch, released, or unsigned: refused.
     lease = json.loads(site.lease().encode(TOKEN))
     assert tunnel_attempt(cloud, new.node, new.epoch, lease, token="x" * 24) == "bad_auth"
@@ -248,7 +257,8 @@ def frozen_leader_scenario(site_factory, cloud):
     assert cloud.alive()
     status = cloud.status()
     assert status["pools"][KMSN]["tunnel"]["epoch"] == new.epoch  # the real tunnel is untouched
-    assert status["refused"].get("stale_epoch", 0) >= 2 and status["refused"].get("bad_auth", 0) >= 4
+    assert status["refused"].get("stale_epoch", 0) >= 2 and status["refused"].get("bad_auth", 0) >= 6
+    assert status["pools"][KMSN]["epoch"] == new.epoch  # the fence never moved for a refused tunnel
 
     async def still_flows():
         cmd, agent = remote(cloud, "commander", "C03"), local(site, "agent", "S103")
@@ -261,10 +271,12 @@ def frozen_leader_scenario(site_factory, cloud):
     asyncio.run(still_flows())
 
 
-def tunnel_attempt(cloud, node, epoch, lease, token=CLOUD_TOKEN):
-    """Dial the cloud's tunnel port as `node` with `epoch` and `lease`; the refusal code, or 'registered'."""
+def tunnel_attempt(cloud, node, epoch, lease, token=CLOUD_TOKEN, key=LEASE_KEY):
+    """Dial the cloud's tunnel port as `node` with `epoch` and `lease`, its cloud_sig made with `key`
+    (None: presented without one); the refusal code, or 'registered'."""
+    extra = {"lease": lease} if key is None else (lambda nonce: {"lease": presented(lease, key, nonce)})
     conn = ClientConnection(role="tunnel", kmsn=KMSN, station=node, token=token, epoch=epoch, raw_mode=True,
-                            cnonce=new_nonce(), extra={"lease": lease})  # fmt: skip
+                            cnonce=new_nonce(), extra=extra)  # fmt: skip
     with socket.create_connection((cloud.ip, cloud.tunnel_port), timeout=5) as s:
         while True:
             data = s.recv(65536)

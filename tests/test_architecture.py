@@ -30,6 +30,7 @@ PURE = (
     "relay.cloud.fence",
     "relay.cloud.handshake",
     "relay.cloud.remote",
+    "relay.cloud.lease_mac",
 )
 IMPURE_ROOTS = {
     "django",

@@ -2,11 +2,13 @@
 
 import pytest
 
+from relay.auth import cloud_key
 from relay.cloud.config import load
 from stkrelay.config import load as load_agent
 from stkrelay.config_cloud import CloudURL, parse_cloud_url
 
 KMSN = "9999-9999-99-99"
+KEY_A, KEY_B = "a1" * 32, "B2" * 32  # two sites' LEASE_KEYs (hex, either case)
 
 
 def ini(tmp_path, text):
@@ -16,13 +18,19 @@ def ini(tmp_path, text):
 
 
 def test_a_cloud_ini_with_defaults_and_two_sites(tmp_path):
+    (tmp_path / "b.key").write_text(KEY_B + "\n")
     text = (f"[cloud]\nDATA_DIR = {tmp_path}/d\n[site:{KMSN}]\nCLOUD_TOKEN = a-long-cloud-token-1\n"
-            "[site:1111-1111-11-11]\nCLOUD_TOKEN = another-cloud-token\n")  # fmt: skip
+            f"LEASE_KEY = {KEY_A}\n[site:1111-1111-11-11]\nCLOUD_TOKEN = another-cloud-token\n"
+            "LEASE_KEY_FILE = b.key\n")  # fmt: skip
     cfg = load(ini(tmp_path, text))
     assert cfg.problems == []
     ports = (cfg.relay_port, cfg.tunnel_port, cfg.web_port)
-    assert (cfg.listen_ip, ports, cfg.park) == ("127.0.0.1", (9540, 9542, 9543), 4.0)
+    assert (cfg.listen_ip, ports, cfg.park, cfg.park_max) == ("127.0.0.1", (9540, 9542, 9543), 4.0, 256)
     assert cfg.tokens == {KMSN: "a-long-cloud-token-1", "1111-1111-11-11": "another-cloud-token"}
+    assert cfg.lease_keys == {KMSN: KEY_A, "1111-1111-11-11": KEY_B.lower()}
+
+
+SITE = f"[site:K]\nCLOUD_TOKEN = a-long-cloud-token-1\nLEASE_KEY = {KEY_A}\n"
 
 
 @pytest.mark.parametrize(
@@ -35,6 +43,11 @@ def test_a_cloud_ini_with_defaults_and_two_sites(tmp_path):
             "RELAY_PORT",
         ),
         ("[cloud]\nPARK = 99\n[site:K]\nCLOUD_TOKEN = a-long-cloud-token-1\n", "stkrelay.C003", "PARK"),
+        (
+            "[cloud]\nPARK_MAX = 0\n[site:K]\nCLOUD_TOKEN = a-long-cloud-token-1\n",
+            "stkrelay.C003",
+            "PARK_MAX",
+        ),
         (
             "[cloud]\nLISTEN_IP = cloud\n[site:K]\nCLOUD_TOKEN = a-long-cloud-token-1\n",
             "stkrelay.C004",
@@ -50,8 +63,45 @@ def test_a_cloud_ini_with_defaults_and_two_sites(tmp_path):
     ],
 )
 def test_each_problem_of_a_cloud_ini_has_its_id_and_key(tmp_path, text, pid, key):
+    text = text.replace("[site:K]\nCLOUD_TOKEN = a-long-cloud-token-1\n", SITE)
     cfg = load(ini(tmp_path, text.replace("[cloud]\n", f"[cloud]\nDATA_DIR = {tmp_path}/d\n")))
     assert [(p.id, p.key) for p in cfg.problems] == [(pid, key)]
+
+
+@pytest.mark.parametrize(
+    ("site", "pid", "key"),
+    [
+        ("CLOUD_TOKEN = a-long-cloud-token-1\n", "stkrelay.C009", "[site:K] LEASE_KEY"),
+        ("CLOUD_TOKEN = a-long-cloud-token-1\nLEASE_KEY =\n", "stkrelay.C009", "[site:K] LEASE_KEY"),
+        ("CLOUD_TOKEN = a-long-cloud-token-1\nLEASE_KEY = abc\n", "stkrelay.C010", "[site:K] LEASE_KEY"),
+        (
+            f"CLOUD_TOKEN = a-long-cloud-token-1\nLEASE_KEY = {'g' * 64}\n",
+            "stkrelay.C010",
+            "[site:K] LEASE_KEY",
+        ),
+        (
+            f"CLOUD_TOKEN = a-long-cloud-token-1\nLEASE_KEY = {KEY_A}\nLEASE_KEY_FILE = k\n",
+            "stkrelay.C010",
+            "[site:K] LEASE_KEY",
+        ),
+        (
+            "CLOUD_TOKEN = a-long-cloud-token-1\nLEASE_KEY_FILE = missing.key\n",
+            "stkrelay.C010",
+            "[site:K] LEASE_KEY_FILE",
+        ),
+        (
+            "CLOUD_TOKEN = a-long-cloud-token-1\nLEASE_KEY_FILE = empty.key\n",
+            "stkrelay.C010",
+            "[site:K] LEASE_KEY_FILE",
+        ),
+        (f"CLOUD_TOKEN = {KEY_A.upper()}\nLEASE_KEY = {KEY_A}\n", "stkrelay.C011", "[site:K] LEASE_KEY"),
+    ],
+)
+def test_a_site_without_a_sound_lease_key_is_refused_not_served_unchecked(tmp_path, site, pid, key):
+    (tmp_path / "empty.key").write_text("\n")
+    cfg = load(ini(tmp_path, f"[cloud]\nDATA_DIR = {tmp_path}/d\n[site:K]\n{site}"))
+    assert [(p.id, p.key) for p in cfg.problems] == [(pid, key)]
+    assert cfg.tokens == {} and cfg.lease_keys == {}  # the site is not served at all
 
 
 def test_no_or_an_unreadable_cloud_ini(tmp_path):
@@ -98,7 +148,19 @@ BASE = {"STK_KMSN": KMSN, "STK_STATION": "S001", "STK_RELAY_TOKEN": "site-Token-
 )
 def test_the_agents_cloud_keys_are_checked_at_start_up(extra, problem):
     cfg = load_agent(None, env={**BASE, **extra}, check_dirs=False)
-    ours = [(p.id, p.key) for p in cfg.problems if p.id in ("stkrelay.E028", "stkrelay.E029")]
+    ours = [
+        (p.id, p.key) for p in cfg.problems if p.id in ("stkrelay.E028", "stkrelay.E029", "stkrelay.E055")
+    ]
     ids = {"CLOUD_URL": "stkrelay.E028", "CLOUD_TOKEN": "stkrelay.E029"}
     assert ours == ([(ids[problem], problem)] if problem else [])
     assert (cfg.cloud is not None) == (problem is None and "STK_CLOUD_URL" in extra)
+
+
+def test_a_cloud_token_that_is_the_site_s_lease_key_is_refused_at_the_agent():
+    lease_key = cloud_key(BASE["STK_RELAY_TOKEN"], KMSN)  # POOL_KEY defaults to RELAY_TOKEN
+    env = {**BASE, "STK_CLOUD_URL": "tcp://127.0.0.90:9542", "STK_CLOUD_TOKEN": lease_key.upper()}
+    cfg = load_agent(None, env=env, check_dirs=False)
+    assert [(p.id, p.key) for p in cfg.problems if p.key == "CLOUD_TOKEN"] == [
+        ("stkrelay.E055", "CLOUD_TOKEN")
+    ]
+    assert cfg.cloud is None

@@ -5,9 +5,10 @@ import json
 
 import pytest
 
-from relay.auth import auth_digest
+from relay.auth import auth_digest, cloud_key, station_credential
 from relay.cloud.fence import EpochFence, TunnelBook, overlaps
 from relay.cloud.handshake import TunnelAcceptor, TunnelRegistered, lease_problem
+from relay.cloud.lease_mac import CLOUD_SIG, lease_mac, mac_verdict, presented, stored_record
 from relay.cloud.mux import (
     CREDIT,
     DATA,
@@ -28,6 +29,8 @@ from relay.framing import FrameDecoder, encode_frame
 from relay.protocol import ClientConnection, ErrorReceived, Registered
 
 KMSN, TOKEN, NONCE, CNONCE = "9999-9999-99-99", "cloud-token-0123456789", "ab" * 16, "cd" * 16
+POOL_KEY = "pool-key-0123456789abcdef"
+LEASE_KEY = cloud_key(POOL_KEY, KMSN)
 
 
 # -- the fence -----------------------------------------------------------------------
@@ -82,12 +85,18 @@ def lease(epoch=7, node="S002", **change):
     return doc
 
 
-def handshake(fence, *, token=TOKEN, epoch=7, node="S002", doc=None, kmsn=KMSN):
-    """A tunnel's handshake, bytes in and out: the acceptor and the dialler's events."""
-    acceptor = TunnelAcceptor(tokens={KMSN: TOKEN}, judge=fence.judge, nonce=NONCE, session="5e55")
+def handshake(fence, *, token=TOKEN, epoch=7, node="S002", doc=None, kmsn=KMSN, key=LEASE_KEY, keys=None):
+    """A tunnel's handshake, bytes in and out: the acceptor and the dialler's events.
+
+    The dialler signs `doc` with `key` over the acceptor's nonce (`key` None: it
+    presents `doc` as it is); the acceptor holds `keys` (default: the site's)."""
+    keys = {KMSN: LEASE_KEY} if keys is None else keys
+    acceptor = TunnelAcceptor(tokens={KMSN: TOKEN}, lease_keys=keys, judge=fence.judge, nonce=NONCE,
+                              session="5e55")  # fmt: skip
     doc = lease(epoch, node) if doc is None else doc
+    extra = {"lease": doc} if key is None else (lambda nonce: {"lease": presented(doc, key, nonce)})
     dialler = ClientConnection(role="tunnel", kmsn=kmsn, station=node, token=token, epoch=epoch,
-                               raw_mode=True, cnonce=CNONCE, extra={"lease": doc})  # fmt: skip
+                               raw_mode=True, cnonce=CNONCE, extra=extra)  # fmt: skip
     dialler.receive_data(acceptor.data_to_send())
     acceptor.receive_data(dialler.data_to_send() + b"\x04mux bytes")
     dialler.receive_data(acceptor.data_to_send())
@@ -107,12 +116,16 @@ def test_a_tunnel_with_the_token_and_a_matching_lease_is_accepted_and_the_cloud_
     [
         ({"token": "not-the-cloud-token"}, "bad_auth"),
         ({"kmsn": "0000-0000-00-00"}, "wrong_kmsn"),
+        ({"key": None}, "bad_auth"),  # a lease without cloud_sig (an agent older than the lease MAC)
+        ({"key": cloud_key("not-the-pool-key-at-all", KMSN)}, "bad_auth"),  # forged without the pool key
+        ({"key": TOKEN}, "bad_auth"),  # what a holder of CLOUD_TOKEN alone can sign with
+        ({"keys": {}}, "bad_auth"),  # a site this cloud has no LEASE_KEY for: nothing is unchecked
         ({"doc": lease(8)}, "bad_auth"),  # the lease names another epoch
         ({"doc": lease(7, "S003")}, "bad_auth"),  # ...or another node
         ({"doc": lease(ttl_s=0)}, "bad_auth"),  # a released lease
         ({"doc": lease(sig="not hex")}, "bad_auth"),
         ({"doc": {k: v for k, v in lease().items() if k != "sig"}}, "bad_auth"),
-        ({"doc": "a lease"}, "bad_auth"),
+        ({"doc": "a lease", "key": None}, "bad_auth"),
         ({"epoch": 6, "doc": lease(6)}, "stale_epoch"),
     ],
 )
@@ -123,6 +136,70 @@ def test_a_tunnel_is_refused_without_the_token_with_a_forged_lease_or_a_stale_ep
     assert not any(isinstance(e, TunnelRegistered) for e in events)
     assert [e.code for e in theirs if isinstance(e, ErrorReceived)] == [code]
     assert acceptor.close_expected() and acceptor.refusal == code
+    assert fence.epochs == {KMSN: 7} and fence.holders == {KMSN: "S002"}  # the fence is untouched
+
+
+@pytest.mark.parametrize(
+    ("kw", "cause"),
+    [
+        ({"token": "not-the-cloud-token"}, "bad_token"),
+        ({"key": None}, "lease_unsigned"),
+        ({"key": TOKEN, "epoch": 99, "doc": lease(99)}, "lease_forged"),
+        ({"keys": {}}, "lease_unverifiable"),
+        ({"doc": lease(8)}, "bad_lease"),
+        ({"epoch": 6, "doc": lease(6)}, "stale_epoch"),
+    ],
+)
+def test_each_refusal_names_its_cause_and_what_was_claimed(kw, cause):
+    fence = EpochFence()
+    fence.accept(KMSN, 7, "S002")
+    acceptor, _, _ = handshake(fence, **kw)
+    assert acceptor.cause == cause
+    assert acceptor.claim == (None if cause == "bad_token" else (KMSN, "S002", kw.get("epoch", 7)))
+
+
+def test_a_lease_mac_binds_the_nonce_the_whole_stored_record_and_nothing_else():
+    doc = lease()
+    shown = presented(doc, LEASE_KEY, NONCE)
+    assert stored_record(shown) == doc and mac_verdict(shown, LEASE_KEY, NONCE) is None
+    assert shown[CLOUD_SIG] == lease_mac(LEASE_KEY, NONCE, doc)
+    assert mac_verdict(shown, LEASE_KEY, "ef" * 16) == "forged"  # sniffed off another handshake
+    for change in ({"epoch": 8}, {"sig": "1" * 64}, {"renew_seq": 4}, {"extra": 1}):
+        assert mac_verdict({**shown, **change}, LEASE_KEY, NONCE) == "forged"
+    assert mac_verdict({**shown, CLOUD_SIG: shown[CLOUD_SIG].upper()}, LEASE_KEY, NONCE) is None
+    assert mac_verdict(doc, LEASE_KEY, NONCE) == "unsigned"
+    assert mac_verdict({**shown, CLOUD_SIG: 5}, LEASE_KEY, NONCE) == "unsigned"
+    assert mac_verdict(shown, None, NONCE) == "unverifiable"
+    assert (
+        mac_verdict({**shown, "node": "\ud800"}, LEASE_KEY, NONCE) == "forged"
+    )  # no canonical JSON: never raises
+
+
+def test_the_cloud_key_is_derived_one_way_and_is_no_other_key_of_the_pool():
+    assert cloud_key(POOL_KEY, KMSN) == hexmac(POOL_KEY, f"cloud|{KMSN}")
+    assert cloud_key(POOL_KEY, KMSN) != cloud_key(POOL_KEY, "1111-1111-11-11")
+    assert cloud_key(POOL_KEY, KMSN) not in {POOL_KEY, station_credential(POOL_KEY, KMSN, "cloud")}
+    with pytest.raises(ValueError):
+        cloud_key("", KMSN)
+
+
+def test_the_stored_record_of_a_presented_lease_verifies_with_the_pool_key_as_the_share_s_does():
+    from elections.core.lease import LeaseRecord, parse_lease
+
+    record = LeaseRecord(kmsn=KMSN, station="S002", ip="192.168.1.12", port=9530, pid=1, epoch=7,
+                         lease_until="20261201120000", node="S002", renew_seq=3, ttl_s=10)  # fmt: skip
+    stored = json.loads(record.encode(POOL_KEY))
+    shown = presented(stored, LEASE_KEY, NONCE)
+    assert parse_lease(json.dumps(stored_record(shown)).encode(), POOL_KEY).status == "valid"
+    # cloud_sig is outside sig's coverage: kept in, the pool's own check calls the record forged.
+    assert parse_lease(json.dumps(shown).encode(), POOL_KEY).status == "forged"
+
+
+def hexmac(key, text):
+    import hashlib
+    import hmac
+
+    return hmac.new(key.encode(), text.encode(), hashlib.sha256).hexdigest()
 
 
 def test_the_lease_check_names_what_is_wrong():
@@ -131,13 +208,19 @@ def test_the_lease_check_names_what_is_wrong():
     assert "released" in lease_problem(lease(ttl_s=0), KMSN, "S002", 7)
 
 
+def fresh_acceptor():
+    return TunnelAcceptor(
+        tokens={KMSN: TOKEN}, lease_keys={KMSN: LEASE_KEY}, judge=EpochFence().judge, nonce=NONCE
+    )
+
+
 def test_hostile_bytes_on_the_tunnel_port_end_the_handshake_without_raising():
     for junk in (b"\xff\xff\xff\xff", b"\x00\x00\x00\x00", b"\x00\x00\x00\x02[]", b"\x00\x00\x00\x01{"):
-        acceptor = TunnelAcceptor(tokens={KMSN: TOKEN}, judge=EpochFence().judge, nonce=NONCE)
+        acceptor = fresh_acceptor()
         acceptor.data_to_send()
         acceptor.receive_data(junk)
         assert acceptor.close_expected() and acceptor.registration is None
-    acceptor = TunnelAcceptor(tokens={KMSN: TOKEN}, judge=EpochFence().judge, nonce=NONCE)
+    acceptor = fresh_acceptor()
     acceptor.receive_data((70_000).to_bytes(4, "big"))  # over the handshake's frame limit, before any payload
     assert acceptor.refusal == "frame_too_large"
 
@@ -231,6 +314,24 @@ def test_data_beyond_the_window_and_credit_overflow_fail_the_tunnel():
     s = cloud.open({"kind": "raw"})
     cloud.receive_data(frame(CREDIT, s, (0xFFFFFFFF).to_bytes(4, "big")))
     assert isinstance(cloud.events_received()[-1], MuxError)
+
+
+@pytest.mark.parametrize("credit", [1, INITIAL_WINDOW, 1 << 30, (1 << 31) - 1, 0xFFFFFFFF, 0])
+def test_credit_for_bytes_never_sent_fails_the_tunnel_before_it_raises_any_window(credit):
+    cloud, _, to_site, _ = pair()
+    s = cloud.open({"kind": "raw", "nonce": NONCE})
+    to_site()
+    cloud.receive_data(frame(CREDIT, s, credit.to_bytes(4, "big")))  # nothing was sent: nothing to credit
+    assert isinstance(cloud.events_received()[-1], MuxError)
+    cloud.write(s, b"x" * (2 * INITIAL_WINDOW))
+    stats = cloud.stats(s)  # the window never grew: one window went out, the rest waits
+    assert (stats["sent"], stats["queued"], stats["window"]) == (INITIAL_WINDOW, INITIAL_WINDOW, 0)
+    # The honest peer's credit, for bytes it was sent, is never beyond the window.
+    cloud2, site2, to_site2, to_cloud2 = pair()
+    s2 = cloud2.open({"kind": "raw", "nonce": NONCE})
+    cloud2.write(s2, b"y" * INITIAL_WINDOW)
+    site2.consumed(s2, sum(len(e.data) for e in to_site2() if isinstance(e, StreamData)))
+    assert Writable(s2) in to_cloud2() and cloud2.failed is None
 
 
 def test_frames_split_anywhere_decode_the_same_and_a_crossing_close_is_only_counted():

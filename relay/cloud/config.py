@@ -7,8 +7,20 @@ passthrough on ``RELAY_PORT + 1``), ``TUNNEL_PORT`` (default 9542),
 metrics at ``/metrics``; default 9543), ``DATA_DIR`` (the saved epochs;
 default ``~/.stkrelay/cloud``), ``RELAY_MAX_FRAME``, ``RELAY_KEEPALIVE`` and
 ``PARK`` (seconds a remote client's ``register`` may wait for its site's
-tunnel, default 4: below the clients' 5 s registration deadline). One
-``[site:<KMSN>]`` per site with its ``CLOUD_TOKEN`` (at least 16 characters).
+tunnel, default 4: below the clients' 5 s registration deadline), ``PARK_MAX``
+(remote clients parked at once per site, default 256; more are refused
+``not_leader`` at once). One ``[site:<KMSN>]`` per site with its
+``CLOUD_TOKEN`` (at least 16 characters) and its ``LEASE_KEY``: the 64-hex
+K_cloud of `relay.cloud.lease_mac` (``relayctl cloud-key`` on an agent of the
+site prints it), or ``LEASE_KEY_FILE`` naming a file whose first line holds
+it (a relative path is taken from the folder of cloud.ini).
+
+A site without a lease key is a configuration error (``stkrelay.C009``), not
+a site whose leases go unchecked: there is no opt-out, because an unchecked
+site is exactly the hole the key closes (a CLOUD_TOKEN holder takes its outside
+entry with a made-up epoch). Upgrading needs none either: agents that add
+``cloud_sig`` are served by an older cloud, which ignores the field; upgrade
+the agents first, then give the cloud the keys.
 
 `load()` never raises for bad values: it returns the config with a list of
 `stkrelay.config.Problem`s (ids ``stkrelay.C001``…), like the agent's loader.
@@ -19,12 +31,15 @@ from __future__ import annotations
 import configparser
 import ipaddress
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from stkrelay.config import Problem
 
 MIN_TOKEN = 16
+LEASE_KEY_HEX = 64
+HEX = frozenset("0123456789abcdef")
 
 
 @dataclass
@@ -37,7 +52,9 @@ class CloudConfig:
     max_frame: int = 1 << 20
     keepalive: float = 10.0
     park: float = 4.0
+    park_max: int = 256
     tokens: dict[str, str] = field(default_factory=dict)  # kmsn -> CLOUD_TOKEN
+    lease_keys: dict[str, str] = field(default_factory=dict)  # kmsn -> K_cloud (64 hex, lower case)
     source: str = ""
     problems: list[Problem] = field(default_factory=list)
 
@@ -90,6 +107,7 @@ def load(path: str | None) -> CloudConfig:
     cfg.max_frame = int(number("RELAY_MAX_FRAME", int, 1 << 20, 1024, 64 << 20))
     cfg.keepalive = number("RELAY_KEEPALIVE", float, 10.0, 0.1, 3600)
     cfg.park = number("PARK", float, 4.0, 0, 30)
+    cfg.park_max = int(number("PARK_MAX", int, 256, 1, 100_000))
     cfg.data_dir = values.get("DATA_DIR", "") or str(Path.home() / ".stkrelay" / "cloud")
     try:
         Path(cfg.data_dir).mkdir(parents=True, exist_ok=True)
@@ -109,8 +127,50 @@ def load(path: str | None) -> CloudConfig:
             bad(Problem("stkrelay.C007", f"[{section}] CLOUD_TOKEN", f"is under {MIN_TOKEN} characters",
                         "set the site's CLOUD_TOKEN (the same as in its agents' stk.ini)"))  # fmt: skip
         else:
-            cfg.tokens[kmsn] = token
-    if not cfg.tokens and not any(p.id == "stkrelay.C007" for p in cfg.problems):
+            key = _lease_key(parser, section, Path(path).parent, token, bad)
+            if key is not None:
+                cfg.tokens[kmsn], cfg.lease_keys[kmsn] = token, key
+    site_problems = ("stkrelay.C007", "stkrelay.C009", "stkrelay.C010", "stkrelay.C011")
+    if not cfg.tokens and not any(p.id in site_problems for p in cfg.problems):
         bad(Problem("stkrelay.C008", "[site:<KMSN>]", "no site configured",
-                    "add one [site:<KMSN>] section with CLOUD_TOKEN per site"))  # fmt: skip
+                    "add one [site:<KMSN>] section with CLOUD_TOKEN and LEASE_KEY per site"))  # fmt: skip
     return cfg
+
+
+def _lease_key(parser: configparser.ConfigParser, section: str, base: Path, token: str,
+               bad: Callable[[Problem], None]) -> str | None:  # fmt: skip
+    """The site's K_cloud from LEASE_KEY or LEASE_KEY_FILE, or None (reported)."""
+    text = parser.get(section, "LEASE_KEY", fallback="").strip()
+    name = parser.get(section, "LEASE_KEY_FILE", fallback="").strip()
+    hint = "set LEASE_KEY to what `python manage.py relayctl cloud-key` prints on an agent of the site"
+    if text and name:
+        bad(Problem("stkrelay.C010", f"[{section}] LEASE_KEY", "is set along with LEASE_KEY_FILE",
+                    "keep one of the two"))  # fmt: skip
+        return None
+    key = f"[{section}] LEASE_KEY"
+    if name:
+        key = f"[{section}] LEASE_KEY_FILE"
+        try:
+            with open(base / name, encoding="utf-8") as fh:
+                lines = fh.read(4096).strip().splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            lines, why = [], f"cannot read {name}: {exc}"
+        else:
+            why = f"{name} is empty"
+        if not lines:
+            bad(Problem("stkrelay.C010", key, why, "name a readable file holding the key on its first line"))
+            return None
+        text = lines[0].strip()
+    if not text:
+        bad(Problem("stkrelay.C009", key, "is not set: the cloud could not verify this site's leases",
+                    f"{hint} (there is no way to serve a site unchecked)"))  # fmt: skip
+        return None
+    text = text.lower()
+    if len(text) != LEASE_KEY_HEX or not set(text) <= HEX:
+        bad(Problem("stkrelay.C010", key, f"is not {LEASE_KEY_HEX} hex characters", hint))
+        return None
+    if text == token.strip().lower():
+        bad(Problem("stkrelay.C011", key, "is CLOUD_TOKEN: whoever holds the token could sign leases",
+                    "CLOUD_TOKEN is a secret of its own; LEASE_KEY is relayctl cloud-key's"))  # fmt: skip
+        return None
+    return text

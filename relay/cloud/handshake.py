@@ -8,22 +8,26 @@ leads with, ``auth`` = HMAC(CLOUD_TOKEN, nonce|tunnel|kmsn|station), a
 ``sauth`` in ``registered``) and ``lease``, its signed lease record. Then the
 connection carries `relay.cloud.mux` frames (raw mode).
 
-What the cloud can verify, holding no pool key (so not the lease's signature):
+What the cloud verifies, holding no pool key but each site's lease key
+K_cloud (`relay.cloud.lease_mac`; not the lease's ``sig``):
 
 1. the tunnel knows this KMSN's ``CLOUD_TOKEN``, over a nonce the cloud just
    made (no replay of an old handshake);
-2. the lease is a well-formed lease record (its fields and types, a 64-hex
+2. the lease's ``cloud_sig`` verifies with the site's K_cloud over this same
+   nonce: the lease comes from a holder of the pool key, for this connection
+   (a forged epoch, or a lease sniffed off an earlier handshake, is refused);
+3. the lease is a well-formed lease record (its fields and types, a 64-hex
    ``sig``) that names this KMSN, this node and this epoch, and is not a
    released one (``ttl_s: 0``);
-3. the epoch is not below the highest the cloud has accepted for the KMSN
+4. the epoch is not below the highest the cloud has accepted for the KMSN
    (`relay.cloud.fence.EpochFence`), nor equal to it from another node.
 
-So a holder of CLOUD_TOKEN could forge a lease with a high epoch and fence the
-real leader out: CLOUD_TOKEN is an agents' secret (only stk.ini holds it; no
-remote client does), and the cloud's fence is against stale leaders, not
-against a dishonest agent. Refusals: ``wrong_kmsn`` (no ``[site:<KMSN>]``),
-``bad_auth`` (token, or a lease that does not match), ``stale_epoch``,
-``bad_request``/``bad_magic`` (shape), each an error frame and a close.
+So a holder of CLOUD_TOKEN without the pool key cannot fence the real leader
+out with a made-up high epoch. Refusals (the error frame's code, then a close)
+and their `TunnelAcceptor.cause`: ``wrong_kmsn`` (no ``[site:<KMSN>]``),
+``bad_auth`` (cause ``bad_token``; ``lease_unsigned``, ``lease_forged`` or
+``lease_unverifiable`` for the MAC; ``bad_lease`` for a lease that does not
+match), ``stale_epoch``, ``bad_request``/``bad_magic`` (shape).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from relay.auth import is_nonce, new_nonce, new_session_id, server_proof, verify_auth
+from relay.cloud.lease_mac import mac_verdict
 from relay.framing import (
     BAD_AUTH,
     BAD_MAGIC,
@@ -59,6 +64,12 @@ LEASE_TYPES: dict[str, type | tuple[type, ...]] = {
     "renew_seq": int,
     "ttl_s": (int, float),
     "sig": str,
+}
+
+MAC_REFUSALS = {
+    "unverifiable": "this cloud has no LEASE_KEY for the site: it cannot verify a lease",
+    "unsigned": "the lease has no cloud_sig (the agent predates the lease MAC: upgrade it)",
+    "forged": "the lease's cloud_sig does not verify with the site's LEASE_KEY over this nonce",
 }
 
 # kmsn, epoch, node -> ("accept" | "stale", why): the cloud's EpochFence.judge
@@ -98,24 +109,30 @@ def lease_problem(lease: object, kmsn: str, node: str, epoch: int) -> str | None
 class TunnelAcceptor(FramedConnection):
     """The cloud's end of one tunnel connection until ``registered``; raw after.
 
-    `tokens` maps each configured KMSN to its CLOUD_TOKEN; `judge` is the fence.
+    `tokens` maps each configured KMSN to its CLOUD_TOKEN, `lease_keys` to its
+    K_cloud (a KMSN without one has no tunnel: ``lease_unverifiable``); `judge`
+    is the fence. After a refusal, `refusal` is the code sent, `cause` the
+    reason to count and `claim` what the tunnel claimed (kmsn, node, epoch).
     """
 
     def __init__(
         self,
         *,
         tokens: dict[str, str],
+        lease_keys: dict[str, str],
         judge: Judge,
         nonce: str | None = None,
         session: str | None = None,
         max_frame: int = HANDSHAKE_FRAME,
     ) -> None:
         super().__init__(max_frame=max_frame, raw_mode=True, state=State.AWAIT_REGISTER)
-        self.tokens, self.judge = tokens, judge
+        self.tokens, self.lease_keys, self.judge = tokens, lease_keys, judge
         self.nonce = new_nonce() if nonce is None else nonce
         self.session = new_session_id() if session is None else session
         self.registration: TunnelRegistered | None = None
         self.refusal: str | None = None  # the error code it was refused with
+        self.cause: str | None = None  # why, finer than the code (see the module docstring)
+        self.claim: tuple[str, str, int] | None = None  # the kmsn, node and epoch it claimed
         self._frame({"type": "hello", "magic": MAGIC, "epoch": 0, "node": CLOUD_NODE, "nonce": self.nonce})
 
     def fail(self, code: str, message: str) -> None:
@@ -127,12 +144,13 @@ class TunnelAcceptor(FramedConnection):
 
     def timeout(self) -> None:
         if self.state is State.AWAIT_REGISTER:
-            self.refusal = TIMEOUT
+            self.refusal = self.cause = TIMEOUT
             self.fail(TIMEOUT, "no register within the deadline")
 
     def _reject(self, exc: Reject, id: object = None) -> None:
         super()._reject(exc)
         self.refusal = exc.code
+        self.cause = self.cause or exc.code
         self.fail(exc.code, exc.message)
 
     def _handle(self, obj: dict) -> None:
@@ -156,9 +174,20 @@ class TunnelAcceptor(FramedConnection):
         if token is None:
             raise Reject(WRONG_KMSN, f"this cloud has no site {kmsn[:64]}")
         if not verify_auth(token, self.nonce, TUNNEL_ROLE, kmsn, node, auth):
+            self.cause = "bad_token"
             raise Reject(BAD_AUTH, "authentication failed")
-        problem = lease_problem(obj.get("lease"), kmsn, node, epoch)
+        self.claim = (kmsn, node, epoch)
+        lease = obj.get("lease")
+        if not isinstance(lease, dict):
+            self.cause = "bad_lease"
+            raise Reject(BAD_AUTH, "lease must be the signed lease record (an object)")
+        mac = mac_verdict(lease, self.lease_keys.get(kmsn), self.nonce)
+        if mac is not None:
+            self.cause = f"lease_{mac}"
+            raise Reject(BAD_AUTH, MAC_REFUSALS[mac])
+        problem = lease_problem(lease, kmsn, node, epoch)
         if problem is not None:
+            self.cause = "bad_lease"
             raise Reject(BAD_AUTH, problem)
         verdict, why = self.judge(kmsn, epoch, node)
         if verdict != "accept":

@@ -29,8 +29,12 @@ credits what it has handed on (`consumed()`), in batches of a quarter window.
 
 Hostile input never raises: a frame of an unknown kind, a length over
 `MAX_PAYLOAD`, DATA beyond the window, an OPEN that reuses or goes back on an
-id, a CREDIT that overflows, bad JSON: each is a fatal `MuxError` event, after
-which the mux refuses further input (the transport closes the tunnel). Frames
+id, a CREDIT of 0 or one that would raise the sender's window above the window
+(a receiver credits back only bytes it was sent, so an honest one never
+does; a 4-byte increment cannot be negative, and ``0xFFFFFFFF`` is simply
+huge), bad JSON: each is a fatal `MuxError` event, after which the mux
+refuses further input (the transport closes the tunnel). So a peer can never
+make this end queue more than one window per stream in flight. Frames
 for a stream that was closed meanwhile (a CLOSE crossing DATA) are dropped and
 counted in `stale_frames`.
 """
@@ -281,8 +285,8 @@ class Mux:
         if s is None:
             return
         increment = int.from_bytes(payload, "big")
-        if increment == 0 or s.send_window + increment > MAX_WINDOW:
-            self._fail(f"stream {stream}: credit {increment} is out of range")
+        if increment == 0 or s.send_window + increment > self.window:
+            self._fail(f"stream {stream}: credit {increment} is out of range (beyond what was sent)")
             return
         s.send_window += increment
         self._pump(stream, s)

@@ -6,13 +6,17 @@ book, the tunnels by KMSN, the parked clients, the counters) is the
 `relay.cloud.server.CloudServer` they are built with, seen through the few
 methods they call on it.
 
-- `TunnelPeer`: handshake (5 s), then mux frames. PING every keepalive; silent
-  3 × keepalive: closed. Replaced by a higher epoch: a ``leader_changed``
-  CONTROL frame, then closed; bytes that still arrive are discarded (counted),
-  never delivered: nothing goes through a tunnel that is not its KMSN's
-  current one.
+- `TunnelPeer`: handshake (5 s from the connection, however slowly its bytes
+  come), then mux frames. PING every keepalive; silent 3 × keepalive: closed.
+  Replaced by a higher epoch: a ``leader_changed`` CONTROL frame, then closed;
+  bytes that still arrive are discarded (counted), never delivered: nothing
+  goes through a tunnel that is not its KMSN's current one. A site that stops
+  reading while it keeps sending (PINGs whose PONGs pile up, say) is no longer
+  read once `TUNNEL_WRITE_HIGH` bytes wait for it, so the cloud's buffer for
+  it stays bounded; it falls silent and is closed after 3 × keepalive.
 - `RemotePeer`: hello, then the client's first frame names its KMSN; with no
-  tunnel yet it is parked up to PARK seconds (a new leader is coming), else a
+  tunnel yet it is parked up to PARK seconds (a new leader is coming; at most
+  PARK_MAX per site, each holding at most `PARKED_LIMIT` bytes), else a
   stream is opened and the bytes piped. Flow control: the cloud credits the
   site's bytes only while the client's socket keeps up (asyncio's write
   limits), and stops reading a client whose stream's queue is over
@@ -43,7 +47,7 @@ from relay.cloud.mux import (
     StreamData,
     Writable,
 )
-from relay.cloud.remote import FrameCursor, Greeting
+from relay.cloud.remote import GREETING_LIMIT, FrameCursor, Greeting
 from relay.framing import NOT_LEADER, WRONG_KMSN, RawData, decode_payload, encode_frame
 from relay.protocol_events import REGISTER_TIMEOUT, error_frame
 
@@ -52,6 +56,8 @@ log = logging.getLogger("stkrelay.cloud")
 READ_PAUSE_ABOVE = INITIAL_WINDOW
 LINGER = 2.0  # seconds a closed client's unsent bytes may take to flush before it is aborted
 HANDSHAKE_LIMIT = 64 << 10
+PARKED_LIMIT = 2 * GREETING_LIMIT  # bytes a parked client may have sent in all (its register, and more)
+TUNNEL_WRITE_HIGH = 4 * INITIAL_WINDOW  # bytes waiting for a site before the cloud stops reading it
 
 
 class CloudServer(Protocol):
@@ -73,6 +79,8 @@ class CloudServer(Protocol):
     def count(self, what: str) -> None: ...
 
     def refused(self, code: str, peer: str) -> None: ...
+
+    def tunnel_refused(self, core: TunnelAcceptor, peer: str) -> None: ...  # counted by cause, logged
 
     def tunnel_accepted(self, tunnel: TunnelPeer) -> TunnelRecord: ...
 
@@ -106,7 +114,8 @@ class TunnelPeer(asyncio.Protocol):
         self.server = server
         self.loop = server.loop
         self.transport: asyncio.Transport | None = None
-        self.core = TunnelAcceptor(tokens=server.cfg.tokens, judge=server.fence.judge)
+        cfg = server.cfg
+        self.core = TunnelAcceptor(tokens=cfg.tokens, lease_keys=cfg.lease_keys, judge=server.fence.judge)
         self.mux = Mux(opener=True)
         self.record: TunnelRecord | None = None
         self.registration: TunnelRegistered | None = None
@@ -128,6 +137,7 @@ class TunnelPeer(asyncio.Protocol):
             transport.abort()
             return
         _keepalive(transport)
+        transport.set_write_buffer_limits(high=TUNNEL_WRITE_HIGH, low=TUNNEL_WRITE_HIGH // 4)
         transport.write(self.core.data_to_send())
         self.timer = self.loop.call_later(REGISTER_TIMEOUT, self._handshake_expired)
 
@@ -146,6 +156,16 @@ class TunnelPeer(asyncio.Protocol):
             log.exception("tunnel %s failed; closing it", self.peer)
             self.server.count("internal_error")
             self.abort()
+
+    def pause_writing(self) -> None:
+        """The site does not read what the cloud sends: stop reading it (see the module docstring)."""
+        if self.transport is not None and not self.dead:
+            self.server.count("tunnel_backpressure")
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.transport is not None and not self.dead:
+            self.transport.resume_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.dead = True
@@ -174,7 +194,7 @@ class TunnelPeer(asyncio.Protocol):
         if out:
             self.transport.write(out)
         if core.close_expected():
-            self.server.refused(core.refusal or "closed", self.peer)
+            self.server.tunnel_refused(core, self.peer)
             self.dead = True
             self.transport.close()
             return
@@ -194,7 +214,7 @@ class TunnelPeer(asyncio.Protocol):
         self.timer = None
         if self.record is None and not self.dead:
             self.core.timeout()
-            self.server.refused("timeout", self.peer)
+            self.server.tunnel_refused(self.core, self.peer)
             if self.transport is not None:
                 self.transport.write(self.core.data_to_send())
                 self.transport.close()
@@ -341,7 +361,7 @@ class RemotePeer(asyncio.Protocol):
                 self.transport.pause_reading()
             return
         if self.kmsn:  # parked: keep what it sends (bounded), forward it with the register
-            if len(self.greeting.buffer) + len(data) > 2 * HANDSHAKE_LIMIT:
+            if len(self.greeting.buffer) + len(data) > PARKED_LIMIT:
                 self.refuse("frame_too_large", "too much before registration")
                 return
             self.greeting.buffer += data

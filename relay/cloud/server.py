@@ -24,7 +24,15 @@ Decisions worth knowing:
   local clients do on a failover, so remote ones behave the same.
 - A remote client whose KMSN has no tunnel is parked up to PARK seconds and
   routed the moment a tunnel arrives, so after a failover the clients that
-  reconnected at once do not wait out a backoff.
+  reconnected at once do not wait out a backoff. At most PARK_MAX wait per
+  KMSN: a flood of registers (the cloud cannot tell a real one from a fake)
+  gets ``not_leader`` at once, counted ``park_full``, and its memory stays
+  bounded (PARK_MAX × `relay.cloud.peers.PARKED_LIMIT` per KMSN).
+- A refused tunnel is counted by cause (``tunnel_refusals``); one whose lease
+  MAC does not verify (forged, missing, no key) is a security event: logged
+  as ``SECURITY``, counted per KMSN with what it claimed (``lease_refused``,
+  ``last_lease_refused`` on /status). Neither the fence nor the current
+  tunnel is touched by a refused one.
 - The cloud decides nothing about a site and stores nothing but the epochs.
 """
 
@@ -40,7 +48,9 @@ from typing import Any
 
 from relay.cloud.config import CloudConfig
 from relay.cloud.fence import EpochFence, TunnelBook, TunnelRecord
+from relay.cloud.handshake import TunnelAcceptor
 from relay.cloud.peers import RemotePeer, RemoteViewer, TunnelPeer
+from relay.framing import NOT_LEADER
 from relay.limits import Admission, Caps
 from relay.server import BACKLOG, file_limit
 
@@ -61,6 +71,9 @@ class CloudServer:
         self.admission = Admission((lambda: caps) if caps else lambda: Caps.sized(file_limit()))
         self.counters: dict[str, int] = {}
         self.refusals: dict[str, int] = {}
+        self.tunnel_refusals: dict[str, int] = {}  # by TunnelAcceptor.cause
+        self.lease_refusals: dict[str, dict[str, int]] = {}  # kmsn -> cause -> n (a lease MAC refused)
+        self.last_lease_refusal: dict[str, dict[str, Any]] = {}  # kmsn -> what the last one claimed
         self.addresses: dict[str, tuple[str, int]] = {}
         self.started = 0.0
         self._listeners: list[asyncio.Server] = []
@@ -126,6 +139,25 @@ class CloudServer:
         if n <= 20 or n % 1000 == 0:
             log.info("refused %s: %s (%d refusals so far)", peer, code, n)
 
+    def tunnel_refused(self, core: TunnelAcceptor, peer: str) -> None:
+        """A tunnel's handshake ended without ``registered``: count it by code and cause."""
+        code = core.refusal or "closed"
+        cause = core.cause or code
+        self.refused(code, peer)
+        self.tunnel_refusals[cause] = self.tunnel_refusals.get(cause, 0) + 1
+        if core.claim is None or not cause.startswith("lease_"):
+            return
+        kmsn, node, epoch = core.claim  # the token checked out: kmsn is a configured site
+        causes = self.lease_refusals.setdefault(kmsn, {})
+        causes[cause] = causes.get(cause, 0) + 1
+        self.last_lease_refusal[kmsn] = {"cause": cause, "node": node[:64], "epoch": epoch, "peer": peer,
+                                         "at": round(self.loop.time(), 3)}  # fmt: skip
+        n = sum(causes.values())
+        if n <= 20 or n % 1000 == 0:
+            held = f"{self.fence.holders.get(kmsn)} epoch {self.fence.epochs.get(kmsn)}"
+            log.warning("SECURITY: tunnel from %s for %s refused, %s: claims %s epoch %d, held by %s "
+                        "(%d such refusals)", peer, kmsn, cause, node[:64], epoch, held, n)  # fmt: skip
+
     def tunnel_accepted(self, tunnel: TunnelPeer) -> TunnelRecord:
         """`tunnel` passed the handshake and the fence: it is its KMSN's tunnel from now on."""
         reg = tunnel.registration
@@ -166,6 +198,10 @@ class CloudServer:
             return
         if self.cfg.park <= 0:
             remote.park_expired()
+            return
+        if len(self.parked.get(remote.kmsn, {})) >= self.cfg.park_max:
+            self.count("park_full")
+            remote.refuse(NOT_LEADER, f"no leader of {remote.kmsn[:64]} is connected, and too many wait")
             return
         timer = self.loop.call_later(self.cfg.park, self._park_expired, remote)
         self.parked.setdefault(remote.kmsn, {})[remote] = timer
@@ -221,6 +257,8 @@ class CloudServer:
                 "tunnel": record.as_dict(now) if record else None,
                 "remote_clients": sum(1 for r in clients if r.registered),
                 "parked": len(self.parked.get(kmsn, {})),
+                "lease_refused": dict(sorted(self.lease_refusals.get(kmsn, {}).items())),
+                "last_lease_refused": self.last_lease_refusal.get(kmsn),
                 "clients": sorted((r.describe() for r in clients), key=lambda d: (d["station"], d["peer"])),
             }
         return {
@@ -230,6 +268,7 @@ class CloudServer:
             "pools": pools,
             "tunnels": self.book.records(now),
             "refused": dict(sorted(self.refusals.items())),
+            "tunnel_refusals": dict(sorted(self.tunnel_refusals.items())),
             "counters": dict(sorted(self.counters.items())),
             "admission": self.admission.snapshot(),
         }

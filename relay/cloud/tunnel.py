@@ -4,7 +4,9 @@
 as its listeners serve (when ``CLOUD_URL`` is set): so only the leader ever
 dials out, and the tunnel ends with the relay, at the latest when the renew
 deadline passes (the relay's gate). Before each dial the client asks the same
-gate, and presents the signed lease of its own epoch.
+gate, and presents the signed lease of its own epoch with its ``cloud_sig``
+(`relay.cloud.lease_mac`), keyed with the site's K_cloud (`lease_key`, derived
+from POOL_KEY) over the nonce of the cloud's ``hello``.
 
 Remote clients become peers of the site's own `relay.server.RelayServer`: each
 stream the cloud opens is a `relay.sessions.JsonPeer` (or `PassthroughPeer`)
@@ -34,6 +36,7 @@ from typing import Any
 from elections.retry import Backoff
 from relay.auth import is_nonce, new_nonce
 from relay.cloud.handshake import TUNNEL_ROLE
+from relay.cloud.lease_mac import presented
 from relay.cloud.mux import Control, Mux, MuxError, Pong, StreamClosed, StreamData, StreamOpened, Writable
 from relay.protocol import ClientConnection, ErrorReceived, ProtocolError, RawData, Registered
 from relay.server import RelayServer
@@ -172,6 +175,7 @@ class TunnelClient:
         host: str,
         port: int,
         token: str,
+        lease_key: str,
         kmsn: str,
         node: str,
         epoch: int,
@@ -183,6 +187,7 @@ class TunnelClient:
         rng: random.Random | None = None,
     ) -> None:
         self.server, self.host, self.port, self.token = server, host, port, token
+        self.lease_key = lease_key  # K_cloud: relay.auth.cloud_key(POOL_KEY, kmsn)
         self.kmsn, self.node, self.epoch, self.lease, self.gate = kmsn, node, epoch, lease, gate
         self.keepalive, self.url, self.backoff = keepalive, url or f"tcp://{host}:{port}", backoff
         self.rng = rng or random.Random()
@@ -247,9 +252,10 @@ class TunnelClient:
         if lease is None:
             self.last_error = "the signed lease could not be read"
             return False
+        key = self.lease_key
         self.conn = ClientConnection(role=TUNNEL_ROLE, kmsn=self.kmsn, station=self.node, token=self.token,
                                      epoch=self.epoch, raw_mode=True, cnonce=new_nonce(),
-                                     extra={"lease": lease})  # fmt: skip
+                                     extra=lambda nonce: {"lease": presented(lease, key, nonce)})  # fmt: skip
         protocol = self.protocol = _TunnelProtocol(self)
         try:
             await asyncio.wait_for(

@@ -58,12 +58,21 @@ class _Collector:
         refused = CounterMetricFamily("stkcloud_refused", "refused connections by code", labels=["code"])
         for code, n in sorted(s.refusals.items()):
             refused.add_metric([code], n)
+        tunnels = CounterMetricFamily("stkcloud_tunnel_refused", "refused tunnels by cause", labels=["cause"])
+        for cause, n in sorted(s.tunnel_refusals.items()):
+            tunnels.add_metric([cause], n)
+        leases = CounterMetricFamily(
+            "stkcloud_lease_refused", "tunnels whose lease MAC failed", labels=["kmsn", "cause"]
+        )
+        for kmsn, causes in sorted(s.lease_refusals.items()):
+            for cause, n in sorted(causes.items()):
+                leases.add_metric([kmsn, cause], n)
         events = CounterMetricFamily("stkcloud_events", "cloud relay events by kind", labels=["kind"])
         for kind, n in sorted(s.counters.items()):
             events.add_metric([kind], n)
         discarded = CounterMetricFamily("stkcloud_discarded_bytes", "bytes from replaced tunnels, dropped")
         discarded.add_metric([], sum(r.discarded for r in [*s.book.closed, *s.book.current.values()]))
-        yield from (epoch, up, age, clients, refused, events, discarded)
+        yield from (epoch, up, age, clients, refused, tunnels, leases, events, discarded)
 
 
 class WsTransport(asyncio.Transport):

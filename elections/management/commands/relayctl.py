@@ -7,6 +7,7 @@
     relayctl plan [NODE]             the dry-run ActionPlan for NODE taking the next epoch
     relayctl doctor                  checks of the share, signatures, clocks, relays
     relayctl credential STATION      the station's relay credential (DESIGN.md §8), from POOL_KEY
+    relayctl cloud-key [KMSN]        the site's LEASE_KEY for the cloud's cloud.ini (DESIGN.md §14)
 
 `--json` prints one JSON document for scripts. Exit codes: 0 ok; 1 a command
 refused or a doctor check failed; 2 usage or configuration; 3 the pool is not
@@ -37,7 +38,8 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):  # type: ignore[no-untyped-def]
         parser.add_argument("action", choices=["list", "history", "drain", "undrain", "promote", "pause",
-                                               "resume", "plan", "doctor", "credential"])  # fmt: skip
+                                               "resume", "plan", "doctor", "credential",
+                                               "cloud-key"])  # fmt: skip
         parser.add_argument("node", nargs="?")
         parser.add_argument("--force", action="store_true", help="drain even the last eligible member")
         parser.add_argument("--reason", default="", help="why (kept in the audit trail)")
@@ -59,7 +61,7 @@ class Command(BaseCommand):
             raise CommandError(f"{action} needs a NODE")
         if action == "credential" and not o["node"]:
             raise CommandError("credential needs a STATION")
-        code = getattr(self, f"do_{action}", self.do_command)(o)
+        code = getattr(self, f"do_{action.replace('-', '_')}", self.do_command)(o)
         raise SystemExit(code)
 
     def emit(self, doc: Any, text: str) -> None:
@@ -119,6 +121,26 @@ class Command(BaseCommand):
         stk, station = settings.STK, o["node"]
         credential = station_credential(stk.pool_key, stk.kmsn, station)
         self.emit({"kmsn": stk.kmsn, "station": station, "credential": credential}, credential)
+        return 0
+
+    def do_cloud_key(self, o: dict[str, Any]) -> int:
+        """K_cloud of this site (or of a watched pool's KMSN): the cloud checks leases with it.
+
+        It is derived from POOL_KEY one way, so the cloud holding it can sign
+        no pool record; it goes in the site's ``[site:<KMSN>]`` as LEASE_KEY.
+        """
+        from django.conf import settings
+
+        from relay.auth import cloud_key
+
+        stk = settings.STK
+        keys = {stk.kmsn: stk.pool_key, **{w.kmsn: w.pool_key for w in stk.watched}}
+        kmsn = o["node"] or stk.kmsn
+        if kmsn not in keys:
+            self.stderr.write(f"relayctl: {kmsn} is neither this agent's KMSN nor a watched pool's")
+            return 2
+        key = cloud_key(keys[kmsn], kmsn)
+        self.emit({"kmsn": kmsn, "lease_key": key, "section": f"[site:{kmsn}]"}, key)
         return 0
 
     # -- steering ----------------------------------------------------------------
