@@ -6,6 +6,7 @@ still replaced, no agent exits, forged commands change nothing, and every
 refusal is visible (pool view, /metrics)."""
 
 import json
+import os
 import threading
 import time
 import urllib.request
@@ -115,7 +116,7 @@ def swapping(path, copies, every):
     def swap():
         i = 0
         while not stop.is_set():
-            tmp = path.with_name(".swap.tmp")
+            tmp = path.with_name(f".{path.name}.swap.tmp")
             tmp.write_bytes(copies[i % len(copies)])
             tmp.replace(path)
             i += 1
@@ -247,3 +248,37 @@ def test_a_lock_rewritten_every_half_second_does_not_stop_an_election(site_facto
         squatter.join(2)
     # TTL, plus the 2 s a signed lock may be held, plus polls and backoff.
     assert new.epoch > lease.epoch and took < 3 + 2 + 3, f"took {took:.1f} s"
+
+
+@pytest.mark.chaos
+@pytest.mark.timeout(900)
+def test_failover_after_failover_under_a_junk_lock_and_replayed_leases(site_factory):
+    """The long run of the pack (`make chaos`): ten kill -9s of whoever leads, each
+    while the lock is rewritten with junk every 0.2 s and two old signed copies of
+    the lease are swapped in every 0.5 s. Every failover within TTL + 2 s (+1 of
+    headroom), epochs only grow, the killed agent comes back, nobody else exits."""
+    rounds = int(os.environ.get("STK_CHAOS_ROUNDS", "10"))
+    site = site_factory(3, extra={"BEACON_INTERVAL": "0"})  # the lease alone: the TTL path
+    site.start()
+    lease = settled(site)
+    lock, path = site.lease_dir / "relay_leader.lock", site.lease_dir / "relay_leader.json"
+    took_all = []
+    for _ in range(rounds):
+        copies = old_copies(path)
+        junk = swapping(lock, [b"junk\n", b""], 0.2)
+        replays = swapping(path, copies, 0.5)
+        try:
+            victim = site.by_name(lease.node)
+            victim.kill9()
+            killed = time.monotonic()
+            new = site.wait_leader(timeout=30, other_than=lease.node, min_epoch=lease.epoch + 1)
+            took_all.append(time.monotonic() - killed)
+        finally:
+            junk.set()
+            replays.set()
+        assert new.epoch > lease.epoch and took_all[-1] < 3 + 3, took_all
+        victim.start()
+        lease = settled(site)
+    assert all(a.alive() for a in site.agents)
+    print(f"{rounds} failovers under junk lock + replays: max {max(took_all):.2f} s, "
+          f"p50 {sorted(took_all)[len(took_all) // 2]:.2f} s")  # fmt: skip
