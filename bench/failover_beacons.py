@@ -8,8 +8,11 @@ With `--stops N` it also freezes the leader (SIGSTOP of its process group, beaco
 on, default timing) N times: no evidence, so the new lease comes after the TTL.
 With `--cuts N` (needs root: network namespaces, tests/netns.py) it pulls the
 leader's cable N times (its share goes with it): the same, timed by the lease.
+With `--replays N` it kills the leader N times (beacons on) while two old signed
+copies of its lease are swapped in every second (issue 28): as fast as without.
 
     python bench/failover_beacons.py [--kills 20] [--profiles lease,beacons,fast] [--stops 5] [--cuts 3]
+                                     [--replays 10]
 """
 
 from __future__ import annotations
@@ -67,6 +70,28 @@ class ClientThread:
         self.loop.call_soon_threadsafe(self.loop.stop)
 
 
+class Replays:
+    """Two validly signed old copies of the lease, swapped in every second until `stop`."""
+
+    def __init__(self, path: Path, every: float = 1.0) -> None:
+        first = path.read_bytes()
+        wait_until(lambda: path.read_bytes() != first, 30, "a renewal")
+        self.copies, self.path, self.every = [first, path.read_bytes()], path, every
+        wait_until(lambda: path.read_bytes() not in self.copies, 30, "a renewal past both")
+        self.stop = threading.Event()
+        threading.Thread(target=self._swap, daemon=True).start()
+        wait_until(lambda: path.read_bytes() in self.copies, 5, "a replay in place")
+
+    def _swap(self) -> None:
+        i = 0
+        while not self.stop.is_set():
+            tmp = self.path.with_name(".bench-replay.tmp")
+            tmp.write_bytes(self.copies[i % 2])
+            tmp.replace(self.path)
+            i += 1
+            self.stop.wait(self.every)
+
+
 def run_profile(
     name: str,
     kills: int,
@@ -74,6 +99,7 @@ def run_profile(
     freeze: bool = False,
     site: Site | None = None,
     clients: list[float] | None = None,
+    replays: bool = False,
 ) -> list[float]:
     """`kills` times: kill -9 (or with `freeze`, SIGSTOP) the leader's process group
     at a random phase of its renew cycle, time it to a new valid lease (and, with
@@ -96,6 +122,7 @@ def run_profile(
             rec = site.lease()
             assert rec is not None
             victim = site.by_name(rec.node)
+            swapper = Replays(site.lease_dir / "relay_leader.json") if replays else None
             if freeze:
                 victim.signal_group(signal.SIGSTOP)
             elif isinstance(site, NetnsSite):
@@ -107,6 +134,8 @@ def run_profile(
                              "a new leader", every=0.005)  # fmt: skip
             gap = time.monotonic() - killed
             gaps.append(gap)
+            if swapper is not None:
+                swapper.stop.set()
             if client is not None:
                 wait_until(
                     lambda r=rec: client.epoch() > r.epoch, 60, "the client on the new leader", every=0.005
@@ -135,6 +164,8 @@ def main() -> None:
     ap.add_argument("--profiles", default="lease,beacons,fast")
     ap.add_argument("--stops", type=int, default=5, help="SIGSTOPs of the leader (beacons on), 0 = none")
     ap.add_argument("--cuts", type=int, default=3, help="cables of the leader pulled (netns, root), 0 = none")
+    ap.add_argument("--replays", type=int, default=10,
+                    help="kill -9s while old leases are swapped in every second, 0 = none")  # fmt: skip
     args = ap.parse_args()
     results = {}
     with tempfile.TemporaryDirectory(prefix="stk-bench-") as tmp:
@@ -147,6 +178,8 @@ def main() -> None:
             results[f"kill -9, {name}"] = run_profile(name, args.kills, Path(tmp), clients=clients)
             if clients:
                 results[f"  client moved, {name}"] = clients
+        if args.replays:
+            results["kill -9, replays"] = run_profile("beacons", args.replays, Path(tmp) / "r", replays=True)
         if args.stops:
             results["SIGSTOP, beacons"] = run_profile("beacons", args.stops, Path(tmp), freeze=True)
         if args.cuts and available() is None:
