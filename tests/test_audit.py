@@ -331,14 +331,14 @@ def test_stkuser_refuses_weak_passwords_and_duplicates(dj):
     from django.core.management.base import CommandError
 
     with pytest.raises(CommandError, match="password refused"):
-        run("add", "olga", "--role", "viewer", "--password", "12345")
-    run("add", "olga", "--role", "viewer", "--password", "a-long-passphrase")
+        run("add", "olga", "--role", "viewer", stdin="12345\n")
+    run("add", "olga", "--role", "viewer", stdin="a-long-passphrase\n")
     with pytest.raises(CommandError, match="exists"):
-        run("add", "olga", "--role", "viewer", "--password", "a-long-passphrase")
+        run("add", "olga", "--role", "viewer", stdin="a-long-passphrase\n")
 
 
 def test_stkuser_tokens_authenticate_the_api_until_revoked(dj):
-    run("add", "bot", "--role", "viewer", "--password", "a-long-passphrase")
+    run("add", "bot", "--role", "viewer", stdin="a-long-passphrase\n")
     key = run("token", "bot", "--label", "grafana").strip()
     assert key.startswith("stk_")
     auth = {"HTTP_AUTHORIZATION": f"Bearer {key}"}

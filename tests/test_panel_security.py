@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 import csv
 import io
+import os
 from datetime import timedelta
 
 import pytest
 import test_panel_support
-from test_panel_support import KMSN, client_for, event, make_user
+from test_panel_support import KMSN, TOKEN, client_for, event, make_user
 
 dj = test_panel_support.dj  # the fixture, under its name here
 
@@ -171,7 +172,9 @@ def _stkuser(*args: str, stdin: str = "") -> tuple[str, str]:
     return out.getvalue(), err.getvalue()
 
 
-def test_stkuser_reads_the_password_from_a_file_and_warns_about_argv(dj, tmp_path):
+def test_stkuser_reads_the_password_from_a_file_stdin_or_the_environment_never_argv(
+    dj, tmp_path, monkeypatch
+):
     from django.contrib.auth import authenticate
     from django.core.management.base import CommandError
 
@@ -182,11 +185,35 @@ def test_stkuser_reads_the_password_from_a_file_and_warns_about_argv(dj, tmp_pat
     assert authenticate(username="olga", password="a-long-passphrase") is not None
     out, err = _stkuser("passwd", "olga", "--password-file", "-", stdin="another-long-phrase\n")
     assert authenticate(username="olga", password="another-long-phrase") is not None and err == ""
-    out, err = _stkuser("passwd", "olga", "--password", "third-long-phrase")
-    assert "visible to other users" in err
-    assert authenticate(username="olga", password="third-long-phrase") is not None
+    monkeypatch.setenv("STK_USER_PASSWORD", "the-environments-phrase")
+    _stkuser("passwd", "olga")
+    assert authenticate(username="olga", password="the-environments-phrase") is not None
+    with pytest.raises(SystemExit) as refused:
+        _stkuser("passwd", "olga", "--password", "third-long-phrase")
+    assert refused.value.code == 2
+    assert authenticate(username="olga", password="third-long-phrase") is None  # refused, not used
     with pytest.raises(CommandError, match="cannot read --password-file"):
         _stkuser("passwd", "olga", "--password-file", str(tmp_path / "absent"))
     (tmp_path / "empty").write_text("\n")
     with pytest.raises(CommandError, match="is empty"):
         _stkuser("passwd", "olga", "--password-file", str(tmp_path / "empty"))
+
+
+def test_stkuser_refuses_a_password_on_the_command_line_with_one_line_naming_the_alternatives(dj):
+    import subprocess
+    import sys
+
+    from harness import ROOT
+
+    argv = [sys.executable, str(ROOT / "manage.py"), "stkuser", "add", "olga", "--role", "viewer"]
+    argv += ["--password", "a-long-passphrase"]
+    env = dict(os.environ, STK_KMSN=KMSN, STK_STATION="S001", STK_RELAY_TOKEN=TOKEN,
+               STK_LEASE_DIR=str(dj["lease_dir"]), STK_DATA_DIR=str(dj["data_dir"]))  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert (
+        "--password is no longer accepted" in line
+        and "--password-file" in line
+        and "STK_USER_PASSWORD" in line
+    )

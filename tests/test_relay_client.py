@@ -688,15 +688,17 @@ def cli(tmp_path):
         def __init__(self) -> None:
             self.relay, self.lease_dir, self.tmp = relay, lease_dir, tmp_path
 
-        def run(self, *args: str, timeout: float = 20) -> subprocess.CompletedProcess[str]:
+        def run(
+            self, *args: str, timeout: float = 20, stdin: str = "", **environ: str
+        ) -> subprocess.CompletedProcess[str]:
             return subprocess.run(
                 [sys.executable, "manage.py", "relayclient", *args],
                 cwd=ROOT,
-                env=env,
+                env=dict(env, **environ),
                 capture_output=True,
                 text=True,
                 timeout=timeout,
-                stdin=subprocess.DEVNULL,
+                input=stdin,
             )
 
         def start(self, *args: str, name: str) -> tuple[subprocess.Popen, Path, Path]:
@@ -782,7 +784,17 @@ def test_it_exits_1_from_the_command_line_when_nobody_can_receive_the_message(cl
 def test_it_exits_4_from_the_command_line_with_one_line_when_the_token_is_wrong(cli):
     relay = f"{cli.relay.ip}:{cli.relay.port}"
     done = cli.run(
-        "send", "--role", "agent", "--station", "S002", "--token", "wrong", "--fallback", relay, "{}"
+        "send",
+        "--role",
+        "agent",
+        "--station",
+        "S002",
+        "--token-file",
+        "-",
+        "--fallback",
+        relay,
+        "{}",
+        stdin="wrong\n",
     )
     assert done.returncode == 4
     lines = done.stderr.strip().splitlines()
@@ -793,9 +805,28 @@ def test_it_exits_4_from_the_command_line_with_one_line_when_the_token_is_wrong(
     )
     assert done.stdout == ""
     # With only the lease to go by, a wrong token cannot even verify the lease's signature.
-    done = cli.run("ping", "--token", "wrong", "--connect-timeout", "0.5")
+    done = cli.run("ping", "--connect-timeout", "0.5", STK_RELAY_TOKEN="wrong")
     assert done.returncode == 3
     assert "lease forged" in done.stderr and "a wrong relay token" in done.stderr
+
+
+@pytest.mark.parametrize("flag", ["--token", "--api-token"])
+def test_it_refuses_a_secret_on_the_command_line_with_one_line_and_never_uses_it(cli, flag):
+    done = cli.run("ping", flag, TOKEN, "--connect-timeout", "0.5")
+    assert done.returncode == 2 and done.stdout == ""
+    (line,) = done.stderr.strip().splitlines()
+    assert f"{flag} is no longer accepted" in line and f"{flag}-file" in line
+    assert cli.relay.clients() == {}  # it never connected
+
+
+def test_it_reads_the_token_from_a_file_or_stdin_and_refuses_an_empty_one(cli, tmp_path):
+    (tmp_path / "token").write_text(TOKEN + "\n")
+    assert cli.run("ping", "--count", "1", "--token-file", str(tmp_path / "token")).returncode == 0
+    assert cli.run("ping", "--count", "1", "--token-file", "-", stdin=TOKEN + "\n").returncode == 0
+    empty = cli.run("ping", "--token-file", "-", stdin="\n")
+    assert empty.returncode == 2 and "--token-file stdin is empty" in empty.stderr
+    both = cli.run("ping", "--token-file", "-", "--credential-file", "-", stdin=TOKEN + "\n")
+    assert both.returncode == 2 and "one secret only" in both.stderr
 
 
 def test_it_exits_3_from_the_command_line_when_no_leader_can_be_reached(cli):
