@@ -46,6 +46,17 @@ def test_a_cloud_ini_with_defaults_and_two_sites(tmp_path):
             "TUNNEL_PORT",
         ),
         ("[cloud]\n[site:K]\nCLOUD_TOKEN = short\n", "stkrelay.C007", "[site:K] CLOUD_TOKEN"),
+        (
+            "[cloud]\n[site:K]\nCLOUD_TOKEN = aaaaaaaaaaaaaaaaaaaaaaaa\n",
+            "stkrelay.C007",
+            "[site:K] CLOUD_TOKEN",
+        ),
+        ("[cloud]\n[site:K]\nCLOUD_TOKEN = abcdefgabcdefgabcdefg\n", "stkrelay.C007", "[site:K] CLOUD_TOKEN"),
+        (
+            "[cloud]\n[site:K]\nCLOUD_TOKEN = change-me-cloud-secret-42\n",
+            "stkrelay.C007",
+            "[site:K] CLOUD_TOKEN",
+        ),
         ("[cloud]\n", "stkrelay.C008", "[site:<KMSN>]"),
     ],
 )
@@ -85,6 +96,15 @@ BASE = {"STK_KMSN": KMSN, "STK_STATION": "S001", "STK_RELAY_TOKEN": "site-Token-
         ({"STK_CLOUD_URL": "tcp://127.0.0.90:9542", "STK_CLOUD_TOKEN": "cloud-Token-0123456789"}, None),
         ({"STK_CLOUD_TOKEN": "cloud-Token-0123456789"}, "CLOUD_URL"),
         ({"STK_CLOUD_URL": "tcp://127.0.0.90:9542"}, "CLOUD_TOKEN"),
+        ({"STK_CLOUD_URL": "tcp://127.0.0.90:9542", "STK_CLOUD_TOKEN": "0123012301230123"}, "CLOUD_TOKEN"),
+        (
+            {"STK_CLOUD_URL": "tcp://127.0.0.90:9542", "STK_CLOUD_TOKEN": "zzzzzzzzzzzzzzzzzzzz"},
+            "CLOUD_TOKEN",
+        ),
+        (
+            {"STK_CLOUD_URL": "tcp://127.0.0.90:9542", "STK_CLOUD_TOKEN": "change-me-cloud-token"},
+            "CLOUD_TOKEN",
+        ),
         (
             {"STK_CLOUD_URL": "tcp://127.0.0.90:9542", "STK_CLOUD_TOKEN": BASE["STK_RELAY_TOKEN"]},
             "CLOUD_TOKEN",

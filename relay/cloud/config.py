@@ -8,7 +8,9 @@ metrics at ``/metrics``; default 9543), ``DATA_DIR`` (the saved epochs;
 default ``~/.stkrelay/cloud``), ``RELAY_MAX_FRAME``, ``RELAY_KEEPALIVE`` and
 ``PARK`` (seconds a remote client's ``register`` may wait for its site's
 tunnel, default 4: below the clients' 5 s registration deadline). One
-``[site:<KMSN>]`` per site with its ``CLOUD_TOKEN`` (at least 16 characters).
+``[site:<KMSN>]`` per site with its ``CLOUD_TOKEN``, as strong as a site key
+(`stkrelay.config_web.secret_weakness`: at least 16 characters, 6 distinct,
+not one short run repeated, not the example's placeholder).
 
 `load()` never raises for bad values: it returns the config with a list of
 `stkrelay.config.Problem`s (ids ``stkrelay.C001``…), like the agent's loader.
@@ -23,8 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from stkrelay.config import Problem
-
-MIN_TOKEN = 16
+from stkrelay.config_web import secret_weakness
 
 
 @dataclass
@@ -105,9 +106,10 @@ def load(path: str | None) -> CloudConfig:
         token = parser.get(section, "CLOUD_TOKEN", fallback="").strip()
         if not kmsn:
             bad(Problem("stkrelay.C007", f"[{section}]", "names no KMSN", "e.g. [site:9999-9999-99-99]"))
-        elif len(token) < MIN_TOKEN:
-            bad(Problem("stkrelay.C007", f"[{section}] CLOUD_TOKEN", f"is under {MIN_TOKEN} characters",
-                        "set the site's CLOUD_TOKEN (the same as in its agents' stk.ini)"))  # fmt: skip
+        elif secret_weakness(token):  # short, few distinct characters, a repeated run, a placeholder
+            bad(Problem("stkrelay.C007", f"[{section}] CLOUD_TOKEN", secret_weakness(token),
+                        "set the site's CLOUD_TOKEN (the same as in its agents' stk.ini) to a long random "
+                        "secret"))  # fmt: skip
         else:
             cfg.tokens[kmsn] = token
     if not cfg.tokens and not any(p.id == "stkrelay.C007" for p in cfg.problems):
