@@ -13,6 +13,7 @@ import http.server
 import json
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -754,6 +755,22 @@ def test_it_listens_and_sends_from_the_command_line_through_the_leader_named_by_
         ("message", {"role": "commander", "station": "C01"}, "hi"),
     ]
     assert lines[1]["id"] == "m2"
+
+
+def test_it_prints_a_message_with_control_and_bidi_characters_escaped_and_still_the_same_json(cli):
+    listen, out, err = cli.start(
+        "listen", "--role", "agent", "--station", "S002", "--count", "1", name="listen"
+    )
+    wait_until(lambda: "registered" in err.read_text(), 15, "listen to register")
+    hostile = "\x1b]0;owned\x07\x9b2J\u202etxt.exe\r\nFAKE"
+    sent = cli.run(
+        "send", "--role", "commander", "--station", "C01", "--to", "S002", json.dumps({"t": hostile})
+    )
+    assert sent.returncode == 0, sent.stderr
+    assert listen.wait(10) == 0, err.read_text()
+    (line,) = out.read_text().splitlines()
+    assert not re.search("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]", line), repr(line)
+    assert json.loads(line)["data"] == {"t": hostile}
 
 
 def test_it_pings_the_leader_from_the_command_line_and_says_where_it_is(cli, leader_api):

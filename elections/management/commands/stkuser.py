@@ -32,6 +32,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from elections.ports.secret_source import SecretUnreadable, argv_refusal, read_secret
+from elections.ports.terminal import make_safe
 from elections.web.auth import ROLES, ensure_roles, role_of
 
 PASSWORD_ENV = "STK_USER_PASSWORD"
@@ -55,6 +56,7 @@ class Command(BaseCommand):
         parser.add_argument("--label", default="", help="a label for the token")
 
     def handle(self, *args, verb, name, role, password, password_file, label, **options):  # type: ignore[no-untyped-def]
+        make_safe(self)  # user names and labels are printed escaped (elections.ports.terminal)
         if password is not None:
             self.stderr.write(
                 "stkuser: "
@@ -73,7 +75,7 @@ class Command(BaseCommand):
             for u in users.objects.order_by("username"):
                 tokens = u.stk_tokens.count()
                 state = "" if u.is_active else " (disabled)"
-                self.stdout.write(f"{u.username}\t{role_of(u)}\t{tokens} token(s){state}")
+                self.stdout.row(u.username, role_of(u), f"{tokens} token(s){state}")
             return
         if not name:
             raise CommandError(f"stkuser {verb} needs a user name")

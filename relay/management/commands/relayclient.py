@@ -22,7 +22,9 @@ old ``--token T`` and ``--api-token T`` are refused (exit 2, one line naming
 these).
 
 Results go to stdout (``--json``: one JSON object per line); status and errors
-go to stderr, one line each (``--json``: JSON objects). Exit status:
+go to stderr, one line each (``--json``: JSON objects). Whatever came from the
+relay or the share is printed with its control and bidi characters escaped
+(``\u001b``; `elections.core.terminal`), in JSON too (still the same JSON). Exit status:
 
 - 0 done (``listen``: after ``--count`` messages, ``--for`` seconds, or SIGINT/SIGTERM);
 - 1 the relay answered the send with an error (``no_route``: nobody to receive
@@ -46,6 +48,7 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from elections.ports.secret_source import SecretUnreadable, argv_refusal, from_environment, read_secret
 from elections.ports.smburl import is_smb
+from elections.ports.terminal import make_safe
 from relay.beacon_discovery import BeaconListener
 from relay.client import (
     ClientClosed,
@@ -175,6 +178,7 @@ class Command(BaseCommand):
         ping.add_argument("--count", type=int, default=3, help="round trips (default 3)")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        make_safe(self)  # messages, reasons and names from the relay are printed escaped (one line each)
         self.as_json = options["json"]
         self.verbose = options["verbosity"] >= 2
         self.registered_once = False
