@@ -112,6 +112,17 @@ def test_a_log_line_never_carries_a_control_or_bidi_character_from_outside_in_ei
     assert json.loads(wrapped)["message"] == "child says \x9b31m\u2066hi"
 
 
+def test_the_access_log_writes_a_requested_path_escaped(tmp_path):
+    from stkrelay.web import RotatingLog
+
+    log = RotatingLog(str(tmp_path / "access.log"), 1 << 20, 1)
+    log.write('127.0.0.1 - - [01/Jan/2026:10:00:00] "GET /\x1b[2J\u202ex HTTP/1.1" 404 9\n')
+    log.flush()
+    assert (tmp_path / "access.log").read_text() == (
+        '127.0.0.1 - - [01/Jan/2026:10:00:00] "GET /\\u001b[2J\\u202ex HTTP/1.1" 404 9\n'
+    )
+
+
 @pytest.mark.parametrize("value", ["xml", "JSONL", "1"])
 def test_an_unknown_log_format_stops_start_up_naming_the_key(value):
     problems = config.load(env={"STK_LOG_FORMAT": value}, check_dirs=False).problems
