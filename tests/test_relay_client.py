@@ -171,7 +171,7 @@ class Pool:
         kw.setdefault("lease_poll", 0.1)
         client = RelayClient(
             role=role,
-            kmsn=KMSN,
+            kmsn=kw.pop("kmsn", KMSN),
             station=station,
             token=kw.pop("token", TOKEN),
             discovery=discovery or Discovery.build(token=TOKEN, kmsn=KMSN, lease_dir=str(self.lease_dir)),
@@ -418,6 +418,27 @@ def test_it_stops_at_once_when_refused_for_a_bad_token(tmp_path):
             await client.start(timeout=5)
         assert refused.value.code == "bad_auth" and "S051" in str(refused.value)
         assert client.state == "closed"
+
+    play(tmp_path, body)
+
+
+@pytest.mark.parametrize(
+    ("token", "code"),
+    [("another-sites-token-0123456789", "bad_auth"), (TOKEN, "wrong_kmsn")],
+    ids=["a-stranger", "this-sites-key-for-another-kmsn"],
+)
+def test_a_client_naming_another_kmsn_is_refused_for_good_and_only_a_key_holder_learns_ours(
+    tmp_path, token, code
+):
+    async def body(pool: Pool) -> None:
+        a = await pool.relay("S051", HOST_A, 7)
+        other = "1111-1111-11-11"
+        discovery = Discovery.build(token=token, kmsn=other, fallbacks=[(a.ip, a.port)])
+        client = pool.client("agent", "S002", discovery, token=token, kmsn=other)
+        with pytest.raises(Refused) as refused:
+            await client.start(timeout=5)
+        assert refused.value.code == code and client.state == "closed"
+        assert (KMSN in str(refused.value)) == (code == "wrong_kmsn"), str(refused.value)
 
     play(tmp_path, body)
 
