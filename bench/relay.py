@@ -45,7 +45,7 @@ from relay.protocol import ClientConnection, Hello, Registered, encode_frame  # 
 from relay.server import RelayServer  # noqa: E402
 
 KMSN = "9999-9999-99-99"
-TOKEN = "bench-token"
+TOKEN = "bench-token-5f0c2a9e7d13"
 HOSTS = {"relay": "127.0.0.51", "baseline": "127.0.0.52"}
 IN_FLIGHT = 256  # messages in flight in all, split over the pairs
 STREAM_CHUNK = 64 << 10

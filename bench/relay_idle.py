@@ -31,7 +31,7 @@ from relay.protocol import ClientConnection, Registered, new_nonce  # noqa: E402
 from relay.server import RelayServer  # noqa: E402
 
 KMSN = "9999-9999-99-99"
-TOKEN = "bench-token"
+TOKEN = "bench-token-5f0c2a9e7d13"
 HOST = "127.0.0.57"
 
 

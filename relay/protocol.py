@@ -48,6 +48,11 @@ Decisions worth knowing:
   and friends only close.
 - A ``gate`` callable that raises counts as "not leader" (fail closed).
 - Auth hex is compared case-insensitively and in constant time.
+- Order of the checks: shape, then authentication (``bad_auth``), and only then
+  the KMSN (``wrong_kmsn``), the epoch and the gate: an unauthenticated client
+  gets ``bad_auth`` whatever else is wrong, so it is never told this relay's
+  KMSN; ``wrong_kmsn`` answers only a client that holds this site's key (the
+  token, or a credential derived from the pool key) but names another KMSN.
 - Protocol 1.1 (mutual auth): a ``register`` may carry ``cnonce`` (32 hex);
   the ``registered`` answer then carries ``sauth`` = HMAC(key, cnonce|session|
   epoch), key being the one the client's ``auth`` was made with. Without
@@ -264,9 +269,12 @@ class ServerConnection(FramedConnection):
             raise Reject(BAD_REQUEST, "epoch must be an integer")
         if cnonce is not None and not is_nonce(cnonce):
             raise Reject(BAD_REQUEST, "cnonce must be 32 hex characters")
+        # Authentication first: a stranger learns nothing (not even this relay's KMSN) but
+        # bad_auth. A client that proves this site's key for another KMSN (a typo in its
+        # KMSN, or two sites sharing one token) is told which KMSN this relay serves.
+        key, station_key = self._authenticate(role, kmsn, station, auth)
         if kmsn != self.kmsn:
             raise Reject(WRONG_KMSN, f"this relay serves KMSN {self.kmsn}")
-        key, station_key = self._authenticate(role, kmsn, station, auth)
         if claimed is not None and claimed > self.epoch:
             raise Reject(STALE_EPOCH, f"server epoch {self.epoch} < client epoch {claimed}")
         if not self._gate_open():

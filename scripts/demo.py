@@ -69,7 +69,8 @@ def main() -> None:
         wait_until(lambda a=a: (a.data_dir / "stkrelay.sqlite3").exists() and a.state(), 90, f"{a.name} up")
         argv = [sys.executable, str(ROOT / "manage.py"), "stkuser", "add", "demo", "--role", "operator"]
         env = {"PATH": "/usr/bin:/bin", "STK_INI": str(a.ini)}
-        subprocess.run([*argv, "--password", password], cwd=ROOT, env=env, check=True, capture_output=True)
+        subprocess.run([*argv, "--password-file", "-"], input=password + "\n", cwd=ROOT, env=env, check=True,
+                       capture_output=True, text=True)  # fmt: skip
     print(f"stkrelay demo: 3 agents of KMSN 9999-9999-99-99, lease dir {site.lease_dir}")
     print(f"panel login on any agent: user demo, password {password}")
     for a in site.agents:

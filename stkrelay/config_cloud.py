@@ -3,11 +3,12 @@
 - `CLOUD_URL`: the cloud relay's tunnel, `tcp://host:port` (the one scheme
   built; `ws(s)://` parse but are refused for now, `stkrelay.E028`). Empty:
   no tunnel.
-- `CLOUD_TOKEN`: this site's secret at the cloud, at least 16 characters and
-  neither `RELAY_TOKEN` nor `POOL_KEY` (the cloud must hold no site key,
-  `stkrelay.E029`), nor the site's lease key K_cloud (`relayctl cloud-key`,
-  `relay.auth.cloud_key`): whoever holds the token would then sign leases the
-  cloud believes (`stkrelay.E055`). Both keys or neither.
+- `CLOUD_TOKEN`: this site's secret at the cloud, as strong as a site key
+  (`config_web.secret_weakness`: at least 16 characters, 6 distinct, not one
+  short run repeated, not a placeholder) and neither `RELAY_TOKEN` nor
+  `POOL_KEY` (the cloud must hold no site key, `stkrelay.E029`), nor the site's
+  lease key K_cloud (`relayctl cloud-key`, `relay.auth.cloud_key`): whoever holds
+  the token would then sign leases the cloud believes (`stkrelay.E055`). Both keys or neither.
 
 Reports through `bad(id, key, message, hint)` like `config.load`.
 """
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from relay.auth import cloud_key
+from stkrelay.config_web import secret_weakness
 
 Bad = Callable[[str, str, str, str], None]
 
@@ -71,9 +73,11 @@ def check(cfg: Any, values: dict[str, str], bad: Bad) -> None:
     elif parsed.scheme != "tcp":
         bad("stkrelay.E028", "CLOUD_URL", f"{parsed.scheme}:// tunnels are not supported yet",
             "use tcp://host:TUNNEL_PORT")  # fmt: skip
-    if len(cfg.cloud_token) < 16:
-        bad("stkrelay.E029", "CLOUD_TOKEN", "is missing or shorter than 16 characters",
-            "set the CLOUD_TOKEN of this site's [site:<KMSN>] section in the cloud's cloud.ini")  # fmt: skip
+    if not cfg.cloud_token or secret_weakness(cfg.cloud_token):
+        why = secret_weakness(cfg.cloud_token) if cfg.cloud_token else "is missing"
+        bad("stkrelay.E029", "CLOUD_TOKEN", why,
+            "set the CLOUD_TOKEN of this site's [site:<KMSN>] section in the cloud's cloud.ini (the same "
+            "long random secret)")  # fmt: skip
     elif cfg.cloud_token in (cfg.relay_token, cfg.pool_key):
         bad("stkrelay.E029", "CLOUD_TOKEN", "is the same as RELAY_TOKEN or POOL_KEY",
             "the cloud must not hold a site key: choose a separate secret")  # fmt: skip

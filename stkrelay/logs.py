@@ -9,6 +9,12 @@ where missing, and wraps anything else a child prints (a banner, a traceback
 line written to stderr) with `as_json_line`, so nothing reaches the output
 that is not one object.
 
+Nothing from outside reaches the output raw: in `text` the message of each
+record (`SafeTextFormatter`), in `json` the whole line, passes through
+`elections.core.terminal.terminal_safe` (a JSON line stays the same JSON), so a
+planted file name or a reason given through the API cannot send escape
+sequences to the terminal or journald, nor forge a line.
+
 `component` is the child's name (`web`, `worker`, `beat`, `relay`, `agent`), from
 `STK_COMPONENT`, which the supervisor sets; a command run by hand says `cli`.
 `event` and `fields` come from `log.info("...", extra={"event": "elected", ...})`.
@@ -23,6 +29,8 @@ import re
 import time
 from typing import Any
 
+from elections.core.terminal import terminal_safe
+
 FORMATS = ("text", "json")
 MAX_LINE = 64 * 1024  # a child's line longer than this is cut before wrapping
 
@@ -35,6 +43,15 @@ _LEVEL_WORDS = re.compile(r"\b(CRITICAL|ERROR|WARNING|WARN|INFO|DEBUG)(?=[/:\]])
 def _now_iso(t: float | None = None) -> str:
     t = time.time() if t is None else t
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1000):03d}Z"
+
+
+class SafeTextFormatter(logging.Formatter):
+    """The `text` format, with each record's message escaped (`terminal_safe`); a
+    traceback keeps its own lines."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = terminal_safe(record.message)
+        return super().formatMessage(record)
 
 
 class JsonFormatter(logging.Formatter):
@@ -61,7 +78,7 @@ class JsonFormatter(logging.Formatter):
             doc["fields"] = fields
         if record.exc_info:
             doc["exc"] = self.formatException(record.exc_info)
-        return json.dumps(doc, default=str, ensure_ascii=False)
+        return terminal_safe(json.dumps(doc, default=str, ensure_ascii=False))
 
 
 def logging_config(fmt: str, node: str, component: str | None = None) -> dict[str, Any]:
@@ -69,7 +86,9 @@ def logging_config(fmt: str, node: str, component: str | None = None) -> dict[st
     config: dict[str, Any] = {
         "version": 1,
         "disable_existing_loggers": False,
-        "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+        "formatters": {
+            "plain": {"()": SafeTextFormatter, "format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}
+        },
         # A login flood's 429s are summarised by the throttle, not logged one by one; refused
         # bodies are one line each from elections.web.body_limit, not Django's (and tracebacks).
         "filters": {
@@ -119,4 +138,4 @@ def as_json_line(line: str, node: str, component: str, now: float | None = None)
         doc = {"time": _now_iso(now), "level": level, "message": line}
     doc.setdefault("node", node)
     doc.setdefault("component", component)
-    return json.dumps(doc, default=str, ensure_ascii=False)
+    return terminal_safe(json.dumps(doc, default=str, ensure_ascii=False))

@@ -21,6 +21,8 @@ from daphne.access import AccessLogGenerator
 from daphne.cli import CommandLineInterface
 from daphne.server import Server
 
+from elections.core.terminal import terminal_safe
+
 
 class RotatingLog:
     """A write()-able text stream over a RotatingFileHandler: one record per line."""
@@ -30,8 +32,10 @@ class RotatingLog:
         self.handler.setFormatter(logging.Formatter("%(message)s"))
 
     def write(self, text: str) -> int:
-        for line in text.splitlines():
-            self.handler.emit(logging.LogRecord("access", logging.INFO, "", 0, line, None, None))
+        for line in text.splitlines():  # a request's path is the client's: escaped (core.terminal)
+            self.handler.emit(
+                logging.LogRecord("access", logging.INFO, "", 0, terminal_safe(line), None, None)
+            )
         return len(text)
 
     def flush(self) -> None:

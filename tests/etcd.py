@@ -345,12 +345,13 @@ class EtcdContender:
         self.events = workdir / f"{node}.events.jsonl"
         self.log_path = workdir / f"{node}.log"
         args = [PY, "-m", "elections.runtime.contend", "--etcd", endpoints, "--prefix", prefix,
-                "--node", node, "--token", token or TOKEN, "--events", str(self.events)]  # fmt: skip
+                "--node", node, "--events", str(self.events)]  # fmt: skip
         for k, v in timing.items():
             args += [f"--{k.replace('_', '-')}", str(v)]
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL)  # fmt: skip
+                                         stdin=subprocess.DEVNULL,
+                                         env=dict(os.environ, STK_RELAY_TOKEN=token or TOKEN))  # fmt: skip
         del sys
 
     def send(self, sig: int) -> None:

@@ -434,16 +434,15 @@ class Contender:
             str(lease_dir),
             "--node",
             node,
-            "--token",
-            token,
             "--events",
             str(self.events),
         ]
         for k, v in timing.items():
             args += [f"--{k.replace('_', '-')}", str(v)]
         with open(self.log_path, "ab") as log:
+            env = dict(os.environ, STK_RELAY_TOKEN=token)  # the pool key, never on argv
             self.proc = subprocess.Popen(
-                args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+                args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
             )
 
     def send(self, sig: int) -> None:

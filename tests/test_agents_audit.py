@@ -22,8 +22,8 @@ def web_up(agent):
     return listening(agent.ip, int(agent.setting("WEB_PORT")))
 
 
-def stkuser(agent, *args):
-    env = dict(os.environ, STK_INI=str(agent.ini))
+def stkuser(agent, *args, env=None):
+    env = dict(os.environ, STK_INI=str(agent.ini), **(env or {}))
     out = subprocess.run([sys.executable, str(ROOT / "manage.py"), "stkuser", *args],
                          capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
@@ -31,7 +31,7 @@ def stkuser(agent, *args):
 
 
 def operator_token(agent):
-    stkuser(agent, "add", "op", "--role", "operator", "--password", "a-long-password-1")
+    stkuser(agent, "add", "op", "--role", "operator", env={"STK_USER_PASSWORD": "a-long-password-1"})
     return stkuser(agent, "token", "op")
 
 

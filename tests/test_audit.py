@@ -212,6 +212,34 @@ def test_audit_rows_published_by_another_agent_show_on_the_page_and_in_the_api(d
     assert doc["pool_chains"]["S003"]["broken_at"] == 2
 
 
+def test_a_batch_of_history_is_projected_whole_but_for_the_records_the_database_cannot_hold(dj):
+    from elections.models import ElectionEvent
+    from elections.runtime.projection import ingest
+
+    def e(seq, **fields):  # type: ignore[no-untyped-def]
+        return {"node": "S002", "seq": seq, "kind": "elected", "epoch": 3, "at": "2026-06-15T20:30:15+00:00",
+                "reason": f"#{seq}", **fields}  # fmt: skip
+
+    batch = [
+        e(1),
+        e(2, epoch="x"),
+        e(2**63),  # sqlite: "Python int too large to convert to SQLite INTEGER"
+        e(3, epoch=2**63),
+        e(4, node=4),
+        e(5, kind=None),
+        e(6, at="9999-12-31T23:59:59-23:00"),  # a UTC time past year 9999: shown as the time it came
+        e(7),
+    ]
+    assert ingest(KMSN, batch) == 3
+    rows = ElectionEvent.objects.filter(kmsn=KMSN).order_by("seq")
+    assert [(r.node, r.seq, r.reason) for r in rows] == [
+        ("S002", 1, "#1"),
+        ("S002", 6, "#6"),
+        ("S002", 7, "#7"),
+    ]
+    assert ingest(KMSN, batch) == 3 and rows.count() == 3  # idempotent on (kmsn, node, seq)
+
+
 def test_audit_events_are_not_failovers(dj):
     from elections.web.panel.failovers import load_events
 
@@ -331,14 +359,14 @@ def test_stkuser_refuses_weak_passwords_and_duplicates(dj):
     from django.core.management.base import CommandError
 
     with pytest.raises(CommandError, match="password refused"):
-        run("add", "olga", "--role", "viewer", "--password", "12345")
-    run("add", "olga", "--role", "viewer", "--password", "a-long-passphrase")
+        run("add", "olga", "--role", "viewer", stdin="12345\n")
+    run("add", "olga", "--role", "viewer", stdin="a-long-passphrase\n")
     with pytest.raises(CommandError, match="exists"):
-        run("add", "olga", "--role", "viewer", "--password", "a-long-passphrase")
+        run("add", "olga", "--role", "viewer", stdin="a-long-passphrase\n")
 
 
 def test_stkuser_tokens_authenticate_the_api_until_revoked(dj):
-    run("add", "bot", "--role", "viewer", "--password", "a-long-passphrase")
+    run("add", "bot", "--role", "viewer", stdin="a-long-passphrase\n")
     key = run("token", "bot", "--label", "grafana").strip()
     assert key.startswith("stk_")
     auth = {"HTTP_AUTHORIZATION": f"Bearer {key}"}

@@ -68,6 +68,7 @@ HOSTILE = [
     ("a list", b"[1, 2]", "not_object"),
     ("a bool as an epoch", forged_bytes(epoch=True), "not_object"),
     ("a negative seq", forged_bytes(seq=-1), "not_object"),
+    ("an epoch with no room for the next", raw(epoch=2**63 - 1), "not_object"),  # validly signed
     ("an unknown role", forged_bytes(role="king"), "not_object"),
     ("a bad boot", forged_bytes(boot="xyz"), "not_object"),
     ("empty", b"", "not_json"),

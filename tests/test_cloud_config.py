@@ -1,5 +1,7 @@
 """The cloud relay's cloud.ini and the agent's CLOUD_URL/CLOUD_TOKEN keys (DESIGN.md §14)."""
 
+import hashlib
+
 import pytest
 
 from relay.auth import cloud_key
@@ -8,7 +10,8 @@ from stkrelay.config import load as load_agent
 from stkrelay.config_cloud import CloudURL, parse_cloud_url
 
 KMSN = "9999-9999-99-99"
-KEY_A, KEY_B = "a1" * 32, "B2" * 32  # two sites' LEASE_KEYs (hex, either case)
+# Two sites' LEASE_KEYs (hex, either case); strong enough to be a CLOUD_TOKEN too (the C011 case).
+KEY_A, KEY_B = hashlib.sha256(b"site A").hexdigest(), hashlib.sha256(b"site B").hexdigest().upper()
 
 
 def ini(tmp_path, text):
@@ -59,6 +62,17 @@ SITE = f"[site:K]\nCLOUD_TOKEN = a-long-cloud-token-1\nLEASE_KEY = {KEY_A}\n"
             "TUNNEL_PORT",
         ),
         ("[cloud]\n[site:K]\nCLOUD_TOKEN = short\n", "stkrelay.C007", "[site:K] CLOUD_TOKEN"),
+        (
+            "[cloud]\n[site:K]\nCLOUD_TOKEN = aaaaaaaaaaaaaaaaaaaaaaaa\n",
+            "stkrelay.C007",
+            "[site:K] CLOUD_TOKEN",
+        ),
+        ("[cloud]\n[site:K]\nCLOUD_TOKEN = abcdefgabcdefgabcdefg\n", "stkrelay.C007", "[site:K] CLOUD_TOKEN"),
+        (
+            "[cloud]\n[site:K]\nCLOUD_TOKEN = change-me-cloud-secret-42\n",
+            "stkrelay.C007",
+            "[site:K] CLOUD_TOKEN",
+        ),
         ("[cloud]\n", "stkrelay.C008", "[site:<KMSN>]"),
     ],
 )
@@ -135,6 +149,15 @@ BASE = {"STK_KMSN": KMSN, "STK_STATION": "S001", "STK_RELAY_TOKEN": "site-Token-
         ({"STK_CLOUD_URL": "tcp://127.0.0.90:9542", "STK_CLOUD_TOKEN": "cloud-Token-0123456789"}, None),
         ({"STK_CLOUD_TOKEN": "cloud-Token-0123456789"}, "CLOUD_URL"),
         ({"STK_CLOUD_URL": "tcp://127.0.0.90:9542"}, "CLOUD_TOKEN"),
+        ({"STK_CLOUD_URL": "tcp://127.0.0.90:9542", "STK_CLOUD_TOKEN": "0123012301230123"}, "CLOUD_TOKEN"),
+        (
+            {"STK_CLOUD_URL": "tcp://127.0.0.90:9542", "STK_CLOUD_TOKEN": "zzzzzzzzzzzzzzzzzzzz"},
+            "CLOUD_TOKEN",
+        ),
+        (
+            {"STK_CLOUD_URL": "tcp://127.0.0.90:9542", "STK_CLOUD_TOKEN": "change-me-cloud-token"},
+            "CLOUD_TOKEN",
+        ),
         (
             {"STK_CLOUD_URL": "tcp://127.0.0.90:9542", "STK_CLOUD_TOKEN": BASE["STK_RELAY_TOKEN"]},
             "CLOUD_TOKEN",

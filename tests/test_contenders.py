@@ -65,3 +65,34 @@ def test_a_lock_left_by_a_dead_acquirer_delays_the_election_by_a_bounded_time(tm
     assert took < 2.0 + 0.2 + 1.0 + 3.0, took
     assert rec.epoch == 1
     assert not (lease_dir / "relay_leader.lock").exists() or live_lease(lease_dir)
+
+
+def test_a_contender_takes_its_pool_key_from_the_environment_or_a_file_and_refuses_it_on_argv(tmp_path):
+    import os
+    import subprocess
+
+    from harness import PY, ROOT, TOKEN
+
+    lease_dir = tmp_path / "socket"
+    lease_dir.mkdir()
+    argv = [PY, "-m", "elections.runtime.contend", "--dir", str(lease_dir), "--node", "N01"]
+    env = {k: v for k, v in os.environ.items() if k != "STK_RELAY_TOKEN"}
+    refused = subprocess.run([*argv, "--token", TOKEN], cwd=ROOT, env=env, capture_output=True, text=True,
+                             timeout=60)  # fmt: skip
+    assert refused.returncode == 2 and "--token is no longer accepted" in refused.stderr
+    none = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert none.returncode == 2 and "no pool key" in none.stderr
+    assert not (lease_dir / "relay_leader.json").exists()
+    key = tmp_path / "key"
+    key.write_text(TOKEN + "\n")
+    with open(tmp_path / "N01.log", "wb") as log:
+        proc = subprocess.Popen([*argv, "--token-file", str(key)], cwd=ROOT, env=env, stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)  # fmt: skip
+    try:
+        lease = wait_until(
+            lambda: live_lease(lease_dir), 30, "the contender to lead with the key from its file"
+        )
+        assert lease.node == "N01"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(10)

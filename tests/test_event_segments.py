@@ -18,7 +18,7 @@ from elections.core.commands import PoolCommands
 from elections.core.lease import sign
 from elections.ports.clock import FakeClock
 from elections.ports.eventlog import EventTail, JsonlEventSink
-from elections.ports.segments import MAX_SEGMENT, Retention, base_header, sealed_name
+from elections.ports.segments import MAX_SEGMENT, Retention, base_header, parse_name, sealed_name
 
 KEY = "pool-key-0123456789abcdef"
 SMALL = Retention(segment_bytes=4 << 10, keep_bytes=16 << 10, keep_s=30 * 86400.0)
@@ -96,6 +96,33 @@ def test_old_segments_are_retired_and_what_rules_need_survives(tmp_path):
     full.apply([e for e in everything if e["node"] == "S001"])
     assert (joined.drained, joined.paused, joined.clock) == (full.drained, full.paused, full.clock)
     assert max(e["epoch"] for e in seen) == 41
+
+
+def test_a_signed_line_with_an_out_of_range_seq_cannot_move_the_base_out_of_every_readers_reach(tmp_path):
+    clock = FakeClock()
+    w = sink(tmp_path, "S001", clock)
+    w.record("elected", 41, "first", cause="first")
+    planted = {
+        "node": "S001",
+        "seq": 10**20,
+        "kind": "renewed",
+        "epoch": 41,
+        "at": "2026-06-15T20:30:15",
+        "reason": "",
+    }
+    with open(tmp_path / "S001.jsonl", "a") as fh:  # a key holder's line in the writer's own file
+        fh.write(json.dumps({**planted, "sig": sign(planted, KEY)}) + "\n")
+    for _ in range(20):
+        history(w, 10, clock)
+        w.compactor.join()
+    w.compactor.run()
+    assert w.compactor.retired_total > 0
+    bases = [p.name for p in tmp_path.iterdir() if ".base" in p.name]
+    assert bases and all(parse_name(name) is not None for name in bases), bases
+    joiner = EventTail(tmp_path, key=KEY)
+    seen = {e["seq"]: e["kind"] for e in drain_all(joiner)}
+    assert seen[1] == "elected"  # kept in a base that readers can find
+    assert 10**20 not in seen
 
 
 def test_a_writer_that_restarts_goes_on_after_its_last_seq_even_with_only_a_base_left(tmp_path):

@@ -14,7 +14,7 @@ from harness import live_lease, wait_until
 
 from elections.runtime.supervisor import Supervisor
 from stkrelay import config
-from stkrelay.logs import JsonFormatter, as_json_line, logging_config
+from stkrelay.logs import JsonFormatter, SafeTextFormatter, as_json_line, logging_config
 from stkrelay.web import RotatingLog
 
 KEYS = {"time", "level", "node", "component", "message"}
@@ -77,7 +77,9 @@ def test_text_is_the_default_and_keeps_the_historical_logging_config():
     historical = {
         "version": 1,
         "disable_existing_loggers": False,
-        "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+        "formatters": {
+            "plain": {"()": SafeTextFormatter, "format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}
+        },
         "filters": {
             "drop_throttled": {"()": "elections.web.throttle.DropThrottled"},
             "quiet_refusals": {"()": "elections.web.body_limit.QuietRefusals"},
@@ -97,6 +99,33 @@ def test_text_is_the_default_and_keeps_the_historical_logging_config():
     assert as_json["handlers"]["console"]["formatter"] == "json" and as_json["root"]["handlers"] == [
         "console"
     ]
+
+
+def test_a_log_line_never_carries_a_control_or_bidi_character_from_outside_in_either_format():
+    hostile = "events/\x1b[2J\x1b]0;pwned\x07S9\u202e.jsonl\nFAKE 00:00 INFO: all good"
+    record = logging.LogRecord(
+        "stkrelay.eventlog", logging.ERROR, __file__, 1, "ignoring %s", (hostile,), None
+    )
+    text = SafeTextFormatter("%(levelname)s %(message)s").format(record)
+    shown = "events/\\u001b[2J\\u001b]0;pwned\\u0007S9\\u202e.jsonl\\u000aFAKE 00:00 INFO: all good"
+    assert text == f"ERROR ignoring {shown}"
+    line = JsonFormatter("S001", "worker").format(record)
+    assert "\x1b" not in line and "\u202e" not in line and "\n" not in line
+    assert json.loads(line)["message"] == "ignoring " + hostile  # the same JSON, escaped
+    wrapped = as_json_line("child says \x9b31m\u2066hi", "S001", "relay")
+    assert "\x9b" not in wrapped and "\u2066" not in wrapped
+    assert json.loads(wrapped)["message"] == "child says \x9b31m\u2066hi"
+
+
+def test_the_access_log_writes_a_requested_path_escaped(tmp_path):
+    from stkrelay.web import RotatingLog
+
+    log = RotatingLog(str(tmp_path / "access.log"), 1 << 20, 1)
+    log.write('127.0.0.1 - - [01/Jan/2026:10:00:00] "GET /\x1b[2J\u202ex HTTP/1.1" 404 9\n')
+    log.flush()
+    assert (tmp_path / "access.log").read_text() == (
+        '127.0.0.1 - - [01/Jan/2026:10:00:00] "GET /\\u001b[2J\\u202ex HTTP/1.1" 404 9\n'
+    )
 
 
 @pytest.mark.parametrize("value", ["xml", "JSONL", "1"])

@@ -5,6 +5,7 @@ permissions and CSRF. Pool views are written as the agent's worker writes them."
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from datetime import timedelta
@@ -460,7 +461,46 @@ def test_the_metrics_are_readable_from_loopback_only_or_with_a_token(dj):
     assert ok.status_code == 200
 
 
-def test_healthz_stays_unauthenticated_and_minimal(dj):
-    response = client_for().get("/healthz")
+def write_leadership(data_dir, age: float = 0.0, leader: bool = True) -> None:
+    """DATA_DIR/leadership.json as the worker publishes it, `age` seconds ago (monotonic)."""
+    from elections.ports.localstate import Leadership, LocalState
+
+    now = time.monotonic()
+    state = Leadership(node="S001", pid=os.getpid(), leader=leader, epoch=7 if leader else None, max_epoch=7,
+                       valid_until=now + 60 if leader else None, updated=now - age,
+                       decision="renew: S001 holds epoch 7; S002 stale 12.0 s")  # fmt: skip
+    LocalState(data_dir).write_leadership(state)
+
+
+def test_healthz_tells_a_stranger_only_up_or_down_and_the_role(dj):
+    write_leadership(dj["data_dir"])
+    response = client_for(REMOTE_ADDR="192.0.2.9").get("/healthz")
     assert response.status_code == 200
-    assert set(json.loads(response.content)) == {"node", "leader", "decision"}
+    assert json.loads(response.content) == {"status": "up", "role": "leader"}
+    assert b"S002" not in response.content and b"epoch" not in response.content
+
+
+def test_healthz_shows_the_decision_on_loopback_or_to_an_authenticated_client(dj):
+    from elections.audit import ApiToken
+
+    write_leadership(dj["data_dir"])
+    _, key = ApiToken.issue(make_user("prom", "viewer"))
+    for answer in (
+        client_for(REMOTE_ADDR="127.0.0.1").get("/healthz"),
+        client_for(REMOTE_ADDR="192.0.2.9").get("/healthz", HTTP_AUTHORIZATION=f"Bearer {key}"),
+        client_for(make_user("vera", "viewer"), REMOTE_ADDR="192.0.2.9").get("/healthz"),
+    ):
+        doc = json.loads(answer.content)
+        assert doc["status"] == "up" and doc["node"] == "S001" and doc["leader"] is True
+        assert doc["decision"].startswith("renew: S001 holds epoch 7")
+    bad_token = client_for(REMOTE_ADDR="192.0.2.9").get("/healthz", HTTP_AUTHORIZATION="Bearer nope")
+    assert set(json.loads(bad_token.content)) == {"status", "role"}
+
+
+def test_healthz_is_down_503_when_the_worker_has_not_published_lately(dj):
+    write_leadership(dj["data_dir"], age=600, leader=False)
+    response = client_for(REMOTE_ADDR="192.0.2.9").get("/healthz")
+    assert response.status_code == 503
+    assert json.loads(response.content) == {"status": "down", "role": "follower"}
+    (dj["data_dir"] / "leadership.json").unlink()
+    assert client_for(REMOTE_ADDR="192.0.2.9").get("/healthz").status_code == 503

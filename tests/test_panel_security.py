@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 import csv
 import io
+import json
+import os
 from datetime import timedelta
 
 import pytest
 import test_panel_support
-from test_panel_support import KMSN, client_for, event, make_user
+from test_panel_support import KMSN, TOKEN, client_for, event, make_user
 
 dj = test_panel_support.dj  # the fixture, under its name here
 
@@ -171,7 +173,9 @@ def _stkuser(*args: str, stdin: str = "") -> tuple[str, str]:
     return out.getvalue(), err.getvalue()
 
 
-def test_stkuser_reads_the_password_from_a_file_and_warns_about_argv(dj, tmp_path):
+def test_stkuser_reads_the_password_from_a_file_stdin_or_the_environment_never_argv(
+    dj, tmp_path, monkeypatch
+):
     from django.contrib.auth import authenticate
     from django.core.management.base import CommandError
 
@@ -182,11 +186,138 @@ def test_stkuser_reads_the_password_from_a_file_and_warns_about_argv(dj, tmp_pat
     assert authenticate(username="olga", password="a-long-passphrase") is not None
     out, err = _stkuser("passwd", "olga", "--password-file", "-", stdin="another-long-phrase\n")
     assert authenticate(username="olga", password="another-long-phrase") is not None and err == ""
-    out, err = _stkuser("passwd", "olga", "--password", "third-long-phrase")
-    assert "visible to other users" in err
-    assert authenticate(username="olga", password="third-long-phrase") is not None
+    monkeypatch.setenv("STK_USER_PASSWORD", "the-environments-phrase")
+    _stkuser("passwd", "olga")
+    assert authenticate(username="olga", password="the-environments-phrase") is not None
+    with pytest.raises(SystemExit) as refused:
+        _stkuser("passwd", "olga", "--password", "third-long-phrase")
+    assert refused.value.code == 2
+    assert authenticate(username="olga", password="third-long-phrase") is None  # refused, not used
     with pytest.raises(CommandError, match="cannot read --password-file"):
         _stkuser("passwd", "olga", "--password-file", str(tmp_path / "absent"))
     (tmp_path / "empty").write_text("\n")
     with pytest.raises(CommandError, match="is empty"):
         _stkuser("passwd", "olga", "--password-file", str(tmp_path / "empty"))
+
+
+def test_stkuser_refuses_a_password_on_the_command_line_with_one_line_naming_the_alternatives(dj):
+    import subprocess
+    import sys
+
+    from harness import ROOT
+
+    argv = [sys.executable, str(ROOT / "manage.py"), "stkuser", "add", "olga", "--role", "viewer"]
+    argv += ["--password", "a-long-passphrase"]
+    env = dict(os.environ, STK_KMSN=KMSN, STK_STATION="S001", STK_RELAY_TOKEN=TOKEN,
+               STK_LEASE_DIR=str(dj["lease_dir"]), STK_DATA_DIR=str(dj["data_dir"]))  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert (
+        "--password is no longer accepted" in line
+        and "--password-file" in line
+        and "STK_USER_PASSWORD" in line
+    )
+
+
+# -- terminal injection: every command prints outside text escaped -------------------------
+HOSTILE = "\x1b[31mred\x1b[0m\r\x9b2J\u202egnp.exe\nFAKE ok"  # CSI, CR, 8-bit CSI, bidi, a forged line
+SHOWN = "\\u001b[31mred\\u001b[0m\\u000d\\u009b2J\\u202egnp.exe\\u000aFAKE ok"
+
+
+def _command(name: str, *args: str) -> tuple[str, str]:
+    from django.core.management import call_command
+
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        call_command(name, *args, stdout=out, stderr=err)
+    except SystemExit:
+        pass
+    return out.getvalue(), err.getvalue()
+
+
+def _clean(text: str) -> None:
+    from elections.core.terminal import UNSAFE
+
+    for line in text.splitlines():
+        assert not UNSAFE.search(line.replace("\t", " ")), repr(line)  # a tab: the command's own column
+
+
+def test_relayctl_history_list_and_doctor_print_reasons_and_names_from_outside_escaped(dj):
+    from datetime import UTC, datetime
+
+    from test_panel_support import member, write_pool
+
+    event("S002", 1, "stepped_down", 7, datetime(2026, 6, 15, tzinfo=UTC), reason=HOSTILE)
+    refusal = {"source": f"events/{HOSTILE}.jsonl", "cause": "forged", "detail": HOSTILE, "count": 2,
+               "last_at": "2026-06-15T20:30:15"}  # fmt: skip
+    write_pool(dj["data_dir"], members={"S001": member(), "S002": member(eligible=False, reasons=[HOSTILE])},
+               refusals={"counts": {"forged": 2}, "recent": [refusal]})  # fmt: skip
+    for args in (("history",), ("list",), ("doctor",)):
+        out, err = _command("relayctl", *args)
+        _clean(out + err)
+        assert SHOWN in out, (args, out)
+    history, _ = _command("relayctl", "history")
+    assert len(history.splitlines()) == 1  # the reason's newline forged no line
+    as_json, _ = _command("relayctl", "history", "--json")
+    assert json.loads(as_json)[0]["reason"] == HOSTILE  # escaped on the terminal, the same JSON value
+
+
+def test_stkuser_list_prints_names_and_states_escaped(dj):
+    from django.contrib.auth import get_user_model
+
+    get_user_model().objects.create_user(username=f"eve{HOSTILE}")
+    out, _ = _command("stkuser", "list")
+    _clean(out)
+    assert f"eve{SHOWN}\t" in out
+
+
+def test_the_one_escape_keeps_text_readable_and_json_valid():
+    from elections.core.terminal import terminal_safe
+
+    assert terminal_safe("S002 stepped down: drain (olga, 192.0.2.9) — Größe 7") == (
+        "S002 stepped down: drain (olga, 192.0.2.9) — Größe 7"
+    )
+    assert terminal_safe(HOSTILE) == SHOWN
+    assert (
+        terminal_safe("\udcff\u2066\u2069\u061c\u200f\u2028\x7f")
+        == "\\udcff\\u2066\\u2069\\u061c\\u200f\\u2028\\u007f"
+    )
+    doc = {"reason": HOSTILE, "node": "S\u00e9"}
+    assert json.loads(terminal_safe(json.dumps(doc, ensure_ascii=False))) == doc
+
+
+def test_the_panel_shows_markup_from_outside_as_text(dj):
+    from datetime import UTC, datetime
+
+    from test_panel_support import member, write_pool
+
+    markup = '<img src=x onerror="alert(1)"><script>alert(2)</script>'
+    now = datetime.now(UTC)
+    event("S002", 1, "elected", 7, now - timedelta(minutes=5), reason=markup, actor=markup)
+    write_pool(dj["data_dir"], members={"S001": member(), "S002": member(eligible=False, reasons=[markup])})
+    viewer = client_for(make_user("vera", "viewer"))
+    for url in ("/history/", f"/sites/{KMSN}/", "/"):
+        page = viewer.get(url).content.decode()
+        assert "<script>alert(2)" not in page and "<img src=x" not in page, url
+    assert "&lt;script&gt;alert(2)" in viewer.get("/history/").content.decode()
+
+
+def test_only_our_own_rendered_html_is_marked_safe():
+    """Django escapes every variable; `mark_safe`/`|safe` may wrap only HTML we rendered
+    (a template's output in live.py, the SVG timeline, whose texts svg.py escapes), never
+    outside text. A new use must be looked at, then counted here."""
+    import re
+    from collections import Counter
+
+    from harness import ROOT
+
+    uses = Counter(
+        str(path.relative_to(ROOT))
+        for folder in ("elections", "relay", "stkrelay", "templates")
+        for path in (ROOT / folder).rglob("*")
+        if path.suffix in (".py", ".html")
+        for line in path.read_text().splitlines()
+        if re.search(r"mark_safe\(|\|\s*safe\b|{% autoescape off", line)
+    )
+    assert uses == {"elections/web/panel/live.py": 2, "elections/web/panel/views.py": 1}, uses

@@ -40,6 +40,7 @@ from relay.protocol import (
     auth_digest,
     encode_frame,
     new_nonce,
+    station_credential,
     verify_auth,
 )
 
@@ -396,9 +397,12 @@ def test_it_writes_an_error_frame_byte_for_byte():
     assert server.data_to_send() == len(body).to_bytes(4, "big") + body
 
 
-def test_it_checks_kmsn_before_auth_and_auth_before_epoch_and_gate():
+def test_it_checks_auth_before_kmsn_and_kmsn_before_epoch_and_gate():
     server = make_server(gate=False)
     server.receive_data(encode_frame(register(kmsn="other", auth="0" * 64, epoch=99)))
+    assert server.events_received()[0].code == BAD_AUTH
+    server = make_server(gate=False)
+    server.receive_data(encode_frame(register(kmsn="other", epoch=99)))  # this site's key, another KMSN
     assert server.events_received()[0].code == WRONG_KMSN
     server = make_server(gate=False)
     server.receive_data(encode_frame(register(auth="0" * 64, epoch=99)))
@@ -406,6 +410,24 @@ def test_it_checks_kmsn_before_auth_and_auth_before_epoch_and_gate():
     server = make_server(gate=False)
     server.receive_data(encode_frame(register(epoch=99)))
     assert server.events_received()[0].code == STALE_EPOCH
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "another-site-token-0123456789",
+        station_credential("another-pool-key-0123456789", "1111-1111-11-11", "S002"),
+    ],
+    ids=["another-sites-token", "another-pools-credential"],
+)
+def test_a_stranger_naming_another_kmsn_gets_bad_auth_and_never_learns_this_relays_kmsn(key):
+    server = make_server()
+    server.data_to_send()
+    stranger = auth_digest(key, NONCE, "agent", "1111-1111-11-11", "S002")
+    server.receive_data(encode_frame(register(kmsn="1111-1111-11-11", auth=stranger)))
+    error = the_error(server)
+    assert error["code"] == BAD_AUTH and KMSN not in json.dumps(error)
+    assert server.closed
 
 
 @pytest.mark.parametrize("gate", [False, lambda: False, lambda: 1 / 0])

@@ -13,6 +13,7 @@ import http.server
 import json
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -170,7 +171,7 @@ class Pool:
         kw.setdefault("lease_poll", 0.1)
         client = RelayClient(
             role=role,
-            kmsn=KMSN,
+            kmsn=kw.pop("kmsn", KMSN),
             station=station,
             token=kw.pop("token", TOKEN),
             discovery=discovery or Discovery.build(token=TOKEN, kmsn=KMSN, lease_dir=str(self.lease_dir)),
@@ -417,6 +418,27 @@ def test_it_stops_at_once_when_refused_for_a_bad_token(tmp_path):
             await client.start(timeout=5)
         assert refused.value.code == "bad_auth" and "S051" in str(refused.value)
         assert client.state == "closed"
+
+    play(tmp_path, body)
+
+
+@pytest.mark.parametrize(
+    ("token", "code"),
+    [("another-sites-token-0123456789", "bad_auth"), (TOKEN, "wrong_kmsn")],
+    ids=["a-stranger", "this-sites-key-for-another-kmsn"],
+)
+def test_a_client_naming_another_kmsn_is_refused_for_good_and_only_a_key_holder_learns_ours(
+    tmp_path, token, code
+):
+    async def body(pool: Pool) -> None:
+        a = await pool.relay("S051", HOST_A, 7)
+        other = "1111-1111-11-11"
+        discovery = Discovery.build(token=token, kmsn=other, fallbacks=[(a.ip, a.port)])
+        client = pool.client("agent", "S002", discovery, token=token, kmsn=other)
+        with pytest.raises(Refused) as refused:
+            await client.start(timeout=5)
+        assert refused.value.code == code and client.state == "closed"
+        assert (KMSN in str(refused.value)) == (code == "wrong_kmsn"), str(refused.value)
 
     play(tmp_path, body)
 
@@ -688,15 +710,17 @@ def cli(tmp_path):
         def __init__(self) -> None:
             self.relay, self.lease_dir, self.tmp = relay, lease_dir, tmp_path
 
-        def run(self, *args: str, timeout: float = 20) -> subprocess.CompletedProcess[str]:
+        def run(
+            self, *args: str, timeout: float = 20, stdin: str = "", **environ: str
+        ) -> subprocess.CompletedProcess[str]:
             return subprocess.run(
                 [sys.executable, "manage.py", "relayclient", *args],
                 cwd=ROOT,
-                env=env,
+                env=dict(env, **environ),
                 capture_output=True,
                 text=True,
                 timeout=timeout,
-                stdin=subprocess.DEVNULL,
+                input=stdin,
             )
 
         def start(self, *args: str, name: str) -> tuple[subprocess.Popen, Path, Path]:
@@ -754,6 +778,22 @@ def test_it_listens_and_sends_from_the_command_line_through_the_leader_named_by_
     assert lines[1]["id"] == "m2"
 
 
+def test_it_prints_a_message_with_control_and_bidi_characters_escaped_and_still_the_same_json(cli):
+    listen, out, err = cli.start(
+        "listen", "--role", "agent", "--station", "S002", "--count", "1", name="listen"
+    )
+    wait_until(lambda: "registered" in err.read_text(), 15, "listen to register")
+    hostile = "\x1b]0;owned\x07\x9b2J\u202etxt.exe\r\nFAKE"
+    sent = cli.run(
+        "send", "--role", "commander", "--station", "C01", "--to", "S002", json.dumps({"t": hostile})
+    )
+    assert sent.returncode == 0, sent.stderr
+    assert listen.wait(10) == 0, err.read_text()
+    (line,) = out.read_text().splitlines()
+    assert not re.search("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]", line), repr(line)
+    assert json.loads(line)["data"] == {"t": hostile}
+
+
 def test_it_pings_the_leader_from_the_command_line_and_says_where_it_is(cli, leader_api):
     done = cli.run("ping", "--json", "--count", "2")
     assert done.returncode == 0, done.stderr
@@ -782,7 +822,17 @@ def test_it_exits_1_from_the_command_line_when_nobody_can_receive_the_message(cl
 def test_it_exits_4_from_the_command_line_with_one_line_when_the_token_is_wrong(cli):
     relay = f"{cli.relay.ip}:{cli.relay.port}"
     done = cli.run(
-        "send", "--role", "agent", "--station", "S002", "--token", "wrong", "--fallback", relay, "{}"
+        "send",
+        "--role",
+        "agent",
+        "--station",
+        "S002",
+        "--token-file",
+        "-",
+        "--fallback",
+        relay,
+        "{}",
+        stdin="wrong\n",
     )
     assert done.returncode == 4
     lines = done.stderr.strip().splitlines()
@@ -793,9 +843,28 @@ def test_it_exits_4_from_the_command_line_with_one_line_when_the_token_is_wrong(
     )
     assert done.stdout == ""
     # With only the lease to go by, a wrong token cannot even verify the lease's signature.
-    done = cli.run("ping", "--token", "wrong", "--connect-timeout", "0.5")
+    done = cli.run("ping", "--connect-timeout", "0.5", STK_RELAY_TOKEN="wrong")
     assert done.returncode == 3
     assert "lease forged" in done.stderr and "a wrong relay token" in done.stderr
+
+
+@pytest.mark.parametrize("flag", ["--token", "--api-token"])
+def test_it_refuses_a_secret_on_the_command_line_with_one_line_and_never_uses_it(cli, flag):
+    done = cli.run("ping", flag, TOKEN, "--connect-timeout", "0.5")
+    assert done.returncode == 2 and done.stdout == ""
+    (line,) = done.stderr.strip().splitlines()
+    assert f"{flag} is no longer accepted" in line and f"{flag}-file" in line
+    assert cli.relay.clients() == {}  # it never connected
+
+
+def test_it_reads_the_token_from_a_file_or_stdin_and_refuses_an_empty_one(cli, tmp_path):
+    (tmp_path / "token").write_text(TOKEN + "\n")
+    assert cli.run("ping", "--count", "1", "--token-file", str(tmp_path / "token")).returncode == 0
+    assert cli.run("ping", "--count", "1", "--token-file", "-", stdin=TOKEN + "\n").returncode == 0
+    empty = cli.run("ping", "--token-file", "-", stdin="\n")
+    assert empty.returncode == 2 and "--token-file stdin is empty" in empty.stderr
+    both = cli.run("ping", "--token-file", "-", "--credential-file", "-", stdin=TOKEN + "\n")
+    assert both.returncode == 2 and "one secret only" in both.stderr
 
 
 def test_it_exits_3_from_the_command_line_when_no_leader_can_be_reached(cli):

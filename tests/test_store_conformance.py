@@ -344,6 +344,45 @@ def test_replayed_and_forged_event_lines_are_refused(pool):
     assert tail.refusals.counts["replayed"] == 1 and tail.refusals.counts["forged"] == 1
 
 
+def signed(doc: dict) -> dict:
+    return {**doc, "sig": sign(doc, TOKEN)}
+
+
+def test_a_signed_event_with_a_field_of_the_wrong_type_or_out_of_range_is_refused_alone(pool):
+    clock = FakeClock()
+    sink, tail = pool.events("S001", clock)
+    sink.record("elected", 1, "first")
+    sink.record("renewed", 1, "second")
+    assert [e["seq"] for e in tail.new_events()] == [1, 2]
+    line = {"node": "S001", "kind": "renewed", "at": "2026-06-15T20:30:15+00:00", "reason": ""}
+    pool.plant_events("S001", [
+        signed({**line, "seq": 3, "epoch": "x"}),
+        signed({**line, "seq": 2**63, "epoch": 1}),  # one past what a database column holds
+        signed({**line, "seq": 4, "epoch": 2**63, "kind": "elected"}),
+        signed({**line, "seq": 5, "epoch": 1, "kind": ["elected"]}),
+        signed({**line, "seq": 6, "epoch": 1, "node": 1}),  # the file's node, as a number
+        signed({**line, "seq": 7, "epoch": 2, "kind": "elected", "reason": "the rest of the batch"}),
+    ])  # fmt: skip
+    assert [(e["seq"], e["reason"]) for e in tail.new_events()] == [(7, "the rest of the batch")]
+    assert tail.refusals.counts == {"bad_field": 4, "wrong_node": 1}
+    assert tail.new_events() == []  # refused once, never read again
+
+
+def test_a_lease_or_a_heartbeat_with_a_number_no_database_holds_is_no_evidence(pool):
+    clock = FakeClock()
+    store = pool.store("S001", clock)
+    pool.put("lease", rec("S002", epoch=2**63).encode(TOKEN))
+    read = store.read()
+    assert (read.status, read.cause) == ("corrupt", "bad_field")
+    pool.store("S002", clock).write_member({"node": "S002", "seq": 1, "epoch": 3})
+    pool.put("members/S003.json", json.dumps(signed({"node": "S003", "seq": 1, "epoch": 2**70})).encode())
+    pool.put("members/S004.json", json.dumps(signed({"node": "S004", "seq": "1", "epoch": 1})).encode())
+    assert set(store.read_members()) == {"S002"}
+    assert store.refusals.counts["bad_field"] == 3
+    outcome, won = take(store, "S001")
+    assert (outcome, won.epoch) == (WriteOutcome.WRITTEN, 4)  # not 2**70 + 1
+
+
 def test_a_forged_lease_is_no_evidence_and_is_overwritten(pool):
     clock = FakeClock()
     store = pool.store("S001", clock)

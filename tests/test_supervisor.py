@@ -131,3 +131,15 @@ def test_an_idle_supervisor_passes_on_change_not_ten_times_a_second(tmp_path, mo
     driver.join(10)
     assert results["idle"] <= 2.0 / SUPERVISE_EVERY + 2, results  # 20 when it ticked every 0.1 s
     assert results["woken_after"] < SUPERVISE_EVERY / 2, results  # woken by the change, not the timeout
+
+
+def test_a_childs_output_is_passed_on_one_escaped_line_at_a_time(tmp_path):
+    out = io.StringIO()
+    said = "\\x1b]0;owned\\x07\\u202eexe\\rFAKE ok\\nsecond\\n"
+    code = f"import sys; sys.stdout.write('{said}'); sys.stdout.flush()"
+    chatty = ChildSpec("relay", [sys.executable, "-c", code + "; import time; time.sleep(60)"])
+    sup = Supervisor([chatty], str(tmp_path), env(), lambda s: True, out=out)
+    sup.step(time.monotonic())
+    wait_until(lambda: "[relay] second" in out.getvalue(), 15, "the child's lines")
+    assert "[relay] \\u001b]0;owned\\u0007\\u202eexe\\u000dFAKE ok\n" in out.getvalue()
+    assert sup.shutdown() == 0

@@ -40,6 +40,8 @@ def line(node: str, seq: int, key: str = KEY, **extra) -> bytes:  # type: ignore
         (b"[1, 2]", "not_object"),
         (b'"' * 10_000, "not_json"),
         (b'{"a": "\\' + b"\\" * 9_000 + b'"}', "not_json"),
+        (b'{"gap_s": NaN}', "not_json"),  # Python's parser takes NaN and Infinity; JSON has neither
+        (b'{"epoch": -Infinity}', "not_json"),
     ],
 )
 def test_hostile_shapes_are_refused_with_a_cause_not_an_exception(raw, cause):

@@ -27,6 +27,7 @@ from typing import Any
 from elections.core.lease import sign, signature_ok
 from elections.core.untrusted import (
     FORGED,
+    MAX_COUNTER,
     NOT_OBJECT,
     UNSIGNED,
     WRONG_KMSN,
@@ -42,7 +43,7 @@ LEADER, FOLLOWER, RESIGN = "leader", "follower", "resign"
 ROLES = (LEADER, FOLLOWER, RESIGN)
 RESIGN_COPIES = 3  # a leader that releases or hands off says so this many times
 _BOOT = re.compile(r"[0-9a-f]{16}")
-_MAX_INT = (1 << 63) - 1
+_MAX_INT = MAX_COUNTER  # what a database column holds, with room for the next epoch
 _FIELDS: dict[str, type] = {
     "v": int,
     "kmsn": str,

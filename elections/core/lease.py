@@ -19,7 +19,18 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from elections.core.untrusted import FORGED, LEASE, NOT_JSON, NOT_OBJECT, UNSIGNED, Untrusted, load_object
+from elections.core.untrusted import (
+    BAD_FIELD,
+    FORGED,
+    LEASE,
+    MAX_COUNTER,
+    NOT_JSON,
+    NOT_OBJECT,
+    UNSIGNED,
+    Untrusted,
+    is_counter,
+    load_object,
+)
 
 LEASE_VERSION = 1
 
@@ -143,6 +154,10 @@ def parse_lease(raw: bytes | None, token: str) -> LeaseRead:
             )
     if doc["epoch"] < 0 or doc["renew_seq"] < 0 or doc["ttl_s"] < 0:
         return LeaseRead("corrupt", detail="lease has a negative number", revision=rev, cause=NOT_OBJECT)
+    if not (is_counter(doc["epoch"]) and is_counter(doc["renew_seq"])):  # the next epoch must fit a database
+        return LeaseRead(
+            "corrupt", detail=f"lease has a number above {MAX_COUNTER}", revision=rev, cause=BAD_FIELD
+        )
     if not signature_ok(doc, token):
         why, cause = ("no signature", UNSIGNED) if "sig" not in doc else ("bad signature", FORGED)
         return LeaseRead(

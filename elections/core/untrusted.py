@@ -3,6 +3,11 @@ event lines, datagrams, frames, API bodies.
 
 `load_object(raw, limits)` returns a JSON object or raises `Untrusted` with a
 short, stable `cause` and a readable detail; it never raises anything else.
+`check_event(doc)` then refuses (`bad_field`) a record whose fields have the
+wrong type or are out of range — a seq or an epoch that is not a whole number
+from 0 to `MAX_COUNTER` (what a signed 64-bit database column holds, with room
+for one more), a kind or reason that is not text — so one such record is "no
+evidence" on its own and never costs the rest of its batch.
 Size is checked before parsing and nesting depth is bounded by a scan before
 `json.loads` sees the bytes, so deeply nested input (~100 KB of `[`) is
 refused in linear time instead of raising `RecursionError` from the parser.
@@ -34,8 +39,16 @@ UNREADABLE = "unreadable"
 TOO_MANY = "too_many"
 WRONG_KMSN = "wrong_kmsn"  # a beacon of another pool (core.beacons)
 SPLIT_BRAIN = "split_brain"  # two validly signed leader beacons of different nodes claim one epoch
+BAD_FIELD = "bad_field"  # a field of the wrong type or out of range (a seq of 2**63, an epoch "x")
 CAUSES = (TOO_LARGE, TOO_DEEP, NOT_UTF8, NOT_JSON, NOT_OBJECT, UNSIGNED, FORGED, REPLAYED, WRONG_NODE,
-          NOT_A_FILE, UNREADABLE, TOO_MANY, WRONG_KMSN, SPLIT_BRAIN)  # fmt: skip
+          NOT_A_FILE, UNREADABLE, TOO_MANY, WRONG_KMSN, SPLIT_BRAIN, BAD_FIELD)  # fmt: skip
+
+# The largest seq, epoch or clock taken as evidence: SQLite's INTEGER and PostgreSQL's bigint hold
+# 2**63 - 1, and the next epoch (or seq) is one more than the highest known, so it must fit too.
+MAX_COUNTER = 2**63 - 2
+EVENT_COUNTERS = ("epoch", "clock", "expected_epoch")  # optional on an event line (None is absent)
+EVENT_TEXTS = ("reason", "at", "actor", "correlation")  # optional text on an event line
+MEMBER_COUNTERS = ("seq", "epoch")  # optional on a heartbeat (None is absent)
 
 _ESCAPE = re.compile(rb"\\.", re.S)  # one backslash escape (non-overlapping, left to right)
 _STRING = re.compile(rb'"[^"]*"')  # a string once its escapes are gone: linear, no backtracking
@@ -95,7 +108,7 @@ def load_json(raw: bytes, limits: Limits, what: str = "input") -> Any:
     if nesting_depth(raw, limits.max_depth) > limits.max_depth:
         raise Untrusted(TOO_DEEP, f"{what} nests deeper than {limits.max_depth}")
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=_no_constant)
     except (ValueError, RecursionError, MemoryError) as exc:
         msg = getattr(exc, "msg", type(exc).__name__)
         raise Untrusted(NOT_JSON, f"{what} is not JSON ({msg})") from None
@@ -106,3 +119,50 @@ def load_object(raw: bytes, limits: Limits, what: str = "input") -> dict[str, An
     if not isinstance(doc, dict):
         raise Untrusted(NOT_OBJECT, f"{what} is not a JSON object")
     return doc
+
+
+def _no_constant(name: str) -> Any:
+    """NaN and Infinity are not JSON (RFC 8259), though Python's parser takes them."""
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def is_counter(value: Any) -> bool:
+    """A whole number from 0 to `MAX_COUNTER` (not a bool, not a float, not text)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNTER
+
+
+def check_event(doc: dict[str, Any], what: str = "event line") -> None:
+    """`Untrusted(BAD_FIELD)` naming the first field of an event record that has the
+    wrong type or is out of range; the caller refuses that record alone."""
+    seq = doc.get("seq")
+    if not is_counter(seq) or seq < 1:
+        raise Untrusted(
+            BAD_FIELD, f"{what} has seq {_shown(seq)}, not a whole number from 1 to {MAX_COUNTER}"
+        )
+    if not isinstance(doc.get("kind"), str):
+        raise Untrusted(BAD_FIELD, f"{what} has kind {_shown(doc.get('kind'))}, not text")
+    for name in EVENT_COUNTERS:
+        value = doc.get(name)
+        if value is not None and not is_counter(value):
+            raise Untrusted(
+                BAD_FIELD, f"{what} has {name} {_shown(value)}, not a whole number from 0 to {MAX_COUNTER}"
+            )
+    for name in EVENT_TEXTS:
+        value = doc.get(name)
+        if value is not None and not isinstance(value, str):
+            raise Untrusted(BAD_FIELD, f"{what} has {name} {_shown(value)}, not text")
+
+
+def check_member(doc: dict[str, Any], what: str = "member record") -> None:
+    """`Untrusted(BAD_FIELD)` if a heartbeat's `seq` or `epoch` is present but not a counter:
+    an epoch of 2**70 would make the next election's epoch one no database can hold."""
+    for name in MEMBER_COUNTERS:
+        value = doc.get(name)
+        if value is not None and not is_counter(value):
+            raise Untrusted(
+                BAD_FIELD, f"{what} has {name} {_shown(value)}, not a whole number from 0 to {MAX_COUNTER}"
+            )
+
+
+def _shown(value: Any) -> str:
+    return repr(value)[:64]

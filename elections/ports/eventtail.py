@@ -6,8 +6,10 @@ every node's new complete lines since the last call and hands on only evidence:
   at most `MAX_FILES` files (`MAX_CHAIN` of one node); a line longer than
   `EVENT_LINE` is skipped; a sealed segment or base counts up to `MAX_SEGMENT`;
 - every line parsed by the guarded reader (size, nesting), signed with the
-  pool key, naming the file's own node, and with a `seq` higher than the last
-  accepted from that node: anything else is refused (counted in `refusals`,
+  pool key, naming the file's own node, with fields of the right type and
+  range (`core.untrusted.check_event`: a seq of 2**63 or an epoch "x" is
+  refused alone, the rest of the batch goes on), and with a `seq` higher than
+  the last accepted from that node: anything else is refused (counted in `refusals`,
   logged once per file and cause) and the tail moves past it;
 - a torn last line (a writer that died mid-append) is left for later and
   picked up once complete, never counted twice, never lost; a file that
@@ -28,6 +30,7 @@ from typing import Any
 from elections.core.evidence import Refusals
 from elections.core.lease import signature_ok
 from elections.core.untrusted import (
+    BAD_FIELD,
     EVENT_LINE,
     FORGED,
     REPLAYED,
@@ -36,6 +39,7 @@ from elections.core.untrusted import (
     UNSIGNED,
     WRONG_NODE,
     Untrusted,
+    check_event,
     load_object,
 )
 from elections.ports.clock import Clock
@@ -61,7 +65,7 @@ PER_FILE = 256 << 10  # bytes of one file read per call
 PER_CALL = 1 << 20  # bytes of all files read per call
 MAX_FILES = 1024  # event files read per pool (every node's segments)
 MAX_CHAIN = 64  # event files of one node read (its newest)
-SECURITY = frozenset({UNSIGNED, FORGED, REPLAYED, WRONG_NODE})
+SECURITY = frozenset({UNSIGNED, FORGED, REPLAYED, WRONG_NODE, BAD_FIELD})
 
 
 class EventTail:
@@ -122,6 +126,7 @@ class EventTail:
             seq = doc.get("seq")
             if not isinstance(seq, int) or isinstance(seq, bool):
                 raise Untrusted(FORGED, "event line has no integer seq")
+            check_event(doc)  # a field of the wrong type or out of range: this line alone is refused
             if ref.role == BASE and seq > ref.n:
                 raise Untrusted(REPLAYED, f"event seq {seq} in a base that covers seqs up to {ref.n}")
             last = self.last_seq.get(node, 0)

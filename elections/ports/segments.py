@@ -5,7 +5,7 @@ Names, in `events/`, for node `N` (the same listing holds every node's):
 
 - `N.jsonl`: the active segment, the only one written (appended). It is the
   old single-file format too: a pool's existing files are read as they are.
-- `N@<first>.jsonl` (`first`: twelve digits, the seq of its first line): a
+- `N@<first>.jsonl` (`first`: twelve digits or more, the seq of its first line): a
   sealed segment. When the active file reaches `segment_bytes` its writer
   renames it so (a reader that was reading it knows it by that first seq and
   goes on where it was) and starts a new active file. Sealed files never
@@ -38,7 +38,7 @@ from typing import Any
 
 from elections.core.lease import sign, signature_ok
 from elections.core.retention import Keeper, Segment, retired
-from elections.core.untrusted import EVENT_LINE, Untrusted, load_object
+from elections.core.untrusted import EVENT_LINE, Untrusted, check_event, load_object
 from elections.ports.clock import Clock
 from elections.ports.share import Share
 from elections.ports.sharefiles import ShareDeadline
@@ -47,8 +47,9 @@ log = logging.getLogger("stkrelay.eventlog")
 Line = tuple[dict[str, Any], bytes]  # a verified line: parsed, and as written
 
 SUFFIX = ".jsonl"
-# The stem of an event file: a node id, then for a sealed segment or a base `@` and twelve digits.
-EVENT_STEM = re.compile(r"(?P<node>[A-Za-z0-9][A-Za-z0-9_.-]{0,63}?)(?:@(?P<n>\d{12})(?P<base>\.base)?)?")
+# The stem of an event file: a node id, then for a sealed segment or a base `@` and twelve digits
+# (up to nineteen: a seq up to core.untrusted.MAX_COUNTER, which `{n:012d}` writes in full).
+EVENT_STEM = re.compile(r"(?P<node>[A-Za-z0-9][A-Za-z0-9_.-]{0,63}?)(?:@(?P<n>\d{12,19})(?P<base>\.base)?)?")
 ACTIVE, SEALED, BASE = 0, 1, 2
 MAX_SEGMENT = 64 << 20  # bytes of a sealed segment or base a reader reads at most
 MAX_OWN = 1 << 30  # bytes of its own sealed segment the compactor folds at most (an old single file)
@@ -280,7 +281,7 @@ class Compactor:
         return None, []
 
     def _own(self, raw: bytes) -> tuple[dict[str, Any] | None, bytes]:
-        """A line of this node, validly signed, with an integer seq; else (None, raw)."""
+        """A line of this node, validly signed, with fields in range (`check_event`); else (None, raw)."""
         try:
             doc = load_object(raw, EVENT_LINE, "event line")
         except Untrusted:
@@ -289,6 +290,10 @@ class Compactor:
         if doc.get("node") != self.node or not isinstance(seq, int) or isinstance(seq, bool):
             return None, raw
         if self.key and not signature_ok(doc, self.key):
+            return None, raw
+        try:
+            check_event(doc)  # a seq past MAX_COUNTER would name a base no reader can find
+        except Untrusted:
             return None, raw
         return doc, raw
 

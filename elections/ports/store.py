@@ -48,6 +48,7 @@ from typing import Any, Protocol, TypeVar
 from elections.core.evidence import Refusals
 from elections.core.lease import LeaseRead, LeaseRecord, parse_lease, revision_of, sign, signature_ok
 from elections.core.untrusted import (
+    BAD_FIELD,
     FORGED,
     LEASE,
     MEMBER,
@@ -57,6 +58,7 @@ from elections.core.untrusted import (
     WRONG_NODE,
     Limits,
     Untrusted,
+    check_member,
     load_object,
 )
 from elections.errors import StoreUnavailable
@@ -72,7 +74,7 @@ LOCK_NAME = "relay_leader.lock"
 MEMBERS_DIR = "members"
 T = TypeVar("T")
 MAX_MEMBERS = 64  # member files read per pool; more are refused (too_many)
-SECURITY_CAUSES = frozenset({UNSIGNED, FORGED, REPLAYED, WRONG_NODE})
+SECURITY_CAUSES = frozenset({UNSIGNED, FORGED, REPLAYED, WRONG_NODE, BAD_FIELD})
 
 
 class WriteOutcome(enum.Enum):
@@ -349,6 +351,7 @@ class FileLeaseStore:
                 raise Untrusted(UNSIGNED if "sig" not in doc else FORGED, f"{name} is not validly signed")
             if doc.get("node") != node:
                 raise Untrusted(WRONG_NODE, f"{name} names node {str(doc.get('node'))[:64]!r}")
+            check_member(doc, name)
             seq = _int(doc.get("seq"))
             if seq < self._member_seq.get(node, 0):
                 raise Untrusted(REPLAYED, f"{name}: heartbeat seq {seq} < {self._member_seq[node]} seen")

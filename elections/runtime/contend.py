@@ -1,7 +1,10 @@
 """A bare contender: the elector loop without Django or Celery.
 
-    python -m elections.runtime.contend --dir LEASE_DIR --node N --token T [--ttl 10 ...]
-    python -m elections.runtime.contend --etcd ENDPOINTS [--prefix P] --node N --token T ...
+    STK_RELAY_TOKEN=T python -m elections.runtime.contend --dir LEASE_DIR --node N [--ttl 10 ...]
+    python -m elections.runtime.contend --etcd ENDPOINTS [--prefix P] --node N --token-file PATH ...
+
+The pool key comes from `--token-file PATH` (`-`: stdin) or `$STK_RELAY_TOKEN`,
+never from argv (`elections.ports.secret_source`; `--token T` is refused).
 
 Used by the stress tests and the failover benchmark to run many real
 processes on one lease dir cheaply. SIGTERM releases the lease and exits;
@@ -21,9 +24,12 @@ from elections.core.decide import Timing
 from elections.errors import StoreUnavailable
 from elections.ports.clock import Clock, SystemClock
 from elections.ports.eventlog import JsonlEventSink
+from elections.ports.secret_source import SecretUnreadable, argv_refusal, from_environment, read_secret
 from elections.ports.stores import ETCD, FILE, PoolPlace, open_store
 from elections.runtime.elector import Elector
 from elections.runtime.lease_writes import Identity
+
+TOKEN_ENV = "STK_RELAY_TOKEN"
 
 
 def run_loop(elector: Elector, clock: Clock, stop: threading.Event) -> None:
@@ -60,7 +66,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--prefix", default="", help="ETCD_PREFIX (default /stkrelay/<KMSN>/)")
     ap.add_argument("--timeout", type=float, default=2.0, help="SHARE_TIMEOUT: every store call's deadline")
     ap.add_argument("--node", required=True)
-    ap.add_argument("--token", required=True)
+    ap.add_argument("--token", help="refused (visible in ps): use --token-file or $STK_RELAY_TOKEN")
+    ap.add_argument("--token-file", metavar="PATH", help="the pool key: PATH's first line ('-': stdin)")
     ap.add_argument("--kmsn", default="9999-9999-99-99")
     ap.add_argument("--ip", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=9530)
@@ -71,6 +78,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--lock-stale", type=float, default=2.0)
     ap.add_argument("--events", help="JSONL file for this node's events")
     args = ap.parse_args(argv)
+    if args.token is not None:
+        ap.exit(2, "contend: " + argv_refusal("--token", "--token-file PATH", "$STK_RELAY_TOKEN") + "\n")
+    try:
+        token = (
+            read_secret(args.token_file, "--token-file") if args.token_file else from_environment(TOKEN_ENV)
+        )
+    except SecretUnreadable as exc:
+        ap.exit(2, f"contend: {exc}\n")
+    if not token:
+        ap.exit(2, f"contend: no pool key: give --token-file PATH or ${TOKEN_ENV}\n")
     logging.basicConfig(level=logging.INFO, format=f"[{args.node}] %(levelname)s %(message)s")
 
     clock = SystemClock()
@@ -78,9 +95,9 @@ def main(argv: list[str] | None = None) -> None:
     if not (args.dir or args.etcd):
         ap.error("give --dir or --etcd")
     options = {"ETCD_ENDPOINTS": args.etcd, "ETCD_PREFIX": args.prefix, "LEASE_POLL": str(args.poll)}
-    place = PoolPlace(args.kmsn, args.dir, args.token, args.timeout, ETCD if args.etcd else FILE, options)
+    place = PoolPlace(args.kmsn, args.dir, token, args.timeout, ETCD if args.etcd else FILE, options)
     store = open_store(place, args.node, clock, lock_stale_s=args.lock_stale)
-    events = JsonlEventSink(args.events, args.node, clock, key=args.token) if args.events else None
+    events = JsonlEventSink(args.events, args.node, clock, key=token) if args.events else None
     me = Identity(node=args.node, kmsn=args.kmsn, station=args.node, ip=args.ip, port=args.port)
     elector = Elector(store, clock, me, timing, events=events)
     stop = threading.Event()

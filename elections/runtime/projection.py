@@ -19,6 +19,7 @@ import threading
 from datetime import UTC, datetime
 from typing import Any
 
+from elections.core.untrusted import BAD_FIELD, Untrusted, check_event
 from elections.errors import StoreUnavailable
 from elections.ports.clock import SystemClock
 from elections.ports.stores import EventSink, PoolPlace, open_event_sink
@@ -86,29 +87,70 @@ def watched_event_sink(watched: Any) -> DbEventSink:
 
 
 def ingest(kmsn: str, events: list[dict[str, Any]]) -> int:
-    """Insert events into ElectionEvent, ignoring (node, seq) already there."""
+    """Insert events into ElectionEvent, ignoring (node, seq) already there; the rows offered.
+
+    Each event is checked on its own (`core.untrusted.check_event`; the tails
+    refuse such lines already, this is the database's own guard): one whose
+    field has the wrong type or is out of range for the database is skipped and
+    logged, never the reason the rest of the batch is lost. Should the database
+    still refuse the batch, its rows are inserted one by one."""
+    from django.db import DatabaseError
+
     from elections.models import ElectionEvent
 
     rows = []
     known = {k for k, _ in ElectionEvent.KINDS}
     for e in events:
         try:
-            at = datetime.fromisoformat(str(e.get("at")))
-        except ValueError:
-            at = datetime.now(UTC)
-        if at.tzinfo is None:
-            at = at.replace(tzinfo=UTC)
-        kind = str(e.get("kind"))
-        detail = {k: v for k, v in e.items() if k not in ("node", "seq", "kind", "epoch", "at", "reason")}
-        if kind not in known:
-            detail["unknown_kind"] = True
-        rows.append(ElectionEvent(
-            kmsn=kmsn, node=str(e["node"]), seq=int(e["seq"]), epoch=int(e.get("epoch") or 0),
-            kind=kind[:32], reason=str(e.get("reason", "")), observed_at=at, detail=detail,
-        ))  # fmt: skip
-    if rows:
+            rows.append(_row(kmsn, e, known))
+        except (Untrusted, KeyError) as exc:
+            log.error("SECURITY: not projecting event %s of %s: %s", _seq_of(e), str(e.get("node"))[:64], exc)
+    if not rows:
+        return 0
+    try:
         ElectionEvent.objects.bulk_create(rows, ignore_conflicts=True, batch_size=500)
-    return len(rows)
+        return len(rows)
+    except (DatabaseError, OverflowError, ValueError, TypeError) as exc:
+        log.warning("%d events refused as a batch (%s): inserting them one by one", len(rows), exc)
+    inserted = 0
+    for row in rows:
+        try:
+            ElectionEvent.objects.bulk_create([row], ignore_conflicts=True)
+            inserted += 1
+        except (DatabaseError, OverflowError, ValueError, TypeError) as exc:
+            log.error("SECURITY: not projecting event %s of %s: %s", row.seq, row.node, exc)
+    return inserted
+
+
+def _row(kmsn: str, e: dict[str, Any], known: set[str]) -> Any:
+    """One ElectionEvent (unsaved) from a verified event; `Untrusted` if a field is unfit."""
+    from elections.models import ElectionEvent
+
+    check_event(e)
+    if not isinstance(e["node"], str):
+        raise Untrusted(BAD_FIELD, f"event names node {e['node']!r:.64}, not text")
+    kind = e["kind"]
+    detail = {k: v for k, v in e.items() if k not in ("node", "seq", "kind", "epoch", "at", "reason")}
+    if kind not in known:
+        detail["unknown_kind"] = True
+    return ElectionEvent(
+        kmsn=kmsn, node=e["node"], seq=e["seq"], epoch=e.get("epoch") or 0, kind=kind[:32],
+        reason=str(e.get("reason") or ""), observed_at=_observed_at(e.get("at")), detail=detail,
+    )  # fmt: skip
+
+
+def _observed_at(text: Any) -> datetime:
+    """The writer's `at` (another machine's clock: shown, never compared), now if unusable;
+    a time whose UTC form leaves the calendar (9999-12-31T23:59-23:00) is unusable too."""
+    try:
+        at = datetime.fromisoformat(str(text))
+        return (at if at.tzinfo is not None else at.replace(tzinfo=UTC)).astimezone(UTC)
+    except (ValueError, OverflowError):
+        return datetime.now(UTC)
+
+
+def _seq_of(e: dict[str, Any]) -> str:
+    return repr(e.get("seq"))[:32]
 
 
 class Projector:

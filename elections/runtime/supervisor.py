@@ -43,6 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from elections.core.terminal import terminal_safe
 from elections.ports.dirwatch import DirWatch
 from elections.ports.localstate import LEADERSHIP_NAME, RELAY_NAME, Leadership, LocalState
 from elections.retry import Backoff
@@ -129,7 +130,7 @@ class Supervisor:
         if self.log_format == "json":
             text = as_json_line(line, self.node, name)
         else:
-            text = f"[{name}] {line.rstrip()}"
+            text = f"[{name}] {terminal_safe(line.rstrip())}"  # a child's line, escaped (core.terminal)
         with self._out_lock:
             self.out.write(text + "\n")
             self.out.flush()

@@ -1,4 +1,12 @@
-"""Minimal read-only endpoints: this agent's health and the pool's leader."""
+"""Minimal read-only endpoints: this agent's health and the pool's leader.
+
+`/healthz` answers anyone, but says to anyone only whether this agent is up
+(its worker published its leadership state within `stale_after()`, 200) or
+down (503), and its role (`leader` / `follower`). The node's name and the
+decision text (which names other nodes, epochs, the share's state) are shown
+only to a loopback client (the container's HEALTHCHECK, a local probe) or an
+authenticated one (a session or a bearer token), like `/metrics`.
+"""
 
 import time
 
@@ -9,13 +17,19 @@ from elections.errors import StoreUnavailable
 from elections.ports.clock import SystemClock
 from elections.ports.localstate import LocalState
 from elections.ports.stores import PoolPlace, open_store
+from elections.web.auth import bearer_user, is_loopback
+from elections.web.panel.state import stale_after
 
 
 def healthz(request):  # type: ignore[no-untyped-def]
     state = LocalState(settings.STK.data_dir).leadership()
-    return JsonResponse(
-        {"node": settings.STK.node, "leader": state.leads_now(time.monotonic()), "decision": state.decision}
-    )
+    now = time.monotonic()
+    up = state.updated is not None and now - state.updated <= stale_after()
+    leads = state.leads_now(now)
+    doc: dict[str, object] = {"status": "up" if up else "down", "role": "leader" if leads else "follower"}
+    if is_loopback(request) or bearer_user(request) or request.user.is_authenticated:
+        doc.update(node=settings.STK.node, leader=leads, decision=state.decision)
+    return JsonResponse(doc, status=200 if up else 503)
 
 
 def leader(request):  # type: ignore[no-untyped-def]

@@ -10,7 +10,9 @@ default ``~/.stkrelay/cloud``), ``RELAY_MAX_FRAME``, ``RELAY_KEEPALIVE`` and
 tunnel, default 4: below the clients' 5 s registration deadline), ``PARK_MAX``
 (remote clients parked at once per site, default 256; more are refused
 ``not_leader`` at once). One ``[site:<KMSN>]`` per site with its
-``CLOUD_TOKEN`` (at least 16 characters) and its ``LEASE_KEY``: the 64-hex
+``CLOUD_TOKEN``, as strong as a site key
+(`stkrelay.config_web.secret_weakness`: at least 16 characters, 6 distinct,
+not one short run repeated, not the example's placeholder), and its ``LEASE_KEY``: the 64-hex
 K_cloud of `relay.cloud.lease_mac` (``relayctl cloud-key`` on an agent of the
 site prints it), or ``LEASE_KEY_FILE`` naming a file whose first line holds
 it (a relative path is taken from the folder of cloud.ini).
@@ -36,8 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from stkrelay.config import Problem
+from stkrelay.config_web import secret_weakness
 
-MIN_TOKEN = 16
 LEASE_KEY_HEX = 64
 HEX = frozenset("0123456789abcdef")
 
@@ -123,9 +125,10 @@ def load(path: str | None) -> CloudConfig:
         token = parser.get(section, "CLOUD_TOKEN", fallback="").strip()
         if not kmsn:
             bad(Problem("stkrelay.C007", f"[{section}]", "names no KMSN", "e.g. [site:9999-9999-99-99]"))
-        elif len(token) < MIN_TOKEN:
-            bad(Problem("stkrelay.C007", f"[{section}] CLOUD_TOKEN", f"is under {MIN_TOKEN} characters",
-                        "set the site's CLOUD_TOKEN (the same as in its agents' stk.ini)"))  # fmt: skip
+        elif secret_weakness(token):  # short, few distinct characters, a repeated run, a placeholder
+            bad(Problem("stkrelay.C007", f"[{section}] CLOUD_TOKEN", secret_weakness(token),
+                        "set the site's CLOUD_TOKEN (the same as in its agents' stk.ini) to a long random "
+                        "secret"))  # fmt: skip
         else:
             key = _lease_key(parser, section, Path(path).parent, token, bad)
             if key is not None:

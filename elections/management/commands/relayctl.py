@@ -28,6 +28,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from elections.ports.terminal import make_safe
+
 EXIT = {"accepted": 0, "refused": 1, "unknown_member": 1, "unavailable": 3, "audit_unavailable": 3,
         "stale_epoch": 4}  # fmt: skip
 
@@ -50,6 +52,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **o: Any) -> None:
         from django.conf import settings
 
+        make_safe(self)  # reasons, node names, share details: nothing from outside is printed raw
         stk = settings.STK
         if stk.problems:
             for p in stk.problems:
@@ -64,8 +67,9 @@ class Command(BaseCommand):
         code = getattr(self, f"do_{action.replace('-', '_')}", self.do_command)(o)
         raise SystemExit(code)
 
-    def emit(self, doc: Any, text: str) -> None:
-        self.stdout.write(json.dumps(doc, indent=2, default=str) if self.as_json else text)
+    def emit(self, doc: Any, lines: list[str]) -> None:
+        """`doc` as JSON (`--json`), else `lines`, one escaped line each (`ports.terminal`)."""
+        self.stdout.lines(json.dumps(doc, indent=2, default=str).splitlines() if self.as_json else lines)
 
     # -- reading -----------------------------------------------------------------
     def do_list(self, o: dict[str, Any]) -> int:
@@ -81,7 +85,7 @@ class Command(BaseCommand):
             elig = "eligible" if m.eligible else "NOT eligible: " + "; ".join(m.reasons)
             lines.append(f"  {node:8s} {role:8s} {m.ip or '-':15s} prio {m.priority:>3}  "
                          f"heartbeat {'-' if m.age is None else f'{m.age:.1f} s'}  {elig}")  # fmt: skip
-        self.emit(pool.to_doc(), "\n".join(lines))
+        self.emit(pool.to_doc(), lines)
         return 0
 
     def do_history(self, o: dict[str, Any]) -> int:
@@ -93,9 +97,9 @@ class Command(BaseCommand):
         rows = list(mine.order_by("-observed_at", "-id")[: o["n"]])
         doc = [{"at": r.observed_at.isoformat(), "node": r.node, "kind": r.kind, "epoch": r.epoch,
                 "reason": r.reason, **r.detail} for r in rows]  # fmt: skip
-        text = "\n".join(f"{r.observed_at:%Y-%m-%d %H:%M:%S}  epoch {r.epoch:<5} {r.node:8s} {r.kind:18s} "
-                         f"{r.reason}" for r in reversed(rows))  # fmt: skip
-        self.emit(doc, text or "(no history yet)")
+        lines = [f"{r.observed_at:%Y-%m-%d %H:%M:%S}  epoch {r.epoch:<5} {r.node:8s} {r.kind:18s} {r.reason}"
+                 for r in reversed(rows)]  # fmt: skip
+        self.emit(doc, lines or ["(no history yet)"])
         return 0
 
     def do_plan(self, o: dict[str, Any]) -> int:
@@ -109,7 +113,7 @@ class Command(BaseCommand):
         for problem in problems:
             self.stderr.write(f"relayctl: {problem}")
         plan = plan_for(epoch, node, config)
-        self.emit(plan.to_dict(), plan.render())
+        self.emit(plan.to_dict(), plan.render().splitlines())
         return 0
 
     def do_credential(self, o: dict[str, Any]) -> int:
@@ -120,7 +124,7 @@ class Command(BaseCommand):
 
         stk, station = settings.STK, o["node"]
         credential = station_credential(stk.pool_key, stk.kmsn, station)
-        self.emit({"kmsn": stk.kmsn, "station": station, "credential": credential}, credential)
+        self.emit({"kmsn": stk.kmsn, "station": station, "credential": credential}, [credential])
         return 0
 
     def do_cloud_key(self, o: dict[str, Any]) -> int:
@@ -152,7 +156,7 @@ class Command(BaseCommand):
         outcome = perform(Actor.from_shell(), o["action"], settings.STK.kmsn, o["node"], reason=o["reason"],
                           expected_epoch=o["epoch"], force=o["force"])  # fmt: skip
         doc = {"code": outcome.code, **outcome.as_dict()}
-        self.emit(doc, f"{outcome.code}: {outcome.message} (correlation {outcome.correlation})")
+        self.emit(doc, [f"{outcome.code}: {outcome.message} (correlation {outcome.correlation})"])
         return EXIT.get(outcome.code, 1)
 
     # -- doctor --------------------------------------------------------------------
@@ -229,8 +233,7 @@ class Command(BaseCommand):
             if isinstance(r, dict):
                 seen = f"x{r.get('count')}, last {r.get('last_at')}"
                 check(f"refused {r.get('source')}", False, f"{r.get('cause')}: {r.get('detail')} ({seen})")
-        text = "\n".join(f"{'ok  ' if c['ok'] else 'FAIL'} {c['check']}: {c['detail']}" for c in checks)
-        self.emit(checks, text)
+        self.emit(checks, [f"{'ok  ' if c['ok'] else 'FAIL'} {c['check']}: {c['detail']}" for c in checks])
         return 0 if all(c["ok"] for c in checks) else 1
 
 

@@ -1,6 +1,6 @@
 """`python manage.py stkuser`: panel accounts and API tokens on this agent.
 
-    stkuser add NAME --role viewer|operator [--password-file PATH]   (else read from stdin)
+    stkuser add NAME --role viewer|operator [--password-file PATH]   (else $STK_USER_PASSWORD, else stdin)
     stkuser role NAME --role viewer|operator
     stkuser passwd NAME [--password-file PATH]
     stkuser token NAME [--label L]      prints a new bearer token once
@@ -8,10 +8,11 @@
     stkuser disable NAME | enable NAME
     stkuser list
 
-The password comes from stdin (a prompt on a terminal, else its first line) or
-from the first line of `--password-file PATH` (`-` is stdin). `--password P`
-still works for old scripts but warns: argv is visible to every local user
-(`ps`, /proc/PID/cmdline) for as long as the command runs.
+The password comes from the first line of `--password-file PATH` (`-` is
+stdin), else from `$STK_USER_PASSWORD`, else from stdin (a prompt on a
+terminal, else its first line). `--password P` is refused (exit 2, naming
+these): argv is visible to every local user (`ps`, /proc/PID/cmdline) for as
+long as the command runs (`elections.ports.secret_source`).
 
 Accounts live in this agent's database: create them on each agent whose panel
 people use. Run it with the agent's settings (STK_INI=/path/to/stk.ini).
@@ -20,6 +21,7 @@ people use. Run it with the agent's settings (STK_INI=/path/to/stk.ini).
 from __future__ import annotations
 
 import getpass
+import os
 import sys
 
 from django.contrib.auth import get_user_model
@@ -29,7 +31,11 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
+from elections.ports.secret_source import SecretUnreadable, argv_refusal, read_secret
+from elections.ports.terminal import make_safe
 from elections.web.auth import ROLES, ensure_roles, role_of
+
+PASSWORD_ENV = "STK_USER_PASSWORD"
 
 
 class Command(BaseCommand):
@@ -41,26 +47,35 @@ class Command(BaseCommand):
         )
         parser.add_argument("name", nargs="?")
         parser.add_argument("--role", choices=sorted(ROLES))
-        secret = parser.add_mutually_exclusive_group()
-        secret.add_argument("--password-file", metavar="PATH", help="the password: PATH's first line")
-        secret.add_argument("--password", help="deprecated: visible to other users in `ps`; use stdin")
+        parser.add_argument(
+            "--password-file",
+            metavar="PATH",
+            help=f"the password: PATH's first line ('-': stdin; else ${PASSWORD_ENV}, else stdin)",
+        )
+        parser.add_argument("--password", help="refused: visible to other users in `ps`; use --password-file")
         parser.add_argument("--label", default="", help="a label for the token")
 
     def handle(self, *args, verb, name, role, password, password_file, label, **options):  # type: ignore[no-untyped-def]
-        ensure_roles()
+        make_safe(self)  # user names and labels are printed escaped (elections.ports.terminal)
         if password is not None:
             self.stderr.write(
-                "warning: --password is visible to other users of this machine (ps); "
-                "pipe the password on stdin or use --password-file"
+                "stkuser: "
+                + argv_refusal("--password", "--password-file PATH ('-': stdin)", f"${PASSWORD_ENV}", "stdin")
             )
-        if password_file is not None and verb in ("add", "passwd"):
-            password = self._read_file(password_file)
+            raise SystemExit(2)
+        ensure_roles()
+        if verb in ("add", "passwd"):
+            try:
+                password = read_secret(password_file, "--password-file") if password_file else None
+            except SecretUnreadable as exc:
+                raise CommandError(str(exc)) from None
+            password = password or os.environ.get(PASSWORD_ENV) or None
         users = get_user_model()
         if verb == "list":
             for u in users.objects.order_by("username"):
                 tokens = u.stk_tokens.count()
                 state = "" if u.is_active else " (disabled)"
-                self.stdout.write(f"{u.username}\t{role_of(u)}\t{tokens} token(s){state}")
+                self.stdout.row(u.username, role_of(u), f"{tokens} token(s){state}")
             return
         if not name:
             raise CommandError(f"stkuser {verb} needs a user name")
@@ -111,20 +126,7 @@ class Command(BaseCommand):
             return first
         line = sys.stdin.readline()
         if not line.strip():
-            raise CommandError("no password on stdin (or use --password-file PATH)")
-        return line.rstrip("\r\n")
-
-    def _read_file(self, path: str) -> str:
-        try:
-            if path == "-":
-                line = sys.stdin.readline()
-            else:
-                with open(path, encoding="utf-8") as fh:
-                    line = fh.readline()
-        except OSError as exc:
-            raise CommandError(f"cannot read --password-file {path}: {exc.strerror}") from None
-        if not line.strip():
-            raise CommandError(f"--password-file {path} is empty")
+            raise CommandError(f"no password on stdin (or use --password-file PATH, or ${PASSWORD_ENV})")
         return line.rstrip("\r\n")
 
     def _set_password(self, user, secret: str) -> None:  # type: ignore[no-untyped-def]

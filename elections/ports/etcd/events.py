@@ -7,9 +7,10 @@ requires the key not to exist (never a blind put: an event once written is
 never overwritten). `EtcdEventTail.new_events()` reads the keys created since
 its last call, in creation order, at most `PER_CALL` per call (`backlog` says
 there is more), and hands on only evidence, exactly as the file tail does:
-each line bounded, signed with the pool key, naming the node of its key, and
-with a `seq` higher than the last accepted from that node; anything else is
-refused (counted, logged once per key and cause) and the tail moves past it.
+each line bounded, signed with the pool key, naming the node of its key, with
+fields of the right type and range (`check_event`), and with a `seq` higher
+than the last accepted from that node; anything else is refused (counted,
+logged once per key and cause) and the tail moves past it.
 With the pool's watch connected and no event key changed since the last call,
 a call costs no request until its fallback timer runs out.
 """
@@ -32,6 +33,7 @@ from elections.core.untrusted import (
     UNSIGNED,
     WRONG_NODE,
     Untrusted,
+    check_event,
     load_object,
 )
 from elections.ports.clock import Clock
@@ -151,6 +153,7 @@ class EtcdEventTail:
             seq = doc.get("seq")
             if not isinstance(seq, int) or isinstance(seq, bool) or seq != as_int(seq_text):
                 raise Untrusted(FORGED, "event line's seq is not its key's")
+            check_event(doc)  # a field of the wrong type or out of range: this event alone is refused
             last = self.last_seq.get(node, 0)
             if seq <= last:
                 raise Untrusted(REPLAYED, f"event seq {seq} ≤ {last} already seen from {node}")

@@ -48,6 +48,7 @@ from elections.core.untrusted import (
     UNSIGNED,
     WRONG_NODE,
     Untrusted,
+    check_member,
     load_object,
 )
 from elections.errors import StoreUnavailable
@@ -366,6 +367,7 @@ class EtcdLeaseStore:
                 raise Untrusted(UNSIGNED if "sig" not in doc else FORGED, f"{node} is not validly signed")
             if doc.get("node") != node:
                 raise Untrusted(WRONG_NODE, f"{node}'s key holds node {str(doc.get('node'))[:64]!r}")
+            check_member(doc, source)
             seq = _int(doc.get("seq"))
             if seq < self._member_seq.get(node, 0):
                 raise Untrusted(REPLAYED, f"{node}: heartbeat seq {seq} < {self._member_seq[node]} seen")

@@ -7,19 +7,24 @@
 The leader is found like `relay.client.RelayClient` finds it: the signed lease
 in ``--lease-dir`` (default: settings LEASE_DIR), else ``--agent URL``
 (repeatable: agents' ``/api/v1/leader``), else ``--fallback HOST:PORT``
-(repeatable). ``--kmsn`` and ``--token`` default to the agent's settings
-(KMSN, RELAY_TOKEN). Needs no Redis and no database.
+(repeatable). ``--kmsn`` and the token default to the agent's settings
+(KMSN, RELAY_TOKEN, which ``$STK_RELAY_TOKEN`` overrides). Needs no Redis and
+no database.
 
-Secrets: the site token from ``--token-file PATH`` (else ``--token``, else
-settings); a station's credential (``relayctl credential STATION``, DESIGN §8)
-from ``--credential-file PATH`` or ``$STK_RELAY_CREDENTIAL``: with one, the
-client authenticates as that station with it (the token, if any, still
-verifies the lease). A secret on the command line is visible in ``ps`` and
-shell history: ``--token`` says so on stderr when stderr is a terminal (or
-with ``-v 2``).
+Secrets never come from argv (visible in ``ps`` and shell history;
+`elections.ports.secret_source`): the site token from ``--token-file PATH``
+(``-``: stdin), else ``$STK_RELAY_TOKEN`` / settings; a station's credential
+(``relayctl credential STATION``, DESIGN §8) from ``--credential-file PATH`` or
+``$STK_RELAY_CREDENTIAL``: with one, the client authenticates as that station
+with it (the token, if any, still verifies the lease); the panel API token of
+``--agent`` lookups from ``--api-token-file PATH`` or ``$STK_API_TOKEN``. The
+old ``--token T`` and ``--api-token T`` are refused (exit 2, one line naming
+these).
 
 Results go to stdout (``--json``: one JSON object per line); status and errors
-go to stderr, one line each (``--json``: JSON objects). Exit status:
+go to stderr, one line each (``--json``: JSON objects). Whatever came from the
+relay or the share is printed with its control and bidi characters escaped
+(``\u001b``; `elections.core.terminal`), in JSON too (still the same JSON). Exit status:
 
 - 0 done (``listen``: after ``--count`` messages, ``--for`` seconds, or SIGINT/SIGTERM);
 - 1 the relay answered the send with an error (``no_route``: nobody to receive
@@ -41,7 +46,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from elections.ports.secret_source import SecretUnreadable, argv_refusal, from_environment, read_secret
 from elections.ports.smburl import is_smb
+from elections.ports.terminal import make_safe
 from relay.beacon_discovery import BeaconListener
 from relay.client import (
     ClientClosed,
@@ -76,17 +83,13 @@ def parse_fallback(text: str) -> tuple[str, int]:
 
 
 def _secret(path: str | None, flag: str) -> str:
-    """The secret in file `path` (stripped), "" without a path; `Stop` if unreadable or empty."""
+    """The secret in file `path` (`-`: stdin; stripped), "" without a path; `Stop` if unreadable or empty."""
     if not path:
         return ""
     try:
-        with open(path, encoding="utf-8") as fh:
-            secret = fh.read(4096).strip()
-    except OSError as exc:
-        raise Stop(EXIT_USAGE, f"relayclient: cannot read {flag} {path}: {exc.strerror or exc}") from None
-    if not secret:
-        raise Stop(EXIT_USAGE, f"relayclient: {flag} {path} is empty")
-    return secret
+        return read_secret(path, flag).strip()
+    except SecretUnreadable as exc:
+        raise Stop(EXIT_USAGE, f"relayclient: {exc}") from None
 
 
 def positive(text: str) -> float:
@@ -103,25 +106,27 @@ def _common(parser: argparse.ArgumentParser, *, role_required: bool) -> None:
     parser.add_argument("--role", choices=("agent", "commander"), required=role_required)
     parser.add_argument("--station", help="the station to register as")
     parser.add_argument("--kmsn", help="the site's KMSN (default: settings KMSN)")
+    parser.add_argument("--token", help="refused (visible in ps): use --token-file or $STK_RELAY_TOKEN")
     parser.add_argument(
-        "--token", help="the site's relay token (default: settings RELAY_TOKEN); prefer --token-file"
+        "--token-file",
+        metavar="PATH",
+        help="read the site's relay token from PATH ('-': stdin; default $STK_RELAY_TOKEN, else RELAY_TOKEN)",
     )
-    parser.add_argument("--token-file", metavar="PATH", help="read the site's relay token from PATH")
     parser.add_argument(
         "--credential-file",
         metavar="PATH",
-        help="read this station's relay credential from PATH (default $STK_RELAY_CREDENTIAL)",
+        help="read this station's relay credential from PATH ('-': stdin; default $STK_RELAY_CREDENTIAL)",
     )
     parser.add_argument("--lease-dir", help="the pool's lease dir (default: settings LEASE_DIR; '' for none)")
     parser.add_argument(
         "--agent", action="append", default=[], metavar="URL", help="an agent's web URL (repeatable)"
     )
+    parser.add_argument("--api-token", help="refused (visible in ps): use --api-token-file or $STK_API_TOKEN")
     parser.add_argument(
-        "--api-token",
-        default=os.environ.get("STK_API_TOKEN"),
-        metavar="TOKEN",
-        help="panel API token for --agent lookups (default $STK_API_TOKEN); not needed when the agents "
-        "set STK_PUBLIC_LEADER_LOOKUP=1",
+        "--api-token-file",
+        metavar="PATH",
+        help="read the panel API token for --agent lookups from PATH ('-': stdin; default $STK_API_TOKEN); "
+        "not needed when the agents set STK_PUBLIC_LEADER_LOOKUP=1",
     )
     parser.add_argument(
         "--fallback",
@@ -173,6 +178,7 @@ class Command(BaseCommand):
         ping.add_argument("--count", type=int, default=3, help="round trips (default 3)")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        make_safe(self)  # messages, reasons and names from the relay are printed escaped (one line each)
         self.as_json = options["json"]
         self.verbose = options["verbosity"] >= 2
         self.registered_once = False
@@ -195,16 +201,21 @@ class Command(BaseCommand):
         stk = settings.STK
         action = options["action"]
         kmsn = options["kmsn"] or stk.kmsn
-        if options["token"] and (self.stderr.isatty() or self.verbose):
-            self._status(
-                {"warning": "secret on the command line"},
-                "relayclient: warning: --token puts the secret in ps and shell history; "
-                "use --token-file or STK_RELAY_TOKEN",
-            )
-        token = _secret(options["token_file"], "--token-file") or options["token"] or stk.relay_token
-        credential = (
-            _secret(options["credential_file"], "--credential-file")
-            or os.environ.get("STK_RELAY_CREDENTIAL", "").strip()
+        if options["token"] is not None:
+            raise Stop(EXIT_USAGE, "relayclient: " + argv_refusal("--token", "--token-file PATH ('-': stdin)",
+                                                                  "$STK_RELAY_TOKEN"))  # fmt: skip
+        if options["api_token"] is not None:
+            raise Stop(EXIT_USAGE, "relayclient: " + argv_refusal("--api-token", "--api-token-file PATH",
+                                                                  "$STK_API_TOKEN"))  # fmt: skip
+        files = [options[k] for k in ("token_file", "credential_file", "api_token_file") if options[k]]
+        if files.count("-") > 1:
+            raise Stop(EXIT_USAGE, "relayclient: stdin ('-') can hold one secret only")
+        token = _secret(options["token_file"], "--token-file") or stk.relay_token
+        credential = _secret(options["credential_file"], "--credential-file") or from_environment(
+            "STK_RELAY_CREDENTIAL"
+        )
+        api_token = _secret(options["api_token_file"], "--api-token-file") or from_environment(
+            "STK_API_TOKEN"
         )
         lease_dir = stk.lease_dir if options["lease_dir"] is None else options["lease_dir"]
         if not token:
@@ -239,7 +250,7 @@ class Command(BaseCommand):
             lease_dir=lease_dir or None,
             agents=options["agent"],
             fallbacks=options["fallback"],
-            api_token=options["api_token"],
+            api_token=api_token or None,
             lease_options=stk.values,  # an smb:// LEASE_DIR logs in with SMB_PASSWORD(_FILE)
             beacons=BeaconListener(token, kmsn, beacon_port) if beacon_port else None,
         )
