@@ -34,8 +34,10 @@ UNREADABLE = "unreadable"
 TOO_MANY = "too_many"
 WRONG_KMSN = "wrong_kmsn"  # a beacon of another pool (core.beacons)
 SPLIT_BRAIN = "split_brain"  # two validly signed leader beacons of different nodes claim one epoch
+# the site token refused for a station bound to its credential (core.stations, relay.bindings)
+IMPERSONATION = "impersonation"
 CAUSES = (TOO_LARGE, TOO_DEEP, NOT_UTF8, NOT_JSON, NOT_OBJECT, UNSIGNED, FORGED, REPLAYED, WRONG_NODE,
-          NOT_A_FILE, UNREADABLE, TOO_MANY, WRONG_KMSN, SPLIT_BRAIN)  # fmt: skip
+          NOT_A_FILE, UNREADABLE, TOO_MANY, WRONG_KMSN, SPLIT_BRAIN, IMPERSONATION)  # fmt: skip
 
 _ESCAPE = re.compile(rb"\\.", re.S)  # one backslash escape (non-overlapping, left to right)
 _STRING = re.compile(rb'"[^"]*"')  # a string once its escapes are gone: linear, no backtracking
