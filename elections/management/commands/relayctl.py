@@ -38,8 +38,9 @@ class Command(BaseCommand):
     requires_system_checks: list[str] = []
 
     def add_arguments(self, parser):  # type: ignore[no-untyped-def]
-        parser.add_argument("action", choices=["list", "history", "drain", "undrain", "promote", "pause", "resume",
-                                               "plan", "doctor", "credential", "unbind"])  # fmt: skip
+        actions = ["list", "history", "drain", "undrain", "promote", "pause", "resume", "plan", "doctor",
+                   "credential", "unbind"]  # fmt: skip
+        parser.add_argument("action", choices=actions)
         parser.add_argument("node", nargs="?")
         parser.add_argument("--force", action="store_true", help="drain even the last eligible member")
         parser.add_argument("--reason", default="", help="why (kept in the audit trail)")
