@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from test_relay_client import KMSN, TOKEN, Pool, play
 from test_relay_server import Wire
-from test_relay_trust import client, credential, real_relay
+from test_relay_trust import POOL_KEY, client, credential, real_relay
 
 from elections.core.stations import BOUND, UNBIND, StationBook
 from elections.ports.localstate import LocalState
@@ -27,7 +27,6 @@ from relay.bindings import StationBindings
 from relay.client import Received, Refused
 from relay.discovery import Discovery, Fallbacks
 from relay.server import RelayServer
-
 
 
 def write_bindings(data: Path, *events: dict) -> None:
