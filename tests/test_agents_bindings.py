@@ -176,3 +176,43 @@ def test_forged_and_unsigned_binding_lines_on_the_share_are_ignored_and_counted(
             await c.close()
 
     asyncio.run(planted_names_take_the_token())
+
+
+def test_a_binding_outlives_a_restart_of_every_agent_with_the_shares_event_files_deleted(site_factory):
+    site = site_factory(3)
+    site.start()
+    first = site.wait_leader(timeout=40)
+    port = int(site.agents[0].setting("RELAY_PORT"))
+    wait_until(lambda: listening(site.by_name(first.node).ip, port), 15, "the leader's relay to listen")
+    key = station_credential(TOKEN, KMSN, "S301")
+
+    async def bind():
+        real = client(site, "S301", credential=key)
+        await real.start(timeout=20)
+        await wait_for(lambda: all("S301" in bound_on(a) for a in site.agents), 20, "S301 bound everywhere")
+        await real.close()
+
+    asyncio.run(bind())
+    for agent in site.agents:
+        agent.terminate()
+    # Anyone who can write the share can delete files: the agents' own databases still hold the binding.
+    deleted = [p for p in (site.lease_dir / "events").iterdir() if p.is_file()]
+    assert deleted
+    for path in deleted:
+        path.unlink()
+    restarted = time.time()
+    for agent in site.agents:
+        agent.start()
+    lease = site.wait_leader(timeout=40, min_epoch=first.epoch + 1)
+    wait_until(lambda: listening(site.by_name(lease.node).ip, port), 20, "the restarted leader's relay")
+
+    def republished() -> bool:  # each worker folded again and wrote stations.json after the restart
+        return all((a.data_dir / "stations.json").stat().st_mtime > restarted for a in site.agents)
+
+    wait_until(republished, 20, "every agent to publish its fold again")
+    assert all("S301" in bound_on(a) for a in site.agents)
+
+    async def impostor():
+        assert await refused(site, "S301") == "bad_auth"
+
+    asyncio.run(impostor())
