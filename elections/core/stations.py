@@ -56,7 +56,7 @@ class StationBook:
     """Every station the pool knows: bound or not, and the key it was seen with."""
 
     bound: dict[str, bool] = field(default_factory=dict)
-    keys: dict[str, str] = field(default_factory=dict)  # station -> STATION_KEY | SITE_TOKEN (last recorded)
+    keys: dict[str, str] = field(default_factory=dict)  # station -> SITE_TOKEN: seen with the site token
     clock: int = 0  # the highest clock of a bind or reset folded
     overflow: int = 0  # names not folded: over MAX_STATIONS
     _at: dict[str, OrderKey] = field(default_factory=dict)
@@ -84,8 +84,6 @@ class StationBook:
                 self._at[name] = key
                 was = self.bound.get(name)
                 self.bound[name] = kind == BOUND
-                if kind == BOUND:
-                    self.keys[name] = STATION_KEY
                 changed = changed or was != self.bound[name]
         return changed
 
@@ -109,5 +107,5 @@ class StationBook:
 
     def to_doc(self) -> dict[str, Any]:
         """What `DATA_DIR/stations.json` holds (the relay reads `bound`)."""
-        known = {s: self.keys.get(s, SITE_TOKEN) for s in self.known()}
+        known = {s: STATION_KEY if self.is_bound(s) else SITE_TOKEN for s in self.known()}
         return {"bound": self.bound_stations(), "known": known, "clock": self.clock}
