@@ -57,13 +57,13 @@ class BindingFeed:
         self._stop.set()
 
     def _run(self) -> None:
-        last: frozenset[str] | None = None
+        last: tuple[frozenset[str], dict[str, int]] | None = None
         while not self._stop.is_set():
             try:
                 stations = self.local.stations()
-                if stations.exists and stations.bound != last:
-                    last = stations.bound
-                    self.loop.call_soon_threadsafe(self.bindings.replace, stations.bound)
+                if stations.exists and (stations.bound, stations.at) != last:
+                    last = (stations.bound, stations.at)
+                    self.loop.call_soon_threadsafe(self.bindings.replace, stations.bound, stations.at)
                 self.loop.call_soon_threadsafe(self.read_once.set)
             except RuntimeError:  # the loop is closed: the relay is gone
                 return

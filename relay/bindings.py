@@ -10,7 +10,10 @@ waits for a read. What the relay learns itself is reported in `snapshot()`
 - ``credential``: stations admitted with their station credential that the
   pool does not yet hold bound. Held here (`holds`) from that moment, so the
   site token cannot take the station in the seconds before the worker's
-  ``station_bound`` comes back as `bound`;
+  ``station_bound`` comes back as `bound`, and until the pool has decided
+  about the station since (its bind or reset clock, `at`, moved past the one
+  known at admission: a reset given meanwhile wins, and is not undone by a
+  report of the old admission);
 - ``token``: stations admitted with the site token (bounded);
 - ``refused``: per station, how many site-token registrations were refused
   because it is bound, and from which peer last (the worker raises them as
@@ -36,17 +39,19 @@ BOUND_REFUSAL = (
 class StationBindings:
     def __init__(self, bound: Iterable[str] = ()) -> None:
         self.bound: frozenset[str] = frozenset(bound)
+        self.at: dict[str, int] = {}  # station -> the clock of the pool's last bind or reset of it
         self.loaded = False  # a `replace()` has happened (the pool's bindings are known)
-        self.credential: dict[str, None] = {}  # admitted with the credential, not (yet) in `bound`
+        # admitted with the credential, not (yet) bound by the pool: station -> its clock then
+        self.credential: dict[str, int] = {}
         self.token: dict[str, None] = {}
         self.refused: dict[str, dict[str, Any]] = {}
         self.untracked = 0
 
-    def replace(self, bound: frozenset[str]) -> None:
-        """The pool's bindings as last read; a station it now holds bound needs no
-        holding here any more."""
-        self.bound, self.loaded = bound, True
-        for station in [s for s in self.credential if s in bound]:
+    def replace(self, bound: frozenset[str], at: dict[str, int] | None = None) -> None:
+        """The pool's bindings as last read; a station it has decided about since
+        its credential was admitted here needs no holding any more."""
+        self.bound, self.at, self.loaded = bound, dict(at or {}), True
+        for station in [s for s, then in self.credential.items() if s in bound or self.at.get(s, -1) > then]:
             del self.credential[station]
 
     def holds(self, station: str) -> bool:
@@ -75,16 +80,16 @@ class StationBindings:
         if role == VIEWER:
             return
         if station_key:
-            if station not in self.bound:
-                self._add(self.credential, station)
+            if station not in self.bound and station not in self.credential:
+                self._add(self.credential, station, self.at.get(station, -1))
         elif station not in self.token:
-            self._add(self.token, station)
+            self._add(self.token, station, None)
 
-    def _add(self, into: dict[str, None], station: str) -> None:
+    def _add(self, into: dict[str, Any], station: str, value: Any) -> None:
         if len(into) >= MAX_TRACKED:
             self.untracked += 1
             return
-        into[station] = None
+        into[station] = value
 
     def snapshot(self) -> dict[str, Any]:
         return {

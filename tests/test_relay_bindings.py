@@ -161,3 +161,26 @@ def test_a_damaged_stations_file_keeps_the_bindings_the_relay_had(tmp_path):
         feed.stop()
 
     play(tmp_path, body)
+
+
+def test_a_reset_given_before_the_pool_saw_the_binding_is_not_undone_by_the_old_admission(tmp_path):
+    async def body(pool: Pool) -> None:
+        relay, feed = await fed_relay(pool, tmp_path)
+        where = Discovery([Fallbacks([relay.addresses["json"]])])
+        holder = client(pool, "S007", where, token="", credential=credential("S007"))
+        await holder.start(timeout=5)
+        await holder.close()
+        assert relay.snapshot()["stations"]["credential"] == ["S007"]
+        # The worker bound it and an operator reset it before the relay read the bind: the pool
+        # has decided about S007 since the admission, so the relay stops holding and reporting it.
+        reset = {"kind": UNBIND, "target": "S007", "node": "S002", "seq": 3, "clock": 2}
+        write_bindings(tmp_path, bind("S007", clock=1), reset)
+        await until(
+            lambda: relay.snapshot()["stations"]["credential"] == [], 5, "the admission to be settled"
+        )
+        again = client(pool, "S007", where)
+        await again.start(timeout=5)
+        assert again.registered
+        feed.stop()
+
+    play(tmp_path, body)

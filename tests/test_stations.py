@@ -50,7 +50,8 @@ def test_a_stations_binding_is_the_last_bind_or_reset_in_command_order(events, b
 def test_folding_again_changes_nothing_and_says_so():
     book = fold(bind("S002", 1), {"kind": SEEN, "station": "C01", "node": "S001", "seq": 2})
     assert not book.apply([bind("S002", 1), {"kind": SEEN, "station": "C01", "node": "S001", "seq": 2}])
-    assert book.to_doc() == {"bound": ["S002"], "known": {"C01": "token", "S002": "station"}, "clock": 1}
+    doc = {"bound": ["S002"], "known": {"C01": "token", "S002": "station"}, "at": {"S002": 1}, "clock": 1}
+    assert book.to_doc() == doc
 
 
 @pytest.mark.parametrize("name", ["", "x" * 65, "S\n002", "S\x00", 7, None, ["S002"], {"a": 1}])

@@ -106,6 +106,9 @@ class StationBook:
         return sorted(self.keys.keys() | self.bound.keys())
 
     def to_doc(self) -> dict[str, Any]:
-        """What `DATA_DIR/stations.json` holds (the relay reads `bound`)."""
+        """What `DATA_DIR/stations.json` holds. The relay reads `bound`, and `at`:
+        the clock of each station's last bind or reset, which tells it that the
+        pool has decided about a station since it admitted its credential."""
         known = {s: STATION_KEY if self.is_bound(s) else SITE_TOKEN for s in self.known()}
-        return {"bound": self.bound_stations(), "known": known, "clock": self.clock}
+        at = {s: key[0] for s, key in sorted(self._at.items())}
+        return {"bound": self.bound_stations(), "known": known, "at": at, "clock": self.clock}

@@ -266,10 +266,11 @@ class StationsFile:
     exists: bool = False
     bound: frozenset[str] = frozenset()
     known: dict[str, str] = field(default_factory=dict)  # station -> "station" | "token"
+    at: dict[str, int] = field(default_factory=dict)  # station -> clock of its last bind or reset
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any]) -> StationsFile:
-        bound, known = doc.get("bound"), doc.get("known")
+        bound, known, at = doc.get("bound"), doc.get("known"), doc.get("at")
         if not isinstance(bound, list):
             return cls()
         names = frozenset(s for s in bound[:MAX_STATIONS_SHOWN] if isinstance(s, str) and 0 < len(s) <= 64)
@@ -278,7 +279,12 @@ class StationsFile:
             for station, key in list(known.items())[:MAX_STATIONS_SHOWN]:
                 if isinstance(station, str) and len(station) <= 64:
                     keys[station] = "station" if key == "station" else "token"
-        return cls(True, names, keys)
+        clocks = {}
+        if isinstance(at, dict):
+            for station, clock in list(at.items())[:MAX_STATIONS_SHOWN]:
+                if isinstance(station, str) and len(station) <= 64 and _int(clock) is not None:
+                    clocks[station] = clock
+        return cls(True, names, keys, clocks)
 
 
 class LocalState:

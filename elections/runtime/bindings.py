@@ -122,6 +122,8 @@ class PoolBindings:
         new = count - self._refused.get((pid, station), 0)
         if new <= 0:
             return
+        for old in [k for k in self._refused if k[0] != pid]:  # an earlier relay's counts
+            del self._refused[old]
         self._refused[(pid, station)] = count
         detail = (f"the site token was refused for station {station}, bound to its credential: "
                   f"{new} registration(s), last from {peer}")  # fmt: skip
