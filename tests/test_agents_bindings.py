@@ -80,9 +80,11 @@ def test_a_bound_station_survives_a_leader_kill_refuses_the_token_and_a_reset_le
     async def scenario():
         real = client(site, "S201", credential=key)
         await real.start(timeout=20)
+        registered = time.monotonic()
         await wait_for(
             lambda: all("S201" in bound_on(a) for a in site.agents), 20, "S201 bound on every agent"
         )
+        print(f"bound on every agent {time.monotonic() - registered:.2f} s after the credential registration")
         await real.close()
         assert await refused(site, "S201") == "bad_auth"
 
@@ -130,6 +132,12 @@ def test_a_bound_station_survives_a_leader_kill_refuses_the_token_and_a_reset_le
     code, doc = relayctl(follower, "unbind", "S201", "--reason", "S201 reinstalled, credential lost")
     assert code == 0 and doc["result"] == "accepted", doc
     wait_until(lambda: all("S201" not in bound_on(a) for a in site.agents if a.alive()), 20, "the reset")
+
+    def relay_has_it() -> bool:  # the relay reads stations.json every 0.25 s and reports every second
+        report = LocalState(successor.data_dir).relay().snapshot.get("stations") or {}
+        return report.get("loaded") is True and report.get("bound") == 0
+
+    wait_until(relay_has_it, 10, "the leader's relay to take the reset")
 
     async def after_reset():
         back = client(site, "S201")  # the site token is accepted again
