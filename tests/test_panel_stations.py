@@ -122,3 +122,20 @@ def test_metrics_count_impersonation_attempts_and_the_relay_refusals(dj):
     body = text(client_for(REMOTE_ADDR="127.0.0.1").get("/metrics"))
     assert f'stkrelay_security_events_total{{cause="impersonation",kmsn="{KMSN}"}} 3.0' in body
     assert f'stkrelay_relay_drops_total{{cause="bound_station",kmsn="{KMSN}"}} 3.0' in body
+
+
+def test_an_impersonation_attempt_raises_the_security_banner_naming_the_station_and_the_address(dj):
+    write_pool(dj["data_dir"], leader="S001")
+    doc = json.loads((dj["data_dir"] / "pool.json").read_text())
+    detail = ("the site token was refused for station S002, bound to its credential: 2 registration(s), "
+              "last from 192.0.2.66:40000")  # fmt: skip
+    doc["refusals"] = {
+        "counts": {"impersonation": 2},
+        "recent": [
+            {"source": "relay:S002", "cause": "impersonation", "detail": detail, "count": 1, "last_at": "now"}
+        ],
+    }
+    (dj["data_dir"] / "pool.json").write_text(json.dumps(doc))
+    page = text(client_for(make_user("vera")).get(SITE))
+    assert 'id="security-banner"' in page and "<code>relay:S002</code> — impersonation" in page
+    assert "192.0.2.66:40000" in page
