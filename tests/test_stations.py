@@ -67,11 +67,16 @@ def test_a_seen_station_is_not_bound_and_other_kinds_are_ignored():
     assert not book.is_bound("C01") and book.known() == ["C01"] and book.clock == 0
 
 
-def test_past_the_cap_new_names_are_counted_not_folded_and_bound_ones_stay():
-    book = fold(bind("S0000", 1), *({"kind": SEEN, "station": f"X{i}", "node": "S001", "seq": i + 2}
-                                    for i in range(MAX_STATIONS + 10)))  # fmt: skip
-    assert len(book.known()) == MAX_STATIONS and book.overflow == 11 and book.is_bound("S0000")
-    book.apply([reset("S0000", 2)])
+def test_past_the_cap_new_names_are_counted_not_folded_and_seen_names_never_crowd_out_a_binding():
+    seen = [
+        {"kind": SEEN, "station": f"X{i}", "node": "S001", "seq": i + 2} for i in range(MAX_STATIONS + 10)
+    ]
+    book = fold(bind("S0000", 1), *seen, bind("S0001", 2, seq=9999))
+    assert len(book.keys) == MAX_STATIONS and book.overflow == 10
+    assert book.is_bound("S0000") and book.is_bound("S0001")  # a token flood of names binds on
+    book.apply([bind(f"B{i}", 3, seq=10_000 + i) for i in range(MAX_STATIONS)])
+    assert len(book.bound) == MAX_STATIONS and book.overflow == 12
+    book.apply([reset("S0000", 4)])
     assert not book.is_bound("S0000")
 
 

@@ -39,7 +39,7 @@ UNBIND = "unbind_requested"
 EVENT_KINDS = (BOUND, SEEN, UNBIND)
 STATION_KEY = "station"  # `key` of a session: its station credential
 SITE_TOKEN = "token"  # `key` of a session: the site-wide RELAY_TOKEN
-MAX_STATIONS = 1024  # stations remembered per pool; a name past the cap is not folded (logged by the caller)
+MAX_STATIONS = 1024  # bind registers, and seen names, per pool; a name past either cap is counted, not folded
 MAX_NAME = 64
 
 
@@ -71,7 +71,7 @@ class StationBook:
             if kind not in EVENT_KINDS:
                 continue
             name = station_name(e.get("target") if kind == UNBIND else e.get("station"))
-            if name is None or not self._room_for(name):
+            if name is None or not self._room_for(name, kind):
                 continue
             if kind == SEEN:
                 if name not in self.keys:
@@ -87,10 +87,11 @@ class StationBook:
                 changed = changed or was != self.bound[name]
         return changed
 
-    def _room_for(self, name: str) -> bool:
-        if name in self.keys or name in self.bound:
-            return True
-        if len(self.keys.keys() | self.bound.keys()) < MAX_STATIONS:
+    def _room_for(self, name: str, kind: str) -> bool:
+        """Seen names and bind registers have caps of their own: a client with the
+        site token that registers as thousands of names cannot crowd out a binding."""
+        table: dict[str, Any] = self.keys if kind == SEEN else self.bound
+        if name in table or len(table) < MAX_STATIONS:
             return True
         self.overflow += 1
         return False
