@@ -12,9 +12,11 @@ forged and unsigned ``station_bound`` lines on the share are ignored and counted
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
 import time
+import urllib.request
 from datetime import UTC, datetime
 
 import pytest
@@ -40,6 +42,13 @@ def relayctl(agent, *args):
     out = subprocess.run([sys.executable, str(ROOT / "manage.py"), "relayctl", *args, "--json"],
                          capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)  # fmt: skip
     return out.returncode, json.loads(out.stdout) if out.stdout.strip() else out.stderr
+
+
+def scrape(agent) -> str:
+    """The agent's /metrics, from loopback (allowed without a token)."""
+    url = f"http://{agent.ip}:{agent.setting('WEB_PORT')}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return answer.read().decode()
 
 
 def bound_on(agent) -> frozenset:
@@ -101,6 +110,10 @@ def test_a_bound_station_survives_a_leader_kill_refuses_the_token_and_a_reset_le
 
         await wait_for(counted, 10, "the refusal counted in the new relay's relay.json")
         await wait_for(lambda: refusal_count(successor, "impersonation") >= 1, 10, "the impersonation alarm")
+        metrics = await asyncio.to_thread(scrape, successor)
+        for family, cause in (("security_events", "impersonation"), ("relay_drops", "bound_station")):
+            sample = rf'stkrelay_{family}_total\{{cause="{cause}",kmsn="[^"]+"\}} [1-9]'
+            assert re.search(sample, metrics), family
 
         real = client(site, "S201", credential=key)
         commander = client(site, "C01", role="commander")
