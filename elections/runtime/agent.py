@@ -121,8 +121,7 @@ class Agent:
         )  # fmt: skip
         self._seed_memory()
         # Stations bound to their credentials: folded here, published for the relay (stations.json).
-        wall = lambda: clock.wall().isoformat(timespec="seconds")  # noqa: E731
-        self.bindings = PoolBindings(self.local, pool_event_sink(stk), self.refusals, clock.monotonic, wall)
+        self.bindings = PoolBindings(self.local, pool_event_sink(stk), self.refusals, clock)
         self.bindings.seed(stk.kmsn)
         # One election cycle at a time: the Celery tasks and the beacons' kicks share it.
         self.lock = threading.RLock()

@@ -24,12 +24,12 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Callable
 from typing import Any
 
 from elections.core.evidence import Refusals
 from elections.core.stations import BOUND, EVENT_KINDS, SEEN, StationBook, station_name
 from elections.core.untrusted import IMPERSONATION
+from elections.ports.clock import Clock
 from elections.ports.localstate import LocalState, RelayStatus
 
 log = logging.getLogger("stkrelay.bindings")
@@ -39,12 +39,8 @@ MAX_PER_LOOK = 64  # stations taken from one relay.json
 
 
 class PoolBindings:
-    def __init__(
-        self, local: LocalState, sink: Any, refusals: Refusals, monotonic: Callable[[], float],
-        wall: Callable[[], str],
-    ) -> None:  # fmt: skip
-        self.local, self.sink, self.refusals = local, sink, refusals
-        self.monotonic, self.wall = monotonic, wall
+    def __init__(self, local: LocalState, sink: Any, refusals: Refusals, clock: Clock) -> None:
+        self.local, self.sink, self.refusals, self.clock = local, sink, refusals, clock
         self.book = StationBook()
         self._dirty = True
         self._lock = threading.Lock()
@@ -127,7 +123,8 @@ class PoolBindings:
         self._refused[(pid, station)] = count
         detail = (f"the site token was refused for station {station}, bound to its credential: "
                   f"{new} registration(s), last from {peer}")  # fmt: skip
-        if self.refusals.note(f"relay:{station}", IMPERSONATION, detail, self.wall(), self.monotonic()):
+        at = self.clock.wall().isoformat(timespec="seconds")
+        if self.refusals.note(f"relay:{station}", IMPERSONATION, detail, at, self.clock.monotonic()):
             log.error("SECURITY: %s", detail)
         self.refusals.counts[IMPERSONATION] += new - 1
 
