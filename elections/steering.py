@@ -1,5 +1,5 @@
 """The steering service: the one path of every operator command (drain,
-undrain, promote, pause, resume), from the panel, the API and `relayctl` alike.
+undrain, promote, pause, resume, unbind), from the panel, the API and `relayctl` alike.
 
 `perform(actor, ...)` writes the intent to the audit trail (refusing the
 command if that fails), checks the actor's permission and the typed
@@ -29,6 +29,7 @@ from django.conf import settings
 
 from elections import audit
 from elections.core.commands import ACCEPTED, EVENT_KINDS, KINDS, UNAVAILABLE, CommandResult, check
+from elections.core.stations import BOUND
 from elections.ports.localstate import LocalState
 from elections.runtime.projection import pool_event_sink, watched_event_sink
 
@@ -175,7 +176,7 @@ def next_command_clock(folded: int, kmsn: str | None = None) -> int:
     from elections.models import ElectionEvent
 
     recent = (
-        ElectionEvent.objects.filter(kmsn=kmsn or settings.STK.kmsn, kind__in=EVENT_KINDS)
+        ElectionEvent.objects.filter(kmsn=kmsn or settings.STK.kmsn, kind__in=(*EVENT_KINDS, BOUND))
         .order_by("-id")
         .values_list("detail", flat=True)
     )

@@ -77,10 +77,11 @@ class Host(Protocol):
     def successor(self) -> Successor | None: ...  # set once leadership is lost
 
     def new_connection(
-        self, *, roles: Collection[str], raw_mode: bool, nonce: str | None = None
+        self, *, roles: Collection[str], raw_mode: bool, nonce: str | None = None, peer: str = "?"
     ) -> ServerConnection:
         """The sans-I/O core for one new connection (it queues ``hello``; `nonce`:
-        the one another relay's hello sent, for a peer that came through a tunnel)."""
+        the one another relay's hello sent, for a peer that came through a tunnel;
+        `peer`: its address, named in a refusal)."""
         ...
 
     def admit(self, peer: Peer, address: str) -> bool: ...  # False: refuse it, no frame (relay.limits)

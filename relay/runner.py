@@ -32,6 +32,8 @@ from elections.ports.dirwatch import DirWatch
 from elections.ports.localstate import LEADERSHIP_NAME, RELAY_WANTED_NAME, Leadership, LocalState, RelayStatus
 from elections.ports.stores import PoolPlace, open_store
 from relay.auth import cloud_key
+from relay.binding_feed import BindingFeed
+from relay.bindings import StationBindings
 from relay.cloud.tunnel import TunnelClient
 from relay.server import RelayServer
 
@@ -167,6 +169,7 @@ class RelayRunner:
         self.stk, self.epoch, self.say, self.complain = stk, epoch, say, complain
         self.gate = LeadershipGate(stk.data_dir, epoch)
         self.local = LocalState(stk.data_dir)
+        self.bindings = StationBindings()
         self.server = RelayServer(
             node=stk.node,
             kmsn=stk.kmsn,
@@ -178,15 +181,19 @@ class RelayRunner:
             pool_key=stk.pool_key,
             station_keys_only=stk.relay_station_keys_only,
             max_per_address=stk.relay_max_per_address or None,
+            bindings=self.bindings,
         )
         self.tunnel: TunnelClient | None = None
 
     async def run(self) -> int:
         stk, server = self.stk, self.server
         loop = asyncio.get_running_loop()
+        feed = BindingFeed(loop, stk.data_dir, self.bindings).start()
+        await feed.first()  # the pool's bindings before the first client (read off the loop)
         try:
             await server.start(stk.node_ip, stk.relay_port)
         except OSError as exc:
+            feed.stop()
             self.complain(
                 f"runrelay: cannot listen on {stk.node_ip}:{stk.relay_port} and :{stk.relay_port + 1}: "
                 f"{exc.strerror or exc}"
@@ -224,6 +231,7 @@ class RelayRunner:
         told = server.snapshot()["connections"]
         server.lose_leadership(*successor)
         await server.wait_closed(0.5)
+        feed.stop()
         if self.tunnel is not None:
             await self.tunnel.stop()
         self.write_status(False)

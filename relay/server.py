@@ -35,7 +35,10 @@ Decisions worth knowing:
 - Keys (protocol 1.1, DESIGN §8): a client authenticates with the site
   `token` or its station's credential (derived from `pool_key`, default
   `token`); `station_keys_only` refuses the site token. A station held by
-  its credential cannot be taken over with the site token (`relay.routing`).
+  its credential cannot be taken over with the site token (`relay.routing`),
+  and a station the pool holds bound to its credential (`bindings`, a
+  `relay.bindings.StationBindings`) is refused the site token even when no
+  session holds it; admissions and refusals are in ``snapshot()["stations"]``.
 - Connection caps (`relay.limits`): total, unregistered and per-address,
   sized from the soft ``RLIMIT_NOFILE`` at every accept unless `caps` is
   given; refusals close without a frame, evictions of the oldest
@@ -51,6 +54,7 @@ import logging
 from collections.abc import Callable, Collection
 from typing import Any
 
+from relay.bindings import StationBindings
 from relay.limits import Admission, Caps, backlog
 from relay.protocol import (
     DEFAULT_MAX_FRAME,
@@ -110,6 +114,7 @@ class RelayServer:
         station_keys_only: bool = False,
         caps: Caps | None = None,
         max_per_address: int | None = None,
+        bindings: StationBindings | None = None,
     ) -> None:
         if not token:
             raise ValueError("token must not be empty")
@@ -120,6 +125,7 @@ class RelayServer:
         self.admission = Admission(
             (lambda: caps) if caps else lambda: Caps.sized(file_limit(), max_per_address)
         )
+        self.bindings = bindings if bindings is not None else StationBindings()
         self.gate = gate
         self.epoch = epoch
         self.max_frame = max_frame
@@ -180,7 +186,7 @@ class RelayServer:
 
     # -- relay.sessions.Host: what the peers see of the server -------------------------
     def new_connection(
-        self, *, roles: Collection[str], raw_mode: bool, nonce: str | None = None
+        self, *, roles: Collection[str], raw_mode: bool, nonce: str | None = None, peer: str = "?"
     ) -> ServerConnection:
         return ServerConnection(
             node=self.node,
@@ -195,14 +201,26 @@ class RelayServer:
             silence_timeout=self.silence,
             pool_key=self.pool_key,
             station_keys_only=self.station_keys_only,
-            admit=self.may_register,
+            admit=functools.partial(self.may_register, peer=peer),
             nonce=nonce,
         )
 
-    def may_register(self, registration: Registered) -> str | None:
-        """Asked by the core before ``registered``: may it take its place? (`relay.routing`)"""
+    def may_register(self, registration: Registered, peer: str = "?") -> str | None:
+        """Asked by the core before ``registered``: may it take its place? The site
+        token may neither replace a live credential holder (`relay.routing`) nor
+        take a station bound to its credential (`relay.bindings`); either refusal
+        is an impersonation attempt, counted as ``bound_station``."""
         r = registration
-        return self.router.refusal(r.role, r.kmsn, r.station, r.station_key)
+        refusal = self.router.refusal(r.role, r.kmsn, r.station, r.station_key)
+        refusal = self.bindings.refusal(r.role, r.station, r.station_key, peer, held=refusal)
+        if refusal is None:
+            self.bindings.admitted(r.role, r.station, r.station_key)
+            return None
+        self.count("bound_station")
+        if self.drops["bound_station"] % 100 == 1:  # an impostor must not flood the log
+            log.warning("refused the site token for %s/%s from %s: %s (%d such refusals)", r.kmsn,
+                        r.station[:64], peer, refusal, self.drops["bound_station"])  # fmt: skip
+        return refusal
 
     def admit(self, peer: JsonPeer, address: str) -> bool:
         accepted, evicted = self.admission.admit(peer, address)
@@ -292,4 +310,5 @@ class RelayServer:
             "drops": dict(sorted(self.drops.items())),
             "rejected_frames": self.rejected,
             "admission": self.admission.snapshot(),
+            "stations": self.bindings.snapshot(),
         }

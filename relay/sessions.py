@@ -95,7 +95,9 @@ class JsonPeer(asyncio.Protocol):
         if sock is not None:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         transport.set_write_buffer_limits(high=host.buffer_limit)
-        self.conn = host.new_connection(roles=self.roles, raw_mode=self.raw_mode, nonce=self.nonce)
+        self.conn = host.new_connection(
+            roles=self.roles, raw_mode=self.raw_mode, nonce=self.nonce, peer=self.peer
+        )
         self.greet(transport, self.conn.data_to_send())
         successor = host.successor
         if successor is not None:  # accepted in the same loop turn as lose_leadership()
@@ -332,6 +334,7 @@ class JsonPeer(asyncio.Protocol):
             "since": round(self.since, 3),
             "idle_s": round(self.loop.time() - self.last_rx, 3),
             "buffered": buffered,
+            "key": "station" if self.station_key else "token",
         }
 
 

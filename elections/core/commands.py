@@ -1,4 +1,4 @@
-"""Operator commands (drain, undrain, promote, pause, resume): the check a
+"""Operator commands (drain, undrain, promote, pause, resume, unbind): the check a
 command must pass, and the fold of the pool's command events into its state.
 
 Pure: no I/O, no clock. The steering service (`elections.steering`) checks a
@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-KINDS = ("drain", "undrain", "promote", "pause", "resume")
+KINDS = ("drain", "undrain", "promote", "pause", "resume", "unbind")  # unbind: core.stations folds it
 NEEDS_TARGET = ("drain", "undrain", "promote")
 EVENT_KINDS = tuple(f"{k}_requested" for k in KINDS)
 MAX_PROMOTES = 16  # pending promotes remembered (newest by order)
@@ -72,6 +72,10 @@ def check(
     epoch = pool.epoch
     if expected_epoch is not None and epoch is not None and expected_epoch != epoch:
         return STALE_EPOCH, f"the pool is at epoch {epoch}, the page showed {expected_epoch}: reload"
+    if kind == "unbind":  # a station, member or not: resetting an unbound one changes nothing
+        if not (target and len(target) <= 64 and target.isprintable()):
+            return REFUSED, "unbind needs a station name (at most 64 printable characters)"
+        return ACCEPTED, f"unbind {target} accepted: the site token is accepted for it again"
     members = pool.members
     if kind in NEEDS_TARGET:
         if not target:

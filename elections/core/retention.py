@@ -13,7 +13,9 @@ decides, on its own clock and from its own lines:
   the line with its highest epoch (epochs are never reused), for every
   register of the command fold (`core.commands.PoolCommands`: a member's
   drain mark, the pool's pause) the last command in command order, the last
-  promote, and the head of this node's published audit chain (the first
+  promote, the last bind or reset of every station (`core.stations`: a
+  station's binding to its credential must outlive any segment) and its
+  first ``station_seen``, and the head of this node's published audit chain (the first
   published row is taken as given, so the kept head and every later row still
   verify). Whatever else a retired segment held lives on only in the agents'
   databases.
@@ -25,6 +27,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from elections.core.commands import order_key
+from elections.core.stations import BOUND as STATION_BOUND
+from elections.core.stations import SEEN as STATION_SEEN
+from elections.core.stations import UNBIND, station_name
 
 MAX_TARGETS = 256  # drain registers kept (the newest commands): members of a pool, with room
 
@@ -79,6 +84,14 @@ class Keeper:
             self._offer("pause", order_key(doc), seq, raw)
         elif kind == "promote_requested":
             self._offer("promote", order_key(doc), seq, raw)
+        elif kind in (STATION_BOUND, UNBIND):
+            name = station_name(doc.get("target" if kind == UNBIND else "station"))
+            if name is not None:
+                self._offer(f"station:{name}", order_key(doc), seq, raw)
+        elif kind == STATION_SEEN:
+            name = station_name(doc.get("station"))
+            if name is not None:
+                self._offer(f"seen:{name}", (-seq,), seq, raw)  # the first sighting
 
     def _offer(self, register: str, rank: tuple[Any, ...], seq: int, raw: bytes) -> None:
         known = self.kept.get(register)

@@ -39,9 +39,12 @@ UNREADABLE = "unreadable"
 TOO_MANY = "too_many"
 WRONG_KMSN = "wrong_kmsn"  # a beacon of another pool (core.beacons)
 SPLIT_BRAIN = "split_brain"  # two validly signed leader beacons of different nodes claim one epoch
+# the site token refused for a station bound to its credential (core.stations, relay.bindings)
+IMPERSONATION = "impersonation"
 BAD_FIELD = "bad_field"  # a field of the wrong type or out of range (a seq of 2**63, an epoch "x")
 CAUSES = (TOO_LARGE, TOO_DEEP, NOT_UTF8, NOT_JSON, NOT_OBJECT, UNSIGNED, FORGED, REPLAYED, WRONG_NODE,
-          NOT_A_FILE, UNREADABLE, TOO_MANY, WRONG_KMSN, SPLIT_BRAIN, BAD_FIELD)  # fmt: skip
+          NOT_A_FILE, UNREADABLE, TOO_MANY, WRONG_KMSN, SPLIT_BRAIN, BAD_FIELD,
+          IMPERSONATION)  # fmt: skip
 
 # The largest seq, epoch or clock taken as evidence: SQLite's INTEGER and PostgreSQL's bigint hold
 # 2**63 - 1, and the next epoch (or seq) is one more than the highest known, so it must fit too.

@@ -8,6 +8,7 @@ One module owns them, with a typed reader and writer each:
 | `pool.json`       | the worker's survey          | web, relayctl, the steering service |
 | `watched/<KMSN>.json` | the worker's watchers (one per `[pool:<KMSN>]`) | web, the steering service |
 | `relay.json`      | the relay, every 0.5 s       | the worker's policy (relay attests), supervisor, web |
+| `stations.json`   | the worker, when its station fold changes | the relay (bindings), web, relayctl |
 | `relay.wanted`    | the relay executor           | the relay (standby) |
 | `stopping`        | the supervisor, on SIGTERM   | the worker (claims nothing any more) |
 
@@ -33,6 +34,8 @@ POOL_NAME = "pool.json"
 RELAY_NAME = "relay.json"
 RELAY_WANTED_NAME = "relay.wanted"
 STOPPING_NAME = "stopping"
+STATIONS_NAME = "stations.json"
+MAX_STATIONS_SHOWN = 4096  # names read from stations.json; more are not ours
 WATCHED_DIR = "watched"
 MAX_LOCAL_FILE = 4 << 20  # bytes: these files are small; a huge one is not ours
 FRESH_NS = 50_000_000  # a file written this recently is read again at every look
@@ -254,6 +257,36 @@ class RelayStatus:
         )
 
 
+@dataclass(frozen=True)
+class StationsFile:
+    """`stations.json`: the pool's station bindings as this agent's worker folded
+    them (`core.stations.StationBook.to_doc`). `exists` is False before the
+    worker's first complete fold: readers then keep what they had."""
+
+    exists: bool = False
+    bound: frozenset[str] = frozenset()
+    known: dict[str, str] = field(default_factory=dict)  # station -> "station" | "token"
+    at: dict[str, int] = field(default_factory=dict)  # station -> clock of its last bind or reset
+
+    @classmethod
+    def from_doc(cls, doc: dict[str, Any]) -> StationsFile:
+        bound, known, at = doc.get("bound"), doc.get("known"), doc.get("at")
+        if not isinstance(bound, list):
+            return cls()
+        names = frozenset(s for s in bound[:MAX_STATIONS_SHOWN] if isinstance(s, str) and 0 < len(s) <= 64)
+        keys = {}
+        if isinstance(known, dict):
+            for station, key in list(known.items())[:MAX_STATIONS_SHOWN]:
+                if isinstance(station, str) and len(station) <= 64:
+                    keys[station] = "station" if key == "station" else "token"
+        clocks = {}
+        if isinstance(at, dict):
+            for station, clock in list(at.items())[:MAX_STATIONS_SHOWN]:
+                if isinstance(station, str) and len(station) <= 64 and _int(clock) is not None:
+                    clocks[station] = clock
+        return cls(True, names, keys, clocks)
+
+
 class LocalState:
     """The data directory of one agent. Cheap to make: it holds the path, and
     the last document read of each file with the file's identity then (inode,
@@ -332,6 +365,13 @@ class LocalState:
 
     def write_relay(self, status: RelayStatus) -> None:
         self._write(RELAY_NAME, asdict(status))
+
+    # -- stations.json -----------------------------------------------------------
+    def stations(self) -> StationsFile:
+        return StationsFile.from_doc(self._read(STATIONS_NAME))
+
+    def write_stations(self, doc: dict[str, Any]) -> None:
+        self._write(STATIONS_NAME, doc)
 
     # -- relay.wanted --------------------------------------------------------------
     def relay_wanted(self) -> int | None:

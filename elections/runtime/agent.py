@@ -44,6 +44,7 @@ from elections.ports.localstate import Leadership, LocalState, MemberView, PoolV
 from elections.ports.share import SHARE_OPS
 from elections.ports.stores import PoolPlace, open_event_tail, open_store, store_details
 from elections.runtime.beacon_link import BeaconLink
+from elections.runtime.bindings import PoolBindings
 from elections.runtime.elector import Elector
 from elections.runtime.health import HealthMonitor
 from elections.runtime.lease_writes import Identity
@@ -119,6 +120,9 @@ class Agent:
             on_elected=self._elected, on_demoted=self._demoted, refusals=self.refusals,
         )  # fmt: skip
         self._seed_memory()
+        # Stations bound to their credentials: folded here, published for the relay (stations.json).
+        self.bindings = PoolBindings(self.local, pool_event_sink(stk), self.refusals, clock)
+        self.bindings.seed(stk.kmsn)
         # One election cycle at a time: the Celery tasks and the beacons' kicks share it.
         self.lock = threading.RLock()
         self._last_done: dict[str, float] = {}
@@ -192,11 +196,15 @@ class Agent:
             if events:
                 news = True
                 self.commands.apply(events)
+                self.bindings.fold(events)
                 self.elector.know(max(e["epoch"] if isinstance(e.get("epoch"), int) else 0 for e in events))
                 if not self.projector.submit(events, timeout=0):
                     log.warning("history projection is behind: %d events wait for the database", len(events))
                     self._unprojected.append(events)
-            if not self.tail.backlog or self.clock.monotonic() >= until:
+            if not self.tail.backlog:
+                self.bindings.publish(caught_up=True)
+                return news
+            if self.clock.monotonic() >= until:
                 return news
 
     def _kicked(self, why: str) -> None:
@@ -283,6 +291,8 @@ class Agent:
         skip = quiet and not news and not self.elector.is_leader
         decision = self.elector.last if skip else self.elector.cycle(renewing=renewing)
         assert decision is not None
+        if self.elector.is_leader:  # what its relay saw: bindings to record, impostors to report
+            self.bindings.learn(self.local.relay(), self.elector.memory.leader_epoch, self.command_clock)
         fields = {"priority": self.stk.priority, "drain": bool(self.commands.drained.get(self.stk.node)),
                   "health": self.health.status(), "paused": self.commands.paused}  # fmt: skip
         if renewing or fields != self._beat_fields:  # a drain shows at once, not at the next renew
@@ -341,12 +351,17 @@ class Agent:
             lease_detail=read.detail if read is not None else "",
             store_reachable=reachable and read is not None, members=members,
             decision=str(self.elector.last or ""), paused=self.commands.paused,
-            lease_seen_at=self.elector.memory.seen_at, command_clock=self.commands.clock,
+            lease_seen_at=self.elector.memory.seen_at, command_clock=self.command_clock,
             refusals=refusals, beacons=beacons, share_ops=SHARE_OPS.total,
             store=store_details(self.elector.store),
         )  # fmt: skip
         self.local.write_pool(view)
         return view
+
+    @property
+    def command_clock(self) -> int:
+        """The highest Lamport clock folded: of commands and of station binds."""
+        return max(self.commands.clock, self.bindings.book.clock)
 
     def publish(self, decision: Decision | None) -> None:
         el = self.elector

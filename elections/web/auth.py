@@ -2,7 +2,8 @@
 
 Roles are Django groups: `viewer` (sees everything, changes nothing) and
 `operator` (may also drain/undrain: `elections.drain_member`; promote, pause
-and resume: `elections.promote_member`). Superusers have every permission.
+and resume, and unbind a station from its credential: `elections.promote_member`).
+Superusers have every permission.
 `ensure_roles()` creates the groups; `python manage.py stkuser` calls it.
 
 Panel pages use `panel_view`: login required; an htmx request whose session
@@ -41,6 +42,7 @@ PERMISSION_FOR = {
     "pause": "elections.promote_member",
     "resume": "elections.promote_member",
     "unlock_login": "elections.drain_member",  # lift a login lockout: an operator's
+    "unbind": "elections.promote_member",  # lets the site token take a station again: the stronger role
 }
 
 CSP = (

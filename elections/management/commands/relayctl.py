@@ -8,6 +8,8 @@
     relayctl doctor                  checks of the share, signatures, clocks, relays
     relayctl credential STATION      the station's relay credential (DESIGN.md §8), from POOL_KEY
     relayctl cloud-key [KMSN]        the site's LEASE_KEY for the cloud's cloud.ini (DESIGN.md §14)
+    relayctl credential --all        one credential per known station (members, stations seen registering)
+    relayctl unbind STATION          reset a station's binding to its credential (the site token works again)
 
 `--json` prints one JSON document for scripts. Exit codes: 0 ok; 1 a command
 refused or a doctor check failed; 2 usage or configuration; 3 the pool is not
@@ -35,19 +37,20 @@ EXIT = {"accepted": 0, "refused": 1, "unknown_member": 1, "unavailable": 3, "aud
 
 
 class Command(BaseCommand):
-    help = "List, steer and check the pool (drain, undrain, promote, pause, resume, plan, doctor)."
+    help = "List, steer and check the pool (drain, undrain, promote, pause, resume, unbind, plan, doctor)."
     requires_system_checks: list[str] = []
 
     def add_arguments(self, parser):  # type: ignore[no-untyped-def]
-        parser.add_argument("action", choices=["list", "history", "drain", "undrain", "promote", "pause",
-                                               "resume", "plan", "doctor", "credential",
-                                               "cloud-key"])  # fmt: skip
+        actions = ["list", "history", "drain", "undrain", "promote", "pause", "resume", "plan", "doctor",
+                   "credential", "unbind", "cloud-key"]  # fmt: skip
+        parser.add_argument("action", choices=actions)
         parser.add_argument("node", nargs="?")
         parser.add_argument("--force", action="store_true", help="drain even the last eligible member")
         parser.add_argument("--reason", default="", help="why (kept in the audit trail)")
         parser.add_argument("--epoch", type=int, help="the epoch you expect (refused if it changed)")
         parser.add_argument("-n", type=int, default=20, help="history rows")
         parser.add_argument("--json", action="store_true", help="machine-readable output")
+        parser.add_argument("--all", action="store_true", help="credential: every known station")
 
     def handle(self, *args: Any, **o: Any) -> None:
         from django.conf import settings
@@ -62,8 +65,10 @@ class Command(BaseCommand):
         action = o["action"]
         if action in ("drain", "undrain", "promote") and not o["node"]:
             raise CommandError(f"{action} needs a NODE")
-        if action == "credential" and not o["node"]:
-            raise CommandError("credential needs a STATION")
+        if action == "unbind" and not o["node"]:
+            raise CommandError("unbind needs a STATION")
+        if action == "credential" and not (o["node"] or o["all"]):
+            raise CommandError("credential needs a STATION (or --all)")
         code = getattr(self, f"do_{action.replace('-', '_')}", self.do_command)(o)
         raise SystemExit(code)
 
@@ -122,9 +127,21 @@ class Command(BaseCommand):
 
         from relay.auth import station_credential
 
-        stk, station = settings.STK, o["node"]
-        credential = station_credential(stk.pool_key, stk.kmsn, station)
-        self.emit({"kmsn": stk.kmsn, "station": station, "credential": credential}, [credential])
+        stk = settings.STK
+        if not o["all"]:
+            station = o["node"]
+            credential = station_credential(stk.pool_key, stk.kmsn, station)
+            self.emit({"kmsn": stk.kmsn, "station": station, "credential": credential}, [credential])
+            return 0
+        from elections.ports.localstate import LocalState
+
+        local = LocalState(stk.data_dir)
+        known = local.stations()
+        stations = sorted({*local.pool().members, *known.known, *known.bound})
+        rows = [{"station": s, "credential": station_credential(stk.pool_key, stk.kmsn, s),
+                 "bound": s in known.bound, "seen_with": known.known.get(s)} for s in stations]  # fmt: skip
+        lines = [f"{r['station']}\t{r['credential']}" for r in rows]
+        self.emit({"kmsn": stk.kmsn, "stations": rows}, lines or ["(no known station yet)"])
         return 0
 
     def do_cloud_key(self, o: dict[str, Any]) -> int:
@@ -144,7 +161,7 @@ class Command(BaseCommand):
             self.stderr.write(f"relayctl: {kmsn} is neither this agent's KMSN nor a watched pool's")
             return 2
         key = cloud_key(keys[kmsn], kmsn)
-        self.emit({"kmsn": kmsn, "lease_key": key, "section": f"[site:{kmsn}]"}, key)
+        self.emit({"kmsn": kmsn, "lease_key": key, "section": f"[site:{kmsn}]"}, [key])
         return 0
 
     # -- steering ----------------------------------------------------------------

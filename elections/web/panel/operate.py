@@ -12,6 +12,7 @@ from datetime import datetime
 from types import SimpleNamespace
 
 from django.conf import settings
+from django.utils.translation import gettext as _
 
 from elections import audit
 from elections.core import actions
@@ -104,6 +105,15 @@ def preview(kind: str, site: SiteState, target: str | None) -> Preview:
         p = move(target, f"hands epoch {epoch} over to {target}")
         p.summary = f"Promote {target}: a planned switchover from {leader or 'nobody'} to {target}."
         return p
+    if kind == "unbind":
+        named = {"station": target}
+        return Preview(
+            _("Reset the binding of station %(station)s: the relay accepts the site token for it again, "
+              "until it next registers with its station credential.") % named,
+            [_("an unbind event is written to the pool's event log (audited)"),
+             _("every agent stops holding %(station)s to its credential") % named,
+             _("a client that knows only the site token can then register as %(station)s") % named],
+        )  # fmt: skip
     if kind == "pause":
         return Preview(
             "Pause automatic failover: if the leader fails while paused, no member takes over until resumed.",

@@ -58,6 +58,23 @@ class TunnelState:
         )
 
 
+@dataclass(frozen=True)
+class RelaySession:
+    """One registered client of the relay, and the key it authenticated with."""
+
+    station: str
+    role: str
+    key: str  # "station" (its station credential) | "token" (the site-wide RELAY_TOKEN)
+    peer: str
+
+    @property
+    def uses_token(self) -> bool:
+        return self.key != "station"
+
+
+MAX_SESSIONS_SHOWN = 500
+
+
 @dataclass
 class RelayState:
     """The leader's relay, from its relay.json (only on the leading agent)."""
@@ -78,6 +95,12 @@ class RelayState:
     drops: dict[str, int] = field(default_factory=dict)
     age: float | None = None
     tunnel: TunnelState | None = None  # CLOUD_URL set: the tunnel to the cloud relay
+    sessions: list[RelaySession] = field(default_factory=list)  # of this pool, by station and role
+
+    @property
+    def token_sessions(self) -> int:
+        """Sessions (not viewers) that authenticated with the site token: each should get a credential."""
+        return sum(1 for s in self.sessions if s.uses_token and s.role != "viewer")
 
     @property
     def drops_total(self) -> int:
@@ -107,6 +130,13 @@ def relay_state(status: RelayStatus, kmsn: str, now: float) -> RelayState:
     relayed = snap.get("relayed") if isinstance(snap.get("relayed"), dict) else {}
     drops = snap.get("drops") if isinstance(snap.get("drops"), dict) else {}
     messages = _int(relayed.get("messages"))
+    clients = snap.get("clients") if isinstance(snap.get("clients"), list) else []
+    sessions = [
+        RelaySession(str(c.get("station", ""))[:64], str(c.get("role", ""))[:16],
+                     "station" if c.get("key") == "station" else "token", str(c.get("peer", ""))[:80])
+        for c in clients[:MAX_SESSIONS_SHOWN]
+        if isinstance(c, dict) and c.get("kmsn") == kmsn
+    ]  # fmt: skip
     assert status.updated is not None
     rate = _rate(status.pid, status.updated, messages)
     return RelayState(
@@ -125,6 +155,7 @@ def relay_state(status: RelayStatus, kmsn: str, now: float) -> RelayState:
         drops={str(k): _int(v) for k, v in drops.items()},
         age=age,
         tunnel=TunnelState.of(snap.get("tunnel")),
+        sessions=sessions,
     )
 
 

@@ -20,9 +20,11 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.safestring import mark_safe
+from django.utils.translation import gettext as _
 from django.views.decorators.http import require_http_methods
 
 from elections import audit
+from elections.ports.localstate import LocalState
 from elections.steering import perform
 from elections.web import svg
 from elections.web.auth import actor_for, denial, panel_view
@@ -114,6 +116,24 @@ def _buttons(request: HttpRequest, s: SiteState) -> tuple[dict[str, list[Button]
     return per_member, pool
 
 
+def _stations(request: HttpRequest, s: SiteState) -> list[dict[str, Any]]:
+    """The stations of this agent's own pool (stations.json), with the key each was
+    seen with and, for a bound one, its reset button."""
+    if s.watched or s.kmsn != settings.STK.kmsn:
+        return []
+    known = LocalState(settings.STK.data_dir).stations()
+    rows = []
+    for station in sorted({*known.known, *known.bound})[:500]:
+        bound = station in known.bound
+        why = denial(request.user, "unbind") or ""
+        query = urlencode({"epoch": s.epoch if s.epoch is not None else "", "target": station})
+        url = "" if why else f"{reverse('panel-confirm', args=[s.kmsn, 'unbind'])}?{query}"
+        button = Button("unbind", _("Reset binding"), station, not why, why, url) if bound else None
+        rows.append({"station": station, "bound": bound, "key": known.known.get(station, "station"),
+                     "buttons": [button] if button else []})  # fmt: skip
+    return rows
+
+
 def _timeline(s: SiteState, hours: float, now: datetime) -> str:
     from elections.models import ElectionEvent
 
@@ -161,6 +181,7 @@ def site(request: HttpRequest, kmsn: str) -> HttpResponse:
         relay=relay,
         relay_rate=fmt.rate(relay.rate) if relay else "—",
         relay_bytes=fmt.size(relay.bytes) if relay else "—",
+        stations=_stations(request, s),
         timeline=mark_safe(_timeline(s, TIMELINE_WINDOWS[window], now)),
         window=window,
         windows=list(TIMELINE_WINDOWS),
@@ -319,6 +340,8 @@ def confirm(request: HttpRequest, kmsn: str, kind: str) -> HttpResponse:
         target = choices[0].node if len(choices) == 1 else None
     if kind in ("drain", "undrain") and (not target or s.member(target) is None):
         raise Http404("no such member")
+    if kind == "unbind" and not target:
+        raise Http404("no station named")
     ctx = base_context(
         request,
         f"Confirm {kind}",
