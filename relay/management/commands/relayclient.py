@@ -6,7 +6,9 @@
 
 The leader is found like `relay.client.RelayClient` finds it: the signed lease
 in ``--lease-dir`` (default: settings LEASE_DIR), else ``--agent URL``
-(repeatable: agents' ``/api/v1/leader``), else ``--fallback HOST:PORT``
+(repeatable: agents' ``/api/v1/leader``, over HTTPS pinned by ``--agent-pin SHA256``,
+one per agent as ``relayctl tls`` prints it, or verified by ``--agent-ca PATH``),
+else ``--fallback HOST:PORT``
 (repeatable). ``--kmsn`` and ``--token`` default to the agent's settings
 (KMSN, RELAY_TOKEN). Needs no Redis and no database.
 
@@ -41,6 +43,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from elections.ports.pinned_https import parse_pins
 from elections.ports.smburl import is_smb
 from relay.beacon_discovery import BeaconListener
 from relay.client import (
@@ -115,6 +118,17 @@ def _common(parser: argparse.ArgumentParser, *, role_required: bool) -> None:
     parser.add_argument("--lease-dir", help="the pool's lease dir (default: settings LEASE_DIR; '' for none)")
     parser.add_argument(
         "--agent", action="append", default=[], metavar="URL", help="an agent's web URL (repeatable)"
+    )
+    parser.add_argument(
+        "--agent-pin",
+        action="append",
+        default=[],
+        metavar="SHA256",
+        help="an agent's panel certificate fingerprint, as `relayctl tls` prints it (repeatable: one per "
+        "agent); only pinned certificates are spoken to",
+    )
+    parser.add_argument(
+        "--agent-ca", metavar="PATH", help="verify the agents' certificates against this CA file instead"
     )
     parser.add_argument(
         "--api-token",
@@ -233,6 +247,10 @@ class Command(BaseCommand):
             )
         if options.get("count") is not None and options["count"] < 1:
             raise Stop(EXIT_USAGE, f"relayclient {action}: --count must be at least 1")
+        try:
+            pins = parse_pins(options["agent_pin"])
+        except ValueError as exc:
+            raise Stop(EXIT_USAGE, f"relayclient: --agent-pin: {exc}") from None
         discovery = Discovery.build(
             token=token,
             kmsn=kmsn,
@@ -242,6 +260,8 @@ class Command(BaseCommand):
             api_token=options["api_token"],
             lease_options=stk.values,  # an smb:// LEASE_DIR logs in with SMB_PASSWORD(_FILE)
             beacons=BeaconListener(token, kmsn, beacon_port) if beacon_port else None,
+            agent_pins=pins,
+            agent_ca=options["agent_ca"],
         )
         return RelayClient(
             role=role,
