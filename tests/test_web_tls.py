@@ -62,7 +62,8 @@ def _operate(agent, token: str) -> dict[str, str]:  # type: ignore[no-untyped-de
     session = next(c for c in jar if c.name == "stk_session")
     assert session.secure is not agent.plain  # Secure over HTTPS: the browser never sends it in clear
 
-    api = urllib.request.Request(f"{agent.web_url}/api/v1/sites", headers={"Authorization": f"Bearer {token}"})
+    bearer = {"Authorization": f"Bearer {token}"}
+    api = urllib.request.Request(f"{agent.web_url}/api/v1/sites", headers=bearer)
     with agent.urlopen(api, timeout=10) as answer:
         assert answer.status == 200 and json.loads(answer.read())["sites"]
         hsts = answer.headers.get("Strict-Transport-Security")
@@ -97,7 +98,7 @@ def test_a_lan_sniffer_sees_no_password_token_or_session_id_unless_web_plain(sit
         secrets = _operate(agent, token)
     streams = sniff.stop()
     sent = sum(len(data) for data in streams.values())
-    assert len(streams) >= 6 and sent > 4000, f"the sniffer saw too little: {len(streams)} streams, {sent} bytes"
+    assert len(streams) >= 6 and sent > 4000, f"too little seen: {len(streams)} streams, {sent} bytes"
     found = {name: sniff.seen(value.encode()) for name, value in secrets.items()}
     if plain:  # the control: the same capture, in clear, holds every secret
         assert all(found.values()), found
