@@ -16,8 +16,10 @@ Clients pin the certificate by its SHA-256 fingerprint (`fingerprint`, of the DE
 bytes, as browsers show it): `relayctl tls` prints it, and every member's
 heartbeat carries it (`web_tls`) so every agent's panel shows the others'.
 
-`served_fingerprint` and `fingerprint_of_pem` use the standard library only (the
-lease worker reads them); making and checking certificates imports `cryptography`.
+Only making one imports `cryptography` (~13 MiB): `runagent` runs it as a short
+child, `python -m elections.ports.webcert DATA_DIR NODE_IP [HOST...]`, so that the
+supervisor and the lease worker never load it; checking the operator's pair
+(`check_pair`) and reading fingerprints use the standard library's `ssl`.
 """
 
 from __future__ import annotations
@@ -118,21 +120,29 @@ def served_fingerprint(data_dir: str, tls_cert: str, web_plain: bool) -> str:
 
 def check_pair(cert_path: str, key_path: str) -> tuple[str, str]:
     """(key, why) for the operator's pair: ('', '') when it can serve, else the key to blame."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import serialization
-
     try:
-        certs = x509.load_pem_x509_certificates(_read(cert_path))
+        pem = _read(cert_path)
+        if not _PEM_CERT.search(pem):
+            raise ValueError("not a PEM certificate")
+        ssl.create_default_context().load_verify_locations(cadata=pem.decode("ascii"))
+    except ssl.SSLError:
+        return "TLS_CERT", f"{cert_path}: not a PEM certificate"
     except (OSError, ValueError) as exc:
         return "TLS_CERT", f"{cert_path}: {_why(exc, 'not a PEM certificate')}"
     try:
-        key = serialization.load_pem_private_key(_read(key_path), password=None)
-    except (OSError, ValueError, TypeError) as exc:
-        return "TLS_KEY", f"{key_path}: {_why(exc, 'not an unencrypted PEM private key')}"
-    spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
-    if key.public_key().public_bytes(*spki) != certs[0].public_key().public_bytes(*spki):
-        return "TLS_KEY", f"{key_path} is not the key of the certificate in {cert_path}"
+        _read(key_path)
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert_path, key_path, password=_no_password)
+    except ssl.SSLError as exc:  # before OSError, its base
+        if "KEY_VALUES_MISMATCH" in str(exc):
+            return "TLS_KEY", f"{key_path} is not the key of the certificate in {cert_path}"
+        return "TLS_KEY", f"{key_path}: not a PEM private key"
+    except (OSError, ValueError, WebCertError) as exc:
+        return "TLS_KEY", f"{key_path}: {_why(exc, 'not a PEM private key')}"
     return "", ""
+
+
+def _no_password() -> bytes:
+    raise WebCertError("the key is encrypted: give it unencrypted, readable by this agent only")
 
 
 def operator_cert(data_dir: str, cert_path: str, key_path: str) -> WebCert:
@@ -171,7 +181,13 @@ def ensure_made(data_dir: str, node_ip: str, hosts: Iterable[str], now: datetime
                 pem = _read(str(made))
     certs = _PEM_CERT.findall(pem)
     write_atomic(data / CERT_NAME, certs[0] + b"\n", durable=True)
-    return WebCert(str(made), str(made), None, fingerprint_of_pem(pem), made=True)
+    return made_cert(data_dir, fingerprint_of_pem(pem))
+
+
+def made_cert(data_dir: str, fingerprint: str) -> WebCert:
+    """The certificate `ensure_made` keeps in DATA_DIR, as Daphne reads it."""
+    made = str(Path(data_dir) / MADE_NAME)
+    return WebCert(made, made, None, fingerprint, made=True)
 
 
 def _serves(cert, node_ip: str, now: datetime.datetime) -> bool:  # type: ignore[no-untyped-def]
@@ -228,6 +244,8 @@ def _make(node_ip: str, hosts: list[str], now: datetime.datetime) -> bytes:
 
 
 def _why(exc: Exception, default: str) -> str:
+    if isinstance(exc, WebCertError | ValueError) and not isinstance(exc, UnicodeDecodeError):
+        return str(exc) or default
     return getattr(exc, "strerror", None) or default
 
 
@@ -262,3 +280,22 @@ def _write(path: Path, data: bytes, mode: int) -> None:
         fh.flush()
         os.fsync(fh.fileno())
     os.chmod(path, mode)
+
+
+def main(argv: list[str]) -> int:
+    """`python -m elections.ports.webcert DATA_DIR NODE_IP [HOST...]`: make the certificate
+    when needed, print its fingerprint; exit 1 with the reason when it cannot be written."""
+    data_dir, node_ip, *hosts = argv
+    try:
+        made = ensure_made(data_dir, node_ip, hosts, datetime.datetime.now(datetime.UTC))
+    except OSError as exc:
+        print(f"{exc.filename or data_dir}: {exc.strerror}")
+        return 1
+    print(made.fingerprint)
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    raise SystemExit(main(sys.argv[1:]))

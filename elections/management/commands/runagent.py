@@ -12,16 +12,16 @@ kills every child (`runtime.supervisor`), is what followers may act on early.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
-from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from elections.ports.webcert import WebCert, ensure_made, operator_cert, show
+from elections.ports.webcert import FINGERPRINT, WebCert, made_cert, operator_cert, show
 from stkrelay.config_tls import plain_on_lan
 
 
@@ -64,11 +64,6 @@ class Command(BaseCommand):
         from elections.runtime.projection import pool_event_sink
         from elections.runtime.supervisor import ChildSpec, Supervisor
 
-        cert = _web_cert(stk)
-        if cert is None:
-            web_endpoint = ["-b", stk.node_ip, "-p", str(stk.web_port)]
-        else:  # HTTPS (DESIGN.md §10): Daphne's Twisted TLS endpoint
-            web_endpoint = ["-e", cert.endpoint(stk.node_ip, stk.web_port)]
         py = sys.executable
         base = Path(settings.BASE_DIR)
         env = dict(
@@ -79,6 +74,11 @@ class Command(BaseCommand):
         )
         if (base / "manage.py").is_file():  # a source checkout: the children run from DATA_DIR
             env["PYTHONPATH"] = str(base) + os.pathsep + env.get("PYTHONPATH", "")
+        cert = _web_cert(stk, env)
+        if cert is None:
+            web_endpoint = ["-b", stk.node_ip, "-p", str(stk.web_port)]
+        else:  # HTTPS (DESIGN.md §10): Daphne's Twisted TLS endpoint
+            web_endpoint = ["-e", cert.endpoint(stk.node_ip, stk.web_port)]
         data = Path(stk.data_dir)
         celery = [py, "-m", "celery", "-A", "stkrelay.celery"]
         # Every child is `python -m ...`, so an installed package (no manage.py) runs the same.
@@ -143,18 +143,23 @@ class Command(BaseCommand):
         raise SystemExit(sup.run())
 
 
-def _web_cert(stk: Any) -> WebCert | None:
+def _web_cert(stk: Any, env: dict[str, str]) -> WebCert | None:
     """The certificate the web child serves (None: WEB_PLAIN); made in DATA_DIR at first start."""
     if stk.web_plain:
         return None
     if stk.tls_cert:
         return operator_cert(stk.data_dir, stk.tls_cert, stk.tls_key)
-    try:
-        return ensure_made(stk.data_dir, stk.node_ip, stk.web_allowed_hosts, datetime.now(UTC))
-    except OSError as exc:
-        raise CommandError(f"config {stk.source}: TLS_CERT: cannot write this agent's certificate in "
-                           f"{stk.data_dir}: {exc.strerror} (stkrelay.E061) — make DATA_DIR writable, "
+    # A short child: `cryptography` (~13 MiB) stays out of the supervisor (elections.ports.webcert).
+    made = subprocess.run([sys.executable, "-m", "elections.ports.webcert", stk.data_dir, stk.node_ip,
+                           *stk.web_allowed_hosts], env=env, capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    fingerprint = made.stdout.strip()
+    if made.returncode != 0 or not FINGERPRINT.fullmatch(fingerprint):
+        why = (made.stdout + made.stderr).strip().splitlines()[-1:] or ["no answer"]
+        raise CommandError(f"config {stk.source}: TLS_CERT: cannot make this agent's certificate in "
+                           f"{stk.data_dir}: {why[0]} (stkrelay.E061) — make DATA_DIR writable, "
                            "or set TLS_CERT and TLS_KEY") from None  # fmt: skip
+    return made_cert(stk.data_dir, fingerprint)
 
 
 def _wait_for_redis(url: str, within: float = 10.0) -> None:
