@@ -11,10 +11,13 @@ same sniffer must find every one of them (else it proves nothing).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import http.cookiejar
 import json
 import os
 import re
+import socket
+import ssl
 import subprocess
 import sys
 import urllib.parse
@@ -37,6 +40,24 @@ def _stkuser(agent, *args: str) -> str:  # type: ignore[no-untyped-def]
                          text=True, timeout=60, cwd=ROOT, env=env)  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
     return out.stdout.strip()
+
+
+def _relayctl_tls(agent) -> dict:  # type: ignore[no-untyped-def, type-arg]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STK_")}
+    env["STK_INI"] = str(agent.ini)
+    out = subprocess.run([sys.executable, str(ROOT / "manage.py"), "relayctl", "tls", "--json"],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    return json.loads(out.stdout)
+
+
+def _served(agent) -> str:  # type: ignore[no-untyped-def]
+    """The SHA-256 of the certificate the agent's web port presents in a handshake (no trust)."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    raw = socket.create_connection((agent.ip, int(agent.setting("WEB_PORT"))), timeout=10)
+    with ctx.wrap_socket(raw) as tls:
+        return hashlib.sha256(tls.getpeercert(binary_form=True)).hexdigest()
 
 
 def _browser(agent) -> tuple[urllib.request.OpenerDirector, http.cookiejar.CookieJar]:  # type: ignore[no-untyped-def]
@@ -107,3 +128,27 @@ def test_a_lan_sniffer_sees_no_password_token_or_session_id_unless_web_plain(sit
         # ...and it is TLS that it saw: each connection opens with a TLS handshake record.
         to_server = [data for (_, _, _, dport), data in streams.items() if dport == port]
         assert to_server and all(data[:1] == b"\x16" for data in to_server)
+
+
+def test_relayctl_tls_prints_the_fingerprint_the_web_port_serves_and_every_heartbeat_carries_it(site_factory):
+    site = site_factory(n=2)
+    site.start()
+    site.wait_settled(60)
+    a, b = site.agents
+    for agent in site.agents:
+        wait_until(lambda agent=agent: listening(agent.ip, int(agent.setting("WEB_PORT"))), 30, "web ports")
+    served = {agent.name: _served(agent) for agent in site.agents}
+    assert served[a.name] != served[b.name]  # one certificate per agent
+
+    def both_heartbeats() -> dict | None:  # type: ignore[type-arg]
+        doc = _relayctl_tls(a)
+        return doc if all(doc["members"].get(n) for n in served) else None
+
+    doc = wait_until(both_heartbeats, 30, "both members' fingerprints in S001's view")
+    assert doc["sha256"] == served[a.name] and not doc["plain"]
+    assert doc["url"] == f"{a.web_url}/"
+    assert doc["members"] == served  # S001 shows S002's certificate, as S002 serves it
+    b.terminate()  # a restart keeps the certificate: pinned clients keep working
+    b.start()
+    wait_until(lambda: listening(b.ip, int(b.setting("WEB_PORT"))), 60, "S002's web port again")
+    assert _served(b) == served[b.name]
