@@ -14,7 +14,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from cryptography import x509
-from test_config import problems, write_ini
+from harness import Redis
+from test_config import problems, run_agent, write_ini
 
 from elections.ports import webcert
 from elections.ports.pinned_https import parse_pins
@@ -66,6 +67,23 @@ def test_a_damaged_certificate_file_is_replaced_not_served(tmp_path):
     (tmp_path / webcert.MADE_NAME).write_bytes(b"-----BEGIN CERTIFICATE-----\nnot base64\n")
     made = webcert.ensure_made(str(tmp_path), "127.0.0.1", [], NOW)
     assert webcert.fingerprint_of_pem((tmp_path / webcert.MADE_NAME).read_bytes()) == made.fingerprint
+
+
+def test_runagent_stops_with_e061_when_the_certificate_cannot_be_written(tmp_path):
+    redis = Redis(tmp_path)
+    try:
+        ini = write_ini(tmp_path, REDIS_URL=redis.url)
+        (tmp_path / "data" / webcert.MADE_NAME).mkdir(parents=True)  # where the key file belongs
+        out = run_agent(ini, timeout=120)
+    finally:
+        redis.stop()
+    assert out.returncode == 2
+    assert (
+        f"DATA_DIR: cannot write this agent's web certificate: {tmp_path / 'data' / webcert.MADE_NAME}: "
+        in out.stderr
+    )
+    assert "(stkrelay.E061)" in out.stderr
+    assert "Traceback" not in out.stderr
 
 
 def test_the_daphne_endpoint_string_survives_colons_in_paths_and_ipv6(tmp_path):

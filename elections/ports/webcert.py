@@ -289,7 +289,7 @@ def main(argv: list[str]) -> int:
     try:
         made = ensure_made(data_dir, node_ip, hosts, datetime.datetime.now(datetime.UTC))
     except OSError as exc:
-        print(f"{exc.filename or data_dir}: {exc.strerror}")
+        print(f"{exc.filename2 or exc.filename or data_dir}: {exc.strerror}")
         return 1
     print(made.fingerprint)
     return 0

@@ -156,9 +156,10 @@ def _web_cert(stk: Any, env: dict[str, str]) -> WebCert | None:
     fingerprint = made.stdout.strip()
     if made.returncode != 0 or not FINGERPRINT.fullmatch(fingerprint):
         why = (made.stdout + made.stderr).strip().splitlines()[-1:] or ["no answer"]
-        raise CommandError(f"config {stk.source}: TLS_CERT: cannot make this agent's certificate in "
-                           f"{stk.data_dir}: {why[0]} (stkrelay.E061) — make DATA_DIR writable, "
-                           "or set TLS_CERT and TLS_KEY") from None  # fmt: skip
+        sys.stderr.write(f"stkrelay: config {stk.source}: DATA_DIR: cannot write this agent's web "
+                         f"certificate: {why[0]} (stkrelay.E061) — make DATA_DIR writable, or set "
+                         "TLS_CERT and TLS_KEY\n")  # fmt: skip
+        raise SystemExit(2)
     return made_cert(stk.data_dir, fingerprint)
 
 
