@@ -41,7 +41,7 @@ async def run(site: Site, n: int) -> None:
     agent = site.agents[0]
     port = int(agent.setting("RELAY_PORT"))
     reader, writer, conn = await tcp_agent(agent.ip, port)
-    async with connect(f"ws://{agent.ip}:{agent.setting('WEB_PORT')}/ws/relay/", max_queue=None) as ws:
+    async with connect(f"{agent.ws_url}/ws/relay/", max_queue=None, ssl=agent.web_ssl()) as ws:
         hello = json.loads(await ws.recv())
         auth = auth_digest(TOKEN, hello["nonce"], "commander", KMSN, "C01")
         await ws.send(

@@ -15,6 +15,11 @@ the first that knows wins:
    valid answers for our KMSN the highest epoch wins (an agent may lag behind).
    These answers are not signed: they only say where to connect; the relay
    itself still authenticates the session, and its epoch fences it.
+   Agents serve HTTPS (`https://` URLs): with `pins` (SHA-256 fingerprints, as
+   `relayctl tls` prints them) only a pinned certificate is spoken to; with
+   `ca_file` the usual chain and name checks (the operator's TLS_CERT); else the
+   system's CAs (`elections.ports.pinned_https`). The API token is never sent to a
+   plain `http://` URL off loopback: such an agent is asked without it.
 3. `Fallbacks`: configured ``(host, port)`` pairs, epoch unknown; one per call,
    in rotation, so that a client retrying walks through all of them.
 
@@ -31,6 +36,7 @@ signed lease is the pool's own word and always wins.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import threading
 import urllib.error
@@ -44,6 +50,7 @@ from elections.core.lease import LeaseRecord
 from elections.core.untrusted import LEADER_ANSWER, Untrusted, load_object
 from elections.errors import StoreUnavailable
 from elections.ports.clock import SystemClock
+from elections.ports.pinned_https import opener
 from elections.ports.stores import PoolPlace, open_store
 
 log = logging.getLogger("stkrelay.client")
@@ -53,8 +60,6 @@ Address = tuple[str, int]
 
 LEASE_READ_TIMEOUT = 2.0
 HTTP_TIMEOUT = 1.0
-# Agents are on the LAN: never route the lookup through an http_proxy from the environment.
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 @dataclass(frozen=True)
@@ -186,6 +191,17 @@ def parse_leader_answer(doc: object, kmsn: str, source: str) -> Leader | str:
     return Leader(ip, port, epoch, node if isinstance(node, str) else None, source)
 
 
+def in_clear_on_lan(url: str) -> bool:
+    """A plain http:// URL whose host is not a loopback address (a name counts as the LAN)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme != "http":
+        return False
+    try:
+        return not ipaddress.ip_address(parts.hostname or "").is_loopback
+    except ValueError:
+        return parts.hostname != "localhost"
+
+
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -196,23 +212,27 @@ class AgentApi:
     name = "agents"
 
     def __init__(
-        self, urls: Iterable[str], kmsn: str, timeout: float = HTTP_TIMEOUT, api_token: str | None = None
-    ) -> None:
+        self, urls: Iterable[str], kmsn: str, timeout: float = HTTP_TIMEOUT, api_token: str | None = None,
+        pins: Iterable[str] = (), ca_file: str | None = None,
+    ) -> None:  # fmt: skip
         self.urls = [u.rstrip("/") for u in urls]
         self.kmsn, self.timeout = kmsn, timeout
         # Agents answer the lookup without login only when STK_PUBLIC_LEADER_LOOKUP=1;
         # otherwise a panel API token (manage.py stkuser token NAME) is needed.
         self.headers = {"Authorization": f"Bearer {api_token}"} if api_token else {}
+        # Never through an http_proxy from the environment (agents are on the LAN).
+        self.opener = opener(pins, ca_file)
         self.last = "not asked yet" if self.urls else "no agent URLs configured"
 
     def _ask(self, base: str) -> Leader | str:
         url = f"{base}/api/v1/leader?{urllib.parse.urlencode({'kmsn': self.kmsn})}"
+        headers = self.headers if not in_clear_on_lan(url) else {}
         try:
-            with _OPENER.open(
-                urllib.request.Request(url, headers=self.headers), timeout=self.timeout
-            ) as resp:
+            with self.opener.open(urllib.request.Request(url, headers=headers), timeout=self.timeout) as resp:
                 body = resp.read(64 << 10)
         except urllib.error.HTTPError as exc:
+            if exc.code in (401, 403) and self.headers and not headers:
+                return f"HTTP {exc.code} (the API token is not sent in plain HTTP: use https://)"
             return f"HTTP {exc.code}"
         except (OSError, ValueError) as exc:
             return f"unreachable ({getattr(exc, 'reason', None) or exc})"
@@ -291,6 +311,8 @@ class Discovery:
         api_token: str | None = None,
         lease_options: Mapping[str, str] | None = None,
         beacons: LeaderSource | None = None,
+        agent_pins: Iterable[str] = (),
+        agent_ca: str | None = None,
     ) -> Discovery:
         """Lease file (when `lease_dir` is given), then the leader's beacons (a
         `relay.beacon_discovery.BeaconListener`, when given), then agents' HTTP
@@ -302,7 +324,7 @@ class Discovery:
             sources.append(beacons)
         agents = list(agents)
         if agents:
-            sources.append(AgentApi(agents, kmsn, http_timeout, api_token))
+            sources.append(AgentApi(agents, kmsn, http_timeout, api_token, agent_pins, agent_ca))
         fallbacks = list(fallbacks)
         if fallbacks:
             sources.append(Fallbacks(fallbacks))

@@ -21,6 +21,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from harness import DEFAULT, Site, free_port, wait_until  # noqa: E402
 
+from elections.ports.webcert import show  # noqa: E402
+
 # Every agent listens on its own loopback address only (127.0.0.21-23; each Redis on 127.0.0.1):
 # the demo opens nothing to the outside. The panels are on these ports unless one is taken.
 FIRST_IP, WEB_PORTS = 21, (8001, 8002, 8003)
@@ -74,8 +76,9 @@ def main() -> None:
     print(f"stkrelay demo: 3 agents of KMSN 9999-9999-99-99, lease dir {site.lease_dir}")
     print(f"panel login on any agent: user demo, password {password}")
     for a in site.agents:
-        print(f"  {a.name}: pgid {a.pgid}  panel http://{a.ip}:{a.setting('WEB_PORT')}/  "
+        print(f"  {a.name}: pgid {a.pgid}  panel {a.web_url}/  "
               f"relay {a.ip}:{a.setting('RELAY_PORT')}  log {a.log_path}")  # fmt: skip
+        print(f"        certificate SHA-256 {show(a.fingerprint())} (self-signed: accept it in the browser)")
     print("watching the lease (Ctrl-C stops the site)...", flush=True)
     last = None
     try:

@@ -27,11 +27,6 @@ from harness import CHROMIUM_ARGS as ARGS  # noqa: E402
 PASSWORD = "screenshot-pass-2024"
 
 
-def web_url(agent) -> str:  # type: ignore[no-untyped-def]
-    ini = dict(line.split(" = ", 1) for line in agent.ini.read_text().splitlines()[1:])
-    return f"http://{agent.ip}:{ini['WEB_PORT']}"
-
-
 def stkuser(agent, *args: str, password: str | None = None) -> str:  # type: ignore[no-untyped-def]
     env = {k: v for k, v in os.environ.items() if not k.startswith("STK_")}
     env["STK_INI"] = str(agent.ini)
@@ -68,10 +63,12 @@ def main() -> None:
         wait_until(lambda: (leader.data_dir / "pool.json").exists(), 30, "a pool view")
         stkuser(leader, "add", "alice", "--role", "operator", password=PASSWORD)
         stkuser(leader, "add", "victor", "--role", "viewer", password=PASSWORD)
-        base = web_url(leader)
+        base = leader.web_url  # https://, its self-signed certificate (the browser is told to accept it)
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-            page = browser.new_page(viewport={"width": 1360, "height": 900}, device_scale_factor=1)
+            page = browser.new_page(
+                viewport={"width": 1360, "height": 900}, device_scale_factor=1, ignore_https_errors=True
+            )
             page.goto(f"{base}/login/")
             page.screenshot(path=str(out / "01-login.png"), full_page=True)
             page.fill("#id_username", "alice")

@@ -6,6 +6,7 @@
 per problem; `manage.py check` shows the same list as Django system checks.
 The panel's keys (`WEB_ALLOWED_HOSTS`, `WEB_TRUSTED_PROXIES`, `WEB_LOGIN_*`)
 and the secrets' strength are checked by `stkrelay.config_web` (E018–E020),
+the panel's transport (`WEB_PLAIN`, `TLS_CERT`, `TLS_KEY`) by `stkrelay.config_tls` (E057–E061),
 the beacon keys (`BEACON_*`) by `stkrelay.config_beacons` (E030–E032);
 the `[pool:<KMSN>]` sections of watched pools by `stkrelay.config_pools`
 (E025–E027, `Config.watched`);
@@ -28,7 +29,7 @@ from pathlib import Path
 
 from elections.core.actions import action_config
 from elections.ports.smburl import SmbUrlError, is_smb, parse_smb_url, smb_password
-from stkrelay import config_beacons, config_cloud, config_pools, config_store, config_web
+from stkrelay import config_beacons, config_cloud, config_pools, config_store, config_tls, config_web
 from stkrelay.config_cloud import CloudURL
 from stkrelay.config_pools import WatchedPool
 
@@ -65,6 +66,9 @@ DEFAULTS: dict[str, str] = {
     "WEB_LOGIN_ADDRESS_FAILURES": "20",
     "WEB_LOGIN_FAILURES_PER_S": "0.5",
     "WEB_LOGIN_BURST": "5",
+    "WEB_PLAIN": "0",  # 1: plain HTTP (loopback; on a LAN address every page warns), else HTTPS
+    "TLS_CERT": "",  # the operator's certificate (PEM); default: one made in DATA_DIR (config_tls)
+    "TLS_KEY": "",  # ...and its private key
     "RELAY_STATION_KEYS_ONLY": "0",
     "RELAY_MAX_PER_ADDRESS": "0",  # 0: sized from the file limit (relay.limits)
     "LOG_FORMAT": "text",  # or json: one JSON object per line (stkrelay/logs.py)
@@ -141,6 +145,9 @@ class Config:
     web_login_address_failures: int = 20  # failed logins per client address per STK_LOGIN_WINDOW_S
     web_login_failures_per_s: float = 0.5  # failed logins per second, all addresses together
     web_login_burst: int = 5  # ...with this many at once
+    web_plain: bool = False  # plain HTTP instead of HTTPS (stkrelay/config_tls.py)
+    tls_cert: str = ""  # the operator's certificate; "" with HTTPS: the one made in DATA_DIR
+    tls_key: str = ""
     relay_station_keys_only: bool = False
     relay_max_per_address: int = 0
     log_format: str = "text"
@@ -331,6 +338,8 @@ def load(ini_path: str | None = None, env: dict[str, str] | None = None, check_d
             "use this agent's local Redis, e.g. redis://127.0.0.1:6379/0",
         )
     _web(cfg, values, bad, number)
+    cfg.web_plain = _flag(values["WEB_PLAIN"], False)
+    cfg.tls_cert, cfg.tls_key = config_tls.check(values, cfg.web_plain, check_dirs, bad)
     _logs(cfg, values, bad, number)
     _events(cfg, values, bad, number)
     config_cloud.check(cfg, values, bad)

@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 from stkrelay import config as stk_config
+from stkrelay.config_tls import plain_on_lan
 from stkrelay.config_web import allowed_hosts
 from stkrelay.logs import logging_config
 
@@ -82,6 +83,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "elections.web.panel.page.transport",
             ]
         },
     }
@@ -120,8 +122,15 @@ SESSION_EXPIRE_AT_BROWSER_CLOSE = True
 SESSION_COOKIE_NAME = "stk_session"
 CSRF_COOKIE_NAME = "stk_csrf"
 CSRF_COOKIE_HTTPONLY = True  # pages carry the token; scripts never need the cookie
-# Behind a TLS-terminating proxy set STK_SECURE_COOKIES=1 (the agents' web port itself is plain HTTP).
-SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = os.environ.get("STK_SECURE_COOKIES") == "1"
+# The web port serves HTTPS unless WEB_PLAIN = 1 (stkrelay/config_tls.py): the cookies are then
+# never sent in clear, and browsers are told to come back over HTTPS only (HSTS; Django sends it on
+# HTTPS responses only, and browsers ignore it for IP addresses and certificates they had to accept).
+# In plain HTTP behind a TLS-terminating proxy, set STK_SECURE_COOKIES=1.
+STK_SERVES_TLS = not STK.web_plain
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = STK_SERVES_TLS or os.environ.get("STK_SECURE_COOKIES") == "1"
+SECURE_HSTS_SECONDS = 365 * 24 * 3600 if STK_SERVES_TLS else 0
+# WEB_PLAIN = 1 on a LAN address: every page says so (elections.web.panel.page.transport).
+STK_PLAIN_ON_LAN = plain_on_lan(STK.node_ip, STK.web_plain)
 # Login throttling (elections/web/throttle.py), all answered 429 + Retry-After:
 # - this many failures per (user, client address) within the window (counted in the database);
 STK_LOGIN_MAX_FAILURES = 5

@@ -11,10 +11,12 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -234,6 +236,51 @@ class AgentProc:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+    # -- its web port: HTTPS with the certificate it made in DATA_DIR, unless WEB_PLAIN = 1 ---------
+    @property
+    def plain(self) -> bool:
+        try:
+            return self.setting("WEB_PLAIN") not in ("", "0")
+        except KeyError:
+            return False
+
+    @property
+    def web_url(self) -> str:
+        """Its panel's base URL (no trailing slash)."""
+        return f"{'http' if self.plain else 'https'}://{self.ip}:{self.setting('WEB_PORT')}"
+
+    @property
+    def ws_url(self) -> str:
+        return f"{'ws' if self.plain else 'wss'}://{self.ip}:{self.setting('WEB_PORT')}"
+
+    def web_ssl(self) -> ssl.SSLContext | None:
+        """A client context that trusts this agent's own certificate only (its DATA_DIR/web-tls.crt
+        as the CA file, host name = its IP checked), as a client given the file would; None in plain
+        HTTP. Waits for the agent to have made the certificate."""
+        if self.plain:
+            return None
+        from elections.ports.webcert import CERT_NAME
+
+        crt = self.data_dir / CERT_NAME
+        wait_until(crt.exists, 60, f"{self.name}'s web certificate")
+        return ssl.create_default_context(cafile=str(crt))
+
+    def fingerprint(self) -> str:
+        """The SHA-256 of the certificate its panel serves (64 hex), as `relayctl tls` prints it."""
+        from elections.ports.webcert import CERT_NAME, fingerprint_of_pem
+
+        self.web_ssl()
+        return fingerprint_of_pem((self.data_dir / CERT_NAME).read_bytes())
+
+    def urlopen(
+        self, path_or_request: str | urllib.request.Request, timeout: float = 5, data: bytes | None = None
+    ):  # type: ignore[no-untyped-def]
+        """`urllib.request.urlopen` of a path on its panel (or of a Request naming a full URL)."""
+        req = path_or_request
+        if isinstance(req, str):
+            req = urllib.request.Request(self.web_url + req)
+        return urllib.request.urlopen(req, data=data, timeout=timeout, context=self.web_ssl())
 
     def history(self) -> list[tuple[str, int, str]]:
         """(kind, epoch, reason) rows of this agent's election history, oldest first."""

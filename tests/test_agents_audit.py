@@ -14,10 +14,6 @@ from harness import KMSN, ROOT, listening, wait_until
 pytestmark = pytest.mark.agents
 
 
-def web(agent):
-    return f"http://{agent.ip}:{agent.setting('WEB_PORT')}"
-
-
 def web_up(agent):
     return listening(agent.ip, int(agent.setting("WEB_PORT")))
 
@@ -37,13 +33,13 @@ def operator_token(agent):
 
 def api(agent, token, path, body=None):
     req = urllib.request.Request(
-        web(agent) + "/api/v1" + path,
+        agent.web_url + "/api/v1" + path,
         data=None if body is None else json.dumps(body).encode(),
         headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
         method="GET" if body is None else "POST",
     )
     try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
+        with agent.urlopen(req, timeout=10) as resp:
             return resp.status, json.loads(resp.read())
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read() or b"{}")

@@ -9,7 +9,6 @@ import json
 import os
 import threading
 import time
-import urllib.request
 
 import pytest
 from harness import DEFAULT, FAST, live_lease, signed_lock, wait_until
@@ -67,8 +66,7 @@ def test_poison_in_every_file_kind_changes_nothing_and_is_shown(site_factory):
     assert all(a.alive() for a in site.agents if a is not leader)
     logs = "".join(a.log() for a in site.agents)
     assert "Traceback" not in logs and "RecursionError" not in logs
-    port = follower.setting("WEB_PORT")
-    with urllib.request.urlopen(f"http://{follower.ip}:{port}/metrics", timeout=5) as resp:
+    with follower.urlopen("/metrics") as resp:
         text = resp.read().decode()
     counted = [
         ln

@@ -24,14 +24,14 @@ def test_a_websocket_commander_and_a_tcp_agent_talk_both_ways_even_after_idling(
     wait_until(lambda: listening(leader.ip, port), 10, "the leader's relay")
     # The browser talks to a follower's panel: the bridge finds the leader's relay.
     follower = next(a for a in site.agents if a is not leader)
-    web = f"ws://{follower.ip}:{follower.setting('WEB_PORT')}/ws/relay/"
+    web = f"{follower.ws_url}/ws/relay/"  # wss://, trusting the follower's own certificate
     wait_until(lambda: listening(follower.ip, int(follower.setting("WEB_PORT"))), 20, "the follower's web")
 
     async def scenario():
         discovery = Discovery.build(token=TOKEN, kmsn=KMSN, lease_dir=str(site.lease_dir))
         agent = RelayClient(role="agent", kmsn=KMSN, station="S201", token=TOKEN, discovery=discovery)
         await agent.start(timeout=15)
-        async with connect(web, open_timeout=10) as ws:
+        async with connect(web, open_timeout=10, ssl=follower.web_ssl()) as ws:
             hello = json.loads(await asyncio.wait_for(ws.recv(), 10))
             assert hello["type"] == "hello" and hello["node"] == lease.node
             auth = auth_digest(TOKEN, hello["nonce"], "commander", KMSN, "C01")

@@ -68,7 +68,7 @@ def site(tmp_path_factory):
         wait_until(lambda: (panel.data_dir / "pool.json").exists(), 30, "S001's pool view")
         stkuser(panel.ini, "add", "olga", "--role", "operator")
         stkuser(panel.ini, "add", "vera", "--role", "viewer")
-        s.base = f"http://{panel.ip}:{panel.setting('WEB_PORT')}"  # type: ignore[attr-defined]
+        s.base = panel.web_url  # type: ignore[attr-defined]  # https://, as on a site
         yield s
     finally:
         ticker.stop()
@@ -89,7 +89,9 @@ def browser():
 
 
 def login(browser, site, user: str, viewport: dict | None = None):  # type: ignore[no-untyped-def]
-    context = browser.new_context(viewport=viewport or {"width": 1280, "height": 900})
+    # The agent's certificate is self-signed: Chromium is told to accept it, as an operator does once.
+    size = viewport or {"width": 1280, "height": 900}
+    context = browser.new_context(viewport=size, ignore_https_errors=True)
     page = context.new_page()
     page.set_default_timeout(20_000)
     page.goto(site.base + SITE_PATH)
@@ -109,6 +111,12 @@ def no_serious_axe_violations(page) -> None:  # type: ignore[no-untyped-def]
              .map(v => `${v.id} (${v.impact}): ${v.nodes.map(n => n.target.join(" ")).join(", ")}`)"""
     )
     assert found == [], f"{page.url}: {found}"
+
+
+def same_origin(site) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    """The Origin a browser sends with a form it posts: over HTTPS Django refuses a POST
+    without Origin or Referer (its strict referer check), whatever its CSRF token."""
+    return {"Origin": site.base}
 
 
 def leader_on(page) -> str:  # type: ignore[no-untyped-def]
@@ -187,6 +195,7 @@ def test_a_viewer_sees_disabled_buttons_and_a_post_is_refused(browser, site):
     response = page.request.post(
         f"{site.base}{SITE_PATH}drain/",
         form={"csrfmiddlewaretoken": token, "target": leader, "expected_epoch": str(site.lease().epoch)},
+        headers=same_origin(site),
     )
     assert response.status == 403
     assert "needs the operator role" in response.text()
@@ -197,9 +206,15 @@ def test_a_viewer_sees_disabled_buttons_and_a_post_is_refused(browser, site):
 def test_posts_without_the_csrf_token_are_refused(browser, site):
     page = login(browser, site, "olga")
     leader = site.lease()
-    response = page.request.post(f"{site.base}{SITE_PATH}pause/", form={"expected_epoch": str(leader.epoch)})
-    assert response.status == 403
-    api = page.request.post(f"{site.base}/api/v1/sites/{KMSN}/pause", data={"expected_epoch": leader.epoch})
+    response = page.request.post(
+        f"{site.base}{SITE_PATH}pause/", form={"expected_epoch": str(leader.epoch)}, headers=same_origin(site)
+    )
+    assert response.status == 403 and "Referer" not in response.text()  # for the token, not the origin
+    api = page.request.post(
+        f"{site.base}/api/v1/sites/{KMSN}/pause",
+        data={"expected_epoch": leader.epoch},
+        headers=same_origin(site),
+    )
     assert api.status == 403 and api.json()["error"] == "csrf"
     page.context.close()
 
@@ -220,7 +235,7 @@ def test_history_sites_and_login_pages_are_accessible(browser, site):
             break
         rows.wait_for_timeout(500)
     assert 204 in polls, f"no poll answered 204 (nothing changed): {polls}"
-    anonymous = browser.new_context().new_page()
+    anonymous = browser.new_context(ignore_https_errors=True).new_page()
     anonymous.goto(site.base + "/login/")
     no_serious_axe_violations(anonymous)
     anonymous.context.close()

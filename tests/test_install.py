@@ -24,9 +24,10 @@ def _cli(installed, name: str, *args: str, cwd: Path, stdin: str | None = None, 
                           input=stdin, capture_output=True, text=True, timeout=60)  # fmt: skip
 
 
-def _get(url: str, token: str | None = None) -> tuple[int, str, bytes]:
-    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
-    with urllib.request.urlopen(req, timeout=10) as r:
+def _get(agent, path: str, token: str | None = None) -> tuple[int, str, bytes]:  # type: ignore[no-untyped-def]
+    auth = {"Authorization": f"Bearer {token}"} if token else {}
+    req = urllib.request.Request(agent.web_url + path, headers=auth)
+    with agent.urlopen(req, timeout=10) as r:
         return r.status, r.headers.get("Content-Type", ""), r.read()
 
 
@@ -84,10 +85,9 @@ def test_the_installed_agent_runs_and_relayctl_lists_the_pool_from_another_direc
     assert as_json["kmsn"] == "9999-9999-99-99"
 
     # Templates and static files come from the wheel: the login page and the panel's CSS.
-    base = f"http://{agent.ip}:{agent.setting('WEB_PORT')}"
-    status, ctype, body = _get(f"{base}/login/")
+    status, ctype, body = _get(agent, "/login/")
     assert status == 200 and ctype.startswith("text/html") and b'name="password"' in body
-    status, _, css = _get(f"{base}/static/panel.css")
+    status, _, css = _get(agent, "/static/panel.css")
     assert status == 200 and css == (ROOT / "static" / "panel.css").read_bytes()
 
     # stkuser from the venv (STK_INI this time), then its token on the API.
@@ -95,7 +95,7 @@ def test_the_installed_agent_runs_and_relayctl_lists_the_pool_from_another_direc
                stdin="a-long-pass-phrase-9\n", STK_INI=str(agent.ini))  # fmt: skip
     assert add.returncode == 0, add.stderr
     token = _cli(installed, "stkuser", "token", "bot", "--ini", str(agent.ini), cwd=elsewhere).stdout.strip()
-    status, _, body = _get(f"{base}/api/v1/sites", token)
+    status, _, body = _get(agent, "/api/v1/sites", token)
     assert status == 200 and json.loads(body)["sites"][0]["leader"] == "S001"
 
     # relayclient from the venv registers with the relay of the installed agent.

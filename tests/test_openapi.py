@@ -27,6 +27,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from elections.ports.webcert import CERT_NAME
+
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_headers_conformance,
           response_schema_conformance, ignored_auth]  # fmt: skip
 EXAMPLES = 8  # per operation and mode: 8 operations x 2 modes, well under a minute here
@@ -53,19 +55,18 @@ def live_api(site_factory):
     site.wait_leader(60)
     _manage(agent, "stkuser", "add", "bot", "--role", "operator", stdin="a-long-pass-phrase-9\n")
     token = _manage(agent, "stkuser", "token", "bot")
-    base = f"http://{agent.ip}:{agent.setting('WEB_PORT')}"
     wait_until(lambda: (agent.data_dir / "pool.json").exists(), 30, "the agent's pool view")
-    return base, {"Authorization": f"Bearer {token}"}
+    return agent, {"Authorization": f"Bearer {token}"}
 
 
 @pytest.mark.agents
 def test_the_document_needs_a_token_like_the_rest_of_the_api(live_api):
-    base, auth = live_api
+    agent, auth = live_api
     with pytest.raises(urllib.request.HTTPError) as refused:
-        urllib.request.urlopen(f"{base}/api/v1/openapi.json", timeout=10)
+        agent.urlopen("/api/v1/openapi.json", timeout=10)
     assert refused.value.code == 401
-    req = urllib.request.Request(f"{base}/api/v1/openapi.json", headers=auth)
-    with urllib.request.urlopen(req, timeout=10) as r:
+    req = urllib.request.Request(f"{agent.web_url}/api/v1/openapi.json", headers=auth)
+    with agent.urlopen(req, timeout=10) as r:
         doc = json.loads(r.read())
     assert (
         doc["openapi"].startswith("3.1")
@@ -84,8 +85,12 @@ def _runs(op):  # type: ignore[no-untyped-def]
 
 @pytest.mark.agents
 def test_every_answer_of_the_live_api_matches_its_openapi_document(live_api):
-    base, auth = live_api
-    schema = schemathesis.openapi.from_url(f"{base}/api/v1/openapi.json", headers=dict(auth), timeout=10)
+    agent, auth = live_api
+    base, verify = agent.web_url, str(agent.data_dir / CERT_NAME)  # its own certificate as the CA file
+    agent.web_ssl()
+    schema = schemathesis.openapi.from_url(
+        f"{base}/api/v1/openapi.json", headers=dict(auth), timeout=10, verify=verify
+    )
     operations = [result.ok() for result in schema.get_all_operations()]
     assert {op.label for op in operations} == OPERATIONS
     started, failures = time.monotonic(), []
@@ -98,7 +103,9 @@ def test_every_answer_of_the_live_api_matches_its_openapi_document(live_api):
                       phases=[Phase.explicit, Phase.generate],
                       suppress_health_check=list(HealthCheck))  # fmt: skip
             def run(case):  # type: ignore[no-untyped-def]
-                response = case.call_and_validate(base_url=base, headers=auth, checks=CHECKS, timeout=10)
+                response = case.call_and_validate(
+                    base_url=base, headers=auth, checks=CHECKS, timeout=10, verify=verify
+                )
                 statuses[case.operation.label][response.status_code] += 1
 
             try:

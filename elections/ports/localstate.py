@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from elections.ports.host import pid_alive, write_atomic
+from elections.ports.webcert import FINGERPRINT
 
 LEADERSHIP_NAME = "leadership.json"
 POOL_NAME = "pool.json"
@@ -124,6 +125,8 @@ class MemberView:
     health: Any = None
     version: Any = None
     epoch: int | None = None
+    # The SHA-256 of the certificate its panel serves (64 hex), "" for plain HTTP, None if unsaid.
+    web_tls: str | None = None
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any]) -> MemberView:
@@ -139,7 +142,16 @@ class MemberView:
             health=doc.get("health"),
             version=doc.get("version"),
             epoch=_int(doc.get("epoch")),
+            web_tls=web_tls_of(doc),
         )
+
+
+def web_tls_of(doc: dict[str, Any]) -> str | None:
+    """A heartbeat's (or a view's) `web_tls`: 64 lowercase hex, "" (plain HTTP), else None."""
+    value = doc.get("web_tls")
+    if value == "" or (isinstance(value, str) and FINGERPRINT.fullmatch(value)):
+        return value
+    return None
 
 
 @dataclass(frozen=True)

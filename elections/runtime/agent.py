@@ -40,9 +40,10 @@ from elections.errors import StoreUnavailable
 from elections.executors import Gate, build_executors, epoch_from_state, leader_duties
 from elections.ports.beacons import BeaconConfig
 from elections.ports.clock import SystemClock
-from elections.ports.localstate import Leadership, LocalState, MemberView, PoolView
+from elections.ports.localstate import Leadership, LocalState, MemberView, PoolView, web_tls_of
 from elections.ports.share import SHARE_OPS
 from elections.ports.stores import PoolPlace, open_event_tail, open_store, store_details
+from elections.ports.webcert import served_fingerprint
 from elections.runtime.beacon_link import BeaconLink
 from elections.runtime.bindings import PoolBindings
 from elections.runtime.elector import Elector
@@ -109,6 +110,9 @@ class Agent:
         self.view = PoolView(kmsn=stk.kmsn, node=stk.node)
         self._leader_since: float | None = None
         self._beat_fields: dict[str, Any] = {}
+        # The SHA-256 of the certificate this member's panel serves ("" in plain HTTP), in every
+        # heartbeat: each agent's panel shows the others', for operators and clients to pin.
+        self.web_tls = served_fingerprint(stk.data_dir, stk.tls_cert, stk.web_plain)
         self._member_docs: tuple[dict[str, dict[str, Any]], bool] | None = None  # survey(): last members read
         self.health = HealthMonitor.from_settings(stk.health_cmd, stk.health_url).start()
         self.policy = PoolPolicy(
@@ -294,7 +298,8 @@ class Agent:
         if self.elector.is_leader:  # what its relay saw: bindings to record, impostors to report
             self.bindings.learn(self.local.relay(), self.elector.memory.leader_epoch, self.command_clock)
         fields = {"priority": self.stk.priority, "drain": bool(self.commands.drained.get(self.stk.node)),
-                  "health": self.health.status(), "paused": self.commands.paused}  # fmt: skip
+                  "health": self.health.status(), "paused": self.commands.paused,
+                  "web_tls": self.web_tls}  # fmt: skip
         if renewing or fields != self._beat_fields:  # a drain shows at once, not at the next renew
             # `hears`: whose beacons reach this member, so `relayctl doctor` can tell one-way paths.
             heard = {"hears": self.beacons.heard()} if self.beacons is not None else {}
@@ -343,7 +348,7 @@ class Agent:
             members[node] = MemberView(
                 eligible=v.eligible, reasons=v.reasons, age=v.age, priority=v.priority, ip=doc.get("ip"),
                 drain=bool(doc.get("drain")), health=doc.get("health"), version=doc.get("version"),
-                epoch=epoch if isinstance(epoch, int) else None,
+                epoch=epoch if isinstance(epoch, int) else None, web_tls=web_tls_of(doc),
             )  # fmt: skip
         view = PoolView(
             kmsn=stk.kmsn, node=stk.node, updated=now, lease=lease,

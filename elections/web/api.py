@@ -77,6 +77,8 @@ def members(s: SiteState) -> list[dict[str, Any]]:
             "version": m.version,
             "ip": m.ip,
             "epoch": m.epoch,
+            # its panel's certificate (64 hex; "" in plain HTTP; null when its heartbeat does not say)
+            "web_tls_sha256": m.web_tls,
         }
         for m in s.members
     ]

@@ -52,7 +52,7 @@ MEMBER = _obj(
     {
         "node": _t(S), "role": _t(S), "eligible": _t(B), "reasons": {"type": "array", "items": _t(S)},
         "heartbeat_age_s": _t(N, True), "priority": ANY, "drain": _t(B), "health": ANY, "version": ANY,
-        "ip": _t(S, True), "epoch": ANY,
+        "ip": _t(S, True), "epoch": ANY, "web_tls_sha256": _t(S, True),
     }
 )  # fmt: skip
 MEMBERS = {"type": "array", "items": MEMBER}

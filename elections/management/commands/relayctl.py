@@ -10,6 +10,7 @@
     relayctl cloud-key [KMSN]        the site's LEASE_KEY for the cloud's cloud.ini (DESIGN.md §14)
     relayctl credential --all        one credential per known station (members, stations seen registering)
     relayctl unbind STATION          reset a station's binding to its credential (the site token works again)
+    relayctl tls                     the SHA-256 of this agent's panel certificate, and the members'
 
 `--json` prints one JSON document for scripts. Exit codes: 0 ok; 1 a command
 refused or a doctor check failed; 2 usage or configuration; 3 the pool is not
@@ -37,12 +38,12 @@ EXIT = {"accepted": 0, "refused": 1, "unknown_member": 1, "unavailable": 3, "aud
 
 
 class Command(BaseCommand):
-    help = "List, steer and check the pool (drain, undrain, promote, pause, resume, unbind, plan, doctor)."
+    help = "List, steer and check the pool (drain, undrain, promote, pause, resume, unbind, plan, doctor, tls)."
     requires_system_checks: list[str] = []
 
     def add_arguments(self, parser):  # type: ignore[no-untyped-def]
         actions = ["list", "history", "drain", "undrain", "promote", "pause", "resume", "plan", "doctor",
-                   "credential", "unbind", "cloud-key"]  # fmt: skip
+                   "credential", "unbind", "cloud-key", "tls"]  # fmt: skip
         parser.add_argument("action", choices=actions)
         parser.add_argument("node", nargs="?")
         parser.add_argument("--force", action="store_true", help="drain even the last eligible member")
@@ -162,6 +163,33 @@ class Command(BaseCommand):
             return 2
         key = cloud_key(keys[kmsn], kmsn)
         self.emit({"kmsn": kmsn, "lease_key": key, "section": f"[site:{kmsn}]"}, [key])
+        return 0
+
+    def do_tls(self, o: dict[str, Any]) -> int:
+        """This agent's panel certificate fingerprint (to pin, or to compare with a browser's),
+        then every member's as its heartbeat gives it. Exit 3 while none is made yet."""
+        from django.conf import settings
+
+        from elections.ports.webcert import cert_file, served_fingerprint, show
+        from stkrelay.config_web import host_entry
+
+        stk = settings.STK
+        mine = served_fingerprint(stk.data_dir, stk.tls_cert, stk.web_plain)
+        where = "" if stk.web_plain else str(cert_file(stk.data_dir, stk.tls_cert))
+        members = {node: m.web_tls for node, m in sorted(_pool().members.items())}
+        doc = {"node": stk.node, "url": f"{'http' if stk.web_plain else 'https'}://{host_entry(stk.node_ip)}:"
+               f"{stk.web_port}/", "plain": stk.web_plain, "sha256": mine, "certificate": where,
+               "members": members}  # fmt: skip
+        if stk.web_plain:
+            head = [f"{stk.node}: plain HTTP (WEB_PLAIN = 1), no certificate"]
+        elif not mine:
+            self.stderr.write(f"relayctl: no certificate in {where} yet (runagent makes it at first start)")
+            return 3
+        else:
+            head = [f"{stk.node} {doc['url']} SHA-256 {show(mine)}", f"  certificate {where}"]
+        lines = head + [f"  member {node:8s} " + (f"SHA-256 {show(fp)}" if fp else "plain HTTP" if fp == ""
+                          else "(not in its heartbeat)") for node, fp in members.items()]  # fmt: skip
+        self.emit(doc, lines)
         return 0
 
     # -- steering ----------------------------------------------------------------

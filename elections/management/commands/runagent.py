@@ -1,6 +1,7 @@
 """`python manage.py runagent --ini PATH`: one agent in the foreground.
 
-Web (Daphne), the lease worker (Celery, solo, queue `lease`) with its beat on
+Web (Daphne: HTTPS with this agent's certificate, `elections.ports.webcert`, unless
+WEB_PLAIN = 1), the lease worker (Celery, solo, queue `lease`) with its beat on
 a thread, and the standby relay (no Django), supervised as one process group. SIGTERM stops it
 within 5 s, releasing the lease first if this agent leads (and saying so with
 three `resign` beacons). With beacons on (`BEACON_INTERVAL` > 0) it holds the
@@ -11,12 +12,17 @@ kills every child (`runtime.supervisor`), is what followers may act on early.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
+
+from elections.ports.webcert import FINGERPRINT, WebCert, made_cert, operator_cert, show
+from stkrelay.config_tls import plain_on_lan
 
 
 class Command(BaseCommand):
@@ -68,6 +74,11 @@ class Command(BaseCommand):
         )
         if (base / "manage.py").is_file():  # a source checkout: the children run from DATA_DIR
             env["PYTHONPATH"] = str(base) + os.pathsep + env.get("PYTHONPATH", "")
+        cert = _web_cert(stk, env)
+        if cert is None:
+            web_endpoint = ["-b", stk.node_ip, "-p", str(stk.web_port)]
+        else:  # HTTPS (DESIGN.md §10): Daphne's Twisted TLS endpoint
+            web_endpoint = ["-e", cert.endpoint(stk.node_ip, stk.web_port)]
         data = Path(stk.data_dir)
         celery = [py, "-m", "celery", "-A", "stkrelay.celery"]
         # Every child is `python -m ...`, so an installed package (no manage.py) runs the same.
@@ -76,7 +87,7 @@ class Command(BaseCommand):
             ChildSpec("web", [py, "-m", "stkrelay.web", "--access-log", str(data / "access.log"),
                               "--log-max-bytes", str(stk.log_max_bytes),
                               "--log-backups", str(stk.log_backups),
-                              "-b", stk.node_ip, "-p", str(stk.web_port), "stkrelay.asgi:application"]),
+                              *web_endpoint, "stkrelay.asgi:application"]),
             # The lease queue has its own solo worker, prefetch 1 (DESIGN.md §12), and the agent's
             # one beat on a thread of it (schedule in memory, no schedule file).
             ChildSpec("worker", [*celery, "worker", "-P", "solo", "-Q", "lease", "-n", f"lease@{stk.node}",
@@ -116,14 +127,40 @@ class Command(BaseCommand):
 
         os.chdir(data)
         sup = Supervisor(specs, str(data), env, release, log_format=stk.log_format, node=stk.node)
+        web = f"plain http :{stk.web_port}"
+        if cert is not None:
+            web = f"https :{stk.web_port} SHA-256 {show(cert.fingerprint)}"
         banner = (f"stkrelay agent {stk.node} of {stk.kmsn} on {stk.node_ip} "
-                  f"(web :{stk.web_port}, relay :{stk.relay_port}, lease dir {stk.lease_dir})")  # fmt: skip
+                  f"(web {web}, relay :{stk.relay_port}, lease dir {stk.lease_dir})")  # fmt: skip
+        if plain_on_lan(stk.node_ip, stk.web_plain):
+            sup.say("agent", f"WARNING: WEB_PLAIN = 1 on {stk.node_ip}: passwords, tokens and session "
+                             "cookies cross the LAN in clear")  # fmt: skip
         if stk.log_format == "json":
             sup.say("agent", banner)
         else:
             self.stdout.write(banner)
             self.stdout.flush()
         raise SystemExit(sup.run())
+
+
+def _web_cert(stk: Any, env: dict[str, str]) -> WebCert | None:
+    """The certificate the web child serves (None: WEB_PLAIN); made in DATA_DIR at first start."""
+    if stk.web_plain:
+        return None
+    if stk.tls_cert:
+        return operator_cert(stk.data_dir, stk.tls_cert, stk.tls_key)
+    # A short child: `cryptography` (~13 MiB) stays out of the supervisor (elections.ports.webcert).
+    made = subprocess.run([sys.executable, "-m", "elections.ports.webcert", stk.data_dir, stk.node_ip,
+                           *stk.web_allowed_hosts], env=env, capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    fingerprint = made.stdout.strip()
+    if made.returncode != 0 or not FINGERPRINT.fullmatch(fingerprint):
+        why = (made.stdout + made.stderr).strip().splitlines()[-1:] or ["no answer"]
+        sys.stderr.write(f"stkrelay: config {stk.source}: DATA_DIR: cannot write this agent's web "
+                         f"certificate: {why[0]} (stkrelay.E061) — make DATA_DIR writable, or set "
+                         "TLS_CERT and TLS_KEY\n")  # fmt: skip
+        raise SystemExit(2)
+    return made_cert(stk.data_dir, fingerprint)
 
 
 def _wait_for_redis(url: str, within: float = 10.0) -> None:

@@ -22,3 +22,9 @@ def base_context(request: HttpRequest, title: str, alarm: bool = False, **extra:
         "nav": request.resolver_match.url_name if request.resolver_match else "",
         **extra,
     }
+
+
+def transport(request: HttpRequest) -> dict[str, Any]:
+    """Template context on every page: `plain_on_lan` when WEB_PLAIN = 1 serves a LAN
+    address, so the login page itself warns that the password crosses the LAN in clear."""
+    return {"plain_on_lan": settings.STK_PLAIN_ON_LAN}

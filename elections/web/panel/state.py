@@ -25,6 +25,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from elections.ports.localstate import LocalState, PoolView, RelayStatus
+from elections.ports.webcert import show
 from elections.web.panel.relay_state import RelayState, relay_state
 
 _lock = threading.Lock()
@@ -52,10 +53,16 @@ class MemberRow:
     epoch: Any
     beacon_loss: float | None = None  # share of its beacons lost (0..1), as this agent counts them
     beacon_age: float | None = None  # seconds since this agent last heard one (its own clock)
+    web_tls: str | None = None  # its panel's certificate SHA-256 (64 hex), "" plain HTTP, None unsaid
 
     @property
     def role(self) -> str:
         return "leader" if self.leader else "follower"
+
+    @property
+    def web_tls_shown(self) -> str:
+        """The fingerprint as browsers show it (AB:CD:...), '' when there is none."""
+        return show(self.web_tls) if self.web_tls else ""
 
 
 @dataclass
@@ -224,6 +231,7 @@ def build_site(
                 epoch=m.epoch,
                 beacon_loss=b_loss if isinstance(b_loss, (int, float)) else None,
                 beacon_age=b_age if isinstance(b_age, (int, float)) else None,
+                web_tls=m.web_tls,
             )
         )
     site = SiteState(

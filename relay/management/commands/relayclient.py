@@ -6,10 +6,11 @@
 
 The leader is found like `relay.client.RelayClient` finds it: the signed lease
 in ``--lease-dir`` (default: settings LEASE_DIR), else ``--agent URL``
-(repeatable: agents' ``/api/v1/leader``), else ``--fallback HOST:PORT``
-(repeatable). ``--kmsn`` and the token default to the agent's settings
-(KMSN, RELAY_TOKEN, which ``$STK_RELAY_TOKEN`` overrides). Needs no Redis and
-no database.
+(repeatable: agents' ``/api/v1/leader``, over HTTPS pinned by ``--agent-pin SHA256``,
+one per agent as ``relayctl tls`` prints it, or verified by ``--agent-ca PATH``),
+else ``--fallback HOST:PORT`` (repeatable). ``--kmsn`` and the token default to
+the agent's settings (KMSN, RELAY_TOKEN, which ``$STK_RELAY_TOKEN`` overrides).
+Needs no Redis and no database.
 
 Secrets never come from argv (visible in ``ps`` and shell history;
 `elections.ports.secret_source`): the site token from ``--token-file PATH``
@@ -47,6 +48,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from elections.ports.secret_source import SecretUnreadable, argv_refusal, from_environment, read_secret
+from elections.ports.pinned_https import parse_pins
 from elections.ports.smburl import is_smb
 from elections.ports.terminal import make_safe
 from relay.beacon_discovery import BeaconListener
@@ -127,6 +129,17 @@ def _common(parser: argparse.ArgumentParser, *, role_required: bool) -> None:
         metavar="PATH",
         help="read the panel API token for --agent lookups from PATH ('-': stdin; default $STK_API_TOKEN); "
         "not needed when the agents set STK_PUBLIC_LEADER_LOOKUP=1",
+    )
+    parser.add_argument(
+        "--agent-pin",
+        action="append",
+        default=[],
+        metavar="SHA256",
+        help="an agent's panel certificate fingerprint, as `relayctl tls` prints it (repeatable: one per "
+        "agent); only pinned certificates are spoken to",
+    )
+    parser.add_argument(
+        "--agent-ca", metavar="PATH", help="verify the agents' certificates against this CA file instead"
     )
     parser.add_argument(
         "--fallback",
@@ -244,6 +257,10 @@ class Command(BaseCommand):
             )
         if options.get("count") is not None and options["count"] < 1:
             raise Stop(EXIT_USAGE, f"relayclient {action}: --count must be at least 1")
+        try:
+            pins = parse_pins(options["agent_pin"])
+        except ValueError as exc:
+            raise Stop(EXIT_USAGE, f"relayclient: --agent-pin: {exc}") from None
         discovery = Discovery.build(
             token=token,
             kmsn=kmsn,
@@ -253,6 +270,8 @@ class Command(BaseCommand):
             api_token=api_token or None,
             lease_options=stk.values,  # an smb:// LEASE_DIR logs in with SMB_PASSWORD(_FILE)
             beacons=BeaconListener(token, kmsn, beacon_port) if beacon_port else None,
+            agent_pins=pins,
+            agent_ca=options["agent_ca"],
         )
         return RelayClient(
             role=role,
