@@ -47,8 +47,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from elections.ports.secret_source import SecretUnreadable, argv_refusal, from_environment, read_secret
 from elections.ports.pinned_https import parse_pins
+from elections.ports.secret_source import SecretUnreadable, argv_refusal, from_environment, read_secret
 from elections.ports.smburl import is_smb
 from elections.ports.terminal import make_safe
 from relay.beacon_discovery import BeaconListener
