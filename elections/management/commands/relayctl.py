@@ -38,7 +38,7 @@ EXIT = {"accepted": 0, "refused": 1, "unknown_member": 1, "unavailable": 3, "aud
 
 
 class Command(BaseCommand):
-    help = "Read, steer and check the pool: list, history, drain, promote, unbind, doctor, tls...."
+    help = "Read, steer and check the pool: list, history, drain, promote, unbind, doctor, tls, ..."
     requires_system_checks: list[str] = []
 
     def add_arguments(self, parser):  # type: ignore[no-untyped-def]
