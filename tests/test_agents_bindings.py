@@ -16,7 +16,6 @@ import re
 import subprocess
 import sys
 import time
-import urllib.request
 from datetime import UTC, datetime
 
 import pytest
@@ -46,8 +45,7 @@ def relayctl(agent, *args):
 
 def scrape(agent) -> str:
     """The agent's /metrics, from loopback (allowed without a token)."""
-    url = f"http://{agent.ip}:{agent.setting('WEB_PORT')}/metrics"
-    with urllib.request.urlopen(url, timeout=10) as answer:
+    with agent.urlopen("/metrics", timeout=10) as answer:
         return answer.read().decode()
 
 
