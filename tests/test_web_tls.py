@@ -33,11 +33,11 @@ pytestmark = pytest.mark.agents
 PASSWORD = "sniff-me-Passphrase-4821"
 
 
-def _stkuser(agent, *args: str) -> str:  # type: ignore[no-untyped-def]
+def _stkuser(agent, *args: str, stdin: str | None = None) -> str:  # type: ignore[no-untyped-def]
     env = {k: v for k, v in os.environ.items() if not k.startswith("STK_")}
     env["STK_INI"] = str(agent.ini)
     out = subprocess.run([sys.executable, str(ROOT / "manage.py"), "stkuser", *args], capture_output=True,
-                         text=True, timeout=60, cwd=ROOT, env=env)  # fmt: skip
+                         text=True, timeout=60, cwd=ROOT, env=env, input=stdin)  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
     return out.stdout.strip()
 
@@ -111,7 +111,7 @@ def test_a_lan_sniffer_sees_no_password_token_or_session_id_unless_web_plain(sit
     site.wait_leader(60)
     port = int(agent.setting("WEB_PORT"))
     wait_until(lambda: listening(agent.ip, port), 30, "the agent's web port")
-    _stkuser(agent, "add", "olga", "--role", "operator", "--password", PASSWORD)
+    _stkuser(agent, "add", "olga", "--role", "operator", "--password-file", "-", stdin=PASSWORD + "\n")
     token = _stkuser(agent, "token", "olga")
     wait_until(lambda: (agent.data_dir / "pool.json").exists(), 30, "the agent's pool view")
 
