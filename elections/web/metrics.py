@@ -73,6 +73,14 @@ class PoolCollector(Collector):
             for m in s.members:
                 g.add_metric([s.kmsn, m.node], 1 if s.leader == m.node else 0)
         yield g
+        c = CounterMetricFamily(
+            "stkrelay_early_takeovers",
+            "Elections taken before the TTL on evidence that the leader's agent was gone (DESIGN.md §13).",
+            labels=["kmsn"],
+        )
+        for s in states:
+            c.add_metric([s.kmsn], s.early_takeovers)
+        yield c
         g = GaugeMetricFamily("stkrelay_pool_epoch", "Epoch of the pool's current lease.", labels=["kmsn"])
         for s in states:
             if s.epoch is not None:
@@ -144,6 +152,16 @@ def _beacon_families(states: list[SiteState]) -> Iterable[Metric]:
         for mode in ("beacons", "lease only"):
             g.add_metric([s.kmsn, mode], 1 if s.detection == mode else 0)
     yield g
+    c = CounterMetricFamily(
+        "stkrelay_beacon_echoes",
+        "This agent's own beacons come back from its own address (its broadcast), dropped unparsed; "
+        "a copy from another address is a replay (stkrelay_security_events_total{cause=replayed}).",
+        labels=["kmsn"],
+    )
+    for s in states:
+        if s.detection == "beacons":
+            c.add_metric([s.kmsn], s.beacon_echoes)
+    yield c
     for name, help_text, attr in (
         (
             "stkrelay_beacon_age_seconds",
