@@ -65,6 +65,8 @@ DEFAULTS: dict[str, str] = {
     "WEB_LOGIN_ADDRESS_FAILURES": "20",
     "WEB_LOGIN_FAILURES_PER_S": "0.5",
     "WEB_LOGIN_BURST": "5",
+    "WEB_WS_MAX_BUFFER": str(config_web.WS_MAX_BUFFER),  # bytes held for one slow WebSocket reader...
+    "WEB_WS_MAX_MESSAGES": str(config_web.WS_MAX_MESSAGES),  # ...and messages; past either it is closed
     "RELAY_STATION_KEYS_ONLY": "0",
     "RELAY_MAX_PER_ADDRESS": "0",  # 0: sized from the file limit (relay.limits)
     "LOG_FORMAT": "text",  # or json: one JSON object per line (stkrelay/logs.py)
@@ -141,6 +143,8 @@ class Config:
     web_login_address_failures: int = 20  # failed logins per client address per STK_LOGIN_WINDOW_S
     web_login_failures_per_s: float = 0.5  # failed logins per second, all addresses together
     web_login_burst: int = 5  # ...with this many at once
+    web_ws_max_buffer: int = 4 << 20  # see config_web.parse_ws_bounds
+    web_ws_max_messages: int = 4096
     relay_station_keys_only: bool = False
     relay_max_per_address: int = 0
     log_format: str = "text"
@@ -376,6 +380,8 @@ def _web(cfg: Config, values: dict[str, str], bad, number) -> None:  # type: ign
     cfg.web_login_failures_per_s = rate or cfg.web_login_failures_per_s
     burst = number("WEB_LOGIN_BURST", int, 1, 10000)
     cfg.web_login_burst = burst or cfg.web_login_burst
+    ws_bounds = config_web.parse_ws_bounds(values, cfg.relay_max_frame, bad)
+    cfg.web_ws_max_buffer, cfg.web_ws_max_messages = ws_bounds
 
 
 def _logs(cfg: Config, values: dict[str, str], bad, number) -> None:  # type: ignore[no-untyped-def]

@@ -70,7 +70,7 @@ def test_the_metrics_keep_the_readmes_names_and_labels(dj):
         "stkrelay_relay_drops_total": {"kmsn", "cause"},
         "stkrelay_pool_detection": {"kmsn", "mode"},
         "stkrelay_early_takeovers_total": {"kmsn"},
-    }
+    }  # and stkrelay_websocket_drops_total{route,cause} once a WebSocket was closed as too slow
     kinds = {f.name: f.type for f in families.values() if f.name.startswith("stkrelay_")}
     assert kinds["stkrelay_failovers"] == kinds["stkrelay_relay_drops"] == "counter"
     assert kinds["stkrelay_failover_gap_seconds"] == "histogram" and kinds["stkrelay_pool_epoch"] == "gauge"

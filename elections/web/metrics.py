@@ -32,6 +32,7 @@ from elections.ports.localstate import LocalState
 from elections.web.auth import api_error, bearer_user, is_loopback
 from elections.web.panel.failovers import failovers_for
 from elections.web.panel.state import RelayState, SiteState, site_states
+from relay.ws_flow import DROPS as WS_DROPS
 
 GAP_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 15, 30, 60)  # seconds without a leader; +Inf is added
 
@@ -136,6 +137,14 @@ class PoolCollector(Collector):
                 c.add_metric([s.kmsn, cause], n if isinstance(n, int) else 0)
         yield c
         yield from _beacon_families(states)
+        c = CounterMetricFamily(
+            "stkrelay_websocket_drops",
+            "WebSockets this web process closed as too slow, by route and bound (relay/ws_flow.py).",
+            labels=["route", "cause"],
+        )
+        for (route, cause), n in sorted(WS_DROPS.snapshot().items()):
+            c.add_metric([route, cause], n)
+        yield c
         g = GaugeMetricFamily("stkrelay_agent_leader", "1 while this agent leads its pool.", labels=["node"])
         g.add_metric([settings.STK.node], 1 if LocalState(settings.STK.data_dir).leads_now(now) else 0)
         yield g
