@@ -72,10 +72,18 @@ def parse_allowed_hosts(text: str, bad: Bad) -> list[str]:
     return hosts
 
 
-def allowed_hosts(node_ip: str, extra: list[str]) -> list[str]:
-    """Django's ALLOWED_HOSTS: this agent's own address, loopback, then WEB_ALLOWED_HOSTS."""
-    hosts = [host_entry(node_ip), *LOOPBACK_HOSTS, *extra]
-    return list(dict.fromkeys(hosts))
+def allowed_hosts(node_ip: str, extra: list[str], vip: str = "", hostname: str = "") -> list[str]:
+    """Django's ALLOWED_HOSTS: this agent's own address, loopback, its host name, the VIP
+    (VIP_ADDRESS: clients follow the leader there), then WEB_ALLOWED_HOSTS. Never `*`."""
+    hosts = [host_entry(node_ip), *LOOPBACK_HOSTS]
+    name = hostname.lower().rstrip(".")
+    if name and _HOSTNAME.match(name) and len(name) <= 253:
+        hosts.append(name)
+    try:
+        hosts.append(host_entry(str(ipaddress.ip_address(vip.split("/", 1)[0].strip()))))
+    except ValueError:
+        pass  # no VIP, or a bad one (reported by the executors' checks)
+    return list(dict.fromkeys([*hosts, *extra]))
 
 
 def parse_ws_bounds(values: dict[str, str], max_frame: int, bad: Bad) -> tuple[int, int]:

@@ -125,3 +125,64 @@ def test_a_websocket_that_stops_reading_is_closed_and_counted_and_never_stalls_t
         line for line in metrics.splitlines() if "websocket" in line
     ]
     assert "closed, too slow: buffer_bytes" in agent.log()
+
+
+def test_a_real_agent_refuses_foreign_hosts_and_origins_and_takes_relay_clients_without_one(site_factory):
+    """Item 1 of the security review, against Daphne with a real WebSocket client: the Host must
+    be one of the agent's own names (NODE_IP, loopback, its host name, the VIP, WEB_ALLOWED_HOSTS);
+    a browser Origin must be too; a client without Origin (not a browser) may use /ws/relay/,
+    whose handshake authenticates it, but not /ws/stream/ (it rides on the session cookie)."""
+    import socket
+    import urllib.error
+    import urllib.request
+
+    from websockets.exceptions import InvalidStatus
+
+    site = site_factory(1, extra={"WEB_ALLOWED_HOSTS": "panel.site.lan"})  # the VIP: test_panel_security
+    site.start()
+    site.wait_leader(timeout=40)
+    (agent,) = site.agents
+    web_port = int(agent.setting("WEB_PORT"))
+    wait_until(lambda: listening(agent.ip, int(agent.setting("RELAY_PORT"))), 10, "the relay")
+    wait_until(lambda: listening(agent.ip, web_port), 20, "the web port")
+    base = f"{agent.ip}:{web_port}"
+
+    def status(host: str) -> int:
+        req = urllib.request.Request(f"http://{base}/login/", headers={"Host": host})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    own = [base, f"localhost:{web_port}", f"{socket.gethostname()}:{web_port}", f"panel.site.lan:{web_port}"]
+    assert {h: status(h) for h in own} == {h: 200 for h in own}
+    assert status("evil.example") == status(f"10.9.9.9:{web_port}") == 400
+
+    async def hello(path: str, origin: str | None) -> int | str:
+        try:
+            async with connect(f"ws://{base}{path}", origin=origin, open_timeout=10) as ws:  # type: ignore[arg-type]
+                return json.loads(await asyncio.wait_for(ws.recv(), 10))["type"]
+        except InvalidStatus as exc:
+            return exc.response.status_code
+
+    async def scenario():  # type: ignore[no-untyped-def]
+        return {
+            "relay, no Origin": await hello("/ws/relay/", None),
+            "relay, own Origin": await hello("/ws/relay/", f"http://{base}"),
+            "relay, foreign Origin": await hello("/ws/relay/", "http://evil.example"),
+            "relay, Origin null": await hello("/ws/relay/", "null"),
+            "stream, no Origin": await hello("/ws/stream/S001/", None),
+            "stream, foreign Origin": await hello("/ws/stream/S001/", f"http://evil.example:{web_port}"),
+        }
+
+    assert asyncio.run(scenario()) == {
+        "relay, no Origin": "hello",
+        "relay, own Origin": "hello",
+        "relay, foreign Origin": 403,
+        "relay, Origin null": 403,
+        "stream, no Origin": 403,
+        "stream, foreign Origin": 403,
+    }
+    refused = "websocket /ws/relay/ from 127.0.0.1 refused: Origin 'http://evil.example' not allowed"
+    assert refused in agent.log()
