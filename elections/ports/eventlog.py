@@ -95,6 +95,18 @@ class JsonlEventSink:
         if rolled and self.compactor is not None:
             self.compactor.kick()
 
+    def last_seq(self) -> int:
+        """The highest seq this writer wrote (its mark and the share, read once; then kept)."""
+        if self.deadline is not None:
+            return self.deadline.run(self._last_written)
+        return self._last_written()
+
+    def _last_written(self) -> int:
+        with self._lock:
+            if self._seq is None:
+                self._seq = self._resume()
+            return self._seq
+
     def _record(self, kind: str, epoch: int, reason: str, seq: int | None, extra: dict[str, Any]) -> bool:
         with self._lock:
             if self._seq is None:
