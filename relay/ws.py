@@ -10,6 +10,11 @@ TCP agent talk to each other, and no data frame goes through a channel layer.
 of that station on the operator's behalf and sends the bytes as binary
 messages.
 
+What the web server holds for one connection is bounded (`relay.ws_flow`,
+`WEB_WS_MAX_BUFFER` bytes and `WEB_WS_MAX_MESSAGES` messages): a reader that
+cannot keep up is closed (`SLOW`), logged and counted, and nobody else waits
+for it; so is a client that sends faster than the relay takes its messages.
+
 Interface: the Channels consumers `RelayBridge` and `StreamBridge` (routed in
 `stkrelay.asgi`), and `relay_address()`. Frames are made and read with the
 codec of `relay.protocol`; the JSON bridge does not parse what it carries.
@@ -41,11 +46,13 @@ from relay.protocol import (
     read_header,
     station_credential,
 )
+from relay.ws_flow import INBOUND_BACKLOG, SCOPE_KEY, SLOW, SendBound, note_slow
 
 log = logging.getLogger("stkrelay.ws")
 
 READ_CHUNK = 1 << 16
 DRAIN_ABOVE = 1 << 20
+DRAIN_LOOK = 0.1  # seconds: while the relay takes nothing, how often the client's backlog is looked at
 
 
 def _lease_address() -> tuple[str, int] | None:
@@ -79,6 +86,30 @@ class _Bridge(AsyncWebsocketConsumer):
     writer: asyncio.StreamWriter | None = None
     pump: asyncio.Task[None] | None = None
     port_offset = 0
+    route = "relay"
+    _bound: SendBound | None = None
+
+    @property
+    def bound(self) -> SendBound:
+        if self._bound is None:
+            stk = settings.STK
+            self._bound = SendBound(self.scope.get(SCOPE_KEY), stk.web_ws_max_buffer, stk.web_ws_max_messages)
+        return self._bound
+
+    async def forward(self, text_data: str | None = None, bytes_data: bytes | None = None) -> bool:
+        """Send one message to the peer unless the server already holds too much for it;
+        then close it as too slow (logged, counted) and say False."""
+        size = len(bytes_data) if bytes_data is not None else len((text_data or "").encode())
+        why = self.bound.before_send(size)
+        if why is not None:
+            await self.too_slow(why)
+            return False
+        await self.send(text_data=text_data, bytes_data=bytes_data)
+        return True
+
+    async def too_slow(self, why: str) -> None:
+        note_slow(self.route, why, (self.scope.get("client") or ["?"])[0], self.bound)
+        await self.close(code=SLOW)
 
     async def open_relay(self) -> bool:
         ip, port = await relay_address()
@@ -119,8 +150,18 @@ class RelayBridge(_Bridge):
             await self.close(code=1009)  # too big
             return
         self.writer.write(frame)
-        if self.writer.transport.get_write_buffer_size() > DRAIN_ABOVE:
-            await self.writer.drain()  # backpressure only when the relay falls behind
+        # Backpressure only when the relay falls behind; meanwhile the client's messages wait
+        # in the server's queue, up to the bound.
+        while self.writer.transport.get_write_buffer_size() > DRAIN_ABOVE:
+            if self.bound.inbound_full():
+                await self.too_slow(INBOUND_BACKLOG)
+                return
+            try:
+                await asyncio.wait_for(self.writer.drain(), DRAIN_LOOK)
+            except TimeoutError:
+                continue
+            except ConnectionError:
+                return
 
     async def _from_relay(self) -> None:
         assert self.reader is not None
@@ -131,7 +172,8 @@ class RelayBridge(_Bridge):
                 if isinstance(size, ProtocolError):
                     break
                 payload = await self.reader.readexactly(size)
-                await self.send(text_data=payload.decode("utf-8", "replace"))
+                if not await self.forward(text_data=payload.decode("utf-8", "replace")):
+                    return
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         await self.close()
@@ -141,6 +183,7 @@ class StreamBridge(_Bridge):
     """A logged-in browser watches a station's passthrough bytes."""
 
     port_offset = 1
+    route = "stream"
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -171,7 +214,8 @@ class StreamBridge(_Bridge):
                     self.writer.write(out)
                 for event in self.conn.events_received():
                     if isinstance(event, RawData):
-                        await self.send(bytes_data=event.data)
+                        if not await self.forward(bytes_data=event.data):
+                            return
                     elif isinstance(event, Registered):
                         registered = encode_payload({"type": "registered", "epoch": event.epoch})
                         await self.send(text_data=registered.decode())

@@ -17,6 +17,7 @@ from django.urls import path  # noqa: E402
 from elections.web.body_limit import BodyLimit  # noqa: E402
 from elections.web.origin import OriginCheck  # noqa: E402
 from relay.ws import RelayBridge, StreamBridge  # noqa: E402
+from relay.ws_flow import WriteBuffer  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
@@ -24,16 +25,20 @@ application = ProtocolTypeRouter(
         "http": BodyLimit(django_asgi_app, settings.DATA_UPLOAD_MAX_MEMORY_SIZE),
         # A browser's Origin must be one of ALLOWED_HOSTS; only /ws/relay/ (relay-token
         # handshake, no cookie) takes non-browser clients without one (elections/web/origin.py).
-        "websocket": OriginCheck(
-            AuthMiddlewareStack(
-                URLRouter(
-                    [
-                        path("ws/relay/", RelayBridge.as_asgi()),
-                        path("ws/stream/<str:station>/", StreamBridge.as_asgi()),
-                    ]
-                )
-            ),
-            allow_missing=("/ws/relay/",),
+        # Outermost: what the server holds for each connection, read by the bridges' bound
+        # (relay/ws_flow.py) before any middleware wraps send and receive.
+        "websocket": WriteBuffer(
+            OriginCheck(
+                AuthMiddlewareStack(
+                    URLRouter(
+                        [
+                            path("ws/relay/", RelayBridge.as_asgi()),
+                            path("ws/stream/<str:station>/", StreamBridge.as_asgi()),
+                        ]
+                    )
+                ),
+                allow_missing=("/ws/relay/",),
+            )
         ),
     }
 )

@@ -69,6 +69,8 @@ DEFAULTS: dict[str, str] = {
     "WEB_PLAIN": "0",  # 1: plain HTTP (loopback; on a LAN address every page warns), else HTTPS
     "TLS_CERT": "",  # the operator's certificate (PEM); default: one made in DATA_DIR (config_tls)
     "TLS_KEY": "",  # ...and its private key
+    "WEB_WS_MAX_BUFFER": str(config_web.WS_MAX_BUFFER),  # bytes held for one slow WebSocket reader...
+    "WEB_WS_MAX_MESSAGES": str(config_web.WS_MAX_MESSAGES),  # ...and messages; past either it is closed
     "RELAY_STATION_KEYS_ONLY": "0",
     "RELAY_MAX_PER_ADDRESS": "0",  # 0: sized from the file limit (relay.limits)
     "LOG_FORMAT": "text",  # or json: one JSON object per line (stkrelay/logs.py)
@@ -148,6 +150,8 @@ class Config:
     web_plain: bool = False  # plain HTTP instead of HTTPS (stkrelay/config_tls.py)
     tls_cert: str = ""  # the operator's certificate; "" with HTTPS: the one made in DATA_DIR
     tls_key: str = ""
+    web_ws_max_buffer: int = 4 << 20  # see config_web.parse_ws_bounds
+    web_ws_max_messages: int = 4096
     relay_station_keys_only: bool = False
     relay_max_per_address: int = 0
     log_format: str = "text"
@@ -385,6 +389,8 @@ def _web(cfg: Config, values: dict[str, str], bad, number) -> None:  # type: ign
     cfg.web_login_failures_per_s = rate or cfg.web_login_failures_per_s
     burst = number("WEB_LOGIN_BURST", int, 1, 10000)
     cfg.web_login_burst = burst or cfg.web_login_burst
+    ws_bounds = config_web.parse_ws_bounds(values, cfg.relay_max_frame, bad)
+    cfg.web_ws_max_buffer, cfg.web_ws_max_messages = ws_bounds
 
 
 def _logs(cfg: Config, values: dict[str, str], bad, number) -> None:  # type: ignore[no-untyped-def]

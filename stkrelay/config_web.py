@@ -11,6 +11,9 @@ Nothing that reaches the panel from the LAN is trusted by default:
   as is the retired `STK_TRUST_FORWARDED_FOR` (it trusted any peer).
 - `WEB_LOGIN_ADDRESS_FAILURES`, `WEB_LOGIN_FAILURES_PER_S`, `WEB_LOGIN_BURST`:
   the login throttle (`elections.web.throttle`); checked as numbers (E010/E011).
+- `WEB_WS_MAX_BUFFER` (bytes, at least `RELAY_MAX_FRAME`: `stkrelay.E066`) and
+  `WEB_WS_MAX_MESSAGES` (16..1,000,000: `stkrelay.E067`): what the web process
+  holds for one WebSocket whose reader is slow before it closes it (`relay.ws_flow`).
 - `RELAY_TOKEN` (and `POOL_KEY` when set) must be at least 16 characters and
   not trivially repetitive: `stkrelay.E018`.
 
@@ -33,6 +36,8 @@ SECRET_HINT = (
     "use a long random secret, the same on every agent of the KMSN, "
     "e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))'"
 )
+WS_MAX_BUFFER = 4 << 20
+WS_MAX_MESSAGES = 4096
 _HOSTNAME = re.compile(r"^\.?[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*\.?$")
 
 
@@ -67,10 +72,38 @@ def parse_allowed_hosts(text: str, bad: Bad) -> list[str]:
     return hosts
 
 
-def allowed_hosts(node_ip: str, extra: list[str]) -> list[str]:
-    """Django's ALLOWED_HOSTS: this agent's own address, loopback, then WEB_ALLOWED_HOSTS."""
-    hosts = [host_entry(node_ip), *LOOPBACK_HOSTS, *extra]
-    return list(dict.fromkeys(hosts))
+def allowed_hosts(node_ip: str, extra: list[str], vip: str = "", hostname: str = "") -> list[str]:
+    """Django's ALLOWED_HOSTS: this agent's own address, loopback, its host name, the VIP
+    (VIP_ADDRESS: clients follow the leader there), then WEB_ALLOWED_HOSTS. Never `*`."""
+    hosts = [host_entry(node_ip), *LOOPBACK_HOSTS]
+    name = hostname.lower().rstrip(".")
+    if name and _HOSTNAME.match(name) and len(name) <= 253:
+        hosts.append(name)
+    try:
+        hosts.append(host_entry(str(ipaddress.ip_address(vip.split("/", 1)[0].strip()))))
+    except ValueError:
+        pass  # no VIP, or a bad one (reported by the executors' checks)
+    return list(dict.fromkeys([*hosts, *extra]))
+
+
+def parse_ws_bounds(values: dict[str, str], max_frame: int, bad: Bad) -> tuple[int, int]:
+    """WEB_WS_MAX_BUFFER (E066) and WEB_WS_MAX_MESSAGES (E067); the defaults where bad."""
+    size, count = WS_MAX_BUFFER, WS_MAX_MESSAGES
+    text = values.get("WEB_WS_MAX_BUFFER", "").strip()
+    if text:
+        if text.isdigit() and max_frame <= int(text) <= 1 << 30:
+            size = int(text)
+        else:
+            hint = f"bytes, from RELAY_MAX_FRAME ({max_frame}) to {1 << 30}, e.g. {WS_MAX_BUFFER}"
+            bad("stkrelay.E066", "WEB_WS_MAX_BUFFER", f"{text!r} is not a size that holds a frame", hint)
+    text = values.get("WEB_WS_MAX_MESSAGES", "").strip()
+    if text:
+        if text.isdigit() and 16 <= int(text) <= 1_000_000:
+            count = int(text)
+        else:
+            hint = f"a count from 16 to 1000000, e.g. {WS_MAX_MESSAGES}"
+            bad("stkrelay.E067", "WEB_WS_MAX_MESSAGES", f"{text!r} is not 16..1000000 messages", hint)
+    return max(size, max_frame), count
 
 
 def parse_trusted_proxies(text: str, bad: Bad) -> list[str]:

@@ -7,6 +7,7 @@ Configuration problems do not raise here: they surface as system checks
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
 from stkrelay import config as stk_config
@@ -47,7 +48,9 @@ SECRET_KEY = os.environ.get("STK_SECRET_KEY") or _secret_key()
 DEBUG = os.environ.get("STK_DEBUG") == "1"
 # Any other Host header is Django's 400 (DisallowedHost); the WebSocket routes check Origin
 # against the same list (stkrelay/asgi.py). A LAN attacker's DNS name for us gets nothing.
-ALLOWED_HOSTS = allowed_hosts(STK.node_ip, STK.web_allowed_hosts)
+ALLOWED_HOSTS = allowed_hosts(
+    STK.node_ip, STK.web_allowed_hosts, vip=STK.values.get("VIP_ADDRESS", ""), hostname=socket.gethostname()
+)
 
 # Not "daphne": the web child runs Daphne itself (stkrelay/web.py); as an app it would load
 # Twisted and TLS libraries (~25 MiB) into the supervisor and the lease worker, which serve no HTTP.

@@ -8,7 +8,11 @@ changes), so a test turns them on and off while agents run:
 
 - ``CONTROL_DIR/hang`` exists: every operation blocks until it is removed (an
   SMB server that stops answering, then answers again: the blocked operations
-  then complete).
+  then complete). A blocked operation whose caller has been sent SIGKILL fails
+  at once with EINTR, as a wait of the kernel's SMB and NFS clients is
+  killable (TASK_KILLABLE): FUSE itself waits uninterruptibly for an answer
+  the daemon has taken, so without this a process that ever touched the hung
+  view could not be killed at all.
 - ``CONTROL_DIR/eio`` exists: every operation fails with EIO.
 - ``CONTROL_DIR/rules.json``: a JSON list of rules, each applied to the
   operations it matches (all that match apply, in order)::
@@ -126,7 +130,9 @@ class Faulty:
     # -- faults ---------------------------------------------------------------------
     def _gate(self, op: str, path: str, size: int = 0) -> float | None:
         """Apply the faults to one operation; the `stale` age that applies, if any."""
+        caller = _caller()
         while os.path.exists(os.path.join(self.control, "hang")):
+            _give_up_if_killed(caller)
             time.sleep(0.05)
         if os.path.exists(os.path.join(self.control, "eio")):
             raise OSError(errno.EIO, "faultyfs: eio flag")
@@ -135,6 +141,7 @@ class Faulty:
             if not matches(rule, op, path):
                 continue
             while rule.get("hang") and rule in self.rules.current():
+                _give_up_if_killed(caller)
                 time.sleep(0.05)
             delay = float(rule.get("delay", 0)) + self.rng.uniform(0, float(rule.get("jitter", 0)))
             delay += float(rule.get("write_delay_per_kib", 0)) * size / 1024 if op == "write" else 0
@@ -310,6 +317,34 @@ class Faulty:
     def op_fsync(self, path, datasync, fh):  # type: ignore[no-untyped-def]
         self._gate("fsync", path)
         return 0 if fh >= STALE_FH else os.fsync(fh)
+
+
+def _caller() -> int:
+    """The thread (id) the current FUSE operation runs for; 0 outside a FUSE call."""
+    try:
+        from mfusepy import fuse_get_context
+
+        return fuse_get_context()[2]
+    except (ImportError, OSError, ValueError, AttributeError):
+        return 0
+
+
+SIGKILL_BIT = 1 << (9 - 1)  # SIGKILL in /proc/<tid>/status's pending masks
+
+
+def _give_up_if_killed(tid: int) -> None:
+    """EINTR when the caller is gone or has SIGKILL pending (killable, like cifs/NFS)."""
+    if tid <= 0:
+        return
+    try:
+        with open(f"/proc/{tid}/status") as fh:
+            status = fh.read()
+    except OSError:
+        raise OSError(errno.EINTR, "faultyfs: the caller is gone") from None
+    for line in status.splitlines():
+        name, _, value = line.partition(":")
+        if name in ("SigPnd", "ShdPnd") and int(value.strip(), 16) & SIGKILL_BIT:
+            raise OSError(errno.EINTR, "faultyfs: the caller was killed")
 
 
 def _attrs(st: os.stat_result) -> dict[str, int]:

@@ -107,3 +107,25 @@ def test_a_hung_share_is_unreachable_and_the_agents_keep_answering(site_factory,
     logs = "".join(a.log() for a in site.agents)
     assert "share did not answer within" in logs or "share not answering" in logs
     assert "Traceback" not in logs
+
+
+@pytest.mark.parametrize("share_timeout", ["2", "6"])
+def test_sigterm_stops_a_leader_within_5_s_while_its_share_hangs(site_factory, faulty_share, share_timeout):
+    """DESIGN §11: SIGTERM stops the agent within 5 s. Handing the lease over needs the
+    share; a hung share makes that a bounded attempt (within SHARE_TIMEOUT and the stop's
+    own budget, whichever ends first), never a wait; children stuck on it are killed."""
+    site = site_factory(2, extra={"SHARE_TIMEOUT": share_timeout})
+    control = faulty_share(site)
+    site.start()
+    lease = site.wait_settled()
+    leader = site.by_name(lease.node)
+    (control / "hang").touch()
+    took = leader.terminate(timeout=15)
+    assert took < 5.0, f"SIGTERM took {took:.2f} s with a hung share"
+    log = leader.log()
+    assert "stopped in" in log and "outlived SIGKILL" not in log
+    (control / "hang").unlink()
+    # The other agent takes over (after the TTL: the release could not be written).
+    other = next(a for a in site.agents if a is not leader)
+    site.wait_leader(timeout=40, min_epoch=lease.epoch + 1)
+    assert other.alive()

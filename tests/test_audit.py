@@ -406,3 +406,40 @@ def test_rows_from_before_the_chain_was_keyed_verify_but_only_as_its_beginning(d
     last.save()
     status = audit.verify_chain()
     assert (status.broken_at, status.detail) == (4, "an unkeyed row after keyed ones: forged")
+
+
+def test_an_agent_that_lost_its_active_event_file_goes_on_above_the_seqs_its_database_holds(dj, tmp_path):
+    # The agent's own writer (DbEventSink) takes each seq from its database first: a deleted
+    # active file, or a restart after one, never makes it write a seq it wrote before.
+    import json
+
+    from elections.ports.clock import SystemClock
+    from elections.ports.eventlog import JsonlEventSink
+    from elections.runtime.projection import DbEventSink
+
+    path = tmp_path / "events" / "S009.jsonl"
+    path.parent.mkdir()
+    DbEventSink(KMSN, "S009", JsonlEventSink(path, "S009", SystemClock())).record("elected", 3, "first")
+    DbEventSink(KMSN, "S009", JsonlEventSink(path, "S009", SystemClock())).record("renewed_lost", 3, "then")
+    path.unlink()
+    restarted = DbEventSink(KMSN, "S009", JsonlEventSink(path, "S009", SystemClock()))
+    restarted.record("elected", 4, "after the loss")
+    assert [json.loads(line)["seq"] for line in path.read_text().splitlines()] == [3]
+
+
+def test_an_agent_with_a_fresh_database_goes_on_above_the_seqs_the_pool_already_holds(dj, tmp_path):
+    # A new disk, or a container without its volume: the database is empty, the pool's log
+    # still has this node's events. Its next seq passes them (readers would drop a reused one).
+    import json
+
+    from elections.ports.clock import SystemClock
+    from elections.ports.eventlog import JsonlEventSink
+    from elections.runtime.projection import DbEventSink
+
+    path = tmp_path / "events" / "S011.jsonl"
+    path.parent.mkdir()
+    before = JsonlEventSink(path, "S011", SystemClock())  # its life before the database was lost
+    for i in range(5):
+        before.record("renewed_lost", 2, f"old {i}")
+    DbEventSink(KMSN, "S011", JsonlEventSink(path, "S011", SystemClock())).record("elected", 3, "afresh")
+    assert [json.loads(line)["seq"] for line in path.read_text().splitlines()] == [1, 2, 3, 4, 5, 6]

@@ -70,3 +70,39 @@ def test_the_hosts_answer_while_the_leader_beacons_is_no_evidence(pair):
     while time.monotonic() < end:
         assert follower.evidence("S001", 7) is None
         time.sleep(0.05)
+
+
+def test_our_own_beacon_back_from_our_address_is_an_echo_and_from_another_a_counted_replay():
+    import socket
+
+    port = free_port(LEADER_IP)
+    spy_ip = "127.0.0.33"
+    spy = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    spy.bind((spy_ip, port))
+    spy.settimeout(5)
+    leader = BeaconService(
+        BeaconConfig(KMSN, "S001", LEADER_IP, 9530, KEY, 0.1, port, [spy_ip]),
+        lambda: Standing("S001", leader_epoch=7, seen_key=("S001", 7, 4), renew_seq=4), lambda r: None,
+        time.monotonic,
+    )  # fmt: skip
+    leader.start()
+    try:
+        ours, _ = spy.recvfrom(2048)  # one of the leader's beacons, as anyone on the path sees it
+        spy.sendto(ours, (LEADER_IP, port))  # sent back from another address: a replay of ours
+        from_us = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        from_us.bind((LEADER_IP, 0))
+        from_us.sendto(ours, (LEADER_IP, port))  # from our own address: our broadcast come back
+        from_us.close()
+
+        def counted():  # type: ignore[no-untyped-def]
+            snap = leader.snapshot()
+            return snap if snap["echoes"] >= 1 and snap["refusals"]["counts"].get("replayed") else None
+
+        snap = wait_until(counted, 5, "the echo and the replay counted")
+        assert snap["echoes"] == 1 and snap["refusals"]["counts"] == {"replayed": 1}
+        (refusal,) = snap["refusals"]["recent"]
+        assert refusal["source"] == f"beacon from {spy_ip}" and "our own beacon" in refusal["detail"]
+        assert snap["accepted"] == 0  # neither is anyone's evidence
+    finally:
+        leader.stop()
+        spy.close()

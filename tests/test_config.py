@@ -207,6 +207,9 @@ def test_manage_py_check_shows_a_bad_leader_action_with_its_id(tmp_path):
         ({"WEB_TRUSTED_PROXIES": "10.0.0.0/33"}, ("stkrelay.E020", "WEB_TRUSTED_PROXIES")),
         ({"WEB_LOGIN_FAILURES_PER_S": "fast"}, ("stkrelay.E010", "WEB_LOGIN_FAILURES_PER_S")),
         ({"WEB_LOGIN_BURST": "0"}, ("stkrelay.E011", "WEB_LOGIN_BURST")),
+        ({"WEB_WS_MAX_BUFFER": "65536"}, ("stkrelay.E066", "WEB_WS_MAX_BUFFER")),  # < RELAY_MAX_FRAME
+        ({"WEB_WS_MAX_BUFFER": "4M"}, ("stkrelay.E066", "WEB_WS_MAX_BUFFER")),
+        ({"WEB_WS_MAX_MESSAGES": "2"}, ("stkrelay.E067", "WEB_WS_MAX_MESSAGES")),
     ],
 )
 def test_each_bad_panel_key_or_weak_secret_names_its_key(tmp_path, over, expected):

@@ -283,3 +283,44 @@ def test_over_smb_the_writer_seals_and_retires_and_a_tail_reads_every_node_in_or
     assert [e["seq"] for e in got] == list(range(1, 202)) and follower.refusals.total() == 0
     joiner = drain_all(EventTail("events", key=KEY, share=share))
     assert joiner[0]["kind"] == "elected" and joiner[-1]["seq"] == 201
+
+
+# -- a writer that lost its active file ------------------------------------------------------------
+def _lose_active_file_and_restart(folder: Path, clock: FakeClock, mark: Path | None) -> tuple[list, dict]:
+    """S001 writes (sealing segments), a reader follows, someone deletes S001's active
+    file, S001 restarts and writes 3 more events: (what the reader took after, refusals)."""
+    w = JsonlEventSink(folder / "S001.jsonl", "S001", clock, key=KEY, retention=SMALL, mark=mark)
+    reader = EventTail(folder, key=KEY, clock=clock)
+    history(w, 60, clock)  # several sealed segments, then an active file with the newest seqs
+    seen = drain_all(reader)
+    assert seen[-1]["seq"] == 60
+    active = folder / "S001.jsonl"
+    assert json.loads(active.read_text().splitlines()[0])["seq"] > 1  # the newest seqs are only here
+    active.unlink()  # anyone who can write the share can delete
+    restarted = JsonlEventSink(folder / "S001.jsonl", "S001", clock, key=KEY, retention=SMALL, mark=mark)
+    for i in range(3):
+        restarted.record("elected", 2, f"after the loss {i}")
+    after: list = []
+    for _ in range(3):  # a replaced active file is listed again before it is read again
+        after += drain_all(reader)
+    return after, dict(reader.refusals.counts)
+
+
+def test_a_writer_that_lost_its_active_file_never_reuses_a_seq_and_readers_take_its_new_events(tmp_path):
+    folder, clock = tmp_path / "events", FakeClock()
+    folder.mkdir()
+    (tmp_path / "local").mkdir()
+    after, refused = _lose_active_file_and_restart(folder, clock, mark=tmp_path / "local" / "S001.seq")
+    assert [(e["seq"], e["reason"]) for e in after] == [(61 + i, f"after the loss {i}") for i in range(3)]
+    assert refused == {}
+
+
+def test_without_its_local_mark_the_restarted_writer_reuses_seqs_that_readers_drop_unseen(tmp_path):
+    # What the mark prevents: the seqs of the lost file are taken again (53..55 here), and
+    # a reader that saw up to 60 takes the new file for the old one replaced and skips them
+    # as lines it has read: the events are missing from every other history, uncounted.
+    folder, clock = tmp_path / "events", FakeClock()
+    folder.mkdir()
+    after, refused = _lose_active_file_and_restart(folder, clock, mark=None)
+    reused = [json.loads(line)["seq"] for line in (folder / "S001.jsonl").read_text().splitlines()]
+    assert max(reused) <= 60 and after == [] and refused == {}

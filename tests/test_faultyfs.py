@@ -122,3 +122,26 @@ def test_the_flag_files_and_exclusive_create_still_work(share):
     share.flag("hang", False)
     wait_until(lambda: listed, 5, "the hung listing to finish")
     assert "lock" in listed[0]
+
+
+def test_a_process_blocked_on_the_hung_share_dies_on_sigkill_as_on_a_kernel_smb_mount(share):
+    # FUSE waits uninterruptibly for an answer its daemon has taken; cifs and NFS wait killably.
+    # The hung view answers EINTR to a caller with SIGKILL pending, so a stop can kill it.
+    import signal
+    import subprocess
+    import sys
+
+    (share.backing / "f").write_text("x")
+    share.flag("hang")
+    reader = subprocess.Popen([sys.executable, "-c", f"open({str(share.mountpoint / 'f')!r}).read()"])
+
+    def blocked_in_fuse() -> bool:
+        try:
+            return "wait_answer" in open(f"/proc/{reader.pid}/wchan").read()  # fuse's request_wait_answer
+        except OSError:
+            return False
+
+    wait_until(blocked_in_fuse, 5, "the reader to be blocked in the hung share")
+    reader.kill()
+    assert reader.wait(3) == -signal.SIGKILL
+    share.flag("hang", False)

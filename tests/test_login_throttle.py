@@ -233,3 +233,27 @@ def test_the_lockouts_page_lists_them_and_only_an_operator_lifts_them_with_an_au
         assert post_login(bad, "olga", "wrong-again")[0].status_code == 200
     row = AuditEntry.objects.filter(action="unlock_login", phase="outcome").get()
     assert row.user == "otto" and row.target == "192.0.2.66" and row.result == "accepted"
+
+    assert LoginFailure.objects.count() == len(hashed) <= 3 + 1.0 * sum(t for _, t in flood) + 1
+
+
+def test_a_forged_forwarded_for_from_an_untrusted_peer_changes_neither_the_throttle_nor_the_record(dj):
+    # Review item: X-Forwarded-For is believed only from WEB_TRUSTED_PROXIES. An attacker who
+    # sends a new forged address with every attempt is still one address to the throttle, and
+    # the failures are recorded under its real address.
+    from django.test import override_settings
+
+    from elections.audit import LoginFailure
+
+    with override_settings(STK_LOGIN_ADDRESS_MAX_FAILURES=3, STK_TRUSTED_PROXIES=["10.0.0.0/24"]):
+        c = client_for(REMOTE_ADDR="192.0.2.66")
+        forged = [{"HTTP_X_FORWARDED_FOR": f"203.0.113.{n}"} for n in range(5)]
+        login = {"username": "u", "password": "x"}
+        attempts = [c.post("/login/", login, **f) for f in forged]
+        codes = [r.status_code for r in attempts]
+        assert codes == [200, 200, 200, 429, 429]
+        assert set(LoginFailure.objects.values_list("client", flat=True)) == {"192.0.2.66"}
+        # Through a configured proxy the forwarded address is the client (and says so).
+        via = client_for(REMOTE_ADDR="10.0.0.5")
+        via.post("/login/", {"username": "w", "password": "wrong"}, HTTP_X_FORWARDED_FOR="198.51.100.7")
+        assert LoginFailure.objects.filter(username="w").get().client == "198.51.100.7 (via 10.0.0.5)"

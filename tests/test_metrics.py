@@ -71,7 +71,8 @@ def test_the_metrics_keep_the_readmes_names_and_labels(dj):
         "stkrelay_pool_detection": {"kmsn", "mode"},
         "stkrelay_login_lockouts": {"scope"},
         "stkrelay_login_refused_total": {"scope"},
-    }
+        "stkrelay_early_takeovers_total": {"kmsn"},
+    }  # and stkrelay_websocket_drops_total{route,cause} once a WebSocket was closed as too slow
     kinds = {f.name: f.type for f in families.values() if f.name.startswith("stkrelay_")}
     assert kinds["stkrelay_failovers"] == kinds["stkrelay_relay_drops"] == "counter"
     assert kinds["stkrelay_failover_gap_seconds"] == "histogram" and kinds["stkrelay_pool_epoch"] == "gauge"
@@ -168,9 +169,10 @@ def sample(families, name: str, **labels: str) -> float:  # type: ignore[no-unty
 
 def test_beacon_families_show_each_members_loss_and_age_and_the_detection_mode(dj):
     beacons = {"members": {"S002": {"node": "S002", "loss": 0.3, "age_s": 0.25, "source": "127.0.0.22"}},
-               "liveness": {}, "sent": 10}  # fmt: skip
+               "liveness": {}, "sent": 10, "echoes": 41}  # fmt: skip
     write_pool(dj["data_dir"], leader="S001", epoch=7, beacons=beacons)
     _, families = scrape()
+    assert sample(families, "stkrelay_beacon_echoes_total", kmsn=KMSN) == 41
     assert sample(families, "stkrelay_pool_detection", kmsn=KMSN, mode="beacons") == 1
     assert sample(families, "stkrelay_pool_detection", kmsn=KMSN, mode="lease only") == 0
     assert sample(families, "stkrelay_beacon_loss_ratio", kmsn=KMSN, node="S002") == 0.3
@@ -178,3 +180,50 @@ def test_beacon_families_show_each_members_loss_and_age_and_the_detection_mode(d
     write_pool(dj["data_dir"], leader="S001", epoch=7)
     _, families = scrape()
     assert sample(families, "stkrelay_pool_detection", kmsn=KMSN, mode="lease only") == 1
+
+
+def test_early_takeovers_are_counted_and_repeated_ones_are_an_alarm_on_panel_api_and_doctor(dj):
+    # DESIGN.md §13: an on-path attacker who drops beacons and resets connections can force
+    # takeovers before the TTL. Each is arbitrated by the store; repeated ones are an alarm.
+    import json
+    from io import StringIO
+
+    from django.core.management import call_command
+    from django.utils import timezone
+
+    from elections.web.panel.state import EARLY_TAKEOVERS_ALARM
+
+    now = timezone.now()
+    write_pool(dj["data_dir"], leader="S001", epoch=9)
+    event("S002", 1, "elected", 5, now - timedelta(days=3), "S001's agent is gone", cause="gone")
+    event("S001", 1, "elected", 6, now - timedelta(hours=2), "lease of S002 expired", cause="expired")
+
+    viewer = test_panel_support.make_user("vera")
+
+    def alarms() -> list:  # type: ignore[type-arg]
+        response = client_for(viewer).get("/api/v1/sites")
+        return response.json()["sites"][0]["alarms"]
+
+    def doctor() -> tuple[bool, str]:
+        out = StringIO()
+        try:
+            call_command("relayctl", "doctor", "--json", stdout=out)
+        except SystemExit:
+            pass
+        checks = {c["check"]: (c["ok"], c["detail"]) for c in json.loads(out.getvalue())}
+        return checks["early takeovers on liveness evidence"]
+
+    for i in range(EARLY_TAKEOVERS_ALARM - 1):
+        node = "S002" if i % 2 else "S001"
+        event(node, 2 + i, "elected", 7 + i, now - timedelta(hours=1), "the agent is gone", cause="gone")
+    _, families = scrape()
+    assert sample(families, "stkrelay_early_takeovers_total", kmsn=KMSN) == EARLY_TAKEOVERS_ALARM
+    assert "early_takeovers" not in alarms()  # one of them three days ago
+    assert doctor()[0] is True
+    event("S003", 1, "elected", 9, now - timedelta(minutes=1), "S001's agent is gone", cause="gone")
+    assert "early_takeovers" in alarms()
+    ok, detail = doctor()
+    n = EARLY_TAKEOVERS_ALARM
+    assert ok is False and detail.startswith(f"{n} in 24 h, {n + 1} in all")
+    _, families = scrape()
+    assert sample(families, "stkrelay_early_takeovers_total", kmsn=KMSN) == EARLY_TAKEOVERS_ALARM + 1

@@ -27,12 +27,25 @@ def test_a_request_for_a_foreign_host_is_a_bare_400(dj, url):
 
 
 def test_the_agents_own_addresses_and_the_configured_names_are_served(dj):
+    import socket
+
     from django.conf import settings
 
-    # NODE_IP (127.0.0.1 here), loopback, then WEB_ALLOWED_HOSTS; never "*".
-    assert settings.ALLOWED_HOSTS == ["127.0.0.1", "localhost", "[::1]", "testserver"]
-    for host in ("127.0.0.1:8000", "localhost:8000", "[::1]:8000", "testserver"):
+    # NODE_IP (127.0.0.1 here), loopback, the host name, then WEB_ALLOWED_HOSTS; never "*".
+    name = socket.gethostname().lower()
+    hosts = settings.ALLOWED_HOSTS
+    assert hosts == ["127.0.0.1", "localhost", "[::1]", name, "testserver"]
+    for host in ("127.0.0.1:8000", "localhost:8000", "[::1]:8000", f"{name}:8000", "testserver"):
         assert client_for().get("/login/", HTTP_HOST=host).status_code == 200, host
+
+
+def test_the_vip_and_the_host_name_are_the_agents_own_names_and_nothing_else_is():
+    from stkrelay.config_web import allowed_hosts
+
+    hosts = allowed_hosts("192.168.1.10", ["panel.site.lan"], vip="192.168.1.250/24", hostname="Station-1.")
+    loopback = ["localhost", "127.0.0.1", "[::1]"]
+    assert hosts == ["192.168.1.10", *loopback, "station-1", "192.168.1.250", "panel.site.lan"]
+    assert allowed_hosts("fd00::10", [], vip="", hostname="bad name!") == ["[fd00::10]", *loopback]
 
 
 # -- WebSocket Origin -----------------------------------------------------------------------

@@ -501,3 +501,14 @@ def test_member_records_must_be_validly_signed_and_name_their_own_node(pool):
     assert set(store.read_members()) == {"S002"}
     assert {"wrong_node", "unsigned", "forged"} <= set(store.refusals.counts)
     assert store.highest_epoch() == 1  # no planted epoch counts
+
+
+def test_a_new_writer_of_a_node_knows_the_highest_seq_the_pool_holds_for_it(pool):
+    # What an agent with a fresh database starts above (DbEventSink): never a seq taken before.
+    clock = FakeClock()
+    sink, _ = pool.events("S001", clock)
+    for i in range(3):
+        sink.record("renewed", 1, f"event {i}")
+    again, _ = pool.events("S001", clock)
+    fresh, _ = pool.events("S002", clock)
+    assert (again.last_seq(), fresh.last_seq(), sink.last_seq()) == (3, 0, 3)

@@ -122,6 +122,7 @@ class BeaconBoard:
     members: OrderedDict[str, MemberStats] = field(default_factory=OrderedDict)
     accepted: int = 0
     dropped: int = 0
+    echoes: int = 0  # our own datagrams come back from our own address (a broadcast): expected
     _seqs: dict[str, OrderedDict[str, int]] = field(default_factory=dict)
     _sources: OrderedDict[str, _Bucket] = field(default_factory=OrderedDict)
     _total: _Bucket | None = None
@@ -149,6 +150,19 @@ class BeaconBoard:
         self._count(beacon, source, now)
         return self._react(beacon, source, now, standing)
 
+    def mine(self, raw: bytes, source: str, own_ip: str, now: float) -> None:
+        """One of our own last datagrams, byte for byte, from `source`. From our own
+        address it is our broadcast come back (counted as an echo); from any other it
+        is someone sending our beacon again: a replay, refused and counted."""
+        if source == own_ip:
+            self.echoes += 1
+            return
+        if not self._admit(source, now):
+            self.dropped += 1
+            self.refusals.counts[TOO_MANY] = self.refusals.counts.get(TOO_MANY, 0) + 1
+            return
+        self._refuse(source, REPLAYED, f"our own beacon ({len(raw)} bytes) sent again from {source}", now)
+
     # -- queries ------------------------------------------------------------------
     def leader_beacon(self, node: str) -> MemberStats | None:
         """The member's stats if its latest beacon says it leads (of its current boot)."""
@@ -164,6 +178,7 @@ class BeaconBoard:
             "members": {n: s.to_doc(now) for n, s in self.members.items()},
             "accepted": self.accepted,
             "dropped": self.dropped,
+            "echoes": self.echoes,
         }
 
     # -- steps --------------------------------------------------------------------

@@ -127,7 +127,6 @@ class BeaconService:
         self._retarget = asyncio.Event()  # set by the send loop when the holder to watch changed
         self._watched: tuple[str, tuple[str, int]] | None = None  # what the liveness loop watches
         self._echoes: collections.deque[bytes] = collections.deque(maxlen=8)  # our last datagrams
-        self.echoes = 0
         self.ready = threading.Event()
         self.failed: str | None = None
 
@@ -186,10 +185,10 @@ class BeaconService:
 
     # -- the loop -----------------------------------------------------------------
     def received(self, data: bytes, source: str) -> None:
-        if data in self._echoes:  # our own broadcast, come back: byte for byte, nothing to verify
-            self.echoes += 1
-            return
         with self.lock:
+            if data in self._echoes:  # one of our last datagrams, byte for byte: nothing to verify
+                self.board.mine(data, source, self.config.ip, self.monotonic())
+                return
             reaction = self.board.receive(data, source, self.monotonic(), self.standing())
         if reaction is not None:
             self._hand(reaction)

@@ -23,6 +23,7 @@ from elections.core.lease import sign, signature_ok
 from elections.core.untrusted import EVENT_LINE, Untrusted, load_object
 from elections.ports.clock import Clock
 from elections.ports.eventtail import MAX_FILES, PER_CALL, PER_FILE, EventTail
+from elections.ports.host import write_atomic
 from elections.ports.segments import (
     BASE,
     EVENT_STEM,
@@ -48,12 +49,21 @@ class JsonlEventSink:
     """Appends this node's signed events to its active file, sealing it into a
     segment once it holds `retention.segment_bytes` (`elections.ports.segments`)
     and then retiring, on a thread of its own, what the retention rule lets
-    go. `retention=None`: one file that grows without end (tools, tests)."""
+    go. `retention=None`: one file that grows without end (tools, tests).
+
+    A seq is never reused. Readers refuse a seq not above the highest they took
+    from this node (a replay, DESIGN.md §5.4) and ingestion is idempotent on it,
+    so a reused seq is an event every other agent drops. Resuming from the share
+    alone would reuse the seqs of an active file that was deleted (anyone who
+    can write the share can delete): with `mark` (a local file, never on the
+    share) the writer also remembers the highest seq it wrote, and resumes
+    above both. An agent's `DbEventSink` has that memory in its database."""
 
     def __init__(
         self, path: str | os.PathLike[str], node: str, clock: Clock, key: str = "",
         deadline: ShareDeadline | None = None, share: Share | None = None,
         retention: Retention | None = Retention(),
+        mark: str | os.PathLike[str] | None = None,
     ) -> None:  # fmt: skip
         # `path` is a local file, or with `share` the file's path in that share.
         local = Path(path)
@@ -71,6 +81,7 @@ class JsonlEventSink:
             if retention is not None
             else None
         )
+        self.mark = Path(mark) if mark is not None else None
         self._lock = threading.Lock()
         self._seq: int | None = None  # read from the files at the first write (the share may be hung now)
 
@@ -83,6 +94,18 @@ class JsonlEventSink:
             rolled = self._record(kind, epoch, reason, seq, extra)
         if rolled and self.compactor is not None:
             self.compactor.kick()
+
+    def last_seq(self) -> int:
+        """The highest seq this writer wrote (its mark and the share, read once; then kept)."""
+        if self.deadline is not None:
+            return self.deadline.run(self._last_written)
+        return self._last_written()
+
+    def _last_written(self) -> int:
+        with self._lock:
+            if self._seq is None:
+                self._seq = self._resume()
+            return self._seq
 
     def _record(self, kind: str, epoch: int, reason: str, seq: int | None, extra: dict[str, Any]) -> bool:
         with self._lock:
@@ -107,8 +130,27 @@ class JsonlEventSink:
             self.share.ensure_dir(self.folder)
             rolled = self._roll(len(line))
             self.share.append_line(self.rel, line.encode())
-            self._seq = seq
+            self._seq = max(self._seq, seq)
+            self._remember(self._seq)
             return rolled
+
+    def _remember(self, seq: int) -> None:
+        """Keep the highest seq written in `mark` (local disk; a failure is only logged)."""
+        if self.mark is None:
+            return
+        try:
+            write_atomic(self.mark, f"{seq}\n".encode())
+        except OSError as exc:
+            log.warning("events seq mark %s not written: %s", self.mark, exc)
+
+    def _remembered(self) -> int:
+        if self.mark is None:
+            return 0
+        try:
+            text = self.mark.read_text()[:32].strip()
+        except OSError:
+            return 0
+        return int(text) if text.isdigit() else 0
 
     def _roll(self, adding: int) -> bool:
         """Seal the active file if this line would take it past the segment size.
@@ -138,7 +180,11 @@ class JsonlEventSink:
         return True
 
     def _resume(self) -> int:
-        """The highest seq this writer wrote: from its active file, else its newest segment or base."""
+        """The highest seq this writer wrote: its mark, and its active file, else its newest segment
+        or base."""
+        return max(self._remembered(), self._resume_from_share())
+
+    def _resume_from_share(self) -> int:
         last = _last_seq(self.share, self.rel, self.key)
         if last or self.retention is None:
             return last

@@ -41,6 +41,11 @@ EVENTS_DIR = "events"
 class EventSink(Protocol):
     def record(self, kind: str, epoch: int, reason: str, seq: int | None = None, **extra: Any) -> None: ...
 
+    def last_seq(self) -> int:
+        """The highest seq this node has in the pool's log (read once, then kept): a seq is never
+        reused. Raises `StoreUnavailable` or OSError."""
+        ...
+
 
 class EventReader(Protocol):
     backlog: bool  # the last call stopped at a cap: call again soon

@@ -77,6 +77,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--deadline", type=float, default=7)
     ap.add_argument("--lock-stale", type=float, default=2.0)
     ap.add_argument("--events", help="JSONL file for this node's events")
+    ap.add_argument("--seq-mark", help="local file keeping the highest event seq written (never reused)")
     args = ap.parse_args(argv)
     if args.token is not None:
         ap.exit(2, "contend: " + argv_refusal("--token", "--token-file PATH", "$STK_RELAY_TOKEN") + "\n")
@@ -97,7 +98,9 @@ def main(argv: list[str] | None = None) -> None:
     options = {"ETCD_ENDPOINTS": args.etcd, "ETCD_PREFIX": args.prefix, "LEASE_POLL": str(args.poll)}
     place = PoolPlace(args.kmsn, args.dir, token, args.timeout, ETCD if args.etcd else FILE, options)
     store = open_store(place, args.node, clock, lock_stale_s=args.lock_stale)
-    events = JsonlEventSink(args.events, args.node, clock, key=token) if args.events else None
+    events = (
+        JsonlEventSink(args.events, args.node, clock, key=token, mark=args.seq_mark) if args.events else None
+    )
     me = Identity(node=args.node, kmsn=args.kmsn, station=args.node, ip=args.ip, port=args.port)
     elector = Elector(store, clock, me, timing, events=events)
     stop = threading.Event()

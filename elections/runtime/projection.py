@@ -38,6 +38,18 @@ class DbEventSink:
         self.kmsn = kmsn
         self.node = node
         self.pool_log = pool_log
+        self._pool_last: int | None = None  # this node's highest seq in the pool's log, once read
+
+    def _floor(self) -> int:
+        """This node's highest seq in the pool's log: a database started afresh (a new disk, a
+        container without its volume) must not hand out seqs the pool already holds, which
+        every reader would drop. Read once; 0 while the store does not answer."""
+        if self._pool_last is None and self.pool_log is not None:
+            try:
+                self._pool_last = self.pool_log.last_seq()
+            except (OSError, ValueError, StoreUnavailable) as exc:
+                log.warning("pool event log not read: %s", exc)
+        return self._pool_last or 0
 
     def record(self, kind: str, epoch: int, reason: str, required: bool = False, **extra: Any) -> None:
         """One history row, then the pool's line. With `required` (operator
@@ -48,9 +60,11 @@ class DbEventSink:
 
         from elections.models import ElectionEvent
 
+        floor = self._floor()
+
         def insert() -> int:
             mine = ElectionEvent.objects.filter(kmsn=self.kmsn, node=self.node)
-            seq = (mine.aggregate(m=Max("seq"))["m"] or 0) + 1
+            seq = max(mine.aggregate(m=Max("seq"))["m"] or 0, floor) + 1
             with transaction.atomic():
                 ElectionEvent.objects.create(
                     kmsn=self.kmsn, node=self.node, seq=seq, epoch=epoch, kind=kind, reason=reason,

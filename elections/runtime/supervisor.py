@@ -52,6 +52,9 @@ from stkrelay.logs import as_json_line
 log = logging.getLogger("stkrelay.supervisor")
 
 STOP_WITHIN = 5.0  # seconds, from SIGTERM to every child gone
+RELEASE_WITHIN = 2.5  # of STOP_WITHIN: handing the lease over (SHARE_TIMEOUT is 2 s by default)
+KILL_AT = STOP_WITHIN - 1.0  # children still running then get SIGKILL
+REAP_BY = STOP_WITHIN - 0.3  # and are waited for until then
 RESTART_BACKOFF = Backoff(tries=1 << 30, first=1.0, factor=2.0, cap=30.0)
 STABLE_AFTER = 30.0  # a child that ran this long and died restarts with the shortest backoff
 SUPERVISE_EVERY = 0.5  # seconds between passes when nothing wakes one sooner (inotify, SIGCHLD)
@@ -272,6 +275,10 @@ class Supervisor:
                 os.write(self._wake_w, b"\0")
 
     def shutdown(self) -> int:
+        """Stop within STOP_WITHIN of being called, whatever the share does (DESIGN.md §11):
+        hand the lease over within RELEASE_WITHIN (a share that takes longer is not
+        answering: the pool takes over after the TTL instead), SIGTERM every child, SIGKILL
+        every one still there at KILL_AT, and wait for them until REAP_BY."""
         started = time.monotonic()
         # First: the worker may publish no leadership claim any more (it may be
         # mid-cycle, with a read taken before the release below).
@@ -279,25 +286,55 @@ class Supervisor:
         state = self.local.leadership()
         led = state.leads_now(time.monotonic())
         if led:
-            ok = self.release(state)
+            self._release_within(state, RELEASE_WITHIN)
             self.local.disclaim(f"released epoch {state.epoch} on shutdown")
-            self.say("agent", f"released epoch {state.epoch}: {'done' if ok else 'not ours any more'}")
         for child in self.children:
             self._stop(child)
-        deadline = started + STOP_WITHIN - 1.0
-        for child in self.children:
-            if child.proc is None:
-                continue
-            try:
-                child.proc.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                self.say("agent", f"{child.spec.name} did not stop in time: SIGKILL")
-                self._stop(child, signal.SIGKILL)
-                try:
-                    child.proc.wait(1.0)
-                except subprocess.TimeoutExpired:
-                    self.say("agent", f"{child.spec.name} (pid {child.proc.pid}) outlived SIGKILL by 1 s")
+        self._reap(started + KILL_AT, signal.SIGKILL)
+        stuck = self._reap(started + REAP_BY, None)
+        for child in stuck:
+            pid = child.proc.pid if child.proc is not None else "?"
+            self.say(
+                "agent", f"{child.spec.name} (pid {pid}) outlived SIGKILL: stuck in the kernel on the share?"
+            )
         if led:  # again: the worker may have published once more before it stopped
             self.local.disclaim(f"released epoch {state.epoch} on shutdown")
         self.say("agent", f"stopped in {time.monotonic() - started:.2f} s")
         return 0
+
+    def _release_within(self, state: Leadership, within: float) -> None:
+        """`release(state)` on a thread of its own, waited for at most `within` seconds:
+        a hung share makes the hand-over a bounded attempt, never the stop's wait."""
+        outcome: list[bool] = []
+
+        def attempt() -> None:
+            try:
+                outcome.append(self.release(state))
+            except Exception as exc:  # a failed hand-over must not stop the shutdown
+                self.say("agent", f"release of epoch {state.epoch} failed: {exc}")
+
+        thread = threading.Thread(target=attempt, name="release", daemon=True)
+        thread.start()
+        thread.join(within)
+        if thread.is_alive():
+            self.say("agent", f"released epoch {state.epoch}: not done within {within:g} s "
+                              "(share not answering); followers take over after the TTL")  # fmt: skip
+        elif outcome:
+            self.say("agent", f"released epoch {state.epoch}: {'done' if outcome[0] else 'not written'}")
+
+    def _reap(self, until: float, then: int | None) -> list[Child]:
+        """Wait for every child until `until` (monotonic); send `then` to those still
+        running at that moment, all at once. The children still running."""
+        for child in self.children:
+            if child.proc is None:
+                continue
+            try:
+                child.proc.wait(max(0.0, until - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        left = [c for c in self.children if c.running]
+        if then is not None:
+            for child in left:
+                self.say("agent", f"{child.spec.name} did not stop in time: SIGKILL")
+                self._stop(child, then)
+        return left

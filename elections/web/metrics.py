@@ -34,6 +34,7 @@ from elections.web.auth import api_error, bearer_user, is_loopback
 from elections.web.panel.failovers import failovers_for
 from elections.web.panel.state import RelayState, SiteState, site_states
 from elections.web.throttle import login_throttle
+from relay.ws_flow import DROPS as WS_DROPS
 
 GAP_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 15, 30, 60)  # seconds without a leader; +Inf is added
 
@@ -75,6 +76,14 @@ class PoolCollector(Collector):
             for m in s.members:
                 g.add_metric([s.kmsn, m.node], 1 if s.leader == m.node else 0)
         yield g
+        c = CounterMetricFamily(
+            "stkrelay_early_takeovers",
+            "Elections taken before the TTL on evidence that the leader's agent was gone (DESIGN.md §13).",
+            labels=["kmsn"],
+        )
+        for s in states:
+            c.add_metric([s.kmsn], s.early_takeovers)
+        yield c
         g = GaugeMetricFamily("stkrelay_pool_epoch", "Epoch of the pool's current lease.", labels=["kmsn"])
         for s in states:
             if s.epoch is not None:
@@ -130,6 +139,14 @@ class PoolCollector(Collector):
                 c.add_metric([s.kmsn, cause], n if isinstance(n, int) else 0)
         yield c
         yield from _beacon_families(states)
+        c = CounterMetricFamily(
+            "stkrelay_websocket_drops",
+            "WebSockets this web process closed as too slow, by route and bound (relay/ws_flow.py).",
+            labels=["route", "cause"],
+        )
+        for (route, cause), n in sorted(WS_DROPS.snapshot().items()):
+            c.add_metric([route, cause], n)
+        yield c
         g = GaugeMetricFamily("stkrelay_agent_leader", "1 while this agent leads its pool.", labels=["node"])
         g.add_metric([settings.STK.node], 1 if LocalState(settings.STK.data_dir).leads_now(now) else 0)
         yield g
@@ -168,6 +185,16 @@ def _beacon_families(states: list[SiteState]) -> Iterable[Metric]:
         for mode in ("beacons", "lease only"):
             g.add_metric([s.kmsn, mode], 1 if s.detection == mode else 0)
     yield g
+    c = CounterMetricFamily(
+        "stkrelay_beacon_echoes",
+        "This agent's own beacons come back from its own address (its broadcast), dropped unparsed; "
+        "a copy from another address is a replay (stkrelay_security_events_total{cause=replayed}).",
+        labels=["kmsn"],
+    )
+    for s in states:
+        if s.detection == "beacons":
+            c.add_metric([s.kmsn], s.beacon_echoes)
+    yield c
     for name, help_text, attr in (
         (
             "stkrelay_beacon_age_seconds",

@@ -271,6 +271,7 @@ class Command(BaseCommand):
         check("exactly one relay answering", len(answering) <= 1 and (not answering or answering == [lease]),
               f"answering: {', '.join(answering) or 'none'}; lease names {lease}")  # fmt: skip
         _beacon_checks(check, stk.node, pool, members)
+        _early_takeover_check(check, stk.kmsn)
         recent = pool.refusals.get("recent") if isinstance(pool.refusals.get("recent"), list) else []
         check("no forged, replayed or oversized records on the share", not recent,
               f"{len(recent)} refused recently" if recent else "none refused recently")  # fmt: skip
@@ -280,6 +281,21 @@ class Command(BaseCommand):
                 check(f"refused {r.get('source')}", False, f"{r.get('cause')}: {r.get('detail')} ({seen})")
         self.emit(checks, [f"{'ok  ' if c['ok'] else 'FAIL'} {c['check']}: {c['detail']}" for c in checks])
         return 0 if all(c["ok"] for c in checks) else 1
+
+
+def _early_takeover_check(check: Any, kmsn: str) -> None:
+    """Elections on liveness evidence (DESIGN.md §13) that repeat: agents that keep dying, or
+    someone on the path who drops beacons and resets connections to force takeovers."""
+    from django.utils import timezone
+
+    from elections.web.panel.state import EARLY_TAKEOVERS_ALARM, early_takeover_counts
+
+    ever, day = early_takeover_counts([kmsn], timezone.now())
+    n = day.get(kmsn, 0)
+    detail = f"{n} in 24 h, {ever.get(kmsn, 0)} in all (alarm from {EARLY_TAKEOVERS_ALARM} in 24 h)"
+    if n >= EARLY_TAKEOVERS_ALARM:
+        detail += "; agents keep dying, or someone drops beacons and resets connections: see the history"
+    check("early takeovers on liveness evidence", n < EARLY_TAKEOVERS_ALARM, detail)
 
 
 def _beacon_checks(check: Any, me: str, pool: Any, members: dict[str, dict[str, Any]]) -> None:

@@ -80,6 +80,13 @@ class EtcdEventSink:
                 raise OSError(f"event {seq} of {self.node} is already in the pool's log")
             self._seq = max(self._seq, seq)
 
+    def last_seq(self) -> int:
+        """The highest seq of this node's event keys (read once, then kept)."""
+        with self._lock:
+            if self._seq is None:
+                self._seq = self._last_seq()
+            return self._seq
+
     def _last_seq(self) -> int:
         """The highest seq among this node's event keys (valid or not: a key once
         taken is never written again, so the next seq must pass every one)."""

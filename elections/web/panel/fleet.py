@@ -92,6 +92,7 @@ ALARM_LABELS = {  # SiteState.alarms code -> (label, shown in red)
     "security": ("security", True),
     "stale_view": ("view stale", True),
     "ineligible_members": ("members out", False),
+    "early_takeovers": ("early takeovers repeat", True),
     "paused": ("failover paused", False),
 }
 

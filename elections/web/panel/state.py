@@ -24,9 +24,14 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
+from elections.core.decide import GONE
 from elections.ports.localstate import LocalState, PoolView, RelayStatus
 from elections.ports.webcert import show
 from elections.web.panel.relay_state import RelayState, relay_state
+
+# Early takeovers (elections on liveness evidence) in 24 h from which the pool shows an alarm: one is a
+# crash handled fast; several mean agents keep dying, or someone forges their deaths (DESIGN.md §13).
+EARLY_TAKEOVERS_ALARM = 3
 
 _lock = threading.Lock()
 _lease_seen: dict[str, tuple[tuple[Any, ...], float]] = {}
@@ -81,6 +86,12 @@ class SiteState:
     since: datetime | None = None
     relay: RelayState | None = None
     changes_24h: int = 0
+    # Elections taken before the TTL on liveness evidence (cause `gone`, DESIGN.md §13), ever and
+    # in 24 h. An on-path attacker who drops beacons and resets TCP can force them (the store's
+    # compare-and-set still arbitrates each): repeated ones are an alarm (`early_takeovers`).
+    early_takeovers: int = 0
+    early_takeovers_24h: int = 0
+    beacon_echoes: int = 0  # our own beacons come back from our own address (broadcast), dropped
     paused: bool | None = None
     this_agent_leads: bool = False
     refusals: dict[str, Any] = field(default_factory=dict)  # what this agent refused as evidence
@@ -108,6 +119,8 @@ class SiteState:
             out.append("stale_view")
         if self.members and len(self.eligible) < len(self.members):
             out.append("ineligible_members")
+        if self.early_takeovers_24h >= EARLY_TAKEOVERS_ALARM:
+            out.append("early_takeovers")
         if self.paused:
             out.append("paused")
         return out
@@ -251,6 +264,8 @@ def build_site(
         watched=pool.watched,
         store=pool.store,
     )
+    echoes = pool.beacons.get("echoes")
+    site.beacon_echoes = echoes if isinstance(echoes, int) and not isinstance(echoes, bool) else 0
     seen_at = _lease_seen_at(pool)
     if lease is not None and seen_at is not None:
         site.renewed_ago = max(now - seen_at, 0.0)
@@ -288,6 +303,7 @@ def annotate_all(sites: list[SiteState], wall_now: datetime) -> list[SiteState]:
         since = {(r["kmsn"], r["epoch"]): r["at"] for r in rows}
     recent = events.filter(kind="elected", observed_at__gte=wall_now - timedelta(hours=24))
     changes = dict(recent.values("kmsn").annotate(n=Count("id")).values_list("kmsn", "n"))
+    early_all, early_24h = early_takeover_counts(kmsns, wall_now)
     unknown = [s.kmsn for s in sites if s.paused is None]
     paused: dict[str, bool] = {}
     if unknown:
@@ -302,9 +318,24 @@ def annotate_all(sites: list[SiteState], wall_now: datetime) -> list[SiteState]:
         if s.epoch is not None:
             s.since = since.get((s.kmsn, s.epoch))
         s.changes_24h = changes.get(s.kmsn, 0)
+        s.early_takeovers, s.early_takeovers_24h = early_all.get(s.kmsn, 0), early_24h.get(s.kmsn, 0)
         if s.paused is None:
             s.paused = paused.get(s.kmsn, False)
     return sites
+
+
+def early_takeover_counts(kmsns: list[str], wall_now: datetime) -> tuple[dict[str, int], dict[str, int]]:
+    """Per KMSN, the elections taken on liveness evidence (cause `gone`): ever, and in 24 h."""
+    from django.db.models import Count
+
+    from elections.models import ElectionEvent
+
+    early = ElectionEvent.objects.filter(kmsn__in=kmsns, kind="elected", detail__cause=GONE).order_by()
+
+    def per_kmsn(rows: Any) -> dict[str, int]:
+        return dict(rows.values("kmsn").annotate(n=Count("id")).values_list("kmsn", "n"))
+
+    return per_kmsn(early), per_kmsn(early.filter(observed_at__gte=wall_now - timedelta(hours=24)))
 
 
 def watched_kmsns() -> list[str]:
