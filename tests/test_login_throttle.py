@@ -234,8 +234,6 @@ def test_the_lockouts_page_lists_them_and_only_an_operator_lifts_them_with_an_au
     row = AuditEntry.objects.filter(action="unlock_login", phase="outcome").get()
     assert row.user == "otto" and row.target == "192.0.2.66" and row.result == "accepted"
 
-    assert LoginFailure.objects.count() == len(hashed) <= 3 + 1.0 * sum(t for _, t in flood) + 1
-
 
 def test_a_forged_forwarded_for_from_an_untrusted_peer_changes_neither_the_throttle_nor_the_record(dj):
     # Review item: X-Forwarded-For is believed only from WEB_TRUSTED_PROXIES. An attacker who
