@@ -266,9 +266,8 @@ def test_stored_xss_through_every_outside_field_never_runs_and_shows_as_text(bro
     ctx.close()
     assert sent["unknown"]["status"] == 404, sent
     assert all(sent[k]["status"] == 202 for k in ("drain", "undrain", "pause", "resume")), sent
-    assert sent["promote"]["status"] == 422, (
-        sent
-    )  # no member of the hostile pool is healthy: refused, audited
+    # No member of the hostile pool is healthy (its health text is a payload): refused, and audited.
+    assert sent["promote"]["status"] == 422, sent
 
     # The login form: failed logins under a hostile name land on the lockouts page.
     fail_logins(browser, base, long_payload("login-user")[:150], 5)
@@ -277,7 +276,8 @@ def test_stored_xss_through_every_outside_field_never_runs_and_shows_as_text(bro
     station = Station(site, short_payload("station"))
     try:
         relay_json = leader.data_dir / "relay.json"
-        wait_until(lambda: "station:" in relay_json.read_text(), 20, "the station in relay.json")
+        what = "the station in the leader's relay.json (did the leader change?)"
+        wait_until(lambda: "station:" in relay_json.read_text(), 20, what)
         pages = {
             "sites": "/",
             "site": f"/sites/{KMSN}/",
