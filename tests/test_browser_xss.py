@@ -83,7 +83,9 @@ class HostilePool(SimPool):
         (self.dir / "relay_leader.json").write_bytes(rec.encode(self.key))
 
     def heartbeat(self, node: str, **fields: object) -> None:
-        super().heartbeat(node, health=long_payload("health"), version=long_payload("version"), **fields)
+        hostile = {"health": long_payload("health"), "version": long_payload("version"),
+                   "ip": short_payload("member-ip")}  # fmt: skip
+        super().heartbeat(node, **hostile, **fields)
 
 
 @pytest.fixture(scope="module")
@@ -298,7 +300,7 @@ def test_stored_xss_through_every_outside_field_never_runs_and_shows_as_text(bro
 
     shown = {
         "site": ["station", "member-file"],  # a forged line's reason is not shown, only its cause
-        "hostile": ["lease-node", "lease-ip", "health", "version", "member-file"],
+        "hostile": ["lease-node", "lease-ip", "health", "version", "member-ip", "member-file"],
         "sites": ["lease-node"],
         "history": ["event-actor"],
         "audit": ["user", "drain-reason", "undrain-reason", "pause-reason", "resume-reason", "promote-reason",
