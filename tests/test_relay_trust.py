@@ -390,3 +390,20 @@ def test_relayclient_registers_with_a_credential_read_from_a_file_and_refuses_an
     key.write_text("")
     empty = cli.run("ping", "--station", "S002", "--credential-file", str(key))
     assert empty.returncode == 2 and "is empty" in empty.stderr
+
+
+def test_relayclient_takes_the_site_token_from_a_file_and_warns_when_it_is_on_argv(cli):  # noqa: F811
+    """Turn 2's finding: `--token` shows the site token in `ps` and shell history."""
+    relay = f"{cli.relay.ip}:{cli.relay.port}"
+    token_file = cli.tmp / "token"
+    token_file.write_text("wrong-token-0123456789abcdef\n")  # the environment's token is right: the file wins
+    wrong = cli.run("send", "--role", "agent", "--station", "S002", "--token-file", str(token_file),
+                    "--fallback", relay, "{}")  # fmt: skip
+    assert wrong.returncode == 4 and "bad_auth" in wrong.stderr, wrong.stderr
+    token_file.write_text(TOKEN + "\n")
+    done = cli.run("ping", "--json", "--count", "1", "--token-file", str(token_file))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["leader"] == "S056" and "warning" not in done.stderr
+    on_argv = cli.run("-v", "2", "ping", "--count", "1", "--token", TOKEN)
+    assert on_argv.returncode == 0, on_argv.stderr
+    assert "--token puts the secret in ps" in on_argv.stderr

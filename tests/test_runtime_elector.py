@@ -716,3 +716,28 @@ def test_the_elected_event_carries_its_cause_and_gap(store, clock, case, arrange
     row = m.events.elected()
     assert (row["cause"], row["gap_s"]) == (cause, gap_s)
     assert row["epoch"] == store.lease.epoch
+
+
+def test_an_audit_row_of_a_watched_pool_at_a_higher_epoch_does_not_depose_this_pools_leader(store, clock):
+    """Found by tests/test_browser_xss.py: an operator's command to a watched
+    pool is audited with that pool's epoch (its members sign any epoch they
+    like) and the audit row is published in this pool's events; taken as this
+    pool's epoch, every agent refused the live lease as older and re-elected."""
+    from elections.runtime.agent import highest_epoch
+
+    follower, leader = member(store, clock, "S001"), member(store, clock, "S002")
+    leader.cycle()
+    follower.cycle()
+    assert leader.is_leader and store.lease.epoch == 1
+    events = [{"node": "S002", "kind": "audit", "epoch": 10**15, "audit": {"kmsn": "4444-4444-44-44"}},
+              {"node": "S002", "kind": "drain_requested", "epoch": 1, "target": "S003"},
+              {"node": "S002", "kind": "pause_requested", "epoch": "x"}]  # fmt: skip
+    assert highest_epoch(events) == 1
+    for m in (leader, follower):
+        m.elector.know(highest_epoch(events))
+    for _ in range(5):
+        clock.advance(T.renew)
+        leader.cycle(renewing=True)
+        follower.cycle()
+    assert leader.is_leader and not follower.is_leader and store.lease.epoch == 1
+    assert "SECURITY" not in follower.elector.last.reason

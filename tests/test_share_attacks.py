@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 
 import pytest
 from harness import signed_lock
@@ -156,3 +157,54 @@ def test_a_file_name_that_is_not_utf8_is_shown_escaped(tmp_path, store):
     refusals = Refusals()
     refusals.note("events/\udcff.jsonl", "not_a_file", "x\ud800")
     assert refusals.to_doc()["recent"][0]["source"] == "events/\\udcff.jsonl"
+
+
+UNREADABLE_PLANTS = """
+import json, os, sys
+sys.path.insert(0, ".")
+from elections.core.lease import LeaseRecord
+from elections.ports.clock import SystemClock
+from elections.ports.store import FileLeaseStore, WriteOutcome
+
+share, token = sys.argv[1], sys.argv[2]
+def rec(epoch):
+    return LeaseRecord(kmsn="K", station="S001", ip="10.0.0.1", port=9530, pid=1, epoch=epoch,
+                       lease_until="20260615203015", node="S001", renew_seq=0, ttl_s=10)
+store = FileLeaseStore(share, token, "S001", SystemClock())
+try:
+    open(os.path.join(share, "relay_leader.json")).close()
+    sys.exit("the planted files are readable: the check would prove nothing")
+except PermissionError:
+    pass
+read = store.read()
+members = store.read_members()
+outcome, record = store.acquire(lambda epoch: rec(epoch), read.revision, 0, {"node": "S001"})
+print(json.dumps({"status": read.status, "cause": read.cause, "members": sorted(members),
+                  "outcome": outcome.name, "epoch": record.epoch if record else None,
+                  "after": store.read().status}))
+"""
+
+
+def test_unreadable_files_planted_as_the_lock_the_lease_and_a_member_do_not_stop_an_election(tmp_path):
+    """Turn 2's finding: an unreadable file where the lock, the lease or a member
+    file belongs could stop the pool for good. Root ignores permissions, so the
+    store runs without CAP_DAC_OVERRIDE/CAP_DAC_READ_SEARCH."""
+    share = tmp_path / "share"
+    (share / "members").mkdir(parents=True)
+    planted = [share / "relay_leader.lock", share / "relay_leader.json", share / "members" / "S002.json"]
+    for path in planted:
+        path.write_text(json.dumps({"node": "S002"}))
+        path.chmod(0)
+    prefix = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search"] if os.getuid() == 0 else []
+    out = subprocess.run(
+        [*prefix, sys.executable, "-c", UNREADABLE_PLANTS, str(share), TOKEN],
+        capture_output=True,
+        text=True,
+        cwd=os.path.dirname(os.path.dirname(__file__)),
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["status"] == "corrupt" and got["cause"] in ("unreadable", "not_a_file"), got  # no evidence
+    assert got["members"] == [], got  # the unreadable member is refused, not a crash
+    assert (got["outcome"], got["epoch"], got["after"]) == ("WRITTEN", 1, "valid"), got

@@ -70,6 +70,12 @@ def quiet_survey_every(heartbeat_ttl: float, lease_renew: float) -> float:
 
 
 _agent: Agent | None = None
+# Event kinds whose `epoch` need not be this pool's: an audit row carries the
+# epoch of the pool the command was given to, which may be a watched pool whose
+# members (hostile ones too) sign any epoch they like. Knowing it as this pool's
+# made every agent refuse the live lease as older (a needless election, at that
+# watched pool's epoch + 1).
+NOT_THIS_POOLS_EPOCH = ("audit",)
 CATCH_UP_S = 0.2  # seconds of one cycle spent reading a backlog of pool events (a joiner's history)
 
 
@@ -152,7 +158,8 @@ class Agent:
         from elections.models import ElectionEvent
 
         before = self.local.leadership()
-        in_history = ElectionEvent.objects.filter(kmsn=self.stk.kmsn).aggregate(m=Max("epoch"))["m"] or 0
+        rows = ElectionEvent.objects.filter(kmsn=self.stk.kmsn).exclude(kind__in=NOT_THIS_POOLS_EPOCH)
+        in_history = rows.aggregate(m=Max("epoch"))["m"] or 0
         self.elector.know(max(before.max_epoch, in_history, before.epoch or 0), before.seen)
 
     def _elected(self, epoch: int) -> None:
@@ -201,7 +208,7 @@ class Agent:
                 news = True
                 self.commands.apply(events)
                 self.bindings.fold(events)
-                self.elector.know(max(e["epoch"] if isinstance(e.get("epoch"), int) else 0 for e in events))
+                self.elector.know(highest_epoch(events))
                 if not self.projector.submit(events, timeout=0):
                     log.warning("history projection is behind: %d events wait for the database", len(events))
                     self._unprojected.append(events)
@@ -391,3 +398,9 @@ def agent() -> Agent:
     if _agent is None:
         _agent = Agent()
     return _agent
+
+
+def highest_epoch(events: list[dict[str, Any]]) -> int:
+    """The highest epoch these pool events speak of as this pool's (0 if none)."""
+    epochs = [e.get("epoch") for e in events if e.get("kind") not in NOT_THIS_POOLS_EPOCH]
+    return max((n for n in epochs if isinstance(n, int)), default=0)
