@@ -171,7 +171,9 @@ def api(context, base: str, token: str, path: str, doc: dict) -> dict:  # type: 
 
 
 def login(browser, base: str, user: str, bypass_csp: bool):  # type: ignore[no-untyped-def]
-    context = browser.new_context(bypass_csp=bypass_csp, viewport={"width": 1280, "height": 900})
+    context = browser.new_context(
+        bypass_csp=bypass_csp, viewport={"width": 1280, "height": 900}, ignore_https_errors=True
+    )
     context.add_init_script(INIT)
     page = context.new_page()
     page.set_default_timeout(20_000)
@@ -186,7 +188,7 @@ def login(browser, base: str, user: str, bypass_csp: bool):  # type: ignore[no-u
 
 
 def fail_logins(browser, base: str, username: str, times: int) -> None:  # type: ignore[no-untyped-def]
-    context = browser.new_context()
+    context = browser.new_context(ignore_https_errors=True)
     page = context.new_page()
     for _ in range(times):
         page.goto(base + "/login/")
@@ -247,12 +249,12 @@ def check_page(page, url: str) -> str:  # type: ignore[no-untyped-def]
 def test_stored_xss_through_every_outside_field_never_runs_and_shows_as_text(browser, site):  # type: ignore[no-untyped-def]
     leader = site.by_name(site.lease().node)
     follower = next(a for a in site.agents if a is not leader)
-    base = f"http://{leader.ip}:{leader.setting('WEB_PORT')}"
+    base = leader.web_url
     hostile_user = long_payload("user")[:150]
     token = stkuser(leader.ini, "token", hostile_user).strip().splitlines()[-1]
 
     # The API, with the hostile user's token: reasons, a target no member has.
-    ctx = browser.new_context()
+    ctx = browser.new_context(ignore_https_errors=True)
     epoch = site.lease().epoch
     site_api, hostile_api = f"/api/v1/sites/{KMSN}", f"/api/v1/sites/{HOSTILE}"
     member = {"target": follower.name, "expected_epoch": epoch}
