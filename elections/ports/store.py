@@ -315,7 +315,8 @@ class FileLeaseStore:
         """This node's own last heartbeat, if validly signed (else {})."""
         try:
             doc = load_object(self._read_raw(rel, MEMBER) or b"{}", MEMBER, rel)
-        except Untrusted:
+        except Untrusted as exc:  # planted in our own place (a link, a FIFO, junk): counted, replaced
+            self.refuse(rel, exc)
             return {}
         return doc if signature_ok(doc, self.token) else {}
 
