@@ -61,6 +61,7 @@ PER_FILE = 256 << 10  # bytes of one file read per call
 PER_CALL = 1 << 20  # bytes of all files read per call
 MAX_FILES = 1024  # event files read per pool (every node's segments)
 MAX_CHAIN = 64  # event files of one node read (its newest)
+GAP_LISTINGS = 3  # listings a file whose first seq leaves a gap waits for what comes before it
 SECURITY = frozenset({UNSIGNED, FORGED, REPLAYED, WRONG_NODE})
 
 
@@ -96,6 +97,7 @@ class EventTail:
         self._rereading: set[str] = set()  # files replaced: lines up to last_seq are not replays
         self._deferred: set[str] = set()  # active files seen replaced once: list again before rereading
         self._midline: set[str] = set()  # files whose offset is inside a line too long to keep
+        self._gapped: dict[str, int] = {}  # files put off: their first seq left a gap (times put off)
         self.backlog = False  # True when the last call stopped at a cap: call again soon
         self._cursor = 0  # where the next call starts when the last one stopped at a cap
         self._budget = self._reads = 0
@@ -182,6 +184,7 @@ class EventTail:
             self.offsets.pop(name, None)
             for remembered in (self._rereading, self._deferred, self._midline):
                 remembered.discard(name)
+            self._gapped.pop(name, None)
 
     def _read(self, ref: EventFile, out: list[dict[str, Any]]) -> bool | None:
         """Read on in one file: True once it is read to its end, False if the
@@ -240,6 +243,9 @@ class EventTail:
         self._budget -= end
         self._midline.discard(name)
         raws = data[:end].split(b"\n")
+        if start == 0 and ref.role != BASE and self._gap_before(ref, raws[0]):
+            self.backlog = True  # read once the next listing shows what comes before it
+            return False
         if start == 0 and ref.role == BASE:
             if not self._cover(ref, raws[0]):
                 self.offsets[name] = size
@@ -271,7 +277,11 @@ class EventTail:
         if start == 0 or ref.name in self._midline:
             return self.share.read(path, want, offset=start, chunk=True) or b""
         data = self.share.read(path, want + 1, offset=start - 1, chunk=True) or b""
-        if size >= start and data[:1] == b"\n":
+        if (
+            size >= start
+            and data[:1] == b"\n"
+            and (ref.role != ACTIVE or self._continues(ref.node, data[1:]))
+        ):
             return data[1:]
         if ref.role == ACTIVE and ref.name not in self._deferred:
             self._deferred.add(ref.name)
@@ -281,6 +291,44 @@ class EventTail:
         self.offsets[ref.name] = 0
         self._active_first.pop(ref.node, None) if ref.role == ACTIVE else None
         return self.share.read(path, want, chunk=True) or b""
+
+    def _signed_seq(self, node: str, raw: bytes) -> int | None:
+        """The seq of a validly signed line of `node`, else None (refused when read, as any line)."""
+        try:
+            doc = load_object(raw, EVENT_LINE, "event line")
+        except Untrusted:
+            return None
+        seq = doc.get("seq")
+        if (
+            not isinstance(seq, int)
+            or doc.get("node") != node
+            or (self.key and not signature_ok(doc, self.key))
+        ):
+            return None
+        return seq
+
+    def _continues(self, node: str, data: bytes) -> bool:
+        """The first whole line read on in an active file follows the last seq
+        accepted from its node. A file sealed while this tail read it, replaced
+        by the writer's next one whose line ends fall at the same offset (lines
+        of one length), does not: its line there is newer by more than one."""
+        last, end = self.last_seq.get(node, 0), data.find(b"\n")
+        seq = self._signed_seq(node, data[:end]) if last and end > 0 else None
+        return seq is None or seq <= last + 1
+
+    def _gap_before(self, ref: EventFile, raw: bytes) -> bool:
+        """A file read from its start whose first line is newer by more than one
+        than what this tail has: a listing taken while the writer sealed and
+        retired may have missed the segments between (a directory listing is no
+        snapshot). List again before reading it, up to `GAP_LISTINGS` times; a
+        gap still there is retired."""
+        last = max(self.last_seq.get(ref.node, 0), self.covered.get(ref.node, 0))
+        seq = self._signed_seq(ref.node, raw) if last else None
+        if seq is None or seq <= last + 1 or self._gapped.get(ref.name, 0) >= GAP_LISTINGS:
+            self._gapped.pop(ref.name, None)
+            return False
+        self._gapped[ref.name] = self._gapped.get(ref.name, 0) + 1
+        return True
 
     def _cover(self, ref: EventFile, raw: bytes) -> bool:
         """A base's header: signed by the pool, naming its own node and cover."""
