@@ -23,8 +23,9 @@ class LivenessPort:
     """The supervisor's TCP liveness port: listens on NODE_IP:BEACON_PORT and
     holds every connection open without reading a byte of meaning. When the
     supervisor dies, the kernel closes them all — that answer is the evidence
-    followers wait for. Binding fails loudly (`OSError`): an agent whose
-    followers could not tell its death from its life must not start.
+    followers wait for. Binding fails loudly (`OSError`): `runagent` then says
+    so and runs without beacons (another process holds the port, so followers
+    could not tell this agent's death from its life there: the TTL decides).
 
     A flood of connections cannot close a follower's: past `MAX_HELD`, the
     address holding the most connections loses its oldest (a follower holds
