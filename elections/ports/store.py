@@ -256,6 +256,9 @@ class FileLeaseStore:
                     raise StoreUnavailable(f"cannot write {where}: {exc.strerror or exc}") from exc
                 self.refuse(rel, Untrusted(NOT_A_FILE, f"{rel.rsplit('/', 1)[-1]} was not a file"))
                 self.share.quarantine(rel)
+            except Untrusted as exc:  # something the share will not let us see or move is in its place
+                self.refuse(rel, exc)
+                raise StoreUnavailable(f"cannot write {rel} in {self.share.where}: {exc.detail}") from None
 
     def _write(self, record: LeaseRecord, expect: str, fence: Callable[[], bool] | None) -> WriteOutcome:
         if not self.lock.acquire():
