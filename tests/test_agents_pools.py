@@ -13,7 +13,10 @@ import pytest
 from harness import KMSN, wait_until
 from poolsim import SimPool, Ticker, pool_section
 from test_agents_audit import api, operator_token, web_up
-from test_agents_share_hang import faulty_share  # noqa: F401 - the fixture, used below
+from test_agents_share_hang import (
+    _answers_fast,
+    faulty_share,  # noqa: F401 - the fixture, used below
+)
 
 from elections.core.lease import signature_ok
 from elections.ports.eventlog import read_events
@@ -102,12 +105,14 @@ def test_an_agent_shows_its_pool_and_two_watched_pools_and_keeps_renewing_when_o
         started = time.monotonic()
         wait_until(lambda: not sites_of(agent, token)[B]["store_reachable"], 20, "B unreachable")
         wait_until(lambda: not sites_of(agent, token)[A]["store_reachable"], 20, "A unreachable")
-        leader_all_along = True
+        leader_all_along, slowest, base = True, 0.0, f"http://{agent.ip}:{agent.setting('WEB_PORT')}"
         while time.monotonic() - started < 6:
             leader_all_along &= bool(agent.state().get("leader"))
+            slowest = max(slowest, _answers_fast(f"{base}/"), _answers_fast(f"{base}/login/"))
             time.sleep(0.2)
         after = own_renewals(site)
         assert leader_all_along, "the agent stopped leading its own pool while a watched share hung"
+        assert slowest < 2.0, f"a page took {slowest:.2f} s while a watched share hung"
         assert after - before >= 4, f"own renewals {before} -> {after} in {time.monotonic() - started:.1f} s"
         now = sites_of(agent, token)
         assert now[KMSN]["leader"] == "S001" and now[B]["alarms"][:2] == ["no_leader", "unreachable"]
@@ -125,8 +130,6 @@ def test_a_watched_share_flooded_with_huge_and_many_files_never_delays_own_renew
     site_factory, tmp_path
 ):
     import json
-
-    from test_agents_share_hang import _answers_fast
 
     site = site_factory(1)
     a = SimPool(tmp_path / "a" / "socket", A, KEY_A, members=3)
