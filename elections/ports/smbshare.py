@@ -440,7 +440,7 @@ def _hidden(rel: str) -> Untrusted:
     will not show (Samba: a link planted on the server pointing out of the
     share, with `wide links = no`). Nothing is written through it; no client can
     move it aside."""
-    return Untrusted(NOT_A_FILE, f"{rel} is taken by something the server hides (a link out of the share?)")
+    return Untrusted(NOT_A_FILE, f"{rel} is taken by something the server hides (a link it will not follow?)")
 
 
 def _regular(entry: Any) -> bool:
