@@ -15,7 +15,12 @@ every node's new complete lines since the last call and hands on only evidence:
   end) is read again from the start, its old lines skipped as already seen;
 - segments (`elections.ports.segments`): a node's files are read in order, a
   sealed one under a verified base's cover is retired and not read, one that
-  is missing is retired, the lines of a base already seen are copies.
+  is missing is retired, the lines of a base already seen are copies;
+- a listing is no snapshot (the writer seals and retires while it runs): a
+  file whose first line leaves a gap after the last seq waits a few listings
+  for what comes before it, an active file read on must go on from the last
+  seq, and the sealed name of an active file found replaced is known again,
+  so the writer's own lines are never taken for replays.
 """
 
 from __future__ import annotations
@@ -94,6 +99,7 @@ class EventTail:
         self.last_seq: dict[str, int] = {}  # node -> highest seq accepted
         self.covered: dict[str, int] = {}  # node -> the highest `upto` of a verified base
         self._active_first: dict[str, int] = {}  # node -> seq of its active file's first line
+        self._was_active: dict[str, int] = {}  # node -> first seq of an active file read, then replaced
         self._rereading: set[str] = set()  # files replaced: lines up to last_seq are not replays
         self._deferred: set[str] = set()  # active files seen replaced once: list again before rereading
         self._midline: set[str] = set()  # files whose offset is inside a line too long to keep
@@ -201,6 +207,11 @@ class EventTail:
             self._rereading.discard(active)
             self._deferred.discard(active)
             del self._active_first[node]
+        elif ref.role == SEALED and name not in self.offsets and self._was_active.get(node) == ref.n:
+            # The active file this tail read on until it found it replaced (the listing
+            # missed its sealed name then): its lines up to last_seq were read, not replayed.
+            self._rereading.add(name)
+            del self._was_active[node]
         size = ref.size
         if ref.role != ACTIVE and size > MAX_SEGMENT:
             self._refuse(name, Untrusted(TOO_LARGE, f"larger than {MAX_SEGMENT} bytes: the rest is ignored"))
@@ -289,7 +300,8 @@ class EventTail:
         self._deferred.discard(ref.name)
         self._rereading.add(ref.name)  # ingestion is idempotent: lines up to last_seq are skipped
         self.offsets[ref.name] = 0
-        self._active_first.pop(ref.node, None) if ref.role == ACTIVE else None
+        if ref.role == ACTIVE and ref.node in self._active_first:  # sealed, its name not listed yet
+            self._was_active[ref.node] = self._active_first.pop(ref.node)
         return self.share.read(path, want, chunk=True) or b""
 
     def _signed_seq(self, node: str, raw: bytes) -> int | None:
