@@ -103,7 +103,7 @@ class EventTail:
         self._rereading: set[str] = set()  # files replaced: lines up to last_seq are not replays
         self._deferred: set[str] = set()  # active files seen replaced once: list again before rereading
         self._midline: set[str] = set()  # files whose offset is inside a line too long to keep
-        self._gapped: dict[str, int] = {}  # files put off: their first seq left a gap (times put off)
+        self._gapped: dict[str, tuple[int, int]] = {}  # files put off for a gap: (last seq then, times)
         self.backlog = False  # True when the last call stopped at a cap: call again soon
         self._cursor = 0  # where the next call starts when the last one stopped at a cap
         self._budget = self._reads = 0
@@ -196,8 +196,6 @@ class EventTail:
         """Read on in one file: True once it is read to its end, False if the
         rest must wait (a torn last line, a cap), None when the budget is spent."""
         name, node = ref.name, ref.node
-        if ref.role == SEALED and ref.n <= self.covered.get(node, 0):
-            return True  # retired: what a rule needs of it is in the base
         active = f"{node}{SUFFIX}"
         if ref.role == SEALED and name not in self.offsets and self._active_first.get(node) == ref.n:
             # The active file this tail was reading, sealed under its first seq: go on where it was.
@@ -212,6 +210,17 @@ class EventTail:
             # missed its sealed name then): its lines up to last_seq were read, not replayed.
             self._rereading.add(name)
             del self._was_active[node]
+        covered = self.covered.get(node, 0)
+        if ref.role == ACTIVE and 0 < self._active_first.get(node, 0) <= covered:
+            # The active file this tail read was sealed and retired between two looks (an
+            # active file is never covered): this one is the writer's next, read from its start.
+            self.offsets.pop(name, None)
+            self._rereading.add(name)
+            del self._active_first[node]
+        if ref.role == SEALED and ref.n <= covered:
+            # Retired: what a rule needs of it is in the base. (Checked after the hand-over
+            # above: an active file sealed and retired between two looks leaves no offset.)
+            return True
         size = ref.size
         if ref.role != ACTIVE and size > MAX_SEGMENT:
             self._refuse(name, Untrusted(TOO_LARGE, f"larger than {MAX_SEGMENT} bytes: the rest is ignored"))
@@ -332,14 +341,16 @@ class EventTail:
         """A file read from its start whose first line is newer by more than one
         than what this tail has: a listing taken while the writer sealed and
         retired may have missed the segments between (a directory listing is no
-        snapshot). List again before reading it, up to `GAP_LISTINGS` times; a
-        gap still there is retired."""
+        snapshot). List again before reading it, up to `GAP_LISTINGS` times
+        without anything new read meanwhile; a gap still there is retired."""
         last = max(self.last_seq.get(ref.node, 0), self.covered.get(ref.node, 0))
-        seq = self._signed_seq(ref.node, raw) if last else None
-        if seq is None or seq <= last + 1 or self._gapped.get(ref.name, 0) >= GAP_LISTINGS:
+        seq = self._signed_seq(ref.node, raw)  # a writer's first seq is 1: a new tail checks too
+        waited_at, times = self._gapped.get(ref.name, (last, 0))
+        times = times if waited_at == last else 0  # something was read meanwhile: a new gap
+        if seq is None or seq <= last + 1 or times >= GAP_LISTINGS:
             self._gapped.pop(ref.name, None)
             return False
-        self._gapped[ref.name] = self._gapped.get(ref.name, 0) + 1
+        self._gapped[ref.name] = (last, times + 1)
         return True
 
     def _cover(self, ref: EventFile, raw: bytes) -> bool:
