@@ -105,3 +105,15 @@ def test_links_inside_the_share_serve_their_targets_and_those_are_still_no_evide
     assert [(e["node"], e["seq"]) for e in tail.new_events()] == [("S001", 1)]
     assert tail.refusals.counts.get("wrong_node", 0) >= 1
     assert json.loads((backing / "members" / "S001.json").read_bytes())["node"] == "S001"
+
+
+def test_a_link_out_of_the_share_at_the_breakers_marker_is_counted_not_a_crash(place):
+    from elections.core.lease import revision_of
+
+    share, backing, outside = place
+    forged = b'{"node": "S666", "pid": 1, "sig": "00"}'  # not validly signed: broken at once...
+    (backing / "relay_leader.lock").write_bytes(forged)
+    os.symlink(outside, backing / f"relay_leader.lock.break-{revision_of(forged)[:16]}")  # ...but for this
+    store = store_on(share)
+    assert store.write(rec(), expect=store.read().revision) is WriteOutcome.BUSY
+    assert outside.read_bytes() == SECRET and store.refusals.counts.get("not_a_file", 0) >= 1

@@ -163,6 +163,9 @@ class ShareLock:
                 self._unlink_quietly(marker)  # its breaker died
             except OSError:
                 return False
+            except Untrusted as exc:  # something the share hides holds the marker's name
+                self.refuse(marker, exc)
+                return False
         else:
             return False
         try:
