@@ -117,3 +117,14 @@ def test_a_link_out_of_the_share_at_the_breakers_marker_is_counted_not_a_crash(p
     store = store_on(share)
     assert store.write(rec(), expect=store.read().revision) is WriteOutcome.BUSY
     assert outside.read_bytes() == SECRET and store.refusals.counts.get("not_a_file", 0) >= 1
+
+
+def test_a_link_out_of_the_share_at_the_compare_and_set_copy_is_counted_and_elections_go_on(place):
+    share, backing, outside = place
+    holder = store_on(share)
+    assert holder.write(rec(), expect=holder.read().revision) is WriteOutcome.WRITTEN
+    os.symlink(outside, backing / ".relay_leader.json.S002.cas")  # S002's predictable name
+    other = store_on(share, "S002")
+    outcome, won = other.acquire(lambda e: rec("S002", e), other.read().revision, 0, {"node": "S002"})
+    assert outcome is WriteOutcome.WRITTEN and won is not None and won.epoch == 2
+    assert outside.read_bytes() == SECRET and other.refusals.counts.get("not_a_file", 0) >= 1

@@ -367,6 +367,8 @@ class SmbShare(SmbSession):
             try:
                 self._refuse_odd(fopen, rel)
                 status = self._rename(tree, fopen, to, replace=replace)
+                if status == NtStatus.STATUS_OBJECT_NAME_NOT_FOUND:
+                    raise _hidden(to)  # the file is open: the name it goes to is the odd one
                 if status is not None:
                     raise self._os_error(status, rel)
             finally:
