@@ -10,7 +10,8 @@ once with its epoch. One that does not verify (a pool key the client does not
 hold) is only a hint: its address is returned without an epoch once the wait
 is over. Either way the beacon only says where to connect; the relay proves
 itself in the authenticated handshake (protocol 1.1 `sauth`), and a server
-that does not is dropped and avoided (`relay.client_follow`). Beacons reach
+that does not is dropped and avoided (`relay.client_follow`; counted in the
+client's `counters.unproven`, the beacons refused in `refused` by cause). Beacons reach
 the client by subnet broadcast, or by naming its address in `BEACON_PEERS`.
 """
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import Counter
 from collections.abc import Collection
 
 from elections.core.beacons import BEACON, LEADER, parse_beacon
@@ -60,12 +62,14 @@ class BeaconListener:
         self.wait = wait
         self.bind = bind
         self.last = "not asked yet"
+        self.refused: Counter[str] = Counter()  # beacons not taken as verified, by cause
 
     def judge(self, data: bytes) -> Leader | None:
         """A leader beacon of our KMSN: with its epoch if it verifies, else a bare hint."""
         try:
             b = parse_beacon(data, self.key, self.kmsn)
         except Untrusted as exc:
+            self.refused[exc.cause] += 1
             if exc.cause not in (FORGED, UNSIGNED):
                 return None
             doc = load_object(data, BEACON, "beacon")  # parsed once already: cannot fail now

@@ -185,7 +185,7 @@ class RelayClient(ClientState):
             self._confirmed,
         )  # fmt: skip
         connect = functools.partial(Session, config, owner)
-        hooks = FollowerHooks(self._emit, self._notify, lambda: self._closed)
+        hooks = FollowerHooks(self._emit, self._notify, lambda: self._closed, self._count_unproven)
         self._follower = Follower(discovery, self.backoff, lease_poll, connect, hooks, f"{kmsn}/{station}")
         self._live: Session | None = None  # registered session
         self._closed = False
@@ -375,6 +375,9 @@ class RelayClient(ClientState):
         if self._live is session:
             self._live = None
         self._notify()
+
+    def _count_unproven(self) -> None:
+        self.counters.unproven += 1
 
     def _notify(self) -> None:
         changed, self._changed = self._changed, asyncio.Event()

@@ -132,6 +132,7 @@ class Counters:
     duplicates: int = 0  # received messages dropped as already seen (same sender and id)
     errors: int = 0  # error frames received after registration (no_route, ...)
     inbox_dropped: int = 0  # received items discarded because the inbox was full
+    unproven: int = 0  # servers that did not prove the key in the handshake (then avoided a while)
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)

@@ -146,6 +146,7 @@ class FollowerHooks:
     status: Callable[..., None]  # a transition: status(kind, **Status fields)
     changed: Callable[[], None]  # wake the client's waiters (`fatal` was set)
     closed: Callable[[], bool]  # the client was closed: stop
+    unproven: Callable[[], None] = lambda: None  # a server failed the authenticated handshake (counted)
 
 
 class Follower:
@@ -245,6 +246,7 @@ class Follower:
         finally:
             self.session = None
         if outcome.unproven:
+            hooks.unproven()
             log.warning("relay client %s: %s; avoiding it for %g s", self.name, outcome.reason, DISTRUST_FOR)
             self.distrust(leader.address)
         moved = outcome.moved

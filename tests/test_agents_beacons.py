@@ -239,3 +239,53 @@ def test_a_quiet_pool_still_judges_every_live_member_fresh(site_factory):
             assert all(m.get("eligible") for m in members.values()), (agent.name, members)
         time.sleep(0.2)
     assert looks > 60
+
+
+def test_a_squatter_on_the_liveness_port_turns_that_agents_beacons_off_and_fakes_no_death(site_factory):
+    site = site_factory(2, timing=DEFAULT)
+    squatted, other = site.agents
+    port = int(squatted.setting("RELAY_PORT")) + 2
+    # Another process takes NODE_IP:BEACON_PORT first, and ends every connection at
+    # once: to a follower watching it, "the leader's host says its agent is gone".
+    squatter = socket.create_server((squatted.ip, port))
+    squatter.settimeout(0.2)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                squatter.accept()[0].close()
+            except TimeoutError:
+                pass
+
+    server = threading.Thread(target=serve)
+    server.start()
+    try:
+        squatted.start()
+        first = site.wait_leader(60)
+        assert first.node == squatted.name
+        other.start()
+        wait_until(lambda: bool(pool_view(other)), 60, "S002 to run")
+        said = wait_until(lambda: "beacons are off on this agent" in squatted.log() and squatted.log(), 10)
+        assert "stkrelay.E031" in said and squatted.alive()
+        # The squatter's endings are no evidence without the leader's beacons: nothing moves.
+        end = time.monotonic() + 8
+        while time.monotonic() < end:
+            rec = site.lease()
+            assert rec is not None and (rec.node, rec.epoch) == (first.node, first.epoch), rec
+            time.sleep(0.2)
+        seq = site.lease().renew_seq
+        wait_until(lambda: site.lease().renew_seq > seq, 10, "a renewal")
+        squatted.kill9()  # its agent really is gone now: the lease TTL tells, as before beacons
+        killed = time.monotonic()
+        new = site.wait_leader(40, other_than=squatted.name)
+        took = time.monotonic() - killed
+        assert new.epoch == first.epoch + 1 and took > 5.0, f"taken over {took:.1f} s after kill -9"
+        wait_until(lambda: ("elected", new.epoch) in [(k, e) for k, e, _ in other.history()], 10, "the row")
+        reasons = [r for k, e, r in other.history() if (k, e) == ("elected", new.epoch)]
+        assert "agent is gone" not in reasons[0], reasons
+        assert "agent is gone" not in other.log() and "Traceback" not in site.logs()
+    finally:
+        stop.set()
+        server.join()
+        squatter.close()

@@ -13,7 +13,10 @@ import pytest
 from harness import KMSN, wait_until
 from poolsim import SimPool, Ticker, pool_section
 from test_agents_audit import api, operator_token, web_up
-from test_agents_share_hang import faulty_share  # noqa: F401 - the fixture, used below
+from test_agents_share_hang import (
+    _answers_fast,
+    faulty_share,  # noqa: F401 - the fixture, used below
+)
 
 from elections.core.lease import signature_ok
 from elections.ports.eventlog import read_events
@@ -102,12 +105,14 @@ def test_an_agent_shows_its_pool_and_two_watched_pools_and_keeps_renewing_when_o
         started = time.monotonic()
         wait_until(lambda: not sites_of(agent, token)[B]["store_reachable"], 20, "B unreachable")
         wait_until(lambda: not sites_of(agent, token)[A]["store_reachable"], 20, "A unreachable")
-        leader_all_along = True
+        leader_all_along, slowest, base = True, 0.0, f"http://{agent.ip}:{agent.setting('WEB_PORT')}"
         while time.monotonic() - started < 6:
             leader_all_along &= bool(agent.state().get("leader"))
+            slowest = max(slowest, _answers_fast(f"{base}/"), _answers_fast(f"{base}/login/"))
             time.sleep(0.2)
         after = own_renewals(site)
         assert leader_all_along, "the agent stopped leading its own pool while a watched share hung"
+        assert slowest < 2.0, f"a page took {slowest:.2f} s while a watched share hung"
         assert after - before >= 4, f"own renewals {before} -> {after} in {time.monotonic() - started:.1f} s"
         now = sites_of(agent, token)
         assert now[KMSN]["leader"] == "S001" and now[B]["alarms"][:2] == ["no_leader", "unreachable"]
@@ -119,3 +124,57 @@ def test_an_agent_shows_its_pool_and_two_watched_pools_and_keeps_renewing_when_o
         tick_a.stop()
         tick_b.stop()
         (control / "hang").unlink(missing_ok=True)
+
+
+def test_a_watched_share_flooded_with_huge_and_many_files_never_delays_own_renewals_or_pages(
+    site_factory, tmp_path
+):
+    import json
+
+    site = site_factory(1)
+    a = SimPool(tmp_path / "a" / "socket", A, KEY_A, members=3)
+    a.elect("S002")
+    tick = Ticker(a)
+    agent = site.agents[0]
+    with open(agent.ini, "a") as fh:
+        fh.write(pool_section(A, a.dir, KEY_A, NODE="OFFICE1"))
+    try:
+        site.start()
+        site.wait_leader(30)
+        wait_until(lambda: web_up(agent), 30, "the agent's panel")
+        token = operator_token(agent)
+        wait_until(lambda: sites_of(agent, token).get(A, {}).get("leader") == "S002", 30, "the watched pool")
+        # Whoever can write pool A's share: 20,000 member files, a 64 MiB member file,
+        # 500 event files, and 40 MB of event lines not signed with A's key.
+        for i in range(20_000):
+            (a.dir / "members" / f"N{i:05d}.json").write_bytes(b"{}")
+        with open(a.dir / "members" / "S009.json", "wb") as fh:
+            fh.truncate(64 << 20)
+        for i in range(500):
+            (a.dir / "events" / f"J{i:03d}.jsonl").write_bytes(b'{"node": "J", "seq": 1}\n')
+        line = json.dumps({"node": "S003", "seq": 1, "kind": "drain_requested", "sig": "00" * 32,
+                           "pad": "x" * 900}).encode() + b"\n"  # fmt: skip
+        with open(a.dir / "events" / "S003.jsonl", "ab") as fh:
+            fh.write(line * (40_000_000 // len(line)))
+        base = f"http://{agent.ip}:{agent.setting('WEB_PORT')}"
+        before, started, slowest, leading = own_renewals(site), time.monotonic(), 0.0, True
+        while time.monotonic() - started < 10:
+            t0 = time.monotonic()
+            status, _ = api(agent, token, "/sites")
+            slowest = max(
+                slowest, time.monotonic() - t0, _answers_fast(f"{base}/"), _answers_fast(f"{base}/login/")
+            )
+            assert status == 200
+            leading &= bool(agent.state().get("leader"))
+            time.sleep(0.2)
+        took, after = time.monotonic() - started, own_renewals(site)
+        assert leading, "the agent stopped leading its own pool while a watched share was flooded"
+        assert after - before >= took / 1.0 - 3, (
+            f"own renewals {before} -> {after} in {took:.1f} s (LEASE_RENEW 1 s)"
+        )
+        assert slowest < 2.0, f"a page took {slowest:.2f} s while a watched share was flooded"
+        wait_until(lambda: sites_of(agent, token)[A]["security_alarm"], 20, "the flood refused and shown")
+        assert sites_of(agent, token)[A]["leader"] == "S002"  # the real records still read through it
+        assert "Traceback" not in agent.log()
+    finally:
+        tick.stop()

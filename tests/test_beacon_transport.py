@@ -10,7 +10,7 @@ from harness import free_port, wait_until
 
 from elections.core.beacon_board import Standing
 from elections.ports.beacons import BeaconConfig, BeaconService
-from elections.ports.liveness_port import LivenessPort
+from elections.ports.liveness_port import MAX_HELD, LivenessPort
 
 KEY = "pool-key-0123456789abcdef"
 KMSN = "9999-9999-99-99"
@@ -106,3 +106,28 @@ def test_our_own_beacon_back_from_our_address_is_an_echo_and_from_another_a_coun
     finally:
         leader.stop()
         spy.close()
+
+
+def test_a_flood_of_connections_to_the_liveness_port_closes_none_of_a_followers_and_is_no_evidence(pair):
+    import socket
+
+    _, follower, liveness, _ = pair
+    flood: list[socket.socket] = []
+    since = follower.liveness.at  # when its connection was made: a reconnect would move it
+    try:
+        for _ in range(3 * MAX_HELD):  # one host of the LAN opening connections as fast as it can
+            sock = socket.socket()
+            sock.bind(("127.0.0.33", 0))
+            sock.connect((LEADER_IP, liveness.listener.getsockname()[1]))
+            flood.append(sock)
+        wait_until(lambda: liveness.evicted >= 2 * MAX_HELD - 1, 10, "the flood to be cut back")
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end:  # the follower's own connection was never the one closed
+            assert follower.snapshot()["liveness"]["state"] == "connected"
+            assert follower.evidence("S001", 7) is None
+            time.sleep(0.05)
+        assert follower.liveness.at == since, "the follower's liveness connection was closed by the flood"
+        assert len(liveness._held) <= MAX_HELD
+    finally:
+        for sock in flood:
+            sock.close()

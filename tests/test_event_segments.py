@@ -324,3 +324,57 @@ def test_without_its_local_mark_the_restarted_writer_reuses_seqs_that_readers_dr
     after, refused = _lose_active_file_and_restart(folder, clock, mark=None)
     reused = [json.loads(line)["seq"] for line in (folder / "S001.jsonl").read_text().splitlines()]
     assert max(reused) <= 60 and after == [] and refused == {}
+
+
+def test_a_reader_racing_the_writers_seals_and_retirements_sees_each_event_once_in_order(tmp_path):
+    import threading
+
+    clock = FakeClock()
+    w = sink(tmp_path, "S001", clock)  # 4 KiB segments, 16 KiB kept: sealing and retiring all along
+    tail = EventTail(tmp_path, key=KEY)
+    seen: list[int] = []
+    failures: list[BaseException] = []
+    done = threading.Event()
+
+    def read() -> None:
+        try:
+            while not done.is_set() or tail.backlog:
+                seen.extend(e["seq"] for e in tail.new_events())
+        except BaseException as exc:  # any exception is the failure under test
+            failures.append(exc)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    history(w, 1500, clock)
+    w.compactor.join()
+    done.set()
+    reader.join(30)
+    assert not failures and not reader.is_alive()
+    seen.extend(e["seq"] for e in drain_all(tail))
+    assert seen == sorted(set(seen)) and seen[-1] == 1500  # none twice, none out of order
+    assert tail.refusals.total() == 0, tail.refusals.counts  # the writer's own work is no attack
+
+
+def test_a_segment_renamed_to_a_far_later_first_seq_hides_nothing_and_covers_nothing(tmp_path):
+    clock = FakeClock()
+    w = sink(tmp_path, "S001", clock)  # 16 KiB kept: the writer retires its old segments all along
+    follower = EventTail(tmp_path, key=KEY)
+    got: list[int] = []
+
+    def follow(n: int) -> None:  # a reader that follows along, as every agent's does
+        for _ in range(n // 10):
+            history(w, 10, clock)
+            w.compactor.join()
+            got.extend(e["seq"] for e in drain_all(follower))
+
+    follow(200)
+    sealed = sorted(p for p in tmp_path.iterdir() if "@" in p.name and ".base" not in p.name)
+    sealed[0].rename(tmp_path / sealed_name("S001", 999_999_999_999))  # anyone may rename files
+    follow(300)  # the writer seals and retires on, the renamed file among its own
+    assert got == list(range(1, 501))  # the renamed copy's lines were replays: none twice
+    assert follower.refusals.counts.get("replayed", 0) >= 1
+    bases = [p.name for p in tmp_path.iterdir() if ".base" in p.name]
+    assert bases and all(int(name.split("@")[1][:12]) <= 500 for name in bases), bases  # no cover past 500
+    joiner = EventTail(tmp_path, key=KEY)
+    seqs = [e["seq"] for e in drain_all(joiner, calls=300)]
+    assert seqs == sorted(set(seqs)) and set(range(490, 501)) <= set(seqs)

@@ -370,6 +370,7 @@ def test_it_registers_then_relays_between_a_commander_and_an_agent(tmp_path):
             "duplicates": 0,
             "errors": 2,
             "inbox_dropped": 0,
+            "unproven": 0,
         }
         assert agent.counters.received == 2 and agent.counters.sent == 1
         assert [s.kind for s in pool.statuses["S002"]] == ["connecting", "registered"]

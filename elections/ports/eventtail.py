@@ -17,7 +17,12 @@ every node's new complete lines since the last call and hands on only evidence:
   end) is read again from the start, its old lines skipped as already seen;
 - segments (`elections.ports.segments`): a node's files are read in order, a
   sealed one under a verified base's cover is retired and not read, one that
-  is missing is retired, the lines of a base already seen are copies.
+  is missing is retired, the lines of a base already seen are copies;
+- a listing is no snapshot (the writer seals and retires while it runs): a
+  file whose first line leaves a gap after the last seq waits a few listings
+  for what comes before it, an active file read on must go on from the last
+  seq, and the sealed name of an active file found replaced is known again,
+  so the writer's own lines are never taken for replays.
 """
 
 from __future__ import annotations
@@ -65,6 +70,7 @@ PER_FILE = 256 << 10  # bytes of one file read per call
 PER_CALL = 1 << 20  # bytes of all files read per call
 MAX_FILES = 1024  # event files read per pool (every node's segments)
 MAX_CHAIN = 64  # event files of one node read (its newest)
+GAP_LISTINGS = 3  # listings a file whose first seq leaves a gap waits for what comes before it
 SECURITY = frozenset({UNSIGNED, FORGED, REPLAYED, WRONG_NODE, BAD_FIELD})
 
 
@@ -97,9 +103,11 @@ class EventTail:
         self.last_seq: dict[str, int] = {}  # node -> highest seq accepted
         self.covered: dict[str, int] = {}  # node -> the highest `upto` of a verified base
         self._active_first: dict[str, int] = {}  # node -> seq of its active file's first line
+        self._was_active: dict[str, int] = {}  # node -> first seq of an active file read, then replaced
         self._rereading: set[str] = set()  # files replaced: lines up to last_seq are not replays
         self._deferred: set[str] = set()  # active files seen replaced once: list again before rereading
         self._midline: set[str] = set()  # files whose offset is inside a line too long to keep
+        self._gapped: dict[str, tuple[int, int]] = {}  # files put off for a gap: (last seq then, times)
         self.backlog = False  # True when the last call stopped at a cap: call again soon
         self._cursor = 0  # where the next call starts when the last one stopped at a cap
         self._budget = self._reads = 0
@@ -187,13 +195,12 @@ class EventTail:
             self.offsets.pop(name, None)
             for remembered in (self._rereading, self._deferred, self._midline):
                 remembered.discard(name)
+            self._gapped.pop(name, None)
 
     def _read(self, ref: EventFile, out: list[dict[str, Any]]) -> bool | None:
         """Read on in one file: True once it is read to its end, False if the
         rest must wait (a torn last line, a cap), None when the budget is spent."""
         name, node = ref.name, ref.node
-        if ref.role == SEALED and ref.n <= self.covered.get(node, 0):
-            return True  # retired: what a rule needs of it is in the base
         active = f"{node}{SUFFIX}"
         if ref.role == SEALED and name not in self.offsets and self._active_first.get(node) == ref.n:
             # The active file this tail was reading, sealed under its first seq: go on where it was.
@@ -203,6 +210,22 @@ class EventTail:
             self._rereading.discard(active)
             self._deferred.discard(active)
             del self._active_first[node]
+        elif ref.role == SEALED and name not in self.offsets and self._was_active.get(node) == ref.n:
+            # The active file this tail read on until it found it replaced (the listing
+            # missed its sealed name then): its lines up to last_seq were read, not replayed.
+            self._rereading.add(name)
+            del self._was_active[node]
+        covered = self.covered.get(node, 0)
+        if ref.role == ACTIVE and 0 < self._active_first.get(node, 0) <= covered:
+            # The active file this tail read was sealed and retired between two looks (an
+            # active file is never covered): this one is the writer's next, read from its start.
+            self.offsets.pop(name, None)
+            self._rereading.add(name)
+            del self._active_first[node]
+        if ref.role == SEALED and ref.n <= covered:
+            # Retired: what a rule needs of it is in the base. (Checked after the hand-over
+            # above: an active file sealed and retired between two looks leaves no offset.)
+            return True
         size = ref.size
         if ref.role != ACTIVE and size > MAX_SEGMENT:
             self._refuse(name, Untrusted(TOO_LARGE, f"larger than {MAX_SEGMENT} bytes: the rest is ignored"))
@@ -245,6 +268,9 @@ class EventTail:
         self._budget -= end
         self._midline.discard(name)
         raws = data[:end].split(b"\n")
+        if start == 0 and ref.role != BASE and self._gap_before(ref, raws[0]):
+            self.backlog = True  # read once the next listing shows what comes before it
+            return False
         if start == 0 and ref.role == BASE:
             if not self._cover(ref, raws[0]):
                 self.offsets[name] = size
@@ -276,7 +302,11 @@ class EventTail:
         if start == 0 or ref.name in self._midline:
             return self.share.read(path, want, offset=start, chunk=True) or b""
         data = self.share.read(path, want + 1, offset=start - 1, chunk=True) or b""
-        if size >= start and data[:1] == b"\n":
+        if (
+            size >= start
+            and data[:1] == b"\n"
+            and (ref.role != ACTIVE or self._continues(ref.node, data[1:]))
+        ):
             return data[1:]
         if ref.role == ACTIVE and ref.name not in self._deferred:
             self._deferred.add(ref.name)
@@ -284,8 +314,49 @@ class EventTail:
         self._deferred.discard(ref.name)
         self._rereading.add(ref.name)  # ingestion is idempotent: lines up to last_seq are skipped
         self.offsets[ref.name] = 0
-        self._active_first.pop(ref.node, None) if ref.role == ACTIVE else None
+        if ref.role == ACTIVE and ref.node in self._active_first:  # sealed, its name not listed yet
+            self._was_active[ref.node] = self._active_first.pop(ref.node)
         return self.share.read(path, want, chunk=True) or b""
+
+    def _signed_seq(self, node: str, raw: bytes) -> int | None:
+        """The seq of a validly signed line of `node`, else None (refused when read, as any line)."""
+        try:
+            doc = load_object(raw, EVENT_LINE, "event line")
+        except Untrusted:
+            return None
+        seq = doc.get("seq")
+        if (
+            not isinstance(seq, int)
+            or doc.get("node") != node
+            or (self.key and not signature_ok(doc, self.key))
+        ):
+            return None
+        return seq
+
+    def _continues(self, node: str, data: bytes) -> bool:
+        """The first whole line read on in an active file follows the last seq
+        accepted from its node. A file sealed while this tail read it, replaced
+        by the writer's next one whose line ends fall at the same offset (lines
+        of one length), does not: its line there is newer by more than one."""
+        last, end = self.last_seq.get(node, 0), data.find(b"\n")
+        seq = self._signed_seq(node, data[:end]) if last and end > 0 else None
+        return seq is None or seq <= last + 1
+
+    def _gap_before(self, ref: EventFile, raw: bytes) -> bool:
+        """A file read from its start whose first line is newer by more than one
+        than what this tail has: a listing taken while the writer sealed and
+        retired may have missed the segments between (a directory listing is no
+        snapshot). List again before reading it, up to `GAP_LISTINGS` times
+        without anything new read meanwhile; a gap still there is retired."""
+        last = max(self.last_seq.get(ref.node, 0), self.covered.get(ref.node, 0))
+        seq = self._signed_seq(ref.node, raw)  # a writer's first seq is 1: a new tail checks too
+        waited_at, times = self._gapped.get(ref.name, (last, 0))
+        times = times if waited_at == last else 0  # something was read meanwhile: a new gap
+        if seq is None or seq <= last + 1 or times >= GAP_LISTINGS:
+            self._gapped.pop(ref.name, None)
+            return False
+        self._gapped[ref.name] = (last, times + 1)
+        return True
 
     def _cover(self, ref: EventFile, raw: bytes) -> bool:
         """A base's header: signed by the pool, naming its own node and cover."""

@@ -76,6 +76,9 @@ class ShareLock:
             return retry and self._maybe_break() and self.acquire(retry=False)
         except OSError as exc:
             raise StoreUnavailable(f"cannot create {self.where}: {exc.strerror or exc}") from exc
+        except Untrusted as exc:  # something the share will not let us see or move is in its place
+            self.refuse(self.name, exc)
+            raise StoreUnavailable(f"cannot create {self.where}: {exc.detail}") from None
         self._my_lock = body
         self._present_since = None
         return True
@@ -155,6 +158,9 @@ class ShareLock:
                     return False  # someone else is breaking it right now
                 self._unlink_quietly(marker)  # its breaker died
             except OSError:
+                return False
+            except Untrusted as exc:  # something the share hides holds the marker's name
+                self.refuse(marker, exc)
                 return False
         else:
             return False

@@ -5,27 +5,38 @@ port it holds, and the `resign` it sends when it releases the lease on SIGTERM.
 from __future__ import annotations
 
 import contextlib
+import logging
 import selectors
 import socket
 import threading
+from collections import Counter
 
 from elections.core.beacons import RESIGN, RESIGN_COPIES, Beacon
 from elections.ports.beacons import BeaconConfig, new_boot, subnet_broadcast
 
-MAX_HELD = 256  # connections the liveness port holds (oldest closed first)
+log = logging.getLogger("stkrelay.beacons")
+
+MAX_HELD = 256  # connections the liveness port holds; past it, the busiest address loses its oldest
 
 
 class LivenessPort:
     """The supervisor's TCP liveness port: listens on NODE_IP:BEACON_PORT and
     holds every connection open without reading a byte of meaning. When the
     supervisor dies, the kernel closes them all — that answer is the evidence
-    followers wait for. Binding fails loudly (`OSError`): an agent whose
-    followers could not tell its death from its life must not start."""
+    followers wait for. Binding fails loudly (`OSError`): `runagent` then says
+    so and runs without beacons (another process holds the port, so followers
+    could not tell this agent's death from its life there: the TTL decides).
+
+    A flood of connections cannot close a follower's: past `MAX_HELD`, the
+    address holding the most connections loses its oldest (a follower holds
+    one), counted in `evicted` and logged once per address."""
 
     def __init__(self, ip: str, port: int) -> None:
         self.listener = socket.create_server((ip, port), backlog=128, reuse_port=False)
         self.listener.setblocking(False)
-        self._held: list[socket.socket] = []
+        self._held: dict[socket.socket, str] = {}  # in the order accepted -> peer address
+        self.evicted = 0  # connections closed because one address held too many
+        self._told: set[str] = set()
         self._stop = threading.Event()
         self._wake_r, self._wake_w = socket.socketpair()  # close() wakes the thread: no polling
         self._selector = selectors.DefaultSelector()
@@ -51,7 +62,7 @@ class LivenessPort:
                     self._accept()
                 elif sock is not self._wake_r:
                     self._drain(sock)
-        for sock in self._held:
+        for sock in list(self._held):
             sock.close()
         self.listener.close()
         self._wake_r.close()
@@ -59,14 +70,20 @@ class LivenessPort:
 
     def _accept(self) -> None:
         try:
-            conn, _ = self.listener.accept()
+            conn, peer = self.listener.accept()
         except OSError:
             return
         conn.setblocking(False)
-        self._held.append(conn)
+        self._held[conn] = peer[0]
         self._selector.register(conn, selectors.EVENT_READ)
         while len(self._held) > MAX_HELD:
-            self._forget(self._held[0])
+            busiest = Counter(self._held.values()).most_common(1)[0][0]
+            self._forget(next(s for s, ip in self._held.items() if ip == busiest))
+            self.evicted += 1
+            if busiest not in self._told and len(self._told) < MAX_HELD:
+                self._told.add(busiest)
+                log.warning("SECURITY: liveness port: %s holds too many connections; closing its oldest",
+                            busiest)  # fmt: skip
 
     def _drain(self, sock: socket.socket) -> None:
         try:
@@ -81,8 +98,7 @@ class LivenessPort:
     def _forget(self, sock: socket.socket) -> None:
         with contextlib.suppress(KeyError, ValueError):
             self._selector.unregister(sock)
-        with contextlib.suppress(ValueError):
-            self._held.remove(sock)
+        self._held.pop(sock, None)
         sock.close()
 
 

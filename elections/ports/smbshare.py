@@ -21,6 +21,10 @@ What SMB servers really answer, and what is made of it:
 - Links are refused, not followed: every open asks for the entry itself
   (FILE_OPEN_REPARSE_POINT) and a reparse point is `Untrusted(NOT_A_FILE)`;
   FILE_NON_DIRECTORY_FILE turns a planted directory into `IsADirectoryError`.
+  Samba 4.17 shows no link as a reparse point over SMB2: one planted on the
+  server that points out of the share is hidden (a create or rename onto its
+  name answers "not found": `Untrusted(NOT_A_FILE)`, never written through);
+  one that stays inside the share is served as the file it points to.
 - Every error is an `OSError`, a lost session is made again, and a hung
   server costs each caller at most `SHARE_TIMEOUT` (`smbsession.SmbSession`).
 
@@ -177,7 +181,10 @@ class SmbShare(SmbSession):
                 READ | FilePipePrinterAccessMask.FILE_WRITE_DATA | FilePipePrinterAccessMask.FILE_APPEND_DATA
             )
             fopen, (create, created) = self._open(tree, rel, access, CreateDisposition.FILE_OPEN_IF, FILE)
-            self._raise_first(self._answers(self._send(tree, [create]), [created]))
+            answer = self._answers(self._send(tree, [create]), [created])[0]
+            if status_of(answer) == NtStatus.STATUS_OBJECT_NAME_NOT_FOUND:
+                raise _hidden(rel)
+            self._raise_first([answer])
             try:
                 self._refuse_odd(fopen, rel)
                 size = int(fopen.end_of_file or 0)
@@ -256,6 +263,8 @@ class SmbShare(SmbSession):
                 status = self._rename(tree, fopen, rel, replace=True, then_close=True)  # one round trip
                 pause = RENAME_PAUSE
                 while status is not None:
+                    if status == NtStatus.STATUS_OBJECT_NAME_NOT_FOUND:
+                        raise _hidden(rel)  # the temp file is there: the target's name is the odd one
                     if status not in RENAME_BUSY or time.monotonic() + pause > give_up:
                         raise self._os_error(status, rel)
                     time.sleep(pause)  # someone holds the target open: it is not replaced yet
@@ -322,6 +331,8 @@ class SmbShare(SmbSession):
                 self._raise_first(answers[1:])
                 # Whole before visible: a rename that never replaces (ReplaceIfExists = 0).
                 status = self._rename(tree, fopen, rel, replace=False, then_close=True)
+                if status == NtStatus.STATUS_OBJECT_NAME_NOT_FOUND:
+                    raise _hidden(rel)  # the temp file is there: the target's name is the odd one
                 if status is not None:
                     raise self._os_error(status, rel)  # OBJECT_NAME_COLLISION: FileExistsError
                 published = True
@@ -368,6 +379,8 @@ class SmbShare(SmbSession):
             try:
                 self._refuse_odd(fopen, rel)
                 status = self._rename(tree, fopen, to, replace=replace)
+                if status == NtStatus.STATUS_OBJECT_NAME_NOT_FOUND:
+                    raise _hidden(to)  # the file is open: the name it goes to is the odd one
                 if status is not None:
                     raise self._os_error(status, rel)
             finally:
@@ -433,6 +446,15 @@ class SmbShare(SmbSession):
             return bool((fopen.file_attributes or 0) & (REPARSE | DIRECTORY))
 
         return self._op(run, rel, retry=True)
+
+
+def _hidden(rel: str) -> Untrusted:
+    """What a server answers when asked to create, or rename onto, a name in a
+    folder that exists, and says the name is not there: something is, that it
+    will not show (Samba: a link planted on the server pointing out of the
+    share, with `wide links = no`). Nothing is written through it; no client can
+    move it aside."""
+    return Untrusted(NOT_A_FILE, f"{rel} is taken by something the server hides (a link it will not follow?)")
 
 
 def _regular(entry: Any) -> bool:

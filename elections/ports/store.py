@@ -211,6 +211,9 @@ class FileLeaseStore:
             self.share.move(LEASE_NAME, aside)
         except FileNotFoundError:
             return revision_of(None), None
+        except Untrusted as exc:  # the server hides something at the aside name: compare in place
+            self.refuse(aside, exc)
+            return self._lease_revision(), None
         except OSError as exc:
             raise StoreUnavailable(f"cannot move {LEASE_NAME} aside in {self.share.where}: "
                                    f"{exc.strerror or exc}") from exc  # fmt: skip
@@ -258,6 +261,9 @@ class FileLeaseStore:
                     raise StoreUnavailable(f"cannot write {where}: {exc.strerror or exc}") from exc
                 self.refuse(rel, Untrusted(NOT_A_FILE, f"{rel.rsplit('/', 1)[-1]} was not a file"))
                 self.share.quarantine(rel)
+            except Untrusted as exc:  # something the share will not let us see or move is in its place
+                self.refuse(rel, exc)
+                raise StoreUnavailable(f"cannot write {rel} in {self.share.where}: {exc.detail}") from None
 
     def _write(self, record: LeaseRecord, expect: str, fence: Callable[[], bool] | None) -> WriteOutcome:
         if not self.lock.acquire():
@@ -317,7 +323,8 @@ class FileLeaseStore:
         """This node's own last heartbeat, if validly signed (else {})."""
         try:
             doc = load_object(self._read_raw(rel, MEMBER) or b"{}", MEMBER, rel)
-        except Untrusted:
+        except Untrusted as exc:  # planted in our own place (a link, a FIFO, junk): counted, replaced
+            self.refuse(rel, exc)
             return {}
         return doc if signature_ok(doc, self.token) else {}
 

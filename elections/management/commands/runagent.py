@@ -117,14 +117,18 @@ class Command(BaseCommand):
         beacons = BeaconConfig(stk.kmsn, stk.node, stk.node_ip, stk.relay_port, stk.pool_key,
                                stk.beacon_interval, stk.beacon_port, stk.beacon_peers)  # fmt: skip
         if stk.beacon_interval > 0:
-            try:  # before any child starts: none may inherit it, and none runs if it cannot be held
+            try:  # before any child starts: none may inherit it
                 LivenessPort(stk.node_ip, stk.beacon_port).start()
             except OSError as exc:
+                # Another process holds the port (a squatter): followers could not tell this
+                # agent's death from its life there, so it sends no beacons at all and they
+                # time its lease out by the TTL, never by a false "the leader is gone".
                 self.stderr.write(f"stkrelay: config {stk.source}: BEACON_PORT: cannot listen on "
                                   f"{stk.node_ip}:{stk.beacon_port}: {exc.strerror} (stkrelay.E031) — "
-                                  "free the port, set another BEACON_PORT on every member, or "
-                                  "BEACON_INTERVAL = 0")  # fmt: skip
-                raise SystemExit(2) from None
+                                  "beacons are off on this agent: its failover waits for the lease TTL; "
+                                  "free the port, or set another BEACON_PORT on every member")  # fmt: skip
+                self.stderr.flush()
+                env["STK_BEACON_INTERVAL"] = "0"
 
         os.chdir(data)
         sup = Supervisor(specs, str(data), env, release, log_format=stk.log_format, node=stk.node)
