@@ -61,7 +61,6 @@ def test_a_websocket_that_stops_reading_is_closed_and_counted_and_never_stalls_t
     that does not read is closed (4408) with a log line and a count, while a reader beside
     it gets every message, in order."""
     import socket
-    import urllib.request
 
     from relay.ws_flow import SLOW
 
@@ -72,11 +71,11 @@ def test_a_websocket_that_stops_reading_is_closed_and_counted_and_never_stalls_t
     web_port = int(agent.setting("WEB_PORT"))
     wait_until(lambda: listening(agent.ip, int(agent.setting("RELAY_PORT"))), 10, "the relay")
     wait_until(lambda: listening(agent.ip, web_port), 20, "the web port")
-    web = f"ws://{agent.ip}:{web_port}/ws/relay/"
+    web, tls = f"{agent.ws_url}/ws/relay/", agent.web_ssl()
     count, pad = 800, "x" * 16000  # ~12.8 MB: well past the kernel's socket buffers and the bound
 
     async def ws_agent(station: str, **kw):  # type: ignore[no-untyped-def]
-        ws = await connect(web, open_timeout=10, max_size=None, **kw)
+        ws = await connect(web, open_timeout=10, max_size=None, ssl=tls, **kw)
         hello = json.loads(await asyncio.wait_for(ws.recv(), 10))
         auth = auth_digest(TOKEN, hello["nonce"], "agent", KMSN, station)
         await ws.send(json.dumps({"type": "register", "magic": "STKRELAY/1", "role": "agent",
@@ -121,7 +120,7 @@ def test_a_websocket_that_stops_reading_is_closed_and_counted_and_never_stalls_t
 
     received = asyncio.run(scenario())
     assert received < count
-    with urllib.request.urlopen(f"http://{agent.ip}:{web_port}/metrics", timeout=10) as r:
+    with agent.urlopen("/metrics", timeout=10) as r:
         metrics = r.read().decode()
     assert 'stkrelay_websocket_drops_total{cause="buffer_bytes",route="relay"} 1.0' in metrics, [
         line for line in metrics.splitlines() if "websocket" in line
@@ -150,9 +149,9 @@ def test_a_real_agent_refuses_foreign_hosts_and_origins_and_takes_relay_clients_
     base = f"{agent.ip}:{web_port}"
 
     def status(host: str) -> int:
-        req = urllib.request.Request(f"http://{base}/login/", headers={"Host": host})
+        req = urllib.request.Request(f"{agent.web_url}/login/", headers={"Host": host})
         try:
-            with urllib.request.urlopen(req, timeout=10) as r:
+            with agent.urlopen(req, timeout=10) as r:
                 return r.status
         except urllib.error.HTTPError as exc:
             return exc.code
@@ -163,7 +162,8 @@ def test_a_real_agent_refuses_foreign_hosts_and_origins_and_takes_relay_clients_
 
     async def hello(path: str, origin: str | None) -> int | str:
         try:
-            async with connect(f"ws://{base}{path}", origin=origin, open_timeout=10) as ws:  # type: ignore[arg-type]
+            async with connect(f"{agent.ws_url}{path}", origin=origin, open_timeout=10,  # type: ignore[arg-type]
+                               ssl=agent.web_ssl()) as ws:  # fmt: skip
                 return json.loads(await asyncio.wait_for(ws.recv(), 10))["type"]
         except InvalidStatus as exc:
             return exc.response.status_code
@@ -171,7 +171,7 @@ def test_a_real_agent_refuses_foreign_hosts_and_origins_and_takes_relay_clients_
     async def scenario():  # type: ignore[no-untyped-def]
         return {
             "relay, no Origin": await hello("/ws/relay/", None),
-            "relay, own Origin": await hello("/ws/relay/", f"http://{base}"),
+            "relay, own Origin": await hello("/ws/relay/", agent.web_url),
             "relay, foreign Origin": await hello("/ws/relay/", "http://evil.example"),
             "relay, Origin null": await hello("/ws/relay/", "null"),
             "stream, no Origin": await hello("/ws/stream/S001/", None),

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 from harness import signed_lock
@@ -215,12 +216,14 @@ def test_a_published_lock_is_never_seen_empty_or_half_written(tmp_path):
     body = json.dumps({"node": "S001", "pid": 1, "nonce": "n" * 4000}).encode()
     seen: set[bytes] = set()
     stop = threading.Event()
+    looks = [0]  # reads that found the lock there
 
     def look() -> None:
         path = tmp_path / "relay_leader.lock"
         while not stop.is_set():
             try:
                 seen.add(path.read_bytes())
+                looks[0] += 1
             except FileNotFoundError:
                 pass
 
@@ -234,6 +237,10 @@ def test_a_published_lock_is_never_seen_empty_or_half_written(tmp_path):
                 published += 1
             except FileExistsError:
                 collided += 1
+            before = looks[0]  # the reader has looked at this publish at least once (deadline 5 s)
+            deadline = time.monotonic() + 5
+            while looks[0] == before and time.monotonic() < deadline:
+                time.sleep(0.0005)
             with contextlib.suppress(FileNotFoundError):
                 (tmp_path / "relay_leader.lock").unlink()
     finally:
