@@ -105,10 +105,10 @@ def test_an_agent_shows_its_pool_and_two_watched_pools_and_keeps_renewing_when_o
         started = time.monotonic()
         wait_until(lambda: not sites_of(agent, token)[B]["store_reachable"], 20, "B unreachable")
         wait_until(lambda: not sites_of(agent, token)[A]["store_reachable"], 20, "A unreachable")
-        leader_all_along, slowest, base = True, 0.0, f"http://{agent.ip}:{agent.setting('WEB_PORT')}"
+        leader_all_along, slowest = True, 0.0
         while time.monotonic() - started < 6:
             leader_all_along &= bool(agent.state().get("leader"))
-            slowest = max(slowest, _answers_fast(f"{base}/"), _answers_fast(f"{base}/login/"))
+            slowest = max(slowest, _answers_fast(agent, "/"), _answers_fast(agent, "/login/"))
             time.sleep(0.2)
         after = own_renewals(site)
         assert leader_all_along, "the agent stopped leading its own pool while a watched share hung"
@@ -156,13 +156,12 @@ def test_a_watched_share_flooded_with_huge_and_many_files_never_delays_own_renew
                            "pad": "x" * 900}).encode() + b"\n"  # fmt: skip
         with open(a.dir / "events" / "S003.jsonl", "ab") as fh:
             fh.write(line * (40_000_000 // len(line)))
-        base = f"http://{agent.ip}:{agent.setting('WEB_PORT')}"
         before, started, slowest, leading = own_renewals(site), time.monotonic(), 0.0, True
         while time.monotonic() - started < 10:
             t0 = time.monotonic()
             status, _ = api(agent, token, "/sites")
             slowest = max(
-                slowest, time.monotonic() - t0, _answers_fast(f"{base}/"), _answers_fast(f"{base}/login/")
+                slowest, time.monotonic() - t0, _answers_fast(agent, "/"), _answers_fast(agent, "/login/")
             )
             assert status == 200
             leading &= bool(agent.state().get("leader"))

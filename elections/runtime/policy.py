@@ -85,6 +85,8 @@ class PoolPolicy:
         return "ok"
 
     def eligibility(self) -> tuple[bool, str]:
+        if self.local.stopping():  # SIGTERM: the supervisor hands the lease over; take none back
+            return False, "this agent is stopping"
         if self.commands.drained.get(self.node):
             return False, "drained"
         if self.priority <= 0:
