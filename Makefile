@@ -6,7 +6,7 @@ PYTEST := .venv/bin/pytest
 # mostly wait on leases and timeouts, so two at once halve the wall time on 2 cores.
 TEST_WORKERS ?= 2
 
-.PHONY: bootstrap run test chaos fuzz bench bench-failover bench-relay bench-relay-idle bench-switchover bench-panel bench-login bench-hostile bench-compaction bench-footprint screenshots lint format clean bench-cloud bench-fleet bench-etcd
+.PHONY: bootstrap run test image image-test chaos fuzz bench bench-failover bench-relay bench-relay-idle bench-switchover bench-panel bench-login bench-hostile bench-compaction bench-footprint screenshots lint format clean bench-cloud bench-fleet bench-etcd
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -15,7 +15,16 @@ run: bootstrap
 	@$(PY) scripts/demo.py
 
 test: bootstrap
-	@$(PYTEST) -m "not chaos" -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	@$(PYTEST) -m "not chaos and not image" -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+
+# The agent's container image, built with podman from a wheelhouse (scripts/image.sh), and
+# a site run from it (tests/test_image.py: 3 agents, a volume share and smb://, kill -9,
+# podman stop). `.ci/run` runs both after `make test`.
+image: bootstrap
+	@scripts/image.sh
+
+image-test: bootstrap
+	@$(PYTEST) -m image $(PYTEST_ARGS) tests/test_image.py
 
 # Chaos judged by client history (tests/test_chaos.py): STK_CHAOS_FAULTS (200),
 # STK_CHAOS_SEED, STK_CHAOS_BACKEND (file); the table, history and seed go to .chaos/.

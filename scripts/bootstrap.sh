@@ -20,6 +20,9 @@ command -v systemd-analyze >/dev/null || need+=(systemd)  # `systemd-analyze ver
 command -v etcd >/dev/null || need+=(etcd-server)  # a real 3-member etcd cluster in the LEASE_STORE=etcd tests
 command -v etcdctl >/dev/null || need+=(etcd-client)
 command -v docker-compose >/dev/null || need+=(docker-compose)  # `docker-compose config` of docker/compose.yaml
+command -v podman >/dev/null || need+=(podman)  # `make image` / `make image-test` (DESIGN §12)
+command -v runc >/dev/null || need+=(runc)  # podman's runtime here (crun fails on hybrid cgroups)
+command -v mmdebstrap >/dev/null || need+=(mmdebstrap)  # the image's Debian base, made here: no registry
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "bootstrap: missing ${need[*]}; run as root or: sudo apt-get install ${need[*]}" >&2

@@ -3,6 +3,7 @@
     stkrelay agent --ini PATH          one agent in the foreground (as `manage.py runagent`)
     stkrelay manage COMMAND [ARGS]     any management command (migrate, check, runrelay, ...)
     stkrelay cloud --ini cloud.ini     the cloud rendezvous relay (as `manage.py runcloud`, DESIGN.md §14)
+    stkrelay health [--ini PATH]       exit 0 when this host's agent answers /healthz "up" (HEALTHCHECK)
     relayctl ARGS | relayclient ARGS | stkuser ARGS    as `manage.py relayctl ARGS`, ...
 
 Each one sets DJANGO_SETTINGS_MODULE and takes `--ini PATH` anywhere on its
@@ -20,6 +21,7 @@ import sys
 USAGE = """usage: stkrelay agent [--ini PATH]        run one agent (web, worker, beat, relay while leader)
        stkrelay manage COMMAND [ARGS...]  run a management command with the agent's settings
        stkrelay cloud [--ini cloud.ini]   run the cloud rendezvous relay (else $CLOUD_INI)
+       stkrelay health [--ini PATH]       exit 0 when this host's agent is up (a container HEALTHCHECK)
 also: relayctl, relayclient, stkuser (each takes --ini PATH, else $STK_INI)"""
 
 
@@ -64,6 +66,10 @@ def main(argv: list[str] | None = None) -> int:
         return run("runagent", rest, "stkrelay agent")
     if sub == "manage" and rest:
         return run(rest[0], rest[1:], "stkrelay manage")
+    if sub == "health":
+        from stkrelay import health_probe
+
+        return health_probe.main(take_ini(rest))
     if sub == "cloud":
         agent_ini = os.environ.pop("STK_INI", None)  # the cloud reads no agent's stk.ini
         rest = take_ini(rest)
