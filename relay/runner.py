@@ -29,12 +29,20 @@ from typing import Any
 
 from elections.ports.clock import SystemClock
 from elections.ports.dirwatch import DirWatch
-from elections.ports.localstate import LEADERSHIP_NAME, RELAY_WANTED_NAME, Leadership, LocalState, RelayStatus
+from elections.ports.localstate import (
+    ADDRESSES_NAME,
+    LEADERSHIP_NAME,
+    RELAY_WANTED_NAME,
+    Leadership,
+    LocalState,
+    RelayStatus,
+)
 from elections.ports.stores import PoolPlace, open_store
 from relay.auth import cloud_key
 from relay.binding_feed import BindingFeed
 from relay.bindings import StationBindings
 from relay.cloud.tunnel import TunnelClient
+from relay.listen_set import ListenAddress, ListenSet, wanted_now
 from relay.server import RelayServer
 
 log = logging.getLogger("stkrelay.relay")
@@ -103,13 +111,13 @@ class LeadershipGate:
 
 
 class LeadershipChanges:
-    """The serving loop's wait: until the worker replaces leadership.json
-    (inotify, on the event loop), a stop, or a timeout."""
+    """The serving loop's wait: until the worker replaces leadership.json or
+    addresses.json (inotify, on the event loop), a stop, or a timeout."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, data_dir: str | os.PathLike[str]) -> None:
         self.loop = loop
         self.changed = asyncio.Event()
-        self.watch = DirWatch(data_dir, (LEADERSHIP_NAME,))
+        self.watch = DirWatch(data_dir, (LEADERSHIP_NAME, ADDRESSES_NAME))
         if self.watch.fd is not None:
             loop.add_reader(self.watch.fd, self._readable)
 
@@ -184,6 +192,12 @@ class RelayRunner:
             bindings=self.bindings,
         )
         self.tunnel: TunnelClient | None = None
+        # NODE_IP, loopback, and the addresses the executors hold for this epoch (relay.listen_set).
+        self.listen = ListenSet(open=self.server.listen_on, close=self.server.stop_listening)
+
+    def wanted(self) -> tuple[ListenAddress, ...]:
+        stk = self.stk
+        return wanted_now(self.local, stk.node_ip, getattr(stk, "relay_loopback", "auto"), self.epoch)
 
     async def run(self) -> int:
         stk, server = self.stk, self.server
@@ -206,6 +220,10 @@ class RelayRunner:
             f"runrelay: {stk.node} epoch {self.epoch} serving {stk.kmsn} on {stk.node_ip}:"
             f"{stk.relay_port} (json) and :{stk.relay_port + 1} (passthrough)"
         )
+        await self.listen.reconcile(self.wanted())
+        also = [f"{s['address']} ({s['why']}, {s['state']})" for s in self.listen.snapshot()[1:]]
+        if also:
+            self.say(f"runrelay: also on {', '.join(also)}")
         if stk.cloud is not None:
             self.tunnel = TunnelClient(server=server, host=stk.cloud.host, port=stk.cloud.port,
                                        token=stk.cloud_token, lease_key=cloud_key(stk.pool_key, stk.kmsn),
@@ -225,11 +243,13 @@ class RelayRunner:
                 if why is not None:
                     reason, successor = f"lost leadership: {why}", await self.successor()
                     break
-                if loop.time() >= next_status:
+                moved = await self.listen.reconcile(self.wanted())
+                if moved or loop.time() >= next_status:
                     self.write_status(True)
                     next_status = loop.time() + STATUS_EVERY
         told = server.snapshot()["connections"]
-        server.lose_leadership(*successor)
+        server.lose_leadership(*successor)  # closes every listener, on every address
+        self.listen.forget()
         await server.wait_closed(0.5)
         feed.stop()
         if self.tunnel is not None:
@@ -299,6 +319,7 @@ class RelayRunner:
         snapshot = self.server.snapshot()
         if self.tunnel is not None:
             snapshot["tunnel"] = self.tunnel.snapshot()
+        snapshot["listen"] = self.listen.snapshot()
         status = RelayStatus(os.getpid(), self.epoch, listening, time.monotonic(), snapshot)
         try:
             self.local.write_relay(status)

@@ -37,7 +37,7 @@ from elections.core.decide import Decision, Timing
 from elections.core.eligibility import Freshness, judge, observe
 from elections.core.evidence import Refusals, merged
 from elections.errors import StoreUnavailable
-from elections.executors import Gate, build_executors, epoch_from_state, leader_duties
+from elections.executors import AddressBook, Gate, build_executors, epoch_from_state, leader_duties
 from elections.ports.beacons import BeaconConfig
 from elections.ports.clock import SystemClock
 from elections.ports.localstate import Leadership, LocalState, MemberView, PoolView, web_tls_of
@@ -147,7 +147,9 @@ class Agent:
             log.error("leader action disabled: %s", problem)
         executors = build_executors(config, stk.data_dir)
         gate = Gate(epoch_from_state(self.local, clock.monotonic))
-        self.duties = leader_duties(stk.node, config, executors, gate, pool_event_sink(stk))
+        # The addresses the executors take for this leader, for the relay to listen on (addresses.json).
+        self.duties = leader_duties(stk.node, config, executors, gate, pool_event_sink(stk),
+                                    notify=AddressBook(stk.data_dir))  # fmt: skip
 
     def _seed_memory(self) -> None:
         """What this agent knew before it restarted: the epochs in its own state
