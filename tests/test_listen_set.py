@@ -110,8 +110,8 @@ def test_the_addresses_file_is_bounded_canonical_and_keeps_what_is_well_formed(t
 
 # -- the address book: what the executors' outcomes say is held ----------------------------
 def plans(epoch: int) -> tuple[ActionPlan, list]:
-    config, problems = action_config({**VIP_CFG, "AWS_ENI_ID": "eni-0123456789abcdef0", "AWS_PRIVATE_IP": "10.0.0.7",
-                                      "AWS_REGION": "eu-west-1"})  # fmt: skip
+    aws = {"AWS_ENI_ID": "eni-0123456789abcdef0", "AWS_PRIVATE_IP": "10.0.0.7", "AWS_REGION": "eu-west-1"}
+    config, problems = action_config({**VIP_CFG, **aws})
     assert not problems
     plan = plan_for(epoch, "S001", config)
     return plan, [a for a in plan.actions if a.verb in (ASSIGN_VIP, ASSIGN_IP)]

@@ -189,6 +189,14 @@ def test_a_client_that_knows_only_the_vip_loses_no_confirmed_message_when_the_le
     assert stream.counters["sender"]["dropped"] == 0
     assert stream.counters["sender"]["reconnects"] >= 1 and stream.counters["receiver"]["reconnects"] >= 1
 
+    # The killed agent's host still has the VIP (nobody removed it) and answers ARP for it beside
+    # the new holder. Restarted, the agent follows the newer epoch and lets go of what it held.
+    assert vip_on(site, leader) and (leader.data_dir / "addresses.json").exists()
+    leader.start()
+    wait_until(lambda: not vip_on(site, leader), 60, "the restarted agent to release the VIP it held")
+    assert not (leader.data_dir / "addresses.json").exists() and vip_on(site, holder)
+    assert listens_on(holder, VIP) == "listening"
+
 
 def test_the_relay_stops_listening_on_the_vip_when_the_address_moves_away(netns_site):
     site = netns_site(2, share="direct", extra=VIP_KEYS)
