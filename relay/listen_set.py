@@ -28,7 +28,7 @@ and `close(host)` closes them and the connections accepted there. The relay
 of an external relay are such owners. A failed bind is kept, shown, and
 retried at the next reconcile; its log line is written once per new error.
 
-    listen = ListenSet(open=server.listen_on, close=server.stop_listening)
+    listen = ListenSet.of(server)   # anything with listen_on(host, freebind=) and stop_listening(host)
     await listen.reconcile(wanted_now(local, stk.node_ip, stk.relay_loopback, epoch))
     snapshot["listen"] = listen.snapshot()   # relay.json: the panel, the API, relayctl doctor
     listen.close_all()
@@ -47,7 +47,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from elections.ports.localstate import HeldAddress, LocalState
 
@@ -136,8 +136,23 @@ class _State:
     error: str = ""
 
 
+class Listener(Protocol):
+    """An owner of listeners: the relay server, the fencing proxy."""
+
+    async def listen_on(self, host: str, *, freebind: bool = False) -> None: ...  # OSError: none bound
+
+    def stop_listening(self, host: str) -> None: ...  # and close what was accepted there
+
+
 class ListenSet:
     """The owner's listeners, made to match the wanted addresses at each `reconcile()`."""
+
+    @classmethod
+    def of(cls, owner: Listener, clock: Callable[[], float] = time.monotonic) -> ListenSet:
+        async def open_(address: ListenAddress) -> None:
+            await owner.listen_on(address.host, freebind=address.freebind)
+
+        return cls(open_, owner.stop_listening, clock)
 
     def __init__(
         self,

@@ -9,7 +9,10 @@ action of its epoch, and serves until leadership is lost (see
 command). With ``CLOUD_URL`` set, it dials the cloud relay's tunnel as soon
 as it serves (`relay.cloud.tunnel.TunnelClient`, presenting the signed lease of
 its epoch), redials with backoff while the gate holds, and closes it on the
-way out; its state is ``snapshot["tunnel"]`` in relay.json. Exit status: 0
+way out; its state is ``snapshot["tunnel"]`` in relay.json. It listens on
+`NODE_IP`, on 127.0.0.1 (`RELAY_LOOPBACK`) and on every address an executor
+holds for its epoch (`relay.listen_set`, from addresses.json, watched like
+leadership.json); where, is ``snapshot["listen"]``. Exit status: 0
 after serving, 1 if a port cannot be bound, 2 on a configuration problem.
 """
 
@@ -193,7 +196,7 @@ class RelayRunner:
         )
         self.tunnel: TunnelClient | None = None
         # NODE_IP, loopback, and the addresses the executors hold for this epoch (relay.listen_set).
-        self.listen = ListenSet(open=self.server.listen_on, close=self.server.stop_listening)
+        self.listen = ListenSet.of(self.server)
 
     def wanted(self) -> tuple[ListenAddress, ...]:
         stk = self.stk

@@ -32,6 +32,10 @@ Decisions worth knowing:
   TCP keepalive is on for every socket.
 - A viewer's bytes after registration are read and discarded.
 - An exception in a peer's callback is logged and closes that peer only.
+- Addresses: `start()` binds the first (NODE_IP); `listen_on()` /
+  `stop_listening()` add and remove others on the same two ports, as the
+  runner's `relay.listen_set.ListenSet` says (loopback, a VIP while held).
+  Leaving an address closes the connections accepted on it.
 - Keys (protocol 1.1, DESIGN §8): a client authenticates with the site
   `token` or its station's credential (derived from `pool_key`, default
   `token`); `station_keys_only` refuses the site token. A station held by
@@ -169,13 +173,11 @@ class RelayServer:
             self.addresses[name] = listener.sockets[0].getsockname()[:2]
         self._ports = (self.addresses["json"][1], self.addresses["passthrough"][1])
 
-    async def listen_on(self, host: str | Any, *, freebind: bool = False) -> None:
+    async def listen_on(self, host: str, *, freebind: bool = False) -> None:
         """Listen on one more address, both ports (those `start()` bound), with
-        ``IP_FREEBIND`` if asked (`relay.listen_set`); `host` may be a
-        `relay.listen_set.ListenAddress`. Raises `OSError` if either port cannot
-        be bound (then neither listens there); a no-op where it listens already."""
-        if not isinstance(host, str):
-            host, freebind = host.host, host.freebind
+        ``IP_FREEBIND`` if asked (`relay.listen_set`). Raises `OSError` if either
+        port cannot be bound (then neither listens there); a no-op where it
+        listens already."""
         if not self.leading:
             raise OSError(errno.EPERM, "this relay no longer leads")
         if host in self._hosts:

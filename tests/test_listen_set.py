@@ -206,7 +206,7 @@ def test_a_held_address_is_bound_once_it_arrives_or_at_once_with_freebind(netns)
         server = RelayServer(node="S001", kmsn="k", token="t", gate=lambda: True, epoch=1)
         await server.start("127.0.0.1", 0, 0)
         port = server.addresses["json"][1]
-        listen = ListenSet(open=server.listen_on, close=server.stop_listening)
+        listen = ListenSet.of(server)
         late = ListenAddress("10.99.0.5", "vip", freebind=False)  # a platform without IP_FREEBIND
         free = ListenAddress("10.99.0.6", "vip", freebind=True)
         base = ListenAddress("127.0.0.1", "node", required=True)
@@ -245,7 +245,7 @@ def test_a_bind_that_fails_for_another_reason_is_failed_not_waiting_and_logged_o
         port = squatter.getsockname()[1]
         server = RelayServer(node="S001", kmsn="k", token="t", gate=lambda: True, epoch=1)
         await server.start("127.0.0.1", port, port + 1)
-        listen = ListenSet(open=server.listen_on, close=server.stop_listening)
+        listen = ListenSet.of(server)
         wanted_now = [ListenAddress("127.0.0.1", "node", required=True),
                       ListenAddress("127.0.0.2", "loopback")]  # fmt: skip
         for _ in range(3):
