@@ -15,11 +15,13 @@ the old holder's relay no longer listening there.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import random
 import subprocess
 import sys
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -41,6 +43,7 @@ class VipStream:
     def __init__(self, observer: Any) -> None:
         self.observer = observer
         self.confirmed: list[int] = []  # ids, in confirmation order (on_confirmed)
+        self.confirmed_at: list[float] = []  # monotonic, when each was confirmed
         self.received: list[int] = []
         self.sent = 0
         self.stop = threading.Event()
@@ -79,6 +82,7 @@ class VipStream:
         def confirmed(mid: Any) -> None:
             with self.lock:
                 self.confirmed.append(int(str(mid).removeprefix("m")))
+                self.confirmed_at.append(time.monotonic())
 
         receiver = self.client("agent", "R01")
         sender = self.client("commander", "C01", on_confirmed=confirmed)
@@ -182,7 +186,9 @@ def test_a_client_that_knows_only_the_vip_loses_no_confirmed_message_when_the_le
     finally:
         stream.finish()
     confirmed, received = set(stream.confirmed), set(stream.received)
-    print(f"sent {stream.sent}, confirmed {len(confirmed)}, received {len(received)}; {stream.counters}")
+    gap = max(b - a for a, b in itertools.pairwise(stream.confirmed_at))
+    print(f"sent {stream.sent}, confirmed {len(confirmed)}, received {len(received)}, longest wait between "
+          f"two confirmations {gap:.2f} s (the failover); {stream.counters}")  # fmt: skip
     assert len(stream.confirmed) == len(confirmed)  # each confirmed once
     assert confirmed == set(range(stream.sent)), "every message sent was confirmed in the end"
     assert not confirmed - received, f"confirmed but never received: {sorted(confirmed - received)[:20]}"
