@@ -200,7 +200,7 @@ class RelayRunner:
 
     def wanted(self) -> tuple[ListenAddress, ...]:
         stk = self.stk
-        return wanted_now(self.local, stk.node_ip, getattr(stk, "relay_loopback", "auto"), self.epoch)
+        return wanted_now(self.local, stk.node_ip, stk.relay_loopback, self.epoch)
 
     async def run(self) -> int:
         stk, server = self.stk, self.server

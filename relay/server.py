@@ -152,7 +152,6 @@ class RelayServer:
         self._listeners: list[asyncio.Server] = []
         self._hosts: dict[str, list[asyncio.Server]] = {}  # address -> its (json, passthrough) listeners
         self._ports: tuple[int, int] = (0, 0)
-        self._primary = ""
         self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
@@ -168,7 +167,6 @@ class RelayServer:
         second = port + 1 if passthrough_port is None else passthrough_port
         self._ports = (port, second)
         await self.listen_on(host)
-        self._primary = host
         for name, listener in zip(("json", "passthrough"), self._hosts[host], strict=True):
             self.addresses[name] = listener.sockets[0].getsockname()[:2]
         self._ports = (self.addresses["json"][1], self.addresses["passthrough"][1])
