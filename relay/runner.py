@@ -223,10 +223,6 @@ class RelayRunner:
             f"runrelay: {stk.node} epoch {self.epoch} serving {stk.kmsn} on {stk.node_ip}:"
             f"{stk.relay_port} (json) and :{stk.relay_port + 1} (passthrough)"
         )
-        await self.listen.reconcile(self.wanted())
-        also = [f"{s['address']} ({s['why']}, {s['state']})" for s in self.listen.snapshot()[1:]]
-        if also:
-            self.say(f"runrelay: also on {', '.join(also)}")
         if stk.cloud is not None:
             self.tunnel = TunnelClient(server=server, host=stk.cloud.host, port=stk.cloud.port,
                                        token=stk.cloud_token, lease_key=cloud_key(stk.pool_key, stk.kmsn),
@@ -234,9 +230,13 @@ class RelayRunner:
                                        lease=self.own_lease, gate=self.gate, keepalive=stk.relay_keepalive,
                                        url=stk.cloud_url)  # fmt: skip
             self.tunnel.start()
-        self.write_status(True)
-        next_status = loop.time() + STATUS_EVERY
-        with LeadershipChanges(loop, stk.data_dir) as changes:
+        with LeadershipChanges(loop, stk.data_dir) as changes:  # watching addresses.json from here on
+            await self.listen.reconcile(self.wanted())
+            also = [f"{s['address']} ({s['why']}, {s['state']})" for s in self.listen.snapshot()[1:]]
+            if also:
+                self.say(f"runrelay: also on {', '.join(also)}")
+            self.write_status(True)
+            next_status = loop.time() + STATUS_EVERY
             while True:
                 await changes.wait(stopping, self.next_look(loop.time(), next_status, changes.watching))
                 if stopping.is_set():
