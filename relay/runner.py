@@ -9,7 +9,10 @@ action of its epoch, and serves until leadership is lost (see
 command). With ``CLOUD_URL`` set, it dials the cloud relay's tunnel as soon
 as it serves (`relay.cloud.tunnel.TunnelClient`, presenting the signed lease of
 its epoch), redials with backoff while the gate holds, and closes it on the
-way out; its state is ``snapshot["tunnel"]`` in relay.json. Exit status: 0
+way out; its state is ``snapshot["tunnel"]`` in relay.json. It listens on
+`NODE_IP`, on 127.0.0.1 (`RELAY_LOOPBACK`) and on every address an executor
+holds for its epoch (`relay.listen_set`, from addresses.json, watched like
+leadership.json); where, is ``snapshot["listen"]``. Exit status: 0
 after serving, 1 if a port cannot be bound, 2 on a configuration problem.
 """
 
@@ -29,12 +32,20 @@ from typing import Any
 
 from elections.ports.clock import SystemClock
 from elections.ports.dirwatch import DirWatch
-from elections.ports.localstate import LEADERSHIP_NAME, RELAY_WANTED_NAME, Leadership, LocalState, RelayStatus
+from elections.ports.localstate import (
+    ADDRESSES_NAME,
+    LEADERSHIP_NAME,
+    RELAY_WANTED_NAME,
+    Leadership,
+    LocalState,
+    RelayStatus,
+)
 from elections.ports.stores import PoolPlace, open_store
 from relay.auth import cloud_key
 from relay.binding_feed import BindingFeed
 from relay.bindings import StationBindings
 from relay.cloud.tunnel import TunnelClient
+from relay.listen_set import ListenAddress, ListenSet, wanted_now
 from relay.server import RelayServer
 
 log = logging.getLogger("stkrelay.relay")
@@ -103,13 +114,13 @@ class LeadershipGate:
 
 
 class LeadershipChanges:
-    """The serving loop's wait: until the worker replaces leadership.json
-    (inotify, on the event loop), a stop, or a timeout."""
+    """The serving loop's wait: until the worker replaces leadership.json or
+    addresses.json (inotify, on the event loop), a stop, or a timeout."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, data_dir: str | os.PathLike[str]) -> None:
         self.loop = loop
         self.changed = asyncio.Event()
-        self.watch = DirWatch(data_dir, (LEADERSHIP_NAME,))
+        self.watch = DirWatch(data_dir, (LEADERSHIP_NAME, ADDRESSES_NAME))
         if self.watch.fd is not None:
             loop.add_reader(self.watch.fd, self._readable)
 
@@ -184,6 +195,12 @@ class RelayRunner:
             bindings=self.bindings,
         )
         self.tunnel: TunnelClient | None = None
+        # NODE_IP, loopback, and the addresses the executors hold for this epoch (relay.listen_set).
+        self.listen = ListenSet.of(self.server)
+
+    def wanted(self) -> tuple[ListenAddress, ...]:
+        stk = self.stk
+        return wanted_now(self.local, stk.node_ip, stk.relay_loopback, self.epoch)
 
     async def run(self) -> int:
         stk, server = self.stk, self.server
@@ -213,9 +230,13 @@ class RelayRunner:
                                        lease=self.own_lease, gate=self.gate, keepalive=stk.relay_keepalive,
                                        url=stk.cloud_url)  # fmt: skip
             self.tunnel.start()
-        self.write_status(True)
-        next_status = loop.time() + STATUS_EVERY
-        with LeadershipChanges(loop, stk.data_dir) as changes:
+        with LeadershipChanges(loop, stk.data_dir) as changes:  # watching addresses.json from here on
+            await self.listen.reconcile(self.wanted())
+            also = [f"{s['address']} ({s['why']}, {s['state']})" for s in self.listen.snapshot()[1:]]
+            if also:
+                self.say(f"runrelay: also on {', '.join(also)}")
+            self.write_status(True)
+            next_status = loop.time() + STATUS_EVERY
             while True:
                 await changes.wait(stopping, self.next_look(loop.time(), next_status, changes.watching))
                 if stopping.is_set():
@@ -225,11 +246,13 @@ class RelayRunner:
                 if why is not None:
                     reason, successor = f"lost leadership: {why}", await self.successor()
                     break
-                if loop.time() >= next_status:
+                moved = await self.listen.reconcile(self.wanted())
+                if moved or loop.time() >= next_status:
                     self.write_status(True)
                     next_status = loop.time() + STATUS_EVERY
         told = server.snapshot()["connections"]
-        server.lose_leadership(*successor)
+        server.lose_leadership(*successor)  # closes every listener, on every address
+        self.listen.forget()
         await server.wait_closed(0.5)
         feed.stop()
         if self.tunnel is not None:
@@ -299,6 +322,7 @@ class RelayRunner:
         snapshot = self.server.snapshot()
         if self.tunnel is not None:
             snapshot["tunnel"] = self.tunnel.snapshot()
+        snapshot["listen"] = self.listen.snapshot()
         status = RelayStatus(os.getpid(), self.epoch, listening, time.monotonic(), snapshot)
         try:
             self.local.write_relay(status)

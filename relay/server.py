@@ -32,6 +32,10 @@ Decisions worth knowing:
   TCP keepalive is on for every socket.
 - A viewer's bytes after registration are read and discarded.
 - An exception in a peer's callback is logged and closes that peer only.
+- Addresses: `start()` binds the first (NODE_IP); `listen_on()` /
+  `stop_listening()` add and remove others on the same two ports, as the
+  runner's `relay.listen_set.ListenSet` says (loopback, a VIP while held).
+  Leaving an address closes the connections accepted on it.
 - Keys (protocol 1.1, DESIGN §8): a client authenticates with the site
   `token` or its station's credential (derived from `pool_key`, default
   `token`); `station_keys_only` refuses the site token. A station held by
@@ -49,6 +53,7 @@ Decisions worth knowing:
 from __future__ import annotations
 
 import asyncio
+import errno
 import functools
 import logging
 from collections.abc import Callable, Collection
@@ -56,6 +61,7 @@ from typing import Any
 
 from relay.bindings import StationBindings
 from relay.limits import Admission, Caps, backlog
+from relay.listen_set import bound_socket
 from relay.protocol import (
     DEFAULT_MAX_FRAME,
     KEEPALIVE_INTERVAL,
@@ -144,6 +150,8 @@ class RelayServer:
         self.all_closed: asyncio.Event | None = None
         self.addresses: dict[str, tuple[str, int]] = {}
         self._listeners: list[asyncio.Server] = []
+        self._hosts: dict[str, list[asyncio.Server]] = {}  # address -> its (json, passthrough) listeners
+        self._ports: tuple[int, int] = (0, 0)
         self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
@@ -154,21 +162,53 @@ class RelayServer:
     async def start(self, host: str, port: int, passthrough_port: int | None = None) -> None:
         """Listen on `host`: JSON on `port`, passthrough on `passthrough_port`
         (default `port` + 1; 0 picks a free port). Raises `OSError` if either
-        cannot be bound (then neither listens)."""
+        cannot be bound (then neither listens). More addresses: `listen_on()`."""
         self._loop = asyncio.get_running_loop()
         second = port + 1 if passthrough_port is None else passthrough_port
+        self._ports = (port, second)
+        await self.listen_on(host)
+        for name, listener in zip(("json", "passthrough"), self._hosts[host], strict=True):
+            self.addresses[name] = listener.sockets[0].getsockname()[:2]
+        self._ports = (self.addresses["json"][1], self.addresses["passthrough"][1])
+
+    async def listen_on(self, host: str, *, freebind: bool = False) -> None:
+        """Listen on one more address, both ports (those `start()` bound), with
+        ``IP_FREEBIND`` if asked (`relay.listen_set`). Raises `OSError` if either
+        port cannot be bound (then neither listens there); a no-op where it
+        listens already."""
+        if not self.leading:
+            raise OSError(errno.EPERM, "this relay no longer leads")
+        if host in self._hosts:
+            return
+        self._loop = asyncio.get_running_loop()
+        made: list[asyncio.Server] = []
         try:
-            for name, kind, number in (("json", JsonPeer, port), ("passthrough", PassthroughPeer, second)):
-                listener = await self._loop.create_server(
-                    functools.partial(kind, self), host, number, backlog=self.backlog, reuse_address=True
-                )
-                self._listeners.append(listener)
-                self.addresses[name] = listener.sockets[0].getsockname()[:2]
+            for kind, number in zip((JsonPeer, PassthroughPeer), self._ports, strict=True):
+                sock = bound_socket(host, number, freebind=freebind)
+                made.append(await self._loop.create_server(functools.partial(kind, self), sock=sock,
+                                                           backlog=self.backlog))  # fmt: skip
         except OSError:
-            for listener in self._listeners:
+            for listener in made:
                 listener.close()
-            self._listeners.clear()
             raise
+        self._hosts[host] = made
+        self._listeners.extend(made)
+
+    def stop_listening(self, host: str) -> None:
+        """Stop listening on `host` (an address that left this host) and close the
+        connections accepted there: their packets go elsewhere now."""
+        for listener in self._hosts.pop(host, []):
+            listener.close()
+            self._listeners.remove(listener)
+        for peer in list(self.peers):
+            sockname = peer.transport.get_extra_info("sockname") if peer.transport is not None else None
+            if sockname and sockname[0] == host:
+                peer.abort()
+
+    @property
+    def listening_on(self) -> list[str]:
+        """Every address with open listeners, the one `start()` bound first."""
+        return [h for h, listeners in self._hosts.items() if any(s.is_serving() for s in listeners)]
 
     @property
     def backlog(self) -> int:
@@ -302,6 +342,7 @@ class RelayServer:
             "listening": {name: f"{ip}:{port}" for name, (ip, port) in self.addresses.items()}
             if self.listening
             else {},
+            "listening_on": self.listening_on,
             "connections": len(peers),
             "unregistered": sum(1 for p in peers if not p.registered),
             "counts": self.router.counts(),

@@ -73,6 +73,7 @@ DEFAULTS: dict[str, str] = {
     "WEB_WS_MAX_MESSAGES": str(config_web.WS_MAX_MESSAGES),  # ...and messages; past either it is closed
     "RELAY_STATION_KEYS_ONLY": "0",
     "RELAY_MAX_PER_ADDRESS": "0",  # 0: sized from the file limit (relay.limits)
+    "RELAY_LOOPBACK": "auto",  # the relay on 127.0.0.1 too: auto (unless NODE_IP is loopback), on, off
     "LOG_FORMAT": "text",  # or json: one JSON object per line (stkrelay/logs.py)
     "LOG_MAX_BYTES": str(10 << 20),  # the files the agent writes in DATA_DIR rotate at this size...
     "LOG_BACKUPS": "5",  # ...keeping this many old ones
@@ -154,6 +155,7 @@ class Config:
     web_ws_max_messages: int = 4096
     relay_station_keys_only: bool = False
     relay_max_per_address: int = 0
+    relay_loopback: str = "auto"  # auto | on | off (relay.listen_set)
     log_format: str = "text"
     log_max_bytes: int = 10 << 20
     log_backups: int = 5
@@ -263,6 +265,7 @@ def load(ini_path: str | None = None, env: dict[str, str] | None = None, check_d
     cfg.relay_station_keys_only = _flag(values["RELAY_STATION_KEYS_ONLY"], False)
     per_address = number("RELAY_MAX_PER_ADDRESS", int, 0, 1 << 20)
     cfg.relay_max_per_address = per_address if per_address is not None else 0
+    cfg.relay_loopback = _loopback(values["RELAY_LOOPBACK"], bad)
     try:
         cfg.node_ip = str(ipaddress.ip_address(values["NODE_IP"]))
     except ValueError:
@@ -419,6 +422,19 @@ def _events(cfg: Config, values: dict[str, str], bad, number) -> None:  # type: 
         bad("stkrelay.E041", "EVENTS_KEEP_BYTES",
             f"{cfg.events_keep_bytes} must be at least twice EVENTS_SEGMENT_BYTES={cfg.events_segment_bytes}",
             "keep the active file and at least one sealed segment")  # fmt: skip
+
+
+LOOPBACK_WORDS = {"auto": "auto", "on": "on", "1": "on", "yes": "on", "off": "off", "0": "off", "no": "off"}
+
+
+def _loopback(text: str, bad) -> str:  # type: ignore[no-untyped-def]
+    """RELAY_LOOPBACK (E090): whether the relay listens on 127.0.0.1 besides NODE_IP."""
+    mode = LOOPBACK_WORDS.get(text.strip().lower())
+    if mode is None:
+        bad("stkrelay.E090", "RELAY_LOOPBACK", f"{text!r} is not auto, on or off",
+            "auto (127.0.0.1 unless NODE_IP is a loopback address), on, or off")  # fmt: skip
+        return "auto"
+    return mode
 
 
 def _flag(text: str, default: bool) -> bool:

@@ -46,6 +46,7 @@ class RelayProc:
         self.port = free_pair()
         self.out, self.err = tmp / "stdout.log", tmp / "stderr.log"
         self.proc: subprocess.Popen[bytes] | None = None
+        self.extra_env: dict[str, str] = {}  # more STK_ keys (tests/test_relay_listen.py)
 
     def write_state(self, leader: bool = True, epoch: int = EPOCH, valid_for: float = 60.0) -> float:
         until = time.monotonic() + valid_for
@@ -71,6 +72,7 @@ class RelayProc:
             STK_RELAY_PORT=str(self.port),
             STK_REDIS_URL="redis://127.0.0.1:1/0",
         )
+        env.update(self.extra_env)
         with open(self.out, "wb") as out, open(self.err, "wb") as err:
             self.proc = subprocess.Popen(
                 [PY, str(ROOT / "manage.py"), "runrelay"],

@@ -39,6 +39,7 @@ from elections.executors.base import (
     run_command,
     run_plan,
 )
+from elections.executors.held import AddressBook
 from elections.executors.oci import OciExecutor
 from elections.executors.relay import RelayExecutor, relay_wanted
 from elections.executors.vip import VipExecutor
@@ -48,6 +49,7 @@ __all__ = [
     "FAILED",
     "FENCED",
     "PLANNED",
+    "AddressBook",
     "AwsExecutor",
     "AzCliClient",
     "AzureExecutor",
@@ -98,9 +100,11 @@ def leader_duties(
     executors: list[Executor],
     gate: Gate,
     sink: Sink | None,
+    notify: Callable[[Outcome], None] | None = None,
 ) -> tuple[Callable[[int], list[Outcome]], Callable[[int], list[Outcome]]]:
     """(on_elected, on_demoted): each plans for the epoch and runs the plan
-    through the gate; both return the outcomes and never raise."""
+    through the gate; both return the outcomes and never raise. `notify` gets
+    each outcome as it is known (the agent passes `held.AddressBook`)."""
 
     def on_elected(epoch: int) -> list[Outcome]:
         return _run(plan_for(epoch, node, config))
@@ -109,7 +113,7 @@ def leader_duties(
         return _run(demotion_plan(epoch, node, config))
 
     def _run(plan: ActionPlan) -> list[Outcome]:
-        outcomes = run_plan(plan, executors, gate, sink)
+        outcomes = run_plan(plan, executors, gate, sink, notify=notify)
         bad = [o for o in outcomes if not o.ok]
         if bad:
             log.warning("%s plan of epoch %s: %d of %d action(s) not applied", plan.kind, plan.epoch,

@@ -199,9 +199,12 @@ def run_plan(
     gate: Gate,
     sink: Sink | None,
     dry_run: bool = False,
+    notify: Callable[[Outcome], None] | None = None,
 ) -> list[Outcome]:
     """Every action of the plan, in order, each through the gate; one outcome
-    per action. A dry run applies and records nothing."""
+    per action. A dry run applies and records nothing. `notify` is told each
+    outcome as soon as it is known (`executors.held`: the addresses the relay
+    serves); its errors are logged, never raised."""
     by_name = {ex.name: ex for ex in executors}
     outcomes = []
     for action in plan.actions:
@@ -212,7 +215,13 @@ def run_plan(
             note = "dry run: not applied" if ex else f"dry run: no executor {action.executor!r} configured"
             outcomes.append(Outcome(action, PLANNED, note))
             continue
-        outcomes.append(gate.run(action, ex, sink))
+        outcome = gate.run(action, ex, sink)
+        outcomes.append(outcome)
+        if notify is not None:
+            try:
+                notify(outcome)
+            except Exception:
+                log.exception("the outcome of %s was not noted", action.describe())
     return outcomes
 
 

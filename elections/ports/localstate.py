@@ -10,6 +10,7 @@ One module owns them, with a typed reader and writer each:
 | `relay.json`      | the relay, every 0.5 s       | the worker's policy (relay attests), supervisor, web |
 | `stations.json`   | the worker, when its station fold changes | the relay (bindings), web, relayctl |
 | `relay.wanted`    | the relay executor           | the relay (standby) |
+| `addresses.json`  | the worker's leader duties (`executors.held`) | the relay (`relay.listen_set`) |
 | `stopping`        | the supervisor, on SIGTERM   | the worker (claims nothing any more) |
 
 Writers replace files atomically (`host.write_atomic`); readers never raise: a
@@ -20,6 +21,7 @@ compared with another machine's.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import time
@@ -34,6 +36,9 @@ LEADERSHIP_NAME = "leadership.json"
 POOL_NAME = "pool.json"
 RELAY_NAME = "relay.json"
 RELAY_WANTED_NAME = "relay.wanted"
+ADDRESSES_NAME = "addresses.json"
+MAX_HELD_ADDRESSES = 16  # a leader holds a VIP and a secondary IP or so; more are not ours
+HELD_KINDS = ("vip", "secondary_ip")
 STOPPING_NAME = "stopping"
 STATIONS_NAME = "stations.json"
 MAX_STATIONS_SHOWN = 4096  # names read from stations.json; more are not ours
@@ -299,6 +304,49 @@ class StationsFile:
         return cls(True, names, keys, clocks)
 
 
+@dataclass(frozen=True)
+class HeldAddress:
+    """One address an executor took for this leader (`assign_vip`, `assign_secondary_ip`)."""
+
+    address: str  # canonical (ipaddress), IPv4 or IPv6
+    epoch: int  # the epoch it was taken for: the relay of another epoch does not serve it
+    kind: str = "vip"  # "vip" | "secondary_ip"
+    executor: str = ""  # vip, aws, oci, azure
+    target: str = ""  # the action's target, for people
+
+    @classmethod
+    def from_doc(cls, doc: Any) -> HeldAddress | None:
+        """One entry of `addresses.json`, or None if it is not one (never raises)."""
+        if not isinstance(doc, dict):
+            return None
+        epoch, text = _int(doc.get("epoch")), doc.get("address")
+        if epoch is None or not isinstance(text, str) or len(text) > 64:
+            return None
+        try:
+            ip = ipaddress.ip_address(text)
+        except ValueError:
+            return None
+        if ip.is_unspecified or ip.is_multicast:
+            return None
+        kind = doc.get("kind") if doc.get("kind") in HELD_KINDS else "vip"
+        return cls(str(ip), epoch, kind, _str(doc.get("executor"))[:32], _str(doc.get("target"))[:200])
+
+
+def held_addresses_of(doc: dict[str, Any]) -> tuple[HeldAddress, ...]:
+    """The entries of an `addresses.json` document that are entries, at most
+    MAX_HELD_ADDRESSES, one per address (the last one written wins)."""
+    entries = doc.get("addresses")
+    if not isinstance(entries, list):
+        return ()
+    found: dict[str, HeldAddress] = {}
+    for raw in entries[: MAX_HELD_ADDRESSES * 4]:
+        held = HeldAddress.from_doc(raw)
+        if held is not None:
+            found.pop(held.address, None)
+            found[held.address] = held
+    return tuple(found.values())[-MAX_HELD_ADDRESSES:]
+
+
 class LocalState:
     """The data directory of one agent. Cheap to make: it holds the path, and
     the last document read of each file with the file's identity then (inode,
@@ -399,6 +447,17 @@ class LocalState:
     @property
     def relay_wanted_path(self) -> Path:
         return self.dir / RELAY_WANTED_NAME
+
+    # -- addresses.json --------------------------------------------------------------
+    def held_addresses(self) -> tuple[HeldAddress, ...]:
+        """The addresses executors hold for this leader, each with its epoch (() if none)."""
+        return held_addresses_of(self._read(ADDRESSES_NAME))
+
+    def write_held_addresses(self, held: tuple[HeldAddress, ...]) -> None:
+        if held:
+            self._write(ADDRESSES_NAME, {"addresses": [asdict(h) for h in held]})
+        else:
+            (self.dir / ADDRESSES_NAME).unlink(missing_ok=True)
 
     # -- stopping ------------------------------------------------------------------
     def stopping(self) -> bool:

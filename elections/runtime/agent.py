@@ -37,7 +37,7 @@ from elections.core.decide import Decision, Timing
 from elections.core.eligibility import Freshness, judge, observe
 from elections.core.evidence import Refusals, merged
 from elections.errors import StoreUnavailable
-from elections.executors import Gate, build_executors, epoch_from_state, leader_duties
+from elections.executors import AddressBook, Gate, build_executors, epoch_from_state, leader_duties
 from elections.ports.beacons import BeaconConfig
 from elections.ports.clock import SystemClock
 from elections.ports.localstate import Leadership, LocalState, MemberView, PoolView, web_tls_of
@@ -147,7 +147,10 @@ class Agent:
             log.error("leader action disabled: %s", problem)
         executors = build_executors(config, stk.data_dir)
         gate = Gate(epoch_from_state(self.local, clock.monotonic))
-        self.duties = leader_duties(stk.node, config, executors, gate, pool_event_sink(stk))
+        # The addresses the executors take for this leader, for the relay to listen on (addresses.json).
+        self._released: set[int] = set()  # epochs whose demotion plan this process ran
+        self.duties = leader_duties(stk.node, config, executors, gate, pool_event_sink(stk),
+                                    notify=AddressBook(stk.data_dir))  # fmt: skip
 
     def _seed_memory(self) -> None:
         """What this agent knew before it restarted: the epochs in its own state
@@ -169,8 +172,25 @@ class Agent:
 
     def _demoted(self, epoch: int) -> None:
         self._leader_since = None
+        self._released.add(epoch)
         self.publish(self.elector.last)
         self._run_duty(self.duties[1], epoch)
+
+    def _let_go_of_leftovers(self) -> None:
+        """Addresses an earlier run of this agent took and never released (it was
+        killed while it led: addresses.json still names them, and the kernel still
+        has a VIP, answering ARP for it beside the new holder): once a newer epoch
+        is another member's, run their epoch's demotion plan, once per epoch."""
+        el = self.elector
+        seen = el.memory.seen_key
+        if el.is_leader or seen is None or seen[0] == el.me.node:
+            return
+        for epoch in sorted({h.epoch for h in self.local.held_addresses()} - self._released):
+            if epoch < seen[1]:
+                self._released.add(epoch)
+                log.warning("releasing what this agent held as leader of epoch %d before it restarted "
+                            "(%s leads epoch %d)", epoch, seen[0], seen[1])  # fmt: skip
+                self._run_duty(self.duties[1], epoch)
 
     def _run_duty(self, duty: Callable[[int], Any], epoch: int) -> None:
         """Run a leader duty plan beside the election loop: a slow cloud API must
@@ -391,6 +411,7 @@ class Agent:
         if self.local.stopping():  # the agent is stopping: it claims nothing
             state = state.disclaimed(state.decision)
         self.local.write_leadership(state)
+        self._let_go_of_leftovers()
 
 
 def agent() -> Agent:

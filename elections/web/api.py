@@ -116,6 +116,9 @@ def relay(s: SiteState) -> dict[str, Any] | None:
         "bytes": r.bytes,
         "no_route": r.no_route,
         "drops": r.drops,
+        "listen": [
+            {"address": e.address, "why": e.why, "state": e.state, "error": e.error or None} for e in r.listen
+        ],
     }
 
 

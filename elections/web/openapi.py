@@ -72,7 +72,9 @@ RELAY = {
                 "per_station": {"type": "object", "additionalProperties": {"type": "object"}},
                 "connections": _t(INT), "messages": _t(INT), "messages_per_s": _t(N, True),
                 "deliveries": _t(INT), "bytes": _t(INT), "no_route": _t(INT), "drops": {"type": "object"},
-            }
+                "listen": {"type": "array", "items": _obj({"address": _t(S), "why": _t(S), "state": _t(S),
+                                                           "error": _t(S, True)})},
+            },
         ),
     ]
 }  # fmt: skip

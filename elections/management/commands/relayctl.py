@@ -270,6 +270,7 @@ class Command(BaseCommand):
         lease = (pool.lease or {}).get("node")
         check("exactly one relay answering", len(answering) <= 1 and (not answering or answering == [lease]),
               f"answering: {', '.join(answering) or 'none'}; lease names {lease}")  # fmt: skip
+        _listen_check(check, stk)
         _beacon_checks(check, stk.node, pool, members)
         _early_takeover_check(check, stk.kmsn)
         recent = pool.refusals.get("recent") if isinstance(pool.refusals.get("recent"), list) else []
@@ -281,6 +282,31 @@ class Command(BaseCommand):
                 check(f"refused {r.get('source')}", False, f"{r.get('cause')}: {r.get('detail')} ({seen})")
         self.emit(checks, [f"{'ok  ' if c['ok'] else 'FAIL'} {c['check']}: {c['detail']}" for c in checks])
         return 0 if all(c["ok"] for c in checks) else 1
+
+
+def _listen_check(check: Any, stk: Any) -> None:
+    """Where this agent's relay listens (relay.listen_set): NODE_IP, loopback, the addresses
+    the executors hold; an address it cannot bind (not arrived yet, taken) fails the check."""
+    from elections.ports.localstate import LocalState
+
+    status = LocalState(stk.data_dir).relay()
+    entries = status.snapshot.get("listen") if isinstance(status.snapshot.get("listen"), list) else []
+    if not status.serving() or not entries:
+        check("relay listens on", True, "nowhere: the relay does not serve on this agent (ask the leader)")
+        return
+    up, down = [], []
+    for e in entries[:32]:
+        if not isinstance(e, dict):
+            continue
+        where = f"{str(e.get('address'))[:64]}:{stk.relay_port} ({str(e.get('why'))[:16]})"
+        if e.get("state") == "listening":
+            up.append(where)
+        else:
+            down.append(f"{where} {str(e.get('state'))[:16]}: {str(e.get('error'))[:120]}")
+    detail = ", ".join(up) or "no address"
+    detail += f"; passthrough on :{stk.relay_port + 1} of each" if up else ""
+    detail += f"; NOT listening on {', '.join(down)}" if down else ""
+    check("relay listens on", bool(up) and not down, detail)
 
 
 def _early_takeover_check(check: Any, kmsn: str) -> None:

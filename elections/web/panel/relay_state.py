@@ -75,6 +75,30 @@ class RelaySession:
 MAX_SESSIONS_SHOWN = 500
 
 
+@dataclass(frozen=True)
+class ListenEntry:
+    """One address the relay wants to listen on (relay.listen_set), and whether it does."""
+
+    address: str
+    why: str  # node | loopback | vip | secondary_ip
+    state: str  # listening | waiting | failed
+    error: str = ""
+
+    @property
+    def up(self) -> bool:
+        return self.state == "listening"
+
+    @classmethod
+    def of(cls, doc: object) -> ListenEntry | None:
+        if not isinstance(doc, dict) or not isinstance(doc.get("address"), str):
+            return None
+        return cls(doc["address"][:64], str(doc.get("why", ""))[:16], str(doc.get("state", ""))[:16],
+                   str(doc.get("error", ""))[:200])  # fmt: skip
+
+
+MAX_LISTEN_SHOWN = 32
+
+
 @dataclass
 class RelayState:
     """The leader's relay, from its relay.json (only on the leading agent)."""
@@ -96,6 +120,7 @@ class RelayState:
     age: float | None = None
     tunnel: TunnelState | None = None  # CLOUD_URL set: the tunnel to the cloud relay
     sessions: list[RelaySession] = field(default_factory=list)  # of this pool, by station and role
+    listen: list[ListenEntry] = field(default_factory=list)  # where it listens: NODE_IP, loopback, VIP...
 
     @property
     def token_sessions(self) -> int:
@@ -137,6 +162,8 @@ def relay_state(status: RelayStatus, kmsn: str, now: float) -> RelayState:
         for c in clients[:MAX_SESSIONS_SHOWN]
         if isinstance(c, dict) and c.get("kmsn") == kmsn
     ]  # fmt: skip
+    listen = snap.get("listen") if isinstance(snap.get("listen"), list) else []
+    entries = [e for e in (ListenEntry.of(d) for d in listen[:MAX_LISTEN_SHOWN]) if e is not None]
     assert status.updated is not None
     rate = _rate(status.pid, status.updated, messages)
     return RelayState(
@@ -156,6 +183,7 @@ def relay_state(status: RelayStatus, kmsn: str, now: float) -> RelayState:
         age=age,
         tunnel=TunnelState.of(snap.get("tunnel")),
         sessions=sessions,
+        listen=entries,
     )
 
 
