@@ -55,6 +55,8 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 from relay.bindings import StationBindings
+from relay.legacy import LegacyDesk, LegacySettings
+from relay.legacy_peer import legacy_kind
 from relay.limits import Admission, Caps, backlog
 from relay.protocol import (
     DEFAULT_MAX_FRAME,
@@ -115,6 +117,7 @@ class RelayServer:
         caps: Caps | None = None,
         max_per_address: int | None = None,
         bindings: StationBindings | None = None,
+        legacy: LegacySettings | None = None,
     ) -> None:
         if not token:
             raise ValueError("token must not be empty")
@@ -128,6 +131,7 @@ class RelayServer:
         self.bindings = bindings if bindings is not None else StationBindings()
         self.gate = gate
         self.epoch = epoch
+        self.legacy = LegacyDesk(legacy) if legacy is not None else None  # old stations (relay.legacy)
         self.max_frame = max_frame
         self.keepalive = keepalive
         self.silence = 3 * keepalive
@@ -159,6 +163,7 @@ class RelayServer:
         second = port + 1 if passthrough_port is None else passthrough_port
         try:
             for name, kind, number in (("json", JsonPeer, port), ("passthrough", PassthroughPeer, second)):
+                kind = legacy_kind(kind) if self.legacy is not None else kind
                 listener = await self._loop.create_server(
                     functools.partial(kind, self), host, number, backlog=self.backlog, reuse_address=True
                 )
@@ -188,7 +193,8 @@ class RelayServer:
     def new_connection(
         self, *, roles: Collection[str], raw_mode: bool, nonce: str | None = None, peer: str = "?"
     ) -> ServerConnection:
-        return ServerConnection(
+        make = self.legacy.connection if self.legacy is not None else ServerConnection
+        return make(
             node=self.node,
             epoch=self.current_epoch(),
             kmsn=self.kmsn,
@@ -311,4 +317,5 @@ class RelayServer:
             "rejected_frames": self.rejected,
             "admission": self.admission.snapshot(),
             "stations": self.bindings.snapshot(),
+            "legacy": self.legacy.snapshot(peers) if self.legacy is not None else {"enabled": False},
         }
