@@ -116,6 +116,13 @@ def relay(s: SiteState) -> dict[str, Any] | None:
         "bytes": r.bytes,
         "no_route": r.no_route,
         "drops": r.drops,
+        "legacy": None
+        if r.legacy is None
+        else {  # RELAY_LEGACY = 1 (relay.legacy)
+            "sessions": r.legacy.sessions,
+            "registered": r.legacy.registered,
+            "refused": r.legacy.refused,
+        },
     }
 
 

@@ -72,6 +72,7 @@ RELAY = {
                 "per_station": {"type": "object", "additionalProperties": {"type": "object"}},
                 "connections": _t(INT), "messages": _t(INT), "messages_per_s": _t(N, True),
                 "deliveries": _t(INT), "bytes": _t(INT), "no_route": _t(INT), "drops": {"type": "object"},
+                "legacy": _t("object", True),
             }
         ),
     ]

@@ -75,6 +75,27 @@ class RelaySession:
 MAX_SESSIONS_SHOWN = 500
 
 
+@dataclass(frozen=True)
+class LegacyState:
+    """Old stations on this relay (``RELAY_LEGACY = 1``), from relay.json's ``legacy``."""
+
+    sessions: int
+    registered: int
+    refused: dict[str, int]
+
+    @property
+    def refused_total(self) -> int:
+        return sum(self.refused.values())
+
+    @classmethod
+    def of(cls, doc: Any) -> LegacyState | None:
+        if not isinstance(doc, dict) or doc.get("enabled") is not True:
+            return None
+        refused = doc.get("refused") if isinstance(doc.get("refused"), dict) else {}
+        shown = {str(k)[:32]: _int(v) for k, v in list(refused.items())[:16]}
+        return cls(_int(doc.get("sessions")), _int(doc.get("registered")), shown)
+
+
 @dataclass
 class RelayState:
     """The leader's relay, from its relay.json (only on the leading agent)."""
@@ -96,6 +117,7 @@ class RelayState:
     age: float | None = None
     tunnel: TunnelState | None = None  # CLOUD_URL set: the tunnel to the cloud relay
     sessions: list[RelaySession] = field(default_factory=list)  # of this pool, by station and role
+    legacy: LegacyState | None = None  # RELAY_LEGACY = 1: old stations (relay.legacy)
 
     @property
     def token_sessions(self) -> int:
@@ -156,6 +178,7 @@ def relay_state(status: RelayStatus, kmsn: str, now: float) -> RelayState:
         age=age,
         tunnel=TunnelState.of(snap.get("tunnel")),
         sessions=sessions,
+        legacy=LegacyState.of(snap.get("legacy")),
     )
 
 
