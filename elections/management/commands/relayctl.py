@@ -271,6 +271,7 @@ class Command(BaseCommand):
         check("exactly one relay answering", len(answering) <= 1 and (not answering or answering == [lease]),
               f"answering: {', '.join(answering) or 'none'}; lease names {lease}")  # fmt: skip
         _beacon_checks(check, stk.node, pool, members)
+        _share_split_check(check, pool)
         _early_takeover_check(check, stk.kmsn)
         _legacy_check(check, stk)
         recent = pool.refusals.get("recent") if isinstance(pool.refusals.get("recent"), list) else []
@@ -298,6 +299,18 @@ def _early_takeover_check(check: Any, kmsn: str) -> None:
     if n >= EARLY_TAKEOVERS_ALARM:
         detail += "; agents keep dying, or someone drops beacons and resets connections: see the history"
     check("early takeovers on liveness evidence", n < EARLY_TAKEOVERS_ALARM, detail)
+
+
+def _share_split_check(check: Any, pool: Any) -> None:
+    """Members of this KMSN on another store (core.share_split), each naming both stores."""
+    found = [f for f in pool.share_split if isinstance(f, dict)]
+    if pool.detection != "beacons":
+        check("one store for the whole pool", True, "not judged: beacons are off (BEACON_INTERVAL = 0)")
+    elif not found:
+        check("one store for the whole pool", True, "every member that beacons here is in this agent's store")
+    for f in found:
+        check(f"one store for the whole pool ({f.get('node')})", False,
+              f"{f.get('detail')} (for {f.get('since_s')} s)")  # fmt: skip
 
 
 def _legacy_check(check: Any, stk: Any) -> None:
