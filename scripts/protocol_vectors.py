@@ -28,10 +28,7 @@ from elections.core.beacons import Beacon  # noqa: E402
 from elections.core.lease import LeaseRecord, canonical_json, sign  # noqa: E402
 from relay.auth import auth_digest, server_proof, station_credential  # noqa: E402
 from relay.framing import FrameDecoder, ProtocolError, encode_frame  # noqa: E402
-from relay.legacy import (
-    LegacyServerConnection,
-    LegacySettings,
-)
+from relay.legacy import LegacyServerConnection, LegacySettings  # noqa: E402
 from relay.protocol import ClientConnection, ServerConnection  # noqa: E402
 
 OUT = ROOT / "docs" / "protocol-vectors.json"
@@ -89,8 +86,15 @@ def frame_vector(direction: str, raw: bytes) -> dict[str, Any]:
 
 
 def server(**kw: Any) -> ServerConnection:
-    args = {"node": "S001", "epoch": EPOCH, "kmsn": KMSN, "token": TOKEN, "nonce": NONCE,
-            "session": SESSION, "pool_key": POOL_KEY}  # fmt: skip
+    args = {
+        "node": "S001",
+        "epoch": EPOCH,
+        "kmsn": KMSN,
+        "token": TOKEN,
+        "nonce": NONCE,
+        "session": SESSION,
+        "pool_key": POOL_KEY,
+    }
     return ServerConnection(**{**args, **kw})
 
 
@@ -118,14 +122,14 @@ def handshake(name: str, role: str, station: str, key_name: str, cnonce: str | N
             "session": SESSION,
             "role": role,
             "station": station,
-        },  # fmt: skip
+        },
         "auth_message": f"{NONCE}|{role}|{KMSN}|{station}",
         "auth": auth_digest(key, NONCE, role, KMSN, station),
         "exchange": [
             frame_vector("server", hello),
             frame_vector("client", register),
             frame_vector("server", registered),
-        ],  # fmt: skip
+        ],
     }
     if cnonce is not None:
         vector["sauth_message"] = f"{cnonce}|{SESSION}|{EPOCH}"
@@ -136,15 +140,26 @@ def handshake(name: str, role: str, station: str, key_name: str, cnonce: str | N
 def refused_handshake() -> dict[str, Any]:
     srv = server()
     hello = srv.data_to_send()
-    register = {"type": "register", "magic": "STKRELAY/1", "role": "agent", "kmsn": KMSN, "station": "S002",
-                "auth": auth_digest("not-the-token", NONCE, "agent", KMSN, "S002")}  # fmt: skip
+    register = {
+        "type": "register",
+        "magic": "STKRELAY/1",
+        "role": "agent",
+        "kmsn": KMSN,
+        "station": "S002",
+        "auth": auth_digest("not-the-token", NONCE, "agent", KMSN, "S002"),
+    }
     raw = encode_frame(register)
     srv.receive_data(raw)
-    return {"name": "register with a wrong key: bad_auth, then the server closes",
-            "inputs": {"key_text": "not-the-token", "nonce": NONCE, "session": SESSION},
-            "exchange": [frame_vector("server", hello), frame_vector("client", raw),
-                         frame_vector("server", srv.data_to_send())],
-            "closes": srv.close_expected()}  # fmt: skip
+    return {
+        "name": "register with a wrong key: bad_auth, then the server closes",
+        "inputs": {"key_text": "not-the-token", "nonce": NONCE, "session": SESSION},
+        "exchange": [
+            frame_vector("server", hello),
+            frame_vector("client", raw),
+            frame_vector("server", srv.data_to_send()),
+        ],
+        "closes": srv.close_expected(),
+    }
 
 
 def decode(raw: bytes, max_frame: int) -> dict[str, Any]:
@@ -175,8 +190,11 @@ def frames() -> list[dict[str, Any]]:
     add(f"exactly max_frame ({small} bytes of payload)", exact, small)
     over = encode_frame({"type": "send", "data": "x" * (pad + 1)})
     add(f"one byte over max_frame ({small + 1}): refused from the header alone", over[:4], small)
-    add("the default limit, 1048576, announced: accepted (waits for the payload)", (1 << 20).to_bytes(4, "big"),
-        1 << 20)  # fmt: skip
+    add(
+        "the default limit, 1048576, announced: accepted (waits for the payload)",
+        (1 << 20).to_bytes(4, "big"),
+        1 << 20,
+    )
     add("the default limit plus one, 1048577: frame_too_large", ((1 << 20) + 1).to_bytes(4, "big"), 1 << 20)
     add("non-ASCII is raw UTF-8, never escaped", encode_frame({"type": "send", "data": "站台 S002"}), 1 << 20)
     add(
@@ -193,39 +211,97 @@ def lease_vector(name: str, record: LeaseRecord) -> dict[str, Any]:
     doc = json.loads(raw)
     body = {k: v for k, v in doc.items() if k != "sig"}
     fields = {name: getattr(record, name) for name in record.to_doc() if name not in record.extra}
-    return {"name": name, "key": "pool_key", "record": fields, "extra": record.extra,
-            "canonical": canonical_json(body).decode(), "sig": sign(body, POOL_KEY),
-            "file_hex": hexed(raw), "file_text": raw.decode()}  # fmt: skip
+    return {
+        "name": name,
+        "key": "pool_key",
+        "record": fields,
+        "extra": record.extra,
+        "canonical": canonical_json(body).decode(),
+        "sig": sign(body, POOL_KEY),
+        "file_hex": hexed(raw),
+        "file_text": raw.decode(),
+    }
 
 
 def leases() -> list[dict[str, Any]]:
-    live = LeaseRecord(kmsn=KMSN, station="S001", ip="192.168.1.10", port=9530, pid=12345, epoch=EPOCH,
-                       lease_until="20260615203015", node="S001", renew_seq=4182, ttl_s=10.0)  # fmt: skip
-    released = LeaseRecord(kmsn=KMSN, station="S001", ip="192.168.1.10", port=9530, pid=12345, epoch=EPOCH,
-                           lease_until="20260615203015", node="S001", renew_seq=4183, ttl_s=0,
-                           handoff_to="S002")  # fmt: skip
-    extra = LeaseRecord(kmsn=KMSN, station="S003", ip="192.168.1.12", port=9530, pid=7, epoch=12,
-                        lease_until="20260615203015", node="S003", renew_seq=1, ttl_s=2.5,
-                        extra={"note": "台北 site"})  # fmt: skip
-    return [lease_vector("a live lease (ttl_s a float: 10.0)", live),
-            lease_vector("a released lease handed off (ttl_s the integer 0)", released),
-            lease_vector("an unknown field is signed too, non-ASCII raw (ttl_s 2.5)", extra)]  # fmt: skip
+    live = LeaseRecord(
+        kmsn=KMSN,
+        station="S001",
+        ip="192.168.1.10",
+        port=9530,
+        pid=12345,
+        epoch=EPOCH,
+        lease_until="20260615203015",
+        node="S001",
+        renew_seq=4182,
+        ttl_s=10.0,
+    )
+    released = LeaseRecord(
+        kmsn=KMSN,
+        station="S001",
+        ip="192.168.1.10",
+        port=9530,
+        pid=12345,
+        epoch=EPOCH,
+        lease_until="20260615203015",
+        node="S001",
+        renew_seq=4183,
+        ttl_s=0,
+        handoff_to="S002",
+    )
+    extra = LeaseRecord(
+        kmsn=KMSN,
+        station="S003",
+        ip="192.168.1.12",
+        port=9530,
+        pid=7,
+        epoch=12,
+        lease_until="20260615203015",
+        node="S003",
+        renew_seq=1,
+        ttl_s=2.5,
+        extra={"note": "台北 site"},
+    )
+    return [
+        lease_vector("a live lease (ttl_s a float: 10.0)", live),
+        lease_vector("a released lease handed off (ttl_s the integer 0)", released),
+        lease_vector("an unknown field is signed too, non-ASCII raw (ttl_s 2.5)", extra),
+    ]
 
 
 def beacon_vector(name: str, beacon: Beacon) -> dict[str, Any]:
     raw = beacon.encode(POOL_KEY)
     doc = json.loads(raw)
     body = {k: v for k, v in doc.items() if k != "sig"}
-    return {"name": name, "key": "pool_key", "fields": beacon.to_doc(), "canonical": canonical_json(body).decode(),
-            "sig": sign(body, POOL_KEY), "hex": hexed(raw), "text": raw.decode()}  # fmt: skip
+    return {
+        "name": name,
+        "key": "pool_key",
+        "fields": beacon.to_doc(),
+        "canonical": canonical_json(body).decode(),
+        "sig": sign(body, POOL_KEY),
+        "hex": hexed(raw),
+        "text": raw.decode(),
+    }
 
 
 def beacons() -> list[dict[str, Any]]:
     leader = Beacon(KMSN, "S001", "192.168.1.10", 9530, "leader", EPOCH, 4182, "0123456789abcdef", 991)
-    follower = Beacon(KMSN, "S002", "192.168.1.11", 9530, "follower", EPOCH, 4182, "fedcba9876543210", 17,
-                      store="file:W:\\socket")  # fmt: skip
-    return [beacon_vector("a leader beacon", leader),
-            beacon_vector("a follower naming its store (optional 'store')", follower)]  # fmt: skip
+    follower = Beacon(
+        KMSN,
+        "S002",
+        "192.168.1.11",
+        9530,
+        "follower",
+        EPOCH,
+        4182,
+        "fedcba9876543210",
+        17,
+        store="file:W:\\socket",
+    )
+    return [
+        beacon_vector("a leader beacon", leader),
+        beacon_vector("a follower naming its store (optional 'store')", follower),
+    ]
 
 
 def legacy() -> list[dict[str, Any]]:
@@ -233,23 +309,46 @@ def legacy() -> list[dict[str, Any]]:
     settings = LegacySettings(LEGACY_MAGIC, 0.3)
     cases = [
         ("an old agent registers with the site token", {"token": TOKEN}),
-        ("an old commander registers with its station credential",
-         {"role": "commander", "station": "C01", "token": station_credential(POOL_KEY, KMSN, "C01")}),
+        (
+            "an old commander registers with its station credential",
+            {"role": "commander", "station": "C01", "token": station_credential(POOL_KEY, KMSN, "C01")},
+        ),
         ("a wrong token: bad_auth, then close", {"token": "guessed"}),
         ("the right token, another KMSN: wrong_kmsn, then close", {"kmsn": "1111-1111-11-11"}),
-    ]  # fmt: skip
+    ]
     for name, over in cases:
-        conn = LegacyServerConnection(legacy=settings, node="S001", epoch=EPOCH, kmsn=KMSN, token=TOKEN,
-                                      nonce=NONCE, session=SESSION, pool_key=POOL_KEY)  # fmt: skip
+        conn = LegacyServerConnection(
+            legacy=settings,
+            node="S001",
+            epoch=EPOCH,
+            kmsn=KMSN,
+            token=TOKEN,
+            nonce=NONCE,
+            session=SESSION,
+            pool_key=POOL_KEY,
+        )
         conn.heard()  # the station spoke first: it is never greeted
-        register = {"type": "register", "magic": LEGACY_MAGIC, "role": "agent", "kmsn": KMSN,
-                    "station": "S002", "token": TOKEN, **over}  # fmt: skip
+        register = {
+            "type": "register",
+            "magic": LEGACY_MAGIC,
+            "role": "agent",
+            "kmsn": KMSN,
+            "station": "S002",
+            "token": TOKEN,
+            **over,
+        }
         raw = encode_frame(register)
         conn.receive_data(raw)
         answer = conn.data_to_send()
-        out.append({"name": name, "magic": LEGACY_MAGIC, "inputs": {"session": SESSION, "epoch": EPOCH},
-                    "exchange": [frame_vector("client", raw), frame_vector("server", answer)],
-                    "closes": conn.close_expected()})  # fmt: skip
+        out.append(
+            {
+                "name": name,
+                "magic": LEGACY_MAGIC,
+                "inputs": {"session": SESSION, "epoch": EPOCH},
+                "exchange": [frame_vector("client", raw), frame_vector("server", answer)],
+                "closes": conn.close_expected(),
+            }
+        )
     return out
 
 
@@ -269,7 +368,7 @@ def vectors() -> dict[str, Any]:
                 "credential": station_credential(POOL_KEY, KMSN, s),
             }
             for s in ("S002", "C01")
-        ],  # fmt: skip
+        ],
         "handshakes": [
             handshake(
                 "protocol 1.1: an agent with the site token proves the server (cnonce, sauth)",
@@ -286,7 +385,7 @@ def vectors() -> dict[str, Any]:
                 None,
             ),
             refused_handshake(),
-        ],  # fmt: skip
+        ],
         "frames": frames(),
         "leases": leases(),
         "beacons": beacons(),
