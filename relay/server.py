@@ -39,6 +39,10 @@ Decisions worth knowing:
   and a station the pool holds bound to its credential (`bindings`, a
   `relay.bindings.StationBindings`) is refused the site token even when no
   session holds it; admissions and refusals are in ``snapshot()["stations"]``.
+- Old stations (``RELAY_LEGACY = 1``, `relay.legacy`): with `legacy` given,
+  both listeners use `relay.legacy_peer`'s peers (the hello held for a client
+  that speaks first, the old register admitted), counted in
+  ``snapshot()["legacy"]``; peers through the cloud's tunnel stay v1 only.
 - Connection caps (`relay.limits`): total, unregistered and per-address,
   sized from the soft ``RLIMIT_NOFILE`` at every accept unless `caps` is
   given; refusals close without a frame, evictions of the oldest
@@ -193,7 +197,8 @@ class RelayServer:
     def new_connection(
         self, *, roles: Collection[str], raw_mode: bool, nonce: str | None = None, peer: str = "?"
     ) -> ServerConnection:
-        make = self.legacy.connection if self.legacy is not None else ServerConnection
+        # Old stations are local ones: a peer through the cloud's tunnel (its nonce given) speaks v1.
+        make = self.legacy.connection if self.legacy is not None and nonce is None else ServerConnection
         return make(
             node=self.node,
             epoch=self.current_epoch(),

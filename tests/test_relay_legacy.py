@@ -247,3 +247,17 @@ def test_an_old_publisher_feeds_a_modern_viewer(relays):
     old.sock.sendall(b"\x00\x00\x00\x01h264-bytes")
     assert viewer.raw(14) == b"\x00\x00\x00\x01h264-bytes"
     assert legacy(relay)["sessions"] == 1
+
+
+def test_a_peer_through_the_cloud_tunnel_is_never_offered_the_legacy_register(relays):
+    """The cloud greets remote clients with its nonce; their connection here stays v1 only."""
+    relay = relays()
+    remote = relay.call(lambda: relay.server.new_connection(roles={"agent"}, raw_mode=False, nonce="ab" * 16))
+    local = relay.call(lambda: relay.server.new_connection(roles={"agent"}, raw_mode=False))
+    assert type(remote).__name__ == "ServerConnection" and type(local).__name__ == "LegacyServerConnection"
+    register = {"type": "register", "magic": OLD_MAGIC, "role": "agent", "kmsn": KMSN, "station": "S002",
+                "token": TOKEN}  # fmt: skip
+    payload = json.dumps(register).encode()
+    remote.receive_data(struct.pack(">I", len(payload)) + payload)
+    answer = remote.data_to_send()
+    assert b'"bad_magic"' in answer and remote.close_expected()
