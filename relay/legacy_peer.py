@@ -32,10 +32,10 @@ TRUNCATED = "truncated"
 class LegacyJsonPeer(JsonPeer):
     legacy = False  # registered with the legacy magic
     counted = False  # its refusal is counted (once per connection)
+    greet_timer: asyncio.TimerHandle | None = None  # the held hello's deadline
 
     def greet(self, transport: asyncio.Transport, hello: bytes) -> None:
         # The core held the hello (`hello` is empty); send it once the wait is over.
-        self.greet_timer: asyncio.TimerHandle | None = None
         wait = self.desk.settings.wait
         if wait <= 0:
             self._say_hello()
@@ -82,9 +82,8 @@ class LegacyJsonPeer(JsonPeer):
         super().connection_lost(exc)
 
     def _cancel_greeting(self) -> None:
-        timer = getattr(self, "greet_timer", None)
-        if timer is not None:
-            timer.cancel()
+        if self.greet_timer is not None:
+            self.greet_timer.cancel()
             self.greet_timer = None
 
     def _on_registered(self, event: Registered) -> None:

@@ -281,8 +281,7 @@ class Command(BaseCommand):
             if isinstance(r, dict):
                 seen = f"x{r.get('count')}, last {r.get('last_at')}"
                 check(f"refused {r.get('source')}", False, f"{r.get('cause')}: {r.get('detail')} ({seen})")
-        mark = lambda c: "FAIL" if not c["ok"] else "WARN" if c.get("warn") else "ok  "  # noqa: E731
-        self.emit(checks, [f"{mark(c)} {c['check']}: {c['detail']}" for c in checks])
+        self.emit(checks, [f"{_mark(c)} {c['check']}: {c['detail']}" for c in checks])
         return 0 if all(c["ok"] for c in checks) else 1
 
 
@@ -299,6 +298,11 @@ def _early_takeover_check(check: Any, kmsn: str) -> None:
     if n >= EARLY_TAKEOVERS_ALARM:
         detail += "; agents keep dying, or someone drops beacons and resets connections: see the history"
     check("early takeovers on liveness evidence", n < EARLY_TAKEOVERS_ALARM, detail)
+
+
+def _mark(c: dict[str, Any]) -> str:
+    """A doctor line's mark: FAIL, WARN (ok, but worth saying: it fails nothing) or ok."""
+    return "FAIL" if not c["ok"] else "WARN" if c.get("warn") else "ok  "
 
 
 def _share_split_check(check: Any, pool: Any) -> None:
