@@ -106,6 +106,22 @@ class LegacyServerConnection(ServerConnection):
         if not self.greeted:
             self.spoke_first = True
 
+    def fail(self, code: str, message: str, *, id: object = None) -> None:
+        self._greet_a_listener()
+        super().fail(code, message, id=id)
+
+    def leader_changed(
+        self, epoch: int | None = None, ip: str | None = None, port: int | None = None
+    ) -> None:
+        self._greet_a_listener()
+        super().leader_changed(epoch, ip, port)
+
+    def _greet_a_listener(self) -> None:
+        """A client that has said nothing may be a modern one waiting for the hello: it reads
+        the hello before a last frame (eviction, leader_changed). One that spoke first is not."""
+        if not self.spoke_first:
+            self.greet()
+
     def _register(self, obj: dict) -> None:
         magic = obj.get("magic")
         if isinstance(magic, str) and same_secret(self.legacy_magic, magic):

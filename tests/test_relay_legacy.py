@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from harness import wait_until
-from test_relay_server import KMSN, TOKEN, Relay
+from test_relay_server import KMSN, TOKEN, Relay, Wire
 
 from relay.auth import station_credential
 from relay.client import Discovery, RelayClient
@@ -261,3 +261,24 @@ def test_a_peer_through_the_cloud_tunnel_is_never_offered_the_legacy_register(re
     remote.receive_data(struct.pack(">I", len(payload)) + payload)
     answer = remote.data_to_send()
     assert b'"bad_magic"' in answer and remote.close_expected()
+
+
+def test_a_silent_client_reads_the_hello_before_leader_changed(relays):
+    """Leadership lost within the wait: a modern client that waited still gets its hello first."""
+    relay = relays(legacy=LegacySettings(OLD_MAGIC, 2.0))
+    wire = Wire(relay.json)
+    wait_until(lambda: relay.snapshot()["connections"] == 1, timeout=5)
+    relay.call(relay.server.lose_leadership, 8, "127.0.0.42", 9530)
+    assert wire.frame()["type"] == "hello"
+    assert wire.frame() == {"type": "leader_changed", "epoch": 8, "ip": "127.0.0.42", "port": 9530}
+    # One that spoke first (an old station, mid-register) gets no hello, just the news.
+    relay2 = relays(legacy=LegacySettings(OLD_MAGIC, 2.0))
+    old = OldStation(relay2.json)
+    old.sock.sendall(struct.pack(">I", 100) + b'{"type":')
+
+    def spoke() -> bool:  # on the relay's loop: its bytes arrived before any hello
+        return any(p.conn is not None and p.conn.spoke_first for p in relay2.server.peers)
+
+    wait_until(lambda: relay2.call(spoke), timeout=5)
+    relay2.call(relay2.server.lose_leadership, 9, None, None)
+    assert old.get() == {"type": "leader_changed", "epoch": 9, "ip": None, "port": None}
