@@ -53,12 +53,33 @@ def test_a_leader_whose_lease_the_store_does_not_have():
 
 def test_silence_itself_and_unreadable_stores_prove_nothing():
     w = watch()
-    stale = {"S002": heard(age=5.0)}  # beacons stopped: it may just be gone
+    stale = {"S002": heard(age=6.5)}  # no beacon for longer than the grace: it may just be gone
     w.observe(stale, {"S001"}, None, now=0.0)
     assert w.observe(stale, {"S001"}, None, now=60.0) == []
     w.observe({"S002": heard()}, None, ("S001", 1), now=0.0)  # the store could not be listed
     assert w.observe({"S002": heard()}, None, ("S001", 1), now=60.0) == []
     assert w.observe({"S001": heard()}, set(), None, now=90.0) == []  # our own node
+
+
+def test_an_unreadable_lease_judges_no_leader():
+    w = watch()
+    lead = {"S002": heard("leader", 1)}
+    for t in (0.0, 3.0, 60.0):  # the share hangs: the lease is not known, so nobody is foreign
+        assert w.observe(lead, {"S001", "S002"}, None, now=t, lease_known=False) == []
+    w.observe(lead, {"S001", "S002"}, ("S001", 1), now=61.0)
+    w.observe(lead, {"S001", "S002"}, None, now=64.0, lease_known=False)  # a bad read mid-way: kept
+    assert w.observe(lead, {"S001", "S002"}, ("S001", 1), now=67.0)[0].kind == FOREIGN_LEADER
+
+
+def test_a_short_pause_or_an_unlisted_store_keeps_the_clock_running():
+    w = watch()
+    w.observe({"S002": heard()}, {"S001"}, None, now=0.0)
+    w.observe({"S002": heard(age=3.0)}, {"S001"}, None, now=3.0)  # a loaded host: beacons late
+    w.observe({"S002": heard()}, None, None, now=4.0)  # the store not listed this time
+    (f,) = w.observe({"S002": heard()}, {"S001"}, None, now=6.0)
+    assert f.kind == MEMBER_MISSING and f.since_s == pytest.approx(6.0)
+    assert w.observe({"S002": heard(age=6.5)}, {"S001"}, None, now=7.0) == []  # gone a whole grace
+    assert w.observe({"S002": heard()}, {"S001"}, None, now=8.0) == []  # starts again
 
 
 def test_a_member_that_does_not_say_its_store_is_still_found():

@@ -21,7 +21,10 @@ action: nothing here touches the lease.
 
 `SplitWatch.observe(...)` is fed this agent's view at every survey and keeps,
 per (member, kind), since when the condition has held on this agent's
-monotonic clock; it forgets a condition the moment it stops holding.
+monotonic clock. It forgets a condition the moment it is contradicted (the
+member file appears, the lease names that leader, the member stops leading)
+or when the member has not been heard for a whole `grace`; a shorter pause in
+its beacons, or a survey that could not list the store, changes nothing.
 """
 
 from __future__ import annotations
@@ -32,7 +35,6 @@ from typing import Any
 
 MEMBER_MISSING = "member_missing"
 FOREIGN_LEADER = "foreign_leader"
-HEARD_WITHIN = 2.0  # seconds: a member counts as beaconing while its last beacon is this fresh
 NOT_SAID = "(not said: an older agent)"
 MAX_TRACKED = 64
 
@@ -57,6 +59,7 @@ class SplitWatch:
     store: str  # this agent's store, as it names it
     grace: float
     since: dict[tuple[str, str], float] = field(default_factory=dict)
+    details: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def observe(
         self,
@@ -64,25 +67,38 @@ class SplitWatch:
         member_files: Collection[str] | None,
         lease: tuple[str, int] | None,
         now: float,
+        lease_known: bool = True,
     ) -> list[Split]:
         """Findings at `now`. `heard`: the beacon board's members (``role``, ``epoch``,
         ``age_s``, ``store``); `member_files`: the nodes with a member file in this
         agent's store, None when the store could not be read (then nothing is judged
-        about files); `lease`: (holder, epoch) of the valid lease read, or None."""
+        about files); `lease`: (holder, epoch) of the valid lease read, or None for no
+        lease; `lease_known` false when the lease could not be read (unreachable,
+        corrupt, forged): then nothing is judged about leaders."""
         holding: dict[tuple[str, str], str] = {}
         for node, doc in list(heard.items())[:MAX_TRACKED]:
             age = doc.get("age_s")
-            if node == self.node or not isinstance(age, (int, float)) or age > HEARD_WITHIN:
+            # Not heard for a whole grace: gone, or never here; a shorter pause (a loaded
+            # host, lost datagrams) changes nothing: its member file is still not in our store.
+            if node == self.node or not isinstance(age, (int, float)) or age > self.grace:
                 continue
-            if member_files is not None and node not in member_files:
-                holding[(node, MEMBER_MISSING)] = (f"{node} beacons as a member of this KMSN, but its member "
-                                                   f"file is not in this agent's store")  # fmt: skip
-            epoch = doc.get("epoch")
-            if doc.get("role") == "leader" and isinstance(epoch, int) and lease != (node, epoch):
+            missing = (node, MEMBER_MISSING)
+            if member_files is None:  # the store was not listed this time: not judged, kept as it was
+                if missing in self.details:
+                    holding[missing] = self.details[missing]
+            elif node not in member_files:
+                holding[missing] = (f"{node} beacons as a member of this KMSN, but its member "
+                                    f"file is not in this agent's store")  # fmt: skip
+            epoch, foreign = doc.get("epoch"), (node, FOREIGN_LEADER)
+            if not lease_known:
+                if foreign in self.details:
+                    holding[foreign] = self.details[foreign]
+            elif doc.get("role") == "leader" and isinstance(epoch, int) and lease != (node, epoch):
                 named = f"{lease[0]} epoch {lease[1]}" if lease else "no lease"
-                holding[(node, FOREIGN_LEADER)] = (f"{node} beacons as leader of epoch {epoch}, but this "
+                holding[foreign] = (f"{node} beacons as leader of epoch {epoch}, but this "
                                                    f"agent's store has {named}")  # fmt: skip
         self.since = {key: self.since.get(key, now) for key in holding}
+        self.details = holding
         found = []
         for (node, kind), detail in sorted(holding.items()):
             held = now - self.since[(node, kind)]

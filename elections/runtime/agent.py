@@ -361,7 +361,10 @@ class Agent:
                 drain=bool(doc.get("drain")), health=doc.get("health"), version=doc.get("version"),
                 epoch=epoch if isinstance(epoch, int) else None, web_tls=web_tls_of(doc),
             )  # fmt: skip
-        split = self.split.survey(beacons, docs if reachable else None, lease, now) if self.split else []
+        status = read.status if read is not None else "unreachable"
+        split = (
+            self.split.survey(beacons, docs if reachable else None, lease, status, now) if self.split else []
+        )
         view = PoolView(
             kmsn=stk.kmsn, node=stk.node, updated=now, lease=lease, share_split=split,
             lease_status=read.status if read is not None else "unreachable",

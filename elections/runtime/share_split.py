@@ -23,12 +23,15 @@ class SplitAlarm:
         self.said: set[tuple[str, str]] = set()
 
     def survey(
-        self, beacons: dict[str, Any], docs: dict[str, Any] | None, lease: dict[str, Any] | None, now: float
-    ) -> list[dict[str, Any]]:
-        """The findings now, as ``pool.json`` carries them (`docs` None: the store was not read)."""
+        self, beacons: dict[str, Any], docs: dict[str, Any] | None, lease: dict[str, Any] | None,
+        lease_status: str, now: float,
+    ) -> list[dict[str, Any]]:  # fmt: skip
+        """The findings now, as ``pool.json`` carries them (`docs` None: the store was not
+        listed; a `lease_status` other than valid or missing: the lease was not read)."""
         heard = beacons.get("members") if isinstance(beacons.get("members"), dict) else {}
         holder = (lease["node"], lease["epoch"]) if lease is not None else None
-        found = self.watch.observe(heard, None if docs is None else set(docs), holder, now)
+        known = lease_status in ("valid", "missing")
+        found = self.watch.observe(heard, None if docs is None else set(docs), holder, now, known)
         for f in found:
             if (f.node, f.kind) not in self.said:
                 log.error("SHARE SPLIT: %s", f.detail)
