@@ -45,6 +45,7 @@ from relay.auth import cloud_key
 from relay.binding_feed import BindingFeed
 from relay.bindings import StationBindings
 from relay.cloud.tunnel import TunnelClient
+from relay.legacy import LegacySettings
 from relay.listen_set import ListenAddress, ListenSet, wanted_now
 from relay.server import RelayServer
 
@@ -173,6 +174,13 @@ def await_leadership(stk: Any) -> int:
             changes.wait(every)
 
 
+def legacy_settings(stk: Any) -> LegacySettings | None:
+    """Old stations on this relay (``RELAY_LEGACY = 1``, relay.legacy), or None."""
+    if not getattr(stk, "relay_legacy", False):
+        return None
+    return LegacySettings(stk.relay_legacy_magic, stk.relay_legacy_wait)
+
+
 class RelayRunner:
     """Serve while the gate holds; on losing it, redirect clients and return 0."""
 
@@ -193,6 +201,7 @@ class RelayRunner:
             station_keys_only=stk.relay_station_keys_only,
             max_per_address=stk.relay_max_per_address or None,
             bindings=self.bindings,
+            legacy=legacy_settings(stk),
         )
         self.tunnel: TunnelClient | None = None
         # NODE_IP, loopback, and the addresses the executors hold for this epoch (relay.listen_set).

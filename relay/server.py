@@ -43,6 +43,10 @@ Decisions worth knowing:
   and a station the pool holds bound to its credential (`bindings`, a
   `relay.bindings.StationBindings`) is refused the site token even when no
   session holds it; admissions and refusals are in ``snapshot()["stations"]``.
+- Old stations (``RELAY_LEGACY = 1``, `relay.legacy`): with `legacy` given,
+  both listeners use `relay.legacy_peer`'s peers (the hello held for a client
+  that speaks first, the old register admitted), counted in
+  ``snapshot()["legacy"]``; peers through the cloud's tunnel stay v1 only.
 - Connection caps (`relay.limits`): total, unregistered and per-address,
   sized from the soft ``RLIMIT_NOFILE`` at every accept unless `caps` is
   given; refusals close without a frame, evictions of the oldest
@@ -60,6 +64,8 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 from relay.bindings import StationBindings
+from relay.legacy import LegacyDesk, LegacySettings
+from relay.legacy_peer import legacy_kind
 from relay.limits import Admission, Caps, backlog
 from relay.listen_set import bound_socket
 from relay.protocol import (
@@ -121,6 +127,7 @@ class RelayServer:
         caps: Caps | None = None,
         max_per_address: int | None = None,
         bindings: StationBindings | None = None,
+        legacy: LegacySettings | None = None,
     ) -> None:
         if not token:
             raise ValueError("token must not be empty")
@@ -134,6 +141,7 @@ class RelayServer:
         self.bindings = bindings if bindings is not None else StationBindings()
         self.gate = gate
         self.epoch = epoch
+        self.legacy = LegacyDesk(legacy) if legacy is not None else None  # old stations (relay.legacy)
         self.max_frame = max_frame
         self.keepalive = keepalive
         self.silence = 3 * keepalive
@@ -184,6 +192,7 @@ class RelayServer:
         made: list[asyncio.Server] = []
         try:
             for kind, number in zip((JsonPeer, PassthroughPeer), self._ports, strict=True):
+                kind = legacy_kind(kind) if self.legacy is not None else kind
                 sock = bound_socket(host, number, freebind=freebind)
                 made.append(await self._loop.create_server(functools.partial(kind, self), sock=sock,
                                                            backlog=self.backlog))  # fmt: skip
@@ -228,7 +237,9 @@ class RelayServer:
     def new_connection(
         self, *, roles: Collection[str], raw_mode: bool, nonce: str | None = None, peer: str = "?"
     ) -> ServerConnection:
-        return ServerConnection(
+        # Old stations are local ones: a peer through the cloud's tunnel (its nonce given) speaks v1.
+        make = self.legacy.connection if self.legacy is not None and nonce is None else ServerConnection
+        return make(
             node=self.node,
             epoch=self.current_epoch(),
             kmsn=self.kmsn,
@@ -352,4 +363,5 @@ class RelayServer:
             "rejected_frames": self.rejected,
             "admission": self.admission.snapshot(),
             "stations": self.bindings.snapshot(),
+            "legacy": self.legacy.snapshot(peers) if self.legacy is not None else {"enabled": False},
         }

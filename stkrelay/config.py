@@ -27,9 +27,17 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from elections.core.actions import action_config
+from elections.core.actions import ACTION_DEFAULTS, action_config
 from elections.ports.smburl import SmbUrlError, is_smb, parse_smb_url, smb_password
-from stkrelay import config_beacons, config_cloud, config_pools, config_store, config_tls, config_web
+from stkrelay import (
+    config_beacons,
+    config_cloud,
+    config_legacy,
+    config_pools,
+    config_store,
+    config_tls,
+    config_web,
+)
 from stkrelay.config_cloud import CloudURL
 from stkrelay.config_pools import WatchedPool
 
@@ -74,6 +82,9 @@ DEFAULTS: dict[str, str] = {
     "RELAY_STATION_KEYS_ONLY": "0",
     "RELAY_MAX_PER_ADDRESS": "0",  # 0: sized from the file limit (relay.limits)
     "RELAY_LOOPBACK": "auto",  # the relay on 127.0.0.1 too: auto (unless NODE_IP is loopback), on, off
+    "RELAY_LEGACY": "0",  # 1: old stations too (relay_client.prg framing, the old MAGIC; config_legacy)
+    "RELAY_LEGACY_MAGIC": "",  # the old relay's MAGIC: required with RELAY_LEGACY = 1 (E080)
+    "RELAY_LEGACY_WAIT": "0.3",  # seconds the hello is held for a station that speaks first
     "LOG_FORMAT": "text",  # or json: one JSON object per line (stkrelay/logs.py)
     "LOG_MAX_BYTES": str(10 << 20),  # the files the agent writes in DATA_DIR rotate at this size...
     "LOG_BACKUPS": "5",  # ...keeping this many old ones
@@ -156,6 +167,9 @@ class Config:
     relay_station_keys_only: bool = False
     relay_max_per_address: int = 0
     relay_loopback: str = "auto"  # auto | on | off (relay.listen_set)
+    relay_legacy: bool = False  # old stations on the built-in relay (stkrelay.config_legacy, relay.legacy)
+    relay_legacy_magic: str = ""
+    relay_legacy_wait: float = 0.3
     log_format: str = "text"
     log_max_bytes: int = 10 << 20
     log_backups: int = 5
@@ -172,23 +186,22 @@ class Config:
     problems: list[Problem] = field(default_factory=list)
     values: dict[str, str] = field(default_factory=dict)  # every [stk] key as given, overrides applied
     watched: list[WatchedPool] = field(default_factory=list)  # the [pool:<KMSN>] sections (config_pools)
+    ignored: list[str] = field(default_factory=list)  # keys of the file nobody reads (the old agent's own)
 
 
 def _raw(
     ini_path: str | None, env: dict[str, str]
-) -> tuple[dict[str, str], str, list[Problem], dict[str, dict[str, str]]]:
+) -> tuple[dict[str, str], str, list[Problem], dict[str, dict[str, str]], set[str]]:
     values = dict(DEFAULTS)
     problems: list[Problem] = []
     pools: dict[str, dict[str, str]] = {}
+    given: set[str] = set()
     path = ini_path or env.get("STK_INI")
     source = "(environment)"
     if path:
         source = path
-        parser = configparser.ConfigParser(interpolation=None)
-        parser.optionxform = str.upper  # type: ignore[assignment, method-assign]
         try:
-            with open(path, encoding="utf-8-sig") as fh:
-                parser.read_file(fh)
+            parser = config_legacy.read_ini(path)  # the site's file as it is: headerless keys too
         except OSError as exc:
             problems.append(
                 Problem(
@@ -209,27 +222,30 @@ def _raw(
             )
         else:
             pools = config_pools.sections(parser)
-            if parser.has_section("stk"):
-                values.update({k.upper(): v.strip() for k, v in parser.items("stk")})
+            found = config_legacy.stk_values(parser)
+            if found is not None:
+                values.update(found)
+                given = set(found)
             else:
                 problems.append(
                     Problem(
                         "stkrelay.E002",
                         "[stk]",
                         f"{path} has no [stk] section",
-                        "put the keys under a [stk] header",
+                        "put the keys under a [stk] header (or before any section header)",
                     )
                 )
     for key, value in env.items():  # every STK_<KEY>, also keys other modules read (VIP_*, AWS_*...)
         if key.startswith("STK_") and key != "STK_INI":
             values[key[4:]] = value.strip()
-    return values, source, problems, pools
+    return values, source, problems, pools, given
 
 
 def load(ini_path: str | None = None, env: dict[str, str] | None = None, check_dirs: bool = True) -> Config:
     env = dict(os.environ if env is None else env)
-    values, source, problems, pools = _raw(ini_path, env)
+    values, source, problems, pools, given = _raw(ini_path, env)
     cfg = Config(source=source, problems=problems, values=values)
+    cfg.ignored = config_legacy.ignored_keys(given, set(DEFAULTS) | set(ACTION_DEFAULTS))
 
     def bad(pid: str, key: str, message: str, hint: str) -> None:
         problems.append(Problem(pid, key, message, hint))
@@ -263,6 +279,7 @@ def load(ini_path: str | None = None, env: dict[str, str] | None = None, check_d
         )
     cfg.pool_key = values["POOL_KEY"] or cfg.relay_token
     cfg.relay_station_keys_only = _flag(values["RELAY_STATION_KEYS_ONLY"], False)
+    cfg.relay_legacy, cfg.relay_legacy_magic, cfg.relay_legacy_wait = config_legacy.check(values, _flag, bad)
     per_address = number("RELAY_MAX_PER_ADDRESS", int, 0, 1 << 20)
     cfg.relay_max_per_address = per_address if per_address is not None else 0
     cfg.relay_loopback = _loopback(values["RELAY_LOOPBACK"], bad)

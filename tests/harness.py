@@ -228,7 +228,7 @@ class AgentProc:
 
     def setting(self, key: str) -> str:
         """The value of `key` in this agent's stk.ini (as `Site` wrote it)."""
-        for line in self.ini.read_text().splitlines():
+        for line in self.ini.read_text(errors="replace").splitlines():  # an old site ini: cp950
             name, sep, value = line.partition("=")
             if sep and name.strip() == key:
                 return value.strip()

@@ -69,6 +69,7 @@ def test_the_metrics_keep_the_readmes_names_and_labels(dj):
         "stkrelay_relay_bytes_total": {"kmsn"},
         "stkrelay_relay_drops_total": {"kmsn", "cause"},
         "stkrelay_pool_detection": {"kmsn", "mode"},
+        "stkrelay_share_split": {"kmsn"},
         "stkrelay_login_lockouts": {"scope"},
         "stkrelay_login_refused_total": {"scope"},
         "stkrelay_early_takeovers_total": {"kmsn"},

@@ -104,6 +104,7 @@ class MemberStats:
             "jitter_s": round(self.jitter, 4),
             "gap_s": round(self.gap, 4),
             "age_s": round(now - self.last_at, 3),
+            **({"store": self.last.store} if self.last.store else {}),  # the store it says it uses
         }
 
 

@@ -8,6 +8,13 @@ pool record (HMAC-SHA256 with `POOL_KEY` over the canonical JSON without
      "role": "leader" | "follower" | "resign", "epoch": 7, "renew_seq": 4182,
      "boot": "<16 hex, new at every start of the sender>", "seq": 991, "sig": ...}
 
+Optional (issue 19, compatible with every receiver: unknown fields are signed
+with the rest and ignored): ``"store"``, the sender's lease store as it names
+it (``file:/mnt/w/socket``, ``smb://host/share/socket``, ``etcd:...``; at most
+`MAX_STORE` characters), so that two members of one KMSN on two different
+stores can be named (`core.share_split`). A sender without one omits the
+field, and its datagram is byte for byte what it was before.
+
 `parse_beacon(raw, key, kmsn)` returns a `Beacon` or raises `Untrusted` with a
 stable cause (the guarded reader's causes plus `wrong_kmsn`); it never raises
 anything else. Replays are not judged here: a receiver keeps, per
@@ -43,6 +50,7 @@ LEADER, FOLLOWER, RESIGN = "leader", "follower", "resign"
 ROLES = (LEADER, FOLLOWER, RESIGN)
 RESIGN_COPIES = 3  # a leader that releases or hands off says so this many times
 _BOOT = re.compile(r"[0-9a-f]{16}")
+MAX_STORE = 256  # characters of the optional "store" a beacon names
 _MAX_INT = MAX_COUNTER  # what a database column holds, with room for the next epoch
 _FIELDS: dict[str, type] = {
     "v": int,
@@ -70,11 +78,15 @@ class Beacon:
     boot: str
     seq: int
     v: int = BEACON_VERSION
+    store: str = ""  # optional: the sender's lease store (module docstring); "" = not said
 
     def to_doc(self) -> dict[str, Any]:
         # Not dataclasses.asdict: it deep-copies field by field, and this runs
         # five times a second on every member. All fields are scalars.
-        return {name: getattr(self, name) for name in _ORDER}
+        doc = {name: getattr(self, name) for name in _ORDER}
+        if not self.store:
+            del doc["store"]
+        return doc
 
     def encode(self, key: str) -> bytes:
         doc = self.to_doc()
@@ -109,4 +121,6 @@ def parse_beacon(raw: bytes, key: str, kmsn: str) -> Beacon:
         if "sig" not in doc:
             raise Untrusted(UNSIGNED, f"unsigned {what}")
         raise Untrusted(FORGED, f"bad signature on {what}")
-    return Beacon(**{name: doc[name] for name in _FIELDS})
+    store = doc.get("store")  # optional; of a sender that says something else, nothing is kept
+    store = store if isinstance(store, str) and 0 < len(store) <= MAX_STORE and store.isprintable() else ""
+    return Beacon(**{name: doc[name] for name in _FIELDS}, store=store)

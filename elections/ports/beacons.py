@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from elections.core.beacon_board import BeaconBoard, Reaction, Standing
-from elections.core.beacons import RESIGN, RESIGN_COPIES, Beacon
+from elections.core.beacons import MAX_STORE, RESIGN, RESIGN_COPIES, Beacon
 from elections.core.liveness import ANSWERS, CONNECTED, ENDED, REFUSED, UNREACHABLE, Liveness
 
 log = logging.getLogger("stkrelay.beacons")
@@ -84,6 +84,7 @@ class BeaconConfig:
     interval: float
     port: int  # BEACON_PORT
     peers: list[str] = field(default_factory=list)
+    store: str = ""  # this member's lease store as it names it (core.beacons "store"; "" = not said)
 
 
 class _Datagrams(asyncio.DatagramProtocol):
@@ -235,7 +236,7 @@ class BeaconService:
         self._seq += 1
         cfg = self.config
         beacon = Beacon(cfg.kmsn, cfg.node, cfg.ip, cfg.relay_port, role, epoch, renew_seq, self.boot,
-                        self._seq)  # fmt: skip
+                        self._seq, store=cfg.store[:MAX_STORE])  # fmt: skip
         return beacon.encode(cfg.key)
 
     def _send(self, raw: bytes) -> None:

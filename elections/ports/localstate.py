@@ -188,6 +188,8 @@ class PoolView:
 
     watched: bool = False  # a pool this agent only watches (DESIGN.md §11), never contends in
     store: dict[str, Any] = field(default_factory=dict)  # ports.stores.store_details(): kind, where...
+    # Members of this KMSN on another store (core.share_split.Split.to_doc()): an alarm, never an action.
+    share_split: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def exists(self) -> bool:
@@ -234,6 +236,9 @@ class PoolView:
             share_ops=_int(doc.get("share_ops")) or 0,
             watched=doc.get("watched") is True,
             store=doc.get("store") if isinstance(doc.get("store"), dict) else {},
+            share_split=[d for d in doc.get("share_split") or [] if isinstance(d, dict)][:64]
+            if isinstance(doc.get("share_split"), list)
+            else [],
         )
 
 

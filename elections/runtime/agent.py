@@ -51,6 +51,7 @@ from elections.runtime.health import HealthMonitor
 from elections.runtime.lease_writes import Identity
 from elections.runtime.policy import PoolPolicy
 from elections.runtime.projection import Projector, pool_event_sink
+from elections.runtime.share_split import SplitAlarm
 from elections.runtime.watch import Watchers
 
 log = logging.getLogger("stkrelay.agent")
@@ -100,6 +101,7 @@ class Agent:
         stk = settings.STK
         self.stk = stk
         self.fresh: dict[str, Freshness] = {}
+        self.split: SplitAlarm | None = None  # members on another store (core.share_split), with beacons
         clock = SystemClock()
         self.clock = clock
         self.local = LocalState(stk.data_dir)
@@ -139,7 +141,9 @@ class Agent:
         self.beacons: BeaconLink | None = None
         if stk.beacon_interval > 0:
             bconf = BeaconConfig(stk.kmsn, stk.node, stk.node_ip, stk.relay_port, stk.pool_key,
-                                 stk.beacon_interval, stk.beacon_port, stk.beacon_peers)  # fmt: skip
+                                 stk.beacon_interval, stk.beacon_port, stk.beacon_peers,
+                                 store=self.elector.store.describe())  # fmt: skip
+            self.split = SplitAlarm(stk.node, bconf.store, 2 * max(stk.lease_ttl, stk.heartbeat_ttl))
             self.beacons = BeaconLink(bconf, self.elector, self._kicked, clock.monotonic).start()
             self.elector.evidence = self.beacons.evidence
         config, problems = action_config(stk.values)
@@ -377,8 +381,12 @@ class Agent:
                 drain=bool(doc.get("drain")), health=doc.get("health"), version=doc.get("version"),
                 epoch=epoch if isinstance(epoch, int) else None, web_tls=web_tls_of(doc),
             )  # fmt: skip
+        status = read.status if read is not None else "unreachable"
+        split = (
+            self.split.survey(beacons, docs if reachable else None, lease, status, now) if self.split else []
+        )
         view = PoolView(
-            kmsn=stk.kmsn, node=stk.node, updated=now, lease=lease,
+            kmsn=stk.kmsn, node=stk.node, updated=now, lease=lease, share_split=split,
             lease_status=read.status if read is not None else "unreachable",
             lease_detail=read.detail if read is not None else "",
             store_reachable=reachable and read is not None, members=members,

@@ -119,6 +119,13 @@ def relay(s: SiteState) -> dict[str, Any] | None:
         "listen": [
             {"address": e.address, "why": e.why, "state": e.state, "error": e.error or None} for e in r.listen
         ],
+        "legacy": None
+        if r.legacy is None
+        else {  # RELAY_LEGACY = 1 (relay.legacy)
+            "sessions": r.legacy.sessions,
+            "registered": r.legacy.registered,
+            "refused": r.legacy.refused,
+        },
     }
 
 

@@ -179,6 +179,12 @@ def _login_families() -> Iterable[Metric]:
 
 def _beacon_families(states: list[SiteState]) -> Iterable[Metric]:
     """How this agent detects a leader's death, and what it hears of each member (DESIGN.md §13)."""
+    split = GaugeMetricFamily("stkrelay_share_split", "Members of the pool that beacon to this agent but use "
+                              "another lease store (core.share_split); 0 when all share one.",
+                              labels=["kmsn"])  # fmt: skip
+    for s in states:
+        split.add_metric([s.kmsn], len({f.get("node") for f in s.share_split}))
+    yield split
     g = GaugeMetricFamily("stkrelay_pool_detection", "1 for the pool's detection mode on this agent.",
                           labels=["kmsn", "mode"])  # fmt: skip
     for s in states:

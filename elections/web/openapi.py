@@ -74,6 +74,7 @@ RELAY = {
                 "deliveries": _t(INT), "bytes": _t(INT), "no_route": _t(INT), "drops": {"type": "object"},
                 "listen": {"type": "array", "items": _obj({"address": _t(S), "why": _t(S), "state": _t(S),
                                                            "error": _t(S, True)})},
+                "legacy": _t("object", True),
             },
         ),
     ]

@@ -216,8 +216,8 @@ class Command(BaseCommand):
         stk = settings.STK
         checks: list[dict[str, Any]] = []
 
-        def check(name: str, ok: bool, detail: str) -> None:
-            checks.append({"check": name, "ok": ok, "detail": detail})
+        def check(name: str, ok: bool, detail: str, warn: bool = False) -> None:
+            checks.append({"check": name, "ok": ok, "detail": detail, **({"warn": True} if warn else {})})
 
         place = PoolPlace.of(stk)
         store = open_store(place, stk.node, SystemClock())
@@ -272,7 +272,9 @@ class Command(BaseCommand):
               f"answering: {', '.join(answering) or 'none'}; lease names {lease}")  # fmt: skip
         _listen_check(check, stk)
         _beacon_checks(check, stk.node, pool, members)
+        _share_split_check(check, pool)
         _early_takeover_check(check, stk.kmsn)
+        _legacy_check(check, stk)
         recent = pool.refusals.get("recent") if isinstance(pool.refusals.get("recent"), list) else []
         check("no forged, replayed or oversized records on the share", not recent,
               f"{len(recent)} refused recently" if recent else "none refused recently")  # fmt: skip
@@ -280,7 +282,7 @@ class Command(BaseCommand):
             if isinstance(r, dict):
                 seen = f"x{r.get('count')}, last {r.get('last_at')}"
                 check(f"refused {r.get('source')}", False, f"{r.get('cause')}: {r.get('detail')} ({seen})")
-        self.emit(checks, [f"{'ok  ' if c['ok'] else 'FAIL'} {c['check']}: {c['detail']}" for c in checks])
+        self.emit(checks, [f"{_mark(c)} {c['check']}: {c['detail']}" for c in checks])
         return 0 if all(c["ok"] for c in checks) else 1
 
 
@@ -322,6 +324,44 @@ def _early_takeover_check(check: Any, kmsn: str) -> None:
     if n >= EARLY_TAKEOVERS_ALARM:
         detail += "; agents keep dying, or someone drops beacons and resets connections: see the history"
     check("early takeovers on liveness evidence", n < EARLY_TAKEOVERS_ALARM, detail)
+
+
+def _mark(c: dict[str, Any]) -> str:
+    """A doctor line's mark: FAIL, WARN (ok, but worth saying: it fails nothing) or ok."""
+    return "FAIL" if not c["ok"] else "WARN" if c.get("warn") else "ok  "
+
+
+def _share_split_check(check: Any, pool: Any) -> None:
+    """Members of this KMSN on another store (core.share_split), each naming both stores."""
+    found = [f for f in pool.share_split if isinstance(f, dict)]
+    if pool.detection != "beacons":
+        check("one store for the whole pool", True, "not judged: beacons are off (BEACON_INTERVAL = 0)")
+    elif not found:
+        check("one store for the whole pool", True, "every member that beacons here is in this agent's store")
+    for f in found:
+        check(f"one store for the whole pool ({f.get('node')})", False,
+              f"{f.get('detail')} (for {f.get('since_s')} s)")  # fmt: skip
+
+
+def _legacy_check(check: Any, stk: Any) -> None:
+    """``RELAY_LEGACY = 1`` (relay.legacy): say so, with this relay's legacy sessions, and warn:
+    old stations send the site token in clear on the LAN. A warning, not a failure."""
+    from elections.ports.localstate import LocalState
+
+    if not getattr(stk, "relay_legacy", False):
+        check("legacy stations", True, "off (RELAY_LEGACY = 0): only protocol v1 clients")
+        return
+    doc = LocalState(stk.data_dir).relay().snapshot.get("legacy")
+    if isinstance(doc, dict) and doc.get("enabled") is True:
+        refused = doc.get("refused") if isinstance(doc.get("refused"), dict) else {}
+        n = sum(v for v in refused.values() if isinstance(v, int))
+        here = (f"{doc.get('sessions')} legacy sessions on this agent's relay now, "
+                f"{doc.get('registered')} registered and {n} refused since it started")  # fmt: skip
+    else:
+        here = "this agent's relay is not serving (its legacy sessions show on the leader)"
+    check("legacy stations", True, f"on (RELAY_LEGACY = 1, magic {stk.relay_legacy_magic!r}): {here}; "
+          "the site token crosses the LAN in clear: give each station its credential "
+          "(relayctl credential --all)", warn=True)  # fmt: skip
 
 
 def _beacon_checks(check: Any, me: str, pool: Any, members: dict[str, dict[str, Any]]) -> None:

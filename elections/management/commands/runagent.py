@@ -64,6 +64,7 @@ class Command(BaseCommand):
         from elections.runtime.lease_writes import make_record, release_lease
         from elections.runtime.projection import pool_event_sink
         from elections.runtime.supervisor import ChildSpec, Supervisor
+        from stkrelay.config_legacy import startup_lines
 
         py = sys.executable
         base = Path(settings.BASE_DIR)
@@ -140,6 +141,8 @@ class Command(BaseCommand):
         if plain_on_lan(stk.node_ip, stk.web_plain):
             sup.say("agent", f"WARNING: WEB_PLAIN = 1 on {stk.node_ip}: passwords, tokens and session "
                              "cookies cross the LAN in clear")  # fmt: skip
+        for line in startup_lines(stk.source, stk.ignored, stk.relay_legacy, stk.relay_legacy_magic):
+            sup.say("agent", line)  # the site's own stk.ini: one line, never one per key
         if stk.log_format == "json":
             sup.say("agent", banner)
         else:

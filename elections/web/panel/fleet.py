@@ -90,6 +90,7 @@ ALARM_LABELS = {  # SiteState.alarms code -> (label, shown in red)
     "no_leader": ("no leader", True),
     "unreachable": ("share unreachable", True),
     "security": ("security", True),
+    "share_split": ("two stores", True),
     "stale_view": ("view stale", True),
     "ineligible_members": ("members out", False),
     "early_takeovers": ("early takeovers repeat", True),

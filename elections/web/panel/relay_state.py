@@ -99,6 +99,27 @@ class ListenEntry:
 MAX_LISTEN_SHOWN = 32
 
 
+@dataclass(frozen=True)
+class LegacyState:
+    """Old stations on this relay (``RELAY_LEGACY = 1``), from relay.json's ``legacy``."""
+
+    sessions: int
+    registered: int
+    refused: dict[str, int]
+
+    @property
+    def refused_total(self) -> int:
+        return sum(self.refused.values())
+
+    @classmethod
+    def of(cls, doc: Any) -> LegacyState | None:
+        if not isinstance(doc, dict) or doc.get("enabled") is not True:
+            return None
+        refused = doc.get("refused") if isinstance(doc.get("refused"), dict) else {}
+        shown = {str(k)[:32]: _int(v) for k, v in list(refused.items())[:16]}
+        return cls(_int(doc.get("sessions")), _int(doc.get("registered")), shown)
+
+
 @dataclass
 class RelayState:
     """The leader's relay, from its relay.json (only on the leading agent)."""
@@ -121,6 +142,7 @@ class RelayState:
     tunnel: TunnelState | None = None  # CLOUD_URL set: the tunnel to the cloud relay
     sessions: list[RelaySession] = field(default_factory=list)  # of this pool, by station and role
     listen: list[ListenEntry] = field(default_factory=list)  # where it listens: NODE_IP, loopback, VIP...
+    legacy: LegacyState | None = None  # RELAY_LEGACY = 1: old stations (relay.legacy)
 
     @property
     def token_sessions(self) -> int:
@@ -184,6 +206,7 @@ def relay_state(status: RelayStatus, kmsn: str, now: float) -> RelayState:
         tunnel=TunnelState.of(snap.get("tunnel")),
         sessions=sessions,
         listen=entries,
+        legacy=LegacyState.of(snap.get("legacy")),
     )
 
 

@@ -97,6 +97,8 @@ class SiteState:
     refusals: dict[str, Any] = field(default_factory=dict)  # what this agent refused as evidence
     detection: str = "lease only"  # or "beacons" (DESIGN.md §13)
     watched: bool = False  # a [pool:<KMSN>] this agent only watches
+    # Members of this KMSN on another store (core.share_split): the two stores are named.
+    share_split: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def security_alarm(self) -> bool:
@@ -115,6 +117,8 @@ class SiteState:
             out.append("unreachable")
         if self.security_alarm:
             out.append("security")
+        if self.share_split:
+            out.append("share_split")
         if self.view_stale:
             out.append("stale_view")
         if self.members and len(self.eligible) < len(self.members):
@@ -263,6 +267,7 @@ def build_site(
         detection=pool.detection,
         watched=pool.watched,
         store=pool.store,
+        share_split=pool.share_split,
     )
     echoes = pool.beacons.get("echoes")
     site.beacon_echoes = echoes if isinstance(echoes, int) and not isinstance(echoes, bool) else 0

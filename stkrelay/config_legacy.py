@@ -1,0 +1,120 @@
+"""The site as it is (issue 19): old stations on the relay, and the old agent's stk.ini.
+
+Keys (README, "Legacy stations"):
+
+- `RELAY_LEGACY` (0|1, default 0): the built-in relay also accepts old stations
+  (``relay_client.prg`` framing, the old MAGIC, the site token in clear;
+  `relay.legacy`).
+- `RELAY_LEGACY_MAGIC`: the old relay's MAGIC, as its ``relay_server.py`` has
+  it. Required while `RELAY_LEGACY = 1` (`stkrelay.E080`): our documents do
+  not hold it, so there is no default to guess wrong. 1..64 printable ASCII
+  characters, not ``STKRELAY/1`` (`stkrelay.E081`).
+- `RELAY_LEGACY_WAIT` (seconds, default 0.3, 0..2): how long the relay holds
+  its hello for a client that may speak first (`stkrelay.E082`). 0 greets at
+  once (an old station then gets a frame it must skip).
+
+`RELAY_LEGACY = 1` with `RELAY_KIND = exec` would be meaningless (the site's
+own relay already speaks the old protocol); that pairing is checked where
+`RELAY_KIND` is.
+
+`read_ini(path)` reads the site's file as it is: keys that stand before any
+section header count as `[stk]` keys (the seed adds ours to the old agent's
+file), `[stk]` wins where both have a key; the file may be UTF-8 (with or
+without BOM) or the Traditional Chinese Windows code page (cp950) the old
+agent writes; duplicate keys keep the last one, and a line that is a bare word
+(no ``=``) is skipped rather than refusing the whole file.
+`ignored_keys(values)` names the keys nobody reads: the agent says so in one
+line (`stkrelay.config.Config.ignored`), never one warning per key.
+"""
+
+from __future__ import annotations
+
+import configparser
+from collections.abc import Callable, Collection, Mapping
+
+Bad = Callable[[str, str, str, str], None]
+TOP = "__top__"  # the section name the keys before any header are read into
+ENCODINGS = ("utf-8-sig", "cp950")
+DEFAULT_WAIT = 0.3
+MAX_WAIT = 2.0
+MAX_MAGIC = 64
+MODERN_MAGIC = "STKRELAY/1"
+# Keys read outside config.DEFAULTS (executors, the etcd store, this turn's other modules), by family.
+KNOWN_PREFIXES = ("VIP_", "AWS_", "OCI_", "AZURE_", "ETCD_", "GATE_", "ENTRY", "CLOUD_", "SMB_", "TLS_",
+                  "WEB_", "BEACON_", "EVENTS_", "LOG_", "RELAY_LEGACY", "RELAY_KIND", "RELAY_EXEC",
+                  "ON_ROLE_", "WEBHOOK_", "TIME_ZONE", "LANGUAGE_CODE")  # fmt: skip
+
+
+def read_ini(path: str) -> configparser.ConfigParser:
+    """The parsed file; raises `OSError` or `configparser.Error` like `read_file`."""
+    with open(path, "rb") as fh:
+        raw = fh.read()
+    text = _decode(raw)
+    parser = configparser.ConfigParser(interpolation=None, strict=False, allow_no_value=True)
+    parser.optionxform = str.upper  # type: ignore[assignment, method-assign]
+    parser.read_string(f"[{TOP}]\n" + text, source=path)
+    return parser
+
+
+def _decode(raw: bytes) -> str:
+    for encoding in ENCODINGS:
+        try:
+            return raw.decode(encoding)
+        except UnicodeDecodeError:
+            continue
+    return raw.decode("latin-1")  # never fails; our keys and values are ASCII
+
+
+def stk_values(parser: configparser.ConfigParser) -> dict[str, str] | None:
+    """The agent's keys: the headerless ones overlaid with `[stk]`; None when neither has any."""
+    top = dict(parser.items(TOP)) if parser.has_section(TOP) else {}
+    if not top and not parser.has_section("stk"):
+        return None
+    values = {k.upper(): v.strip() for k, v in top.items() if v is not None}  # a bare word is no key
+    if parser.has_section("stk"):
+        values.update({k.upper(): v.strip() for k, v in parser.items("stk") if v is not None})
+    return values
+
+
+def ignored_keys(given: Collection[str], known: Collection[str]) -> list[str]:
+    """The keys of the file that no part of the agent reads (the old agent's own), sorted."""
+    return sorted(k for k in given if k not in known and not k.startswith(KNOWN_PREFIXES))
+
+
+def check(values: Mapping[str, str], flag: Callable[[str, bool], bool], bad: Bad) -> tuple[bool, str, float]:
+    """(`RELAY_LEGACY`, `RELAY_LEGACY_MAGIC`, `RELAY_LEGACY_WAIT`), reporting E080–E082."""
+    on = flag(values.get("RELAY_LEGACY", ""), False)
+    magic = values.get("RELAY_LEGACY_MAGIC", "")
+    text = values.get("RELAY_LEGACY_WAIT", "") or str(DEFAULT_WAIT)
+    try:
+        wait = float(text)
+    except ValueError:
+        wait = -1.0
+    if not 0 <= wait <= MAX_WAIT:
+        bad("stkrelay.E082", "RELAY_LEGACY_WAIT", f"{text!r} is not 0..{MAX_WAIT:g} seconds",
+            f"the seconds the relay holds its hello for an old station, e.g. {DEFAULT_WAIT}")  # fmt: skip
+        wait = DEFAULT_WAIT
+    if magic and (len(magic) > MAX_MAGIC or not magic.isascii() or not magic.isprintable()
+                  or magic == MODERN_MAGIC):  # fmt: skip
+        bad("stkrelay.E081", "RELAY_LEGACY_MAGIC", f"{magic[:80]!r} cannot be the old relay's MAGIC",
+            f"1..{MAX_MAGIC} printable ASCII characters, not {MODERN_MAGIC}: copy MAGIC from the "
+            "site's relay_server.py")  # fmt: skip
+        return on, "", wait
+    if on and not magic:
+        bad("stkrelay.E080", "RELAY_LEGACY_MAGIC", "is not set while RELAY_LEGACY = 1",
+            "copy MAGIC from the site's relay_server.py (our documents do not hold it)")  # fmt: skip
+    return on, magic, wait
+
+
+def startup_lines(source: str, ignored: list[str], legacy: bool, magic: str) -> list[str]:
+    """What `runagent` says once at start about the site's file and old stations (at most 2 lines)."""
+    lines = []
+    if ignored:
+        shown = ", ".join(ignored[:12]) + (", ..." if len(ignored) > 12 else "")
+        lines.append(f"{source}: {len(ignored)} key{'s' if len(ignored) != 1 else ''} of the old agent "
+                     f"ignored ({shown})")  # fmt: skip
+    if legacy:
+        lines.append(f"WARNING: RELAY_LEGACY = 1 (magic {magic!r}): old stations send the site token "
+                     "in clear on the LAN; give each its station credential "
+                     "(relayctl credential --all)")  # fmt: skip
+    return lines
