@@ -36,10 +36,12 @@ from elections.core.commands import PoolCommands
 from elections.core.decide import Decision, Timing
 from elections.core.eligibility import Freshness, judge, observe
 from elections.core.evidence import Refusals, merged
+from elections.core.gate import gate_of
 from elections.errors import StoreUnavailable
 from elections.executors import Gate, build_executors, epoch_from_state, leader_duties
 from elections.ports.beacons import BeaconConfig
 from elections.ports.clock import SystemClock
+from elections.ports.gate import gate_for
 from elections.ports.localstate import Leadership, LocalState, MemberView, PoolView, web_tls_of
 from elections.ports.share import SHARE_OPS
 from elections.ports.stores import PoolPlace, open_event_tail, open_store, store_details
@@ -120,10 +122,12 @@ class Agent:
         # heartbeat: each agent's panel shows the others', for operators and clients to pin.
         self.web_tls = served_fingerprint(stk.data_dir, stk.tls_cert, stk.web_plain)
         self._member_docs: tuple[dict[str, dict[str, Any]], bool] | None = None  # survey(): last members read
-        self.health = HealthMonitor.from_settings(stk.health_cmd, stk.health_url).start()
+        self.health = HealthMonitor.from_settings(stk.health_cmd, stk.health_url, gate_for(stk.gate),
+                                                  stk.gate.max_age)  # fmt: skip
         self.policy = PoolPolicy(
             stk.node, stk.priority, self.commands, lambda: self.view, lambda: self._leader_since,
             self.local, clock.monotonic, health=self.health.status, relay_attests=stk.relay_attests,
+            gate=self.health.gate,
         )  # fmt: skip
         self.elector = Elector(
             store, clock, identity(), self.timing, events=pool_event_sink(stk), policy=self.policy,
@@ -148,6 +152,27 @@ class Agent:
         executors = build_executors(config, stk.data_dir)
         gate = Gate(epoch_from_state(self.local, clock.monotonic))
         self.duties = leader_duties(stk.node, config, executors, gate, pool_event_sink(stk))
+        # A change of the gate's signal is a cycle at once (and a heartbeat saying it), not at
+        # the next tick: a leader whose VRRP instance left MASTER hands off within one look.
+        self.health.on_gate = self._gate_changed
+        self.health.start()
+
+    def _gate_changed(self, signal: str) -> None:
+        """On a thread of its own: the health thread keeps looking even while a cycle
+        waits on a slow share."""
+
+        def cycle() -> None:
+            from django.db import connection
+
+            try:
+                with self.lock:
+                    self._tick(renewing=False, wait=False, news=True)
+            except Exception:
+                log.exception("the cycle after the gate's change failed")
+            finally:
+                connection.close()
+
+        threading.Thread(target=cycle, name="gate-cycle", daemon=True).start()
 
     def _seed_memory(self) -> None:
         """What this agent knew before it restarted: the epochs in its own state
@@ -307,6 +332,9 @@ class Agent:
         fields = {"priority": self.stk.priority, "drain": bool(self.commands.drained.get(self.stk.node)),
                   "health": self.health.status(), "paused": self.commands.paused,
                   "web_tls": self.web_tls}  # fmt: skip
+        gate = self.health.gate()
+        if gate is not None:  # "master" or why not; absent: this member has no gate (ADR 0011)
+            fields["gate"] = gate
         if renewing or fields != self._beat_fields:  # a drain shows at once, not at the next renew
             # `hears`: whose beacons reach this member, so `relayctl doctor` can tell one-way paths.
             heard = {"hears": self.beacons.heard()} if self.beacons is not None else {}
@@ -350,7 +378,7 @@ class Agent:
         members = {}
         for node, doc in docs.items():
             self.fresh[node] = observe(self.fresh.get(node, Freshness()), doc.get("seq"), now)
-            v = judge(node, doc, self.fresh[node], now, stk.heartbeat_ttl, stk.promotion_hold)
+            v = judge(node, doc, self.fresh[node], now, stk.heartbeat_ttl, stk.promotion_hold, gate_of(doc))
             epoch = doc.get("epoch")
             members[node] = MemberView(
                 eligible=v.eligible, reasons=v.reasons, age=v.age, priority=v.priority, ip=doc.get("ip"),
