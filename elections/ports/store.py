@@ -65,7 +65,7 @@ from elections.errors import StoreUnavailable
 from elections.ports.clock import Clock
 from elections.ports.filelock import ShareLock
 from elections.ports.share import LocalShare, Share, share_of
-from elections.ports.sharefiles import DEFAULT_TIMEOUT
+from elections.ports.sharefiles import DEFAULT_TIMEOUT, NODE_FILE
 
 log = logging.getLogger("stkrelay.store")
 
@@ -105,6 +105,17 @@ class LeaseStore(Protocol):
     def write_member(self, doc: dict[str, Any]) -> None: ...
 
     def read_members(self) -> dict[str, dict[str, Any]]: ...
+
+    def remove_member(self, node: str) -> bool:
+        """Remove `node`'s member record (a retired member: `relayctl forget`); True if
+        there was one. Its events stay. Also `forget_member(node)`."""
+        ...
+
+    def forget_member(self, node: str) -> None:
+        """Drop what this store remembers of `node`'s heartbeats (its replay floor, its
+        last good record): the pool forgot it, so a member of that name that comes back
+        starts afresh."""
+        ...
 
     def describe(self) -> str: ...
 
@@ -388,6 +399,24 @@ class FileLeaseStore:
     def read_members(self) -> dict[str, dict[str, Any]]:
         """Every member's last valid heartbeat, by node (bad files are refused)."""
         return self._run(self._read_members)
+
+    def remove_member(self, node: str) -> bool:
+        if not NODE_FILE.fullmatch(node):
+            raise ValueError(f"{node[:64]!r} is not a node id")
+        self.forget_member(node)
+
+        def unlink() -> bool:
+            try:
+                self.share.unlink(f"{MEMBERS_DIR}/{node}.json")
+            except FileNotFoundError:
+                return False
+            return True
+
+        return self._run(unlink)
+
+    def forget_member(self, node: str) -> None:
+        self._member_seq.pop(node, None)
+        self._member_doc.pop(node, None)
 
     def _highest_epoch(self, lease: LeaseRead | None = None) -> int:
         lease = lease if lease is not None else self._read_lease()

@@ -232,6 +232,8 @@ class Agent:
             if events:
                 news = True
                 self.commands.apply(events)
+                for target in forgotten(events):  # a retired member's name may be used afresh
+                    self.elector.store.forget_member(target)  # type: ignore[attr-defined]
                 self.bindings.fold(events)
                 self.elector.know(highest_epoch(events))
                 if not self.projector.submit(events, timeout=0):
@@ -426,6 +428,12 @@ def agent() -> Agent:
     if _agent is None:
         _agent = Agent()
     return _agent
+
+
+def forgotten(events: list[dict[str, Any]]) -> list[str]:
+    """The members these pool events retire (`relayctl forget`)."""
+    named = (e.get("target") for e in events if e.get("kind") == "forget_requested")
+    return [t for t in named if isinstance(t, str)]
 
 
 def highest_epoch(events: list[dict[str, Any]]) -> int:

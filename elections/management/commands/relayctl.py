@@ -11,6 +11,8 @@
     relayctl credential --all        one credential per known station (members, stations seen registering)
     relayctl unbind STATION          reset a station's binding to its credential (the site token works again)
     relayctl tls                     the SHA-256 of this agent's panel certificate, and the members'
+    relayctl forget NODE             retire a member gone for good: its record goes, its history stays
+                                     (refused while its heartbeat is fresh or it holds the lease)
 
 `--json` prints one JSON document for scripts. Exit codes: 0 ok; 1 a command
 refused or a doctor check failed; 2 usage or configuration; 3 the pool is not
@@ -43,7 +45,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):  # type: ignore[no-untyped-def]
         actions = ["list", "history", "drain", "undrain", "promote", "pause", "resume", "plan", "doctor",
-                   "credential", "unbind", "cloud-key", "tls"]  # fmt: skip
+                   "credential", "unbind", "cloud-key", "tls", "forget"]  # fmt: skip
         parser.add_argument("action", choices=actions)
         parser.add_argument("node", nargs="?")
         parser.add_argument("--force", action="store_true", help="drain even the last eligible member")
@@ -64,7 +66,7 @@ class Command(BaseCommand):
             raise SystemExit(2)
         self.as_json = o["json"]
         action = o["action"]
-        if action in ("drain", "undrain", "promote") and not o["node"]:
+        if action in ("drain", "undrain", "promote", "forget") and not o["node"]:
             raise CommandError(f"{action} needs a NODE")
         if action == "unbind" and not o["node"]:
             raise CommandError("unbind needs a STATION")

@@ -273,6 +273,10 @@ def put(key: str, value: bytes, lease: int = 0) -> dict:
     return {"request_put": op}
 
 
+def delete(key: str) -> dict:
+    return {"request_delete_range": {"key": b64(key)}}
+
+
 def mod_is(key: str, revision: int) -> dict:
     """Compare: the key's mod_revision is `revision` (0: the key does not exist)."""
     return {"key": b64(key), "target": "MOD", "result": "EQUAL", "mod_revision": revision}

@@ -53,7 +53,7 @@ from elections.core.untrusted import (
 )
 from elections.errors import StoreUnavailable
 from elections.ports.clock import Clock
-from elections.ports.etcd.client import LeaseNotFound, Refused, as_int, mod_is, put
+from elections.ports.etcd.client import LeaseNotFound, Refused, as_int, delete, mod_is, put
 from elections.ports.etcd.pool import (
     EPOCH_KEY,
     LEASE_KEY,
@@ -354,6 +354,21 @@ class EtcdLeaseStore:
             if doc is not None:
                 out[node] = doc
         return out
+
+    def remove_member(self, node: str) -> bool:
+        if not NODE.fullmatch(node):
+            raise ValueError(f"{node[:64]!r} is not a node id")
+        with self._lock:
+            self.forget_member(node)
+            result = self.client.txn([], [delete(self._member_key(node))])
+            self.pool.touched("members")
+        answers = result.get("responses") or [{}]
+        return int((answers[0].get("response_delete_range") or {}).get("deleted") or 0) > 0
+
+    def forget_member(self, node: str) -> None:
+        self._member_seq.pop(node, None)
+        self._member_doc.pop(node, None)
+        self._members_cache = None
 
     def _member(self, node: str, kv: Kv) -> dict[str, Any] | None:
         source = f"{MEMBERS}{node[:64]}"
