@@ -532,3 +532,14 @@ def test_a_removed_member_is_gone_for_every_reader_and_its_name_starts_afresh_on
     assert other.read_members()["S002"]["seq"] >= 50
     other.forget_member("S002")
     assert other.read_members()["S002"]["seq"] == 3
+
+
+def test_a_store_measures_this_clock_against_its_own(pool):
+    from elections.ports.clock import SystemClock
+
+    store = pool.store("S001", SystemClock())
+    store.write_member(member("S001"))
+    reading = store.measure_clock()
+    assert reading is not None and reading.against in ("file server", "etcd")
+    assert abs(reading.offset_s) < reading.error_s + 1.0, reading  # one machine: one clock
+    assert reading.error_s < (1.5 if reading.against == "etcd" else 0.5), reading  # etcd's Date: a 1 s grain

@@ -37,6 +37,7 @@ from elections.core.decide import Decision, Timing
 from elections.core.eligibility import Freshness, judge, observe
 from elections.core.evidence import Refusals, merged
 from elections.core.gate import gate_of
+from elections.core.skew import ClockReading, reading_of
 from elections.errors import StoreUnavailable
 from elections.executors import Gate, build_executors, epoch_from_state, leader_duties
 from elections.ports.beacons import BeaconConfig
@@ -78,6 +79,7 @@ _agent: Agent | None = None
 # made every agent refuse the live lease as older (a needless election, at that
 # watched pool's epoch + 1).
 NOT_THIS_POOLS_EPOCH = ("audit",)
+CLOCK_EVERY = 30.0  # seconds between readings of this machine's clock against the store's (one operation)
 CATCH_UP_S = 0.2  # seconds of one cycle spent reading a backlog of pool events (a joiner's history)
 
 
@@ -118,6 +120,7 @@ class Agent:
         self.view = PoolView(kmsn=stk.kmsn, node=stk.node)
         self._leader_since: float | None = None
         self._beat_fields: dict[str, Any] = {}
+        self._clock: ClockReading | None = None  # the last reading of this clock against the store's
         # The SHA-256 of the certificate this member's panel serves ("" in plain HTTP), in every
         # heartbeat: each agent's panel shows the others', for operators and clients to pin.
         self.web_tls = served_fingerprint(stk.data_dir, stk.tls_cert, stk.web_plain)
@@ -340,8 +343,12 @@ class Agent:
         if renewing or fields != self._beat_fields:  # a drain shows at once, not at the next renew
             # `hears`: whose beacons reach this member, so `relayctl doctor` can tell one-way paths.
             heard = {"hears": self.beacons.heard()} if self.beacons is not None else {}
-            self.elector.heartbeat(**fields, **heard)
+            # `clock`: this machine's wall clock against the store's (core.skew): shown, never decided on.
+            clock = {"clock": self._clock.to_doc()} if self._clock is not None else {}
+            self.elector.heartbeat(**fields, **heard, **clock)
             self._beat_fields = fields
+            if self._due("clock", CLOCK_EVERY):
+                self._measure_clock()
         self.publish(decision)
         # The view is written at every cycle (the panel judges the lease by it); while quiet,
         # the members' files are read again only every `quiet_survey_every`.
@@ -352,6 +359,12 @@ class Agent:
             decision = self.elector.cycle(renewing=False)
             self.publish(decision)
         return decision
+
+    def _measure_clock(self) -> None:
+        try:
+            self._clock = self.elector.store.measure_clock()  # type: ignore[attr-defined]
+        except (StoreUnavailable, OSError) as exc:
+            log.debug("clock not measured: %s", exc)
 
     def survey(self, read_members: bool = True) -> PoolView:
         """This agent's view of the pool, judged on its own clock: the lease and
@@ -386,6 +399,7 @@ class Agent:
                 eligible=v.eligible, reasons=v.reasons, age=v.age, priority=v.priority, ip=doc.get("ip"),
                 drain=bool(doc.get("drain")), health=doc.get("health"), version=doc.get("version"),
                 epoch=epoch if isinstance(epoch, int) else None, web_tls=web_tls_of(doc),
+                clock=reading_of(doc),
             )  # fmt: skip
         view = PoolView(
             kmsn=stk.kmsn, node=stk.node, updated=now, lease=lease,

@@ -273,6 +273,7 @@ class Command(BaseCommand):
         check("exactly one relay answering", len(answering) <= 1 and (not answering or answering == [lease]),
               f"answering: {', '.join(answering) or 'none'}; lease names {lease}")  # fmt: skip
         _beacon_checks(check, stk.node, pool, members)
+        _clock_checks(check, stk.node, pool)
         _early_takeover_check(check, stk.kmsn)
         recent = pool.refusals.get("recent") if isinstance(pool.refusals.get("recent"), list) else []
         check("no forged, replayed or oversized records on the share", not recent,
@@ -283,6 +284,23 @@ class Command(BaseCommand):
                 check(f"refused {r.get('source')}", False, f"{r.get('cause')}: {r.get('detail')} ({seen})")
         self.emit(checks, [f"{'ok  ' if c['ok'] else 'FAIL'} {c['check']}: {c['detail']}" for c in checks])
         return 0 if all(c["ok"] for c in checks) else 1
+
+
+def _clock_checks(check: Any, me: str, pool: Any) -> None:
+    """Each member's wall clock against the store's, and against this agent's, as the members
+    measure and publish them (core.skew). Shown only: no election or freshness reads a clock."""
+    from elections.core.skew import SHOWN_LIMIT, describe, versus
+
+    mine = pool.members[me].clock if me in pool.members else None
+    for node, m in sorted(pool.members.items()):
+        detail = describe(m.clock)
+        vs = versus(m.clock, mine) if node != me else None
+        if vs is not None:
+            detail += f"; {vs[0]:+.2f} s (±{vs[1]:.2f}) vs {me}"
+        off = m.clock is not None and abs(m.clock.offset_s) - m.clock.error_s > SHOWN_LIMIT
+        if off:
+            detail += f" (more than {SHOWN_LIMIT:g} s: fix its NTP; shown only, never used for a decision)"
+        check(f"clock of {node}", not off, detail)
 
 
 def _early_takeover_check(check: Any, kmsn: str) -> None:

@@ -35,10 +35,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 from elections.core.evidence import Refusals
 from elections.core.lease import LeaseRead, LeaseRecord, parse_lease, sign, signature_ok
+from elections.core.skew import ClockReading, from_window
 from elections.core.untrusted import (
     FORGED,
     LEASE,
@@ -369,6 +371,17 @@ class EtcdLeaseStore:
         self._member_seq.pop(node, None)
         self._member_doc.pop(node, None)
         self._members_cache = None
+
+    def measure_clock(self) -> ClockReading | None:
+        """This machine's wall clock against the etcd member's: the `Date` of one answer
+        (a read of this member's own key) against this clock before and after the call."""
+        self.pool.get(MEMBERS + self.node, MEMBER.max_bytes)
+        sent, received, date = getattr(self.client, "answered", (0.0, 0.0, ""))
+        try:
+            server = parsedate_to_datetime(date).timestamp()
+        except (TypeError, ValueError, IndexError):
+            return None
+        return from_window(sent, received, server, 1.0, "etcd")
 
     def _member(self, node: str, kv: Kv) -> dict[str, Any] | None:
         source = f"{MEMBERS}{node[:64]}"
