@@ -7,6 +7,7 @@ import os
 import shutil
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -221,3 +222,19 @@ def test_a_look_that_was_not_a_read_never_restarts_the_change_timer():
     assert remember(memory, Look(False, why="x"), 20.0) == memory
     assert remember(memory, Look(True, "MASTER", stamp=1), 20.0) == memory
     assert remember(memory, Look(True, "MASTER", stamp=2), 20.0).changed_at == 20.0
+
+
+def test_a_health_check_that_hangs_never_delays_a_look_at_the_gate(tmp_path):
+    path = tmp_path / "gate"
+    path.write_text("MASTER\n")
+    release = threading.Event()
+    mon = HealthMonitor(lambda: "ok" if release.wait(30) else "late", interval=0.1,
+                        gate=FileGate(str(path), 1.0)).start()  # fmt: skip
+    try:
+        wait_until(lambda: mon.gate() == MASTER_SIGNAL, 2, "the gate looked at while the check hangs")
+        path.write_text("BACKUP\n")
+        wait_until(lambda: mon.gate() == "gate says BACKUP", 2, "the next look too")
+        assert mon.status() == "health check pending"
+    finally:
+        release.set()
+        mon.stop()

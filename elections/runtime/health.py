@@ -6,11 +6,11 @@ delays a renewal. Until the first check has finished the agent counts as not
 healthy ("health check pending"), and until the first look at the gate as not
 master: a member is never made eligible on a guess.
 
-Each round looks at the gate first (its own deadline, `GATE_TIMEOUT`), then
-runs the health checks, then waits `interval`: a change of the gate's signal is
-known within one interval plus the gate's deadline, and `on_gate` is called
-with it at once (the agent runs an election cycle then, so a leader whose gate
-stops saying master hands off without waiting for its next tick).
+The gate is looked at on a health thread of its own (so a hanging health check
+never delays it) every `interval`, within its own deadline (`GATE_TIMEOUT`): a
+change of its signal is known within one interval plus that deadline, and
+`on_gate` is called with it at once (the agent runs an election cycle then, so a
+leader whose gate stops saying master hands off without waiting for its next tick).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ class Gate(Protocol):
 
 
 class HealthMonitor:
-    """Runs `check()` and looks at `gate` every `interval` seconds in a daemon
+    """Runs `check()` and looks at `gate` every `interval` seconds, each in a daemon
     thread; `status()` and `gate()` are the last results. Without checks it is
     always 'ok', without a gate `gate()` is None; with neither no thread starts."""
 
@@ -77,7 +77,7 @@ class HealthMonitor:
         self._mono = mono
         self.on_gate: Callable[[str], None] | None = None
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
 
     @classmethod
     def from_settings(cls, health_cmd: str, health_url: str, gate: Gate | None = None,
@@ -126,17 +126,21 @@ class HealthMonitor:
         return status
 
     def start(self) -> HealthMonitor:
-        if (self.check is not None or self._gate is not None) and self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name="health", daemon=True)
-            self._thread.start()
+        if self._threads:
+            return self
+        loops = [(self.run_once, "health")] if self.check is not None else []
+        loops += [(self.look_at_gate, "health-gate")] if self._gate is not None else []
+        for step, name in loops:
+            thread = threading.Thread(target=self._loop, args=(step,), name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
         return self
 
     def stop(self) -> None:
         self._stop.set()
 
-    def _loop(self) -> None:
+    def _loop(self, step: Callable[[], object]) -> None:
         while not self._stop.is_set():
-            self.look_at_gate()
-            self.run_once()
+            step()
             if self._wait(self._stop, self.interval):
                 return
