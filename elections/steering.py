@@ -1,5 +1,5 @@
 """The steering service: the one path of every operator command (drain,
-undrain, promote, pause, resume, unbind), from the panel, the API and `relayctl` alike.
+undrain, promote, pause, resume, unbind, forget), from the panel, the API and `relayctl` alike.
 
 `perform(actor, ...)` writes the intent to the audit trail (refusing the
 command if that fails), checks the actor's permission and the typed
@@ -11,6 +11,13 @@ or a watched `[pool:<KMSN>]`, signed with that pool's key), naming the actor, cl
 address, reason, the epoch the operator saw and the command's Lamport clock
 (the order rule is in `core.commands`). The target reacts when it observes the
 event; nothing relies on the operator's agent staying up.
+
+`forget` (a member gone for good) is the one command this agent carries out
+itself, after its event is written: it removes the member's record from the
+store (`remove_member`); every agent that reads the event drops what its store
+remembered of that member. Only in this agent's own pool, and only while the
+store answers (a view of an unreachable pool cannot tell a dead member from
+a silent one).
 
 Outcomes (`Outcome.code`) and their HTTP statuses are in `HTTP_STATUS`.
 """
@@ -30,7 +37,10 @@ from django.conf import settings
 from elections import audit
 from elections.core.commands import ACCEPTED, EVENT_KINDS, KINDS, UNAVAILABLE, CommandResult, check
 from elections.core.stations import BOUND
+from elections.errors import StoreUnavailable
+from elections.ports.clock import SystemClock
 from elections.ports.localstate import LocalState
+from elections.ports.stores import PoolPlace, open_store
 from elections.runtime.projection import pool_event_sink, watched_event_sink
 
 log = logging.getLogger("stkrelay.steering")
@@ -214,16 +224,38 @@ def submit(
         return CommandResult(UNAVAILABLE, "this agent has no view of the pool yet", correlation)
     if watched is not None and not pool.store_reachable:
         return CommandResult(UNAVAILABLE, f"the share of pool {watched.kmsn} is unreachable", correlation)
-    code, message = check(pool, kind, target, expected_epoch, force)
+    if kind == "forget" and (watched is not None or not pool.store_reachable):
+        why = ("forget a member from one of its own pool's agents" if watched is not None else
+               "the pool's store is unreachable: a silent member cannot be told from a gone one")  # fmt: skip
+        return CommandResult(UNAVAILABLE, why, correlation, pool.epoch)
+    code, message = check(pool, kind, target, expected_epoch, force, stk.heartbeat_ttl + stk.promotion_hold)
     epoch = pool.epoch
     if code != ACCEPTED:
         return CommandResult(code, message, correlation, epoch)
+    # A forget event carries the member's epoch claim: every agent folds it, so the epoch
+    # its member record held is never handed out again once the record is gone.
+    claim = max(int(epoch or 0), pool.members[target].epoch or 0) if kind == "forget" and target else 0
     try:
         sink.record(
-            f"{kind}_requested", int(epoch or 0), reason or message, required=True, target=target,
+            f"{kind}_requested", claim or int(epoch or 0), reason or message, required=True, target=target,
             actor=actor, client=client, expected_epoch=expected_epoch, force=force, correlation=correlation,
             clock=next_command_clock(pool.command_clock, pool.kmsn or stk.kmsn),
         )  # fmt: skip
     except OSError as exc:
         return CommandResult(UNAVAILABLE, f"command not written: {exc}", correlation, epoch)
+    if kind == "forget" and target:
+        return _remove_member(target, message, correlation, epoch)
+    return CommandResult(ACCEPTED, message, correlation, epoch)
+
+
+def _remove_member(target: str, message: str, correlation: str, epoch: int | None) -> CommandResult:
+    """Remove a forgotten member's record from this agent's own pool's store."""
+    stk = settings.STK
+    try:
+        removed = open_store(PoolPlace.of(stk), stk.node, SystemClock()).remove_member(target)
+    except (StoreUnavailable, OSError, ValueError) as exc:
+        return CommandResult(UNAVAILABLE, f"forget {target} recorded, but its record not removed: {exc}",
+                             correlation, epoch)  # fmt: skip
+    if not removed:
+        message = f"forget {target} recorded; its member record was already gone"
     return CommandResult(ACCEPTED, message, correlation, epoch)

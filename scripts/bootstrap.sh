@@ -19,6 +19,7 @@ command -v smbd >/dev/null || need+=(samba)  # a real SMB server on loopback for
 command -v systemd-analyze >/dev/null || need+=(systemd)  # `systemd-analyze verify` of packaging/*.service
 command -v etcd >/dev/null || need+=(etcd-server)  # a real 3-member etcd cluster in the LEASE_STORE=etcd tests
 command -v etcdctl >/dev/null || need+=(etcd-client)
+command -v keepalived >/dev/null || need+=(keepalived)  # real VRRP for the gate tests (tests/test_netns_gate.py)
 command -v docker-compose >/dev/null || need+=(docker-compose)  # `docker-compose config` of docker/compose.yaml
 command -v podman >/dev/null || need+=(podman)  # `make image` / `make image-test` (DESIGN §12)
 command -v runc >/dev/null || need+=(runc)  # podman's runtime here (crun fails on hybrid cgroups)

@@ -10,7 +10,9 @@ the panel's transport (`WEB_PLAIN`, `TLS_CERT`, `TLS_KEY`) by `stkrelay.config_t
 the beacon keys (`BEACON_*`) by `stkrelay.config_beacons` (E030–E032);
 the `[pool:<KMSN>]` sections of watched pools by `stkrelay.config_pools`
 (E025–E027, `Config.watched`);
-`LEASE_STORE` and the `ETCD_*` keys by `stkrelay.config_store` (E033–E036).
+`LEASE_STORE` and the `ETCD_*` keys by `stkrelay.config_store` (E033–E036);
+the ratios between the timing keys by `stkrelay.config_timing` (E100–E103), the
+gate keys (`GATE_*`) by `stkrelay.config_gate` (E104–E108).
 
 The leader-action keys (`VIP_*`, `AWS_*`, `OCI_*`, `AZURE_*`) are read by
 `elections.core.actions.action_config`; its problems come back here with one id
@@ -32,13 +34,16 @@ from elections.ports.smburl import SmbUrlError, is_smb, parse_smb_url, smb_passw
 from stkrelay import (
     config_beacons,
     config_cloud,
+    config_gate,
     config_legacy,
     config_pools,
     config_store,
+    config_timing,
     config_tls,
     config_web,
 )
 from stkrelay.config_cloud import CloudURL
+from stkrelay.config_gate import GateConfig
 from stkrelay.config_pools import WatchedPool
 
 DEFAULTS: dict[str, str] = {
@@ -64,6 +69,10 @@ DEFAULTS: dict[str, str] = {
     "PRIORITY": "50",
     "HEALTH_CMD": "",
     "HEALTH_URL": "",
+    "GATE_CMD": "",  # the VRRP-master signal (ADR 0011): a command, exit 0 = master...
+    "GATE_FILE": "",  # ...or a file holding MASTER / BACKUP / FAULT (keepalived's notify script)
+    "GATE_TIMEOUT": str(config_gate.DEFAULT_TIMEOUT),  # the gate's own deadline, seconds
+    "GATE_MAX_AGE": "0",  # GATE_FILE: > 0, it must have changed within this long
     "RELAY_ATTESTS": "1",
     "POOL_KEY": "",  # default: RELAY_TOKEN
     "SHARE_TIMEOUT": "2",
@@ -153,6 +162,7 @@ class Config:
     priority: int = 50
     health_cmd: str = ""
     health_url: str = ""
+    gate: GateConfig = field(default_factory=GateConfig)
     relay_attests: bool = True
     web_allowed_hosts: list[str] = field(default_factory=list)  # WEB_ALLOWED_HOSTS only; see allowed_hosts()
     web_trusted_proxies: list[str] = field(default_factory=list)  # networks, e.g. "10.0.0.5/32"
@@ -352,6 +362,9 @@ def load(ini_path: str | None = None, env: dict[str, str] | None = None, check_d
     cfg.priority = prio if prio is not None else cfg.priority
     cfg.health_cmd = values["HEALTH_CMD"]
     cfg.health_url = values["HEALTH_URL"]
+    cfg.gate = config_gate.parse(values, cfg.lease_renew, bad, number)
+    if None not in (*timing.values(), hb, watch):  # each valid alone: now how they stand together
+        config_timing.check(cfg, bad)
     cfg.relay_attests = _flag(values["RELAY_ATTESTS"], True)
     cfg.redis_url = values["REDIS_URL"]
     if not cfg.redis_url.startswith(("redis://", "rediss://", "unix://")):

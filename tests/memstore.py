@@ -96,6 +96,13 @@ class MemoryLeaseStore:
         self._call("read_members")
         return {n: copy.deepcopy(d) for n, d in sorted(self._members.items()) if signature_ok(d, self.token)}
 
+    def remove_member(self, node: str) -> bool:
+        self._call("remove_member")
+        return self._members.pop(node, None) is not None
+
+    def forget_member(self, node: str) -> None:
+        pass
+
     def describe(self) -> str:
         self.calls["describe"] += 1  # never unreachable: it only names the store
         return self.name

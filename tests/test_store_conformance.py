@@ -512,3 +512,34 @@ def test_a_new_writer_of_a_node_knows_the_highest_seq_the_pool_holds_for_it(pool
     again, _ = pool.events("S001", clock)
     fresh, _ = pool.events("S002", clock)
     assert (again.last_seq(), fresh.last_seq(), sink.last_seq()) == (3, 0, 3)
+
+
+# -- a retired member (`relayctl forget`) ------------------------------------------------------------
+def test_a_removed_member_is_gone_for_every_reader_and_its_name_starts_afresh_once_forgotten(pool):
+    clock = FakeClock()
+    writer, remover, other = pool.store("S002", clock), pool.store("S001", clock), pool.store("S003", clock)
+    writer.write_member(member("S002", seq=50))
+    assert remover.read_members()["S002"]["seq"] >= 50 and other.read_members()["S002"]["seq"] >= 50
+    assert remover.remove_member("S002") is True
+    assert "S002" not in remover.read_members() and "S002" not in pool.store("S004", clock).read_members()
+    assert remover.remove_member("S002") is False  # nothing left to remove
+    with pytest.raises(ValueError):
+        remover.remove_member("../relay_leader")
+    # Another machine takes the name; its seq starts low. Whoever forgot the member believes it...
+    pool.store("S002", clock).write_member(member("S002", seq=3))
+    assert remover.read_members()["S002"]["seq"] == 3
+    # ...a reader that still remembers the old seq refuses it as a replay, until it forgets too.
+    assert other.read_members()["S002"]["seq"] >= 50
+    other.forget_member("S002")
+    assert other.read_members()["S002"]["seq"] == 3
+
+
+def test_a_store_measures_this_clock_against_its_own(pool):
+    from elections.ports.clock import SystemClock
+
+    store = pool.store("S001", SystemClock())
+    store.write_member(member("S001"))
+    reading = store.measure_clock()
+    assert reading is not None and reading.against in ("file server", "etcd")
+    assert abs(reading.offset_s) < reading.error_s + 1.0, reading  # one machine: one clock
+    assert reading.error_s < (1.5 if reading.against == "etcd" else 0.5), reading  # etcd's Date: a 1 s grain

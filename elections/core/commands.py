@@ -1,5 +1,11 @@
-"""Operator commands (drain, undrain, promote, pause, resume, unbind): the check a
+"""Operator commands (drain, undrain, promote, pause, resume, unbind, forget): the check a
 command must pass, and the fold of the pool's command events into its state.
+
+`forget` retires a member that is gone for good (ADR 0011's heartbeat hygiene):
+refused while its heartbeat is fresh (`forget_refusal`) or while it holds the
+lease; the steering service then removes its member record from the store. Its
+events and this pool's history of it are kept; a member that comes back simply
+heartbeats again and is a member again.
 
 Pure: no I/O, no clock. The steering service (`elections.steering`) checks a
 command against this agent's pool view with `check()` and writes it as an
@@ -23,8 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-KINDS = ("drain", "undrain", "promote", "pause", "resume", "unbind")  # unbind: core.stations folds it
-NEEDS_TARGET = ("drain", "undrain", "promote")
+KINDS = ("drain", "undrain", "promote", "pause", "resume", "unbind", "forget")  # unbind: core.stations
+NEEDS_TARGET = ("drain", "undrain", "promote", "forget")
 EVENT_KINDS = tuple(f"{k}_requested" for k in KINDS)
 MAX_PROMOTES = 16  # pending promotes remembered (newest by order)
 
@@ -41,6 +47,7 @@ OrderKey = tuple[int, str, int]
 class MemberLike(Protocol):
     eligible: bool
     reasons: tuple[str, ...]
+    age: float | None  # its heartbeat's age on the judging agent's clock
 
 
 class PoolLike(Protocol):
@@ -63,10 +70,27 @@ class CommandResult:
         return self.code == ACCEPTED
 
 
+def forget_refusal(node: str, member: MemberLike, lease: dict[str, Any] | None, stale_after: float) -> str:
+    """Why `node` may not be forgotten now ("" if it may): it holds the lease, or its
+    heartbeat is not stale yet (past `stale_after` = HEARTBEAT_TTL + PROMOTION_HOLD on
+    this agent's clock: the same rule that makes it ineligible)."""
+    lease = lease or {}
+    if lease.get("node") == node and not lease.get("released"):
+        return f"{node} holds the lease (epoch {lease.get('epoch')}): drain it so that another member leads"
+    if member.age is None:
+        return f"{node}'s heartbeat has not been timed yet: wait for this agent to judge it"
+    if member.age <= stale_after:
+        return (f"{node}'s heartbeat is fresh ({member.age:.1f} s old, stale after {stale_after:g} s): "
+                "stop its agent first")  # fmt: skip
+    return ""
+
+
 def check(
-    pool: PoolLike, kind: str, target: str | None, expected_epoch: int | None, force: bool
-) -> tuple[str, str]:
-    """Validation of a command against a pool view: (code, message)."""
+    pool: PoolLike, kind: str, target: str | None, expected_epoch: int | None, force: bool,
+    stale_after: float | None = None,
+) -> tuple[str, str]:  # fmt: skip
+    """Validation of a command against a pool view: (code, message). `stale_after`:
+    when a heartbeat counts as stale here (HEARTBEAT_TTL + PROMOTION_HOLD); forget needs it."""
     if kind not in KINDS:
         return REFUSED, f"unknown command {kind!r}"
     epoch = pool.epoch
@@ -82,6 +106,12 @@ def check(
             return REFUSED, f"{kind} needs a target member"
         if target not in members:
             return UNKNOWN_MEMBER, f"no member {target!r} in the pool"
+    if kind == "forget":
+        why = "this agent does not know when a heartbeat is stale" if stale_after is None else ""
+        why = why or forget_refusal(str(target), members[target], pool.lease, stale_after or 0.0)
+        if why:
+            return REFUSED, f"{target} cannot be forgotten: {why}"
+        return ACCEPTED, f"forget {target} accepted: its member record is removed, its history kept"
     eligible = {n for n, m in members.items() if m.eligible}
     if kind == "drain" and not force and eligible <= {target}:
         return REFUSED, f"{target} is the last eligible member: draining it leaves no leader (use force)"

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from elections.core.gate import MASTER_SIGNAL
+
 
 @dataclass(frozen=True)
 class Freshness:
@@ -45,9 +47,11 @@ def observe(fresh: Freshness, seq: Any, now: float) -> Freshness:
 
 def judge(
     node: str, doc: dict[str, Any] | None, fresh: Freshness, now: float, heartbeat_ttl: float,
-    promotion_hold: float, gate: bool | None = None,
+    promotion_hold: float, gate: bool | str | None = None,
 ) -> Verdict:  # fmt: skip
-    """Eligibility of `node` from its last heartbeat document `doc`."""
+    """Eligibility of `node` from its last heartbeat document `doc`. `gate`: None
+    when the member has no gate; else True / `core.gate.MASTER_SIGNAL` (master),
+    False, or the reason its gate is not master (`core.gate.gate_of(doc)`)."""
     if doc is None:
         return Verdict(node, False, ("no heartbeat ever seen",))
     reasons: list[str] = []
@@ -68,6 +72,8 @@ def judge(
         reasons.append("priority 0 (never leader)")
     if gate is False:
         reasons.append("gate signal: not master")
+    elif isinstance(gate, str) and gate != MASTER_SIGNAL:
+        reasons.append(f"gate: {gate}")
     return Verdict(node, not reasons, tuple(reasons), age, priority)
 
 

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from elections.core.skew import ClockReading, reading_of
 from elections.ports.host import pid_alive, write_atomic
 from elections.ports.webcert import FINGERPRINT
 
@@ -132,6 +133,7 @@ class MemberView:
     epoch: int | None = None
     # The SHA-256 of the certificate its panel serves (64 hex), "" for plain HTTP, None if unsaid.
     web_tls: str | None = None
+    clock: ClockReading | None = None  # its wall clock against the store's, as it measured it (core.skew)
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any]) -> MemberView:
@@ -148,6 +150,7 @@ class MemberView:
             version=doc.get("version"),
             epoch=_int(doc.get("epoch")),
             web_tls=web_tls_of(doc),
+            clock=reading_of(doc),
         )
 
 

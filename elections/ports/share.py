@@ -83,6 +83,10 @@ class Share(Protocol):
 
     def size(self, rel: str) -> int | None: ...
 
+    def mtime(self, rel: str) -> float | None:
+        """The file's last write time on the server's clock (POSIX seconds), None if absent."""
+        ...
+
     def append_line(self, rel: str, line: bytes) -> None: ...
 
     def listing(
@@ -136,6 +140,13 @@ class LocalShare:
         SHARE_OPS.count()
         try:
             return self.path(rel).stat().st_size
+        except FileNotFoundError:
+            return None
+
+    def mtime(self, rel: str) -> float | None:
+        SHARE_OPS.count()
+        try:
+            return os.lstat(self.path(rel)).st_mtime
         except FileNotFoundError:
             return None
 

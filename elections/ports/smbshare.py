@@ -173,6 +173,24 @@ class SmbShare(SmbSession):
 
         return self._op(run, rel, retry=True)
 
+    def mtime(self, rel: str) -> float | None:
+        SHARE_OPS.count()
+
+        def run(tree: TreeConnect) -> float | None:
+            fopen, (create, created) = self._open(tree, rel, ATTRS, CreateDisposition.FILE_OPEN, FILE)
+            close, closed = fopen.close(send=False)
+            answers = self._answers(self._send(tree, [create, close]), [created, closed])
+            if status_of(answers[0]) in (
+                NtStatus.STATUS_OBJECT_NAME_NOT_FOUND,
+                NtStatus.STATUS_OBJECT_PATH_NOT_FOUND,
+            ):
+                return None
+            self._raise_first(answers[:1])
+            written = fopen.last_write_time  # the server's FILETIME, as an aware UTC datetime
+            return written.timestamp() if written is not None else None
+
+        return self._op(run, rel, retry=True)
+
     def append_line(self, rel: str, line: bytes) -> None:
         SHARE_OPS.count()
 

@@ -47,6 +47,7 @@ from typing import Any, Protocol, TypeVar
 
 from elections.core.evidence import Refusals
 from elections.core.lease import LeaseRead, LeaseRecord, parse_lease, revision_of, sign, signature_ok
+from elections.core.skew import ClockReading, from_window
 from elections.core.untrusted import (
     BAD_FIELD,
     FORGED,
@@ -65,7 +66,7 @@ from elections.errors import StoreUnavailable
 from elections.ports.clock import Clock
 from elections.ports.filelock import ShareLock
 from elections.ports.share import LocalShare, Share, share_of
-from elections.ports.sharefiles import DEFAULT_TIMEOUT
+from elections.ports.sharefiles import DEFAULT_TIMEOUT, NODE_FILE
 
 log = logging.getLogger("stkrelay.store")
 
@@ -106,6 +107,21 @@ class LeaseStore(Protocol):
 
     def read_members(self) -> dict[str, dict[str, Any]]: ...
 
+    def remove_member(self, node: str) -> bool:
+        """Remove `node`'s member record (a retired member: `relayctl forget`); True if
+        there was one. Its events stay. Also `forget_member(node)`."""
+        ...
+
+    def measure_clock(self) -> ClockReading | None:
+        """This machine's wall clock against the store's (`core.skew`), or None."""
+        ...
+
+    def forget_member(self, node: str) -> None:
+        """Drop what this store remembers of `node`'s heartbeats (its replay floor, its
+        last good record): the pool forgot it, so a member of that name that comes back
+        starts afresh."""
+        ...
+
     def describe(self) -> str: ...
 
 
@@ -133,6 +149,7 @@ class FileLeaseStore:
         )
         self._member_seq: dict[str, int] = {}  # node -> highest heartbeat seq accepted
         self._member_doc: dict[str, dict[str, Any]] = {}  # node -> that heartbeat
+        self._member_written: tuple[float, float] | None = None  # wall clock around our last heartbeat write
 
     def describe(self) -> str:
         return f"file:{self.share.where}"
@@ -343,7 +360,10 @@ class FileLeaseStore:
         if _int(mine.get("seq")) >= _int(doc.get("seq")):
             doc = dict(doc, seq=_int(mine.get("seq")) + 1)  # the seq only grows, across restarts too
         body = dict(doc, sig=sign(doc, self.token))
+        before = self.clock.wall().timestamp()
         self._replace(path, json.dumps(body).encode() + b"\n")
+        if doc["node"] == self.node:  # when, on this clock, the file server timed our write
+            self._member_written = (before, self.clock.wall().timestamp())
 
     def write_member(self, doc: dict[str, Any]) -> None:
         """Write this member's heartbeat; never lowers its epoch or its seq."""
@@ -388,6 +408,34 @@ class FileLeaseStore:
     def read_members(self) -> dict[str, dict[str, Any]]:
         """Every member's last valid heartbeat, by node (bad files are refused)."""
         return self._run(self._read_members)
+
+    def remove_member(self, node: str) -> bool:
+        if not NODE_FILE.fullmatch(node):
+            raise ValueError(f"{node[:64]!r} is not a node id")
+        self.forget_member(node)
+
+        def unlink() -> bool:
+            try:
+                self.share.unlink(f"{MEMBERS_DIR}/{node}.json")
+            except FileNotFoundError:
+                return False
+            return True
+
+        return self._run(unlink)
+
+    def forget_member(self, node: str) -> None:
+        self._member_seq.pop(node, None)
+        self._member_doc.pop(node, None)
+
+    def measure_clock(self) -> ClockReading | None:
+        """This machine's wall clock against the file server's: the mtime the server gave
+        this member's last heartbeat, against this clock before and after that write
+        (one share operation). Shown only (`core.skew`)."""
+        window = self._member_written
+        if window is None:
+            return None
+        mtime = self._run(lambda: self.share.mtime(f"{MEMBERS_DIR}/{self.node}.json"))
+        return None if mtime is None else from_window(*window, mtime, 0.0, "file server")
 
     def _highest_epoch(self, lease: LeaseRead | None = None) -> int:
         lease = lease if lease is not None else self._read_lease()

@@ -36,10 +36,13 @@ from elections.core.commands import PoolCommands
 from elections.core.decide import Decision, Timing
 from elections.core.eligibility import Freshness, judge, observe
 from elections.core.evidence import Refusals, merged
+from elections.core.gate import gate_of
+from elections.core.skew import ClockReading, reading_of
 from elections.errors import StoreUnavailable
 from elections.executors import AddressBook, Gate, build_executors, epoch_from_state, leader_duties
 from elections.ports.beacons import BeaconConfig
 from elections.ports.clock import SystemClock
+from elections.ports.gate import gate_for
 from elections.ports.localstate import Leadership, LocalState, MemberView, PoolView, web_tls_of
 from elections.ports.share import SHARE_OPS
 from elections.ports.stores import PoolPlace, open_event_tail, open_store, store_details
@@ -77,6 +80,7 @@ _agent: Agent | None = None
 # made every agent refuse the live lease as older (a needless election, at that
 # watched pool's epoch + 1).
 NOT_THIS_POOLS_EPOCH = ("audit",)
+CLOCK_EVERY = 30.0  # seconds between readings of this machine's clock against the store's (one operation)
 CATCH_UP_S = 0.2  # seconds of one cycle spent reading a backlog of pool events (a joiner's history)
 
 
@@ -118,14 +122,17 @@ class Agent:
         self.view = PoolView(kmsn=stk.kmsn, node=stk.node)
         self._leader_since: float | None = None
         self._beat_fields: dict[str, Any] = {}
+        self._clock: ClockReading | None = None  # the last reading of this clock against the store's
         # The SHA-256 of the certificate this member's panel serves ("" in plain HTTP), in every
         # heartbeat: each agent's panel shows the others', for operators and clients to pin.
         self.web_tls = served_fingerprint(stk.data_dir, stk.tls_cert, stk.web_plain)
         self._member_docs: tuple[dict[str, dict[str, Any]], bool] | None = None  # survey(): last members read
-        self.health = HealthMonitor.from_settings(stk.health_cmd, stk.health_url).start()
+        self.health = HealthMonitor.from_settings(stk.health_cmd, stk.health_url, gate_for(stk.gate),
+                                                  stk.gate.max_age)  # fmt: skip
         self.policy = PoolPolicy(
             stk.node, stk.priority, self.commands, lambda: self.view, lambda: self._leader_since,
             self.local, clock.monotonic, health=self.health.status, relay_attests=stk.relay_attests,
+            gate=self.health.gate,
         )  # fmt: skip
         self.elector = Elector(
             store, clock, identity(), self.timing, events=pool_event_sink(stk), policy=self.policy,
@@ -155,6 +162,27 @@ class Agent:
         self._released: set[int] = set()  # epochs whose demotion plan this process ran
         self.duties = leader_duties(stk.node, config, executors, gate, pool_event_sink(stk),
                                     notify=AddressBook(stk.data_dir))  # fmt: skip
+        # A change of the gate's signal is a cycle at once (and a heartbeat saying it), not at
+        # the next tick: a leader whose VRRP instance left MASTER hands off within one look.
+        self.health.on_gate = self._gate_changed
+        self.health.start()
+
+    def _gate_changed(self, signal: str) -> None:
+        """On a thread of its own: the health thread keeps looking even while a cycle
+        waits on a slow share."""
+
+        def cycle() -> None:
+            from django.db import connection
+
+            try:
+                with self.lock:
+                    self._tick(renewing=False, wait=False, news=True)
+            except Exception:
+                log.exception("the cycle after the gate's change failed")
+            finally:
+                connection.close()
+
+        threading.Thread(target=cycle, name="gate-cycle", daemon=True).start()
 
     def _seed_memory(self) -> None:
         """What this agent knew before it restarted: the epochs in its own state
@@ -231,6 +259,8 @@ class Agent:
             if events:
                 news = True
                 self.commands.apply(events)
+                for target in forgotten(events):  # a retired member's name may be used afresh
+                    self.elector.store.forget_member(target)  # type: ignore[attr-defined]
                 self.bindings.fold(events)
                 self.elector.know(highest_epoch(events))
                 if not self.projector.submit(events, timeout=0):
@@ -331,11 +361,18 @@ class Agent:
         fields = {"priority": self.stk.priority, "drain": bool(self.commands.drained.get(self.stk.node)),
                   "health": self.health.status(), "paused": self.commands.paused,
                   "web_tls": self.web_tls}  # fmt: skip
+        gate = self.health.gate()
+        if gate is not None:  # "master" or why not; absent: this member has no gate (ADR 0011)
+            fields["gate"] = gate
         if renewing or fields != self._beat_fields:  # a drain shows at once, not at the next renew
             # `hears`: whose beacons reach this member, so `relayctl doctor` can tell one-way paths.
             heard = {"hears": self.beacons.heard()} if self.beacons is not None else {}
-            self.elector.heartbeat(**fields, **heard)
+            # `clock`: this machine's wall clock against the store's (core.skew): shown, never decided on.
+            clock = {"clock": self._clock.to_doc()} if self._clock is not None else {}
+            self.elector.heartbeat(**fields, **heard, **clock)
             self._beat_fields = fields
+            if self._due("clock", CLOCK_EVERY):
+                self._measure_clock()
         self.publish(decision)
         # The view is written at every cycle (the panel judges the lease by it); while quiet,
         # the members' files are read again only every `quiet_survey_every`.
@@ -346,6 +383,12 @@ class Agent:
             decision = self.elector.cycle(renewing=False)
             self.publish(decision)
         return decision
+
+    def _measure_clock(self) -> None:
+        try:
+            self._clock = self.elector.store.measure_clock()  # type: ignore[attr-defined]
+        except (StoreUnavailable, OSError) as exc:
+            log.debug("clock not measured: %s", exc)
 
     def survey(self, read_members: bool = True) -> PoolView:
         """This agent's view of the pool, judged on its own clock: the lease and
@@ -374,12 +417,13 @@ class Agent:
         members = {}
         for node, doc in docs.items():
             self.fresh[node] = observe(self.fresh.get(node, Freshness()), doc.get("seq"), now)
-            v = judge(node, doc, self.fresh[node], now, stk.heartbeat_ttl, stk.promotion_hold)
+            v = judge(node, doc, self.fresh[node], now, stk.heartbeat_ttl, stk.promotion_hold, gate_of(doc))
             epoch = doc.get("epoch")
             members[node] = MemberView(
                 eligible=v.eligible, reasons=v.reasons, age=v.age, priority=v.priority, ip=doc.get("ip"),
                 drain=bool(doc.get("drain")), health=doc.get("health"), version=doc.get("version"),
                 epoch=epoch if isinstance(epoch, int) else None, web_tls=web_tls_of(doc),
+                clock=reading_of(doc),
             )  # fmt: skip
         status = read.status if read is not None else "unreachable"
         split = (
@@ -427,6 +471,12 @@ def agent() -> Agent:
     if _agent is None:
         _agent = Agent()
     return _agent
+
+
+def forgotten(events: list[dict[str, Any]]) -> list[str]:
+    """The members these pool events retire (`relayctl forget`)."""
+    named = (e.get("target") for e in events if e.get("kind") == "forget_requested")
+    return [t for t in named if isinstance(t, str)]
 
 
 def highest_epoch(events: list[dict[str, Any]]) -> int:

@@ -1,8 +1,16 @@
-"""This agent's health checks (`HEALTH_CMD`, `HEALTH_URL`), run on their own
-schedule in a thread of their own: the renewal path only reads the last
-result (`status()`), so a check that hangs for its whole timeout never delays
-a renewal. Until the first check has finished the agent counts as not healthy
-("health check pending"): a member is never made eligible on a guess.
+"""This agent's health checks (`HEALTH_CMD`, `HEALTH_URL`) and its gate
+(`GATE_CMD` / `GATE_FILE`, `elections.core.gate`), run on their own schedule in
+a thread of their own: the renewal path only reads the last results
+(`status()`, `gate()`), so a check that hangs for its whole timeout never
+delays a renewal. Until the first check has finished the agent counts as not
+healthy ("health check pending"), and until the first look at the gate as not
+master: a member is never made eligible on a guess.
+
+The gate is looked at on a health thread of its own (so a hanging health check
+never delays it) every `interval`, within its own deadline (`GATE_TIMEOUT`): a
+change of its signal is known within one interval plus that deadline, and
+`on_gate` is called with it at once (the agent runs an election cycle then, so a
+leader whose gate stops saying master hands off without waiting for its next tick).
 """
 
 from __future__ import annotations
@@ -10,8 +18,13 @@ from __future__ import annotations
 import logging
 import subprocess
 import threading
+import time
 import urllib.request
 from collections.abc import Callable
+from typing import Protocol
+
+from elections.core.gate import LOOK_EVERY, GateMemory, Look, remember, signal
+from elections.core.gate import PENDING as GATE_PENDING
 
 log = logging.getLogger("stkrelay.health")
 
@@ -38,32 +51,71 @@ def run_checks(health_cmd: str, health_url: str, timeout: float = CHECK_TIMEOUT)
     return "ok"
 
 
+class Gate(Protocol):
+    def look(self) -> Look: ...
+
+
 class HealthMonitor:
-    """Runs `check()` every `interval` seconds in a daemon thread; `status()` is
-    the last result. Without checks configured it is always 'ok' and starts no thread."""
+    """Runs `check()` and looks at `gate` every `interval` seconds, each in a daemon
+    thread; `status()` and `gate()` are the last results. Without checks it is
+    always 'ok', without a gate `gate()` is None; with neither no thread starts."""
 
     def __init__(
-        self, check: Callable[[], str] | None, interval: float = 1.0,
+        self, check: Callable[[], str] | None, interval: float = LOOK_EVERY,
         wait: Callable[[threading.Event, float], bool] = lambda ev, s: ev.wait(s),
+        gate: Gate | None = None, gate_max_age: float = 0.0,
+        mono: Callable[[], float] = time.monotonic,
     ) -> None:  # fmt: skip
         self.check = check
         self.interval = interval
         self._wait = wait
         self._status = "ok" if check is None else PENDING
+        self._gate = gate
+        self._gate_max_age = gate_max_age
+        self._gate_memory = GateMemory()
+        self._gate_signal: str | None = None if gate is None else GATE_PENDING
+        self._mono = mono
+        self.on_gate: Callable[[str], None] | None = None
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
 
     @classmethod
-    def from_settings(cls, health_cmd: str, health_url: str) -> HealthMonitor:
-        if not health_cmd and not health_url:
-            return cls(None)
-        return cls(lambda: run_checks(health_cmd, health_url))
+    def from_settings(cls, health_cmd: str, health_url: str, gate: Gate | None = None,
+                      gate_max_age: float = 0.0) -> HealthMonitor:  # fmt: skip
+        check = (lambda: run_checks(health_cmd, health_url)) if health_cmd or health_url else None
+        return cls(check, gate=gate, gate_max_age=gate_max_age)
 
     def status(self) -> str:
         return self._status
 
+    def gate(self) -> str | None:
+        """`elections.core.gate.MASTER_SIGNAL`, why not, or None when no gate is configured."""
+        return self._gate_signal
+
+    def look_at_gate(self) -> str | None:
+        """One look at the gate now (on the calling thread); the new signal."""
+        if self._gate is None:
+            return None
+        try:
+            look = self._gate.look()
+        except Exception as exc:  # a broken gate is not master, never a dead thread
+            look = Look(False, why=f"gate look failed: {type(exc).__name__}: {exc}")
+        now = self._mono()
+        self._gate_memory = remember(self._gate_memory, look, now)
+        new = signal(look, self._gate_memory, now, self._gate_max_age)
+        old, self._gate_signal = self._gate_signal, new
+        if new != old:
+            log.warning("gate: %s (was: %s)", new, old)
+            if self.on_gate is not None:
+                try:
+                    self.on_gate(new)
+                except Exception:
+                    log.exception("reacting to the gate's change failed")
+        return new
+
     def run_once(self) -> str:
-        assert self.check is not None
+        if self.check is None:
+            return self._status
         try:
             status = self.check()
         except Exception as exc:  # a broken check is a failing check, never a dead thread
@@ -74,16 +126,21 @@ class HealthMonitor:
         return status
 
     def start(self) -> HealthMonitor:
-        if self.check is not None and self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name="health", daemon=True)
-            self._thread.start()
+        if self._threads:
+            return self
+        loops = [(self.run_once, "health")] if self.check is not None else []
+        loops += [(self.look_at_gate, "health-gate")] if self._gate is not None else []
+        for step, name in loops:
+            thread = threading.Thread(target=self._loop, args=(step,), name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
         return self
 
     def stop(self) -> None:
         self._stop.set()
 
-    def _loop(self) -> None:
+    def _loop(self, step: Callable[[], object]) -> None:
         while not self._stop.is_set():
-            self.run_once()
+            step()
             if self._wait(self._stop, self.interval):
                 return

@@ -1,6 +1,6 @@
 """The pool's policy for one agent's elector (ADR 0011): the facts about the
 pool that go into each cycle's `Observation` — eligibility (drain, priority,
-the cached health check, the relay's own health), pause, a planned handoff of
+the cached health check, the gate's last signal, the relay's own health), pause, a planned handoff of
 the epoch this node holds (a promote), the successor by the pool's one rule,
 and whether a promote names someone else (everyone else then defers).
 
@@ -19,6 +19,7 @@ from typing import Protocol
 
 from elections.core.commands import PoolCommands
 from elections.core.eligibility import successor
+from elections.core.gate import MASTER_SIGNAL
 from elections.ports.localstate import LocalState, PoolView
 
 RELAY_GRACE = 3.0  # seconds a new leader's relay has to come up before it counts
@@ -58,6 +59,7 @@ class PoolPolicy:
         self, node: str, priority: int, commands: PoolCommands, pool_view: Callable[[], PoolView],
         leader_since: Callable[[], float | None], local: LocalState, clock_mono: Callable[[], float],
         health: Callable[[], str] = lambda: "ok", relay_attests: bool = True,
+        gate: Callable[[], str | None] = lambda: None,
     ) -> None:  # fmt: skip
         self.node = node
         self.priority = priority
@@ -68,6 +70,7 @@ class PoolPolicy:
         self.mono = clock_mono
         self.health = health
         self.relay_attests = relay_attests
+        self.gate = gate
 
     def relay_health(self) -> str:
         """'ok' while the local relay serves this leadership (or is still
@@ -94,6 +97,9 @@ class PoolPolicy:
         health = self.health()
         if health != "ok":
             return False, health
+        gate = self.gate()  # None: no gate configured; else MASTER_SIGNAL or why not (core.gate)
+        if gate is not None and gate != MASTER_SIGNAL:
+            return False, f"gate: {gate}"
         if self.relay_attests and self.leader_since() is not None:
             relay = self.relay_health()
             if relay != "ok":

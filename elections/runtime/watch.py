@@ -25,6 +25,7 @@ from elections.core.commands import PoolCommands
 from elections.core.decide import Memory, replayed, track
 from elections.core.eligibility import Freshness, judge, observe
 from elections.core.evidence import Refusals
+from elections.core.gate import gate_of
 from elections.core.lease import LeaseRead
 from elections.core.untrusted import REPLAYED
 from elections.errors import StoreUnavailable
@@ -117,7 +118,7 @@ class PoolWatcher:
         members = {}
         for node, doc in docs.items():
             self.fresh[node] = observe(self.fresh.get(node, Freshness()), doc.get("seq"), now)
-            v = judge(node, doc, self.fresh[node], now, self.heartbeat_ttl, self.promotion_hold)
+            v = judge(node, doc, self.fresh[node], now, self.heartbeat_ttl, self.promotion_hold, gate_of(doc))
             epoch = doc.get("epoch")
             members[node] = MemberView(
                 eligible=v.eligible, reasons=v.reasons, age=v.age, priority=v.priority, ip=doc.get("ip"),

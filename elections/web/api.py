@@ -79,9 +79,18 @@ def members(s: SiteState) -> list[dict[str, Any]]:
             "epoch": m.epoch,
             # its panel's certificate (64 hex; "" in plain HTTP; null when its heartbeat does not say)
             "web_tls_sha256": m.web_tls,
+            # its wall clock against the store's, and against this agent's (shown only: core.skew)
+            "clock": _clock(m),
         }
         for m in s.members
     ]
+
+
+def _clock(m: Any) -> dict[str, Any] | None:
+    if m.clock is None:
+        return None
+    vs = m.clock_vs_agent
+    return {**m.clock.to_doc(), "vs_this_agent_s": None if vs is None else round(vs[0], 3)}
 
 
 def lease(s: SiteState) -> dict[str, Any]:

@@ -43,6 +43,7 @@ PERMISSION_FOR = {
     "resume": "elections.promote_member",
     "unlock_login": "elections.drain_member",  # lift a login lockout: an operator's
     "unbind": "elections.promote_member",  # lets the site token take a station again: the stronger role
+    "forget": "elections.promote_member",  # retires a member (its record removed): the stronger role too
 }
 
 CSP = (

@@ -48,11 +48,14 @@ SUMMARY = _obj(
         "security_alarm": _t(B), "refused_records": _t(INT),
     }
 )  # fmt: skip
+CLOCK = {**_obj({"offset_s": _t(N), "error_s": _t(N), "against": _t(S, enum=["file server", "etcd"]),
+                 "vs_this_agent_s": _t(N, True)}), "type": ["object", "null"]}  # fmt: skip
 MEMBER = _obj(
     {
         "node": _t(S), "role": _t(S), "eligible": _t(B), "reasons": {"type": "array", "items": _t(S)},
         "heartbeat_age_s": _t(N, True), "priority": ANY, "drain": _t(B), "health": ANY, "version": ANY,
         "ip": _t(S, True), "epoch": ANY, "web_tls_sha256": _t(S, True),
+        "clock": CLOCK,
     }
 )  # fmt: skip
 MEMBERS = {"type": "array", "items": MEMBER}

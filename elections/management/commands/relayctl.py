@@ -11,6 +11,8 @@
     relayctl credential --all        one credential per known station (members, stations seen registering)
     relayctl unbind STATION          reset a station's binding to its credential (the site token works again)
     relayctl tls                     the SHA-256 of this agent's panel certificate, and the members'
+    relayctl forget NODE             retire a member gone for good: its record goes, its history stays
+                                     (refused while its heartbeat is fresh or it holds the lease)
 
 `--json` prints one JSON document for scripts. Exit codes: 0 ok; 1 a command
 refused or a doctor check failed; 2 usage or configuration; 3 the pool is not
@@ -43,7 +45,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):  # type: ignore[no-untyped-def]
         actions = ["list", "history", "drain", "undrain", "promote", "pause", "resume", "plan", "doctor",
-                   "credential", "unbind", "cloud-key", "tls"]  # fmt: skip
+                   "credential", "unbind", "cloud-key", "tls", "forget"]  # fmt: skip
         parser.add_argument("action", choices=actions)
         parser.add_argument("node", nargs="?")
         parser.add_argument("--force", action="store_true", help="drain even the last eligible member")
@@ -64,7 +66,7 @@ class Command(BaseCommand):
             raise SystemExit(2)
         self.as_json = o["json"]
         action = o["action"]
-        if action in ("drain", "undrain", "promote") and not o["node"]:
+        if action in ("drain", "undrain", "promote", "forget") and not o["node"]:
             raise CommandError(f"{action} needs a NODE")
         if action == "unbind" and not o["node"]:
             raise CommandError("unbind needs a STATION")
@@ -273,6 +275,7 @@ class Command(BaseCommand):
         _listen_check(check, stk)
         _beacon_checks(check, stk.node, pool, members)
         _share_split_check(check, pool)
+        _clock_checks(check, stk.node, pool)
         _early_takeover_check(check, stk.kmsn)
         _legacy_check(check, stk)
         recent = pool.refusals.get("recent") if isinstance(pool.refusals.get("recent"), list) else []
@@ -309,6 +312,23 @@ def _listen_check(check: Any, stk: Any) -> None:
     detail += f"; passthrough on :{stk.relay_port + 1} of each" if up else ""
     detail += f"; NOT listening on {', '.join(down)}" if down else ""
     check("relay listens on", bool(up) and not down, detail)
+
+
+def _clock_checks(check: Any, me: str, pool: Any) -> None:
+    """Each member's wall clock against the store's, and against this agent's, as the members
+    measure and publish them (core.skew). Shown only: no election or freshness reads a clock."""
+    from elections.core.skew import SHOWN_LIMIT, describe, versus
+
+    mine = pool.members[me].clock if me in pool.members else None
+    for node, m in sorted(pool.members.items()):
+        detail = describe(m.clock)
+        vs = versus(m.clock, mine) if node != me else None
+        if vs is not None:
+            detail += f"; {vs[0]:+.2f} s (±{vs[1]:.2f}) vs {me}"
+        off = m.clock is not None and abs(m.clock.offset_s) - m.clock.error_s > SHOWN_LIMIT
+        if off:
+            detail += f" (more than {SHOWN_LIMIT:g} s: fix its NTP; shown only, never used for a decision)"
+        check(f"clock of {node}", not off, detail)
 
 
 def _early_takeover_check(check: Any, kmsn: str) -> None:

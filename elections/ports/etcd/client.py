@@ -176,6 +176,7 @@ class EtcdClient:
     def _post(self, i: int, path: str, body: dict[str, Any], cap: int, timeout: float) -> dict:
         import requests
 
+        sent = time.time()
         try:
             resp = self._members[i].session.post(
                 self.url_of(i, path), data=json.dumps(body), timeout=(min(timeout, 1.0), timeout), stream=True
@@ -190,6 +191,8 @@ class EtcdClient:
             raise ConnectionError(type(exc).__name__) from None
         finally:
             resp.close()
+        # The member's wall clock, as its HTTP Date says (1 s grain): `core.skew`, shown only.
+        self.answered = (sent, time.time(), str(resp.headers.get("Date") or "")[:64])
         try:
             doc = json.loads(raw) if raw else {}
         except ValueError:
@@ -271,6 +274,10 @@ def put(key: str, value: bytes, lease: int = 0) -> dict:
     if lease:
         op["lease"] = lease
     return {"request_put": op}
+
+
+def delete(key: str) -> dict:
+    return {"request_delete_range": {"key": b64(key)}}
 
 
 def mod_is(key: str, revision: int) -> dict:

@@ -35,10 +35,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 from elections.core.evidence import Refusals
 from elections.core.lease import LeaseRead, LeaseRecord, parse_lease, sign, signature_ok
+from elections.core.skew import ClockReading, from_window
 from elections.core.untrusted import (
     FORGED,
     LEASE,
@@ -53,7 +55,7 @@ from elections.core.untrusted import (
 )
 from elections.errors import StoreUnavailable
 from elections.ports.clock import Clock
-from elections.ports.etcd.client import LeaseNotFound, Refused, as_int, mod_is, put
+from elections.ports.etcd.client import LeaseNotFound, Refused, as_int, delete, mod_is, put
 from elections.ports.etcd.pool import (
     EPOCH_KEY,
     LEASE_KEY,
@@ -354,6 +356,32 @@ class EtcdLeaseStore:
             if doc is not None:
                 out[node] = doc
         return out
+
+    def remove_member(self, node: str) -> bool:
+        if not NODE.fullmatch(node):
+            raise ValueError(f"{node[:64]!r} is not a node id")
+        with self._lock:
+            self.forget_member(node)
+            result = self.client.txn([], [delete(self._member_key(node))])
+            self.pool.touched("members")
+        answers = result.get("responses") or [{}]
+        return int((answers[0].get("response_delete_range") or {}).get("deleted") or 0) > 0
+
+    def forget_member(self, node: str) -> None:
+        self._member_seq.pop(node, None)
+        self._member_doc.pop(node, None)
+        self._members_cache = None
+
+    def measure_clock(self) -> ClockReading | None:
+        """This machine's wall clock against the etcd member's: the `Date` of one answer
+        (a read of this member's own key) against this clock before and after the call."""
+        self.pool.get(MEMBERS + self.node, MEMBER.max_bytes)
+        sent, received, date = getattr(self.client, "answered", (0.0, 0.0, ""))
+        try:
+            server = parsedate_to_datetime(date).timestamp()
+        except (TypeError, ValueError, IndexError):
+            return None
+        return from_window(sent, received, server, 1.0, "etcd")
 
     def _member(self, node: str, kv: Kv) -> dict[str, Any] | None:
         source = f"{MEMBERS}{node[:64]}"

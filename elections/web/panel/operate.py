@@ -114,6 +114,16 @@ def preview(kind: str, site: SiteState, target: str | None) -> Preview:
              _("every agent stops holding %(station)s to its credential") % named,
              _("a client that knows only the site token can then register as %(station)s") % named],
         )  # fmt: skip
+    if kind == "forget":
+        named = {"member": target}
+        return Preview(
+            _("Forget %(member)s: a member gone for good is retired from the pool. Its member record is "
+              "removed from the store; its events and this pool's history of it are kept.") % named,
+            [_("a forget event is written to the pool's event log (audited), with %(member)s's epoch claim")
+             % named, _("this agent removes %(member)s's member record from the store") % named,
+             _("every agent stops listing %(member)s; if it ever heartbeats again it is a member again")
+             % named],
+        )  # fmt: skip
     if kind == "pause":
         return Preview(
             "Pause automatic failover: if the leader fails while paused, no member takes over until resumed.",
@@ -158,6 +168,11 @@ def progress(entry: audit.AuditEntry, site: SiteState, wall_now: datetime, timeo
                 True, False, f"{target} is drained; no eligible member is left: the pool has no leader"
             )
         what = f"waiting for {target} to be drained" + (" and hand off" if leader == target else "")
+    elif entry.action == "forget":
+        if member is None:
+            return Progress(True, False, _("%(member)s is no longer a member; its history is kept") % {
+                "member": target})  # fmt: skip
+        what = _("waiting for this agent's view to drop %(member)s") % {"member": target}
     elif entry.action == "undrain":
         if member is not None and not member.drain:
             return Progress(True, False, f"{target} is no longer drained; {state}")

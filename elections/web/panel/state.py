@@ -23,8 +23,10 @@ from typing import Any
 
 from django.conf import settings
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from elections.core.decide import GONE
+from elections.core.skew import ClockReading, versus
 from elections.ports.localstate import LocalState, PoolView, RelayStatus
 from elections.ports.webcert import show
 from elections.web.panel.relay_state import RelayState, relay_state
@@ -59,6 +61,23 @@ class MemberRow:
     beacon_loss: float | None = None  # share of its beacons lost (0..1), as this agent counts them
     beacon_age: float | None = None  # seconds since this agent last heard one (its own clock)
     web_tls: str | None = None  # its panel's certificate SHA-256 (64 hex), "" plain HTTP, None unsaid
+    clock: ClockReading | None = None  # its wall clock against the store's (core.skew): shown only
+    clock_vs_agent: tuple[float, float] | None = None  # its clock minus this agent's, and the error
+
+    @property
+    def clock_shown(self) -> str:
+        """e.g. "+0.12 s (±0.01) vs the file server; +0.10 s vs this agent"."""
+        if self.clock is None:
+            return ""
+        c = self.clock
+        against = _("the file server") if c.against == "file server" else _("etcd")
+        text = _("%(offset)s s (±%(error)s) vs %(against)s") % {
+            "offset": f"{c.offset_s:+.2f}", "error": f"{c.error_s:.2f}", "against": against}  # fmt: skip
+        if self.clock_vs_agent is not None:
+            diff, error = self.clock_vs_agent
+            shown = {"diff": f"{diff:+.2f}", "error": f"{error:.2f}"}
+            text += _("; %(diff)s s (±%(error)s) vs this agent") % shown
+        return text
 
     @property
     def role(self) -> str:
@@ -225,6 +244,7 @@ def build_site(
     leader_node = (lease or {}).get("node")
     members = []
     heard = pool.beacons.get("members") if isinstance(pool.beacons.get("members"), dict) else {}
+    mine = pool.members[pool.node].clock if pool.node in pool.members else None
     for node, m in sorted(pool.members.items()):
         age = m.age
         if age is not None and view_age is not None:
@@ -249,6 +269,8 @@ def build_site(
                 beacon_loss=b_loss if isinstance(b_loss, (int, float)) else None,
                 beacon_age=b_age if isinstance(b_age, (int, float)) else None,
                 web_tls=m.web_tls,
+                clock=m.clock,
+                clock_vs_agent=versus(m.clock, mine) if node != pool.node else None,
             )
         )
     site = SiteState(

@@ -24,6 +24,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_http_methods
 
 from elections import audit
+from elections.core.commands import forget_refusal
 from elections.ports.localstate import LocalState
 from elections.steering import perform
 from elections.web import svg
@@ -111,6 +112,9 @@ def _buttons(request: HttpRequest, s: SiteState) -> tuple[dict[str, list[Button]
         elif not m.eligible:
             why = "not eligible: " + ("; ".join(m.reasons) or "unknown")
         row.append(make("promote", "Promote", m.node, why))
+        if not s.watched:  # retired from its own pool's agents only (elections.steering)
+            stale_after = settings.STK.heartbeat_ttl + settings.STK.promotion_hold
+            row.append(make("forget", _("Forget"), m.node, forget_refusal(m.node, m, s.lease, stale_after)))
         per_member[m.node] = row
     pool = [make("resume", "Resume failover", None)] if s.paused else [make("pause", "Pause failover", None)]
     return per_member, pool
@@ -315,7 +319,7 @@ def confirm(request: HttpRequest, kmsn: str, kind: str) -> HttpResponse:
             reason=(request.POST.get("reason") or "").strip()[:500],
             expected_epoch=_int_or_none(request.POST.get("expected_epoch")),
             force=request.POST.get("force") == "1",
-            confirm=(request.POST.get("confirm_name") or "") if kind == "promote" else None,
+            confirm=(request.POST.get("confirm_name") or "") if kind in ("promote", "forget") else None,
         )
         if outcome.ok:
             return redirect(reverse("panel-progress", args=[kmsn, outcome.correlation]), permanent=False)
@@ -338,7 +342,7 @@ def confirm(request: HttpRequest, kmsn: str, kind: str) -> HttpResponse:
     choices = [m for m in s.eligible if not m.leader] if kind == "promote" else []
     if kind == "promote" and target not in {m.node for m in choices}:
         target = choices[0].node if len(choices) == 1 else None
-    if kind in ("drain", "undrain") and (not target or s.member(target) is None):
+    if kind in ("drain", "undrain", "forget") and (not target or s.member(target) is None):
         raise Http404("no such member")
     if kind == "unbind" and not target:
         raise Http404("no station named")
