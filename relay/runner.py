@@ -9,7 +9,11 @@ action of its epoch, and serves until leadership is lost (see
 command). With ``CLOUD_URL`` set, it dials the cloud relay's tunnel as soon
 as it serves (`relay.cloud.tunnel.TunnelClient`, presenting the signed lease of
 its epoch), redials with backoff while the gate holds, and closes it on the
-way out; its state is ``snapshot["tunnel"]`` in relay.json. Exit status: 0
+way out; its state is ``snapshot["tunnel"]`` in relay.json. With
+``RELAY_KIND = exec`` it serves the site's own relay instead (DESIGN.md §16):
+the external relay (`relay.external`) on loopback, behind the fencing proxy
+(`relay.proxy`) on the same addresses and gate; relay.json says it listens
+only while the external relay accepts. Exit status: 0
 after serving, 1 if a port cannot be bound, 2 on a configuration problem.
 """
 
@@ -35,6 +39,8 @@ from relay.auth import cloud_key
 from relay.binding_feed import BindingFeed
 from relay.bindings import StationBindings
 from relay.cloud.tunnel import TunnelClient
+from relay.external import ExternalRelay
+from relay.proxy import FencingProxy
 from relay.server import RelayServer
 
 log = logging.getLogger("stkrelay.relay")
@@ -170,6 +176,11 @@ class RelayRunner:
         self.gate = LeadershipGate(stk.data_dir, epoch)
         self.local = LocalState(stk.data_dir)
         self.bindings = StationBindings()
+        self.external: ExternalRelay | None = None
+        self.server: RelayServer | FencingProxy
+        if stk.relay_kind == "exec" and stk.relay_exec is not None:
+            self.server = self.fencing_proxy()
+            return
         self.server = RelayServer(
             node=stk.node,
             kmsn=stk.kmsn,
@@ -184,6 +195,28 @@ class RelayRunner:
             bindings=self.bindings,
         )
         self.tunnel: TunnelClient | None = None
+
+    def fencing_proxy(self) -> FencingProxy:
+        """RELAY_KIND = exec: the proxy, fenced by this runner's gate, in front of the external relay."""
+        spec = self.stk.relay_exec
+        self.tunnel = None
+        proxy = FencingProxy(gate=self.gate, upstream=(spec.host, spec.port),
+                             upstream_passthrough=spec.passthrough_port,
+                             ready=lambda: external.accepting)  # fmt: skip
+
+        def changed(why: str | None) -> None:
+            if why is not None:  # it went away: so did every connection through it
+                proxy.close_all(why)
+            self.write_status(True)
+
+        external = ExternalRelay(spec, epoch=self.epoch, kmsn=self.stk.kmsn, say=self.say,
+                                 on_up=lambda: changed(None), on_down=changed)  # fmt: skip
+        self.external = external
+        return proxy
+
+    def serving(self) -> bool:
+        """The built-in relay serves once it listens; an external relay once it accepts too."""
+        return self.external is None or self.external.accepting
 
     async def run(self) -> int:
         stk, server = self.stk, self.server
@@ -202,9 +235,13 @@ class RelayRunner:
         stopping = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stopping.set)
+        through = ""
+        if self.external is not None:
+            through = f" through the fencing proxy to {self.external.name} on {stk.relay_exec.host}"
+            self.external.start()
         self.say(
             f"runrelay: {stk.node} epoch {self.epoch} serving {stk.kmsn} on {stk.node_ip}:"
-            f"{stk.relay_port} (json) and :{stk.relay_port + 1} (passthrough)"
+            f"{stk.relay_port} (json) and :{stk.relay_port + 1} (passthrough){through}"
         )
         if stk.cloud is not None:
             self.tunnel = TunnelClient(server=server, host=stk.cloud.host, port=stk.cloud.port,
@@ -231,6 +268,8 @@ class RelayRunner:
         told = server.snapshot()["connections"]
         server.lose_leadership(*successor)
         await server.wait_closed(0.5)
+        if self.external is not None:
+            await self.external.stop()
         feed.stop()
         if self.tunnel is not None:
             await self.tunnel.stop()
@@ -299,7 +338,11 @@ class RelayRunner:
         snapshot = self.server.snapshot()
         if self.tunnel is not None:
             snapshot["tunnel"] = self.tunnel.snapshot()
-        status = RelayStatus(os.getpid(), self.epoch, listening, time.monotonic(), snapshot)
+        if self.external is not None:
+            snapshot["external"] = self.external.snapshot()
+        status = RelayStatus(
+            os.getpid(), self.epoch, listening and self.serving(), time.monotonic(), snapshot
+        )
         try:
             self.local.write_relay(status)
         except OSError as exc:

@@ -10,7 +10,8 @@ the panel's transport (`WEB_PLAIN`, `TLS_CERT`, `TLS_KEY`) by `stkrelay.config_t
 the beacon keys (`BEACON_*`) by `stkrelay.config_beacons` (E030–E032);
 the `[pool:<KMSN>]` sections of watched pools by `stkrelay.config_pools`
 (E025–E027, `Config.watched`);
-`LEASE_STORE` and the `ETCD_*` keys by `stkrelay.config_store` (E033–E036).
+`LEASE_STORE` and the `ETCD_*` keys by `stkrelay.config_store` (E033–E036);
+`RELAY_KIND`, `RELAY_EXEC`, `RELAY_EXEC_LISTEN` by `stkrelay.config_exec` (E070–E077).
 
 The leader-action keys (`VIP_*`, `AWS_*`, `OCI_*`, `AZURE_*`) are read by
 `elections.core.actions.action_config`; its problems come back here with one id
@@ -29,8 +30,17 @@ from pathlib import Path
 
 from elections.core.actions import action_config
 from elections.ports.smburl import SmbUrlError, is_smb, parse_smb_url, smb_password
-from stkrelay import config_beacons, config_cloud, config_pools, config_store, config_tls, config_web
+from stkrelay import (
+    config_beacons,
+    config_cloud,
+    config_exec,
+    config_pools,
+    config_store,
+    config_tls,
+    config_web,
+)
 from stkrelay.config_cloud import CloudURL
+from stkrelay.config_exec import ExecRelay
 from stkrelay.config_pools import WatchedPool
 
 DEFAULTS: dict[str, str] = {
@@ -87,6 +97,9 @@ DEFAULTS: dict[str, str] = {
     "BEACON_INTERVAL": str(config_beacons.DEFAULT_INTERVAL),  # 0: off, the lease alone (DESIGN.md §13)
     "BEACON_PORT": "",  # default: RELAY_PORT + 2
     "BEACON_PEERS": "",  # default: the broadcast address of NODE_IP's subnet
+    "RELAY_KIND": "builtin",  # or exec: the site's own relay behind the fencing proxy (DESIGN.md §16)
+    "RELAY_EXEC": "",  # its command line, placeholders {host} {port} {passthrough_port} {epoch} {kmsn}
+    "RELAY_EXEC_LISTEN": "",  # where it listens (loopback): default 127.0.0.1:RELAY_PORT + 10
 }
 
 
@@ -166,6 +179,8 @@ class Config:
     beacon_interval: float = config_beacons.DEFAULT_INTERVAL
     beacon_port: int = 9532
     beacon_peers: list[str] = field(default_factory=list)
+    relay_kind: str = "builtin"  # or exec (stkrelay/config_exec.py)
+    relay_exec: ExecRelay | None = None  # with exec and sound keys: the command and its loopback address
     source: str = "(defaults)"
     problems: list[Problem] = field(default_factory=list)
     values: dict[str, str] = field(default_factory=dict)  # every [stk] key as given, overrides applied
@@ -350,6 +365,7 @@ def load(ini_path: str | None = None, env: dict[str, str] | None = None, check_d
     cfg.beacon_interval = config_beacons.parse_interval(values["BEACON_INTERVAL"], cfg.lease_renew, bad)
     cfg.beacon_port = config_beacons.parse_port(values["BEACON_PORT"], cfg.relay_port, cfg.web_port, bad)
     cfg.beacon_peers = config_beacons.parse_peers(values["BEACON_PEERS"], bad)
+    config_exec.check(cfg, values, bad, check_dirs)
     for err in action_config(values)[1]:
         bad(ACTION_IDS[err.key.partition("_")[0]], err.key, err.message, err.hint)
     config_store.check_store(cfg, values, bad)
