@@ -61,8 +61,14 @@ class ExecRelay:
 
 
 def placeholders(word: str) -> list[str]:
-    """The placeholder fields of `word` (`{name}`), as `str.format` reads them; raises ValueError."""
-    return [field for _, field, _, _ in string.Formatter().parse(word) if field is not None]
+    """The placeholder fields of `word` as `str.format` reads them; a field with a conversion
+    or a format spec (``{port!r}``, ``{port:>5}``) is given whole, so it is never a known name.
+    Raises ValueError for an unbalanced brace."""
+    return [
+        field + (f"!{conv}" if conv else "") + (f":{spec}" if spec else "")
+        for _, field, spec, conv in string.Formatter().parse(word)
+        if field is not None
+    ]
 
 
 def check(cfg: Any, values: dict[str, str], bad: Bad, check_dirs: bool = True) -> None:
@@ -102,9 +108,11 @@ def check(cfg: Any, values: dict[str, str], bad: Bad, check_dirs: bool = True) -
     if cfg.cloud_url:
         bad("stkrelay.E076", "RELAY_KIND", "exec cannot carry the cloud tunnel (CLOUD_URL)",
             "the tunnel needs the built-in relay's routing: builtin, or no CLOUD_URL")  # fmt: skip
+        return
     if check_dirs and not _findable(argv[0]):
         bad("stkrelay.E077", "RELAY_EXEC", f"program {argv[0]!r} is not found or not executable",
             "give the full path of the site's relay binary (quote a path with spaces)")  # fmt: skip
+        return
     cfg.relay_exec = ExecRelay(tuple(argv), host, port)
 
 
@@ -115,8 +123,8 @@ def _split(line: str, bad: Bad) -> list[str] | None:
         bad("stkrelay.E072", "RELAY_EXEC", f"does not split into words: {exc}",
             "close every quote; put a Windows path in single quotes: 'C:\\STK\\relay.exe'")  # fmt: skip
         return None
-    if not argv:
-        bad("stkrelay.E072", "RELAY_EXEC", "has no words", "set the site's relay command")
+    if not argv or not argv[0]:
+        bad("stkrelay.E072", "RELAY_EXEC", "names no program", "set the site's relay command")
         return None
     if "{" in argv[0] or "}" in argv[0]:
         bad("stkrelay.E073", "RELAY_EXEC", f"the program itself ({argv[0]!r}) holds a placeholder",
@@ -138,11 +146,6 @@ def _split(line: str, bad: Bad) -> list[str] | None:
         if unknown:
             bad("stkrelay.E073", "RELAY_EXEC", f"{word!r} names unknown placeholder {{{unknown[0]}}}",
                 f"placeholders are {known}; {{{{ }}}} for literal braces")  # fmt: skip
-            return None
-        try:  # a conversion or format spec ({port!r}, {port:>5}) would fail at start: refuse it now
-            word.format(host="127.0.0.1", port=1, passthrough_port=2, epoch=3, kmsn="k")
-        except (ValueError, KeyError, IndexError) as exc:
-            bad("stkrelay.E073", "RELAY_EXEC", f"{word!r}: {exc}", f"write placeholders bare: {known}")
             return None
     return argv
 
