@@ -13,11 +13,13 @@ import shlex
 import signal
 import socket
 import struct
+import subprocess
 import threading
 import time
 
 import pytest
 from harness import FAST, KMSN, PY, ROOT, free_port, listening, wait_until
+from test_agents_steering import relayctl, wait_pool_view
 
 pytestmark = pytest.mark.agents
 
@@ -40,6 +42,15 @@ def exec_site(site_factory, n=3, extra=(), **settings):
         with open(agent.ini, "a") as f:
             f.write(f"RELAY_EXEC_LISTEN = {agent.ip}:{port}\n")
     return site
+
+
+def doctor_checks(agent) -> list:
+    """`relayctl doctor --json` of `agent` (exit 1 when any check fails: some may, on a busy machine)."""
+    env = {"PATH": "/usr/bin:/bin", "STK_INI": str(agent.ini)}
+    out = subprocess.run([PY, str(ROOT / "manage.py"), "relayctl", "doctor", "--json"], capture_output=True,
+                         text=True, timeout=60, cwd=ROOT, env=env)  # fmt: skip
+    assert out.returncode in (0, 1), out.stdout + out.stderr
+    return json.loads(out.stdout)
 
 
 def relay_port(site) -> int:
@@ -129,6 +140,15 @@ def test_a_kill_9_of_the_leader_and_the_new_leaders_proxy_forwards_within_1s_of_
     assert not any(listening(a.ip, port) for a in site.agents if a is not old), "a follower's proxy listens"
     assert not any(stats(a, first.epoch) for a in site.agents if a is not old), "a follower runs the relay"
     old_pid = standin["pid"]
+    # What runs, in the doctor and the metrics.
+    doctor = {c["check"]: c for c in doctor_checks(old)}
+    kind = doctor["relay kind"]
+    assert kind["ok"] and kind["detail"].startswith("exec: ") and "accepting" in kind["detail"], kind
+    with old.urlopen("/metrics") as r:
+        metrics = r.read().decode()
+    assert f'stkrelay_proxy_upstream_up{{kmsn="{KMSN}"}} 1.0' in metrics
+    assert f'stkrelay_proxy_accepted_total{{kmsn="{KMSN}"}}' in metrics
+    assert f'stkrelay_proxy_bytes_total{{direction="up",kmsn="{KMSN}"}}' in metrics
 
     old.kill9()
     killed = time.monotonic()
@@ -208,7 +228,6 @@ def test_a_sigstopped_leader_woken_after_2_ttl_forwards_not_one_byte(site_factor
 
 
 def test_demotion_by_a_promote_stops_the_external_relay(site_factory):
-    from test_agents_steering import relayctl, wait_pool_view
 
     site = exec_site(site_factory)
     site.start()

@@ -126,7 +126,8 @@ def test_a_shut_gate_forwards_nothing_more_even_before_anyone_closes_the_connect
 def test_losing_leadership_closes_every_forwarded_connection_and_the_listeners():
     async def main() -> None:
         upstream, _, proxy = await rig()
-        streams = [await asyncio.open_connection(*proxy.addresses[n]) for n in ("json", "passthrough", "json")]
+        names = ("json", "passthrough", "json")
+        streams = [await asyncio.open_connection(*proxy.addresses[n]) for n in names]
         await until(lambda: upstream.connections == 3)
         proxy.lose_leadership()
         for reader, _ in streams:
