@@ -105,7 +105,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--serve-proxy", nargs=3, metavar=("DATA_DIR", "PORT", "UPSTREAM"))
-    args = parser.parse_args()
+    args, _ = parser.parse_known_args()  # BENCH_ARGS of the other benches pass through
     if args.serve_proxy:
         data_dir, port, upstream = args.serve_proxy
         asyncio.run(serve_proxy(data_dir, int(port), int(upstream)))
