@@ -298,10 +298,16 @@ class FencingProxy:
                 self.refused[why] = self.refused.get(why, 0) + 1
                 client.close()
                 continue
-            client.setblocking(False)
-            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            client.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-            pair = Pair(self, client, f"{peer[0]}:{peer[1]}", name)
+            try:
+                client.setblocking(False)
+                client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                client.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+                pair = Pair(self, client, f"{peer[0]}:{peer[1]}", name)
+            except OSError as exc:  # no descriptor left for its upstream socket (EMFILE), or it reset
+                self.refused["no_socket"] = self.refused.get("no_socket", 0) + 1
+                log.warning("proxy: cannot forward a connection from %s: %s", peer[0], exc.strerror or exc)
+                client.close()
+                continue
             self.pairs.add(pair)
             self.accepted += 1
             pair.connect((self.upstream[0], target))
