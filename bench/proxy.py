@@ -11,6 +11,9 @@ length-prefixed frame), and the proxy, fenced by a `relay.runner.LeadershipGate`
 over a real leadership.json that says this process leads (so every forwarded
 chunk pays for the gate as it does on a leader). Loopback only (127.0.0.6x).
 
+Passthrough: one publisher writes 64 KiB chunks, at most 1 MiB ahead of one
+viewer, through the external relay's raw port (it copies to the others).
+
 Load: one client connection writes 100-byte frames, one write each, at most
 `IN_FLIGHT` unanswered, and reads their echoes; msg/s counts echoes, latency
 is write -> echo read of the same frame (one clock). Then, separately, one
@@ -38,6 +41,8 @@ sys.path.insert(0, str(ROOT))
 
 HOST = "127.0.0.61"
 IN_FLIGHT = 256
+STREAM_CHUNK = 64 << 10
+STREAM_WINDOW = 1 << 20
 BODY = b'{"type":"send","data":{"seq":12345,"kind":"status","text":"' + b"x" * 40 + b'"}}'
 FRAME = struct.pack(">I", len(BODY)) + BODY
 
@@ -49,15 +54,16 @@ def free_port(host: str) -> int:
 
 
 # -- the proxy (a child process) ----------------------------------------------------------
-async def serve_proxy(data_dir: str, port: int, upstream: int) -> None:
+async def serve_proxy(data_dir: str, port: int, upstream: int, upstream_passthrough: int) -> None:
     from relay.proxy import FencingProxy
     from relay.runner import LeadershipGate
 
-    proxy = FencingProxy(gate=LeadershipGate(data_dir, 1), upstream=(HOST, upstream))
+    proxy = FencingProxy(gate=LeadershipGate(data_dir, 1), upstream=(HOST, upstream),
+                         upstream_passthrough=upstream_passthrough)  # fmt: skip
     await proxy.start(HOST, port, 0)
     done = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, done.set)
-    print("ready", flush=True)
+    print("ready", proxy.addresses["passthrough"][1], flush=True)
     await done.wait()
 
 
@@ -97,6 +103,50 @@ async def load(port: int, seconds: float, window: int) -> tuple[float, list[floa
     return got / took, latencies
 
 
+async def stream(port: int, seconds: float) -> float:
+    """MB/s from one publisher to one viewer on the passthrough port, `STREAM_WINDOW` ahead at most."""
+    viewer_r, viewer_w = await asyncio.open_connection(HOST, port)
+    _, pub_w = await asyncio.open_connection(HOST, port)
+    chunk = b"v" * STREAM_CHUNK
+    loop = asyncio.get_running_loop()
+    got, written, first = 0, 0, loop.create_future()
+    room = asyncio.Event()
+
+    async def view() -> None:
+        nonlocal got
+        while data := await viewer_r.read(1 << 18):
+            got += len(data)
+            room.set()
+            if not first.done():
+                first.set_result(loop.time())
+
+    async def publish() -> None:
+        nonlocal written
+        while not first.done():  # until the viewer is joined at the far end (earlier bytes are lost)
+            pub_w.write(b"p")
+            await pub_w.drain()
+            await asyncio.sleep(0.01)
+        start = loop.time()
+        written = got
+        while loop.time() < start + seconds:
+            if written - got > STREAM_WINDOW:
+                room.clear()
+                await room.wait()
+                continue
+            pub_w.write(chunk)
+            written += len(chunk)
+            await pub_w.drain()
+
+    viewing = asyncio.ensure_future(view())
+    await publish()
+    start, counted = first.result(), got
+    took = loop.time() - start
+    for w in (pub_w, viewer_w):
+        w.close()
+    viewing.cancel()
+    return counted / took / 1e6
+
+
 def p(values: list[float], q: int) -> float:
     return quantiles(values, n=100)[q - 1] * 1000.0 if len(values) > 100 else float("nan")
 
@@ -104,11 +154,11 @@ def p(values: list[float], q: int) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--serve-proxy", nargs=3, metavar=("DATA_DIR", "PORT", "UPSTREAM"))
+    parser.add_argument("--serve-proxy", nargs=4, metavar=("DATA_DIR", "PORT", "UPSTREAM", "UPSTREAM_RAW"))
     args, _ = parser.parse_known_args()  # BENCH_ARGS of the other benches pass through
     if args.serve_proxy:
-        data_dir, port, upstream = args.serve_proxy
-        asyncio.run(serve_proxy(data_dir, int(port), int(upstream)))
+        data_dir, port, upstream, raw = args.serve_proxy
+        asyncio.run(serve_proxy(data_dir, int(port), int(upstream), int(raw)))
         return 0
     from elections.ports.localstate import Leadership, LocalState
 
@@ -119,32 +169,43 @@ def main() -> int:
         node="BENCH", pid=os.getpid(), leader=True, epoch=1, valid_until=now + 3600, updated=now
     )
     LocalState(data).write_leadership(leads)
-    relay_port, proxy_port = free_port(HOST), free_port(HOST)
+    relay_port, relay_raw, proxy_port = free_port(HOST), free_port(HOST), free_port(HOST)
     standin = [sys.executable, str(ROOT / "tests" / "standin_relay.py"), "--host", HOST,
-               "--port", str(relay_port), "--passthrough-port", str(free_port(HOST))]  # fmt: skip
-    proxy = [sys.executable, __file__, "--serve-proxy", data, str(proxy_port), str(relay_port)]
+               "--port", str(relay_port), "--passthrough-port", str(relay_raw)]  # fmt: skip
+    proxy = [
+        sys.executable,
+        __file__,
+        "--serve-proxy",
+        data,
+        str(proxy_port),
+        str(relay_port),
+        str(relay_raw),
+    ]
     children = [subprocess.Popen(argv, stdout=subprocess.PIPE) for argv in (standin, proxy)]
     try:
-        for child in children:
-            assert child.stdout is not None
-            child.stdout.readline()  # its "listening"/"ready" line
-        results: dict[str, list[tuple[float, float, float]]] = {"direct": [], "proxy": []}
+        said = [child.stdout.readline().split() for child in children if child.stdout is not None]
+        proxy_raw = int(said[1][1])  # "ready <passthrough port>"
+        results: dict[str, list[tuple[float, float, float, float]]] = {"direct": [], "proxy": []}
         for _ in range(rounds):
-            for name, port in (("direct", relay_port), ("proxy", proxy_port)):
+            for name, port, raw in (("direct", relay_port, relay_raw), ("proxy", proxy_port, proxy_raw)):
                 rate, lat = asyncio.run(load(port, seconds, IN_FLIGHT))
                 _, one = asyncio.run(load(port, min(seconds, 2.0), 1))
-                results[name].append((rate, p(lat, 99), p(one, 99)))
+                mbps = asyncio.run(stream(raw, min(seconds, 3.0)))
+                results[name].append((rate, p(lat, 99), p(one, 99), mbps))
         cpus = os.cpu_count()
         print(f"stkrelay proxy bench: Python {sys.version.split()[0]}, {cpus} CPUs, median of {rounds} "
               f"rounds; {len(FRAME)}-byte frames, {IN_FLIGHT} in flight, 1 connection")  # fmt: skip
         direct = median(r[0] for r in results["direct"])
+        direct_mbps = median(r[3] for r in results["direct"])
         for name in ("direct", "proxy"):
             rate = median(r[0] for r in results[name])
             p99 = median(r[1] for r in results[name])
             one = median(r[2] for r in results[name])
+            mbps = median(r[3] for r in results[name])
             share = f" ({rate / direct:.0%} of direct)" if name == "proxy" else ""
+            raw_share = f" ({mbps / direct_mbps:.0%})" if name == "proxy" else ""
             print(f"  {name:<7} {rate:>9,.0f} msg/s{share:<18} p99 {p99:6.2f} ms under load, "
-                  f"{one:5.2f} ms with one in flight")  # fmt: skip
+                  f"{one:5.2f} ms with one in flight; passthrough {mbps:,.0f} MB/s{raw_share}")  # fmt: skip
     finally:
         for child in children:
             child.send_signal(signal.SIGTERM)
