@@ -71,7 +71,7 @@ class Direction:
 
     def __init__(self, src: socket.socket, dst: socket.socket, name: str) -> None:
         self.src, self.dst, self.name = src, dst, name
-        self.held = b""  # read, not yet taken by dst
+        self.held: bytes | memoryview = b""  # read, not yet taken by dst
         self.ended = False  # src said EOF and dst was told
 
 
@@ -136,7 +136,7 @@ class Pair:
             return
         self._send(way, data)
 
-    def _send(self, way: Direction, data: bytes) -> None:
+    def _send(self, way: Direction, data: bytes | memoryview) -> None:
         try:
             sent = way.dst.send(data)
         except (BlockingIOError, InterruptedError):
@@ -146,7 +146,7 @@ class Pair:
             return
         self.proxy.counted(way.name, sent)
         if sent < len(data):  # hold the rest; read no more this way until dst takes it
-            way.held = data[sent:]
+            way.held = memoryview(data)[sent:]  # no copy of the rest
             loop = self.proxy.loop
             loop.remove_reader(way.src.fileno())
             loop.add_writer(way.dst.fileno(), self._writable, way)
