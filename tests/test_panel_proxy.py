@@ -3,6 +3,8 @@ relay's state, from relay.json as relay/runner.py writes it (real Django, real f
 
 from __future__ import annotations
 
+import json
+
 import test_panel_support
 from test_panel_support import KMSN, client_for, make_user, write_leading, write_pool, write_relay
 
@@ -64,3 +66,16 @@ def test_hostile_or_broken_proxy_fields_in_relay_json_show_as_nothing(dj):
                                  "listening": {"json": "nope"}, "bytes_up": True, "upstream": 5})  # fmt: skip
     response = client_for(make_user("vera")).get(SITE)
     assert response.status_code == 200 and 'id="relay-kind-exec"' in response.content.decode()
+
+
+def test_the_api_says_which_relay_kind_runs_with_the_proxys_counters(dj):
+    write_pool(dj["data_dir"], leader="S001")
+    write_leading(dj["data_dir"])
+    write_relay(dj["data_dir"], proxy_snapshot())
+    doc = json.loads(client_for(make_user("vera")).get(f"/api/v1/sites/{KMSN}").content)
+    relay = doc["relay"]
+    assert relay["kind"] == "exec" and relay["running"] is True
+    proxy = relay["proxy"]
+    assert (proxy["command"], proxy["accepting"], proxy["accepted"], proxy["bytes_down"]) == (
+        "relay_server", True, 12, 8192)  # fmt: skip
+    assert proxy["refused"] == {"gate_shut": 2} and proxy["upstream"] == "127.0.0.1:9540/9541"

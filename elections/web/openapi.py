@@ -63,6 +63,19 @@ LEASE = _obj(
         "expires_in_s": _t(N, True), "decision": _t(S),
     }
 )  # fmt: skip
+PROXY = {
+    "oneOf": [
+        {"type": "null"},
+        _obj(
+            {
+                "command": _t(S), "accepting": _t(B), "pid": _t(INT, True), "upstream": _t(S),
+                "listening": {"type": "array", "items": {"type": "string"}}, "connections": _t(INT),
+                "accepted": _t(INT), "refused": {"type": "object"}, "closed": {"type": "object"},
+                "bytes_up": _t(INT), "bytes_down": _t(INT), "restarts": _t(INT), "last_error": _t(S, True),
+            }
+        ),
+    ]
+}  # fmt: skip
 RELAY = {
     "oneOf": [
         {"type": "null"},
@@ -72,6 +85,7 @@ RELAY = {
                 "per_station": {"type": "object", "additionalProperties": {"type": "object"}},
                 "connections": _t(INT), "messages": _t(INT), "messages_per_s": _t(N, True),
                 "deliveries": _t(INT), "bytes": _t(INT), "no_route": _t(INT), "drops": {"type": "object"},
+                "kind": {"type": "string", "enum": ["builtin", "exec"]}, "proxy": PROXY,
             }
         ),
     ]
