@@ -30,8 +30,10 @@ Decisions worth knowing:
   TCP's own window (backpressure), and the proxy's memory is bounded by
   2 chunks per connection and `max_connections`.
 - Accepts are refused (closed at once) while the gate is shut or the external
-  relay is not accepting (`ready`), and past `max_connections` (sized from the
-  file limit: each connection holds two descriptors). A connection to the
+  relay is not accepting (`ready`), past `max_connections` (sized from the
+  file limit: each connection holds two descriptors), and past
+  `max_per_address` from one source address (``RELAY_MAX_PER_ADDRESS``, else
+  the built-in relay's default), so one host cannot fill it. A connection to the
   external relay that does not complete in `connect_timeout` is closed.
 - Half-close is forwarded (EOF one way becomes `shutdown(SHUT_WR)` the other
   way); the pair ends when both directions have ended, or on any error.
@@ -49,6 +51,7 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
+from relay.limits import Caps
 from relay.server import file_limit
 
 log = logging.getLogger("stkrelay.relay")
@@ -62,6 +65,12 @@ ACCEPTS_PER_WAKE = 64  # accepts per readable listener before the loop looks at 
 def connection_cap(nofile: int) -> int:
     """Pairs this process can hold: two descriptors each, a tenth of the file limit kept back."""
     return max(8, int(nofile * 0.9) // 2)
+
+
+def address_cap(nofile: int, per_address: int | None = None) -> int:
+    """Pairs one source address may hold: ``RELAY_MAX_PER_ADDRESS``, else the built-in relay's
+    default for its file limit (`relay.limits.Caps`), so one host cannot fill the proxy."""
+    return per_address or Caps.sized(nofile).per_address
 
 
 class Direction:
@@ -211,12 +220,15 @@ class FencingProxy:
         ready: Callable[[], bool] = lambda: True,
         connect_timeout: float = CONNECT_TIMEOUT,
         max_connections: int | None = None,
+        max_per_address: int | None = None,
     ) -> None:
         self.gate, self.ready = gate, ready
         self.upstream = upstream
         self.upstream_passthrough = upstream[1] + 1 if upstream_passthrough is None else upstream_passthrough
         self.connect_timeout = connect_timeout
         self.max_connections = max_connections or connection_cap(file_limit())
+        self.max_per_address = address_cap(file_limit(), max_per_address)
+        self.per_address: dict[str, int] = {}
         self.leading = True
         self.pairs: set[Pair] = set()
         self.addresses: dict[str, tuple[str, int]] = {}
@@ -293,7 +305,7 @@ class FencingProxy:
             except OSError as exc:  # EMFILE and friends: the backlog keeps them; look again soon
                 log.warning("proxy: accept on %s failed: %s", name, exc.strerror or exc)
                 return
-            why = self._refusal()
+            why = self._refusal(peer[0])
             if why is not None:
                 self.refused[why] = self.refused.get(why, 0) + 1
                 client.close()
@@ -309,16 +321,19 @@ class FencingProxy:
                 client.close()
                 continue
             self.pairs.add(pair)
+            self.per_address[peer[0]] = self.per_address.get(peer[0], 0) + 1
             self.accepted += 1
             pair.connect((self.upstream[0], target))
 
-    def _refusal(self) -> str | None:
+    def _refusal(self, address: str) -> str | None:
         if not self.gate_open():
             return "gate_shut"
         if not self.ready():
             return "relay_down"
         if len(self.pairs) >= self.max_connections:
             return "total"
+        if self.per_address.get(address, 0) >= self.max_per_address:
+            return "per_address"
         return None
 
     # -- what the runner and the pairs call -------------------------------------------
@@ -326,7 +341,14 @@ class FencingProxy:
         self.bytes[way] += sent
 
     def forget(self, pair: Pair, cause: str) -> None:
-        self.pairs.discard(pair)
+        if pair in self.pairs:
+            self.pairs.discard(pair)
+            address = pair.peer.rpartition(":")[0]
+            left = self.per_address.get(address, 1) - 1
+            if left > 0:
+                self.per_address[address] = left
+            else:
+                self.per_address.pop(address, None)
         self.closes[cause] = self.closes.get(cause, 0) + 1
 
     def close_all(self, cause: str) -> int:
@@ -364,5 +386,6 @@ class FencingProxy:
             "bytes_up": self.bytes["up"],
             "bytes_down": self.bytes["down"],
             "max_connections": self.max_connections,
+            "max_per_address": self.max_per_address,
             "held_bytes": sum(len(p.up.held) + len(p.down.held) for p in self.pairs),
         }

@@ -202,7 +202,8 @@ class RelayRunner:
         self.tunnel = None
         proxy = FencingProxy(gate=self.gate, upstream=(spec.host, spec.port),
                              upstream_passthrough=spec.passthrough_port,
-                             ready=lambda: external.accepting)  # fmt: skip
+                             ready=lambda: external.accepting,
+                             max_per_address=self.stk.relay_max_per_address or None)  # fmt: skip
 
         def changed(why: str | None) -> None:
             if why is not None:  # it went away: so did every connection through it

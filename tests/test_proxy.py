@@ -199,3 +199,21 @@ def test_connections_past_the_cap_are_refused_and_counted():
         upstream.close()
 
     asyncio.run(main())
+
+
+def test_one_address_cannot_take_more_than_its_share():
+    async def main() -> None:
+        upstream, _, proxy = await rig(max_per_address=2)
+        kept = [await asyncio.open_connection(*proxy.addresses["json"]) for _ in range(2)]
+        await until(lambda: upstream.connections == 2)
+        reader, _ = await asyncio.open_connection(*proxy.addresses["json"])
+        assert await closed(reader)
+        assert proxy.snapshot()["refused"] == {"per_address": 1}
+        kept[0][1].close()  # one leaves: room again
+        await until(lambda: proxy.snapshot()["connections"] == 1)
+        reader, writer = await asyncio.open_connection(*proxy.addresses["json"])
+        writer.write(b"in")
+        assert await asyncio.wait_for(reader.readexactly(2), 5) == b"in"
+        upstream.close()
+
+    asyncio.run(main())
