@@ -30,17 +30,9 @@ from pathlib import Path
 
 from elections.core.actions import action_config
 from elections.ports.smburl import SmbUrlError, is_smb, parse_smb_url, smb_password
-from stkrelay import (
-    config_beacons,
-    config_cloud,
-    config_exec,
-    config_pools,
-    config_store,
-    config_tls,
-    config_web,
-)
+from stkrelay import config_beacons, config_cloud, config_pools, config_store, config_tls, config_web
 from stkrelay.config_cloud import CloudURL
-from stkrelay.config_exec import ExecRelay
+from stkrelay.config_exec import ExecRelay, check_exec
 from stkrelay.config_pools import WatchedPool
 
 DEFAULTS: dict[str, str] = {
@@ -365,7 +357,7 @@ def load(ini_path: str | None = None, env: dict[str, str] | None = None, check_d
     cfg.beacon_interval = config_beacons.parse_interval(values["BEACON_INTERVAL"], cfg.lease_renew, bad)
     cfg.beacon_port = config_beacons.parse_port(values["BEACON_PORT"], cfg.relay_port, cfg.web_port, bad)
     cfg.beacon_peers = config_beacons.parse_peers(values["BEACON_PEERS"], bad)
-    config_exec.check(cfg, values, bad, check_dirs)
+    check_exec(cfg, values, bad, check_dirs)
     for err in action_config(values)[1]:
         bad(ACTION_IDS[err.key.partition("_")[0]], err.key, err.message, err.hint)
     config_store.check_store(cfg, values, bad)

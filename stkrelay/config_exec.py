@@ -19,7 +19,7 @@
 - `exec` with `CLOUD_URL` is `stkrelay.E076`: the cloud tunnel multiplexes
   clients into the built-in relay's routing, which an external relay has not.
 
-Each function reports through `bad(id, key, message, hint)` like `config.load`.
+`check_exec` reports through `bad(id, key, message, hint)` like `config.load`.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def placeholders(word: str) -> list[str]:
     ]
 
 
-def check(cfg: Any, values: dict[str, str], bad: Bad, check_dirs: bool = True) -> None:
+def check_exec(cfg: Any, values: dict[str, str], bad: Bad, check_dirs: bool = True) -> None:
     """Set `cfg.relay_kind` and, with `exec` and sound keys, `cfg.relay_exec`."""
     kind = values["RELAY_KIND"].strip().lower() or "builtin"
     cfg.relay_kind = kind
