@@ -50,7 +50,9 @@ def test_stop_ends_the_whole_process_group_even_what_the_relay_started(tmp_path)
         assert ups == [True] and relay.snapshot()["pid"] is not None
         pid, helper = relay.proc.pid, int(child_file.read_text())
         await relay.stop()
-        assert gone(pid) and gone(helper), "a process of the relay's group outlived stop()"
+        assert gone(pid)  # reaped by stop()
+        # The helper's SIGKILL is delivered asynchronously (and PID 1 here reaps no orphans: a zombie is gone).
+        await until(lambda: gone(helper), 5)
         assert not relay.accepting
 
     asyncio.run(main())
