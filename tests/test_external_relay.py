@@ -51,7 +51,7 @@ def test_stop_ends_the_whole_process_group_even_what_the_relay_started(tmp_path)
         pid, helper = relay.proc.pid, int(child_file.read_text())
         await relay.stop()
         assert gone(pid)  # reaped by stop()
-        # The helper's SIGKILL is delivered asynchronously (and PID 1 here reaps no orphans: a zombie is gone).
+        # The helper's SIGKILL lands asynchronously (PID 1 here reaps no orphans: a zombie is gone).
         await until(lambda: gone(helper), 5)
         assert not relay.accepting
 
