@@ -12,7 +12,11 @@ its epoch), redials with backoff while the gate holds, and closes it on the
 way out; its state is ``snapshot["tunnel"]`` in relay.json. It listens on
 `NODE_IP`, on 127.0.0.1 (`RELAY_LOOPBACK`) and on every address an executor
 holds for its epoch (`relay.listen_set`, from addresses.json, watched like
-leadership.json); where, is ``snapshot["listen"]``. Exit status: 0
+leadership.json); where, is ``snapshot["listen"]``. With
+``RELAY_KIND = exec`` it serves the site's own relay instead (DESIGN.md §16):
+the external relay (`relay.external`) on loopback, behind the fencing proxy
+(`relay.proxy`) on the same addresses and gate; relay.json says it listens
+only while the external relay accepts. Exit status: 0
 after serving, 1 if a port cannot be bound, 2 on a configuration problem.
 """
 
@@ -45,8 +49,10 @@ from relay.auth import cloud_key
 from relay.binding_feed import BindingFeed
 from relay.bindings import StationBindings
 from relay.cloud.tunnel import TunnelClient
+from relay.external import ExternalRelay
 from relay.legacy import LegacySettings
 from relay.listen_set import ListenAddress, ListenSet, wanted_now
+from relay.proxy import FencingProxy
 from relay.server import RelayServer
 
 log = logging.getLogger("stkrelay.relay")
@@ -189,12 +195,24 @@ class RelayRunner:
         self.gate = LeadershipGate(stk.data_dir, epoch)
         self.local = LocalState(stk.data_dir)
         self.bindings = StationBindings()
-        self.server = RelayServer(
+        self.external: ExternalRelay | None = None
+        self.server: RelayServer | FencingProxy
+        self.tunnel: TunnelClient | None = None
+        if stk.relay_kind == "exec" and stk.relay_exec is not None:
+            self.server = self.fencing_proxy()
+        else:
+            self.server = self.builtin_relay()
+        # NODE_IP, loopback, and the addresses the executors hold for this epoch (relay.listen_set).
+        self.listen = ListenSet.of(self.server)
+
+    def builtin_relay(self) -> RelayServer:
+        stk = self.stk
+        return RelayServer(
             node=stk.node,
             kmsn=stk.kmsn,
             token=stk.relay_token,
             gate=self.gate,
-            epoch=epoch,
+            epoch=self.epoch,
             max_frame=stk.relay_max_frame,
             keepalive=stk.relay_keepalive,
             pool_key=stk.pool_key,
@@ -203,13 +221,32 @@ class RelayRunner:
             bindings=self.bindings,
             legacy=legacy_settings(stk),
         )
-        self.tunnel: TunnelClient | None = None
-        # NODE_IP, loopback, and the addresses the executors hold for this epoch (relay.listen_set).
-        self.listen = ListenSet.of(self.server)
 
     def wanted(self) -> tuple[ListenAddress, ...]:
         stk = self.stk
         return wanted_now(self.local, stk.node_ip, stk.relay_loopback, self.epoch)
+
+    def fencing_proxy(self) -> FencingProxy:
+        """RELAY_KIND = exec: the proxy, fenced by this runner's gate, in front of the external relay."""
+        spec = self.stk.relay_exec
+        proxy = FencingProxy(gate=self.gate, upstream=(spec.host, spec.port),
+                             upstream_passthrough=spec.passthrough_port,
+                             ready=lambda: external.accepting,
+                             max_per_address=self.stk.relay_max_per_address or None)  # fmt: skip
+
+        def changed(why: str | None) -> None:
+            if why is not None:  # it went away: so did every connection through it
+                proxy.close_all(why)
+            self.write_status(True)
+
+        external = ExternalRelay(spec, epoch=self.epoch, kmsn=self.stk.kmsn, say=self.say,
+                                 on_up=lambda: changed(None), on_down=changed)  # fmt: skip
+        self.external = external
+        return proxy
+
+    def serving(self) -> bool:
+        """The built-in relay serves once it listens; an external relay once it accepts too."""
+        return self.external is None or self.external.accepting
 
     async def run(self) -> int:
         stk, server = self.stk, self.server
@@ -228,9 +265,13 @@ class RelayRunner:
         stopping = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stopping.set)
+        through = ""
+        if self.external is not None:
+            through = f" through the fencing proxy to {self.external.name} on {stk.relay_exec.host}"
+            self.external.start()
         self.say(
             f"runrelay: {stk.node} epoch {self.epoch} serving {stk.kmsn} on {stk.node_ip}:"
-            f"{stk.relay_port} (json) and :{stk.relay_port + 1} (passthrough)"
+            f"{stk.relay_port} (json) and :{stk.relay_port + 1} (passthrough){through}"
         )
         if stk.cloud is not None:
             self.tunnel = TunnelClient(server=server, host=stk.cloud.host, port=stk.cloud.port,
@@ -263,6 +304,8 @@ class RelayRunner:
         server.lose_leadership(*successor)  # closes every listener, on every address
         self.listen.forget()
         await server.wait_closed(0.5)
+        if self.external is not None:
+            await self.external.stop()
         feed.stop()
         if self.tunnel is not None:
             await self.tunnel.stop()
@@ -332,7 +375,11 @@ class RelayRunner:
         if self.tunnel is not None:
             snapshot["tunnel"] = self.tunnel.snapshot()
         snapshot["listen"] = self.listen.snapshot()
-        status = RelayStatus(os.getpid(), self.epoch, listening, time.monotonic(), snapshot)
+        if self.external is not None:
+            snapshot["external"] = self.external.snapshot()
+        status = RelayStatus(
+            os.getpid(), self.epoch, listening and self.serving(), time.monotonic(), snapshot
+        )
         try:
             self.local.write_relay(status)
         except OSError as exc:

@@ -13,6 +13,7 @@ the `[pool:<KMSN>]` sections of watched pools by `stkrelay.config_pools`
 `LEASE_STORE` and the `ETCD_*` keys by `stkrelay.config_store` (E033–E036);
 the ratios between the timing keys by `stkrelay.config_timing` (E100–E103), the
 gate keys (`GATE_*`) by `stkrelay.config_gate` (E104–E108).
+`RELAY_KIND`, `RELAY_EXEC`, `RELAY_EXEC_LISTEN` by `stkrelay.config_exec` (E070–E077).
 
 The leader-action keys (`VIP_*`, `AWS_*`, `OCI_*`, `AZURE_*`) are read by
 `elections.core.actions.action_config`; its problems come back here with one id
@@ -43,6 +44,7 @@ from stkrelay import (
     config_web,
 )
 from stkrelay.config_cloud import CloudURL
+from stkrelay.config_exec import ExecRelay, check_exec
 from stkrelay.config_gate import GateConfig
 from stkrelay.config_pools import WatchedPool
 
@@ -108,6 +110,9 @@ DEFAULTS: dict[str, str] = {
     "BEACON_INTERVAL": str(config_beacons.DEFAULT_INTERVAL),  # 0: off, the lease alone (DESIGN.md §13)
     "BEACON_PORT": "",  # default: RELAY_PORT + 2
     "BEACON_PEERS": "",  # default: the broadcast address of NODE_IP's subnet
+    "RELAY_KIND": "builtin",  # or exec: the site's own relay behind the fencing proxy (DESIGN.md §16)
+    "RELAY_EXEC": "",  # its command line, placeholders {host} {port} {passthrough_port} {epoch} {kmsn}
+    "RELAY_EXEC_LISTEN": "",  # where it listens (loopback): default 127.0.0.1:RELAY_PORT + 10
 }
 
 
@@ -192,6 +197,8 @@ class Config:
     beacon_interval: float = config_beacons.DEFAULT_INTERVAL
     beacon_port: int = 9532
     beacon_peers: list[str] = field(default_factory=list)
+    relay_kind: str = "builtin"  # or exec (stkrelay/config_exec.py)
+    relay_exec: ExecRelay | None = None  # with exec and sound keys: the command and its loopback address
     source: str = "(defaults)"
     problems: list[Problem] = field(default_factory=list)
     values: dict[str, str] = field(default_factory=dict)  # every [stk] key as given, overrides applied
@@ -383,6 +390,7 @@ def load(ini_path: str | None = None, env: dict[str, str] | None = None, check_d
     cfg.beacon_interval = config_beacons.parse_interval(values["BEACON_INTERVAL"], cfg.lease_renew, bad)
     cfg.beacon_port = config_beacons.parse_port(values["BEACON_PORT"], cfg.relay_port, cfg.web_port, bad)
     cfg.beacon_peers = config_beacons.parse_peers(values["BEACON_PEERS"], bad)
+    check_exec(cfg, values, bad, check_dirs)
     for err in action_config(values)[1]:
         bad(ACTION_IDS[err.key.partition("_")[0]], err.key, err.message, err.hint)
     config_store.check_store(cfg, values, bad)

@@ -135,7 +135,21 @@ def relay(s: SiteState) -> dict[str, Any] | None:
             "registered": r.legacy.registered,
             "refused": r.legacy.refused,
         },
+        "kind": "exec" if r.proxy is not None else "builtin",
+        "proxy": _proxy(r.proxy),
     }
+
+
+def _proxy(p: Any) -> dict[str, Any] | None:
+    """RELAY_KIND = exec: the external relay and the fencing proxy's counters (DESIGN.md §16)."""
+    if p is None:
+        return None
+    return {
+        "command": p.command, "accepting": p.accepting, "pid": p.pid, "upstream": p.upstream,
+        "listening": p.listening, "connections": p.connections, "accepted": p.accepted,
+        "refused": p.refused, "closed": p.closed, "bytes_up": p.bytes_up, "bytes_down": p.bytes_down,
+        "restarts": p.restarts, "last_error": p.last_error or None,
+    }  # fmt: skip
 
 
 def _site_or_404(kmsn: str) -> SiteState | JsonResponse:

@@ -153,6 +153,7 @@ class PoolCollector(Collector):
         yield from _relay_families(
             [(s.kmsn, s.relay) for s in states if s.relay is not None and s.relay.running]
         )
+        yield from _proxy_families([(s.kmsn, s.relay.proxy) for s in states if s.relay and s.relay.proxy])
         yield from _login_families()
 
 
@@ -252,6 +253,36 @@ def _relay_families(relays: list[tuple[str, RelayState]]) -> Iterable[Metric]:
             c.add_metric([kmsn, cause], n)
     yield c
     yield from _tunnel_families([(kmsn, r.tunnel) for kmsn, r in relays if r.tunnel is not None])
+
+
+def _proxy_families(proxies: list) -> Iterable[Metric]:  # type: ignore[type-arg]
+    """The fencing proxy and the external relay behind it (RELAY_KIND = exec, DESIGN.md §16)."""
+    up = GaugeMetricFamily("stkrelay_proxy_upstream_up", "1 while the external relay accepts TCP.",
+                           labels=["kmsn"])  # fmt: skip
+    conns = GaugeMetricFamily("stkrelay_proxy_connections", "Connections the fencing proxy forwards now.",
+                              labels=["kmsn"])  # fmt: skip
+    accepted = CounterMetricFamily("stkrelay_proxy_accepted_total", "Connections the proxy forwarded.",
+                                   labels=["kmsn"])  # fmt: skip
+    refused = CounterMetricFamily("stkrelay_proxy_refused_total", "Connections refused at accept, by cause "
+                                  "(gate_shut, relay_down, total).", labels=["kmsn", "cause"])  # fmt: skip
+    closed = CounterMetricFamily("stkrelay_proxy_closed_total", "Forwarded connections ended, by cause.",
+                                 labels=["kmsn", "cause"])  # fmt: skip
+    moved = CounterMetricFamily("stkrelay_proxy_bytes_total", "Bytes forwarded, by direction (up: to the "
+                                "external relay).", labels=["kmsn", "direction"])  # fmt: skip
+    restarts = CounterMetricFamily("stkrelay_proxy_upstream_restarts_total", "Restarts of the external relay "
+                                   "in this leadership.", labels=["kmsn"])  # fmt: skip
+    for kmsn, p in proxies:
+        up.add_metric([kmsn], 1 if p.accepting else 0)
+        conns.add_metric([kmsn], p.connections)
+        accepted.add_metric([kmsn], p.accepted)
+        for cause, n in sorted(p.refused.items()):
+            refused.add_metric([kmsn, cause], n)
+        for cause, n in sorted(p.closed.items()):
+            closed.add_metric([kmsn, cause], n)
+        moved.add_metric([kmsn, "up"], p.bytes_up)
+        moved.add_metric([kmsn, "down"], p.bytes_down)
+        restarts.add_metric([kmsn], p.restarts)
+    yield from (up, conns, accepted, refused, closed, moved, restarts)
 
 
 def _tunnel_families(tunnels: list) -> Iterable[Metric]:  # type: ignore[type-arg]

@@ -66,6 +66,19 @@ LEASE = _obj(
         "expires_in_s": _t(N, True), "decision": _t(S),
     }
 )  # fmt: skip
+PROXY = {
+    "oneOf": [
+        {"type": "null"},
+        _obj(
+            {
+                "command": _t(S), "accepting": _t(B), "pid": _t(INT, True), "upstream": _t(S),
+                "listening": {"type": "array", "items": {"type": "string"}}, "connections": _t(INT),
+                "accepted": _t(INT), "refused": {"type": "object"}, "closed": {"type": "object"},
+                "bytes_up": _t(INT), "bytes_down": _t(INT), "restarts": _t(INT), "last_error": _t(S, True),
+            }
+        ),
+    ]
+}  # fmt: skip
 RELAY = {
     "oneOf": [
         {"type": "null"},
@@ -78,6 +91,7 @@ RELAY = {
                 "listen": {"type": "array", "items": _obj({"address": _t(S), "why": _t(S), "state": _t(S),
                                                            "error": _t(S, True)})},
                 "legacy": _t("object", True),
+                "kind": {"type": "string", "enum": ["builtin", "exec"]}, "proxy": PROXY,
             },
         ),
     ]

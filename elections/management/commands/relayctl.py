@@ -273,6 +273,7 @@ class Command(BaseCommand):
         check("exactly one relay answering", len(answering) <= 1 and (not answering or answering == [lease]),
               f"answering: {', '.join(answering) or 'none'}; lease names {lease}")  # fmt: skip
         _listen_check(check, stk)
+        _relay_kind_check(check, stk)
         _beacon_checks(check, stk.node, pool, members)
         _share_split_check(check, pool)
         _clock_checks(check, stk.node, pool)
@@ -329,6 +330,32 @@ def _clock_checks(check: Any, me: str, pool: Any) -> None:
         if off:
             detail += f" (more than {SHOWN_LIMIT:g} s: fix its NTP; shown only, never used for a decision)"
         check(f"clock of {node}", not off, detail)
+
+
+def _relay_kind_check(check: Any, stk: Any) -> None:
+    """Which relay this agent runs when it leads (RELAY_KIND, DESIGN.md §16) and, while it
+    leads with an external relay, whether that relay accepts behind the fencing proxy."""
+    from elections.ports.localstate import LocalState
+    from elections.web.panel.proxy_state import ProxyState
+
+    ports = f"{stk.node_ip}:{stk.relay_port} and :{stk.relay_port + 1}"
+    spec = stk.relay_exec
+    if stk.relay_kind != "exec" or spec is None:
+        check("relay kind", True, f"builtin: stkrelay's relay on {ports} while this agent leads")
+        return
+    detail = (f"exec: {spec.argv[0]} on loopback {spec.host}:{spec.port} and :{spec.passthrough_port}, "
+              f"behind the fencing proxy on {ports} while this agent leads")  # fmt: skip
+    local = LocalState(stk.data_dir)
+    if not local.leads_now(time.monotonic()):
+        check("relay kind", True, detail)
+        return
+    proxy = ProxyState.of(local.relay().snapshot)
+    if proxy is None or not proxy.accepting:
+        why = proxy.last_error if proxy is not None and proxy.last_error else "no relay status"
+        check("relay kind", False, f"{detail}; leading, but the external relay does not accept: {why}")
+        return
+    check("relay kind", True, f"{detail}; accepting (pid {proxy.pid}), {proxy.connections} connections "
+                              f"forwarded now, {proxy.restarts} restarts")  # fmt: skip
 
 
 def _early_takeover_check(check: Any, kmsn: str) -> None:

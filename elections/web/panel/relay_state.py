@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from elections.ports.localstate import RelayStatus
+from elections.web.panel.proxy_state import ProxyState
 
 _lock = threading.Lock()
 _relay_samples: dict[Any, tuple[float, int, float | None]] = {}
@@ -140,6 +141,7 @@ class RelayState:
     drops: dict[str, int] = field(default_factory=dict)
     age: float | None = None
     tunnel: TunnelState | None = None  # CLOUD_URL set: the tunnel to the cloud relay
+    proxy: ProxyState | None = None  # RELAY_KIND = exec: the fencing proxy and the external relay
     sessions: list[RelaySession] = field(default_factory=list)  # of this pool, by station and role
     listen: list[ListenEntry] = field(default_factory=list)  # where it listens: NODE_IP, loopback, VIP...
     legacy: LegacyState | None = None  # RELAY_LEGACY = 1: old stations (relay.legacy)
@@ -163,8 +165,12 @@ def relay_state(status: RelayStatus, kmsn: str, now: float) -> RelayState:
     if not status.exists:
         return RelayState(False, "no relay status (relay.json) on this agent")
     age = status.age(now)
+    proxy = ProxyState.of(status.snapshot)
     if not status.listening:
-        return RelayState(False, "relay not listening", pid=status.pid, epoch=status.epoch, age=age)
+        why = "relay not listening"
+        if proxy is not None and status.pid is not None:
+            why = f"the external relay {proxy.command} does not accept yet ({proxy.last_error or 'starting'})"
+        return RelayState(False, why, pid=status.pid, epoch=status.epoch, age=age, proxy=proxy)
     if age is None or age > 3.0:
         return RelayState(False, "relay status is stale", pid=status.pid, epoch=status.epoch, age=age)
     snap = status.snapshot
@@ -207,6 +213,7 @@ def relay_state(status: RelayStatus, kmsn: str, now: float) -> RelayState:
         sessions=sessions,
         listen=entries,
         legacy=LegacyState.of(snap.get("legacy")),
+        proxy=proxy,
     )
 
 

@@ -1,0 +1,71 @@
+"""What the panel and /metrics show of the fencing proxy and the external relay behind it
+(`RELAY_KIND = exec`, DESIGN.md §16), from the relay runner's `relay.json` snapshot
+(`relay.proxy.FencingProxy.snapshot()`, its ``external`` part from
+`relay.external.ExternalRelay.snapshot()`). Every field is read defensively.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+MAX_CAUSES = 20
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _causes(value: Any) -> dict[str, int]:
+    items = value.items() if isinstance(value, dict) else ()
+    return {str(k)[:40]: _int(v) for k, v in list(items)[:MAX_CAUSES]}
+
+
+def _address(value: Any) -> str:
+    if isinstance(value, list) and len(value) >= 2:
+        return f"{str(value[0])[:64]}:{_int(value[1])}"
+    return "?"
+
+
+@dataclass
+class ProxyState:
+    """The proxy's counters and the external relay's state."""
+
+    command: str = ""
+    accepting: bool = False  # the external relay accepts TCP on its port
+    pid: int | None = None
+    upstream: str = ""  # host:json-port/passthrough-port of the external relay
+    listening: list[str] = field(default_factory=list)  # the proxy's own addresses
+    connections: int = 0
+    accepted: int = 0
+    refused: dict[str, int] = field(default_factory=dict)
+    closed: dict[str, int] = field(default_factory=dict)
+    bytes_up: int = 0  # clients -> external relay
+    bytes_down: int = 0
+    restarts: int = 0
+    last_error: str = ""
+
+    @classmethod
+    def of(cls, snap: object) -> ProxyState | None:
+        """From relay.json's snapshot; None unless it is the fencing proxy's (``kind`` = exec)."""
+        if not isinstance(snap, dict) or snap.get("kind") != "exec":
+            return None
+        ext = snap.get("external") if isinstance(snap.get("external"), dict) else {}
+        up = snap.get("upstream") if isinstance(snap.get("upstream"), dict) else {}
+        listening = snap.get("listening") if isinstance(snap.get("listening"), dict) else {}
+        pid = ext.get("pid")
+        return cls(
+            command=str(ext.get("command", ""))[:120],
+            accepting=ext.get("accepting") is True,
+            pid=pid if isinstance(pid, int) and not isinstance(pid, bool) else None,
+            upstream=f"{str(up.get('host', ''))[:64]}:{_int(up.get('json'))}/{_int(up.get('passthrough'))}",
+            listening=[f"{str(name)[:16]} {_address(a)}" for name, a in list(listening.items())[:8]],
+            connections=_int(snap.get("connections")),
+            accepted=_int(snap.get("accepted")),
+            refused=_causes(snap.get("refused")),
+            closed=_causes(snap.get("closed")),
+            bytes_up=_int(snap.get("bytes_up")),
+            bytes_down=_int(snap.get("bytes_down")),
+            restarts=_int(ext.get("restarts")),
+            last_error=str(ext.get("last_error", ""))[:300],
+        )
