@@ -8,6 +8,13 @@ writer wins. The move is asynchronous, so the executor then polls
 `release_secondary_ip` unassigns the address from this agent's ENI, and only if
 the ENI still lists it (after a failover it is already on the new leader's).
 
+`observe` (read-only, ADR 0011 phase 4) lists the ENIs of this ENI's subnet
+(`DescribeNetworkInterfaces` filtered on `subnet-id`, paged, at most
+`MAX_PAGES`) and names every one that carries the address: a secondary IP can
+only be on an ENI of its subnet. The subnet is read once (the ENI's own
+description). The `addresses.private-ip-address` filter would be shorter,
+but moto 5 matches it against primary addresses only.
+
 boto3 is imported only when a client is first needed; `client_factory(region,
 endpoint_url)` is injectable (tests, or a pre-built session).
 """
@@ -19,10 +26,12 @@ from collections.abc import Callable
 from typing import Any
 
 from elections.core.actions import ASSIGN_IP, RELEASE_IP, Action
+from elections.core.ownership import MAX_HOLDERS, Sighting
 from elections.executors.base import Outcome, ProviderError, Recheck, applied, no_recheck
 
 CONFIRM_WITHIN = 10.0  # seconds for DescribeNetworkInterfaces to show the move
 CONFIRM_EVERY = 0.5
+MAX_PAGES = 10  # of DescribeNetworkInterfaces (1000 ENIs each) when observing
 
 ClientFactory = Callable[[str, str], Any]
 
@@ -52,6 +61,7 @@ class AwsExecutor:
         self.sleep = sleep
         self.monotonic = monotonic
         self._clients: dict[tuple[str, str], Any] = {}
+        self._subnets: dict[str, str] = {}  # eni -> its subnet (never changes)
 
     def apply(self, action: Action, recheck: Recheck = no_recheck) -> Outcome:
         a = action.args
@@ -65,6 +75,34 @@ class AwsExecutor:
             raise
         except Exception as exc:
             raise ProviderError(_explain(exc)) from exc
+
+    def observe(self, args: dict[str, Any]) -> Sighting:
+        """Which ENIs of this ENI's subnet carry the address (read-only; never raises)."""
+        eni, ip = args["eni_id"], args["private_ip"]
+        try:
+            ec2 = self._client(args["region"], args.get("endpoint_url") or "")
+            subnet = self._subnets.get(eni)
+            if subnet is None:
+                [nic] = ec2.describe_network_interfaces(NetworkInterfaceIds=[eni])["NetworkInterfaces"]
+                subnet = self._subnets[eni] = str(nic["SubnetId"])
+            holders = []
+            token = ""
+            for _ in range(MAX_PAGES):
+                kw = {"NextToken": token} if token else {}
+                in_subnet = [{"Name": "subnet-id", "Values": [subnet]}]
+                doc = ec2.describe_network_interfaces(Filters=in_subnet, **kw)
+                nics = doc.get("NetworkInterfaces", [])
+                holders += [n["NetworkInterfaceId"] for n in nics if ip in _ips(n)]
+                token = doc.get("NextToken") or ""
+                if not token:
+                    break
+            else:
+                raise ProviderError(f"subnet {subnet} has more than {MAX_PAGES} pages of ENIs")
+        except Exception as exc:
+            why = str(exc) if isinstance(exc, ProviderError) else _explain(exc)
+            return Sighting(self.name, ip, eni, error=why)
+        held = eni in holders
+        return Sighting(self.name, ip, eni, held, tuple(sorted(holders)[:MAX_HOLDERS]), True)
 
     def _client(self, region: str, endpoint_url: str) -> Any:
         key = (region, endpoint_url)
@@ -98,12 +136,14 @@ class AwsExecutor:
 
 def _addresses(ec2: Any, eni: str) -> set[str]:
     doc = ec2.describe_network_interfaces(NetworkInterfaceIds=[eni])
-    out = set()
+    out: set[str] = set()
     for nic in doc.get("NetworkInterfaces", []):
-        for item in nic.get("PrivateIpAddresses", []):
-            if item.get("PrivateIpAddress"):
-                out.add(item["PrivateIpAddress"])
+        out |= _ips(nic)
     return out
+
+
+def _ips(nic: dict[str, Any]) -> set[str]:
+    return {i["PrivateIpAddress"] for i in nic.get("PrivateIpAddresses", []) if i.get("PrivateIpAddress")}
 
 
 def _explain(exc: Exception) -> str:
