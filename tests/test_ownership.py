@@ -56,8 +56,12 @@ CASES = {
     "on the leader": (seen(True, [MAC["S001"]]), [report("S002", False)], OK, ("S001",), ()),
     "moved by hand to a follower, seen by ARP and reported": (
         seen(False, [MAC["S002"]]), [report("S002", True)], DRIFT, ("S002",), ()),
-    "on a follower that says so; this agent's ARP missed the reply": (
-        seen(False, []), [report("S002", True)], DRIFT, ("S002",), ()),
+    "on a follower that says so, but this agent's whole-network look (fresher) does not show it": (
+        seen(False, []), [report("S002", True)], MISSING, (), ()),
+    "on a follower that says so; this agent only saw itself (its probe failed)": (
+        seen(False, [], complete=False), [report("S002", True)], DRIFT, ("S002",), ()),
+    "on a follower whose NIC is unknown, by its own account": (
+        seen(False, []), [report("S002", True, nic="")], DRIFT, ("S002",), ()),
     "on a follower whose heartbeat is behind, but ARP shows its MAC": (
         seen(False, [MAC["S002"]]), [report("S002", False)], DRIFT, ("S002",), ()),
     "on two members": (seen(True, [MAC["S001"], MAC["S002"]]), [report("S002", True)], CONFLICT,
@@ -95,6 +99,12 @@ def test_an_incomplete_sighting_still_counts_what_this_agent_holds():
     mine = seen(True, complete=False, error="arp probe: Operation not permitted")
     [entry] = ownership_map("S001", "S001", 3, [mine], {"S002": [report("S002", False)]})
     assert entry.verdict == OK and entry.errors == ("S001: arp probe: Operation not permitted",)
+
+
+def test_a_heartbeat_written_before_the_move_does_not_keep_its_member_on_the_map():
+    s002 = Sighting("vip", VIP, MAC["S002"], True, (MAC["S002"],), True)
+    [entry] = ownership_map("S002", "S001", 7, [s002], {"S001": [report("S001", True)]})
+    assert (entry.verdict, entry.holders) == (DRIFT, ("S002",))
 
 
 def test_this_agents_own_heartbeat_is_ignored_in_favour_of_its_fresh_sighting():

@@ -210,8 +210,9 @@ def ownership_map(
 
     `mine` is this agent's own fresh sightings; `reports` the members'
     heartbeat reports by node (this agent's own heartbeat is skipped: `mine`
-    is newer). A member holds an address if it says so, or if this agent's
-    whole-network sighting shows the NIC that member reports as its own.
+    is newer). A member holds an address if this agent's whole-network
+    sighting shows the NIC that member reports as its own; where there is no
+    such sighting (or the member's NIC is unknown), if the member says so.
     """
     claims: list[Report] = [r for node, rs in reports.items() if node != me for r in rs]
     claims += [Report(me, s.executor, s.address, s.nic, s.held, s.error) for s in mine]
@@ -231,6 +232,10 @@ def ownership_map(
             if s.key != key or not s.complete:
                 continue
             known = True
+            # A whole-network look is fresher than any heartbeat: for every member whose NIC it
+            # knows, it decides (a heartbeat written before a move must not place the address).
+            decided = {next(iter(nodes)) for nodes in owners.values() if len(nodes) == 1}
+            holders -= decided
             for nic in s.holders[:MAX_HOLDERS]:
                 nodes = owners.get(nic_key(nic), set())
                 if len(nodes) == 1:

@@ -183,6 +183,7 @@ class PoolView:
 
     watched: bool = False  # a pool this agent only watches (DESIGN.md §11), never contends in
     store: dict[str, Any] = field(default_factory=dict)  # ports.stores.store_details(): kind, where...
+    ownership: dict[str, Any] = field(default_factory=dict)  # runtime.ownership: the address map, repairs
 
     @property
     def exists(self) -> bool:
@@ -229,6 +230,7 @@ class PoolView:
             share_ops=_int(doc.get("share_ops")) or 0,
             watched=doc.get("watched") is True,
             store=doc.get("store") if isinstance(doc.get("store"), dict) else {},
+            ownership=doc.get("ownership") if isinstance(doc.get("ownership"), dict) else {},
         )
 
 

@@ -49,6 +49,7 @@ from elections.runtime.bindings import PoolBindings
 from elections.runtime.elector import Elector
 from elections.runtime.health import HealthMonitor
 from elections.runtime.lease_writes import Identity
+from elections.runtime.ownership import OwnershipWatch, Standing, standing_of
 from elections.runtime.policy import PoolPolicy
 from elections.runtime.projection import Projector, pool_event_sink
 from elections.runtime.watch import Watchers
@@ -148,6 +149,17 @@ class Agent:
         executors = build_executors(config, stk.data_dir)
         gate = Gate(epoch_from_state(self.local, clock.monotonic))
         self.duties = leader_duties(stk.node, config, executors, gate, pool_event_sink(stk))
+        self._duty: threading.Thread | None = None  # the last duty plan's thread (repairs wait for it)
+        self.ownership = OwnershipWatch(
+            stk.node, config, executors, gate, pool_event_sink(stk), stk.ownership_check, stk.ownership_hold,
+            self._standing, lambda: (self._member_docs or ({}, False))[0], clock.monotonic, self.refusals,
+            stk.ownership_repair,
+        ).start()  # fmt: skip
+
+    def _standing(self) -> Standing:
+        busy = self._duty is not None and self._duty.is_alive()
+        held = self.elector.memory.leader_epoch
+        return standing_of(self.stk.node, self.view, held, self.commands.paused, busy, self.clock.monotonic())
 
     def _seed_memory(self) -> None:
         """What this agent knew before it restarted: the epochs in its own state
@@ -184,7 +196,8 @@ class Agent:
             finally:
                 connection.close()
 
-        threading.Thread(target=run, name=f"duty-{epoch}", daemon=True).start()
+        self._duty = threading.Thread(target=run, name=f"duty-{epoch}", daemon=True)
+        self._duty.start()
 
     def ingest(self) -> bool:
         """Fold the pool's new, verified events into the command state and hand
@@ -307,6 +320,8 @@ class Agent:
         fields = {"priority": self.stk.priority, "drain": bool(self.commands.drained.get(self.stk.node)),
                   "health": self.health.status(), "paused": self.commands.paused,
                   "web_tls": self.web_tls}  # fmt: skip
+        if self.ownership.enabled:  # where this member's addresses are (a change is written at once)
+            fields["holds"] = self.ownership.reports()
         if renewing or fields != self._beat_fields:  # a drain shows at once, not at the next renew
             # `hears`: whose beacons reach this member, so `relayctl doctor` can tell one-way paths.
             heard = {"hears": self.beacons.heard()} if self.beacons is not None else {}
@@ -365,7 +380,7 @@ class Agent:
             decision=str(self.elector.last or ""), paused=self.commands.paused,
             lease_seen_at=self.elector.memory.seen_at, command_clock=self.command_clock,
             refusals=refusals, beacons=beacons, share_ops=SHARE_OPS.total,
-            store=store_details(self.elector.store),
+            store=store_details(self.elector.store), ownership=self.ownership.snapshot(),
         )  # fmt: skip
         self.local.write_pool(view)
         return view
