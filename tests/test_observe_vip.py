@@ -87,3 +87,39 @@ def test_a_probe_that_cannot_open_its_socket_still_reports_what_the_interface_ho
     s = VipExecutor(python="/nonexistent/python3").observe(vip_args(lan, "a"))
     assert s.held is True and not s.complete and s.error.startswith("arp probe:")
     assert s.holders == (lan.mac("a"),)
+
+
+FLOOD = r"""
+import os, socket, struct, sys, time
+vip, until = socket.inet_aton(sys.argv[1]), time.monotonic() + float(sys.argv[2])
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0806))
+s.bind(("eth0", 0x0806))
+n = 0
+while time.monotonic() < until:
+    fake = bytes([2]) + os.urandom(5)  # a locally administered MAC, a new one each time
+    arp = struct.pack("!HHBBH", 1, 0x0800, 6, 4, 2) + fake + vip + b"\xff" * 6 + b"\0" * 4
+    s.send(b"\xff" * 6 + fake + b"\x08\x06" + arp + b"\0" * 18)
+    s.send(b"\xff" * 6 + fake + b"\x08\x06" + b"junk")  # and a truncated one
+    n += 1
+    time.sleep(0.002)
+print(n)
+"""
+
+
+def test_a_flood_of_forged_arp_replies_is_bounded_shown_and_never_the_members(lan):
+    import subprocess
+    import sys
+
+    from elections.core.ownership import MAX_HOLDERS
+
+    put(lan, "a")
+    flood = subprocess.Popen(["ip", "netns", "exec", lan.ns["peer"], sys.executable, "-c", FLOOD, VIP, "3"],
+                             stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        s = look(lan, "a")
+    finally:
+        sent = int(flood.communicate(timeout=10)[0])
+    assert sent > MAX_HOLDERS
+    assert s.held is True and s.complete and len(s.holders) <= MAX_HOLDERS + 1 and lan.mac("a") in s.holders
+    [entry] = ownership_map("a", "a", 4, [s], {})
+    assert entry.verdict == CONFLICT and entry.holders == ("a",) and 1 <= len(entry.foreign) <= MAX_HOLDERS

@@ -205,3 +205,9 @@ def test_the_repair_rule(name, e, sighting, me, last, want):
     else:
         epoch = me.held_epoch if want == ACQUIRE else me.lease_epoch
         assert out == [Repair("vip", VIP, want, epoch, e.verdict)], name
+
+
+def test_a_flood_of_strangers_never_hides_this_agents_own_holding():
+    strangers = [f"02:00:00:00:01:{i:02x}" for i in range(40)]
+    [entry] = ownership_map("S001", "S001", 3, [seen(True, [*strangers, MAC["S001"]])], {})
+    assert entry.verdict == CONFLICT and entry.holders == ("S001",) and len(entry.foreign) == 15

@@ -236,7 +236,10 @@ def ownership_map(
             # knows, it decides (a heartbeat written before a move must not place the address).
             decided = {next(iter(nodes)) for nodes in owners.values() if len(nodes) == 1}
             holders -= decided
-            for nic in s.holders[:MAX_HOLDERS]:
+            nics = [n for n in s.holders if nic_key(n) != nic_key(s.nic)]
+            if s.held and s.nic:  # this agent's own NIC first: a flood of strangers never hides it
+                nics.insert(0, s.nic)
+            for nic in nics[:MAX_HOLDERS]:
                 nodes = owners.get(nic_key(nic), set())
                 if len(nodes) == 1:
                     holders |= nodes

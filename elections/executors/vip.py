@@ -152,8 +152,8 @@ class VipExecutor:
         except (CommandFailed, ValueError, IndexError) as exc:
             own = (mac,) if held else ()
             return Sighting(self.name, addr, mac, held, own, False, f"arp probe: {_why(exc)}")
-        holders = sorted({*answered[:MAX_ANSWERS], *([mac] if held else [])})
-        return Sighting(self.name, addr, mac, held, tuple(holders), True)
+        others = sorted({m for m in answered if m != mac})[: MAX_ANSWERS - 1]
+        return Sighting(self.name, addr, mac, held, (mac, *others) if held else tuple(others), True)
 
     def garp_argv(self, args: dict[str, Any]) -> list[str] | None:
         """The command that announces the address, or None (mode `off`)."""
