@@ -6,7 +6,7 @@ PYTEST := .venv/bin/pytest
 # mostly wait on leases and timeouts, so two at once halve the wall time on 2 cores.
 TEST_WORKERS ?= 2
 
-.PHONY: bootstrap run test chaos fuzz bench bench-failover bench-relay bench-relay-idle bench-switchover bench-panel bench-login bench-hostile bench-compaction bench-footprint screenshots lint format clean bench-cloud bench-fleet bench-etcd
+.PHONY: bootstrap run test chaos fuzz bench bench-failover bench-relay bench-relay-idle bench-switchover bench-panel bench-login bench-hostile bench-compaction bench-footprint screenshots lint format clean bench-cloud bench-fleet bench-etcd bench-ownership
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -26,7 +26,7 @@ chaos: bootstrap
 fuzz: bootstrap
 	@STK_FUZZ_EXAMPLES=$${STK_FUZZ_EXAMPLES:-20000} $(PYTEST) tests/test_untrusted.py tests/test_protocol_fuzz.py $(PYTEST_ARGS)
 
-bench: bench-failover bench-relay bench-relay-idle bench-switchover bench-panel bench-login bench-hostile bench-compaction bench-footprint bench-cloud bench-fleet bench-etcd
+bench: bench-failover bench-relay bench-relay-idle bench-switchover bench-panel bench-login bench-hostile bench-compaction bench-footprint bench-cloud bench-fleet bench-etcd bench-ownership
 
 bench-failover: bootstrap
 	@$(PY) bench/failover.py $(BENCH_ARGS)
@@ -66,6 +66,9 @@ bench-cloud: bootstrap
 # etcd: failover and switchover vs the file share in one run; 100 pools on one 3-member etcd.
 bench-etcd: bootstrap
 	@$(PY) bench/etcd.py $(BENCH_ARGS)
+
+bench-ownership: bootstrap
+	@$(PY) bench/ownership.py $(BENCH_ARGS)
 
 bench-login: bootstrap
 	@$(PY) bench/login_flood.py $(BENCH_ARGS)
