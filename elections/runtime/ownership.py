@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from elections.core.actions import ActionConfig, ActionPlan, demotion_plan, plan_for
 from elections.core.evidence import Refusals
@@ -43,13 +43,11 @@ from elections.core.ownership import (
 )
 from elections.core.repair import ACQUIRE, Repair, Standing, repairs
 from elections.core.untrusted import BAD_FIELD
-from elections.executors import Executor, Gate, Outcome, Sink, run_plan
+from elections.executors import Executor, Gate, Observer, Outcome, Sink, run_plan
 
 log = logging.getLogger("stkrelay.ownership")
 
 KEEP_REPAIRS = 8  # the latest repairs shown with the map
-
-Observer = Any  # an executor with `observe(args) -> Sighting` (vip, aws, oci, azure)
 
 
 def targets(config: ActionConfig, executors: list[Executor]) -> list[tuple[Observer, dict[str, Any]]]:
@@ -60,7 +58,7 @@ def targets(config: ActionConfig, executors: list[Executor]) -> list[tuple[Obser
         part = getattr(config, name)
         ex = by_name.get(name)
         if part is not None and ex is not None and hasattr(ex, "observe"):
-            out.append((ex, asdict(part)))
+            out.append((cast(Observer, ex), asdict(part)))
     return out
 
 
