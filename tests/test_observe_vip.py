@@ -123,3 +123,33 @@ def test_a_flood_of_forged_arp_replies_is_bounded_shown_and_never_the_members(la
     assert s.held is True and s.complete and len(s.holders) <= MAX_HOLDERS + 1 and lan.mac("a") in s.holders
     [entry] = ownership_map("a", "a", 4, [s], {})
     assert entry.verdict == CONFLICT and entry.holders == ("a",) and 1 <= len(entry.foreign) <= MAX_HOLDERS
+
+
+def test_without_vip_netns_the_probe_runs_in_the_agents_own_process(lan):
+    """An agent inside the namespace (as on a host): no `python -c`, the same answer."""
+    import threading
+
+    from netns import Netns
+
+    put(lan, "b")
+    args = {**vip_args(lan, "a"), "netns": ""}
+    box = {}
+
+    def inside():
+        Netns.enter(type("Ns", (), {"name": lan.ns["a"]})())  # this thread only
+        calls = []
+        ex = VipExecutor(runner=lambda argv, timeout: calls.append(argv) or _ip(argv))
+        box["s"], box["calls"] = ex.observe(args), calls
+
+    thread = threading.Thread(target=inside)
+    thread.start()
+    thread.join(30)
+    s, calls = box["s"], box["calls"]
+    assert (s.held, s.holders, s.complete) == (False, (lan.mac("b"),), True)
+    assert [c[:2] for c in calls] == [["ip", "-j"]]  # the interface read; the probe made no process
+
+
+def _ip(argv):
+    from elections.executors import run_command
+
+    return run_command(argv, 10)

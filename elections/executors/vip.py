@@ -11,11 +11,10 @@ the address to this host's MAC at once:
 
 `observe` (read-only, ADR 0011 phase 4) reads the interface (`ip -j addr show
 dev <if>`: its MAC, and whether the VIP is on it), then probes the LAN for
-every host that answers ARP for the VIP: `ARP_PROBE_SCRIPT`, an RFC 5227
-probe (sender address 0.0.0.0, so no neighbour's cache changes) sent twice
-from a raw AF_PACKET socket, collecting the MACs of the replies for
-`ARP_WINDOW` seconds (at most `MAX_ANSWERS`; anyone on the LAN can answer, so
-what it finds is shown, never acted on by itself).
+every host that answers ARP for the VIP (`arp_probe`: an RFC 5227 probe,
+`ARP_WINDOW` seconds, at most `MAX_ANSWERS` MACs), in this process, or as
+`python -c` in `VIP_NETNS` (anyone on the LAN can answer, so what it finds is
+shown, never acted on by itself).
 
 Every command goes through an injectable runner; with `netns` it is prefixed
 by `ip netns exec <ns>`, so tests run it inside namespaces they create.
@@ -31,6 +30,8 @@ from typing import Any
 
 from elections.core.actions import ASSIGN_VIP, RELEASE_VIP, Action
 from elections.core.ownership import MAX_HOLDERS, Sighting
+from elections.executors.arp_probe import SCRIPT as ARP_SCRIPT
+from elections.executors.arp_probe import probe as arp_probe
 from elections.executors.base import (
     CommandFailed,
     Completed,
@@ -65,42 +66,6 @@ print("sent %d gratuitous ARP(s) for %s from %s on %s" % (count, addr, mac.hex("
 
 ARP_WINDOW = 0.3  # seconds the probe listens for replies
 MAX_ANSWERS = MAX_HOLDERS
-# Kept free of imports from this package too. Prints one JSON list of the MACs that answered.
-ARP_PROBE_SCRIPT = r"""
-import json, select, socket, struct, sys, time
-ifname, addr, window, most = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
-s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0806))
-s.bind((ifname, 0x0806))
-mac = s.getsockname()[4]
-ip = socket.inet_aton(addr)
-arp = struct.pack("!HHBBH", 1, 0x0800, 6, 4, 1) + mac + b"\0" * 4 + b"\0" * 6 + ip
-frame = b"\xff" * 6 + mac + struct.pack("!H", 0x0806) + arp
-frame += b"\0" * (60 - len(frame))
-seen = []
-start = time.monotonic()
-sent = 0
-while True:
-    now = time.monotonic() - start
-    if sent < 2 and now >= sent * window / 3:
-        s.send(frame)
-        sent += 1
-    if now >= window or len(seen) >= most:
-        break
-    ready, _, _ = select.select([s], [], [], min(window - now, window / 3))
-    if not ready:
-        continue
-    data = s.recv(128)
-    if len(data) < 42 or data[12:14] != b"\x08\x06":
-        continue
-    op = struct.unpack("!H", data[20:22])[0]
-    sha, spa = data[22:28], data[28:32]
-    if op == 2 and spa == ip and sha != mac:
-        text = sha.hex(":")
-        if text not in seen:
-            seen.append(text)
-print(json.dumps(seen))
-"""
-
 _EXISTS = ("File exists", "already assigned")
 _ABSENT = ("Cannot assign requested address", "Address not found")
 
@@ -114,10 +79,13 @@ class VipExecutor:
         runner: Runner = run_command,
         which: Callable[[str], str | None] = shutil.which,
         python: str = sys.executable,
+        probe: Callable[[str, str, float, int], list[str]] | None = arp_probe,
     ) -> None:
+        """`probe`: the in-process ARP probe (None: always `python -c`, as in a netns)."""
         self.runner = runner
         self.which = which
         self.python = python
+        self.probe = probe
 
     def apply(self, action: Action, recheck: Recheck = no_recheck) -> Outcome:
         a = action.args
@@ -143,17 +111,23 @@ class VipExecutor:
             why = _why(exc) if isinstance(exc, CommandFailed) else f"ip addr show {iface}: {_why(exc)}"
             return Sighting(self.name, addr, error=why)
         try:
-            argv = [self.python, "-c", ARP_PROBE_SCRIPT, iface, addr, str(ARP_WINDOW), str(MAX_ANSWERS)]
-            r = self._run(argv, args)
-            answered = json.loads(r.stdout.strip().splitlines()[-1])
+            answered = self._probe(args)
             if not isinstance(answered, list) or not all(isinstance(m, str) and len(m) == 17
                                                          for m in answered):  # fmt: skip
                 raise ValueError(f"unexpected probe output {r.stdout[:80]!r}")
-        except (CommandFailed, ValueError, IndexError) as exc:
+        except (CommandFailed, OSError, ValueError, IndexError) as exc:
             own = (mac,) if held else ()
             return Sighting(self.name, addr, mac, held, own, False, f"arp probe: {_why(exc)}")
         others = sorted({m for m in answered if m != mac})[: MAX_ANSWERS - 1]
         return Sighting(self.name, addr, mac, held, (mac, *others) if held else tuple(others), True)
+
+    def _probe(self, args: dict[str, Any]) -> Any:
+        """The MACs answering for the VIP: in this process, or in its netns via `python -c`."""
+        iface, addr = args["interface"], args["address"]
+        if self.probe is not None and not args.get("netns"):
+            return self.probe(iface, addr, ARP_WINDOW, MAX_ANSWERS)
+        argv = [self.python, "-c", ARP_SCRIPT, iface, addr, str(ARP_WINDOW), str(MAX_ANSWERS)]
+        return json.loads(self._run(argv, args).stdout.strip().splitlines()[-1])
 
     def garp_argv(self, args: dict[str, Any]) -> list[str] | None:
         """The command that announces the address, or None (mode `off`)."""
