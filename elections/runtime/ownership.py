@@ -133,6 +133,7 @@ class OwnershipWatch:
         self._at: float | None = None
         self._last_repair: dict[tuple[str, str], float] = {}
         self._repairs: list[dict[str, Any]] = []
+        self._said: dict[tuple[str, str], str] = {}  # the verdict last logged, per address
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -161,9 +162,11 @@ class OwnershipWatch:
         reports = member_reports(self.member_docs(), self._refuse)
         entries = ownership_map(self.node, expected, epoch, mine, reports)
         self._mine, self._entries, self._at = mine, entries, self.monotonic()
-        for e in entries:
-            if not e.ok:
-                log.info("address %s (%s) %s", e.address, e.executor, e.describe())
+        for e in entries:  # logged when the verdict changes, not at every look
+            if self._said.get(e.key) != e.verdict:
+                log.log(logging.INFO if e.ok else logging.WARNING, "address %s (%s) %s", e.address,
+                        e.executor, e.describe())  # fmt: skip
+                self._said[e.key] = e.verdict
         outcomes = []
         for r in repairs(entries, mine, me, self._last_repair, self._at, self.hold):
             outcomes.append(self._put_right(r))
