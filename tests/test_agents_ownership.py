@@ -1,3 +1,4 @@
+# ruff: noqa: F811 (the fixtures of test_executor_aws, imported)
 """Where the VIP really is, with real agents in network namespaces (tests/netns.py):
 the VIP moved by hand to a follower is `drift` in one `relayctl doctor` run and
 is put right by the leader within 5 s (the follower letting go once the leader
@@ -15,6 +16,7 @@ import time
 
 import pytest
 from harness import ROOT, wait_until
+from test_executor_aws import aws_env, moto, vpc  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.agents
 
@@ -52,12 +54,12 @@ def looks(agent) -> float | None:
         return None
 
 
-def verdict(agent) -> str | None:
+def verdict(agent, address: str = VIP) -> str | None:
     try:
         entries = json.loads((agent.data_dir / "pool.json").read_text())["ownership"]["entries"]
     except (OSError, ValueError, KeyError):
         return None
-    return next((e["verdict"] for e in entries if e["address"] == VIP), None)
+    return next((e["verdict"] for e in entries if e["address"] == address), None)
 
 
 def repairs(agent) -> list[tuple[str, int, str, str]]:
@@ -146,3 +148,62 @@ def test_with_failover_paused_a_drift_and_a_conflict_stay_until_resumed(netns_si
     wait_until(lambda: has_vip(lh) and not has_vip(fh), 10, "the VIP put right after the resume")
     print(f"\nput right {time.monotonic() - resumed:.2f} s after the resume")
     assert time.monotonic() - resumed < 5.0 + 3.0  # the resume event reaches the leader first
+
+
+def test_real_agents_on_aws_put_a_secondary_ip_moved_by_hand_in_moto_right(site_factory, moto, aws_env, vpc):
+    """Two agents on loopback, each with its own ENI in the moto server: the address moved by hand
+    from the leader's ENI to the follower's is drift in one doctor run (failover paused), and put
+    right once resumed (moto copies where EC2 moves: the follower then lets its copy go)."""
+    import os
+
+    from test_executor_aws import REGION, SEIZED, secondary_ips
+
+    ec2, eni_a, eni_b = vpc
+    site = site_factory(2, extra={"AWS_PRIVATE_IP": SEIZED, "AWS_REGION": REGION, "AWS_ENDPOINT_URL": moto,
+                                  "OWNERSHIP_CHECK": "1"})  # fmt: skip
+    enis = {}
+    for agent, eni in zip(site.agents, (eni_a, eni_b), strict=True):
+        agent.ini.write_text(agent.ini.read_text() + f"AWS_ENI_ID = {eni}\n")
+        agent.env.update({k: os.environ[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+                                                     "AWS_SHARED_CREDENTIALS_FILE")})  # fmt: skip
+        enis[agent.name] = eni
+    site.start()
+    lease = site.wait_settled(timeout=60)
+    leader = site.by_name(lease.node)
+    follower = next(a for a in site.agents if a is not leader)
+
+    def on(agent) -> bool:
+        return SEIZED in secondary_ips(ec2, enis[agent.name])
+
+    ok = lambda agent: verdict(agent, SEIZED) == "ok"  # noqa: E731
+    try:
+        wait_until(lambda: on(leader) and ok(leader) and ok(follower), 30, "ok maps")
+    except AssertionError as exc:
+        state = (on(leader), on(follower), verdict(leader, SEIZED), verdict(follower, SEIZED))
+        raise AssertionError(
+            f"{exc}: (on {leader.name}, on {follower.name}, their verdicts) = {state}"
+        ) from None
+    assert not on(follower)
+    env = {"PATH": "/usr/bin:/bin", "STK_INI": str(leader.ini), **leader.env}
+
+    def relayctl(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, str(ROOT / "manage.py"), "relayctl", *args]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=90, cwd=ROOT, env=env)
+
+    assert relayctl("pause").returncode == 0
+    wait_until(lambda: json.loads((leader.data_dir / "pool.json").read_text()).get("paused") is True, 15,
+               "the pause to reach the leader")  # fmt: skip
+    ec2.unassign_private_ip_addresses(NetworkInterfaceId=enis[leader.name], PrivateIpAddresses=[SEIZED])
+    ec2.assign_private_ip_addresses(NetworkInterfaceId=enis[follower.name], PrivateIpAddresses=[SEIZED])
+    [check] = [
+        c for c in json.loads(relayctl("doctor", "--json").stdout) if c["check"] == f"address {SEIZED} (aws)"
+    ]
+    assert (check["verdict"], check["holders"], check["expected"]) == ("drift", [follower.name], leader.name)
+
+    assert relayctl("resume").returncode == 0
+    resumed = time.monotonic()
+    wait_until(lambda: on(leader) and not on(follower), 15, "the address back on the leader's ENI alone")
+    print(f"\nsecondary IP put right {time.monotonic() - resumed:.2f} s after the resume")
+    wanted = {(leader.name, "action_applied", lease.epoch, "assign_secondary_ip", "drift"),
+              (follower.name, "action_applied", lease.epoch, "release_secondary_ip", "conflict")}  # fmt: skip
+    wait_until(lambda: wanted <= set(repairs(leader)), 15, "both repairs in the pool's history")
