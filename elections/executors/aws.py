@@ -21,6 +21,7 @@ endpoint_url)` is injectable (tests, or a pre-built session).
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -42,7 +43,10 @@ def boto3_client(region: str, endpoint_url: str) -> Any:
     from botocore.config import Config
 
     config = Config(connect_timeout=5, read_timeout=10, retries={"max_attempts": 3, "mode": "standard"})
-    return boto3.client("ec2", region_name=region, endpoint_url=endpoint_url or None, config=config)
+    # A session of its own: boto3's default session is not safe to build clients from two
+    # threads at once (a duty plan and the ownership watch may both start here).
+    session = boto3.session.Session()
+    return session.client("ec2", region_name=region, endpoint_url=endpoint_url or None, config=config)
 
 
 class AwsExecutor:
@@ -62,6 +66,7 @@ class AwsExecutor:
         self.monotonic = monotonic
         self._clients: dict[tuple[str, str], Any] = {}
         self._subnets: dict[str, str] = {}  # eni -> its subnet (never changes)
+        self._lock = threading.Lock()  # the duty plans and the ownership watch share the clients
 
     def apply(self, action: Action, recheck: Recheck = no_recheck) -> Outcome:
         a = action.args
@@ -106,9 +111,10 @@ class AwsExecutor:
 
     def _client(self, region: str, endpoint_url: str) -> Any:
         key = (region, endpoint_url)
-        if key not in self._clients:
-            self._clients[key] = self.client_factory(region, endpoint_url)
-        return self._clients[key]
+        with self._lock:
+            if key not in self._clients:
+                self._clients[key] = self.client_factory(region, endpoint_url)
+            return self._clients[key]
 
     def _assign(self, action: Action, ec2: Any, eni: str, ip: str, allow: bool) -> Outcome:
         ec2.assign_private_ip_addresses(
