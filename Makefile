@@ -6,7 +6,7 @@ PYTEST := .venv/bin/pytest
 # mostly wait on leases and timeouts, so two at once halve the wall time on 2 cores.
 TEST_WORKERS ?= 2
 
-.PHONY: bootstrap run test image image-test chaos fuzz bench bench-gate bench-failover bench-relay bench-relay-idle bench-switchover bench-panel bench-login bench-hostile bench-compaction bench-footprint screenshots lint format clean bench-cloud bench-fleet bench-etcd
+.PHONY: bootstrap run test image image-test chaos fuzz bench bench-gate bench-ownership bench-failover bench-relay bench-relay-idle bench-switchover bench-panel bench-login bench-hostile bench-compaction bench-footprint screenshots lint format clean bench-cloud bench-fleet bench-etcd
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -35,7 +35,7 @@ chaos: bootstrap
 fuzz: bootstrap
 	@STK_FUZZ_EXAMPLES=$${STK_FUZZ_EXAMPLES:-20000} $(PYTEST) tests/test_untrusted.py tests/test_protocol_fuzz.py $(PYTEST_ARGS)
 
-bench: bench-failover bench-relay bench-relay-idle bench-switchover bench-panel bench-login bench-hostile bench-compaction bench-footprint bench-cloud bench-fleet bench-etcd bench-gate
+bench: bench-failover bench-relay bench-relay-idle bench-switchover bench-panel bench-login bench-hostile bench-compaction bench-footprint bench-cloud bench-fleet bench-etcd bench-gate bench-ownership
 
 bench-failover: bootstrap
 	@$(PY) bench/failover.py $(BENCH_ARGS)
@@ -80,6 +80,9 @@ bench-etcd: bootstrap
 # the VRRP gate with the real keepalived in namespaces: FAULT and SIGKILL -> new lease (needs root).
 bench-gate: bootstrap
 	@$(PY) bench/gate.py $(BENCH_ARGS)
+
+bench-ownership: bootstrap
+	@$(PY) bench/ownership.py $(BENCH_ARGS)
 
 bench-login: bootstrap
 	@$(PY) bench/login_flood.py $(BENCH_ARGS)

@@ -14,6 +14,7 @@ the `[pool:<KMSN>]` sections of watched pools by `stkrelay.config_pools`
 the ratios between the timing keys by `stkrelay.config_timing` (E100–E103), the
 gate keys (`GATE_*`) by `stkrelay.config_gate` (E104–E108).
 `RELAY_KIND`, `RELAY_EXEC`, `RELAY_EXEC_LISTEN` by `stkrelay.config_exec` (E070–E077).
+the ownership keys (`OWNERSHIP_*`) by `stkrelay.config_ownership` (E120–E122).
 
 The leader-action keys (`VIP_*`, `AWS_*`, `OCI_*`, `AZURE_*`) are read by
 `elections.core.actions.action_config`; its problems come back here with one id
@@ -37,6 +38,7 @@ from stkrelay import (
     config_cloud,
     config_gate,
     config_legacy,
+    config_ownership,
     config_pools,
     config_store,
     config_timing,
@@ -113,6 +115,7 @@ DEFAULTS: dict[str, str] = {
     "RELAY_KIND": "builtin",  # or exec: the site's own relay behind the fencing proxy (DESIGN.md §16)
     "RELAY_EXEC": "",  # its command line, placeholders {host} {port} {passthrough_port} {epoch} {kmsn}
     "RELAY_EXEC_LISTEN": "",  # where it listens (loopback): default 127.0.0.1:RELAY_PORT + 10
+    **config_ownership.DEFAULTS,  # where the leader's addresses really are (ADR 0011 phase 4)
 }
 
 
@@ -199,6 +202,9 @@ class Config:
     beacon_peers: list[str] = field(default_factory=list)
     relay_kind: str = "builtin"  # or exec (stkrelay/config_exec.py)
     relay_exec: ExecRelay | None = None  # with exec and sound keys: the command and its loopback address
+    ownership_check: float = 2.0  # seconds between looks at the addresses; 0 = off (config_ownership)
+    ownership_hold: float = 10.0
+    ownership_repair: bool = True
     source: str = "(defaults)"
     problems: list[Problem] = field(default_factory=list)
     values: dict[str, str] = field(default_factory=dict)  # every [stk] key as given, overrides applied
@@ -391,6 +397,9 @@ def load(ini_path: str | None = None, env: dict[str, str] | None = None, check_d
     cfg.beacon_port = config_beacons.parse_port(values["BEACON_PORT"], cfg.relay_port, cfg.web_port, bad)
     cfg.beacon_peers = config_beacons.parse_peers(values["BEACON_PEERS"], bad)
     check_exec(cfg, values, bad, check_dirs)
+    cfg.ownership_check, cfg.ownership_hold, cfg.ownership_repair = config_ownership.parse(
+        values, cfg.lease_ttl, cfg.renew_deadline, bad
+    )
     for err in action_config(values)[1]:
         bad(ACTION_IDS[err.key.partition("_")[0]], err.key, err.message, err.hint)
     config_store.check_store(cfg, values, bad)

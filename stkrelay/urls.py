@@ -32,6 +32,7 @@ urlpatterns = [
     path(f"api/v1/sites/{KMSN}", api.site, name="api-site"),
     path(f"api/v1/sites/{KMSN}/members", api.site_members, name="api-members"),
     path(f"api/v1/sites/{KMSN}/lease", api.site_lease, name="api-lease"),
+    path(f"api/v1/sites/{KMSN}/addresses", api.site_addresses, name="api-addresses"),
     path(f"api/v1/sites/{KMSN}/<str:kind>", api.command, name="api-command"),
     path("api/v1/history", api.history, name="api-history"),
     path("api/v1/audit", api.audit_log, name="api-audit"),

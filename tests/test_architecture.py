@@ -24,6 +24,8 @@ PURE = (
     "elections.core.failovers",
     "elections.core.actions",
     "elections.core.action_config",
+    "elections.core.ownership",
+    "elections.core.repair",
     "relay.protocol",
     "relay.framing",
     "relay.cloud.mux",

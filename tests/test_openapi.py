@@ -35,7 +35,8 @@ EXAMPLES = 8  # per operation and mode: 8 operations x 2 modes, well under a min
 # Every path of the document but the document's own (schemathesis leaves the one it loaded out).
 OPERATIONS = {"GET /api/v1/leader", "GET /api/v1/sites",
               "GET /api/v1/sites/{kmsn}", "GET /api/v1/sites/{kmsn}/members",
-              "GET /api/v1/sites/{kmsn}/lease", "POST /api/v1/sites/{kmsn}/{kind}", "GET /api/v1/history",
+              "GET /api/v1/sites/{kmsn}/lease", "GET /api/v1/sites/{kmsn}/addresses",
+              "POST /api/v1/sites/{kmsn}/{kind}", "GET /api/v1/history",
               "GET /api/v1/audit"}  # fmt: skip
 
 

@@ -12,6 +12,9 @@ by one fresh read and one retry; a second 412 fails the action. The epoch is
 rechecked before every write, so a lease lost between the steps stops the rest.
 `release_secondary_ip` is step 1 on this agent's own NIC.
 
+`observe` (read-only, ADR 0011 phase 4) is `find_nics_with_ip`: every NIC
+that carries the address (`az network nic list --query ...`).
+
 The client is a port (`NicClient`: `find_nics_with_ip`, `get_nic`,
 `update_nic`); `AzCliClient` implements it with `az rest` and
 `az network nic list`. NIC documents are ARM's JSON (`properties.
@@ -28,6 +31,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from elections.core.actions import ASSIGN_IP, RELEASE_IP, Action
+from elections.core.ownership import MAX_HOLDERS, Sighting, nic_key
 from elections.executors.base import (
     Completed,
     Outcome,
@@ -89,6 +93,19 @@ class AzureExecutor:
         where = f" (removed from {', '.join(moved_from)} first)" if moved_from else ""
         state = f"added to {_short(nic)} as {name!r}" if added else f"already on {_short(nic)}"
         return applied(action, f"{ip} {state}{where}", moved_from=moved_from)
+
+    def observe(self, args: dict[str, Any]) -> Sighting:
+        """Which NICs carry the address (read-only; never raises)."""
+        nic, ip = args["nic_id"], args["private_ip"]
+        try:
+            client = self.client or self.client_for(args.get("cli") or "az")
+            holders = sorted({str(n) for n in client.find_nics_with_ip(ip)}, key=nic_key)
+        except ProviderError as exc:
+            return Sighting(self.name, ip, nic, error=str(exc))
+        except Exception as exc:
+            return Sighting(self.name, ip, nic, error=f"{type(exc).__name__}: {exc}")
+        held = nic_key(nic) in {nic_key(n) for n in holders}
+        return Sighting(self.name, ip, nic, held, tuple(holders[:MAX_HOLDERS]), True)
 
     def _edit(
         self, client: NicClient, nic_id: str, change: Callable[[Nic], Nic | None], recheck: Recheck

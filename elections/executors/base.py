@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from elections.core.actions import RELEASE_IP, RELEASE_VIP, STOP_RELAY, Action, ActionPlan
+from elections.core.ownership import Sighting
 from elections.errors import ElectionError
 from elections.ports.localstate import LocalState
 
@@ -105,6 +106,15 @@ class Executor(Protocol):
         """Carry the action out, or raise an `ExecutorError` with a readable
         message. Call `recheck()` before each provider write after the first."""
         ...
+
+
+class Observer(Protocol):
+    """An executor that can say where its address really is (ADR 0011 phase 4):
+    `observe(args)` takes an action's `args`, is read-only, and never raises."""
+
+    name: str
+
+    def observe(self, args: dict[str, Any]) -> Sighting: ...
 
 
 class Sink(Protocol):

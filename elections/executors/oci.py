@@ -15,14 +15,20 @@ which is checked to name this VNIC.
 <vnic> --ip-address <ip>`; "was not found on VNIC" (already moved away) counts
 as released.
 
+`observe` (read-only, ADR 0011 phase 4) reads this VNIC's subnet once
+(`oci network vnic get --vnic-id <vnic>`), then `oci network private-ip list
+--subnet-id <subnet> --ip-address <ip> --all`: the VNIC(s) the address is on.
+
 Commands go through an injectable runner (tests record the exact argv).
 """
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from elections.core.actions import ASSIGN_IP, RELEASE_IP, Action
+from elections.core.ownership import MAX_HOLDERS, Sighting
 from elections.executors.base import (
     CommandFailed,
     Completed,
@@ -54,6 +60,29 @@ class OciExecutor:
     def __init__(self, runner: Runner = run_command, timeout: float = TIMEOUT) -> None:
         self.runner = runner
         self.timeout = timeout
+        self._subnets: dict[str, str] = {}  # vnic -> its subnet (never changes)
+
+    def observe(self, args: dict[str, Any]) -> Sighting:
+        """Which VNICs carry the address, from the subnet's private-IP list (never raises)."""
+        cli, vnic, ip = args.get("cli") or "oci", args["vnic_id"], args["private_ip"]
+        try:
+            subnet = self._subnets.get(vnic)
+            if subnet is None:
+                doc = _data(self._run([cli, "network", "vnic", "get", "--vnic-id", vnic]).stdout, "vnic get")
+                subnet = doc.get("subnet-id") if isinstance(doc, dict) else None
+                if not isinstance(subnet, str) or not subnet:
+                    raise CommandFailed("oci vnic get answered with no subnet-id")
+                self._subnets[vnic] = subnet
+            argv = [cli, "network", "private-ip", "list", "--subnet-id", subnet, "--ip-address", ip, "--all"]
+            out = self._run(argv).stdout
+            items = _data(out, "private-ip list") if out.strip() else []  # nothing printed: none found
+            if not isinstance(items, list):
+                raise CommandFailed("oci private-ip list answered with no list")
+            holders = sorted({str(i["vnic-id"]) for i in items if isinstance(i, dict) and i.get("vnic-id")
+                              and i.get("ip-address") == ip})  # fmt: skip
+        except CommandFailed as exc:
+            return Sighting(self.name, ip, vnic, error=str(exc))
+        return Sighting(self.name, ip, vnic, vnic in holders, tuple(holders[:MAX_HOLDERS]), True)
 
     def apply(self, action: Action, recheck: Recheck = no_recheck) -> Outcome:
         a = action.args
@@ -75,7 +104,8 @@ class OciExecutor:
     def _run(self, argv: list[str], ok_if: str = "") -> Completed:
         r = self.runner(argv, self.timeout)
         if r.returncode and not (ok_if and ok_if in r.stderr):
-            raise CommandFailed(f"oci {argv[3]} exited {r.returncode}: {summarize(r.stderr or r.stdout)}")
+            what = argv[3] if argv[3].endswith("private-ip") else " ".join(argv[2:4])  # or: vnic get
+            raise CommandFailed(f"oci {what} exited {r.returncode}: {summarize(r.stderr or r.stdout)}")
         return r
 
 
@@ -86,3 +116,11 @@ def _vnic_of(stdout: str) -> str | None:
         raise CommandFailed(f"oci assign-private-ip printed no JSON: {summarize(stdout)}") from exc
     data = doc.get("data") if isinstance(doc, dict) else None
     return data.get("vnic-id") if isinstance(data, dict) else None
+
+
+def _data(stdout: str, what: str) -> Any:
+    try:
+        doc = json.loads(stdout)
+    except ValueError as exc:
+        raise CommandFailed(f"oci {what} printed no JSON: {summarize(stdout)}") from exc
+    return doc.get("data") if isinstance(doc, dict) else None

@@ -9,18 +9,29 @@ the address to this host's MAC at once:
 - `auto` (default): `arping` if it is on PATH, else `builtin`; `off`: none.
 `release_vip` runs `ip addr del` (an address already gone is fine).
 
+`observe` (read-only, ADR 0011 phase 4) reads the interface (`ip -j addr show
+dev <if>`: its MAC, and whether the VIP is on it), then probes the LAN for
+every host that answers ARP for the VIP (`arp_probe`: an RFC 5227 probe,
+`ARP_WINDOW` seconds, at most `MAX_ANSWERS` MACs), in this process, or as
+`python -c` in `VIP_NETNS` (anyone on the LAN can answer, so what it finds is
+shown, never acted on by itself).
+
 Every command goes through an injectable runner; with `netns` it is prefixed
 by `ip netns exec <ns>`, so tests run it inside namespaces they create.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from elections.core.actions import ASSIGN_VIP, RELEASE_VIP, Action
+from elections.core.ownership import MAX_HOLDERS, Sighting
+from elections.executors.arp_probe import SCRIPT as ARP_SCRIPT
+from elections.executors.arp_probe import probe as arp_probe
 from elections.executors.base import (
     CommandFailed,
     Completed,
@@ -53,6 +64,8 @@ for i in range(count):
 print("sent %d gratuitous ARP(s) for %s from %s on %s" % (count, addr, mac.hex(":"), ifname))
 """
 
+ARP_WINDOW = 0.3  # seconds the probe listens for replies
+MAX_ANSWERS = MAX_HOLDERS
 _EXISTS = ("File exists", "already assigned")
 _ABSENT = ("Cannot assign requested address", "Address not found")
 
@@ -66,10 +79,13 @@ class VipExecutor:
         runner: Runner = run_command,
         which: Callable[[str], str | None] = shutil.which,
         python: str = sys.executable,
+        probe: Callable[[str, str, float, int], list[str]] | None = arp_probe,
     ) -> None:
+        """`probe`: the in-process ARP probe (None: always `python -c`, as in a netns)."""
         self.runner = runner
         self.which = which
         self.python = python
+        self.probe = probe
 
     def apply(self, action: Action, recheck: Recheck = no_recheck) -> Outcome:
         a = action.args
@@ -82,6 +98,36 @@ class VipExecutor:
             return applied(action, f"{cidr} {added} {iface}; {garp}")
         r = self._run(["ip", "addr", "del", cidr, "dev", iface], a, ok_if=_ABSENT)
         return applied(action, f"{cidr} {'was not on' if r.returncode else 'removed from'} {iface}")
+
+    def observe(self, args: dict[str, Any]) -> Sighting:
+        """Where the VIP is, seen from this host (read-only; never raises)."""
+        addr, iface = args["address"], args["interface"]
+        try:
+            r = self._run(["ip", "-j", "addr", "show", "dev", iface], args)
+            [link] = json.loads(r.stdout)
+            mac = str(link.get("address") or "")
+            held = any(a.get("local") == addr for a in link.get("addr_info", []) if isinstance(a, dict))
+        except (CommandFailed, ValueError, TypeError, AttributeError) as exc:
+            why = _why(exc) if isinstance(exc, CommandFailed) else f"ip addr show {iface}: {_why(exc)}"
+            return Sighting(self.name, addr, error=why)
+        try:
+            answered = self._probe(args)
+            if not isinstance(answered, list) or not all(isinstance(m, str) and len(m) == 17
+                                                         for m in answered):  # fmt: skip
+                raise ValueError(f"unexpected probe output {r.stdout[:80]!r}")
+        except (CommandFailed, OSError, ValueError, IndexError) as exc:
+            own = (mac,) if held else ()
+            return Sighting(self.name, addr, mac, held, own, False, f"arp probe: {_why(exc)}")
+        others = sorted({m for m in answered if m != mac})[: MAX_ANSWERS - 1]
+        return Sighting(self.name, addr, mac, held, (mac, *others) if held else tuple(others), True)
+
+    def _probe(self, args: dict[str, Any]) -> Any:
+        """The MACs answering for the VIP: in this process, or in its netns via `python -c`."""
+        iface, addr = args["interface"], args["address"]
+        if self.probe is not None and not args.get("netns"):
+            return self.probe(iface, addr, ARP_WINDOW, MAX_ANSWERS)
+        argv = [self.python, "-c", ARP_SCRIPT, iface, addr, str(ARP_WINDOW), str(MAX_ANSWERS)]
+        return json.loads(self._run(argv, args).stdout.strip().splitlines()[-1])
 
     def garp_argv(self, args: dict[str, Any]) -> list[str] | None:
         """The command that announces the address, or None (mode `off`)."""
@@ -111,3 +157,7 @@ class VipExecutor:
             what = " ".join(argv[:3]) if argv[0] == "ip" else argv[0].rsplit("/", 1)[-1]
             raise CommandFailed(f"{what}{where} exited {r.returncode}: {summarize(r.stderr or r.stdout)}")
         return r
+
+
+def _why(exc: Exception) -> str:
+    return str(exc) or type(exc).__name__

@@ -193,6 +193,7 @@ class PoolView:
     store: dict[str, Any] = field(default_factory=dict)  # ports.stores.store_details(): kind, where...
     # Members of this KMSN on another store (core.share_split.Split.to_doc()): an alarm, never an action.
     share_split: list[dict[str, Any]] = field(default_factory=list)
+    ownership: dict[str, Any] = field(default_factory=dict)  # runtime.ownership: the address map, repairs
 
     @property
     def exists(self) -> bool:
@@ -242,6 +243,7 @@ class PoolView:
             share_split=[d for d in doc.get("share_split") or [] if isinstance(d, dict)][:64]
             if isinstance(doc.get("share_split"), list)
             else [],
+            ownership=doc.get("ownership") if isinstance(doc.get("ownership"), dict) else {},
         )
 
 

@@ -52,6 +52,7 @@ from elections.runtime.bindings import PoolBindings
 from elections.runtime.elector import Elector
 from elections.runtime.health import HealthMonitor
 from elections.runtime.lease_writes import Identity
+from elections.runtime.ownership import OwnershipWatch, Standing, standing_of
 from elections.runtime.policy import PoolPolicy
 from elections.runtime.projection import Projector, pool_event_sink
 from elections.runtime.share_split import SplitAlarm
@@ -162,6 +163,12 @@ class Agent:
         self._released: set[int] = set()  # epochs whose demotion plan this process ran
         self.duties = leader_duties(stk.node, config, executors, gate, pool_event_sink(stk),
                                     notify=AddressBook(stk.data_dir))  # fmt: skip
+        self._duty: threading.Thread | None = None  # the last duty plan's thread (repairs wait for it)
+        self.ownership = OwnershipWatch(
+            stk.node, config, executors, gate, pool_event_sink(stk), stk.ownership_check, stk.ownership_hold,
+            self._standing, lambda: (self._member_docs or ({}, False))[0], clock.monotonic, self.refusals,
+            stk.ownership_repair,
+        ).start()  # fmt: skip
         # A change of the gate's signal is a cycle at once (and a heartbeat saying it), not at
         # the next tick: a leader whose VRRP instance left MASTER hands off within one look.
         self.health.on_gate = self._gate_changed
@@ -183,6 +190,11 @@ class Agent:
                 connection.close()
 
         threading.Thread(target=cycle, name="gate-cycle", daemon=True).start()
+
+    def _standing(self) -> Standing:
+        busy = self._duty is not None and self._duty.is_alive()
+        held = self.elector.memory.leader_epoch
+        return standing_of(self.stk.node, self.view, held, self.commands.paused, busy, self.clock.monotonic())
 
     def _seed_memory(self) -> None:
         """What this agent knew before it restarted: the epochs in its own state
@@ -236,7 +248,8 @@ class Agent:
             finally:
                 connection.close()
 
-        threading.Thread(target=run, name=f"duty-{epoch}", daemon=True).start()
+        self._duty = threading.Thread(target=run, name=f"duty-{epoch}", daemon=True)
+        self._duty.start()
 
     def ingest(self) -> bool:
         """Fold the pool's new, verified events into the command state and hand
@@ -364,6 +377,8 @@ class Agent:
         gate = self.health.gate()
         if gate is not None:  # "master" or why not; absent: this member has no gate (ADR 0011)
             fields["gate"] = gate
+        if self.ownership.enabled:  # where this member's addresses are (a change is written at once)
+            fields["holds"] = self.ownership.reports()
         if renewing or fields != self._beat_fields:  # a drain shows at once, not at the next renew
             # `hears`: whose beacons reach this member, so `relayctl doctor` can tell one-way paths.
             heard = {"hears": self.beacons.heard()} if self.beacons is not None else {}
@@ -437,7 +452,7 @@ class Agent:
             decision=str(self.elector.last or ""), paused=self.commands.paused,
             lease_seen_at=self.elector.memory.seen_at, command_clock=self.command_clock,
             refusals=refusals, beacons=beacons, share_ops=SHARE_OPS.total,
-            store=store_details(self.elector.store),
+            store=store_details(self.elector.store), ownership=self.ownership.snapshot(),
         )  # fmt: skip
         self.local.write_pool(view)
         return view

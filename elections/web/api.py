@@ -93,6 +93,16 @@ def _clock(m: Any) -> dict[str, Any] | None:
     return {**m.clock.to_doc(), "vs_this_agent_s": None if vs is None else round(vs[0], 3)}
 
 
+def addresses(s: SiteState) -> dict[str, Any]:
+    """The ownership map (ADR 0011 phase 4) as this agent last looked, and its latest repairs."""
+    return {
+        "kmsn": s.kmsn,
+        "observed_ago_s": _r(s.addresses_age),
+        "addresses": [e.to_doc() for e in s.addresses],
+        "repairs": [{**r, "age_s": _r(r["age_s"])} for r in s.repairs],
+    }
+
+
 def lease(s: SiteState) -> dict[str, Any]:
     return {
         "kmsn": s.kmsn,
@@ -174,7 +184,8 @@ def site(request: HttpRequest, kmsn: str) -> HttpResponse:
     s = _site_or_404(kmsn)
     if isinstance(s, JsonResponse):
         return s
-    return JsonResponse({**summary(s), "members": members(s), "lease": lease(s), "relay": relay(s)})
+    return JsonResponse({**summary(s), "members": members(s), "lease": lease(s), "relay": relay(s),
+                         "addresses": addresses(s)})  # fmt: skip
 
 
 @api_view()
@@ -183,6 +194,14 @@ def site_members(request: HttpRequest, kmsn: str) -> HttpResponse:
     if isinstance(s, JsonResponse):
         return s
     return JsonResponse({"kmsn": kmsn, "epoch": s.epoch, "members": members(s)})
+
+
+@api_view()
+def site_addresses(request: HttpRequest, kmsn: str) -> HttpResponse:
+    s = _site_or_404(kmsn)
+    if isinstance(s, JsonResponse):
+        return s
+    return JsonResponse(addresses(s))
 
 
 @api_view()

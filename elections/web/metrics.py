@@ -27,6 +27,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from elections.audit import LoginFailure
+from elections.core.ownership import VERDICTS
 from elections.core.untrusted import CAUSES
 from elections.models import ElectionEvent
 from elections.ports.localstate import LocalState
@@ -139,6 +140,7 @@ class PoolCollector(Collector):
                 c.add_metric([s.kmsn, cause], n if isinstance(n, int) else 0)
         yield c
         yield from _beacon_families(states)
+        yield from _address_families(states)
         c = CounterMetricFamily(
             "stkrelay_websocket_drops",
             "WebSockets this web process closed as too slow, by route and bound (relay/ws_flow.py).",
@@ -176,6 +178,21 @@ def _login_families() -> Iterable[Metric]:
     for scope, n in sorted(gate.refused.items()):
         c.add_metric([scope], n)
     yield c
+
+
+def _address_families(states: list[SiteState]) -> Iterable[Metric]:
+    """Where each address is against the lease (ADR 0011 phase 4): 1 for its verdict, 0 for the others."""
+    g = GaugeMetricFamily(
+        "stkrelay_address_verdict",
+        "1 for the address's ownership verdict as this agent last looked (ok, drift, orphan, conflict, "
+        "missing, unknown), 0 for the others.",
+        labels=["kmsn", "executor", "address", "verdict"],
+    )
+    for s in states:
+        for e in s.addresses:
+            for v in VERDICTS:
+                g.add_metric([s.kmsn, e.executor, e.address, v], 1 if e.verdict == v else 0)
+    yield g
 
 
 def _beacon_families(states: list[SiteState]) -> Iterable[Metric]:

@@ -16,6 +16,7 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
+from elections.core.ownership import ADDRESS_EXECUTORS, VERDICTS
 from elections.web.auth import api_view
 from elections.web.panel.fleet import ALARM_LABELS, SORTS
 from elections.web.panel.operate import KINDS
@@ -96,7 +97,29 @@ RELAY = {
         ),
     ]
 }  # fmt: skip
-SITE = {"allOf": [SUMMARY, _obj({"members": MEMBERS, "lease": LEASE, "relay": RELAY})]}
+ADDRESS = _obj(
+    {
+        "executor": _t(S, enum=list(ADDRESS_EXECUTORS)), "address": _t(S),
+        "verdict": _t(S, enum=list(VERDICTS)),
+        "expected": _t(S, True), "epoch": _t(INT, True), "holders": {"type": "array", "items": _t(S)},
+        "foreign": {"type": "array", "items": _t(S)}, "errors": {"type": "array", "items": _t(S)},
+    }
+)  # fmt: skip
+REPAIR = _obj(
+    {
+        "executor": _t(S), "address": _t(S), "verb": _t(S), "cause": _t(S), "epoch": _t(INT), "status": _t(S),
+        "message": _t(S), "age_s": _t(N, True),
+    }
+)  # fmt: skip
+ADDRESSES = _obj(
+    {
+        "kmsn": _t(S), "observed_ago_s": _t(N, True), "addresses": {"type": "array", "items": ADDRESS},
+        "repairs": {"type": "array", "items": REPAIR},
+    }
+)  # fmt: skip
+SITE = {
+    "allOf": [SUMMARY, _obj({"members": MEMBERS, "lease": LEASE, "relay": RELAY, "addresses": ADDRESSES})]
+}
 PAGE = {
     "page": _t(INT),
     "page_size": _t(INT),
@@ -204,6 +227,11 @@ def document() -> dict[str, Any]:
         "/api/v1/sites/{kmsn}/members": _get(
             "the members, with eligibility and its reasons",
             _obj({"kmsn": _t(S), "epoch": _t(INT, True), "members": MEMBERS}), [KMSN_PARAM], **UNKNOWN,
+        ),
+        "/api/v1/sites/{kmsn}/addresses": _get(
+            "where each address really is against the lease (ADR 0011 phase 4): expected owner, observed "
+            "owners, verdict (ok, drift, orphan, conflict, missing, unknown), and the latest repairs",
+            ADDRESSES, [KMSN_PARAM], **UNKNOWN,
         ),
         "/api/v1/sites/{kmsn}/lease": _get(
             "the lease as this agent sees it: record, signature status, renewal timing", LEASE, [KMSN_PARAM],

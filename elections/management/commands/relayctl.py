@@ -5,7 +5,7 @@
     relayctl drain NODE [--force]    relayctl undrain NODE
     relayctl promote NODE            relayctl pause | resume
     relayctl plan [NODE]             the dry-run ActionPlan for NODE taking the next epoch
-    relayctl doctor                  checks of the share, signatures, clocks, relays
+    relayctl doctor                  checks of the share, signatures, clocks, relays, where each address is
     relayctl credential STATION      the station's relay credential (DESIGN.md §8), from POOL_KEY
     relayctl cloud-key [KMSN]        the site's LEASE_KEY for the cloud's cloud.ini (DESIGN.md §14)
     relayctl credential --all        one credential per known station (members, stations seen registering)
@@ -246,6 +246,7 @@ class Command(BaseCommand):
                 check("lease dir reachable and writable", True, share.where)
             except (OSError, StoreUnavailable) as exc:
                 check("lease dir reachable and writable", False, f"{share.where}: {exc}")
+        read = None
         try:
             read = store.read()
             check("lease signature", read.status == "valid", f"{read.status}: {read.detail}")
@@ -279,6 +280,7 @@ class Command(BaseCommand):
         _clock_checks(check, stk.node, pool)
         _early_takeover_check(check, stk.kmsn)
         _legacy_check(check, stk)
+        _ownership_checks(checks, stk, read, members)
         recent = pool.refusals.get("recent") if isinstance(pool.refusals.get("recent"), list) else []
         check("no forged, replayed or oversized records on the share", not recent,
               f"{len(recent)} refused recently" if recent else "none refused recently")  # fmt: skip
@@ -356,6 +358,28 @@ def _relay_kind_check(check: Any, stk: Any) -> None:
         return
     check("relay kind", True, f"{detail}; accepting (pid {proxy.pid}), {proxy.connections} connections "
                               f"forwarded now, {proxy.restarts} restarts")  # fmt: skip
+
+
+def _ownership_checks(checks: list[dict[str, Any]], stk: Any, read: Any, members: dict[str, Any]) -> None:
+    """Where each address really is, looked at now (ADR 0011 phase 4): one check per address,
+    against the lease read above; the members' own reports come from their heartbeats."""
+    from elections.core.actions import action_config
+    from elections.executors import build_executors
+    from elections.runtime.ownership import doctor_map
+
+    if stk.ownership_check <= 0:
+        return
+    config = action_config(stk.values)[0]
+    rec = read.record if read is not None and read.status == "valid" else None
+    leader = rec.node if rec is not None and not rec.released else None
+    entries, refused = doctor_map(stk.node, config, build_executors(config, stk.data_dir), leader,
+                                  rec.epoch if rec is not None else None, members)  # fmt: skip
+    for e in entries:
+        checks.append({"check": f"address {e.address} ({e.executor})", "ok": e.ok, "detail": e.describe(),
+                       "verdict": e.verdict, "expected": e.expected, "epoch": e.epoch,
+                       "holders": list(e.holders), "foreign": list(e.foreign)})  # fmt: skip
+    for node, why in sorted(refused.items()):
+        checks.append({"check": f"address reports of {node}", "ok": False, "detail": f"refused: {why}"})
 
 
 def _early_takeover_check(check: Any, kmsn: str) -> None:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
+from django.utils.translation import gettext_lazy as _
+
 from elections.web.panel.state import SiteState
 
 WORST = "worst"
@@ -95,11 +97,16 @@ ALARM_LABELS = {  # SiteState.alarms code -> (label, shown in red)
     "ineligible_members": ("members out", False),
     "early_takeovers": ("early takeovers repeat", True),
     "paused": ("failover paused", False),
+    "address_conflict": (_("address on two hosts"), True),
+    "address_drift": (_("address drifted"), True),
+    "address_orphan": (_("address on a stranger"), True),
+    "address_missing": (_("address missing"), True),
+    "address_unknown": (_("address not seen"), False),
 }
 
 
 def alarm_badges(s: SiteState) -> list[dict[str, Any]]:
-    return [{"code": a, "label": ALARM_LABELS[a][0], "bad": ALARM_LABELS[a][1]} for a in s.alarms]
+    return [{"code": a, "label": str(ALARM_LABELS[a][0]), "bad": ALARM_LABELS[a][1]} for a in s.alarms]
 
 
 def counts(states: list[SiteState], shown: list[SiteState]) -> dict[str, int]:

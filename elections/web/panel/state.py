@@ -26,6 +26,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from elections.core.decide import GONE
+from elections.core.ownership import CONFLICT, DRIFT, MISSING, ORPHAN, UNKNOWN, Entry
 from elections.core.skew import ClockReading, versus
 from elections.ports.localstate import LocalState, PoolView, RelayStatus
 from elections.ports.webcert import show
@@ -34,6 +35,8 @@ from elections.web.panel.relay_state import RelayState, relay_state
 # Early takeovers (elections on liveness evidence) in 24 h from which the pool shows an alarm: one is a
 # crash handled fast; several mean agents keep dying, or someone forges their deaths (DESIGN.md §13).
 EARLY_TAKEOVERS_ALARM = 3
+# An address not where the lease says (ADR 0011 phase 4): one alarm per verdict, worst first.
+ADDRESS_ALARMS = tuple(f"address_{v}" for v in (CONFLICT, DRIFT, ORPHAN, MISSING, UNKNOWN))
 
 _lock = threading.Lock()
 _lease_seen: dict[str, tuple[tuple[Any, ...], float]] = {}
@@ -118,6 +121,9 @@ class SiteState:
     watched: bool = False  # a [pool:<KMSN>] this agent only watches
     # Members of this KMSN on another store (core.share_split): the two stores are named.
     share_split: list[dict[str, Any]] = field(default_factory=list)
+    addresses: list[Entry] = field(default_factory=list)  # the ownership map (runtime.ownership)
+    addresses_age: float | None = None  # seconds since this agent looked (its own clock)
+    repairs: list[dict[str, Any]] = field(default_factory=list)  # the latest repairs it made, newest first
 
     @property
     def security_alarm(self) -> bool:
@@ -144,6 +150,8 @@ class SiteState:
             out.append("ineligible_members")
         if self.early_takeovers_24h >= EARLY_TAKEOVERS_ALARM:
             out.append("early_takeovers")
+        verdicts = {e.verdict for e in self.addresses}
+        out += [code for code in ADDRESS_ALARMS if code.removeprefix("address_") in verdicts]
         if self.paused:
             out.append("paused")
         return out
@@ -291,6 +299,7 @@ def build_site(
         store=pool.store,
         share_split=pool.share_split,
     )
+    _addresses(site, pool.ownership, now)
     echoes = pool.beacons.get("echoes")
     site.beacon_echoes = echoes if isinstance(echoes, int) and not isinstance(echoes, bool) else 0
     seen_at = _lease_seen_at(pool)
@@ -302,6 +311,21 @@ def build_site(
     if leads and lease and leader_node == site.agent:
         site.relay = relay_state(relay or RelayStatus(), kmsn, now)
     return site
+
+
+def _addresses(site: SiteState, doc: dict[str, Any], now: float) -> None:
+    """The ownership map of `pool.json` (this agent's own file, read defensively)."""
+    entries = doc.get("entries") if isinstance(doc.get("entries"), list) else []
+    site.addresses = [e for e in (Entry.from_doc(d) for d in entries[:64]) if e is not None]
+    at = doc.get("at")
+    site.addresses_age = max(now - at, 0.0) if isinstance(at, (int, float)) and site.addresses else None
+    repairs = doc.get("repairs") if isinstance(doc.get("repairs"), list) else []
+    site.repairs = []
+    for r in repairs[:8]:
+        if isinstance(r, dict) and isinstance(r.get("at"), (int, float)):
+            site.repairs.append({**{k: r.get(k) for k in ("executor", "address", "verb", "cause", "epoch",
+                                                           "status", "message")},
+                                 "age_s": max(now - r["at"], 0.0)})  # fmt: skip
 
 
 def annotate(site: SiteState, wall_now: datetime) -> SiteState:

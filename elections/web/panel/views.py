@@ -190,10 +190,13 @@ def site(request: HttpRequest, kmsn: str) -> HttpResponse:
         window=window,
         windows=list(TIMELINE_WINDOWS),
         recent=failovers_for(kmsn)[-5:][::-1],
+        addresses_age=fmt.age(s.addresses_age),
+        repairs=[{**r, "age": fmt.age(r["age_s"])} for r in s.repairs],
     )
     sections = {
         "site-summary": "panel/_site_summary.html",
         "site-members": "panel/_site_members.html",
+        "site-addresses": "panel/_site_addresses.html",
         "site-relay": "panel/_site_relay.html",
         "site-timeline": "panel/_site_timeline.html",
     }
