@@ -10,7 +10,10 @@ an event to this agent's own `events/<node>.jsonl` in that pool (its own pool,
 or a watched `[pool:<KMSN>]`, signed with that pool's key), naming the actor, client
 address, reason, the epoch the operator saw and the command's Lamport clock
 (the order rule is in `core.commands`). The target reacts when it observes the
-event; nothing relies on the operator's agent staying up.
+event; nothing relies on the operator's agent staying up. In its own pool the
+agent then sends a signed nudge naming the event to the leader and the beacon
+targets (`ports.nudge`), so that the leader reads it at once instead of at its
+next look; the event on the share stays the authority.
 
 Outcomes (`Outcome.code`) and their HTTP statuses are in `HTTP_STATUS`.
 """
@@ -31,6 +34,7 @@ from elections import audit
 from elections.core.commands import ACCEPTED, EVENT_KINDS, KINDS, UNAVAILABLE, CommandResult, check
 from elections.core.stations import BOUND
 from elections.ports.localstate import LocalState
+from elections.ports.nudge import nudge_pool
 from elections.runtime.projection import pool_event_sink, watched_event_sink
 
 log = logging.getLogger("stkrelay.steering")
@@ -219,11 +223,13 @@ def submit(
     if code != ACCEPTED:
         return CommandResult(code, message, correlation, epoch)
     try:
-        sink.record(
+        seq = sink.record(
             f"{kind}_requested", int(epoch or 0), reason or message, required=True, target=target,
             actor=actor, client=client, expected_epoch=expected_epoch, force=force, correlation=correlation,
             clock=next_command_clock(pool.command_clock, pool.kmsn or stk.kmsn),
         )  # fmt: skip
     except OSError as exc:
         return CommandResult(UNAVAILABLE, f"command not written: {exc}", correlation, epoch)
+    if watched is None and seq is not None:  # on the share: now tell the leader, so it need not poll for it
+        nudge_pool(stk, (pool.lease or {}).get("ip"), stk.node, seq, f"{kind}_requested")
     return CommandResult(ACCEPTED, message, correlation, epoch)

@@ -40,7 +40,9 @@ from typing import Any
 
 from elections.core.beacon_board import BeaconBoard, Reaction, Standing
 from elections.core.beacons import RESIGN, RESIGN_COPIES, Beacon
+from elections.core.evidence import merged
 from elections.core.liveness import ANSWERS, CONNECTED, ENDED, REFUSED, UNREACHABLE, Liveness
+from elections.core.nudge import Nudge, NudgeBoard, is_nudge
 
 log = logging.getLogger("stkrelay.beacons")
 
@@ -105,6 +107,8 @@ class BeaconService:
         react: Callable[[Reaction], None],
         monotonic: Callable[[], float],
         boot: str | None = None,
+        nudged: Callable[[Nudge], None] | None = None,
+        folded: Callable[[str], int] = lambda node: 0,
     ) -> None:
         self.config = config
         self.standing = standing
@@ -112,6 +116,11 @@ class BeaconService:
         self.monotonic = monotonic
         self.boot = boot or new_boot()
         self.board = BeaconBoard(config.kmsn, config.key, config.node)
+        # Command nudges (core.nudge) come to the same port; `folded(node)` is the
+        # highest event seq of `node` this agent has (a nudge naming it is a replay).
+        self.nudges = NudgeBoard(config.kmsn, config.key)
+        self.nudged = nudged
+        self.folded = folded
         self.liveness = Liveness(config.interval)
         self.lock = threading.Lock()
         self.targets = config.peers or [subnet_broadcast(config.ip)]
@@ -125,6 +134,7 @@ class BeaconService:
         self._reported: tuple[str, int] | None = None
         self._answered = asyncio.Event()  # set by the liveness loop when a host answers (ended, refused)
         self._retarget = asyncio.Event()  # set by the send loop when the holder to watch changed
+        self._wake = asyncio.Event()  # set by `wake()`: the standing changed, beacon now
         self._watched: tuple[str, tuple[str, int]] | None = None  # what the liveness loop watches
         self._echoes: collections.deque[bytes] = collections.deque(maxlen=8)  # our last datagrams
         self.ready = threading.Event()
@@ -151,6 +161,14 @@ class BeaconService:
         for transport in self._transports:
             transport.close()
         asyncio.get_running_loop().call_soon(asyncio.get_running_loop().stop)
+
+    def wake(self) -> None:
+        """Send the next beacon now (this member was elected or stepped down: a
+        `resign` tells the handoff's target at once, not one interval later)."""
+        loop = self._loop
+        if loop is not None and loop.is_running():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(self._wake.set)
 
     def evidence(self, node: str, epoch: int) -> str | None:
         """Why the holder `node` of `epoch` is positively gone, or None."""
@@ -181,10 +199,15 @@ class BeaconService:
             now = self.monotonic()
             return {**self.board.to_doc(now), "liveness": self.liveness.to_doc(now), "sent": self.sent,
                     "interval": self.config.interval, "targets": list(self.targets), "boot": self.boot,
-                    "refusals": self.board.refusals.to_doc(now)}  # fmt: skip
+                    "nudges": self.nudges.to_doc(),
+                    "refusals": merged(self.board.refusals.to_doc(now),
+                                       self.nudges.refusals.to_doc(now))}  # fmt: skip
 
     # -- the loop -----------------------------------------------------------------
     def received(self, data: bytes, source: str) -> None:
+        if is_nudge(data):
+            self._nudge(data, source)
+            return
         with self.lock:
             if data in self._echoes:  # one of our last datagrams, byte for byte: nothing to verify
                 self.board.mine(data, source, self.config.ip, self.monotonic())
@@ -192,6 +215,17 @@ class BeaconService:
             reaction = self.board.receive(data, source, self.monotonic(), self.standing())
         if reaction is not None:
             self._hand(reaction)
+
+    def _nudge(self, data: bytes, source: str) -> None:
+        with self.lock:
+            nudge = self.nudges.receive(data, source, self.monotonic(), self.folded)
+        if nudge is None or self.nudged is None:
+            return
+        log.info("nudge: %s", nudge.describe())
+        try:
+            self.nudged(nudge)
+        except Exception:  # the runtime's trouble must not stop the beacons
+            log.exception("nudge reaction failed")
 
     def _hand(self, reaction: Reaction) -> None:
         try:
@@ -251,6 +285,7 @@ class BeaconService:
     async def _send_loop(self) -> None:
         led: int | None = None
         while True:
+            self._wake.clear()  # before the standing is read: a wake after it sends again
             standing = self.standing()
             if led is not None and standing.leader_epoch != led:
                 for _ in range(RESIGN_COPIES):  # stopped leading: say so at once, thrice
@@ -260,7 +295,10 @@ class BeaconService:
             if self._target_of(standing) != self._watched:
                 self._retarget.set()  # the liveness loop watches someone else now
             self._send(self._datagram(*standing.outgoing()))
-            await asyncio.sleep(self.config.interval * random.uniform(1 - JITTER, 1 + JITTER))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    self._wake.wait(), self.config.interval * random.uniform(1 - JITTER, 1 + JITTER)
+                )
 
     def _target(self) -> tuple[str, tuple[str, int]] | None:
         return self._target_of(self.standing())

@@ -140,7 +140,9 @@ class Agent:
         if stk.beacon_interval > 0:
             bconf = BeaconConfig(stk.kmsn, stk.node, stk.node_ip, stk.relay_port, stk.pool_key,
                                  stk.beacon_interval, stk.beacon_port, stk.beacon_peers)  # fmt: skip
-            self.beacons = BeaconLink(bconf, self.elector, self._kicked, clock.monotonic).start()
+            folded = self.tail.last_seq.get  # node -> its highest event seq this agent has: nudges' replays
+            self.beacons = BeaconLink(bconf, self.elector, self._kicked, clock.monotonic, nudged=self._nudged,
+                                      folded=lambda node: folded(node, 0)).start()  # fmt: skip
             self.elector.evidence = self.beacons.evidence
         config, problems = action_config(stk.values)
         for problem in problems:
@@ -165,11 +167,15 @@ class Agent:
     def _elected(self, epoch: int) -> None:
         self._leader_since = self.clock.monotonic()
         self.publish(self.elector.last)  # first: the executors' gate reads it
+        if self.beacons is not None:  # the pool hears of the new epoch now, not one interval later
+            self.beacons.wake()
         self._run_duty(self.duties[0], epoch)
 
     def _demoted(self, epoch: int) -> None:
         self._leader_since = None
         self.publish(self.elector.last)
+        if self.beacons is not None:  # `resign` now: a handoff's target takes over at once
+            self.beacons.wake()
         self._run_duty(self.duties[1], epoch)
 
     def _run_duty(self, duty: Callable[[int], Any], epoch: int) -> None:
@@ -217,6 +223,12 @@ class Agent:
                 return news
             if self.clock.monotonic() >= until:
                 return news
+
+    def _nudged(self) -> None:
+        """A command nudge (`core.nudge`): the pool's events now, and a cycle if they held news."""
+        with self.lock:
+            if self.ingest():
+                self._tick(renewing=False, news=True)
 
     def _kicked(self, why: str) -> None:
         """A beacon's reaction or a gone leader: one cycle now (a store read)."""

@@ -8,6 +8,9 @@
   cycle reads the store and `decide()` judges, so a beacon never does more
   than make the store be read sooner. Kicks that arrive while one runs are
   folded into the next.
+- A command nudge (`core.nudge`, verified and judged new by the service)
+  becomes one call of `nudged` on the same thread: the agent reads the pool's
+  event files and runs a cycle if they held news.
 - The elector asks `evidence(holder, epoch)` for its `Observation`.
 - `vouches()`: the leader's fresh beacons name the very lease this follower
   last read, so reading the share again now would tell it nothing;
@@ -22,6 +25,7 @@ import threading
 from collections.abc import Callable
 
 from elections.core.beacon_board import Reaction, Standing
+from elections.core.nudge import Nudge
 from elections.ports.beacons import BeaconConfig, BeaconService
 from elections.runtime.elector import Elector
 
@@ -33,14 +37,19 @@ VOUCH_INTERVALS = 3.0  # a leader beacon vouches for the lease this many interva
 class BeaconLink:
     def __init__(
         self, config: BeaconConfig, elector: Elector, cycle: Callable[[str], None],
-        monotonic: Callable[[], float],
+        monotonic: Callable[[], float], nudged: Callable[[], None] = lambda: None,
+        folded: Callable[[str], int] = lambda node: 0,
     ) -> None:  # fmt: skip
         self.elector = elector
         self.cycle = cycle
+        self.nudged = nudged
         self.interval = config.interval
-        self.service = BeaconService(config, self.standing, self.react, monotonic)
+        self.service = BeaconService(config, self.standing, self.react, monotonic, nudged=self.nudge,
+                                     folded=folded)  # fmt: skip
         self._kick = threading.Event()
         self._why = ""
+        self._cycle_wanted = False
+        self._nudge_wanted = False
         self.kicks = 0
         self._thread = threading.Thread(target=self._run, name="beacon-kicks", daemon=True)
 
@@ -85,14 +94,29 @@ class BeaconLink:
         else:
             log.info("beacon: %s", reaction.why)
         self._why = reaction.why
+        self._cycle_wanted = True
         self._kick.set()
+
+    def nudge(self, nudge: Nudge) -> None:
+        """From the beacon thread: read the pool's events soon (never on that thread)."""
+        self._nudge_wanted = True
+        self._kick.set()
+
+    def wake(self) -> None:
+        """This member's standing changed (elected, stepped down): beacon it now."""
+        self.service.wake()
 
     def _run(self) -> None:
         while True:
             self._kick.wait()
             self._kick.clear()
             self.kicks += 1
+            nudged, self._nudge_wanted = self._nudge_wanted, False
+            cycle, self._cycle_wanted = self._cycle_wanted, False
             try:
-                self.cycle(self._why)
+                if nudged:
+                    self.nudged()
+                if cycle:
+                    self.cycle(self._why)
             except Exception:  # the next kick or tick tries again
                 log.exception("election cycle on a beacon failed")
