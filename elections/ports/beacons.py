@@ -72,6 +72,7 @@ def subnet_broadcast(ip: str) -> str:
     return str(ipaddress.ip_network(f"{ip}/24", strict=False).broadcast_address)
 
 
+KEEP_KEYS = 64  # members whose recent leader keys are remembered (`heard_at`)
 HOLD_LOOK = 2.0  # seconds: a held liveness connection checks the lease's holder at least this often
 RETARGET_WAIT = 2.0  # seconds: with no holder to watch, the liveness loop looks at least this often
 
@@ -137,6 +138,9 @@ class BeaconService:
         self._wake = asyncio.Event()  # set by `wake()`: the standing changed, beacon now
         self._watched: tuple[str, tuple[str, int]] | None = None  # what the liveness loop watches
         self._echoes: collections.deque[bytes] = collections.deque(maxlen=8)  # our last datagrams
+        # node -> the last leader keys (node, epoch, renew_seq) its beacons named, with when each
+        # was first heard: a follower that reads a renewal later times it from the beacon (`heard_at`).
+        self._keys: dict[str, collections.deque[tuple[tuple[str, int, int], float]]] = {}
         self.ready = threading.Event()
         self.failed: str | None = None
 
@@ -183,6 +187,18 @@ class BeaconService:
                 return None
             return (stats.last.node, stats.last.epoch, stats.last.renew_seq)
 
+    def heard_at(self, key: tuple[str, int, int]) -> float | None:
+        """When a leader beacon naming lease `key` (node, epoch, renew_seq) first came, if one did
+        lately. Its sender wrote that lease before it sent it: a timer started then is not early."""
+        with self.lock:
+            return next((at for k, at in self._keys.get(key[0], ()) if k == key), None)
+
+    def renewed_at(self, node: str, epoch: int) -> float | None:
+        """When `node`'s beacons last named a new renewal of its lease of `epoch`."""
+        with self.lock:
+            keys = self._keys.get(node)
+            return keys[-1][1] if keys and keys[-1][0][1] == epoch else None
+
     def hears_all(self, nodes: set[str], within: float) -> bool:
         with self.lock:
             now = self.monotonic()
@@ -212,9 +228,22 @@ class BeaconService:
             if data in self._echoes:  # one of our last datagrams, byte for byte: nothing to verify
                 self.board.mine(data, source, self.config.ip, self.monotonic())
                 return
-            reaction = self.board.receive(data, source, self.monotonic(), self.standing())
+            accepted, now = self.board.accepted, self.monotonic()
+            reaction = self.board.receive(data, source, now, self.standing())
+            if self.board.accepted != accepted:  # the members' stats hold it last
+                self._note_key(next(reversed(self.board.members.values())).last, now)
         if reaction is not None:
             self._hand(reaction)
+
+    def _note_key(self, beacon: Beacon, now: float) -> None:
+        if beacon.role != "leader":
+            return
+        key = (beacon.node, beacon.epoch, beacon.renew_seq)
+        keys = self._keys.setdefault(beacon.node, collections.deque(maxlen=4))
+        if not keys or keys[-1][0] != key:
+            keys.append((key, now))
+        while len(self._keys) > KEEP_KEYS:
+            self._keys.pop(next(iter(self._keys)))
 
     def _nudge(self, data: bytes, source: str) -> None:
         with self.lock:

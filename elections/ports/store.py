@@ -133,6 +133,10 @@ class FileLeaseStore:
         )
         self._member_seq: dict[str, int] = {}  # node -> highest heartbeat seq accepted
         self._member_doc: dict[str, dict[str, Any]] = {}  # node -> that heartbeat
+        # What this node last wrote to its own member file: (epoch, seq). Its next
+        # heartbeat need not read the file back (one share operation of three);
+        # it is read again after a write that failed, and after a restart.
+        self._own_written: tuple[int, int] | None = None
 
     def describe(self) -> str:
         return f"file:{self.share.where}"
@@ -337,13 +341,22 @@ class FileLeaseStore:
         if planted is not None:
             self.refuse(f"{MEMBERS_DIR}/", planted)
         path = f"{MEMBERS_DIR}/{doc['node']}.json"
-        mine = self._own_member(path)
-        if _int(mine.get("epoch")) > _int(doc.get("epoch")):
-            doc = dict(doc, epoch=_int(mine.get("epoch")))
-        if _int(mine.get("seq")) >= _int(doc.get("seq")):
-            doc = dict(doc, seq=_int(mine.get("seq")) + 1)  # the seq only grows, across restarts too
+        own = doc["node"] == self.node
+        if own and self._own_written is not None:
+            epoch, seq = self._own_written
+        else:
+            mine = self._own_member(path)
+            epoch, seq = _int(mine.get("epoch")), _int(mine.get("seq"))
+        if epoch > _int(doc.get("epoch")):
+            doc = dict(doc, epoch=epoch)
+        if seq >= _int(doc.get("seq")):
+            doc = dict(doc, seq=seq + 1)  # the seq only grows, across restarts too
         body = dict(doc, sig=sign(doc, self.token))
+        if own:
+            self._own_written = None  # unknown until this write is done
         self._replace(path, json.dumps(body).encode() + b"\n")
+        if own:
+            self._own_written = (_int(doc.get("epoch")), _int(doc.get("seq")))
 
     def write_member(self, doc: dict[str, Any]) -> None:
         """Write this member's heartbeat; never lowers its epoch or its seq."""

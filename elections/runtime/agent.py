@@ -17,8 +17,11 @@ With beacons on (`BEACON_INTERVAL` > 0) a `BeaconLink` runs beside it: its
 reactions and the evidence of a gone leader become an election cycle at once
 (`_kicked`, under the same lock as the ticks). While the leader's beacons
 vouch for the lease a follower last read, the follower reads the share less:
-no lease read on its ticks and watches (a beacon naming a new renewal makes it
-read), the event files once a second, the member files every 5 s. It falls
+no lease read on its ticks and watches (a beacon naming another holder or
+epoch makes it read; a renewal does not), the event files when a command
+nudge names a line it lacks (`core.nudge`) and otherwise once a LEASE_TTL,
+the member files every 5 s. A leader that hears every member beacon reads the
+event files at its renewals and on nudges, never on its watches. Either falls
 back to polling the moment the beacons stop (three intervals without one).
 """
 
@@ -56,7 +59,7 @@ from elections.runtime.watch import Watchers
 log = logging.getLogger("stkrelay.agent")
 
 # While the leader's beacons vouch for the lease a follower last read (`Agent._quiet`):
-QUIET_EVENTS_EVERY = 1.0  # the pool's event files (commands) are looked at this often, not every watch
+# (The pool's event files, while quiet: on a nudge, and once a LEASE_TTL: `Agent._events_due`.)
 QUIET_SURVEY_EVERY = 5.0  # at most this long between reads of the members' files while quiet (see below)
 
 
@@ -144,6 +147,7 @@ class Agent:
             self.beacons = BeaconLink(bconf, self.elector, self._kicked, clock.monotonic, nudged=self._nudged,
                                       folded=lambda node: folded(node, 0)).start()  # fmt: skip
             self.elector.evidence = self.beacons.evidence
+            self.elector.heard_at = self.beacons.heard_at
         config, problems = action_config(stk.values)
         for problem in problems:
             log.error("leader action disabled: %s", problem)
@@ -246,9 +250,8 @@ class Agent:
             return self._watch()
 
     def _watch(self) -> Decision | None:
-        if self._quiet():  # the beacons tell when the lease changes; commands are looked for each second
-            looks = self.elector.is_leader or self._due("events", QUIET_EVENTS_EVERY)  # a leader: every watch
-            if looks and self.ingest():
+        if self._quiet():  # the beacons tell when the lease changes, nudges when a command came
+            if self._events_due() and self.ingest():
                 return self._tick(renewing=False, news=True)
             return None
         news = self.ingest()
@@ -302,11 +305,17 @@ class Agent:
         self._last_done[what] = now
         return True
 
+    def _events_due(self, renewing: bool = False) -> bool:
+        """While quiet, whether to read the pool's event files now (commands come
+        with a nudge, which reads them at once: `_nudged`): a leader at each
+        renewal, a follower once a LEASE_TTL."""
+        if self.elector.is_leader:
+            return renewing
+        return self._due("events", self.timing.ttl)
+
     def _tick(self, renewing: bool, wait: bool = True, news: bool = False) -> Decision:
         quiet = self._quiet() and self.elector.last is not None
-        # The leader reads the pool's commands at every cycle, quiet or not: a drain or a
-        # promote is a planned switchover, which must not wait for QUIET_EVENTS_EVERY.
-        if not quiet or self.elector.is_leader or self._due("events", QUIET_EVENTS_EVERY):
+        if not quiet or self._events_due(renewing):
             news = self.ingest() or news
         # A renewal is never skipped, nor a cycle after new events (a command may concern this node),
         # nor a leader's poll: it is the look that rewrites a damaged lease before its next renewal
@@ -375,12 +384,21 @@ class Agent:
             lease_detail=read.detail if read is not None else "",
             store_reachable=reachable and read is not None, members=members,
             decision=str(self.elector.last or ""), paused=self.commands.paused,
-            lease_seen_at=self.elector.memory.seen_at, command_clock=self.command_clock,
+            lease_seen_at=self._lease_seen_at(), command_clock=self.command_clock,
             refusals=refusals, beacons=beacons, share_ops=SHARE_OPS.total,
             store=store_details(self.elector.store),
         )  # fmt: skip
         self.local.write_pool(view)
         return view
+
+    def _lease_seen_at(self) -> float | None:
+        """When the lease was last seen renewed, for the panel: by this agent's own
+        read, or later by the holder's beacons (a quiet follower reads no renewal)."""
+        seen, mem = self.elector.memory.seen_at, self.elector.memory
+        if self.beacons is None or seen is None or mem.seen_key is None or mem.seen_released:
+            return seen
+        heard = self.beacons.service.renewed_at(mem.seen_key[0], mem.seen_key[1])
+        return max(seen, heard) if heard is not None else seen
 
     @property
     def command_clock(self) -> int:

@@ -12,8 +12,10 @@
   becomes one call of `nudged` on the same thread: the agent reads the pool's
   event files and runs a cycle if they held news.
 - The elector asks `evidence(holder, epoch)` for its `Observation`.
-- `vouches()`: the leader's fresh beacons name the very lease this follower
-  last read, so reading the share again now would tell it nothing;
+- `vouches()`: the leader's fresh beacons name the lease this follower last
+  read (its holder and epoch, renewed since or not), so reading the share
+  again now would tell it nothing; `heard_at(key)`: when a leader beacon
+  first named a lease, for the elector's timer when it reads that lease later;
   `hears_all(members)`: a leader hears every member beacon, so another
   leader's beacon would reach it before any read of the share could.
 """
@@ -76,7 +78,10 @@ class BeaconLink:
         if mem.leader_epoch is not None or mem.seen_key is None or mem.seen_released:
             return False
         key = self.service.leader_key(mem.seen_key[0], VOUCH_INTERVALS * self.interval)
-        return key == mem.seen_key
+        return key is not None and key[:2] == mem.seen_key[:2] and key[2] >= mem.seen_key[2]
+
+    def heard_at(self, key: tuple[str, int, int]) -> float | None:
+        return self.service.heard_at(key)
 
     def hears_all(self, nodes: set[str]) -> bool:
         """Every one of `nodes` beaconed within the vouching window: a leader of a
