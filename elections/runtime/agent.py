@@ -239,6 +239,9 @@ class Agent:
         with self.lock:
             decision = self.elector.cycle(renewing=False)
             self.publish(decision)
+            # The view too (the members' files as last read): a quiet follower's next tick may be a
+            # LEASE_POLL away, and the panel and relayctl check commands against this view's epoch.
+            self.view = self.survey(read_members=False)
 
     def watch(self) -> Decision | None:
         """The cheap, frequent look (LEASE_WATCH): new pool events, or a lease
