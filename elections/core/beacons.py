@@ -8,6 +8,14 @@ pool record (HMAC-SHA256 with `POOL_KEY` over the canonical JSON without
      "role": "leader" | "follower" | "resign", "epoch": 7, "renew_seq": 4182,
      "boot": "<16 hex, new at every start of the sender>", "seq": 991, "sig": ...}
 
+and, optionally (issue 22, a quiet pool; a receiver that predates them ignores
+them, they are signed all the same): `mseq`, the seq of the sender's own
+member record (`members/<node>.json`) as it last wrote it to the share, and
+`mdig`, `member_digest()` of that record (16 hex). A receiver that holds a
+record of the sender with that digest need not read the file again to know
+it, and a new `mseq` tells it the sender's heartbeat was written: its
+freshness, without a read. A beacon without them says nothing of the record.
+
 `parse_beacon(raw, key, kmsn)` returns a `Beacon` or raises `Untrusted` with a
 stable cause (the guarded reader's causes plus `wrong_kmsn`); it never raises
 anything else. Replays are not judged here: a receiver keeps, per
@@ -19,12 +27,13 @@ store, and a beacon only ever makes its receiver look at the store sooner.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass, fields
 from typing import Any
 
-from elections.core.lease import sign, signature_ok
+from elections.core.lease import canonical_json, sign, signature_ok
 from elections.core.untrusted import (
     FORGED,
     MAX_COUNTER,
@@ -70,11 +79,16 @@ class Beacon:
     boot: str
     seq: int
     v: int = BEACON_VERSION
+    mseq: int = 0  # the sender's member record as last written (0: not said)
+    mdig: str = ""
 
     def to_doc(self) -> dict[str, Any]:
         # Not dataclasses.asdict: it deep-copies field by field, and this runs
         # five times a second on every member. All fields are scalars.
-        return {name: getattr(self, name) for name in _ORDER}
+        doc = {name: getattr(self, name) for name in _ORDER}
+        if not self.mseq:
+            del doc["mseq"], doc["mdig"]
+        return doc
 
     def encode(self, key: str) -> bytes:
         doc = self.to_doc()
@@ -109,4 +123,16 @@ def parse_beacon(raw: bytes, key: str, kmsn: str) -> Beacon:
         if "sig" not in doc:
             raise Untrusted(UNSIGNED, f"unsigned {what}")
         raise Untrusted(FORGED, f"bad signature on {what}")
-    return Beacon(**{name: doc[name] for name in _FIELDS})
+    mseq, mdig = doc.get("mseq", 0), doc.get("mdig", "")
+    if not isinstance(mseq, int) or isinstance(mseq, bool) or not 0 <= mseq <= _MAX_INT:
+        raise Untrusted(NOT_OBJECT, "beacon has a bad mseq")
+    if not isinstance(mdig, str) or (mseq and not _BOOT.fullmatch(mdig)):
+        raise Untrusted(NOT_OBJECT, "beacon has a bad mdig")
+    return Beacon(**{name: doc[name] for name in _FIELDS}, mseq=mseq, mdig=mdig if mseq else "")
+
+
+def member_digest(doc: dict[str, Any]) -> str:
+    """16 hex of the SHA-256 of a member record without its `seq` and `sig`
+    (canonical JSON): what changes when the record says something new."""
+    body = {k: v for k, v in doc.items() if k not in ("seq", "sig")}
+    return hashlib.sha256(canonical_json(body)).hexdigest()[:16]

@@ -122,6 +122,8 @@ class BeaconService:
         self.nudges = NudgeBoard(config.kmsn, config.key)
         self.nudged = nudged
         self.folded = folded
+        # (seq, member_digest) of this member's own record as last written: in every beacon.
+        self.member_record: tuple[int, str] = (0, "")
         self.liveness = Liveness(config.interval)
         self.lock = threading.Lock()
         self.targets = config.peers or [subnet_broadcast(config.ip)]
@@ -192,6 +194,14 @@ class BeaconService:
         lately. Its sender wrote that lease before it sent it: a timer started then is not early."""
         with self.lock:
             return next((at for k, at in self._keys.get(key[0], ()) if k == key), None)
+
+    def member_records(self, within: float) -> dict[str, tuple[int, str]]:
+        """(mseq, mdig) of each member whose beacons came within `within` s and say
+        what its member record is (`core.beacons`)."""
+        with self.lock:
+            now = self.monotonic()
+            return {n: (s.last.mseq, s.last.mdig) for n, s in self.board.members.items()
+                    if s.last.mseq and now - s.last_at <= within}  # fmt: skip
 
     def renewed_at(self, node: str, epoch: int) -> float | None:
         """When `node`'s beacons last named a new renewal of its lease of `epoch`."""
@@ -297,8 +307,9 @@ class BeaconService:
     def _datagram(self, role: str, epoch: int, renew_seq: int) -> bytes:
         self._seq += 1
         cfg = self.config
+        mseq, mdig = self.member_record
         beacon = Beacon(cfg.kmsn, cfg.node, cfg.ip, cfg.relay_port, role, epoch, renew_seq, self.boot,
-                        self._seq)  # fmt: skip
+                        self._seq, mseq=mseq, mdig=mdig)  # fmt: skip
         return beacon.encode(cfg.key)
 
     def _send(self, raw: bytes) -> None:

@@ -65,7 +65,7 @@ from elections.errors import StoreUnavailable
 from elections.ports.clock import Clock
 from elections.ports.filelock import ShareLock
 from elections.ports.share import LocalShare, Share, share_of
-from elections.ports.sharefiles import DEFAULT_TIMEOUT
+from elections.ports.sharefiles import DEFAULT_TIMEOUT, NODE_FILE
 
 log = logging.getLogger("stkrelay.store")
 
@@ -137,6 +137,7 @@ class FileLeaseStore:
         # heartbeat need not read the file back (one share operation of three);
         # it is read again after a write that failed, and after a restart.
         self._own_written: tuple[int, int] | None = None
+        self.own_record: dict[str, Any] | None = None  # that record (without `sig`), for the beacons
 
     def describe(self) -> str:
         return f"file:{self.share.where}"
@@ -357,6 +358,7 @@ class FileLeaseStore:
         self._replace(path, json.dumps(body).encode() + b"\n")
         if own:
             self._own_written = (_int(doc.get("epoch")), _int(doc.get("seq")))
+            self.own_record = doc
 
     def write_member(self, doc: dict[str, Any]) -> None:
         """Write this member's heartbeat; never lowers its epoch or its seq."""
@@ -401,6 +403,30 @@ class FileLeaseStore:
     def read_members(self) -> dict[str, dict[str, Any]]:
         """Every member's last valid heartbeat, by node (bad files are refused)."""
         return self._run(self._read_members)
+
+    def read_member(self, node: str) -> dict[str, Any] | None:
+        """One member's last valid heartbeat (one read; a bad file is refused as in `read_members`)."""
+        if not NODE_FILE.fullmatch(node):
+            return None
+        return self._run(lambda: self._member(f"{node}.json"))
+
+    def member_names(self) -> set[str]:
+        """The nodes with a member file (one listing, no file read)."""
+
+        def names() -> set[str]:
+            try:
+                found, refused = self.share.listing(MEMBERS_DIR, ".json", MAX_MEMBERS)
+            except FileNotFoundError:
+                return set()
+            except OSError as exc:
+                raise StoreUnavailable(
+                    f"cannot list {MEMBERS_DIR}/ in {self.share.where}: {exc.strerror or exc}"
+                ) from exc
+            for exc in refused:
+                self.refuse(f"{MEMBERS_DIR}/", exc)
+            return {name[: -len(".json")] for name in found}
+
+        return self._run(names)
 
     def _highest_epoch(self, lease: LeaseRead | None = None) -> int:
         lease = lease if lease is not None else self._read_lease()

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from elections.core.actions import action_config
+from elections.core.beacons import member_digest
 from elections.core.commands import PoolCommands
 from elections.core.decide import Decision, Timing
 from elections.core.eligibility import Freshness, judge, observe
@@ -52,25 +53,16 @@ from elections.runtime.bindings import PoolBindings
 from elections.runtime.elector import Elector
 from elections.runtime.health import HealthMonitor
 from elections.runtime.lease_writes import Identity
+from elections.runtime.member_reads import MemberReads
 from elections.runtime.policy import PoolPolicy
 from elections.runtime.projection import Projector, pool_event_sink
 from elections.runtime.watch import Watchers
 
 log = logging.getLogger("stkrelay.agent")
 
-# While the leader's beacons vouch for the lease a follower last read (`Agent._quiet`):
-# (The pool's event files, while quiet: on a nudge, and once a LEASE_TTL: `Agent._events_due`.)
-QUIET_SURVEY_EVERY = 5.0  # at most this long between reads of the members' files while quiet (see below)
-
-
-def quiet_survey_every(heartbeat_ttl: float, lease_renew: float) -> float:
-    """How often a quiet agent reads the members' files. A member's heartbeat is
-    judged by when this agent saw its seq change, so a read every S seconds of
-    heartbeats written every LEASE_RENEW makes a live member look up to
-    S + LEASE_RENEW old: S stays under half of what HEARTBEAT_TTL leaves, or a
-    live member would be judged stale (TTL 3, renew 1: 1 s; the defaults: 3.5 s)."""
-    return min(QUIET_SURVEY_EVERY, max(0.25, (heartbeat_ttl - lease_renew) / 2))
-
+# While the leader's beacons vouch for the lease a follower last read (`Agent._quiet`), the pool's
+# event files are read on a nudge and once a LEASE_TTL (`Agent._events_due`), the members' files as
+# `runtime.member_reads` says.
 
 _agent: Agent | None = None
 # Event kinds whose `epoch` need not be this pool's: an audit row carries the
@@ -122,12 +114,13 @@ class Agent:
         # The SHA-256 of the certificate this member's panel serves ("" in plain HTTP), in every
         # heartbeat: each agent's panel shows the others', for operators and clients to pin.
         self.web_tls = served_fingerprint(stk.data_dir, stk.tls_cert, stk.web_plain)
-        self._member_docs: tuple[dict[str, dict[str, Any]], bool] | None = None  # survey(): last members read
         self.health = HealthMonitor.from_settings(stk.health_cmd, stk.health_url).start()
         self.policy = PoolPolicy(
             stk.node, stk.priority, self.commands, lambda: self.view, lambda: self._leader_since,
             self.local, clock.monotonic, health=self.health.status, relay_attests=stk.relay_attests,
         )  # fmt: skip
+        self.member_reads = MemberReads(store, stk.node, stk.heartbeat_ttl, stk.lease_renew, stk.lease_ttl,
+                                        clock.monotonic)  # fmt: skip
         self.elector = Elector(
             store, clock, identity(), self.timing, events=pool_event_sink(stk), policy=self.policy,
             on_elected=self._elected, on_demoted=self._demoted, refusals=self.refusals,
@@ -172,6 +165,7 @@ class Agent:
         self._leader_since = self.clock.monotonic()
         self.publish(self.elector.last)  # first: the executors' gate reads it
         if self.beacons is not None:  # the pool hears of the new epoch now, not one interval later
+            self._say_own_record()  # the claim rewrote this member's record
             self.beacons.wake()
         self._run_duty(self.duties[0], epoch)
 
@@ -336,11 +330,11 @@ class Agent:
             heard = {"hears": self.beacons.heard()} if self.beacons is not None else {}
             self.elector.heartbeat(**fields, **heard)
             self._beat_fields = fields
+            self._say_own_record()
         self.publish(decision)
         # The view is written at every cycle (the panel judges the lease by it); while quiet,
         # the members' files are read again only every `quiet_survey_every`.
-        every = quiet_survey_every(self.stk.heartbeat_ttl, self.stk.lease_renew)
-        self.view = self.survey(read_members=not quiet or news or self._due("survey", every))
+        self.view = self.survey(read_members=not quiet or news)
         if wait and not skip and decision.wake_in is not None and decision.wake_in < self.timing.poll:
             time.sleep(max(decision.wake_in, 0.0) + 0.01)
             decision = self.elector.cycle(renewing=False)
@@ -361,19 +355,18 @@ class Agent:
             lease = {"node": rec.node, "epoch": rec.epoch, "ip": rec.ip, "port": rec.port,
                      "renew_seq": rec.renew_seq, "ttl_s": rec.ttl_s, "released": rec.released,
                      "handoff_to": rec.handoff_to}  # fmt: skip
-        if read_members or self._member_docs is None:
-            try:
-                self._member_docs = self.elector.store.read_members(), True  # type: ignore[attr-defined]
-            except StoreUnavailable:
-                self._member_docs = {}, False
-        docs, reachable = self._member_docs
+        said = self._said()
+        docs, reachable = self.member_reads.read(read_members, said)
         beacons = self.beacons.service.snapshot() if self.beacons is not None else {}
         refusals = self.refusals.to_doc(now)
         if beacons:  # refused datagrams show beside refused share records
             refusals = merged(refusals, beacons.pop("refusals"))
         members = {}
         for node, doc in docs.items():
-            self.fresh[node] = observe(self.fresh.get(node, Freshness()), doc.get("seq"), now)
+            seq = doc.get("seq")
+            if node in said and isinstance(seq, int) and said[node][0] > seq:
+                seq = said[node][0]  # its beacons say it wrote a newer heartbeat (the same record)
+            self.fresh[node] = observe(self.fresh.get(node, Freshness()), seq, now)
             v = judge(node, doc, self.fresh[node], now, stk.heartbeat_ttl, stk.promotion_hold)
             epoch = doc.get("epoch")
             members[node] = MemberView(
@@ -393,6 +386,19 @@ class Agent:
         )  # fmt: skip
         self.local.write_pool(view)
         return view
+
+    def _say_own_record(self) -> None:
+        """Tell the beacons this member's record as just written (`core.beacons`: mseq, mdig)."""
+        record = getattr(self.elector.store, "own_record", None)
+        if self.beacons is not None and record is not None:
+            seq = record.get("seq")
+            self.beacons.service.member_record = (seq if isinstance(seq, int) else 0, member_digest(record))
+
+    def _said(self) -> dict[str, tuple[int, str]]:
+        """(mseq, mdig) of the members whose fresh beacons say what their record is."""
+        if self.beacons is None:
+            return {}
+        return self.beacons.service.member_records(self.beacons.heard_window)
 
     def _lease_seen_at(self) -> float | None:
         """When the lease was last seen renewed, for the panel: by this agent's own

@@ -88,9 +88,14 @@ class BeaconLink:
         pool whose members all beacon hears at once when another one takes over."""
         return self.service.hears_all(nodes, VOUCH_INTERVALS * self.interval)
 
+    @property
+    def heard_window(self) -> float:
+        """Seconds within which a member's beacon counts as heard lately."""
+        return VOUCH_INTERVALS * self.interval * 5
+
     def heard(self) -> list[str]:
         """The members whose beacons reached this one lately (for its heartbeat)."""
-        return self.service.heard(VOUCH_INTERVALS * self.interval * 5)
+        return self.service.heard(self.heard_window)
 
     def react(self, reaction: Reaction) -> None:
         """From the beacon thread: run a cycle soon (never on that thread)."""
