@@ -11,7 +11,7 @@ pool record (HMAC-SHA256 with `POOL_KEY` over the canonical JSON without
 and, optionally (issue 22, a quiet pool; a receiver that predates them ignores
 them, they are signed all the same): `mseq`, the seq of the sender's own
 member record (`members/<node>.json`) as it last wrote it to the share, and
-`mdig`, `member_digest()` of that record (16 hex). A receiver that holds a
+`mdig`, `member_digest()` of that record (16 hex, without `seq`, `sig`, `hears`). A receiver that holds a
 record of the sender with that digest need not read the file again to know
 it, and a new `mseq` tells it the sender's heartbeat was written: its
 freshness, without a read. A beacon without them says nothing of the record.
@@ -131,8 +131,13 @@ def parse_beacon(raw: bytes, key: str, kmsn: str) -> Beacon:
     return Beacon(**{name: doc[name] for name in _FIELDS}, mseq=mseq, mdig=mdig if mseq else "")
 
 
+NOT_DIGESTED = ("seq", "sig", "hears")  # what changes at every heartbeat, or says nothing the pool decides by
+
+
 def member_digest(doc: dict[str, Any]) -> str:
-    """16 hex of the SHA-256 of a member record without its `seq` and `sig`
-    (canonical JSON): what changes when the record says something new."""
-    body = {k: v for k, v in doc.items() if k not in ("seq", "sig")}
+    """16 hex of the SHA-256 of a member record without its `seq`, `sig` and `hears`
+    (canonical JSON): what changes when the record says something new. (`hears`, whom
+    the member's beacons reach, moves with every late beacon on a loaded LAN; `relayctl
+    doctor` reads it from the files themselves.)"""
+    body = {k: v for k, v in doc.items() if k not in NOT_DIGESTED}
     return hashlib.sha256(canonical_json(body)).hexdigest()[:16]
