@@ -170,6 +170,9 @@ def perform(
     except audit.AuditUnavailable:
         outcome.recorded = False
         outcome.message += " (warning: the outcome could not be written to the audit trail)"
+    seq = getattr(trail.sink, "last_seq", None)
+    if outcome.recorded and seq:  # every agent's audit page shows the outcome now, not at its next look
+        nudge_pool(settings.STK, None, settings.STK.node, seq, "audit")
     return outcome
 
 

@@ -231,6 +231,7 @@ class Agent:
     def _kicked(self, why: str) -> None:
         """A beacon's reaction or a gone leader: one cycle now (a store read)."""
         with self.lock:
+            self.ingest()  # the lease changed hands: its elected/handoff events are on the share already
             decision = self.elector.cycle(renewing=False)
             self.publish(decision)
             # The view too (the members' files as last read): a quiet follower's next tick may be a

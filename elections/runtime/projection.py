@@ -39,6 +39,7 @@ class DbEventSink:
         self.node = node
         self.pool_log = pool_log
         self._pool_last: int | None = None  # this node's highest seq in the pool's log, once read
+        self.last_seq: int | None = None  # the seq of the last line this sink put on the share
 
     def _floor(self) -> int:
         """This node's highest seq in the pool's log: a database started afresh (a new disk, a
@@ -85,6 +86,7 @@ class DbEventSink:
                 raise OSError(f"pool event log not written: {exc}") from exc
             log.warning("pool event log not written: %s", exc)
             return None
+        self.last_seq = seq
         return seq
 
 
