@@ -70,6 +70,8 @@ class MemberReads:
                 return self.last  # quiet, and no beacon says anything of the records
             full = True
         if full or self.last is None or not selective:
+            now = self.monotonic()
+            self._done["listing"] = self._done["survey"] = now  # a whole read is both
             try:
                 return store.read_members(), True
             except StoreUnavailable:
