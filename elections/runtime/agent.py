@@ -20,7 +20,8 @@ vouch for the lease a follower last read, the follower reads the share less:
 no lease read on its ticks and watches (a beacon naming another holder or
 epoch makes it read; a renewal does not), the event files when a command
 nudge names a line it lacks (`core.nudge`) and otherwise once a LEASE_TTL,
-the member files every 5 s. A leader that hears every member beacon reads the
+the member files only when a beacon says a record changed
+(`runtime.member_reads`). A leader that hears every member beacon reads the
 event files at its renewals and on nudges, never on its watches. Either falls
 back to polling the moment the beacons stop (three intervals without one).
 """
