@@ -1,6 +1,9 @@
 """Planned switchover benchmark: N promotes on a real 3-agent site (default
 timing), timing command → the new leader registering the clients, and
-counting relay messages lost across each switchover.
+counting relay messages lost across each switchover. The command is timed
+from relayctl's return and from the moment its event line is on the share
+(relayctl returns after it has audited the outcome and shut Django down: with
+the command pushed to the leader, the switchover is often over by then).
 
     python bench/switchover.py [--promotes 20]
 
@@ -18,6 +21,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -50,7 +54,30 @@ def promote(agent, target: str, epoch: int) -> None:  # type: ignore[no-untyped-
         raise RuntimeError(f"promote {target} failed: {out.stdout}{out.stderr}")
 
 
-async def run(site: Site, promotes: int) -> tuple[list[float], list[int]]:
+class LineWatch(threading.Thread):
+    """The instant a `promote_requested` line lands in one agent's event file
+    (looked at every millisecond, from before relayctl starts)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(daemon=True)
+        self.path = path
+        self.start_size = path.stat().st_size if path.exists() else 0
+        self.at: float | None = None
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set() and self.at is None:
+            try:
+                with self.path.open("rb") as f:
+                    f.seek(self.start_size)
+                    if b'"promote_requested"' in f.read():
+                        self.at = time.monotonic()
+            except OSError:
+                pass
+            time.sleep(0.001)
+
+
+async def run(site: Site, promotes: int) -> tuple[list[float], list[int], list[float], list[float]]:
     def client(role: str, station: str) -> RelayClient:
         d = Discovery.build(token=TOKEN, kmsn=KMSN, lease_dir=str(site.lease_dir))
         return RelayClient(role=role, kmsn=KMSN, station=station, token=TOKEN, discovery=d, keepalive=1.0)
@@ -78,7 +105,7 @@ async def run(site: Site, promotes: int) -> tuple[list[float], list[int]]:
                 got.add(item.data["n"])
 
     tasks = [asyncio.create_task(produce()), asyncio.create_task(consume())]
-    times, lost, with_cli = [], [], []
+    times, lost, with_cli, from_line = [], [], [], []
     previous = None
     for i in range(promotes):
         lease = site.lease()
@@ -87,23 +114,32 @@ async def run(site: Site, promotes: int) -> tuple[list[float], list[int]]:
         target = next(a for a in site.agents if a.name not in (lease.node, previous))
         previous = lease.node
         before = sent
+        commander = site.agents[i % 3]
+        line = LineWatch(site.lease_dir / "events" / f"{commander.name}.jsonl")
+        line.start()
         launched = time.monotonic()
-        await asyncio.to_thread(promote, site.agents[i % 3], target.name, lease.epoch)
+        await asyncio.to_thread(promote, commander, target.name, lease.epoch)
         accepted = time.monotonic()
         while not (cmd.registered and agent.registered and cmd.epoch == agent.epoch == lease.epoch + 1):
             if time.monotonic() - accepted > 30:
                 raise RuntimeError("clients did not follow within 30 s")
             await asyncio.sleep(0.005)
-        took = time.monotonic() - accepted
+        done = time.monotonic()
+        line.stop.set()
+        line.join()
+        took = done - accepted
         times.append(took)
-        with_cli.append(time.monotonic() - launched)
+        with_cli.append(done - launched)
+        if line.at is not None:
+            from_line.append(done - line.at)
         await asyncio.sleep(1.5)  # let the stream run on the new leader, then count the gap
         window = set(range(max(0, before - 50), sent - 50))
         missing = sorted(window - got)
         lost.append(len(missing))
         print(
             f"  promote {i + 1:2d}/{promotes}: {lease.node} epoch {lease.epoch} -> {target.name} "
-            f"epoch {lease.epoch + 1}: clients registered {took:.3f} s after the command; "
+            f"epoch {lease.epoch + 1}: clients registered {took:.3f} s after the command, "
+            f"{from_line[-1] if line.at is not None else float('nan'):.3f} s after its event line; "
             f"{len(missing)} lost",
             flush=True,
         )
@@ -111,7 +147,7 @@ async def run(site: Site, promotes: int) -> tuple[list[float], list[int]]:
     await asyncio.gather(*tasks)
     await cmd.close()
     await agent.close()
-    return times, lost, with_cli
+    return times, lost, with_cli, from_line
 
 
 def main() -> None:
@@ -126,12 +162,17 @@ def main() -> None:
             wait_until(
                 lambda: all(len(pool(a).get("members", {})) == 3 for a in site.agents), 60, "pool views"
             )
-            times, lost, with_cli = asyncio.run(run(site, args.promotes))
+            times, lost, with_cli, from_line = asyncio.run(run(site, args.promotes))
         finally:
             site.stop()
     print("\nswitchover: relayctl promote accepted -> both clients registered with the new leader (seconds)")
     p50, p95 = statistics.median(times), pct(times, 95)
     print(f"  n={len(times)}  p50={p50:.3f}  p95={p95:.3f}  max={max(times):.3f}  min={min(times):.3f}")
+    if from_line:
+        l50, l95 = statistics.median(from_line), pct(from_line, 95)
+        print(f"  from the command's event line on the share: n={len(from_line)}  p50={l50:.3f}  "
+              f"p95={l95:.3f}  "
+              f"max={max(from_line):.3f}")  # fmt: skip
     c50, c95 = statistics.median(with_cli), pct(with_cli, 95)
     print(
         f"  counting relayctl's own start-up (Python + Django): p50={c50:.3f}  p95={c95:.3f}  "

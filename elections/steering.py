@@ -10,7 +10,10 @@ an event to this agent's own `events/<node>.jsonl` in that pool (its own pool,
 or a watched `[pool:<KMSN>]`, signed with that pool's key), naming the actor, client
 address, reason, the epoch the operator saw and the command's Lamport clock
 (the order rule is in `core.commands`). The target reacts when it observes the
-event; nothing relies on the operator's agent staying up.
+event; nothing relies on the operator's agent staying up. In its own pool the
+agent then sends a signed nudge naming the event to the leader and the beacon
+targets (`ports.nudge`), so that the leader reads it at once instead of at its
+next look; the event on the share stays the authority.
 
 `forget` (a member gone for good) is the one command this agent carries out
 itself, after its event is written: it removes the member's record from the
@@ -40,6 +43,7 @@ from elections.core.stations import BOUND
 from elections.errors import StoreUnavailable
 from elections.ports.clock import SystemClock
 from elections.ports.localstate import LocalState
+from elections.ports.nudge import nudge_pool
 from elections.ports.stores import PoolPlace, open_store
 from elections.runtime.projection import pool_event_sink, watched_event_sink
 
@@ -176,6 +180,9 @@ def perform(
     except audit.AuditUnavailable:
         outcome.recorded = False
         outcome.message += " (warning: the outcome could not be written to the audit trail)"
+    seq = getattr(trail.sink, "last_seq", None)
+    if outcome.recorded and seq:  # every agent's audit page shows the outcome now, not at its next look
+        nudge_pool(settings.STK, None, settings.STK.node, seq, "audit")
     return outcome
 
 
@@ -236,13 +243,15 @@ def submit(
     # its member record held is never handed out again once the record is gone.
     claim = max(int(epoch or 0), pool.members[target].epoch or 0) if kind == "forget" and target else 0
     try:
-        sink.record(
+        seq = sink.record(
             f"{kind}_requested", claim or int(epoch or 0), reason or message, required=True, target=target,
             actor=actor, client=client, expected_epoch=expected_epoch, force=force, correlation=correlation,
             clock=next_command_clock(pool.command_clock, pool.kmsn or stk.kmsn),
         )  # fmt: skip
     except OSError as exc:
         return CommandResult(UNAVAILABLE, f"command not written: {exc}", correlation, epoch)
+    if watched is None and seq is not None:  # on the share: now tell the leader, so it need not poll for it
+        nudge_pool(stk, (pool.lease or {}).get("ip"), stk.node, seq, f"{kind}_requested")
     if kind == "forget" and target:
         return _remove_member(target, message, correlation, epoch)
     return CommandResult(ACCEPTED, message, correlation, epoch)

@@ -329,17 +329,21 @@ class RelayRunner:
 
     async def read_lease(self, within: float = LEASE_READ_WITHIN) -> Any:
         """The lease read off-loop (a dead share may hang), within `within` seconds; raises if not."""
+        return await self.off_loop(lambda store: store.read(), within)
+
+    async def off_loop(self, read: Callable[[Any], Any], within: float = LEASE_READ_WITHIN) -> Any:
+        """`read(store)` on a daemon thread of its own (a dead share may hang it: the
+        relay still exits), within `within` seconds; raises if not."""
         stk = self.stk
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
 
-        def read() -> None:
+        def run() -> None:
             try:
-                store = open_store(PoolPlace.of(stk), stk.node, SystemClock())
-                future.set_result(store.read())
+                future.set_result(read(open_store(PoolPlace.of(stk), stk.node, SystemClock())))
             except BaseException as exc:
                 future.set_exception(exc)
 
-        threading.Thread(target=read, name="lease-read", daemon=True).start()
+        threading.Thread(target=run, name="lease-read", daemon=True).start()
         return await asyncio.wait_for(asyncio.wrap_future(future), within)
 
     async def own_lease(self) -> dict[str, Any] | None:
@@ -357,18 +361,41 @@ class RelayRunner:
         return json.loads(record.encode(self.stk.pool_key))
 
     async def successor(self) -> Successor:
-        """The new leader from the lease, read off-loop (a dead share may hang): or nulls."""
+        """The new leader from the lease, read off-loop (a dead share may hang): or nulls.
+        A lease this node released with a handoff names its target, not yet its holder:
+        the target's address (its member record) with the next epoch, which only the
+        target may take at once. A claim for the clients to try first (a hint they
+        drop after a few tries), fenced by the target's own gate like any other."""
         try:
             lease = await self.read_lease()
         except Exception as exc:
             log.warning("cannot read the lease to name the new leader: %s", exc or type(exc).__name__)
             return NOBODY
         record = lease.record
-        if lease.status != "valid" or record is None or record.released:
+        if lease.status != "valid" or record is None:
             return NOBODY
-        if record.node == self.stk.node or record.epoch <= self.epoch:
+        if record.released and record.node == self.stk.node and record.epoch == self.epoch:
+            return await self.handoff_target(record.handoff_to, record.epoch + 1)
+        if record.released or record.node == self.stk.node or record.epoch <= self.epoch:
             return NOBODY
         return record.epoch, record.ip, record.port
+
+    async def handoff_target(self, node: str | None, epoch: int) -> Successor:
+        if not node or node == self.stk.node:
+            return NOBODY
+
+        def member_ip(store: Any) -> str | None:
+            read_one = getattr(store, "read_member", None)
+            doc = read_one(node) if read_one is not None else store.read_members().get(node)
+            ip = (doc or {}).get("ip")
+            return ip if isinstance(ip, str) and ip else None
+
+        try:
+            ip = await self.off_loop(member_ip)
+        except Exception as exc:
+            log.warning("cannot read %s's member record to name it: %s", node, exc or type(exc).__name__)
+            return NOBODY
+        return (epoch, ip, self.stk.relay_port) if ip else NOBODY
 
     def write_status(self, listening: bool) -> None:
         snapshot = self.server.snapshot()

@@ -18,8 +18,10 @@ verified beacons, per-member arrival statistics and reactions come out.
 5. **Reactions** (`Reaction`): what the receiver should do at once, never
    more than reading the store: a leader hearing a leader beacon of a higher
    epoch reads the store (and steps down only if the store agrees); a follower
-   hearing `resign`, or a leader beacon whose (node, epoch, renew_seq) differs
-   from the lease it last read, reads the lease now. Two leader beacons of
+   hearing `resign`, or a leader beacon whose (node, epoch) differs from the
+   lease it last read, reads the lease now; a renewal alone (the same holder
+   and epoch, a higher renew_seq) is no reason to read the share: the runtime
+   notes when it heard it (`ports.beacons.BeaconService.heard_at`). Two leader beacons of
    different nodes claiming one epoch raise a `split_brain` security event.
 """
 
@@ -252,10 +254,10 @@ class BeaconBoard:
         seen = me.seen_key
         if beacon.role == RESIGN and (seen is None or beacon.epoch >= seen[1]):
             return self._once(beacon, f"{beacon.node} resigns epoch {beacon.epoch}: reading the lease")
-        if beacon.role == LEADER and (seen is None or beacon.epoch >= seen[1]):
-            key = (beacon.node, beacon.epoch, beacon.renew_seq)
-            if key != seen:
-                return self._once(beacon, f"{beacon.node} beacons epoch {beacon.epoch} seq "
+        # The same holder and epoch renewed (or not): what the follower read still holds.
+        renewal = seen is not None and (beacon.node, beacon.epoch) == seen[:2] and beacon.renew_seq >= seen[2]
+        if beacon.role == LEADER and (seen is None or beacon.epoch >= seen[1]) and not renewal:
+            return self._once(beacon, f"{beacon.node} beacons epoch {beacon.epoch} seq "
                                           f"{beacon.renew_seq}: the lease changed")  # fmt: skip
         return None
 

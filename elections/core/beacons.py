@@ -15,6 +15,14 @@ it (``file:/mnt/w/socket``, ``smb://host/share/socket``, ``etcd:...``; at most
 stores can be named (`core.share_split`). A sender without one omits the
 field, and its datagram is byte for byte what it was before.
 
+Optional too (issue 22, a quiet pool; a receiver that predates them ignores
+them, they are signed all the same): `mseq`, the seq of the sender's own
+member record (`members/<node>.json`) as it last wrote it to the share, and
+`mdig`, `member_digest()` of that record (16 hex, without `seq`, `sig`, `hears`). A receiver that holds a
+record of the sender with that digest need not read the file again to know
+it, and a new `mseq` tells it the sender's heartbeat was written: its
+freshness, without a read. A beacon without them says nothing of the record.
+
 `parse_beacon(raw, key, kmsn)` returns a `Beacon` or raises `Untrusted` with a
 stable cause (the guarded reader's causes plus `wrong_kmsn`); it never raises
 anything else. Replays are not judged here: a receiver keeps, per
@@ -26,12 +34,13 @@ store, and a beacon only ever makes its receiver look at the store sooner.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass, fields
 from typing import Any
 
-from elections.core.lease import sign, signature_ok
+from elections.core.lease import canonical_json, sign, signature_ok
 from elections.core.untrusted import (
     FORGED,
     MAX_COUNTER,
@@ -79,6 +88,8 @@ class Beacon:
     seq: int
     v: int = BEACON_VERSION
     store: str = ""  # optional: the sender's lease store (module docstring); "" = not said
+    mseq: int = 0  # the sender's member record as last written (0: not said)
+    mdig: str = ""
 
     def to_doc(self) -> dict[str, Any]:
         # Not dataclasses.asdict: it deep-copies field by field, and this runs
@@ -86,6 +97,8 @@ class Beacon:
         doc = {name: getattr(self, name) for name in _ORDER}
         if not self.store:
             del doc["store"]
+        if not self.mseq:
+            del doc["mseq"], doc["mdig"]
         return doc
 
     def encode(self, key: str) -> bytes:
@@ -123,4 +136,21 @@ def parse_beacon(raw: bytes, key: str, kmsn: str) -> Beacon:
         raise Untrusted(FORGED, f"bad signature on {what}")
     store = doc.get("store")  # optional; of a sender that says something else, nothing is kept
     store = store if isinstance(store, str) and 0 < len(store) <= MAX_STORE and store.isprintable() else ""
-    return Beacon(**{name: doc[name] for name in _FIELDS}, store=store)
+    mseq, mdig = doc.get("mseq", 0), doc.get("mdig", "")
+    if not isinstance(mseq, int) or isinstance(mseq, bool) or not 0 <= mseq <= _MAX_INT:
+        raise Untrusted(NOT_OBJECT, "beacon has a bad mseq")
+    if not isinstance(mdig, str) or (mseq and not _BOOT.fullmatch(mdig)):
+        raise Untrusted(NOT_OBJECT, "beacon has a bad mdig")
+    return Beacon(**{name: doc[name] for name in _FIELDS}, store=store, mseq=mseq, mdig=mdig if mseq else "")
+
+
+NOT_DIGESTED = ("seq", "sig", "hears")  # what changes at every heartbeat, or says nothing the pool decides by
+
+
+def member_digest(doc: dict[str, Any]) -> str:
+    """16 hex of the SHA-256 of a member record without its `seq`, `sig` and `hears`
+    (canonical JSON): what changes when the record says something new. (`hears`, whom
+    the member's beacons reach, moves with every late beacon on a loaded LAN; `relayctl
+    doctor` reads it from the files themselves.)"""
+    body = {k: v for k, v in doc.items() if k not in NOT_DIGESTED}
+    return hashlib.sha256(canonical_json(body)).hexdigest()[:16]

@@ -40,7 +40,9 @@ from typing import Any
 
 from elections.core.beacon_board import BeaconBoard, Reaction, Standing
 from elections.core.beacons import MAX_STORE, RESIGN, RESIGN_COPIES, Beacon
+from elections.core.evidence import merged
 from elections.core.liveness import ANSWERS, CONNECTED, ENDED, REFUSED, UNREACHABLE, Liveness
+from elections.core.nudge import Nudge, NudgeBoard, is_nudge
 
 log = logging.getLogger("stkrelay.beacons")
 
@@ -70,6 +72,7 @@ def subnet_broadcast(ip: str) -> str:
     return str(ipaddress.ip_network(f"{ip}/24", strict=False).broadcast_address)
 
 
+KEEP_KEYS = 64  # members whose recent leader keys are remembered (`heard_at`)
 HOLD_LOOK = 2.0  # seconds: a held liveness connection checks the lease's holder at least this often
 RETARGET_WAIT = 2.0  # seconds: with no holder to watch, the liveness loop looks at least this often
 
@@ -106,6 +109,8 @@ class BeaconService:
         react: Callable[[Reaction], None],
         monotonic: Callable[[], float],
         boot: str | None = None,
+        nudged: Callable[[Nudge], None] | None = None,
+        folded: Callable[[str], int] = lambda node: 0,
     ) -> None:
         self.config = config
         self.standing = standing
@@ -113,6 +118,13 @@ class BeaconService:
         self.monotonic = monotonic
         self.boot = boot or new_boot()
         self.board = BeaconBoard(config.kmsn, config.key, config.node)
+        # Command nudges (core.nudge) come to the same port; `folded(node)` is the
+        # highest event seq of `node` this agent has (a nudge naming it is a replay).
+        self.nudges = NudgeBoard(config.kmsn, config.key)
+        self.nudged = nudged
+        self.folded = folded
+        # (seq, member_digest) of this member's own record as last written: in every beacon.
+        self.member_record: tuple[int, str] = (0, "")
         self.liveness = Liveness(config.interval)
         self.lock = threading.Lock()
         self.targets = config.peers or [subnet_broadcast(config.ip)]
@@ -126,8 +138,12 @@ class BeaconService:
         self._reported: tuple[str, int] | None = None
         self._answered = asyncio.Event()  # set by the liveness loop when a host answers (ended, refused)
         self._retarget = asyncio.Event()  # set by the send loop when the holder to watch changed
+        self._wake = asyncio.Event()  # set by `wake()`: the standing changed, beacon now
         self._watched: tuple[str, tuple[str, int]] | None = None  # what the liveness loop watches
         self._echoes: collections.deque[bytes] = collections.deque(maxlen=8)  # our last datagrams
+        # node -> the last leader keys (node, epoch, renew_seq) its beacons named, with when each
+        # was first heard: a follower that reads a renewal later times it from the beacon (`heard_at`).
+        self._keys: dict[str, collections.deque[tuple[tuple[str, int, int], float]]] = {}
         self.ready = threading.Event()
         self.failed: str | None = None
 
@@ -153,6 +169,14 @@ class BeaconService:
             transport.close()
         asyncio.get_running_loop().call_soon(asyncio.get_running_loop().stop)
 
+    def wake(self) -> None:
+        """Send the next beacon now (this member was elected or stepped down: a
+        `resign` tells the handoff's target at once, not one interval later)."""
+        loop = self._loop
+        if loop is not None and loop.is_running():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(self._wake.set)
+
     def evidence(self, node: str, epoch: int) -> str | None:
         """Why the holder `node` of `epoch` is positively gone, or None."""
         with self.lock:
@@ -165,6 +189,26 @@ class BeaconService:
             if stats is None or stats.leader_at is None or self.monotonic() - stats.leader_at > within:
                 return None
             return (stats.last.node, stats.last.epoch, stats.last.renew_seq)
+
+    def heard_at(self, key: tuple[str, int, int]) -> float | None:
+        """When a leader beacon naming lease `key` (node, epoch, renew_seq) first came, if one did
+        lately. Its sender wrote that lease before it sent it: a timer started then is not early."""
+        with self.lock:
+            return next((at for k, at in self._keys.get(key[0], ()) if k == key), None)
+
+    def member_records(self, within: float) -> dict[str, tuple[int, str]]:
+        """(mseq, mdig) of each member whose beacons came within `within` s and say
+        what its member record is (`core.beacons`)."""
+        with self.lock:
+            now = self.monotonic()
+            return {n: (s.last.mseq, s.last.mdig) for n, s in self.board.members.items()
+                    if s.last.mseq and now - s.last_at <= within}  # fmt: skip
+
+    def renewed_at(self, node: str, epoch: int) -> float | None:
+        """When `node`'s beacons last named a new renewal of its lease of `epoch`."""
+        with self.lock:
+            keys = self._keys.get(node)
+            return keys[-1][1] if keys and keys[-1][0][1] == epoch else None
 
     def hears_all(self, nodes: set[str], within: float) -> bool:
         with self.lock:
@@ -182,17 +226,46 @@ class BeaconService:
             now = self.monotonic()
             return {**self.board.to_doc(now), "liveness": self.liveness.to_doc(now), "sent": self.sent,
                     "interval": self.config.interval, "targets": list(self.targets), "boot": self.boot,
-                    "refusals": self.board.refusals.to_doc(now)}  # fmt: skip
+                    "nudges": self.nudges.to_doc(),
+                    "refusals": merged(self.board.refusals.to_doc(now),
+                                       self.nudges.refusals.to_doc(now))}  # fmt: skip
 
     # -- the loop -----------------------------------------------------------------
     def received(self, data: bytes, source: str) -> None:
+        if is_nudge(data):
+            self._nudge(data, source)
+            return
         with self.lock:
             if data in self._echoes:  # one of our last datagrams, byte for byte: nothing to verify
                 self.board.mine(data, source, self.config.ip, self.monotonic())
                 return
-            reaction = self.board.receive(data, source, self.monotonic(), self.standing())
+            accepted, now = self.board.accepted, self.monotonic()
+            reaction = self.board.receive(data, source, now, self.standing())
+            if self.board.accepted != accepted:  # the members' stats hold it last
+                self._note_key(next(reversed(self.board.members.values())).last, now)
         if reaction is not None:
             self._hand(reaction)
+
+    def _note_key(self, beacon: Beacon, now: float) -> None:
+        if beacon.role != "leader":
+            return
+        key = (beacon.node, beacon.epoch, beacon.renew_seq)
+        keys = self._keys.setdefault(beacon.node, collections.deque(maxlen=4))
+        if not keys or keys[-1][0] != key:
+            keys.append((key, now))
+        while len(self._keys) > KEEP_KEYS:
+            self._keys.pop(next(iter(self._keys)))
+
+    def _nudge(self, data: bytes, source: str) -> None:
+        with self.lock:
+            nudge = self.nudges.receive(data, source, self.monotonic(), self.folded)
+        if nudge is None or self.nudged is None:
+            return
+        log.info("nudge: %s", nudge.describe())
+        try:
+            self.nudged(nudge)
+        except Exception:  # the runtime's trouble must not stop the beacons
+            log.exception("nudge reaction failed")
 
     def _hand(self, reaction: Reaction) -> None:
         try:
@@ -235,8 +308,9 @@ class BeaconService:
     def _datagram(self, role: str, epoch: int, renew_seq: int) -> bytes:
         self._seq += 1
         cfg = self.config
+        mseq, mdig = self.member_record
         beacon = Beacon(cfg.kmsn, cfg.node, cfg.ip, cfg.relay_port, role, epoch, renew_seq, self.boot,
-                        self._seq, store=cfg.store[:MAX_STORE])  # fmt: skip
+                        self._seq, store=cfg.store[:MAX_STORE], mseq=mseq, mdig=mdig)  # fmt: skip
         return beacon.encode(cfg.key)
 
     def _send(self, raw: bytes) -> None:
@@ -252,6 +326,7 @@ class BeaconService:
     async def _send_loop(self) -> None:
         led: int | None = None
         while True:
+            self._wake.clear()  # before the standing is read: a wake after it sends again
             standing = self.standing()
             if led is not None and standing.leader_epoch != led:
                 for _ in range(RESIGN_COPIES):  # stopped leading: say so at once, thrice
@@ -261,7 +336,10 @@ class BeaconService:
             if self._target_of(standing) != self._watched:
                 self._retarget.set()  # the liveness loop watches someone else now
             self._send(self._datagram(*standing.outgoing()))
-            await asyncio.sleep(self.config.interval * random.uniform(1 - JITTER, 1 + JITTER))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    self._wake.wait(), self.config.interval * random.uniform(1 - JITTER, 1 + JITTER)
+                )
 
     def _target(self) -> tuple[str, tuple[str, int]] | None:
         return self._target_of(self.standing())

@@ -150,6 +150,11 @@ class FileLeaseStore:
         self._member_seq: dict[str, int] = {}  # node -> highest heartbeat seq accepted
         self._member_doc: dict[str, dict[str, Any]] = {}  # node -> that heartbeat
         self._member_written: tuple[float, float] | None = None  # wall clock around our last heartbeat write
+        # What this node last wrote to its own member file: (epoch, seq). Its next
+        # heartbeat need not read the file back (one share operation of three);
+        # it is read again after a write that failed, and after a restart.
+        self._own_written: tuple[int, int] | None = None
+        self.own_record: dict[str, Any] | None = None  # that record (without `sig`), for the beacons
 
     def describe(self) -> str:
         return f"file:{self.share.where}"
@@ -354,16 +359,25 @@ class FileLeaseStore:
         if planted is not None:
             self.refuse(f"{MEMBERS_DIR}/", planted)
         path = f"{MEMBERS_DIR}/{doc['node']}.json"
-        mine = self._own_member(path)
-        if _int(mine.get("epoch")) > _int(doc.get("epoch")):
-            doc = dict(doc, epoch=_int(mine.get("epoch")))
-        if _int(mine.get("seq")) >= _int(doc.get("seq")):
-            doc = dict(doc, seq=_int(mine.get("seq")) + 1)  # the seq only grows, across restarts too
+        own = doc["node"] == self.node
+        if own and self._own_written is not None:
+            epoch, seq = self._own_written
+        else:
+            mine = self._own_member(path)
+            epoch, seq = _int(mine.get("epoch")), _int(mine.get("seq"))
+        if epoch > _int(doc.get("epoch")):
+            doc = dict(doc, epoch=epoch)
+        if seq >= _int(doc.get("seq")):
+            doc = dict(doc, seq=seq + 1)  # the seq only grows, across restarts too
         body = dict(doc, sig=sign(doc, self.token))
         before = self.clock.wall().timestamp()
+        if own:
+            self._own_written = None  # unknown until this write is done
         self._replace(path, json.dumps(body).encode() + b"\n")
-        if doc["node"] == self.node:  # when, on this clock, the file server timed our write
+        if own:  # when, on this clock, the file server timed our write
             self._member_written = (before, self.clock.wall().timestamp())
+            self._own_written = (_int(doc.get("epoch")), _int(doc.get("seq")))
+            self.own_record = doc
 
     def write_member(self, doc: dict[str, Any]) -> None:
         """Write this member's heartbeat; never lowers its epoch or its seq."""
@@ -436,6 +450,30 @@ class FileLeaseStore:
             return None
         mtime = self._run(lambda: self.share.mtime(f"{MEMBERS_DIR}/{self.node}.json"))
         return None if mtime is None else from_window(*window, mtime, 0.0, "file server")
+
+    def read_member(self, node: str) -> dict[str, Any] | None:
+        """One member's last valid heartbeat (one read; a bad file is refused as in `read_members`)."""
+        if not NODE_FILE.fullmatch(node):
+            return None
+        return self._run(lambda: self._member(f"{node}.json"))
+
+    def member_names(self) -> set[str]:
+        """The nodes with a member file (one listing, no file read)."""
+
+        def names() -> set[str]:
+            try:
+                found, refused = self.share.listing(MEMBERS_DIR, ".json", MAX_MEMBERS)
+            except FileNotFoundError:
+                return set()
+            except OSError as exc:
+                raise StoreUnavailable(
+                    f"cannot list {MEMBERS_DIR}/ in {self.share.where}: {exc.strerror or exc}"
+                ) from exc
+            for exc in refused:
+                self.refuse(f"{MEMBERS_DIR}/", exc)
+            return {name[: -len(".json")] for name in found}
+
+        return self._run(names)
 
     def _highest_epoch(self, lease: LeaseRead | None = None) -> int:
         lease = lease if lease is not None else self._read_lease()

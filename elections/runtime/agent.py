@@ -17,8 +17,12 @@ With beacons on (`BEACON_INTERVAL` > 0) a `BeaconLink` runs beside it: its
 reactions and the evidence of a gone leader become an election cycle at once
 (`_kicked`, under the same lock as the ticks). While the leader's beacons
 vouch for the lease a follower last read, the follower reads the share less:
-no lease read on its ticks and watches (a beacon naming a new renewal makes it
-read), the event files once a second, the member files every 5 s. It falls
+no lease read on its ticks and watches (a beacon naming another holder or
+epoch makes it read; a renewal does not), the event files when a command
+nudge names a line it lacks (`core.nudge`) and otherwise once a LEASE_TTL,
+the member files only when a beacon says a record changed
+(`runtime.member_reads`). A leader that hears every member beacon reads the
+event files at its renewals and on nudges, never on its watches. Either falls
 back to polling the moment the beacons stop (three intervals without one).
 """
 
@@ -32,6 +36,7 @@ from collections.abc import Callable
 from typing import Any
 
 from elections.core.actions import action_config
+from elections.core.beacons import member_digest
 from elections.core.commands import PoolCommands
 from elections.core.decide import Decision, Timing
 from elections.core.eligibility import Freshness, judge, observe
@@ -52,6 +57,7 @@ from elections.runtime.bindings import PoolBindings
 from elections.runtime.elector import Elector
 from elections.runtime.health import HealthMonitor
 from elections.runtime.lease_writes import Identity
+from elections.runtime.member_reads import MemberReads
 from elections.runtime.ownership import OwnershipWatch, Standing, standing_of
 from elections.runtime.policy import PoolPolicy
 from elections.runtime.projection import Projector, pool_event_sink
@@ -60,19 +66,9 @@ from elections.runtime.watch import Watchers
 
 log = logging.getLogger("stkrelay.agent")
 
-# While the leader's beacons vouch for the lease a follower last read (`Agent._quiet`):
-QUIET_EVENTS_EVERY = 1.0  # the pool's event files (commands) are looked at this often, not every watch
-QUIET_SURVEY_EVERY = 5.0  # at most this long between reads of the members' files while quiet (see below)
-
-
-def quiet_survey_every(heartbeat_ttl: float, lease_renew: float) -> float:
-    """How often a quiet agent reads the members' files. A member's heartbeat is
-    judged by when this agent saw its seq change, so a read every S seconds of
-    heartbeats written every LEASE_RENEW makes a live member look up to
-    S + LEASE_RENEW old: S stays under half of what HEARTBEAT_TTL leaves, or a
-    live member would be judged stale (TTL 3, renew 1: 1 s; the defaults: 3.5 s)."""
-    return min(QUIET_SURVEY_EVERY, max(0.25, (heartbeat_ttl - lease_renew) / 2))
-
+# While the leader's beacons vouch for the lease a follower last read (`Agent._quiet`), the pool's
+# event files are read on a nudge and once a LEASE_TTL (`Agent._events_due`), the members' files as
+# `runtime.member_reads` says.
 
 _agent: Agent | None = None
 # Event kinds whose `epoch` need not be this pool's: an audit row carries the
@@ -135,6 +131,8 @@ class Agent:
             self.local, clock.monotonic, health=self.health.status, relay_attests=stk.relay_attests,
             gate=self.health.gate,
         )  # fmt: skip
+        self.member_reads = MemberReads(store, stk.node, stk.heartbeat_ttl, stk.lease_renew, stk.lease_ttl,
+                                        clock.monotonic)  # fmt: skip
         self.elector = Elector(
             store, clock, identity(), self.timing, events=pool_event_sink(stk), policy=self.policy,
             on_elected=self._elected, on_demoted=self._demoted, refusals=self.refusals,
@@ -152,8 +150,11 @@ class Agent:
                                  stk.beacon_interval, stk.beacon_port, stk.beacon_peers,
                                  store=self.elector.store.describe())  # fmt: skip
             self.split = SplitAlarm(stk.node, bconf.store, 2 * max(stk.lease_ttl, stk.heartbeat_ttl))
-            self.beacons = BeaconLink(bconf, self.elector, self._kicked, clock.monotonic).start()
+            folded = self.tail.last_seq.get  # node -> its highest event seq this agent has: nudges' replays
+            self.beacons = BeaconLink(bconf, self.elector, self._kicked, clock.monotonic, nudged=self._nudged,
+                                      folded=lambda node: folded(node, 0)).start()  # fmt: skip
             self.elector.evidence = self.beacons.evidence
+            self.elector.heard_at = self.beacons.heard_at
         config, problems = action_config(stk.values)
         for problem in problems:
             log.error("leader action disabled: %s", problem)
@@ -212,12 +213,17 @@ class Agent:
     def _elected(self, epoch: int) -> None:
         self._leader_since = self.clock.monotonic()
         self.publish(self.elector.last)  # first: the executors' gate reads it
+        if self.beacons is not None:  # the pool hears of the new epoch now, not one interval later
+            self._say_own_record()  # the claim rewrote this member's record
+            self.beacons.wake()
         self._run_duty(self.duties[0], epoch)
 
     def _demoted(self, epoch: int) -> None:
         self._leader_since = None
         self._released.add(epoch)
         self.publish(self.elector.last)
+        if self.beacons is not None:  # `resign` now: a handoff's target takes over at once
+            self.beacons.wake()
         self._run_duty(self.duties[1], epoch)
 
     def _let_go_of_leftovers(self) -> None:
@@ -285,11 +291,21 @@ class Agent:
             if self.clock.monotonic() >= until:
                 return news
 
+    def _nudged(self) -> None:
+        """A command nudge (`core.nudge`): the pool's events now, and a cycle if they held news."""
+        with self.lock:
+            if self.ingest():
+                self._tick(renewing=False, news=True)
+
     def _kicked(self, why: str) -> None:
         """A beacon's reaction or a gone leader: one cycle now (a store read)."""
         with self.lock:
+            self.ingest()  # the lease changed hands: its elected/handoff events are on the share already
             decision = self.elector.cycle(renewing=False)
             self.publish(decision)
+            # The view too (the members' files as last read): a quiet follower's next tick may be a
+            # LEASE_POLL away, and the panel and relayctl check commands against this view's epoch.
+            self.view = self.survey(read_members=False)
 
     def watch(self) -> Decision | None:
         """The cheap, frequent look (LEASE_WATCH): new pool events, or a lease
@@ -301,9 +317,8 @@ class Agent:
             return self._watch()
 
     def _watch(self) -> Decision | None:
-        if self._quiet():  # the beacons tell when the lease changes; commands are looked for each second
-            looks = self.elector.is_leader or self._due("events", QUIET_EVENTS_EVERY)  # a leader: every watch
-            if looks and self.ingest():
+        if self._quiet():  # the beacons tell when the lease changes, nudges when a command came
+            if self._events_due() and self.ingest():
                 return self._tick(renewing=False, news=True)
             return None
         news = self.ingest()
@@ -357,11 +372,17 @@ class Agent:
         self._last_done[what] = now
         return True
 
+    def _events_due(self, renewing: bool = False) -> bool:
+        """While quiet, whether to read the pool's event files now (commands come
+        with a nudge, which reads them at once: `_nudged`): a leader at each
+        renewal, a follower once a LEASE_TTL."""
+        if self.elector.is_leader:
+            return renewing
+        return self._due("events", self.timing.ttl)
+
     def _tick(self, renewing: bool, wait: bool = True, news: bool = False) -> Decision:
         quiet = self._quiet() and self.elector.last is not None
-        # The leader reads the pool's commands at every cycle, quiet or not: a drain or a
-        # promote is a planned switchover, which must not wait for QUIET_EVENTS_EVERY.
-        if not quiet or self.elector.is_leader or self._due("events", QUIET_EVENTS_EVERY):
+        if not quiet or self._events_due(renewing):
             news = self.ingest() or news
         # A renewal is never skipped, nor a cycle after new events (a command may concern this node),
         # nor a leader's poll: it is the look that rewrites a damaged lease before its next renewal
@@ -388,11 +409,11 @@ class Agent:
             self._beat_fields = fields
             if self._due("clock", CLOCK_EVERY):
                 self._measure_clock()
+            self._say_own_record()
         self.publish(decision)
         # The view is written at every cycle (the panel judges the lease by it); while quiet,
         # the members' files are read again only every `quiet_survey_every`.
-        every = quiet_survey_every(self.stk.heartbeat_ttl, self.stk.lease_renew)
-        self.view = self.survey(read_members=not quiet or news or self._due("survey", every))
+        self.view = self.survey(read_members=not quiet or news)
         if wait and not skip and decision.wake_in is not None and decision.wake_in < self.timing.poll:
             time.sleep(max(decision.wake_in, 0.0) + 0.01)
             decision = self.elector.cycle(renewing=False)
@@ -419,19 +440,18 @@ class Agent:
             lease = {"node": rec.node, "epoch": rec.epoch, "ip": rec.ip, "port": rec.port,
                      "renew_seq": rec.renew_seq, "ttl_s": rec.ttl_s, "released": rec.released,
                      "handoff_to": rec.handoff_to}  # fmt: skip
-        if read_members or self._member_docs is None:
-            try:
-                self._member_docs = self.elector.store.read_members(), True  # type: ignore[attr-defined]
-            except StoreUnavailable:
-                self._member_docs = {}, False
-        docs, reachable = self._member_docs
+        said = self._said()
+        docs, reachable = self.member_reads.read(read_members, said)
         beacons = self.beacons.service.snapshot() if self.beacons is not None else {}
         refusals = self.refusals.to_doc(now)
         if beacons:  # refused datagrams show beside refused share records
             refusals = merged(refusals, beacons.pop("refusals"))
         members = {}
         for node, doc in docs.items():
-            self.fresh[node] = observe(self.fresh.get(node, Freshness()), doc.get("seq"), now)
+            seq = doc.get("seq")
+            if node in said and isinstance(seq, int) and said[node][0] > seq:
+                seq = said[node][0]  # its beacons say it wrote a newer heartbeat (the same record)
+            self.fresh[node] = observe(self.fresh.get(node, Freshness()), seq, now)
             v = judge(node, doc, self.fresh[node], now, stk.heartbeat_ttl, stk.promotion_hold, gate_of(doc))
             epoch = doc.get("epoch")
             members[node] = MemberView(
@@ -450,12 +470,34 @@ class Agent:
             lease_detail=read.detail if read is not None else "",
             store_reachable=reachable and read is not None, members=members,
             decision=str(self.elector.last or ""), paused=self.commands.paused,
-            lease_seen_at=self.elector.memory.seen_at, command_clock=self.command_clock,
+            lease_seen_at=self._lease_seen_at(), command_clock=self.command_clock,
             refusals=refusals, beacons=beacons, share_ops=SHARE_OPS.total,
             store=store_details(self.elector.store), ownership=self.ownership.snapshot(),
         )  # fmt: skip
         self.local.write_pool(view)
         return view
+
+    def _say_own_record(self) -> None:
+        """Tell the beacons this member's record as just written (`core.beacons`: mseq, mdig)."""
+        record = getattr(self.elector.store, "own_record", None)
+        if self.beacons is not None and record is not None:
+            seq = record.get("seq")
+            self.beacons.service.member_record = (seq if isinstance(seq, int) else 0, member_digest(record))
+
+    def _said(self) -> dict[str, tuple[int, str]]:
+        """(mseq, mdig) of the members whose fresh beacons say what their record is."""
+        if self.beacons is None:
+            return {}
+        return self.beacons.service.member_records(self.beacons.heard_window)
+
+    def _lease_seen_at(self) -> float | None:
+        """When the lease was last seen renewed, for the panel: by this agent's own
+        read, or later by the holder's beacons (a quiet follower reads no renewal)."""
+        seen, mem = self.elector.memory.seen_at, self.elector.memory
+        if self.beacons is None or seen is None or mem.seen_key is None or mem.seen_released:
+            return seen
+        heard = self.beacons.service.renewed_at(mem.seen_key[0], mem.seen_key[1])
+        return max(seen, heard) if heard is not None else seen
 
     @property
     def command_clock(self) -> int:

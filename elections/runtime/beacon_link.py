@@ -8,9 +8,14 @@
   cycle reads the store and `decide()` judges, so a beacon never does more
   than make the store be read sooner. Kicks that arrive while one runs are
   folded into the next.
+- A command nudge (`core.nudge`, verified and judged new by the service)
+  becomes one call of `nudged` on the same thread: the agent reads the pool's
+  event files and runs a cycle if they held news.
 - The elector asks `evidence(holder, epoch)` for its `Observation`.
-- `vouches()`: the leader's fresh beacons name the very lease this follower
-  last read, so reading the share again now would tell it nothing;
+- `vouches()`: the leader's fresh beacons name the lease this follower last
+  read (its holder and epoch, renewed since or not), so reading the share
+  again now would tell it nothing; `heard_at(key)`: when a leader beacon
+  first named a lease, for the elector's timer when it reads that lease later;
   `hears_all(members)`: a leader hears every member beacon, so another
   leader's beacon would reach it before any read of the share could.
 """
@@ -22,6 +27,7 @@ import threading
 from collections.abc import Callable
 
 from elections.core.beacon_board import Reaction, Standing
+from elections.core.nudge import Nudge
 from elections.ports.beacons import BeaconConfig, BeaconService
 from elections.runtime.elector import Elector
 
@@ -33,14 +39,19 @@ VOUCH_INTERVALS = 3.0  # a leader beacon vouches for the lease this many interva
 class BeaconLink:
     def __init__(
         self, config: BeaconConfig, elector: Elector, cycle: Callable[[str], None],
-        monotonic: Callable[[], float],
+        monotonic: Callable[[], float], nudged: Callable[[], None] = lambda: None,
+        folded: Callable[[str], int] = lambda node: 0,
     ) -> None:  # fmt: skip
         self.elector = elector
         self.cycle = cycle
+        self.nudged = nudged
         self.interval = config.interval
-        self.service = BeaconService(config, self.standing, self.react, monotonic)
+        self.service = BeaconService(config, self.standing, self.react, monotonic, nudged=self.nudge,
+                                     folded=folded)  # fmt: skip
         self._kick = threading.Event()
         self._why = ""
+        self._cycle_wanted = False
+        self._nudge_wanted = False
         self.kicks = 0
         self._thread = threading.Thread(target=self._run, name="beacon-kicks", daemon=True)
 
@@ -67,16 +78,24 @@ class BeaconLink:
         if mem.leader_epoch is not None or mem.seen_key is None or mem.seen_released:
             return False
         key = self.service.leader_key(mem.seen_key[0], VOUCH_INTERVALS * self.interval)
-        return key == mem.seen_key
+        return key is not None and key[:2] == mem.seen_key[:2] and key[2] >= mem.seen_key[2]
+
+    def heard_at(self, key: tuple[str, int, int]) -> float | None:
+        return self.service.heard_at(key)
 
     def hears_all(self, nodes: set[str]) -> bool:
         """Every one of `nodes` beaconed within the vouching window: a leader of a
         pool whose members all beacon hears at once when another one takes over."""
         return self.service.hears_all(nodes, VOUCH_INTERVALS * self.interval)
 
+    @property
+    def heard_window(self) -> float:
+        """Seconds within which a member's beacon counts as heard lately."""
+        return VOUCH_INTERVALS * self.interval * 5
+
     def heard(self) -> list[str]:
         """The members whose beacons reached this one lately (for its heartbeat)."""
-        return self.service.heard(VOUCH_INTERVALS * self.interval * 5)
+        return self.service.heard(self.heard_window)
 
     def react(self, reaction: Reaction) -> None:
         """From the beacon thread: run a cycle soon (never on that thread)."""
@@ -85,14 +104,29 @@ class BeaconLink:
         else:
             log.info("beacon: %s", reaction.why)
         self._why = reaction.why
+        self._cycle_wanted = True
         self._kick.set()
+
+    def nudge(self, nudge: Nudge) -> None:
+        """From the beacon thread: read the pool's events soon (never on that thread)."""
+        self._nudge_wanted = True
+        self._kick.set()
+
+    def wake(self) -> None:
+        """This member's standing changed (elected, stepped down): beacon it now."""
+        self.service.wake()
 
     def _run(self) -> None:
         while True:
             self._kick.wait()
             self._kick.clear()
             self.kicks += 1
+            nudged, self._nudge_wanted = self._nudge_wanted, False
+            cycle, self._cycle_wanted = self._cycle_wanted, False
             try:
-                self.cycle(self._why)
+                if nudged:
+                    self.nudged()
+                if cycle:
+                    self.cycle(self._why)
             except Exception:  # the next kick or tick tries again
                 log.exception("election cycle on a beacon failed")

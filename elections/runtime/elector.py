@@ -79,6 +79,8 @@ class Elector:
     ) -> None:
         self.store = store
         self.evidence = evidence
+        # (holder, epoch, renew_seq) -> when a leader beacon first named that lease (runtime.beacon_link)
+        self.heard_at: Callable[[tuple[str, int, int]], float | None] | None = None
         self.refusals = refusals if refusals is not None else Refusals()
         self.clock = clock
         self.me = replace(me, pid=me.pid or os.getpid())
@@ -234,8 +236,22 @@ class Elector:
 
     def _decide(self, read: LeaseRead | None, now: float, renewing: bool) -> Decision:
         if read is not None:
+            before = self.memory.seen_key
             self.memory = track(self.memory, read, now, self.timing.ttl)
+            self._timed_from_beacon(before)
         return decide(self.memory, self.observe(read, renewing), now, self.timing)
+
+    def _timed_from_beacon(self, before: tuple[str, int, int] | None) -> None:
+        """A lease this node reads for the first time, which a leader beacon named
+        earlier (a quiet follower reads no renewal: the beacons vouch for them):
+        its timer starts when the beacon came. The leader wrote it before it sent
+        that beacon, so the timer never starts before the write, never early."""
+        mem = self.memory
+        if self.heard_at is None or mem.seen_key is None or mem.seen_key == before or mem.seen_at is None:
+            return
+        at = self.heard_at(mem.seen_key)
+        if at is not None and at < mem.seen_at:
+            self.memory = replace(mem, seen_at=at)
 
     def _record(self, epoch: int, seq: int, ttl: float, handoff_to: str | None = None) -> LeaseRecord:
         return make_record(self.me, self.clock, epoch, seq, ttl, handoff_to)

@@ -39,6 +39,7 @@ class DbEventSink:
         self.node = node
         self.pool_log = pool_log
         self._pool_last: int | None = None  # this node's highest seq in the pool's log, once read
+        self.last_seq: int | None = None  # the seq of the last line this sink put on the share
 
     def _floor(self) -> int:
         """This node's highest seq in the pool's log: a database started afresh (a new disk, a
@@ -51,9 +52,10 @@ class DbEventSink:
                 log.warning("pool event log not read: %s", exc)
         return self._pool_last or 0
 
-    def record(self, kind: str, epoch: int, reason: str, required: bool = False, **extra: Any) -> None:
-        """One history row, then the pool's line. With `required` (operator
-        commands), a pool line that cannot be written raises OSError."""
+    def record(self, kind: str, epoch: int, reason: str, required: bool = False, **extra: Any) -> int | None:
+        """One history row, then the pool's line; the line's seq once it is on the
+        share (None if it is not). With `required` (operator commands), a pool
+        line that cannot be written raises OSError."""
         from django.db import IntegrityError, transaction
         from django.db.models import Max
         from django.utils import timezone
@@ -76,13 +78,16 @@ class DbEventSink:
         # release on shutdown): the database hands out the seq.
         seq = retry(insert, on=IntegrityError, backoff=SEQ_RACE)
         if self.pool_log is None:
-            return
+            return None
         try:
             self.pool_log.record(kind, epoch, reason, seq=seq, **extra)
         except (OSError, ValueError, StoreUnavailable) as exc:  # ValueError: Untrusted (a planted link)
             if required:
                 raise OSError(f"pool event log not written: {exc}") from exc
             log.warning("pool event log not written: %s", exc)
+            return None
+        self.last_seq = seq
+        return seq
 
 
 def pool_event_sink(stk: Any) -> DbEventSink:
