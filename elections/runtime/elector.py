@@ -296,6 +296,7 @@ class Elector:
                     seen_handoff=None,
                     max_epoch=epoch,
                 )
+                self.last_read = LeaseRead("valid", record)  # what the view shows: the lease we hold now
                 why = f"elected: took epoch {epoch} ({decision.reason})"
                 log.warning("%s", why)
                 gap = None if decision.gap is None else round(decision.gap + start - decided_at, 3)
@@ -336,6 +337,7 @@ class Elector:
                     seen_at=start,
                     seen_released=False,
                 )
+                self.last_read = LeaseRead("valid", record)
                 return Decision(Verdict.HOLD, f"leader: renewed epoch {epoch} (seq {seq})")
             if outcome is WriteOutcome.FENCED:
                 why = f"deadline passed before the write of epoch {epoch}"
