@@ -8,6 +8,13 @@ pool record (HMAC-SHA256 with `POOL_KEY` over the canonical JSON without
      "role": "leader" | "follower" | "resign", "epoch": 7, "renew_seq": 4182,
      "boot": "<16 hex, new at every start of the sender>", "seq": 991, "sig": ...}
 
+and, for the serving right (DESIGN.md §15, `core.serving`), optional fields a
+receiver that predates them ignores (they are signed all the same):
+`serve` ("lease" | "ack": what a leader serves by), and the leader the
+sender adheres to: `ack_node`, `ack_epoch`, `ack_boot`, `ack_seq` (the newest
+of its leader beacons heard) and `quiet_ms` (how long the sender has not heard
+it). A beacon without them acknowledges no one.
+
 `parse_beacon(raw, key, kmsn)` returns a `Beacon` or raises `Untrusted` with a
 stable cause (the guarded reader's causes plus `wrong_kmsn`); it never raises
 anything else. Replays are not judged here: a receiver keeps, per
@@ -56,6 +63,16 @@ _FIELDS: dict[str, type] = {
     "boot": str,
     "seq": int,
 }
+# The serving right's fields (DESIGN.md §15): optional, all checked when present.
+_OPTIONAL: dict[str, tuple[type, object]] = {
+    "serve": (str, ""),
+    "ack_node": (str, ""),
+    "ack_epoch": (int, 0),
+    "ack_boot": (str, ""),
+    "ack_seq": (int, 0),
+    "quiet_ms": (int, 0),
+}
+_SERVE = ("", "lease", "ack")
 
 
 @dataclass(frozen=True)
@@ -70,11 +87,22 @@ class Beacon:
     boot: str
     seq: int
     v: int = BEACON_VERSION
+    serve: str = ""
+    ack_node: str = ""
+    ack_epoch: int = 0
+    ack_boot: str = ""
+    ack_seq: int = 0
+    quiet_ms: int = 0
 
     def to_doc(self) -> dict[str, Any]:
         # Not dataclasses.asdict: it deep-copies field by field, and this runs
         # five times a second on every member. All fields are scalars.
-        return {name: getattr(self, name) for name in _ORDER}
+        doc = {name: getattr(self, name) for name in _ORDER[: len(_FIELDS)]}
+        for name, (_, default) in _OPTIONAL.items():  # sent only when they say something
+            value = getattr(self, name)
+            if value != default:
+                doc[name] = value
+        return doc
 
     def encode(self, key: str) -> bytes:
         doc = self.to_doc()
@@ -89,6 +117,7 @@ class Beacon:
 
 
 _ORDER = tuple(f.name for f in fields(Beacon))
+assert set(_ORDER[: len(_FIELDS)]) == set(_FIELDS) and set(_ORDER[len(_FIELDS) :]) == set(_OPTIONAL)
 
 
 def parse_beacon(raw: bytes, key: str, kmsn: str) -> Beacon:
@@ -109,4 +138,12 @@ def parse_beacon(raw: bytes, key: str, kmsn: str) -> Beacon:
         if "sig" not in doc:
             raise Untrusted(UNSIGNED, f"unsigned {what}")
         raise Untrusted(FORGED, f"bad signature on {what}")
-    return Beacon(**{name: doc[name] for name in _FIELDS})
+    extra = {name: doc.get(name, default) for name, (_, default) in _OPTIONAL.items()}
+    for name, (kind, _) in _OPTIONAL.items():
+        if not isinstance(extra[name], kind) or isinstance(extra[name], bool):
+            raise Untrusted(NOT_OBJECT, f"beacon field '{name}' has a bad type")
+    if any(not 0 <= extra[name] <= _MAX_INT for name in ("ack_epoch", "ack_seq", "quiet_ms")):  # type: ignore[operator]
+        raise Untrusted(NOT_OBJECT, "beacon has a number out of range")
+    if extra["serve"] not in _SERVE or (extra["ack_boot"] and not _BOOT.fullmatch(str(extra["ack_boot"]))):
+        raise Untrusted(NOT_OBJECT, "beacon has a bad serve mode or ack boot")
+    return Beacon(**{name: doc[name] for name in _FIELDS}, **extra)  # type: ignore[arg-type]

@@ -41,6 +41,7 @@ from typing import Any
 from elections.core.beacon_board import BeaconBoard, Reaction, Standing
 from elections.core.beacons import RESIGN, RESIGN_COPIES, Beacon
 from elections.core.liveness import ANSWERS, CONNECTED, ENDED, REFUSED, UNREACHABLE, Liveness
+from elections.core.serving import Report, ServingBook, ServingTiming
 
 log = logging.getLogger("stkrelay.beacons")
 
@@ -84,6 +85,7 @@ class BeaconConfig:
     interval: float
     port: int  # BEACON_PORT
     peers: list[str] = field(default_factory=list)
+    ttl: float = 10.0  # LEASE_TTL: how long a right taken on silence waits before it may fall back
 
 
 class _Datagrams(asyncio.DatagramProtocol):
@@ -113,6 +115,11 @@ class BeaconService:
         self.boot = boot or new_boot()
         self.board = BeaconBoard(config.kmsn, config.key, config.node)
         self.liveness = Liveness(config.interval)
+        # The serving right (DESIGN.md §15): whom this member acknowledges; its own right while it leads.
+        self.book = ServingBook(config.node, self.boot, ServingTiming.of(config.interval), config.ttl)
+        self.members: Callable[[], int] = lambda: 0  # the pool's size as this member counts it
+        self.on_acked: Callable[[], None] = lambda: None  # a member's ack may have moved the gate
+        self._silent_told: tuple[str, int] | None = None
         self.lock = threading.Lock()
         self.targets = config.peers or [subnet_broadcast(config.ip)]
         self.sent = 0
@@ -175,13 +182,50 @@ class BeaconService:
             now = self.monotonic()
             return sorted(n for n in self.board.members if self.board.heard_from(n, now, within))
 
+    # -- the serving right (core.serving), for the election thread ---------------------------
+    def taken(self, epoch: int, silent: bool) -> None:
+        with self.lock:
+            self.book.taken(epoch, silent, self.monotonic())
+
+    def serving_bound(self, epoch: int) -> float | None:
+        members = self.members()
+        with self.lock:
+            return self.book.bound(epoch, members, self.monotonic())
+
+    def serving_lapsed(self, epoch: int) -> str | None:
+        members = self.members()
+        with self.lock:
+            return self.book.lapsed(epoch, members, self.monotonic())
+
+    def serving_mode(self, epoch: int | None) -> str | None:
+        with self.lock:
+            return self.book.mode(epoch)
+
+    def serving_told(self, epoch: int) -> None:
+        with self.lock:
+            self.book.told(epoch)
+
+    def serving_untold(self, epoch: int | None) -> bool:
+        with self.lock:
+            return self.book.untold(epoch)
+
+    def silent(self, holder: str, epoch: int) -> str | None:
+        """Why a majority's silence lets this follower take `holder`'s `epoch` early, or None."""
+        members = self.members()
+        with self.lock:
+            now = self.monotonic()
+            reports = [Report(s.node, now - s.last_at, s.last.ack_node, s.last.ack_epoch,
+                              s.last.quiet_ms / 1000) for s in self.board.members.values()]  # fmt: skip
+            return self.book.silent(holder, epoch, members, reports, now)
+
     def snapshot(self) -> dict[str, Any]:
         """Per member arrival statistics, the liveness watch and the refusals, for the pool view."""
         with self.lock:
             now = self.monotonic()
             return {**self.board.to_doc(now), "liveness": self.liveness.to_doc(now), "sent": self.sent,
                     "interval": self.config.interval, "targets": list(self.targets), "boot": self.boot,
-                    "refusals": self.board.refusals.to_doc(now)}  # fmt: skip
+                    "refusals": self.board.refusals.to_doc(now),
+                    "serving": self.book.to_doc(self.members(), now)}  # fmt: skip
 
     # -- the loop -----------------------------------------------------------------
     def received(self, data: bytes, source: str) -> None:
@@ -189,9 +233,21 @@ class BeaconService:
             if data in self._echoes:  # one of our last datagrams, byte for byte: nothing to verify
                 self.board.mine(data, source, self.config.ip, self.monotonic())
                 return
-            reaction = self.board.receive(data, source, self.monotonic(), self.standing())
+            now, standing = self.monotonic(), self.standing()
+            reaction = self.board.receive(data, source, now, standing)
+            beacon = self.board.last_accepted
+            lead, floor = standing.leader_epoch, standing.max_epoch
+            acked = beacon is not None and self.book.heard(beacon, lead, floor, now)
+        if acked:
+            self._hand_ack()
         if reaction is not None:
             self._hand(reaction)
+
+    def _hand_ack(self) -> None:
+        try:
+            self.on_acked()
+        except Exception:
+            log.exception("serving-right update failed")
 
     def _hand(self, reaction: Reaction) -> None:
         try:
@@ -210,8 +266,8 @@ class BeaconService:
             self.ready.set()
             return
         self.ready.set()
-        self._tasks = [loop.create_task(job) for job in (self._send_loop(), self._liveness_loop(),
-                                                         self._evidence_loop())]  # fmt: skip
+        jobs = (self._send_loop(), self._liveness_loop(), self._evidence_loop(), self._silence_loop())
+        self._tasks = [loop.create_task(job) for job in jobs]
         try:
             loop.run_forever()
         finally:
@@ -231,11 +287,16 @@ class BeaconService:
             )  # fmt: skip
             self._transports.append(bcast)
 
-    def _datagram(self, role: str, epoch: int, renew_seq: int) -> bytes:
+    def _datagram(self, role: str, epoch: int, renew_seq: int, standing: Standing | None = None) -> bytes:
         self._seq += 1
         cfg = self.config
+        extra: dict[str, Any] = {}
+        if standing is not None:  # a resign says nothing of the serving right
+            members = self.members()
+            with self.lock:
+                extra = self.book.outgoing(standing.leader_epoch, self._seq, members, self.monotonic())
         beacon = Beacon(cfg.kmsn, cfg.node, cfg.ip, cfg.relay_port, role, epoch, renew_seq, self.boot,
-                        self._seq)  # fmt: skip
+                        self._seq, **extra)  # fmt: skip
         return beacon.encode(cfg.key)
 
     def _send(self, raw: bytes) -> None:
@@ -259,7 +320,7 @@ class BeaconService:
             led = standing.leader_epoch
             if self._target_of(standing) != self._watched:
                 self._retarget.set()  # the liveness loop watches someone else now
-            self._send(self._datagram(*standing.outgoing()))
+            self._send(self._datagram(*standing.outgoing(), standing=standing))
             await asyncio.sleep(self.config.interval * random.uniform(1 - JITTER, 1 + JITTER))
 
     def _target(self) -> tuple[str, tuple[str, int]] | None:
@@ -345,6 +406,22 @@ class BeaconService:
             with contextlib.suppress(asyncio.CancelledError, OSError):
                 await read
             writer.close()
+
+    async def _silence_loop(self) -> None:
+        """A follower looks at the majority's silence about its holder twice an
+        interval (`core.serving.silent_holder`); when it holds, one cycle is run
+        at once, once per (holder, epoch). The elector asks again, and the store decides."""
+        while True:
+            await asyncio.sleep(self.config.interval / 2)
+            st = self.standing()
+            if st.leader_epoch is not None or st.seen_key is None:
+                continue
+            node, epoch = st.seen_key[0], st.seen_key[1]
+            why = self.silent(node, epoch)
+            if why and self._silent_told != (node, epoch):
+                self._silent_told = (node, epoch)
+                log.warning("%s", why)
+                self._hand(Reaction(why))
 
     async def _evidence_loop(self) -> None:
         # Evidence needs the host's answer first: until one comes (the liveness

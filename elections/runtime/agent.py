@@ -36,6 +36,7 @@ from elections.core.commands import PoolCommands
 from elections.core.decide import Decision, Timing
 from elections.core.eligibility import Freshness, judge, observe
 from elections.core.evidence import Refusals, merged
+from elections.core.serving import ACKED
 from elections.errors import StoreUnavailable
 from elections.executors import Gate, build_executors, epoch_from_state, leader_duties
 from elections.ports.beacons import BeaconConfig
@@ -77,6 +78,9 @@ _agent: Agent | None = None
 # watched pool's epoch + 1).
 NOT_THIS_POOLS_EPOCH = ("audit",)
 CATCH_UP_S = 0.2  # seconds of one cycle spent reading a backlog of pool events (a joiner's history)
+# The serving right (DESIGN.md §15): members counted, and how far an ack must move the gate to be published.
+MEMBER_HORIZON_S, MEMBER_HORIZON_TTLS = 60.0, 6.0  # a member unheard on the share longer is not counted
+GATE_STEP = 0.2  # seconds
 
 
 def identity() -> Identity:
@@ -120,6 +124,8 @@ class Agent:
         # heartbeat: each agent's panel shows the others', for operators and clients to pin.
         self.web_tls = served_fingerprint(stk.data_dir, stk.tls_cert, stk.web_plain)
         self._member_docs: tuple[dict[str, dict[str, Any]], bool] | None = None  # survey(): last members read
+        self._publishing = threading.Lock()  # the election thread and the beacons' acks both publish
+        self._gate_told = float("-inf")  # the valid_until last published
         self.health = HealthMonitor.from_settings(stk.health_cmd, stk.health_url).start()
         self.policy = PoolPolicy(
             stk.node, stk.priority, self.commands, lambda: self.view, lambda: self._leader_since,
@@ -139,9 +145,14 @@ class Agent:
         self.beacons: BeaconLink | None = None
         if stk.beacon_interval > 0:
             bconf = BeaconConfig(stk.kmsn, stk.node, stk.node_ip, stk.relay_port, stk.pool_key,
-                                 stk.beacon_interval, stk.beacon_port, stk.beacon_peers)  # fmt: skip
-            self.beacons = BeaconLink(bconf, self.elector, self._kicked, clock.monotonic).start()
+                                 stk.beacon_interval, stk.beacon_port, stk.beacon_peers,
+                                 stk.lease_ttl)  # fmt: skip
+            self.beacons = BeaconLink(bconf, self.elector, self._kicked, clock.monotonic)
+            self.beacons.service.members = self.pool_size
+            self.beacons.service.on_acked = self._acked
             self.elector.evidence = self.beacons.evidence
+            self.elector.serving = self.beacons
+            self.beacons.start()
         config, problems = action_config(stk.values)
         for problem in problems:
             log.error("leader action disabled: %s", problem)
@@ -217,6 +228,23 @@ class Agent:
                 return news
             if self.clock.monotonic() >= until:
                 return news
+
+    def pool_size(self) -> int:
+        """The members the serving right counts (DESIGN.md §15): this one, and every
+        member whose heartbeat this agent saw change within `MEMBER_HORIZON`."""
+        horizon = max(MEMBER_HORIZON_S, MEMBER_HORIZON_TTLS * self.stk.lease_ttl)
+        others = {n for n, m in self.view.members.items() if m.age is not None and m.age <= horizon}
+        return len(others | {self.stk.node})
+
+    def _acked(self) -> None:
+        """A member acknowledged one of our leader beacons: publish the gate if it moved
+        by `GATE_STEP` or more (from the beacon thread; never under the election lock,
+        which a hung share may hold for seconds)."""
+        el = self.elector
+        valid = el.leader_valid_until if el.is_leader else None
+        untold = self.beacons is not None and self.beacons.service.serving_untold(el.memory.leader_epoch)
+        if valid is not None and (valid - self._gate_told >= GATE_STEP or untold):
+            self.publish(el.last)
 
     def _kicked(self, why: str) -> None:
         """A beacon's reaction or a gone leader: one cycle now (a store read)."""
@@ -376,21 +404,32 @@ class Agent:
         return max(self.commands.clock, self.bindings.book.clock)
 
     def publish(self, decision: Decision | None) -> None:
-        el = self.elector
-        state = Leadership(
-            node=el.me.node,
-            pid=os.getpid(),
-            leader=el.is_leader,
-            epoch=el.memory.leader_epoch if el.is_leader else None,
-            max_epoch=el.memory.max_epoch,
-            valid_until=el.leader_valid_until,
-            updated=self.clock.monotonic(),
-            decision=str(decision) if decision else "",
-            seen=el.memory.seen_key,
-        )
-        if self.local.stopping():  # the agent is stopping: it claims nothing
-            state = state.disclaimed(state.decision)
-        self.local.write_leadership(state)
+        """Write leadership.json from the elector's memory as it is now. Under its own
+        lock, state composed and written together: whichever of the election thread
+        and the beacons' acks writes last wrote the newest memory."""
+        with self._publishing:
+            el = self.elector
+            epoch = el.memory.leader_epoch
+            service = self.beacons.service if self.beacons is not None else None
+            mode = service.serving_mode(epoch) if service is not None else None  # before the gate is read
+            valid = el.leader_valid_until
+            state = Leadership(
+                node=el.me.node,
+                pid=os.getpid(),
+                leader=el.is_leader,
+                epoch=el.memory.leader_epoch if el.is_leader else None,
+                max_epoch=el.memory.max_epoch,
+                valid_until=valid,
+                updated=self.clock.monotonic(),
+                decision=str(decision) if decision else "",
+                seen=el.memory.seen_key,
+            )
+            if self.local.stopping():  # the agent is stopping: it claims nothing
+                state = state.disclaimed(state.decision)
+            self.local.write_leadership(state)
+            self._gate_told = valid if valid is not None and state.leader else float("-inf")
+            if service is not None and epoch is not None and mode == ACKED and state.leader:
+                service.serving_told(epoch)  # the beacons may say ACKED now: the relay reads this gate
 
 
 def agent() -> Agent:

@@ -9,6 +9,10 @@
   than make the store be read sooner. Kicks that arrive while one runs are
   folded into the next.
 - The elector asks `evidence(holder, epoch)` for its `Observation`.
+- The serving right (DESIGN.md §15, `core.serving`): the elector's `Serving`
+  (`taken`, `bound`, `lapsed`, `silent`) is this link; the book lives with the
+  beacons (`BeaconService.book`). A member's ack that moves the gate calls
+  `on_acked` (the agent publishes its leadership state: the relay's gate).
 - `vouches()`: the leader's fresh beacons name the very lease this follower
   last read, so reading the share again now would tell it nothing;
   `hears_all(members)`: a leader hears every member beacon, so another
@@ -22,6 +26,7 @@ import threading
 from collections.abc import Callable
 
 from elections.core.beacon_board import Reaction, Standing
+from elections.core.decide import SILENT
 from elections.ports.beacons import BeaconConfig, BeaconService
 from elections.runtime.elector import Elector
 
@@ -61,6 +66,19 @@ class BeaconLink:
 
     def evidence(self, node: str, epoch: int) -> str | None:
         return self.service.evidence(node, epoch)
+
+    # -- elections.runtime.elector.Serving -----------------------------------------------------
+    def taken(self, epoch: int, cause: str | None, now: float) -> None:
+        self.service.taken(epoch, silent=cause == SILENT)
+
+    def bound(self, epoch: int, now: float) -> float | None:
+        return self.service.serving_bound(epoch)
+
+    def lapsed(self, epoch: int, now: float) -> str | None:
+        return self.service.serving_lapsed(epoch)
+
+    def silent(self, holder: str, epoch: int) -> str | None:
+        return self.service.silent(holder, epoch)
 
     def vouches(self) -> bool:
         mem = self.elector.memory
