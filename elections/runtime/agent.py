@@ -81,6 +81,7 @@ CATCH_UP_S = 0.2  # seconds of one cycle spent reading a backlog of pool events 
 # The serving right (DESIGN.md §15): members counted, and how far an ack must move the gate to be published.
 MEMBER_HORIZON_S, MEMBER_HORIZON_TTLS = 60.0, 6.0  # a member unheard on the share longer is not counted
 GATE_STEP = 0.2  # seconds
+GATE_WAIT = 0.02  # seconds between looks of an elected plan waiting for its gate to open
 
 
 def identity() -> Identity:
@@ -176,22 +177,40 @@ class Agent:
     def _elected(self, epoch: int) -> None:
         self._leader_since = self.clock.monotonic()
         self.publish(self.elector.last)  # first: the executors' gate reads it
-        self._run_duty(self.duties[0], epoch)
+        self._run_duty(self.duties[0], epoch, self._gate_opens)
+
+    def _gate_opens(self, epoch: int) -> bool:
+        """An epoch taken on silence serves by acks from the start (DESIGN.md §15): its
+        gate opens when a majority acknowledges the new leader's beacons, a few beacon
+        intervals after the election. The elected plan (start_relay, fenced on that gate)
+        waits for it, up to RENEW_DEADLINE; False if the epoch is lost meanwhile."""
+        until = self.clock.monotonic() + self.timing.deadline
+        while self.clock.monotonic() < until:
+            if self.local.leadership().held_epoch(self.clock.monotonic()) == epoch:
+                return True
+            if self.elector.memory.leader_epoch != epoch:
+                return False
+            time.sleep(GATE_WAIT)
+        return True  # run it anyway: the executors' gate fences it, and says so
 
     def _demoted(self, epoch: int) -> None:
         self._leader_since = None
         self.publish(self.elector.last)
         self._run_duty(self.duties[1], epoch)
 
-    def _run_duty(self, duty: Callable[[int], Any], epoch: int) -> None:
+    def _run_duty(
+        self, duty: Callable[[int], Any], epoch: int, first: Callable[[int], bool] | None = None
+    ) -> None:
         """Run a leader duty plan beside the election loop: a slow cloud API must
-        never delay a renewal. Every action is fenced on the epoch at its gate."""
+        never delay a renewal. Every action is fenced on the epoch at its gate.
+        `first`: waited for on the duty's thread; False skips the plan."""
 
         def run() -> None:
             from django.db import connection
 
             try:
-                duty(epoch)
+                if first is None or first(epoch):
+                    duty(epoch)
             finally:
                 connection.close()
 
