@@ -32,10 +32,10 @@ import random
 from dataclasses import dataclass, field, replace
 
 from elections.core.beacons import FOLLOWER, LEADER, RESIGN, Beacon
-from elections.core.decide import SILENT, Memory, Observation, Timing, Verdict, decide, evidence_subject
+from elections.core.decide import Memory, Observation, Timing, Verdict, decide, evidence_subject
 from elections.core.decide import track as track_read
 from elections.core.lease import LeaseRead, LeaseRecord
-from elections.core.serving import DRIFT, GATE_LAG, Report, ServingBook, ServingTiming
+from elections.core.serving import DRIFT, GATE_LAG, Report, ServingBook, ServingTiming, starts_acked
 
 KMSN = "9999-9999-99-99"
 INTERVAL = 0.2
@@ -249,7 +249,7 @@ class Pool:
                           lease_until="20990101000000", node=m.node, renew_seq=0,
                           ttl_s=TIMING.ttl)  # fmt: skip
         self.record, self.revision = rec, self.revision + 1
-        m.book.taken(epoch, cause == SILENT, now)
+        m.book.taken(epoch, starts_acked(cause, len(self.nodes)), now)
         m.memory = replace(m.memory, leader_epoch=epoch, renewed_at=now, renew_seq=0, seen_key=rec.key,
                            seen_at=now, seen_ttl=TIMING.ttl, seen_released=False, seen_handoff=None,
                            max_epoch=epoch)  # fmt: skip

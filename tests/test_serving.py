@@ -36,7 +36,7 @@ def test_the_silence_outlasts_the_window_on_the_fastest_and_slowest_clocks():
 
 def test_a_leader_serves_by_acks_only_while_a_majority_heard_it_within_the_window():
     book = ServingBook("S001", BOOT, T, ttl=10)
-    book.taken(7, silent=False, now=100.0)
+    book.taken(7, acked=False, now=100.0)
     assert book.bound(7, 3, 100.0) is None  # LEASE mode until a majority acks: the renew deadline alone
     for seq, at in ((1, 100.0), (2, 100.2), (3, 100.4)):
         assert book.outgoing(7, seq, 3, at) == {"serve": LEASE}
@@ -57,7 +57,7 @@ def test_a_leader_serves_by_acks_only_while_a_majority_heard_it_within_the_windo
 
 def test_an_epoch_taken_on_silence_is_shut_until_acked_and_keeps_off_the_lease_for_a_ttl():
     book = ServingBook("S002", BOOT, T, ttl=10)
-    book.taken(8, silent=True, now=50.0)
+    book.taken(8, acked=True, now=50.0)
     assert book.bound(8, 3, 50.0) == 50.0 and book.lapsed(8, 3, 55.0) is None
     assert book.lapsed(8, 3, 60.5)  # a TTL (with drift) later the old holder's deadline has passed
     assert book.bound(9, 3, 50.0) == 50.0  # an epoch never taken through the book: shut

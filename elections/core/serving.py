@@ -134,15 +134,26 @@ class ServingRight:
         return until is None or until <= now
 
 
-def right_for_election(epoch: int, boot: str, timing: ServingTiming, silent: bool, now: float,
+# Causes of an election (core.decide) after which the new epoch serves by acks from the start.
+ACKED_FROM_START = ("silent", "released", "handoff", "handoff_lapsed")
+
+
+def starts_acked(cause: str | None, members: int) -> bool:
+    """Whether an epoch taken for `cause` in a pool of `members` serves by acks from
+    its first instant. Taken on silence: the old holder may still be heard by others
+    and serve by their acks. Taken from a release: the releaser shut its gate, but a
+    holder before it may have been taken over on silence less than a TTL ago and be
+    heard again. Taken on the TTL, on evidence of death, first, or to requalify: the
+    lease alone already shut every earlier gate (`LEASE` until a majority acks)."""
+    return cause == "silent" or (cause in ACKED_FROM_START and members >= MIN_MEMBERS)
+
+
+def right_for_election(epoch: int, boot: str, timing: ServingTiming, acked: bool, now: float,
                        ttl: float) -> ServingRight:  # fmt: skip
-    """The right of a freshly taken epoch. Taken on silence (`silent`), it serves by
-    acks from the start — the old holder may still be heard by others and serve
-    by theirs — and may fall back to the lease only after a TTL, when the old
-    holder's renew deadline has certainly passed. Taken any other way (TTL,
-    release, evidence of death, first, requalify), the lease alone already shut
-    every earlier gate: `LEASE` mode until a majority acks."""
-    if silent:
+    """The right of a freshly taken epoch (`acked`: see `starts_acked`). Serving by acks
+    from the start, it may fall back to the lease only after a TTL, when every
+    earlier holder's renew deadline has certainly passed."""
+    if acked:
         # Its gate is shut until acks come: nothing to publish before the beacons say ACKED.
         after = now + ttl * (1 + DRIFT) / (1 - DRIFT)
         return ServingRight(epoch, boot, timing.window, ACKED, lease_ok_at=after, told=True)
@@ -238,9 +249,10 @@ class ServingBook:
     ttl: float
     adherence: Adherence | None = None
     right: ServingRight | None = None
+    switched: bool = False  # the last `heard` made this member adhere to a new leader: ack it now
 
-    def taken(self, epoch: int, silent: bool, now: float) -> None:
-        self.right = right_for_election(epoch, self.boot, self.timing, silent, now, self.ttl)
+    def taken(self, epoch: int, acked: bool, now: float) -> None:
+        self.right = right_for_election(epoch, self.boot, self.timing, acked, now, self.ttl)
 
     def outgoing(self, leader_epoch: int | None, seq: int, members: int, now: float) -> dict[str, object]:
         """The serving fields of our next beacon (`seq`): a leader's mode (its send
@@ -260,10 +272,14 @@ class ServingBook:
 
     def heard(self, beacon: Beacon, leader_epoch: int | None, floor: int, now: float) -> bool:
         """Fold one verified beacon of another member. True if it acknowledged one of
-        our own leader beacons we had no newer ack of from it (the gate may move)."""
-        b = beacon
+        our own leader beacons we had no newer ack of from it (the gate may move).
+        `switched` says whether this member now adheres to another leader than before."""
+        b, before = beacon, self.adherence
         self.adherence = adhere(self.adherence, b.node, b.role, b.epoch, b.boot, b.seq, b.serve or LEASE,
                                 now, self.timing.silence, floor)  # fmt: skip
+        after = self.adherence
+        self.switched = after is not None and (before is None or (after.node, after.epoch, after.boot)
+                                               != (before.node, before.epoch, before.boot))  # fmt: skip
         right = self.right
         if leader_epoch is None or right is None or right.epoch != leader_epoch or b.ack_node != self.node:
             return False

@@ -41,7 +41,7 @@ from typing import Any
 from elections.core.beacon_board import BeaconBoard, Reaction, Standing
 from elections.core.beacons import RESIGN, RESIGN_COPIES, Beacon
 from elections.core.liveness import ANSWERS, CONNECTED, ENDED, REFUSED, UNREACHABLE, Liveness
-from elections.core.serving import Report, ServingBook, ServingTiming
+from elections.core.serving import Report, ServingBook, ServingTiming, starts_acked
 
 log = logging.getLogger("stkrelay.beacons")
 
@@ -120,6 +120,7 @@ class BeaconService:
         self.members: Callable[[], int] = lambda: 0  # the pool's size as this member counts it
         self.on_acked: Callable[[], None] = lambda: None  # a member's ack may have moved the gate
         self._silent_told: tuple[str, int] | None = None
+        self._now = asyncio.Event()  # set: the send loop sends at once (a new leader, a new adherence)
         self.lock = threading.Lock()
         self.targets = config.peers or [subnet_broadcast(config.ip)]
         self.sent = 0
@@ -183,9 +184,18 @@ class BeaconService:
             return sorted(n for n in self.board.members if self.board.heard_from(n, now, within))
 
     # -- the serving right (core.serving), for the election thread ---------------------------
-    def taken(self, epoch: int, silent: bool) -> None:
+    def taken(self, epoch: int, cause: str | None) -> None:
+        """This member took `epoch`: its right starts now, and its first leader beacon goes at once."""
+        members = self.members()
         with self.lock:
-            self.book.taken(epoch, silent, self.monotonic())
+            self.book.taken(epoch, starts_acked(cause, members), self.monotonic())
+        self.send_now()
+
+    def send_now(self) -> None:
+        """Send the next beacon now rather than at the next interval (thread-safe)."""
+        loop = self._loop
+        if loop is not None and loop.is_running():
+            loop.call_soon_threadsafe(self._now.set)
 
     def serving_bound(self, epoch: int) -> float | None:
         members = self.members()
@@ -238,6 +248,9 @@ class BeaconService:
             beacon = self.board.last_accepted
             lead, floor = standing.leader_epoch, standing.max_epoch
             acked = beacon is not None and self.book.heard(beacon, lead, floor, now)
+            switched = beacon is not None and self.book.switched
+        if switched:  # the new leader's gate waits for a majority's acks: ours goes at once
+            self._now.set()
         if acked:
             self._hand_ack()
         if reaction is not None:
@@ -321,7 +334,11 @@ class BeaconService:
             if self._target_of(standing) != self._watched:
                 self._retarget.set()  # the liveness loop watches someone else now
             self._send(self._datagram(*standing.outgoing(), standing=standing))
-            await asyncio.sleep(self.config.interval * random.uniform(1 - JITTER, 1 + JITTER))
+            self._now.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    self._now.wait(), self.config.interval * random.uniform(1 - JITTER, 1 + JITTER)
+                )
 
     def _target(self) -> tuple[str, tuple[str, int]] | None:
         return self._target_of(self.standing())

@@ -26,7 +26,6 @@ import threading
 from collections.abc import Callable
 
 from elections.core.beacon_board import Reaction, Standing
-from elections.core.decide import SILENT
 from elections.ports.beacons import BeaconConfig, BeaconService
 from elections.runtime.elector import Elector
 
@@ -69,7 +68,7 @@ class BeaconLink:
 
     # -- elections.runtime.elector.Serving -----------------------------------------------------
     def taken(self, epoch: int, cause: str | None, now: float) -> None:
-        self.service.taken(epoch, silent=cause == SILENT)
+        self.service.taken(epoch, cause)
 
     def bound(self, epoch: int, now: float) -> float | None:
         return self.service.serving_bound(epoch)
