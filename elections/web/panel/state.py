@@ -24,7 +24,7 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from elections.core.decide import GONE
+from elections.core.decide import GONE, SILENT
 from elections.ports.localstate import LocalState, PoolView, RelayStatus
 from elections.ports.webcert import show
 from elections.web.panel.relay_state import RelayState, relay_state
@@ -86,7 +86,8 @@ class SiteState:
     since: datetime | None = None
     relay: RelayState | None = None
     changes_24h: int = 0
-    # Elections taken before the TTL on liveness evidence (cause `gone`, DESIGN.md §13), ever and
+    # Elections taken before the TTL on liveness evidence or a majority's silence (causes `gone`,
+    # DESIGN.md §13, and `silent`, §15), ever and
     # in 24 h. An on-path attacker who drops beacons and resets TCP can force them (the store's
     # compare-and-set still arbitrates each): repeated ones are an alarm (`early_takeovers`).
     early_takeovers: int = 0
@@ -96,6 +97,7 @@ class SiteState:
     this_agent_leads: bool = False
     refusals: dict[str, Any] = field(default_factory=dict)  # what this agent refused as evidence
     detection: str = "lease only"  # or "beacons" (DESIGN.md §13)
+    serving: dict[str, Any] = field(default_factory=dict)  # the serving right (§15): members, W, S, fast
     watched: bool = False  # a [pool:<KMSN>] this agent only watches
 
     @property
@@ -261,6 +263,7 @@ def build_site(
         this_agent_leads=leads,
         refusals=pool.refusals,
         detection=pool.detection,
+        serving=pool.beacons.get("serving") or {},
         watched=pool.watched,
         store=pool.store,
     )
@@ -330,7 +333,9 @@ def early_takeover_counts(kmsns: list[str], wall_now: datetime) -> tuple[dict[st
 
     from elections.models import ElectionEvent
 
-    early = ElectionEvent.objects.filter(kmsn__in=kmsns, kind="elected", detail__cause=GONE).order_by()
+    early = ElectionEvent.objects.filter(
+        kmsn__in=kmsns, kind="elected", detail__cause__in=(GONE, SILENT)
+    ).order_by()
 
     def per_kmsn(rows: Any) -> dict[str, int]:
         return dict(rows.values("kmsn").annotate(n=Count("id")).values_list("kmsn", "n"))
