@@ -72,6 +72,7 @@ def subnet_broadcast(ip: str) -> str:
 
 
 HOLD_LOOK = 2.0  # seconds: a held liveness connection checks the lease's holder at least this often
+SILENT_KICK_EVERY = 0.5  # seconds between cycles kicked while a majority's silence holds
 RETARGET_WAIT = 2.0  # seconds: with no holder to watch, the liveness loop looks at least this often
 
 
@@ -120,6 +121,7 @@ class BeaconService:
         self.members: Callable[[], int] = lambda: 0  # the pool's size as this member counts it
         self.on_acked: Callable[[], None] = lambda: None  # a member's ack may have moved the gate
         self._silent_told: tuple[str, int] | None = None
+        self._silent_at = 0.0
         self._now = asyncio.Event()  # set: the send loop sends at once (a new leader, a new adherence)
         self.lock = threading.Lock()
         self.targets = config.peers or [subnet_broadcast(config.ip)]
@@ -426,8 +428,10 @@ class BeaconService:
 
     async def _silence_loop(self) -> None:
         """A follower looks at the majority's silence about its holder twice an
-        interval (`core.serving.silent_holder`); when it holds, one cycle is run
-        at once, once per (holder, epoch). The elector asks again, and the store decides."""
+        interval (`core.serving.silent_holder`); while it holds, one cycle is run at
+        once and again every `SILENT_KICK_EVERY` (a cycle busy with a slow share, or a
+        lost race, must not leave the takeover to the next poll). The elector asks
+        again, and the store decides."""
         while True:
             await asyncio.sleep(self.config.interval / 2)
             st = self.standing()
@@ -435,10 +439,13 @@ class BeaconService:
                 continue
             node, epoch = st.seen_key[0], st.seen_key[1]
             why = self.silent(node, epoch)
-            if why and self._silent_told != (node, epoch):
-                self._silent_told = (node, epoch)
+            now = self.monotonic()
+            if not why or (self._silent_told == (node, epoch) and now - self._silent_at < SILENT_KICK_EVERY):
+                continue
+            if self._silent_told != (node, epoch):
                 log.warning("%s", why)
-                self._hand(Reaction(why))
+            self._silent_told, self._silent_at = (node, epoch), now
+            self._hand(Reaction(why))
 
     async def _evidence_loop(self) -> None:
         # Evidence needs the host's answer first: until one comes (the liveness
