@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import random
 import signal
 import statistics
@@ -44,6 +45,22 @@ PROFILES = {
     "beacons": {**DEFAULT, "BEACON_INTERVAL": "0.2"},  # the defaults: beacons every 0.2 s
     "fast": {"LEASE_TTL": "3", "LEASE_RENEW": "1", "LEASE_POLL": "0.5", "RENEW_DEADLINE": "2", **LEASE_ONLY},
 }
+
+
+def everyone_hears(site: Site) -> bool:
+    """Every agent's worker is up and hears every other's beacons (pool.json, its own clock):
+    a restarted agent's leadership.json says "follow" from before it died, long before it beacons."""
+    names = {a.name for a in site.agents}
+    for agent in site.agents:
+        try:
+            members = (
+                json.loads((agent.data_dir / "pool.json").read_text()).get("beacons", {}).get("members", {})
+            )
+        except (OSError, ValueError):
+            return False
+        if not all(n in members and members[n]["age_s"] < 1.0 for n in names - {agent.name}):
+            return False
+    return True
 
 
 def pct(values: list[float], p: float) -> float:
@@ -123,6 +140,8 @@ def run_profile(
             # Everyone up and following, then kill at a random phase of the renew cycle.
             wait_until(lambda: sum("follow" in a.state().get("decision", "") for a in site.agents) == 2,
                        60, "two followers")  # fmt: skip
+            if timing.get("BEACON_INTERVAL", "0.2") != "0":  # and the beacons of every agent are heard
+                wait_until(lambda: everyone_hears(site), 60, "every agent to hear the others")
             time.sleep(random.uniform(0, renew))
             rec = site.lease()
             assert rec is not None
