@@ -81,6 +81,7 @@ class LossyForwarder:
         self.sock.close()
 
 
+@pytest.mark.timeout(MINUTES * 60 + 300)
 def test_thirty_percent_beacon_loss_with_delay_for_ten_minutes_changes_no_leader(site_factory):
     site = site_factory(3, timing=DEFAULT)
     port = int(site.agents[0].setting("RELAY_PORT")) + 2
