@@ -8,17 +8,22 @@ With `--stops N` it also freezes the leader (SIGSTOP of its process group, beaco
 on, default timing) N times: no evidence, so the new lease comes after the TTL.
 With `--cuts N` (needs root: network namespaces, tests/netns.py) it pulls the
 leader's cable N times (its share goes with it): the same, timed by the lease.
+With `--powers N` (root, namespaces) it cuts the power of the leader's PC N times: its
+links down and every process of its agent SIGKILLed together, then powered on again.
+With `--stops`, a relay client (lease discovery) is timed to its registration with the
+new leader too (the serving right, DESIGN.md §15: ~2 s where the TTL took ~10 s).
 With `--replays N` it kills the leader N times (beacons on) while two old signed
 copies of its lease are swapped in every second (issue 28): as fast as without.
 
-    python bench/failover_beacons.py [--kills 20] [--profiles lease,beacons,fast] [--stops 5] [--cuts 3]
-                                     [--replays 10]
+    python bench/failover_beacons.py [--kills 20] [--profiles lease,beacons,fast] [--stops 10] [--cuts 10]
+                                     [--powers 10] [--replays 10]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import random
 import signal
 import statistics
@@ -40,6 +45,22 @@ PROFILES = {
     "beacons": {**DEFAULT, "BEACON_INTERVAL": "0.2"},  # the defaults: beacons every 0.2 s
     "fast": {"LEASE_TTL": "3", "LEASE_RENEW": "1", "LEASE_POLL": "0.5", "RENEW_DEADLINE": "2", **LEASE_ONLY},
 }
+
+
+def everyone_hears(site: Site) -> bool:
+    """Every agent's worker is up and hears every other's beacons (pool.json, its own clock):
+    a restarted agent's leadership.json says "follow" from before it died, long before it beacons."""
+    names = {a.name for a in site.agents}
+    for agent in site.agents:
+        try:
+            members = (
+                json.loads((agent.data_dir / "pool.json").read_text()).get("beacons", {}).get("members", {})
+            )
+        except (OSError, ValueError):
+            return False
+        if not all(n in members and members[n]["age_s"] < 1.0 for n in names - {agent.name}):
+            return False
+    return True
 
 
 def pct(values: list[float], p: float) -> float:
@@ -100,6 +121,7 @@ def run_profile(
     site: Site | None = None,
     clients: list[float] | None = None,
     replays: bool = False,
+    power: bool = False,
 ) -> list[float]:
     """`kills` times: kill -9 (or with `freeze`, SIGSTOP) the leader's process group
     at a random phase of its renew cycle, time it to a new valid lease (and, with
@@ -118,6 +140,8 @@ def run_profile(
             # Everyone up and following, then kill at a random phase of the renew cycle.
             wait_until(lambda: sum("follow" in a.state().get("decision", "") for a in site.agents) == 2,
                        60, "two followers")  # fmt: skip
+            if timing.get("BEACON_INTERVAL", "0.2") != "0":  # and the beacons of every agent are heard
+                wait_until(lambda: everyone_hears(site), 60, "every agent to hear the others")
             time.sleep(random.uniform(0, renew))
             rec = site.lease()
             assert rec is not None
@@ -125,6 +149,9 @@ def run_profile(
             swapper = Replays(site.lease_dir / "relay_leader.json") if replays else None
             if freeze:
                 victim.signal_group(signal.SIGSTOP)
+            elif power and isinstance(site, NetnsSite):  # links down and every process killed together
+                site.cut(victim)
+                victim.kill9()
             elif isinstance(site, NetnsSite):
                 site.cut(victim)
             else:
@@ -142,13 +169,17 @@ def run_profile(
                 )
                 assert clients is not None
                 clients.append(time.monotonic() - killed)
-            what = "stop" if freeze else "cut" if isinstance(site, NetnsSite) else "kill"
+            what = (
+                "stop" if freeze else "power" if power else "cut" if isinstance(site, NetnsSite) else "kill"
+            )
             print(f"  {name} {what} {i + 1:2d}/{kills}: {rec.node} epoch {rec.epoch} -> "
                   f"{new.node} epoch {new.epoch} in {gap:5.2f} s", flush=True)  # fmt: skip
             if freeze:  # wake it: it steps down without writing, and follows
                 victim.signal_group(signal.SIGCONT)
             elif isinstance(site, NetnsSite):
                 site.mend(victim)
+                if power:
+                    victim.start()
             else:
                 victim.start()  # back to three agents
     finally:
@@ -162,8 +193,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kills", type=int, default=20)
     ap.add_argument("--profiles", default="lease,beacons,fast")
-    ap.add_argument("--stops", type=int, default=5, help="SIGSTOPs of the leader (beacons on), 0 = none")
-    ap.add_argument("--cuts", type=int, default=3, help="cables of the leader pulled (netns, root), 0 = none")
+    ap.add_argument("--stops", type=int, default=10, help="SIGSTOPs of the leader (beacons on), 0 = none")
+    ap.add_argument(
+        "--cuts", type=int, default=10, help="cables of the leader pulled (netns, root), 0 = none"
+    )
+    ap.add_argument(
+        "--powers", type=int, default=10, help="power losses of the leader (netns, root), 0 = none"
+    )
     ap.add_argument("--replays", type=int, default=10,
                     help="kill -9s while old leases are swapped in every second, 0 = none")  # fmt: skip
     args = ap.parse_args()
@@ -181,12 +217,21 @@ def main() -> None:
         if args.replays:
             results["kill -9, replays"] = run_profile("beacons", args.replays, Path(tmp) / "r", replays=True)
         if args.stops:
-            results["SIGSTOP, beacons"] = run_profile("beacons", args.stops, Path(tmp), freeze=True)
+            moved: list[float] = []
+            results["SIGSTOP, beacons"] = run_profile(
+                "beacons", args.stops, Path(tmp), freeze=True, clients=moved
+            )
+            results["  client moved, SIGSTOP"] = moved
         if args.cuts and available() is None:
             site = NetnsSite(Path(tmp) / "cut", n=3, share="lan", timing=PROFILES["beacons"])
             results["cable cut, beacons"] = run_profile("beacons", args.cuts, Path(tmp), site=site)
-        elif args.cuts:
-            print(f"cable cuts skipped: {available()}")
+        if args.powers and available() is None:
+            site = NetnsSite(Path(tmp) / "power", n=3, share="lan", timing=PROFILES["beacons"])
+            results["power loss, beacons"] = run_profile(
+                "beacons", args.powers, Path(tmp), site=site, power=True
+            )
+        if (args.cuts or args.powers) and available() is not None:
+            print(f"cable cuts and power losses skipped: {available()}")
     print("\nfailover: the leader's process group killed / stopped, or its cable cut -> new valid lease (s)")
     for name, gaps in results.items():
         print(f"  {name:22s}: n={len(gaps):2d}  p50={statistics.median(gaps):5.2f}  "

@@ -95,3 +95,5 @@ class Host(Protocol):
     def count(self, what: str) -> None: ...  # a connection closed by the server, by cause
 
     def rejected_frame(self) -> None: ...  # a non-fatal bad frame
+
+    def serving(self) -> bool: ...  # asked before a registered peer's bytes are routed: the gate, now

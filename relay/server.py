@@ -15,7 +15,8 @@ Routing is `relay.routing.Router`; the peers are its sessions.
 
 Decisions worth knowing:
 
-- The gate is asked at every registration (by the core); after
+- The gate is asked at every registration (by the core) and before a
+  registered peer's bytes are routed (`serving()`); after
   `lose_leadership()` it is closed for good, whatever the callable says.
 - Bounded memory. Each peer's transport gets a write-buffer high-water mark
   (`buffer_limit`, 4 MiB); a peer that goes over it (it does not read fast
@@ -232,6 +233,22 @@ class RelayServer:
 
     def gate_open(self) -> bool:
         return self.leading and bool(self.gate())
+
+    def serving(self) -> bool:
+        """Asked before a registered peer's bytes are routed (`relay.sessions`): the
+        gate's deadline passes between two looks of the runner too, and a relay woken
+        from a freeze finds in its sockets what clients sent meanwhile, which it must
+        not forward (DESIGN.md §15). A shut gate loses leadership here and now."""
+        if not self.leading:
+            return False
+        try:
+            if self.gate():
+                return True
+        except Exception:  # fail closed, like the registration gate
+            pass
+        log.warning("the gate shut between two looks: closing every connection before routing more")
+        self.lose_leadership()
+        return False
 
     # -- relay.sessions.Host: what the peers see of the server -------------------------
     def new_connection(

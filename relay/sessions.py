@@ -114,6 +114,8 @@ class JsonPeer(asyncio.Protocol):
             return
         self.last_rx = self.loop.time()
         try:
+            if self.registered and not self.host.serving():
+                return  # the gate shut (the server is closing every connection): not one byte on
             if self.registered and self.raw_mode:
                 if self.role == PUBLISHER:
                     self.host.router.publish(self, data)

@@ -394,6 +394,7 @@ def load(ini_path: str | None = None, env: dict[str, str] | None = None, check_d
     _events(cfg, values, bad, number)
     config_cloud.check(cfg, values, bad)
     cfg.beacon_interval = config_beacons.parse_interval(values["BEACON_INTERVAL"], cfg.lease_renew, bad)
+    config_beacons.check_serving(cfg.beacon_interval, cfg.lease_ttl, bad)
     cfg.beacon_port = config_beacons.parse_port(values["BEACON_PORT"], cfg.relay_port, cfg.web_port, bad)
     cfg.beacon_peers = config_beacons.parse_peers(values["BEACON_PEERS"], bad)
     check_exec(cfg, values, bad, check_dirs)

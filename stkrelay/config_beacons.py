@@ -14,6 +14,12 @@
   member (routed sites, Wi-Fi that drops broadcast). Bad entries are
   `stkrelay.E032`.
 
+The serving right (DESIGN.md §15) adds no key: its window `W` and silence `S`
+are derived from `BEACON_INTERVAL` (`elections.core.serving.ServingTiming`:
+W = 7.5 intervals, S = W × 1.01/0.99 + 1.2 intervals + 0.05 s, 1.5 s and 1.82 s
+at 0.2 s). `S` must be shorter than `LEASE_TTL`, or a follower could never take
+over before the TTL anyway (`stkrelay.E130`: lower BEACON_INTERVAL).
+
 Each function reports through `bad(id, key, message, hint)` like `config.load`.
 """
 
@@ -41,6 +47,22 @@ def parse_interval(text: str, lease_renew: float, bad: Bad) -> float:
             f"use 0 (off) or {MIN_INTERVAL:g}..{lease_renew / 2:g} (LEASE_RENEW / 2), e.g. 0.2")  # fmt: skip
         return 0.0
     return value
+
+
+def check_serving(interval: float, lease_ttl: float, bad: Bad) -> None:
+    """E130: the serving right's derived silence S must come before the TTL."""
+    from elections.core.serving import WINDOW_INTERVALS, ServingTiming
+
+    if interval <= 0:
+        return
+    timing = ServingTiming.of(interval)
+    if timing.silence >= lease_ttl:
+        most = lease_ttl / (timing.silence / interval)
+        what = (f"{interval:g} s makes the serving right's silence S {timing.silence:.2f} s "
+                f"(W {timing.window:.2f} s = {WINDOW_INTERVALS:g} intervals) ≥ LEASE_TTL {lease_ttl:g} s: "
+                "no takeover could come before the TTL")  # fmt: skip
+        bad("stkrelay.E130", "BEACON_INTERVAL", what,
+            f"use a BEACON_INTERVAL below {most:.2f} s, e.g. 0.2, or 0 (beacons off)")  # fmt: skip
 
 
 def parse_port(text: str, relay_port: int, web_port: int, bad: Bad) -> int:

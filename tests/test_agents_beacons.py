@@ -1,6 +1,7 @@
 """Beacons on a real 3-agent site on loopback (DESIGN.md §13): a leader whose
-whole agent is killed is replaced long before its TTL, a frozen one is not, and
-a flood of datagrams changes nothing."""
+whole agent is killed is replaced long before its TTL, a frozen one only on the
+serving right's silence (DESIGN.md §15, tests/test_agents_serving.py), and a
+flood of datagrams changes nothing."""
 
 import asyncio
 import json
@@ -152,7 +153,7 @@ def test_a_flood_changes_nothing_and_kill_9_of_the_leaders_agent_moves_clients_w
     print(f"clients on the new leader {gap:.2f} s after kill -9")
 
 
-def test_unicast_peers_one_way_paths_and_a_frozen_leader_waited_out_that_never_serves_again(site_factory):
+def test_unicast_peers_one_way_paths_and_a_frozen_leader_replaced_that_never_serves_again(site_factory):
     site = site_factory(3, timing=FAST)  # TTL 3, renew 1, poll 0.5, deadline 2; beacons every 0.2 s
     # BEACON_PEERS instead of broadcast; S003 forgets S001: a one-way path S001 -> S003.
     peers = {"S001": "127.0.0.22,127.0.0.23", "S002": "127.0.0.21,127.0.0.23", "S003": "127.0.0.22"}
@@ -180,10 +181,9 @@ def test_unicast_peers_one_way_paths_and_a_frozen_leader_waited_out_that_never_s
     seq = (site.lease() or first).renew_seq
     wait_until(lambda: (site.lease() or first).renew_seq > seq, 10, "a renewal")
     renewed = time.monotonic()
-    old.signal_group(signal.SIGSTOP)  # silence, but its host keeps its sockets: no evidence
+    old.signal_group(signal.SIGSTOP)  # silence, but its host keeps its sockets: no evidence of death
     new = site.wait_leader(timeout=3 + 2 + 3, other_than=first.node)
     took = time.monotonic() - renewed
-    assert took >= 3 - 0.3, f"taken over {took:.2f} s after the last renewal, before the TTL (3 s)"
     time.sleep(max(0.0, renewed + 2 * 3 - time.monotonic()))
     old.signal_group(signal.SIGCONT)
     wait_until(lambda: old.state().get("leader") is False, 5, "the woken leader to step down")
@@ -194,8 +194,10 @@ def test_unicast_peers_one_way_paths_and_a_frozen_leader_waited_out_that_never_s
         time.sleep(0.05)
     winner = site.by_name(new.node)
     reasons = [r for k, e, r in winner.history() if (k, e) == ("elected", new.epoch)]
-    assert reasons and "expired" in reasons[0], reasons
-
+    # Before the TTL only on the serving right's silence (DESIGN.md §15): the majority did not
+    # hear a leader that served by acks; never on silence alone.
+    assert reasons and ("silent for" in reasons[0] or "expired" in reasons[0]), (took, reasons)
+    assert took >= 3 - 0.3 or "silent for" in reasons[0], (took, reasons)
     # Split-brain guard: a forged leader beacon and a second leader of one epoch are security events...
     port = int(winner.setting("RELAY_PORT")) + 2
     send_beacon(port, "S009", new.epoch, key="not-the-pool-key-0123", to=winner.ip)

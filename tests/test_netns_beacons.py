@@ -2,7 +2,8 @@
 agent, a bridge, veth pairs; the share a directory every namespace sees):
 subnet broadcast and `BEACON_PEERS` unicast both carry them, kill -9 of the
 leader's agent moves the lease within seconds, a cut cable on the leader's
-side is waited out for the TTL (no evidence), and 30 % beacon loss with delay
+side is taken over on the majority's silence (the serving right, DESIGN.md §15:
+no evidence of death, but the old gate shut first), and 30 % beacon loss with delay
 causes no failover.
 
 This kernel has no sch_netem (nor act_gact), so loss and delay are made by a
@@ -99,24 +100,26 @@ def test_beacon_peers_unicast_carries_them_and_kill_9_moves_the_lease(netns_site
     print(f"kill -9 -> new lease in {kill_9_moves_the_lease_within_seconds(site):.2f} s (unicast)")
 
 
-def test_a_cut_cable_on_the_leaders_side_is_no_evidence_and_waits_out_the_ttl(netns_site):
+def test_a_cut_cable_on_the_leaders_side_is_taken_over_on_the_majoritys_silence(netns_site):
+    """No evidence of death (a cut cable answers nothing), but the serving right
+    (DESIGN.md §15): the leader served by acks, so its gate shut W after the cut,
+    and the two others, silent about it for S, take over within seconds."""
     site = netns_site(3, share="lan", timing=DEFAULT)  # the cut takes the leader's share with it
     site.start()
     first = site.wait_settled(timeout=90)
     wait_until(lambda: everyone_hears_everyone(site), 30, "every agent to hear the others")
     seq = first.renew_seq
-    wait_until(lambda: (site.lease() or first).renew_seq > seq, 10, "a renewal")
-    renewed = time.monotonic()
+    wait_until(lambda: (site.lease() or first).renew_seq > seq, 10, "a renewal")  # the TTL's worst case
     leader = site.by_name(first.node)
     site.cut(leader)
+    cut = time.monotonic()
     new = site.wait_leader(timeout=10 + 2 + 10, other_than=first.node)
-    took = time.monotonic() - renewed
-    assert took >= 10 - 0.5, f"taken over {took:.2f} s after the last renewal: before the TTL (10 s)"
-    assert took <= 10 + 2 + 3, f"taken over {took:.2f} s after the last renewal"
+    took = time.monotonic() - cut
+    assert took <= 6.0, f"taken over {took:.2f} s after the cut (S 1.82 s; the TTL would be 10 s)"
     winner = site.by_name(new.node)
     wait_until(lambda: ("elected", new.epoch) in [(k, e) for k, e, _ in winner.history()], 10, "the row")
     reasons = [r for k, e, r in winner.history() if (k, e) == ("elected", new.epoch)]
-    assert "expired" in reasons[0], reasons
+    assert "silent for" in reasons[0], reasons
     wait_until(lambda: leader.state().get("leader") is False, 15, "the cut-off leader to step down")
     site.mend(leader)
     wait_until(lambda: "follow" in leader.state().get("decision", ""), 40, "the mended agent to follow")

@@ -247,6 +247,21 @@ def test_the_site_page_shows_why_a_member_is_not_eligible_and_by_how_much(dj):
     assert '<span class="badge ok">valid</span>' in page  # lease signature status
 
 
+def test_the_site_page_says_whether_the_pool_can_take_over_a_silent_leader_fast(dj):
+    """The serving right (DESIGN.md §15): three members or more, or the TTL path as before."""
+    vera = client_for(make_user("vera"))
+    serving = {"window_s": 1.5, "silence_s": 1.82, "members": 3, "fast": True}
+    write_pool(dj["data_dir"], beacons={"members": {}, "serving": serving})
+    said = '<span data-fast-takeover="1">fast takeover: 3 members, window 1.5 s, silence 1.82 s</span>'
+    assert said in text(vera.get(SITE))
+    two = {f"S00{i}": member(ip=f"127.0.0.2{i}") for i in (1, 2)}
+    write_pool(dj["data_dir"], members=two, beacons={"members": {}, "serving": {**serving, "members": 2,
+                                                                               "fast": False}})  # fmt: skip
+    assert '<span data-fast-takeover="0">fast takeover needs 3 members</span>' in text(vera.get(SITE))
+    write_pool(dj["data_dir"])  # beacons off: nothing said
+    assert "fast takeover" not in text(vera.get(SITE))
+
+
 def test_the_site_page_draws_the_leadership_timeline_with_gaps(dj):
     from django.utils import timezone
 

@@ -65,6 +65,13 @@ class Wire:
         del self.buf[:n]
         return data
 
+    def frame_or_none(self) -> dict | None:
+        """The next frame, or None once the server closed the connection."""
+        try:
+            return self.frame()
+        except (AssertionError, ConnectionResetError):
+            return None
+
     def eof(self) -> bool:
         """True once the server closed the connection (reset counts too)."""
         try:
@@ -242,7 +249,26 @@ def test_it_refuses_registration_with_not_leader_as_soon_as_the_gate_closes(rela
     assert reply["code"] == "not_leader"
     assert early.eof()
     assert Wire(relay.json).register("commander", "C01")["code"] == "not_leader"
-    kept.assert_nothing_pending()
+    kept.send_frame({"type": "keepalive"})  # a registered peer's next bytes meet the shut gate too
+    assert kept.frame()["type"] == "leader_changed" and kept.eof()
+
+
+def test_not_one_byte_is_routed_once_the_gate_shut_between_two_looks_of_the_runner(relay):
+    """DESIGN.md §15: a relay woken from a freeze finds in its sockets what clients
+    sent meanwhile; the gate (whose deadline passed) is asked before any of it is
+    routed. Counted at the receiving client: nothing sent after the shut arrives."""
+    agent = relay.client("agent", "S002")
+    commander = relay.client("commander", "C01")
+    commander.send({"n": 1}, to="S002", id=1)
+    assert agent.frame() == message("commander", "C01", {"n": 1}, 1)
+    relay.leader = False  # the deadline passed; the runner has not looked yet
+    for n in range(2, 12):
+        commander.send({"n": n}, to="S002", id=n)
+    got = []
+    while (frame := agent.frame_or_none()) is not None:
+        got.append(frame)
+    assert [f["type"] for f in got] == ["leader_changed"], got
+    assert relay.call(lambda: relay.server.leading) is False
 
 
 # -- after registration -----------------------------------------------------------

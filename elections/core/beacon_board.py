@@ -131,10 +131,12 @@ class BeaconBoard:
     _total: _Bucket | None = None
     _epochs: OrderedDict[int, str] = field(default_factory=OrderedDict)
     _reacted: set[tuple[str, int, int, str]] = field(default_factory=set)
+    last_accepted: Beacon | None = None  # the beacon the last `receive` accepted (None: it refused)
 
     # -- input --------------------------------------------------------------------
     def receive(self, raw: bytes, source: str, now: float, standing: Standing) -> Reaction | None:
         """One datagram from `source`; what to do at once, if anything."""
+        self.last_accepted = None
         if not self._admit(source, now):
             self.dropped += 1
             self.refusals.counts[TOO_MANY] = self.refusals.counts.get(TOO_MANY, 0) + 1
@@ -150,6 +152,7 @@ class BeaconBoard:
             self._refuse(source, REPLAYED, f"replayed {beacon.describe()} seq {beacon.seq}", now)
             return None
         self.accepted += 1
+        self.last_accepted = beacon
         self._count(beacon, source, now)
         return self._react(beacon, source, now, standing)
 

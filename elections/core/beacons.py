@@ -23,6 +23,13 @@ record of the sender with that digest need not read the file again to know
 it, and a new `mseq` tells it the sender's heartbeat was written: its
 freshness, without a read. A beacon without them says nothing of the record.
 
+For the serving right (DESIGN.md §15, `core.serving`), optional fields a
+receiver that predates them ignores (they are signed all the same):
+`serve` ("lease" | "ack": what a leader serves by), and the leader the
+sender adheres to: `ack_node`, `ack_epoch`, `ack_boot`, `ack_seq` (the newest
+of its leader beacons heard) and `quiet_ms` (how long the sender has not heard
+it). A beacon without them acknowledges no one.
+
 `parse_beacon(raw, key, kmsn)` returns a `Beacon` or raises `Untrusted` with a
 stable cause (the guarded reader's causes plus `wrong_kmsn`); it never raises
 anything else. Replays are not judged here: a receiver keeps, per
@@ -73,6 +80,19 @@ _FIELDS: dict[str, type] = {
     "boot": str,
     "seq": int,
 }
+# The serving right's fields (DESIGN.md §15): optional, all checked when present.
+_OPTIONAL: dict[str, tuple[type, object]] = {
+    "store": (str, ""),  # issue 19: the sender's lease store (core.share_split)
+    "mseq": (int, 0),  # issue 22: the sender's member record as last written
+    "mdig": (str, ""),
+    "serve": (str, ""),
+    "ack_node": (str, ""),
+    "ack_epoch": (int, 0),
+    "ack_boot": (str, ""),
+    "ack_seq": (int, 0),
+    "quiet_ms": (int, 0),
+}
+_SERVE = ("", "lease", "ack")
 
 
 @dataclass(frozen=True)
@@ -90,15 +110,21 @@ class Beacon:
     store: str = ""  # optional: the sender's lease store (module docstring); "" = not said
     mseq: int = 0  # the sender's member record as last written (0: not said)
     mdig: str = ""
+    serve: str = ""
+    ack_node: str = ""
+    ack_epoch: int = 0
+    ack_boot: str = ""
+    ack_seq: int = 0
+    quiet_ms: int = 0
 
     def to_doc(self) -> dict[str, Any]:
         # Not dataclasses.asdict: it deep-copies field by field, and this runs
         # five times a second on every member. All fields are scalars.
-        doc = {name: getattr(self, name) for name in _ORDER}
-        if not self.store:
-            del doc["store"]
-        if not self.mseq:
-            del doc["mseq"], doc["mdig"]
+        doc = {name: getattr(self, name) for name in _ORDER[: len(_FIELDS)]}
+        for name, (_, default) in _OPTIONAL.items():  # sent only when they say something
+            value = getattr(self, name)
+            if value != default:
+                doc[name] = value
         return doc
 
     def encode(self, key: str) -> bytes:
@@ -114,6 +140,7 @@ class Beacon:
 
 
 _ORDER = tuple(f.name for f in fields(Beacon))
+assert set(_ORDER[: len(_FIELDS)]) == set(_FIELDS) and set(_ORDER[len(_FIELDS) :]) == set(_OPTIONAL)
 
 
 def parse_beacon(raw: bytes, key: str, kmsn: str) -> Beacon:
@@ -141,7 +168,16 @@ def parse_beacon(raw: bytes, key: str, kmsn: str) -> Beacon:
         raise Untrusted(NOT_OBJECT, "beacon has a bad mseq")
     if not isinstance(mdig, str) or (mseq and not _BOOT.fullmatch(mdig)):
         raise Untrusted(NOT_OBJECT, "beacon has a bad mdig")
-    return Beacon(**{name: doc[name] for name in _FIELDS}, store=store, mseq=mseq, mdig=mdig if mseq else "")
+    extra = {name: doc.get(name, default) for name, (_, default) in _OPTIONAL.items()}
+    extra.update(store=store, mseq=mseq, mdig=mdig if mseq else "")
+    for name, (kind, _) in _OPTIONAL.items():
+        if not isinstance(extra[name], kind) or isinstance(extra[name], bool):
+            raise Untrusted(NOT_OBJECT, f"beacon field '{name}' has a bad type")
+    if any(not 0 <= extra[name] <= _MAX_INT for name in ("ack_epoch", "ack_seq", "quiet_ms")):  # type: ignore[operator]
+        raise Untrusted(NOT_OBJECT, "beacon has a number out of range")
+    if extra["serve"] not in _SERVE or (extra["ack_boot"] and not _BOOT.fullmatch(str(extra["ack_boot"]))):
+        raise Untrusted(NOT_OBJECT, "beacon has a bad serve mode or ack boot")
+    return Beacon(**{name: doc[name] for name in _FIELDS}, **extra)  # type: ignore[arg-type]
 
 
 NOT_DIGESTED = ("seq", "sig", "hears")  # what changes at every heartbeat, or says nothing the pool decides by

@@ -6,12 +6,14 @@ why. The `Observation` carries everything one cycle looked at: the lease read,
 this node's eligibility, whether the pool is paused, a planned handoff of the
 epoch it holds, the successor the pool's rule names, until when this node
 sits out after releasing, and positive evidence that the holder's agent is
-gone (its host answered and its beacons stopped: `core.liveness`), which lets
-a follower contend before the TTL runs out. The answer is the whole decision: the verdict, the
-handoff target, how long to wait before contending (lower priority waits
-longer, and everyone defers to a promoted member), and for a takeover its
-cause and gap as data. No I/O, no clock reads: `now` is this node's monotonic
-clock, passed in.
+gone (its host answered and its beacons stopped: `core.liveness`) or a
+majority's silence about a holder that serves by acks (`core.serving`), either
+of which lets a follower contend before the TTL runs out, and, for a leader,
+whether its serving right lapsed (it then takes a new epoch for itself).
+The answer is the whole decision: the verdict, the handoff target, how long
+to wait before contending (lower priority waits longer, and everyone defers
+to a promoted member), and for a takeover its cause and gap as data. No I/O,
+no clock reads: `now` is this node's monotonic clock, passed in.
 
 Expiry is timed as client-go does: from the moment *this* node saw the lease's
 (holder, epoch, renew_seq) change, on its own monotonic clock. `lease_until`
@@ -31,15 +33,17 @@ PRIORITY_SPREAD = 0.5  # seconds between priority 100 (no wait) and priority 0 b
 PROMOTE_DEFERENCE = 1.0  # others wait this much longer when a promote names someone else
 
 # Why a follower contends (`Decision.cause`, recorded on its `elected` event).
-FIRST, EXPIRED, RELEASED, HANDOFF, HANDOFF_LAPSED, GONE = (
+FIRST, EXPIRED, RELEASED, HANDOFF, HANDOFF_LAPSED, GONE, SILENT, REQUALIFY = (
     "first",
     "expired",
     "released",
     "handoff",
     "handoff_lapsed",
     "gone",  # positive evidence that the holder's agent is gone (core.liveness)
+    "silent",  # a majority has not heard a holder that serves by acks for S (core.serving)
+    "requalify",  # a leader whose acks lapsed takes a new epoch, serving by the lease (core.serving)
 )
-CAUSES = (FIRST, EXPIRED, RELEASED, HANDOFF, HANDOFF_LAPSED, GONE)
+CAUSES = (FIRST, EXPIRED, RELEASED, HANDOFF, HANDOFF_LAPSED, GONE, SILENT, REQUALIFY)
 # Why a leader hands off (`Decision.cause` of HAND_OFF).
 PLANNED, INELIGIBLE = "planned", "ineligible"
 
@@ -97,6 +101,12 @@ class Observation:
     # (core.liveness): its host said so and its beacons stopped. Counts only for
     # the very lease read this cycle; silence alone never gets here.
     gone: tuple[str, int, str] | None = None
+    # A majority's silence about the holder (node, epoch), and why (core.serving.silent_holder):
+    # it serves by acks, so its gate shut before anyone could open one. Same rules as `gone`.
+    silent: tuple[str, int, str] | None = None
+    # Leader: its serving right lapsed (no majority within W) and no earlier holder can still
+    # serve (core.serving.ServingRight.lapsed): take a new epoch, serving by the lease.
+    serving_lapsed: str | None = None
 
 
 @dataclass(frozen=True)
@@ -183,8 +193,9 @@ def decide(memory: Memory, obs: Observation, now: float, timing: Timing) -> Deci
             return Decision(Verdict.HAND_OFF, why, handoff_to=target, cause=PLANNED)
         return decision
     decision = _decide_follower(memory, obs.read, now, timing)
-    if decision.verdict in (Verdict.FOLLOW, Verdict.WAIT) and obs.gone is not None:
-        decision = _holder_gone(memory, obs, now) or decision
+    if decision.verdict in (Verdict.FOLLOW, Verdict.WAIT):
+        decision = (_holder_gone(memory, obs.gone, obs.read, now, GONE)
+                    or _holder_gone(memory, obs.silent, obs.read, now, SILENT) or decision)  # fmt: skip
     if decision.verdict is not Verdict.CONTEND:
         return decision
     if not obs.eligible:
@@ -213,17 +224,19 @@ def evidence_subject(memory: Memory, read: LeaseRead | None) -> tuple[str, int] 
     return memory.seen_key[0], memory.seen_key[1]
 
 
-def _holder_gone(memory: Memory, obs: Observation, now: float) -> Decision | None:
-    """A live-looking lease whose holder is positively gone: contend now. Only
-    for the holder `evidence_subject` names this cycle (evidence about an older
-    holder, or about one a fresh record no longer names, is no evidence)."""
-    gone = obs.gone
+def _holder_gone(
+    memory: Memory, gone: tuple[str, int, str] | None, read: LeaseRead | None, now: float, cause: str
+) -> Decision | None:
+    """A live-looking lease whose holder is positively gone, or silent to a
+    majority while serving by acks: contend now. Only for the holder
+    `evidence_subject` names this cycle (evidence about an older holder, or
+    about one a fresh record no longer names, is no evidence)."""
     if gone is None or memory.seen_at is None:
         return None
     node, epoch, why = gone
-    if evidence_subject(memory, obs.read) != (node, epoch):
+    if evidence_subject(memory, read) != (node, epoch):
         return None
-    return Decision(Verdict.CONTEND, why, cause=GONE, gap=now - memory.seen_at)
+    return Decision(Verdict.CONTEND, why, cause=cause, gap=now - memory.seen_at)
 
 
 def contend_delay(priority: int, handoff: bool, promote_elsewhere: bool) -> float:
@@ -262,6 +275,11 @@ def _decide_leader(memory: Memory, obs: Observation, now: float, timing: Timing)
             return Decision(Verdict.STEP_DOWN, f"lost: the lease names {rec.describe()}")
         if rec.released:
             return Decision(Verdict.STEP_DOWN, f"released epoch {epoch}")
+        if obs.serving_lapsed is not None:
+            return Decision(
+                Verdict.CONTEND, f"serving right of epoch {epoch} lapsed ({obs.serving_lapsed}): "
+                f"taking a new epoch, serving by the lease", handoff=True, cause=REQUALIFY,
+            )  # fmt: skip
         if obs.renewing:
             return Decision(Verdict.RENEW, f"leader: renewing epoch {epoch} (last renewal {age:.1f} s ago)")
         return Decision(Verdict.HOLD, f"leader: {memory.node} holds epoch {epoch}, renewed {age:.1f} s ago")

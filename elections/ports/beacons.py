@@ -43,6 +43,7 @@ from elections.core.beacons import MAX_STORE, RESIGN, RESIGN_COPIES, Beacon
 from elections.core.evidence import merged
 from elections.core.liveness import ANSWERS, CONNECTED, ENDED, REFUSED, UNREACHABLE, Liveness
 from elections.core.nudge import Nudge, NudgeBoard, is_nudge
+from elections.core.serving import Report, ServingBook, ServingTiming, starts_acked
 
 log = logging.getLogger("stkrelay.beacons")
 
@@ -74,6 +75,7 @@ def subnet_broadcast(ip: str) -> str:
 
 KEEP_KEYS = 64  # members whose recent leader keys are remembered (`heard_at`)
 HOLD_LOOK = 2.0  # seconds: a held liveness connection checks the lease's holder at least this often
+SILENT_KICK_EVERY = 0.5  # seconds between cycles kicked while a majority's silence holds
 RETARGET_WAIT = 2.0  # seconds: with no holder to watch, the liveness loop looks at least this often
 
 
@@ -88,6 +90,7 @@ class BeaconConfig:
     port: int  # BEACON_PORT
     peers: list[str] = field(default_factory=list)
     store: str = ""  # this member's lease store as it names it (core.beacons "store"; "" = not said)
+    ttl: float = 10.0  # LEASE_TTL: how long a right taken on silence waits before it may fall back
 
 
 class _Datagrams(asyncio.DatagramProtocol):
@@ -126,6 +129,12 @@ class BeaconService:
         # (seq, member_digest) of this member's own record as last written: in every beacon.
         self.member_record: tuple[int, str] = (0, "")
         self.liveness = Liveness(config.interval)
+        # The serving right (DESIGN.md §15): whom this member acknowledges; its own right while it leads.
+        self.book = ServingBook(config.node, self.boot, ServingTiming.of(config.interval), config.ttl)
+        self.members: Callable[[], int] = lambda: 0  # the pool's size as this member counts it
+        self.on_acked: Callable[[], None] = lambda: None  # a member's ack may have moved the gate
+        self._silent_told: tuple[str, int] | None = None
+        self._silent_at = 0.0
         self.lock = threading.Lock()
         self.targets = config.peers or [subnet_broadcast(config.ip)]
         self.sent = 0
@@ -138,7 +147,9 @@ class BeaconService:
         self._reported: tuple[str, int] | None = None
         self._answered = asyncio.Event()  # set by the liveness loop when a host answers (ended, refused)
         self._retarget = asyncio.Event()  # set by the send loop when the holder to watch changed
-        self._wake = asyncio.Event()  # set by `wake()`: the standing changed, beacon now
+        # set by `send_now()`: the standing changed (elected, stepped down, a new leader
+        # adhered to), beacon now
+        self._wake = asyncio.Event()
         self._watched: tuple[str, tuple[str, int]] | None = None  # what the liveness loop watches
         self._echoes: collections.deque[bytes] = collections.deque(maxlen=8)  # our last datagrams
         # node -> the last leader keys (node, epoch, renew_seq) its beacons named, with when each
@@ -168,14 +179,6 @@ class BeaconService:
         for transport in self._transports:
             transport.close()
         asyncio.get_running_loop().call_soon(asyncio.get_running_loop().stop)
-
-    def wake(self) -> None:
-        """Send the next beacon now (this member was elected or stepped down: a
-        `resign` tells the handoff's target at once, not one interval later)."""
-        loop = self._loop
-        if loop is not None and loop.is_running():
-            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-                loop.call_soon_threadsafe(self._wake.set)
 
     def evidence(self, node: str, epoch: int) -> str | None:
         """Why the holder `node` of `epoch` is positively gone, or None."""
@@ -220,6 +223,54 @@ class BeaconService:
             now = self.monotonic()
             return sorted(n for n in self.board.members if self.board.heard_from(n, now, within))
 
+    # -- the serving right (core.serving), for the election thread ---------------------------
+    def taken(self, epoch: int, cause: str | None) -> None:
+        """This member took `epoch`: its right starts now, and its first leader beacon goes at once."""
+        members = self.members()
+        with self.lock:
+            self.book.taken(epoch, starts_acked(cause, members), self.monotonic())
+        self.send_now()
+
+    def send_now(self) -> None:
+        """Send the next beacon now rather than at the next interval (thread-safe): this
+        member was elected or stepped down (a `resign` tells the handoff's target at once),
+        or adheres to a new leader."""
+        loop = self._loop
+        if loop is not None and loop.is_running():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(self._wake.set)
+
+    def serving_bound(self, epoch: int) -> float | None:
+        members = self.members()
+        with self.lock:
+            return self.book.bound(epoch, members, self.monotonic())
+
+    def serving_lapsed(self, epoch: int) -> str | None:
+        members = self.members()
+        with self.lock:
+            return self.book.lapsed(epoch, members, self.monotonic())
+
+    def serving_mode(self, epoch: int | None) -> str | None:
+        with self.lock:
+            return self.book.mode(epoch)
+
+    def serving_told(self, epoch: int) -> None:
+        with self.lock:
+            self.book.told(epoch)
+
+    def serving_untold(self, epoch: int | None) -> bool:
+        with self.lock:
+            return self.book.untold(epoch)
+
+    def silent(self, holder: str, epoch: int) -> str | None:
+        """Why a majority's silence lets this follower take `holder`'s `epoch` early, or None."""
+        members = self.members()
+        with self.lock:
+            now = self.monotonic()
+            reports = [Report(s.node, now - s.last_at, s.last.ack_node, s.last.ack_epoch,
+                              s.last.quiet_ms / 1000) for s in self.board.members.values()]  # fmt: skip
+            return self.book.silent(holder, epoch, members, reports, now)
+
     def snapshot(self) -> dict[str, Any]:
         """Per member arrival statistics, the liveness watch and the refusals, for the pool view."""
         with self.lock:
@@ -228,7 +279,8 @@ class BeaconService:
                     "interval": self.config.interval, "targets": list(self.targets), "boot": self.boot,
                     "nudges": self.nudges.to_doc(),
                     "refusals": merged(self.board.refusals.to_doc(now),
-                                       self.nudges.refusals.to_doc(now))}  # fmt: skip
+                                       self.nudges.refusals.to_doc(now)),
+                    "serving": self.book.to_doc(self.members(), now)}  # fmt: skip
 
     # -- the loop -----------------------------------------------------------------
     def received(self, data: bytes, source: str) -> None:
@@ -239,12 +291,26 @@ class BeaconService:
             if data in self._echoes:  # one of our last datagrams, byte for byte: nothing to verify
                 self.board.mine(data, source, self.config.ip, self.monotonic())
                 return
-            accepted, now = self.board.accepted, self.monotonic()
-            reaction = self.board.receive(data, source, now, self.standing())
+            accepted, now, standing = self.board.accepted, self.monotonic(), self.standing()
+            reaction = self.board.receive(data, source, now, standing)
             if self.board.accepted != accepted:  # the members' stats hold it last
                 self._note_key(next(reversed(self.board.members.values())).last, now)
+            beacon = self.board.last_accepted
+            lead, floor = standing.leader_epoch, standing.max_epoch
+            acked = beacon is not None and self.book.heard(beacon, lead, floor, now)
+            switched = beacon is not None and self.book.switched
+        if switched:  # the new leader's gate waits for a majority's acks: ours goes at once
+            self._wake.set()
+        if acked:
+            self._hand_ack()
         if reaction is not None:
             self._hand(reaction)
+
+    def _hand_ack(self) -> None:
+        try:
+            self.on_acked()
+        except Exception:
+            log.exception("serving-right update failed")
 
     def _note_key(self, beacon: Beacon, now: float) -> None:
         if beacon.role != "leader":
@@ -284,8 +350,8 @@ class BeaconService:
             self.ready.set()
             return
         self.ready.set()
-        self._tasks = [loop.create_task(job) for job in (self._send_loop(), self._liveness_loop(),
-                                                         self._evidence_loop())]  # fmt: skip
+        jobs = (self._send_loop(), self._liveness_loop(), self._evidence_loop(), self._silence_loop())
+        self._tasks = [loop.create_task(job) for job in jobs]
         try:
             loop.run_forever()
         finally:
@@ -305,12 +371,17 @@ class BeaconService:
             )  # fmt: skip
             self._transports.append(bcast)
 
-    def _datagram(self, role: str, epoch: int, renew_seq: int) -> bytes:
+    def _datagram(self, role: str, epoch: int, renew_seq: int, standing: Standing | None = None) -> bytes:
         self._seq += 1
         cfg = self.config
         mseq, mdig = self.member_record
+        extra: dict[str, Any] = {}
+        if standing is not None:  # a resign says nothing of the serving right
+            members = self.members()
+            with self.lock:
+                extra = self.book.outgoing(standing.leader_epoch, self._seq, members, self.monotonic())
         beacon = Beacon(cfg.kmsn, cfg.node, cfg.ip, cfg.relay_port, role, epoch, renew_seq, self.boot,
-                        self._seq, store=cfg.store[:MAX_STORE], mseq=mseq, mdig=mdig)  # fmt: skip
+                        self._seq, store=cfg.store[:MAX_STORE], mseq=mseq, mdig=mdig, **extra)  # fmt: skip
         return beacon.encode(cfg.key)
 
     def _send(self, raw: bytes) -> None:
@@ -335,7 +406,7 @@ class BeaconService:
             led = standing.leader_epoch
             if self._target_of(standing) != self._watched:
                 self._retarget.set()  # the liveness loop watches someone else now
-            self._send(self._datagram(*standing.outgoing()))
+            self._send(self._datagram(*standing.outgoing(), standing=standing))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(
                     self._wake.wait(), self.config.interval * random.uniform(1 - JITTER, 1 + JITTER)
@@ -424,6 +495,27 @@ class BeaconService:
             with contextlib.suppress(asyncio.CancelledError, OSError):
                 await read
             writer.close()
+
+    async def _silence_loop(self) -> None:
+        """A follower looks at the majority's silence about its holder twice an
+        interval (`core.serving.silent_holder`); while it holds, one cycle is run at
+        once and again every `SILENT_KICK_EVERY` (a cycle busy with a slow share, or a
+        lost race, must not leave the takeover to the next poll). The elector asks
+        again, and the store decides."""
+        while True:
+            await asyncio.sleep(self.config.interval / 2)
+            st = self.standing()
+            if st.leader_epoch is not None or st.seen_key is None:
+                continue
+            node, epoch = st.seen_key[0], st.seen_key[1]
+            why = self.silent(node, epoch)
+            now = self.monotonic()
+            if not why or (self._silent_told == (node, epoch) and now - self._silent_at < SILENT_KICK_EVERY):
+                continue
+            if self._silent_told != (node, epoch):
+                log.warning("%s", why)
+            self._silent_told, self._silent_at = (node, epoch), now
+            self._hand(Reaction(why))
 
     async def _evidence_loop(self) -> None:
         # Evidence needs the host's answer first: until one comes (the liveness

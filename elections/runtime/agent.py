@@ -42,6 +42,7 @@ from elections.core.decide import Decision, Timing
 from elections.core.eligibility import Freshness, judge, observe
 from elections.core.evidence import Refusals, merged
 from elections.core.gate import gate_of
+from elections.core.serving import ACKED
 from elections.core.skew import ClockReading, reading_of
 from elections.errors import StoreUnavailable
 from elections.executors import AddressBook, Gate, build_executors, epoch_from_state, leader_duties
@@ -79,6 +80,10 @@ _agent: Agent | None = None
 NOT_THIS_POOLS_EPOCH = ("audit",)
 CLOCK_EVERY = 30.0  # seconds between readings of this machine's clock against the store's (one operation)
 CATCH_UP_S = 0.2  # seconds of one cycle spent reading a backlog of pool events (a joiner's history)
+# The serving right (DESIGN.md §15): members counted, and how far an ack must move the gate to be published.
+MEMBER_HORIZON_S, MEMBER_HORIZON_TTLS = 60.0, 6.0  # a member unheard on the share longer is not counted
+GATE_STEP = 0.2  # seconds
+GATE_WAIT = 0.02  # seconds between looks of an elected plan waiting for its gate to open
 
 
 def identity() -> Identity:
@@ -124,6 +129,8 @@ class Agent:
         # heartbeat: each agent's panel shows the others', for operators and clients to pin.
         self.web_tls = served_fingerprint(stk.data_dir, stk.tls_cert, stk.web_plain)
         self._member_docs: tuple[dict[str, dict[str, Any]], bool] | None = None  # survey(): last members read
+        self._publishing = threading.Lock()  # the election thread and the beacons' acks both publish
+        self._gate_told = float("-inf")  # the valid_until last published
         self.health = HealthMonitor.from_settings(stk.health_cmd, stk.health_url, gate_for(stk.gate),
                                                   stk.gate.max_age)  # fmt: skip
         self.policy = PoolPolicy(
@@ -148,13 +155,17 @@ class Agent:
         if stk.beacon_interval > 0:
             bconf = BeaconConfig(stk.kmsn, stk.node, stk.node_ip, stk.relay_port, stk.pool_key,
                                  stk.beacon_interval, stk.beacon_port, stk.beacon_peers,
-                                 store=self.elector.store.describe())  # fmt: skip
+                                 store=self.elector.store.describe(), ttl=stk.lease_ttl)  # fmt: skip
             self.split = SplitAlarm(stk.node, bconf.store, 2 * max(stk.lease_ttl, stk.heartbeat_ttl))
             folded = self.tail.last_seq.get  # node -> its highest event seq this agent has: nudges' replays
             self.beacons = BeaconLink(bconf, self.elector, self._kicked, clock.monotonic, nudged=self._nudged,
-                                      folded=lambda node: folded(node, 0)).start()  # fmt: skip
+                                      folded=lambda node: folded(node, 0))  # fmt: skip
+            self.beacons.service.members = self.pool_size
+            self.beacons.service.on_acked = self._acked
             self.elector.evidence = self.beacons.evidence
             self.elector.heard_at = self.beacons.heard_at
+            self.elector.serving = self.beacons
+            self.beacons.start()
         config, problems = action_config(stk.values)
         for problem in problems:
             log.error("leader action disabled: %s", problem)
@@ -216,7 +227,21 @@ class Agent:
         if self.beacons is not None:  # the pool hears of the new epoch now, not one interval later
             self._say_own_record()  # the claim rewrote this member's record
             self.beacons.wake()
-        self._run_duty(self.duties[0], epoch)
+        self._run_duty(self.duties[0], epoch, self._gate_opens)
+
+    def _gate_opens(self, epoch: int) -> bool:
+        """An epoch taken on silence serves by acks from the start (DESIGN.md §15): its
+        gate opens when a majority acknowledges the new leader's beacons, a few beacon
+        intervals after the election. The elected plan (start_relay, fenced on that gate)
+        waits for it, up to RENEW_DEADLINE; False if the epoch is lost meanwhile."""
+        until = self.clock.monotonic() + self.timing.deadline
+        while self.clock.monotonic() < until:
+            if self.local.leadership().held_epoch(self.clock.monotonic()) == epoch:
+                return True
+            if self.elector.memory.leader_epoch != epoch:
+                return False
+            time.sleep(GATE_WAIT)
+        return True  # run it anyway: the executors' gate fences it, and says so
 
     def _demoted(self, epoch: int) -> None:
         self._leader_since = None
@@ -242,15 +267,19 @@ class Agent:
                             "(%s leads epoch %d)", epoch, seen[0], seen[1])  # fmt: skip
                 self._run_duty(self.duties[1], epoch)
 
-    def _run_duty(self, duty: Callable[[int], Any], epoch: int) -> None:
+    def _run_duty(
+        self, duty: Callable[[int], Any], epoch: int, first: Callable[[int], bool] | None = None
+    ) -> None:
         """Run a leader duty plan beside the election loop: a slow cloud API must
-        never delay a renewal. Every action is fenced on the epoch at its gate."""
+        never delay a renewal. Every action is fenced on the epoch at its gate.
+        `first`: waited for on the duty's thread; False skips the plan."""
 
         def run() -> None:
             from django.db import connection
 
             try:
-                duty(epoch)
+                if first is None or first(epoch):
+                    duty(epoch)
             finally:
                 connection.close()
 
@@ -296,6 +325,23 @@ class Agent:
         with self.lock:
             if self.ingest():
                 self._tick(renewing=False, news=True)
+
+    def pool_size(self) -> int:
+        """The members the serving right counts (DESIGN.md §15): this one, and every
+        member whose heartbeat this agent saw change within `MEMBER_HORIZON`."""
+        horizon = max(MEMBER_HORIZON_S, MEMBER_HORIZON_TTLS * self.stk.lease_ttl)
+        others = {n for n, m in self.view.members.items() if m.age is not None and m.age <= horizon}
+        return len(others | {self.stk.node})
+
+    def _acked(self) -> None:
+        """A member acknowledged one of our leader beacons: publish the gate if it moved
+        by `GATE_STEP` or more (from the beacon thread; never under the election lock,
+        which a hung share may hold for seconds)."""
+        el = self.elector
+        valid = el.leader_valid_until if el.is_leader else None
+        untold = self.beacons is not None and self.beacons.service.serving_untold(el.memory.leader_epoch)
+        if valid is not None and (valid - self._gate_told >= GATE_STEP or untold):
+            self.publish(el.last)
 
     def _kicked(self, why: str) -> None:
         """A beacon's reaction or a gone leader: one cycle now (a store read)."""
@@ -505,21 +551,32 @@ class Agent:
         return max(self.commands.clock, self.bindings.book.clock)
 
     def publish(self, decision: Decision | None) -> None:
-        el = self.elector
-        state = Leadership(
-            node=el.me.node,
-            pid=os.getpid(),
-            leader=el.is_leader,
-            epoch=el.memory.leader_epoch if el.is_leader else None,
-            max_epoch=el.memory.max_epoch,
-            valid_until=el.leader_valid_until,
-            updated=self.clock.monotonic(),
-            decision=str(decision) if decision else "",
-            seen=el.memory.seen_key,
-        )
-        if self.local.stopping():  # the agent is stopping: it claims nothing
-            state = state.disclaimed(state.decision)
-        self.local.write_leadership(state)
+        """Write leadership.json from the elector's memory as it is now. Under its own
+        lock, state composed and written together: whichever of the election thread
+        and the beacons' acks writes last wrote the newest memory."""
+        with self._publishing:
+            el = self.elector
+            epoch = el.memory.leader_epoch
+            service = self.beacons.service if self.beacons is not None else None
+            mode = service.serving_mode(epoch) if service is not None else None  # before the gate is read
+            valid = el.leader_valid_until
+            state = Leadership(
+                node=el.me.node,
+                pid=os.getpid(),
+                leader=el.is_leader,
+                epoch=el.memory.leader_epoch if el.is_leader else None,
+                max_epoch=el.memory.max_epoch,
+                valid_until=valid,
+                updated=self.clock.monotonic(),
+                decision=str(decision) if decision else "",
+                seen=el.memory.seen_key,
+            )
+            if self.local.stopping():  # the agent is stopping: it claims nothing
+                state = state.disclaimed(state.decision)
+            self.local.write_leadership(state)
+            self._gate_told = valid if valid is not None and state.leader else float("-inf")
+            if service is not None and epoch is not None and mode == ACKED and state.leader:
+                service.serving_told(epoch)  # the beacons may say ACKED now: the relay reads this gate
         self._let_go_of_leftovers()
 
 

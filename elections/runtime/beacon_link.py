@@ -12,6 +12,10 @@
   becomes one call of `nudged` on the same thread: the agent reads the pool's
   event files and runs a cycle if they held news.
 - The elector asks `evidence(holder, epoch)` for its `Observation`.
+- The serving right (DESIGN.md §15, `core.serving`): the elector's `Serving`
+  (`taken`, `bound`, `lapsed`, `silent`) is this link; the book lives with the
+  beacons (`BeaconService.book`). A member's ack that moves the gate calls
+  `on_acked` (the agent publishes its leadership state: the relay's gate).
 - `vouches()`: the leader's fresh beacons name the lease this follower last
   read (its holder and epoch, renewed since or not), so reading the share
   again now would tell it nothing; `heard_at(key)`: when a leader beacon
@@ -73,6 +77,19 @@ class BeaconLink:
     def evidence(self, node: str, epoch: int) -> str | None:
         return self.service.evidence(node, epoch)
 
+    # -- elections.runtime.elector.Serving -----------------------------------------------------
+    def taken(self, epoch: int, cause: str | None, now: float) -> None:
+        self.service.taken(epoch, cause)
+
+    def bound(self, epoch: int, now: float) -> float | None:
+        return self.service.serving_bound(epoch)
+
+    def lapsed(self, epoch: int, now: float) -> str | None:
+        return self.service.serving_lapsed(epoch)
+
+    def silent(self, holder: str, epoch: int) -> str | None:
+        return self.service.silent(holder, epoch)
+
     def vouches(self) -> bool:
         mem = self.elector.memory
         if mem.leader_epoch is not None or mem.seen_key is None or mem.seen_released:
@@ -114,7 +131,7 @@ class BeaconLink:
 
     def wake(self) -> None:
         """This member's standing changed (elected, stepped down): beacon it now."""
-        self.service.wake()
+        self.service.send_now()
 
     def _run(self) -> None:
         while True:

@@ -61,6 +61,22 @@ Hook = Callable[[int], None]
 Evidence = Callable[[str, int], "str | None"]
 
 
+class Serving(Protocol):
+    """The serving right (DESIGN.md §15, `core.serving`), kept beside the beacons."""
+
+    def taken(self, epoch: int, cause: str | None, now: float) -> None:
+        """This node just took `epoch` (for `cause`): its right starts now."""
+
+    def bound(self, epoch: int, now: float) -> float | None:
+        """The latest instant the right lets this node serve `epoch`; None: the lease alone."""
+
+    def lapsed(self, epoch: int, now: float) -> str | None:
+        """Why the right to serve `epoch` lapsed for good, or None."""
+
+    def silent(self, holder: str, epoch: int) -> str | None:
+        """Why a majority's silence lets this follower take over `holder`'s `epoch` early, or None."""
+
+
 class Elector:
     def __init__(
         self,
@@ -76,11 +92,13 @@ class Elector:
         sleep: Callable[[float], None] = time.sleep,
         refusals: Refusals | None = None,
         evidence: Evidence | None = None,
+        serving: Serving | None = None,
     ) -> None:
         self.store = store
         self.evidence = evidence
         # (holder, epoch, renew_seq) -> when a leader beacon first named that lease (runtime.beacon_link)
         self.heard_at: Callable[[tuple[str, int, int]], float | None] | None = None
+        self.serving = serving
         self.refusals = refusals if refusals is not None else Refusals()
         self.clock = clock
         self.me = replace(me, pid=me.pid or os.getpid())
@@ -115,10 +133,14 @@ class Elector:
 
     @property
     def leader_valid_until(self) -> float | None:
-        """Monotonic instant after which this node must not act as leader."""
-        if self.memory.leader_epoch is None or self.memory.renewed_at is None:
+        """Monotonic instant after which this node must not act as leader: its renew
+        deadline, or sooner where its serving right (DESIGN.md §15) ends sooner."""
+        epoch = self.memory.leader_epoch
+        if epoch is None or self.memory.renewed_at is None:
             return None
-        return self.memory.renewed_at + self.timing.deadline
+        until = self.memory.renewed_at + self.timing.deadline
+        bound = self.serving.bound(epoch, self.clock.monotonic()) if self.serving is not None else None
+        return until if bound is None else min(until, bound)
 
     def cycle(self, renewing: bool = False) -> Decision:
         """Look once and act on what is seen. Never raises for store trouble."""
@@ -227,12 +249,18 @@ class Elector:
         """Everything `decide()` needs from this cycle, in one value."""
         lease_epoch = read.record.epoch if read is not None and read.record is not None else None
         facts = self.policy.facts(self.memory.leader_epoch, lease_epoch)
-        gone = None
+        gone = silent = lapsed = None
         subject = evidence_subject(self.memory, read)
         if self.evidence is not None and subject is not None and self.memory.leader_epoch is None:
             why = self.evidence(*subject)
             gone = (*subject, why) if why else None
-        return Observation(read, renewing, sit_out_until=self._abstain_until, gone=gone, **vars(facts))
+        if self.serving is not None and subject is not None and self.memory.leader_epoch is None and not gone:
+            why = self.serving.silent(*subject)
+            silent = (*subject, why) if why else None
+        if self.serving is not None and self.memory.leader_epoch is not None:
+            lapsed = self.serving.lapsed(self.memory.leader_epoch, self.clock.monotonic())
+        return Observation(read, renewing, sit_out_until=self._abstain_until, gone=gone, silent=silent,
+                           serving_lapsed=lapsed, **vars(facts))  # fmt: skip
 
     def _decide(self, read: LeaseRead | None, now: float, renewing: bool) -> Decision:
         if read is not None:
@@ -284,6 +312,8 @@ class Elector:
                 return Decision(Verdict.WAIT, f"cannot contend: {exc}")
             if outcome is WriteOutcome.WRITTEN and record is not None:
                 epoch = record.epoch
+                if self.serving is not None:  # before anything can read the new epoch's gate
+                    self.serving.taken(epoch, decision.cause, start)
                 self.memory = replace(
                     self.memory,
                     leader_epoch=epoch,

@@ -25,7 +25,7 @@ from django.conf import settings
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from elections.core.decide import GONE
+from elections.core.decide import GONE, SILENT
 from elections.core.ownership import CONFLICT, DRIFT, MISSING, ORPHAN, UNKNOWN, Entry
 from elections.core.skew import ClockReading, versus
 from elections.ports.localstate import LocalState, PoolView, RelayStatus
@@ -108,7 +108,8 @@ class SiteState:
     since: datetime | None = None
     relay: RelayState | None = None
     changes_24h: int = 0
-    # Elections taken before the TTL on liveness evidence (cause `gone`, DESIGN.md §13), ever and
+    # Elections taken before the TTL on liveness evidence or a majority's silence (causes `gone`,
+    # DESIGN.md §13, and `silent`, §15), ever and
     # in 24 h. An on-path attacker who drops beacons and resets TCP can force them (the store's
     # compare-and-set still arbitrates each): repeated ones are an alarm (`early_takeovers`).
     early_takeovers: int = 0
@@ -118,6 +119,7 @@ class SiteState:
     this_agent_leads: bool = False
     refusals: dict[str, Any] = field(default_factory=dict)  # what this agent refused as evidence
     detection: str = "lease only"  # or "beacons" (DESIGN.md §13)
+    serving: dict[str, Any] = field(default_factory=dict)  # the serving right (§15): members, W, S, fast
     watched: bool = False  # a [pool:<KMSN>] this agent only watches
     # Members of this KMSN on another store (core.share_split): the two stores are named.
     share_split: list[dict[str, Any]] = field(default_factory=list)
@@ -295,6 +297,7 @@ def build_site(
         this_agent_leads=leads,
         refusals=pool.refusals,
         detection=pool.detection,
+        serving=pool.beacons.get("serving") or {},
         watched=pool.watched,
         store=pool.store,
         share_split=pool.share_split,
@@ -381,7 +384,9 @@ def early_takeover_counts(kmsns: list[str], wall_now: datetime) -> tuple[dict[st
 
     from elections.models import ElectionEvent
 
-    early = ElectionEvent.objects.filter(kmsn__in=kmsns, kind="elected", detail__cause=GONE).order_by()
+    early = ElectionEvent.objects.filter(
+        kmsn__in=kmsns, kind="elected", detail__cause__in=(GONE, SILENT)
+    ).order_by()
 
     def per_kmsn(rows: Any) -> dict[str, int]:
         return dict(rows.values("kmsn").annotate(n=Count("id")).values_list("kmsn", "n"))

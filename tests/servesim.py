@@ -1,0 +1,346 @@
+"""A model of a pool for the serving right (DESIGN.md §15): 3–5 members on
+simulated time, driving the product's own pure decisions — `core.decide`
+(`track`, `decide`) and `core.serving` (`ServingBook`: adherence, the leader's
+right, the majority's silence) — with lost, delayed and partitioned beacons,
+freezes (SIGSTOP: the clock runs on, nothing is handled), cut cables (LAN and
+share both gone for a while), power losses (gone for good) and clock rates
+that differ by up to `DRIFT`.
+
+What is modelled rather than run: the store (one compare-and-set register,
+atomic at one instant), the beacon transport (one datagram per beacon to each
+other member, each lost with probability `loss`, delayed up to `delay`,
+dropped across a partition) and the elector's acting on a verdict (take,
+renew, step down), as `runtime.elector` does. A member's relay serves, unless
+frozen or powered off, until the deadline of the gate it was last given —
+`min(renew deadline, the right's bound)`, the same expression as
+`Elector.leader_valid_until`, published after each of its worker's events —
+plus `GATE_LAG` (its last byte). It never learns of a step-down but from that
+deadline (the safety argument rests on deadlines alone), a lower deadline only
+`RELAY_LAG` later (its cache of the state file), and a frozen relay woken
+before its deadline serves on (SIGCONT: the relay wakes with the worker).
+
+`Pool.run()` returns the serving intervals in real time; `overlaps()` finds
+two relays of different epochs serving at one instant. `scenario(seed)` draws
+a random one.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+from dataclasses import dataclass, field, replace
+
+from elections.core.beacons import FOLLOWER, LEADER, RESIGN, Beacon
+from elections.core.decide import Memory, Observation, Timing, Verdict, decide, evidence_subject
+from elections.core.decide import track as track_read
+from elections.core.lease import LeaseRead, LeaseRecord
+from elections.core.serving import DRIFT, GATE_LAG, Report, ServingBook, ServingTiming, starts_acked
+
+KMSN = "9999-9999-99-99"
+INTERVAL = 0.2
+TIMING = Timing(ttl=10.0, renew=3.0, poll=2.0, deadline=7.0)
+WATCH = 0.5  # the agent's cheap look at the lease (seconds, its own clock)
+RELAY_LAG = 0.15  # a relay reads a lower deadline this late (its 0.1 s cache of leadership.json, the write)
+
+
+@dataclass
+class Faults:
+    """What happens to one run, in real seconds."""
+
+    loss: float = 0.0
+    delay: float = 0.0
+    freezes: list[tuple[str, float, float]] = field(default_factory=list)  # node, from, to
+    cuts: list[tuple[str, float, float]] = field(default_factory=list)  # node: no LAN, no share
+    partitions: list[tuple[frozenset[str], float, float]] = field(default_factory=list)  # one side, from, to
+    power: list[tuple[str, float]] = field(default_factory=list)  # node, when: gone for good
+    rates: dict[str, float] = field(default_factory=dict)  # clock rate of each node (1 ± DRIFT)
+
+
+@dataclass
+class Member:
+    node: str
+    rate: float
+    offset: float
+    book: ServingBook
+    memory: Memory
+    boot: str
+    seq: int = 0
+    heard: dict[str, tuple[Beacon, float]] = field(default_factory=dict)  # last beacon per sender, at (local)
+    pub: tuple[int, float, float] | None = None  # the relay's gate: epoch, deadline (real), since (real)
+    told_silent: tuple[str, int] | None = None
+
+    def local(self, t: float) -> float:
+        return self.offset + self.rate * t
+
+    def real(self, local: float) -> float:
+        return (local - self.offset) / self.rate
+
+
+class Pool:
+    def __init__(self, n: int, faults: Faults, seed: int, timing: ServingTiming | None = None,
+                 until: float = 60.0) -> None:  # fmt: skip
+        self.rng = random.Random(seed)
+        self.faults = faults
+        self.until = until
+        self.serving = timing or ServingTiming.of(INTERVAL)
+        self.nodes = [f"S{i + 1:03d}" for i in range(n)]
+        self.members: dict[str, Member] = {}
+        for i, node in enumerate(self.nodes):
+            boot = f"{seed % 2**32:08x}{i:08x}"
+            rate = faults.rates.get(node, 1.0)
+            book = ServingBook(node, boot, self.serving, TIMING.ttl)
+            self.members[node] = Member(node, rate, self.rng.uniform(0, 1000), book, Memory(node=node), boot)
+        self.record: LeaseRecord | None = None
+        self.revision = 0
+        self.max_epoch = 0
+        self.queue: list[tuple[float, int, str, str, object]] = []
+        self.counter = itertools.count()
+        self.intervals: list[tuple[str, int, float, float]] = []  # node, epoch, from, to (real)
+        self.elections: list[tuple[float, str, int, str]] = []  # when, node, epoch, cause
+        self.now = 0.0
+
+    # -- faults ---------------------------------------------------------------------------
+    def dead(self, node: str, t: float) -> bool:
+        return any(n == node and t >= at for n, at in self.faults.power)
+
+    def frozen_until(self, node: str, t: float) -> float | None:
+        for n, a, b in self.faults.freezes:
+            if n == node and a <= t < b:
+                return b
+        return None
+
+    def cut(self, node: str, t: float) -> bool:
+        return any(n == node and a <= t < b for n, a, b in self.faults.cuts)
+
+    def linked(self, a: str, b: str, t: float) -> bool:
+        if self.cut(a, t) or self.cut(b, t):
+            return False
+        parts = self.faults.partitions
+        return not any(lo <= t < hi and ((a in side) != (b in side)) for side, lo, hi in parts)
+
+    # -- the schedule ---------------------------------------------------------------------------
+    def at(self, t: float, node: str, what: str, data: object = None) -> None:
+        heapq.heappush(self.queue, (t, next(self.counter), node, what, data))
+
+    def after_local(self, m: Member, seconds: float, what: str) -> None:
+        self.at(m.real(m.local(self.now) + seconds), m.node, what)
+
+    def run(self) -> Pool:
+        for m in self.members.values():
+            self.at(self.rng.uniform(0, INTERVAL), m.node, "beacon")
+            self.at(self.rng.uniform(0, WATCH), m.node, "watch")
+            self.at(self.rng.uniform(0, TIMING.renew), m.node, "renew")
+        while self.queue:
+            t, _, node, what, data = heapq.heappop(self.queue)
+            if t > self.until:
+                break
+            self.now = t
+            m = self.members[node]
+            if self.dead(node, t):
+                continue
+            wake = self.frozen_until(node, t)
+            if wake is not None:  # SIGSTOP: nothing is handled until SIGCONT
+                self.at(wake, node, what, data)
+                continue
+            getattr(self, "_" + what)(m, data)
+            self.publish(m)
+        for m in self.members.values():
+            if m.pub is not None:
+                epoch, deadline, since = m.pub
+                self.interval(m, epoch, since, min(deadline, self.until))
+        return self
+
+    # -- what a member does ------------------------------------------------------------------------
+    def _beacon(self, m: Member, _: object) -> None:
+        m.seq += 1
+        now = m.local(self.now)
+        mem = m.memory
+        members = len(self.nodes)
+        if mem.leader_epoch is not None:
+            role, epoch, renew_seq = LEADER, mem.leader_epoch, mem.renew_seq
+        else:
+            role, epoch, renew_seq = FOLLOWER, mem.seen_key[1] if mem.seen_key else mem.max_epoch, 0
+        extra = m.book.outgoing(mem.leader_epoch, m.seq, members, now)
+        beacon = Beacon(KMSN, m.node, "10.0.0.1", 9530, role, epoch, renew_seq, m.boot, m.seq, **extra)
+        self.broadcast(m, beacon)
+        self.after_local(m, INTERVAL * self.rng.uniform(0.8, 1.2), "beacon")
+        if mem.leader_epoch is None and mem.seen_key is not None:  # the silence loop
+            holder, held = mem.seen_key[0], mem.seen_key[1]
+            if self.silent(m, holder, held) and m.told_silent != (holder, held):
+                m.told_silent = (holder, held)
+                self.cycle(m)
+
+    def broadcast(self, m: Member, beacon: Beacon) -> None:
+        for other in self.nodes:
+            if other == m.node or not self.linked(m.node, other, self.now):
+                continue
+            if self.rng.random() < self.faults.loss:
+                continue
+            self.at(self.now + self.rng.uniform(0, self.faults.delay), other, "receive", beacon)
+
+    def _receive(self, m: Member, beacon: object) -> None:
+        assert isinstance(beacon, Beacon)
+        now = m.local(self.now)
+        last = m.heard.get(beacon.node)
+        if last is not None and last[0].boot == beacon.boot and last[0].seq >= beacon.seq:
+            return  # the board refuses what is not newer (a delayed datagram overtaken)
+        m.heard[beacon.node] = (beacon, now)
+        mem = m.memory
+        m.book.heard(beacon, mem.leader_epoch, mem.max_epoch, now)
+        if beacon.role == LEADER and mem.leader_epoch is not None and beacon.epoch > mem.leader_epoch:
+            self.cycle(m)  # the board's reaction: read the store
+        elif beacon.role in (LEADER, RESIGN) and mem.leader_epoch is None:
+            key = (beacon.node, beacon.epoch, beacon.renew_seq)
+            if beacon.role == RESIGN or (key != mem.seen_key and beacon.epoch >= mem.max_epoch):
+                self.cycle(m)
+
+    def _watch(self, m: Member, _: object) -> None:
+        self.cycle(m)
+        self.after_local(m, WATCH, "watch")
+
+    def _renew(self, m: Member, _: object) -> None:
+        self.cycle(m, renewing=True)
+        self.after_local(m, TIMING.renew, "renew")
+
+    def silent(self, m: Member, holder: str, epoch: int) -> str | None:
+        now = m.local(self.now)
+        reports = [Report(b.node, now - at, b.ack_node, b.ack_epoch, b.quiet_ms / 1000)
+                   for b, at in m.heard.values()]  # fmt: skip
+        return m.book.silent(holder, epoch, len(self.nodes), reports, now)
+
+    def read(self, m: Member) -> LeaseRead | None:
+        if self.cut(m.node, self.now):
+            return None
+        if self.record is None:
+            return LeaseRead("missing", revision=str(self.revision))
+        return LeaseRead("valid", record=self.record, revision=str(self.revision))
+
+    def cycle(self, m: Member, renewing: bool = False) -> None:
+        read = self.read(m)
+        now = m.local(self.now)
+        mem = m.memory
+        if read is not None:
+            mem = track_read(mem, read, now, TIMING.ttl)
+        m.memory = mem
+        silent = lapsed = None
+        subject = evidence_subject(mem, read)
+        if mem.leader_epoch is None and subject is not None:
+            why = self.silent(m, *subject)
+            silent = (*subject, why) if why else None
+        if mem.leader_epoch is not None:
+            lapsed = m.book.lapsed(mem.leader_epoch, len(self.nodes), now)
+        obs = Observation(read, renewing, silent=silent, serving_lapsed=lapsed)
+        decision = decide(mem, obs, now, TIMING)
+        if decision.verdict is Verdict.CONTEND and read is not None:
+            self.take(m, read, decision.cause)
+        elif decision.verdict is Verdict.RENEW and read is not None:
+            self.renew(m, read)
+        elif decision.verdict is Verdict.STEP_DOWN:
+            m.memory = replace(m.memory, leader_epoch=None, renewed_at=None)
+
+    def take(self, m: Member, read: LeaseRead, cause: str | None) -> None:
+        if read.revision != str(self.revision):
+            return  # the compare-and-set fails: someone wrote since
+        now = m.local(self.now)
+        epoch = max(self.max_epoch, m.memory.max_epoch) + 1
+        self.max_epoch = epoch
+        rec = LeaseRecord(kmsn=KMSN, station=m.node, ip="10.0.0.1", port=9530, pid=1, epoch=epoch,
+                          lease_until="20990101000000", node=m.node, renew_seq=0,
+                          ttl_s=TIMING.ttl)  # fmt: skip
+        self.record, self.revision = rec, self.revision + 1
+        m.book.taken(epoch, starts_acked(cause, len(self.nodes)), now)
+        m.memory = replace(m.memory, leader_epoch=epoch, renewed_at=now, renew_seq=0, seen_key=rec.key,
+                           seen_at=now, seen_ttl=TIMING.ttl, seen_released=False, seen_handoff=None,
+                           max_epoch=epoch)  # fmt: skip
+        self.elections.append((self.now, m.node, epoch, cause or ""))
+
+    def renew(self, m: Member, read: LeaseRead) -> None:
+        mem = m.memory
+        now = m.local(self.now)
+        assert mem.leader_epoch is not None and mem.renewed_at is not None
+        if read.revision != str(self.revision) or now - mem.renewed_at > TIMING.deadline:
+            return  # changed since the read, or the fence: never write after the deadline
+        rec = self.record
+        assert rec is not None and rec.node == m.node and rec.epoch == mem.leader_epoch
+        seq = mem.renew_seq + 1
+        self.record, self.revision = replace(rec, renew_seq=seq), self.revision + 1
+        m.memory = replace(mem, renewed_at=now, renew_seq=seq, seen_key=(m.node, rec.epoch, seq), seen_at=now)
+
+    # -- the relay ---------------------------------------------------------------------------------
+    def gate_until(self, m: Member) -> float | None:
+        """`Elector.leader_valid_until`: the renew deadline, bounded by the serving right."""
+        mem = m.memory
+        if mem.leader_epoch is None or mem.renewed_at is None:
+            return None
+        now = m.local(self.now)
+        until = mem.renewed_at + TIMING.deadline
+        bound = m.book.bound(mem.leader_epoch, len(self.nodes), now)
+        m.book.told(mem.leader_epoch)  # the gate is read live here: published at once
+        return until if bound is None else min(until, bound)
+
+    def publish(self, m: Member) -> None:
+        """After each of m's events: the gate its relay reads from now on (while it leads)."""
+        until = self.gate_until(m)
+        if until is None:
+            return  # not leading: its relay runs on to the deadline it was given
+        epoch, deadline = m.memory.leader_epoch or 0, m.real(until)
+        if m.pub is not None:
+            old_epoch, old_deadline, since = m.pub
+            lag = RELAY_LAG if deadline < old_deadline else 0.0
+            self.interval(m, old_epoch, since, min(old_deadline, self.now + lag))
+        m.pub = (epoch, deadline, self.now)
+
+    def interval(self, m: Member, epoch: int, start: float, end: float) -> None:
+        """[start, end) of serving, less the freezes, cut at a power loss, plus the last byte's lag."""
+        for n, at in self.faults.power:
+            if n == m.node:
+                end = min(end, at)
+        pieces = [(start, end)]
+        for n, a, b in self.faults.freezes:
+            if n == m.node:
+                pieces = [p for lo, hi in pieces for p in ((lo, min(hi, a)), (max(lo, b), hi)) if p[1] > p[0]]
+        for lo, hi in pieces:
+            if hi > lo:
+                self.intervals.append((m.node, epoch, lo, hi + GATE_LAG))
+
+    # -- answers ---------------------------------------------------------------------------------------
+    def overlaps(self) -> list[tuple[tuple[str, int, float, float], tuple[str, int, float, float]]]:
+        found = []
+        ordered = sorted(self.intervals, key=lambda i: i[2])
+        for i, a in enumerate(ordered):
+            for b in ordered[i + 1 :]:
+                if b[2] >= a[3]:
+                    break
+                if a[0] != b[0]:  # two relays: one node moving to its next epoch is one relay
+                    found.append((a, b))
+        return found
+
+    def served_at(self, t: float) -> set[str]:
+        return {node for node, _, a, b in self.intervals if a <= t < b}
+
+    def first_served_after(self, t: float, other_than: str | None = None) -> float | None:
+        starts = [a for node, _, a, b in self.intervals if b > t and node != other_than]
+        return max(t, min(starts)) if starts else None
+
+
+def scenario(seed: int, n: int | None = None, until: float = 60.0) -> tuple[int, Faults]:
+    """A random pool of 3–5 members and what befalls it."""
+    rng = random.Random(seed)
+    n = n or rng.choice((3, 4, 5))
+    nodes = [f"S{i + 1:03d}" for i in range(n)]
+    f = Faults(loss=rng.choice((0.0, 0.1, 0.3, 0.5)), delay=rng.choice((0.0, 0.02, 0.1)))
+    f.rates = {node: 1 + rng.uniform(-DRIFT, DRIFT) for node in nodes}
+    for _ in range(rng.randint(0, 6)):
+        a = rng.uniform(5, until - 5)
+        f.freezes.append((rng.choice(nodes), a, a + rng.choice((0.3, 0.5, 1.0, 1.6, 2.5, 4.0, 12.0))))
+    for _ in range(rng.randint(0, 3)):
+        a = rng.uniform(5, until - 5)
+        f.cuts.append((rng.choice(nodes), a, a + rng.uniform(1, 15)))
+    for _ in range(rng.randint(0, 3)):
+        a = rng.uniform(5, until - 5)
+        side = frozenset(rng.sample(nodes, rng.randint(1, n - 1)))
+        f.partitions.append((side, a, a + rng.uniform(0.5, 10)))
+    if rng.random() < 0.3:
+        f.power.append((rng.choice(nodes), rng.uniform(5, until - 5)))
+    return n, f

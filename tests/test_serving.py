@@ -1,0 +1,108 @@
+"""The serving right's pure pieces (`elections.core.serving`, DESIGN.md §15);
+the rule as a whole is checked on the pool model (`tests/test_serving_model.py`)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from elections.core.beacons import Beacon, parse_beacon
+from elections.core.lease import sign
+from elections.core.serving import (
+    ACKED,
+    DRIFT,
+    LEASE,
+    Adherence,
+    Report,
+    ServingBook,
+    ServingTiming,
+    adhere,
+    silence_for,
+    silent_holder,
+)
+from elections.core.untrusted import Untrusted
+
+KEY, KMSN = "k" * 32, "9999-9999-99-99"
+T = ServingTiming.of(0.2)
+BOOT, OTHER = "a" * 16, "b" * 16
+
+
+def test_the_silence_outlasts_the_window_on_the_fastest_and_slowest_clocks():
+    assert (T.window, round(T.silence, 3)) == (1.5, 1.82)
+    assert T.silence * (1 - DRIFT) > T.window * (1 + DRIFT) + 0.2  # real S beats real W by an interval
+    assert silence_for(3.0, 0.5) > 3.0 * (1 + DRIFT) / (1 - DRIFT) + 0.5
+
+
+def test_a_leader_serves_by_acks_only_while_a_majority_heard_it_within_the_window():
+    book = ServingBook("S001", BOOT, T, ttl=10)
+    book.taken(7, acked=False, now=100.0)
+    assert book.bound(7, 3, 100.0) is None  # LEASE mode until a majority acks: the renew deadline alone
+    for seq, at in ((1, 100.0), (2, 100.2), (3, 100.4)):
+        assert book.outgoing(7, seq, 3, at) == {"serve": LEASE}
+    ack = Beacon(KMSN, "S002", "10.0.0.2", 9530, "follower", 7, 0, OTHER, 9, ack_node="S001", ack_epoch=7,
+                 ack_boot=BOOT, ack_seq=2)  # fmt: skip
+    assert book.heard(ack, 7, 7, 100.5) is True
+    assert book.heard(ack, 7, 7, 100.6) is False  # no newer beacon of ours: no news
+    assert book.bound(7, 3, 100.6) == pytest.approx(100.2 + 1.5)  # ACKED now: W from the acked beacon's send
+    assert book.outgoing(7, 4, 3, 100.6) == {"serve": LEASE}  # not said until the gate was published
+    book.told(7)
+    assert book.outgoing(7, 5, 3, 100.8) == {"serve": ACKED}
+    assert book.bound(7, 5, 100.8) == 100.8  # of five members two must ack besides us: shut
+    assert book.lapsed(7, 3, 101.6) is None and book.lapsed(7, 3, 101.8)
+    forged = Beacon(KMSN, "S003", "10.0.0.3", 9530, "follower", 7, 0, OTHER, 9, ack_node="S001", ack_epoch=7,
+                    ack_boot="c" * 16, ack_seq=5)  # fmt: skip
+    assert book.heard(forged, 7, 7, 101.0) is False  # another boot's seq 5 is not our seq 5
+
+
+def test_an_epoch_taken_on_silence_is_shut_until_acked_and_keeps_off_the_lease_for_a_ttl():
+    book = ServingBook("S002", BOOT, T, ttl=10)
+    book.taken(8, acked=True, now=50.0)
+    assert book.bound(8, 3, 50.0) == 50.0 and book.lapsed(8, 3, 55.0) is None
+    assert book.lapsed(8, 3, 60.5)  # a TTL (with drift) later the old holder's deadline has passed
+    assert book.bound(9, 3, 50.0) == 50.0  # an epoch never taken through the book: shut
+
+
+def test_a_member_sticks_to_the_leader_it_heard_within_the_silence():
+    a = adhere(None, "S001", "leader", 7, BOOT, 10, ACKED, 100.0, T.silence, floor=7)
+    assert a == Adherence("S001", 7, BOOT, 10, 100.0, ACKED)
+    assert adhere(a, "S003", "leader", 8, OTHER, 1, LEASE, 101.0, T.silence, floor=8) is a  # sticky
+    assert adhere(a, "S001", "leader", 6, BOOT, 11, ACKED, 101.0, T.silence, floor=7) is a  # below floor
+    b = adhere(a, "S003", "leader", 8, OTHER, 1, LEASE, 100.0 + T.silence, T.silence, floor=8)
+    assert (b.node, b.epoch) == ("S003", 8)
+    assert adhere(b, "S001", "leader", 7, BOOT, 12, ACKED, 200.0, T.silence, floor=7) is b  # never back down
+    resigned = adhere(a, "S001", "resign", 7, BOOT, 11, "", 100.1, T.silence, floor=7)
+    c = adhere(resigned, "S003", "leader", 8, OTHER, 1, LEASE, 100.2, T.silence, floor=8)
+    assert (c.node, c.epoch) == ("S003", 8)  # a resign lets go at once (planned switchover)
+
+
+def test_an_early_takeover_needs_an_ack_serving_holder_silent_to_a_majority():
+    mine = Adherence("S001", 7, BOOT, 10, 100.0, ACKED)
+    quiet = Report("S003", 0.1, "S001", 7, 2.0)
+    at = 100.0 + T.silence
+    assert silent_holder("S001", 7, mine, [quiet], 3, T, at)
+    assert not silent_holder("S001", 7, mine, [quiet], 3, T, at - 0.01)  # not silent for S here yet
+    assert not silent_holder("S001", 7, mine, [Report("S003", 0.1, "S001", 7, 0.3)], 3, T, at)  # it hears
+    assert not silent_holder("S001", 7, mine, [Report("S003", 2.0, "S001", 7, 2.0)], 3, T, at)  # old report
+    assert not silent_holder("S001", 7, mine, [quiet], 5, T, at)  # 2 of 5 is no majority
+    assert not silent_holder("S001", 7, mine, [], 2, T, at)  # a pool of two: the TTL path
+    lease = Adherence("S001", 7, BOOT, 10, 100.0, LEASE)
+    assert not silent_holder("S001", 7, lease, [quiet], 3, T, at)  # a holder serving by the lease
+    other = Report("S003", 0.1, "S004", 8, 0.0)
+    assert silent_holder("S001", 7, mine, [other], 3, T, at)  # adhering to someone else: does not hear it
+
+
+def test_the_serving_fields_travel_signed_and_old_beacons_stay_byte_for_byte():
+    plain = Beacon(KMSN, "S001", "10.0.0.1", 9530, "follower", 7, 3, BOOT, 5)
+    assert set(json.loads(plain.encode(KEY))) == {"v", "kmsn", "node", "ip", "port", "role", "epoch",
+                                                  "renew_seq", "boot", "seq", "sig"}  # fmt: skip
+    full = Beacon(KMSN, "S002", "10.0.0.2", 9530, "follower", 7, 3, OTHER, 6, ack_node="S001", ack_epoch=7,
+                  ack_boot=BOOT, ack_seq=99, quiet_ms=120)  # fmt: skip
+    assert parse_beacon(full.encode(KEY), KEY, KMSN) == full
+    for bad in ({"ack_seq": -1}, {"ack_seq": "9"}, {"serve": "always"}, {"ack_boot": "nothex"},
+                {"quiet_ms": True}):  # fmt: skip
+        doc = json.loads(full.encode(KEY))
+        doc.update(bad)
+        doc["sig"] = sign(doc, KEY)
+        with pytest.raises(Untrusted):
+            parse_beacon(json.dumps(doc).encode(), KEY, KMSN)

@@ -1,0 +1,115 @@
+"""The serving right (DESIGN.md §15) checked on a model of the pool
+(`tests/servesim.py`): the product's own `core.decide` and `core.serving`
+decisions, driven through lost and delayed beacons, partitions, freezes, cut
+cables, power losses and clock-rate drift. Never two relays serving at one
+instant (real time); a sole survivor serves; and the checker fails a broken
+rule. `STK_SERVE_SEEDS` (default 10) random pools of 40 s per run; `make fuzz` runs 2,000.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from servesim import INTERVAL, TIMING, Faults, Pool, scenario
+
+from elections.core.decide import EXPIRED, SILENT
+from elections.core.serving import DRIFT, ServingTiming
+
+SEEDS = int(os.environ.get("STK_SERVE_SEEDS", "10"))
+UNTIL = 40.0  # seconds of each random pool
+RATES = {"S001": 1 + DRIFT, "S002": 1 - DRIFT, "S003": 1.0, "S004": 1 + DRIFT / 2, "S005": 1 - DRIFT / 2}
+
+
+def settled(n: int, seed: int = 1, until: float = 15.0) -> str:
+    """Who leads a quiet pool of `n` after `until` seconds (the model is deterministic per seed)."""
+    pool = Pool(n, Faults(rates=RATES), seed, until=until).run()
+    assert not pool.overlaps()
+    return pool.elections[-1][1]
+
+
+def describe(pool: Pool) -> str:
+    return f"elections {pool.elections}; overlaps {pool.overlaps()[:3]}"
+
+
+def test_no_two_relays_ever_serve_at_one_instant_in_random_pools():
+    for seed in range(SEEDS):
+        n, faults = scenario(seed, until=UNTIL)
+        pool = Pool(n, faults, seed, until=UNTIL).run()
+        assert not pool.overlaps(), f"seed {seed}, {n} members, {faults}: {describe(pool)}"
+        assert pool.intervals, f"seed {seed}: no relay ever served"
+
+
+def test_the_checker_fails_a_rule_whose_silence_is_shorter_than_the_window():
+    """S = 0.5 s < W = 1.5 s: a follower's majority may give up on a frozen leader
+    whose gate is still open. The model must find the two relays."""
+    broken = ServingTiming(INTERVAL, window=1.5, silence=0.5)
+    leader = settled(3)
+    freeze = Faults(rates=RATES, freezes=[(leader, 15.0, 16.2)])  # woken with its acks 1.2 s old
+    pool = Pool(3, freeze, 1, timing=broken, until=30).run()
+    assert pool.overlaps(), describe(pool)
+    assert not Pool(3, freeze, 1, until=30).run().overlaps()  # the derived S: none
+    found = []  # and random pools find it too, unaided
+    for seed in range(40):
+        n, faults = scenario(seed, until=UNTIL)
+        if Pool(n, faults, seed, timing=broken, until=UNTIL).run().overlaps():
+            found.append(seed)
+            if len(found) == 3:
+                break
+    assert len(found) == 3, f"random pools found only {found} in 40 seeds with the broken rule"
+
+
+@pytest.mark.parametrize("n", [3, 4, 5])
+def test_a_frozen_leader_is_replaced_within_3_s_and_woken_never_serves_after_the_new_one(n):
+    leader = settled(n)
+    for stop in (2.0, 6.0, 30.0):
+        pool = Pool(n, Faults(rates=RATES, freezes=[(leader, 15.0, 15.0 + stop)]), 1, until=60).run()
+        assert not pool.overlaps(), describe(pool)
+        new = pool.first_served_after(15.0, other_than=leader)
+        assert new is not None and new - 15.0 <= 3.0, describe(pool)
+        assert [c for _, _, _, c in pool.elections[1:2]] == [SILENT], describe(pool)
+        old_after = [i for i in pool.intervals if i[0] == leader and i[3] > new]
+        assert not old_after, f"the old leader served after the new one: {old_after}"
+
+
+def test_a_cut_cable_and_a_power_loss_of_the_leader_are_replaced_within_3_s():
+    leader = settled(3)
+    cut, power = Faults(rates=RATES, cuts=[(leader, 15.0, 40.0)]), Faults(rates=RATES, power=[(leader, 15.0)])
+    for faults in (cut, power):
+        pool = Pool(3, faults, 1, until=60).run()
+        assert not pool.overlaps(), describe(pool)
+        new = pool.first_served_after(15.0, other_than=leader)
+        assert new is not None and new - 15.0 <= 3.0, describe(pool)
+        assert not [i for i in pool.intervals if i[0] == leader and i[3] > new], describe(pool)
+
+
+def test_a_sole_survivor_is_a_relay():
+    """The two others lose power: the leader's acks lapse and it re-takes the
+    lease for itself; or the leader and one follower go: the last one waits out
+    the TTL (no majority can be silent with it) and serves by the lease."""
+    leader = settled(3)
+    others = [n for n in ("S001", "S002", "S003") if n != leader]
+    for gone, survivor in ((others, leader), ([leader, others[0]], others[1])):
+        pool = Pool(3, Faults(rates=RATES, power=[(node, 15.0) for node in gone]), 1, until=60).run()
+        assert not pool.overlaps(), describe(pool)
+        assert pool.served_at(59.0) == {survivor}, describe(pool)
+        back = pool.first_served_after(15.0 + TIMING.ttl + 3.0)
+        assert back is not None and back <= 15.0 + TIMING.ttl + 3.0, describe(pool)
+
+
+def test_a_pool_of_two_keeps_the_ttl_path():
+    leader = settled(2)
+    pool = Pool(2, Faults(rates=RATES, freezes=[(leader, 15.0, 60.0)]), 1, until=60).run()
+    assert not pool.overlaps(), describe(pool)
+    assert [c for _, _, _, c in pool.elections[1:]] == [EXPIRED], describe(pool)
+    assert pool.elections[1][0] - 15.0 >= TIMING.ttl - TIMING.renew
+
+
+def test_beacon_loss_and_short_freezes_change_no_leader():
+    """30 % of beacons lost with delay, 10 minutes; then 20 freezes of 0.5 s of the leader."""
+    lossy = Pool(3, Faults(loss=0.3, delay=0.05, rates=RATES), 2, until=600).run()
+    assert len(lossy.elections) == 1 and not lossy.overlaps(), describe(lossy)
+    leader = settled(3)
+    freezes = [(leader, 15.0 + 5 * i, 15.5 + 5 * i) for i in range(20)]
+    frozen = Pool(3, Faults(loss=0.05, delay=0.02, rates=RATES, freezes=freezes), 1, until=120).run()
+    assert len(frozen.elections) == 1 and not frozen.overlaps(), describe(frozen)
