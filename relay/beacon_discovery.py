@@ -25,6 +25,7 @@ from collections.abc import Collection
 
 from elections.core.beacons import BEACON, LEADER, parse_beacon
 from elections.core.untrusted import FORGED, UNSIGNED, Untrusted, load_object
+from elections.ports.host.sockets import open_shared_udp
 from relay.discovery import Address, Leader
 
 log = logging.getLogger("stkrelay.client")
@@ -82,12 +83,8 @@ class BeaconListener:
         return Leader(b.ip, b.port, b.epoch, b.node, self.name)
 
     async def find(self, avoid: Collection[Address] = ()) -> Leader | None:
-        loop = asyncio.get_running_loop()
         try:
-            transport, proto = await loop.create_datagram_endpoint(
-                lambda: _Collect(self, avoid), local_addr=(self.bind, self.port), reuse_port=True,
-                allow_broadcast=True,
-            )  # fmt: skip
+            transport, proto = await open_shared_udp(lambda: _Collect(self, avoid), self.bind, self.port)
         except OSError as exc:
             self.last = f"cannot listen on {self.bind}:{self.port}: {exc.strerror or exc}"
             return None

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import logging
 import os
 import signal
@@ -36,6 +35,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from elections.ports.host.processes import kill_group, spawn_options
 from elections.retry import Backoff
 from stkrelay.config_exec import ExecRelay
 
@@ -49,17 +49,6 @@ PROBE_TIMEOUT = 0.25
 WATCH_EVERY = 0.1  # its exit is looked for this often
 LINE_MAX = 4096  # bytes of one line of its output
 STOP_GRACE = 0.5  # SIGTERM -> SIGKILL; the supervisor SIGKILLs the runner 1 s after asking it to stop
-
-
-def _die_with(parent: int) -> Callable[[], None]:
-    def die_with_parent() -> None:
-        """In the child, before exec: SIGKILL me when the relay runner dies (at once if it already has)."""
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        if os.getppid() != parent:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return die_with_parent
 
 
 async def accepts(host: str, port: int, timeout: float = PROBE_TIMEOUT) -> bool:
@@ -141,8 +130,7 @@ class ExternalRelay:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=_die_with(os.getpid()),
+                **spawn_options(own_group=True, die_with_parent=True),
             )
         except (OSError, subprocess.SubprocessError) as exc:
             self.last_error = f"cannot start ({exc})"
@@ -229,8 +217,7 @@ class ExternalRelay:
 
     @staticmethod
     def _signal(pgid: int, sig: int) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, sig)
+        kill_group(pgid, sig)
 
     async def stop(self) -> None:
         """End `run()` and the process (within ~STOP_GRACE + a reap)."""

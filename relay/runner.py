@@ -35,7 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from elections.ports.clock import SystemClock
-from elections.ports.dirwatch import DirWatch
+from elections.ports.host.dirwatch import DirWatch
 from elections.ports.localstate import (
     ADDRESSES_NAME,
     LEADERSHIP_NAME,

@@ -163,3 +163,44 @@ def test_only_the_store_factory_constructs_a_backend():
         and any(c in path.read_text() for c in BACKEND_CLASSES)
     }
     assert makers <= STORE_OPENERS, sorted(makers - STORE_OPENERS)
+
+
+# The OS seam (elections/ports/host/): what only Linux answers is called there and nowhere else.
+OS_ATTRIBUTES = {"killpg", "setsid", "pipe2", "prctl"}
+OS_KEYWORDS = {"preexec_fn", "start_new_session", "reuse_port"}
+SEAM = "elections.ports.host"
+
+
+def _os_calls(tree: ast.AST) -> list[str]:
+    """Each OS-specific call, attribute or keyword in `tree` (docstrings and comments aside)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and (
+            node.attr in OS_ATTRIBUTES or node.attr.startswith("inotify")
+        ):
+            found.append(f"line {node.lineno}: .{node.attr}")
+        elif isinstance(node, ast.Name) and node.id.startswith("inotify"):
+            found.append(f"line {node.lineno}: {node.id}")
+        elif isinstance(node, ast.keyword) and node.arg in OS_KEYWORDS:
+            found.append(f"line {node.value.lineno}: {node.arg}=")
+    return found
+
+
+def test_every_os_specific_call_lives_in_the_host_seam():
+    outside = {
+        name: calls
+        for name, path in _modules().items()
+        if not (name == SEAM or name.startswith(SEAM + "."))
+        and (calls := _os_calls(ast.parse(path.read_text())))
+    }
+    assert outside == {}, f"OS-specific calls outside {SEAM} (put them behind a name there): {outside}"
+    inside = [
+        n for n, p in _modules().items() if n.startswith(SEAM + ".") and _os_calls(ast.parse(p.read_text()))
+    ]
+    assert {f"{SEAM}.processes", f"{SEAM}.dirwatch", f"{SEAM}.sockets"} <= set(inside), inside
+
+
+def test_the_seam_finder_finds_each_kind_of_call():
+    code = "\n".join(("os.killpg(1, 9)", "Popen(a, preexec_fn=f)", "libc.inotify_init1(0)",
+                      "loop.create_datagram_endpoint(f, reuse_port=True)"))  # fmt: skip
+    assert len(_os_calls(ast.parse(code))) == 4

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from elections.ports.host import write_atomic
+from elections.ports.host.files import write_atomic
 from elections.retry import Backoff, retry
 
 

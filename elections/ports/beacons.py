@@ -44,6 +44,7 @@ from elections.core.evidence import merged
 from elections.core.liveness import ANSWERS, CONNECTED, ENDED, REFUSED, UNREACHABLE, Liveness
 from elections.core.nudge import Nudge, NudgeBoard, is_nudge
 from elections.core.serving import Report, ServingBook, ServingTiming, starts_acked
+from elections.ports.host.sockets import open_shared_udp
 
 log = logging.getLogger("stkrelay.beacons")
 
@@ -358,17 +359,11 @@ class BeaconService:
             loop.close()
 
     async def _open(self) -> None:
-        loop = asyncio.get_running_loop()
         cfg = self.config
-        self._sock, _ = await loop.create_datagram_endpoint(
-            lambda: _Datagrams(self), local_addr=(cfg.ip, cfg.port), reuse_port=True, allow_broadcast=True
-        )
+        self._sock, _ = await open_shared_udp(lambda: _Datagrams(self), cfg.ip, cfg.port)
         self._transports.append(self._sock)
         if not cfg.peers:  # broadcasts reach only a socket bound to the broadcast address (or any)
-            bcast, _ = await loop.create_datagram_endpoint(
-                lambda: _Datagrams(self), local_addr=(self.targets[0], cfg.port), reuse_port=True,
-                allow_broadcast=True,
-            )  # fmt: skip
+            bcast, _ = await open_shared_udp(lambda: _Datagrams(self), self.targets[0], cfg.port)
             self._transports.append(bcast)
 
     def _datagram(self, role: str, epoch: int, renew_seq: int, standing: Standing | None = None) -> bytes:

@@ -23,7 +23,7 @@ from elections.core.lease import sign, signature_ok
 from elections.core.untrusted import EVENT_LINE, Untrusted, load_object
 from elections.ports.clock import Clock
 from elections.ports.eventtail import MAX_FILES, PER_CALL, PER_FILE, EventTail
-from elections.ports.host import write_atomic
+from elections.ports.host.files import write_atomic
 from elections.ports.segments import (
     BASE,
     EVENT_STEM,

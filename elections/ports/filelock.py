@@ -39,7 +39,7 @@ from elections.core.lease import revision_of, sign, signature_ok
 from elections.core.untrusted import FORGED, LOCK, NOT_OBJECT, UNSIGNED, Limits, Untrusted, load_object
 from elections.errors import StoreUnavailable
 from elections.ports.clock import Clock
-from elections.ports.host import pid_alive
+from elections.ports.host.processes import pid_alive
 from elections.ports.share import Share
 
 log = logging.getLogger("stkrelay.store")

@@ -25,6 +25,7 @@ from typing import Any
 
 from elections.core.gate import MAX_FILE_BYTES, Look, first_word
 from elections.core.untrusted import Untrusted
+from elections.ports.host.processes import kill_group, spawn_options
 from elections.ports.sharefiles import read_regular
 
 
@@ -70,7 +71,7 @@ class CommandGate:
         try:
             proc = subprocess.Popen(
                 self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                start_new_session=True, close_fds=True,
+                close_fds=True, **spawn_options(own_group=True),
             )  # fmt: skip
         except OSError as exc:
             return Look(False, why=f"gate command cannot start: {exc.strerror or exc}")
@@ -94,10 +95,7 @@ def gate_for(config: Any) -> FileGate | CommandGate | None:
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # its own session: the group is its own, children too
-    except ProcessLookupError:
-        pass
+    kill_group(proc.pid, signal.SIGKILL)  # its own session: the group is its own, children too
     try:
         proc.wait(1.0)
     except subprocess.TimeoutExpired:

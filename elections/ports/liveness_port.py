@@ -32,7 +32,7 @@ class LivenessPort:
     one), counted in `evicted` and logged once per address."""
 
     def __init__(self, ip: str, port: int) -> None:
-        self.listener = socket.create_server((ip, port), backlog=128, reuse_port=False)
+        self.listener = socket.create_server((ip, port), backlog=128)
         self.listener.setblocking(False)
         self._held: dict[socket.socket, str] = {}  # in the order accepted -> peer address
         self.evicted = 0  # connections closed because one address held too many

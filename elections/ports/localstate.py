@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from elections.core.skew import ClockReading, reading_of
-from elections.ports.host import pid_alive, write_atomic
+from elections.ports.host.files import write_atomic
+from elections.ports.host.processes import pid_alive
 from elections.ports.webcert import FINGERPRINT
 
 LEADERSHIP_NAME = "leadership.json"

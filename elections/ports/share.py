@@ -48,7 +48,7 @@ from typing import Protocol
 
 from elections.core.untrusted import Untrusted
 from elections.ports import sharefiles
-from elections.ports.host import publish_exclusive, write_atomic
+from elections.ports.host.files import publish_exclusive, write_atomic
 from elections.ports.sharefiles import DEFAULT_TIMEOUT, NODE_FILE, ShareDeadline, deadline_for
 
 

@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from elections.ports.host import write_atomic
+from elections.ports.host.files import write_atomic
 
 MADE_NAME = "web-tls.pem"  # key + certificate, 0600
 CERT_NAME = "web-tls.crt"  # the certificate alone (public)

@@ -30,7 +30,6 @@ Why followers may take a supervisor's death for the death of its whole agent
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
 import os
 import signal
@@ -44,7 +43,8 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from elections.core.terminal import terminal_safe
-from elections.ports.dirwatch import DirWatch
+from elections.ports.host.dirwatch import DirWatch
+from elections.ports.host.processes import spawn_options, wake_pipe
 from elections.ports.localstate import LEADERSHIP_NAME, RELAY_NAME, Leadership, LocalState
 from elections.retry import Backoff
 from stkrelay.logs import as_json_line
@@ -86,20 +86,6 @@ class Child:
     @property
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
-
-
-def _die_with(parent: int) -> Callable[[], None]:
-    def die_with_parent() -> None:
-        """In the child, before exec: SIGKILL me if the supervisor dies (and at
-        once if it already died between the fork and this call)."""
-        try:
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        except OSError:
-            pass
-        if os.getppid() != parent:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return die_with_parent
 
 
 class Supervisor:
@@ -152,7 +138,7 @@ class Supervisor:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
-                preexec_fn=_die_with(os.getpid()),
+                **spawn_options(die_with_parent=True),
             )
         except (OSError, subprocess.SubprocessError) as exc:  # fork refused, binary gone: a failed start
             child.failures += 1
@@ -232,7 +218,7 @@ class Supervisor:
         `tick` where inotify cannot be had): an idle agent's supervisor does
         not wake ten times a second to find nothing changed."""
         self.local.clear_stopping()  # left by a crashed run
-        wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        wake_r, self._wake_w = wake_pipe()
         previous = {
             sig: signal.signal(sig, lambda *_: self.stopping.set()) for sig in (signal.SIGTERM, signal.SIGINT)
         }

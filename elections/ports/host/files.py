@@ -1,5 +1,4 @@
-"""What this host offers the agent: replacing a file atomically, and asking
-whether a process of this machine still lives.
+"""Files on this host: replacing a file atomically, publishing one that must not exist yet.
 
 `write_atomic` is the one way any file of the agent is written: the bytes go
 to a temp file created exclusively (`O_EXCL|O_NOFOLLOW`, an unpredictable
@@ -107,14 +106,3 @@ def unlink_quietly(path: str | os.PathLike[str]) -> None:
         os.unlink(path)
     except OSError:
         pass
-
-
-def pid_alive(pid: int) -> bool:
-    """True if a process with this pid exists on this machine."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
