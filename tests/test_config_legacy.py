@@ -74,7 +74,8 @@ def test_environment_still_overrides_and_a_bad_value_still_stops_start_up(tmp_pa
     cfg = load(str(ini), env={"STK_STATION": "S042"})
     assert cfg.station == "S042"
     assert {(p.id, p.key) for p in cfg.problems} == {("stkrelay.E007", "LEASE_TTL"),
-                                                     ("stkrelay.E008", "RENEW_DEADLINE")}  # fmt: skip
+                                                     ("stkrelay.E008", "RENEW_DEADLINE"),
+                                                     ("stkrelay.E100", "HEARTBEAT_TTL")}  # fmt: skip
 
 
 def test_the_ignored_keys_make_one_line(tmp_path):

@@ -128,7 +128,7 @@ class Agent:
         # The SHA-256 of the certificate this member's panel serves ("" in plain HTTP), in every
         # heartbeat: each agent's panel shows the others', for operators and clients to pin.
         self.web_tls = served_fingerprint(stk.data_dir, stk.tls_cert, stk.web_plain)
-        self._member_docs: tuple[dict[str, dict[str, Any]], bool] | None = None  # survey(): last members read
+        self._member_docs: tuple[dict[str, dict[str, Any]], bool] | None = None  # survey(): last members seen
         self._publishing = threading.Lock()  # the election thread and the beacons' acks both publish
         self._gate_told = float("-inf")  # the valid_until last published
         self.health = HealthMonitor.from_settings(stk.health_cmd, stk.health_url, gate_for(stk.gate),
@@ -488,6 +488,7 @@ class Agent:
                      "handoff_to": rec.handoff_to}  # fmt: skip
         said = self._said()
         docs, reachable = self.member_reads.read(read_members, said)
+        self._member_docs = docs, reachable  # the ownership watch reads the members' `holds` from it
         beacons = self.beacons.service.snapshot() if self.beacons is not None else {}
         refusals = self.refusals.to_doc(now)
         if beacons:  # refused datagrams show beside refused share records
