@@ -20,6 +20,7 @@ command -v systemd-analyze >/dev/null || need+=(systemd)  # `systemd-analyze ver
 command -v etcd >/dev/null || need+=(etcd-server)  # a real 3-member etcd cluster in the LEASE_STORE=etcd tests
 command -v etcdctl >/dev/null || need+=(etcd-client)
 command -v docker-compose >/dev/null || need+=(docker-compose)  # `docker-compose config` of docker/compose.yaml
+command -v msgfmt >/dev/null || need+=(gettext)  # `make messages`: the panel's catalogues (locale/)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "bootstrap: missing ${need[*]}; run as root or: sudo apt-get install ${need[*]}" >&2

@@ -10,7 +10,8 @@ the panel's transport (`WEB_PLAIN`, `TLS_CERT`, `TLS_KEY`) by `stkrelay.config_t
 the beacon keys (`BEACON_*`) by `stkrelay.config_beacons` (E030–E032);
 the `[pool:<KMSN>]` sections of watched pools by `stkrelay.config_pools`
 (E025–E027, `Config.watched`);
-`LEASE_STORE` and the `ETCD_*` keys by `stkrelay.config_store` (E033–E036).
+`LEASE_STORE` and the `ETCD_*` keys by `stkrelay.config_store` (E033–E036);
+the panel's `LANGUAGE_CODE` and `TIME_ZONE` by `stkrelay.config_i18n` (E150–E151).
 
 The leader-action keys (`VIP_*`, `AWS_*`, `OCI_*`, `AZURE_*`) are read by
 `elections.core.actions.action_config`; its problems come back here with one id
@@ -29,7 +30,15 @@ from pathlib import Path
 
 from elections.core.actions import action_config
 from elections.ports.smburl import SmbUrlError, is_smb, parse_smb_url, smb_password
-from stkrelay import config_beacons, config_cloud, config_pools, config_store, config_tls, config_web
+from stkrelay import (
+    config_beacons,
+    config_cloud,
+    config_i18n,
+    config_pools,
+    config_store,
+    config_tls,
+    config_web,
+)
 from stkrelay.config_cloud import CloudURL
 from stkrelay.config_pools import WatchedPool
 
@@ -87,6 +96,8 @@ DEFAULTS: dict[str, str] = {
     "BEACON_INTERVAL": str(config_beacons.DEFAULT_INTERVAL),  # 0: off, the lease alone (DESIGN.md §13)
     "BEACON_PORT": "",  # default: RELAY_PORT + 2
     "BEACON_PEERS": "",  # default: the broadcast address of NODE_IP's subnet
+    "LANGUAGE_CODE": "",  # the panel's language without a browser's or user's choice (config_i18n)
+    "TIME_ZONE": "",  # the zone the panel shows times in; default: this server's
 }
 
 
@@ -166,6 +177,8 @@ class Config:
     beacon_interval: float = config_beacons.DEFAULT_INTERVAL
     beacon_port: int = 9532
     beacon_peers: list[str] = field(default_factory=list)
+    language_code: str = config_i18n.DEFAULT_LANGUAGE
+    time_zone: str = "UTC"
     source: str = "(defaults)"
     problems: list[Problem] = field(default_factory=list)
     values: dict[str, str] = field(default_factory=dict)  # every [stk] key as given, overrides applied
@@ -350,6 +363,8 @@ def load(ini_path: str | None = None, env: dict[str, str] | None = None, check_d
     cfg.beacon_interval = config_beacons.parse_interval(values["BEACON_INTERVAL"], cfg.lease_renew, bad)
     cfg.beacon_port = config_beacons.parse_port(values["BEACON_PORT"], cfg.relay_port, cfg.web_port, bad)
     cfg.beacon_peers = config_beacons.parse_peers(values["BEACON_PEERS"], bad)
+    cfg.language_code = config_i18n.parse_language(values["LANGUAGE_CODE"], bad)
+    cfg.time_zone = config_i18n.parse_time_zone(values["TIME_ZONE"], bad, env)
     for err in action_config(values)[1]:
         bad(ACTION_IDS[err.key.partition("_")[0]], err.key, err.message, err.hint)
     config_store.check_store(cfg, values, bad)

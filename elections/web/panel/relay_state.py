@@ -12,6 +12,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.utils.translation import gettext as _
+
 from elections.ports.localstate import RelayStatus
 
 _lock = threading.Lock()
@@ -114,12 +116,12 @@ def _int(value: Any) -> int:
 def relay_state(status: RelayStatus, kmsn: str, now: float) -> RelayState:
     """The relay as its status file describes it; defensive about every field."""
     if not status.exists:
-        return RelayState(False, "no relay status (relay.json) on this agent")
+        return RelayState(False, _("no relay status (relay.json) on this agent"))
     age = status.age(now)
     if not status.listening:
-        return RelayState(False, "relay not listening", pid=status.pid, epoch=status.epoch, age=age)
+        return RelayState(False, _("relay not listening"), pid=status.pid, epoch=status.epoch, age=age)
     if age is None or age > 3.0:
-        return RelayState(False, "relay status is stale", pid=status.pid, epoch=status.epoch, age=age)
+        return RelayState(False, _("relay status is stale"), pid=status.pid, epoch=status.epoch, age=age)
     snap = status.snapshot
     counts = snap.get("counts") if isinstance(snap.get("counts"), dict) else {}
     stations = counts.get(kmsn) if isinstance(counts.get(kmsn), dict) else {}
