@@ -21,6 +21,7 @@ command -v etcd >/dev/null || need+=(etcd-server)  # a real 3-member etcd cluste
 command -v etcdctl >/dev/null || need+=(etcd-client)
 command -v docker-compose >/dev/null || need+=(docker-compose)  # `docker-compose config` of docker/compose.yaml
 command -v msgfmt >/dev/null || need+=(gettext)  # `make messages`: the panel's catalogues (locale/)
+fc-list :lang=zh-tw 2>/dev/null | grep -q . || need+=(fonts-noto-cjk)  # Chromium draws the zh-Hant panel
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "bootstrap: missing ${need[*]}; run as root or: sudo apt-get install ${need[*]}" >&2

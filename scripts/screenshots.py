@@ -156,10 +156,10 @@ def main() -> None:
                 page.context.close()
             shutil.rmtree(out / "_viewer", ignore_errors=True)
             # Every live member drained (the last one with force): no leader, red.
-            for _ in range(3):
+            for _ in range(4):
                 en.goto(base + SITE)
                 en.wait_for_timeout(500)
-                enabled = en.locator("a.button.drain")
+                enabled = en.locator('tr[data-member]:not([data-role="gone"]) a.button.drain')
                 if enabled.count() == 0:
                     break
                 en.goto(base + enabled.first.get_attribute("href"))

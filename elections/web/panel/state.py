@@ -207,33 +207,6 @@ class SiteState:
         return _("lease of %(node)s expired") % {"node": node}
 
     @property
-    def trouble(self) -> str:
-        """What is wrong, in one sentence ('' when nothing is): the site page's first line."""
-        if not self.has_leader:
-            return _("This pool has no leader: %(why)s.") % {"why": self.why_no_leader}
-        if self.security_alarm:
-            return _("Security alarm: this agent refused forged or replayed records, see below.")
-        if not self.store_reachable:
-            return _("The lease store is unreachable from this agent.")
-        if self.paused:
-            return _("Automatic failover is paused: if %(leader)s fails, nobody takes over.") % {
-                "leader": self.leader
-            }
-        gone = [m.node for m in self.members if m.gone]
-        if gone:
-            return _("Member(s) %(nodes)s gone: no heartbeat within the TTL.") % {"nodes": ", ".join(gone)}
-        if self.early_takeovers_24h >= EARLY_TAKEOVERS_ALARM:
-            return _("%(n)d early takeovers in 24 h: agents keep dying, or someone forges their deaths.") % {
-                "n": self.early_takeovers_24h
-            }
-        if self.members and len(self.eligible) < len(self.members):
-            return _("%(n)d of %(total)d members may not become leader.") % {
-                "n": len(self.members) - len(self.eligible),
-                "total": len(self.members),
-            }
-        return ""
-
-    @property
     def eligible(self) -> list[MemberRow]:
         return [m for m in self.members if m.eligible]
 

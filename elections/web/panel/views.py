@@ -9,7 +9,7 @@ import csv
 import re
 import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 from urllib.parse import urlencode
 
@@ -26,26 +26,16 @@ from django.views.decorators.http import require_http_methods
 from elections import audit
 from elections.ports.localstate import LocalState
 from elections.steering import perform
-from elections.web import svg
 from elections.web.auth import actor_for, denial, panel_view
 from elections.web.panel import fleet, fmt, words
-from elections.web.panel.failovers import REASONS, Failover, failovers_for, known_kmsns, load_events, segments
+from elections.web.panel.failovers import REASONS, Failover, failovers_for, known_kmsns
 from elections.web.panel.live import render_live
 from elections.web.panel.operate import KINDS, preview, progress
 from elections.web.panel.page import PAGE_SIZE, base_context
 from elections.web.panel.state import SiteState, all_kmsns, site_state, site_states
+from elections.web.panel.timeline import TIMELINE_WINDOWS, default_window, timeline_svg
 
 PERIODS = {"1h": 1, "6h": 6, "24h": 24, "7d": 24 * 7, "30d": 24 * 30, "all": None}
-TIMELINE_WINDOWS = {"15m": 0.25, "1h": 1, "6h": 6, "24h": 24}
-
-
-def default_window(last_change: datetime | None, now: datetime) -> str:
-    """The timeline's window when none is asked for: the shortest that shows the last
-    change of leader (15 min when it is recent: what an operator opens the page for)."""
-    if last_change is None:
-        return "1h"
-    ago_h = (now - last_change).total_seconds() / 3600
-    return next((w for w, hours in TIMELINE_WINDOWS.items() if ago_h <= hours * 0.8), "24h")
 
 
 # -- sites ----------------------------------------------------------------------------
@@ -150,31 +140,6 @@ def _stations(request: HttpRequest, s: SiteState) -> list[dict[str, Any]]:
     return rows
 
 
-def _timeline(s: SiteState, hours: float, now: datetime) -> str:
-    from elections.models import ElectionEvent
-
-    # The chart's right edge moves in steps of 1/180 of the window (5 s for 15 min), so that a
-    # poll re-sends it only when a bar has visibly grown, not on every request.
-    step = hours * 3600 / 180
-    now = datetime.fromtimestamp((now.timestamp() // step + 1) * step, tz=now.tzinfo)
-    start = now - timedelta(hours=hours)
-    events = load_events(s.kmsn, since=start, kinds=("elected", "stepped_down", "released", "handoff"))
-    before = (
-        ElectionEvent.objects.filter(kmsn=s.kmsn, kind="elected", observed_at__lt=start)
-        .order_by("-observed_at", "-id")
-        .values_list("id", "kmsn", "node", "epoch", "kind", "reason", "observed_at", "detail")
-        .first()
-    )
-    if before is not None:
-        from elections.web.panel.failovers import Ev
-
-        events.append(Ev(*before))
-    bars = [
-        svg.Bar(g.node, g.epoch, g.start, g.end) for g in segments(events, now, s.epoch if s.leader else None)
-    ]
-    return svg.timeline(bars, [m.node for m in s.members], start, now, tz_label=fmt.zone_name())
-
-
 @panel_view
 def site(request: HttpRequest, kmsn: str) -> HttpResponse:
     s = site_state(kmsn)
@@ -198,6 +163,7 @@ def site(request: HttpRequest, kmsn: str) -> HttpResponse:
         bool(s.alarm_text),
         alarm_text=s.alarm_text,
         s=s,
+        trouble=words.trouble(s),
         row=_site_row(s),
         members=members,
         pool_buttons=pool_buttons,
@@ -205,7 +171,7 @@ def site(request: HttpRequest, kmsn: str) -> HttpResponse:
         relay_rate=fmt.rate(relay.rate) if relay else "—",
         relay_bytes=fmt.size(relay.bytes) if relay else "—",
         stations=_stations(request, s),
-        timeline=mark_safe(_timeline(s, TIMELINE_WINDOWS[window], now)),
+        timeline=mark_safe(timeline_svg(s, TIMELINE_WINDOWS[window], now)),
         window=window,
         windows=[(w, words.WINDOWS[w]) for w in TIMELINE_WINDOWS],
         recent=[

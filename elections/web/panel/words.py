@@ -10,6 +10,8 @@ import re
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
+from elections.web.panel.state import EARLY_TAKEOVERS_ALARM, SiteState
+
 _HEARTBEAT_OLD = re.compile(r"^heartbeat ([\d.]+) s old > ([\d.]+) \+ ([\d.]+)$")
 
 # core.eligibility's reasons that carry no value
@@ -96,3 +98,30 @@ def of(table: dict[str, object], code: str) -> str:
     """`code` in words from one of the tables above, else `code` itself."""
     word = table.get(code)
     return str(word) if word is not None else code
+
+
+def trouble(s: SiteState) -> str:
+    """What is wrong with the pool, in one sentence ('' when nothing is): the site page's first line."""
+    if not s.has_leader:
+        return _("This pool has no leader: %(why)s.") % {"why": s.why_no_leader}
+    if s.security_alarm:
+        return _("Security alarm: this agent refused forged or replayed records, see below.")
+    if not s.store_reachable:
+        return _("The lease store is unreachable from this agent.")
+    if s.paused:
+        return _("Automatic failover is paused: if %(leader)s fails, nobody takes over.") % {
+            "leader": s.leader
+        }
+    gone = [m.node for m in s.members if m.gone]
+    if gone:
+        return _("Member(s) %(nodes)s gone: no heartbeat within the TTL.") % {"nodes": ", ".join(gone)}
+    if s.early_takeovers_24h >= EARLY_TAKEOVERS_ALARM:
+        return _("%(n)d early takeovers in 24 h: agents keep dying, or someone forges their deaths.") % {
+            "n": s.early_takeovers_24h
+        }
+    if s.members and len(s.eligible) < len(s.members):
+        return _("%(n)d of %(total)d members may not become leader.") % {
+            "n": len(s.members) - len(s.eligible),
+            "total": len(s.members),
+        }
+    return ""
