@@ -145,6 +145,9 @@ def main() -> None:
             victim = next(a for a in site.agents if a.name not in (second.node, panel.name))
             victim.kill9()
             wait_until(lambda: _role(en, base, victim.name) == "gone", 60, f"{victim.name} shown as gone")
+            en.wait_for_selector(
+                f'tr[data-member="{victim.name}"] .reasons', timeout=30_000
+            )  # past the hold too
             shots.shoot("11-site-member-gone", SITE, wait="#site-members")
             # A viewer's view: every button disabled, with the reason.
             viewer = Shots(browser, base, out / "_viewer", "victor")

@@ -90,8 +90,10 @@ def paths(site) -> list[str]:  # type: ignore[no-untyped-def]
 
 
 # A radio button is tapped through its label (44 px tall), the control itself is 24 px.
-TARGETS = ("main a.button, main button, main select, main input:not([type=hidden]):not([type=radio]), "
-           "main p.choice label, header nav a, header button, footer button, footer select")
+TARGETS = (
+    "main a.button, main button, main select, main input:not([type=hidden]):not([type=radio]), "
+    "main p.choice label, header nav a, header button, footer button, footer select"
+)
 SMALL_TARGETS = f"""() => [...document.querySelectorAll("{TARGETS}")]
   .filter(e => e.offsetParent !== null && !e.closest(".visually-hidden"))
   .map(e => [e.outerHTML.slice(0, 80), e.getBoundingClientRect().height])
