@@ -12,6 +12,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.utils.translation import gettext as _
+
 from elections.ports.localstate import RelayStatus
 from elections.web.panel.proxy_state import ProxyState
 
@@ -163,16 +165,17 @@ def _int(value: Any) -> int:
 def relay_state(status: RelayStatus, kmsn: str, now: float) -> RelayState:
     """The relay as its status file describes it; defensive about every field."""
     if not status.exists:
-        return RelayState(False, "no relay status (relay.json) on this agent")
+        return RelayState(False, _("no relay status (relay.json) on this agent"))
     age = status.age(now)
     proxy = ProxyState.of(status.snapshot)
     if not status.listening:
-        why = "relay not listening"
+        why = _("relay not listening")
         if proxy is not None and status.pid is not None:
-            why = f"the external relay {proxy.command} does not accept yet ({proxy.last_error or 'starting'})"
+            why = _("the external relay %(command)s does not accept yet (%(error)s)") % {
+                "command": proxy.command, "error": proxy.last_error or _("starting")}  # fmt: skip
         return RelayState(False, why, pid=status.pid, epoch=status.epoch, age=age, proxy=proxy)
     if age is None or age > 3.0:
-        return RelayState(False, "relay status is stale", pid=status.pid, epoch=status.epoch, age=age)
+        return RelayState(False, _("relay status is stale"), pid=status.pid, epoch=status.epoch, age=age)
     snap = status.snapshot
     counts = snap.get("counts") if isinstance(snap.get("counts"), dict) else {}
     stations = counts.get(kmsn) if isinstance(counts.get(kmsn), dict) else {}
