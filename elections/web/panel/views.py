@@ -116,7 +116,8 @@ def _buttons(request: HttpRequest, s: SiteState) -> tuple[dict[str, list[Button]
         row.append(make("promote", _("Promote"), m.node, why))
         if not s.watched:  # retired from its own pool's agents only (elections.steering)
             stale_after = settings.STK.heartbeat_ttl + settings.STK.promotion_hold
-            row.append(make("forget", _("Forget"), m.node, forget_refusal(m.node, m, s.lease, stale_after)))
+            refusal = words.forget_refusal(forget_refusal(m.node, m, s.lease, stale_after))
+            row.append(make("forget", _("Forget"), m.node, refusal))
         per_member[m.node] = row
     pool = (
         [make("resume", _("Resume failover"), None)]

@@ -13,6 +13,12 @@ from django.utils.translation import gettext_lazy
 from elections.web.panel.state import EARLY_TAKEOVERS_ALARM, SiteState
 
 _HEARTBEAT_OLD = re.compile(r"^heartbeat ([\d.]+) s old > ([\d.]+) \+ ([\d.]+)$")
+# core.commands.forget_refusal's three texts
+_HOLDS_LEASE = re.compile(r"^(.+) holds the lease \(epoch (.*)\): drain it so that another member leads$")
+_NOT_TIMED = re.compile(r"^(.+)'s heartbeat has not been timed yet: wait for this agent to judge it$")
+_FRESH = re.compile(
+    r"^(.+)'s heartbeat is fresh \(([\d.]+) s old, stale after ([\d.e+]+) s\): stop its agent first$"
+)
 
 # core.eligibility's reasons that carry no value
 _REASONS = {
@@ -50,6 +56,7 @@ COMMANDS = {
     "pause": gettext_lazy("pause failover"),
     "resume": gettext_lazy("resume failover"),
     "unbind": gettext_lazy("reset binding"),
+    "forget": gettext_lazy("forget"),
     "unlock_login": gettext_lazy("unlock login"),
 }
 
@@ -91,6 +98,27 @@ def reason(text: str) -> str:
         return _("heartbeat %(age)s s old > %(ttl)s + %(hold)s") % {"age": m[1], "ttl": m[2], "hold": m[3]}
     if text.startswith("health: "):
         return _("health: %(what)s") % {"what": text[len("health: ") :]}
+    if text.startswith("gate: "):  # core.gate: why this host's gate is not master (keepalived's words)
+        return _("gate: %(why)s") % {"why": text[len("gate: ") :]}
+    return text
+
+
+def forget_refusal(text: str) -> str:
+    """core.commands.forget_refusal's reason why a member may not be forgotten now."""
+    if m := _HOLDS_LEASE.match(text):
+        return _("%(member)s holds the lease (epoch %(epoch)s): drain it so that another member leads") % {
+            "member": m[1], "epoch": m[2]}  # fmt: skip
+    if m := _NOT_TIMED.match(text):
+        return _("%(member)s's heartbeat has not been timed yet: wait for this agent to judge it") % {
+            "member": m[1]}  # fmt: skip
+    if m := _FRESH.match(text):
+        shown = {"member": m[1], "age": m[2], "stale": m[3]}
+        return (
+            _(
+                "%(member)s's heartbeat is fresh (%(age)s s old, stale after %(stale)s s): stop its agent first"
+            )
+            % shown
+        )
     return text
 
 
