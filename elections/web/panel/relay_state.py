@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from elections.ports.localstate import RelayStatus
 from elections.web.panel.proxy_state import ProxyState
@@ -78,6 +79,19 @@ class RelaySession:
 MAX_SESSIONS_SHOWN = 500
 
 
+_LISTEN_WHY = {
+    "node": gettext_lazy("NODE_IP"),
+    "loopback": gettext_lazy("loopback"),
+    "vip": gettext_lazy("VIP"),
+    "secondary_ip": gettext_lazy("secondary IP"),
+}
+_LISTEN_STATE = {
+    "listening": gettext_lazy("listening"),
+    "waiting": gettext_lazy("waiting"),
+    "failed": gettext_lazy("failed"),
+}
+
+
 @dataclass(frozen=True)
 class ListenEntry:
     """One address the relay wants to listen on (relay.listen_set), and whether it does."""
@@ -90,6 +104,17 @@ class ListenEntry:
     @property
     def up(self) -> bool:
         return self.state == "listening"
+
+    @property
+    def why_shown(self) -> str:
+        """Why the relay listens there, in the reader's language (an unknown code as written)."""
+        word = _LISTEN_WHY.get(self.why)
+        return str(word) if word is not None else self.why
+
+    @property
+    def state_shown(self) -> str:
+        word = _LISTEN_STATE.get(self.state)
+        return str(word) if word is not None else self.state
 
     @classmethod
     def of(cls, doc: object) -> ListenEntry | None:

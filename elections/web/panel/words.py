@@ -113,12 +113,10 @@ def forget_refusal(text: str) -> str:
             "member": m[1]}  # fmt: skip
     if m := _FRESH.match(text):
         shown = {"member": m[1], "age": m[2], "stale": m[3]}
-        return (
-            _(
-                "%(member)s's heartbeat is fresh (%(age)s s old, stale after %(stale)s s): stop its agent first"
-            )
-            % shown
+        fresh = _(
+            "%(member)s's heartbeat is fresh (%(age)s s old, stale after %(stale)s s): stop its agent first"
         )
+        return fresh % shown
     return text
 
 
