@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
+from django.utils.translation import pgettext_lazy
 
 from elections.ports.localstate import RelayStatus
 from elections.web.panel.proxy_state import ProxyState
@@ -79,16 +79,17 @@ class RelaySession:
 MAX_SESSIONS_SHOWN = 500
 
 
+# relay.listen_set's codes; in English the code itself, as relayctl and the API say it
 _LISTEN_WHY = {
-    "node": gettext_lazy("NODE_IP"),
-    "loopback": gettext_lazy("loopback"),
-    "vip": gettext_lazy("VIP"),
-    "secondary_ip": gettext_lazy("secondary IP"),
+    "node": pgettext_lazy("why the relay listens there", "node"),
+    "loopback": pgettext_lazy("why the relay listens there", "loopback"),
+    "vip": pgettext_lazy("why the relay listens there", "vip"),
+    "secondary_ip": pgettext_lazy("why the relay listens there", "secondary_ip"),
 }
 _LISTEN_STATE = {
-    "listening": gettext_lazy("listening"),
-    "waiting": gettext_lazy("waiting"),
-    "failed": gettext_lazy("failed"),
+    "listening": pgettext_lazy("the relay on one address", "listening"),
+    "waiting": pgettext_lazy("the relay on one address", "waiting"),
+    "failed": pgettext_lazy("the relay on one address", "failed"),
 }
 
 
