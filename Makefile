@@ -6,7 +6,7 @@ PYTEST := .venv/bin/pytest
 # mostly wait on leases and timeouts, so two at once halve the wall time on 2 cores.
 TEST_WORKERS ?= 2
 
-.PHONY: bootstrap run test image image-test chaos fuzz bench bench-gate bench-ownership bench-failover bench-relay bench-relay-idle bench-switchover bench-panel bench-login bench-hostile bench-compaction bench-footprint screenshots lint format clean bench-cloud bench-fleet bench-etcd
+.PHONY: bootstrap run test image image-test chaos fuzz bench bench-gate bench-ownership bench-failover bench-relay bench-relay-idle bench-switchover bench-panel bench-login bench-hostile bench-compaction bench-footprint screenshots messages lint format clean bench-cloud bench-fleet bench-etcd
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -91,6 +91,10 @@ bench-login: bootstrap
 
 screenshots: bootstrap
 	@$(PY) scripts/screenshots.py
+
+# The panel's catalogues (locale/, zh-Hant and English): collect every string, compile the .mo files.
+messages: bootstrap
+	@scripts/messages.sh
 
 lint: bootstrap
 	@.venv/bin/ruff check .

@@ -45,4 +45,15 @@ class ElectionEvent(models.Model):
         return f"{self.observed_at:%Y-%m-%d %H:%M:%S} {self.node} {self.kind} epoch {self.epoch}"
 
 
+class PanelLanguage(models.Model):
+    """The panel language a user chose (`elections.web.language`): remembered across
+    sessions and browsers of this agent; without one, the browser's Accept-Language."""
+
+    user = models.OneToOneField("auth.User", on_delete=models.CASCADE, related_name="panel_language")
+    language = models.CharField(max_length=16)
+
+    def __str__(self) -> str:
+        return f"{self.user_id}: {self.language}"
+
+
 from elections.audit import ApiToken, AuditEntry, LoginFailure  # noqa: F401,E402

@@ -24,6 +24,8 @@ command -v docker-compose >/dev/null || need+=(docker-compose)  # `docker-compos
 command -v podman >/dev/null || need+=(podman)  # `make image` / `make image-test` (DESIGN §12)
 command -v runc >/dev/null || need+=(runc)  # podman's runtime here (crun fails on hybrid cgroups)
 command -v mmdebstrap >/dev/null || need+=(mmdebstrap)  # the image's Debian base, made here: no registry
+command -v msgfmt >/dev/null || need+=(gettext)  # `make messages`: the panel's catalogues (locale/)
+fc-list :lang=zh-tw 2>/dev/null | grep -q . || need+=(fonts-noto-cjk)  # Chromium draws the zh-Hant panel
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "bootstrap: missing ${need[*]}; run as root or: sudo apt-get install ${need[*]}" >&2

@@ -1,11 +1,16 @@
-"""Screenshots of every panel page, from a real 3-agent demo site.
+"""Screenshots of every panel page, from a real 3-agent demo site, in English and
+Traditional Chinese, on a desktop (1360 px) and a phone (390 px).
 
     .venv/bin/python scripts/screenshots.py [--out docs/screenshots]
 
-Starts agents S001-S003 on 127.0.0.21-23 (tests/harness.py), creates an
-operator with `manage.py stkuser`, logs in with Playwright driving Debian's
-Chromium (never `playwright install`), drains the leader to have some history,
-and writes one PNG per page. Needs: `apt-get install chromium`, `pip install playwright`.
+Starts agents S001-S003 on 127.0.0.21-23 (tests/harness.py; TIME_ZONE = Asia/Taipei), creates an operator
+and a viewer with `manage.py stkuser`, and drives Debian's Chromium with Playwright
+(never `playwright install`), each browser asking for its language (Accept-Language,
+as an operator's browser does). The story: the healthy site; a drain of the leader
+done in the Chinese panel; a promote done in the English one; a follower's agent
+killed (it reads gone); every member drained (no leader). One PNG per page, language
+and width: `<out>/<en|zh-Hant>/<desktop|phone>/NN-name.png`.
+Needs: `apt-get install chromium`, `pip install playwright`.
 """
 
 from __future__ import annotations
@@ -25,6 +30,9 @@ from harness import CHROMIUM, KMSN, PY, Site, wait_until  # noqa: E402
 from harness import CHROMIUM_ARGS as ARGS  # noqa: E402
 
 PASSWORD = "screenshot-pass-2024"
+LANGUAGES = {"en": "en-US", "zh-Hant": "zh-TW"}
+WIDTHS = {"desktop": {"width": 1360, "height": 900}, "phone": {"width": 390, "height": 844}}
+SITE = f"/sites/{KMSN}/"
 
 
 def stkuser(agent, *args: str, password: str | None = None) -> str:  # type: ignore[no-untyped-def]
@@ -44,107 +52,143 @@ def stkuser(agent, *args: str, password: str | None = None) -> str:  # type: ign
     return out.stdout.strip()
 
 
+class Shots:
+    """One logged-in page per (language, width), and where its PNGs go."""
+
+    def __init__(self, browser, base: str, out: Path, user: str) -> None:  # type: ignore[no-untyped-def]
+        self.base, self.out, self.pages = base, out, {}
+        for lang, locale in LANGUAGES.items():
+            for width, viewport in WIDTHS.items():
+                context = browser.new_context(viewport=viewport, locale=locale, ignore_https_errors=True,
+                                              device_scale_factor=1)  # fmt: skip
+                page = context.new_page()
+                page.set_default_timeout(30_000)
+                page.goto(f"{base}/login/")
+                self.pages[(lang, width)] = page
+                (out / lang / width).mkdir(parents=True, exist_ok=True)
+        self.shoot("01-login")
+        for page in self.pages.values():
+            page.fill("#id_username", user)
+            page.fill("#id_password", PASSWORD)
+            page.click("form[action='/login/'] button[type=submit]")
+            page.wait_for_selector("main")
+
+    def page(self, lang: str = "en", width: str = "desktop"):  # type: ignore[no-untyped-def]
+        return self.pages[(lang, width)]
+
+    def shoot(
+        self, name: str, path: str | None = None, wait: str | None = None, settle_ms: int = 1200
+    ) -> None:
+        for (lang, width), page in self.pages.items():
+            if path is not None:
+                page.goto(self.base + path)
+            if wait:
+                page.wait_for_selector(wait)
+            page.wait_for_timeout(settle_ms)
+            page.screenshot(path=str(self.out / lang / width / f"{name}.png"), full_page=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(ROOT / "docs" / "screenshots"))
     args = parser.parse_args()
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     if CHROMIUM is None:
         raise SystemExit("Debian's chromium is missing: apt-get install -y chromium")
     from playwright.sync_api import sync_playwright
 
+    for old in out.glob("*.png"):
+        old.unlink()
+    for lang in LANGUAGES:
+        shutil.rmtree(out / lang, ignore_errors=True)
     work = Path(tempfile.mkdtemp(prefix="stk-shots-"))
-    site = Site(work / "site", n=3)
+    site = Site(work / "site", n=3, extra={"TIME_ZONE": "Asia/Taipei"})  # the sites' own zone
     try:
         site.start()
         first = site.wait_leader(60)
-        leader = site.by_name(first.node)
-        wait_until(lambda: (leader.data_dir / "pool.json").exists(), 30, "a pool view")
-        stkuser(leader, "add", "alice", "--role", "operator", password=PASSWORD)
-        stkuser(leader, "add", "victor", "--role", "viewer", password=PASSWORD)
-        base = leader.web_url  # https://, its self-signed certificate (the browser is told to accept it)
+        panel = site.by_name(first.node)
+        wait_until(lambda: (panel.data_dir / "pool.json").exists(), 30, "a pool view")
+        stkuser(panel, "add", "alice", "--role", "operator", password=PASSWORD)
+        stkuser(panel, "add", "victor", "--role", "viewer", password=PASSWORD)
+        base = panel.web_url  # https://, its self-signed certificate (the browser is told to accept it)
+        follower = next(a.name for a in site.agents if a.name != first.node)
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-            page = browser.new_page(
-                viewport={"width": 1360, "height": 900}, device_scale_factor=1, ignore_https_errors=True
-            )
-            page.goto(f"{base}/login/")
-            page.screenshot(path=str(out / "01-login.png"), full_page=True)
-            page.fill("#id_username", "alice")
-            page.fill("#id_password", PASSWORD)
-            page.click("button[type=submit]")
-            page.wait_for_selector("table.grid")
-            page.wait_for_timeout(1500)
-            page.screenshot(path=str(out / "02-sites.png"), full_page=True)
-            page.goto(f"{base}/sites/{KMSN}/")
-            page.wait_for_selector("#site-members")
-            page.wait_for_timeout(1500)
-            page.screenshot(path=str(out / "03-site.png"), full_page=True)
-            # A drain of a follower: the confirmation, then progress.
-            follower = next(a.name for a in site.agents if a.name != first.node)
-            page.goto(f"{base}/sites/{KMSN}/drain/?target={follower}&epoch={first.epoch}")
-            page.screenshot(path=str(out / "04-confirm-drain.png"), full_page=True)
-            page.goto(f"{base}/sites/{KMSN}/promote/?epoch={first.epoch}")
-            page.screenshot(path=str(out / "05-confirm-promote.png"), full_page=True)
-            # Drain the leader so that history and audit have something to show.
-            page.goto(f"{base}/sites/{KMSN}/drain/?target={first.node}&epoch={first.epoch}")
-            page.fill("#reason", "maintenance window")
-            page.click("button.danger")
-            page.wait_for_selector(".progress")
-            page.screenshot(path=str(out / "06-progress.png"), full_page=True)
-            try:
-                page.wait_for_selector(".progress[data-done='1']", timeout=30000)
-            except Exception:
-                pass
-            page.screenshot(path=str(out / "07-progress-done.png"), full_page=True)
-            # A stale-epoch attempt, for the audit page.
-            page.goto(f"{base}/sites/{KMSN}/drain/?target={follower}&epoch={first.epoch}")
-            page.click("button.danger")
-            page.screenshot(path=str(out / "08-stale-epoch.png"), full_page=True)
-            page.goto(f"{base}/audit/")
-            page.screenshot(path=str(out / "10-audit.png"), full_page=True)
-            page.goto(f"{base}/sites/{KMSN}/?window=15m")
-            page.wait_for_timeout(2500)
-            page.screenshot(path=str(out / "11-site-after-drain.png"), full_page=True)
-            # A viewer's view: buttons disabled, with the reason.
-            viewer = browser.new_page(viewport={"width": 1360, "height": 900})
-            viewer.goto(f"{base}/login/")
-            viewer.fill("#id_username", "victor")
-            viewer.fill("#id_password", PASSWORD)
-            viewer.click("button[type=submit]")
-            viewer.goto(f"{base}/sites/{KMSN}/")
-            viewer.wait_for_selector("#site-members")
-            viewer.screenshot(path=str(out / "12-site-viewer.png"), full_page=True)
-            # No eligible member left: drain the others (the last one with force) → no leader, red.
-            page.goto(f"{base}/sites/{KMSN}/")
-            for _ in range(3):
-                enabled = page.locator("a.button.drain")
+            shots = Shots(browser, base, out, "alice")
+            shots.shoot("02-sites", "/", wait="table.grid")
+            shots.shoot("03-site", SITE, wait="#site-members")
+            shots.shoot("04-confirm-drain", f"{SITE}drain/?target={follower}&epoch={first.epoch}")
+            shots.shoot("05-confirm-promote", f"{SITE}promote/?epoch={first.epoch}")
+            # The leader is drained in the Chinese panel: it hands leadership over.
+            zh = shots.page("zh-Hant")
+            zh.goto(f"{base}{SITE}drain/?target={first.node}&epoch={first.epoch}")
+            zh.fill("#reason", "維護時段")
+            zh.click("button.danger")
+            zh.wait_for_selector(".progress[data-done='1']", timeout=40_000)
+            progress = zh.url.replace(base, "")
+            shots.shoot("06-progress-done", progress, wait=".progress")
+            second = site.wait_leader(30, other_than=first.node)
+            # A stale-epoch attempt, refused, for the audit page.
+            for page in shots.pages.values():
+                page.goto(f"{base}{SITE}undrain/?target={first.node}&epoch={first.epoch}")
+                page.click("button.danger")
+                page.screenshot(path=str(page_path(out, shots, page, "07-stale-epoch")), full_page=True)
+            # A promote back to the first leader's peer, in English.
+            en = shots.page("en")
+            en.goto(f"{base}{SITE}undrain/?target={first.node}&epoch={second.epoch}")
+            en.click("button.danger")
+            en.wait_for_selector(".progress[data-done='1']", timeout=40_000)
+            shots.shoot("08-history", "/history/?period=all", wait="table.grid")
+            shots.shoot("09-audit", "/audit/", wait="table.grid")
+            shots.shoot("10-site-after-drain", SITE, wait="#site-members")
+            # A follower's agent killed: it reads gone (since its heartbeat outlived the TTL).
+            victim = next(a for a in site.agents if a.name not in (second.node, panel.name))
+            victim.kill9()
+            wait_until(lambda: _role(en, base, victim.name) == "gone", 60, f"{victim.name} shown as gone")
+            en.wait_for_selector(
+                f'tr[data-member="{victim.name}"] .reasons', timeout=30_000
+            )  # past the hold too
+            shots.shoot("11-site-member-gone", SITE, wait="#site-members")
+            # A viewer's view: every button disabled, with the reason.
+            viewer = Shots(browser, base, out / "_viewer", "victor")
+            for (lang, width), page in viewer.pages.items():
+                page.goto(base + SITE)
+                page.wait_for_selector("#site-members")
+                page.wait_for_timeout(800)
+                page.screenshot(path=str(out / lang / width / "12-site-viewer.png"), full_page=True)
+                page.context.close()
+            shutil.rmtree(out / "_viewer", ignore_errors=True)
+            # Every live member drained (the last one with force): no leader, red.
+            for _ in range(4):
+                en.goto(base + SITE)
+                en.wait_for_timeout(500)
+                enabled = en.locator('tr[data-member]:not([data-role="gone"]) a.button.drain')
                 if enabled.count() == 0:
                     break
-                target = enabled.first.get_attribute("href")
-                page.goto(base + target)
-                if page.locator("#force").count():
-                    page.check("#force")
-                page.fill("#reason", "screenshot: no eligible member")
-                page.click("button.danger")
-                page.wait_for_selector(".progress[data-done='1']", timeout=30000)
-                page.goto(f"{base}/sites/{KMSN}/")
-                page.wait_for_timeout(500)
-            page.goto(f"{base}/")
-            page.wait_for_selector("tr.bad", timeout=30000)
-            page.wait_for_timeout(1000)
-            page.screenshot(path=str(out / "13-sites-no-leader.png"), full_page=True)
-            page.goto(f"{base}/sites/{KMSN}/?window=15m")
-            page.wait_for_timeout(1000)
-            page.screenshot(path=str(out / "14-site-no-leader.png"), full_page=True)
-            page.goto(f"{base}/history/?period=all")
-            page.screenshot(path=str(out / "09-history.png"), full_page=True)
+                en.goto(base + enabled.first.get_attribute("href"))
+                if en.locator("#force").count():
+                    en.check("#force")
+                en.fill("#reason", "screenshot: no eligible member")
+                en.click("button.danger")
+                en.wait_for_selector(".progress[data-done='1']", timeout=40_000)
+            shots.shoot("13-sites-no-leader", "/", wait="tr.bad")
+            shots.shoot("14-site-no-leader", SITE, wait="#site-members")
             browser.close()
     finally:
         site.stop()
         shutil.rmtree(work, ignore_errors=True)
     print(f"screenshots in {out}")
+
+
+def page_path(out: Path, shots: Shots, page, name: str) -> Path:  # type: ignore[no-untyped-def]
+    lang, width = next(k for k, v in shots.pages.items() if v is page)
+    return out / lang / width / f"{name}.png"
+
+
+def _role(page, base: str, node: str) -> str:  # type: ignore[no-untyped-def]
+    page.goto(base + SITE)
+    row = page.locator(f'tr[data-member="{node}"]')
+    return (row.get_attribute("data-role") or "") if row.count() else ""
 
 
 if __name__ == "__main__":

@@ -29,10 +29,16 @@
     return out.join(",");
   }
 
+  // The page's words in the reader's language (base.html's data-t-* attributes).
+  function t(name, fallback, n) {
+    var text = document.body.getAttribute("data-t-" + name) || fallback;
+    return n === undefined ? text : text.replace("{n}", n);
+  }
+
   function applyAlarm() {
     var marker = document.querySelector('[data-alarm="1"]');
     var alarm = marker !== null;
-    var text = (marker && marker.getAttribute("data-alarm-text")) || "NO LEADER";
+    var text = (marker && marker.getAttribute("data-alarm-text")) || t("no-leader", "NO LEADER");
     var base = document.body.getAttribute("data-title") || document.title;
     document.title = (alarm ? "\u26a0 " + text + " \u00b7 " : "") + base;
     document.body.classList.toggle("alarm", alarm);
@@ -47,13 +53,13 @@
     var age = document.getElementById("live-age");
     if (!age) return;
     var s = Math.round((Date.now() - lastOk) / 1000);
-    age.textContent = s <= 1 ? "just now" : s + " s ago";
+    age.textContent = s <= 1 ? t("just-now", "just now") : t("ago", "{n} s ago", s);
     var banner = document.getElementById("live-banner");
     var visible = document.visibilityState === "visible";
     var stale = visible && s >= STALE_S && Date.now() - visibleSince > 3000;
     if (stale) {
-      banner.textContent = "Live updates stopped: the last good answer from this agent is " + s +
-        " s old. The data on this page may be out of date.";
+      banner.textContent = t("stale", "Live updates stopped: the last good answer from this agent is " +
+        "{n} s old. The data on this page may be out of date.", s);
     }
     if (banner.hidden === stale) banner.hidden = !stale;
   }
@@ -81,5 +87,9 @@
     }
   });
   document.addEventListener("DOMContentLoaded", applyAlarm);
+  // The language menu applies itself (its button is there for a browser without scripts).
+  document.addEventListener("change", function (evt) {
+    if (evt.target && evt.target.id === "language") evt.target.form.submit();
+  });
   setInterval(tick, 1000);
 })();

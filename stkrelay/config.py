@@ -12,9 +12,10 @@ the `[pool:<KMSN>]` sections of watched pools by `stkrelay.config_pools`
 (E025–E027, `Config.watched`);
 `LEASE_STORE` and the `ETCD_*` keys by `stkrelay.config_store` (E033–E036);
 the ratios between the timing keys by `stkrelay.config_timing` (E100–E103), the
-gate keys (`GATE_*`) by `stkrelay.config_gate` (E104–E108).
-`RELAY_KIND`, `RELAY_EXEC`, `RELAY_EXEC_LISTEN` by `stkrelay.config_exec` (E070–E077).
-the ownership keys (`OWNERSHIP_*`) by `stkrelay.config_ownership` (E120–E122).
+gate keys (`GATE_*`) by `stkrelay.config_gate` (E104–E108);
+`RELAY_KIND`, `RELAY_EXEC`, `RELAY_EXEC_LISTEN` by `stkrelay.config_exec` (E070–E077);
+the ownership keys (`OWNERSHIP_*`) by `stkrelay.config_ownership` (E120–E122);
+the panel's `LANGUAGE_CODE` and `TIME_ZONE` by `stkrelay.config_i18n` (E150–E151).
 
 The leader-action keys (`VIP_*`, `AWS_*`, `OCI_*`, `AZURE_*`) are read by
 `elections.core.actions.action_config`; its problems come back here with one id
@@ -37,6 +38,7 @@ from stkrelay import (
     config_beacons,
     config_cloud,
     config_gate,
+    config_i18n,
     config_legacy,
     config_ownership,
     config_pools,
@@ -116,6 +118,8 @@ DEFAULTS: dict[str, str] = {
     "RELAY_EXEC": "",  # its command line, placeholders {host} {port} {passthrough_port} {epoch} {kmsn}
     "RELAY_EXEC_LISTEN": "",  # where it listens (loopback): default 127.0.0.1:RELAY_PORT + 10
     **config_ownership.DEFAULTS,  # where the leader's addresses really are (ADR 0011 phase 4)
+    "LANGUAGE_CODE": "",  # the panel's language without a browser's or user's choice (config_i18n)
+    "TIME_ZONE": "",  # the zone the panel shows times in; default: this server's
 }
 
 
@@ -205,6 +209,8 @@ class Config:
     ownership_check: float = 2.0  # seconds between looks at the addresses; 0 = off (config_ownership)
     ownership_hold: float = 10.0
     ownership_repair: bool = True
+    language_code: str = config_i18n.DEFAULT_LANGUAGE
+    time_zone: str = "UTC"
     source: str = "(defaults)"
     problems: list[Problem] = field(default_factory=list)
     values: dict[str, str] = field(default_factory=dict)  # every [stk] key as given, overrides applied
@@ -401,6 +407,8 @@ def load(ini_path: str | None = None, env: dict[str, str] | None = None, check_d
     cfg.ownership_check, cfg.ownership_hold, cfg.ownership_repair = config_ownership.parse(
         values, cfg.lease_ttl, cfg.renew_deadline, bad
     )
+    cfg.language_code = config_i18n.parse_language(values["LANGUAGE_CODE"], bad)
+    cfg.time_zone = config_i18n.parse_time_zone(values["TIME_ZONE"], bad, env)
     for err in action_config(values)[1]:
         bad(ACTION_IDS[err.key.partition("_")[0]], err.key, err.message, err.hint)
     config_store.check_store(cfg, values, bad)

@@ -68,9 +68,11 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.locale.LocaleMiddleware",  # Accept-Language, the language cookie, LANGUAGE_CODE
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "elections.web.language.UserLanguageMiddleware",  # a logged-in user's own choice wins
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
@@ -160,8 +162,18 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 256 << 10
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 
-LANGUAGE_CODE = "en-us"
-TIME_ZONE = "UTC"
+# The panel speaks English and Traditional Chinese (Taiwan usage), from the catalogues in
+# locale/ (`make messages`); LANGUAGE_CODE and TIME_ZONE come from the ini (stkrelay/config_i18n.py).
+LANGUAGE_CODE = STK.language_code
+LANGUAGES = [("en", "English"), ("zh-hant", "繁體中文")]
+LOCALE_PATHS = [ASSETS_DIR / "locale"]
+USE_I18N = True
+LANGUAGE_COOKIE_NAME = "stk_language"
+LANGUAGE_COOKIE_AGE = 365 * 24 * 3600
+LANGUAGE_COOKIE_SECURE = SESSION_COOKIE_SECURE
+LANGUAGE_COOKIE_HTTPONLY = True
+LANGUAGE_COOKIE_SAMESITE = "Lax"
+TIME_ZONE = STK.time_zone
 USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [ASSETS_DIR / "static"]

@@ -4,7 +4,7 @@ from django.conf import settings
 from django.urls import path, re_path
 from django.views.static import serve
 
-from elections.web import api, health, metrics, openapi
+from elections.web import api, health, language, metrics, openapi
 from elections.web.panel import audit_log, lockouts
 from elections.web.panel import login as panel_login
 from elections.web.panel import views as panel
@@ -17,6 +17,7 @@ urlpatterns = [
     # panel
     path("login/", panel_login.login_view, name="panel-login"),
     path("logout/", panel_login.logout_view, name="panel-logout"),
+    path("language/", language.choose, name="panel-language"),
     path("", panel.sites, name="panel-sites"),
     path(f"sites/{KMSN}/", panel.site, name="panel-site"),
     path(f"sites/{KMSN}/progress/<str:correlation>/", panel.command_progress, name="panel-progress"),

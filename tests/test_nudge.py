@@ -11,6 +11,8 @@ from elections.core.beacons import Beacon
 from elections.core.lease import sign
 from elections.core.nudge import MAX_BYTES, PER_SOURCE, TOTAL, Nudge, NudgeBoard, is_nudge, parse_nudge
 from elections.core.untrusted import Untrusted
+from elections.ports.beacons import subnet_broadcast
+from elections.ports.nudge import nudge_targets
 
 KEY = "pool-key-0123456789abcdef"
 KMSN = "9999-9999-99-99"
@@ -82,6 +84,14 @@ def test_a_nudge_naming_a_line_already_folded_is_a_replay():
     assert board.receive(nudge(seq=41).encode(KEY), "10.0.0.2", 1.0, lambda n: folded(n, 0)) is None
     assert board.receive(nudge(seq=42).encode(KEY), "10.0.0.2", 1.0, lambda n: folded(n, 0)) == nudge(seq=42)
     assert board.refusals.counts == {"replayed": 2}
+
+
+def test_a_nudge_goes_to_each_agent_once():
+    peers = ["127.0.0.21", "127.0.0.22", "127.0.0.23"]
+    assert nudge_targets("127.0.0.22", "127.0.0.21", peers) == ["127.0.0.22", "127.0.0.21", "127.0.0.23"]
+    assert nudge_targets(None, "127.0.0.21", peers) == peers
+    # The broadcast reaches the leader already: no unicast besides (its copy would read as a replay).
+    assert nudge_targets("10.1.2.3", "10.1.2.9", []) == [subnet_broadcast("10.1.2.9")]
 
 
 def test_a_flood_from_one_address_is_dropped_before_parsing_and_others_still_get_through():

@@ -172,7 +172,8 @@ def test_the_wheel_carries_every_module_template_and_static_file(installed):
         f for f in files if f.endswith(".py") and f.split("/")[0] in ("stkrelay", "elections", "relay")
     ]
     assert modules and [m for m in modules if m not in names] == []
-    assets = [f for f in files if f.split("/")[0] in ("templates", "static") and not f.endswith(".gitkeep")]
+    shipped = ("templates", "static", "locale")
+    assets = [f for f in files if f.split("/")[0] in shipped and not f.endswith(".gitkeep")]
     assert assets and [a for a in assets if f"stkrelay/{a}" not in names] == []
     assert not any(n.startswith(("tests/", "bench/", "scripts/")) for n in names)
     entry_points = zipfile.ZipFile(installed.wheel).read("stkrelay-0.1.0.dist-info/entry_points.txt").decode()

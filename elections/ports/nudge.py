@@ -21,9 +21,14 @@ log = logging.getLogger("stkrelay.beacons")
 
 
 def nudge_targets(leader_ip: str | None, node_ip: str, peers: list[str]) -> list[str]:
-    """The leader's address first, then the beacons' targets, each once."""
+    """The leader's address first, then the beacons' targets, each once. Without
+    BEACON_PEERS only the subnet's broadcast: it reaches the leader as the beacons do,
+    and a unicast to the leader besides would arrive twice, the second copy counted as
+    a replayed nudge (a security refusal on the leader's panel for every command)."""
+    if not peers:
+        return [subnet_broadcast(node_ip)]
     out = [leader_ip] if leader_ip else []
-    for target in peers or [subnet_broadcast(node_ip)]:
+    for target in peers:
         if target not in out:
             out.append(target)
     return out

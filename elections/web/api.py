@@ -18,6 +18,7 @@ from typing import Any
 from django.conf import settings
 from django.core.paginator import EmptyPage, Paginator
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.utils.translation import gettext as _
 
 from elections import audit
 from elections.core.untrusted import API_BODY, Untrusted, load_object
@@ -164,7 +165,11 @@ def _proxy(p: Any) -> dict[str, Any] | None:
 
 def _site_or_404(kmsn: str) -> SiteState | JsonResponse:
     s = site_state(kmsn)
-    return s if s is not None else api_error(404, "unknown_pool", f"this agent does not see pool {kmsn!r}")
+    return (
+        s
+        if s is not None
+        else api_error(404, "unknown_pool", _("this agent does not see pool %(kmsn)r") % {"kmsn": kmsn})
+    )
 
 
 @api_view()
@@ -217,12 +222,12 @@ def _page(request: HttpRequest, items: Any) -> tuple[Any, dict[str, Any]] | Json
         size = min(max(int(request.GET.get("page_size", PAGE_SIZE)), 1), 500)
         number = int(request.GET.get("page", 1))
     except ValueError:
-        return api_error(400, "bad_request", "page and page_size must be integers")
+        return api_error(400, "bad_request", _("page and page_size must be integers"))
     paginator = Paginator(items, size)
     try:
         page = paginator.page(number)
     except EmptyPage:
-        return api_error(404, "no_such_page", f"there are {paginator.num_pages} pages")
+        return api_error(404, "no_such_page", _("there are %(n)d pages") % {"n": paginator.num_pages})
     return page, {"page": number, "page_size": size, "pages": paginator.num_pages, "count": paginator.count}
 
 
@@ -280,20 +285,20 @@ def _body(request: HttpRequest) -> dict[str, Any] | None:
 def command(request: HttpRequest, kmsn: str, kind: str) -> HttpResponse:
     """POST {target, reason, expected_epoch, force} → the command's outcome."""
     if kind not in KINDS:
-        return api_error(404, "unknown_command", f"commands are {', '.join(KINDS)}")
+        return api_error(404, "unknown_command", _("commands are %(kinds)s") % {"kinds": ", ".join(KINDS)})
     body = _body(request)
     if body is None:
-        return api_error(400, "bad_request", "the body must be a JSON object (or a form)")
+        return api_error(400, "bad_request", _("the body must be a JSON object (or a form)"))
     expected = body.get("expected_epoch")
     if isinstance(expected, str) and expected.strip().isdigit():
         expected = int(expected)
     if expected is not None and (
         not isinstance(expected, int) or isinstance(expected, bool) or not 0 <= expected <= MAX_EPOCH
     ):
-        return api_error(400, "bad_request", "expected_epoch must be an integer from 0 to 2^63-1")
+        return api_error(400, "bad_request", _("expected_epoch must be an integer from 0 to 2^63-1"))
     target = body.get("target") or None
     if target is not None and not isinstance(target, str):
-        return api_error(400, "bad_request", "target must be a member name")
+        return api_error(400, "bad_request", _("target must be a member name"))
     force = body.get("force") in (True, "1", "true", "on")
     outcome = perform(
         actor_for(request.api_user, request, "api"),  # type: ignore[attr-defined]
@@ -326,7 +331,10 @@ def _watched_leader(kmsn: str) -> HttpResponse:
     if s is None:
         return JsonResponse({"kmsn": kmsn, "leader": None, "status": "unknown_kmsn"}, status=404)
     if not s.store_reachable:
-        return JsonResponse({"kmsn": kmsn, "error": f"lease store unreachable: {s.lease_detail}"}, status=503)
+        return JsonResponse(
+            {"kmsn": kmsn, "error": _("lease store unreachable: %(detail)s") % {"detail": s.lease_detail}},
+            status=503,
+        )
     lease = s.lease or {}
     if not s.has_leader:
         return JsonResponse({"kmsn": kmsn, "leader": None, "status": s.lease_status}, status=404)
@@ -337,4 +345,6 @@ def _watched_leader(kmsn: str) -> HttpResponse:
 @api_view(methods=("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"))
 def not_found(request: HttpRequest, rest: str = "") -> HttpResponse:
     """Any other path under /api/v1/: a JSON 404 (after authentication), never Django's HTML page."""
-    return api_error(404, "not_found", f"no endpoint /api/v1/{rest} (see /api/v1/openapi.json)")
+    return api_error(
+        404, "not_found", _("no endpoint /api/v1/%(rest)s (see /api/v1/openapi.json)") % {"rest": rest}
+    )

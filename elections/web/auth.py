@@ -25,6 +25,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from django.shortcuts import redirect
+from django.utils.translation import gettext as _
 from django.views.decorators.csrf import csrf_exempt
 
 from elections.steering import Actor
@@ -78,9 +79,9 @@ def denial(user: Any, kind: str) -> str:
     """Why `user` may not issue command `kind` ('' if allowed)."""
     perm = PERMISSION_FOR.get(kind)
     if perm is None:
-        return f"unknown command {kind!r}"
+        return _("unknown command %(kind)r") % {"kind": kind}
     if not user.has_perm(perm):
-        return f"needs the operator role (permission {perm.split('.', 1)[1]})"
+        return _("needs the operator role (permission %(perm)s)") % {"perm": perm.split(".", 1)[1]}
     return ""
 
 
@@ -157,7 +158,7 @@ def panel_view(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]
             if request.headers.get("HX-Request"):
                 current = urlsplit(request.headers.get("HX-Current-URL", ""))
                 back = current.path + (f"?{current.query}" if current.query else "") or "/"
-                response = HttpResponse("session expired", status=401, content_type="text/plain")
+                response = HttpResponse(_("session expired"), status=401, content_type="text/plain")
                 response["HX-Redirect"] = _login_url(back)
                 return secure_headers(response)
             return secure_headers(redirect(_login_url(request.get_full_path())))
@@ -197,12 +198,14 @@ def api_view(
         @wraps(view)
         def inner(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
             if request.method not in methods:
-                response = api_error(405, "method_not_allowed", f"use {' or '.join(methods)}")
+                response = api_error(
+                    405, "method_not_allowed", _("use %(methods)s") % {"methods": " or ".join(methods)}
+                )
                 response["Allow"] = ", ".join(methods)
                 return secure_headers(response)
             token_user = bearer_user(request)
             if token_user is False:
-                return secure_headers(api_error(401, "bad_token", "unknown, revoked or malformed token"))
+                return secure_headers(api_error(401, "bad_token", _("unknown, revoked or malformed token")))
             if token_user is not None:
                 request.api_user, request.api_via = token_user, "api-token"  # type: ignore[attr-defined]
             elif request.user.is_authenticated:
@@ -213,13 +216,13 @@ def api_view(
                     )
                     if rejected is not None:
                         return secure_headers(
-                            api_error(403, "csrf", "CSRF check failed: send the X-CSRFToken header")
+                            api_error(403, "csrf", _("CSRF check failed: send the X-CSRFToken header"))
                         )
             elif public is not None and public(request):
                 request.api_user, request.api_via = None, "public"  # type: ignore[attr-defined]
             else:
                 return secure_headers(
-                    api_error(401, "unauthenticated", "log in, or send Authorization: Bearer <token>")
+                    api_error(401, "unauthenticated", _("log in, or send Authorization: Bearer <token>"))
                 )
             return secure_headers(view(request, *args, **kwargs))
 

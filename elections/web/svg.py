@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from html import escape
 
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
 # Colour-blind-safe (Okabe-Ito), dark enough for white labels on the bars.
 PALETTE = ("#0b5fa5", "#a34700", "#00735a", "#8a3f7d", "#6b5d00", "#3c3c8c", "#9c2f2f")
 LANE_H, BAR_H, LEFT, RIGHT, TOP, AXIS_H = 28, 18, 64, 12, 8, 26
@@ -61,6 +64,7 @@ def timeline(
     """The chart as an inline <svg> element with a title and a text description.
     Gaps are shaded only from the first recorded leadership on (before it there
     is no history, which is not the same as no leader)."""
+    start, end = timezone.localtime(start), timezone.localtime(end)  # labels in the site's zone
     bars = [b for b in bars if (b.end is None or b.end >= start) and b.start <= end]
     lanes = sorted(set(nodes) | {b.node for b in bars})
     colour = {n: PALETTE[i % len(PALETTE)] for i, n in enumerate(lanes)}
@@ -76,16 +80,18 @@ def timeline(
     gaps = _gaps([(a, max(b, a + 1)) for a, b in spans], history_from, LEFT + plot_w)
     gap_s = sum((b - a) for a, b in gaps) / plot_w * span
     led = sorted({(b.node, b.epoch) for b in bars}, key=lambda p: p[1])
+    led_text = ", ".join(_("%(node)s epoch %(epoch)s") % {"node": n, "epoch": e} for n, e in led)
+    span_text = {"start": f"{start:%Y-%m-%d %H:%M}", "end": f"{end:%H:%M}", "zone": tz_label}
     desc = (
-        f"Leadership from {start:%Y-%m-%d %H:%M} to {end:%H:%M} {tz_label}: "
-        + (", ".join(f"{n} epoch {e}" for n, e in led) if led else "no leadership recorded")
-        + (f"; about {gap_s:.0f} s without a leader" if gaps else "; no gap")
+        _("Leadership from %(start)s to %(end)s %(zone)s: ") % span_text
+        + (led_text or _("no leadership recorded"))
+        + ((_("; about %(n).0f s without a leader") % {"n": gap_s}) if gaps else _("; no gap"))
         + "."
     )
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="timeline" viewBox="0 0 {width} {height}" '
         f'width="100%" role="img" aria-labelledby="tl-title tl-desc">',
-        '<title id="tl-title">Leadership timeline</title>',
+        f'<title id="tl-title">{escape(_("Leadership timeline"))}</title>',
         f'<desc id="tl-desc">{escape(desc)}</desc>',
         '<defs><pattern id="tl-hatch" width="6" height="6" patternUnits="userSpaceOnUse" '
         'patternTransform="rotate(45)"><rect width="6" height="6" fill="#fde2e1"/>'
@@ -95,7 +101,7 @@ def timeline(
     for a, b in gaps:
         parts.append(
             f'<rect class="gap" x="{a:.1f}" y="{TOP}" width="{max(b - a, 2):.1f}" height="{plot_h}" '
-            f'fill="url(#tl-hatch)"><title>no leader</title></rect>'
+            f'fill="url(#tl-hatch)"><title>{escape(_("no leader"))}</title></rect>'
         )
     for i, node in enumerate(lanes):
         y = TOP + i * LANE_H
@@ -110,11 +116,16 @@ def timeline(
     for b, (a, z) in zip(bars, spans, strict=True):
         y = TOP + lanes.index(b.node) * LANE_H + (LANE_H - BAR_H) / 2
         w = max(z - a, 2.0)
-        until = "now" if b.end is None else f"{b.end:%H:%M:%S}"
+        until = _("now") if b.end is None else f"{timezone.localtime(b.end):%H:%M:%S}"
+        title = _("%(node)s led epoch %(epoch)s: %(start)s–%(until)s") % {
+            "node": b.node,
+            "epoch": b.epoch,
+            "start": f"{timezone.localtime(b.start):%H:%M:%S}",
+            "until": until,
+        }
         parts.append(
             f'<rect class="lead" x="{a:.1f}" y="{y:.1f}" width="{w:.1f}" height="{BAR_H}" rx="2" '
-            f'fill="{colour[b.node]}"><title>{escape(b.node)} led epoch {b.epoch}: '
-            f"{b.start:%H:%M:%S}–{until}</title></rect>"
+            f'fill="{colour[b.node]}"><title>{escape(title)}</title></rect>'
         )
         if w > 34:
             parts.append(

@@ -11,10 +11,11 @@ from urllib.parse import urlencode
 from django.conf import settings
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
+from django.utils.translation import gettext as _
 
 from elections import audit
 from elections.web.auth import panel_view
-from elections.web.panel import fmt
+from elections.web.panel import fmt, words
 from elections.web.panel.live import render_live
 from elections.web.panel.operate import KINDS
 from elections.web.panel.page import PAGE_SIZE, base_context
@@ -47,6 +48,7 @@ class AuditRecord:
     correlation: str
 
 
+RESULTS = ("accepted", "stale_epoch", "unknown_member", "refused", "forbidden", "unavailable", "error")
 _RECORD_FIELDS = [f for f in AuditRecord.__dataclass_fields__ if f != "node"]
 
 
@@ -168,16 +170,25 @@ def audit_log(request: HttpRequest) -> HttpResponse:
     page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
     ctx = base_context(
         request,
-        "Audit history",
+        _("Audit history"),
         page=page,
-        rows=[{"r": r, "utc": fmt.utc(r.intent.at), "local": fmt.local(r.intent.at)} for r in page],
+        rows=[
+            {
+                "r": r,
+                "at": fmt.when(r.intent.at),
+                "action": words.of(words.COMMANDS, r.intent.action),
+                "result": words.of(words.RESULTS, r.result),
+            }
+            for r in page
+        ],
         chain=audit.verify_chain(),
         own_node=settings.STK.node,
         pool_chains=pool_chains(published),
         filters=filters,
-        kinds=KINDS,
+        kinds=[(k, words.of(words.COMMANDS, k)) for k in KINDS],
         kmsns=all_kmsns(),
-        results=("accepted", "stale_epoch", "unknown_member", "refused", "forbidden", "unavailable", "error"),
+        results=[(r, words.of(words.RESULTS, r)) for r in RESULTS],
+        zone=fmt.zone_name(),
         query=urlencode({k: v for k, v in filters.items() if v}),
     )
     return render_live(request, "panel/audit.html", ctx, {"audit-live": "panel/_audit_table.html"})

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
-from django.utils.translation import gettext_lazy as _
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from elections.web.panel.state import SiteState
 
@@ -23,14 +24,14 @@ WORST = "worst"
 
 # column -> (label, sort key, natural direction is descending)
 SORTS: dict[str, tuple[str, Callable[[SiteState], Any], bool]] = {
-    WORST: ("Worst first", lambda s: (s.severity, s.kmsn), True),
+    WORST: (gettext_lazy("Worst first"), lambda s: (s.severity, s.kmsn), True),
     "kmsn": ("KMSN", lambda s: s.kmsn, False),
-    "leader": ("Leader", lambda s: (s.leader or "", s.kmsn), False),
-    "epoch": ("Epoch", lambda s: (s.epoch or 0, s.kmsn), True),
-    "age": ("Lease age", lambda s: (s.renewed_ago or 0.0, s.kmsn), True),
-    "eligible": ("Eligible", lambda s: (len(s.eligible), len(s.members), s.kmsn), False),
-    "failovers": ("Failovers, 24 h", lambda s: (s.changes_24h, s.kmsn), True),
-    "alarms": ("Alarms", lambda s: (len(s.alarms), s.severity, s.kmsn), True),
+    "leader": (gettext_lazy("Leader"), lambda s: (s.leader or "", s.kmsn), False),
+    "epoch": (gettext_lazy("Epoch"), lambda s: (s.epoch or 0, s.kmsn), True),
+    "age": (gettext_lazy("Lease age"), lambda s: (s.renewed_ago or 0.0, s.kmsn), True),
+    "eligible": (gettext_lazy("Eligible"), lambda s: (len(s.eligible), len(s.members), s.kmsn), False),
+    "failovers": (gettext_lazy("Failovers, 24 h"), lambda s: (s.changes_24h, s.kmsn), True),
+    "alarms": (gettext_lazy("Alarms"), lambda s: (len(s.alarms), s.severity, s.kmsn), True),
 }
 
 
@@ -66,9 +67,12 @@ class Order:
 
     def label(self) -> str:
         """The order in words, for the table's caption."""
-        name = SORTS[self.sort][0].lower()
-        way = "descending" if self.descending else "ascending"
-        return name if self.sort == WORST else f"by {name}, {way}"
+        name = str(SORTS[self.sort][0])
+        if self.sort == WORST:
+            return name
+        if self.descending:
+            return _("by %(column)s, descending") % {"column": name}
+        return _("by %(column)s, ascending") % {"column": name}
 
     def link(self, column: str) -> str:
         """The query string that sorts by `column` (again: the other way)."""
@@ -89,19 +93,19 @@ class Order:
 
 
 ALARM_LABELS = {  # SiteState.alarms code -> (label, shown in red)
-    "no_leader": ("no leader", True),
-    "unreachable": ("share unreachable", True),
-    "security": ("security", True),
-    "share_split": ("two stores", True),
-    "stale_view": ("view stale", True),
-    "ineligible_members": ("members out", False),
-    "early_takeovers": ("early takeovers repeat", True),
-    "paused": ("failover paused", False),
-    "address_conflict": (_("address on two hosts"), True),
-    "address_drift": (_("address drifted"), True),
-    "address_orphan": (_("address on a stranger"), True),
-    "address_missing": (_("address missing"), True),
-    "address_unknown": (_("address not seen"), False),
+    "no_leader": (gettext_lazy("no leader"), True),
+    "unreachable": (gettext_lazy("share unreachable"), True),
+    "security": (gettext_lazy("security"), True),
+    "share_split": (gettext_lazy("two stores"), True),
+    "stale_view": (gettext_lazy("view stale"), True),
+    "ineligible_members": (gettext_lazy("members out"), False),
+    "early_takeovers": (gettext_lazy("early takeovers repeat"), True),
+    "paused": (gettext_lazy("failover paused"), False),
+    "address_conflict": (gettext_lazy("address on two hosts"), True),
+    "address_drift": (gettext_lazy("address drifted"), True),
+    "address_orphan": (gettext_lazy("address on a stranger"), True),
+    "address_missing": (gettext_lazy("address missing"), True),
+    "address_unknown": (gettext_lazy("address not seen"), False),
 }
 
 

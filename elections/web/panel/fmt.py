@@ -1,35 +1,69 @@
-"""Small formatting helpers for the panel (ages, durations, UTC and local times)."""
+"""Small formatting helpers for the panel: ages and durations in the reader's
+language, and times in the site's zone (`TIME_ZONE`, Django's current zone) with
+the zone named, UTC on hover. The API speaks ISO 8601 in UTC (`iso`)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from django.conf import settings
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+from django.utils.translation import gettext as _
+
+NONE = "—"
+
 
 def age(seconds: float | None) -> str:
+    """A relative age or countdown: '4.2 s', '37 s', '12 min', '3.5 h', '9 d'."""
     if seconds is None:
-        return "—"
+        return NONE
     s = max(seconds, 0.0)
     if s < 10:
-        return f"{s:.1f} s"
+        return _("%(n).1f s") % {"n": s}
     if s < 120:
-        return f"{s:.0f} s"
+        return _("%(n).0f s") % {"n": s}
     if s < 7200:
-        return f"{s / 60:.0f} min"
+        return _("%(n).0f min") % {"n": s / 60}
     if s < 172800:
-        return f"{s / 3600:.1f} h"
-    return f"{s / 86400:.0f} d"
+        return _("%(n).1f h") % {"n": s / 3600}
+    return _("%(n).0f d") % {"n": s / 86400}
+
+
+def zone_name() -> str:
+    """The zone the panel shows times in (TIME_ZONE of the ini)."""
+    return str(settings.TIME_ZONE)
+
+
+def zone_label(t: datetime) -> str:
+    """The short name of the zone at `t` (CST, CET, UTC), else its offset (+0530)."""
+    name = t.strftime("%Z")
+    return name if name.isalpha() else t.strftime("UTC%z")
 
 
 def utc(t: datetime | None) -> str:
-    return "—" if t is None else t.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return NONE if t is None else t.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def local(t: datetime | None) -> str:
-    """In this machine's local time zone (the site's), with its UTC offset."""
+    """In the site's zone (TIME_ZONE), its short name after: '2026-06-15 20:30:15 CST'."""
     if t is None:
-        return "—"
-    lt = t.astimezone()
-    return lt.strftime("%Y-%m-%d %H:%M:%S ") + (lt.strftime("%Z") or lt.strftime("%z"))
+        return NONE
+    lt = timezone.localtime(t)
+    return lt.strftime("%Y-%m-%d %H:%M:%S ") + zone_label(lt)
+
+
+def clock(t: datetime) -> str:
+    """Only the time of day in the site's zone (the timeline's labels)."""
+    return timezone.localtime(t).strftime("%H:%M:%S")
+
+
+def when(t: datetime | None) -> SafeString | str:
+    """`<time>` in the site's zone, its UTC instant as the hover title and the machine value."""
+    if t is None:
+        return NONE
+    return format_html('<time datetime="{}" title="{} · {}">{}</time>', iso(t), utc(t), zone_name(), local(t))
 
 
 def iso(t: datetime | None) -> str:
@@ -37,7 +71,7 @@ def iso(t: datetime | None) -> str:
 
 
 def rate(value: float | None) -> str:
-    return "—" if value is None else f"{value:.1f}/s"
+    return NONE if value is None else _("%(n).1f/s") % {"n": value}
 
 
 def size(n: int) -> str:

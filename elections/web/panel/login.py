@@ -59,7 +59,7 @@ def login_view(request: HttpRequest) -> HttpResponse:
 
 
 def _login_page(request: HttpRequest, form: AuthenticationForm, nxt: str, **extra: Any) -> HttpResponse:
-    ctx = {"form": form, "next": nxt, "title": "Log in", **extra}
+    ctx = {"form": form, "next": nxt, "title": _("Log in"), **extra}
     status = 429 if "throttled" in extra else 200
     return secure_headers(render(request, "panel/login.html", ctx, status=status))
 

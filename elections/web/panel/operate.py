@@ -65,45 +65,50 @@ def preview(kind: str, site: SiteState, target: str | None) -> Preview:
     epoch = site.epoch or 0
     leader = site.leader
     nxt = epoch + 1
+    words = {"target": target, "epoch": epoch, "next": nxt, "leader": leader or _("nobody")}
 
     def move(to: str | None, why: str) -> Preview:
-        to_name = to or "another eligible member"
+        named = {**words, "to": to or _("another eligible member"), "old": leader or _("the leader")}
         steps = [
-            f"{leader or 'the leader'} {why} and stops its relay",
-            f"{to_name} takes epoch {nxt}",
-            f"the relay starts on {to_name}",
-            "clients follow via leader_changed (and the lease) and reconnect",
+            _("%(old)s %(why)s and stops its relay") % {**named, "why": why},
+            _("%(to)s takes epoch %(next)s") % named,
+            _("the relay starts on %(to)s") % named,
+            _("clients follow via leader_changed (and the lease) and reconnect"),
         ]
         p = Preview("", steps, successor=to)
         if to and site.watched:  # this agent's leader actions are its own pool's, not that pool's
-            p.plan_source = "the watched pool's own agents (their leader actions are not configured here)"
+            p.plan_source = _("the watched pool's own agents (their leader actions are not configured here)")
         elif to:
             p.plan, p.plan_source = _plan(nxt, to, leader)
         return p
 
     if kind == "drain":
         if target == leader:
-            p = move(likely_successor(site, target), f"hands epoch {epoch} off")
+            p = move(likely_successor(site, target), _("hands epoch %(epoch)s off") % words)
             p.summary = (
-                f"Drain {target}, the current leader: it becomes ineligible and hands leadership over. "
-                "Clients reconnect once."
+                _(
+                    "Drain %(target)s, the current leader: it becomes ineligible and hands leadership over. "
+                    "Clients reconnect once."
+                )
+                % words
             )
-            p.steps.append(f"{target} stays drained (never elected) until undrained")
+            p.steps.append(_("%(target)s stays drained (never elected) until undrained") % words)
             return p
         return Preview(
-            f"Drain {target}: it becomes ineligible to lead. Leadership stays with {leader or 'nobody'} "
-            f"at epoch {epoch}; nothing moves now.",
-            [f"{target} is marked drained", f"{target} will not be elected until undrained"],
-        )
+            _("Drain %(target)s: it becomes ineligible to lead. Leadership stays with %(leader)s "
+              "at epoch %(epoch)s; nothing moves now.") % words,
+            [_("%(target)s is marked drained") % words,
+             _("%(target)s will not be elected until undrained") % words],
+        )  # fmt: skip
     if kind == "undrain":
         return Preview(
-            f"Undrain {target}: it becomes eligible again once its heartbeat shows it; "
-            "leadership does not move.",
-            [f"{target}'s drain mark is cleared", "no change of leader"],
-        )
+            _("Undrain %(target)s: it becomes eligible again once its heartbeat shows it; "
+              "leadership does not move.") % words,
+            [_("%(target)s's drain mark is cleared") % words, _("no change of leader")],
+        )  # fmt: skip
     if kind == "promote":
-        p = move(target, f"hands epoch {epoch} over to {target}")
-        p.summary = f"Promote {target}: a planned switchover from {leader or 'nobody'} to {target}."
+        p = move(target, _("hands epoch %(epoch)s over to %(target)s") % words)
+        p.summary = _("Promote %(target)s: a planned switchover from %(leader)s to %(target)s.") % words
         return p
     if kind == "unbind":
         named = {"station": target}
@@ -126,12 +131,14 @@ def preview(kind: str, site: SiteState, target: str | None) -> Preview:
         )  # fmt: skip
     if kind == "pause":
         return Preview(
-            "Pause automatic failover: if the leader fails while paused, no member takes over until resumed.",
-            [f"{leader or 'the leader'} keeps leading epoch {epoch}", "no automatic elections until resumed"],
-        )
+            _("Pause automatic failover: if the leader fails while paused, "
+              "no member takes over until resumed."),
+            [_("%(leader)s keeps leading epoch %(epoch)s") % {**words, "leader": leader or _("the leader")},
+             _("no automatic elections until resumed")],
+        )  # fmt: skip
     return Preview(
-        "Resume automatic failover: members contend again when the lease lapses.",
-        ["automatic elections resume", "no change of leader now"],
+        _("Resume automatic failover: members contend again when the lease lapses."),
+        [_("automatic elections resume"), _("no change of leader now")],
     )
 
 
@@ -145,42 +152,56 @@ class Progress:
 def progress(entry: audit.AuditEntry, site: SiteState, wall_now: datetime, timeout_s: float) -> Progress:
     """Has the accepted command in `entry` (its outcome row) taken effect yet?"""
     if entry.result != "accepted":
-        return Progress(True, True, f"{entry.action} was not accepted: {entry.message}")
+        return Progress(True, True, _("%(action)s was not accepted: %(message)s") % {
+            "action": entry.action, "message": entry.message})  # fmt: skip
     waited = (wall_now - entry.at).total_seconds()
     from_epoch = entry.epoch or 0
     leader, epoch = site.leader, site.epoch or 0
     target = entry.target
     member = site.member(target) if target else None
-    state = f"{leader} leads epoch {epoch}" if leader else "no leader at the moment"
+    w = {"leader": leader, "epoch": epoch, "from": from_epoch, "target": target, "action": entry.action}
+    state = _("%(leader)s leads epoch %(epoch)s") % w if leader else _("no leader at the moment")
     if entry.action == "promote":
         if leader == target and epoch > from_epoch:
-            return Progress(True, False, f"{leader} leads epoch {epoch} (was epoch {from_epoch})")
+            return Progress(True, False, _("%(leader)s leads epoch %(epoch)s (was epoch %(from)s)") % w)
         if leader and epoch > from_epoch:
-            return Progress(True, True, f"{leader} leads epoch {epoch}, not {target}")
-        what = f"waiting for {target} to take over from epoch {from_epoch}"
+            return Progress(True, True, _("%(leader)s leads epoch %(epoch)s, not %(target)s") % w)
+        what = _("waiting for %(target)s to take over from epoch %(from)s") % w
     elif entry.action == "drain":
         drained = member is None or member.drain
         if leader and leader != target and drained:
-            moved = f" (was epoch {from_epoch})" if epoch > from_epoch else ""
-            return Progress(True, False, f"{target} is drained; {leader} leads epoch {epoch}{moved}")
+            if epoch > from_epoch:
+                text = _("%(target)s is drained; %(leader)s leads epoch %(epoch)s (was epoch %(from)s)") % w
+            else:
+                text = _("%(target)s is drained; %(leader)s leads epoch %(epoch)s") % w
+            return Progress(True, False, text)
         if drained and leader is None and not site.eligible and site.lease is not None:
             return Progress(
-                True, False, f"{target} is drained; no eligible member is left: the pool has no leader"
+                True,
+                False,
+                _("%(target)s is drained; no eligible member is left: the pool has no leader") % w,
             )
-        what = f"waiting for {target} to be drained" + (" and hand off" if leader == target else "")
+        if leader == target:
+            what = _("waiting for %(target)s to be drained and hand off") % w
+        else:
+            what = _("waiting for %(target)s to be drained") % w
     elif entry.action == "forget":
         if member is None:
-            return Progress(True, False, _("%(member)s is no longer a member; its history is kept") % {
-                "member": target})  # fmt: skip
-        what = _("waiting for this agent's view to drop %(member)s") % {"member": target}
+            return Progress(True, False, _("%(target)s is no longer a member; its history is kept") % w)
+        what = _("waiting for this agent's view to drop %(target)s") % w
     elif entry.action == "undrain":
         if member is not None and not member.drain:
-            return Progress(True, False, f"{target} is no longer drained; {state}")
-        what = f"waiting for {target}'s heartbeat to show the undrain"
+            return Progress(
+                True, False, _("%(target)s is no longer drained; %(state)s") % {**w, "state": state}
+            )
+        what = _("waiting for %(target)s's heartbeat to show the undrain") % w
     else:
         return Progress(
-            True, False, f"{entry.action} recorded at epoch {from_epoch}; the pool reads it at its next poll"
+            True, False, _("%(action)s recorded at epoch %(from)s; the pool reads it at its next poll") % w
         )
     if waited > timeout_s:
-        return Progress(True, True, f"no effect seen within {timeout_s:.0f} s ({state}); check the site page")
-    return Progress(False, False, f"{what} — {state} ({waited:.0f} s)")
+        return Progress(True, True, _("no effect seen within %(n).0f s (%(state)s); check the site page") % {
+            "n": timeout_s, "state": state})  # fmt: skip
+    return Progress(
+        False, False, _("%(what)s — %(state)s (%(n).0f s)") % {"what": what, "state": state, "n": waited}
+    )

@@ -12,6 +12,9 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.utils.translation import gettext as _
+from django.utils.translation import pgettext_lazy
+
 from elections.ports.localstate import RelayStatus
 from elections.web.panel.proxy_state import ProxyState
 
@@ -76,6 +79,20 @@ class RelaySession:
 MAX_SESSIONS_SHOWN = 500
 
 
+# relay.listen_set's codes; in English the code itself, as relayctl and the API say it
+_LISTEN_WHY = {
+    "node": pgettext_lazy("why the relay listens there", "node"),
+    "loopback": pgettext_lazy("why the relay listens there", "loopback"),
+    "vip": pgettext_lazy("why the relay listens there", "vip"),
+    "secondary_ip": pgettext_lazy("why the relay listens there", "secondary_ip"),
+}
+_LISTEN_STATE = {
+    "listening": pgettext_lazy("the relay on one address", "listening"),
+    "waiting": pgettext_lazy("the relay on one address", "waiting"),
+    "failed": pgettext_lazy("the relay on one address", "failed"),
+}
+
+
 @dataclass(frozen=True)
 class ListenEntry:
     """One address the relay wants to listen on (relay.listen_set), and whether it does."""
@@ -88,6 +105,17 @@ class ListenEntry:
     @property
     def up(self) -> bool:
         return self.state == "listening"
+
+    @property
+    def why_shown(self) -> str:
+        """Why the relay listens there, in the reader's language (an unknown code as written)."""
+        word = _LISTEN_WHY.get(self.why)
+        return str(word) if word is not None else self.why
+
+    @property
+    def state_shown(self) -> str:
+        word = _LISTEN_STATE.get(self.state)
+        return str(word) if word is not None else self.state
 
     @classmethod
     def of(cls, doc: object) -> ListenEntry | None:
@@ -163,16 +191,17 @@ def _int(value: Any) -> int:
 def relay_state(status: RelayStatus, kmsn: str, now: float) -> RelayState:
     """The relay as its status file describes it; defensive about every field."""
     if not status.exists:
-        return RelayState(False, "no relay status (relay.json) on this agent")
+        return RelayState(False, _("no relay status (relay.json) on this agent"))
     age = status.age(now)
     proxy = ProxyState.of(status.snapshot)
     if not status.listening:
-        why = "relay not listening"
+        why = _("relay not listening")
         if proxy is not None and status.pid is not None:
-            why = f"the external relay {proxy.command} does not accept yet ({proxy.last_error or 'starting'})"
+            why = _("the external relay %(command)s does not accept yet (%(error)s)") % {
+                "command": proxy.command, "error": proxy.last_error or _("starting")}  # fmt: skip
         return RelayState(False, why, pid=status.pid, epoch=status.epoch, age=age, proxy=proxy)
     if age is None or age > 3.0:
-        return RelayState(False, "relay status is stale", pid=status.pid, epoch=status.epoch, age=age)
+        return RelayState(False, _("relay status is stale"), pid=status.pid, epoch=status.epoch, age=age)
     snap = status.snapshot
     counts = snap.get("counts") if isinstance(snap.get("counts"), dict) else {}
     stations = counts.get(kmsn) if isinstance(counts.get(kmsn), dict) else {}

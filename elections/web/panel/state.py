@@ -64,6 +64,7 @@ class MemberRow:
     beacon_loss: float | None = None  # share of its beacons lost (0..1), as this agent counts them
     beacon_age: float | None = None  # seconds since this agent last heard one (its own clock)
     web_tls: str | None = None  # its panel's certificate SHA-256 (64 hex), "" plain HTTP, None unsaid
+    gone: bool = False  # its heartbeat is older than HEARTBEAT_TTL (on this agent's clock): no agent there
     clock: ClockReading | None = None  # its wall clock against the store's (core.skew): shown only
     clock_vs_agent: tuple[float, float] | None = None  # its clock minus this agent's, and the error
 
@@ -84,7 +85,18 @@ class MemberRow:
 
     @property
     def role(self) -> str:
-        return "leader" if self.leader else "follower"
+        """leader, follower, or gone: a member whose heartbeat outlived HEARTBEAT_TTL is no
+        follower (its agent was killed or cut off), unknown before any heartbeat was timed."""
+        if self.leader:
+            return "leader"
+        if self.gone:
+            return "gone"
+        return "follower" if self.age is not None else "unknown"
+
+    @property
+    def role_text(self) -> str:
+        words = {"leader": _("leader"), "follower": _("follower"), "gone": _("gone"), "unknown": _("unknown")}
+        return words[self.role]
 
     @property
     def web_tls_shown(self) -> str:
@@ -170,8 +182,8 @@ class SiteState:
     def alarm_text(self) -> str:
         """What the tab title says: NO LEADER before SECURITY ('' when neither)."""
         if not self.has_leader:
-            return "NO LEADER"
-        return "SECURITY" if self.security_alarm else ""
+            return _("NO LEADER")
+        return _("SECURITY") if self.security_alarm else ""
 
     @property
     def refused_total(self) -> int:
@@ -205,20 +217,26 @@ class SiteState:
     @property
     def why_no_leader(self) -> str:
         if self.view_age is None:
-            return "this agent has no view of the pool yet"
+            return _("this agent has no view of the pool yet")
         if self.view_stale:
-            return f"this agent's view of the pool is {self.view_age:.0f} s old"
+            return _("this agent's view of the pool is %(n).0f s old") % {"n": self.view_age}
         if not self.store_reachable:
             if self.watched and self.lease_detail:
-                return f"the watched share is unreachable from this agent: {self.lease_detail}"
-            return "the lease store is unreachable from this agent"
+                return _("the watched share is unreachable from this agent: %(detail)s") % {
+                    "detail": self.lease_detail
+                }
+            return _("the lease store is unreachable from this agent")
         if self.lease is None:
-            return f"no valid lease (status {self.lease_status})"
+            return _("no valid lease (status %(status)s)") % {"status": self.lease_status}
+        node = self.lease.get("node")
         if self.lease.get("released"):
-            return f"lease released by {self.lease.get('node')}" + (
-                f", handed to {self.lease['handoff_to']}" if self.lease.get("handoff_to") else ""
-            )
-        return f"lease of {self.lease.get('node')} expired"
+            if self.lease.get("handoff_to"):
+                return _("lease released by %(node)s, handed to %(to)s") % {
+                    "node": node,
+                    "to": self.lease["handoff_to"],
+                }
+            return _("lease released by %(node)s") % {"node": node}
+        return _("lease of %(node)s expired") % {"node": node}
 
     @property
     def eligible(self) -> list[MemberRow]:
@@ -281,6 +299,7 @@ def build_site(
                 web_tls=m.web_tls,
                 clock=m.clock,
                 clock_vs_agent=versus(m.clock, mine) if node != pool.node else None,
+                gone=age is not None and age > settings.STK.heartbeat_ttl and node != leader_node,
             )
         )
     site = SiteState(

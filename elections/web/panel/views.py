@@ -9,7 +9,7 @@ import csv
 import re
 import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 from urllib.parse import urlencode
 
@@ -27,17 +27,16 @@ from elections import audit
 from elections.core.commands import forget_refusal
 from elections.ports.localstate import LocalState
 from elections.steering import perform
-from elections.web import svg
 from elections.web.auth import actor_for, denial, panel_view
-from elections.web.panel import fleet, fmt
-from elections.web.panel.failovers import REASONS, Failover, failovers_for, known_kmsns, load_events, segments
+from elections.web.panel import fleet, fmt, words
+from elections.web.panel.failovers import REASONS, Failover, failovers_for, known_kmsns
 from elections.web.panel.live import render_live
 from elections.web.panel.operate import KINDS, preview, progress
 from elections.web.panel.page import PAGE_SIZE, base_context
 from elections.web.panel.state import SiteState, all_kmsns, site_state, site_states
+from elections.web.panel.timeline import TIMELINE_WINDOWS, default_window, timeline_svg
 
 PERIODS = {"1h": 1, "6h": 6, "24h": 24, "7d": 24 * 7, "30d": 24 * 30, "all": None}
-TIMELINE_WINDOWS = {"15m": 0.25, "1h": 1, "6h": 6, "24h": 24}
 
 
 # -- sites ----------------------------------------------------------------------------
@@ -49,7 +48,7 @@ def sites(request: HttpRequest) -> HttpResponse:
     shown = order.apply(states)
     alarm_text = next((s.alarm_text for s in sorted(states, key=lambda s: s.has_leader) if s.alarm_text), "")
     ctx = base_context(
-        request, "Sites", bool(alarm_text), alarm_text=alarm_text, sites=[_site_row(s) for s in shown],
+        request, _("Sites"), bool(alarm_text), alarm_text=alarm_text, sites=[_site_row(s) for s in shown],
         order=order, h=order.headers(), sorts=[(k, v[0]) for k, v in fleet.SORTS.items()],
         order_label=order.label(),
         counts=fleet.counts(states, shown),
@@ -60,10 +59,11 @@ def sites(request: HttpRequest) -> HttpResponse:
 def _site_row(s: SiteState) -> dict[str, Any]:
     return {
         "s": s,
-        "since_utc": fmt.utc(s.since),
-        "since_iso": fmt.iso(s.since),
+        "since": fmt.when(s.since),
         "renewed": fmt.age(s.renewed_ago),
-        "expires": fmt.age(s.expires_in) if s.expires_in is not None and s.expires_in > 0 else "expired",
+        "expired": not (s.expires_in is not None and s.expires_in > 0),
+        "expires": fmt.age(s.expires_in) if s.expires_in is not None and s.expires_in > 0 else "",
+        "lease_status": words.of(words.LEASE_STATUS, s.lease_status),
         "eligible": len(s.eligible),
         "total": len(s.members),
         "relay_clients": s.relay.clients if s.relay and s.relay.running else None,
@@ -89,7 +89,7 @@ def _buttons(request: HttpRequest, s: SiteState) -> tuple[dict[str, list[Button]
     def make(kind: str, label: str, target: str | None, why: str = "") -> Button:
         why = denial(request.user, kind) or why
         if not why and s.epoch is None:
-            why = "no lease epoch known: nothing to act on"
+            why = _("no lease epoch known: nothing to act on")
         url = ""
         if not why:
             q = {"epoch": s.epoch}
@@ -102,21 +102,28 @@ def _buttons(request: HttpRequest, s: SiteState) -> tuple[dict[str, list[Button]
     for m in s.members:
         row = []
         if m.drain:
-            row.append(make("undrain", "Undrain", m.node))
+            row.append(make("undrain", _("Undrain"), m.node))
         else:
             # Draining the last eligible member is allowed, with force on the confirmation page.
-            row.append(make("drain", "Drain", m.node))
+            row.append(make("drain", _("Drain"), m.node))
         why = ""
         if m.leader:
-            why = "already the leader"
+            why = _("already the leader")
         elif not m.eligible:
-            why = "not eligible: " + ("; ".join(m.reasons) or "unknown")
-        row.append(make("promote", "Promote", m.node, why))
+            why = _("not eligible: %(reasons)s") % {
+                "reasons": "; ".join(words.reason(r) for r in m.reasons) or _("unknown")
+            }
+        row.append(make("promote", _("Promote"), m.node, why))
         if not s.watched:  # retired from its own pool's agents only (elections.steering)
             stale_after = settings.STK.heartbeat_ttl + settings.STK.promotion_hold
-            row.append(make("forget", _("Forget"), m.node, forget_refusal(m.node, m, s.lease, stale_after)))
+            refusal = words.forget_refusal(forget_refusal(m.node, m, s.lease, stale_after))
+            row.append(make("forget", _("Forget"), m.node, refusal))
         per_member[m.node] = row
-    pool = [make("resume", "Resume failover", None)] if s.paused else [make("pause", "Pause failover", None)]
+    pool = (
+        [make("resume", _("Resume failover"), None)]
+        if s.paused
+        else [make("pause", _("Pause failover"), None)]
+    )
     return per_member, pool
 
 
@@ -138,47 +145,30 @@ def _stations(request: HttpRequest, s: SiteState) -> list[dict[str, Any]]:
     return rows
 
 
-def _timeline(s: SiteState, hours: float, now: datetime) -> str:
-    from elections.models import ElectionEvent
-
-    start = now - timedelta(hours=hours)
-    events = load_events(s.kmsn, since=start, kinds=("elected", "stepped_down", "released", "handoff"))
-    before = (
-        ElectionEvent.objects.filter(kmsn=s.kmsn, kind="elected", observed_at__lt=start)
-        .order_by("-observed_at", "-id")
-        .values_list("id", "kmsn", "node", "epoch", "kind", "reason", "observed_at", "detail")
-        .first()
-    )
-    if before is not None:
-        from elections.web.panel.failovers import Ev
-
-        events.append(Ev(*before))
-    bars = [
-        svg.Bar(g.node, g.epoch, g.start, g.end) for g in segments(events, now, s.epoch if s.leader else None)
-    ]
-    return svg.timeline(bars, [m.node for m in s.members], start, now)
-
-
 @panel_view
 def site(request: HttpRequest, kmsn: str) -> HttpResponse:
     s = site_state(kmsn)
     if s is None:
-        raise Http404(f"this agent does not see pool {kmsn}")
+        raise Http404(_("this agent does not see pool %(kmsn)s") % {"kmsn": kmsn})
     now = timezone.now()
-    window = request.GET.get("window", "6h")
-    window = window if window in TIMELINE_WINDOWS else "6h"
+    recent = failovers_for(kmsn)[-5:][::-1]
+    window = request.GET.get("window", "")
+    if window not in TIMELINE_WINDOWS:
+        window = default_window(recent[0].at if recent else None, now)
     per_member, pool_buttons = _buttons(request, s)
     members = [{"m": m, "age": fmt.age(m.age), "buttons": per_member.get(m.node, []),
+                "reasons": [words.reason(r) for r in m.reasons],
                 "beacon_age": fmt.age(m.beacon_age),
                 "beacon_loss": f"{m.beacon_loss:.0%}" if m.beacon_loss is not None else "—"}
                for m in s.members]  # fmt: skip
     relay = s.relay
     ctx = base_context(
         request,
-        f"Pool {kmsn}",
+        _("Pool %(kmsn)s") % {"kmsn": kmsn},
         bool(s.alarm_text),
         alarm_text=s.alarm_text,
         s=s,
+        trouble=words.trouble(s),
         row=_site_row(s),
         members=members,
         pool_buttons=pool_buttons,
@@ -186,10 +176,14 @@ def site(request: HttpRequest, kmsn: str) -> HttpResponse:
         relay_rate=fmt.rate(relay.rate) if relay else "—",
         relay_bytes=fmt.size(relay.bytes) if relay else "—",
         stations=_stations(request, s),
-        timeline=mark_safe(_timeline(s, TIMELINE_WINDOWS[window], now)),
+        timeline=mark_safe(timeline_svg(s, TIMELINE_WINDOWS[window], now)),
         window=window,
-        windows=list(TIMELINE_WINDOWS),
-        recent=failovers_for(kmsn)[-5:][::-1],
+        windows=[(w, words.WINDOWS[w]) for w in TIMELINE_WINDOWS],
+        recent=[
+            {"f": f, "reason": words.of(words.FAILOVER_REASONS, f.reason), "at": fmt.when(f.at)}
+            for f in recent
+        ],
+        zone=fmt.zone_name(),
         addresses_age=fmt.age(s.addresses_age),
         repairs=[{**r, "age": fmt.age(r["age_s"])} for r in s.repairs],
     )
@@ -230,12 +224,15 @@ def history(request: HttpRequest) -> HttpResponse:
     query = {k: v for k, v in filters.items() if k in ("kmsn", "period", "reason") and v}
     ctx = base_context(
         request,
-        "Failover history",
+        _("Failover history"),
         page=page,
-        rows=[{"f": f, "utc": fmt.utc(f.at), "local": fmt.local(f.at), "iso": fmt.iso(f.at)} for f in page],
+        rows=[
+            {"f": f, "at": fmt.when(f.at), "reason": words.of(words.FAILOVER_REASONS, f.reason)} for f in page
+        ],
         filters=filters,
-        reasons=REASONS,
-        periods=list(PERIODS),
+        reasons=[(r, words.of(words.FAILOVER_REASONS, r)) for r in REASONS],
+        periods=[(p, words.PERIODS[p]) for p in PERIODS],
+        zone=fmt.zone_name(),
         query=urlencode(query),
         total=len(rows),
     )
@@ -308,10 +305,10 @@ def confirm(request: HttpRequest, kmsn: str, kind: str) -> HttpResponse:
     """GET: what the command will do, the dry-run plan and the expected epoch.
     POST: perform it (403 without permission, 409 on a changed epoch, ...)."""
     if kind not in KINDS:
-        raise Http404("no such command")
+        raise Http404(_("no such command"))
     s = site_state(kmsn)
     if s is None:
-        raise Http404(f"this agent does not see pool {kmsn}")
+        raise Http404(_("this agent does not see pool %(kmsn)s") % {"kmsn": kmsn})
     if request.method == "POST":
         target = request.POST.get("target") or None
         outcome = perform(
@@ -328,10 +325,11 @@ def confirm(request: HttpRequest, kmsn: str, kind: str) -> HttpResponse:
             return redirect(reverse("panel-progress", args=[kmsn, outcome.correlation]), permanent=False)
         ctx = base_context(
             request,
-            f"{kind.capitalize()} not done",
+            _("%(command)s not done") % {"command": words.of(words.COMMANDS, kind)},
             True,
             s=s,
             kind=kind,
+            command=words.of(words.COMMANDS, kind),
             target=target,
             outcome=outcome,
             expected=_int_or_none(request.POST.get("expected_epoch")),
@@ -346,15 +344,16 @@ def confirm(request: HttpRequest, kmsn: str, kind: str) -> HttpResponse:
     if kind == "promote" and target not in {m.node for m in choices}:
         target = choices[0].node if len(choices) == 1 else None
     if kind in ("drain", "undrain", "forget") and (not target or s.member(target) is None):
-        raise Http404("no such member")
+        raise Http404(_("no such member"))
     if kind == "unbind" and not target:
-        raise Http404("no station named")
+        raise Http404(_("no station named"))
     ctx = base_context(
         request,
-        f"Confirm {kind}",
+        _("Confirm: %(command)s") % {"command": words.of(words.COMMANDS, kind)},
         not s.has_leader,
         s=s,
         kind=kind,
+        command=words.of(words.COMMANDS, kind),
         target=target,
         expected=expected,
         moved=expected is not None and s.epoch is not None and expected != s.epoch,
@@ -373,17 +372,18 @@ def command_progress(request: HttpRequest, kmsn: str, correlation: str) -> HttpR
         phase=audit.AuditEntry.OUTCOME, correlation=correlation, kmsn=kmsn
     ).first()
     if entry is None:
-        raise Http404("no such command")
+        raise Http404(_("no such command"))
     s = site_state(kmsn)
     if s is None:
-        raise Http404(f"this agent does not see pool {kmsn}")
+        raise Http404(_("this agent does not see pool %(kmsn)s") % {"kmsn": kmsn})
     p = progress(entry, s, timezone.now(), progress_timeout())
     ctx = base_context(
         request,
-        f"{entry.action.capitalize()} {entry.target}".strip(),
+        f"{words.of(words.COMMANDS, entry.action)} {entry.target}".strip(),
         not s.has_leader,
         s=s,
         entry=entry,
+        command=words.of(words.COMMANDS, entry.action),
         p=p,
         row=_site_row(s),
     )

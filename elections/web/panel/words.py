@@ -1,0 +1,153 @@
+"""The panel's words for what the pure core and the worker write in plain English
+(the core has no Django: DESIGN.md §3). Each function takes the core's text and
+gives the reader's language; a text it does not know (another version's agent wrote
+it) is shown as written, never dropped."""
+
+from __future__ import annotations
+
+import re
+
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+
+from elections.web.panel.state import EARLY_TAKEOVERS_ALARM, SiteState
+
+_HEARTBEAT_OLD = re.compile(r"^heartbeat ([\d.]+) s old > ([\d.]+) \+ ([\d.]+)$")
+# core.commands.forget_refusal's three texts
+_HOLDS_LEASE = re.compile(r"^(.+) holds the lease \(epoch (.*)\): drain it so that another member leads$")
+_NOT_TIMED = re.compile(r"^(.+)'s heartbeat has not been timed yet: wait for this agent to judge it$")
+_FRESH = re.compile(
+    r"^(.+)'s heartbeat is fresh \(([\d.]+) s old, stale after ([\d.e+]+) s\): stop its agent first$"
+)
+
+# core.eligibility's reasons that carry no value
+_REASONS = {
+    "drained": gettext_lazy("drained"),
+    "heartbeat not yet timed": gettext_lazy("heartbeat not yet timed"),
+    "priority 0 (never leader)": gettext_lazy("priority 0 (never leader)"),
+    "gate signal: not master": gettext_lazy("gate signal: not master"),
+}
+
+# core.failovers.REASONS: why the leader changed
+FAILOVER_REASONS = {
+    "forced": gettext_lazy("forced"),
+    "promoted": gettext_lazy("promoted"),
+    "drained": gettext_lazy("drained"),
+    "handoff": gettext_lazy("handoff"),
+    "stepped down": gettext_lazy("stepped down"),
+    "leader gone": gettext_lazy("leader gone"),
+    "lease expired": gettext_lazy("lease expired"),
+    "first election": gettext_lazy("first election"),
+}
+
+LEASE_STATUS = {
+    "valid": gettext_lazy("valid"),
+    "missing": gettext_lazy("missing"),
+    "corrupt": gettext_lazy("corrupt"),
+    "forged": gettext_lazy("forged"),
+    "unreachable": gettext_lazy("unreachable"),
+    "unknown": gettext_lazy("unknown"),
+}
+
+COMMANDS = {
+    "drain": gettext_lazy("drain"),
+    "undrain": gettext_lazy("undrain"),
+    "promote": gettext_lazy("promote"),
+    "pause": gettext_lazy("pause failover"),
+    "resume": gettext_lazy("resume failover"),
+    "unbind": gettext_lazy("reset binding"),
+    "forget": gettext_lazy("forget"),
+    "unlock_login": gettext_lazy("unlock login"),
+}
+
+RESULTS = {
+    "accepted": gettext_lazy("accepted"),
+    "stale_epoch": gettext_lazy("stale epoch"),
+    "unknown_member": gettext_lazy("unknown member"),
+    "refused": gettext_lazy("refused"),
+    "forbidden": gettext_lazy("forbidden"),
+    "unavailable": gettext_lazy("unavailable"),
+    "error": gettext_lazy("error"),
+    "no outcome recorded": gettext_lazy("no outcome recorded"),
+}
+
+PERIODS = {
+    "1h": gettext_lazy("last hour"),
+    "6h": gettext_lazy("last 6 hours"),
+    "24h": gettext_lazy("last 24 hours"),
+    "7d": gettext_lazy("last 7 days"),
+    "30d": gettext_lazy("last 30 days"),
+    "all": gettext_lazy("all time"),
+}
+
+WINDOWS = {
+    "15m": gettext_lazy("15 min"),
+    "1h": gettext_lazy("1 h"),
+    "6h": gettext_lazy("6 h"),
+    "24h": gettext_lazy("24 h"),
+}
+
+
+def reason(text: str) -> str:
+    """One of core.eligibility's reasons why a member may not lead."""
+    known = _REASONS.get(text)
+    if known is not None:
+        return str(known)
+    m = _HEARTBEAT_OLD.match(text)
+    if m:
+        return _("heartbeat %(age)s s old > %(ttl)s + %(hold)s") % {"age": m[1], "ttl": m[2], "hold": m[3]}
+    if text.startswith("health: "):
+        return _("health: %(what)s") % {"what": text[len("health: ") :]}
+    if text.startswith("gate: "):  # core.gate: why this host's gate is not master (keepalived's words)
+        return _("gate: %(why)s") % {"why": text[len("gate: ") :]}
+    return text
+
+
+def forget_refusal(text: str) -> str:
+    """core.commands.forget_refusal's reason why a member may not be forgotten now."""
+    if m := _HOLDS_LEASE.match(text):
+        return _("%(member)s holds the lease (epoch %(epoch)s): drain it so that another member leads") % {
+            "member": m[1], "epoch": m[2]}  # fmt: skip
+    if m := _NOT_TIMED.match(text):
+        return _("%(member)s's heartbeat has not been timed yet: wait for this agent to judge it") % {
+            "member": m[1]}  # fmt: skip
+    if m := _FRESH.match(text):
+        shown = {"member": m[1], "age": m[2], "stale": m[3]}
+        fresh = _(
+            "%(member)s's heartbeat is fresh (%(age)s s old, stale after %(stale)s s): stop its agent first"
+        )
+        return fresh % shown
+    return text
+
+
+def of(table: dict[str, object], code: str) -> str:
+    """`code` in words from one of the tables above, else `code` itself."""
+    word = table.get(code)
+    return str(word) if word is not None else code
+
+
+def trouble(s: SiteState) -> str:
+    """What is wrong with the pool, in one sentence ('' when nothing is): the site page's first line."""
+    if not s.has_leader:
+        return _("This pool has no leader: %(why)s.") % {"why": s.why_no_leader}
+    if s.security_alarm:
+        return _("Security alarm: this agent refused forged or replayed records, see below.")
+    if not s.store_reachable:
+        return _("The lease store is unreachable from this agent.")
+    if s.paused:
+        return _("Automatic failover is paused: if %(leader)s fails, nobody takes over.") % {
+            "leader": s.leader
+        }
+    gone = [m.node for m in s.members if m.gone]
+    if gone:
+        return _("Member(s) %(nodes)s gone: no heartbeat within the TTL.") % {"nodes": ", ".join(gone)}
+    if s.early_takeovers_24h >= EARLY_TAKEOVERS_ALARM:
+        return _("%(n)d early takeovers in 24 h: agents keep dying, or someone forges their deaths.") % {
+            "n": s.early_takeovers_24h
+        }
+    if s.members and len(s.eligible) < len(s.members):
+        return _("%(n)d of %(total)d members may not become leader.") % {
+            "n": len(s.members) - len(s.eligible),
+            "total": len(s.members),
+        }
+    return ""
