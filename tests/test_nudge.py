@@ -114,3 +114,12 @@ def test_everyone_together_is_bounded_too():
     assert admitted == TOTAL
     # A second later the budget is back.
     assert board.receive(nudge(seq=5000).encode(KEY), "10.9.9.9", 8.0, none) == nudge(seq=5000)
+
+
+def test_a_members_own_nudge_back_by_broadcast_is_its_echo_not_a_replay():
+    board = NudgeBoard(KMSN, KEY, node="S001", ip="127.0.0.21")
+    raw = Nudge(KMSN, "S001", 7, "promote_requested").encode(KEY)
+    assert board.receive(raw, "127.0.0.21", 0.0, lambda node: 7) is None
+    assert board.refusals.counts == {} and board.echoes == 1 and board.accepted == 0
+    assert board.receive(raw, "127.0.0.99", 1.0, lambda node: 7) is None  # the same bytes from elsewhere
+    assert board.refusals.counts == {"replayed": 1} and board.echoes == 1

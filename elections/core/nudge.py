@@ -115,9 +115,12 @@ def parse_nudge(raw: bytes, key: str, kmsn: str) -> Nudge:
 class NudgeBoard:
     kmsn: str
     key: str
+    node: str = ""  # this member, and its address: its own nudges back by broadcast are its
+    ip: str = ""  # echo (no refusal); from any other address they are replays
     refusals: Refusals = field(default_factory=Refusals)
     accepted: int = 0
     dropped: int = 0
+    echoes: int = 0
     _acted: OrderedDict[tuple[str, int], None] = field(default_factory=OrderedDict)
     _sources: OrderedDict[str, _Bucket] = field(default_factory=OrderedDict)
     _total: _Bucket | None = None
@@ -135,6 +138,9 @@ class NudgeBoard:
         except Untrusted as exc:
             self.refusals.note(f"nudge from {source}", exc.cause, exc.detail, now=now)
             return None
+        if nudge.node == self.node and source == self.ip:  # our own, back by broadcast: not a replay
+            self.echoes += 1
+            return None
         pair = (nudge.node, nudge.seq)
         if nudge.seq <= folded(nudge.node) or pair in self._acted:
             self.refusals.note(f"nudge from {source}", REPLAYED, f"{nudge.describe()}: already seen", now=now)
@@ -146,7 +152,7 @@ class NudgeBoard:
         return nudge
 
     def to_doc(self) -> dict[str, Any]:
-        return {"accepted": self.accepted, "dropped": self.dropped}
+        return {"accepted": self.accepted, "dropped": self.dropped, "echoes": self.echoes}
 
     def _admit(self, source: str, now: float) -> bool:
         bucket = self._sources.pop(source, None) or _Bucket(PER_SOURCE, now)

@@ -124,7 +124,7 @@ class BeaconService:
         self.board = BeaconBoard(config.kmsn, config.key, config.node)
         # Command nudges (core.nudge) come to the same port; `folded(node)` is the
         # highest event seq of `node` this agent has (a nudge naming it is a replay).
-        self.nudges = NudgeBoard(config.kmsn, config.key)
+        self.nudges = NudgeBoard(config.kmsn, config.key, config.node, config.ip)
         self.nudged = nudged
         self.folded = folded
         # (seq, member_digest) of this member's own record as last written: in every beacon.
