@@ -192,10 +192,15 @@ def test_a_drain_and_a_promote_done_in_the_chinese_panel_show_in_the_site_s_zone
         assert shown.inner_text().endswith(" CST"), shown.inner_text()
         assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC · Asia/Taipei", shown.get_attribute("title"))
     assert "中文面板測試" in page.inner_text("tbody")
-    page.goto(site.base + "/history/?period=all")
-    assert "時間（Asia/Taipei）" in page.inner_text("thead")
-    reasons = page.locator("tbody [data-reason]").all_inner_texts()
-    assert "已排空" in reasons and "提升" in reasons  # drained, promoted
+
+    def both_rows() -> list[str] | None:
+        page.goto(site.base + "/history/?period=all")
+        reasons = page.locator("tbody [data-reason]").all_inner_texts()
+        return reasons if "已排空" in reasons and "提升" in reasons else None
+
+    # drained, promoted: the promote's row once the new leader's election is folded here
+    shown = wait_until(both_rows, 20, "the drain's and the promote's rows")
+    assert shown and "時間（Asia/Taipei）" in page.inner_text("thead")
     no_serious_axe_violations(page)
     page.context.close()
 
