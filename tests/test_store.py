@@ -324,3 +324,20 @@ def test_a_heartbeat_seq_keeps_growing_across_a_restart_with_a_lower_counter(tmp
     restarted = FileLeaseStore(tmp_path, TOKEN, "S002", clock)  # e.g. after a reboot
     restarted.write_member({"node": "S002", "seq": 5, "epoch": 1})
     assert FileLeaseStore(tmp_path, TOKEN, "S001", clock).read_members()["S002"]["seq"] == 1_000_001
+
+
+def test_a_member_removed_between_the_listing_and_its_read_is_gone_not_refused(tmp_path, store):
+    """A forget on another agent unlinks a member file after this store listed the
+    folder: the member is gone, and nothing is refused (an empty read once looked forged)."""
+    store.write_member({"node": "S002", "seq": 5, "epoch": 1})
+    assert "S002" in store.read_members()
+    listing = store.share.listing
+
+    def listing_then_forget(*args, **kwargs):
+        names, refused = listing(*args, **kwargs)
+        (tmp_path / "members" / "S002.json").unlink()  # the other agent's forget lands here
+        return names, refused
+
+    store.share.listing = listing_then_forget
+    assert "S002" not in store.read_members()
+    assert not store.refusals.counts, store.refusals.counts

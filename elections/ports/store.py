@@ -387,7 +387,10 @@ class FileLeaseStore:
         node = name[: -len(".json")]
         try:
             rel = f"{MEMBERS_DIR}/{name}"
-            doc = load_object(self._read_raw(rel, MEMBER) or b"", MEMBER, rel)
+            raw = self._read_raw(rel, MEMBER)
+            if raw is None:  # removed between the listing and this read (a forget): gone, not forged
+                return None
+            doc = load_object(raw, MEMBER, rel)
             if not signature_ok(doc, self.token):
                 raise Untrusted(UNSIGNED if "sig" not in doc else FORGED, f"{name} is not validly signed")
             if doc.get("node") != node:
