@@ -61,7 +61,9 @@ class EntryTarget:
 
 def target_of(view: PoolView, now: float, stale_after: float) -> EntryTarget | None:
     """Where remote clients go now, or None (no fresh view, no valid unreleased lease)."""
-    if view.updated is None or not 0 <= now - view.updated <= stale_after:
+    # `updated` is the worker's reading of this host's monotonic clock: written after `now` was read
+    # is fresh, not suspect.
+    if view.updated is None or now - view.updated > stale_after:
         return None
     lease = view.lease or {}
     if view.lease_status != "valid" or lease.get("released") or lease.get("ttl_s") == 0:
