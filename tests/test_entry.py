@@ -17,7 +17,12 @@ from relay.entry import EntryRunner, target_of
 from stkrelay import config
 
 dj = test_panel_support.dj
-BASE = {"STK_KMSN": "k", "STK_STATION": "S001", "STK_RELAY_TOKEN": "entry-test-token-7f3a9c21d4e8b605", "STK_NODE_IP": "10.0.0.1"}
+BASE = {
+    "STK_KMSN": "k",
+    "STK_STATION": "S001",
+    "STK_RELAY_TOKEN": "entry-test-token-7f3a9c21d4e8b605",
+    "STK_NODE_IP": "10.0.0.1",
+}
 
 
 def problems(**keys: str) -> list[str]:
