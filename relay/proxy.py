@@ -257,14 +257,17 @@ class FencingProxy:
             return False
 
     # -- listening ------------------------------------------------------------------
-    async def start(self, host: str, port: int, passthrough_port: int | None = None) -> None:
+    async def start(
+        self, host: str, port: int, passthrough_port: int | None = None, *, freebind: bool = False
+    ) -> None:
         """Listen on `host`: `port` forwards to the external relay's port, `passthrough_port`
-        (default `port` + 1) to its passthrough port. Raises `OSError` if either cannot
-        be bound (then neither listens). More addresses: `listen_on()`."""
+        (default `port` + 1) to its passthrough port (``IP_FREEBIND`` if asked: an entry's
+        shared VIP). Raises `OSError` if either cannot be bound (then neither listens).
+        More addresses: `listen_on()`."""
         self._loop = asyncio.get_running_loop()
         second = port + 1 if passthrough_port is None else passthrough_port
         self._ports = (port, second)
-        await self.listen_on(host)
+        await self.listen_on(host, freebind=freebind)
         for name, sock in zip(("json", "passthrough"), self._hosts[host], strict=True):
             self.addresses[name] = sock.getsockname()[:2]
         self._ports = (self.addresses["json"][1], self.addresses["passthrough"][1])
@@ -280,10 +283,8 @@ class FencingProxy:
         self._loop = asyncio.get_running_loop()
         made: list[socket.socket] = []
         try:
-            routes = (("json", self._ports[0], self.upstream[1]),
-                      ("passthrough", self._ports[1], self.upstream_passthrough))  # fmt: skip
-            for name, number, target in routes:
-                made.append(self.listen(name, host, number, target, freebind=freebind))
+            for name, number in (("json", self._ports[0]), ("passthrough", self._ports[1])):
+                made.append(self.listen(name, host, number, freebind=freebind))
         except OSError:
             for sock in made:
                 self._close_listener(sock)
@@ -303,10 +304,9 @@ class FencingProxy:
             if here == host:
                 pair.close("address_left")
 
-    def listen(
-        self, name: str, host: str, port: int, target: int, *, freebind: bool = False
-    ) -> socket.socket:
-        """One more listener: connections to `host:port` go to the external relay's `target`."""
+    def listen(self, name: str, host: str, port: int, *, freebind: bool = False) -> socket.socket:
+        """One more listener: connections to `host:port` go to the upstream's port `name`
+        (``json`` or ``passthrough``), as `upstream` says when each is accepted."""
         sock = bound_socket(host, port, freebind=freebind)
         try:
             sock.listen(BACKLOG)
@@ -314,7 +314,7 @@ class FencingProxy:
             sock.close()
             raise
         self._listeners.append(sock)
-        self.loop.add_reader(sock.fileno(), self._accept, sock, name, target)
+        self.loop.add_reader(sock.fileno(), self._accept, sock, name)
         return sock
 
     def _close_listener(self, sock: socket.socket) -> None:
@@ -338,7 +338,7 @@ class FencingProxy:
             self._close_listener(sock)
         self._hosts.clear()
 
-    def _accept(self, listener: socket.socket, name: str, target: int) -> None:
+    def _accept(self, listener: socket.socket, name: str) -> None:
         for _ in range(ACCEPTS_PER_WAKE):
             try:
                 client, peer = listener.accept()
@@ -365,7 +365,9 @@ class FencingProxy:
             self.pairs.add(pair)
             self.per_address[peer[0]] = self.per_address.get(peer[0], 0) + 1
             self.accepted += 1
-            pair.connect((self.upstream[0], target))
+            pair.connect(
+                (self.upstream[0], self.upstream[1] if name == "json" else self.upstream_passthrough)
+            )
 
     def _refusal(self, address: str) -> str | None:
         if not self.gate_open():
@@ -392,6 +394,13 @@ class FencingProxy:
             else:
                 self.per_address.pop(address, None)
         self.closes[cause] = self.closes.get(cause, 0) + 1
+
+    def repoint(self, upstream: tuple[str, int], passthrough: int | None = None) -> int:
+        """Forward from now on to `upstream` (an entry member's new leader, `relay.entry`) and
+        close every pair forwarded to the old one (its sessions were that relay's); how many."""
+        self.upstream = upstream
+        self.upstream_passthrough = upstream[1] + 1 if passthrough is None else passthrough
+        return self.close_all("repointed")
 
     def close_all(self, cause: str) -> int:
         """Close every forwarded connection (the external relay died, or the gate shut)."""

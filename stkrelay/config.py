@@ -37,6 +37,7 @@ from elections.ports.smburl import SmbUrlError, is_smb, parse_smb_url, smb_passw
 from stkrelay import (
     config_beacons,
     config_cloud,
+    config_entry,
     config_gate,
     config_i18n,
     config_legacy,
@@ -192,6 +193,8 @@ class Config:
     relay_legacy: bool = False  # old stations on the built-in relay (stkrelay.config_legacy, relay.legacy)
     relay_legacy_magic: str = ""
     relay_legacy_wait: float = 0.3
+    entry: bool = False  # ENTRY: the router's port-forward reaches this member (config_entry, relay.entry)
+    entry_listen: tuple[str, int] | None = None  # ENTRY_LISTEN parsed
     log_format: str = "text"
     log_max_bytes: int = 10 << 20
     log_backups: int = 5
@@ -332,6 +335,8 @@ def load(ini_path: str | None = None, env: dict[str, str] | None = None, check_d
             f"{cfg.web_port} collides with the relay ports",
             f"RELAY_PORT uses {cfg.relay_port} and {cfg.relay_port + 1}",
         )
+    taken = (cfg.relay_port, cfg.relay_port + 1, cfg.web_port)
+    cfg.entry, cfg.entry_listen = config_entry.check(values, _flag, bad, cfg.node_ip, taken)
     timing = {}
     for key in ("LEASE_TTL", "LEASE_RENEW", "LEASE_POLL", "RENEW_DEADLINE"):
         timing[key] = number(key, float, 0.1, 300)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -37,6 +38,7 @@ from elections.ports.webcert import FINGERPRINT
 LEADERSHIP_NAME = "leadership.json"
 POOL_NAME = "pool.json"
 RELAY_NAME = "relay.json"
+ENTRY_NAME = "entry.json"
 RELAY_WANTED_NAME = "relay.wanted"
 ADDRESSES_NAME = "addresses.json"
 MAX_HELD_ADDRESSES = 16  # a leader holds a VIP and a secondary IP or so; more are not ours
@@ -47,6 +49,7 @@ MAX_STATIONS_SHOWN = 4096  # names read from stations.json; more are not ours
 WATCHED_DIR = "watched"
 MAX_LOCAL_FILE = 4 << 20  # bytes: these files are small; a huge one is not ours
 FRESH_NS = 50_000_000  # a file written this recently is read again at every look
+ENTRY_TEXT = re.compile(r"\[?[0-9A-Fa-f.:]+\]?:[0-9]{1,5}")  # an entry member's addr:port as shown
 
 
 def _int(value: Any) -> int | None:
@@ -135,6 +138,8 @@ class MemberView:
     # The SHA-256 of the certificate its panel serves (64 hex), "" for plain HTTP, None if unsaid.
     web_tls: str | None = None
     clock: ClockReading | None = None  # its wall clock against the store's, as it measured it (core.skew)
+    entry: str | None = None  # its ENTRY_LISTEN if it is an entry member (relay.entry), else None
+    entry_sessions: int | None = None  # its remote clients at its last heartbeat, None if unsaid
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any]) -> MemberView:
@@ -152,7 +157,28 @@ class MemberView:
             epoch=_int(doc.get("epoch")),
             web_tls=web_tls_of(doc),
             clock=reading_of(doc),
+            entry=entry_of(doc),
+            entry_sessions=entry_sessions_of(doc),
         )
+
+
+def entry_shown(listen: tuple[str, int]) -> str:
+    """``addr:port`` (``[v6]:port``): how an entry member's `ENTRY_LISTEN` is written and shown."""
+    host, port = listen
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def entry_of(doc: dict[str, Any]) -> str | None:
+    """A heartbeat's (or a view's) `entry`: an ``addr:port`` of at most 64 characters, else None."""
+    value = doc.get("entry")
+    if isinstance(value, str) and 3 <= len(value) <= 64 and ENTRY_TEXT.fullmatch(value):
+        return value
+    return None
+
+
+def entry_sessions_of(doc: dict[str, Any]) -> int | None:
+    value = doc.get("entry_sessions")
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 31 else None
 
 
 def web_tls_of(doc: dict[str, Any]) -> str | None:
@@ -282,6 +308,48 @@ class RelayStatus:
             listening=doc.get("listening") is True,
             updated=_num(doc.get("updated")),
             snapshot=snapshot if isinstance(snapshot, dict) else {},
+        )
+
+
+@dataclass(frozen=True)
+class EntryStatus:
+    """`entry.json`: an entry member's public side, as `relay.entry` tells it."""
+
+    pid: int | None = None
+    listen: str = ""  # ENTRY_LISTEN, as shown
+    listening: bool = False
+    updated: float | None = None  # monotonic
+    target: dict[str, Any] | None = None  # the leader it forwards to now: epoch, node, ip, port
+    sessions: int = 0  # remote clients on protocol v1 now
+    streams: int = 0  # passthrough connections now
+    repointed: int = 0  # leader changes followed
+    proxy: dict[str, Any] = field(default_factory=dict)  # relay.proxy.FencingProxy.snapshot()
+    error: str = ""
+
+    @property
+    def exists(self) -> bool:
+        return self.updated is not None
+
+    def fresh(self, now: float, within: float = 3.0) -> bool:
+        """Written within `within` seconds (it writes every second) by a process that lives."""
+        return (self.updated is not None and 0 <= now - self.updated <= within
+                and self.pid is not None and pid_alive(self.pid))  # fmt: skip
+
+    @classmethod
+    def from_doc(cls, doc: dict[str, Any]) -> EntryStatus:
+        target = doc.get("target")
+        proxy = doc.get("proxy")
+        return cls(
+            pid=_int(doc.get("pid")),
+            listen=_str(doc.get("listen"))[:80],
+            listening=doc.get("listening") is True,
+            updated=_num(doc.get("updated")),
+            target=target if isinstance(target, dict) else None,
+            sessions=_int(doc.get("sessions")) or 0,
+            streams=_int(doc.get("streams")) or 0,
+            repointed=_int(doc.get("repointed")) or 0,
+            proxy=proxy if isinstance(proxy, dict) else {},
+            error=_str(doc.get("error"))[:300],
         )
 
 
@@ -436,6 +504,13 @@ class LocalState:
 
     def write_relay(self, status: RelayStatus) -> None:
         self._write(RELAY_NAME, asdict(status))
+
+    # -- entry.json ----------------------------------------------------------------
+    def entry(self) -> EntryStatus:
+        return EntryStatus.from_doc(self._read(ENTRY_NAME))
+
+    def write_entry(self, status: EntryStatus) -> None:
+        self._write(ENTRY_NAME, asdict(status))
 
     # -- stations.json -----------------------------------------------------------
     def stations(self) -> StationsFile:

@@ -49,7 +49,16 @@ from elections.executors import AddressBook, Gate, build_executors, epoch_from_s
 from elections.ports.beacons import BeaconConfig
 from elections.ports.clock import SystemClock
 from elections.ports.gate import gate_for
-from elections.ports.localstate import Leadership, LocalState, MemberView, PoolView, web_tls_of
+from elections.ports.localstate import (
+    Leadership,
+    LocalState,
+    MemberView,
+    PoolView,
+    entry_of,
+    entry_sessions_of,
+    entry_shown,
+    web_tls_of,
+)
 from elections.ports.share import SHARE_OPS
 from elections.ports.stores import PoolPlace, open_event_tail, open_store, store_details
 from elections.ports.webcert import served_fingerprint
@@ -446,12 +455,15 @@ class Agent:
             fields["gate"] = gate
         if self.ownership.enabled:  # where this member's addresses are (a change is written at once)
             fields["holds"] = self.ownership.reports()
+        if self.stk.entry and self.stk.entry_listen is not None:  # the router forwards here (relay.entry)
+            fields["entry"] = entry_shown(self.stk.entry_listen)
         if renewing or fields != self._beat_fields:  # a drain shows at once, not at the next renew
             # `hears`: whose beacons reach this member, so `relayctl doctor` can tell one-way paths.
             heard = {"hears": self.beacons.heard()} if self.beacons is not None else {}
             # `clock`: this machine's wall clock against the store's (core.skew): shown, never decided on.
             clock = {"clock": self._clock.to_doc()} if self._clock is not None else {}
-            self.elector.heartbeat(**fields, **heard, **clock)
+            # `entry_sessions`: its remote clients now (entry.json), shown, never part of the change test.
+            self.elector.heartbeat(**fields, **heard, **clock, **self._entry_sessions(fields))
             self._beat_fields = fields
             if self._due("clock", CLOCK_EVERY):
                 self._measure_clock()
@@ -465,6 +477,12 @@ class Agent:
             decision = self.elector.cycle(renewing=False)
             self.publish(decision)
         return decision
+
+    def _entry_sessions(self, fields: dict[str, Any]) -> dict[str, int]:
+        if "entry" not in fields:
+            return {}
+        status = self.local.entry()
+        return {"entry_sessions": status.sessions} if status.fresh(time.monotonic()) else {}
 
     def _measure_clock(self) -> None:
         try:
@@ -505,7 +523,7 @@ class Agent:
                 eligible=v.eligible, reasons=v.reasons, age=v.age, priority=v.priority, ip=doc.get("ip"),
                 drain=bool(doc.get("drain")), health=doc.get("health"), version=doc.get("version"),
                 epoch=epoch if isinstance(epoch, int) else None, web_tls=web_tls_of(doc),
-                clock=reading_of(doc),
+                clock=reading_of(doc), entry=entry_of(doc), entry_sessions=entry_sessions_of(doc),
             )  # fmt: skip
         status = read.status if read is not None else "unreachable"
         split = (

@@ -280,6 +280,12 @@ class Command(BaseCommand):
         _clock_checks(check, stk.node, pool)
         _early_takeover_check(check, stk.kmsn)
         _legacy_check(check, stk)
+        from elections.ports.localstate import LocalState
+        from elections.web.panel.entry_state import entry_checks
+
+        here = LocalState(stk.data_dir).entry() if stk.entry else None
+        for name, ok, detail in entry_checks(pool, here, time.monotonic()):
+            check(name, ok, detail)
         _ownership_checks(checks, stk, read, members)
         recent = pool.refusals.get("recent") if isinstance(pool.refusals.get("recent"), list) else []
         check("no forged, replayed or oversized records on the share", not recent,

@@ -28,7 +28,7 @@ from django.utils.translation import gettext as _
 from elections.core.decide import GONE, SILENT
 from elections.core.ownership import CONFLICT, DRIFT, MISSING, ORPHAN, UNKNOWN, Entry
 from elections.core.skew import ClockReading, versus
-from elections.ports.localstate import LocalState, PoolView, RelayStatus
+from elections.ports.localstate import EntryStatus, LocalState, PoolView, RelayStatus
 from elections.ports.webcert import show
 from elections.web.panel.relay_state import RelayState, relay_state
 
@@ -67,6 +67,8 @@ class MemberRow:
     gone: bool = False  # its heartbeat is older than HEARTBEAT_TTL (on this agent's clock): no agent there
     clock: ClockReading | None = None  # its wall clock against the store's (core.skew): shown only
     clock_vs_agent: tuple[float, float] | None = None  # its clock minus this agent's, and the error
+    entry: str | None = None  # its ENTRY_LISTEN if it is an entry member (relay.entry)
+    entry_sessions: int | None = None  # its remote clients at its last heartbeat
 
     @property
     def clock_shown(self) -> str:
@@ -138,6 +140,13 @@ class SiteState:
     addresses: list[Entry] = field(default_factory=list)  # the ownership map (runtime.ownership)
     addresses_age: float | None = None  # seconds since this agent looked (its own clock)
     repairs: list[dict[str, Any]] = field(default_factory=list)  # the latest repairs it made, newest first
+    entry_here: EntryStatus | None = None  # this agent's own entry process (ENTRY = 1)
+    entry_here_live: bool = False  # ...which wrote entry.json within 3 s and lives
+
+    @property
+    def entries(self) -> list[MemberRow]:
+        """The entry members (the router's port-forward reaches them), as their heartbeats say."""
+        return [m for m in self.members if m.entry]
 
     @property
     def security_alarm(self) -> bool:
@@ -300,6 +309,8 @@ def build_site(
                 clock=m.clock,
                 clock_vs_agent=versus(m.clock, mine) if node != pool.node else None,
                 gone=age is not None and age > settings.STK.heartbeat_ttl and node != leader_node,
+                entry=m.entry,
+                entry_sessions=m.entry_sessions,
             )
         )
     site = SiteState(
@@ -445,6 +456,11 @@ def _built(kmsn: str, now: float) -> SiteState | None:
         local = LocalState(settings.STK.data_dir)
         leads = local.leads_now(now)
         relay = local.relay() if leads else None
+        site = build_site(pool, now, relay, leads)
+        if settings.STK.entry:
+            site.entry_here = local.entry()
+            site.entry_here_live = site.entry_here.fresh(now)
+        return site
     return build_site(pool, now, relay, leads)
 
 

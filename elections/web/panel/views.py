@@ -191,6 +191,7 @@ def site(request: HttpRequest, kmsn: str) -> HttpResponse:
         "site-summary": "panel/_site_summary.html",
         "site-members": "panel/_site_members.html",
         "site-addresses": "panel/_site_addresses.html",
+        "site-entry": "panel/_site_entry.html",
         "site-relay": "panel/_site_relay.html",
         "site-timeline": "panel/_site_timeline.html",
     }
