@@ -30,7 +30,7 @@ class Receiver:
         owner = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802
+            def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 owner.posts.append((dict(self.headers), body))
                 if owner.hang:
@@ -121,7 +121,9 @@ def test_a_failover_is_posted_signed_retried_with_its_id_and_runs_the_role_comma
     assert len(firsts) == 2, "the refused POST was delivered once more, not again after the 200"
     posted = [json.loads(b) for _, b in receiver.events("elected") if json.loads(b)["epoch"] == new.epoch]
     assert posted[0]["node"] == new.node and posted[0]["detail"]["cause"]
-    wait_until(lambda: f"leader {new.epoch} {KMSN} {new.node} " in out.read_text(), 10, "the new leader's line")
+    wait_until(
+        lambda: f"leader {new.epoch} {KMSN} {new.node} " in out.read_text(), 10, "the new leader's line"
+    )
 
 
 def test_a_hung_receiver_never_delays_renewal_and_a_slow_role_command_is_killed_and_audited(
