@@ -67,7 +67,8 @@ def role_script(path, body):
 def audit_rows(agent):
     db = sqlite3.connect(f"file:{agent.data_dir / 'stkrelay.sqlite3'}?mode=ro", uri=True, timeout=10)
     try:
-        return db.execute("SELECT action, result, message FROM elections_auditentry ORDER BY seq").fetchall()
+        sql = "SELECT action, phase, result, message FROM elections_auditentry ORDER BY seq"
+        return db.execute(sql).fetchall()
     finally:
         db.close()
 
@@ -146,8 +147,14 @@ def test_a_hung_receiver_never_delays_renewal_and_a_slow_role_command_is_killed_
     # The role command overran its 1 s: its process group killed, an audit row written.
     pid = int(wait_until(lambda: pid_file.exists() and pid_file.read_text().strip(), 10, "the script's pid"))
     wait_until(lambda: not os.path.exists(f"/proc/{pid}") or _zombie(pid), 10, "the script killed")
-    rows = wait_until(lambda: [r for r in audit_rows(agent) if r[0] == "on_role_change"], 10, "the audit row")
-    assert rows[0][1] == "failed" and "timed out" in rows[0][2], rows
+
+    def audited():
+        return [r for r in audit_rows(agent) if r[0] == "on_role_change"]
+
+    wait_until(lambda: len(audited()) >= 2, 10, "the audit rows")
+    rows = audited()
+    assert [r[1] for r in rows] == ["intent", "outcome"], rows
+    assert rows[1][2] == "error" and "timed out after 1 s" in rows[1][3], rows
     assert agent.state().get("leader") is True
 
 

@@ -60,6 +60,7 @@ WEBHOOK_KINDS = frozenset({
 })  # fmt: skip
 ROLES = {"elected": "leader", "stepped_down": "follower", "released": "follower", "handoff": "follower"}
 AUDIT_EVERY = 60.0
+REASONS = {"webhook": "webhook delivery", "on_role_change": "ON_ROLE_CHANGE command"}
 SEND_BACKOFF = Backoff(tries=8, first=0.5, factor=2.0, cap=30.0, jitter=0.2)
 
 
@@ -248,11 +249,12 @@ def _audit_row(notifier: Notifier, what: str, epoch: int, message: str) -> None:
 
     from elections.audit import AuditTrail, AuditUnavailable
 
-    try:
-        AuditTrail(None).append(
-            phase="outcome", user="stkrelay", via="agent", action=what[:16], kmsn=notifier.kmsn,
-            target=notifier.node, result="failed", message=message, epoch=epoch, correlation=uuid.uuid4().hex,
-        )  # fmt: skip
+    trail, correlation = AuditTrail(None), uuid.uuid4().hex
+    common = {"user": "stkrelay", "via": "agent", "action": what[:16], "kmsn": notifier.kmsn,
+              "target": notifier.node, "epoch": epoch, "correlation": correlation}  # fmt: skip
+    try:  # an intent and its outcome, as every row of the trail: the audit page lists intents
+        trail.append(phase="intent", reason=REASONS.get(what, what), **common)
+        trail.append(phase="outcome", result="error", message=message, **common)
     except AuditUnavailable as exc:
         log.error("notification failure not audited: %s", exc)
     finally:
