@@ -5,6 +5,7 @@ import hmac
 import http.server
 import json
 import os
+import re
 import sqlite3
 import stat
 import threading
@@ -125,6 +126,18 @@ def test_a_failover_is_posted_signed_retried_with_its_id_and_runs_the_role_comma
     wait_until(
         lambda: f"leader {new.epoch} {KMSN} {new.node} " in out.read_text(), 10, "the new leader's line"
     )
+    # Its counters on its /metrics (loopback): the event sent, none failed or dropped.
+    winner = site.by_name(new.node)
+
+    def sample(outcome):
+        text = winner.urlopen("/metrics").read().decode()
+        found = re.search(
+            rf'^stkrelay_webhook_events_total{{kmsn="{KMSN}",outcome="{outcome}"}} (\S+)$', text, re.M
+        )
+        return float(found.group(1)) if found else None
+
+    wait_until(lambda: (sample("sent") or 0) >= 1, 10, "the sent counter")
+    assert (sample("failed"), sample("dropped")) == (0, 0)
 
 
 def test_a_hung_receiver_never_delays_renewal_and_a_slow_role_command_is_killed_and_audited(

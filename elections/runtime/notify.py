@@ -41,8 +41,10 @@ import urllib.error
 import urllib.request
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from elections.ports.host.files import write_atomic
 from elections.ports.host.processes import kill_group, spawn_options
 from elections.ports.pinned_https import opener
 from elections.retry import Backoff, retry
@@ -90,6 +92,10 @@ class Undelivered(Exception):
     """One POST that did not get a 2xx answer."""
 
 
+COUNTERS_FILE = "notify.json"  # in DATA_DIR: the worker writes it, the panel's /metrics reads it
+COUNTER_NAMES = ("sent", "failed", "dropped", "role_runs", "role_failed")
+
+
 @dataclass
 class Counters:
     sent: int = 0
@@ -98,19 +104,46 @@ class Counters:
     role_runs: int = 0
     role_failed: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    path: Path | None = None
+
+    def add(self, name: str) -> None:
+        """One more `name`, then the file (best effort: a metric, never a reason to stop)."""
+        with self.lock:
+            setattr(self, name, getattr(self, name) + 1)
+            doc = {n: getattr(self, n) for n in COUNTER_NAMES}
+            if self.path is None:
+                return
+            try:
+                write_atomic(self.path, json.dumps(doc).encode(), tag=str(os.getpid()))
+            except OSError as exc:
+                log.debug("notify counters not written: %s", exc)
+
+
+def read_counters(data_dir: str) -> dict[str, int]:
+    """The counters the worker wrote in `data_dir` (zeros when none or unreadable)."""
+    out = dict.fromkeys(COUNTER_NAMES, 0)
+    try:
+        with open(Path(data_dir) / COUNTERS_FILE, "rb") as fh:
+            doc = json.loads(fh.read(4096))
+    except (OSError, ValueError):
+        return out
+    if isinstance(doc, dict):
+        out.update({n: v for n in COUNTER_NAMES if isinstance(v := doc.get(n), int) and v >= 0})
+    return out
 
 
 class Notifier:
     """The process's notifier for one agent (`cfg`: `stkrelay.config_notify.NotifyConfig`)."""
 
     def __init__(
-        self, cfg: Any, kmsn: str, node: str, audit: Any = None, backoff: Backoff | None = None
-    ) -> None:
+        self, cfg: Any, kmsn: str, node: str, audit: Any = None, backoff: Backoff | None = None,
+        data_dir: str = "",
+    ) -> None:  # fmt: skip
         self.cfg, self.kmsn, self.node = cfg, kmsn, node
         self.audit = audit if audit is not None else _audit_row
         self.backoff = backoff or Backoff(cfg.webhook_tries, SEND_BACKOFF.first, SEND_BACKOFF.factor,
                                           SEND_BACKOFF.cap, SEND_BACKOFF.jitter)  # fmt: skip
-        self.counters = Counters()
+        self.counters = Counters(path=Path(data_dir) / COUNTERS_FILE if data_dir else None)
         self._queue: collections.deque[dict[str, Any]] = collections.deque()
         self._wake = threading.Condition()
         self._role: tuple[str, int, str] | None = None  # the newest change not yet run
@@ -130,8 +163,7 @@ class Notifier:
             with self._wake:
                 if len(self._queue) >= self.cfg.webhook_queue:
                     self._queue.popleft()
-                    with self.counters.lock:
-                        self.counters.dropped += 1
+                    self.counters.add("dropped")
                     log.warning("webhook queue full (%d): oldest event dropped", self.cfg.webhook_queue)
                 self._queue.append(doc)
                 self._wake.notify()
@@ -156,14 +188,12 @@ class Notifier:
                 send = functools.partial(self._post, body, doc)
                 retry(send, on=Undelivered, backoff=self.backoff, rng=_rng)
             except Undelivered as exc:
-                with self.counters.lock:
-                    self.counters.failed += 1
+                self.counters.add("failed")
                 why = f"event {doc['id']} ({doc['kind']}) not delivered, {self.backoff.tries} tries: {exc}"
                 log.error("webhook: %s", why)
                 self._audit_limited("webhook", doc["epoch"], why)
                 continue
-            with self.counters.lock:
-                self.counters.sent += 1
+            self.counters.add("sent")
 
     def _post(self, body: bytes, doc: dict[str, Any]) -> None:
         req = urllib.request.Request(self.cfg.webhook_url, data=body, method="POST", headers={
@@ -208,8 +238,7 @@ class Notifier:
         args = [role, str(epoch), self.kmsn, self.node, cause]
         env = dict(os.environ, STK_ROLE=role, STK_EPOCH=str(epoch), STK_KMSN=self.kmsn, STK_NODE=self.node,
                    STK_CAUSE=cause)  # fmt: skip
-        with self.counters.lock:
-            self.counters.role_runs += 1
+        self.counters.add("role_runs")
         try:
             proc = subprocess.Popen(
                 [*self.cfg.role_cmd, *args], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -234,8 +263,7 @@ class Notifier:
         return code
 
     def _role_failed(self, epoch: int, message: str) -> None:
-        with self.counters.lock:
-            self.counters.role_failed += 1
+        self.counters.add("role_failed")
         log.error("%s", message)
         self.audit(self, "on_role_change", epoch, message)
 
@@ -276,7 +304,7 @@ def notifier_for(kmsn: str, node: str) -> Notifier | None:
         return None
     with _lock:
         if (kmsn, node) not in _notifiers:
-            _notifiers[(kmsn, node)] = Notifier(cfg, kmsn, node)
+            _notifiers[(kmsn, node)] = Notifier(cfg, kmsn, node, data_dir=stk.data_dir)
         return _notifiers[(kmsn, node)]
 
 
