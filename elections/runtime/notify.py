@@ -1,9 +1,11 @@
 """Telling the operator's pager: `ON_ROLE_CHANGE` and `WEBHOOK_URL` (stkrelay/config_notify.py).
 
-Both are fed from one place, `DbEventSink.record` (every event this agent
-records about itself: elections, step-downs, operator commands, security
-refusals), through `Notifier.offer`, which only appends to memory and returns:
-nothing here ever runs on the elector's thread. Each has a daemon thread.
+Both are fed from one place, this node's rows of the history (`EventFeed`:
+every event this agent records about itself, whichever local process wrote
+it: elections, step-downs, operator commands, security events), through
+`Notifier.offer`, which only appends to memory and returns. The feed, the
+POSTs and the command each have a daemon thread of the worker: nothing here
+ever runs on the elector's thread, and the elector never waits for it.
 
 Webhook. Every event whose kind is in `WEBHOOK_KINDS` is POSTed as JSON
 (`payload`), with `X-Stkrelay-Signature: sha256=<hex HMAC-SHA256(secret, body)>`
@@ -41,6 +43,7 @@ import urllib.error
 import urllib.request
 import uuid
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -289,26 +292,58 @@ def _audit_row(notifier: Notifier, what: str, epoch: int, message: str) -> None:
         close_old_connections()
 
 
-_lock = threading.Lock()
-_notifiers: dict[tuple[str, str], Notifier] = {}
+FEED_EVERY = 0.25  # seconds between two looks at the history for new rows of this node
 
 
-def notifier_for(kmsn: str, node: str) -> Notifier | None:
-    """The process's notifier for this agent's own pool (from `settings.STK`), None when neither
-    key is set or `kmsn` is a watched pool's."""
-    from django.conf import settings
+class EventFeed:
+    """Offers the notifier every new history row of this node, whichever local process wrote it
+    (the worker's elector, the panel's or `relayctl`'s commands, the supervisor's release): the
+    rows are the one record of what this agent did. Rows from before the feed started, or
+    ingested back from the share (a fresh database), are not news and are not offered."""
 
-    stk = getattr(settings, "STK", None)
+    def __init__(self, notifier: Notifier, every: float = FEED_EVERY) -> None:
+        self.notifier, self.every = notifier, every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="notify-feed", daemon=True)
+
+    def start(self) -> EventFeed:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        from django.db import DatabaseError, close_old_connections
+        from django.db.models import Max
+        from django.utils import timezone
+
+        from elections.models import ElectionEvent
+
+        n = self.notifier
+        last: int | None = None
+        since = timezone.now() - timedelta(seconds=5)
+        while not self._stop.is_set():
+            try:
+                mine = ElectionEvent.objects.filter(kmsn=n.kmsn, node=n.node)
+                if last is None:
+                    last = mine.aggregate(m=Max("id"))["m"] or 0
+                for ev in mine.filter(id__gt=last).order_by("id")[:500]:
+                    last = ev.id
+                    if ev.observed_at >= since:
+                        detail = ev.detail if isinstance(ev.detail, dict) else {}
+                        n.offer(ev.seq, ev.kind, ev.epoch, ev.reason, ev.observed_at.isoformat(), detail)
+            except DatabaseError as exc:
+                log.warning("notify: history not read: %s", exc)
+            finally:
+                close_old_connections()
+            self._stop.wait(self.every)
+
+
+def start_for(stk: Any) -> EventFeed | None:
+    """The notifier of this agent (`settings.STK`) and its feed, started; None when neither
+    `ON_ROLE_CHANGE` nor `WEBHOOK_URL` is set. Called once, by the worker (`runtime.agent`)."""
     cfg = getattr(stk, "notify", None)
-    if cfg is None or not cfg.configured or stk.kmsn != kmsn or stk.node != node:
+    if cfg is None or not cfg.configured:
         return None
-    with _lock:
-        if (kmsn, node) not in _notifiers:
-            _notifiers[(kmsn, node)] = Notifier(cfg, kmsn, node, data_dir=stk.data_dir)
-        return _notifiers[(kmsn, node)]
-
-
-def counters() -> Counters | None:
-    """This process's counters (None without a notifier)."""
-    with _lock:
-        return next(iter(_notifiers.values())).counters if _notifiers else None
+    return EventFeed(Notifier(cfg, stk.kmsn, stk.node, data_dir=stk.data_dir)).start()

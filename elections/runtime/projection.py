@@ -24,7 +24,6 @@ from elections.errors import StoreUnavailable
 from elections.ports.clock import SystemClock
 from elections.ports.stores import EventSink, PoolPlace, open_event_sink
 from elections.retry import Backoff, retry
-from elections.runtime.notify import notifier_for
 
 log = logging.getLogger("stkrelay.projection")
 
@@ -78,9 +77,6 @@ class DbEventSink:
         # Two local processes may record (the worker, and the supervisor's
         # release on shutdown): the database hands out the seq.
         seq = retry(insert, on=IntegrityError, backoff=SEQ_RACE)
-        notifier = notifier_for(self.kmsn, self.node)
-        if notifier is not None:  # memory only: the pager never holds up the history (or a renewal)
-            notifier.offer(seq, kind, epoch, reason, timezone.now().isoformat(), extra)
         if self.pool_log is None:
             return None
         try:
