@@ -12,6 +12,7 @@ import threading
 
 import pytest
 from harness import KMSN, free_port, wait_until
+from test_agents_audit import relayctl
 
 pytestmark = pytest.mark.agents
 
@@ -138,6 +139,16 @@ def test_a_failover_is_posted_signed_retried_with_its_id_and_runs_the_role_comma
 
     wait_until(lambda: (sample("sent") or 0) >= 1, 10, "the sent counter")
     assert (sample("failed"), sample("dropped")) == (0, 0)
+    # An operator command from another process (relayctl) is posted by the agent's worker too.
+    code, out = relayctl(winner, "pause", "--reason", "notify test")
+    assert code == 0 and out["result"] == "accepted", out
+    wait_until(lambda: receiver.events("pause_requested"), 15, "the pause's POST")
+    (headers, body), *_ = receiver.events("pause_requested")
+    paused = json.loads(body)
+    assert (paused["node"], paused["reason"], paused["kind"]) == (new.node, "notify test", "pause_requested")
+    assert paused["detail"]["actor"] and paused["detail"]["correlation"], paused
+    expected = "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+    assert headers["X-Stkrelay-Signature"] == expected
 
 
 def test_a_hung_receiver_never_delays_renewal_and_a_slow_role_command_is_killed_and_audited(
