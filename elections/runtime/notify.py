@@ -61,7 +61,6 @@ WEBHOOK_KINDS = frozenset({
     "elected", "stepped_down", "released", "handoff",  # failovers
     "drain_requested", "undrain_requested", "promote_requested", "pause_requested", "resume_requested",
     "station_seen",  # security: a station registered with the site token, not its own credential
-    "notify_failed",
 })  # fmt: skip
 ROLES = {"elected": "leader", "stepped_down": "follower", "released": "follower", "handoff": "follower"}
 AUDIT_EVERY = 60.0
