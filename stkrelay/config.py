@@ -13,6 +13,7 @@ the `[pool:<KMSN>]` sections of watched pools by `stkrelay.config_pools`
 `LEASE_STORE` and the `ETCD_*` keys by `stkrelay.config_store` (E033–E036);
 the ratios between the timing keys by `stkrelay.config_timing` (E100–E103), the
 gate keys (`GATE_*`) by `stkrelay.config_gate` (E104–E108);
+the notification keys (`ON_ROLE_CHANGE*`, `WEBHOOK_*`) by `stkrelay.config_notify` (E180–E183);
 `RELAY_KIND`, `RELAY_EXEC`, `RELAY_EXEC_LISTEN` by `stkrelay.config_exec` (E070–E077);
 the ownership keys (`OWNERSHIP_*`) by `stkrelay.config_ownership` (E120–E122);
 the panel's `LANGUAGE_CODE` and `TIME_ZONE` by `stkrelay.config_i18n` (E150–E151).
@@ -41,6 +42,7 @@ from stkrelay import (
     config_gate,
     config_i18n,
     config_legacy,
+    config_notify,
     config_ownership,
     config_pools,
     config_store,
@@ -51,6 +53,7 @@ from stkrelay import (
 from stkrelay.config_cloud import CloudURL
 from stkrelay.config_exec import ExecRelay, check_exec
 from stkrelay.config_gate import GateConfig
+from stkrelay.config_notify import NotifyConfig
 from stkrelay.config_pools import WatchedPool
 
 DEFAULTS: dict[str, str] = {
@@ -118,6 +121,7 @@ DEFAULTS: dict[str, str] = {
     "RELAY_KIND": "builtin",  # or exec: the site's own relay behind the fencing proxy (DESIGN.md §16)
     "RELAY_EXEC": "",  # its command line, placeholders {host} {port} {passthrough_port} {epoch} {kmsn}
     "RELAY_EXEC_LISTEN": "",  # where it listens (loopback): default 127.0.0.1:RELAY_PORT + 10
+    **config_notify.DEFAULTS,  # ON_ROLE_CHANGE, WEBHOOK_* (stkrelay/config_notify.py)
     **config_ownership.DEFAULTS,  # where the leader's addresses really are (ADR 0011 phase 4)
     "LANGUAGE_CODE": "",  # the panel's language without a browser's or user's choice (config_i18n)
     "TIME_ZONE": "",  # the zone the panel shows times in; default: this server's
@@ -176,6 +180,7 @@ class Config:
     health_cmd: str = ""
     health_url: str = ""
     gate: GateConfig = field(default_factory=GateConfig)
+    notify: NotifyConfig = field(default_factory=NotifyConfig)
     relay_attests: bool = True
     web_allowed_hosts: list[str] = field(default_factory=list)  # WEB_ALLOWED_HOSTS only; see allowed_hosts()
     web_trusted_proxies: list[str] = field(default_factory=list)  # networks, e.g. "10.0.0.5/32"
@@ -387,6 +392,7 @@ def load(ini_path: str | None = None, env: dict[str, str] | None = None, check_d
     cfg.health_cmd = values["HEALTH_CMD"]
     cfg.health_url = values["HEALTH_URL"]
     cfg.gate = config_gate.parse(values, cfg.lease_renew, bad, number)
+    cfg.notify = config_notify.parse(values, bad, number)
     if None not in (*timing.values(), hb, watch):  # each valid alone: now how they stand together
         config_timing.check(cfg, bad)
     cfg.relay_attests = _flag(values["RELAY_ATTESTS"], True)

@@ -31,6 +31,7 @@ from elections.core.ownership import VERDICTS
 from elections.core.untrusted import CAUSES
 from elections.models import ElectionEvent
 from elections.ports.localstate import LocalState
+from elections.runtime.notify import read_counters
 from elections.web.auth import api_error, bearer_user, is_loopback
 from elections.web.panel.failovers import failovers_for
 from elections.web.panel.state import RelayState, SiteState, site_states
@@ -157,6 +158,7 @@ class PoolCollector(Collector):
         )
         yield from _proxy_families([(s.kmsn, s.relay.proxy) for s in states if s.relay and s.relay.proxy])
         yield from _login_families()
+        yield from _notify_families()
 
 
 def _login_families() -> Iterable[Metric]:
@@ -177,6 +179,23 @@ def _login_families() -> Iterable[Metric]:
     )
     for scope, n in sorted(gate.refused.items()):
         c.add_metric([scope], n)
+    yield c
+
+
+def _notify_families() -> Iterable[Metric]:
+    """The worker's notifications (`elections.runtime.notify`, its DATA_DIR/notify.json)."""
+    n = read_counters(settings.STK.data_dir)
+    kmsn = settings.STK.kmsn
+    c = CounterMetricFamily("stkrelay_webhook_events", "Webhook events delivered (sent), given up "
+                            "after every try (failed), or pushed out of the full queue (dropped).",
+                            labels=["kmsn", "outcome"])  # fmt: skip
+    for outcome in ("sent", "failed", "dropped"):
+        c.add_metric([kmsn, outcome], n[outcome])
+    yield c
+    c = CounterMetricFamily("stkrelay_role_change_commands", "ON_ROLE_CHANGE runs (run), and those "
+                            "that failed or timed out (failed).", labels=["kmsn", "outcome"])  # fmt: skip
+    c.add_metric([kmsn, "run"], n["role_runs"])
+    c.add_metric([kmsn, "failed"], n["role_failed"])
     yield c
 
 

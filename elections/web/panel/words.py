@@ -58,6 +58,8 @@ COMMANDS = {
     "unbind": gettext_lazy("reset binding"),
     "forget": gettext_lazy("forget"),
     "unlock_login": gettext_lazy("unlock login"),
+    "on_role_change": gettext_lazy("role-change command"),  # elections.runtime.notify's failures
+    "webhook": gettext_lazy("webhook"),
 }
 
 RESULTS = {

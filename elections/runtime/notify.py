@@ -1,0 +1,348 @@
+"""Telling the operator's pager: `ON_ROLE_CHANGE` and `WEBHOOK_URL` (stkrelay/config_notify.py).
+
+Both are fed from one place, this node's rows of the history (`EventFeed`:
+every event this agent records about itself, whichever local process wrote
+it: elections, step-downs, operator commands, security events), through
+`Notifier.offer`, which only appends to memory and returns. The feed, the
+POSTs and the command each have a daemon thread of the worker: nothing here
+ever runs on the elector's thread, and the elector never waits for it.
+
+Webhook. Every event whose kind is in `WEBHOOK_KINDS` is POSTed as JSON
+(`payload`), with `X-Stkrelay-Signature: sha256=<hex HMAC-SHA256(secret, body)>`
+and `X-Stkrelay-Delivery: <id>`. The id, `<kmsn>/<node>/<seq>`, is the event's
+own key in the pool's history: delivery is at-least-once (a receiver that
+answered 200 too late sees the same id again) and a receiver drops repeats on
+it. A refused or failed POST is retried with `elections.retry.Backoff`
+(`WEBHOOK_TRIES`); the queue is bounded (`WEBHOOK_QUEUE`): when full the
+oldest event is dropped and counted. An event given up is an audit row, at
+most one per `AUDIT_EVERY` seconds (the row counts the ones in between).
+
+Role command. A role change (`role_of`) runs `CMD ROLE EPOCH KMSN NODE CAUSE`
+with the same in `STK_ROLE`... of the environment, in a process group of its
+own, killed after `ON_ROLE_CHANGE_TIMEOUT`. Changes are coalesced: while the
+command runs, only the newest pending change is kept (the command always
+learns the current role; intermediate ones are logged as skipped). Its exit
+status is logged; a failure or a timeout is an audit row.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import hashlib
+import hmac
+import json
+import logging
+import os
+import random
+import signal
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from elections.ports.host.files import write_atomic
+from elections.ports.host.processes import kill_group, spawn_options
+from elections.ports.pinned_https import opener
+from elections.retry import Backoff, retry
+
+log = logging.getLogger("stkrelay.notify")
+
+SIGNATURE = "X-Stkrelay-Signature"
+DELIVERY = "X-Stkrelay-Delivery"
+EVENT = "X-Stkrelay-Event"
+WEBHOOK_KINDS = frozenset({
+    "elected", "stepped_down", "released", "handoff",  # failovers
+    "drain_requested", "undrain_requested", "promote_requested", "pause_requested", "resume_requested",
+    "station_seen",  # security: a station registered with the site token, not its own credential
+})  # fmt: skip
+ROLES = {"elected": "leader", "stepped_down": "follower", "released": "follower", "handoff": "follower"}
+AUDIT_EVERY = 60.0
+REASONS = {"webhook": "webhook delivery", "on_role_change": "ON_ROLE_CHANGE command"}
+SEND_BACKOFF = Backoff(tries=8, first=0.5, factor=2.0, cap=30.0, jitter=0.2)
+
+
+def role_of(kind: str, node: str, extra: dict[str, Any]) -> str | None:
+    """This node's new role after its own event `kind`, or None if it is no role change."""
+    if kind in ROLES:
+        return ROLES[kind]
+    if kind == "drain_requested" and extra.get("target") == node:
+        return "draining"
+    if kind == "undrain_requested" and extra.get("target") == node:
+        return "follower"
+    return None
+
+
+def sign(secret: str, body: bytes) -> str:
+    """The signature header's value for `body`."""
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def payload(kmsn: str, node: str, seq: int, kind: str, epoch: int, reason: str, at: str,
+            extra: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+    return {"id": f"{kmsn}/{node}/{seq}", "kmsn": kmsn, "node": node, "seq": seq, "kind": kind,
+            "epoch": epoch, "reason": reason, "at": at, "detail": extra}  # fmt: skip
+
+
+class Undelivered(Exception):
+    """One POST that did not get a 2xx answer."""
+
+
+COUNTERS_FILE = "notify.json"  # in DATA_DIR: the worker writes it, the panel's /metrics reads it
+COUNTER_NAMES = ("sent", "failed", "dropped", "role_runs", "role_failed")
+
+
+@dataclass
+class Counters:
+    sent: int = 0
+    failed: int = 0  # events given up after every try
+    dropped: int = 0  # events pushed out of a full queue
+    role_runs: int = 0
+    role_failed: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    path: Path | None = None
+
+    def add(self, name: str) -> None:
+        """One more `name`, then the file (best effort: a metric, never a reason to stop)."""
+        with self.lock:
+            setattr(self, name, getattr(self, name) + 1)
+            doc = {n: getattr(self, n) for n in COUNTER_NAMES}
+            if self.path is None:
+                return
+            try:
+                write_atomic(self.path, json.dumps(doc).encode(), tag=str(os.getpid()))
+            except OSError as exc:
+                log.debug("notify counters not written: %s", exc)
+
+
+def read_counters(data_dir: str) -> dict[str, int]:
+    """The counters the worker wrote in `data_dir` (zeros when none or unreadable)."""
+    out = dict.fromkeys(COUNTER_NAMES, 0)
+    try:
+        with open(Path(data_dir) / COUNTERS_FILE, "rb") as fh:
+            doc = json.loads(fh.read(4096))
+    except (OSError, ValueError):
+        return out
+    if isinstance(doc, dict):
+        out.update({n: v for n in COUNTER_NAMES if isinstance(v := doc.get(n), int) and v >= 0})
+    return out
+
+
+class Notifier:
+    """The process's notifier for one agent (`cfg`: `stkrelay.config_notify.NotifyConfig`)."""
+
+    def __init__(
+        self, cfg: Any, kmsn: str, node: str, audit: Any = None, backoff: Backoff | None = None,
+        data_dir: str = "",
+    ) -> None:  # fmt: skip
+        self.cfg, self.kmsn, self.node = cfg, kmsn, node
+        self.audit = audit if audit is not None else _audit_row
+        self.backoff = backoff or Backoff(cfg.webhook_tries, SEND_BACKOFF.first, SEND_BACKOFF.factor,
+                                          SEND_BACKOFF.cap, SEND_BACKOFF.jitter)  # fmt: skip
+        self.counters = Counters(path=Path(data_dir) / COUNTERS_FILE if data_dir else None)
+        self._queue: collections.deque[dict[str, Any]] = collections.deque()
+        self._wake = threading.Condition()
+        self._role: tuple[str, int, str] | None = None  # the newest change not yet run
+        self._role_wake = threading.Condition()
+        self._last_audit = -AUDIT_EVERY
+        self._unaudited = 0
+        self._open = opener(cfg.webhook_pins)
+        if cfg.webhook_url:
+            threading.Thread(target=self._send_loop, name="notify-webhook", daemon=True).start()
+        if cfg.role_cmd:
+            threading.Thread(target=self._role_loop, name="notify-role", daemon=True).start()
+
+    # -- the one entry: never blocks ---------------------------------------------------
+    def offer(self, seq: int, kind: str, epoch: int, reason: str, at: str, extra: dict[str, Any]) -> None:
+        if self.cfg.webhook_url and kind in WEBHOOK_KINDS:
+            doc = payload(self.kmsn, self.node, seq, kind, epoch, reason, at, extra)
+            with self._wake:
+                if len(self._queue) >= self.cfg.webhook_queue:
+                    self._queue.popleft()
+                    self.counters.add("dropped")
+                    log.warning("webhook queue full (%d): oldest event dropped", self.cfg.webhook_queue)
+                self._queue.append(doc)
+                self._wake.notify()
+        role = role_of(kind, self.node, extra)
+        if self.cfg.role_cmd and role is not None:
+            cause = str(extra.get("cause") or kind)
+            with self._role_wake:
+                if self._role is not None:
+                    log.info("role change to %s skipped: %s came before the command ran", self._role[0], role)
+                self._role = (role, epoch, cause)
+                self._role_wake.notify()
+
+    # -- webhook -----------------------------------------------------------------------
+    def _send_loop(self) -> None:
+        while True:
+            with self._wake:
+                while not self._queue:
+                    self._wake.wait()
+                doc = self._queue.popleft()
+            body = json.dumps(doc, ensure_ascii=False, sort_keys=True).encode()
+            try:
+                send = functools.partial(self._post, body, doc)
+                retry(send, on=Undelivered, backoff=self.backoff, rng=_rng)
+            except Undelivered as exc:
+                self.counters.add("failed")
+                why = f"event {doc['id']} ({doc['kind']}) not delivered, {self.backoff.tries} tries: {exc}"
+                log.error("webhook: %s", why)
+                self._audit_limited("webhook", doc["epoch"], why)
+                continue
+            self.counters.add("sent")
+
+    def _post(self, body: bytes, doc: dict[str, Any]) -> None:
+        req = urllib.request.Request(self.cfg.webhook_url, data=body, method="POST", headers={
+            "Content-Type": "application/json", SIGNATURE: sign(self.cfg.webhook_secret, body),
+            DELIVERY: doc["id"], EVENT: doc["kind"], "User-Agent": "stkrelay-webhook",
+        })  # fmt: skip
+        try:
+            with self._open.open(req, timeout=self.cfg.webhook_timeout) as resp:
+                resp.read(4096)
+                status = resp.status
+        except urllib.error.HTTPError as exc:
+            raise Undelivered(f"HTTP {exc.code}") from None
+        except (OSError, ValueError) as exc:  # URLError, timeouts, TLS, a pin refused
+            raise Undelivered(str(getattr(exc, "reason", None) or exc)) from None
+        if not 200 <= status < 300:
+            raise Undelivered(f"HTTP {status}")
+        log.info("webhook: event %s (%s) delivered", doc["id"], doc["kind"])
+
+    def _audit_limited(self, what: str, epoch: int, message: str) -> None:
+        """An audit row, at most one per AUDIT_EVERY; the next one counts those in between."""
+        now = time.monotonic()
+        if now - self._last_audit < AUDIT_EVERY:
+            self._unaudited += 1
+            return
+        if self._unaudited:
+            message += f" ({self._unaudited} more failures since the last row)"
+        self._last_audit, self._unaudited = now, 0
+        self.audit(self, what, epoch, message)
+
+    # -- role command ------------------------------------------------------------------
+    def _role_loop(self) -> None:
+        while True:
+            with self._role_wake:
+                while self._role is None:
+                    self._role_wake.wait()
+                role, epoch, cause = self._role
+                self._role = None
+            self.run_role(role, epoch, cause)
+
+    def run_role(self, role: str, epoch: int, cause: str) -> int | None:
+        """Run the command for one change; its exit status, None if it timed out or did not start."""
+        args = [role, str(epoch), self.kmsn, self.node, cause]
+        env = dict(os.environ, STK_ROLE=role, STK_EPOCH=str(epoch), STK_KMSN=self.kmsn, STK_NODE=self.node,
+                   STK_CAUSE=cause)  # fmt: skip
+        self.counters.add("role_runs")
+        try:
+            proc = subprocess.Popen(
+                [*self.cfg.role_cmd, *args], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL, env=env, close_fds=True, **spawn_options(own_group=True),
+            )  # fmt: skip
+        except OSError as exc:
+            self._role_failed(epoch, f"ON_ROLE_CHANGE ({role}) cannot start: {exc.strerror or exc}")
+            return None
+        try:
+            code = proc.wait(self.cfg.role_timeout)
+        except subprocess.TimeoutExpired:
+            kill_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+            self._role_failed(
+                epoch, f"ON_ROLE_CHANGE ({role}) timed out after {self.cfg.role_timeout:g} s: killed"
+            )
+            return None
+        if code:
+            self._role_failed(epoch, f"ON_ROLE_CHANGE ({role}) exited {code}")
+        else:
+            log.info("ON_ROLE_CHANGE (%s, epoch %s) exited 0", role, epoch)
+        return code
+
+    def _role_failed(self, epoch: int, message: str) -> None:
+        self.counters.add("role_failed")
+        log.error("%s", message)
+        self.audit(self, "on_role_change", epoch, message)
+
+
+_rng = random.Random()
+
+
+def _audit_row(notifier: Notifier, what: str, epoch: int, message: str) -> None:
+    """One outcome row of the operator audit trail (this agent's own words)."""
+    from django.db import close_old_connections
+
+    from elections.audit import AuditTrail, AuditUnavailable
+
+    trail, correlation = AuditTrail(None), uuid.uuid4().hex
+    common = {"user": "stkrelay", "via": "agent", "action": what[:16], "kmsn": notifier.kmsn,
+              "target": notifier.node, "epoch": epoch, "correlation": correlation}  # fmt: skip
+    try:  # an intent and its outcome, as every row of the trail: the audit page lists intents
+        trail.append(phase="intent", reason=REASONS.get(what, what), **common)
+        trail.append(phase="outcome", result="error", message=message, **common)
+    except AuditUnavailable as exc:
+        log.error("notification failure not audited: %s", exc)
+    finally:
+        close_old_connections()
+
+
+FEED_EVERY = 0.25  # seconds between two looks at the history for new rows of this node
+
+
+class EventFeed:
+    """Offers the notifier every new history row of this node, whichever local process wrote it
+    (the worker's elector, the panel's or `relayctl`'s commands, the supervisor's release): the
+    rows are the one record of what this agent did. Rows from before the feed started, or
+    ingested back from the share (a fresh database), are not news and are not offered."""
+
+    def __init__(self, notifier: Notifier, every: float = FEED_EVERY) -> None:
+        self.notifier, self.every = notifier, every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="notify-feed", daemon=True)
+
+    def start(self) -> EventFeed:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        from django.db import DatabaseError, close_old_connections
+        from django.db.models import Max
+        from django.utils import timezone
+
+        from elections.models import ElectionEvent
+
+        n = self.notifier
+        last: int | None = None
+        since = timezone.now() - timedelta(seconds=5)
+        while not self._stop.is_set():
+            try:
+                mine = ElectionEvent.objects.filter(kmsn=n.kmsn, node=n.node)
+                if last is None:
+                    last = mine.aggregate(m=Max("id"))["m"] or 0
+                for ev in mine.filter(id__gt=last).order_by("id")[:500]:
+                    last = ev.id
+                    if ev.observed_at >= since:
+                        detail = ev.detail if isinstance(ev.detail, dict) else {}
+                        n.offer(ev.seq, ev.kind, ev.epoch, ev.reason, ev.observed_at.isoformat(), detail)
+            except DatabaseError as exc:
+                log.warning("notify: history not read: %s", exc)
+            finally:
+                close_old_connections()
+            self._stop.wait(self.every)
+
+
+def start_for(stk: Any) -> EventFeed | None:
+    """The notifier of this agent (`settings.STK`) and its feed, started; None when neither
+    `ON_ROLE_CHANGE` nor `WEBHOOK_URL` is set. Called once, by the worker (`runtime.agent`)."""
+    cfg = getattr(stk, "notify", None)
+    if cfg is None or not cfg.configured:
+        return None
+    return EventFeed(Notifier(cfg, stk.kmsn, stk.node, data_dir=stk.data_dir)).start()

@@ -1,0 +1,71 @@
+"""The notifier alone against a real receiver on loopback: a full queue drops its oldest and counts
+it, failures are audited at most once a minute, a change while the role command runs is coalesced."""
+
+import json
+
+from harness import wait_until
+from test_agents_notify import SECRET, Receiver, role_script
+
+from elections.retry import Backoff
+from elections.runtime.notify import Notifier
+from stkrelay.config_notify import NotifyConfig
+
+
+def notifier(url="", audit=None, **kw):
+    cfg = NotifyConfig(webhook_url=url, webhook_secret=SECRET, webhook_timeout=30, **kw)
+    rows = [] if audit is None else audit
+    return Notifier(cfg, "9999-9999-99-99", "S001", audit=lambda n, *row: rows.append(row),
+                    backoff=Backoff(tries=2))  # fmt: skip
+
+
+def offer(n, seq, kind="elected", **extra):
+    n.offer(seq, kind, 3, "why", "2026-12-02T00:00:00+00:00", extra)
+
+
+def test_a_full_queue_drops_its_oldest_event_and_counts_it():
+    receiver = Receiver(hang=True)
+    try:
+        n = notifier(receiver.url, webhook_queue=2)
+        offer(n, 1)
+        assert receiver.held.wait(10)  # the first is in flight, held by the receiver
+        for seq in range(2, 6):
+            offer(n, seq)
+        assert n.counters.dropped == 2
+        assert [d["seq"] for d in n._queue] == [4, 5]
+        offer(n, 6, kind="audit")  # not a kind the webhook carries: neither queued nor counted
+        assert n.counters.dropped == 2 and len(n._queue) == 2
+    finally:
+        receiver.stop()
+
+
+def test_failures_are_counted_each_and_audited_once_a_minute():
+    receiver = Receiver(statuses=[500] * 6)
+    rows = []
+    try:
+        n = notifier(receiver.url, audit=rows)
+        for seq in (1, 2, 3):
+            offer(n, seq)
+        wait_until(lambda: n.counters.failed == 3, 20, "three events given up")
+        assert len(receiver.posts) == 6  # two tries each, same id each time
+        ids = [json.loads(b)["id"] for _, b in receiver.posts]
+        assert ids == [i for i in ids[::2] for _ in (0, 1)]
+        assert len(rows) == 1 and rows[0][0] == "webhook" and "HTTP 500" in rows[0][2], rows
+    finally:
+        receiver.stop()
+
+
+def test_role_changes_coalesce_while_the_command_runs(tmp_path):
+    out = tmp_path / "roles.txt"
+    gate = tmp_path / "go"
+    script = role_script(
+        tmp_path / "r.sh", f'echo "$1" >> {out}\nwhile [ ! -e {gate} ]; do sleep 0.05; done\n'
+    )
+    n = notifier(role_cmd=(script,), role_timeout=30)
+    offer(n, 1, kind="elected")
+    wait_until(lambda: out.exists() and out.read_text() == "leader\n", 10, "the first run")
+    offer(n, 2, kind="stepped_down")
+    offer(n, 3, kind="elected")
+    offer(n, 4, kind="released")  # three changes while the first run waits: only the newest runs next
+    gate.touch()
+    wait_until(lambda: n.counters.role_runs == 2 and out.read_text() == "leader\nfollower\n", 10, "two runs")
+    assert n.counters.role_failed == 0
