@@ -14,9 +14,11 @@
     relayctl forget NODE             retire a member gone for good: its record goes, its history stays
                                      (refused while its heartbeat is fresh or it holds the lease)
 
-`--json` prints one JSON document for scripts. Exit codes: 0 ok; 1 a command
-refused or a doctor check failed; 2 usage or configuration; 3 the pool is not
-reachable (no view yet, share down); 4 stale epoch (re-read and retry).
+`-o json|yaml|tsv` (`--json` is `-o json`) prints for scripts, with wall-clock ISO 8601 times.
+Exit codes: 0 ok; 1 a command refused or a doctor check failed (also: no relay answering);
+2 usage or configuration; 3 the pool is not reachable (no view yet, share down); 4 stale
+epoch (re-read and retry); 5 stale view: this agent's view is older than HEARTBEAT_TTL
+(its runagent is not writing it; `--stale-ok` shows it, marked STALE).
 
 Commands go through the steering service like a click in the panel: audited
 (user = the OS user, client = `cli@<host>`, via `cli`) and published to the
@@ -25,23 +27,37 @@ pool, so every agent's audit page shows them.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
+from elections.management.pool_views import (
+    FORMATS,
+    STALE_EXIT,
+    history_header,
+    list_view,
+    render,
+    stale_refusal,
+    view_age,
+)
 from elections.ports.terminal import make_safe
+from stkrelay.operator_command import OperatorCommand
 
 EXIT = {"accepted": 0, "refused": 1, "unknown_member": 1, "unavailable": 3, "audit_unavailable": 3,
         "stale_epoch": 4}  # fmt: skip
 
 
-class Command(BaseCommand):
-    help = "Read, steer and check the pool: list, history, drain, promote, unbind, doctor, tls, ..."
-    requires_system_checks: list[str] = []
+class Command(OperatorCommand):
+    help = gettext_lazy(
+        "Read, steer and check the pool: list, history, drain, promote, unbind, doctor, tls, ... "
+        "Exit codes: 0 ok; 1 refused, or a doctor check failed; 2 usage or configuration; 3 no view of "
+        "the pool; 4 stale epoch; 5 stale view (older than HEARTBEAT_TTL; --stale-ok shows it)."
+    )
 
     def add_arguments(self, parser):  # type: ignore[no-untyped-def]
         actions = ["list", "history", "drain", "undrain", "promote", "pause", "resume", "plan", "doctor",
@@ -52,7 +68,14 @@ class Command(BaseCommand):
         parser.add_argument("--reason", default="", help="why (kept in the audit trail)")
         parser.add_argument("--epoch", type=int, help="the epoch you expect (refused if it changed)")
         parser.add_argument("-n", type=int, default=20, help="history rows")
-        parser.add_argument("--json", action="store_true", help="machine-readable output")
+        parser.add_argument("--json", action="store_true", help="machine-readable output (-o json)")
+        parser.add_argument("-o", "--output", choices=FORMATS, default="table", help="output format")
+        parser.add_argument(
+            "--stale-ok", action="store_true", help="show a view older than its TTL (else exit 5)"
+        )
+        parser.add_argument(
+            "--kind", choices=["failover", "audit", "all"], default="failover", help="history rows"
+        )
         parser.add_argument("--all", action="store_true", help="credential: every known station")
 
     def handle(self, *args: Any, **o: Any) -> None:
@@ -64,7 +87,7 @@ class Command(BaseCommand):
             for p in stk.problems:
                 self.stderr.write(f"relayctl: config {stk.source}: {p.line()}")
             raise SystemExit(2)
-        self.as_json = o["json"]
+        self.fmt = "json" if o["json"] else o["output"]
         action = o["action"]
         if action in ("drain", "undrain", "promote", "forget") and not o["node"]:
             raise CommandError(f"{action} needs a NODE")
@@ -75,39 +98,59 @@ class Command(BaseCommand):
         code = getattr(self, f"do_{action.replace('-', '_')}", self.do_command)(o)
         raise SystemExit(code)
 
-    def emit(self, doc: Any, lines: list[str]) -> None:
-        """`doc` as JSON (`--json`), else `lines`, one escaped line each (`ports.terminal`)."""
-        self.stdout.lines(json.dumps(doc, indent=2, default=str).splitlines() if self.as_json else lines)
+    def emit(self, doc: Any, lines: list[str], rows: list[list[Any]] | None = None) -> None:
+        """`doc` as JSON or YAML, `rows` as TSV, else `lines`, one escaped line each (`ports.terminal`)."""
+        self.stdout.lines(render(self.fmt, doc, lines, rows))
 
     # -- reading -----------------------------------------------------------------
     def do_list(self, o: dict[str, Any]) -> int:
+        from django.conf import settings
+
         pool = _pool()
         if not pool.exists:
-            self.stderr.write("relayctl: this agent has no view of the pool yet (is runagent running?)")
+            self.stderr.write(_("relayctl: this agent has no view of the pool yet (is runagent running?)"))
             return 3
-        lease = pool.lease or {}
-        head = f"KMSN {pool.kmsn}  leader {lease.get('node', '-')}  epoch {lease.get('epoch', '-')}"
-        lines = [f"{head}  lease {pool.lease_status}  (seen by {pool.node})"]
-        for node, m in sorted(pool.members.items()):
-            role = "leader" if node == pool.leader else "follower"
-            elig = "eligible" if m.eligible else "NOT eligible: " + "; ".join(m.reasons)
-            lines.append(f"  {node:8s} {role:8s} {m.ip or '-':15s} prio {m.priority:>3}  "
-                         f"heartbeat {'-' if m.age is None else f'{m.age:.1f} s'}  {elig}")  # fmt: skip
-        self.emit(pool.to_doc(), lines)
+        if self.refused_stale(pool, o):
+            return STALE_EXIT
+        self.emit(*list_view(pool, settings.STK.heartbeat_ttl, _source(), view_age(pool)))
         return 0
+
+    def refused_stale(self, pool: Any, o: dict[str, Any]) -> bool:
+        """Say why and refuse (the caller exits STALE_EXIT) a view older than its TTL, unless --stale-ok."""
+        from django.conf import settings
+
+        refusal = stale_refusal(view_age(pool), settings.STK.heartbeat_ttl, _source())
+        if refusal and not o["stale_ok"]:
+            self.stderr.write(_("relayctl: refused: %(why)s") % {"why": refusal})
+            return True
+        return False
 
     def do_history(self, o: dict[str, Any]) -> int:
         from django.conf import settings
+        from django.utils.timezone import localtime
 
         from elections.models import ElectionEvent
 
+        pool = _pool()
+        if pool.exists and self.refused_stale(pool, o):  # the worker ingests the events: stale with it
+            return STALE_EXIT
         mine = ElectionEvent.objects.filter(kmsn=settings.STK.kmsn)  # not the watched pools'
-        rows = list(mine.order_by("-observed_at", "-id")[: o["n"]])
-        doc = [{"at": r.observed_at.isoformat(), "node": r.node, "kind": r.kind, "epoch": r.epoch,
-                "reason": r.reason, **r.detail} for r in rows]  # fmt: skip
-        lines = [f"{r.observed_at:%Y-%m-%d %H:%M:%S}  epoch {r.epoch:<5} {r.node:8s} {r.kind:18s} {r.reason}"
-                 for r in reversed(rows)]  # fmt: skip
-        self.emit(doc, lines or ["(no history yet)"])
+        if o["kind"] == "audit":
+            mine = mine.filter(kind="audit")
+        elif o["kind"] == "failover":
+            mine = mine.exclude(kind="audit")
+        events = list(mine.order_by("-observed_at", "-id")[: o["n"]])
+        doc = [{"at": localtime(r.observed_at).isoformat(), "node": r.node, "kind": r.kind, "epoch": r.epoch,
+                "reason": r.reason, **r.detail} for r in events]  # fmt: skip
+        lines = history_header(o["kind"], settings.STK.kmsn, view_age(pool), settings.STK.heartbeat_ttl)
+        lines += [f"{localtime(r.observed_at):%Y-%m-%d %H:%M:%S}  epoch {r.epoch:<5} {r.node:8s} "
+                  f"{r.kind:18s} {r.reason}" for r in reversed(events)]  # fmt: skip
+        lines += [] if events else [_("(no history yet)")]
+        rows = [
+            [localtime(r.observed_at).isoformat(), r.epoch, r.node, r.kind, r.reason]
+            for r in reversed(events)
+        ]
+        self.emit(doc, lines, [["at", "epoch", "node", "kind", "reason"], *rows])
         return 0
 
     def do_plan(self, o: dict[str, Any]) -> int:
@@ -258,6 +301,11 @@ class Command(BaseCommand):
             skew = share_mtime - time.time()
             check("clock vs the file server", abs(skew) < 5, f"ours is {-skew:+.1f} s off the share's")
         pool = _pool()
+        age = view_age(pool)
+        stale = age is None or age > stk.heartbeat_ttl
+        check(_("this agent's view is fresh"), not stale or o["stale_ok"],
+              _("%(source)s, %(age)s s old (TTL %(ttl)g s)") % {"source": _source(), "ttl": stk.heartbeat_ttl,
+              "age": "-" if age is None else f"{age:.1f}"}, warn=stale)  # fmt: skip
         for node, m in sorted(pool.members.items()):
             age = m.age
             check(f"member {node} heartbeat", age is not None and age < stk.heartbeat_ttl,
@@ -271,8 +319,9 @@ class Command(BaseCommand):
             except (OSError, TypeError):
                 pass
         lease = (pool.lease or {}).get("node")
-        check("exactly one relay answering", len(answering) <= 1 and (not answering or answering == [lease]),
-              f"answering: {', '.join(answering) or 'none'}; lease names {lease}")  # fmt: skip
+        check(_("exactly one relay answering"), answering == [lease] if lease else len(answering) == 1,
+              _("answering: %(who)s; lease names %(lease)s") % {"who": ", ".join(answering) or _("none"),
+                                                                "lease": lease})  # fmt: skip
         _listen_check(check, stk)
         _relay_kind_check(check, stk)
         _beacon_checks(check, stk.node, pool, members)
@@ -289,6 +338,11 @@ class Command(BaseCommand):
                 seen = f"x{r.get('count')}, last {r.get('last_at')}"
                 check(f"refused {r.get('source')}", False, f"{r.get('cause')}: {r.get('detail')} ({seen})")
         self.emit(checks, [f"{_mark(c)} {c['check']}: {c['detail']}" for c in checks])
+        if stale and not o["stale_ok"]:
+            self.stderr.write(
+                _("relayctl: this agent's view is stale: the checks above that read it are not current")
+            )
+            return STALE_EXIT
         return 0 if all(c["ok"] for c in checks) else 1
 
 
@@ -468,3 +522,10 @@ def _pool() -> Any:
     from elections.ports.localstate import LocalState
 
     return LocalState(settings.STK.data_dir).pool()
+
+
+def _source() -> str:
+    """Where the views come from: this agent's `pool.json`, written by its worker."""
+    from django.conf import settings
+
+    return os.path.join(settings.STK.data_dir, "pool.json")
