@@ -57,6 +57,6 @@ class OperatorCommand(BaseCommand):
         by `python manage.py` after the settings were read: refused unless it names that same file."""
         ini = options.get("ini")
         if ini and os.path.abspath(ini) != os.path.abspath(os.environ.get("STK_INI") or ""):
-            raise CommandError(_("--ini is read before the settings: use the console script, or STK_INI=%(path)s")
-                               % {"path": os.path.abspath(ini)})  # fmt: skip
+            why = _("--ini is read before the settings: use the console script, or STK_INI=%(path)s")
+            raise CommandError(why % {"path": os.path.abspath(ini)})
         return super().execute(*args, **options)
