@@ -91,14 +91,12 @@ def to_yaml(doc: Any, indent: int = 0) -> list[str]:
     ]
 
 
-def render(fmt: str, doc: Any, lines: list[str], rows: list[list[Any]] | None = None) -> list[str]:
-    """`doc` as json or yaml, `rows` as tab-separated fields (tsv; else `lines`), else `lines`."""
+def render(fmt: str, doc: Any, lines: list[str]) -> list[str]:
+    """`doc` as json or yaml, else `lines` (the table; tsv where a view has no rows)."""
     if fmt == "json":
         return json.dumps(doc, indent=2, default=str).splitlines()
     if fmt == "yaml":
         return to_yaml(doc)
-    if fmt == "tsv" and rows is not None:
-        return ["\t".join("" if f is None else str(f).replace("\t", "\\t") for f in r) for r in rows]
     return lines
 
 

@@ -100,7 +100,11 @@ class Command(OperatorCommand):
 
     def emit(self, doc: Any, lines: list[str], rows: list[list[Any]] | None = None) -> None:
         """`doc` as JSON or YAML, `rows` as TSV, else `lines`, one escaped line each (`ports.terminal`)."""
-        self.stdout.lines(render(self.fmt, doc, lines, rows))
+        if self.fmt == "tsv" and rows is not None:  # each field escaped (a tab in one too), tab-joined
+            for row in rows:
+                self.stdout.row(*("" if f is None else f for f in row))
+            return
+        self.stdout.lines(render(self.fmt, doc, lines))
 
     # -- reading -----------------------------------------------------------------
     def do_list(self, o: dict[str, Any]) -> int:
