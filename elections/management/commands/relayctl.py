@@ -307,7 +307,7 @@ class Command(OperatorCommand):
         pool = _pool()
         age = view_age(pool)
         stale = age is None or age > stk.heartbeat_ttl
-        check(_("this agent's view is fresh"), not stale or o["stale_ok"],
+        check("this agent's view is fresh", not stale or o["stale_ok"],
               _("%(source)s, %(age)s s old (TTL %(ttl)g s)") % {"source": _source(), "ttl": stk.heartbeat_ttl,
               "age": "-" if age is None else f"{age:.1f}"}, warn=stale)  # fmt: skip
         for node, m in sorted(pool.members.items()):
@@ -323,7 +323,7 @@ class Command(OperatorCommand):
             except (OSError, TypeError):
                 pass
         lease = (pool.lease or {}).get("node")
-        check(_("exactly one relay answering"), answering == [lease] if lease else len(answering) == 1,
+        check("exactly one relay answering", answering == [lease] if lease else len(answering) == 1,
               _("answering: %(who)s; lease names %(lease)s") % {"who": ", ".join(answering) or _("none"),
                                                                 "lease": lease})  # fmt: skip
         _listen_check(check, stk)
