@@ -22,6 +22,7 @@ USAGE = """usage: stkrelay agent [--ini PATH]        run one agent (web, worker,
        stkrelay manage COMMAND [ARGS...]  run a management command with the agent's settings
        stkrelay cloud [--ini cloud.ini]   run the cloud rendezvous relay (else $CLOUD_INI)
        stkrelay health [--ini PATH]       exit 0 when this host's agent is up (a container HEALTHCHECK)
+       stkrelay --version                 stkrelay's version
 also: relayctl, relayclient, stkuser (each takes --ini PATH, else $STK_INI)"""
 
 
@@ -61,6 +62,11 @@ def main(argv: list[str] | None = None) -> int:
     if not args or args[0] in ("-h", "--help", "help"):
         print(USAGE)
         return 0 if args else 2
+    if args[0] in ("--version", "version"):
+        from stkrelay.operator_command import stkrelay_version
+
+        print(f"stkrelay {stkrelay_version()}")
+        return 0
     sub, rest = args[0], args[1:]
     if sub == "agent":
         return run("runagent", rest, "stkrelay agent")

@@ -271,7 +271,7 @@ def test_relayctl_history_list_and_doctor_print_reasons_and_names_from_outside_e
         _clean(out + err)
         assert SHOWN in out, (args, out)
     history, _ = _command("relayctl", "history")
-    assert len(history.splitlines()) == 1  # the reason's newline forged no line
+    assert len(history.splitlines()) == 2  # the header and the one row: the reason's newline forged no line
     as_json, _ = _command("relayctl", "history", "--json")
     assert json.loads(as_json)[0]["reason"] == HOSTILE  # escaped on the terminal, the same JSON value
 

@@ -14,9 +14,11 @@
     relayctl forget NODE             retire a member gone for good: its record goes, its history stays
                                      (refused while its heartbeat is fresh or it holds the lease)
 
-`--json` prints one JSON document for scripts. Exit codes: 0 ok; 1 a command
-refused or a doctor check failed; 2 usage or configuration; 3 the pool is not
-reachable (no view yet, share down); 4 stale epoch (re-read and retry).
+`-o json|yaml|tsv` (`--json` is `-o json`) prints for scripts, with wall-clock ISO 8601 times.
+Exit codes: 0 ok; 1 a command refused or a doctor check failed (also: no relay answering);
+2 usage or configuration; 3 the pool is not reachable (no view yet, share down); 4 stale
+epoch (re-read and retry); 5 stale view: this agent's view is older than HEARTBEAT_TTL
+(its runagent is not writing it; `--stale-ok` shows it, marked STALE).
 
 Commands go through the steering service like a click in the panel: audited
 (user = the OS user, client = `cli@<host>`, via `cli`) and published to the
@@ -25,23 +27,48 @@ pool, so every agent's audit page shows them.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
+from elections.management.doctor_checks import (
+    beacon_checks,
+    clock_checks,
+    early_takeover_check,
+    legacy_check,
+    listen_check,
+    mark,
+    ownership_checks,
+    relay_kind_check,
+    share_split_check,
+)
+from elections.management.pool_views import (
+    FORMATS,
+    STALE_EXIT,
+    history_header,
+    list_view,
+    render,
+    stale_refusal,
+    view_age,
+)
 from elections.ports.terminal import make_safe
+from stkrelay.operator_command import OperatorCommand
 
 EXIT = {"accepted": 0, "refused": 1, "unknown_member": 1, "unavailable": 3, "audit_unavailable": 3,
         "stale_epoch": 4}  # fmt: skip
 
 
-class Command(BaseCommand):
-    help = "Read, steer and check the pool: list, history, drain, promote, unbind, doctor, tls, ..."
-    requires_system_checks: list[str] = []
+class Command(OperatorCommand):
+    help = gettext_lazy(
+        "Read, steer and check the pool: list, history, drain, promote, unbind, doctor, tls, ... "
+        "Exit codes: 0 ok; 1 refused, or a doctor check failed; 2 usage or configuration; 3 no view of "
+        "the pool; 4 stale epoch; 5 stale view (older than HEARTBEAT_TTL; --stale-ok shows it)."
+    )
 
     def add_arguments(self, parser):  # type: ignore[no-untyped-def]
         actions = ["list", "history", "drain", "undrain", "promote", "pause", "resume", "plan", "doctor",
@@ -52,7 +79,14 @@ class Command(BaseCommand):
         parser.add_argument("--reason", default="", help="why (kept in the audit trail)")
         parser.add_argument("--epoch", type=int, help="the epoch you expect (refused if it changed)")
         parser.add_argument("-n", type=int, default=20, help="history rows")
-        parser.add_argument("--json", action="store_true", help="machine-readable output")
+        parser.add_argument("--json", action="store_true", help="machine-readable output (-o json)")
+        parser.add_argument("-o", "--output", choices=FORMATS, default="table", help="output format")
+        parser.add_argument(
+            "--stale-ok", action="store_true", help="show a view older than its TTL (else exit 5)"
+        )
+        parser.add_argument(
+            "--kind", choices=["failover", "audit", "all"], default="failover", help="history rows"
+        )
         parser.add_argument("--all", action="store_true", help="credential: every known station")
 
     def handle(self, *args: Any, **o: Any) -> None:
@@ -64,7 +98,7 @@ class Command(BaseCommand):
             for p in stk.problems:
                 self.stderr.write(f"relayctl: config {stk.source}: {p.line()}")
             raise SystemExit(2)
-        self.as_json = o["json"]
+        self.fmt = "json" if o["json"] else o["output"]
         action = o["action"]
         if action in ("drain", "undrain", "promote", "forget") and not o["node"]:
             raise CommandError(f"{action} needs a NODE")
@@ -75,39 +109,63 @@ class Command(BaseCommand):
         code = getattr(self, f"do_{action.replace('-', '_')}", self.do_command)(o)
         raise SystemExit(code)
 
-    def emit(self, doc: Any, lines: list[str]) -> None:
-        """`doc` as JSON (`--json`), else `lines`, one escaped line each (`ports.terminal`)."""
-        self.stdout.lines(json.dumps(doc, indent=2, default=str).splitlines() if self.as_json else lines)
+    def emit(self, doc: Any, lines: list[str], rows: list[list[Any]] | None = None) -> None:
+        """`doc` as JSON or YAML, `rows` as TSV, else `lines`, one escaped line each (`ports.terminal`)."""
+        if self.fmt == "tsv" and rows is not None:  # each field escaped (a tab in one too), tab-joined
+            for row in rows:
+                self.stdout.row(*("" if f is None else f for f in row))
+            return
+        self.stdout.lines(render(self.fmt, doc, lines))
 
     # -- reading -----------------------------------------------------------------
     def do_list(self, o: dict[str, Any]) -> int:
+        from django.conf import settings
+
         pool = _pool()
         if not pool.exists:
-            self.stderr.write("relayctl: this agent has no view of the pool yet (is runagent running?)")
+            self.stderr.write(_("relayctl: this agent has no view of the pool yet (is runagent running?)"))
             return 3
-        lease = pool.lease or {}
-        head = f"KMSN {pool.kmsn}  leader {lease.get('node', '-')}  epoch {lease.get('epoch', '-')}"
-        lines = [f"{head}  lease {pool.lease_status}  (seen by {pool.node})"]
-        for node, m in sorted(pool.members.items()):
-            role = "leader" if node == pool.leader else "follower"
-            elig = "eligible" if m.eligible else "NOT eligible: " + "; ".join(m.reasons)
-            lines.append(f"  {node:8s} {role:8s} {m.ip or '-':15s} prio {m.priority:>3}  "
-                         f"heartbeat {'-' if m.age is None else f'{m.age:.1f} s'}  {elig}")  # fmt: skip
-        self.emit(pool.to_doc(), lines)
+        if self.refused_stale(pool, o):
+            return STALE_EXIT
+        self.emit(*list_view(pool, settings.STK.heartbeat_ttl, _source(), view_age(pool)))
         return 0
+
+    def refused_stale(self, pool: Any, o: dict[str, Any]) -> bool:
+        """Say why and refuse (the caller exits STALE_EXIT) a view older than its TTL, unless --stale-ok."""
+        from django.conf import settings
+
+        refusal = stale_refusal(view_age(pool), settings.STK.heartbeat_ttl, _source())
+        if refusal and not o["stale_ok"]:
+            self.stderr.write(_("relayctl: refused: %(why)s") % {"why": refusal})
+            return True
+        return False
 
     def do_history(self, o: dict[str, Any]) -> int:
         from django.conf import settings
+        from django.utils.timezone import localtime
 
         from elections.models import ElectionEvent
 
+        pool = _pool()
+        if pool.exists and self.refused_stale(pool, o):  # the worker ingests the events: stale with it
+            return STALE_EXIT
         mine = ElectionEvent.objects.filter(kmsn=settings.STK.kmsn)  # not the watched pools'
-        rows = list(mine.order_by("-observed_at", "-id")[: o["n"]])
-        doc = [{"at": r.observed_at.isoformat(), "node": r.node, "kind": r.kind, "epoch": r.epoch,
-                "reason": r.reason, **r.detail} for r in rows]  # fmt: skip
-        lines = [f"{r.observed_at:%Y-%m-%d %H:%M:%S}  epoch {r.epoch:<5} {r.node:8s} {r.kind:18s} {r.reason}"
-                 for r in reversed(rows)]  # fmt: skip
-        self.emit(doc, lines or ["(no history yet)"])
+        if o["kind"] == "audit":
+            mine = mine.filter(kind="audit")
+        elif o["kind"] == "failover":
+            mine = mine.exclude(kind="audit")
+        events = list(mine.order_by("-observed_at", "-id")[: o["n"]])
+        doc = [{"at": localtime(r.observed_at).isoformat(), "node": r.node, "kind": r.kind, "epoch": r.epoch,
+                "reason": r.reason, **r.detail} for r in events]  # fmt: skip
+        lines = history_header(o["kind"], settings.STK.kmsn, view_age(pool), settings.STK.heartbeat_ttl)
+        lines += [f"{localtime(r.observed_at):%Y-%m-%d %H:%M:%S}  epoch {r.epoch:<5} {r.node:8s} "
+                  f"{r.kind:18s} {r.reason}" for r in reversed(events)]  # fmt: skip
+        lines += [] if events else [_("(no history yet)")]
+        rows = [
+            [localtime(r.observed_at).isoformat(), r.epoch, r.node, r.kind, r.reason]
+            for r in reversed(events)
+        ]
+        self.emit(doc, lines, [["at", "epoch", "node", "kind", "reason"], *rows])
         return 0
 
     def do_plan(self, o: dict[str, Any]) -> int:
@@ -258,6 +316,11 @@ class Command(BaseCommand):
             skew = share_mtime - time.time()
             check("clock vs the file server", abs(skew) < 5, f"ours is {-skew:+.1f} s off the share's")
         pool = _pool()
+        age = view_age(pool)
+        stale = age is None or age > stk.heartbeat_ttl
+        check("this agent's view is fresh", not stale or o["stale_ok"],
+              _("%(source)s, %(age)s s old (TTL %(ttl)g s)") % {"source": _source(), "ttl": stk.heartbeat_ttl,
+              "age": "-" if age is None else f"{age:.1f}"}, warn=stale)  # fmt: skip
         for node, m in sorted(pool.members.items()):
             age = m.age
             check(f"member {node} heartbeat", age is not None and age < stk.heartbeat_ttl,
@@ -271,22 +334,23 @@ class Command(BaseCommand):
             except (OSError, TypeError):
                 pass
         lease = (pool.lease or {}).get("node")
-        check("exactly one relay answering", len(answering) <= 1 and (not answering or answering == [lease]),
-              f"answering: {', '.join(answering) or 'none'}; lease names {lease}")  # fmt: skip
-        _listen_check(check, stk)
-        _relay_kind_check(check, stk)
-        _beacon_checks(check, stk.node, pool, members)
-        _share_split_check(check, pool)
-        _clock_checks(check, stk.node, pool)
-        _early_takeover_check(check, stk.kmsn)
-        _legacy_check(check, stk)
+        check("exactly one relay answering", answering == [lease] if lease else len(answering) == 1,
+              _("answering: %(who)s; lease names %(lease)s") % {"who": ", ".join(answering) or _("none"),
+                                                                "lease": lease})  # fmt: skip
+        listen_check(check, stk)
+        relay_kind_check(check, stk)
+        beacon_checks(check, stk.node, pool, members)
+        share_split_check(check, pool)
+        clock_checks(check, stk.node, pool)
+        early_takeover_check(check, stk.kmsn)
+        legacy_check(check, stk)
         from elections.ports.localstate import LocalState
         from elections.web.panel.entry_state import entry_checks
 
         here = LocalState(stk.data_dir).entry() if stk.entry else None
         for name, ok, detail in entry_checks(pool, here, time.monotonic()):
             check(name, ok, detail)
-        _ownership_checks(checks, stk, read, members)
+        ownership_checks(checks, stk, read, members)
         recent = pool.refusals.get("recent") if isinstance(pool.refusals.get("recent"), list) else []
         check("no forged, replayed or oversized records on the share", not recent,
               f"{len(recent)} refused recently" if recent else "none refused recently")  # fmt: skip
@@ -294,177 +358,13 @@ class Command(BaseCommand):
             if isinstance(r, dict):
                 seen = f"x{r.get('count')}, last {r.get('last_at')}"
                 check(f"refused {r.get('source')}", False, f"{r.get('cause')}: {r.get('detail')} ({seen})")
-        self.emit(checks, [f"{_mark(c)} {c['check']}: {c['detail']}" for c in checks])
+        self.emit(checks, [f"{mark(c)} {c['check']}: {c['detail']}" for c in checks])
+        if stale and not o["stale_ok"]:
+            self.stderr.write(
+                _("relayctl: this agent's view is stale: the checks above that read it are not current")
+            )
+            return STALE_EXIT
         return 0 if all(c["ok"] for c in checks) else 1
-
-
-def _listen_check(check: Any, stk: Any) -> None:
-    """Where this agent's relay listens (relay.listen_set): NODE_IP, loopback, the addresses
-    the executors hold; an address it cannot bind (not arrived yet, taken) fails the check."""
-    from elections.ports.localstate import LocalState
-
-    status = LocalState(stk.data_dir).relay()
-    entries = status.snapshot.get("listen") if isinstance(status.snapshot.get("listen"), list) else []
-    if not status.serving() or not entries:
-        check("relay listens on", True, "nowhere: the relay does not serve on this agent (ask the leader)")
-        return
-    up, down = [], []
-    for e in entries[:32]:
-        if not isinstance(e, dict):
-            continue
-        where = f"{str(e.get('address'))[:64]}:{stk.relay_port} ({str(e.get('why'))[:16]})"
-        if e.get("state") == "listening":
-            up.append(where)
-        else:
-            down.append(f"{where} {str(e.get('state'))[:16]}: {str(e.get('error'))[:120]}")
-    detail = ", ".join(up) or "no address"
-    detail += f"; passthrough on :{stk.relay_port + 1} of each" if up else ""
-    detail += f"; NOT listening on {', '.join(down)}" if down else ""
-    check("relay listens on", bool(up) and not down, detail)
-
-
-def _clock_checks(check: Any, me: str, pool: Any) -> None:
-    """Each member's wall clock against the store's, and against this agent's, as the members
-    measure and publish them (core.skew). Shown only: no election or freshness reads a clock."""
-    from elections.core.skew import SHOWN_LIMIT, describe, versus
-
-    mine = pool.members[me].clock if me in pool.members else None
-    for node, m in sorted(pool.members.items()):
-        detail = describe(m.clock)
-        vs = versus(m.clock, mine) if node != me else None
-        if vs is not None:
-            detail += f"; {vs[0]:+.2f} s (±{vs[1]:.2f}) vs {me}"
-        off = m.clock is not None and abs(m.clock.offset_s) - m.clock.error_s > SHOWN_LIMIT
-        if off:
-            detail += f" (more than {SHOWN_LIMIT:g} s: fix its NTP; shown only, never used for a decision)"
-        check(f"clock of {node}", not off, detail)
-
-
-def _relay_kind_check(check: Any, stk: Any) -> None:
-    """Which relay this agent runs when it leads (RELAY_KIND, DESIGN.md §16) and, while it
-    leads with an external relay, whether that relay accepts behind the fencing proxy."""
-    from elections.ports.localstate import LocalState
-    from elections.web.panel.proxy_state import ProxyState
-
-    ports = f"{stk.node_ip}:{stk.relay_port} and :{stk.relay_port + 1}"
-    spec = stk.relay_exec
-    if stk.relay_kind != "exec" or spec is None:
-        check("relay kind", True, f"builtin: stkrelay's relay on {ports} while this agent leads")
-        return
-    detail = (f"exec: {spec.argv[0]} on loopback {spec.host}:{spec.port} and :{spec.passthrough_port}, "
-              f"behind the fencing proxy on {ports} while this agent leads")  # fmt: skip
-    local = LocalState(stk.data_dir)
-    if not local.leads_now(time.monotonic()):
-        check("relay kind", True, detail)
-        return
-    proxy = ProxyState.of(local.relay().snapshot)
-    if proxy is None or not proxy.accepting:
-        why = proxy.last_error if proxy is not None and proxy.last_error else "no relay status"
-        check("relay kind", False, f"{detail}; leading, but the external relay does not accept: {why}")
-        return
-    check("relay kind", True, f"{detail}; accepting (pid {proxy.pid}), {proxy.connections} connections "
-                              f"forwarded now, {proxy.restarts} restarts")  # fmt: skip
-
-
-def _ownership_checks(checks: list[dict[str, Any]], stk: Any, read: Any, members: dict[str, Any]) -> None:
-    """Where each address really is, looked at now (ADR 0011 phase 4): one check per address,
-    against the lease read above; the members' own reports come from their heartbeats."""
-    from elections.core.actions import action_config
-    from elections.executors import build_executors
-    from elections.runtime.ownership import doctor_map
-
-    if stk.ownership_check <= 0:
-        return
-    config = action_config(stk.values)[0]
-    rec = read.record if read is not None and read.status == "valid" else None
-    leader = rec.node if rec is not None and not rec.released else None
-    entries, refused = doctor_map(stk.node, config, build_executors(config, stk.data_dir), leader,
-                                  rec.epoch if rec is not None else None, members)  # fmt: skip
-    for e in entries:
-        checks.append({"check": f"address {e.address} ({e.executor})", "ok": e.ok, "detail": e.describe(),
-                       "verdict": e.verdict, "expected": e.expected, "epoch": e.epoch,
-                       "holders": list(e.holders), "foreign": list(e.foreign)})  # fmt: skip
-    for node, why in sorted(refused.items()):
-        checks.append({"check": f"address reports of {node}", "ok": False, "detail": f"refused: {why}"})
-
-
-def _early_takeover_check(check: Any, kmsn: str) -> None:
-    """Elections on liveness evidence (DESIGN.md §13) that repeat: agents that keep dying, or
-    someone on the path who drops beacons and resets connections to force takeovers."""
-    from django.utils import timezone
-
-    from elections.web.panel.state import EARLY_TAKEOVERS_ALARM, early_takeover_counts
-
-    ever, day = early_takeover_counts([kmsn], timezone.now())
-    n = day.get(kmsn, 0)
-    detail = f"{n} in 24 h, {ever.get(kmsn, 0)} in all (alarm from {EARLY_TAKEOVERS_ALARM} in 24 h)"
-    if n >= EARLY_TAKEOVERS_ALARM:
-        detail += "; agents keep dying, or someone drops beacons and resets connections: see the history"
-    check("early takeovers on liveness evidence", n < EARLY_TAKEOVERS_ALARM, detail)
-
-
-def _mark(c: dict[str, Any]) -> str:
-    """A doctor line's mark: FAIL, WARN (ok, but worth saying: it fails nothing) or ok."""
-    return "FAIL" if not c["ok"] else "WARN" if c.get("warn") else "ok  "
-
-
-def _share_split_check(check: Any, pool: Any) -> None:
-    """Members of this KMSN on another store (core.share_split), each naming both stores."""
-    found = [f for f in pool.share_split if isinstance(f, dict)]
-    if pool.detection != "beacons":
-        check("one store for the whole pool", True, "not judged: beacons are off (BEACON_INTERVAL = 0)")
-    elif not found:
-        check("one store for the whole pool", True, "every member that beacons here is in this agent's store")
-    for f in found:
-        check(f"one store for the whole pool ({f.get('node')})", False,
-              f"{f.get('detail')} (for {f.get('since_s')} s)")  # fmt: skip
-
-
-def _legacy_check(check: Any, stk: Any) -> None:
-    """``RELAY_LEGACY = 1`` (relay.legacy): say so, with this relay's legacy sessions, and warn:
-    old stations send the site token in clear on the LAN. A warning, not a failure."""
-    from elections.ports.localstate import LocalState
-
-    if not getattr(stk, "relay_legacy", False):
-        check("legacy stations", True, "off (RELAY_LEGACY = 0): only protocol v1 clients")
-        return
-    doc = LocalState(stk.data_dir).relay().snapshot.get("legacy")
-    if isinstance(doc, dict) and doc.get("enabled") is True:
-        refused = doc.get("refused") if isinstance(doc.get("refused"), dict) else {}
-        n = sum(v for v in refused.values() if isinstance(v, int))
-        here = (f"{doc.get('sessions')} legacy sessions on this agent's relay now, "
-                f"{doc.get('registered')} registered and {n} refused since it started")  # fmt: skip
-    else:
-        here = "this agent's relay is not serving (its legacy sessions show on the leader)"
-    check("legacy stations", True, f"on (RELAY_LEGACY = 1, magic {stk.relay_legacy_magic!r}): {here}; "
-          "the site token crosses the LAN in clear: give each station its credential "
-          "(relayctl credential --all)", warn=True)  # fmt: skip
-
-
-def _beacon_checks(check: Any, me: str, pool: Any, members: dict[str, dict[str, Any]]) -> None:
-    """Beacons from every member, and paths that work one way only (DESIGN.md §13): this
-    agent hears X but X's heartbeat says it does not hear this agent, or the reverse."""
-    check("detection", True, pool.detection)
-    if pool.detection != "beacons":
-        return
-    heard = pool.beacons.get("members") if isinstance(pool.beacons.get("members"), dict) else {}
-    for node in sorted(set(members) | set(pool.members)):
-        if node == me:
-            continue
-        b = heard.get(node) if isinstance(heard.get(node), dict) else None
-        hears_me = me in (members.get(node, {}).get("hears") or [])
-        reports = isinstance(members.get(node, {}).get("hears"), list)  # it beacons and says whom it hears
-        if b is None or not isinstance(b.get("age_s"), (int, float)) or b["age_s"] > 2.0:
-            why = "none heard" if b is None else f"last one {b.get('age_s')} s ago"
-            one_way = f"; one-way: {node} hears {me}, {me} does not hear {node}" if hears_me else ""
-            check(f"beacons from {node}", False, why + one_way)
-            continue
-        detail = f"{b.get('age_s')} s ago, {float(b.get('loss') or 0):.0%} lost, from {b.get('source')}"
-        if reports and not hears_me:
-            one_way = f"one-way: {me} hears {node}, {node} does not hear {me}"
-            check(f"beacons from {node}", False, f"{detail}; {one_way}")
-        else:
-            check(f"beacons from {node}", True, detail)
 
 
 def _pool() -> Any:
@@ -474,3 +374,10 @@ def _pool() -> Any:
     from elections.ports.localstate import LocalState
 
     return LocalState(settings.STK.data_dir).pool()
+
+
+def _source() -> str:
+    """Where the views come from: this agent's `pool.json`, written by its worker."""
+    from django.conf import settings
+
+    return os.path.join(settings.STK.data_dir, "pool.json")

@@ -28,17 +28,18 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 from django.db import transaction
 
 from elections.ports.secret_source import SecretUnreadable, argv_refusal, read_secret
 from elections.ports.terminal import make_safe
 from elections.web.auth import ROLES, ensure_roles, role_of
+from stkrelay.operator_command import OperatorCommand
 
 PASSWORD_ENV = "STK_USER_PASSWORD"
 
 
-class Command(BaseCommand):
+class Command(OperatorCommand):
     help = "Manage panel users (roles viewer/operator) and API tokens."
 
     def add_arguments(self, parser):  # type: ignore[no-untyped-def]

@@ -45,7 +45,7 @@ import os
 import signal
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 
 from elections.ports.pinned_https import parse_pins
 from elections.ports.secret_source import SecretUnreadable, argv_refusal, from_environment, read_secret
@@ -63,6 +63,7 @@ from relay.client import (
     Status,
 )
 from relay.discovery import Discovery
+from stkrelay.operator_command import OperatorCommand
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_LEADER, EXIT_REFUSED = 0, 1, 2, 3, 4
 
@@ -169,7 +170,7 @@ def _common(parser: argparse.ArgumentParser, *, role_required: bool) -> None:
     )
 
 
-class Command(BaseCommand):
+class Command(OperatorCommand):
     help = "Talk to the leader's relay: listen for messages, send one, or ping."
     # A client machine need not be a configured agent: check only what this command uses.
     requires_system_checks: list[str] = []

@@ -1,0 +1,177 @@
+"""The checks `relayctl doctor` makes beyond the share and the lease: where the relay listens,
+which relay runs, beacons and one-way paths, one store, clocks, early takeovers, legacy
+stations, where each address is (each adds its lines through `check`)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+
+def listen_check(check: Any, stk: Any) -> None:
+    """Where this agent's relay listens (relay.listen_set): NODE_IP, loopback, the addresses
+    the executors hold; an address it cannot bind (not arrived yet, taken) fails the check."""
+    from elections.ports.localstate import LocalState
+
+    status = LocalState(stk.data_dir).relay()
+    entries = status.snapshot.get("listen") if isinstance(status.snapshot.get("listen"), list) else []
+    if not status.serving() or not entries:
+        check("relay listens on", True, "nowhere: the relay does not serve on this agent (ask the leader)")
+        return
+    up, down = [], []
+    for e in entries[:32]:
+        if not isinstance(e, dict):
+            continue
+        where = f"{str(e.get('address'))[:64]}:{stk.relay_port} ({str(e.get('why'))[:16]})"
+        if e.get("state") == "listening":
+            up.append(where)
+        else:
+            down.append(f"{where} {str(e.get('state'))[:16]}: {str(e.get('error'))[:120]}")
+    detail = ", ".join(up) or "no address"
+    detail += f"; passthrough on :{stk.relay_port + 1} of each" if up else ""
+    detail += f"; NOT listening on {', '.join(down)}" if down else ""
+    check("relay listens on", bool(up) and not down, detail)
+
+
+def clock_checks(check: Any, me: str, pool: Any) -> None:
+    """Each member's wall clock against the store's, and against this agent's, as the members
+    measure and publish them (core.skew). Shown only: no election or freshness reads a clock."""
+    from elections.core.skew import SHOWN_LIMIT, describe, versus
+
+    mine = pool.members[me].clock if me in pool.members else None
+    for node, m in sorted(pool.members.items()):
+        detail = describe(m.clock)
+        vs = versus(m.clock, mine) if node != me else None
+        if vs is not None:
+            detail += f"; {vs[0]:+.2f} s (±{vs[1]:.2f}) vs {me}"
+        off = m.clock is not None and abs(m.clock.offset_s) - m.clock.error_s > SHOWN_LIMIT
+        if off:
+            detail += f" (more than {SHOWN_LIMIT:g} s: fix its NTP; shown only, never used for a decision)"
+        check(f"clock of {node}", not off, detail)
+
+
+def relay_kind_check(check: Any, stk: Any) -> None:
+    """Which relay this agent runs when it leads (RELAY_KIND, DESIGN.md §16) and, while it
+    leads with an external relay, whether that relay accepts behind the fencing proxy."""
+    from elections.ports.localstate import LocalState
+    from elections.web.panel.proxy_state import ProxyState
+
+    ports = f"{stk.node_ip}:{stk.relay_port} and :{stk.relay_port + 1}"
+    spec = stk.relay_exec
+    if stk.relay_kind != "exec" or spec is None:
+        check("relay kind", True, f"builtin: stkrelay's relay on {ports} while this agent leads")
+        return
+    detail = (f"exec: {spec.argv[0]} on loopback {spec.host}:{spec.port} and :{spec.passthrough_port}, "
+              f"behind the fencing proxy on {ports} while this agent leads")  # fmt: skip
+    local = LocalState(stk.data_dir)
+    if not local.leads_now(time.monotonic()):
+        check("relay kind", True, detail)
+        return
+    proxy = ProxyState.of(local.relay().snapshot)
+    if proxy is None or not proxy.accepting:
+        why = proxy.last_error if proxy is not None and proxy.last_error else "no relay status"
+        check("relay kind", False, f"{detail}; leading, but the external relay does not accept: {why}")
+        return
+    check("relay kind", True, f"{detail}; accepting (pid {proxy.pid}), {proxy.connections} connections "
+                              f"forwarded now, {proxy.restarts} restarts")  # fmt: skip
+
+
+def ownership_checks(checks: list[dict[str, Any]], stk: Any, read: Any, members: dict[str, Any]) -> None:
+    """Where each address really is, looked at now (ADR 0011 phase 4): one check per address,
+    against the lease read above; the members' own reports come from their heartbeats."""
+    from elections.core.actions import action_config
+    from elections.executors import build_executors
+    from elections.runtime.ownership import doctor_map
+
+    if stk.ownership_check <= 0:
+        return
+    config = action_config(stk.values)[0]
+    rec = read.record if read is not None and read.status == "valid" else None
+    leader = rec.node if rec is not None and not rec.released else None
+    entries, refused = doctor_map(stk.node, config, build_executors(config, stk.data_dir), leader,
+                                  rec.epoch if rec is not None else None, members)  # fmt: skip
+    for e in entries:
+        checks.append({"check": f"address {e.address} ({e.executor})", "ok": e.ok, "detail": e.describe(),
+                       "verdict": e.verdict, "expected": e.expected, "epoch": e.epoch,
+                       "holders": list(e.holders), "foreign": list(e.foreign)})  # fmt: skip
+    for node, why in sorted(refused.items()):
+        checks.append({"check": f"address reports of {node}", "ok": False, "detail": f"refused: {why}"})
+
+
+def early_takeover_check(check: Any, kmsn: str) -> None:
+    """Elections on liveness evidence (DESIGN.md §13) that repeat: agents that keep dying, or
+    someone on the path who drops beacons and resets connections to force takeovers."""
+    from django.utils import timezone
+
+    from elections.web.panel.state import EARLY_TAKEOVERS_ALARM, early_takeover_counts
+
+    ever, day = early_takeover_counts([kmsn], timezone.now())
+    n = day.get(kmsn, 0)
+    detail = f"{n} in 24 h, {ever.get(kmsn, 0)} in all (alarm from {EARLY_TAKEOVERS_ALARM} in 24 h)"
+    if n >= EARLY_TAKEOVERS_ALARM:
+        detail += "; agents keep dying, or someone drops beacons and resets connections: see the history"
+    check("early takeovers on liveness evidence", n < EARLY_TAKEOVERS_ALARM, detail)
+
+
+def mark(c: dict[str, Any]) -> str:
+    """A doctor line's mark: FAIL, WARN (ok, but worth saying: it fails nothing) or ok."""
+    return "FAIL" if not c["ok"] else "WARN" if c.get("warn") else "ok  "
+
+
+def share_split_check(check: Any, pool: Any) -> None:
+    """Members of this KMSN on another store (core.share_split), each naming both stores."""
+    found = [f for f in pool.share_split if isinstance(f, dict)]
+    if pool.detection != "beacons":
+        check("one store for the whole pool", True, "not judged: beacons are off (BEACON_INTERVAL = 0)")
+    elif not found:
+        check("one store for the whole pool", True, "every member that beacons here is in this agent's store")
+    for f in found:
+        check(f"one store for the whole pool ({f.get('node')})", False,
+              f"{f.get('detail')} (for {f.get('since_s')} s)")  # fmt: skip
+
+
+def legacy_check(check: Any, stk: Any) -> None:
+    """``RELAY_LEGACY = 1`` (relay.legacy): say so, with this relay's legacy sessions, and warn:
+    old stations send the site token in clear on the LAN. A warning, not a failure."""
+    from elections.ports.localstate import LocalState
+
+    if not getattr(stk, "relay_legacy", False):
+        check("legacy stations", True, "off (RELAY_LEGACY = 0): only protocol v1 clients")
+        return
+    doc = LocalState(stk.data_dir).relay().snapshot.get("legacy")
+    if isinstance(doc, dict) and doc.get("enabled") is True:
+        refused = doc.get("refused") if isinstance(doc.get("refused"), dict) else {}
+        n = sum(v for v in refused.values() if isinstance(v, int))
+        here = (f"{doc.get('sessions')} legacy sessions on this agent's relay now, "
+                f"{doc.get('registered')} registered and {n} refused since it started")  # fmt: skip
+    else:
+        here = "this agent's relay is not serving (its legacy sessions show on the leader)"
+    check("legacy stations", True, f"on (RELAY_LEGACY = 1, magic {stk.relay_legacy_magic!r}): {here}; "
+          "the site token crosses the LAN in clear: give each station its credential "
+          "(relayctl credential --all)", warn=True)  # fmt: skip
+
+
+def beacon_checks(check: Any, me: str, pool: Any, members: dict[str, dict[str, Any]]) -> None:
+    """Beacons from every member, and paths that work one way only (DESIGN.md §13): this
+    agent hears X but X's heartbeat says it does not hear this agent, or the reverse."""
+    check("detection", True, pool.detection)
+    if pool.detection != "beacons":
+        return
+    heard = pool.beacons.get("members") if isinstance(pool.beacons.get("members"), dict) else {}
+    for node in sorted(set(members) | set(pool.members)):
+        if node == me:
+            continue
+        b = heard.get(node) if isinstance(heard.get(node), dict) else None
+        hears_me = me in (members.get(node, {}).get("hears") or [])
+        reports = isinstance(members.get(node, {}).get("hears"), list)  # it beacons and says whom it hears
+        if b is None or not isinstance(b.get("age_s"), (int, float)) or b["age_s"] > 2.0:
+            why = "none heard" if b is None else f"last one {b.get('age_s')} s ago"
+            one_way = f"; one-way: {node} hears {me}, {me} does not hear {node}" if hears_me else ""
+            check(f"beacons from {node}", False, why + one_way)
+            continue
+        detail = f"{b.get('age_s')} s ago, {float(b.get('loss') or 0):.0%} lost, from {b.get('source')}"
+        if reports and not hears_me:
+            one_way = f"one-way: {me} hears {node}, {node} does not hear {me}"
+            check(f"beacons from {node}", False, f"{detail}; {one_way}")
+        else:
+            check(f"beacons from {node}", True, detail)
