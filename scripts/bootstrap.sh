@@ -2,9 +2,13 @@
 # Installs what stkrelay needs on a fresh Debian machine with Python 3.11:
 # system packages (redis-server, faketime, ...) from Debian, then the venv with
 # the pinned runtime (requirements.lock) and test (requirements-dev.lock)
-# dependencies. Idempotent and quiet when nothing is missing.
+# dependencies. Idempotent; one line per step, saying what it installs (or that
+# nothing was missing), so a long install is never silent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+say() { echo "bootstrap: $*"; }
+
+say "checking Debian's packages"
 
 need=()
 command -v redis-server >/dev/null || need+=(redis-server)
@@ -24,6 +28,7 @@ command -v docker-compose >/dev/null || need+=(docker-compose)  # `docker-compos
 command -v podman >/dev/null || need+=(podman)  # `make image` / `make image-test` (DESIGN §12)
 command -v runc >/dev/null || need+=(runc)  # podman's runtime here (crun fails on hybrid cgroups)
 command -v mmdebstrap >/dev/null || need+=(mmdebstrap)  # the image's Debian base, made here: no registry
+command -v promtool >/dev/null || need+=(prometheus)  # `promtool test rules` of packaging/prometheus/ (the service is not started)
 command -v msgfmt >/dev/null || need+=(gettext)  # `make messages`: the panel's catalogues (locale/)
 fc-list :lang=zh-tw 2>/dev/null | grep -q . || need+=(fonts-noto-cjk)  # Chromium draws the zh-Hant panel
 if [ ${#need[@]} -gt 0 ]; then
@@ -31,10 +36,15 @@ if [ ${#need[@]} -gt 0 ]; then
     echo "bootstrap: missing ${need[*]}; run as root or: sudo apt-get install ${need[*]}" >&2
     exit 1
   fi
-  echo "bootstrap: installing ${need[*]} from Debian's packages"
   export DEBIAN_FRONTEND=noninteractive
+  say "apt-get update"
   apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  for pkg in "${need[@]}"; do
+    say "installing $pkg (Debian)"
+    apt-get install -y -qq --no-install-recommends "$pkg" >/dev/null
+  done
+else
+  say "Debian's packages: nothing missing"
 fi
 
 PY=${PYTHON:-}
@@ -50,8 +60,11 @@ fi
 stamp=.venv/.requirements.sha
 want=$(cat requirements.lock requirements-dev.lock | sha256sum | cut -d' ' -f1)
 if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  echo "bootstrap: creating .venv with pinned dependencies"
-  [ -x .venv/bin/python ] || "$PY" -m venv .venv
+  [ -x .venv/bin/python ] || { say "creating .venv with $PY"; "$PY" -m venv .venv; }
+  say "installing $(grep -c '==' requirements-dev.lock) pinned packages into .venv (requirements-dev.lock)"
   .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements-dev.lock
   echo "$want" > "$stamp"
+else
+  say ".venv: up to date with the lock files"
 fi
+say "done"

@@ -62,7 +62,12 @@ def test_the_metrics_keep_the_readmes_names_and_labels(dj):
         "stkrelay_failover_gap_seconds_bucket": {"kmsn", "le"},
         "stkrelay_failover_gap_seconds_count": {"kmsn"},
         "stkrelay_failover_gap_seconds_sum": {"kmsn"},
-        "stkrelay_agent_leader": {"node"},
+        "stkrelay_agent_leader": {"kmsn", "node"},
+        "stkrelay_build_info": {"version", "python", "kmsn", "node", "store"},
+        "stkrelay_pool_view_age_seconds": {"kmsn"},
+        "stkrelay_pool_view_stale": {"kmsn"},
+        "stkrelay_pool_view_stale_after_seconds": {"kmsn"},
+        "stkrelay_pool_store_reachable": {"kmsn"},
         "stkrelay_security_events_total": {"kmsn", "cause"},
         "stkrelay_relay_clients": {"kmsn", "station", "role"},
         "stkrelay_relay_messages_total": {"kmsn"},
@@ -84,7 +89,12 @@ def test_the_metrics_keep_the_readmes_names_and_labels(dj):
         (("eligible", "false"), k): 0,
         (("eligible", "true"), k): 3,
     }
-    assert samples(families, "stkrelay_agent_leader") == {(("node", "S001"),): 1}
+    assert samples(families, "stkrelay_agent_leader") == {(k, ("node", "S001")): 1}
+    (build,) = families["stkrelay_build_info"].samples
+    assert build.value == 1 and build.labels["version"] not in ("", "unknown")
+    assert (build.labels["kmsn"], build.labels["node"], build.labels["store"]) == (KMSN, "S001", "file")
+    assert samples(families, "stkrelay_pool_view_stale") == {(k,): 0}
+    assert samples(families, "stkrelay_pool_store_reachable") == {(k,): 1}
     assert samples(families, "stkrelay_failovers_total") == {(k,): 1}
     assert samples(families, "stkrelay_relay_clients")[(k, ("role", "commander"), ("station", "C01"))] == 2
     assert samples(families, "stkrelay_relay_messages_total") == {(k,): 40}
@@ -230,3 +240,21 @@ def test_early_takeovers_are_counted_and_repeated_ones_are_an_alarm_on_panel_api
     assert ok is False and detail.startswith(f"{n} in 24 h, {n + 1} in all")
     _, families = scrape()
     assert sample(families, "stkrelay_early_takeovers_total", kmsn=KMSN) == EARLY_TAKEOVERS_ALARM + 1
+
+
+def test_a_stale_view_and_an_unreachable_store_are_their_own_families(dj):
+    from django.conf import settings
+
+    k = (("kmsn", KMSN),)
+    limit = 3 * max(settings.STK.lease_poll, settings.STK.lease_renew) + 2
+    write_pool(dj["data_dir"], updated=time.monotonic() - limit - 5, store_reachable=False)
+    _, families = scrape()
+    assert samples(families, "stkrelay_pool_view_stale") == {k: 1}
+    assert samples(families, "stkrelay_pool_view_age_seconds")[k] >= limit + 5
+    assert samples(families, "stkrelay_pool_view_stale_after_seconds") == {k: limit}
+    assert samples(families, "stkrelay_pool_store_reachable") == {k: 0}
+    assert samples(families, "stkrelay_pool_has_leader") == {k: 0}  # a stale view names no leader
+    (data := dj["data_dir"] / "pool.json").unlink()
+    _, families = scrape()
+    assert samples(families, "stkrelay_pool_view_stale") == {k: 1} and not data.exists()
+    assert samples(families, "stkrelay_pool_view_age_seconds") == {}  # no view: no age, stale

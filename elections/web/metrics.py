@@ -33,6 +33,7 @@ from elections.models import ElectionEvent
 from elections.ports.localstate import LocalState
 from elections.runtime.notify import read_counters
 from elections.web.auth import api_error, bearer_user, is_loopback
+from elections.web.metrics_view import build_info, view_families
 from elections.web.panel.failovers import failovers_for
 from elections.web.panel.state import RelayState, SiteState, site_states
 from elections.web.throttle import login_throttle
@@ -69,6 +70,7 @@ class PoolCollector(Collector):
         for s in states:
             g.add_metric([s.kmsn], 1 if s.has_leader else 0)
         yield g
+        yield from view_families(states)
         g = GaugeMetricFamily(
             "stkrelay_pool_leader",
             "1 for the member that leads the pool, 0 for the others.",
@@ -150,9 +152,13 @@ class PoolCollector(Collector):
         for (route, cause), n in sorted(WS_DROPS.snapshot().items()):
             c.add_metric([route, cause], n)
         yield c
-        g = GaugeMetricFamily("stkrelay_agent_leader", "1 while this agent leads its pool.", labels=["node"])
-        g.add_metric([settings.STK.node], 1 if LocalState(settings.STK.data_dir).leads_now(now) else 0)
+        stk = settings.STK
+        g = GaugeMetricFamily(
+            "stkrelay_agent_leader", "1 while this agent leads its pool.", labels=["kmsn", "node"]
+        )
+        g.add_metric([stk.kmsn, stk.node], 1 if LocalState(stk.data_dir).leads_now(now) else 0)
         yield g
+        yield build_info(stk.kmsn, stk.node, stk.lease_store)
         yield from _relay_families(
             [(s.kmsn, s.relay) for s in states if s.relay is not None and s.relay.running]
         )
