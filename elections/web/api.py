@@ -21,6 +21,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils.translation import gettext as _
 
 from elections import audit
+from elections.core.commands import NEEDS_TARGET
 from elections.core.untrusted import API_BODY, Untrusted, load_object
 from elections.steering import MAX_EPOCH, perform
 from elections.web import health as agent_views
@@ -177,6 +178,11 @@ def sites(request: HttpRequest) -> HttpResponse:
     """Every pool this agent shows (its own first, then the watched ones in the
     ini's order); `?kmsn=` keeps those whose KMSN contains it, `?sort=` orders
     them like the fleet view (`worst`, `kmsn`, `epoch`, ...; `dir=asc|desc`)."""
+    for name, allowed in (("sort", fleet.SORTS), ("dir", fleet.DIRECTIONS)):
+        given = request.GET.get(name)
+        if given is not None and given not in allowed:
+            return api_error(400, "bad_request", _("%(name)s must be one of %(allowed)s")
+                             % {"name": name, "allowed": ", ".join(allowed)})  # fmt: skip
     order = fleet.Order.of(request.GET)
     states = order.apply(site_states()) if request.GET.get("sort") else site_states()
     if not request.GET.get("sort"):
@@ -272,6 +278,9 @@ def audit_log(request: HttpRequest) -> HttpResponse:
     )
 
 
+TARGETED = (*NEEDS_TARGET, "unbind")  # the commands whose body must name a member (or a station)
+
+
 def _body(request: HttpRequest) -> dict[str, Any] | None:
     if request.content_type == "application/json":
         try:
@@ -290,8 +299,11 @@ def command(request: HttpRequest, kmsn: str, kind: str) -> HttpResponse:
     if body is None:
         return api_error(400, "bad_request", _("the body must be a JSON object (or a form)"))
     expected = body.get("expected_epoch")
-    if isinstance(expected, str) and expected.strip().isdigit():
-        expected = int(expected)
+    if isinstance(expected, str):  # a form: "" and "null" are no expectation, like JSON's null
+        if expected.strip().isdigit():
+            expected = int(expected)
+        elif expected in ("", "null"):
+            expected = None
     if expected is not None and (
         not isinstance(expected, int) or isinstance(expected, bool) or not 0 <= expected <= MAX_EPOCH
     ):
@@ -299,6 +311,8 @@ def command(request: HttpRequest, kmsn: str, kind: str) -> HttpResponse:
     target = body.get("target") or None
     if target is not None and not isinstance(target, str):
         return api_error(400, "bad_request", _("target must be a member name"))
+    if target is None and kind in TARGETED:  # the document requires it (openapi.TARGET_BODY)
+        return api_error(400, "bad_request", _("%(kind)s needs a target") % {"kind": kind})
     force = body.get("force") in (True, "1", "true", "on")
     outcome = perform(
         actor_for(request.api_user, request, "api"),  # type: ignore[attr-defined]

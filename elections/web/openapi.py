@@ -17,8 +17,9 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from elections.core.ownership import ADDRESS_EXECUTORS, VERDICTS
+from elections.web.api import TARGETED
 from elections.web.auth import api_view
-from elections.web.panel.fleet import ALARM_LABELS, SORTS
+from elections.web.panel.fleet import ALARM_LABELS, DIRECTIONS, SORTS
 from elections.web.panel.operate import KINDS
 from elections.web.panel.views import PERIODS
 
@@ -148,21 +149,27 @@ OUTCOME = _obj(
         "correlation": _t(S), "epoch": _t(INT, True), "audit_recorded": _t(B),
     }
 )  # fmt: skip
-COMMAND_BODY = {
+_COMMAND_FIELDS = {
+    "expected_epoch": _t(
+        INT,
+        True,
+        minimum=0,
+        maximum=(1 << 63) - 1,
+        description="refused with 409 if the pool's epoch moved on (a form's `null` or empty: none)",
+    ),
+    "reason": _t(S, description="kept in the audit trail (first 500 characters)"),
+    "force": _t(B, description="drain even the last eligible member"),
+}
+# drain, undrain, promote, forget name a member, unbind a station (api.TARGETED): the body is required.
+TARGET_BODY = {
     "type": "object",
+    "required": ["target"],
     "properties": {
-        "target": _t(S, True, description="the member to drain/undrain/promote (pause/resume: none)"),
-        "expected_epoch": _t(
-            INT,
-            True,
-            minimum=0,
-            maximum=(1 << 63) - 1,
-            description="refused with 409 if the pool's epoch moved on",
-        ),
-        "reason": _t(S, description="kept in the audit trail (first 500 characters)"),
-        "force": _t(B, description="drain even the last eligible member"),
+        "target": _t(S, minLength=1, maxLength=64, description="the member (unbind: the station)"),
+        **_COMMAND_FIELDS,
     },
 }
+POOL_BODY = {"type": "object", "properties": _COMMAND_FIELDS}  # pause, resume: the whole pool
 LEADER = _obj(
     {"kmsn": _t(S), "leader": _t(S), "station": _t(S), "ip": _t(S), "port": _t(INT), "epoch": _t(INT),
      "status": _t(S)}
@@ -218,6 +225,34 @@ BAD_PAGE = {
 UNKNOWN = {"404": "this agent does not see that pool (`unknown_pool`), or no such path (`not_found`)"}
 
 
+def _command(kind: str) -> dict[str, Any]:
+    """`POST /api/v1/sites/{kmsn}/<kind>`: its body names a target (api.TARGETED) or none."""
+    body = TARGET_BODY if kind in TARGETED else POOL_BODY
+    return {
+        "post": {
+            "summary": f"{kind}: an operator command, audited like the panel's button (operator role)",
+            "parameters": [KMSN_PARAM],
+            "requestBody": {
+                "required": kind in TARGETED,
+                "content": {JSON: {"schema": body}, "application/x-www-form-urlencoded": {"schema": body}},
+            },
+            "responses": {
+                "202": _answer("accepted: the command event is written", OUTCOME),
+                "400": _answer("not an object, a field of the wrong type or range, or no target", ERROR),
+                "403": _answer(
+                    "no permission (`forbidden`), or a session without the CSRF header",
+                    {"oneOf": [OUTCOME, ERROR]},
+                ),
+                "404": _answer("unknown member or pool", {"oneOf": [OUTCOME, ERROR]}),
+                "409": _answer("stale epoch: the pool moved on since `expected_epoch`", OUTCOME),
+                "422": _answer("refused by the pool check (e.g. draining the last eligible member)", OUTCOME),
+                "503": _answer("the share, the pool view or the audit trail is unavailable", OUTCOME),
+                **AUTH_ERRORS,
+            },
+        }
+    }
+
+
 def document() -> dict[str, Any]:
     """The OpenAPI 3.1 document of /api/v1/."""
     site_paths = {
@@ -238,38 +273,7 @@ def document() -> dict[str, Any]:
             **UNKNOWN,
         ),
     }  # fmt: skip
-    command = {
-        "post": {
-            "summary": "an operator command, audited like the panel's button (operator role)",
-            "parameters": [
-                KMSN_PARAM,
-                {"name": "kind", "in": "path", "required": True, "schema": _t(S, enum=list(KINDS))},
-            ],
-            "requestBody": {
-                "required": False,
-                "content": {
-                    JSON: {"schema": COMMAND_BODY},
-                    "application/x-www-form-urlencoded": {"schema": COMMAND_BODY},
-                },
-            },
-            "responses": {
-                "202": _answer("accepted: the command event is written", OUTCOME),
-                "400": _answer("the body is not an object, or a field has the wrong type or range", ERROR),
-                "403": _answer(
-                    "no permission (`forbidden`), or a session without the CSRF header",
-                    {"oneOf": [OUTCOME, ERROR]},
-                ),
-                "404": _answer(
-                    "unknown member or pool (or command: `unknown_command`; path: `not_found`)",
-                    {"oneOf": [OUTCOME, ERROR]},
-                ),
-                "409": _answer("stale epoch: the pool moved on since `expected_epoch`", OUTCOME),
-                "422": _answer("refused by the pool check (e.g. draining the last eligible member)", OUTCOME),
-                "503": _answer("the share, the pool view or the audit trail is unavailable", OUTCOME),
-                **AUTH_ERRORS,
-            },
-        }
-    }
+    commands = {f"/api/v1/sites/{{kmsn}}/{kind}": _command(kind) for kind in KINDS}
     history_params = [
         _q("kmsn", "only this pool"),
         _q("period", f"one of {', '.join(PERIODS)} (default and anything else: 7d)"),
@@ -317,12 +321,13 @@ def document() -> dict[str, Any]:
                     _q(
                         "dir",
                         "with sort: asc or desc (default: the column's natural way)",
-                        _t(S, enum=["asc", "desc"]),
+                        _t(S, enum=list(DIRECTIONS)),
                     ),
                 ],
+                **{"400": "sort or dir is not one of its values (`bad_request`)"},
             ),
             **site_paths,
-            "/api/v1/sites/{kmsn}/{kind}": command,
+            **commands,
             "/api/v1/history": _get(
                 "failovers, newest first",
                 _obj({**PAGE, "failovers": {"type": "array", "items": FAILOVER}}),

@@ -35,6 +35,8 @@ SORTS: dict[str, tuple[str, Callable[[SiteState], Any], bool]] = {
 }
 
 
+DIRECTIONS = ("asc", "desc")
+
 # Pools without the value (no leader, no lease) go last whichever way a column sorts.
 MISSING: dict[str, Callable[[SiteState], bool]] = {
     "leader": lambda s: s.leader is None,
@@ -54,7 +56,7 @@ class Order:
         sort = params.get("sort") or WORST
         sort = sort if sort in SORTS else WORST
         direction = params.get("dir")
-        descending = SORTS[sort][2] if direction not in ("asc", "desc") else direction == "desc"
+        descending = SORTS[sort][2] if direction not in DIRECTIONS else direction == "desc"
         return cls(sort, descending, (params.get("kmsn") or "").strip()[:64])
 
     def apply(self, states: list[SiteState]) -> list[SiteState]:
