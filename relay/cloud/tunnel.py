@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from elections.retry import Backoff
@@ -185,8 +185,12 @@ class TunnelClient:
         url: str = "",
         backoff: Backoff = BACKOFF,
         rng: random.Random | None = None,
+        also: Sequence[tuple[str, int]] = (),
     ) -> None:
         self.server, self.host, self.port, self.token = server, host, port, token
+        # (host, port) of every node of the cloud, this one first: a failed dial or handshake
+        # moves to the next (a comma-separated CLOUD_URL), so a dead node's sites re-dial another
+        self.targets = [(host, port), *also]
         self.lease_key = lease_key  # K_cloud: relay.auth.cloud_key(POOL_KEY, kmsn)
         self.kmsn, self.node, self.epoch, self.lease, self.gate = kmsn, node, epoch, lease, gate
         self.keepalive, self.url, self.backoff = keepalive, url or f"tcp://{host}:{port}", backoff
@@ -239,9 +243,18 @@ class TunnelClient:
                 return
             failures = 0 if registered else failures + 1
             self.reconnects += 1
+            if not registered and len(self.targets) > 1:
+                self._next_target()
+                if failures < len(self.targets):  # the other nodes are tried at once, once
+                    continue
             delay = self.backoff.delay(failures, self.rng)
             self._set("backoff")
             await asyncio.sleep(delay)
+
+    def _next_target(self) -> None:
+        at = self.targets.index((self.host, self.port)) if (self.host, self.port) in self.targets else -1
+        self.host, self.port = self.targets[(at + 1) % len(self.targets)]
+        self.url = f"tcp://{self.host}:{self.port}"
 
     async def _session(self) -> bool:
         """One connection: dial, handshake, serve. True if the cloud accepted it."""
