@@ -6,7 +6,7 @@ PYTEST := .venv/bin/pytest
 # mostly wait on leases and timeouts, so two at once halve the wall time on 2 cores.
 TEST_WORKERS ?= 2
 
-.PHONY: bootstrap run test image image-test chaos fuzz bench bench-gate bench-ownership bench-failover bench-relay bench-relay-idle bench-switchover bench-panel bench-login bench-hostile bench-compaction bench-footprint screenshots messages lint format clean bench-cloud bench-fleet bench-etcd
+.PHONY: bootstrap run test image image-test chaos fuzz bench bench-gate bench-ownership bench-failover bench-relay bench-relay-idle bench-switchover bench-panel bench-login bench-hostile bench-compaction bench-footprint screenshots messages lint format clean bench-cloud bench-cloud-scale bench-fleet bench-etcd
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -75,6 +75,9 @@ bench-footprint: bootstrap
 # The cloud relay (DESIGN.md §14): latency through it vs direct, remote recovery after kill -9 and drain.
 bench-cloud: bootstrap
 	@$(PY) bench/cloud.py $(BENCH_ARGS)
+# issue 26: one cloud node under 200 simulated sites' tunnels and 2,000 remote clients (not in `make bench`).
+bench-cloud-scale: bootstrap
+	@$(PY) bench/cloud_scale.py $(BENCH_ARGS)
 # etcd: failover and switchover vs the file share in one run; 100 pools on one 3-member etcd.
 bench-etcd: bootstrap
 	@$(PY) bench/etcd.py $(BENCH_ARGS)

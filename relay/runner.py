@@ -278,7 +278,7 @@ class RelayRunner:
                                        token=stk.cloud_token, lease_key=cloud_key(stk.pool_key, stk.kmsn),
                                        kmsn=stk.kmsn, node=stk.node, epoch=self.epoch,
                                        lease=self.own_lease, gate=self.gate, keepalive=stk.relay_keepalive,
-                                       url=stk.cloud_url)  # fmt: skip
+                                       also=[(u.host, u.port) for u in stk.clouds[1:]])  # fmt: skip
             self.tunnel.start()
         with LeadershipChanges(loop, stk.data_dir) as changes:  # watching addresses.json from here on
             await self.listen.reconcile(self.wanted())

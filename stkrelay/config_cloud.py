@@ -2,7 +2,11 @@
 
 - `CLOUD_URL`: the cloud relay's tunnel, `tcp://host:port` (the one scheme
   built; `ws(s)://` parse but are refused for now, `stkrelay.E028`). Empty:
-  no tunnel.
+  no tunnel. A cloud of several `runcloud` nodes: a comma-separated list
+  (``tcp://a:9542, tcp://b:9542``); the tunnel dials them in turn, the next
+  one whenever a dial or a handshake fails, so a dead node's sites re-dial
+  another (`relay.cloud.tunnel.TunnelClient`). One URL reads as before;
+  `cfg.cloud` is the first, `cfg.clouds` all of them.
 - `CLOUD_TOKEN`: this site's secret at the cloud, as strong as a site key
   (`config_web.secret_weakness`: at least 16 characters, 6 distinct, not one
   short run repeated, not a placeholder) and neither `RELAY_TOKEN` nor
@@ -62,17 +66,15 @@ def check(cfg: Any, values: dict[str, str], bad: Bad) -> None:
             bad("stkrelay.E028", "CLOUD_URL", "is not set but CLOUD_TOKEN is",
                 "set CLOUD_URL to the cloud relay's tunnel port, e.g. tcp://cloud.example:9542")  # fmt: skip
         return
-    parsed = parse_cloud_url(cfg.cloud_url)
-    if isinstance(parsed, str):
-        bad(
-            "stkrelay.E028",
-            "CLOUD_URL",
-            parsed,
-            "e.g. tcp://cloud.example:9542 or wss://cloud.example/tunnel",
-        )
-    elif parsed.scheme != "tcp":
-        bad("stkrelay.E028", "CLOUD_URL", f"{parsed.scheme}:// tunnels are not supported yet",
-            "use tcp://host:TUNNEL_PORT")  # fmt: skip
+    urls = [parse_cloud_url(text.strip()) for text in cfg.cloud_url.split(",")]
+    for parsed in urls:
+        if isinstance(parsed, str):
+            bad("stkrelay.E028", "CLOUD_URL", parsed,
+                "e.g. tcp://cloud.example:9542 (several nodes: comma-separated)")  # fmt: skip
+        elif parsed.scheme != "tcp":
+            bad("stkrelay.E028", "CLOUD_URL", f"{parsed.scheme}:// tunnels are not supported yet",
+                "use tcp://host:TUNNEL_PORT")  # fmt: skip
+    sound = all(isinstance(u, CloudURL) and u.scheme == "tcp" for u in urls)
     if not cfg.cloud_token or secret_weakness(cfg.cloud_token):
         why = secret_weakness(cfg.cloud_token) if cfg.cloud_token else "is missing"
         bad("stkrelay.E029", "CLOUD_TOKEN", why,
@@ -84,5 +86,6 @@ def check(cfg: Any, values: dict[str, str], bad: Bad) -> None:
     elif cfg.pool_key and cfg.cloud_token.strip().lower() == cloud_key(cfg.pool_key, cfg.kmsn):
         bad("stkrelay.E055", "CLOUD_TOKEN", "is the site's lease key (relayctl cloud-key)",
             "then a CLOUD_TOKEN holder signs leases the cloud believes: choose another secret")  # fmt: skip
-    elif isinstance(parsed, CloudURL) and parsed.scheme == "tcp":
-        cfg.cloud = parsed  # a tunnel only with both keys sound
+    elif sound:  # a tunnel only with both keys and every URL sound
+        cfg.clouds = tuple(u for u in urls if isinstance(u, CloudURL))
+        cfg.cloud = cfg.clouds[0]

@@ -58,7 +58,7 @@ class Rig:
         await self.cloud.start()
         self.web = await serve_web(self.cloud)
 
-    async def site(self, node, epoch, kmsn=KMSN):
+    async def site(self, node, epoch, kmsn=KMSN, also=()):
         # The relay drops a peer with 1 MiB unsent (4 MiB by default): a smaller test, the same rule.
         server = RelayServer(
             node=node, kmsn=kmsn, token=TOKEN, gate=lambda: True, epoch=epoch, buffer_limit=1 << 20
@@ -80,6 +80,7 @@ class Rig:
             lease=own_lease,
             gate=lambda: True,
             keepalive=1.0,
+            also=also,
         )
         tunnel.start()
         self.sites.append((server, tunnel))

@@ -187,3 +187,16 @@ def test_a_cloud_token_that_is_the_site_s_lease_key_is_refused_at_the_agent():
         ("stkrelay.E055", "CLOUD_TOKEN")
     ]
     assert cfg.cloud is None
+
+
+def test_a_comma_separated_cloud_url_names_every_node_and_one_url_reads_as_before():
+    token = {"STK_CLOUD_TOKEN": "cloud-Token-0123456789"}
+    many = load_agent(None, env={**BASE, **token, "STK_CLOUD_URL": "tcp://127.0.0.90:9542, tcp://127.0.0.93:9542"},
+                      check_dirs=False)  # fmt: skip
+    assert [(u.host, u.port) for u in many.clouds] == [("127.0.0.90", 9542), ("127.0.0.93", 9542)]
+    assert many.cloud == many.clouds[0]
+    one = load_agent(None, env={**BASE, **token, "STK_CLOUD_URL": "tcp://127.0.0.90:9542"}, check_dirs=False)
+    assert one.clouds == (one.cloud,) and (one.cloud.host, one.cloud.port) == ("127.0.0.90", 9542)
+    bad = load_agent(None, env={**BASE, **token, "STK_CLOUD_URL": "tcp://127.0.0.90:9542, nowhere"},
+                     check_dirs=False)  # fmt: skip
+    assert [p.key for p in bad.problems if p.id == "stkrelay.E028"] == ["CLOUD_URL"] and bad.cloud is None

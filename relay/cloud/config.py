@@ -37,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from relay.cloud.grants import Grant
 from stkrelay.config import Problem
 from stkrelay.config_web import secret_weakness
 
@@ -57,6 +58,7 @@ class CloudConfig:
     park_max: int = 256
     tokens: dict[str, str] = field(default_factory=dict)  # kmsn -> CLOUD_TOKEN
     lease_keys: dict[str, str] = field(default_factory=dict)  # kmsn -> K_cloud (64 hex, lower case)
+    grants: dict[str, Grant] = field(default_factory=dict)  # [grant:<NAME>]: cross-site commanders
     source: str = ""
     problems: list[Problem] = field(default_factory=list)
 
@@ -133,11 +135,36 @@ def load(path: str | None) -> CloudConfig:
             key = _lease_key(parser, section, Path(path).parent, token, bad)
             if key is not None:
                 cfg.tokens[kmsn], cfg.lease_keys[kmsn] = token, key
+    _grants(parser, cfg)
     site_problems = ("stkrelay.C007", "stkrelay.C009", "stkrelay.C010", "stkrelay.C011")
     if not cfg.tokens and not any(p.id in site_problems for p in cfg.problems):
         bad(Problem("stkrelay.C008", "[site:<KMSN>]", "no site configured",
                     "add one [site:<KMSN>] section with CLOUD_TOKEN and LEASE_KEY per site"))  # fmt: skip
     return cfg
+
+
+def _grants(parser: configparser.ConfigParser, cfg: CloudConfig) -> None:
+    """The ``[grant:<NAME>]`` sections (`relay.cloud.grants`); a bad one is ``stkrelay.E210``."""
+    for section in parser.sections():
+        if not section.startswith("grant:"):
+            continue
+        name = section[6:].strip()
+        token = parser.get(section, "TOKEN", fallback="").strip()
+        listed = parser.get(section, "KMSNS", fallback="").split(",")
+        kmsns = frozenset(k.strip() for k in listed if k.strip())
+        unknown = sorted(kmsns - set(cfg.tokens))
+        weak = secret_weakness(token)
+        why = (
+            ("names no commander" if not name else "")
+            or (weak and f"TOKEN {weak}")
+            or ("" if kmsns else "KMSNS lists no site")
+            or (f"KMSNS lists sites this cloud does not serve: {unknown}" if unknown else "")
+        )
+        if why:
+            hint = "e.g. TOKEN = <a long random secret>, KMSNS = <KMSN>, <KMSN> (each a [site:<KMSN>] here)"
+            cfg.problems.append(Problem("stkrelay.E210", f"[{section}]", why, hint))
+        else:
+            cfg.grants[name] = Grant(name, token, kmsns)
 
 
 def _lease_key(parser: configparser.ConfigParser, section: str, base: Path, token: str,

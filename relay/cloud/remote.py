@@ -46,6 +46,7 @@ class Greeting:
         self.role: str = ""
         self.station: str = ""
         self.refusal: tuple[str, str] | None = None
+        self.register: dict = {}  # the first frame once it is a register (for `relay.cloud.grants`)
         self._decoder = FrameDecoder(limit)
         self._limit = limit
 
@@ -75,6 +76,7 @@ class Greeting:
             self.refusal = (BAD_REQUEST, "expected a register frame naming a kmsn")
             return
         self.kmsn = kmsn
+        self.register = obj
         role, station = obj.get("role"), obj.get("station")
         self.role = role[:32] if isinstance(role, str) else ""
         self.station = station[:64] if isinstance(station, str) else ""

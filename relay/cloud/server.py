@@ -48,9 +48,10 @@ from typing import Any
 
 from relay.cloud.config import CloudConfig
 from relay.cloud.fence import EpochFence, TunnelBook, TunnelRecord
+from relay.cloud.grants import grant_refusal
 from relay.cloud.handshake import TunnelAcceptor
 from relay.cloud.peers import RemotePeer, RemoteViewer, TunnelPeer
-from relay.framing import NOT_LEADER
+from relay.framing import BAD_AUTH, NOT_LEADER, WRONG_KMSN
 from relay.limits import Admission, Caps
 from relay.server import BACKLOG, file_limit
 
@@ -191,7 +192,21 @@ class CloudServer:
             del self.tunnels[record.kmsn]
 
     def route(self, remote: RemotePeer) -> None:
-        """`remote` named its KMSN: to its tunnel now, or parked until one comes."""
+        """`remote` named its KMSN: to its tunnel now, or parked until one comes (a commander
+        at a cloud with grants only with a grant listing it: `relay.cloud.grants`)."""
+        cause = grant_refusal(self.cfg.grants, remote.greeting.nonce, remote.greeting.register)
+        if cause is not None:
+            self.count(cause)
+            n, g = self.counters[cause], remote.greeting
+            grant = str(g.register.get("grant"))[:64]
+            if n <= 20 or n % 1000 == 0:
+                log.warning("SECURITY: commander %s at %s refused for %s: %s (grant %r, %d so far)",
+                            g.station, remote.peer, remote.kmsn[:64], cause, grant, n)  # fmt: skip
+            if cause == "grant_unlisted":
+                remote.refuse(WRONG_KMSN, f"this commander's grant does not list {remote.kmsn[:64]}")
+            else:
+                remote.refuse(BAD_AUTH, "a commander at this cloud needs a grant (grant, grant_auth)")
+            return
         tunnel = self.tunnels.get(remote.kmsn)
         if tunnel is not None and not tunnel.dead:
             remote.attach(tunnel)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from elections.retry import Backoff
@@ -38,111 +38,16 @@ from relay.auth import is_nonce, new_nonce
 from relay.cloud.handshake import TUNNEL_ROLE
 from relay.cloud.lease_mac import presented
 from relay.cloud.mux import Control, Mux, MuxError, Pong, StreamClosed, StreamData, StreamOpened, Writable
+from relay.cloud.tunnel_streams import StreamTransport, TunnelledJsonPeer, TunnelledPassthroughPeer
 from relay.protocol import ClientConnection, ErrorReceived, ProtocolError, RawData, Registered
 from relay.server import RelayServer
-from relay.sessions import JsonPeer, PassthroughPeer
 
 log = logging.getLogger("stkrelay.tunnel")
 
 BACKOFF = Backoff(tries=1 << 30, first=0.1, factor=2.0, cap=5.0, jitter=0.5)
 DIAL_TIMEOUT = 3.0
-CLOSE_DRAIN = 1.0  # seconds a closing stream may wait for credit to send what it still holds
 
 LeaseSource = Callable[[], Awaitable["dict | None"]]
-
-
-class _Tunnelled:
-    """Mixin of the peers that came through the tunnel."""
-
-    def greet(self, transport: asyncio.Transport, hello: bytes) -> None:
-        pass  # the cloud sent its own hello, with the nonce this core was built with
-
-    def leader_changed(self, epoch: int | None, ip: str | None, port: int | None) -> None:
-        super().leader_changed(epoch, None, None)  # type: ignore[misc]  # the way back is the cloud
-
-
-class TunnelledJsonPeer(_Tunnelled, JsonPeer):
-    pass
-
-
-class TunnelledPassthroughPeer(_Tunnelled, PassthroughPeer):
-    pass
-
-
-class StreamTransport(asyncio.Transport):
-    """One mux stream as the `asyncio.Transport` of a relay peer."""
-
-    def __init__(self, client: TunnelClient, stream: int, peer: str, protocol: JsonPeer) -> None:
-        super().__init__()
-        self.client, self.stream, self.protocol = client, stream, protocol
-        host, _, port = peer.rpartition(":")
-        self.peername = (f"cloud/{host or peer}"[:80], int(port) if port.isdigit() else 0)
-        self.high = 1 << 20
-        self.closing = self.lost = self.paused = False
-
-    # -- what a peer calls -----------------------------------------------------------------
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return self.peername if name == "peername" else default
-
-    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
-        if high is not None:
-            self.high = high
-
-    def get_write_buffer_size(self) -> int:
-        return self.client.mux.buffered(self.stream)
-
-    def write(self, data: bytes | bytearray | memoryview) -> None:
-        if self.closing or self.lost:
-            return
-        self.client.mux.write(self.stream, bytes(data))
-        self.client.flush_soon()
-        if not self.paused and self.get_write_buffer_size() > self.high:
-            self.paused = True
-            self.protocol.pause_writing()  # the relay's policy: a peer that does not keep up is dropped
-
-    def is_closing(self) -> bool:
-        return self.closing or self.lost
-
-    def close(self) -> None:
-        if self.closing or self.lost:
-            return
-        self.closing = True
-        if self.get_write_buffer_size() == 0:
-            self._end("closed by the site")
-        else:
-            self.client.loop.call_later(
-                CLOSE_DRAIN, self._end, "closed by the site (undelivered bytes dropped)"
-            )
-
-    def abort(self) -> None:
-        self.closing = True
-        self._end("aborted by the site")
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-    # -- what the tunnel calls ----------------------------------------------------------
-    def writable(self) -> None:
-        if self.closing and self.get_write_buffer_size() == 0:
-            self._end("closed by the site")
-
-    def _end(self, reason: str) -> None:
-        if self.lost:
-            return
-        self.client.mux.close(self.stream, reason)
-        self.client.flush_soon()
-        self.gone()
-
-    def gone(self) -> None:
-        """The stream is over (either end): the peer's connection is lost."""
-        if self.lost:
-            return
-        self.lost = True
-        self.client.streams.pop(self.stream, None)
-        self.client.loop.call_soon(self.protocol.connection_lost, None)
 
 
 class _TunnelProtocol(asyncio.Protocol):
@@ -185,8 +90,12 @@ class TunnelClient:
         url: str = "",
         backoff: Backoff = BACKOFF,
         rng: random.Random | None = None,
+        also: Sequence[tuple[str, int]] = (),
     ) -> None:
         self.server, self.host, self.port, self.token = server, host, port, token
+        # (host, port) of every node of the cloud, this one first: a failed dial or handshake
+        # moves to the next (a comma-separated CLOUD_URL), so a dead node's sites re-dial another
+        self.targets = [(host, port), *also]
         self.lease_key = lease_key  # K_cloud: relay.auth.cloud_key(POOL_KEY, kmsn)
         self.kmsn, self.node, self.epoch, self.lease, self.gate = kmsn, node, epoch, lease, gate
         self.keepalive, self.url, self.backoff = keepalive, url or f"tcp://{host}:{port}", backoff
@@ -239,9 +148,18 @@ class TunnelClient:
                 return
             failures = 0 if registered else failures + 1
             self.reconnects += 1
+            if not registered and len(self.targets) > 1:
+                self._next_target()
+                if failures < len(self.targets):  # the other nodes are tried at once, once
+                    continue
             delay = self.backoff.delay(failures, self.rng)
             self._set("backoff")
             await asyncio.sleep(delay)
+
+    def _next_target(self) -> None:
+        at = self.targets.index((self.host, self.port)) if (self.host, self.port) in self.targets else -1
+        self.host, self.port = self.targets[(at + 1) % len(self.targets)]
+        self.url = f"tcp://{self.host}:{self.port}"
 
     async def _session(self) -> bool:
         """One connection: dial, handshake, serve. True if the cloud accepted it."""

@@ -1,0 +1,90 @@
+"""The cloud nodes' directory of tunnels in etcd (issue 26 part 3; not yet wired into `runcloud`).
+
+One key per site, ``<prefix>tunnels/<KMSN>`` = ``{"node": <cloud node>, "epoch": <site epoch>}``,
+under an etcd lease of its own (`ttl` seconds, kept alive by its node), so the
+entries of a dead node expire and its sites' tunnels may be claimed elsewhere.
+
+- `may_claim` (pure): a node may take a site's entry when there is none, when
+  the tunnel's epoch is above the entry's, or to refresh its own entry at the
+  same epoch. An entry that is not evidence (not a bounded JSON object with a
+  string node and an integer epoch) is never overwritten: refuse, never risk
+  two tunnels for one KMSN.
+- `TunnelDirectory.claim` reads the entry, decides, and writes with a
+  compare-and-set on the key's ``mod_revision``: two nodes racing for one site
+  cannot both succeed, and the key's revisions in etcd are the history of who
+  held each site at which epoch.
+"""
+
+from __future__ import annotations
+
+import json
+
+from elections.core.untrusted import Limits, Untrusted, load_object
+from elections.ports.etcd.client import EtcdClient, mod_is, put, unb64
+
+ENTRY = Limits(4 << 10, max_depth=2)
+Held = tuple[str, int]  # (cloud node, epoch)
+
+
+def may_claim(held: Held | None, node: str, epoch: int) -> bool:
+    if held is None:
+        return True
+    holder, at = held
+    return epoch > at or (epoch == at and holder == node)
+
+
+def read_entry(raw: bytes) -> Held:
+    """The entry's (node, epoch); `Untrusted` if it is not one."""
+    doc = load_object(raw, ENTRY, "tunnel entry")
+    node, epoch = doc.get("node"), doc.get("epoch")
+    if not isinstance(node, str) or not node or type(epoch) is not int or epoch < 0:
+        raise Untrusted("bad_field", "a tunnel entry names a node (string) and an epoch (integer >= 0)")
+    return node[:128], epoch
+
+
+class TunnelDirectory:
+    """This cloud node's view of the directory: claim, keep alive, read, release."""
+
+    def __init__(self, client: EtcdClient, prefix: str, node: str, ttl: int = 2) -> None:
+        self.client, self.prefix, self.node, self.ttl = client, prefix, node, ttl
+        self.leases: dict[str, int] = {}  # kmsn -> the etcd lease under our entry
+
+    def key(self, kmsn: str) -> str:
+        return f"{self.prefix}tunnels/{kmsn}"
+
+    def entry(self, kmsn: str) -> tuple[Held | None, int]:
+        """The site's entry (None: none) and the key's mod_revision (0: no key).
+        `Untrusted` for an entry that is not evidence."""
+        kvs = self.client.range(self.key(kmsn)).get("kvs") or []
+        if not kvs:
+            return None, 0
+        return read_entry(unb64(kvs[0].get("value"))), int(kvs[0].get("mod_revision", 0))
+
+    def claim(self, kmsn: str, epoch: int) -> bool:
+        """Make this node the holder of `kmsn`'s tunnel at `epoch`, if the directory allows."""
+        held, revision = self.entry(kmsn)
+        if not may_claim(held, self.node, epoch):
+            return False
+        lease, _ = self.client.grant(self.ttl)
+        value = json.dumps({"node": self.node, "epoch": epoch}).encode()
+        doc = self.client.txn([mod_is(self.key(kmsn), revision)], [put(self.key(kmsn), value, lease)])
+        if not doc.get("succeeded"):
+            self.client.revoke(lease)
+            return False
+        old = self.leases.pop(kmsn, None)
+        self.leases[kmsn] = lease
+        if old is not None:
+            self.client.revoke(old)
+        return True
+
+    def keepalive(self) -> list[str]:
+        """Refresh our entries' leases; the sites whose entry etcd no longer has."""
+        lost = [kmsn for kmsn, lease in self.leases.items() if self.client.keepalive(lease) <= 0]
+        for kmsn in lost:
+            del self.leases[kmsn]
+        return lost
+
+    def release(self, kmsn: str) -> None:
+        lease = self.leases.pop(kmsn, None)
+        if lease is not None:
+            self.client.revoke(lease)
