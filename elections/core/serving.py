@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 from elections.core.beacons import Beacon
 
@@ -328,3 +329,19 @@ class ServingBook:
             "right": None if right is None else {"epoch": right.epoch, "mode": right.mode,
                                                  "acks": acks},
         }  # fmt: skip
+
+
+class Serving(Protocol):
+    """The serving right as the elector asks it (kept beside the beacons: `runtime.beacon_link`)."""
+
+    def taken(self, epoch: int, cause: str | None, now: float) -> None:
+        """This node just took `epoch` (for `cause`): its right starts now."""
+
+    def bound(self, epoch: int, now: float) -> float | None:
+        """The latest instant the right lets this node serve `epoch`; None: the lease alone."""
+
+    def lapsed(self, epoch: int, now: float) -> str | None:
+        """Why the right to serve `epoch` lapsed for good, or None."""
+
+    def silent(self, holder: str, epoch: int) -> str | None:
+        """Why a majority's silence lets this follower take over `holder`'s `epoch` early, or None."""

@@ -47,6 +47,16 @@ class EventSink(Protocol):
         ...
 
 
+class NullSink:
+    """An `EventSink` that keeps nothing (a contender without `--events`)."""
+
+    def record(self, kind: str, epoch: int, reason: str, seq: int | None = None, **extra: Any) -> None:
+        pass
+
+    def last_seq(self) -> int:
+        return 0
+
+
 class EventReader(Protocol):
     backlog: bool  # the last call stopped at a cap: call again soon
 

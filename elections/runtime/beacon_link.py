@@ -77,7 +77,7 @@ class BeaconLink:
     def evidence(self, node: str, epoch: int) -> str | None:
         return self.service.evidence(node, epoch)
 
-    # -- elections.runtime.elector.Serving -----------------------------------------------------
+    # -- elections.core.serving.Serving -----------------------------------------------------
     def taken(self, epoch: int, cause: str | None, now: float) -> None:
         self.service.taken(epoch, cause)
 

@@ -17,9 +17,9 @@ import os
 import random
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import Any, Protocol
+from typing import Any
 
 from elections.core.decide import (
     PLANNED,
@@ -30,51 +30,41 @@ from elections.core.decide import (
     Verdict,
     decide,
     evidence_subject,
-    replayed,
     track,
 )
 from elections.core.evidence import Refusals
 from elections.core.lease import LeaseRead, LeaseRecord
+from elections.core.serving import Serving
 from elections.core.untrusted import REPLAYED
 from elections.errors import StoreUnavailable
 from elections.ports.clock import Clock
 from elections.ports.store import LEASE_NAME, LeaseStore, WriteOutcome
+from elections.ports.stores import EventSink, NullSink
+from elections.runtime.lease_reads import read_trouble
 from elections.runtime.lease_writes import CONTEND_ATTEMPTS, Identity, make_record, release_lease
 from elections.runtime.policy import OpenPolicy, Policy
 
 log = logging.getLogger("stkrelay.elector")
 
 BACKOFF = (0.2, 1.0)  # losers of a race wait this long (seconds, uniform)
+BUSY_PAUSE = (0.02, 0.1)  # a renewal that found the lock busy waits this long (seconds, uniform)
+# Acts a cycle makes at the most, by the verdict whose act lost a race and is attempted again.
+ATTEMPTS = {Verdict.CONTEND: CONTEND_ATTEMPTS, Verdict.RENEW: CONTEND_ATTEMPTS * 2}
 
 
-class EventSink(Protocol):
-    def record(self, kind: str, epoch: int, reason: str, **extra: Any) -> None: ...
+@dataclass(frozen=True)
+class Attempt:
+    """What one attempt of a cycle came to: its decision, and the verdict whose act
+    lost a race (`lost`: attempt it again; `busy`: the lock was held) if it did."""
 
-
-class NullSink:
-    def record(self, kind: str, epoch: int, reason: str, **extra: Any) -> None:
-        pass
+    decision: Decision
+    lost: Verdict | None = None
+    busy: bool = False
 
 
 Hook = Callable[[int], None]
 # (holder, epoch) -> why that holder's agent is positively gone, or None (runtime.beacons)
 Evidence = Callable[[str, int], "str | None"]
-
-
-class Serving(Protocol):
-    """The serving right (DESIGN.md §15, `core.serving`), kept beside the beacons."""
-
-    def taken(self, epoch: int, cause: str | None, now: float) -> None:
-        """This node just took `epoch` (for `cause`): its right starts now."""
-
-    def bound(self, epoch: int, now: float) -> float | None:
-        """The latest instant the right lets this node serve `epoch`; None: the lease alone."""
-
-    def lapsed(self, epoch: int, now: float) -> str | None:
-        """Why the right to serve `epoch` lapsed for good, or None."""
-
-    def silent(self, holder: str, epoch: int) -> str | None:
-        """Why a majority's silence lets this follower take over `holder`'s `epoch` early, or None."""
 
 
 class Elector:
@@ -143,19 +133,51 @@ class Elector:
         return until if bound is None else min(until, bound)
 
     def cycle(self, renewing: bool = False) -> Decision:
-        """Look once and act on what is seen. Never raises for store trouble."""
+        """Look once and act on what is seen. Never raises for store trouble.
+
+        One `attempt` reads once, decides once and acts once. A contend or a
+        renewal that lost a race (or found the lock busy) is attempted again
+        here, around it, after a pause — like client-go's acquire/renew around
+        tryAcquireOrRenew — up to `ATTEMPTS` acts in all."""
+        attempt = self.attempt(renewing)
+        acts = 1
+        while attempt.lost is not None:
+            lost = attempt.lost
+            if lost is Verdict.CONTEND:
+                self.sleep(self.rng.uniform(*BACKOFF))
+            elif attempt.busy:
+                self.sleep(self.rng.uniform(*BUSY_PAUSE))
+            attempt = self.attempt(lost is Verdict.RENEW, again=lost, act=acts < ATTEMPTS[lost])
+            acts += 1
+        self._note(attempt.decision)
+        return attempt.decision
+
+    def attempt(self, renewing: bool = False, again: Verdict | None = None, act: bool = True) -> Attempt:
+        """Read once, decide once, act once. `again`: this attempt follows one whose
+        `again` lost a race; it acts only on that verdict (and a renewal's step-down),
+        and only with `act`: a last look that acts no more is what the cycle returns."""
+        before = self.clock.monotonic()
         read = self._read()
-        decision = self._decide(read, self.clock.monotonic(), renewing)
-        if decision.verdict is Verdict.CONTEND:
-            decision = self._contend(read, decision)
-        elif decision.verdict is Verdict.RENEW:
-            decision = self._renew(read, self.clock.monotonic())
-        elif decision.verdict is Verdict.STEP_DOWN:
+        now = before if again is Verdict.RENEW else self.clock.monotonic()
+        decision = self._decide(read, now, renewing)
+        verdict = decision.verdict
+        if again is not None and verdict is not again:
+            if again is Verdict.RENEW and verdict is Verdict.STEP_DOWN:
+                self._step_down(decision.reason)
+            return Attempt(decision)
+        if verdict is Verdict.CONTEND:
+            if act:
+                return self._contend(read, decision, first=again is None)
+            return Attempt(decision)
+        if verdict is Verdict.RENEW:
+            if act and read is not None:
+                return self._renew(read, before if again is not None else self.clock.monotonic())
+            return self._renew_failed()
+        if verdict is Verdict.STEP_DOWN:
             self._step_down(decision.reason)
-        elif decision.verdict is Verdict.HAND_OFF:
+        elif verdict is Verdict.HAND_OFF:
             decision = self._hand_off(decision)
-        self._note(decision)
-        return decision
+        return Attempt(decision)
 
     def _hand_off(self, decision: Decision) -> Decision:
         epoch, target = self.memory.leader_epoch, decision.handoff_to
@@ -222,27 +244,12 @@ class Elector:
             self.last_read = None
             return None
         self.last_read = read
-        if read.status == "forged":
-            self._report(
-                f"SECURITY: ignoring forged lease in {self.store.describe()}: {read.detail}",
-                logging.ERROR,
-                key=read.revision,
-            )
-        elif read.status == "corrupt":
-            self._report(
-                f"ignoring damaged lease in {self.store.describe()}: {read.detail}",
-                logging.WARNING,
-                key=read.revision,
-            )
-        elif replayed(self.memory, read) and read.record is not None:
-            detail = f"{read.record.describe()} is older than seen {self.memory.seen_key}"
+        message, level, replay = read_trouble(read, self.memory, self.store.describe)
+        if replay is not None:
             at = self.clock.wall().isoformat(timespec="seconds")
-            self.refusals.note(LEASE_NAME, REPLAYED, detail, at, self.clock.monotonic())
-            self._report(
-                f"SECURITY: ignoring replayed lease in {self.store.describe()}: {detail}",
-                logging.ERROR,
-                key=read.revision,
-            )
+            self.refusals.note(LEASE_NAME, REPLAYED, replay, at, self.clock.monotonic())
+        if message:
+            self._report(message, level, key=read.revision)
         return read
 
     def observe(self, read: LeaseRead | None, renewing: bool) -> Observation:
@@ -293,55 +300,52 @@ class Elector:
             self._report(f"lease not written: {exc}", logging.ERROR)
             return WriteOutcome.BUSY
 
-    def _contend(self, read: LeaseRead | None, decision: Decision) -> Decision:
+    def _contend(self, read: LeaseRead | None, decision: Decision, first: bool) -> Attempt:
+        """One claim of the lease (after the decision's delay, on a first attempt)."""
         decided_at = self.clock.monotonic()  # decision.gap runs to here; the wait below counts too
-        if decision.delay > 0:  # lower priority waits: a higher one that contends too gets there first
+        if (
+            first and decision.delay > 0
+        ):  # lower priority waits: a higher one that contends too gets there first
             self.sleep(decision.delay)
-        for _ in range(CONTEND_ATTEMPTS):
-            if read is None:
-                return decision
-            start = self.clock.monotonic()
-            try:
-                outcome, record = self.store.acquire(
-                    lambda epoch: self._record(epoch, 0, self.timing.ttl),
-                    read.revision,
-                    self.memory.max_epoch,
-                    self._member_doc(),
-                )
-            except StoreUnavailable as exc:
-                return Decision(Verdict.WAIT, f"cannot contend: {exc}")
-            if outcome is WriteOutcome.WRITTEN and record is not None:
-                epoch = record.epoch
-                if self.serving is not None:  # before anything can read the new epoch's gate
-                    self.serving.taken(epoch, decision.cause, start)
-                self.memory = replace(
-                    self.memory,
-                    leader_epoch=epoch,
-                    renewed_at=start,
-                    renew_seq=0,
-                    seen_key=record.key,
-                    seen_at=start,
-                    seen_ttl=self.timing.ttl,
-                    seen_released=False,
-                    seen_handoff=None,
-                    max_epoch=epoch,
-                )
-                self.last_read = LeaseRead("valid", record)  # what the view shows: the lease we hold now
-                why = f"elected: took epoch {epoch} ({decision.reason})"
-                log.warning("%s", why)
-                gap = None if decision.gap is None else round(decision.gap + start - decided_at, 3)
-                self.events.record("elected", epoch, decision.reason, cause=decision.cause, gap_s=gap)
-                self._duty(self.on_elected, epoch)
-                return Decision(Verdict.HOLD, why)
-            self.sleep(self.rng.uniform(*BACKOFF))
-            read = self._read()
-            decided_at = self.clock.monotonic()
-            decision = self._decide(read, decided_at, renewing=False)
-            if decision.verdict is not Verdict.CONTEND:
-                return decision
-        return decision
+        if read is None:
+            return Attempt(decision)
+        start = self.clock.monotonic()
+        try:
+            outcome, record = self.store.acquire(
+                lambda epoch: self._record(epoch, 0, self.timing.ttl),
+                read.revision,
+                self.memory.max_epoch,
+                self._member_doc(),
+            )
+        except StoreUnavailable as exc:
+            return Attempt(Decision(Verdict.WAIT, f"cannot contend: {exc}"))
+        if outcome is not WriteOutcome.WRITTEN or record is None:
+            return Attempt(decision, lost=Verdict.CONTEND)
+        epoch = record.epoch
+        if self.serving is not None:  # before anything can read the new epoch's gate
+            self.serving.taken(epoch, decision.cause, start)
+        self.memory = replace(
+            self.memory,
+            leader_epoch=epoch,
+            renewed_at=start,
+            renew_seq=0,
+            seen_key=record.key,
+            seen_at=start,
+            seen_ttl=self.timing.ttl,
+            seen_released=False,
+            seen_handoff=None,
+            max_epoch=epoch,
+        )
+        self.last_read = LeaseRead("valid", record)  # what the view shows: the lease we hold now
+        why = f"elected: took epoch {epoch} ({decision.reason})"
+        log.warning("%s", why)
+        gap = None if decision.gap is None else round(decision.gap + start - decided_at, 3)
+        self.events.record("elected", epoch, decision.reason, cause=decision.cause, gap_s=gap)
+        self._duty(self.on_elected, epoch)
+        return Attempt(Decision(Verdict.HOLD, why))
 
-    def _renew(self, read: LeaseRead | None, start: float) -> Decision:
+    def _renew(self, read: LeaseRead, start: float) -> Attempt:
+        """One write of the renewal, fenced by the renew deadline."""
         epoch = self.memory.leader_epoch
         assert epoch is not None
         renewed_at = self.memory.renewed_at or start
@@ -350,45 +354,38 @@ class Elector:
             """Checked at the last moment before the write: never act after the deadline."""
             return self.clock.monotonic() - renewed_at <= self.timing.deadline
 
-        for _ in range(CONTEND_ATTEMPTS * 2):
-            if read is None:
-                break
-            rec = read.record
-            base = rec.renew_seq if rec is not None and rec.node == self.me.node and rec.epoch == epoch else 0
-            seq = max(self.memory.renew_seq, base) + 1
-            record = self._record(epoch, seq, self.timing.ttl)
-            outcome = self._write(record, read, fence)
-            if outcome is WriteOutcome.WRITTEN:
-                self.memory = replace(
-                    self.memory,
-                    renewed_at=start,
-                    renew_seq=seq,
-                    seen_key=record.key,
-                    seen_at=start,
-                    seen_released=False,
-                )
-                self.last_read = LeaseRead("valid", record)
-                return Decision(Verdict.HOLD, f"leader: renewed epoch {epoch} (seq {seq})")
-            if outcome is WriteOutcome.FENCED:
-                why = f"deadline passed before the write of epoch {epoch}"
-                self._step_down(why)
-                return Decision(Verdict.STEP_DOWN, why)
-            if outcome is WriteOutcome.LOST:
-                why = f"lost: the store took the hold of epoch {epoch} away (its etcd lease is gone)"
-                self._step_down(why)
-                return Decision(Verdict.STEP_DOWN, why)
-            if outcome is WriteOutcome.BUSY:
-                self.sleep(self.rng.uniform(0.02, 0.1))
-            start = self.clock.monotonic()
-            read = self._read()
-            decision = self._decide(read, start, renewing=True)
-            if decision.verdict is Verdict.STEP_DOWN:
-                self._step_down(decision.reason)
-                return decision
-            if decision.verdict is not Verdict.RENEW:
-                return decision
+        rec = read.record
+        base = rec.renew_seq if rec is not None and rec.node == self.me.node and rec.epoch == epoch else 0
+        seq = max(self.memory.renew_seq, base) + 1
+        record = self._record(epoch, seq, self.timing.ttl)
+        outcome = self._write(record, read, fence)
+        if outcome is WriteOutcome.WRITTEN:
+            self.memory = replace(
+                self.memory,
+                renewed_at=start,
+                renew_seq=seq,
+                seen_key=record.key,
+                seen_at=start,
+                seen_released=False,
+            )
+            self.last_read = LeaseRead("valid", record)
+            return Attempt(Decision(Verdict.HOLD, f"leader: renewed epoch {epoch} (seq {seq})"))
+        if outcome is WriteOutcome.FENCED:
+            why = f"deadline passed before the write of epoch {epoch}"
+            self._step_down(why)
+            return Attempt(Decision(Verdict.STEP_DOWN, why))
+        if outcome is WriteOutcome.LOST:
+            why = f"lost: the store took the hold of epoch {epoch} away (its etcd lease is gone)"
+            self._step_down(why)
+            return Attempt(Decision(Verdict.STEP_DOWN, why))
+        return Attempt(Decision(Verdict.RENEW, f"renewal of epoch {epoch} not written: {outcome.value}"),
+                       lost=Verdict.RENEW, busy=outcome is WriteOutcome.BUSY)  # fmt: skip
+
+    def _renew_failed(self) -> Attempt:
+        epoch = self.memory.leader_epoch
+        assert epoch is not None
         self.events.record("renew_failed", epoch, "renewal not written this round")
-        return Decision(Verdict.HOLD, f"leader of epoch {epoch}: renewal not written this round")
+        return Attempt(Decision(Verdict.HOLD, f"leader of epoch {epoch}: renewal not written this round"))
 
     def _step_down(self, reason: str, kind: str = "stepped_down") -> None:
         epoch = self.memory.leader_epoch
