@@ -6,7 +6,7 @@ PYTEST := .venv/bin/pytest
 # mostly wait on leases and timeouts, so two at once halve the wall time on 2 cores.
 TEST_WORKERS ?= 2
 
-.PHONY: bootstrap run test image image-test chaos fuzz bench bench-gate bench-ownership bench-failover bench-relay bench-relay-idle bench-switchover bench-panel bench-login bench-hostile bench-compaction bench-footprint screenshots messages lint format clean bench-cloud bench-cloud-scale bench-fleet bench-etcd
+.PHONY: bootstrap run test long image image-test chaos fuzz bench bench-gate bench-ownership bench-failover bench-relay bench-relay-idle bench-switchover bench-panel bench-login bench-hostile bench-compaction bench-footprint screenshots messages lint format clean bench-cloud bench-cloud-scale bench-fleet bench-etcd
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -15,7 +15,12 @@ run: bootstrap
 	@$(PY) scripts/demo.py
 
 test: bootstrap
-	@$(PYTEST) -m "not chaos and not image" -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	@$(PYTEST) -m "not chaos and not image and not long" -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+
+# The agent scenarios of 20 s or more (marker `long`), out of `make test` to keep it
+# near its 10-minute budget on 2 cores; `.ci/run` runs them right after it.
+long: bootstrap
+	@$(PYTEST) -m long -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # The agent's container image, built with podman from a wheelhouse (scripts/image.sh), and
 # a site run from it (tests/test_image.py: 3 agents, a volume share and smb://, kill -9,

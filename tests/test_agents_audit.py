@@ -52,6 +52,7 @@ def pool_seen(agent, n=3):
         return False
 
 
+@pytest.mark.long
 def test_a_drain_issued_on_s003_is_in_the_audit_history_of_s001_and_s002(site_factory):
     site = site_factory(3)
     site.start()

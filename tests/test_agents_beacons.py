@@ -82,6 +82,7 @@ def flood(ip: str, port: int, seconds: float, per_second: int = 10_000) -> int:
     return sent
 
 
+@pytest.mark.long
 def test_a_flood_changes_nothing_and_kill_9_of_the_leaders_agent_moves_clients_within_seconds(site_factory):
     site = site_factory(3, timing=DEFAULT)  # TTL 10: the lease alone would take ~10 s
     site.start()
@@ -153,6 +154,7 @@ def test_a_flood_changes_nothing_and_kill_9_of_the_leaders_agent_moves_clients_w
     print(f"clients on the new leader {gap:.2f} s after kill -9")
 
 
+@pytest.mark.long
 def test_unicast_peers_one_way_paths_and_a_frozen_leader_replaced_that_never_serves_again(site_factory):
     site = site_factory(3, timing=FAST)  # TTL 3, renew 1, poll 0.5, deadline 2; beacons every 0.2 s
     # BEACON_PEERS instead of broadcast; S003 forgets S001: a one-way path S001 -> S003.
@@ -225,6 +227,7 @@ def test_unicast_peers_one_way_paths_and_a_frozen_leader_replaced_that_never_ser
     print(f"stepped down {took:.2f} s after a higher epoch's beacon")
 
 
+@pytest.mark.long
 def test_a_quiet_pool_still_judges_every_live_member_fresh(site_factory):
     # Beacons vouching for the lease make followers read the members' files less
     # often; a live member must never look older than HEARTBEAT_TTL for it (TTL 3,
@@ -248,6 +251,7 @@ def test_a_quiet_pool_still_judges_every_live_member_fresh(site_factory):
     assert looks > 60
 
 
+@pytest.mark.long
 def test_a_squatter_on_the_liveness_port_turns_that_agents_beacons_off_and_fakes_no_death(site_factory):
     site = site_factory(2, timing=DEFAULT)
     squatted, other = site.agents

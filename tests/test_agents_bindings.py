@@ -75,6 +75,7 @@ def refusal_count(agent, cause: str) -> int:
     return counts.get(cause, 0)
 
 
+@pytest.mark.long
 def test_a_bound_station_survives_a_leader_kill_refuses_the_token_and_a_reset_lets_it_in(site_factory):
     site = site_factory(3)  # TTL 3, renew 1, poll 0.5, deadline 2
     site.start()
@@ -197,6 +198,7 @@ def test_forged_and_unsigned_binding_lines_on_the_share_are_ignored_and_counted(
     asyncio.run(planted_names_take_the_token())
 
 
+@pytest.mark.long
 def test_a_binding_outlives_a_restart_of_every_agent_with_the_shares_event_files_deleted(site_factory):
     site = site_factory(3)
     site.start()

@@ -17,6 +17,7 @@ def skewed_env(tmp_path):
     return faketime_env(tmp_path)
 
 
+@pytest.mark.long
 def test_followers_with_skewed_wall_clocks_follow_and_take_over(site_factory, skewed_env):
     site = site_factory(3)
     s1, s2, s3 = site.agents

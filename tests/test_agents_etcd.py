@@ -14,6 +14,7 @@ from test_agents_steering import relayctl, serving
 pytestmark = pytest.mark.agents
 
 
+@pytest.mark.long
 def test_a_pool_on_etcd_elects_drains_fails_over_and_shows_its_store(etcd_site_factory):
     site = etcd_site_factory(3)  # fast profile: TTL 3, renew 1, poll 0.5, deadline 2
     site.start()

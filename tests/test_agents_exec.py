@@ -167,6 +167,7 @@ def test_a_kill_9_of_the_leader_and_the_new_leaders_proxy_forwards_within_1s_of_
     )
 
 
+@pytest.mark.long
 def test_a_sigstopped_leader_woken_after_2_ttl_forwards_not_one_byte(site_factory):
     site = exec_site(site_factory)
     site.start()
@@ -227,6 +228,7 @@ def test_a_sigstopped_leader_woken_after_2_ttl_forwards_not_one_byte(site_factor
     )
 
 
+@pytest.mark.long
 def test_demotion_by_a_promote_stops_the_external_relay(site_factory):
 
     site = exec_site(site_factory)
@@ -249,6 +251,7 @@ def test_demotion_by_a_promote_stops_the_external_relay(site_factory):
     assert f"external relay python (pid {pid}) stopped" in old.log()
 
 
+@pytest.mark.long
 def test_a_crashing_external_relay_restarts_with_backoff_and_serves_only_while_it_accepts(site_factory):
     crashing = ("--listen-after", "1.5", "--exit-after", "1", "--starts", "starts.txt")
     site = exec_site(site_factory, n=1, extra=crashing, RELAY_ATTESTS="0")  # a relay down does not hand off

@@ -16,6 +16,7 @@ def pool_detection(agent) -> str | None:
     return pool.detection if pool.exists else None
 
 
+@pytest.mark.long
 def test_it_elects_one_leader_and_fails_over_within_ttl_plus_3s_after_kill_9(site_factory):
     # The lease alone, as before beacons (BEACON_INTERVAL = 0): tests/test_agents_beacons.py has them on.
     site = site_factory(3, timing=DEFAULT, extra={"BEACON_INTERVAL": "0"})

@@ -11,6 +11,7 @@ from test_agents_audit import KMSN, api, operator_token, pool_seen, relayctl, we
 pytestmark = [pytest.mark.agents]
 
 
+@pytest.mark.long
 def test_a_member_whose_gate_is_not_master_is_ineligible_with_the_reason_everywhere(site_factory):
     site = site_factory(2)
     s1, s2 = site.agents

@@ -36,6 +36,7 @@ def settled(site):
     return lease
 
 
+@pytest.mark.long
 def test_poison_in_every_file_kind_changes_nothing_and_is_shown(site_factory):
     site = site_factory(3)  # TTL 3, renew 1, poll 0.5
     site.start()
@@ -152,6 +153,7 @@ def test_old_leases_swapped_back_and_forth_do_not_keep_a_crashed_leader_alive(si
     assert "SECURITY: ignoring replayed lease" in logs
 
 
+@pytest.mark.long
 def test_old_leases_swapped_in_every_second_do_not_slow_the_beacons_fast_path(site_factory):
     """Issue 28: after kill -9, two old signed copies of the dead leader's lease
     swapped in every second made the pool wait out the TTL instead of the
@@ -177,6 +179,7 @@ def test_old_leases_swapped_in_every_second_do_not_slow_the_beacons_fast_path(si
 
 
 @pytest.mark.parametrize("timing", ["fast", "default"])
+@pytest.mark.long
 def test_a_lock_rewritten_with_junk_every_fifth_of_a_second_does_not_stop_an_election(site_factory, timing):
     """Issue 27: a lock rewritten with a line of junk every 0.4 s used to keep the
     pool leaderless for as long as the rewriting went on (it aged like a lock a

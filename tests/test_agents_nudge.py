@@ -56,6 +56,7 @@ def all_eligible(site) -> bool:
     return all(len(v) == 3 and all(m.get("eligible") for m in v.values()) for v in views)
 
 
+@pytest.mark.long
 def test_a_promote_is_acted_on_by_its_nudge_long_before_any_look_at_the_share(site_factory):
     site = site_factory(3, timing=SLOW)
     site.start()
@@ -89,6 +90,7 @@ def send(raw: bytes, ip: str, port: int, times: int = 1, pause: float = 0.0) -> 
                 time.sleep(pause)
 
 
+@pytest.mark.long
 def test_hostile_nudges_change_nothing_are_counted_and_cost_no_read(site_factory):
     site = site_factory(3, timing=SLOW)
     site.start()

@@ -124,6 +124,7 @@ def test_a_vip_moved_by_hand_to_a_follower_is_drift_and_the_leader_puts_it_right
     by_hand(site.observer, False)
 
 
+@pytest.mark.long
 def test_with_failover_paused_a_drift_and_a_conflict_stay_until_resumed(netns_site):
     site = netns_site(2, extra=EXTRA)
     lease, leader, follower = settled(site)

@@ -54,6 +54,7 @@ def rates(site, window: float) -> dict[str, float]:
     return out
 
 
+@pytest.mark.long
 def test_a_steady_pool_reads_the_share_little_and_a_drain_on_a_follower_reaches_the_leader_at_once(
     site_factory,
 ):

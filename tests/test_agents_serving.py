@@ -61,6 +61,7 @@ class Wire:
             self.buf += chunk
 
 
+@pytest.mark.long
 def test_a_frozen_leader_is_replaced_within_seconds_and_woken_forwards_nothing(site_factory):
     site = site_factory(3, timing=DEFAULT)
     site.start()
@@ -108,6 +109,7 @@ def test_a_frozen_leader_is_replaced_within_seconds_and_woken_forwards_nothing(s
     print(f"a new leader's relay registered a client {took:.2f} s after SIGSTOP of the old one")
 
 
+@pytest.mark.long
 def test_twenty_freezes_of_half_a_second_change_no_leader(site_factory):
     site = site_factory(3, timing=DEFAULT)
     site.start()

@@ -23,6 +23,7 @@ pytestmark = pytest.mark.agents
 TTL = 3.0  # the fast profile
 
 
+@pytest.mark.long
 def test_stale_reads_and_random_stalls_never_give_two_serving_leaders(netns_site, tmp_path):
     site = netns_site(3, share="lan")
     site.start()

@@ -72,6 +72,7 @@ def _answers_fast(agent, path: str) -> float:  # type: ignore[no-untyped-def]
     return time.monotonic() - started
 
 
+@pytest.mark.long
 def test_a_hung_share_is_unreachable_and_the_agents_keep_answering(site_factory, faulty_share):
     site = site_factory(3)
     control = faulty_share(site)

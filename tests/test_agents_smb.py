@@ -29,6 +29,7 @@ def smb_site(site_factory, samba_server, request):
     return make
 
 
+@pytest.mark.long
 def test_over_smb_damage_crash_and_a_hung_file_server_leave_one_leader(smb_site, own_samba):
     """One site for all three (agents take long to start on a loaded machine):
     the lease-damage rules, a crash failover, a file server that hangs."""

@@ -44,6 +44,7 @@ def wait_pool_view(site, n=3):
     wait_until(ready, 30, "every agent to see every member")
 
 
+@pytest.mark.long
 def test_draining_the_leader_moves_the_relay_within_2s_without_waiting_out_the_ttl(site_factory):
     site = site_factory(3, timing=DEFAULT)  # TTL 10: a TTL wait would show
     site.start()
@@ -125,6 +126,7 @@ def _rows(agent):
         db.close()
 
 
+@pytest.mark.long
 def test_promote_moves_leadership_to_the_chosen_member_within_2s(site_factory):
     site = site_factory(3, timing=DEFAULT)
     site.start()
@@ -147,6 +149,7 @@ def test_promote_moves_leadership_to_the_chosen_member_within_2s(site_factory):
     assert stale["code"] == "stale_epoch"
 
 
+@pytest.mark.long
 def test_a_drained_member_never_leads_even_alone_until_undrained(site_factory):
     site = site_factory(3)  # TTL 3
     site.start()
@@ -179,6 +182,7 @@ def test_a_member_with_priority_0_never_leads(site_factory):
     assert site.lease() is None
 
 
+@pytest.mark.long
 def test_pause_stops_automatic_failover_until_resumed_and_relayctl_reports_the_pool(site_factory):
     site = site_factory(3)  # TTL 3
     site.start()

@@ -246,6 +246,7 @@ def check_page(page, url: str) -> str:  # type: ignore[no-untyped-def]
     return page.inner_text("body")
 
 
+@pytest.mark.long
 def test_stored_xss_through_every_outside_field_never_runs_and_shows_as_text(browser, site):  # type: ignore[no-untyped-def]
     leader = site.by_name(site.lease().node)
     follower = next(a for a in site.agents if a is not leader)

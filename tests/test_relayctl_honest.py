@@ -32,6 +32,7 @@ def ctl(agent, *args):
     return out.returncode, out.stdout, out.stderr
 
 
+@pytest.mark.long
 def test_views_state_their_age_refuse_when_stale_show_paused_and_fail_doctor_with_no_relay(site_factory):
     site = site_factory(2)
     site.start()
