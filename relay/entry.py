@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     from stkrelay.logs import logging_config
 
     stk = stk_config.load(check_dirs=os.environ.get("STK_SKIP_DIR_CHECKS") != "1")
-    logging.config.dictConfig(logging_config(stk.log_format, stk.node))
+    logging.config.dictConfig(logging_config(stk.log_format, stk.node, kmsn=stk.kmsn))
     if stk.problems:
         for problem in stk.problems:
             print(f"entry: config {stk.source}: {problem.line()}", file=sys.stderr)

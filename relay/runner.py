@@ -425,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--standby", action="store_true", help="wait for leadership, then serve")
     args = parser.parse_args(argv)
     stk = stk_config.load(check_dirs=os.environ.get("STK_SKIP_DIR_CHECKS") != "1")
-    logging.config.dictConfig(logging_config(stk.log_format, stk.node))
+    logging.config.dictConfig(logging_config(stk.log_format, stk.node, kmsn=stk.kmsn))
     if stk.problems:
         for problem in stk.problems:
             print(f"runrelay: config {stk.source}: {problem.line()}", file=sys.stderr)

@@ -70,4 +70,4 @@ def _json_logs(logger: Any = None, **kwargs: Any) -> None:
 
     stk = settings.STK
     if stk.log_format == "json" and logger is not None:
-        use_json(logger, stk.node)
+        use_json(logger, stk.node, kmsn=stk.kmsn)

@@ -1,10 +1,10 @@
 """The agent's log lines: `LOG_FORMAT = text` (the default) or `json`.
 
 In `json` every line an agent writes on its output is one JSON object, for
-journald or Loki: `{"time", "level", "node", "component", "logger", "message",
+journald or Loki: `{"time", "level", "node", "kmsn", "component", "logger", "message",
 "event"?, "fields"?, "exc"?}`. The children log through `JsonFormatter` (Django's
 LOGGING for web and relay, Celery's `after_setup_logger` for worker and beat);
-`runagent`'s supervisor passes their JSON lines on, adds `node`/`component`
+`runagent`'s supervisor passes their JSON lines on, adds `node`/`kmsn`/`component`
 where missing, and wraps anything else a child prints (a banner, a traceback
 line written to stderr) with `as_json_line`, so nothing reaches the output
 that is not one object.
@@ -57,9 +57,10 @@ class SafeTextFormatter(logging.Formatter):
 class JsonFormatter(logging.Formatter):
     """One JSON object per record."""
 
-    def __init__(self, node: str = "", component: str | None = None) -> None:
+    def __init__(self, node: str = "", component: str | None = None, kmsn: str = "") -> None:
         super().__init__()
         self.node = node
+        self.kmsn = kmsn  # the site (pool) this agent serves: one log store holds many sites
         self.component = component  # None: $STK_COMPONENT when the record is written, else `cli`
 
     def format(self, record: logging.LogRecord) -> str:
@@ -67,6 +68,7 @@ class JsonFormatter(logging.Formatter):
             "time": _now_iso(record.created),
             "level": record.levelname.lower(),
             "node": self.node,
+            "kmsn": self.kmsn,
             "component": self.component or os.environ.get("STK_COMPONENT", "cli"),
             "logger": record.name,
             "message": record.getMessage(),
@@ -81,7 +83,7 @@ class JsonFormatter(logging.Formatter):
         return terminal_safe(json.dumps(doc, default=str, ensure_ascii=False))
 
 
-def logging_config(fmt: str, node: str, component: str | None = None) -> dict[str, Any]:
+def logging_config(fmt: str, node: str, component: str | None = None, kmsn: str = "") -> dict[str, Any]:
     """Django's LOGGING for this process. `text` is the agent's historical config."""
     config: dict[str, Any] = {
         "version": 1,
@@ -107,7 +109,12 @@ def logging_config(fmt: str, node: str, component: str | None = None) -> dict[st
         },
     }
     if fmt == "json":
-        config["formatters"]["json"] = {"()": JsonFormatter, "node": node, "component": component}
+        config["formatters"]["json"] = {
+            "()": JsonFormatter,
+            "node": node,
+            "component": component,
+            "kmsn": kmsn,
+        }
         config["handlers"]["console"]["formatter"] = "json"
         # Libraries' loggers (daphne, twisted, channels...) go through the root logger, in JSON too.
         config["root"] = {"handlers": ["console"], "level": "INFO"}
@@ -115,15 +122,15 @@ def logging_config(fmt: str, node: str, component: str | None = None) -> dict[st
     return config
 
 
-def use_json(logger: logging.Logger, node: str, component: str | None = None) -> None:
+def use_json(logger: logging.Logger, node: str, component: str | None = None, kmsn: str = "") -> None:
     """Give every handler of `logger` the JSON formatter (Celery's own loggers)."""
     for handler in logger.handlers:
-        handler.setFormatter(JsonFormatter(node, component))
+        handler.setFormatter(JsonFormatter(node, component, kmsn))
 
 
-def as_json_line(line: str, node: str, component: str, now: float | None = None) -> str:
-    """A child's output line as one JSON object: its own JSON object (with `node` and
-    `component` filled in when missing), else the text wrapped as `message`."""
+def as_json_line(line: str, node: str, component: str, now: float | None = None, kmsn: str = "") -> str:
+    """A child's output line as one JSON object: its own JSON object (with `node`,
+    `kmsn` and `component` filled in when missing), else the text wrapped as `message`."""
     line = line.rstrip("\r\n")[:MAX_LINE]
     doc: Any = None
     if line.startswith("{"):
@@ -137,5 +144,6 @@ def as_json_line(line: str, node: str, component: str, now: float | None = None)
         level = {"warn": "warning"}.get(level, level)
         doc = {"time": _now_iso(now), "level": level, "message": line}
     doc.setdefault("node", node)
+    doc.setdefault("kmsn", kmsn)
     doc.setdefault("component", component)
     return terminal_safe(json.dumps(doc, default=str, ensure_ascii=False))

@@ -219,4 +219,4 @@ CELERY_BEAT_SCHEDULE = {
 
 # LOG_FORMAT text (the default) or json: one JSON object per line (stkrelay/logs.py), its
 # `component` from STK_COMPONENT (runagent: agent; its supervisor sets web, worker, beat, relay).
-LOGGING = logging_config(STK.log_format, STK.node)
+LOGGING = logging_config(STK.log_format, STK.node, kmsn=STK.kmsn)

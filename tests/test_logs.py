@@ -9,14 +9,14 @@ import json
 import logging
 
 import pytest
-from harness import live_lease, wait_until
+from harness import KMSN, live_lease, wait_until
 
 from elections.runtime.supervisor import Supervisor
 from stkrelay import config
 from stkrelay.logs import JsonFormatter, SafeTextFormatter, as_json_line, logging_config
 from stkrelay.web import RotatingLog
 
-KEYS = {"time", "level", "node", "component", "message"}
+KEYS = {"time", "level", "node", "kmsn", "component", "message"}
 CHILDREN = {"agent", "web", "worker", "relay"}  # beat is a thread of the worker
 
 
@@ -27,10 +27,11 @@ def _record(msg: str, *args, **extra) -> logging.LogRecord:  # type: ignore[no-u
 
 
 def test_a_json_record_names_time_level_node_component_event_and_fields():
-    line = JsonFormatter("S001", "worker").format(
+    line = JsonFormatter("S001", "worker", kmsn="1234-5678-90-12").format(
         _record("lost %s", "epoch 7", event="stepped_down", epoch=7)
     )
     doc = json.loads(line)
+    assert doc["kmsn"] == "1234-5678-90-12"
     assert set(doc) >= KEYS and "\n" not in line
     assert (doc["level"], doc["node"], doc["component"], doc["logger"]) == ("warning", "S001", "worker",
                                                                             "stkrelay.agent")  # fmt: skip
@@ -54,8 +55,17 @@ def test_a_childs_plain_line_is_wrapped_and_its_json_line_completed():
     assert (wrapped["level"], wrapped["node"], wrapped["component"]) == ("warning", "S002", "worker")
     assert wrapped["message"] == "[2026-01-01 10:00:00: WARNING/MainProcess] slow"
     assert json.loads(as_json_line("    . logfile -> [stderr]@%WARNING", "S002", "beat"))["level"] == "info"
-    own = json.loads(as_json_line('{"time": "t", "level": "info", "message": "m"}', "S002", "relay"))
-    assert own == {"time": "t", "level": "info", "message": "m", "node": "S002", "component": "relay"}
+    own = json.loads(
+        as_json_line('{"time": "t", "level": "info", "message": "m"}', "S002", "relay", kmsn="K1")
+    )
+    assert own == {
+        "time": "t",
+        "level": "info",
+        "message": "m",
+        "node": "S002",
+        "kmsn": "K1",
+        "component": "relay",
+    }
     for odd in ("{not json", "[1, 2]", "{" * 100_000, ""):
         assert set(json.loads(as_json_line(odd, "S002", "web"))) >= KEYS
 
@@ -174,7 +184,7 @@ def test_a_json_agent_writes_one_object_per_line_from_every_process_and_rotates_
     for line in lines:
         doc = json.loads(line)
         assert isinstance(doc, dict) and set(doc) >= KEYS, line
-        assert doc["node"] == "S001"
+        assert doc["node"] == "S001" and doc["kmsn"] == KMSN, line
     # The children log through the JSON formatter themselves (a `logger`), not only wrapped by runagent.
     own = {json.loads(ln)["component"] for ln in lines if "logger" in json.loads(ln)}
     assert {"web", "worker"} <= own, own

@@ -99,6 +99,7 @@ class Supervisor:
         tick: float = 0.1,
         log_format: str = "text",
         node: str = "",
+        kmsn: str = "",
     ) -> None:
         self.children = [Child(s) for s in specs]
         self.data_dir = data_dir
@@ -109,6 +110,7 @@ class Supervisor:
         self.tick = tick
         self.log_format = log_format  # json: every line out is one JSON object (stkrelay/logs.py)
         self.node = node
+        self.kmsn = kmsn
         self.stopping = threading.Event()
         self._wake_w: int | None = None
         self._failure: tuple[str, float, int] = ("", 0.0, 0)  # the last failed pass said, when, repeats since
@@ -117,7 +119,7 @@ class Supervisor:
     # -- output ----------------------------------------------------------------
     def say(self, name: str, line: str) -> None:
         if self.log_format == "json":
-            text = as_json_line(line, self.node, name)
+            text = as_json_line(line, self.node, name, kmsn=self.kmsn)
         else:
             text = f"[{name}] {terminal_safe(line.rstrip())}"  # a child's line, escaped (core.terminal)
         with self._out_lock:

@@ -134,7 +134,9 @@ class Command(BaseCommand):
                 env["STK_BEACON_INTERVAL"] = "0"
 
         os.chdir(data)
-        sup = Supervisor(specs, str(data), env, release, log_format=stk.log_format, node=stk.node)
+        sup = Supervisor(
+            specs, str(data), env, release, log_format=stk.log_format, node=stk.node, kmsn=stk.kmsn
+        )
         web = f"plain http :{stk.web_port}"
         if cert is not None:
             web = f"https :{stk.web_port} SHA-256 {show(cert.fingerprint)}"
