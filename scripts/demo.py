@@ -7,6 +7,7 @@ Try: kill -9 the leader's process group from another terminal, or Ctrl-C here.
 
 from __future__ import annotations
 
+import os
 import secrets
 import shutil
 import signal
@@ -47,7 +48,7 @@ def web_ports(first_ip: int = FIRST_IP, wanted: tuple[int, ...] = WEB_PORTS) -> 
 
 
 def main() -> None:
-    base = ROOT / ".demo"
+    base = Path(os.environ.get("STK_DEMO_DIR") or ROOT / ".demo")  # a test runs it elsewhere
     shutil.rmtree(base, ignore_errors=True)
     base.mkdir()
     ports = web_ports()
@@ -65,10 +66,17 @@ def main() -> None:
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-    site.start()
+    started = time.monotonic()
+    for a in site.agents:  # progress: a line as each agent starts, and as each is up
+        a.start()
+        print(f"{a.name}: starting (pid {a.pgid}, log {a.log_path})", flush=True)
     password = secrets.token_urlsafe(9)
     for a in site.agents:  # one operator account on every agent's panel
         wait_until(lambda a=a: (a.data_dir / "stkrelay.sqlite3").exists() and a.state(), 90, f"{a.name} up")
+        print(
+            f"{a.name}: up after {time.monotonic() - started:.1f} s ({a.state().get('decision', '?')})",
+            flush=True,
+        )
         argv = [sys.executable, str(ROOT / "manage.py"), "stkuser", "add", "demo", "--role", "operator"]
         env = {"PATH": "/usr/bin:/bin", "STK_INI": str(a.ini)}
         subprocess.run([*argv, "--password-file", "-"], input=password + "\n", cwd=ROOT, env=env, check=True,
