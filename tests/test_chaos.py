@@ -134,6 +134,7 @@ class Runner:
             if kind in DOWN_KINDS:
                 self.held.add(target)
             heal, hold = inject(kind, self.site, target, self.rng, self.skewed, tag=f"f{n}")
+            print(f"[{start:7.1f} s] fault {n}: {kind} on {target} for {hold:.1f} s", flush=True)  # progress
             heals.append((start + hold, n, kind, target, heal))
         for at, n, kind, target, heal in sorted(heals):
             self.pause(at - self.history.now())
