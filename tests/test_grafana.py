@@ -86,5 +86,9 @@ def test_the_dashboard_asks_only_for_metrics_the_agent_exports(dj):
         "stkrelay_failover_gap_seconds_bucket",
         "stkrelay_relay_clients",
         "stkrelay_agent_leader",
+        "stkrelay_beacon_age_seconds",
+        "stkrelay_beacon_loss_ratio",
+        "stkrelay_tunnel_connected",
+        "stkrelay_tunnel_bytes_total",
     ):
         assert name in used, name  # fmt: skip
