@@ -42,6 +42,7 @@ from stkrelay import (
     config_gate,
     config_i18n,
     config_legacy,
+    config_libraries,
     config_notify,
     config_ownership,
     config_pools,
@@ -429,6 +430,10 @@ def load(ini_path: str | None = None, env: dict[str, str] | None = None, check_d
     cfg.data_dir = values["DATA_DIR"] or str(Path.home() / ".stkrelay" / (cfg.node or "agent"))
     if is_smb(cfg.lease_dir):
         _check_smb(values, bad)
+    uses_smb = (cfg.lease_store == "file" and is_smb(cfg.lease_dir)) or any(
+        is_smb(w.lease_dir) for w in cfg.watched
+    )
+    config_libraries.check_libraries(uses_smb, cfg.lease_store == "etcd", bad)
     if check_dirs and cfg.lease_store == "file" and not is_smb(cfg.lease_dir):  # etcd: nothing on a share
         _check_dir(
             cfg.lease_dir,
