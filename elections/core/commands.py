@@ -26,6 +26,7 @@ command without `clock` (written before this rule) counts as clock 0.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -38,6 +39,10 @@ MAX_PROMOTES = 16  # pending promotes remembered (newest by order)
 ACCEPTED = "accepted"  # written; the pool will act on it
 STALE_EPOCH = "stale_epoch"  # the operator saw another epoch than the pool's (409)
 UNKNOWN_MEMBER = "unknown_member"  # no such member in the pool (404)
+# A station's name as unbind takes it: 1 to 64 characters, none a C0/C1 control or DEL
+# (the OpenAPI document declares the same pattern for unbind's target).
+STATION_PATTERN = "^[^\\x00-\\x1f\\x7f-\\x9f]{1,64}$"
+STATION_NAME = re.compile(STATION_PATTERN)
 REFUSED = "refused"  # unsafe (the last eligible member without force; an ineligible promote) (422)
 UNAVAILABLE = "unavailable"  # the share or this agent's view of the pool is not reachable (503)
 
@@ -97,7 +102,7 @@ def check(
     if expected_epoch is not None and epoch is not None and expected_epoch != epoch:
         return STALE_EPOCH, f"the pool is at epoch {epoch}, the page showed {expected_epoch}: reload"
     if kind == "unbind":  # a station, member or not: resetting an unbound one changes nothing
-        if not (target and len(target) <= 64 and target.isprintable()):
+        if not (target and STATION_NAME.fullmatch(target)):
             return REFUSED, "unbind needs a station name (at most 64 printable characters)"
         return ACCEPTED, f"unbind {target} accepted: the site token is accepted for it again"
     members = pool.members

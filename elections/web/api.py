@@ -304,6 +304,8 @@ def command(request: HttpRequest, kmsn: str, kind: str) -> HttpResponse:
             expected = int(expected)
         elif expected in ("", "null"):
             expected = None
+    if isinstance(expected, float) and expected.is_integer():  # JSON's 7.0 is the integer 7
+        expected = int(expected)
     if expected is not None and (
         not isinstance(expected, int) or isinstance(expected, bool) or not 0 <= expected <= MAX_EPOCH
     ):
@@ -313,13 +315,18 @@ def command(request: HttpRequest, kmsn: str, kind: str) -> HttpResponse:
         return api_error(400, "bad_request", _("target must be a member name"))
     if target is None and kind in TARGETED:  # the document requires it (openapi.TARGET_BODY)
         return api_error(400, "bad_request", _("%(kind)s needs a target") % {"kind": kind})
-    force = body.get("force") in (True, "1", "true", "on")
+    reason, force = body.get("reason"), body.get("force")
+    if reason is not None and not isinstance(reason, str):
+        return api_error(400, "bad_request", _("reason must be a string"))
+    if force is not None and not isinstance(force, (bool, str)):  # a form's force is a string
+        return api_error(400, "bad_request", _("force must be true or false"))
+    force = force in (True, "1", "true", "on")
     outcome = perform(
         actor_for(request.api_user, request, "api"),  # type: ignore[attr-defined]
         kind,
         kmsn,
         target,
-        reason=str(body.get("reason") or "")[:500],
+        reason=(reason or "")[:500],
         expected_epoch=expected,
         force=force,
     )

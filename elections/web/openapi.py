@@ -16,6 +16,7 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
+from elections.core.commands import STATION_PATTERN
 from elections.core.ownership import ADDRESS_EXECUTORS, VERDICTS
 from elections.web.api import TARGETED
 from elections.web.auth import api_view
@@ -228,6 +229,9 @@ UNKNOWN = {"404": "this agent does not see that pool (`unknown_pool`), or no suc
 def _command(kind: str) -> dict[str, Any]:
     """`POST /api/v1/sites/{kmsn}/<kind>`: its body names a target (api.TARGETED) or none."""
     body = TARGET_BODY if kind in TARGETED else POOL_BODY
+    if kind == "unbind":  # a station, member or not: its name's pattern, as core.commands checks it
+        target = dict(body["properties"]["target"], pattern=STATION_PATTERN)
+        body = dict(body, properties=dict(body["properties"], target=target))
     return {
         "post": {
             "summary": f"{kind}: an operator command, audited like the panel's button (operator role)",
