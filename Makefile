@@ -17,7 +17,7 @@ run: bootstrap
 test: bootstrap
 	@$(PYTEST) -m "not chaos and not image and not long" -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
-# The agent scenarios of 20 s or more (marker `long`), out of `make test` to keep it
+# The tests of 15 s or more (marker `long`), out of `make test` to keep it
 # near its 10-minute budget on 2 cores; `.ci/run` runs them right after it.
 long: bootstrap
 	@$(PYTEST) -m long -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)

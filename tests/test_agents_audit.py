@@ -96,6 +96,7 @@ def relayctl(agent, *args):
     return out.returncode, json.loads(out.stdout) if out.stdout.strip() else out.stderr
 
 
+@pytest.mark.long
 def test_a_drain_from_relayctl_is_audited_like_a_click_and_shows_on_another_agent(site_factory):
     import getpass
     import socket

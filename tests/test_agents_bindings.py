@@ -162,6 +162,7 @@ def test_a_bound_station_survives_a_leader_kill_refuses_the_token_and_a_reset_le
     assert "station_bound" in history and "unbind_requested" in history and "audit" in history
 
 
+@pytest.mark.long
 def test_forged_and_unsigned_binding_lines_on_the_share_are_ignored_and_counted(site_factory):
     site = site_factory(3)
     site.start()

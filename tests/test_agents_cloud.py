@@ -184,6 +184,7 @@ def test_remote_clients_follow_a_drain_and_a_kill_9_of_the_leader_through_the_cl
     assert {(r["epoch"], r["node"]) for r in records} == set(holders.items()), records
 
 
+@pytest.mark.long
 def test_a_frozen_leader_woken_cannot_bring_its_old_epoch_back_and_forged_tunnels_are_refused(
     site_factory, tmp_path
 ):

@@ -49,6 +49,7 @@ def test_it_elects_one_leader_and_fails_over_within_ttl_plus_3s_after_kill_9(sit
     assert reasons and "expired" in reasons[0], reasons
 
 
+@pytest.mark.long
 def test_sigterm_stops_the_leader_within_5s_and_hands_over_at_once(site_factory):
     site = site_factory(3, timing=DEFAULT)
     site.start()
@@ -67,6 +68,7 @@ def test_sigterm_stops_the_leader_within_5s_and_hands_over_at_once(site_factory)
     assert rows.index(("released", first.epoch)) > rows.index(("elected", first.epoch)), rows
 
 
+@pytest.mark.long
 def test_a_frozen_leader_never_acts_after_its_deadline(site_factory):
     site = site_factory(3)  # fast profile: TTL 3, renew 1, poll 0.5, deadline 2
     site.start()

@@ -23,6 +23,7 @@ def view(agent) -> dict:
         return {}
 
 
+@pytest.mark.long
 def test_relayctl_forget_retires_a_gone_member_and_refuses_a_live_one(site_factory):
     site = site_factory(3, extra={"PROMOTION_HOLD": str(HOLD)})
     site.start()

@@ -132,6 +132,7 @@ def old_copies(path):
     return [first, path.read_bytes()]
 
 
+@pytest.mark.long
 def test_old_leases_swapped_back_and_forth_do_not_keep_a_crashed_leader_alive(site_factory):
     # The lease alone: with beacons the followers see the crash at once (the liveness
     # port refuses) and take over before any swapped copy is read.

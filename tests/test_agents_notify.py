@@ -88,6 +88,7 @@ def receiver_factory():
         r.stop()
 
 
+@pytest.mark.long
 def test_a_failover_is_posted_signed_retried_with_its_id_and_runs_the_role_command(
     site_factory, receiver_factory, tmp_path
 ):

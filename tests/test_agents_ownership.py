@@ -88,6 +88,7 @@ def settled(site):
     return lease, leader, follower
 
 
+@pytest.mark.long
 def test_a_vip_moved_by_hand_to_a_follower_is_drift_and_the_leader_puts_it_right_within_5_s(netns_site):
     site = netns_site(2, extra=EXTRA)
     lease, leader, follower = settled(site)
@@ -156,6 +157,7 @@ def test_with_failover_paused_a_drift_and_a_conflict_stay_until_resumed(netns_si
     assert time.monotonic() - resumed < 5.0 + 3.0  # the resume event reaches the leader first
 
 
+@pytest.mark.long
 def test_real_agents_on_aws_put_a_secondary_ip_moved_by_hand_in_moto_right(site_factory, moto, aws_env, vpc):
     """Two agents on loopback, each with its own ENI in the moto server: the address moved by hand
     from the leader's ENI to the follower's is drift in one doctor run (failover paused), and put

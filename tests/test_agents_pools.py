@@ -44,6 +44,7 @@ def own_renewals(site) -> int:  # type: ignore[no-untyped-def]
     return lease.renew_seq if lease is not None else -1
 
 
+@pytest.mark.long
 def test_an_agent_shows_its_pool_and_two_watched_pools_and_keeps_renewing_when_one_hangs(
     site_factory,
     faulty_share,  # noqa: F811 - the fixture imported above
@@ -126,6 +127,7 @@ def test_an_agent_shows_its_pool_and_two_watched_pools_and_keeps_renewing_when_o
         (control / "hang").unlink(missing_ok=True)
 
 
+@pytest.mark.long
 def test_a_watched_share_flooded_with_huge_and_many_files_never_delays_own_renewals_or_pages(
     site_factory, tmp_path
 ):

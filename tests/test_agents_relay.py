@@ -25,6 +25,7 @@ def client(site, role, station):
                        keepalive=1.0)  # fmt: skip
 
 
+@pytest.mark.long
 def test_only_the_leader_relays_and_clients_follow_a_kill_9_within_ttl_plus_3s(site_factory):
     site = site_factory(3)  # TTL 3, renew 1, poll 0.5, deadline 2
     site.start()
@@ -72,6 +73,7 @@ def test_only_the_leader_relays_and_clients_follow_a_kill_9_within_ttl_plus_3s(s
     print(f"clients re-registered {gap:.2f} s after the kill")
 
 
+@pytest.mark.long
 def test_a_frozen_leader_registers_no_client_after_it_wakes(site_factory):
     site = site_factory(3)
     site.start()

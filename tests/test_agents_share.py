@@ -41,6 +41,7 @@ def _outage_and_recovery(site, break_share, restore_share):
     assert "lease store unreachable" in logs and "Traceback" not in logs
 
 
+@pytest.mark.long
 def test_a_removed_share_makes_the_leader_step_down_and_the_pool_recovers(site_factory):
     site = site_factory(3)
     away = site.lease_dir.with_name("socket.away")
@@ -50,6 +51,7 @@ def test_a_removed_share_makes_the_leader_step_down_and_the_pool_recovers(site_f
 
 
 @pytest.mark.skipif(os.uname().sysname != "Linux", reason="drops Linux capabilities")
+@pytest.mark.long
 def test_an_unreadable_share_makes_the_leader_step_down_and_the_pool_recovers(site_factory):
     site = site_factory(3)
     for agent in site.agents:  # root ignores chmod: run the agents without DAC override

@@ -86,6 +86,7 @@ def test_two_agents_of_one_kmsn_on_two_folders_raise_the_alarm_naming_both(two_s
     assert s001.log().count("SHARE SPLIT") == 2  # once per finding, not at every survey since
 
 
+@pytest.mark.long
 def test_two_agents_on_one_folder_raise_nothing(site_factory):
     site = site_factory(n=2, timing=FAST)
     site.start()

@@ -20,6 +20,7 @@ def clock_of(agent, node):
     return None if m is None else m.clock
 
 
+@pytest.mark.long
 def test_a_fast_clock_is_measured_against_the_file_server_and_shown_not_used(site_factory, tmp_path):
     site = site_factory(2)
     s1, s2 = site.agents

@@ -16,6 +16,7 @@ from relay.protocol import auth_digest
 pytestmark = pytest.mark.agents
 
 
+@pytest.mark.long
 def test_a_websocket_commander_and_a_tcp_agent_talk_both_ways_even_after_idling(site_factory):
     site = site_factory(3)
     site.start()

@@ -123,6 +123,7 @@ def leader_on(page) -> str:  # type: ignore[no-untyped-def]
     return page.locator("#site-summary strong.leader").inner_text()
 
 
+@pytest.mark.long
 def test_an_operator_drains_the_leader_and_sees_the_new_leader_without_reloading(browser, site):
     from elections.ports.eventlog import read_events
 

@@ -101,6 +101,7 @@ SMALL_TARGETS = f"""() => [...document.querySelectorAll("{TARGETS}")]
 
 
 @pytest.mark.parametrize("lang", ["en", "zh-hant"])
+@pytest.mark.long
 def test_every_page_fits_a_phone_in_both_languages_with_nothing_left_untranslated(browser, site, lang):
     page = login(browser, site, "olga", lang, viewport=PHONE)
     wide, untranslated, small = {}, {}, {}

@@ -56,6 +56,7 @@ def _listening(pgid: int) -> set[tuple[str, int]]:
     return out
 
 
+@pytest.mark.long
 def test_the_installed_agent_runs_and_relayctl_lists_the_pool_from_another_directory(
     installed, site_factory, tmp_path
 ):
@@ -77,7 +78,9 @@ def test_the_installed_agent_runs_and_relayctl_lists_the_pool_from_another_direc
         return done if done.returncode == 0 and "leader S001" in done.stdout else None
 
     done = wait_until(listed, 30, "relayctl list from the venv")
-    assert done.stdout.startswith("KMSN 9999-9999-99-99  leader S001  epoch ")
+    first, second = done.stdout.splitlines()[:2]  # the view's source and age, then the pool
+    assert first.startswith("view of ") and "pool.json" in first, done.stdout
+    assert second.startswith("KMSN 9999-9999-99-99  leader S001  epoch "), done.stdout
     assert "S001     leader" in done.stdout
     as_json = json.loads(
         _cli(installed, "relayctl", "list", "--json", "--ini", str(agent.ini), cwd=elsewhere).stdout
@@ -110,6 +113,7 @@ def test_the_installed_agent_runs_and_relayctl_lists_the_pool_from_another_direc
     assert sockets and {ip for ip, _ in sockets} == {agent.ip}, sockets
 
 
+@pytest.mark.long
 def test_the_stkrelay_command_says_how_to_use_it(installed, tmp_path):
     done = _cli(installed, "stkrelay", "--help", cwd=tmp_path)
     assert done.returncode == 0 and "stkrelay agent [--ini PATH]" in done.stdout

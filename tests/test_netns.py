@@ -11,6 +11,7 @@ from netns import RELAY_PORT, available
 pytestmark = pytest.mark.agents
 
 
+@pytest.mark.long
 def test_agents_in_namespaces_elect_one_leader_and_a_cut_cable_moves_it(netns_site):
     site = netns_site(3, share="lan")
     site.start()

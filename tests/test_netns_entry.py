@@ -247,6 +247,7 @@ def kill_and_measure(site: Any, stream: RemoteStream, victim: Any) -> tuple[floa
     return gap, new
 
 
+@pytest.mark.long
 def test_a_remote_client_behind_the_port_forward_keeps_its_address_when_the_leader_is_killed(netns_site):
     site = netns_site(3, share="direct", extra={"PRIORITY": "50"})
     entry = site.agents[0]  # S001 has the router's port-forward; S002 is meant to lead
@@ -287,6 +288,7 @@ def test_a_remote_client_behind_the_port_forward_keeps_its_address_when_the_lead
         router.close()
 
 
+@pytest.mark.long
 def test_a_remote_client_keeps_its_address_when_the_entry_member_holding_the_shared_vip_is_killed(
     netns_site,
 ):

@@ -76,6 +76,7 @@ def relayctl_list(agent) -> dict:
     return json.loads(out.stdout)
 
 
+@pytest.mark.long
 def test_the_pool_follows_the_vrrp_master_and_fails_closed_without_one(vrrp_site):
     site, (k1, k2, k3) = vrrp_site
     s1, s2, s3 = site.agents

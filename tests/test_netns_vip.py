@@ -160,6 +160,7 @@ def vip_on(site: Any, agent: Any) -> bool:
     return any(i.get("local") == VIP for link in json.loads(out) for i in link.get("addr_info", []))
 
 
+@pytest.mark.long
 def test_a_client_that_knows_only_the_vip_loses_no_confirmed_message_when_the_leader_is_killed(netns_site):
     site = netns_site(3, share="direct", extra=VIP_KEYS)
     site.start()
@@ -204,6 +205,7 @@ def test_a_client_that_knows_only_the_vip_loses_no_confirmed_message_when_the_le
     assert listens_on(holder, VIP) == "listening"
 
 
+@pytest.mark.long
 def test_the_relay_stops_listening_on_the_vip_when_the_address_moves_away(netns_site):
     site = netns_site(2, share="direct", extra=VIP_KEYS)
     site.start()

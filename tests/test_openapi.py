@@ -87,6 +87,7 @@ def _runs(op):  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.agents
+@pytest.mark.long
 def test_every_answer_of_the_live_api_matches_its_openapi_document(live_api):
     agent, auth = live_api
     base, verify = agent.web_url, str(agent.data_dir / CERT_NAME)  # its own certificate as the CA file

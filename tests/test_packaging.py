@@ -46,6 +46,7 @@ def units_in(tmp_path: Path, stkrelay: Path, edit=lambda text: text) -> Path:  #
     return tmp_path
 
 
+@pytest.mark.long
 def test_systemd_analyze_verify_passes_on_both_units(tmp_path, installed):
     d = units_in(tmp_path, installed.bin("stkrelay"))
     done = verify(d, "stkrelay@site1.service", "stkrelay-redis@site1.service")
@@ -60,6 +61,7 @@ def test_systemd_analyze_verify_passes_on_both_units(tmp_path, installed):
         ("ExecStart=", "ExecStart=/nonexistent"),  # a binary that does not exist: an error
     ],
 )
+@pytest.mark.long
 def test_the_verify_check_fails_on_a_broken_unit(tmp_path, installed, breakage):
     old, new = breakage
     d = units_in(tmp_path, installed.bin("stkrelay"), lambda text: text.replace(old, new, 1))
@@ -163,6 +165,7 @@ def test_the_image_installs_the_package_with_runtime_pins_only():
     assert 'cp requirements.lock "$work/context/wheels/"' in script
 
 
+@pytest.mark.long
 def test_the_wheel_carries_every_module_template_and_static_file(installed):
     from installed import source_files
 

@@ -77,6 +77,7 @@ def test_a_peer_gets_one_line_a_minute_then_a_count_of_what_was_left_out():
 
 
 @pytest.mark.agents
+@pytest.mark.long
 def test_a_real_agent_answers_huge_bodies_413_with_one_line_and_no_traceback(site_factory):
     site = site_factory(1)
     site.start()

@@ -130,6 +130,7 @@ def test_a_lan_sniffer_sees_no_password_token_or_session_id_unless_web_plain(sit
         assert to_server and all(data[:1] == b"\x16" for data in to_server)
 
 
+@pytest.mark.long
 def test_relayctl_tls_prints_the_fingerprint_the_web_port_serves_and_every_heartbeat_carries_it(site_factory):
     site = site_factory(n=2)
     site.start()
