@@ -196,3 +196,39 @@ def test_the_entry_points_take_ini_anywhere_and_make_it_absolute(monkeypatch, tm
     assert take_ini(["send", "--", "--ini", "x"]) == ["send", "--", "--ini", "x"]  # after --: not ours
     with pytest.raises(SystemExit):
         take_ini(["list", "--ini"])
+
+
+def _readme_install_block() -> list[str]:
+    """The shell lines of README "Install on a site"'s first block, continuations joined."""
+    text = (ROOT / "README.md").read_text()
+    block = text.split("## Install on a site", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    return [ln.split("  #", 1)[0].strip() for ln in block.replace("\\\n", " ").splitlines() if ln.strip()]
+
+
+def test_the_readmes_ini_and_documentation_lines_fit_the_units_sandbox(tmp_path):
+    """The README's own lines, run with /etc and /opt moved under tmp: the ini they write
+    loads with its LEASE_DIR inside the unit's ReadWritePaths and its data under the
+    StateDirectory, and the units' Documentation= is the file they install."""
+    lines = _readme_install_block()
+    wanted = [ln for ln in lines if ln.startswith(("sed ", "install -D"))]
+    assert len(wanted) == 2, lines
+    etc, opt = tmp_path / "etc", tmp_path / "opt"
+    (etc / "stkrelay").mkdir(parents=True)
+    for line in wanted:
+        line = line.replace("/etc/", f"{etc}/").replace("/opt/", f"{opt}/")
+        subprocess.run(["sh", "-ec", line], cwd=ROOT, check=True)
+    ini = configparser.ConfigParser(interpolation=None)
+    ini.read(etc / "stkrelay" / "site1.ini")
+    lease_dir = ini["stk"]["LEASE_DIR"]
+    svc = _service("stkrelay@.service")
+    writable = [p.lstrip("-") for p in svc["Service"]["ReadWritePaths"].split()]
+    assert any(lease_dir == w or lease_dir.startswith(w.rstrip("/") + "/") for w in writable), (
+        lease_dir,
+        writable,
+    )
+    data_dir = dict(kv.split("=", 1) for kv in svc["Service"]["Environment"].split())["STK_DATA_DIR"]
+    assert data_dir == "/var/lib/" + svc["Service"]["StateDirectory"]  # DATA_DIR is the state directory
+    for unit in UNITS:
+        doc = _service(unit)["Unit"]["Documentation"]
+        assert doc.startswith("file:///opt/"), (unit, doc)
+        assert (opt / doc.removeprefix("file:///opt/")).is_file(), (unit, doc)
