@@ -22,6 +22,8 @@ USAGE = """usage: stkrelay agent [--ini PATH]        run one agent (web, worker,
        stkrelay manage COMMAND [ARGS...]  run a management command with the agent's settings
        stkrelay cloud [--ini cloud.ini]   run the cloud rendezvous relay (else $CLOUD_INI)
        stkrelay health [--ini PATH]       exit 0 when this host's agent is up (a container HEALTHCHECK)
+       stkrelay files                     where the units, dashboard, alert rules and example ini are
+       stkrelay install-units [--dest DIR]  copy the two systemd units (default /etc/systemd/system)
        stkrelay --version                 stkrelay's version
 also: relayctl, relayclient, stkuser (each takes --ini PATH, else $STK_INI)"""
 
@@ -72,6 +74,10 @@ def main(argv: list[str] | None = None) -> int:
         return run("runagent", rest, "stkrelay agent")
     if sub == "manage" and rest:
         return run(rest[0], rest[1:], "stkrelay manage")
+    if sub in ("files", "install-units"):
+        from stkrelay import site_files
+
+        return (site_files.files_main if sub == "files" else site_files.install_units_main)(rest)
     if sub == "health":
         from stkrelay import health_probe
 

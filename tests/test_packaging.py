@@ -179,6 +179,9 @@ def test_the_wheel_carries_every_module_template_and_static_file(installed):
     assets = [f for f in files if f.split("/")[0] in shipped and not f.endswith(".gitkeep")]
     assert assets and [a for a in assets if f"stkrelay/{a}" not in names] == []
     assert not any(n.startswith(("tests/", "bench/", "scripts/")) for n in names)
+    from stkrelay.site_files import FILES  # the units, dashboard, alert rules and example ini
+
+    assert [f for f in FILES.values() if f"stkrelay/site_files/{f}" not in names] == []
     entry_points = zipfile.ZipFile(installed.wheel).read("stkrelay-0.1.0.dist-info/entry_points.txt").decode()
     for script in ("stkrelay", "relayctl", "relayclient", "stkuser"):
         assert f"{script} = stkrelay.cli:" in entry_points
@@ -232,3 +235,15 @@ def test_the_readmes_ini_and_documentation_lines_fit_the_units_sandbox(tmp_path)
         doc = _service(unit)["Unit"]["Documentation"]
         assert doc.startswith("file:///opt/"), (unit, doc)
         assert (opt / doc.removeprefix("file:///opt/")).is_file(), (unit, doc)
+
+
+def test_stkrelay_files_names_every_site_file_and_install_units_writes_both_units(tmp_path):
+    from stkrelay.cli import main
+
+    assert main(["files"]) == 0
+    assert main(["install-units", "--dest", str(tmp_path)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(UNITS)
+    for unit in UNITS:
+        assert (tmp_path / unit).read_bytes() == (ROOT / "packaging" / unit).read_bytes()
+    assert main(["install-units", "--dest", str(tmp_path / "nowhere")]) == 1
+    assert main(["install-units", "--bogus"]) == 2
