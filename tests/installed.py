@@ -9,6 +9,7 @@ runtime pins from requirements.lock (its cache makes this ~20 s).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -44,6 +45,14 @@ def source_files() -> list[str]:
     return [f for f in out if f and (ROOT / f).is_file()]
 
 
+def readme_extras() -> str:
+    """The extras of README "Install on a site"'s pip line, as `[a,b]` ('' for none)."""
+    readme = (ROOT / "README.md").read_text().split("## Install on a site", 1)[1]
+    line = next(ln for ln in readme.splitlines() if "/bin/pip install -c requirements.lock" in ln)
+    found = re.search(r"'\.(\[[a-z0-9,]+\])'", line)
+    return found.group(1) if found else ""
+
+
 def install(workdir: Path) -> Installed:
     src = workdir / "src"
     for rel in source_files():
@@ -55,6 +64,7 @@ def install(workdir: Path) -> Installed:
     venv = workdir / "venv"
     base = shutil.which("python3.11") or sys.executable
     _run([base, "-m", "venv", str(venv)])
-    _run([str(venv / "bin" / "pip"), "install", "-q", "-c", str(ROOT / "requirements.lock"), str(wheel)],
-         cwd=workdir)  # fmt: skip
+    # The README's install line, with the wheel for its `.` (and the extras it names).
+    _run([str(venv / "bin" / "pip"), "install", "-q", "-c", str(ROOT / "requirements.lock"),
+          f"{wheel}{readme_extras()}"], cwd=workdir)  # fmt: skip
     return Installed(wheel, venv)

@@ -121,3 +121,29 @@ def test_the_stkrelay_command_says_how_to_use_it(installed, tmp_path):
     assert cloud.returncode == 2 and "stkrelay.C001" in cloud.stderr  # no cloud.ini given
     bad = _cli(installed, "relayctl", "list", "--ini", str(tmp_path / "missing.ini"), cwd=tmp_path)
     assert bad.returncode == 2 and "stkrelay.E001" in bad.stderr
+
+
+@pytest.mark.long
+@pytest.mark.parametrize(
+    "store",
+    [
+        {"LEASE_DIR": "{tmp}/share"},
+        {"LEASE_DIR": "smb://stk@127.0.0.1:1/share/socket", "SMB_PASSWORD": "x"},  # nothing answers there
+        {"LEASE_STORE": "etcd", "ETCD_ENDPOINTS": "http://127.0.0.1:1", "LEASE_DIR": ""},
+    ],
+    ids=["file", "smb", "etcd"],
+)
+def test_the_readmes_install_runs_doctor_on_a_file_an_smb_and_an_etcd_ini_without_a_traceback(
+    installed, tmp_path, store
+):
+    """The venv of the README's install line (its extras included) has every backend's
+    library: doctor answers in its own words, whatever it finds, never with a traceback."""
+    from test_config import write_ini
+
+    (tmp_path / "share").mkdir()
+    ini = write_ini(tmp_path, **{k: v.format(tmp=tmp_path) for k, v in store.items()})
+    done = _cli(installed, "relayctl", "doctor", "--ini", str(ini), cwd=tmp_path)
+    out = done.stdout + done.stderr
+    assert "Traceback" not in out and "ModuleNotFoundError" not in out, out
+    assert "stkrelay.E170" not in out and "stkrelay.E171" not in out, out  # the extras are installed
+    assert done.returncode in (0, 1, 5) and out.strip(), out  # a verdict: ok, failing checks, a stale view

@@ -101,11 +101,17 @@ def ownership_checks(checks: list[dict[str, Any]], stk: Any, read: Any, members:
 def early_takeover_check(check: Any, kmsn: str) -> None:
     """Elections on liveness evidence (DESIGN.md §13) that repeat: agents that keep dying, or
     someone on the path who drops beacons and resets connections to force takeovers."""
+    from django.db import DatabaseError
     from django.utils import timezone
 
     from elections.web.panel.state import EARLY_TAKEOVERS_ALARM, early_takeover_counts
 
-    ever, day = early_takeover_counts([kmsn], timezone.now())
+    try:
+        ever, day = early_takeover_counts([kmsn], timezone.now())
+    except DatabaseError:  # DATA_DIR's database not made yet: the agent never ran on this host
+        check("early takeovers on liveness evidence", False,
+              "no history here yet: the agent has not run on this host (its first start makes the database)")  # fmt: skip
+        return
     n = day.get(kmsn, 0)
     detail = f"{n} in 24 h, {ever.get(kmsn, 0)} in all (alarm from {EARLY_TAKEOVERS_ALARM} in 24 h)"
     if n >= EARLY_TAKEOVERS_ALARM:
