@@ -109,8 +109,8 @@ def early_takeover_check(check: Any, kmsn: str) -> None:
     try:
         ever, day = early_takeover_counts([kmsn], timezone.now())
     except DatabaseError:  # DATA_DIR's database not made yet: the agent never ran on this host
-        check("early takeovers on liveness evidence", False,
-              "no history here yet: the agent has not run on this host (its first start makes the database)")  # fmt: skip
+        why = "no history here yet: the agent has not run on this host (its first start makes the database)"
+        check("early takeovers on liveness evidence", False, why)
         return
     n = day.get(kmsn, 0)
     detail = f"{n} in 24 h, {ever.get(kmsn, 0)} in all (alarm from {EARLY_TAKEOVERS_ALARM} in 24 h)"
