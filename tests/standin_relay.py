@@ -135,14 +135,14 @@ async def main() -> int:
     stats.write()
     if args.listen_after:
         await asyncio.sleep(args.listen_after)
+    stop = asyncio.Event()  # a SIGTERM from the moment it listens is a clean stop, never a traceback
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
     relay = Relay(stats)
     framed = await asyncio.start_server(relay.framed_client, args.host, args.port, reuse_address=True)
     raw = await asyncio.start_server(relay.raw_client, args.host, args.passthrough_port, reuse_address=True)
     print(f"standin relay {os.getpid()} on {args.host}:{args.port} and :{args.passthrough_port}", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     writer = asyncio.ensure_future(stats.keep_written())
     code = 0
     try:
