@@ -31,8 +31,9 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from cloudproc import CloudProc  # noqa: E402
 from harness import FAST, KMSN, TOKEN, Site, listening, wait_until  # noqa: E402
 
-from relay.client import Received, RelayClient  # noqa: E402
-from relay.discovery import Discovery  # noqa: E402
+from relay.client.discovery import Discovery  # noqa: E402
+from relay.client.events import Received  # noqa: E402
+from relay.client.relay_client import RelayClient  # noqa: E402
 
 
 def pct(values: list[float], p: float) -> float:

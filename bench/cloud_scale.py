@@ -9,7 +9,7 @@ nodes and the kill-to-reachable time need the etcd directory wired into runcloud
     python bench/cloud_scale.py [--sites 200] [--clients 400] [--messages 5]
 
 Known: with 2,000 remote clients the registrations stall (not yet diagnosed; a
-cloud admission cap is the suspect, `relay.limits`), so the default is 400.
+cloud admission cap is the suspect, `relay.server.limits`), so the default is 400.
 """
 
 from __future__ import annotations
@@ -28,10 +28,14 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from cloudproc import CloudProc  # noqa: E402
 from cloudrig import SITE_IP, TOKEN, json_client, lease, pair_port  # noqa: E402
 
-from relay.auth import cloud_key  # noqa: E402
-from relay.cloud.tunnel import TunnelClient  # noqa: E402
-from relay.protocol import ClientConnection, Message, Registered, new_nonce  # noqa: E402
-from relay.server import RelayServer  # noqa: E402
+from relay.server.cloud_tunnel import TunnelClient  # noqa: E402
+from relay.server.relay_server import RelayServer  # noqa: E402
+from relay.wire.auth import (  # noqa: E402
+    cloud_key,
+    new_nonce,
+)
+from relay.wire.client_connection import ClientConnection  # noqa: E402
+from relay.wire.events import Message, Registered  # noqa: E402
 
 
 def rss_kib(pid: int) -> int:

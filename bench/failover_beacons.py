@@ -73,8 +73,8 @@ class ClientThread:
     with whoever leads: `epoch()` is the epoch it is registered with now."""
 
     def __init__(self, site: Site) -> None:
-        from relay.client import RelayClient
-        from relay.discovery import Discovery
+        from relay.client.discovery import Discovery
+        from relay.client.relay_client import RelayClient
 
         discovery = Discovery.build(token=TOKEN, kmsn=KMSN, lease_dir=str(site.lease_dir))
         self.client = RelayClient(role="agent", kmsn=KMSN, station="B01", token=TOKEN, discovery=discovery,

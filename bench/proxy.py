@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """The fencing proxy's cost (RELAY_KIND = exec, DESIGN.md §16): an external relay reached
-directly, and through `relay.proxy.FencingProxy` with the real gate.
+directly, and through `relay.server.fencing_proxy.FencingProxy` with the real gate.
 
     python bench/proxy.py            # about 40 s
     python bench/proxy.py --quick    # shorter phases, for a smoke run
@@ -55,8 +55,8 @@ def free_port(host: str) -> int:
 
 # -- the proxy (a child process) ----------------------------------------------------------
 async def serve_proxy(data_dir: str, port: int, upstream: int, upstream_passthrough: int) -> None:
-    from relay.proxy import FencingProxy
     from relay.runner import LeadershipGate
+    from relay.server.fencing_proxy import FencingProxy
 
     proxy = FencingProxy(gate=LeadershipGate(data_dir, 1), upstream=(HOST, upstream),
                          upstream_passthrough=upstream_passthrough)  # fmt: skip

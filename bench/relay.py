@@ -4,7 +4,7 @@
     python bench/relay.py            # about a minute on 2 cores
     python bench/relay.py --quick    # shorter phases, for a smoke run
 
-Three processes: the relay (`relay.server.RelayServer` with an always-true
+Three processes: the relay (`relay.server.relay_server.RelayServer` with an always-true
 gate) and the baseline each run in their own process; this process is the
 load generator. On a machine with at least two CPUs the servers are pinned to
 the last CPU and the load generator to the first, so each measurement is one
@@ -41,8 +41,10 @@ from statistics import quantiles
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from relay.protocol import ClientConnection, Hello, Registered, encode_frame  # noqa: E402
-from relay.server import RelayServer  # noqa: E402
+from relay.server.relay_server import RelayServer  # noqa: E402
+from relay.wire.client_connection import ClientConnection  # noqa: E402
+from relay.wire.events import Hello, Registered  # noqa: E402
+from relay.wire.framing import encode_frame  # noqa: E402
 
 KMSN = "9999-9999-99-99"
 TOKEN = "bench-token-5f0c2a9e7d13"
@@ -309,7 +311,7 @@ async def run(quick: bool, pin: bool) -> None:
     frame_len = len(encode_frame({"type": "send", "to": "C00", "data": DATA, "id": "m"}))
     where = f" (servers on CPU {cpus[-1]}, load generator on CPU {cpus[0]})" if pin else ""
     print(f"stkrelay relay bench: Python {sys.version.split()[0]}, {len(cpus)} CPUs{where}")
-    print(f"median of {n} interleaved rounds; relay = relay.server, baseline = raw asyncio forwarder")
+    print(f"median of {n} interleaved rounds; relay = RelayServer, baseline = raw asyncio forwarder")
     print(f"messages agent -> commander: {frame_len}-byte frames, one write each, {IN_FLIGHT} in flight")
     try:
         for pairs in (1, 10):

@@ -4,7 +4,7 @@
     python bench/relay_idle.py             # about 10 s
     python bench/relay_idle.py --idle 4000 --seconds 5
 
-The relay (`relay.server.RelayServer`, caps sized from this process's file
+The relay (`relay.server.relay_server.RelayServer`, caps sized from this process's file
 limit, protocol 1.1 clients) runs in its own process; this process opens the
 idle sockets (from 40 loopback addresses, never saying a word) and then, one
 after another, connects, registers (``cnonce`` + ``sauth`` checked) and
@@ -27,8 +27,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from relay.protocol import ClientConnection, Registered, new_nonce  # noqa: E402
-from relay.server import RelayServer  # noqa: E402
+from relay.server.relay_server import RelayServer  # noqa: E402
+from relay.wire.auth import new_nonce  # noqa: E402
+from relay.wire.client_connection import ClientConnection  # noqa: E402
+from relay.wire.events import Registered  # noqa: E402
 
 KMSN = "9999-9999-99-99"
 TOKEN = "bench-token-5f0c2a9e7d13"

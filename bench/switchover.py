@@ -30,8 +30,9 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from harness import DEFAULT, KMSN, TOKEN, Site, wait_until  # noqa: E402
 
-from relay.client import Received, RelayClient  # noqa: E402
-from relay.discovery import Discovery  # noqa: E402
+from relay.client.discovery import Discovery  # noqa: E402
+from relay.client.events import Received  # noqa: E402
+from relay.client.relay_client import RelayClient  # noqa: E402
 
 
 def pct(values: list[float], p: float) -> float:

@@ -20,7 +20,9 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from harness import FAST, KMSN, TOKEN, Site, listening, wait_until  # noqa: E402
 from websockets.asyncio.client import connect  # noqa: E402
 
-from relay.protocol import ClientConnection, Message, Registered, auth_digest  # noqa: E402
+from relay.wire.auth import auth_digest  # noqa: E402
+from relay.wire.client_connection import ClientConnection  # noqa: E402
+from relay.wire.events import Message, Registered  # noqa: E402
 
 WINDOW = 256  # messages in flight
 

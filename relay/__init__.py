@@ -1,1 +1,14 @@
-"""Relay: wire protocol, TCP listeners, Channels consumers, routing, client library."""
+"""The relay: what a leader serves and how clients reach it (DESIGN.md §8, §9, §14, §16).
+
+Packages, each with one side of the conversation:
+
+  wire/    the protocol as bytes and events, sans-I/O (both ends, the tunnel's mux)
+  server/  a leader's relay: listeners, connections, routing, caps, the fencing proxy
+  client/  the client library: discovery, one session, following the leader
+  web/     the WebSocket routes (Channels), bridges into the server
+  cloud/   the cloud rendezvous relay (runcloud), a separate program
+
+`runner.py` composes the server for the agent (`python -m relay.runner`). The
+client never imports the server; wire, server and client never import Django
+(import-linter contracts in pyproject.toml).
+"""

@@ -7,15 +7,15 @@ costs ~75), waits for this agent's leadership and the fenced start_relay
 action of its epoch, and serves until leadership is lost (see
 `relay.management.commands.runrelay`, the same behaviour as a management
 command). With ``CLOUD_URL`` set, it dials the cloud relay's tunnel as soon
-as it serves (`relay.cloud.tunnel.TunnelClient`, presenting the signed lease of
+as it serves (`relay.server.cloud_tunnel.TunnelClient`, presenting the signed lease of
 its epoch), redials with backoff while the gate holds, and closes it on the
 way out; its state is ``snapshot["tunnel"]`` in relay.json. It listens on
 `NODE_IP`, on 127.0.0.1 (`RELAY_LOOPBACK`) and on every address an executor
-holds for its epoch (`relay.listen_set`, from addresses.json, watched like
+holds for its epoch (`relay.server.listen_set`, from addresses.json, watched like
 leadership.json); where, is ``snapshot["listen"]``. With
 ``RELAY_KIND = exec`` it serves the site's own relay instead (DESIGN.md §16):
-the external relay (`relay.external`) on loopback, behind the fencing proxy
-(`relay.proxy`) on the same addresses and gate; relay.json says it listens
+the external relay (`relay.server.external_relay`) on loopback, behind the fencing proxy
+(`relay.server.fencing_proxy`) on the same addresses and gate; relay.json says it listens
 only while the external relay accepts. Exit status: 0
 after serving, 1 if a port cannot be bound, 2 on a configuration problem.
 """
@@ -45,15 +45,15 @@ from elections.ports.localstate import (
     RelayStatus,
 )
 from elections.ports.stores import PoolPlace, open_store
-from relay.auth import cloud_key
-from relay.binding_feed import BindingFeed
-from relay.bindings import StationBindings
-from relay.cloud.tunnel import TunnelClient
-from relay.external import ExternalRelay
-from relay.legacy import LegacySettings
-from relay.listen_set import ListenAddress, ListenSet, wanted_now
-from relay.proxy import FencingProxy
-from relay.server import RelayServer
+from relay.server.binding_feed import BindingFeed
+from relay.server.bindings import StationBindings
+from relay.server.cloud_tunnel import TunnelClient
+from relay.server.external_relay import ExternalRelay
+from relay.server.fencing_proxy import FencingProxy
+from relay.server.listen_set import ListenAddress, ListenSet, wanted_now
+from relay.server.relay_server import RelayServer
+from relay.wire.auth import cloud_key
+from relay.wire.legacy import LegacySettings
 
 log = logging.getLogger("stkrelay.relay")
 
@@ -181,7 +181,7 @@ def await_leadership(stk: Any) -> int:
 
 
 def legacy_settings(stk: Any) -> LegacySettings | None:
-    """Old stations on this relay (``RELAY_LEGACY = 1``, relay.legacy), or None."""
+    """Old stations on this relay (``RELAY_LEGACY = 1``, relay.wire.legacy), or None."""
     if not getattr(stk, "relay_legacy", False):
         return None
     return LegacySettings(stk.relay_legacy_magic, stk.relay_legacy_wait)
@@ -202,7 +202,7 @@ class RelayRunner:
             self.server = self.fencing_proxy()
         else:
             self.server = self.builtin_relay()
-        # NODE_IP, loopback, and the addresses the executors hold for this epoch (relay.listen_set).
+        # NODE_IP, loopback, and the addresses the executors hold for this epoch (relay.server.listen_set).
         self.listen = ListenSet.of(self.server)
 
     def builtin_relay(self) -> RelayServer:

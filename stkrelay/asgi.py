@@ -16,8 +16,8 @@ from django.urls import path  # noqa: E402
 
 from elections.web.body_limit import BodyLimit  # noqa: E402
 from elections.web.origin import OriginCheck  # noqa: E402
-from relay.ws import RelayBridge, StreamBridge  # noqa: E402
-from relay.ws_flow import WriteBuffer  # noqa: E402
+from relay.web.ws import RelayBridge, StreamBridge  # noqa: E402
+from relay.web.ws_flow import WriteBuffer  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
@@ -26,7 +26,7 @@ application = ProtocolTypeRouter(
         # A browser's Origin must be one of ALLOWED_HOSTS; only /ws/relay/ (relay-token
         # handshake, no cookie) takes non-browser clients without one (elections/web/origin.py).
         # Outermost: what the server holds for each connection, read by the bridges' bound
-        # (relay/ws_flow.py) before any middleware wraps send and receive.
+        # (relay/web/ws_flow.py) before any middleware wraps send and receive.
         "websocket": WriteBuffer(
             OriginCheck(
                 AuthMiddlewareStack(

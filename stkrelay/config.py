@@ -100,7 +100,7 @@ DEFAULTS: dict[str, str] = {
     "WEB_WS_MAX_BUFFER": str(config_web.WS_MAX_BUFFER),  # bytes held for one slow WebSocket reader...
     "WEB_WS_MAX_MESSAGES": str(config_web.WS_MAX_MESSAGES),  # ...and messages; past either it is closed
     "RELAY_STATION_KEYS_ONLY": "0",
-    "RELAY_MAX_PER_ADDRESS": "0",  # 0: sized from the file limit (relay.limits)
+    "RELAY_MAX_PER_ADDRESS": "0",  # 0: sized from the file limit (relay.server.limits)
     "RELAY_LOOPBACK": "auto",  # the relay on 127.0.0.1 too: auto (unless NODE_IP is loopback), on, off
     "RELAY_LEGACY": "0",  # 1: old stations too (relay_client.prg framing, the old MAGIC; config_legacy)
     "RELAY_LEGACY_MAGIC": "",  # the old relay's MAGIC: required with RELAY_LEGACY = 1 (E080)
@@ -195,11 +195,11 @@ class Config:
     web_ws_max_messages: int = 4096
     relay_station_keys_only: bool = False
     relay_max_per_address: int = 0
-    relay_loopback: str = "auto"  # auto | on | off (relay.listen_set)
-    relay_legacy: bool = False  # old stations on the built-in relay (stkrelay.config_legacy, relay.legacy)
+    relay_loopback: str = "auto"  # auto | on | off (relay.server.listen_set)
+    relay_legacy: bool = False  # old stations on the built-in relay (config_legacy, relay.wire.legacy)
     relay_legacy_magic: str = ""
     relay_legacy_wait: float = 0.3
-    entry: bool = False  # ENTRY: the router's port-forward reaches this member (config_entry, relay.entry)
+    entry: bool = False  # ENTRY: the router's port-forward reaches this member (relay.server.entry)
     entry_listen: tuple[str, int] | None = None  # ENTRY_LISTEN parsed
     log_format: str = "text"
     log_max_bytes: int = 10 << 20

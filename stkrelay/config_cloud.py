@@ -5,13 +5,13 @@
   no tunnel. A cloud of several `runcloud` nodes: a comma-separated list
   (``tcp://a:9542, tcp://b:9542``); the tunnel dials them in turn, the next
   one whenever a dial or a handshake fails, so a dead node's sites re-dial
-  another (`relay.cloud.tunnel.TunnelClient`). One URL reads as before;
+  another (`relay.server.cloud_tunnel.TunnelClient`). One URL reads as before;
   `cfg.cloud` is the first, `cfg.clouds` all of them.
 - `CLOUD_TOKEN`: this site's secret at the cloud, as strong as a site key
   (`config_web.secret_weakness`: at least 16 characters, 6 distinct, not one
   short run repeated, not a placeholder) and neither `RELAY_TOKEN` nor
   `POOL_KEY` (the cloud must hold no site key, `stkrelay.E029`), nor the site's
-  lease key K_cloud (`relayctl cloud-key`, `relay.auth.cloud_key`): whoever holds
+  lease key K_cloud (`relayctl cloud-key`, `relay.wire.auth.cloud_key`): whoever holds
   the token would then sign leases the cloud believes (`stkrelay.E055`). Both keys or neither.
 
 Reports through `bad(id, key, message, hint)` like `config.load`.
@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from relay.auth import cloud_key
+from relay.wire.auth import cloud_key
 from stkrelay.config_web import secret_weakness
 
 Bad = Callable[[str, str, str, str], None]

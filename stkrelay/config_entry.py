@@ -4,7 +4,7 @@ Keys (README, "Entry members"):
 
 - `ENTRY` (0|1, default 0): this member has the router's port-forward; while
   the pool has a leader it accepts remote clients on `ENTRY_LISTEN` and
-  forwards them through the fencing proxy to the leader's relay (`relay.entry`).
+  forwards them through the fencing proxy to the leader's relay (`relay.server.entry`).
 - `ENTRY_LISTEN` (``addr:port``, ``[v6]:port``; required with `ENTRY = 1`,
   `stkrelay.E200`/`E201`): the public side, where the router forwards to:
   this member's `NODE_IP`, or a VIP the entry members share (it is bound

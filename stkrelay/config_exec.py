@@ -2,7 +2,7 @@
 
 - `RELAY_KIND` (`builtin` | `exec`, default `builtin`): what the elected leader
   serves. `exec` runs the site's own relay (`RELAY_EXEC`) on loopback and puts
-  stkrelay's fencing proxy (`relay.proxy`) where the built-in relay would
+  stkrelay's fencing proxy (`relay.server.fencing_proxy`) where the built-in relay would
   listen (`stkrelay.E070`).
 - `RELAY_EXEC`: the command line, split like a POSIX shell would split it
   (`shlex`, never run through a shell: no pipes, no `$VAR`, no globbing), with

@@ -4,7 +4,7 @@ Keys (README, "Legacy stations"):
 
 - `RELAY_LEGACY` (0|1, default 0): the built-in relay also accepts old stations
   (``relay_client.prg`` framing, the old MAGIC, the site token in clear;
-  `relay.legacy`).
+  `relay.wire.legacy`).
 - `RELAY_LEGACY_MAGIC`: the old relay's MAGIC, as its ``relay_server.py`` has
   it. Required while `RELAY_LEGACY = 1` (`stkrelay.E080`): our documents do
   not hold it, so there is no default to guess wrong. 1..64 printable ASCII

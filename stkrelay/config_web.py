@@ -13,7 +13,7 @@ Nothing that reaches the panel from the LAN is trusted by default:
   the login throttle (`elections.web.throttle`); checked as numbers (E010/E011).
 - `WEB_WS_MAX_BUFFER` (bytes, at least `RELAY_MAX_FRAME`: `stkrelay.E066`) and
   `WEB_WS_MAX_MESSAGES` (16..1,000,000: `stkrelay.E067`): what the web process
-  holds for one WebSocket whose reader is slow before it closes it (`relay.ws_flow`).
+  holds for one WebSocket whose reader is slow before it closes it (`relay.web.ws_flow`).
 - `RELAY_TOKEN` (and `POOL_KEY` when set) must be at least 16 characters and
   not trivially repetitive: `stkrelay.E018`.
 

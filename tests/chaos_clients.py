@@ -6,7 +6,7 @@
   and over (a fresh connection each time, protocol 1.1: the relay must prove
   it knows the key) and records each attempt: ``ok`` with the epoch the relay
   gave and the node its hello named, or ``fail`` with why.
-- `Stream`: two `relay.client.RelayClient`s on one asyncio loop, a commander
+- `Stream`: two `relay.client.relay_client.RelayClient`s on one asyncio loop, a commander
   ``C01`` that sends sequenced messages to an agent-role client ``P01``,
   through whichever relay leads. A send is invoked when handed to `send()`,
   ``ok`` when the relay confirms it (`on_confirmed`), ``fail`` when a
@@ -58,9 +58,9 @@ class History:
 
 def probe_once(ip: str, port: int, kmsn: str, token: str, station: str) -> tuple[str, int | None, str | None]:
     """Register once at ip:port: ("ok", epoch, node) or ("fail", None, why)."""
-    from relay.auth import new_nonce
-    from relay.protocol import ClientConnection, Registered
-    from relay.protocol_events import ErrorReceived, Hello
+    from relay.wire.auth import new_nonce
+    from relay.wire.client_connection import ClientConnection
+    from relay.wire.events import ErrorReceived, Hello, Registered
 
     deadline = time.monotonic() + PROBE_TIMEOUT
     try:
@@ -163,7 +163,8 @@ class Stream(threading.Thread):
             self.started.set()
 
     def _client(self, role: str, station: str, **kw: Any) -> Any:
-        from relay.client import Discovery, RelayClient
+        from relay.client.discovery import Discovery
+        from relay.client.relay_client import RelayClient
 
         discovery = Discovery.build(token=self.token, kmsn=self.kmsn, lease_dir=str(self.lease_dir),
                                     fallbacks=self.relays)  # fmt: skip
@@ -176,7 +177,7 @@ class Stream(threading.Thread):
                            queue_size=100_000, on_status=status, **kw)  # fmt: skip
 
     async def _main(self) -> None:
-        from relay.client import Received, ServerError
+        from relay.client.events import Received, ServerError
 
         self.loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()

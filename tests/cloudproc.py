@@ -13,7 +13,7 @@ from typing import Any
 
 from harness import KMSN, ROOT, TOKEN, free_port, listening, wait_until
 
-from relay.auth import cloud_key
+from relay.wire.auth import cloud_key
 
 CLOUD_IP = "127.0.0.90"
 CLOUD_TOKEN = "cloud-token-9f8e7d6c5b4a3210"

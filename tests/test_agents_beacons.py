@@ -16,9 +16,10 @@ import pytest
 from harness import DEFAULT, FAST, KMSN, ROOT, TOKEN, listening, wait_until, write_lease
 
 from elections.core.beacons import Beacon
-from relay.beacon_discovery import BeaconListener
-from relay.client import Received, RelayClient
-from relay.discovery import Discovery
+from relay.client.beacon_discovery import BeaconListener
+from relay.client.discovery import Discovery
+from relay.client.events import Received
+from relay.client.relay_client import RelayClient
 
 pytestmark = pytest.mark.agents
 

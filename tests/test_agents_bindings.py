@@ -23,9 +23,10 @@ from harness import KMSN, ROOT, TOKEN, listening, wait_until
 
 from elections.core.lease import sign
 from elections.ports.localstate import LocalState
-from relay.auth import station_credential
-from relay.client import Received, Refused, RelayClient
-from relay.discovery import Discovery
+from relay.client.discovery import Discovery
+from relay.client.events import Received, Refused
+from relay.client.relay_client import RelayClient
+from relay.wire.auth import station_credential
 
 pytestmark = pytest.mark.agents
 

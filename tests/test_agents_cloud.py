@@ -13,11 +13,14 @@ import pytest
 from cloudproc import CLOUD_TOKEN, LEASE_KEY, CloudProc
 from harness import KMSN, ROOT, TOKEN, listening, wait_until
 
-from relay.client import Received, RelayClient
+from relay.client.discovery import Discovery
+from relay.client.events import Received
+from relay.client.relay_client import RelayClient
 from relay.cloud.fence import overlaps
-from relay.cloud.lease_mac import presented
-from relay.discovery import Discovery
-from relay.protocol import ClientConnection, ErrorReceived, Registered, new_nonce
+from relay.wire.auth import new_nonce
+from relay.wire.client_connection import ClientConnection
+from relay.wire.events import ErrorReceived, Registered
+from relay.wire.lease_mac import presented
 
 pytestmark = pytest.mark.agents
 

@@ -20,7 +20,8 @@ from harness import KMSN, ROOT, TOKEN, wait_until
 from test_config_legacy import OLD_KEYS
 from test_relay_legacy import OLD_MAGIC, OldStation
 
-from relay.client import Discovery, RelayClient
+from relay.client.discovery import Discovery
+from relay.client.relay_client import RelayClient
 
 pytestmark = pytest.mark.agents
 

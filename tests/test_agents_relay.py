@@ -9,8 +9,9 @@ import time
 import pytest
 from harness import KMSN, TOKEN, listening, wait_until
 
-from relay.client import Received, RelayClient
-from relay.discovery import Discovery
+from relay.client.discovery import Discovery
+from relay.client.events import Received
+from relay.client.relay_client import RelayClient
 
 pytestmark = pytest.mark.agents
 
@@ -88,7 +89,8 @@ def test_a_frozen_leader_registers_no_client_after_it_wakes(site_factory):
     old.signal_group(signal.SIGCONT)
     # From the moment it wakes, a registration attempt on the old leader is refused or
     # the port is gone; never "registered".
-    from relay.protocol import ClientConnection, Registered
+    from relay.wire.client_connection import ClientConnection
+    from relay.wire.events import Registered
 
     deadline = time.monotonic() + 3
     while time.monotonic() < deadline:

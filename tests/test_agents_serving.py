@@ -12,11 +12,11 @@ import time
 import pytest
 from harness import DEFAULT, KMSN, TOKEN, wait_until
 
-from relay.auth import auth_digest
-from relay.client import RelayClient
-from relay.discovery import Discovery
-from relay.framing import FrameDecoder, encode_frame
-from relay.protocol import MAGIC
+from relay.client.discovery import Discovery
+from relay.client.relay_client import RelayClient
+from relay.wire.auth import auth_digest
+from relay.wire.events import MAGIC
+from relay.wire.framing import FrameDecoder, encode_frame
 
 pytestmark = pytest.mark.agents
 REPLACED_WITHIN = 6.0  # seconds: the bound asserted under load (the bench measures ~2-3 s)

@@ -91,8 +91,8 @@ class ClientThread:
 
         from harness import KMSN, TOKEN
 
-        from relay.client import RelayClient
-        from relay.discovery import Discovery
+        from relay.client.discovery import Discovery
+        from relay.client.relay_client import RelayClient
 
         self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, daemon=True).start()

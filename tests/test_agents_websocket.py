@@ -9,9 +9,10 @@ from harness import KMSN, TOKEN, listening, wait_until
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from relay.client import Received, RelayClient
-from relay.discovery import Discovery
-from relay.protocol import auth_digest
+from relay.client.discovery import Discovery
+from relay.client.events import Received
+from relay.client.relay_client import RelayClient
+from relay.wire.auth import auth_digest
 
 pytestmark = pytest.mark.agents
 
@@ -58,12 +59,12 @@ def test_a_websocket_commander_and_a_tcp_agent_talk_both_ways_even_after_idling(
 
 
 def test_a_websocket_that_stops_reading_is_closed_and_counted_and_never_stalls_the_others(site_factory):
-    """relay/ws_flow.py: what the web process holds for one WebSocket is bounded; a reader
+    """relay/web/ws_flow.py: what the web process holds for one WebSocket is bounded; a reader
     that does not read is closed (4408) with a log line and a count, while a reader beside
     it gets every message, in order."""
     import socket
 
-    from relay.ws_flow import SLOW
+    from relay.web.ws_flow import SLOW
 
     site = site_factory(1, extra={"WEB_WS_MAX_BUFFER": str(2 << 20), "WEB_WS_MAX_MESSAGES": "512"})
     site.start()

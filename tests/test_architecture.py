@@ -26,13 +26,13 @@ PURE = (
     "elections.core.action_config",
     "elections.core.ownership",
     "elections.core.repair",
-    "relay.protocol",
-    "relay.framing",
-    "relay.cloud.mux",
+    "relay.wire.server_connection",
+    "relay.wire.framing",
+    "relay.wire.mux",
     "relay.cloud.fence",
     "relay.cloud.handshake",
     "relay.cloud.remote",
-    "relay.cloud.lease_mac",
+    "relay.wire.lease_mac",
 )
 IMPURE_ROOTS = {
     "django",

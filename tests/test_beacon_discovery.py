@@ -1,4 +1,4 @@
-"""`relayclient --discover` steered by forged beacons (relay/beacon_discovery.py,
+"""`relayclient --discover` steered by forged beacons (relay/client/beacon_discovery.py,
 DESIGN.md §13; issue 28 item 5.4), on loopback with a real `RelayServer`:
 leader beacons naming an attacker's address — signed with another key,
 unsigned, or a validly signed beacon of an old epoch replayed from when that
@@ -17,10 +17,11 @@ from test_relay_client import KMSN, TOKEN, Pool, play, until
 from test_relay_trust import HOST_ROGUE, client, real_relay
 
 from elections.core.beacons import Beacon
-from relay.beacon_discovery import BeaconListener
-from relay.discovery import Discovery
-from relay.framing import encode_frame
-from relay.protocol import MAGIC, new_nonce
+from relay.client.beacon_discovery import BeaconListener
+from relay.client.discovery import Discovery
+from relay.wire.auth import new_nonce
+from relay.wire.events import MAGIC
+from relay.wire.framing import encode_frame
 
 HOST_LISTEN = "127.0.0.75"
 OTHER_KEY = "not-the-site-token-0123456789"

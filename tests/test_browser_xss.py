@@ -203,8 +203,8 @@ class Station:
     """A relay client registered with the site token under a hostile station name."""
 
     def __init__(self, site: Site, station: str) -> None:
-        from relay.client import RelayClient
-        from relay.discovery import Discovery
+        from relay.client.discovery import Discovery
+        from relay.client.relay_client import RelayClient
 
         discovery = Discovery.build(token=TOKEN, kmsn=KMSN, lease_dir=str(site.lease_dir))
         self.client = RelayClient(role="agent", kmsn=KMSN, station=station, token=TOKEN, discovery=discovery,

@@ -26,13 +26,13 @@ from cloudrig import (
     until,
 )
 
-from relay.auth import cloud_key
-from relay.cloud.lease_mac import CLOUD_SIG, presented
-from relay.cloud.mux import CREDIT, DATA, MAX_CHUNK, PING, Mux, StreamOpened, frame
 from relay.cloud.peers import PARKED_LIMIT, TUNNEL_WRITE_HIGH
-from relay.limits import Caps
-from relay.protocol import ClientConnection, ErrorReceived, Message, Registered, new_nonce
-from relay.protocol_events import REGISTER_TIMEOUT
+from relay.server.limits import Caps
+from relay.wire.auth import cloud_key, new_nonce
+from relay.wire.client_connection import ClientConnection
+from relay.wire.events import REGISTER_TIMEOUT, ErrorReceived, Message, Registered
+from relay.wire.lease_mac import CLOUD_SIG, presented
+from relay.wire.mux import CREDIT, DATA, MAX_CHUNK, PING, Mux, StreamOpened, frame
 
 LEASE_KEY = cloud_key(TOKEN, KMSN)
 OTHER_KEY = cloud_key(TOKEN, OTHER)

@@ -4,8 +4,8 @@ import hashlib
 
 import pytest
 
-from relay.auth import cloud_key
 from relay.cloud.config import load
+from relay.wire.auth import cloud_key
 from stkrelay.config import load as load_agent
 from stkrelay.config_cloud import CloudURL, parse_cloud_url
 

@@ -5,11 +5,15 @@ import json
 
 import pytest
 
-from relay.auth import auth_digest, cloud_key, station_credential
 from relay.cloud.fence import EpochFence, TunnelBook, overlaps
 from relay.cloud.handshake import TunnelAcceptor, TunnelRegistered, lease_problem
-from relay.cloud.lease_mac import CLOUD_SIG, lease_mac, mac_verdict, presented, stored_record
-from relay.cloud.mux import (
+from relay.cloud.remote import FrameCursor, Greeting
+from relay.wire.auth import auth_digest, cloud_key, station_credential
+from relay.wire.client_connection import ClientConnection
+from relay.wire.events import ErrorReceived, Registered
+from relay.wire.framing import FrameDecoder, encode_frame
+from relay.wire.lease_mac import CLOUD_SIG, lease_mac, mac_verdict, presented, stored_record
+from relay.wire.mux import (
     CREDIT,
     DATA,
     INITIAL_WINDOW,
@@ -24,9 +28,6 @@ from relay.cloud.mux import (
     Writable,
     frame,
 )
-from relay.cloud.remote import FrameCursor, Greeting
-from relay.framing import FrameDecoder, encode_frame
-from relay.protocol import ClientConnection, ErrorReceived, Registered
 
 KMSN, TOKEN, NONCE, CNONCE = "9999-9999-99-99", "cloud-token-0123456789", "ab" * 16, "cd" * 16
 POOL_KEY = "pool-key-0123456789abcdef"

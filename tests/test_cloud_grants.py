@@ -7,10 +7,11 @@ import logging
 
 from cloudrig import CLOUD_IP, KMSN, OTHER, SITE_IP, TOKEN, Rig, json_client, until
 
-from relay.auth import auth_digest
 from relay.cloud.config import load
 from relay.cloud.grants import Grant
-from relay.protocol import ClientConnection, ErrorReceived, Message, Registered, new_nonce
+from relay.wire.auth import auth_digest, new_nonce
+from relay.wire.client_connection import ClientConnection
+from relay.wire.events import ErrorReceived, Message, Registered
 
 GRANT_TOKEN = "head-office-grant-0123456789abcdef"
 BOTH = Grant("head-office", GRANT_TOKEN, frozenset({KMSN, OTHER}))

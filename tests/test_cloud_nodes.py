@@ -9,7 +9,7 @@ from cloudrig import CLOUD_IP, KMSN, SITE_IP, Rig, json_client, pair_port, until
 from harness import free_port
 
 from relay.cloud.server import CloudServer
-from relay.protocol import Message
+from relay.wire.events import Message
 
 
 def test_a_site_whose_cloud_node_goes_redials_the_next_node_and_remote_clients_follow(tmp_path):

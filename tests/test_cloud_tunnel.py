@@ -10,7 +10,9 @@ import pytest
 from cloudrig import CLOUD_IP, KMSN, SITE_IP, TOKEN, Raw, Rig, json_client, until
 
 from relay.cloud.server import CloudServer
-from relay.protocol import ClientConnection, Message, Registered, new_nonce
+from relay.wire.auth import new_nonce
+from relay.wire.client_connection import ClientConnection
+from relay.wire.events import Message, Registered
 
 
 def test_a_slow_remote_viewer_is_dropped_at_the_site_while_the_publisher_and_a_fast_viewer_go_on(tmp_path):
@@ -178,7 +180,7 @@ def test_a_remote_client_of_a_site_without_a_tunnel_is_refused_not_leader(tmp_pa
 
 
 def test_registered_remote_clients_are_never_evicted_to_make_room_for_newcomers(tmp_path):
-    from relay.limits import Caps
+    from relay.server.limits import Caps
 
     async def scenario():
         rig = Rig(tmp_path)

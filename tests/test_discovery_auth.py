@@ -5,7 +5,7 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from relay.discovery import AgentApi
+from relay.client.discovery import AgentApi
 
 
 class Handler(BaseHTTPRequestHandler):

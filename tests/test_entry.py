@@ -1,4 +1,4 @@
-"""Entry members (issue 26 part 1, relay/entry.py): the keys, the pure target, and the entry's
+"""Entry members (issue 26 part 1, relay/server/entry.py): the keys, the pure target, and the entry's
 proxy on real loopback sockets re-pointing as pool.json (written as the worker writes it) says."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import test_panel_support
 from test_proxy import closed, until
 
 from elections.ports.localstate import EntryStatus, LocalState, MemberView, PoolView, entry_of
-from relay.entry import EntryRunner, target_of
+from relay.server.entry import EntryRunner, target_of
 from stkrelay import config
 
 dj = test_panel_support.dj

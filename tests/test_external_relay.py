@@ -1,4 +1,4 @@
-"""relay/external.py with real processes: serving only once it accepts, the process group
+"""relay/server/external_relay.py with real processes: serving only once it accepts, the process group
 stopped whole, restarts after the Backoff. The relay is tests/standin_relay.py (not ours)."""
 
 import asyncio
@@ -10,7 +10,7 @@ from pathlib import Path
 from harness import free_port
 
 from elections.retry import Backoff
-from relay.external import ExternalRelay
+from relay.server.external_relay import ExternalRelay
 from stkrelay.config_exec import ExecRelay
 
 STANDIN = str(Path(__file__).resolve().parent / "standin_relay.py")

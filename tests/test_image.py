@@ -21,8 +21,8 @@ import pytest
 from containers import IMAGE, RUN, ImageSite, missing, podman
 from harness import DEFAULT, KMSN, ROOT, TOKEN
 
-from relay.client import RelayClient
-from relay.discovery import Discovery
+from relay.client.discovery import Discovery
+from relay.client.relay_client import RelayClient
 
 pytestmark = [pytest.mark.image, pytest.mark.agents]
 

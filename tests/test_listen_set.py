@@ -1,8 +1,8 @@
-"""The relay's listen set (relay.listen_set), the held addresses it reads
+"""The relay's listen set (relay.server.listen_set), the held addresses it reads
 (addresses.json, elections.executors.held), and RELAY_LOOPBACK.
 
 The pure parts are tested directly; binding is tested with a real
-`relay.server.RelayServer` inside a network namespace of this test's own
+`relay.server.relay_server.RelayServer` inside a network namespace of this test's own
 (tests/netns.py), where an address can be absent, then arrive, as a VIP does:
 without IP_FREEBIND the bind waits for it, with it the listener is up first.
 """
@@ -23,8 +23,8 @@ from elections.core.actions import ASSIGN_IP, ASSIGN_VIP, RELEASE_VIP, ActionPla
 from elections.executors import APPLIED, FAILED, FENCED, AddressBook, Gate, Outcome, RelayExecutor, run_plan
 from elections.executors.held import updated
 from elections.ports.localstate import MAX_HELD_ADDRESSES, HeldAddress, LocalState
-from relay.listen_set import FAILED as BIND_FAILED
-from relay.listen_set import LISTENING, WAITING, ListenAddress, ListenSet, wanted
+from relay.server.listen_set import FAILED as BIND_FAILED
+from relay.server.listen_set import LISTENING, WAITING, ListenAddress, ListenSet, wanted
 from stkrelay.config import load
 
 VIP_CFG = {"VIP_ADDRESS": "10.0.0.100/24", "VIP_INTERFACE": "eth0"}
@@ -196,7 +196,7 @@ def _connects(host: str, port: int) -> bool:
 
 
 def test_a_held_address_is_bound_once_it_arrives_or_at_once_with_freebind(netns):
-    from relay.server import RelayServer
+    from relay.server.relay_server import RelayServer
 
     def add(address: str) -> None:
         subprocess.run(["ip", "-n", netns.name, "addr", "add", f"{address}/32", "dev", "lo"], check=True,
@@ -238,7 +238,7 @@ def test_a_held_address_is_bound_once_it_arrives_or_at_once_with_freebind(netns)
 
 
 def test_a_bind_that_fails_for_another_reason_is_failed_not_waiting_and_logged_once(netns, caplog):
-    from relay.server import RelayServer
+    from relay.server.relay_server import RelayServer
 
     async def scenario() -> list:
         squatter = socket.create_server(("127.0.0.2", 0))

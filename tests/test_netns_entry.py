@@ -9,7 +9,7 @@ home router's NAT would do it: the agents see the router's LAN address) of
 192.0.2.1:9540/9541 to the entry member's ``ENTRY_LISTEN``. A commander in the remote
 namespace knows only 192.0.2.1:9540; an agent station on the LAN's observer host follows
 the lease. Real agents (``runagent`` process groups, beacons on), real relays, real
-entry processes (`relay.entry`).
+entry processes (`relay.server.entry`).
 """
 
 from __future__ import annotations
@@ -143,15 +143,16 @@ class RemoteStream:
             self.errors.append(exc)
 
     def client(self, role: str, station: str, discovery: Any) -> Any:
-        from relay.client import Backoff, RelayClient
+        from relay.client.follow import Backoff
+        from relay.client.relay_client import RelayClient
 
         return RelayClient(role=role, kmsn=KMSN, station=station, token=TOKEN, discovery=discovery,
                            backoff=Backoff(initial=0.05, maximum=0.3, rng=random.Random(station)),
                            connect_timeout=1.0, keepalive=1.0, lease_poll=0.1, queue_size=20_000)  # fmt: skip
 
     async def _receive(self) -> None:
-        from relay.client import Received
-        from relay.discovery import Discovery, LeaseFile
+        from relay.client.discovery import Discovery, LeaseFile
+        from relay.client.events import Received
 
         receiver = self.client("agent", "R01", Discovery([LeaseFile(str(self.lease_dir), TOKEN, KMSN)]))
         await receiver.start(timeout=30)
@@ -174,7 +175,7 @@ class RemoteStream:
             await receiver.close()
 
     async def _send(self) -> None:
-        from relay.discovery import Discovery, Fallbacks
+        from relay.client.discovery import Discovery, Fallbacks
 
         sender = self.client("commander", "C01", Discovery([Fallbacks([(PUBLIC, ENTRY_PORT)])]))
         await sender.start(timeout=30)

@@ -4,7 +4,7 @@ Three real agents (tests/netns.py: one namespace each on a bridge, their own
 Redis and loopback) run the on-prem VIP executor: the leader adds
 ``10.77.0.100/24`` to its ``eth0`` and announces it with gratuitous ARP
 (`arping`, from the bootstrap's iputils-arping). The relay of the leader
-listens on the VIP while it holds it (issue 19: `relay.listen_set`). A client
+listens on the VIP while it holds it (issue 19: `relay.server.listen_set`). A client
 on the LAN's observer host that knows only the VIP streams messages through
 it; the leader's whole agent (process group) is killed with SIGKILL; the
 client reconnects to the same address, now on the new leader, and every
@@ -68,8 +68,9 @@ class VipStream:
             self.done.set()
 
     def client(self, role: str, station: str, **kw: Any) -> Any:
-        from relay.client import Backoff, RelayClient
-        from relay.discovery import Discovery, Fallbacks
+        from relay.client.discovery import Discovery, Fallbacks
+        from relay.client.follow import Backoff
+        from relay.client.relay_client import RelayClient
 
         return RelayClient(role=role, kmsn=KMSN, station=station, token=TOKEN,
                            discovery=Discovery([Fallbacks([(VIP, RELAY_PORT)])]),
@@ -77,7 +78,7 @@ class VipStream:
                            connect_timeout=1.0, keepalive=1.0, queue_size=20_000, **kw)  # fmt: skip
 
     async def _main(self) -> None:
-        from relay.client import Received
+        from relay.client.events import Received
 
         def confirmed(mid: Any) -> None:
             with self.lock:

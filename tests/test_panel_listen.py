@@ -1,4 +1,4 @@
-"""Where the leader's relay listens (relay.listen_set), as the site page and the
+"""Where the leader's relay listens (relay.server.listen_set), as the site page and the
 API show it from the relay's own relay.json; a damaged list is no address."""
 
 from __future__ import annotations

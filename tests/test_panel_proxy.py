@@ -8,7 +8,7 @@ import json
 import test_panel_support
 from test_panel_support import KMSN, client_for, make_user, write_leading, write_pool, write_relay
 
-from relay.proxy import FencingProxy
+from relay.server.fencing_proxy import FencingProxy
 
 SITE = f"/sites/{KMSN}/"
 dj = test_panel_support.dj

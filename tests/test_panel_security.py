@@ -95,7 +95,7 @@ def test_the_stream_needs_an_origin_but_the_relay_takes_non_browser_clients(ws, 
         async def address():  # type: ignore[no-untyped-def]
             return server.sockets[0].getsockname()[:2]
 
-        monkeypatch.setattr("relay.ws.relay_address", address)
+        monkeypatch.setattr("relay.web.ws.relay_address", address)
         from channels.testing import WebsocketCommunicator
 
         from stkrelay.asgi import application

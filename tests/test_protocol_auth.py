@@ -13,30 +13,20 @@ import pytest
 from test_protocol import KMSN, NONCE, TOKEN, frames, imported_modules, make_client, make_server, register
 from test_protocol import RELAY as RELAY_DIR
 
-from relay.client_follow import MAX_EPOCH_JUMP, claimed_epoch
-from relay.limits import Admission, Caps
-from relay.protocol import (
-    BAD_AUTH,
-    BAD_REQUEST,
-    ClientConnection,
-    Hello,
-    LeaderChanged,
-    ProtocolError,
-    Registered,
-    State,
-    auth_digest,
-    encode_frame,
-    server_proof,
-    station_credential,
-)
-from relay.routing import HELD, Router
+from relay.client.follow import MAX_EPOCH_JUMP, claimed_epoch
+from relay.server.limits import Admission, Caps
+from relay.server.routing import HELD, Router
+from relay.wire.auth import auth_digest, server_proof, station_credential
+from relay.wire.client_connection import ClientConnection
+from relay.wire.events import Hello, LeaderChanged, Registered
+from relay.wire.framing import BAD_AUTH, BAD_REQUEST, ProtocolError, State, encode_frame
 
 CNONCE = "fedcba9876543210fedcba9876543210"
 POOL_KEY = "pool-secret"
 
 
 def hexmac(key: str, text: str) -> str:
-    """The spec's formula written out again, independently of relay.auth."""
+    """The spec's formula written out again, independently of relay.wire.auth."""
     return hmac.new(key.encode(), text.encode(), hashlib.sha256).hexdigest()
 
 
@@ -289,6 +279,6 @@ def test_it_refuses_over_per_address_evicts_the_oldest_waiting_and_never_a_regis
 # -- layering ------------------------------------------------------------------------------------
 def test_the_new_core_modules_import_no_io_no_clock_and_no_django():
     banned = {"asyncio", "socket", "selectors", "subprocess", "time", "datetime", "django", "channels"}
-    for name in ("auth.py", "protocol_events.py", "protocol_client.py", "limits.py"):
+    for name in ("wire/auth.py", "wire/events.py", "wire/client_connection.py", "server/limits.py"):
         roots = {module.split(".")[0] for module in imported_modules(RELAY_DIR / name)}
         assert roots & banned == set(), name

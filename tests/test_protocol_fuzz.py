@@ -7,18 +7,11 @@ import os
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from relay.protocol import (
-    MAGIC,
-    PASSTHROUGH_ROLES,
-    ClientConnection,
-    FrameDecoder,
-    ProtocolError,
-    RawData,
-    ServerConnection,
-    State,
-    auth_digest,
-    encode_frame,
-)
+from relay.wire.auth import auth_digest
+from relay.wire.client_connection import ClientConnection
+from relay.wire.events import MAGIC, PASSTHROUGH_ROLES
+from relay.wire.framing import FrameDecoder, ProtocolError, RawData, State, encode_frame
+from relay.wire.server_connection import ServerConnection
 
 NONCE = "0123456789abcdef0123456789abcdef"
 TOKEN = "secret"

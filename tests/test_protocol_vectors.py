@@ -21,10 +21,12 @@ import pytest
 
 from elections.core.beacons import Beacon, parse_beacon
 from elections.core.lease import LeaseRecord, canonical_json, parse_lease, sign
-from relay.auth import auth_digest, server_proof, station_credential
-from relay.framing import FrameDecoder, ProtocolError, encode_frame
-from relay.legacy import LegacyServerConnection, LegacySettings
-from relay.protocol import ClientConnection, Registered, ServerConnection
+from relay.wire.auth import auth_digest, server_proof, station_credential
+from relay.wire.client_connection import ClientConnection
+from relay.wire.events import Registered
+from relay.wire.framing import FrameDecoder, ProtocolError, encode_frame
+from relay.wire.legacy import LegacyServerConnection, LegacySettings
+from relay.wire.server_connection import ServerConnection
 
 ROOT = Path(__file__).resolve().parent.parent
 VECTORS = json.loads((ROOT / "docs" / "protocol-vectors.json").read_text(encoding="utf-8"))

@@ -1,11 +1,11 @@
-"""The fencing proxy (relay/proxy.py) on real loopback sockets, with a gate the test holds."""
+"""The fencing proxy (relay/server/fencing_proxy.py) on real loopback sockets, with a gate the test holds."""
 
 import asyncio
 import socket
 
 import pytest
 
-from relay.proxy import CHUNK, FencingProxy
+from relay.server.fencing_proxy import CHUNK, FencingProxy
 
 
 class Gate:

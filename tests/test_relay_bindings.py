@@ -1,4 +1,4 @@
-"""Stations bound to their credentials, at the relay (`relay.bindings`, `relay.binding_feed`).
+"""Stations bound to their credentials, at the relay (`relay.server.bindings`, `relay.server.binding_feed`).
 
 A real `RelayServer` on loopback, fed the pool's bindings from a real
 ``stations.json`` by the real `BindingFeed` thread, and real relay clients:
@@ -21,12 +21,12 @@ from test_relay_trust import POOL_KEY, client, credential, real_relay
 
 from elections.core.stations import BOUND, UNBIND, StationBook
 from elections.ports.localstate import LocalState
-from relay.auth import auth_digest
-from relay.binding_feed import BindingFeed
-from relay.bindings import StationBindings
-from relay.client import Received, Refused
-from relay.discovery import Discovery, Fallbacks
-from relay.server import RelayServer
+from relay.client.discovery import Discovery, Fallbacks
+from relay.client.events import Received, Refused
+from relay.server.binding_feed import BindingFeed
+from relay.server.bindings import StationBindings
+from relay.server.relay_server import RelayServer
+from relay.wire.auth import auth_digest
 
 
 def write_bindings(data: Path, *events: dict) -> None:

@@ -1,6 +1,6 @@
 """The relay client library and `manage.py relayclient` (DESIGN.md §9), end to end.
 
-Real sockets on 127.0.0.51-59, real `relay.server.RelayServer`s (in the test's
+Real sockets on 127.0.0.51-59, real `relay.server.relay_server.RelayServer`s (in the test's
 own event loop, or as a process the test kills), real signed lease files and a
 real HTTP server standing in for an agent's ``/api/v1/leader``. Every wait is a
 condition with a deadline.
@@ -28,20 +28,11 @@ import pytest
 from harness import ROOT, wait_until
 
 from elections.core.lease import LeaseRecord
-from relay.client import (
-    Backoff,
-    NoLeader,
-    QueueFull,
-    Received,
-    Refused,
-    RelayClient,
-    ServerError,
-    Status,
-    choose_leader,
-    lease_says_move,
-)
-from relay.discovery import AgentApi, Discovery, Fallbacks, Leader, LeaseFile
-from relay.server import RelayServer
+from relay.client.discovery import AgentApi, Discovery, Fallbacks, Leader, LeaseFile
+from relay.client.events import NoLeader, QueueFull, Received, Refused, ServerError, Status
+from relay.client.follow import Backoff, choose_leader, lease_says_move
+from relay.client.relay_client import RelayClient
+from relay.server.relay_server import RelayServer
 
 TOKEN = "client-test-token"
 KMSN = "9999-9999-99-99"
@@ -573,7 +564,7 @@ def test_it_refuses_a_stale_relay_after_seeing_a_newer_epoch_and_finds_the_curre
 
 SERVER = """
 import asyncio, sys
-from relay.server import RelayServer
+from relay.server.relay_server import RelayServer
 
 async def main():
     node, host, epoch, kmsn, token = sys.argv[1:6]

@@ -1,6 +1,6 @@
 """At-least-once delivery of the relay client across failovers, end to end.
 
-Real sockets on 127.0.0.61-69, real `relay.server.RelayServer`s (in the
+Real sockets on 127.0.0.61-69, real `relay.server.relay_server.RelayServer`s (in the
 test's loop, or as a process the test freezes with SIGSTOP and kills with
 SIGKILL), real signed lease files. `Cutter` is a real TCP hop between a client
 and a relay that can lose the relay's bytes, like a broken network path. Every
@@ -25,10 +25,13 @@ from test_relay_client import (
     write_lease,
 )
 
-from relay.client import ClientClosed, QueueFull, ServerError
-from relay.discovery import Discovery, Fallbacks
-from relay.outbox import IdSource, Outbox
-from relay.protocol import ClientConnection, KeepaliveAck, ServerConnection, encode_frame
+from relay.client.discovery import Discovery, Fallbacks
+from relay.client.events import ClientClosed, QueueFull, ServerError
+from relay.client.outbox import IdSource, Outbox
+from relay.wire.client_connection import ClientConnection
+from relay.wire.events import KeepaliveAck
+from relay.wire.framing import encode_frame
+from relay.wire.server_connection import ServerConnection
 
 HOST_A, HOST_B, HOST_CUT = "127.0.0.61", "127.0.0.62", "127.0.0.63"
 HOST_DEAD = "127.0.0.69"  # nothing ever listens here

@@ -4,7 +4,7 @@ The old station here is written from the README's description of the legacy
 exchange, with raw sockets and `struct`, not with our framing code or client
 library: a 4-byte big-endian length, one JSON object, the old MAGIC and the
 site token in clear, and it speaks first. The modern side is our own
-`relay.client.RelayClient` (protocol 1.1, HMAC handshake). Hostile input
+`relay.client.relay_client.RelayClient` (protocol 1.1, HMAC handshake). Hostile input
 (wrong token, wrong KMSN, legacy off, huge, truncated and nested frames) is
 refused with a clear error, counted in the relay's snapshot, and the relay goes
 on serving.
@@ -22,9 +22,10 @@ import pytest
 from harness import wait_until
 from test_relay_server import KMSN, TOKEN, Relay, Wire
 
-from relay.auth import station_credential
-from relay.client import Discovery, RelayClient
-from relay.legacy import LegacySettings
+from relay.client.discovery import Discovery
+from relay.client.relay_client import RelayClient
+from relay.wire.auth import station_credential
+from relay.wire.legacy import LegacySettings
 
 OLD_MAGIC = "STK-OLD-MAGIC-7"  # a stand-in: the real value is the site's relay_server.py MAGIC
 

@@ -1,4 +1,4 @@
-"""Where the relay listens (relay.listen_set, issue 19): `runrelay` as a real
+"""Where the relay listens (relay.server.listen_set, issue 19): `runrelay` as a real
 process on loopback addresses, steered by the files the worker writes
 (leadership.json, and addresses.json: what the executors hold for an epoch).
 

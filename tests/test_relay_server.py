@@ -21,10 +21,11 @@ from harness import wait_until
 from hypothesis import given
 from hypothesis import strategies as st
 
-from relay.framing import FrameDecoder, encode_frame
-from relay.protocol import MAGIC, auth_digest
-from relay.routing import REPLACED, Router, encode_message, message_prefix
-from relay.server import RelayServer
+from relay.server.relay_server import RelayServer
+from relay.server.routing import REPLACED, Router, encode_message, message_prefix
+from relay.wire.auth import auth_digest
+from relay.wire.events import MAGIC
+from relay.wire.framing import FrameDecoder, encode_frame
 
 HOST = "127.0.0.41"
 TOKEN = "relay-test-token"

@@ -5,7 +5,7 @@ Rogue relays (tiny asyncio servers that cannot prove the key, or that say
 epoch, a man in the middle who injects ``leader_changed`` after the proof,
 station credentials, keys-only mode, the replacement rule, and the
 connection caps under 2,000 idle sockets. Real sockets on 127.0.0.7x/100+,
-real `relay.server.RelayServer`s; every wait has a deadline.
+real `relay.server.relay_server.RelayServer`s; every wait has a deadline.
 """
 
 from __future__ import annotations
@@ -25,12 +25,15 @@ from test_relay_client import LeaderApi as _LeaderApi
 from test_relay_server import Relay as ThreadRelay
 from test_relay_server import Wire
 
-from relay.client import Backoff, Refused, RelayClient
-from relay.discovery import Discovery, Fallbacks
-from relay.framing import FrameDecoder, encode_frame
-from relay.limits import Caps
-from relay.protocol import MAGIC, new_nonce, station_credential
-from relay.server import RelayServer
+from relay.client.discovery import Discovery, Fallbacks
+from relay.client.events import Refused
+from relay.client.follow import Backoff
+from relay.client.relay_client import RelayClient
+from relay.server.limits import Caps
+from relay.server.relay_server import RelayServer
+from relay.wire.auth import new_nonce, station_credential
+from relay.wire.events import MAGIC
+from relay.wire.framing import FrameDecoder, encode_frame
 
 HOST_REAL, HOST_ROGUE, HOST_MITM, HOST_API = "127.0.0.71", "127.0.0.72", "127.0.0.73", "127.0.0.74"
 POOL_KEY = "trust-pool-key"

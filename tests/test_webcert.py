@@ -1,6 +1,6 @@
 """The agent's web certificate (elections/ports/webcert.py), its keys' checks
 (stkrelay/config_tls.py, E057–E060), and clients that pin it (elections/ports/pinned_https.py,
-relay/discovery.py) against a real HTTPS server on loopback."""
+relay/client/discovery.py) against a real HTTPS server on loopback."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from test_config import problems, run_agent, write_ini
 
 from elections.ports import webcert
 from elections.ports.pinned_https import parse_pins
-from relay.discovery import AgentApi, in_clear_on_lan
+from relay.client.discovery import AgentApi, in_clear_on_lan
 from stkrelay.config import load
 from stkrelay.config_tls import plain_on_lan
 

@@ -1,7 +1,7 @@
-"""The bound on what the web process holds for one WebSocket (relay/ws_flow.py): bytes
+"""The bound on what the web process holds for one WebSocket (relay/web/ws_flow.py): bytes
 held and the messages they belong to, with the server's held bytes given as numbers."""
 
-from relay.ws_flow import BUFFER_BYTES, BUFFER_MESSAGES, Backlog, SendBound
+from relay.web.ws_flow import BUFFER_BYTES, BUFFER_MESSAGES, Backlog, SendBound
 
 
 def bound(held: list[int], inbound: int = 0, max_bytes: int = 10_000, max_messages: int = 4) -> SendBound:

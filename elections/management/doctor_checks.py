@@ -9,7 +9,7 @@ from typing import Any
 
 
 def listen_check(check: Any, stk: Any) -> None:
-    """Where this agent's relay listens (relay.listen_set): NODE_IP, loopback, the addresses
+    """Where this agent's relay listens (relay.server.listen_set): NODE_IP, loopback, the addresses
     the executors hold; an address it cannot bind (not arrived yet, taken) fails the check."""
     from elections.ports.localstate import LocalState
 
@@ -137,7 +137,7 @@ def share_split_check(check: Any, pool: Any) -> None:
 
 
 def legacy_check(check: Any, stk: Any) -> None:
-    """``RELAY_LEGACY = 1`` (relay.legacy): say so, with this relay's legacy sessions, and warn:
+    """``RELAY_LEGACY = 1`` (relay.wire.legacy): say so, with this relay's legacy sessions, and warn:
     old stations send the site token in clear on the LAN. A warning, not a failure."""
     from elections.ports.localstate import LocalState
 

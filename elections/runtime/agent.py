@@ -457,7 +457,9 @@ class Agent:
             fields["gate"] = gate
         if self.ownership.enabled:  # where this member's addresses are (a change is written at once)
             fields["holds"] = self.ownership.reports()
-        if self.stk.entry and self.stk.entry_listen is not None:  # the router forwards here (relay.entry)
+        if (
+            self.stk.entry and self.stk.entry_listen is not None
+        ):  # the router forwards here (relay/server/entry)
             fields["entry"] = entry_shown(self.stk.entry_listen)
         if renewing or fields != self._beat_fields:  # a drain shows at once, not at the next renew
             # `hears`: whose beacons reach this member, so `relayctl doctor` can tell one-way paths.

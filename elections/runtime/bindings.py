@@ -6,7 +6,7 @@ outlives deleted event files across a restart), publishes the fold to
 ``DATA_DIR/stations.json`` for the relay and the panel once the event tail
 has caught up (a partial fold must never unbind anyone), and, while this
 agent leads, turns what its relay reports in ``relay.json``
-(`relay.bindings.StationBindings.snapshot`) into pool events:
+(`relay.server.bindings.StationBindings.snapshot`) into pool events:
 
 - a station admitted with its credential that the fold does not hold bound
   → ``station_bound``, with the next Lamport clock;

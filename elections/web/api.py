@@ -142,7 +142,7 @@ def relay(s: SiteState) -> dict[str, Any] | None:
         ],
         "legacy": None
         if r.legacy is None
-        else {  # RELAY_LEGACY = 1 (relay.legacy)
+        else {  # RELAY_LEGACY = 1 (relay.wire.legacy)
             "sessions": r.legacy.sessions,
             "registered": r.legacy.registered,
             "refused": r.legacy.refused,

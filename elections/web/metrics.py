@@ -37,7 +37,7 @@ from elections.web.metrics_view import build_info, view_families
 from elections.web.panel.failovers import failovers_for
 from elections.web.panel.state import RelayState, SiteState, site_states
 from elections.web.throttle import login_throttle
-from relay.ws_flow import DROPS as WS_DROPS
+from relay.web.ws_flow import DROPS as WS_DROPS
 
 GAP_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 15, 30, 60)  # seconds without a leader; +Inf is added
 
@@ -146,7 +146,7 @@ class PoolCollector(Collector):
         yield from _address_families(states)
         c = CounterMetricFamily(
             "stkrelay_websocket_drops",
-            "WebSockets this web process closed as too slow, by route and bound (relay/ws_flow.py).",
+            "WebSockets this web process closed as too slow, by route and bound (relay/web/ws_flow.py).",
             labels=["route", "cause"],
         )
         for (route, cause), n in sorted(WS_DROPS.snapshot().items()):

@@ -13,7 +13,7 @@ tunnel, default 4: below the clients' 5 s registration deadline), ``PARK_MAX``
 ``CLOUD_TOKEN``, as strong as a site key
 (`stkrelay.config_web.secret_weakness`: at least 16 characters, 6 distinct,
 not one short run repeated, not the example's placeholder), and its ``LEASE_KEY``: the 64-hex
-K_cloud of `relay.cloud.lease_mac` (``relayctl cloud-key`` on an agent of the
+K_cloud of `relay.wire.lease_mac` (``relayctl cloud-key`` on an agent of the
 site prints it), or ``LEASE_KEY_FILE`` naming a file whose first line holds
 it (a relative path is taken from the folder of cloud.ini).
 

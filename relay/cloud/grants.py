@@ -14,7 +14,7 @@ what a site accepts.
 (as strong as a site key) and ``KMSNS`` (comma-separated, each a configured
 ``[site:<KMSN>]``). The commander's ``register`` carries ``grant`` (the
 name) and ``grant_auth`` = HMAC(TOKEN, nonce|grant|kmsn|station)
-(`relay.auth.auth_digest` with role ``grant``). A cloud with no grant
+(`relay.wire.auth.auth_digest` with role ``grant``). A cloud with no grant
 section forwards commanders as before (single-site clouds are unchanged);
 a cloud with one forwards a ``commander`` register only with a grant that
 verifies and lists its KMSN. A refusal is counted by cause
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from relay.auth import verify_auth
+from relay.wire.auth import verify_auth
 
 GRANT_ROLE = "grant"
 COMMANDER = "commander"

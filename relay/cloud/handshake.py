@@ -1,15 +1,15 @@
 """The cloud's half of a tunnel's handshake (DESIGN.md §14), sans-I/O. Pure.
 
-Same frames as relay protocol v1.1 (`relay.framing`): the cloud speaks first
+Same frames as relay protocol v1.1 (`relay.wire.framing`): the cloud speaks first
 with ``hello`` (its fresh nonce); the site's leader answers ``register`` with
 ``role: "tunnel"``, its ``kmsn``, ``station`` (its node), the ``epoch`` it
 leads with, ``auth`` = HMAC(CLOUD_TOKEN, nonce|tunnel|kmsn|station), a
 ``cnonce`` (required: the cloud proves that it knows CLOUD_TOKEN too, with
 ``sauth`` in ``registered``) and ``lease``, its signed lease record. Then the
-connection carries `relay.cloud.mux` frames (raw mode).
+connection carries `relay.wire.mux` frames (raw mode).
 
 What the cloud verifies, holding no pool key but each site's lease key
-K_cloud (`relay.cloud.lease_mac`; not the lease's ``sig``):
+K_cloud (`relay.wire.lease_mac`; not the lease's ``sig``):
 
 1. the tunnel knows this KMSN's ``CLOUD_TOKEN``, over a nonce the cloud just
    made (no replay of an old handshake);
@@ -35,9 +35,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from relay.auth import is_nonce, new_nonce, new_session_id, server_proof, verify_auth
-from relay.cloud.lease_mac import mac_verdict
-from relay.framing import (
+from relay.wire.auth import is_nonce, new_nonce, new_session_id, server_proof, verify_auth
+from relay.wire.events import MAGIC, TUNNEL_ROLE, error_frame, is_int, nonempty_str
+from relay.wire.framing import (
     BAD_AUTH,
     BAD_MAGIC,
     BAD_REQUEST,
@@ -48,9 +48,8 @@ from relay.framing import (
     Reject,
     State,
 )
-from relay.protocol_events import MAGIC, error_frame, is_int, nonempty_str
+from relay.wire.lease_mac import mac_verdict
 
-TUNNEL_ROLE = "tunnel"
 CLOUD_NODE = "cloud"
 HANDSHAKE_FRAME = 64 << 10  # a tunnel's register, lease included, is far smaller
 HEX = frozenset("0123456789abcdef")

@@ -1,7 +1,7 @@
 """The cloud's connections: tunnels from sites' leaders, and remote clients.
 
 Thin `asyncio.Protocol`s over the pure cores (`relay.cloud.handshake`,
-`relay.cloud.mux`, `relay.cloud.remote`); what they share (the fence, the
+`relay.wire.mux`, `relay.cloud.remote`); what they share (the fence, the
 book, the tunnels by KMSN, the parked clients, the counters) is the
 `relay.cloud.server.CloudServer` they are built with, seen through the few
 methods they call on it.
@@ -38,7 +38,10 @@ from typing import Any, Protocol
 from relay.cloud.config import CloudConfig
 from relay.cloud.fence import EpochFence, TunnelBook, TunnelRecord
 from relay.cloud.handshake import TunnelAcceptor, TunnelRegistered
-from relay.cloud.mux import (
+from relay.cloud.remote import GREETING_LIMIT, FrameCursor, Greeting
+from relay.wire.events import REGISTER_TIMEOUT, error_frame
+from relay.wire.framing import NOT_LEADER, WRONG_KMSN, RawData, decode_payload, encode_frame
+from relay.wire.mux import (
     INITIAL_WINDOW,
     Control,
     Mux,
@@ -47,9 +50,6 @@ from relay.cloud.mux import (
     StreamData,
     Writable,
 )
-from relay.cloud.remote import GREETING_LIMIT, FrameCursor, Greeting
-from relay.framing import NOT_LEADER, WRONG_KMSN, RawData, decode_payload, encode_frame
-from relay.protocol_events import REGISTER_TIMEOUT, error_frame
 
 log = logging.getLogger("stkrelay.cloud")
 

@@ -4,7 +4,7 @@ The cloud holds no site key, so it cannot register anyone: it greets a remote
 client with ``hello`` (its own nonce), reads the first frame only far enough
 to know which KMSN it is for, and forwards that ``register`` byte for byte,
 with the nonce, through the KMSN's tunnel; the site's leader verifies it (a
-`relay.protocol.ServerConnection` built with this nonce) and answers. Then the
+`relay.wire.server_connection.ServerConnection` built with this nonce) and answers. Then the
 cloud pipes bytes both ways.
 
 - `Greeting`: the hello, then the bytes up to and including the first frame
@@ -18,8 +18,9 @@ cloud pipes bytes both ways.
 
 from __future__ import annotations
 
-from relay.auth import new_nonce
-from relay.framing import (
+from relay.wire.auth import new_nonce
+from relay.wire.events import MAGIC, nonempty_str
+from relay.wire.framing import (
     BAD_REQUEST,
     FRAME_TOO_LARGE,
     HEADER_SIZE,
@@ -28,7 +29,6 @@ from relay.framing import (
     encode_frame,
     read_header,
 )
-from relay.protocol_events import MAGIC, nonempty_str
 
 GREETING_LIMIT = 64 << 10
 CLOUD_NODE = "cloud"

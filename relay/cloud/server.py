@@ -9,7 +9,7 @@ One job: hold the fence (`relay.cloud.fence.EpochFence`, saved to
 ``DATA_DIR/epochs.json`` at every accepted tunnel, so a restarted cloud still
 refuses a stale leader), the book of tunnels, the current tunnel per KMSN, the
 remote clients parked while their KMSN has none, the connection caps
-(`relay.limits`) and the counters. The connections are `relay.cloud.peers`.
+(`relay.server.limits`) and the counters. The connections are `relay.cloud.peers`.
 
 Decisions worth knowing:
 
@@ -51,9 +51,9 @@ from relay.cloud.fence import EpochFence, TunnelBook, TunnelRecord
 from relay.cloud.grants import grant_refusal
 from relay.cloud.handshake import TunnelAcceptor
 from relay.cloud.peers import RemotePeer, RemoteViewer, TunnelPeer
-from relay.framing import BAD_AUTH, NOT_LEADER, WRONG_KMSN
-from relay.limits import Admission, Caps
-from relay.server import BACKLOG, file_limit
+from relay.server.limits import Admission, Caps
+from relay.server.relay_server import BACKLOG, file_limit
+from relay.wire.framing import BAD_AUTH, NOT_LEADER, WRONG_KMSN
 
 log = logging.getLogger("stkrelay.cloud")
 

@@ -29,7 +29,7 @@ from websockets.http11 import Request, Response
 
 from relay.cloud.peers import RemotePeer
 from relay.cloud.server import CloudServer
-from relay.framing import HEADER_SIZE, PayloadError, frame_payload, read_header
+from relay.wire.framing import HEADER_SIZE, PayloadError, frame_payload, read_header
 
 log = logging.getLogger("stkrelay.cloud")
 

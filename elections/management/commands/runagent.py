@@ -99,8 +99,8 @@ class Command(BaseCommand):
             # start_relay action of a won epoch, stops itself 0.1-0.2 s after losing; restarted if it dies.
             ChildSpec("relay", [py, "-m", "relay.runner", "--standby"], standby=True),
         ]  # fmt: skip
-        if stk.entry:  # the router's port-forward reaches this member (relay/entry.py, DESIGN.md §14.1)
-            specs.append(ChildSpec("entry", [py, "-m", "relay.entry"]))
+        if stk.entry:  # the router's port-forward reaches this member (relay.server.entry, §14.1)
+            specs.append(ChildSpec("entry", [py, "-m", "relay.server.entry"]))
         clock = SystemClock()
         os.environ["STK_AGENT_PID"] = str(os.getpid())
         me = identity()

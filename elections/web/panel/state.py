@@ -67,7 +67,7 @@ class MemberRow:
     gone: bool = False  # its heartbeat is older than HEARTBEAT_TTL (on this agent's clock): no agent there
     clock: ClockReading | None = None  # its wall clock against the store's (core.skew): shown only
     clock_vs_agent: tuple[float, float] | None = None  # its clock minus this agent's, and the error
-    entry: str | None = None  # its ENTRY_LISTEN if it is an entry member (relay.entry)
+    entry: str | None = None  # its ENTRY_LISTEN if it is an entry member (relay.server.entry)
     entry_sessions: int | None = None  # its remote clients at its last heartbeat
 
     @property

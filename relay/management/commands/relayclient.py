@@ -4,7 +4,7 @@
     relayclient send --role commander --station C01 --to S002 '{"x": 1}'
     relayclient ping                                         # leader, epoch, round-trip time
 
-The leader is found like `relay.client.RelayClient` finds it: the signed lease
+The leader is found like `relay.client.relay_client.RelayClient` finds it: the signed lease
 in ``--lease-dir`` (default: settings LEASE_DIR), else ``--agent URL``
 (repeatable: agents' ``/api/v1/leader``, over HTTPS pinned by ``--agent-pin SHA256``,
 one per agent as ``relayctl tls`` prints it, or verified by ``--agent-ca PATH``),
@@ -51,18 +51,10 @@ from elections.ports.pinned_https import parse_pins
 from elections.ports.secret_source import SecretUnreadable, argv_refusal, from_environment, read_secret
 from elections.ports.smburl import is_smb
 from elections.ports.terminal import make_safe
-from relay.beacon_discovery import BeaconListener
-from relay.client import (
-    ClientClosed,
-    ConnectionLost,
-    NoLeader,
-    Received,
-    Refused,
-    RelayClient,
-    ServerError,
-    Status,
-)
-from relay.discovery import Discovery
+from relay.client.beacon_discovery import BeaconListener
+from relay.client.discovery import Discovery
+from relay.client.events import ClientClosed, ConnectionLost, NoLeader, Received, Refused, ServerError, Status
+from relay.client.relay_client import RelayClient
 from stkrelay.operator_command import OperatorCommand
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_LEADER, EXIT_REFUSED = 0, 1, 2, 3, 4

@@ -36,15 +36,9 @@ from typing import Any
 from django.core.management.base import BaseCommand
 
 from elections.ports.localstate import LocalState
-from relay.runner import (  # noqa: F401 (the relay's pieces, as they were known here)
-    LEASE_READ_WITHIN,
-    NOBODY,
-    STANDBY_POLL,
-    STATUS_EVERY,
-    TICK,
+from relay.runner import (
     LeadershipGate,
     RelayRunner,
-    Successor,
     await_leadership,
 )
 

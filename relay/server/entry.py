@@ -1,0 +1,216 @@
+"""An entry member's public side (issue 26 part 1, DESIGN.md §14.1): the router's port-forward
+reaches this member, and it forwards remote clients to whoever leads now.
+
+`python -m relay.server.entry` runs on a member with ``ENTRY = 1`` (the supervisor starts it
+beside the relay standby, `elections.management.commands.runagent`). It listens on
+`ENTRY_LISTEN` (``port`` protocol v1, ``port + 1`` passthrough; bound with
+``IP_FREEBIND``, so a VIP the entry members share may come and go) and forwards raw
+TCP, through the same `relay.server.fencing_proxy.FencingProxy` as an external relay, to the relay
+of the leader this member's own worker has read (``DATA_DIR/pool.json``: the valid,
+unreleased lease's ``ip``, ``port`` and ``epoch``).
+
+- **Gated by the epoch it has read.** The proxy's gate (`EntryGate`, asked before
+  every send) is open only while the newest pool view is fresh (written by the
+  worker within `stale_after` on this host's monotonic clock) and names a valid,
+  unreleased lease of the very epoch and address the proxy forwards to. No leader,
+  a stale view, or a released lease: accepts are refused and forwarded pairs closed.
+- **Re-point, not splice.** A protocol v1 session is the relay's own (its nonce,
+  its HMAC, its session id): it cannot move to another relay under a live TCP
+  connection. On a new epoch or address (`target_of` differs), the proxy forwards
+  new connections to the new leader and closes those to the old one
+  (`FencingProxy.repoint`); the remote client redials the *same* address, the
+  entry's, which now leads it to the new leader (README, "Entry members").
+- Where: ``DATA_DIR/entry.json`` (`EntryStatus`), every second: the address, the
+  target, the remote sessions (protocol v1 pairs) and streams (passthrough pairs),
+  the proxy's counters; the panel, the API and ``relayctl doctor`` show it, and the
+  member's heartbeat says ``entry`` (its `ENTRY_LISTEN`).
+
+`target_of` is pure (the view and the clock's reading in, the target out); the loop
+looks every `TICK`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+from elections.ports.localstate import EntryStatus, LocalState, PoolView, entry_shown
+from relay.server.fencing_proxy import FencingProxy
+
+log = logging.getLogger("stkrelay.relay")
+
+TICK = 0.05  # how often the entry reads pool.json (a small local file)
+STATUS_EVERY = 1.0
+
+
+@dataclass(frozen=True)
+class EntryTarget:
+    """The leader's relay, as this member's worker last read the lease."""
+
+    epoch: int
+    node: str
+    ip: str
+    port: int
+
+
+def target_of(view: PoolView, now: float, stale_after: float) -> EntryTarget | None:
+    """Where remote clients go now, or None (no fresh view, no valid unreleased lease)."""
+    # `updated` is the worker's reading of this host's monotonic clock: written after `now` was read
+    # is fresh, not suspect.
+    if view.updated is None or now - view.updated > stale_after:
+        return None
+    lease = view.lease or {}
+    if view.lease_status != "valid" or lease.get("released") or lease.get("ttl_s") == 0:
+        return None
+    epoch, node, ip, port = lease.get("epoch"), lease.get("node"), lease.get("ip"), lease.get("port")
+    if not (isinstance(epoch, int) and isinstance(node, str) and isinstance(ip, str)):
+        return None
+    if not (isinstance(port, int) and 1 <= port <= 65534):
+        return None
+    return EntryTarget(epoch, node, ip, port)
+
+
+class EntryGate:
+    """`gate()` of the entry's proxy: is `target` still what the newest pool view says?"""
+
+    def __init__(
+        self,
+        read: Callable[[], PoolView],
+        stale_after: float,
+        cache_s: float = TICK,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.read, self.stale_after, self.cache_s, self.clock = read, stale_after, cache_s, clock
+        self.target: EntryTarget | None = None  # what the proxy forwards to
+        self._now: EntryTarget | None = None  # what the view said at its last read
+        self._read_at: float | None = None
+
+    def look(self) -> EntryTarget | None:
+        """The target the pool view names now (read at most every `cache_s`)."""
+        now = self.clock()
+        if self._read_at is None or now - self._read_at >= self.cache_s:
+            try:
+                view = self.read()
+            except Exception:  # an unreadable view is no leader
+                log.exception("entry: cannot read the pool view")
+                view = PoolView()
+            self._now, self._read_at = target_of(view, now, self.stale_after), now
+        return self._now
+
+    def __call__(self) -> bool:
+        return self.target is not None and self.look() == self.target
+
+
+class EntryRunner:
+    """The entry's proxy, its gate and its status file, on one event loop."""
+
+    def __init__(
+        self, data_dir: str, listen: tuple[str, int], stale_after: float, max_per_address: int = 0
+    ) -> None:
+        self.local = LocalState(data_dir)
+        self.listen = listen
+        self.gate = EntryGate(self.local.pool, stale_after)
+        self.proxy = FencingProxy(gate=self.gate, upstream=("127.0.0.1", 1), max_per_address=max_per_address)
+        self.repointed = 0
+        self.error = ""
+        self._stop = asyncio.Event()
+
+    def shown(self) -> str:
+        return entry_shown(self.listen)
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._stop.set)
+        try:
+            await self.proxy.start(*self.listen, freebind=True)
+        except OSError as exc:
+            self.error = f"cannot listen on {self.shown()}: {exc.strerror or exc}"
+            log.error("entry: %s", self.error)
+            self.write_status()
+            return 1
+        log.info("entry: listening on %s for remote clients", self.shown())
+        written = 0.0
+        while not self._stop.is_set():
+            self.follow()
+            if time.monotonic() - written >= STATUS_EVERY:
+                self.write_status()
+                written = time.monotonic()
+            try:
+                await asyncio.wait_for(self._stop.wait(), TICK)
+            except TimeoutError:
+                pass
+        self.proxy.lose_leadership()
+        self.write_status()
+        return 0
+
+    def follow(self) -> None:
+        """Re-point the proxy when the lease it has read names another epoch or relay."""
+        now = self.gate.look()
+        if now == self.gate.target:
+            return
+        if now is None:  # no leader read: the gate is shut; nothing is forwarded to anyone
+            closed = self.proxy.close_all("no_leader")
+            log.info("entry: no leader in the pool view; %d connection(s) closed", closed)
+            self.gate.target = None
+            return
+        closed = self.proxy.repoint((now.ip, now.port))
+        if self.gate.target is not None:
+            self.repointed += 1
+        log.info("entry: forwarding to %s (%s:%d, epoch %d); %d connection(s) to the old leader closed",
+                 now.node, now.ip, now.port, now.epoch, closed)  # fmt: skip
+        self.gate.target = now
+
+    def snapshot(self) -> EntryStatus:
+        pairs = list(self.proxy.pairs)
+        target = self.gate.target
+        return EntryStatus(
+            pid=os.getpid(), listen=self.shown(), listening=self.proxy.listening, updated=time.monotonic(),
+            target=asdict(target) if target is not None and self.gate() else None,
+            sessions=sum(1 for p in pairs if p.port == "json"),
+            streams=sum(1 for p in pairs if p.port == "passthrough"),
+            repointed=self.repointed, proxy=self.proxy.snapshot(), error=self.error,
+        )  # fmt: skip
+
+    def write_status(self) -> None:
+        try:
+            self.local.write_entry(self.snapshot())
+        except OSError as exc:
+            log.warning("entry: cannot write entry.json in %s: %s", self.local.dir, exc)
+
+
+def stale_after(lease_poll: float, lease_ttl: float) -> float:
+    """How old a pool view may be and still lead remote clients: a few of the worker's
+    looks, never past the lease's TTL."""
+    return min(max(4 * lease_poll, 2.0), lease_ttl)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m relay.server.entry`: the entry member's public side, configured from STK_INI."""
+    import logging.config
+
+    from stkrelay import config as stk_config
+    from stkrelay.logs import logging_config
+
+    stk = stk_config.load(check_dirs=os.environ.get("STK_SKIP_DIR_CHECKS") != "1")
+    logging.config.dictConfig(logging_config(stk.log_format, stk.node, kmsn=stk.kmsn))
+    if stk.problems:
+        for problem in stk.problems:
+            print(f"entry: config {stk.source}: {problem.line()}", file=sys.stderr)
+        return 2
+    if not stk.entry or stk.entry_listen is None:
+        print(f"entry: {stk.node} is no entry member (ENTRY = 0): nothing to do", flush=True)
+        return 0
+    runner = EntryRunner(stk.data_dir, stk.entry_listen, stale_after(stk.lease_poll, stk.lease_ttl),
+                         stk.relay_max_per_address)  # fmt: skip
+    return asyncio.run(runner.run())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

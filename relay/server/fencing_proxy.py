@@ -1,0 +1,442 @@
+"""The fencing proxy: raw TCP to an external relay, only while the gate is open (DESIGN.md §16).
+
+A foreign relay binary (`RELAY_KIND = exec`) cannot fence itself: it listens
+on loopback only, and this proxy listens where the built-in relay would
+(``NODE_IP:RELAY_PORT`` and ``RELAY_PORT + 1``) and forwards each accepted
+connection to the matching port of the external relay. It has the listening
+interface of `relay.server.relay_server.RelayServer` (`start`, `listening`, `addresses`,
+`lose_leadership`, `wait_closed`, `snapshot`), so `relay.runner` serves
+either the same way.
+
+    proxy = FencingProxy(gate=gate, upstream=("127.0.0.1", 9540), ready=external.accepting)
+    await proxy.start("192.168.1.10", 9530)      # -> 127.0.0.1:9540 and :9531 -> :9541
+    ...
+    proxy.lose_leadership()                      # every forwarded connection closed
+    await proxy.wait_closed()
+
+Decisions worth knowing:
+
+- The gate is the built-in relay's (`relay.runner.LeadershipGate`: the
+  leadership state's monotonic renew deadline, epoch and worker pid). It is
+  asked before **every** `send()` in either direction, not only at accept, so a
+  leader frozen past its deadline and woken forwards nothing, whichever of its
+  sockets the loop looks at first: the loop's callbacks are plain functions
+  that check and then send, with nothing in between. When it says no, the pair
+  is closed at once (with whatever it holds); `lose_leadership()` closes all.
+- No transport, no unbounded buffer: the sockets are non-blocking and driven
+  with `add_reader`/`add_writer`. Each direction holds at most one chunk
+  (`CHUNK`, 64 KiB) that the other side has not taken yet; while it does,
+  that direction stops reading, so a slow reader slows its sender through
+  TCP's own window (backpressure), and the proxy's memory is bounded by
+  2 chunks per connection and `max_connections`.
+- Accepts are refused (closed at once) while the gate is shut or the external
+  relay is not accepting (`ready`), past `max_connections` (sized from the
+  file limit: each connection holds two descriptors), and past
+  `max_per_address` from one source address (``RELAY_MAX_PER_ADDRESS``, else
+  the built-in relay's default), so one host cannot fill it. A connection to the
+  external relay that does not complete in `connect_timeout` is closed.
+- Half-close is forwarded (EOF one way becomes `shutdown(SHUT_WR)` the other
+  way); the pair ends when both directions have ended, or on any error.
+- Counted: connections accepted, refused (by cause), closed (by cause),
+  active; bytes each way; shown in ``snapshot()`` (relay.json) and as the
+  ``stkrelay_proxy_*`` metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import socket
+from collections.abc import Callable
+from typing import Any
+
+from relay.server.limits import Caps
+from relay.server.listen_set import bound_socket
+from relay.server.relay_server import file_limit
+
+log = logging.getLogger("stkrelay.relay")
+
+CHUNK = 64 << 10
+CONNECT_TIMEOUT = 2.0
+BACKLOG = 1024
+ACCEPTS_PER_WAKE = 64  # accepts per readable listener before the loop looks at the others
+
+
+def connection_cap(nofile: int) -> int:
+    """Pairs this process can hold: two descriptors each, a tenth of the file limit kept back."""
+    return max(8, int(nofile * 0.9) // 2)
+
+
+def address_cap(nofile: int, per_address: int | None = None) -> int:
+    """Pairs one source address may hold: ``RELAY_MAX_PER_ADDRESS``, else the built-in relay's
+    default for its file limit (`relay.server.limits.Caps`), so one host cannot fill the proxy."""
+    return per_address or Caps.sized(nofile).per_address
+
+
+class Direction:
+    """One way of a pair: bytes read from `src`, sent to `dst`, at most one chunk held."""
+
+    __slots__ = ("dst", "ended", "held", "name", "src")
+
+    def __init__(self, src: socket.socket, dst: socket.socket, name: str) -> None:
+        self.src, self.dst, self.name = src, dst, name
+        self.held: bytes | memoryview = b""  # read, not yet taken by dst
+        self.ended = False  # src said EOF and dst was told
+
+
+class Pair:
+    """A client connection and its connection to the external relay."""
+
+    def __init__(self, proxy: FencingProxy, client: socket.socket, peer: str, port: str) -> None:
+        self.proxy, self.client, self.peer, self.port = proxy, client, peer, port
+        self.upstream = socket.socket(socket.AF_INET6 if ":" in proxy.upstream[0] else socket.AF_INET)
+        self.upstream.setblocking(False)
+        self.up = Direction(client, self.upstream, "up")
+        self.down = Direction(self.upstream, client, "down")
+        self.closed = False
+        self.connected = False
+        self._timer: asyncio.TimerHandle | None = None
+
+    # -- connect ----------------------------------------------------------------
+    def connect(self, address: tuple[str, int]) -> None:
+        loop = self.proxy.loop
+        code = self.upstream.connect_ex(address)
+        if code not in (0, errno.EINPROGRESS, errno.EWOULDBLOCK):
+            self.close("upstream_refused")
+            return
+        loop.add_writer(self.upstream.fileno(), self._connected)
+        self._timer = loop.call_later(self.proxy.connect_timeout, self.close, "upstream_timeout")
+
+    def _connected(self) -> None:
+        loop = self.proxy.loop
+        loop.remove_writer(self.upstream.fileno())
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        code = self.upstream.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if code:
+            self.close("upstream_refused")
+            return
+        if not self.proxy.gate_open():
+            self.close("gate_shut")
+            return
+        self.connected = True
+        self.upstream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        loop.add_reader(self.client.fileno(), self._readable, self.up)
+        loop.add_reader(self.upstream.fileno(), self._readable, self.down)
+
+    # -- forwarding: a gate check before every send ------------------------------
+    def _readable(self, way: Direction) -> None:
+        if self.closed:
+            return
+        if not self.proxy.gate_open():
+            self.close("gate_shut")
+            return
+        try:
+            data = way.src.recv(CHUNK)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self.close("reset")
+            return
+        if not data:
+            self.proxy.loop.remove_reader(way.src.fileno())
+            self._end(way)
+            return
+        self._send(way, data)
+
+    def _send(self, way: Direction, data: bytes | memoryview) -> None:
+        try:
+            sent = way.dst.send(data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError:
+            self.close("reset")
+            return
+        self.proxy.counted(way.name, sent)
+        if sent < len(data):  # hold the rest; read no more this way until dst takes it
+            way.held = memoryview(data)[sent:]  # no copy of the rest
+            loop = self.proxy.loop
+            loop.remove_reader(way.src.fileno())
+            loop.add_writer(way.dst.fileno(), self._writable, way)
+
+    def _writable(self, way: Direction) -> None:
+        if self.closed:
+            return
+        if not self.proxy.gate_open():
+            self.close("gate_shut")
+            return
+        held, way.held = way.held, b""
+        loop = self.proxy.loop
+        loop.remove_writer(way.dst.fileno())
+        self._send(way, held)
+        if not self.closed and not way.held:
+            loop.add_reader(way.src.fileno(), self._readable, way)
+
+    def _end(self, way: Direction) -> None:
+        """`src` said EOF: pass it on; both ways ended: the pair is done."""
+        way.ended = True
+        try:
+            way.dst.shutdown(socket.SHUT_WR)
+        except OSError:
+            self.close("reset")
+            return
+        if self.up.ended and self.down.ended:
+            self.close("ended")
+
+    # -- the end ------------------------------------------------------------------
+    def close(self, cause: str) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        loop = self.proxy.loop
+        for sock in (self.client, self.upstream):
+            fd = sock.fileno()
+            if fd >= 0:
+                loop.remove_reader(fd)
+                loop.remove_writer(fd)
+            sock.close()
+        self.up.held = self.down.held = b""
+        self.proxy.forget(self, cause)
+
+
+class FencingProxy:
+    """Both listeners of the proxy, its pairs and its counters; everything on one loop.
+
+    `gate()`: may this node serve now (an exception counts as no); `upstream`:
+    the external relay's JSON port (its passthrough port is `upstream_passthrough`,
+    default port + 1); `ready()`: does it accept now (`relay.server.external_relay`).
+    """
+
+    def __init__(
+        self,
+        *,
+        gate: Callable[[], bool],
+        upstream: tuple[str, int],
+        upstream_passthrough: int | None = None,
+        ready: Callable[[], bool] = lambda: True,
+        connect_timeout: float = CONNECT_TIMEOUT,
+        max_connections: int | None = None,
+        max_per_address: int | None = None,
+    ) -> None:
+        self.gate, self.ready = gate, ready
+        self.upstream = upstream
+        self.upstream_passthrough = upstream[1] + 1 if upstream_passthrough is None else upstream_passthrough
+        self.connect_timeout = connect_timeout
+        self.max_connections = max_connections or connection_cap(file_limit())
+        self.max_per_address = address_cap(file_limit(), max_per_address)
+        self.per_address: dict[str, int] = {}
+        self.leading = True
+        self.pairs: set[Pair] = set()
+        self.addresses: dict[str, tuple[str, int]] = {}
+        self.accepted = 0
+        self.refused: dict[str, int] = {}
+        self.closes: dict[str, int] = {}
+        self.bytes = {"up": 0, "down": 0}
+        self._listeners: list[socket.socket] = []
+        self._hosts: dict[str, list[socket.socket]] = {}  # where it listens: NODE_IP first (listen_set)
+        self._ports = (0, 0)  # the two ports start() bound, for every further address
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        assert self._loop is not None, "start() the proxy first"
+        return self._loop
+
+    def gate_open(self) -> bool:
+        if not self.leading:
+            return False
+        try:
+            return bool(self.gate())
+        except Exception:  # a gate that cannot answer is a shut gate
+            log.exception("the relay gate raised: treated as shut")
+            return False
+
+    # -- listening ------------------------------------------------------------------
+    async def start(
+        self, host: str, port: int, passthrough_port: int | None = None, *, freebind: bool = False
+    ) -> None:
+        """Listen on `host`: `port` forwards to the external relay's port, `passthrough_port`
+        (default `port` + 1) to its passthrough port (``IP_FREEBIND`` if asked: an entry's
+        shared VIP). Raises `OSError` if either cannot be bound (then neither listens).
+        More addresses: `listen_on()`."""
+        self._loop = asyncio.get_running_loop()
+        second = port + 1 if passthrough_port is None else passthrough_port
+        self._ports = (port, second)
+        await self.listen_on(host, freebind=freebind)
+        for name, sock in zip(("json", "passthrough"), self._hosts[host], strict=True):
+            self.addresses[name] = sock.getsockname()[:2]
+        self._ports = (self.addresses["json"][1], self.addresses["passthrough"][1])
+
+    async def listen_on(self, host: str, *, freebind: bool = False) -> None:
+        """Listen on one more address (`relay.server.listen_set`: loopback, a held VIP), both
+        ports `start()` bound, with ``IP_FREEBIND`` if asked. Raises `OSError` if either
+        cannot be bound (then neither listens there); a no-op where it listens already."""
+        if not self.leading:
+            raise OSError(errno.EPERM, "this relay no longer leads")
+        if host in self._hosts:
+            return
+        self._loop = asyncio.get_running_loop()
+        made: list[socket.socket] = []
+        try:
+            for name, number in (("json", self._ports[0]), ("passthrough", self._ports[1])):
+                made.append(self.listen(name, host, number, freebind=freebind))
+        except OSError:
+            for sock in made:
+                self._close_listener(sock)
+            raise
+        self._hosts[host] = made
+
+    def stop_listening(self, host: str) -> None:
+        """Stop listening on `host` (an address that left this host) and close the
+        connections accepted there: their packets go elsewhere now."""
+        for sock in self._hosts.pop(host, []):
+            self._close_listener(sock)
+        for pair in list(self.pairs):
+            try:
+                here = pair.client.getsockname()[0]
+            except OSError:
+                continue
+            if here == host:
+                pair.close("address_left")
+
+    def listen(self, name: str, host: str, port: int, *, freebind: bool = False) -> socket.socket:
+        """One more listener: connections to `host:port` go to the upstream's port `name`
+        (``json`` or ``passthrough``), as `upstream` says when each is accepted."""
+        sock = bound_socket(host, port, freebind=freebind)
+        try:
+            sock.listen(BACKLOG)
+        except OSError:
+            sock.close()
+            raise
+        self._listeners.append(sock)
+        self.loop.add_reader(sock.fileno(), self._accept, sock, name)
+        return sock
+
+    def _close_listener(self, sock: socket.socket) -> None:
+        if self._loop is not None:
+            self._loop.remove_reader(sock.fileno())
+        sock.close()
+        if sock in self._listeners:
+            self._listeners.remove(sock)
+
+    @property
+    def listening_on(self) -> list[str]:
+        """Every address with open listeners, the one `start()` bound first."""
+        return list(self._hosts)
+
+    @property
+    def listening(self) -> bool:
+        return bool(self._listeners)
+
+    def close_listeners(self) -> None:
+        for sock in list(self._listeners):
+            self._close_listener(sock)
+        self._hosts.clear()
+
+    def _accept(self, listener: socket.socket, name: str) -> None:
+        for _ in range(ACCEPTS_PER_WAKE):
+            try:
+                client, peer = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # EMFILE and friends: the backlog keeps them; look again soon
+                log.warning("proxy: accept on %s failed: %s", name, exc.strerror or exc)
+                return
+            why = self._refusal(peer[0])
+            if why is not None:
+                self.refused[why] = self.refused.get(why, 0) + 1
+                client.close()
+                continue
+            try:
+                client.setblocking(False)
+                client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                client.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+                pair = Pair(self, client, f"{peer[0]}:{peer[1]}", name)
+            except OSError as exc:  # no descriptor left for its upstream socket (EMFILE), or it reset
+                self.refused["no_socket"] = self.refused.get("no_socket", 0) + 1
+                log.warning("proxy: cannot forward a connection from %s: %s", peer[0], exc.strerror or exc)
+                client.close()
+                continue
+            self.pairs.add(pair)
+            self.per_address[peer[0]] = self.per_address.get(peer[0], 0) + 1
+            self.accepted += 1
+            pair.connect(
+                (self.upstream[0], self.upstream[1] if name == "json" else self.upstream_passthrough)
+            )
+
+    def _refusal(self, address: str) -> str | None:
+        if not self.gate_open():
+            return "gate_shut"
+        if not self.ready():
+            return "relay_down"
+        if len(self.pairs) >= self.max_connections:
+            return "total"
+        if self.per_address.get(address, 0) >= self.max_per_address:
+            return "per_address"
+        return None
+
+    # -- what the runner and the pairs call -------------------------------------------
+    def counted(self, way: str, sent: int) -> None:
+        self.bytes[way] += sent
+
+    def forget(self, pair: Pair, cause: str) -> None:
+        if pair in self.pairs:
+            self.pairs.discard(pair)
+            address = pair.peer.rpartition(":")[0]
+            left = self.per_address.get(address, 1) - 1
+            if left > 0:
+                self.per_address[address] = left
+            else:
+                self.per_address.pop(address, None)
+        self.closes[cause] = self.closes.get(cause, 0) + 1
+
+    def repoint(self, upstream: tuple[str, int], passthrough: int | None = None) -> int:
+        """Forward from now on to `upstream` (an entry member's new leader, `relay.server.entry`) and
+        close every pair forwarded to the old one (its sessions were that relay's); how many."""
+        self.upstream = upstream
+        self.upstream_passthrough = upstream[1] + 1 if passthrough is None else passthrough
+        return self.close_all("repointed")
+
+    def close_all(self, cause: str) -> int:
+        """Close every forwarded connection (the external relay died, or the gate shut)."""
+        pairs = list(self.pairs)
+        for pair in pairs:
+            pair.close(cause)
+        return len(pairs)
+
+    def lose_leadership(self, *successor: Any) -> None:
+        """The gate is shut for good: no more accepts, every pair closed. A foreign relay
+        speaks its own protocol, so no ``leader_changed`` can be said to its clients:
+        they see the connection end and reconnect (to the new leader)."""
+        self.leading = False
+        self.close_listeners()
+        self.close_all("gate_shut")
+
+    async def wait_closed(self, timeout: float = 0.5) -> None:
+        """Nothing to wait for: every socket is closed by `lose_leadership()` itself."""
+        await asyncio.sleep(0)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "kind": "exec",
+            "listening": {name: list(address) for name, address in self.addresses.items()},
+            "upstream": {
+                "host": self.upstream[0],
+                "json": self.upstream[1],
+                "passthrough": self.upstream_passthrough,
+            },
+            "connections": len(self.pairs),
+            "accepted": self.accepted,
+            "refused": dict(self.refused),
+            "closed": dict(self.closes),
+            "bytes_up": self.bytes["up"],
+            "bytes_down": self.bytes["down"],
+            "max_connections": self.max_connections,
+            "max_per_address": self.max_per_address,
+            "held_bytes": sum(len(p.up.held) + len(p.down.held) for p in self.pairs),
+        }

@@ -1,0 +1,2 @@
+"""The relay's WebSocket routes (Channels): `/ws/relay/` and `/ws/stream/` bridge into the
+leader's relay (`ws`), with a bound on what the web process holds per socket (`ws_flow`)."""
