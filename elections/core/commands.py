@@ -30,6 +30,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from elections.core.untrusted import as_int
+
 KINDS = ("drain", "undrain", "promote", "pause", "resume", "unbind", "forget")  # unbind: core.stations
 NEEDS_TARGET = ("drain", "undrain", "promote", "forget")
 EVENT_KINDS = tuple(f"{k}_requested" for k in KINDS)
@@ -129,13 +131,9 @@ def check(
     return ACCEPTED, f"{kind} {target or 'pool'} accepted at epoch {epoch}"
 
 
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
 def order_key(event: dict[str, Any]) -> OrderKey:
     """Where a command event stands in the pool's order (see the module docstring)."""
-    return (_int(event.get("clock")), str(event.get("node") or ""), _int(event.get("seq")))
+    return (as_int(event.get("clock")), str(event.get("node") or ""), as_int(event.get("seq")))
 
 
 @dataclass
@@ -177,6 +175,6 @@ class PoolCommands:
     def promote_at(self, epoch: int) -> str | None:
         """The target of the last promote (in command order) issued against `epoch`."""
         for e in reversed(self.promotes):
-            if e.get("expected_epoch") in (None, epoch) and _int(e.get("epoch")) == epoch:
+            if e.get("expected_epoch") in (None, epoch) and as_int(e.get("epoch")) == epoch:
                 return str(e["target"])
         return None

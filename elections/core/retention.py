@@ -30,6 +30,7 @@ from elections.core.commands import order_key
 from elections.core.stations import BOUND as STATION_BOUND
 from elections.core.stations import SEEN as STATION_SEEN
 from elections.core.stations import UNBIND, station_name
+from elections.core.untrusted import as_int
 
 MAX_TARGETS = 256  # drain registers kept (the newest commands): members of a pool, with room
 
@@ -59,10 +60,6 @@ def retired(
     return ordered[: len(ordered) - keep]
 
 
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
 @dataclass
 class Keeper:
     """The needed lines of one node, as (rank, seq, raw line) per register."""
@@ -71,8 +68,8 @@ class Keeper:
 
     def add(self, doc: dict[str, Any], raw: bytes) -> None:
         """Fold one verified line of this node (any order; a line folded twice changes nothing)."""
-        seq, kind = _int(doc.get("seq")), doc.get("kind")
-        self._offer("epoch", (_int(doc.get("epoch")), seq), seq, raw)
+        seq, kind = as_int(doc.get("seq")), doc.get("kind")
+        self._offer("epoch", (as_int(doc.get("epoch")), seq), seq, raw)
         if kind == "elected":
             self._offer("elected", (seq,), seq, raw)
         elif kind == "audit":

@@ -22,7 +22,9 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
+
+D = TypeVar("D", int, None)
 
 # Causes (stable: they label the security counter on /metrics).
 TOO_LARGE = "too_large"
@@ -39,7 +41,7 @@ UNREADABLE = "unreadable"
 TOO_MANY = "too_many"
 WRONG_KMSN = "wrong_kmsn"  # a beacon of another pool (core.beacons)
 SPLIT_BRAIN = "split_brain"  # two validly signed leader beacons of different nodes claim one epoch
-# the site token refused for a station bound to its credential (core.stations, relay.bindings)
+# the site token refused for a station bound to its credential (core.stations, relay.server.bindings)
 IMPERSONATION = "impersonation"
 BAD_FIELD = "bad_field"  # a field of the wrong type or out of range (a seq of 2**63, an epoch "x")
 CAUSES = (TOO_LARGE, TOO_DEEP, NOT_UTF8, NOT_JSON, NOT_OBJECT, UNSIGNED, FORGED, REPLAYED, WRONG_NODE,
@@ -132,6 +134,14 @@ def _no_constant(name: str) -> Any:
 def is_counter(value: Any) -> bool:
     """A whole number from 0 to `MAX_COUNTER` (not a bool, not a float, not text)."""
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNTER
+
+
+def as_int(value: Any, default: D = 0, minimum: int | None = None) -> int | D:  # type: ignore[assignment]
+    """The one guarded integer reader: `value` if it is a real int (never a bool,
+    a float or text) and not below `minimum`, else `default`."""
+    if isinstance(value, int) and not isinstance(value, bool) and (minimum is None or value >= minimum):
+        return value
+    return default
 
 
 def check_event(doc: dict[str, Any], what: str = "event line") -> None:

@@ -10,7 +10,7 @@ One module owns them, with a typed reader and writer each:
 | `relay.json`      | the relay, every 0.5 s       | the worker's policy (relay attests), supervisor, web |
 | `stations.json`   | the worker, when its station fold changes | the relay (bindings), web, relayctl |
 | `relay.wanted`    | the relay executor           | the relay (standby) |
-| `addresses.json`  | the worker's leader duties (`executors.held`) | the relay (`relay.listen_set`) |
+| `addresses.json`  | the worker's leader duties (`executors.held`) | the relay (`relay.server.listen_set`) |
 | `stopping`        | the supervisor, on SIGTERM   | the worker (claims nothing any more) |
 
 Writers replace files atomically (`host.write_atomic`); readers never raise: a
@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from elections.core.skew import ClockReading, reading_of
+from elections.core.untrusted import as_int
 from elections.ports.host.files import write_atomic
 from elections.ports.host.processes import pid_alive
 from elections.ports.webcert import FINGERPRINT
@@ -52,17 +53,13 @@ FRESH_NS = 50_000_000  # a file written this recently is read again at every loo
 ENTRY_TEXT = re.compile(r"\[?[0-9A-Fa-f.:]+\]?:[0-9]{1,5}")  # an entry member's addr:port as shown
 
 
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
 def _num(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def _seen(value: Any) -> tuple[str, int, int] | None:
     if isinstance(value, list) and len(value) == 3 and isinstance(value[0], str):
-        epoch, seq = _int(value[1]), _int(value[2])
+        epoch, seq = as_int(value[1], None), as_int(value[2], None)
         if epoch is not None and seq is not None:
             return (value[0], epoch, seq)
     return None
@@ -111,10 +108,10 @@ class Leadership:
     def from_doc(cls, doc: dict[str, Any]) -> Leadership:
         return cls(
             node=_str(doc.get("node")),
-            pid=_int(doc.get("pid")),
+            pid=as_int(doc.get("pid"), None),
             leader=doc.get("leader") is True,
-            epoch=_int(doc.get("epoch")),
-            max_epoch=_int(doc.get("max_epoch")) or 0,
+            epoch=as_int(doc.get("epoch"), None),
+            max_epoch=as_int(doc.get("max_epoch")),
             valid_until=_num(doc.get("valid_until")),
             updated=_num(doc.get("updated")),
             decision=_str(doc.get("decision")),
@@ -138,13 +135,13 @@ class MemberView:
     # The SHA-256 of the certificate its panel serves (64 hex), "" for plain HTTP, None if unsaid.
     web_tls: str | None = None
     clock: ClockReading | None = None  # its wall clock against the store's, as it measured it (core.skew)
-    entry: str | None = None  # its ENTRY_LISTEN if it is an entry member (relay.entry), else None
+    entry: str | None = None  # its ENTRY_LISTEN if it is an entry member (relay.server.entry), else None
     entry_sessions: int | None = None  # its remote clients at its last heartbeat, None if unsaid
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any]) -> MemberView:
         reasons = doc.get("reasons")
-        priority = _int(doc.get("priority"))
+        priority = as_int(doc.get("priority"), None)
         return cls(
             eligible=doc.get("eligible") is True,
             reasons=tuple(str(r) for r in reasons) if isinstance(reasons, list) else (),
@@ -154,7 +151,7 @@ class MemberView:
             drain=bool(doc.get("drain")),
             health=doc.get("health"),
             version=doc.get("version"),
-            epoch=_int(doc.get("epoch")),
+            epoch=as_int(doc.get("epoch"), None),
             web_tls=web_tls_of(doc),
             clock=reading_of(doc),
             entry=entry_of(doc),
@@ -228,7 +225,7 @@ class PoolView:
 
     @property
     def epoch(self) -> int | None:
-        return _int((self.lease or {}).get("epoch"))
+        return as_int((self.lease or {}).get("epoch"), None)
 
     @property
     def leader(self) -> str | None:
@@ -261,10 +258,10 @@ class PoolView:
             decision=_str(doc.get("decision")),
             paused=doc.get("paused") if isinstance(doc.get("paused"), bool) else None,
             lease_seen_at=_num(doc.get("lease_seen_at")),
-            command_clock=_int(doc.get("command_clock")) or 0,
+            command_clock=as_int(doc.get("command_clock")),
             refusals=doc.get("refusals") if isinstance(doc.get("refusals"), dict) else {},
             beacons=doc.get("beacons") if isinstance(doc.get("beacons"), dict) else {},
-            share_ops=_int(doc.get("share_ops")) or 0,
+            share_ops=as_int(doc.get("share_ops")),
             watched=doc.get("watched") is True,
             store=doc.get("store") if isinstance(doc.get("store"), dict) else {},
             share_split=[d for d in doc.get("share_split") or [] if isinstance(d, dict)][:64]
@@ -303,8 +300,8 @@ class RelayStatus:
     def from_doc(cls, doc: dict[str, Any]) -> RelayStatus:
         snapshot = doc.get("snapshot")
         return cls(
-            pid=_int(doc.get("pid")),
-            epoch=_int(doc.get("epoch")),
+            pid=as_int(doc.get("pid"), None),
+            epoch=as_int(doc.get("epoch"), None),
             listening=doc.get("listening") is True,
             updated=_num(doc.get("updated")),
             snapshot=snapshot if isinstance(snapshot, dict) else {},
@@ -313,7 +310,7 @@ class RelayStatus:
 
 @dataclass(frozen=True)
 class EntryStatus:
-    """`entry.json`: an entry member's public side, as `relay.entry` tells it."""
+    """`entry.json`: an entry member's public side, as `relay.server.entry` tells it."""
 
     pid: int | None = None
     listen: str = ""  # ENTRY_LISTEN, as shown
@@ -323,7 +320,7 @@ class EntryStatus:
     sessions: int = 0  # remote clients on protocol v1 now
     streams: int = 0  # passthrough connections now
     repointed: int = 0  # leader changes followed
-    proxy: dict[str, Any] = field(default_factory=dict)  # relay.proxy.FencingProxy.snapshot()
+    proxy: dict[str, Any] = field(default_factory=dict)  # relay.server.fencing_proxy.FencingProxy.snapshot()
     error: str = ""
 
     @property
@@ -340,14 +337,14 @@ class EntryStatus:
         target = doc.get("target")
         proxy = doc.get("proxy")
         return cls(
-            pid=_int(doc.get("pid")),
+            pid=as_int(doc.get("pid"), None),
             listen=_str(doc.get("listen"))[:80],
             listening=doc.get("listening") is True,
             updated=_num(doc.get("updated")),
             target=target if isinstance(target, dict) else None,
-            sessions=_int(doc.get("sessions")) or 0,
-            streams=_int(doc.get("streams")) or 0,
-            repointed=_int(doc.get("repointed")) or 0,
+            sessions=as_int(doc.get("sessions")),
+            streams=as_int(doc.get("streams")),
+            repointed=as_int(doc.get("repointed")),
             proxy=proxy if isinstance(proxy, dict) else {},
             error=_str(doc.get("error"))[:300],
         )
@@ -378,7 +375,7 @@ class StationsFile:
         clocks = {}
         if isinstance(at, dict):
             for station, clock in list(at.items())[:MAX_STATIONS_SHOWN]:
-                if isinstance(station, str) and len(station) <= 64 and _int(clock) is not None:
+                if isinstance(station, str) and len(station) <= 64 and as_int(clock, None) is not None:
                     clocks[station] = clock
         return cls(True, names, keys, clocks)
 
@@ -398,7 +395,7 @@ class HeldAddress:
         """One entry of `addresses.json`, or None if it is not one (never raises)."""
         if not isinstance(doc, dict):
             return None
-        epoch, text = _int(doc.get("epoch")), doc.get("address")
+        epoch, text = as_int(doc.get("epoch"), None), doc.get("address")
         if epoch is None or not isinstance(text, str) or len(text) > 64:
             return None
         try:
@@ -522,7 +519,7 @@ class LocalState:
     # -- relay.wanted --------------------------------------------------------------
     def relay_wanted(self) -> int | None:
         """The epoch the relay is wanted for, or None (no marker, or unreadable)."""
-        return _int(self._read(RELAY_WANTED_NAME).get("epoch"))
+        return as_int(self._read(RELAY_WANTED_NAME).get("epoch"), None)
 
     def want_relay(self, epoch: int) -> None:
         self._write(RELAY_WANTED_NAME, {"epoch": epoch})

@@ -39,7 +39,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 from elections.core.terminal import terminal_safe
@@ -81,7 +81,6 @@ class Child:
     started_at: float = 0.0
     serving_unled_since: float | None = None
     kill_at: float | None = None  # told to stop by the supervisor: SIGKILL if still alive then
-    pumps: list[threading.Thread] = field(default_factory=list)
 
     @property
     def running(self) -> bool:
@@ -152,7 +151,6 @@ class Supervisor:
         child.started_at = time.monotonic()
         pump = threading.Thread(target=self._pump, args=(child.spec.name, proc.stdout), daemon=True)
         pump.start()
-        child.pumps = [pump]
         self.say("agent", f"started {child.spec.name} (pid {proc.pid})")
 
     def _stop(self, child: Child, sig: int = signal.SIGTERM) -> None:

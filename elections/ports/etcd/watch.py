@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -152,8 +151,3 @@ class PrefixWatch:
         for lease in gone:
             for fn in self._listeners:
                 fn(lease)
-
-
-def fresh_after(last_read: float | None, fallback: float) -> bool:
-    """A reader's fallback timer: True while a read `fallback` seconds old still counts."""
-    return last_read is not None and time.monotonic() - last_read < fallback

@@ -1,7 +1,7 @@
 """What the panel and /metrics show of the fencing proxy and the external relay behind it
 (`RELAY_KIND = exec`, DESIGN.md §16), from the relay runner's `relay.json` snapshot
-(`relay.proxy.FencingProxy.snapshot()`, its ``external`` part from
-`relay.external.ExternalRelay.snapshot()`). Every field is read defensively.
+(`relay.server.fencing_proxy.FencingProxy.snapshot()`, its ``external`` part from
+`relay.server.external_relay.ExternalRelay.snapshot()`). Every field is read defensively.
 """
 
 from __future__ import annotations
@@ -9,21 +9,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from elections.core.untrusted import as_int
+
 MAX_CAUSES = 20
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _causes(value: Any) -> dict[str, int]:
     items = value.items() if isinstance(value, dict) else ()
-    return {str(k)[:40]: _int(v) for k, v in list(items)[:MAX_CAUSES]}
+    return {str(k)[:40]: as_int(v) for k, v in list(items)[:MAX_CAUSES]}
 
 
 def _address(value: Any) -> str:
     if isinstance(value, list) and len(value) >= 2:
-        return f"{str(value[0])[:64]}:{_int(value[1])}"
+        return f"{str(value[0])[:64]}:{as_int(value[1])}"
     return "?"
 
 
@@ -57,15 +55,16 @@ class ProxyState:
         return cls(
             command=str(ext.get("command", ""))[:120],
             accepting=ext.get("accepting") is True,
-            pid=pid if isinstance(pid, int) and not isinstance(pid, bool) else None,
-            upstream=f"{str(up.get('host', ''))[:64]}:{_int(up.get('json'))}/{_int(up.get('passthrough'))}",
+            pid=as_int(pid, None),
+            upstream=f"{str(up.get('host', ''))[:64]}:{as_int(up.get('json'))}/"
+            f"{as_int(up.get('passthrough'))}",
             listening=[f"{str(name)[:16]} {_address(a)}" for name, a in list(listening.items())[:8]],
-            connections=_int(snap.get("connections")),
-            accepted=_int(snap.get("accepted")),
+            connections=as_int(snap.get("connections")),
+            accepted=as_int(snap.get("accepted")),
             refused=_causes(snap.get("refused")),
             closed=_causes(snap.get("closed")),
-            bytes_up=_int(snap.get("bytes_up")),
-            bytes_down=_int(snap.get("bytes_down")),
-            restarts=_int(ext.get("restarts")),
+            bytes_up=as_int(snap.get("bytes_up")),
+            bytes_down=as_int(snap.get("bytes_down")),
+            restarts=as_int(ext.get("restarts")),
             last_error=str(ext.get("last_error", ""))[:300],
         )

@@ -15,6 +15,7 @@ from typing import Any
 from django.utils.translation import gettext as _
 from django.utils.translation import pgettext_lazy
 
+from elections.core.untrusted import as_int
 from elections.ports.localstate import RelayStatus
 from elections.web.panel.proxy_state import ProxyState
 
@@ -50,14 +51,14 @@ class TunnelState:
             state=str(doc.get("state", "?"))[:40],
             url=str(doc.get("url", ""))[:200],
             connected=doc.get("connected") is True,
-            epoch=_int(doc.get("epoch")),
+            epoch=as_int(doc.get("epoch")),
             age_s=float(age) if isinstance(age, int | float) and not isinstance(age, bool) else None,
-            remote_clients=_int(doc.get("remote_clients")),
-            streams=_int(doc.get("streams")),
-            bytes_in=_int(doc.get("bytes_in")),
-            bytes_out=_int(doc.get("bytes_out")),
-            reconnects=_int(doc.get("reconnects")),
-            refusals={str(k)[:40]: _int(v) for k, v in list(refusals.items())[:20]},
+            remote_clients=as_int(doc.get("remote_clients")),
+            streams=as_int(doc.get("streams")),
+            bytes_in=as_int(doc.get("bytes_in")),
+            bytes_out=as_int(doc.get("bytes_out")),
+            reconnects=as_int(doc.get("reconnects")),
+            refusals={str(k)[:40]: as_int(v) for k, v in list(refusals.items())[:20]},
             last_error=str(doc.get("last_error", ""))[:300],
         )
 
@@ -79,7 +80,7 @@ class RelaySession:
 MAX_SESSIONS_SHOWN = 500
 
 
-# relay.listen_set's codes; in English the code itself, as relayctl and the API say it
+# relay.server.listen_set's codes; in English the code itself, as relayctl and the API say it
 _LISTEN_WHY = {
     "node": pgettext_lazy("why the relay listens there", "node"),
     "loopback": pgettext_lazy("why the relay listens there", "loopback"),
@@ -95,7 +96,7 @@ _LISTEN_STATE = {
 
 @dataclass(frozen=True)
 class ListenEntry:
-    """One address the relay wants to listen on (relay.listen_set), and whether it does."""
+    """One address the relay wants to listen on (relay.server.listen_set), and whether it does."""
 
     address: str
     why: str  # node | loopback | vip | secondary_ip
@@ -145,8 +146,8 @@ class LegacyState:
         if not isinstance(doc, dict) or doc.get("enabled") is not True:
             return None
         refused = doc.get("refused") if isinstance(doc.get("refused"), dict) else {}
-        shown = {str(k)[:32]: _int(v) for k, v in list(refused.items())[:16]}
-        return cls(_int(doc.get("sessions")), _int(doc.get("registered")), shown)
+        shown = {str(k)[:32]: as_int(v) for k, v in list(refused.items())[:16]}
+        return cls(as_int(doc.get("sessions")), as_int(doc.get("registered")), shown)
 
 
 @dataclass
@@ -172,7 +173,7 @@ class RelayState:
     proxy: ProxyState | None = None  # RELAY_KIND = exec: the fencing proxy and the external relay
     sessions: list[RelaySession] = field(default_factory=list)  # of this pool, by station and role
     listen: list[ListenEntry] = field(default_factory=list)  # where it listens: NODE_IP, loopback, VIP...
-    legacy: LegacyState | None = None  # RELAY_LEGACY = 1: old stations (relay.legacy)
+    legacy: LegacyState | None = None  # RELAY_LEGACY = 1: old stations (relay.wire.legacy)
 
     @property
     def token_sessions(self) -> int:
@@ -182,10 +183,6 @@ class RelayState:
     @property
     def drops_total(self) -> int:
         return sum(v for v in self.drops.values() if isinstance(v, int))
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def relay_state(status: RelayStatus, kmsn: str, now: float) -> RelayState:
@@ -208,10 +205,10 @@ def relay_state(status: RelayStatus, kmsn: str, now: float) -> RelayState:
     per_station = []
     for station, roles in sorted(stations.items()):
         if isinstance(roles, dict):
-            per_station.append((str(station), {str(r): _int(n) for r, n in sorted(roles.items())}))
+            per_station.append((str(station), {str(r): as_int(n) for r, n in sorted(roles.items())}))
     relayed = snap.get("relayed") if isinstance(snap.get("relayed"), dict) else {}
     drops = snap.get("drops") if isinstance(snap.get("drops"), dict) else {}
-    messages = _int(relayed.get("messages"))
+    messages = as_int(relayed.get("messages"))
     clients = snap.get("clients") if isinstance(snap.get("clients"), list) else []
     sessions = [
         RelaySession(str(c.get("station", ""))[:64], str(c.get("role", ""))[:16],
@@ -229,14 +226,14 @@ def relay_state(status: RelayStatus, kmsn: str, now: float) -> RelayState:
         epoch=status.epoch,
         clients=sum(sum(r.values()) for _, r in per_station),
         per_station=per_station,
-        connections=_int(snap.get("connections")),
-        unregistered=_int(snap.get("unregistered")),
+        connections=as_int(snap.get("connections")),
+        unregistered=as_int(snap.get("unregistered")),
         messages=messages,
-        deliveries=_int(relayed.get("deliveries")),
-        bytes=_int(relayed.get("bytes")),
-        no_route=_int(relayed.get("no_route")),
+        deliveries=as_int(relayed.get("deliveries")),
+        bytes=as_int(relayed.get("bytes")),
+        no_route=as_int(relayed.get("no_route")),
         rate=rate,
-        drops={str(k): _int(v) for k, v in drops.items()},
+        drops={str(k): as_int(v) for k, v in drops.items()},
         age=age,
         tunnel=TunnelState.of(snap.get("tunnel")),
         sessions=sessions,
