@@ -9,6 +9,7 @@ right after, so agent processes started by other tests never inherit them.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import tempfile
@@ -103,11 +104,20 @@ def dj():
         atomic.__exit__(None, None, None)
 
 
+@functools.lru_cache(maxsize=8)
+def _hashed(password: str) -> str:
+    from django.contrib.auth.hashers import make_password
+
+    return make_password(password)
+
+
 def make_user(name: str, role: str | None = "viewer", password: str = PASSWORD):  # type: ignore[no-untyped-def]
     from django.contrib.auth import get_user_model
     from django.contrib.auth.models import Group
 
-    user = get_user_model().objects.create_user(username=name, password=password)
+    user = get_user_model().objects.create_user(username=name, password=None)
+    user.password = _hashed(password)  # the production hasher costs seconds on a loaded machine:
+    user.save(update_fields=["password"])  # once per password, not once per user
     if role:
         user.groups.add(Group.objects.get(name=role))
     return user

@@ -1,6 +1,6 @@
 """What the relay client hands its caller: exceptions, received items, statuses, counters.
 
-Re-exported by `relay.client.relay_client`, which is where callers import them from::
+Callers import them from here (one import path per name)::
 
     ClientError
      +-- Refused         the relay refused registration (code: bad_auth, ...)

@@ -1,6 +1,6 @@
 """The relay client library (DESIGN.md §9): find the leader, register, stay, follow.
 
-An asyncio shell over the sans-I/O `relay.wire.server_connection.ClientConnection`. Typical use::
+An asyncio shell over the sans-I/O `relay.wire.client_connection.ClientConnection`. Typical use::
 
     discovery = Discovery.build(token=TOKEN, kmsn=KMSN, lease_dir="W:/socket",
                                 agents=["http://192.168.1.11:8000"], fallbacks=[("192.168.1.10", 9530)])
@@ -266,7 +266,7 @@ class RelayClient(ClientState):
         (outbox full, overflow="drop_newest"). While registered, waits for
         room in a full outbox. Raises `QueueFull` (overflow="raise"),
         `ClientClosed`, `ValueError` for a commander without `to`, and
-        `relay.wire.server_connection.PayloadError` for data that is not JSON or too large.
+        `relay.wire.framing.PayloadError` for data that is not JSON or too large.
         """
         return await self._admit(self._make(data, to, id, retry=True))
 

@@ -1,6 +1,6 @@
 """One connection of a relay client: connect, register, pump bytes, keepalives, confirmations.
 
-An asyncio shell over the sans-I/O `relay.wire.server_connection.ClientConnection` (built
+An asyncio shell over the sans-I/O `relay.wire.client_connection.ClientConnection` (built
 with ``keepalive_acks=True``) and the client's `relay.client.outbox.Outbox`. A
 `Session` lives from the TCP connect to the end of that connection; the
 `relay.client.follow.Follower` makes a new one for each attempt.

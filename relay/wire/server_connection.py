@@ -12,8 +12,8 @@ that means (an error frame and a close, or only a close in raw mode).
 
 The byte level (frame codec, `FramedConnection`) lives in `relay.wire.framing`,
 the events and constants in `relay.wire.events`, the client's half of the
-handshake in `relay.wire.client_connection` and the HMACs in `relay.wire.auth`; their
-public names are re-exported here. This module is the server's half.
+handshake in `relay.wire.client_connection` and the HMACs in `relay.wire.auth`. This
+module is the server's half.
 
 Bad input from the peer never raises out of `receive_data()`: it always maps
 to an error code, an error frame and a `ProtocolError` event. Exceptions::
