@@ -187,6 +187,22 @@ def test_the_wheel_carries_every_module_template_and_static_file(installed):
         assert f"{script} = stkrelay.cli:" in entry_points
 
 
+def test_every_python_package_of_the_tree_is_listed_for_the_wheel():
+    """pyproject.toml lists the packages by name: a new package left out of it would be
+    missing from the wheel (and the image) while every test run from the tree passes."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    tracked = subprocess.run(["git", "ls-files", "*__init__.py"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout.split()  # fmt: skip
+    packages = {
+        str(Path(f).parent).replace("/", ".")
+        for f in tracked
+        if Path(f).parts[0] not in ("tests", "bench", "scripts", "docs")
+    }
+    assert packages and sorted(packages - listed) == []
+
+
 def test_the_entry_points_take_ini_anywhere_and_make_it_absolute(monkeypatch, tmp_path):
     from stkrelay.cli import take_ini
 
