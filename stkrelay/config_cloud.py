@@ -20,23 +20,13 @@ Reports through `bad(id, key, message, hint)` like `config.load`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from relay.auth import cloud_key
+from stkconfig.parsed import CloudURL
 from stkrelay.config_web import secret_weakness
 
 Bad = Callable[[str, str, str, str], None]
-
-
-@dataclass(frozen=True)
-class CloudURL:
-    """``CLOUD_URL`` parsed: ``tcp://host:port`` or ``ws(s)://host[:port]/path``."""
-
-    scheme: str
-    host: str
-    port: int
-    path: str = "/"
 
 
 def parse_cloud_url(text: str) -> CloudURL | str:

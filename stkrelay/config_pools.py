@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import configparser
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from elections.ports.smburl import SmbUrlError, is_smb, parse_smb_url, smb_password
+from stkconfig.parsed import WatchedPool
 from stkrelay.config_web import SECRET_HINT, secret_weakness
 
 Bad = Callable[[str, str, str, str], None]
@@ -38,24 +38,6 @@ SECTION, SECRET, VALUE = "stkrelay.E025", "stkrelay.E026", "stkrelay.E027"
 KEYS = ("LEASE_DIR", "RELAY_TOKEN", "POOL_KEY", "SHARE_TIMEOUT", "NODE")
 BACKEND_PREFIXES = ("SMB_",)  # handed to the share's backend as its options
 MAX_POOLS = 500
-
-
-@dataclass(frozen=True)
-class WatchedPool:
-    """One `[pool:<KMSN>]` section, checked."""
-
-    kmsn: str
-    lease_dir: str
-    relay_token: str
-    pool_key: str
-    share_timeout: float
-    node: str
-    values: dict[str, str] = field(default_factory=dict)  # the section as given (backend options)
-
-    # `PoolPlace.of()` reads the same attribute names as on the agent's own Config.
-    @property
-    def lease_store(self) -> str:
-        return "file"
 
 
 def sections(parser: configparser.ConfigParser) -> dict[str, dict[str, str]]:

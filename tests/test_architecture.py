@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("elections", "relay", "stkrelay")
+PACKAGES = ("elections", "relay", "stkrelay", "stkconfig")
 PURE = (
     "elections.core.decide",
     "elections.core.lease",
