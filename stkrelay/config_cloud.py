@@ -8,7 +8,7 @@
   another (`relay.cloud.tunnel.TunnelClient`). One URL reads as before;
   `cfg.cloud` is the first, `cfg.clouds` all of them.
 - `CLOUD_TOKEN`: this site's secret at the cloud, as strong as a site key
-  (`config_web.secret_weakness`: at least 16 characters, 6 distinct, not one
+  (`stkconfig.strength.secret_weakness`: at least 16 characters, 6 distinct, not one
   short run repeated, not a placeholder) and neither `RELAY_TOKEN` nor
   `POOL_KEY` (the cloud must hold no site key, `stkrelay.E029`), nor the site's
   lease key K_cloud (`relayctl cloud-key`, `relay.auth.cloud_key`): whoever holds
@@ -24,7 +24,7 @@ from typing import Any
 
 from relay.auth import cloud_key
 from stkconfig.parsed import CloudURL
-from stkrelay.config_web import secret_weakness
+from stkconfig.strength import secret_weakness
 
 Bad = Callable[[str, str, str, str], None]
 

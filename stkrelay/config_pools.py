@@ -30,7 +30,7 @@ from collections.abc import Callable
 
 from elections.ports.smburl import SmbUrlError, is_smb, parse_smb_url, smb_password
 from stkconfig.parsed import WatchedPool
-from stkrelay.config_web import SECRET_HINT, secret_weakness
+from stkconfig.strength import SECRET_HINT, secret_weakness
 
 Bad = Callable[[str, str, str, str], None]
 SECTION_PREFIX = "pool:"

@@ -97,10 +97,10 @@ class Command(BaseCommand):
                                  "--without-heartbeat", "--stk-beat", "-l", "WARNING"]),
             # Warm standby, without Django (relay/runner.py): listens within ~0.1 s of the fenced
             # start_relay action of a won epoch, stops itself 0.1-0.2 s after losing; restarted if it dies.
-            ChildSpec("relay", [py, "-m", "relay.runner", "--standby"], standby=True),
+            ChildSpec("relay", [py, "-m", "stkrelay.child", "relay.runner", "--standby"], standby=True),
         ]  # fmt: skip
         if stk.entry:  # the router's port-forward reaches this member (relay/entry.py, DESIGN.md §14.1)
-            specs.append(ChildSpec("entry", [py, "-m", "relay.entry"]))
+            specs.append(ChildSpec("entry", [py, "-m", "stkrelay.child", "relay.entry"]))
         clock = SystemClock()
         os.environ["STK_AGENT_PID"] = str(os.getpid())
         me = identity()
