@@ -8,7 +8,7 @@ Vocabulary:
 - **`Config`**: the typed, frozen result (`stkconfig.model`), one attribute per key
   (`LEASE_TTL` → `config.lease_ttl`), plus what some keys parse into (`gate`,
   `notify`, `cloud`, `relay_exec`, `watched`). It is handed to what needs it
-  (`Agent(config)`); only the web layer reads `django.conf.settings.STK`.
+  (`Agent(config)`); only the Django layers read it from the `STK` setting.
 - **`Problem`**: one bad value: a stable check id (`stkrelay.E0xx`), the key, what is
   wrong and the fix. `stkrelay.config.load` returns them; nothing raises.
 

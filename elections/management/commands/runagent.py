@@ -18,11 +18,11 @@ import sys
 import time
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
 from elections.ports.webcert import FINGERPRINT, WebCert, made_cert, operator_cert, show
+from stkconfig.model import Config
 from stkrelay.config_tls import plain_on_lan
 
 
@@ -103,7 +103,7 @@ class Command(BaseCommand):
             specs.append(ChildSpec("entry", [py, "-m", "stkrelay.child", "relay.entry"]))
         clock = SystemClock()
         os.environ["STK_AGENT_PID"] = str(os.getpid())
-        me = identity()
+        me = identity(stk)
 
         def release(state: Leadership) -> bool:
             """On SIGTERM: mark our lease released so a follower takes over at once."""
@@ -162,7 +162,7 @@ class Command(BaseCommand):
         os._exit(code)
 
 
-def _web_cert(stk: Any, env: dict[str, str]) -> WebCert | None:
+def _web_cert(stk: Config, env: dict[str, str]) -> WebCert | None:
     """The certificate the web child serves (None: WEB_PLAIN); made in DATA_DIR at first start."""
     if stk.web_plain:
         return None
