@@ -32,7 +32,6 @@ leaving that executor silently off.
 
 from __future__ import annotations
 
-import configparser
 import ipaddress
 import os
 import tempfile
@@ -48,6 +47,7 @@ from stkrelay import (
     config_beacons,
     config_cloud,
     config_entry,
+    config_file,
     config_gate,
     config_i18n,
     config_legacy,
@@ -75,61 +75,9 @@ Bad = Callable[[str, str, str, str], None]
 Number = Callable[..., Any]  # load's number(key[, kind, low, high])
 
 
-def _raw(
-    ini_path: str | None, env: dict[str, str]
-) -> tuple[dict[str, str], str, list[Problem], dict[str, dict[str, str]], set[str]]:
-    values = dict(DEFAULTS)
-    problems: list[Problem] = []
-    pools: dict[str, dict[str, str]] = {}
-    given: set[str] = set()
-    path = ini_path or env.get("STK_INI")
-    source = "(environment)"
-    if path:
-        source = path
-        try:
-            parser = config_legacy.read_ini(path)  # the site's file as it is: headerless keys too
-        except OSError as exc:
-            problems.append(
-                Problem(
-                    "stkrelay.E001",
-                    "STK_INI",
-                    f"cannot read {path}: {exc.strerror}",
-                    "point --ini or STK_INI at the agent's stk.ini",
-                )
-            )
-        except configparser.Error as exc:
-            problems.append(
-                Problem(
-                    "stkrelay.E001",
-                    "STK_INI",
-                    f"{path} is not a valid ini file: {str(exc).splitlines()[0]}",
-                    "fix the file's syntax",
-                )
-            )
-        else:
-            pools = config_pools.sections(parser)
-            found = config_legacy.stk_values(parser)
-            if found is not None:
-                values.update(found)
-                given = set(found)
-            else:
-                problems.append(
-                    Problem(
-                        "stkrelay.E002",
-                        "[stk]",
-                        f"{path} has no [stk] section",
-                        "put the keys under a [stk] header (or before any section header)",
-                    )
-                )
-    for key, value in env.items():  # every STK_<KEY>, also keys other modules read (VIP_*, AWS_*...)
-        if key.startswith("STK_") and key != "STK_INI":
-            values[key[4:]] = value.strip()
-    return values, source, problems, pools, given
-
-
 def load(ini_path: str | None = None, env: dict[str, str] | None = None, check_dirs: bool = True) -> Config:
     env = dict(os.environ if env is None else env)
-    values, source, problems, pools, given = _raw(ini_path, env)
+    values, source, problems, pools, given = config_file.read(ini_path, env)
     cfg = draft()
     cfg.source, cfg.problems, cfg.values = source, problems, values
     cfg.ignored = config_legacy.ignored_keys(given, set(DEFAULTS) | set(ACTION_DEFAULTS))
