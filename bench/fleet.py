@@ -66,7 +66,7 @@ def main() -> None:
     from elections.ports.localstate import LocalState
     from elections.runtime.projection import Projector
     from elections.runtime.watch import Watchers
-    from stkrelay.config_pools import WatchedPool
+    from stkconfig.parsed import WatchedPool
 
     stk = settings.STK
     root = Path(tempfile.mkdtemp(prefix="stk-fleet-"))

@@ -19,7 +19,7 @@ from elections.core.lease import signature_ok
 from elections.ports.clock import SystemClock
 from elections.ports.localstate import LocalState
 from elections.runtime.watch import PoolWatcher
-from stkrelay.config_pools import WatchedPool
+from stkconfig.parsed import WatchedPool
 
 dj = test_panel_support.dj
 A, B = "1111-1111-11-11", "2222-2222-22-22"

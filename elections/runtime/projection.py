@@ -99,7 +99,7 @@ def pool_event_sink(stk: Config) -> DbEventSink:
 
 
 def watched_event_sink(watched: WatchedPool) -> DbEventSink:
-    """This agent's sink in a watched pool (`stkrelay.config_pools.WatchedPool`):
+    """This agent's sink in a watched pool (`stkconfig.parsed.WatchedPool`):
     rows in its database under that KMSN, mirrored to `events/<NODE>.jsonl` on
     that pool's share, signed with that pool's key. Operator commands only: the
     agent never contends there."""
