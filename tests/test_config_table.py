@@ -101,3 +101,16 @@ def test_the_config_is_frozen_and_has_a_field_for_each_plain_key():
     plain = [k.name for k in KEYS if not k.is_family and not k.name.startswith(grouped)]
     assert [n for n in plain if n.lower() not in names] == []
     assert BY_NAME["LEASE_TTL"].range == (0.1, 300)
+
+
+def test_the_configs_field_defaults_are_the_tables():
+    """A Config made without a file (the dataclass's own defaults) says what the table says."""
+    made = {f.name: f.default for f in dataclasses.fields(Config)}
+    parse = {"int": int, "float": float, "flag": lambda text: text not in ("0", "")}
+    checked = []
+    for key in KEYS:
+        field = key.name.lower()
+        if key.kind in parse and key.default and field in made:
+            assert made[field] == parse[key.kind](key.default), key.name
+            checked.append(key.name)
+    assert {"LEASE_TTL", "RELAY_PORT", "RELAY_ATTESTS", "EVENTS_KEEP_DAYS"} <= set(checked)
