@@ -17,6 +17,7 @@ one watcher look. Target: sites page p95 < 100 ms.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shutil
 import signal
@@ -65,14 +66,15 @@ def main() -> None:
     from elections.ports.localstate import LocalState
     from elections.runtime.projection import Projector
     from elections.runtime.watch import Watchers
-    from stkrelay.config_pools import WatchedPool
+    from stkconfig.parsed import WatchedPool
 
     stk = settings.STK
     root = Path(tempfile.mkdtemp(prefix="stk-fleet-"))
     try:
         t0 = time.perf_counter()
         pools = build(root, args.pools, args.members, args.elections)
-        stk.watched = [WatchedPool(p.kmsn, str(p.dir), p.key, p.key, 2.0, "OFFICE1") for p in pools]
+        watched = [WatchedPool(p.kmsn, str(p.dir), p.key, p.key, 2.0, "OFFICE1") for p in pools]
+        settings.STK = stk = dataclasses.replace(stk, watched=watched)  # Config is frozen
         write_pool(paths["data_dir"], leader="S001", epoch=7)
         write_leading(paths["data_dir"], 7)
         projector = Projector(stk.kmsn)

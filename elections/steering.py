@@ -202,7 +202,7 @@ def next_command_clock(folded: int, kmsn: str | None = None) -> int:
 
 
 def watched_pool(kmsn: str) -> Any | None:
-    """The `[pool:<KMSN>]` section of `kmsn` (stkrelay.config_pools.WatchedPool), or None."""
+    """The `[pool:<KMSN>]` section of `kmsn` (stkconfig.parsed.WatchedPool), or None."""
     return next((w for w in getattr(settings.STK, "watched", []) if w.kmsn == kmsn), None)
 
 

@@ -14,10 +14,19 @@ import threading
 
 from celery import shared_task
 from celery.signals import worker_ready
+from django.conf import settings
 
-from elections.runtime.agent import agent
+from elections.runtime.agent import Agent
+from elections.runtime.agent import agent as the_agent
 
 log = logging.getLogger("stkrelay.agent")
+
+
+def agent() -> Agent:
+    """This worker's agent, built from the Django project's configuration (`settings.STK`)."""
+    return the_agent(settings.STK)
+
+
 _lock = threading.Lock()  # one cycle of the agent at a time: the tasks' and the watcher's
 
 
@@ -59,6 +68,4 @@ class Watcher(threading.Thread):
 
 @worker_ready.connect
 def _start_watching(**_: object) -> None:
-    from django.conf import settings
-
     Watcher(settings.STK.lease_watch).start()

@@ -1,7 +1,7 @@
 """The relay's TCP listeners while this agent leads, without Django (DESIGN.md §4).
 
-`python -m relay.runner --standby` is the agent's warm standby relay: it
-loads only the configuration (`stkrelay.config`), the relay server and the
+`python -m stkrelay.child relay.runner --standby` is the agent's warm standby relay: it
+loads only the configuration (`stkrelay.config`, in `stkrelay.child`), the relay server and the
 ports it needs (no Django, no Celery: a few MiB where a management command
 costs ~75), waits for this agent's leadership and the fenced start_relay
 action of its epoch, and serves until leadership is lost (see
@@ -54,6 +54,7 @@ from relay.server.listen_set import ListenAddress, ListenSet, wanted_now
 from relay.server.relay_server import RelayServer
 from relay.wire.auth import cloud_key
 from relay.wire.legacy import LegacySettings
+from stkconfig.model import Config
 
 log = logging.getLogger("stkrelay.relay")
 
@@ -161,7 +162,7 @@ class LeadershipChanges:
         self._unwatch()
 
 
-def await_leadership(stk: Any) -> int:
+def await_leadership(stk: Config) -> int:
     """Look at the leadership state and the relay marker whenever the worker
     replaces one of them (inotify on the data directory), at least every
     STANDBY_FALLBACK, or every STANDBY_POLL where inotify is not to be had. The
@@ -180,7 +181,7 @@ def await_leadership(stk: Any) -> int:
             changes.wait(every)
 
 
-def legacy_settings(stk: Any) -> LegacySettings | None:
+def legacy_settings(stk: Config) -> LegacySettings | None:
     """Old stations on this relay (``RELAY_LEGACY = 1``, relay.wire.legacy), or None."""
     if not getattr(stk, "relay_legacy", False):
         return None
@@ -190,7 +191,7 @@ def legacy_settings(stk: Any) -> LegacySettings | None:
 class RelayRunner:
     """Serve while the gate holds; on losing it, redirect clients and return 0."""
 
-    def __init__(self, stk: Any, epoch: int, say: Callable[[str], None], complain: Callable[[str], None]):
+    def __init__(self, stk: Config, epoch: int, say: Callable[[str], None], complain: Callable[[str], None]):
         self.stk, self.epoch, self.say, self.complain = stk, epoch, say, complain
         self.gate = LeadershipGate(stk.data_dir, epoch)
         self.local = LocalState(stk.data_dir)
@@ -413,23 +414,14 @@ class RelayRunner:
             log.warning("cannot write the relay status in %s: %s", self.local.dir, exc)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`python -m relay.runner --standby`: the standby relay, configured from STK_INI."""
+def main(stk: Config, argv: list[str] | None = None) -> int:
+    """`python -m stkrelay.child relay.runner --standby`: the standby relay, with the
+    configuration `stkrelay.child` loaded."""
     import argparse
-    import logging.config
 
-    from stkrelay import config as stk_config
-    from stkrelay.logs import logging_config
-
-    parser = argparse.ArgumentParser(prog="python -m relay.runner", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="relay.runner", description=__doc__.splitlines()[0])
     parser.add_argument("--standby", action="store_true", help="wait for leadership, then serve")
     args = parser.parse_args(argv)
-    stk = stk_config.load(check_dirs=os.environ.get("STK_SKIP_DIR_CHECKS") != "1")
-    logging.config.dictConfig(logging_config(stk.log_format, stk.node, kmsn=stk.kmsn))
-    if stk.problems:
-        for problem in stk.problems:
-            print(f"runrelay: config {stk.source}: {problem.line()}", file=sys.stderr)
-        return 2
 
     def say(line: str) -> None:
         print(line, flush=True)
@@ -448,7 +440,3 @@ def main(argv: list[str] | None = None) -> int:
             return 0
     assert isinstance(epoch, int)
     return asyncio.run(RelayRunner(stk, epoch, say, complain).run())
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -66,7 +66,7 @@ def _json_logs(logger: Any = None, **kwargs: Any) -> None:
     """LOG_FORMAT = json: Celery's own handlers (worker, beat) write JSON lines too."""
     from django.conf import settings
 
-    from stkrelay.logs import use_json
+    from stkconfig.logs import use_json
 
     stk = settings.STK
     if stk.log_format == "json" and logger is not None:

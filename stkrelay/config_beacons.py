@@ -28,8 +28,10 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Callable
 
+from stkconfig.model import BEACON_INTERVAL
+
 Bad = Callable[[str, str, str, str], None]
-DEFAULT_INTERVAL = 0.2
+DEFAULT_INTERVAL = BEACON_INTERVAL
 MIN_INTERVAL = 0.05
 
 

@@ -8,7 +8,7 @@
   another (`relay.server.cloud_tunnel.TunnelClient`). One URL reads as before;
   `cfg.cloud` is the first, `cfg.clouds` all of them.
 - `CLOUD_TOKEN`: this site's secret at the cloud, as strong as a site key
-  (`config_web.secret_weakness`: at least 16 characters, 6 distinct, not one
+  (`stkconfig.strength.secret_weakness`: at least 16 characters, 6 distinct, not one
   short run repeated, not a placeholder) and neither `RELAY_TOKEN` nor
   `POOL_KEY` (the cloud must hold no site key, `stkrelay.E029`), nor the site's
   lease key K_cloud (`relayctl cloud-key`, `relay.wire.auth.cloud_key`): whoever holds
@@ -20,23 +20,13 @@ Reports through `bad(id, key, message, hint)` like `config.load`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from relay.wire.auth import cloud_key
-from stkrelay.config_web import secret_weakness
+from stkconfig.parsed import CloudURL
+from stkconfig.strength import secret_weakness
 
 Bad = Callable[[str, str, str, str], None]
-
-
-@dataclass(frozen=True)
-class CloudURL:
-    """``CLOUD_URL`` parsed: ``tcp://host:port`` or ``ws(s)://host[:port]/path``."""
-
-    scheme: str
-    host: str
-    port: int
-    path: str = "/"
 
 
 def parse_cloud_url(text: str) -> CloudURL | str:

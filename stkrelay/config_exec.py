@@ -29,35 +29,15 @@ import os
 import shlex
 import shutil
 import string
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
+
+from stkconfig.parsed import ExecRelay
 
 Bad = Callable[[str, str, str, str], None]
 KINDS = ("builtin", "exec")
 PLACEHOLDERS = ("host", "port", "passthrough_port", "epoch", "kmsn")
 PORT_OFFSET = 10  # RELAY_EXEC_LISTEN's default port: RELAY_PORT + 10
-
-
-@dataclass(frozen=True)
-class ExecRelay:
-    """`RELAY_EXEC` split into words, and where that relay listens (loopback)."""
-
-    argv: tuple[str, ...]  # each word may hold placeholders
-    host: str
-    port: int
-
-    @property
-    def passthrough_port(self) -> int:
-        return self.port + 1
-
-    def command(self, *, epoch: int, kmsn: str) -> list[str]:
-        """The words with every placeholder filled in, for one start."""
-        values: Mapping[str, Any] = {
-            "host": self.host, "port": self.port, "passthrough_port": self.passthrough_port,
-            "epoch": epoch, "kmsn": kmsn,
-        }  # fmt: skip
-        return [word.format_map(values) for word in self.argv]
 
 
 def placeholders(word: str) -> list[str]:

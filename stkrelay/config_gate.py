@@ -24,32 +24,20 @@ import os
 import shlex
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from elections.core.gate import LOOK_EVERY
+from stkconfig.parsed import GATE_TIMEOUT as DEFAULT_TIMEOUT
+from stkconfig.parsed import GateConfig
 
 Bad = Callable[[str, str, str, str], None]
-Number = Callable[[str, type, float, float], "float | int | None"]
-DEFAULT_TIMEOUT = 1.0
-
-
-@dataclass(frozen=True)
-class GateConfig:
-    cmd: tuple[str, ...] = ()  # argv, never a shell
-    file: str = ""
-    timeout: float = DEFAULT_TIMEOUT
-    max_age: float = 0.0  # 0: a readable file counts whenever it was written
-
-    @property
-    def configured(self) -> bool:
-        return bool(self.cmd or self.file)
+Number = Callable[..., "float | int | None"]  # config.load's number(key): the table's kind and range
 
 
 def parse(values: dict[str, str], lease_renew: float, bad: Bad, number: Number) -> GateConfig:
     cmd_text, path = values.get("GATE_CMD", ""), values.get("GATE_FILE", "")
-    timeout = number("GATE_TIMEOUT", float, 0.1, 60)
+    timeout = number("GATE_TIMEOUT")
     timeout = DEFAULT_TIMEOUT if timeout is None else float(timeout)
-    max_age = number("GATE_MAX_AGE", float, 0, 86400)
+    max_age = number("GATE_MAX_AGE")
     max_age = 0.0 if max_age is None else float(max_age)
     if cmd_text and path:
         bad("stkrelay.E106", "GATE_CMD", "and GATE_FILE are both set: the gate is one signal",

@@ -18,10 +18,12 @@ from collections.abc import Callable
 from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
+from stkconfig.model import LANGUAGE
+
 Bad = Callable[[str, str, str, str], None]
 
 LANGUAGES = ("en", "zh-hant")
-DEFAULT_LANGUAGE = "en"
+DEFAULT_LANGUAGE = LANGUAGE
 _ALIASES = {"zh-tw": "zh-hant", "zh_tw": "zh-hant", "zh-hant-tw": "zh-hant", "zh_hant": "zh-hant",
             "en-us": "en", "en_us": "en", "en-gb": "en"}  # fmt: skip
 

@@ -28,13 +28,13 @@ import shlex
 import shutil
 import urllib.parse
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from elections.ports.pinned_https import parse_pins
 from elections.ports.secret_source import SecretUnreadable, read_secret
+from stkconfig.parsed import NotifyConfig
 
 Bad = Callable[[str, str, str, str], None]
-Number = Callable[[str, type, float, float], "float | int | None"]
+Number = Callable[..., "float | int | None"]  # config.load's number(key): the table's kind and range
 MIN_SECRET = 16
 
 DEFAULTS: dict[str, str] = {
@@ -48,22 +48,6 @@ DEFAULTS: dict[str, str] = {
     "WEBHOOK_TRIES": "8",
     "WEBHOOK_QUEUE": "1000",
 }
-
-
-@dataclass(frozen=True)
-class NotifyConfig:
-    role_cmd: tuple[str, ...] = ()  # argv, never a shell
-    role_timeout: float = 10.0
-    webhook_url: str = ""
-    webhook_secret: str = ""
-    webhook_pins: frozenset[str] = frozenset()
-    webhook_timeout: float = 5.0
-    webhook_tries: int = 8
-    webhook_queue: int = 1000
-
-    @property
-    def configured(self) -> bool:
-        return bool(self.role_cmd or self.webhook_url)
 
 
 def _or(value: float | int | None, default: float | int) -> float | int:
@@ -102,13 +86,13 @@ def parse(values: dict[str, str], bad: Bad, number: Number) -> NotifyConfig:
                 "use an https:// WEBHOOK_URL, or remove WEBHOOK_PINS")  # fmt: skip
     return NotifyConfig(
         role_cmd=argv,
-        role_timeout=float(_or(number("ON_ROLE_CHANGE_TIMEOUT", float, 0.1, 600), 10.0)),
+        role_timeout=float(_or(number("ON_ROLE_CHANGE_TIMEOUT"), 10.0)),
         webhook_url=url,
         webhook_secret=secret,
         webhook_pins=pins,
-        webhook_timeout=float(_or(number("WEBHOOK_TIMEOUT", float, 0.1, 120), 5.0)),
-        webhook_tries=int(_or(number("WEBHOOK_TRIES", int, 1, 100), 8)),
-        webhook_queue=int(_or(number("WEBHOOK_QUEUE", int, 1, 100_000), 1000)),
+        webhook_timeout=float(_or(number("WEBHOOK_TIMEOUT"), 5.0)),
+        webhook_tries=int(_or(number("WEBHOOK_TRIES"), 8)),
+        webhook_queue=int(_or(number("WEBHOOK_QUEUE"), 1000)),
     )
 
 

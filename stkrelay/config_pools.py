@@ -27,10 +27,11 @@ from __future__ import annotations
 
 import configparser
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from elections.ports.smburl import SmbUrlError, is_smb, parse_smb_url, smb_password
-from stkrelay.config_web import SECRET_HINT, secret_weakness
+from stkconfig.keys import BY_NAME
+from stkconfig.parsed import WatchedPool
+from stkconfig.strength import SECRET_HINT, secret_weakness
 
 Bad = Callable[[str, str, str, str], None]
 SECTION_PREFIX = "pool:"
@@ -38,24 +39,6 @@ SECTION, SECRET, VALUE = "stkrelay.E025", "stkrelay.E026", "stkrelay.E027"
 KEYS = ("LEASE_DIR", "RELAY_TOKEN", "POOL_KEY", "SHARE_TIMEOUT", "NODE")
 BACKEND_PREFIXES = ("SMB_",)  # handed to the share's backend as its options
 MAX_POOLS = 500
-
-
-@dataclass(frozen=True)
-class WatchedPool:
-    """One `[pool:<KMSN>]` section, checked."""
-
-    kmsn: str
-    lease_dir: str
-    relay_token: str
-    pool_key: str
-    share_timeout: float
-    node: str
-    values: dict[str, str] = field(default_factory=dict)  # the section as given (backend options)
-
-    # `PoolPlace.of()` reads the same attribute names as on the agent's own Config.
-    @property
-    def lease_store(self) -> str:
-        return "file"
 
 
 def sections(parser: configparser.ConfigParser) -> dict[str, dict[str, str]]:
@@ -87,52 +70,60 @@ def parse(
 
         if not kmsn or any(c.isspace() or c in "/\\" for c in kmsn) or len(kmsn) > 64:
             problem("", "is not a KMSN", "name the section [pool:<KMSN>], e.g. [pool:1234-5678-90-12]")
-            continue
-        if kmsn == own_kmsn:
+        elif kmsn == own_kmsn:
             problem("", f"is this agent's own pool ({own_kmsn})", "watch other KMSNs only: remove it")
-            continue
-        ok = True
-        for key in values:
-            if key not in KEYS and not key.startswith(BACKEND_PREFIXES):
-                problem(key, "is not a key of a watched pool", f"use {', '.join(KEYS)}")
-                ok = False
-        lease_dir = values.get("LEASE_DIR", "")
-        if not lease_dir:
-            problem(
-                "LEASE_DIR", "is not set", "point it at that site's share (its socket folder, or smb://...)"
-            )
-            ok = False
-        elif lease_dir == own_lease_dir:
-            problem("LEASE_DIR", "is this agent's own LEASE_DIR", "each pool has its own share folder")
-            ok = False
-        elif is_smb(lease_dir):
-            ok = _smb_ok(values, problem) and ok
-        token = values.get("RELAY_TOKEN", "")
-        key = values.get("POOL_KEY", "") or token
-        if not key:
-            problem("RELAY_TOKEN", "is missing", "set that pool's secret: it verifies the pool's signatures")
-            ok = False
-        for name in ("RELAY_TOKEN", "POOL_KEY"):
-            why = secret_weakness(values.get(name, "")) if values.get(name) else ""
-            if why:
-                problem(name, why, SECRET_HINT)
-                ok = False
-        timeout = share_timeout
-        if values.get("SHARE_TIMEOUT"):
-            try:
-                timeout = float(values["SHARE_TIMEOUT"])
-            except ValueError:
-                timeout = -1.0
-            if not 0.1 <= timeout <= 60:
-                problem("SHARE_TIMEOUT", f"{values['SHARE_TIMEOUT']!r} is not 0.1..60 seconds", "e.g. 2")
-                ok = False
-        node = values.get("NODE", "") or own_node
-        if any(c.isspace() or c in "/\\" for c in node) or len(node) > 64:
-            problem("NODE", f"{node[:64]!r} is not a node name", "e.g. OFFICE1")
-            ok = False
-        if ok:
-            pools.append(WatchedPool(kmsn, lease_dir, token, key, timeout, node, dict(values)))
+        else:
+            pool = _section(kmsn, values, own_node, own_lease_dir, share_timeout, problem)
+            if pool is not None:
+                pools.append(pool)
     return pools
+
+
+def _section(
+    kmsn: str, values: dict[str, str], own_node: str, own_lease_dir: str, share_timeout: float,
+    problem: Callable[[str, str, str], None],
+) -> WatchedPool | None:  # fmt: skip
+    """One `[pool:<KMSN>]` section's keys, every problem said; the pool when there is none."""
+    ok = True
+    for key in values:
+        if key not in KEYS and not key.startswith(BACKEND_PREFIXES):
+            problem(key, "is not a key of a watched pool", f"use {', '.join(KEYS)}")
+            ok = False
+    lease_dir = values.get("LEASE_DIR", "")
+    if not lease_dir:
+        problem("LEASE_DIR", "is not set", "point it at that site's share (its socket folder, or smb://...)")
+        ok = False
+    elif lease_dir == own_lease_dir:
+        problem("LEASE_DIR", "is this agent's own LEASE_DIR", "each pool has its own share folder")
+        ok = False
+    elif is_smb(lease_dir):
+        ok = _smb_ok(values, problem) and ok
+    token = values.get("RELAY_TOKEN", "")
+    key = values.get("POOL_KEY", "") or token
+    if not key:
+        problem("RELAY_TOKEN", "is missing", "set that pool's secret: it verifies the pool's signatures")
+        ok = False
+    for name in ("RELAY_TOKEN", "POOL_KEY"):
+        why = secret_weakness(values.get(name, "")) if values.get(name) else ""
+        if why:
+            problem(name, why, SECRET_HINT)
+            ok = False
+    timeout = share_timeout
+    if values.get("SHARE_TIMEOUT"):
+        try:
+            timeout = float(values["SHARE_TIMEOUT"])
+        except ValueError:
+            timeout = -1.0
+        low, high = BY_NAME["SHARE_TIMEOUT"].range or (0.1, 60)
+        if not low <= timeout <= high:
+            text = values["SHARE_TIMEOUT"]
+            problem("SHARE_TIMEOUT", f"{text!r} is not {low:g}..{high:g} seconds", "e.g. 2")
+            ok = False
+    node = values.get("NODE", "") or own_node
+    if any(c.isspace() or c in "/\\" for c in node) or len(node) > 64:
+        problem("NODE", f"{node[:64]!r} is not a node name", "e.g. OFFICE1")
+        ok = False
+    return WatchedPool(kmsn, lease_dir, token, key, timeout, node, dict(values)) if ok else None
 
 
 def _smb_ok(values: dict[str, str], problem: Callable[[str, str, str], None]) -> bool:

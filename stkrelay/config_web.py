@@ -26,16 +26,11 @@ import ipaddress
 import re
 from collections.abc import Callable
 
+from stkconfig.strength import SECRET_HINT, secret_weakness
+
 Bad = Callable[[str, str, str, str], None]
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
-SECRET_MIN_LENGTH = 16
-SECRET_MIN_DISTINCT = 6
-PLACEHOLDERS = ("change-me", "changeme", "change_me")
-SECRET_HINT = (
-    "use a long random secret, the same on every agent of the KMSN, "
-    "e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))'"
-)
 WS_MAX_BUFFER = 4 << 20
 WS_MAX_MESSAGES = 4096
 _HOSTNAME = re.compile(r"^\.?[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*\.?$")
@@ -124,20 +119,6 @@ def check_retired_forwarded_for(values: dict[str, str], bad: Bad) -> None:
     if value and value != "0":
         hint = "unset it and list the proxies' addresses in WEB_TRUSTED_PROXIES"
         bad("stkrelay.E020", "STK_TRUST_FORWARDED_FOR", "is no longer read (it trusted any peer)", hint)
-
-
-def secret_weakness(secret: str) -> str:
-    """Why `secret` is too weak for a site key ('' when it is acceptable)."""
-    if len(secret) < SECRET_MIN_LENGTH:
-        return f"is {len(secret)} characters, fewer than {SECRET_MIN_LENGTH}"
-    if len(set(secret)) < SECRET_MIN_DISTINCT:
-        return f"uses only {len(set(secret))} distinct characters"
-    for period in range(1, len(secret) // 2 + 1):
-        if all(secret[i] == secret[i % period] for i in range(len(secret))):
-            return f"repeats the same {period} characters"
-    if secret.lower().startswith(PLACEHOLDERS):
-        return "is the example's placeholder"
-    return ""
 
 
 def check_secrets(values: dict[str, str], bad: Bad) -> None:

@@ -10,10 +10,10 @@ import os
 import socket
 from pathlib import Path
 
+from stkconfig.logs import logging_config
 from stkrelay import config as stk_config
 from stkrelay.config_tls import plain_on_lan
 from stkrelay.config_web import allowed_hosts
-from stkrelay.logs import logging_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 # templates/ and static/: at the top of a source checkout; inside the package once installed
@@ -217,6 +217,6 @@ CELERY_BEAT_SCHEDULE = {
     # every LEASE_WATCH, runs on a thread of the lease worker (elections/tasks.py `Watcher`).
 }
 
-# LOG_FORMAT text (the default) or json: one JSON object per line (stkrelay/logs.py), its
+# LOG_FORMAT text (the default) or json: one JSON object per line (stkconfig/logs.py), its
 # `component` from STK_COMPONENT (runagent: agent; its supervisor sets web, worker, beat, relay).
 LOGGING = logging_config(STK.log_format, STK.node, kmsn=STK.kmsn)

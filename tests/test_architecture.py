@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("elections", "relay", "stkrelay")
+PACKAGES = ("elections", "relay", "stkrelay", "stkconfig")
 PURE = (
     "elections.core.decide",
     "elections.core.lease",
@@ -204,3 +204,26 @@ def test_the_seam_finder_finds_each_kind_of_call():
     code = "\n".join(("os.killpg(1, 9)", "Popen(a, preexec_fn=f)", "libc.inotify_init1(0)",
                       "loop.create_datagram_endpoint(f, reuse_port=True)"))  # fmt: skip
     assert len(_os_calls(ast.parse(code))) == 4
+
+
+# The configuration (issue 25.4): stkconfig is the bottom layer, and only the Django-facing
+# layers read `django.conf.settings.STK`; below them the Config is handed in (`Agent(config)`,
+# `relay.runner.main(config, argv)` from `stkrelay.child`).
+SETTINGS_READERS = ("stkrelay", "elections.web", "elections.management", "elections.tasks",
+                    "elections.steering", "elections.audit", "relay.web.ws", "relay.management")  # fmt: skip
+
+
+def test_the_configuration_package_imports_only_itself_and_the_pure_core():
+    graph = _graph()
+    below = {m: sorted(d for d in deps if not d.startswith(("stkconfig", "elections.core")))
+             for m, deps in graph.items() if m.startswith("stkconfig")}  # fmt: skip
+    assert below and all(deps == [] for deps in below.values()), below
+
+
+def test_only_the_django_layers_read_settings_stk():
+    import re
+
+    reads = re.compile(r"settings\.STK\b")
+    readers = sorted(m for m, p in _modules().items() if reads.search(p.read_text()))
+    assert readers and [m for m in readers if not m.startswith(SETTINGS_READERS)] == []
+    assert "elections.runtime.agent" not in readers and "relay.runner" not in readers

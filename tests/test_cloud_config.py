@@ -6,8 +6,9 @@ import pytest
 
 from relay.cloud.config import load
 from relay.wire.auth import cloud_key
+from stkconfig.parsed import CloudURL
 from stkrelay.config import load as load_agent
-from stkrelay.config_cloud import CloudURL, parse_cloud_url
+from stkrelay.config_cloud import parse_cloud_url
 
 KMSN = "9999-9999-99-99"
 # Two sites' LEASE_KEYs (hex, either case); strong enough to be a CLOUD_TOKEN too (the C011 case).

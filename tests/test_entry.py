@@ -4,6 +4,7 @@ proxy on real loopback sockets re-pointing as pool.json (written as the worker w
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import time
@@ -156,7 +157,7 @@ def test_the_site_page_and_doctor_say_which_member_is_the_entry_where_and_its_se
     members = {"S001": member(ip="127.0.0.21"), "S002": member(ip="127.0.0.22")}
     members["S001"].update(entry="203.0.113.5:9540", entry_sessions=3)
     doc = write_pool(dj["data_dir"], leader="S002", members=members)
-    monkeypatch.setattr(settings.STK, "entry", True)
+    monkeypatch.setattr(settings, "STK", dataclasses.replace(settings.STK, entry=True))  # Config is frozen
     status = EntryStatus(pid=os.getpid(), listen="203.0.113.5:9540", listening=True,
                          updated=time.monotonic(), sessions=3, streams=1, repointed=2,
                          target={"epoch": 7, "node": "S002", "ip": "127.0.0.22", "port": 9530})  # fmt: skip

@@ -11,7 +11,7 @@ from harness import free_port
 
 from elections.retry import Backoff
 from relay.server.external_relay import ExternalRelay
-from stkrelay.config_exec import ExecRelay
+from stkconfig.parsed import ExecRelay
 
 STANDIN = str(Path(__file__).resolve().parent / "standin_relay.py")
 

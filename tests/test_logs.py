@@ -12,8 +12,8 @@ import pytest
 from harness import KMSN, live_lease, wait_until
 
 from elections.runtime.supervisor import Supervisor
+from stkconfig.logs import JsonFormatter, SafeTextFormatter, as_json_line, logging_config
 from stkrelay import config
-from stkrelay.logs import JsonFormatter, SafeTextFormatter, as_json_line, logging_config
 from stkrelay.web import RotatingLog
 
 KEYS = {"time", "level", "node", "kmsn", "component", "message"}

@@ -8,7 +8,7 @@ from test_agents_notify import SECRET, Receiver, role_script
 
 from elections.retry import Backoff
 from elections.runtime.notify import Notifier
-from stkrelay.config_notify import NotifyConfig
+from stkconfig.parsed import NotifyConfig
 
 
 def notifier(url="", audit=None, **kw):

@@ -172,7 +172,9 @@ def test_the_wheel_carries_every_module_template_and_static_file(installed):
     names = set(zipfile.ZipFile(installed.wheel).namelist())
     files = source_files()
     modules = [
-        f for f in files if f.endswith(".py") and f.split("/")[0] in ("stkrelay", "elections", "relay")
+        f
+        for f in files
+        if f.endswith(".py") and f.split("/")[0] in ("stkrelay", "stkconfig", "elections", "relay")
     ]
     assert modules and [m for m in modules if m not in names] == []
     shipped = ("templates", "static", "locale")

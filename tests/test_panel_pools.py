@@ -5,6 +5,7 @@ are projected into the test's database; and the fleet view's order."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -18,7 +19,7 @@ from elections.core.lease import signature_ok
 from elections.ports.clock import SystemClock
 from elections.ports.localstate import LocalState
 from elections.runtime.watch import PoolWatcher
-from stkrelay.config_pools import WatchedPool
+from stkconfig.parsed import WatchedPool
 
 dj = test_panel_support.dj
 A, B = "1111-1111-11-11", "2222-2222-22-22"
@@ -44,7 +45,7 @@ def pools(dj, tmp_path):
     """Own pool led by S002 at epoch 7; A led by S003 at epoch 2; B led by S001 at epoch 1."""
     from django.conf import settings
 
-    stk = settings.STK
+    saved = stk = settings.STK
     sims = {A: SimPool(tmp_path / "a" / "socket", A, KEY_A, members=3),
             B: SimPool(tmp_path / "b" / "socket", B, KEY_B, members=10)}  # fmt: skip
     sims[A].elect("S001")
@@ -52,8 +53,8 @@ def pools(dj, tmp_path):
     sims[B].elect("S001")
     for sim in sims.values():
         sim.beat_all()
-    saved = stk.watched
-    stk.watched = [WatchedPool(k, str(s.dir), s.key, s.key, 1.0, "OFFICE1") for k, s in sims.items()]
+    watched = [WatchedPool(k, str(s.dir), s.key, s.key, 1.0, "OFFICE1") for k, s in sims.items()]
+    settings.STK = stk = dataclasses.replace(stk, watched=watched)  # Config is frozen
     shutil.rmtree(dj["data_dir"] / "watched", ignore_errors=True)
     local = LocalState(dj["data_dir"])
     watchers = {
@@ -69,7 +70,7 @@ def pools(dj, tmp_path):
     try:
         yield sims, look
     finally:
-        stk.watched = saved
+        settings.STK = saved
 
 
 def test_every_page_and_the_api_show_the_own_pool_and_the_watched_ones(pools):

@@ -15,7 +15,7 @@ from poolsim import SimPool
 from elections.ports.clock import FakeClock
 from elections.ports.localstate import LocalState
 from elections.runtime.watch import PoolWatcher, Watchers
-from stkrelay.config_pools import WatchedPool
+from stkconfig.parsed import WatchedPool
 
 KMSN = "1111-1111-11-11"
 KEY = "watched-pool-key-0123456789"

@@ -13,7 +13,7 @@ The escape is JSON's own, so a JSON document passed through it is still valid
 JSON with the same value: the commands apply it to their JSON output too.
 `relayctl`, `stkuser`, `relayclient` and the agents' log lines print nothing
 from outside without it (`elections.ports.terminal.SafeOutput` for the
-commands, `stkrelay.logs` for the logs). Pure: no I/O.
+commands, `stkconfig.logs` for the logs). Pure: no I/O.
 """
 
 from __future__ import annotations

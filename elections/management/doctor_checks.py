@@ -7,8 +7,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from stkconfig.model import Config
 
-def listen_check(check: Any, stk: Any) -> None:
+
+def listen_check(check: Any, stk: Config) -> None:
     """Where this agent's relay listens (relay.server.listen_set): NODE_IP, loopback, the addresses
     the executors hold; an address it cannot bind (not arrived yet, taken) fails the check."""
     from elections.ports.localstate import LocalState
@@ -50,7 +52,7 @@ def clock_checks(check: Any, me: str, pool: Any) -> None:
         check(f"clock of {node}", not off, detail)
 
 
-def relay_kind_check(check: Any, stk: Any) -> None:
+def relay_kind_check(check: Any, stk: Config) -> None:
     """Which relay this agent runs when it leads (RELAY_KIND, DESIGN.md §16) and, while it
     leads with an external relay, whether that relay accepts behind the fencing proxy."""
     from elections.ports.localstate import LocalState
@@ -76,7 +78,7 @@ def relay_kind_check(check: Any, stk: Any) -> None:
                               f"forwarded now, {proxy.restarts} restarts")  # fmt: skip
 
 
-def ownership_checks(checks: list[dict[str, Any]], stk: Any, read: Any, members: dict[str, Any]) -> None:
+def ownership_checks(checks: list[dict[str, Any]], stk: Config, read: Any, members: dict[str, Any]) -> None:
     """Where each address really is, looked at now (ADR 0011 phase 4): one check per address,
     against the lease read above; the members' own reports come from their heartbeats."""
     from elections.core.actions import action_config
@@ -136,7 +138,7 @@ def share_split_check(check: Any, pool: Any) -> None:
               f"{f.get('detail')} (for {f.get('since_s')} s)")  # fmt: skip
 
 
-def legacy_check(check: Any, stk: Any) -> None:
+def legacy_check(check: Any, stk: Config) -> None:
     """``RELAY_LEGACY = 1`` (relay.wire.legacy): say so, with this relay's legacy sessions, and warn:
     old stations send the site token in clear on the LAN. A warning, not a failure."""
     from elections.ports.localstate import LocalState

@@ -86,7 +86,7 @@ class CommandGate:
 
 
 def gate_for(config: Any) -> FileGate | CommandGate | None:
-    """The gate `stkrelay.config_gate.GateConfig` describes, or None."""
+    """The gate `stkconfig.parsed.GateConfig` describes, or None."""
     if config.file:
         return FileGate(config.file, config.timeout)
     if config.cmd:

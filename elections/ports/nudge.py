@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import logging
 import socket
-from typing import Any
 
 from elections.core.nudge import Nudge
 from elections.ports.beacons import subnet_broadcast
+from stkconfig.model import Config
 
 log = logging.getLogger("stkrelay.beacons")
 
@@ -60,8 +60,8 @@ def send_nudge(nudge: Nudge, key: str, source_ip: str, port: int, targets: list[
     return sent
 
 
-def nudge_pool(stk: Any, leader_ip: str | None, node: str, seq: int, kind: str) -> int:
-    """Tell this agent's own pool (settings `stk`) that `node` wrote event `seq`."""
+def nudge_pool(stk: Config, leader_ip: str | None, node: str, seq: int, kind: str) -> int:
+    """Tell this agent's own pool (its `Config`) that `node` wrote event `seq`."""
     if stk.beacon_interval <= 0 or seq <= 0:
         return 0
     nudge = Nudge(stk.kmsn, node, seq, kind)

@@ -31,6 +31,8 @@ from elections.ports.share import Share
 from elections.ports.sharefiles import DEFAULT_TIMEOUT, deadline_for
 from elections.ports.smburl import is_smb, parse_smb_url, smb_password
 from elections.ports.store import FileLeaseStore, LeaseStore
+from stkconfig.model import Config
+from stkconfig.parsed import WatchedPool
 
 FILE = "file"
 ETCD = "etcd"
@@ -73,8 +75,8 @@ class PoolPlace:
     options: Mapping[str, str] = field(default_factory=dict)  # the backend's own settings
 
     @classmethod
-    def of(cls, stk: Any) -> PoolPlace:
-        """This agent's own pool, from its settings (`settings.STK`)."""
+    def of(cls, stk: Config | WatchedPool) -> PoolPlace:
+        """This agent's own pool, from its `Config` (or a watched pool's section)."""
         return cls(
             kmsn=stk.kmsn,
             lease_dir=stk.lease_dir,

@@ -74,6 +74,7 @@ from elections.runtime.policy import PoolPolicy
 from elections.runtime.projection import Projector, pool_event_sink
 from elections.runtime.share_split import SplitAlarm
 from elections.runtime.watch import Watchers
+from stkconfig.model import Config
 
 log = logging.getLogger("stkrelay.agent")
 
@@ -96,10 +97,7 @@ GATE_STEP = 0.2  # seconds
 GATE_WAIT = 0.02  # seconds between looks of an elected plan waiting for its gate to open
 
 
-def identity() -> Identity:
-    from django.conf import settings
-
-    stk = settings.STK
+def identity(stk: Config) -> Identity:
     return Identity(
         node=stk.node,
         kmsn=stk.kmsn,
@@ -111,10 +109,8 @@ def identity() -> Identity:
 
 
 class Agent:
-    def __init__(self) -> None:
-        from django.conf import settings
-
-        stk = settings.STK
+    def __init__(self, config: Config) -> None:
+        stk = config
         self.stk = stk
         self.fresh: dict[str, Freshness] = {}
         self.split: SplitAlarm | None = None  # members on another store (core.share_split), with beacons
@@ -152,7 +148,7 @@ class Agent:
         self.member_reads = MemberReads(store, stk.node, stk.heartbeat_ttl, stk.lease_renew, stk.lease_ttl,
                                         clock.monotonic)  # fmt: skip
         self.elector = Elector(
-            store, clock, identity(), self.timing, events=pool_event_sink(stk), policy=self.policy,
+            store, clock, identity(stk), self.timing, events=pool_event_sink(stk), policy=self.policy,
             on_elected=self._elected, on_demoted=self._demoted, refusals=self.refusals,
         )  # fmt: skip
         self._seed_memory()
@@ -603,10 +599,11 @@ class Agent:
         self._let_go_of_leftovers()
 
 
-def agent() -> Agent:
+def agent(config: Config) -> Agent:
+    """The one `Agent` of this process, built from `config` at the first call."""
     global _agent
     if _agent is None:
-        _agent = Agent()
+        _agent = Agent(config)
     return _agent
 
 

@@ -51,6 +51,8 @@ from elections.ports.host.files import write_atomic
 from elections.ports.host.processes import kill_group, spawn_options
 from elections.ports.pinned_https import opener
 from elections.retry import Backoff, retry
+from stkconfig.model import Config
+from stkconfig.parsed import NotifyConfig
 
 log = logging.getLogger("stkrelay.notify")
 
@@ -135,10 +137,10 @@ def read_counters(data_dir: str) -> dict[str, int]:
 
 
 class Notifier:
-    """The process's notifier for one agent (`cfg`: `stkrelay.config_notify.NotifyConfig`)."""
+    """The process's notifier for one agent (`cfg`: its `NotifyConfig`)."""
 
     def __init__(
-        self, cfg: Any, kmsn: str, node: str, audit: Any = None, backoff: Backoff | None = None,
+        self, cfg: NotifyConfig, kmsn: str, node: str, audit: Any = None, backoff: Backoff | None = None,
         data_dir: str = "",
     ) -> None:  # fmt: skip
         self.cfg, self.kmsn, self.node = cfg, kmsn, node
@@ -339,8 +341,8 @@ class EventFeed:
             self._stop.wait(self.every)
 
 
-def start_for(stk: Any) -> EventFeed | None:
-    """The notifier of this agent (`settings.STK`) and its feed, started; None when neither
+def start_for(stk: Config) -> EventFeed | None:
+    """The notifier of this agent (its `Config`) and its feed, started; None when neither
     `ON_ROLE_CHANGE` nor `WEBHOOK_URL` is set. Called once, by the worker (`runtime.agent`)."""
     cfg = getattr(stk, "notify", None)
     if cfg is None or not cfg.configured:

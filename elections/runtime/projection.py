@@ -24,6 +24,8 @@ from elections.errors import StoreUnavailable
 from elections.ports.clock import SystemClock
 from elections.ports.stores import EventSink, PoolPlace, open_event_sink
 from elections.retry import Backoff, retry
+from stkconfig.model import Config
+from stkconfig.parsed import WatchedPool
 
 log = logging.getLogger("stkrelay.projection")
 
@@ -90,14 +92,14 @@ class DbEventSink:
         return seq
 
 
-def pool_event_sink(stk: Any) -> DbEventSink:
-    """This agent's history sink, from its settings (`settings.STK`): rows in its
+def pool_event_sink(stk: Config) -> DbEventSink:
+    """This agent's history sink, from its configuration: rows in its
     database, mirrored to the pool's `events/<node>.jsonl`."""
     return DbEventSink(stk.kmsn, stk.node, open_event_sink(PoolPlace.of(stk), stk.node, SystemClock()))
 
 
-def watched_event_sink(watched: Any) -> DbEventSink:
-    """This agent's sink in a watched pool (`stkrelay.config_pools.WatchedPool`):
+def watched_event_sink(watched: WatchedPool) -> DbEventSink:
+    """This agent's sink in a watched pool (`stkconfig.parsed.WatchedPool`):
     rows in its database under that KMSN, mirrored to `events/<NODE>.jsonl` on
     that pool's share, signed with that pool's key. Operator commands only: the
     agent never contends there."""

@@ -47,7 +47,7 @@ from elections.ports.host.dirwatch import DirWatch
 from elections.ports.host.processes import spawn_options, wake_pipe
 from elections.ports.localstate import LEADERSHIP_NAME, RELAY_NAME, Leadership, LocalState
 from elections.retry import Backoff
-from stkrelay.logs import as_json_line
+from stkconfig.logs import as_json_line
 
 log = logging.getLogger("stkrelay.supervisor")
 
@@ -107,7 +107,7 @@ class Supervisor:
         self.release = release
         self.out = out or sys.stdout
         self.tick = tick
-        self.log_format = log_format  # json: every line out is one JSON object (stkrelay/logs.py)
+        self.log_format = log_format  # json: every line out is one JSON object (stkconfig/logs.py)
         self.node = node
         self.kmsn = kmsn
         self.stopping = threading.Event()

@@ -32,6 +32,8 @@ from elections.errors import StoreUnavailable
 from elections.ports.clock import Clock
 from elections.ports.localstate import LocalState, MemberView, PoolView
 from elections.ports.stores import PoolPlace, open_event_tail, open_store
+from stkconfig.model import Config
+from stkconfig.parsed import WatchedPool
 
 log = logging.getLogger("stkrelay.watch")
 
@@ -42,7 +44,7 @@ class PoolWatcher:
     """One watched pool, read only. `look()` is one bounded cycle."""
 
     def __init__(
-        self, watched: Any, viewer: str, clock: Clock, local: LocalState, projector: Any,
+        self, watched: WatchedPool, viewer: str, clock: Clock, local: LocalState, projector: Any,
         heartbeat_ttl: float, promotion_hold: float, lease_ttl: float,
     ) -> None:  # fmt: skip
         self.kmsn = watched.kmsn
@@ -160,7 +162,7 @@ class Watchers:
         self._threads: list[threading.Thread] = []
 
     @classmethod
-    def from_settings(cls, stk: Any, clock: Clock, local: LocalState, projector: Any) -> Watchers:
+    def from_settings(cls, stk: Config, clock: Clock, local: LocalState, projector: Any) -> Watchers:
         timing = (stk.heartbeat_ttl, stk.promotion_hold, stk.lease_ttl)
         watchers = []
         for w in getattr(stk, "watched", []):

@@ -11,7 +11,7 @@ tunnel, default 4: below the clients' 5 s registration deadline), ``PARK_MAX``
 (remote clients parked at once per site, default 256; more are refused
 ``not_leader`` at once). One ``[site:<KMSN>]`` per site with its
 ``CLOUD_TOKEN``, as strong as a site key
-(`stkrelay.config_web.secret_weakness`: at least 16 characters, 6 distinct,
+(`stkconfig.strength.secret_weakness`: at least 16 characters, 6 distinct,
 not one short run repeated, not the example's placeholder), and its ``LEASE_KEY``: the 64-hex
 K_cloud of `relay.wire.lease_mac` (``relayctl cloud-key`` on an agent of the
 site prints it), or ``LEASE_KEY_FILE`` naming a file whose first line holds
@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from relay.cloud.grants import Grant
-from stkrelay.config import Problem
-from stkrelay.config_web import secret_weakness
+from stkconfig.model import Problem
+from stkconfig.strength import secret_weakness
 
 LEASE_KEY_HEX = 64
 HEX = frozenset("0123456789abcdef")

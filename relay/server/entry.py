@@ -1,7 +1,7 @@
 """An entry member's public side (issue 26 part 1, DESIGN.md §14.1): the router's port-forward
 reaches this member, and it forwards remote clients to whoever leads now.
 
-`python -m relay.server.entry` runs on a member with ``ENTRY = 1`` (the supervisor starts it
+`python -m stkrelay.child relay.server.entry` runs on a member with ``ENTRY = 1`` (the supervisor starts it
 beside the relay standby, `elections.management.commands.runagent`). It listens on
 `ENTRY_LISTEN` (``port`` protocol v1, ``port + 1`` passthrough; bound with
 ``IP_FREEBIND``, so a VIP the entry members share may come and go) and forwards raw
@@ -35,13 +35,13 @@ import asyncio
 import logging
 import os
 import signal
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from elections.ports.localstate import EntryStatus, LocalState, PoolView, entry_shown
 from relay.server.fencing_proxy import FencingProxy
+from stkconfig.model import Config
 
 log = logging.getLogger("stkrelay.relay")
 
@@ -191,26 +191,12 @@ def stale_after(lease_poll: float, lease_ttl: float) -> float:
     return min(max(4 * lease_poll, 2.0), lease_ttl)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`python -m relay.server.entry`: the entry member's public side, configured from STK_INI."""
-    import logging.config
-
-    from stkrelay import config as stk_config
-    from stkrelay.logs import logging_config
-
-    stk = stk_config.load(check_dirs=os.environ.get("STK_SKIP_DIR_CHECKS") != "1")
-    logging.config.dictConfig(logging_config(stk.log_format, stk.node, kmsn=stk.kmsn))
-    if stk.problems:
-        for problem in stk.problems:
-            print(f"entry: config {stk.source}: {problem.line()}", file=sys.stderr)
-        return 2
+def main(stk: Config, argv: list[str] | None = None) -> int:
+    """`python -m stkrelay.child relay.server.entry`: the entry member's public side, with the
+    configuration `stkrelay.child` loaded."""
     if not stk.entry or stk.entry_listen is None:
         print(f"entry: {stk.node} is no entry member (ENTRY = 0): nothing to do", flush=True)
         return 0
     runner = EntryRunner(stk.data_dir, stk.entry_listen, stale_after(stk.lease_poll, stk.lease_ttl),
                          stk.relay_max_per_address)  # fmt: skip
     return asyncio.run(runner.run())
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """The site's own relay as this leader's child (`RELAY_KIND = exec`, DESIGN.md §16).
 
-`ExternalRelay` runs `RELAY_EXEC` (`stkrelay.config_exec.ExecRelay`, the
+`ExternalRelay` runs `RELAY_EXEC` (`stkconfig.parsed.ExecRelay`, the
 placeholders filled in for this epoch) while the relay runner serves, and:
 
 - counts it as serving (`accepting`, then `on_up()`) only once a TCP connect
@@ -37,7 +37,7 @@ from typing import Any
 
 from elections.ports.host.processes import kill_group, spawn_options
 from elections.retry import Backoff
-from stkrelay.config_exec import ExecRelay
+from stkconfig.parsed import ExecRelay
 
 log = logging.getLogger("stkrelay.relay")
 

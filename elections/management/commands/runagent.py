@@ -18,11 +18,11 @@ import sys
 import time
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
 from elections.ports.webcert import FINGERPRINT, WebCert, made_cert, operator_cert, show
+from stkconfig.model import Config
 from stkrelay.config_tls import plain_on_lan
 
 
@@ -97,13 +97,15 @@ class Command(BaseCommand):
                                  "--without-heartbeat", "--stk-beat", "-l", "WARNING"]),
             # Warm standby, without Django (relay/runner.py): listens within ~0.1 s of the fenced
             # start_relay action of a won epoch, stops itself 0.1-0.2 s after losing; restarted if it dies.
-            ChildSpec("relay", [py, "-m", "relay.runner", "--standby"], standby=True),
+            ChildSpec("relay", [py, "-m", "stkrelay.child", "relay.runner", "--standby"], standby=True),
         ]  # fmt: skip
-        if stk.entry:  # the router's port-forward reaches this member (relay.server.entry, §14.1)
-            specs.append(ChildSpec("entry", [py, "-m", "relay.server.entry"]))
+        if (
+            stk.entry
+        ):  # the router's port-forward reaches this member (relay/server/entry.py, DESIGN.md §14.1)
+            specs.append(ChildSpec("entry", [py, "-m", "stkrelay.child", "relay.server.entry"]))
         clock = SystemClock()
         os.environ["STK_AGENT_PID"] = str(os.getpid())
-        me = identity()
+        me = identity(stk)
 
         def release(state: Leadership) -> bool:
             """On SIGTERM: mark our lease released so a follower takes over at once."""
@@ -162,7 +164,7 @@ class Command(BaseCommand):
         os._exit(code)
 
 
-def _web_cert(stk: Any, env: dict[str, str]) -> WebCert | None:
+def _web_cert(stk: Config, env: dict[str, str]) -> WebCert | None:
     """The certificate the web child serves (None: WEB_PLAIN); made in DATA_DIR at first start."""
     if stk.web_plain:
         return None

@@ -1,0 +1,17 @@
+"""The agent's configuration and logging: the bottom layer under `relay/` and `elections/`.
+
+Vocabulary:
+
+- **key**: one name of `stk.ini`'s `[stk]` section (`LEASE_TTL`), also `STK_<KEY>`
+  in the environment. Every key is one row of the **key table** (`stkconfig.keys`).
+- **raw value**: the text a key was given (or its table default), `Config.values`.
+- **`Config`**: the typed, frozen result (`stkconfig.model`), one attribute per key
+  (`LEASE_TTL` → `config.lease_ttl`), plus what some keys parse into (`gate`,
+  `notify`, `cloud`, `relay_exec`, `watched`). It is handed to what needs it
+  (`Agent(config)`); only the Django layers read it from the `STK` setting.
+- **`Problem`**: one bad value: a stable check id (`stkrelay.E0xx`), the key, what is
+  wrong and the fix. `stkrelay.config.load` returns them; nothing raises.
+
+Nothing here imports Django, `relay/`, `stkrelay/` or `elections/` above its pure core:
+`stkrelay.config` (the Django project, on top) reads the file and runs the checks.
+"""

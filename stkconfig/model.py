@@ -1,0 +1,124 @@
+"""The typed configuration: `Config` (frozen) and `Problem` (one bad value)."""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, dataclass, field, fields
+from types import SimpleNamespace
+from typing import Any
+
+from stkconfig.parsed import CloudURL, ExecRelay, GateConfig, NotifyConfig, WatchedPool
+
+BEACON_INTERVAL = 0.2  # BEACON_INTERVAL's default, seconds
+LANGUAGE = "en"  # LANGUAGE_CODE's default
+
+
+@dataclass(frozen=True)
+class Problem:
+    id: str  # stable: stkrelay.E0xx
+    key: str
+    message: str
+    hint: str
+
+    def line(self) -> str:
+        return f"{self.key}: {self.message} ({self.id}) — {self.hint}"
+
+
+@dataclass(frozen=True)
+class Config:
+    """The agent's configuration, typed and frozen: one attribute per key of the table
+    (`LEASE_TTL` → `lease_ttl`), and what some keys parse into. Made by
+    `stkrelay.config.load`; pass it to what needs it."""
+
+    kmsn: str = ""
+    station: str = ""
+    node: str = ""
+    node_ip: str = "127.0.0.1"
+    relay_port: int = 9530
+    relay_token: str = ""
+    pool_key: str = ""  # signs every pool record (lease, lock, members, events, audit chain)
+    share_timeout: float = 2.0
+    lease_dir: str = ""
+    lease_store: str = "file"  # or etcd
+    etcd_endpoints: list[str] = field(default_factory=list)
+    etcd_prefix: str = ""
+    etcd_ca: str = ""
+    etcd_cert: str = ""
+    etcd_key: str = ""
+    lease_ttl: float = 10.0
+    lease_renew: float = 3.0
+    lease_poll: float = 2.0
+    renew_deadline: float = 7.0
+    web_port: int = 8000
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    data_dir: str = ""
+    relay_max_frame: int = 1 << 20
+    relay_keepalive: float = 10.0
+    heartbeat_ttl: float = 10.0
+    promotion_hold: float = 5.0
+    lease_watch: float = 0.25
+    priority: int = 50
+    health_cmd: str = ""
+    health_url: str = ""
+    gate: GateConfig = field(default_factory=GateConfig)
+    notify: NotifyConfig = field(default_factory=NotifyConfig)
+    relay_attests: bool = True
+    web_allowed_hosts: list[str] = field(default_factory=list)  # WEB_ALLOWED_HOSTS only; see allowed_hosts()
+    web_trusted_proxies: list[str] = field(default_factory=list)  # networks, e.g. "10.0.0.5/32"
+    web_login_address_failures: int = 20  # failed logins per client address per STK_LOGIN_WINDOW_S
+    web_login_failures_per_s: float = 0.5  # failed logins per second, all addresses together
+    web_login_burst: int = 5  # ...with this many at once
+    web_plain: bool = False  # plain HTTP instead of HTTPS (stkrelay/config_tls.py)
+    tls_cert: str = ""  # the operator's certificate; "" with HTTPS: the one made in DATA_DIR
+    tls_key: str = ""
+    web_ws_max_buffer: int = 4 << 20  # see config_web.parse_ws_bounds
+    web_ws_max_messages: int = 4096
+    relay_station_keys_only: bool = False
+    relay_max_per_address: int = 0
+    relay_loopback: str = "auto"  # auto | on | off (relay.server.listen_set)
+    relay_legacy: bool = (
+        False  # old stations on the built-in relay (stkrelay.config_legacy, relay.wire.legacy)
+    )
+    relay_legacy_magic: str = ""
+    relay_legacy_wait: float = 0.3
+    entry: bool = (
+        False  # ENTRY: the router's port-forward reaches this member (config_entry, relay.server.entry)
+    )
+    entry_listen: tuple[str, int] | None = None  # ENTRY_LISTEN parsed
+    log_format: str = "text"
+    log_max_bytes: int = 10 << 20
+    log_backups: int = 5
+    events_segment_bytes: int = 1 << 20
+    events_keep_bytes: int = 4 << 20
+    events_keep_days: float = 400.0
+    cloud_url: str = ""
+    cloud_token: str = ""
+    cloud: CloudURL | None = None  # CLOUD_URL parsed; None when no tunnel is wanted
+    clouds: tuple[CloudURL, ...] = ()  # every URL of a comma-separated CLOUD_URL, cloud first (config_cloud)
+    beacon_interval: float = BEACON_INTERVAL
+    beacon_port: int = 9532
+    beacon_peers: list[str] = field(default_factory=list)
+    relay_kind: str = "builtin"  # or exec (stkrelay/config_exec.py)
+    relay_exec: ExecRelay | None = None  # with exec and sound keys: the command and its loopback address
+    ownership_check: float = 2.0  # seconds between looks at the addresses; 0 = off (config_ownership)
+    ownership_hold: float = 10.0
+    ownership_repair: bool = True
+    language_code: str = LANGUAGE
+    time_zone: str = "UTC"
+    source: str = "(defaults)"
+    problems: list[Problem] = field(default_factory=list)
+    values: dict[str, str] = field(default_factory=dict)  # every [stk] key as given, overrides applied
+    watched: list[WatchedPool] = field(default_factory=list)  # the [pool:<KMSN>] sections (config_pools)
+    ignored: list[str] = field(default_factory=list)  # keys of the file nobody reads (the old agent's own)
+
+
+def draft() -> Any:
+    """A mutable stand-in for a `Config` at its defaults, for the loader to fill in."""
+    return SimpleNamespace(**{
+        f.name: f.default_factory() if f.default is MISSING else f.default  # type: ignore[misc]
+        for f in fields(Config)
+    })  # fmt: skip
+
+
+def freeze(filled: Any) -> Config:
+    """The `Config` a filled-in `draft()` describes."""
+    return Config(**{f.name: getattr(filled, f.name) for f in fields(Config)})

@@ -1,0 +1,92 @@
+"""What some keys parse into: the typed parts of `Config` (`gate`, `notify`, `cloud`,
+`relay_exec`, `watched`). Pure values; the checks that make them live in
+`stkrelay.config_*` (one module per concern)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+GATE_TIMEOUT = 1.0  # GATE_TIMEOUT's default, seconds
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    """`GATE_CMD` / `GATE_FILE` / `GATE_TIMEOUT` / `GATE_MAX_AGE` (stkrelay.config_gate)."""
+
+    cmd: tuple[str, ...] = ()  # argv, never a shell
+    file: str = ""
+    timeout: float = GATE_TIMEOUT
+    max_age: float = 0.0  # 0: a readable file counts whenever it was written
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.cmd or self.file)
+
+
+@dataclass(frozen=True)
+class NotifyConfig:
+    """`ON_ROLE_CHANGE*` and `WEBHOOK_*` (stkrelay.config_notify)."""
+
+    role_cmd: tuple[str, ...] = ()  # argv, never a shell
+    role_timeout: float = 10.0
+    webhook_url: str = ""
+    webhook_secret: str = ""
+    webhook_pins: frozenset[str] = frozenset()
+    webhook_timeout: float = 5.0
+    webhook_tries: int = 8
+    webhook_queue: int = 1000
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.role_cmd or self.webhook_url)
+
+
+@dataclass(frozen=True)
+class CloudURL:
+    """``CLOUD_URL`` parsed: ``tcp://host:port`` or ``ws(s)://host[:port]/path`` (stkrelay.config_cloud)."""
+
+    scheme: str
+    host: str
+    port: int
+    path: str = "/"
+
+
+@dataclass(frozen=True)
+class ExecRelay:
+    """`RELAY_EXEC` split into words, and where that relay listens (loopback; stkrelay.config_exec)."""
+
+    argv: tuple[str, ...]  # each word may hold placeholders
+    host: str
+    port: int
+
+    @property
+    def passthrough_port(self) -> int:
+        return self.port + 1
+
+    def command(self, *, epoch: int, kmsn: str) -> list[str]:
+        """The words with every placeholder filled in, for one start."""
+        values: Mapping[str, Any] = {
+            "host": self.host, "port": self.port, "passthrough_port": self.passthrough_port,
+            "epoch": epoch, "kmsn": kmsn,
+        }  # fmt: skip
+        return [word.format_map(values) for word in self.argv]
+
+
+@dataclass(frozen=True)
+class WatchedPool:
+    """One `[pool:<KMSN>]` section, checked (stkrelay.config_pools)."""
+
+    kmsn: str
+    lease_dir: str
+    relay_token: str
+    pool_key: str
+    share_timeout: float
+    node: str
+    values: dict[str, str] = field(default_factory=dict)  # the section as given (backend options)
+
+    # `PoolPlace.of()` reads the same attribute names as on the agent's own Config.
+    @property
+    def lease_store(self) -> str:
+        return "file"
