@@ -54,8 +54,8 @@ def test_it_writes_only_over_what_it_read(store):
     assert store.write(rec("S002", 1), expect=first.revision) is WriteOutcome.CHANGED
     now = store.read()
     assert now.status == "valid" and now.record.node == "S001"
-    assert not (store.dir / "relay_leader.lock").exists()
-    assert [p.name for p in store.dir.iterdir()] == ["relay_leader.json"]  # no temp files left
+    assert not (store.share.root / "relay_leader.lock").exists()
+    assert [p.name for p in store.share.root.iterdir()] == ["relay_leader.json"]  # no temp files left
 
 
 def test_a_fence_that_says_no_writes_nothing(store):

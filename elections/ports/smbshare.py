@@ -60,6 +60,7 @@ from smbprotocol.open import (
 from smbprotocol.tree import TreeConnect
 
 from elections.core.untrusted import NOT_A_FILE, TOO_LARGE, UNREADABLE, Untrusted
+from elections.ports.backend import poll_watch
 from elections.ports.share import SHARE_OPS, parent_of
 from elections.ports.sharefiles import DEFAULT_TIMEOUT, NODE_FILE, pick_node_files
 from elections.ports.smbsession import REPARSE, SmbSession, status_of
@@ -464,6 +465,9 @@ class SmbShare(SmbSession):
             return bool((fopen.file_attributes or 0) & (REPARSE | DIRECTORY))
 
         return self._op(run, rel, retry=True)
+
+    def watch_folder(self, rel: str, timeout: float, stop: threading.Event | None = None) -> bool:
+        return poll_watch(timeout, stop)
 
 
 def _hidden(rel: str) -> Untrusted:

@@ -122,17 +122,13 @@ def _etcd_pool(place: PoolPlace) -> Any:
     return pool_for(opts.get("ETCD_ENDPOINTS", ""), prefix, place.timeout, tls, fallback=fallback)
 
 
-def store_details(store: Any) -> dict[str, Any]:
+def store_details(store: LeaseStore) -> dict[str, Any]:
     """What the panel shows of a pool's store: its kind and place, and what the
     backend adds (etcd: endpoints, leader, revision). Never raises."""
-    details = getattr(store, "details", None)
-    if callable(details):
-        try:
-            return dict(details())
-        except Exception as exc:
-            return {"kind": store.describe().partition(":")[0], "where": store.describe(), "error": str(exc)}
-    where = store.describe()
-    return {"kind": where.partition(":")[0], "where": where}
+    try:
+        return dict(store.details())
+    except Exception as exc:
+        return {"kind": store.describe().partition(":")[0], "where": store.describe(), "error": str(exc)}
 
 
 def open_store(
