@@ -48,7 +48,7 @@ def test_a_holder_whose_etcd_lease_is_revoked_learns_it_from_the_watch_and_write
     wait_until(lambda: pool.watch.connected, 10, "the pool's watch")
     # An operator (or etcd itself, after the TTL) takes the lease away: its key goes with it.
     pool.client.call("kv/lease/revoke", {"ID": holder.held_lease})
-    wait_until(lambda: holder.held_lease in holder._lost, 5, "the watch to report the revoked lease")
+    wait_until(lambda: holder.held_lease in holder.backend._lost, 5, "the watch to report the revoked lease")
     read = holder.read()
     assert read.status == "missing" and "revoked" in read.detail
     assert holder.write(rec("S001", won.epoch, seq=1), expect=read.revision) is WriteOutcome.LOST

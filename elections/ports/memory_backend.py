@@ -10,10 +10,11 @@ is atomic against every other writer of the dict.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from elections.core.skew import ClockReading
+from elections.core.skew import ClockReading, from_window
 from elections.core.untrusted import LEASE, TOO_LARGE, Untrusted
 from elections.ports.backend import (
     LEASE_KEY,
@@ -35,15 +36,23 @@ class MemoryBackend:
     reads_one_by_one = True
     record_end = b"\n"
 
-    def __init__(self, name: str = "memory") -> None:
+    def __init__(self, name: str = "memory", of: MemoryBackend | None = None) -> None:
         self.name = name
         self.where = name
-        self.data: dict[str, bytes] = {}
         self.refuse: Callable[..., None] = log_only
-        self._writes = 0
-        self._revision: dict[str, int] = {}
-        self._lock = threading.RLock()
-        self._changed = threading.Condition(self._lock)
+        if of is None:
+            self.data: dict[str, bytes] = {}
+            self._revision: dict[str, int] = {}
+            self._writes = [0]
+            self._stamp: dict[str, float] = {}  # key -> when it was last written, on this process's clock
+            self._lock = threading.RLock()
+        else:  # another client of the same records (another machine's view)
+            self.data, self._revision, self._writes, self._lock = of.data, of._revision, of._writes, of._lock
+            self._stamp = of._stamp
+
+    def client(self) -> MemoryBackend:
+        """Another client of these records, with its own record layer above it."""
+        return MemoryBackend(self.name, of=self)
 
     def describe(self) -> str:
         return self.name
@@ -86,14 +95,14 @@ class MemoryBackend:
     # -- writing -----------------------------------------------------------------------
     def put(self, key: str, data: bytes | None) -> None:
         """A write without a compare (what anyone may do; also the tests' arranging)."""
-        with self._changed:
+        with self._lock:
             if data is None:
                 self.data.pop(key, None)
             else:
                 self.data[key] = data
-            self._writes += 1
-            self._revision[key] = self._writes
-            self._changed.notify_all()
+            self._writes[0] += 1
+            self._revision[key] = self._writes[0]
+            self._stamp[key] = time.time()
 
     def cas(
         self, key: str, data: bytes, expected: str | None, fence: Callable[[], bool] | None = None,
@@ -129,4 +138,8 @@ class MemoryBackend:
         return poll_watch(timeout, stop)
 
     def measure_clock(self, key: str, window: tuple[float, float] | None) -> ClockReading | None:
-        return None  # one process: one clock
+        """The time the dict took this member's last write, on this process's clock."""
+        stamp = self._stamp.get(key)
+        if window is None or stamp is None:
+            return None
+        return from_window(*window, stamp, 0.0, "memory")

@@ -149,11 +149,12 @@ class PoolStore:
     ) -> tuple[WriteOutcome, LeaseRecord | None]:
         made: list[tuple[LeaseRecord, dict[str, Any]]] = []
         counter = self.backend.counter_key
+        node = str(member.get("node") or self.node)
 
         def build(lease: Got) -> list[Write]:
             counter_got = self.backend.get(counter, LEASE.max_bytes) if counter else None
             self._own = None  # an election is rare: compare on what our record holds now
-            own_rev, own = self._read_own()
+            own_rev, own = self._read_own(node)
             highest = max(known_epoch, self._lease_epoch(lease), self._counter_epoch(counter_got),
                           self._members_epoch())  # fmt: skip
             record = make(highest + 1)
@@ -161,10 +162,10 @@ class PoolStore:
             made.append((record, claim))
             writes = []
             if counter and counter_got is not None:
-                body = {"epoch": record.epoch, "node": self.node}
+                body = {"epoch": record.epoch, "node": node}
                 writes.append(Write(counter, self._signed(body), counter_got.revision))
             claim_bytes = self._signed(claim) + self.backend.record_end
-            writes.append(Write(member_key(self.node), claim_bytes, own_rev))  # the claim, before the lease
+            writes.append(Write(member_key(node), claim_bytes, own_rev))  # the claim, before the lease
             writes.append(Write(LEASE_KEY, record.encode(self.pool_key), hold_s=record.ttl_s))
             return writes
 
@@ -173,7 +174,8 @@ class PoolStore:
             self._own = None
             return claimed.outcome, None
         record, claim = made[0]
-        self._wrote_own(claimed.revisions.get(member_key(self.node), ""), claim)
+        if node == self.node:
+            self._wrote_own(claimed.revisions.get(member_key(node), ""), claim)
         return WriteOutcome.WRITTEN, record
 
     def _lease_epoch(self, got: Got) -> int:
