@@ -51,7 +51,9 @@ class TestBackend(MemoryBackend):
 
     def _logged(self, key: str, data: bytes) -> None:
         doc = json.loads(data)
-        self.log.append(("lease" if key == LEASE_KEY else "member", str(doc.get("node")), doc.get("epoch", 0)))
+        self.log.append(
+            ("lease" if key == LEASE_KEY else "member", str(doc.get("node")), doc.get("epoch", 0))
+        )
 
     def _lost_lock(self) -> bool:
         if self._busy:
@@ -99,7 +101,9 @@ class MemoryLeaseStore(PoolStore):
         self.calls["read"] += 1
         return super().read()
 
-    def write(self, record: LeaseRecord, expect: str, fence: Callable[[], bool] | None = None) -> WriteOutcome:
+    def write(
+        self, record: LeaseRecord, expect: str, fence: Callable[[], bool] | None = None
+    ) -> WriteOutcome:
         self.calls["write"] += 1
         return super().write(record, expect, fence)
 

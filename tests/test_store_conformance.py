@@ -206,7 +206,9 @@ def memory_pool():
         records.put(key(record), raw)
 
     def remove(record: str) -> None:
-        for k in [k for k in records.data if k == key(record) or (record == "members" and k.startswith(MEMBERS))]:
+        for k in [
+            k for k in records.data if k == key(record) or (record == "members" and k.startswith(MEMBERS))
+        ]:
             records.put(k, None)
 
     def store(node: str, clock, token: str = TOKEN, timeout: float = 5.0):  # type: ignore[no-untyped-def]

@@ -121,7 +121,9 @@ class MemoryBackend:
             if self.revision(LEASE_KEY) != expect:
                 return Claimed(WriteOutcome.CHANGED)
             writes = list(build(self.get(LEASE_KEY, LEASE.max_bytes)) or ())
-            if not writes or any(w.expected is not None and self.revision(w.key) != w.expected for w in writes):
+            if not writes or any(
+                w.expected is not None and self.revision(w.key) != w.expected for w in writes
+            ):
                 return Claimed(WriteOutcome.CHANGED)
             for write in writes:  # in order: the claims, then the lease
                 self.put(write.key, write.data)

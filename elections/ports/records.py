@@ -191,7 +191,9 @@ class PoolStore:
                 raise got.refused
             doc = load_object(got.data or b"", MEMBER, source)
             if not signature_ok(doc, self.pool_key):
-                raise Untrusted(UNSIGNED if "sig" not in doc else FORGED, "epoch counter is not validly signed")
+                raise Untrusted(
+                    UNSIGNED if "sig" not in doc else FORGED, "epoch counter is not validly signed"
+                )
         except Untrusted as exc:
             self.refuse(source, exc)
             return 0
@@ -304,7 +306,9 @@ class PoolStore:
         """One member's last valid heartbeat (one read; a bad record is refused as in `read_members`)."""
         if not NODE_FILE.fullmatch(node):
             return None
-        return self.backend.run(lambda: self._member(node, self.backend.get(member_key(node), MEMBER.max_bytes)))
+        return self.backend.run(
+            lambda: self._member(node, self.backend.get(member_key(node), MEMBER.max_bytes))
+        )
 
     def member_names(self) -> set[str]:
         """The nodes with a member record (one listing, no record read)."""

@@ -47,8 +47,8 @@ from pathlib import Path
 from typing import Protocol
 
 from elections.core.untrusted import Untrusted
-from elections.ports.backend import poll_watch
 from elections.ports import sharefiles
+from elections.ports.backend import poll_watch
 from elections.ports.host.files import publish_exclusive, write_atomic
 from elections.ports.sharefiles import DEFAULT_TIMEOUT, NODE_FILE, ShareDeadline, deadline_for
 

@@ -144,7 +144,9 @@ class ShareBackend:
         except FileNotFoundError:
             return {}
         except OSError as exc:
-            raise StoreUnavailable(f"cannot list {MEMBERS_DIR}/ in {self.share.where}: {exc.strerror or exc}") from exc
+            raise StoreUnavailable(
+                f"cannot list {MEMBERS_DIR}/ in {self.share.where}: {exc.strerror or exc}"
+            ) from exc
         for exc in refused:
             self.refuse(f"{MEMBERS_DIR}/", exc)
         return {name[: -len(".json")]: size for name, size in found.items()}
@@ -196,10 +198,10 @@ class ShareBackend:
             self.lock.release()
 
     def _write_member(self, key: str, data: bytes, expected: str | None) -> WriteOutcome:
-        if expected is not None and self._known.get(key) != expected:
-            if self._got(file_of(key), MEMBER.max_bytes).revision != expected:
-                self._known.pop(key, None)
-                return WriteOutcome.CHANGED
+        known = expected is None or self._known.get(key) == expected
+        if not known and self._got(file_of(key), MEMBER.max_bytes).revision != expected:
+            self._known.pop(key, None)
+            return WriteOutcome.CHANGED
         try:
             planted = self.share.ensure_dir(MEMBERS_DIR)
         except OSError as exc:

@@ -179,7 +179,9 @@ class EtcdBackend:
             node = kv.key[len(key_of(prefix)) :]
             got = self._judge(prefix + node, kv, max_bytes)
             if not NODE.fullmatch(node):
-                got = replace(got, refused=Untrusted(WRONG_NODE, f"member key {node[:64]!r} is not named after a node"))
+                got = replace(
+                    got, refused=Untrusted(WRONG_NODE, f"member key {node[:64]!r} is not named after a node")
+                )
             out.found[node] = got
         self._members_cache = (gen, time.monotonic(), out)
         return replace(out, found=dict(out.found))

@@ -16,8 +16,10 @@ from elections.ports.records import PoolStore
 class EtcdLeaseStore(PoolStore):
     backend: EtcdBackend
 
-    def __init__(self, pool: EtcdPool, pool_key: str, node: str, clock: Clock, refusals: Refusals | None = None,
-                 watch: bool = True) -> None:  # fmt: skip
+    def __init__(
+        self, pool: EtcdPool, pool_key: str, node: str, clock: Clock, refusals: Refusals | None = None,
+        watch: bool = True,
+    ) -> None:  # fmt: skip
         super().__init__(EtcdBackend(pool, node, watch=watch), pool_key, node, clock, refusals)
         self.pool = pool
 
