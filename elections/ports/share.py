@@ -110,9 +110,12 @@ class Share(Protocol):
 
     def planted(self, rel: str) -> bool: ...
 
-    def watch_folder(self, rel: str, timeout: float, stop: threading.Event | None = None) -> bool:
-        """Wait until something in the folder may have changed (True) or `timeout`
-        passes (False): polling, unless the server tells of changes (SMB2 CHANGE_NOTIFY)."""
+    def watch_folder(
+        self, rel: str, timeout: float, stop: threading.Event | None = None, names: set[str] | None = None
+    ) -> bool:
+        """Wait until a file of `names` in the folder (any, if None) may have changed (True)
+        or `timeout` passes (False): polling, unless the server tells of changes (SMB2
+        CHANGE_NOTIFY)."""
         ...
 
 
@@ -196,7 +199,9 @@ class LocalShare:
         path = self.path(rel)
         return path.is_symlink() or (path.exists() and not path.is_file())
 
-    def watch_folder(self, rel: str, timeout: float, stop: threading.Event | None = None) -> bool:
+    def watch_folder(
+        self, rel: str, timeout: float, stop: threading.Event | None = None, names: set[str] | None = None
+    ) -> bool:
         return poll_watch(timeout, stop)  # a mounted share's changes are not told to this client
 
 

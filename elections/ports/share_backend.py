@@ -108,7 +108,9 @@ class ShareBackend:
         return self.deadline.run(guarded)
 
     def watch(self, key: str, timeout: float, stop: threading.Event | None = None) -> bool:
-        return self.share.watch_folder("", timeout, stop)  # SMB2 CHANGE_NOTIFY, where the server offers it
+        rel = file_of(key)  # SMB2 CHANGE_NOTIFY on its folder, where the server offers it
+        folder, _, name = rel.rpartition("/")
+        return self.share.watch_folder(folder, timeout, stop, names={name} if name else None)
 
     # -- reading -------------------------------------------------------------
     def _read_raw(self, rel: str, limits: Limits) -> bytes | None:

@@ -60,9 +60,9 @@ from smbprotocol.open import (
 from smbprotocol.tree import TreeConnect
 
 from elections.core.untrusted import NOT_A_FILE, TOO_LARGE, UNREADABLE, Untrusted
-from elections.ports.backend import poll_watch
 from elections.ports.share import SHARE_OPS, parent_of
 from elections.ports.sharefiles import DEFAULT_TIMEOUT, NODE_FILE, pick_node_files
+from elections.ports.smbnotify import FolderNotify
 from elections.ports.smbsession import REPARSE, SmbSession, status_of
 from elections.ports.smburl import SmbUrl
 
@@ -86,6 +86,8 @@ MAX_LIST_BATCHES = 64  # QUERY_DIRECTORY round trips per listing (MAX_SCAN entri
 
 class SmbShare(SmbSession):
     """The `Share` operations on one folder of one SMB share."""
+
+    _notify: FolderNotify | None = None  # made at the first watch
 
     # -- the Share operations ------------------------------------------------
     def exists(self) -> bool:
@@ -466,8 +468,14 @@ class SmbShare(SmbSession):
 
         return self._op(run, rel, retry=True)
 
-    def watch_folder(self, rel: str, timeout: float, stop: threading.Event | None = None) -> bool:
-        return poll_watch(timeout, stop)
+    def watch_folder(
+        self, rel: str, timeout: float, stop: threading.Event | None = None, names: set[str] | None = None
+    ) -> bool:
+        """SMB2 CHANGE_NOTIFY on the folder where the server offers it, else polling (`smbnotify`)."""
+        with self._lock:
+            if self._notify is None:
+                self._notify = FolderNotify(self)
+        return self._notify.wait(rel, names, timeout, stop)
 
 
 def _hidden(rel: str) -> Untrusted:
