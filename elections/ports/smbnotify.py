@@ -35,10 +35,11 @@ from typing import TYPE_CHECKING, Any
 from smbprotocol.change_notify import CompletionFilter, FileSystemWatcher
 from smbprotocol.exceptions import SMBResponseException
 from smbprotocol.header import NtStatus
-from smbprotocol.open import CreateDisposition, CreateOptions, DirectoryAccessMask
+from smbprotocol.open import CreateDisposition
 
 from elections.ports.backend import poll_watch
 from elections.ports.share import SHARE_OPS
+from elections.ports.smbsession import FOLDER, LIST
 
 if TYPE_CHECKING:
     from elections.ports.smbsession import SmbSession
@@ -50,8 +51,6 @@ CHANGES = (
     | CompletionFilter.FILE_NOTIFY_CHANGE_LAST_WRITE
     | CompletionFilter.FILE_NOTIFY_CHANGE_SIZE
 )
-FOLDER = CreateOptions.FILE_OPEN_REPARSE_POINT | CreateOptions.FILE_DIRECTORY_FILE
-LIST = DirectoryAccessMask.FILE_LIST_DIRECTORY | DirectoryAccessMask.FILE_READ_ATTRIBUTES
 REFUSED = frozenset({
     NtStatus.STATUS_NOT_SUPPORTED,
     0xC0000002,  # STATUS_NOT_IMPLEMENTED (not in smbprotocol 1.17)
