@@ -1,157 +1,59 @@
-"""An in-memory `LeaseStore` for in-process tests of the runtime.
-
-It keeps the file store's contract (`elections/ports/store.py`), so that an
-`Elector` driven over it behaves as over the share:
-
-- `read()` returns a real `LeaseRead`: the lease is kept as the bytes
-  `LeaseRecord.encode` signs and is parsed with `parse_lease` on every read.
-- `write(record, expect, fence)` is compare-and-set on the revision read, and
-  asks `fence()` only after the compare, at the last moment before writing.
-- `acquire(make, expect, known_epoch, member)` takes one more than
-  max(known_epoch, highest recorded epoch), records the claim in the member's
-  doc, then writes the lease (`log` keeps that order for tests to see).
-- `write_member(doc)` never lowers the epoch already recorded for a member.
-- every method raises `StoreUnavailable` while `down` is set.
+"""An in-memory `LeaseStore` for in-process tests of the runtime: the real record
+layer (`elections.ports.records.PoolStore`: signed, verified, refused, seq and
+epoch never going down) over the real dict backend
+(`elections.ports.memory_backend.MemoryBackend`), which also runs the
+conformance suite (`tests/test_store_conformance.py`, the `memory` pool).
 
 What it adds for tests: `calls` counts the calls of each protocol method (an
 election's internal look at the highest epoch is not a call), `down` makes
 it unreachable, `lose_race_once()` makes the next write or acquire lose a race
 (BUSY: another writer holds the lock; or CHANGED: a rival's record lands
-between the caller's read and its write), and `meanwhile()` runs anything in
-that very gap (time passing, another node acting). The helpers tests use to
-arrange the store (`put`, `put_raw`, `delete`, `wipe`, `lease`,
-`member`) are not counted.
+between the caller's read and its write), `meanwhile()` runs anything in
+that very gap (time passing, another node acting), and `log` keeps the order
+of the writes (("member" | "lease", node, epoch)). The helpers tests use to
+arrange the store (`put`, `put_raw`, `delete`, `wipe`, `lease`, `member`)
+are not counted.
 """
 
 from __future__ import annotations
 
-import copy
+import json
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from elections.core.lease import LeaseRead, LeaseRecord, parse_lease, revision_of, sign, signature_ok
+from elections.core.lease import LeaseRead, LeaseRecord, parse_lease
 from elections.errors import StoreUnavailable
-from elections.ports.store import WriteOutcome
+from elections.ports.backend import LEASE_KEY, Build, Claimed, WriteOutcome, member_key
+from elections.ports.clock import Clock, SystemClock
+from elections.ports.memory_backend import MemoryBackend
+from elections.ports.records import PoolStore
 
 TOKEN = "tok-memory-0123456789"
 
 
-class MemoryLeaseStore:
-    def __init__(self, token: str = TOKEN, name: str = "memory") -> None:
-        self.token = token
-        self.name = name
-        self.raw: bytes | None = None  # the lease file's bytes; None: no file
-        self.calls: Counter[str] = Counter()
+class TestBackend(MemoryBackend):
+    """The dict backend, with a test's hooks: unreachable, a race lost, a gap."""
+
+    __test__ = False
+
+    def __init__(self, name: str = "memory") -> None:
+        super().__init__(name)
         self.down = False
-        self.log: list[tuple[str, str, int]] = []  # ("member" | "lease", node, epoch), in write order
-        self._members: dict[str, dict[str, Any]] = {}  # node -> signed doc
+        self.log: list[tuple[str, str, int]] = []
         self._busy = 0
         self._meanwhile: list[Callable[[], None]] = []
 
-    # -- the LeaseStore protocol ---------------------------------------------------
-    def read(self) -> LeaseRead:
-        self._call("read")
-        return parse_lease(self.raw, self.token)
-
-    def write(
-        self, record: LeaseRecord, expect: str, fence: Callable[[], bool] | None = None
-    ) -> WriteOutcome:
-        self._call("write")
-        if self._lost_lock():
-            return WriteOutcome.BUSY
-        if revision_of(self.raw) != expect:
-            return WriteOutcome.CHANGED
-        if fence is not None and not fence():
-            return WriteOutcome.FENCED
-        self._put_lease(record)
-        return WriteOutcome.WRITTEN
-
-    def acquire(
-        self,
-        make: Callable[[int], LeaseRecord],
-        expect: str,
-        known_epoch: int,
-        member: dict[str, Any],
-    ) -> tuple[WriteOutcome, LeaseRecord | None]:
-        self._call("acquire")
-        if self._lost_lock():
-            return WriteOutcome.BUSY, None
-        if revision_of(self.raw) != expect:
-            return WriteOutcome.CHANGED, None
-        record = make(max(known_epoch, self._highest()) + 1)
-        self._put_member(dict(member, epoch=record.epoch))  # the claim, before the lease
-        self._put_lease(record)
-        return WriteOutcome.WRITTEN, record
-
-    def highest_epoch(self) -> int:
-        self._call("highest_epoch")
-        return self._highest()
-
-    def write_member(self, doc: dict[str, Any]) -> None:
-        self._call("write_member")
-        self._put_member(doc)
-
-    def read_members(self) -> dict[str, dict[str, Any]]:
-        self._call("read_members")
-        return {n: copy.deepcopy(d) for n, d in sorted(self._members.items()) if signature_ok(d, self.token)}
-
-    def remove_member(self, node: str) -> bool:
-        self._call("remove_member")
-        return self._members.pop(node, None) is not None
-
-    def forget_member(self, node: str) -> None:
-        pass
-
-    def describe(self) -> str:
-        self.calls["describe"] += 1  # never unreachable: it only names the store
-        return self.name
-
-    # -- arranging a test (not counted) ----------------------------------------------
-    def put(self, record: LeaseRecord) -> None:
-        """Another writer's signed record lands in the store."""
-        self.raw = record.encode(self.token)
-
-    def put_raw(self, raw: bytes | None) -> None:
-        """Any bytes at all (damaged, forged), or None for no file."""
-        self.raw = raw
-
-    def delete(self) -> None:
-        """The lease file is deleted (members' docs stay, as on the share)."""
-        self.raw = None
-
-    def wipe(self) -> None:
-        """Every file is deleted: the lease and the members' docs."""
-        self.raw = None
-        self._members.clear()
-
-    @property
-    def lease(self) -> LeaseRecord | None:
-        """The valid record the store holds now, if any."""
-        return parse_lease(self.raw, self.token).record
-
-    def member(self, node: str) -> dict[str, Any] | None:
-        doc = self._members.get(node)
-        return None if doc is None else copy.deepcopy(doc)
-
-    def lose_race_once(self, rival: LeaseRecord | None = None, busy: bool = False) -> None:
-        """The next write or acquire loses: BUSY with `busy`, else CHANGED
-        because `rival` is written between the caller's read and its write."""
-        if busy:
-            self._busy += 1
-        else:
-            assert rival is not None, "a CHANGED race needs the rival's record"
-            self.meanwhile(lambda: self.put(rival))
-
-    def meanwhile(self, fn: Callable[[], None]) -> None:
-        """Run `fn` inside the next write or acquire, just before it compares."""
-        self._meanwhile.append(fn)
-
-    # -- inside ------------------------------------------------------------------------
-    def _call(self, method: str) -> None:
-        self.calls[method] += 1
+    def run(self, fn):  # type: ignore[no-untyped-def]
         if self.down:
             raise StoreUnavailable(f"{self.name} is unreachable")
+        return super().run(fn)
+
+    def _logged(self, key: str, data: bytes) -> None:
+        doc = json.loads(data)
+        self.log.append(
+            ("lease" if key == LEASE_KEY else "member", str(doc.get("node")), doc.get("epoch", 0))
+        )
 
     def _lost_lock(self) -> bool:
         if self._busy:
@@ -162,28 +64,126 @@ class MemoryLeaseStore:
             fn()
         return False
 
-    def _highest(self) -> int:
-        record = self.lease
-        best = record.epoch if record is not None else 0
-        for doc in self._members.values():
-            if signature_ok(doc, self.token):
-                best = max(best, _epoch(doc))
-        return best
+    def cas(self, key, data, expected, fence=None, hold_s=None):  # type: ignore[no-untyped-def]
+        if key == LEASE_KEY and self._lost_lock():
+            return WriteOutcome.BUSY, ""
+        outcome, revision = super().cas(key, data, expected, fence, hold_s)
+        if outcome is WriteOutcome.WRITTEN:
+            self._logged(key, data)
+        return outcome, revision
 
-    def _put_lease(self, record: LeaseRecord) -> None:
-        self.raw = record.encode(self.token)
-        self.log.append(("lease", record.node, record.epoch))
+    def claim(self, expect: str, build: Build) -> Claimed:
+        if self._lost_lock():
+            return Claimed(WriteOutcome.BUSY)
+        writes: list = []
 
-    def _put_member(self, doc: dict[str, Any]) -> None:
-        node = str(doc["node"])
-        mine = _epoch(self._members.get(node) or {})
-        if mine > _epoch(doc):
-            doc = dict(doc, epoch=mine)
-        doc = {k: v for k, v in doc.items() if k != "sig"}
-        self._members[node] = dict(doc, sig=sign(doc, self.token))
-        self.log.append(("member", node, _epoch(doc)))
+        def kept(lease):  # type: ignore[no-untyped-def]
+            writes[:] = list(build(lease) or ())
+            return writes
+
+        claimed = super().claim(expect, kept)
+        if claimed.outcome is WriteOutcome.WRITTEN:
+            for write in writes:
+                self._logged(write.key, write.data)
+        return claimed
 
 
-def _epoch(doc: dict[str, Any]) -> int:
-    epoch = doc.get("epoch")
-    return epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else 0
+class MemoryLeaseStore(PoolStore):
+    def __init__(self, token: str = TOKEN, name: str = "memory", clock: Clock | None = None,
+                 node: str = "memory") -> None:  # fmt: skip
+        super().__init__(TestBackend(name), token, node, clock or SystemClock())
+        self.memory: TestBackend = self.backend  # type: ignore[assignment]
+        self.name = name
+        self.calls: Counter[str] = Counter()
+
+    # -- counted: the LeaseStore protocol -----------------------------------------------
+    def read(self) -> LeaseRead:
+        self.calls["read"] += 1
+        return super().read()
+
+    def write(
+        self, record: LeaseRecord, expect: str, fence: Callable[[], bool] | None = None
+    ) -> WriteOutcome:
+        self.calls["write"] += 1
+        return super().write(record, expect, fence)
+
+    def acquire(self, make, expect, known_epoch, member):  # type: ignore[no-untyped-def]
+        self.calls["acquire"] += 1
+        return super().acquire(make, expect, known_epoch, member)
+
+    def highest_epoch(self) -> int:
+        self.calls["highest_epoch"] += 1
+        return super().highest_epoch()
+
+    def write_member(self, doc: dict[str, Any]) -> None:
+        self.calls["write_member"] += 1
+        super().write_member(doc)
+
+    def read_members(self) -> dict[str, dict[str, Any]]:
+        self.calls["read_members"] += 1
+        return super().read_members()
+
+    def remove_member(self, node: str) -> bool:
+        self.calls["remove_member"] += 1
+        return super().remove_member(node)
+
+    def describe(self) -> str:
+        self.calls["describe"] += 1  # never unreachable: it only names the store
+        return self.name
+
+    # -- the test's hooks ----------------------------------------------------------------
+    @property
+    def down(self) -> bool:
+        return self.memory.down
+
+    @down.setter
+    def down(self, value: bool) -> None:
+        self.memory.down = value
+
+    @property
+    def log(self) -> list[tuple[str, str, int]]:
+        return self.memory.log
+
+    @property
+    def raw(self) -> bytes | None:
+        return self.memory.data.get(LEASE_KEY)
+
+    def put(self, record: LeaseRecord) -> None:
+        """Another writer's signed record lands in the store."""
+        self.memory.put(LEASE_KEY, record.encode(self.pool_key))
+
+    def put_raw(self, raw: bytes | None) -> None:
+        """Any bytes at all (damaged, forged), or None for no record."""
+        self.memory.put(LEASE_KEY, raw)
+
+    def delete(self) -> None:
+        """The lease is deleted (members' records stay, as on the share)."""
+        self.memory.put(LEASE_KEY, None)
+
+    def wipe(self) -> None:
+        """Every record is deleted: the lease and the members'."""
+        for key in list(self.memory.data):
+            self.memory.put(key, None)
+        self._own = None
+
+    @property
+    def lease(self) -> LeaseRecord | None:
+        """The valid record the store holds now, if any."""
+        return parse_lease(self.raw, self.pool_key).record
+
+    def member(self, node: str) -> dict[str, Any] | None:
+        raw = self.memory.data.get(member_key(node))
+        return None if raw is None else json.loads(raw)
+
+    def lose_race_once(self, rival: LeaseRecord | None = None, busy: bool = False) -> None:
+        """The next write or acquire loses: BUSY with `busy`, else CHANGED
+        because `rival` is written between the caller's read and its write."""
+        if busy:
+            self.memory._busy += 1
+        else:
+            assert rival is not None, "a CHANGED race needs the rival's record"
+            self.meanwhile(lambda: self.put(rival))
+
+    def meanwhile(self, fn: Callable[[], None]) -> None:
+        """Run `fn` inside the next write or acquire, just before it compares."""
+        self.memory._meanwhile.append(fn)

@@ -52,9 +52,10 @@ def available() -> str | None:
 
 
 class Samba:
-    def __init__(self, workdir: Path, host: str = "127.0.0.1") -> None:
+    def __init__(self, workdir: Path, host: str = "127.0.0.1", change_notify: bool = True) -> None:
         self.dir = workdir
         self.host = host
+        self.change_notify = change_notify  # False: a server that refuses SMB2 CHANGE_NOTIFY
         self.port = free_port(host)
         self.root = workdir / "share"
         self.conf = workdir / "smb.conf"
@@ -95,6 +96,7 @@ class Samba:
   server min protocol = SMB2_10
   kernel oplocks = no
   smb encrypt = desired
+  change notify = {"yes" if self.change_notify else "no"}
 
 [{SHARE}]
   path = {self.root}

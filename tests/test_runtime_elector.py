@@ -134,8 +134,8 @@ def backend(request, tmp_path):
         import shutil
 
         store = FileLeaseStore(tmp_path / "share", TOKEN, "S001", FakeClock())
-        store.dir.mkdir()
-        return store, lambda: shutil.rmtree(store.dir)
+        store.share.root.mkdir()
+        return store, lambda: shutil.rmtree(store.share.root)
     mem = MemoryLeaseStore()
     return mem, lambda: setattr(mem, "down", True)
 

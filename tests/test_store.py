@@ -13,7 +13,7 @@ import time
 import pytest
 from harness import signed_lock
 
-from elections.core.lease import LeaseRecord
+from elections.core.lease import LeaseRecord, sign
 from elections.errors import StoreUnavailable
 from elections.ports.clock import FakeClock
 from elections.ports.store import FileLeaseStore, WriteOutcome
@@ -54,8 +54,8 @@ def test_it_writes_only_over_what_it_read(store):
     assert store.write(rec("S002", 1), expect=first.revision) is WriteOutcome.CHANGED
     now = store.read()
     assert now.status == "valid" and now.record.node == "S001"
-    assert not (store.dir / "relay_leader.lock").exists()
-    assert [p.name for p in store.dir.iterdir()] == ["relay_leader.json"]  # no temp files left
+    assert not (store.share.root / "relay_leader.lock").exists()
+    assert [p.name for p in store.share.root.iterdir()] == ["relay_leader.json"]  # no temp files left
 
 
 def test_a_fence_that_says_no_writes_nothing(store):
@@ -341,3 +341,25 @@ def test_a_member_removed_between_the_listing_and_its_read_is_gone_not_refused(t
     store.share.listing = listing_then_forget
     assert "S002" not in store.read_members()
     assert not store.refusals.counts, store.refusals.counts
+
+
+def test_the_files_on_the_share_are_byte_for_byte_the_contract(tmp_path, clock):
+    """DESIGN.md §5.1, §6: the lease is `LeaseRecord.encode` (canonical signature, one
+    line), a member's file is its JSON with `sig` last and a newline, written under
+    these names and nowhere else; the lock is gone after the election."""
+    store = FileLeaseStore(tmp_path, TOKEN, "S001", clock)
+    outcome, won = store.acquire(
+        lambda e: rec("S001", e), store.read().revision, 0, {"node": "S001", "seq": 4}
+    )
+    assert outcome is WriteOutcome.WRITTEN
+    claim = {"node": "S001", "seq": 4, "epoch": 1}
+    assert (tmp_path / "relay_leader.json").read_bytes() == won.encode(TOKEN)
+    member = (tmp_path / "members" / "S001.json").read_bytes()
+    assert member == json.dumps({**claim, "sig": sign(claim, TOKEN)}).encode() + b"\n"
+    store.write_member({"node": "S001", "seq": 9, "ip": "127.0.0.1"})
+    beat = {"node": "S001", "seq": 9, "ip": "127.0.0.1", "epoch": 1}  # the epoch kept, after the others
+    assert (tmp_path / "members" / "S001.json").read_bytes() == json.dumps(
+        {**beat, "sig": sign(beat, TOKEN)}
+    ).encode() + b"\n"
+    names = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    assert names == ["members", "members/S001.json", "relay_leader.json"]

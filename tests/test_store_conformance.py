@@ -186,12 +186,52 @@ def etcd_pool(etcd_cluster):
     return Pool("etcd", store, put, remove, events, event_docs, plant_events)
 
 
-POOLS = {"local": "local_pool", "smb": "smb_pool", "etcd": "etcd_pool"}  # backend -> fixture
+@pytest.fixture
+def memory_pool():
+    """The dict backend the in-process tests use (`tests/memstore.py`): each store is
+    another client of one dict. It keeps no event log (the agents' tests over it
+    use no events): the event tests run on `event_pool`."""
+    from elections.ports.backend import LEASE_KEY, MEMBERS
+    from elections.ports.memory_backend import MemoryBackend
+    from elections.ports.records import PoolStore
+
+    records = MemoryBackend("memory")
+
+    def key(record: str) -> str:
+        if record == "lease":
+            return LEASE_KEY
+        return MEMBERS + record[len("members/") :].removesuffix(".json") if record != "members" else MEMBERS
+
+    def put(record: str, raw: bytes) -> None:
+        records.put(key(record), raw)
+
+    def remove(record: str) -> None:
+        for k in [
+            k for k in records.data if k == key(record) or (record == "members" and k.startswith(MEMBERS))
+        ]:
+            records.put(k, None)
+
+    def store(node: str, clock, token: str = TOKEN, timeout: float = 5.0):  # type: ignore[no-untyped-def]
+        return PoolStore(records.client(), token, node, clock)
+
+    def no_events(*args: Any) -> Any:
+        raise AssertionError("the memory backend keeps no event log")
+
+    return Pool("memory", store, put, remove, no_events, no_events, no_events)
+
+
+POOLS = {"local": "local_pool", "smb": "smb_pool", "etcd": "etcd_pool", "memory": "memory_pool"}  # -> fixture
 LOCKING = ("local", "smb")  # backends whose writers exclude each other with the share's lock file
+EVENT_LOGS = ("local", "smb", "etcd")  # backends that keep the pool's event log
 
 
 @pytest.fixture(params=sorted(POOLS))
 def pool(request) -> Pool:
+    return request.getfixturevalue(POOLS[request.param])
+
+
+@pytest.fixture(params=EVENT_LOGS)
+def event_pool(request) -> Pool:
     return request.getfixturevalue(POOLS[request.param])
 
 
@@ -331,15 +371,15 @@ def test_a_replayed_heartbeat_is_refused_and_the_last_good_one_kept(pool):
     assert reader.refusals.counts["replayed"] == 1
 
 
-def test_replayed_and_forged_event_lines_are_refused(pool):
+def test_replayed_and_forged_event_lines_are_refused(event_pool):
     clock = FakeClock()
-    sink, tail = pool.events("S001", clock)
+    sink, tail = event_pool.events("S001", clock)
     sink.record("elected", 1, "first")
     sink.record("renewed", 1, "second")
-    lines = pool.event_docs("S001")
+    lines = event_pool.event_docs("S001")
     assert [e["seq"] for e in tail.new_events()] == [1, 2]
     forged = {**lines[0], "seq": 7, "kind": "promote"}
-    pool.plant_events("S001", [lines[0], forged])  # an old line again, and one with its signature moved
+    event_pool.plant_events("S001", [lines[0], forged])  # an old line again, and one with its signature moved
     assert tail.new_events() == []
     assert tail.refusals.counts["replayed"] == 1 and tail.refusals.counts["forged"] == 1
 
@@ -348,14 +388,14 @@ def signed(doc: dict) -> dict:
     return {**doc, "sig": sign(doc, TOKEN)}
 
 
-def test_a_signed_event_with_a_field_of_the_wrong_type_or_out_of_range_is_refused_alone(pool):
+def test_a_signed_event_with_a_field_of_the_wrong_type_or_out_of_range_is_refused_alone(event_pool):
     clock = FakeClock()
-    sink, tail = pool.events("S001", clock)
+    sink, tail = event_pool.events("S001", clock)
     sink.record("elected", 1, "first")
     sink.record("renewed", 1, "second")
     assert [e["seq"] for e in tail.new_events()] == [1, 2]
     line = {"node": "S001", "kind": "renewed", "at": "2026-06-15T20:30:15+00:00", "reason": ""}
-    pool.plant_events("S001", [
+    event_pool.plant_events("S001", [
         signed({**line, "seq": 3, "epoch": "x"}),
         signed({**line, "seq": 2**63, "epoch": 1}),  # one past what a database column holds
         signed({**line, "seq": 4, "epoch": 2**63, "kind": "elected"}),
@@ -503,14 +543,14 @@ def test_member_records_must_be_validly_signed_and_name_their_own_node(pool):
     assert store.highest_epoch() == 1  # no planted epoch counts
 
 
-def test_a_new_writer_of_a_node_knows_the_highest_seq_the_pool_holds_for_it(pool):
+def test_a_new_writer_of_a_node_knows_the_highest_seq_the_pool_holds_for_it(event_pool):
     # What an agent with a fresh database starts above (DbEventSink): never a seq taken before.
     clock = FakeClock()
-    sink, _ = pool.events("S001", clock)
+    sink, _ = event_pool.events("S001", clock)
     for i in range(3):
         sink.record("renewed", 1, f"event {i}")
-    again, _ = pool.events("S001", clock)
-    fresh, _ = pool.events("S002", clock)
+    again, _ = event_pool.events("S001", clock)
+    fresh, _ = event_pool.events("S002", clock)
     assert (again.last_seq(), fresh.last_seq(), sink.last_seq()) == (3, 0, 3)
 
 
@@ -540,6 +580,6 @@ def test_a_store_measures_this_clock_against_its_own(pool):
     store = pool.store("S001", SystemClock())
     store.write_member(member("S001"))
     reading = store.measure_clock()
-    assert reading is not None and reading.against in ("file server", "etcd")
+    assert reading is not None and reading.against in ("file server", "etcd", "memory")
     assert abs(reading.offset_s) < reading.error_s + 1.0, reading  # one machine: one clock
     assert reading.error_s < (1.5 if reading.against == "etcd" else 0.5), reading  # etcd's Date: a 1 s grain

@@ -48,7 +48,7 @@ def test_a_holder_whose_etcd_lease_is_revoked_learns_it_from_the_watch_and_write
     wait_until(lambda: pool.watch.connected, 10, "the pool's watch")
     # An operator (or etcd itself, after the TTL) takes the lease away: its key goes with it.
     pool.client.call("kv/lease/revoke", {"ID": holder.held_lease})
-    wait_until(lambda: holder.held_lease in holder._lost, 5, "the watch to report the revoked lease")
+    wait_until(lambda: holder.held_lease in holder.backend._lost, 5, "the watch to report the revoked lease")
     read = holder.read()
     assert read.status == "missing" and "revoked" in read.detail
     assert holder.write(rec("S001", won.epoch, seq=1), expect=read.revision) is WriteOutcome.LOST
@@ -168,3 +168,19 @@ def test_a_tail_reads_a_long_log_in_bounded_calls_and_says_there_is_more(pool):
         if not tail.backlog:
             break
     assert sizes == [64, 64, 22] and tail.last_seq["S001"] == 150
+
+
+def test_the_keys_and_values_on_etcd_are_byte_for_byte_the_contract(pool):
+    """DESIGN.md §5.2: `pool/leader` (on the holder's etcd lease) holds `LeaseRecord.encode`,
+    `pool/epoch` and `pool/members/<node>` a signed JSON object each, without a newline."""
+    store = EtcdLeaseStore(pool, TOKEN, "S001", FakeClock())
+    outcome, won = take(store)
+    assert outcome is WriteOutcome.WRITTEN
+    kvs, _ = pool.bounded_range("", 100, 1 << 16, 1 << 20)
+    held = {kv.key: kv for kv in kvs}
+    assert sorted(held) == ["pool/epoch", "pool/leader", "pool/members/S001"]
+    assert held["pool/leader"].value == won.encode(TOKEN) and held["pool/leader"].lease == store.held_lease
+    counter, claim = {"epoch": 1, "node": "S001"}, {"node": "S001", "seq": 1, "epoch": 1}
+    assert held["pool/epoch"].value == json.dumps({**counter, "sig": sign(counter, TOKEN)}).encode()
+    assert held["pool/members/S001"].value == json.dumps({**claim, "sig": sign(claim, TOKEN)}).encode()
+    assert held["pool/epoch"].lease == held["pool/members/S001"].lease == 0

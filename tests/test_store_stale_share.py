@@ -57,7 +57,7 @@ def test_a_stale_view_does_not_take_a_lease_renewed_meanwhile(views):
     assert outcome is WriteOutcome.CHANGED and won is None
     now = leader.read()
     assert (now.record.node, now.record.epoch, now.record.renew_seq) == ("S001", 1, 1)
-    assert sorted(p.name for p in leader.dir.iterdir() if not p.is_dir()) == ["relay_leader.json"]
+    assert sorted(p.name for p in leader.share.root.iterdir() if not p.is_dir()) == ["relay_leader.json"]
     # What it failed to take, it now sees as it is (its own rename dropped its copy).
     assert follower.read().record.renew_seq == 1
 

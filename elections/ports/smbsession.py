@@ -36,6 +36,9 @@ from smbprotocol.file_info import (
 )
 from smbprotocol.header import NtStatus
 from smbprotocol.open import (
+    CreateOptions,
+    DirectoryAccessMask,
+    FilePipePrinterAccessMask,
     ImpersonationLevel,
     Open,
     ShareAccess,
@@ -47,6 +50,21 @@ from elections.core.untrusted import NOT_A_FILE, Untrusted
 from elections.ports.sharefiles import DEFAULT_TIMEOUT, ShareDeadline, deadline_for
 from elections.ports.smburl import SmbUrl
 
+ENTRY = CreateOptions.FILE_OPEN_REPARSE_POINT  # the entry itself: a link is never followed
+FILE = ENTRY | CreateOptions.FILE_NON_DIRECTORY_FILE
+FOLDER = ENTRY | CreateOptions.FILE_DIRECTORY_FILE
+READ = FilePipePrinterAccessMask.FILE_READ_DATA | FilePipePrinterAccessMask.FILE_READ_ATTRIBUTES
+ATTRS = FilePipePrinterAccessMask.FILE_READ_ATTRIBUTES
+WRITE = (
+    FilePipePrinterAccessMask.FILE_WRITE_DATA
+    | FilePipePrinterAccessMask.FILE_READ_ATTRIBUTES
+    | FilePipePrinterAccessMask.DELETE
+)
+LIST = DirectoryAccessMask.FILE_LIST_DIRECTORY | DirectoryAccessMask.FILE_READ_ATTRIBUTES
+DIRECTORY = FileAttributes.FILE_ATTRIBUTE_DIRECTORY
+GONE = (NtStatus.STATUS_OBJECT_NAME_NOT_FOUND, NtStatus.STATUS_OBJECT_PATH_NOT_FOUND)
+RENAME_BUSY = (NtStatus.STATUS_ACCESS_DENIED, NtStatus.STATUS_SHARING_VIOLATION)
+RENAME_PAUSE = 0.02  # first pause between refused renames (doubles, up to 0.2 s)
 RWD = ShareAccess.FILE_SHARE_READ | ShareAccess.FILE_SHARE_WRITE | ShareAccess.FILE_SHARE_DELETE
 REPARSE = FileAttributes.FILE_ATTRIBUTE_REPARSE_POINT
 ABORT_AFTER = 2.0  # a request hung for this many timeouts has its connection closed

@@ -14,23 +14,25 @@ key that signs its records (`POOL_KEY`), the deadline of every operation
 
 Every other module asks here; nothing else constructs a backend, so a new one
 (`smb://` lease dirs, §5.3; `LEASE_STORE = etcd`, §5.2) plugs in at this one
-seam. A backend's modules are imported only when a pool uses it.
+seam (`open_backend`); the records above it are always `records.PoolStore`.
+A backend's modules are imported only when a pool uses it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
 from elections.core.evidence import Refusals
+from elections.ports.backend import Backend
 from elections.ports.clock import Clock
 from elections.ports.eventlog import EventTail, JsonlEventSink, Retention
+from elections.ports.records import PoolStore
 from elections.ports.share import Share
-from elections.ports.sharefiles import DEFAULT_TIMEOUT, deadline_for
+from elections.ports.sharefiles import DEFAULT_TIMEOUT
 from elections.ports.smburl import is_smb, parse_smb_url, smb_password
-from elections.ports.store import FileLeaseStore, LeaseStore
+from elections.ports.store import LeaseStore
 from stkconfig.model import Config
 from stkconfig.parsed import WatchedPool
 
@@ -124,17 +126,27 @@ def _etcd_pool(place: PoolPlace) -> Any:
     return pool_for(opts.get("ETCD_ENDPOINTS", ""), prefix, place.timeout, tls, fallback=fallback)
 
 
-def store_details(store: Any) -> dict[str, Any]:
+def store_details(store: LeaseStore) -> dict[str, Any]:
     """What the panel shows of a pool's store: its kind and place, and what the
     backend adds (etcd: endpoints, leader, revision). Never raises."""
-    details = getattr(store, "details", None)
-    if callable(details):
-        try:
-            return dict(details())
-        except Exception as exc:
-            return {"kind": store.describe().partition(":")[0], "where": store.describe(), "error": str(exc)}
-    where = store.describe()
-    return {"kind": where.partition(":")[0], "where": where}
+    try:
+        return dict(store.details())
+    except Exception as exc:
+        return {"kind": store.describe().partition(":")[0], "where": store.describe(), "error": str(exc)}
+
+
+def open_backend(place: PoolPlace, node: str, clock: Clock, lock_stale_s: float = 2.0) -> Backend:
+    """The pool's records as bytes under keys (`backend.Backend`), as `node` reaches them."""
+    if place.backend == FILE:
+        from elections.ports.share_backend import ShareBackend
+
+        return ShareBackend(open_share(place), place.key, node, clock, lock_stale_s=lock_stale_s,
+                            timeout=place.timeout)  # fmt: skip
+    if place.backend == ETCD:
+        from elections.ports.etcd.backend import EtcdBackend
+
+        return EtcdBackend(_etcd_pool(place), node)
+    raise ValueError(f"unknown lease store {place.backend!r}")
 
 
 def open_store(
@@ -144,34 +156,19 @@ def open_store(
     refusals: Refusals | None = None,
     lock_stale_s: float = 2.0,
 ) -> LeaseStore:
-    """The pool's lease store, as seen by `node`."""
-    if place.backend == FILE:
-        where = open_share(place) if place.remote else place.lease_dir
-        return FileLeaseStore(
-            where, place.key, node, clock, lock_stale_s=lock_stale_s, timeout=place.timeout,
-            refusals=refusals,
-        )  # fmt: skip
-    if place.backend == ETCD:
-        from elections.ports.etcd.store import EtcdLeaseStore
-
-        return EtcdLeaseStore(_etcd_pool(place), place.key, node, clock, refusals=refusals)
-    raise ValueError(f"unknown lease store {place.backend!r}")
+    """The pool's lease store, as seen by `node`: the one record layer over its backend."""
+    backend = open_backend(place, node, clock, lock_stale_s)
+    return PoolStore(backend, place.key, node, clock, refusals=refusals)
 
 
 def open_event_sink(place: PoolPlace, node: str, clock: Clock) -> EventSink:
     """Where `node` appends its signed events in the pool."""
-    if place.backend == FILE and place.remote:
+    if place.backend == FILE:
         share = open_share(place)
         rel = f"{EVENTS_DIR}/{node}.jsonl"
         return JsonlEventSink(
             rel, node, clock, place.key, share.deadline, share=share, retention=Retention.of(place.options)
         )
-    if place.backend == FILE:
-        path = Path(place.lease_dir) / EVENTS_DIR / f"{node}.jsonl"
-        return JsonlEventSink(
-            path, node, clock, place.key, deadline_for(place.lease_dir, place.timeout),
-            retention=Retention.of(place.options),
-        )  # fmt: skip
     if place.backend == ETCD:
         from elections.ports.etcd.events import EtcdEventSink
 
@@ -181,16 +178,11 @@ def open_event_sink(place: PoolPlace, node: str, clock: Clock) -> EventSink:
 
 def open_event_tail(place: PoolPlace, clock: Clock, refusals: Refusals | None = None) -> EventReader:
     """A reader of every member's new, verified events in the pool."""
-    if place.backend == FILE and place.remote:
+    if place.backend == FILE:
         share = open_share(place)
         return EventTail(
             EVENTS_DIR, key=place.key, refusals=refusals, clock=clock, deadline=share.deadline, share=share
         )
-    if place.backend == FILE:
-        return EventTail(
-            Path(place.lease_dir) / EVENTS_DIR, key=place.key, refusals=refusals, clock=clock,
-            deadline=deadline_for(place.lease_dir, place.timeout),
-        )  # fmt: skip
     if place.backend == ETCD:
         from elections.ports.etcd.events import EtcdEventTail
 

@@ -52,9 +52,8 @@ def run_loop(elector: Elector, clock: Clock, stop: threading.Event) -> None:
             wait = timing.poll
         if decision.wake_in is not None:
             wait = min(wait, max(decision.wake_in, 0.0) + 0.01)
-        wait_change = getattr(elector.store, "wait_change", None)
-        if wait_change is not None and not elector.is_leader:  # a watch: look as soon as the lease moves
-            wait_change(wait)
+        if not elector.is_leader:  # the store's watch (or a plain wait): look as soon as the lease moves
+            elector.store.wait_change(wait, stop)
         else:
             stop.wait(wait)
 

@@ -12,11 +12,11 @@ file. With beacons each member's beacon says what its record is (`mseq`,
 - the members whose beacons say nothing of their record (beacons off on that
   member, an older version, beacons lost) every `quiet_survey_every`, as before;
 - the folder's listing once a LEASE_TTL (files come and go);
-- its own record is the one it wrote (`FileLeaseStore.own_record`).
+- its own record is the one it wrote (`PoolStore.own_record`).
 
 A steady pool reads no member file at all; a new `mseq` in a beacon is the
 freshness of that member's heartbeat (`Agent.survey`). A store without
-`read_member`/`member_names` (etcd) is read whole, on the same cadence.
+`selective_reads` (etcd: one range reads them all) is read whole, on the same cadence.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ class MemberReads:
 
     def _read(self, full: bool, said: dict[str, tuple[int, str]]) -> tuple[Docs, bool]:
         store = self.store
-        selective = hasattr(store, "read_member") and hasattr(store, "member_names")
+        selective = store.selective_reads  # each record its own read (a share): read only what changed
         if self.last is not None and not full and not (selective and said):
             if not self._due("survey", self.every):
                 return self.last  # quiet, and no beacon says anything of the records
@@ -93,7 +93,7 @@ class MemberReads:
                 self._read_one(docs, node, said)
         except StoreUnavailable:
             return docs, False
-        own = getattr(store, "own_record", None)
+        own = store.own_record
         if own is not None:
             docs[self.node] = own
         return docs, True

@@ -285,7 +285,7 @@ class Command(OperatorCommand):
         if getattr(stk, "lease_store", "file") == "etcd":  # the cluster, and TTLs as etcd counts them
             from elections.ports.etcd.health import doctor_checks
 
-            for name, ok, detail in doctor_checks(store.pool, stk.lease_ttl):  # type: ignore[attr-defined]
+            for name, ok, detail in doctor_checks(store.backend.pool, stk.lease_ttl):  # type: ignore[attr-defined]
                 check(name, ok, detail)
         else:
             share = open_share(place)

@@ -4,7 +4,8 @@ records as on the share, kept under one key prefix.
     client.py   EtcdClient: several endpoints, a deadline on every call, failover, TLS, capped answers
     watch.py    PrefixWatch: when to read again (never what to believe)
     pool.py     EtcdPool: one pool's client, watch and key layout, shared in a process
-    store.py    EtcdLeaseStore: the LeaseStore port (transactions on mod_revision, the epoch counter)
+    backend.py  EtcdBackend: the backend port (transactions on mod_revision, the epoch counter, holds)
+    store.py    EtcdLeaseStore: the record layer (records.PoolStore) over EtcdBackend
     events.py   EtcdEventSink, EtcdEventTail: the event log, one key per signed line
 
 Opened only through `elections.ports.stores` (imported when a pool uses etcd).
