@@ -274,6 +274,7 @@ class BeaconService:
 
     def snapshot(self) -> dict[str, Any]:
         """Per member arrival statistics, the liveness watch and the refusals, for the pool view."""
+        members = self.members()  # never under the lock: the count asks `heard()`, which takes it
         with self.lock:
             now = self.monotonic()
             return {**self.board.to_doc(now), "liveness": self.liveness.to_doc(now), "sent": self.sent,
@@ -281,7 +282,7 @@ class BeaconService:
                     "nudges": self.nudges.to_doc(),
                     "refusals": merged(self.board.refusals.to_doc(now),
                                        self.nudges.refusals.to_doc(now)),
-                    "serving": self.book.to_doc(self.members(), now)}  # fmt: skip
+                    "serving": self.book.to_doc(members, now)}  # fmt: skip
 
     # -- the loop -----------------------------------------------------------------
     def received(self, data: bytes, source: str) -> None:

@@ -339,9 +339,14 @@ class Agent:
 
     def pool_size(self) -> int:
         """The members the serving right counts (DESIGN.md §15): this one, and every
-        member whose heartbeat this agent saw change within `MEMBER_HORIZON`."""
+        member whose heartbeat this agent saw change, or whose validly signed beacon it
+        heard, within `MEMBER_HORIZON`. A beacon is a member alive as surely as a
+        heartbeat, and comes within an interval: a leader elected as the pool starts
+        counts its members (and arms the fast path) before its first survey reads them."""
         horizon = max(MEMBER_HORIZON_S, MEMBER_HORIZON_TTLS * self.stk.lease_ttl)
         others = {n for n, m in self.view.members.items() if m.age is not None and m.age <= horizon}
+        if self.beacons is not None:
+            others.update(self.beacons.service.heard(horizon))
         return len(others | {self.stk.node})
 
     def _acked(self) -> None:
