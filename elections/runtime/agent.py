@@ -170,7 +170,8 @@ class Agent:
             self.split = SplitAlarm(stk.node, bconf.store, 2 * max(stk.lease_ttl, stk.heartbeat_ttl))
             folded = self.tail.last_seq.get  # node -> its highest event seq this agent has: nudges' replays
             self.beacons = BeaconLink(bconf, self.elector, self._kicked, clock.monotonic, nudged=self._nudged,
-                                      folded=lambda node: folded(node, 0))  # fmt: skip
+                                      folded=lambda node: folded(node, 0),
+                                      gate_clock=self.elector.gate_clock)  # fmt: skip
             self.beacons.service.members = self.pool_size
             self.beacons.service.on_acked = self._acked
             self.elector.evidence = self.beacons.evidence
@@ -585,6 +586,7 @@ class Agent:
             epoch = el.memory.leader_epoch
             service = self.beacons.service if self.beacons is not None else None
             mode = service.serving_mode(epoch) if service is not None else None  # before the gate is read
+            valid_boot = el.leader_valid_until_boot
             valid = el.leader_valid_until
             state = Leadership(
                 node=el.me.node,
@@ -596,6 +598,7 @@ class Agent:
                 updated=self.clock.monotonic(),
                 decision=str(decision) if decision else "",
                 seen=el.memory.seen_key,
+                valid_until_boot=valid_boot,
             )
             if self.local.stopping():  # the agent is stopping: it claims nothing
                 state = state.disclaimed(state.decision)
