@@ -257,6 +257,13 @@ def _decide_leader(memory: Memory, obs: Observation, now: float, timing: Timing)
             Verdict.STEP_DOWN,
             f"deadline: last renewal of epoch {epoch} {age:.1f} s ago > {timing.deadline:g} s",
         )
+    rec = obs.read.record if obs.read is not None else None
+    fresh = read is not None and read.status == "valid" and rec is not None and not _stale(memory, read)
+    if fresh and rec is not None and (rec.node != memory.node or rec.epoch > (epoch or 0)):
+        # Before any hand-off: there is nothing left to hand (a leader woken from a freeze, or
+        # back on the LAN, whose relay has stopped meanwhile). It steps down and does not sit out
+        # the next election as a releaser would: the pool may need it again within a TTL.
+        return Decision(Verdict.STEP_DOWN, f"lost: the lease names {rec.describe()}")
     if not obs.eligible:
         return Decision(
             Verdict.HAND_OFF, f"no longer eligible: {obs.ineligible_why}", handoff_to=obs.successor,
