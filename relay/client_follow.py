@@ -35,6 +35,9 @@
   ``not_leader``/``stale_epoch`` at registration, or (with a lease dir) a lease
   polled every `lease_poll` seconds that names a newer epoch or another node
   (`lease_says_move`) → reconnect, after a full-jitter exponential backoff
+  (an attempt still under way at a leader the lease has replaced, connecting or
+  waiting for its hello, is given up at once: a frozen host's kernel accepts and
+  never answers, a cut one answers no SYN, for up to `connect_timeout`)
   delay (`Backoff`; the delay restarts from `initial` after each successful
   registration, and for each new target). A lease change seen while waiting
   cuts the wait short (to one `initial`-bounded jittered delay). The client
