@@ -94,6 +94,7 @@ CATCH_UP_S = 0.2  # seconds of one cycle spent reading a backlog of pool events 
 MEMBER_HORIZON_S, MEMBER_HORIZON_TTLS = 60.0, 6.0  # a member unheard on the share longer is not counted
 GATE_STEP = 0.2  # seconds
 GATE_WAIT = 0.02  # seconds between looks of an elected plan waiting for its gate to open
+SLOW_KICK_S = 0.3  # a beacon's cycle slower than this says where its time went (the log)
 
 
 def identity() -> Identity:
@@ -361,14 +362,24 @@ class Agent:
             self.publish(el.last)
 
     def _kicked(self, why: str) -> None:
-        """A beacon's reaction or a gone leader: one cycle now (a store read)."""
+        """A beacon's reaction or a gone leader: one cycle now (a store read). One that
+        takes longer than `SLOW_KICK_S` says where its time went (a takeover's seconds
+        under load are spent here: the election lock, the share's event files, the cycle)."""
+        asked = self.clock.monotonic()
         with self.lock:
+            locked = self.clock.monotonic()
             self.ingest()  # the lease changed hands: its elected/handoff events are on the share already
+            ingested = self.clock.monotonic()
             decision = self.elector.cycle(renewing=False)
+            cycled = self.clock.monotonic()
             self.publish(decision)
             # The view too (the members' files as last read): a quiet follower's next tick may be a
             # LEASE_POLL away, and the panel and relayctl check commands against this view's epoch.
             self.view = self.survey(read_members=False)
+        if cycled - asked > SLOW_KICK_S:
+            log.info("slow beacon cycle (%s): %.2f s waiting for the election lock, %.2f s reading the "
+                     "pool's events, %.2f s in the cycle (%s)", why, locked - asked, ingested - locked,
+                     cycled - ingested, decision.verdict.value)  # fmt: skip
 
     def watch(self) -> Decision | None:
         """The cheap, frequent look (LEASE_WATCH): new pool events, or a lease
