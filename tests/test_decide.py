@@ -242,6 +242,14 @@ def test_lower_priority_waits_longer_and_everyone_defers_to_a_promoted_member(
     assert contend_delay(priority, handoff, promote_elsewhere) == pytest.approx(delay)
 
 
+def test_the_highest_priority_contends_at_once_and_the_others_wait_for_the_gap():
+    assert contend_delay(50, False, False, rival=50) == 0.0  # equal: they race, the store picks one
+    assert contend_delay(90, False, False, rival=50) == 0.0
+    assert contend_delay(50, False, False, rival=90) == pytest.approx(0.4 * 0.5)
+    assert contend_delay(50, False, False) == pytest.approx(0.25)  # rival unknown: 100, as before
+    assert contend_delay(50, False, True, rival=50) == pytest.approx(1.0)  # a promote elsewhere
+
+
 def test_a_contend_decision_carries_its_delay_cause_and_gap_as_data():
     mem = track(Memory(node="S002"), valid(rec()), 0, 10)
     d = decide(mem, Observation(valid(rec()), priority=50), 10.5, T)
