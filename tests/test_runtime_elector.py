@@ -774,3 +774,22 @@ def test_a_short_suspend_leaves_the_gate_open_and_the_renewal_counts_from_it(sto
     assert el.leader_valid_until_boot == pytest.approx(clock.boottime() + T.deadline - 2.0)
     assert str(a.cycle(renewing=True)) == "hold: leader: renewed epoch 1 (seq 1)"
     assert el.leader_valid_until_boot == pytest.approx(clock.boottime() + T.deadline)
+
+
+def test_a_release_that_was_not_written_sits_nothing_out(store, clock):
+    """A leader cut off from the share (its relay stopped meanwhile) hands off in vain: nothing
+    was released, so it does not sit out the next election (issue 22: two members sitting
+    out after releases never written left a silent leader's takeover waiting 3.5 s)."""
+    a, b = elected_pool(store, clock, "S002")
+    store.down = True
+    assert a.elector.release(reason="no longer eligible: relay not running", abstain=True) is False
+    assert not a.is_leader
+    store.down = False
+    b.elector.evidence = lambda holder, epoch: f"{holder}'s agent is gone"
+    assert b.cycle().reason.startswith("elected: took epoch 2")
+    assert a.cycle().verdict is Verdict.FOLLOW
+    assert b.elector.release(reason="shutdown") is True  # within a TTL of a's vain release
+    d = a.cycle()
+    assert d.reason.startswith("elected: took epoch 3"), d
+    assert a.elector.release(reason="drained", abstain=True) is True  # written: it sits out
+    assert "sitting out after a release" in str(a.cycle())

@@ -225,9 +225,11 @@ class Elector:
     ) -> bool:  # fmt: skip
         """Stop leading at once and tell the pool (`ttl_s: 0`), so that a
         follower takes over without waiting out the TTL. With `abstain`, this
-        node then sits out the next election (one TTL). True if written."""
-        if abstain:
-            self._abstain_until = self.clock.monotonic() + self.timing.ttl
+        node then sits out the next election (one TTL), if the release was
+        written: one that was not (the share unreachable, a cable cut, the lease
+        already another's) handed nothing over, and the pool may need this node
+        in the next election (issue 22: two members sitting out after releases
+        never written left a silent leader's takeover waiting 3.5 s). True if written."""
         epoch = self.memory.leader_epoch
         if epoch is None:
             return False
@@ -240,6 +242,8 @@ class Elector:
             min_seq=self.memory.renew_seq,
             sleep=self.sleep,
         )
+        if abstain and written:
+            self._abstain_until = self.clock.monotonic() + self.timing.ttl
         self._step_down(
             f"released ({reason})" + (f", handoff to {handoff_to}" if handoff_to else ""), kind=kind
         )
