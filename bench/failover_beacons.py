@@ -70,17 +70,27 @@ def pct(values: list[float], p: float) -> float:
 
 class ClientThread:
     """A relay client (lease discovery) on an event loop of its own, registered
-    with whoever leads: `epoch()` is the epoch it is registered with now."""
+    with whoever leads: `epoch()` is the epoch it is registered with now. On a
+    `NetnsSite` it stands on the observer host of the LAN (its sockets are made there)."""
 
     def __init__(self, site: Site) -> None:
         from relay.client.discovery import Discovery
         from relay.client.relay_client import RelayClient
 
         discovery = Discovery.build(token=TOKEN, kmsn=KMSN, lease_dir=str(site.lease_dir))
+        self.steps: list[tuple[float, str]] = []  # (monotonic, status): where a slow move spent its time
         self.client = RelayClient(role="agent", kmsn=KMSN, station="B01", token=TOKEN, discovery=discovery,
-                                  keepalive=1.0)  # fmt: skip
+                                  keepalive=1.0, on_status=lambda s: self.steps.append(
+                                      (time.monotonic(), s.describe())))  # fmt: skip
         self.loop = asyncio.new_event_loop()
-        threading.Thread(target=self.loop.run_forever, daemon=True).start()
+        host = site.observer if isinstance(site, NetnsSite) else None
+
+        def run() -> None:
+            if host is not None:
+                host.enter()  # this thread only: the client's sockets live on the LAN
+            self.loop.run_forever()
+
+        threading.Thread(target=run, daemon=True).start()
         asyncio.run_coroutine_threadsafe(self.client.start(timeout=30), self.loop).result(40)
 
     def epoch(self) -> int:
@@ -89,6 +99,47 @@ class ClientThread:
     def close(self) -> None:
         asyncio.run_coroutine_threadsafe(self.client.close(), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
+
+
+class Stale:
+    """A sender and a receiver registered with the leader before it fails; once the new
+    leader serves, the sender sends `COUNT` messages to the old relay, and after the old
+    leader is woken (or its cable mended) the receiver counts what the old relay forwarded:
+    it must be nothing (issue 22: counted at the client side)."""
+
+    COUNT = 10
+
+    def __init__(self, site: Site, agent: object) -> None:
+        from test_agents_serving import Wire
+
+        self.site = site
+        ip, port = agent.ip, int(agent.setting("RELAY_PORT"))  # type: ignore[attr-defined]
+
+        def make() -> tuple[Wire, Wire]:
+            return Wire(ip, port, "commander", "C01"), Wire(ip, port, "agent", "R01")
+
+        self.sender, self.receiver = self._there(make)
+        self.sender.send({"type": "send", "to": "R01", "data": {"n": 0}, "id": "0"})
+        assert (self.receiver.frame() or {}).get("data") == {"n": 0}
+
+    def _there(self, fn):  # type: ignore[no-untyped-def]
+        return self.site.observer.call_in(fn) if isinstance(self.site, NetnsSite) else fn()
+
+    def send_after(self) -> None:
+        for n in range(1, self.COUNT + 1):
+            try:
+                self.sender.send({"type": "send", "to": "R01", "data": {"n": n}, "id": str(n)})
+            except OSError:
+                break
+
+    def forwarded(self) -> int:
+        """Messages the old relay forwarded after the new one served (the receiver reads to EOF or 5 s)."""
+        got = 0
+        while (frame := self.receiver.frame()) is not None:
+            got += frame.get("type") == "message"
+        for wire in (self.sender, self.receiver):
+            wire.sock.close()
+        return got
 
 
 class Replays:
@@ -122,6 +173,7 @@ def run_profile(
     clients: list[float] | None = None,
     replays: bool = False,
     power: bool = False,
+    stale: list[int] | None = None,
 ) -> list[float]:
     """`kills` times: kill -9 (or with `freeze`, SIGSTOP) the leader's process group
     at a random phase of its renew cycle, time it to a new valid lease (and, with
@@ -146,6 +198,7 @@ def run_profile(
             rec = site.lease()
             assert rec is not None
             victim = site.by_name(rec.node)
+            watch = Stale(site, victim) if stale is not None and not power else None
             swapper = Replays(site.lease_dir / "relay_leader.json") if replays else None
             if freeze:
                 victim.signal_group(signal.SIGSTOP)
@@ -161,6 +214,7 @@ def run_profile(
                              "a new leader", every=0.005)  # fmt: skip
             gap = time.monotonic() - killed
             gaps.append(gap)
+            moved = None
             if swapper is not None:
                 swapper.stop.set()
             if client is not None:
@@ -168,12 +222,19 @@ def run_profile(
                     lambda r=rec: client.epoch() > r.epoch, 60, "the client on the new leader", every=0.005
                 )
                 assert clients is not None
-                clients.append(time.monotonic() - killed)
+                moved = time.monotonic() - killed
+                clients.append(moved)
+                if moved > gap + 1.0:  # a slow move: say what the client did meanwhile
+                    for at, step in [x for x in client.steps if x[0] >= killed]:
+                        print(f"      client +{at - killed:5.2f} s: {step}", flush=True)
+            if watch is not None:
+                watch.send_after()
             what = (
                 "stop" if freeze else "power" if power else "cut" if isinstance(site, NetnsSite) else "kill"
             )
+            client_s = "" if moved is None else f", client on it at {moved:5.2f} s"
             print(f"  {name} {what} {i + 1:2d}/{kills}: {rec.node} epoch {rec.epoch} -> "
-                  f"{new.node} epoch {new.epoch} in {gap:5.2f} s", flush=True)  # fmt: skip
+                  f"{new.node} epoch {new.epoch} in {gap:5.2f} s{client_s}", flush=True)  # fmt: skip
             if freeze:  # wake it: it steps down without writing, and follows
                 victim.signal_group(signal.SIGCONT)
             elif isinstance(site, NetnsSite):
@@ -182,6 +243,9 @@ def run_profile(
                     victim.start()
             else:
                 victim.start()  # back to three agents
+            if watch is not None:
+                assert stale is not None
+                stale.append(watch.forwarded())
     finally:
         if client is not None:
             client.close()
@@ -202,9 +266,14 @@ def main() -> None:
     )
     ap.add_argument("--replays", type=int, default=10,
                     help="kill -9s while old leases are swapped in every second, 0 = none")  # fmt: skip
+    ap.add_argument("--keep", default="", help="work in this folder and keep it (the agents' logs)")
     args = ap.parse_args()
     results = {}
-    with tempfile.TemporaryDirectory(prefix="stk-bench-") as tmp:
+    stale: dict[str, list[int]] = {}
+    with tempfile.TemporaryDirectory(prefix="stk-bench-failover-") as tmp:
+        if args.keep:
+            tmp = args.keep
+            Path(tmp).mkdir(parents=True, exist_ok=True)
         for name in [p for p in args.profiles.split(",") if p]:
             t = PROFILES[name]
             print(f"profile {name}: TTL {t['LEASE_TTL']} renew {t['LEASE_RENEW']} poll {t['LEASE_POLL']} "
@@ -218,24 +287,35 @@ def main() -> None:
             results["kill -9, replays"] = run_profile("beacons", args.replays, Path(tmp) / "r", replays=True)
         if args.stops:
             moved: list[float] = []
+            stale["SIGSTOP"] = []
             results["SIGSTOP, beacons"] = run_profile(
-                "beacons", args.stops, Path(tmp), freeze=True, clients=moved
+                "beacons", args.stops, Path(tmp), freeze=True, clients=moved, stale=stale["SIGSTOP"]
             )
             results["  client moved, SIGSTOP"] = moved
         if args.cuts and available() is None:
+            moved = []
+            stale["cable cut"] = []
             site = NetnsSite(Path(tmp) / "cut", n=3, share="lan", timing=PROFILES["beacons"])
-            results["cable cut, beacons"] = run_profile("beacons", args.cuts, Path(tmp), site=site)
+            results["cable cut, beacons"] = run_profile(
+                "beacons", args.cuts, Path(tmp), site=site, clients=moved, stale=stale["cable cut"]
+            )
+            results["  client moved, cut"] = moved
         if args.powers and available() is None:
+            moved = []
             site = NetnsSite(Path(tmp) / "power", n=3, share="lan", timing=PROFILES["beacons"])
             results["power loss, beacons"] = run_profile(
-                "beacons", args.powers, Path(tmp), site=site, power=True
+                "beacons", args.powers, Path(tmp), site=site, power=True, clients=moved
             )
+            results["  client moved, power"] = moved
         if (args.cuts or args.powers) and available() is not None:
             print(f"cable cuts and power losses skipped: {available()}")
     print("\nfailover: the leader's process group killed / stopped, or its cable cut -> new valid lease (s)")
     for name, gaps in results.items():
         print(f"  {name:22s}: n={len(gaps):2d}  p50={statistics.median(gaps):5.2f}  "
               f"p95={pct(gaps, 95):5.2f}  max={max(gaps):5.2f}  min={min(gaps):5.2f}")  # fmt: skip
+    for name, counts in stale.items():
+        print(f"  {name}: messages the old relay forwarded after the new one served: {sum(counts)} "
+              f"of {Stale.COUNT * len(counts)} sent to it ({len(counts)} failovers)")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ INTERVAL = 0.2
 TIMING = Timing(ttl=10.0, renew=3.0, poll=2.0, deadline=7.0)
 WATCH = 0.5  # the agent's cheap look at the lease (seconds, its own clock)
 RELAY_LAG = 0.15  # a relay reads a lower deadline this late (its 0.1 s cache of leadership.json, the write)
+HORIZON = 60.0  # a member is counted while heard within this long (runtime.agent MEMBER_HORIZON_S)
 
 
 @dataclass
@@ -156,7 +157,7 @@ class Pool:
         m.seq += 1
         now = m.local(self.now)
         mem = m.memory
-        members = len(self.nodes)
+        members = self.count(m)
         if mem.leader_epoch is not None:
             role, epoch, renew_seq = LEADER, mem.leader_epoch, mem.renew_seq
         else:
@@ -207,7 +208,14 @@ class Pool:
         now = m.local(self.now)
         reports = [Report(b.node, now - at, b.ack_node, b.ack_epoch, b.quiet_ms / 1000)
                    for b, at in m.heard.values()]  # fmt: skip
-        return m.book.silent(holder, epoch, len(self.nodes), reports, now)
+        return m.book.silent(holder, epoch, self.count(m), reports, now)
+
+    def count(self, m: Member) -> int:
+        """The members `m` counts (`Agent.pool_size`): itself and those it heard within the
+        horizon. The product also counts members whose heartbeat it saw on the share; the
+        model counts beacons alone, from nothing at the start: every view starts short."""
+        now = m.local(self.now)
+        return 1 + sum(1 for _, at in m.heard.values() if now - at <= HORIZON)
 
     def read(self, m: Member) -> LeaseRead | None:
         if self.cut(m.node, self.now):
@@ -229,7 +237,7 @@ class Pool:
             why = self.silent(m, *subject)
             silent = (*subject, why) if why else None
         if mem.leader_epoch is not None:
-            lapsed = m.book.lapsed(mem.leader_epoch, len(self.nodes), now)
+            lapsed = m.book.lapsed(mem.leader_epoch, self.count(m), now)
         obs = Observation(read, renewing, silent=silent, serving_lapsed=lapsed)
         decision = decide(mem, obs, now, TIMING)
         if decision.verdict is Verdict.CONTEND and read is not None:
@@ -249,7 +257,7 @@ class Pool:
                           lease_until="20990101000000", node=m.node, renew_seq=0,
                           ttl_s=TIMING.ttl)  # fmt: skip
         self.record, self.revision = rec, self.revision + 1
-        m.book.taken(epoch, starts_acked(cause, len(self.nodes)), now)
+        m.book.taken(epoch, starts_acked(cause, self.count(m)), now)
         m.memory = replace(m.memory, leader_epoch=epoch, renewed_at=now, renew_seq=0, seen_key=rec.key,
                            seen_at=now, seen_ttl=TIMING.ttl, seen_released=False, seen_handoff=None,
                            max_epoch=epoch)  # fmt: skip
@@ -275,7 +283,7 @@ class Pool:
             return None
         now = m.local(self.now)
         until = mem.renewed_at + TIMING.deadline
-        bound = m.book.bound(mem.leader_epoch, len(self.nodes), now)
+        bound = m.book.bound(mem.leader_epoch, self.count(m), now)
         m.book.told(mem.leader_epoch)  # the gate is read live here: published at once
         return until if bound is None else min(until, bound)
 

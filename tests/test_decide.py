@@ -166,6 +166,18 @@ def test_a_leader_that_becomes_ineligible_hands_off_and_an_ineligible_follower_i
     assert d.verdict is Verdict.IDLE
 
 
+def test_an_ineligible_leader_that_reads_another_holder_steps_down_and_hands_nothing_off():
+    """A leader woken from a freeze (or back on the LAN) whose relay stopped meanwhile is
+    ineligible, and the lease it reads names a new holder: it has lost, there is nothing
+    to hand off, and it must not sit out the next election as a releaser does (issue 22:
+    two such woken leaders both sitting out left a failover to wait 3.7 s)."""
+    obs = Observation(valid(rec("S003", epoch=8)), renewing=False, eligible=False,
+                      ineligible_why="relay not running", successor="S002")  # fmt: skip
+    d = decide(leader(), obs, 1, T)
+    assert (d.verdict, d.handoff_to) == (Verdict.STEP_DOWN, None), d
+    assert d.reason.startswith("lost: the lease names S003"), d
+
+
 def test_a_paused_pool_fails_over_only_by_a_planned_handoff():
     mem = track(Memory(node="S002"), valid(rec()), 0, 10)
     d = decide(mem, Observation(valid(rec()), renewing=False, paused=True), 10, T)
@@ -228,6 +240,14 @@ def test_lower_priority_waits_longer_and_everyone_defers_to_a_promoted_member(
     priority, handoff, promote_elsewhere, delay
 ):
     assert contend_delay(priority, handoff, promote_elsewhere) == pytest.approx(delay)
+
+
+def test_the_highest_priority_contends_at_once_and_the_others_wait_for_the_gap():
+    assert contend_delay(50, False, False, rival=50) == 0.0  # equal: they race, the store picks one
+    assert contend_delay(90, False, False, rival=50) == 0.0
+    assert contend_delay(50, False, False, rival=90) == pytest.approx(0.4 * 0.5)
+    assert contend_delay(50, False, False) == pytest.approx(0.25)  # rival unknown: 100, as before
+    assert contend_delay(50, False, True, rival=50) == pytest.approx(1.0)  # a promote elsewhere
 
 
 def test_a_contend_decision_carries_its_delay_cause_and_gap_as_data():

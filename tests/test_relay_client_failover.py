@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import re
 import signal
+import socket
 
 import pytest
 from test_relay_client import (
@@ -408,3 +409,59 @@ def test_it_ends_a_send_waiting_for_room_when_the_client_is_closed(tmp_path, rel
         assert client.status.reason == "1 unsent or unconfirmed messages discarded"
 
     play(tmp_path, body)
+
+
+class Unanswering:
+    """A leader's address that answers no client, as a failed host does: `frozen` accepts
+    the TCP connection (the kernel of a SIGSTOPped host does) and never says hello; `cut`
+    lets no connect complete (a full accept queue drops the SYNs, like a pulled cable)."""
+
+    def __init__(self, host: str, kind: str) -> None:
+        self.kind = kind
+        self.sock = socket.socket()
+        self.sock.bind((host, 0))
+        self.ip, self.port = self.sock.getsockname()[:2]
+        self.sock.listen(0)
+        self.fillers: list[socket.socket] = []
+        if kind == "cut":  # fill the accept queue: later SYNs are dropped, connects hang
+            for _ in range(4):
+                filler = socket.socket()
+                filler.setblocking(False)
+                filler.connect_ex((self.ip, self.port))
+                self.fillers.append(filler)
+
+    def close(self) -> None:
+        for s in [self.sock, *self.fillers]:
+            s.close()
+
+
+@pytest.mark.parametrize("kind", ["frozen", "cut"])
+def test_an_attempt_at_a_leader_the_lease_replaced_is_given_up_at_once(tmp_path, kind):
+    """The client's attempt at a host that does not answer (connect or hello) waits up to
+    `connect_timeout`; when the lease names a new leader meanwhile, it goes there at once
+    (issue 22: a client registered with the new relay within seconds, not a timeout later)."""
+    dead = Unanswering(HOST_CUT, kind)
+
+    async def body(pool: Pool) -> None:
+        write_lease(pool.lease_dir, "S063", dead.ip, dead.port, 7)
+        client = pool.client("agent", "B01", connect_timeout=30.0)
+        started = asyncio.ensure_future(client.start(timeout=40))
+        await until(lambda: any(s.kind == "connecting" and s.node == "S063" for s in pool.statuses["B01"]),
+                    5, "an attempt at the unanswering leader")  # fmt: skip
+        await asyncio.sleep(0.3)  # the attempt is under way (connecting, or waiting for a hello)
+        assert not client.registered
+        b = await pool.relay("S062", HOST_B, 8)
+        loop = asyncio.get_running_loop()
+        moved_at = loop.time()
+        pool.lease(b)
+        await asyncio.wait_for(started, 10)
+        took = loop.time() - moved_at
+        assert (client.node, client.epoch) == ("S062", 8)
+        assert took < 3.0, f"registered with the new leader {took:.2f} s after the lease named it"
+        reasons = [s.reason for s in pool.statuses["B01"] if s.kind == "reconnecting"]
+        assert any("the lease names S062 epoch 8" in r for r in reasons), reasons
+
+    try:
+        play(tmp_path, body)
+    finally:
+        dead.close()

@@ -741,3 +741,55 @@ def test_an_audit_row_of_a_watched_pool_at_a_higher_epoch_does_not_depose_this_p
         follower.cycle()
     assert leader.is_leader and not follower.is_leader and store.lease.epoch == 1
     assert "SECURITY" not in follower.elector.last.reason
+
+
+def test_a_suspend_shuts_the_gate_though_the_monotonic_clock_stood_still(store, clock):
+    """CLOCK_MONOTONIC stops while a Linux PC sleeps; CLOCK_BOOTTIME (the gate's clock,
+    `Clock.boottime`) runs on. A leader that resumes after a sleep longer than what its
+    renew deadline had left finds its gate shut, and writes no renewal."""
+    from elections.ports.localstate import Leadership
+
+    (a,) = elected_pool(store, clock)
+    clock.advance(2.0)
+    el = a.elector
+    state = Leadership(node="S001", pid=1, leader=True, epoch=1, valid_until=el.leader_valid_until,
+                       valid_until_boot=el.leader_valid_until_boot)  # fmt: skip
+    assert state.leads_now(clock.monotonic(), boot=clock.boottime())
+    mono = clock.monotonic()
+    clock.suspend(30.0)  # the lid closed for 30 s, 5 s were left
+    assert clock.monotonic() == mono
+    assert mono < state.valid_until  # the monotonic deadline alone would serve on
+    assert not state.leads_now(clock.monotonic(), boot=clock.boottime())  # the gate is shut
+    assert el.leader_valid_until_boot is not None and el.leader_valid_until_boot < clock.boottime()
+    assert el.leader_valid_until is not None and el.leader_valid_until < clock.monotonic()
+    assert str(a.cycle(renewing=True)) == "step_down: deadline passed before the write of epoch 1"
+    assert lease_of(store) == ("S001", 1, 0, 10.0, None)  # nothing written after the deadline
+    assert not a.is_leader
+
+
+def test_a_short_suspend_leaves_the_gate_open_and_the_renewal_counts_from_it(store, clock):
+    (a,) = elected_pool(store, clock)
+    clock.suspend(2.0)
+    el = a.elector
+    assert el.leader_valid_until_boot == pytest.approx(clock.boottime() + T.deadline - 2.0)
+    assert str(a.cycle(renewing=True)) == "hold: leader: renewed epoch 1 (seq 1)"
+    assert el.leader_valid_until_boot == pytest.approx(clock.boottime() + T.deadline)
+
+
+def test_a_release_that_was_not_written_sits_nothing_out(store, clock):
+    """A leader cut off from the share (its relay stopped meanwhile) hands off in vain: nothing
+    was released, so it does not sit out the next election (issue 22: two members sitting
+    out after releases never written left a silent leader's takeover waiting 3.5 s)."""
+    a, b = elected_pool(store, clock, "S002")
+    store.down = True
+    assert a.elector.release(reason="no longer eligible: relay not running", abstain=True) is False
+    assert not a.is_leader
+    store.down = False
+    b.elector.evidence = lambda holder, epoch: f"{holder}'s agent is gone"
+    assert b.cycle().reason.startswith("elected: took epoch 2")
+    assert a.cycle().verdict is Verdict.FOLLOW
+    assert b.elector.release(reason="shutdown") is True  # within a TTL of a's vain release
+    d = a.cycle()
+    assert d.reason.startswith("elected: took epoch 3"), d
+    assert a.elector.release(reason="drained", abstain=True) is True  # written: it sits out
+    assert "sitting out after a release" in str(a.cycle())

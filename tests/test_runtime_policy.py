@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import os
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -195,9 +196,9 @@ def test_a_pending_promote_elsewhere_makes_the_others_defer(
 
 def test_the_facts_carry_pause_and_priority(tmp_path):
     a = Arrange(tmp_path, priority=70)
-    assert a.policy.facts(None, 1) == PoolFacts(priority=70)
+    assert a.policy.facts(None, 1) == PoolFacts(priority=70, rival_priority=90)  # S003, eligible, 90
     a.commands.apply([command("pause")])
-    assert a.policy.facts(None, 1) == PoolFacts(priority=70, paused=True)
+    assert a.policy.facts(None, 1) == PoolFacts(priority=70, paused=True, rival_priority=90)
 
 
 # -- the Lamport order of commands ---------------------------------------------------------------
@@ -282,3 +283,16 @@ def test_the_wall_clock_at_of_a_command_is_never_read():
         c.apply([dict(drain, at=at_drain), dict(undrain, at=at_undrain)])
         results.add(c.drained["S002"])
     assert results == {False}  # S002 > S001 at clock 3: the undrain, however the wall clocks read
+
+
+def test_the_rival_is_the_highest_priority_of_the_other_eligible_members_but_the_holder(tmp_path):
+    """Issue 22: in a pool of equal priorities nobody waits for a rival (0.25 s off every
+    failover); a higher rival still goes first; the holder being replaced is no rival."""
+    a = Arrange(tmp_path)  # S002 50, S003 90 (eligible), S004 100 (not)
+    assert a.policy.facts(None, 1).rival_priority == 90
+    a.view = replace(a.view, lease={"node": "S003", "epoch": 1})  # S003 holds the lease: it is no rival
+    assert a.policy.facts(None, 1).rival_priority == 50
+    a.view = replace(a.view, members=members(S001=(True, 50), S002=(False, 80)), lease=None)
+    assert a.policy.facts(None, 1).rival_priority == 0  # the only other one is not eligible
+    a.view = replace(a.view, members=members(S001=(True, 50)))
+    assert a.policy.facts(None, 1).rival_priority == 100  # nobody else known yet: as before

@@ -106,3 +106,31 @@ def test_the_serving_fields_travel_signed_and_old_beacons_stay_byte_for_byte():
         doc["sig"] = sign(doc, KEY)
         with pytest.raises(Untrusted):
             parse_beacon(json.dumps(doc).encode(), KEY, KMSN)
+
+
+def test_the_serving_rights_window_is_kept_on_the_gate_clock_a_suspend_shuts_it():
+    """`BeaconService` keeps the book on its gate clock (`Clock.boottime`): acks heard
+    before a sleep longer than W leave the gate shut on resume, though the monotonic
+    clock stood still."""
+    from elections.core.beacon_board import Standing
+    from elections.ports.beacons import BeaconConfig, BeaconService
+    from elections.ports.clock import FakeClock
+
+    clock = FakeClock()
+    service = BeaconService(
+        BeaconConfig(KMSN, "S001", "127.0.0.1", 9530, KEY, 0.2, 9532, ["127.0.0.2"]),
+        lambda: Standing("S001", leader_epoch=7, renew_seq=1), lambda r: None, clock.monotonic,
+        gate_clock=clock.boottime,
+    )  # fmt: skip
+    service.members = lambda: 3
+    service.taken(7, "first")
+    service._datagram("leader", 7, 1, service.standing())  # our leader beacon seq 1, sent now
+    ack = Beacon(KMSN, "S002", "127.0.0.2", 9530, "follower", 7, 1, OTHER, 1, ack_node="S001", ack_epoch=7,
+                 ack_boot=service.boot, ack_seq=1)  # fmt: skip
+    service.received(ack.encode(KEY), "127.0.0.2")
+    open_until = service.serving_bound(7)
+    assert open_until == pytest.approx(clock.boottime() + service.book.timing.window)
+    mono = clock.monotonic()
+    clock.suspend(5.0)  # longer than W (1.5 s)
+    assert clock.monotonic() == mono
+    assert (service.serving_bound(7) or 0.0) <= clock.boottime()  # shut

@@ -113,3 +113,20 @@ def test_beacon_loss_and_short_freezes_change_no_leader():
     freezes = [(leader, 15.0 + 5 * i, 15.5 + 5 * i) for i in range(20)]
     frozen = Pool(3, Faults(loss=0.05, delay=0.02, rates=RATES, freezes=freezes), 1, until=120).run()
     assert len(frozen.elections) == 1 and not frozen.overlaps(), describe(frozen)
+
+
+@pytest.mark.parametrize("n", [3, 4, 5])
+def test_a_leader_cut_or_powered_off_seconds_after_a_cold_start_is_replaced_within_3_s(n):
+    """Every member starts knowing no other (it counts those it hears): the first
+    leader arms the fast path within its first beacons, so losing it 1.5 s after
+    its election is not a TTL (issue 22: a 10.8 s cut right after a cold start)."""
+    quiet = Pool(n, Faults(rates=RATES), 3, until=5).run()
+    when, leader, _, _ = quiet.elections[0]
+    at = when + 1.5
+    for faults in (Faults(rates=RATES, cuts=[(leader, at, 40.0)]), Faults(rates=RATES, power=[(leader, at)])):
+        pool = Pool(n, faults, 3, until=40).run()
+        assert pool.elections[0][:2] == (when, leader), describe(pool)
+        assert not pool.overlaps(), describe(pool)
+        new = pool.first_served_after(at, other_than=leader)
+        assert new is not None and new - at <= 3.0, describe(pool)
+        assert [c for _, _, _, c in pool.elections[1:2]] == [SILENT], describe(pool)

@@ -96,6 +96,7 @@ class Observation:
     successor: str | None = None  # whom a leader that must leave hands the lease to
     sit_out_until: float | None = None  # after a release this node does not contend until then
     priority: int = 50  # 0..100: lower waits longer before contending
+    rival_priority: int = 100  # the highest priority of the other members that may contend
     promote_elsewhere: bool = False  # a pending promote names another node: defer to it
     # Positive evidence that the agent holding (node, epoch) is gone, and why
     # (core.liveness): its host said so and its beacons stopped. Counts only for
@@ -205,7 +206,8 @@ def decide(memory: Memory, obs: Observation, now: float, timing: Timing) -> Deci
     if obs.sit_out_until is not None and now < obs.sit_out_until and not decision.handoff:
         left = obs.sit_out_until - now
         return Decision(Verdict.IDLE, f"sitting out after a release for {left:.1f} s ({decision.reason})")
-    return replace(decision, delay=contend_delay(obs.priority, decision.handoff, obs.promote_elsewhere))
+    delay = contend_delay(obs.priority, decision.handoff, obs.promote_elsewhere, obs.rival_priority)
+    return replace(decision, delay=delay)
 
 
 def evidence_subject(memory: Memory, read: LeaseRead | None) -> tuple[str, int] | None:
@@ -239,12 +241,16 @@ def _holder_gone(
     return Decision(Verdict.CONTEND, why, cause=cause, gap=now - memory.seen_at)
 
 
-def contend_delay(priority: int, handoff: bool, promote_elsewhere: bool) -> float:
+def contend_delay(priority: int, handoff: bool, promote_elsewhere: bool, rival: int = 100) -> float:
     """Seconds to wait before contending: a higher priority that contends too
-    gets there first, and everyone defers to a member a promote names."""
+    gets there first, and everyone defers to a member a promote names. `rival`:
+    the highest priority of the other members that may contend (100 when unknown):
+    the member with the highest contends at once, the others wait for the gap
+    (equal ones race, and the store's compare-and-set picks one, as before)."""
     if handoff:
         return 0.0
-    delay = (100 - max(0, min(100, priority))) / 100 * PRIORITY_SPREAD
+    own = max(0, min(100, priority))
+    delay = max(0, max(0, min(100, rival)) - own) / 100 * PRIORITY_SPREAD
     return delay + (PROMOTE_DEFERENCE if promote_elsewhere else 0.0)
 
 
@@ -257,6 +263,13 @@ def _decide_leader(memory: Memory, obs: Observation, now: float, timing: Timing)
             Verdict.STEP_DOWN,
             f"deadline: last renewal of epoch {epoch} {age:.1f} s ago > {timing.deadline:g} s",
         )
+    rec = obs.read.record if obs.read is not None else None
+    fresh = read is not None and read.status == "valid" and rec is not None and not _stale(memory, read)
+    if fresh and rec is not None and (rec.node != memory.node or rec.epoch > (epoch or 0)):
+        # Before any hand-off: there is nothing left to hand (a leader woken from a freeze, or
+        # back on the LAN, whose relay has stopped meanwhile). It steps down and does not sit out
+        # the next election as a releaser would: the pool may need it again within a TTL.
+        return Decision(Verdict.STEP_DOWN, f"lost: the lease names {rec.describe()}")
     if not obs.eligible:
         return Decision(
             Verdict.HAND_OFF, f"no longer eligible: {obs.ineligible_why}", handoff_to=obs.successor,

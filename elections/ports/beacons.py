@@ -115,11 +115,15 @@ class BeaconService:
         boot: str | None = None,
         nudged: Callable[[Nudge], None] | None = None,
         folded: Callable[[str], int] = lambda node: 0,
+        gate_clock: Callable[[], float] | None = None,
     ) -> None:
         self.config = config
         self.standing = standing
         self.react = react
         self.monotonic = monotonic
+        # The serving right's book is kept on the gate's clock (`ports.clock.boottime`: it runs
+        # on through a suspend): a leader that slept finds its acks as old as they are.
+        self.gate_clock = gate_clock or monotonic
         self.boot = boot or new_boot()
         self.board = BeaconBoard(config.kmsn, config.key, config.node)
         # Command nudges (core.nudge) come to the same port; `folded(node)` is the
@@ -229,7 +233,7 @@ class BeaconService:
         """This member took `epoch`: its right starts now, and its first leader beacon goes at once."""
         members = self.members()
         with self.lock:
-            self.book.taken(epoch, starts_acked(cause, members), self.monotonic())
+            self.book.taken(epoch, starts_acked(cause, members), self.gate_clock())
         self.send_now()
 
     def send_now(self) -> None:
@@ -244,12 +248,12 @@ class BeaconService:
     def serving_bound(self, epoch: int) -> float | None:
         members = self.members()
         with self.lock:
-            return self.book.bound(epoch, members, self.monotonic())
+            return self.book.bound(epoch, members, self.gate_clock())
 
     def serving_lapsed(self, epoch: int) -> str | None:
         members = self.members()
         with self.lock:
-            return self.book.lapsed(epoch, members, self.monotonic())
+            return self.book.lapsed(epoch, members, self.gate_clock())
 
     def serving_mode(self, epoch: int | None) -> str | None:
         with self.lock:
@@ -270,10 +274,11 @@ class BeaconService:
             now = self.monotonic()
             reports = [Report(s.node, now - s.last_at, s.last.ack_node, s.last.ack_epoch,
                               s.last.quiet_ms / 1000) for s in self.board.members.values()]  # fmt: skip
-            return self.book.silent(holder, epoch, members, reports, now)
+            return self.book.silent(holder, epoch, members, reports, self.gate_clock())
 
     def snapshot(self) -> dict[str, Any]:
         """Per member arrival statistics, the liveness watch and the refusals, for the pool view."""
+        members = self.members()  # never under the lock: the count asks `heard()`, which takes it
         with self.lock:
             now = self.monotonic()
             return {**self.board.to_doc(now), "liveness": self.liveness.to_doc(now), "sent": self.sent,
@@ -281,7 +286,7 @@ class BeaconService:
                     "nudges": self.nudges.to_doc(),
                     "refusals": merged(self.board.refusals.to_doc(now),
                                        self.nudges.refusals.to_doc(now)),
-                    "serving": self.book.to_doc(self.members(), now)}  # fmt: skip
+                    "serving": self.book.to_doc(members, self.gate_clock())}  # fmt: skip
 
     # -- the loop -----------------------------------------------------------------
     def received(self, data: bytes, source: str) -> None:
@@ -298,7 +303,7 @@ class BeaconService:
                 self._note_key(next(reversed(self.board.members.values())).last, now)
             beacon = self.board.last_accepted
             lead, floor = standing.leader_epoch, standing.max_epoch
-            acked = beacon is not None and self.book.heard(beacon, lead, floor, now)
+            acked = beacon is not None and self.book.heard(beacon, lead, floor, self.gate_clock())
             switched = beacon is not None and self.book.switched
         if switched:  # the new leader's gate waits for a majority's acks: ours goes at once
             self._wake.set()
@@ -374,7 +379,7 @@ class BeaconService:
         if standing is not None:  # a resign says nothing of the serving right
             members = self.members()
             with self.lock:
-                extra = self.book.outgoing(standing.leader_epoch, self._seq, members, self.monotonic())
+                extra = self.book.outgoing(standing.leader_epoch, self._seq, members, self.gate_clock())
         beacon = Beacon(cfg.kmsn, cfg.node, cfg.ip, cfg.relay_port, role, epoch, renew_seq, self.boot,
                         self._seq, store=cfg.store[:MAX_STORE], mseq=mseq, mdig=mdig, **extra)  # fmt: skip
         return beacon.encode(cfg.key)

@@ -32,6 +32,7 @@ from typing import Any
 
 from elections.core.skew import ClockReading, reading_of
 from elections.core.untrusted import as_int
+from elections.ports.clock import boottime
 from elections.ports.host.files import write_atomic
 from elections.ports.host.processes import pid_alive
 from elections.ports.webcert import FINGERPRINT
@@ -82,26 +83,35 @@ class Leadership:
     updated: float | None = None
     decision: str = ""
     seen: tuple[str, int, int] | None = None  # the last valid lease this worker saw (node, epoch, renew_seq)
+    # The same deadline on the gate's clock (`ports.clock.boottime`, which counts a suspend):
+    # a machine that slept past it finds it passed, though its monotonic clock stood still.
+    valid_until_boot: float | None = None
 
-    def leads_now(self, now: float, epoch: int | None = None) -> bool:
+    def leads_now(self, now: float, epoch: int | None = None, boot: float | None = None) -> bool:
         """True while this says the agent leads (with `epoch`, if given) and the
-        renew deadline has not passed at `now` (this machine's monotonic clock)."""
+        renew deadline has not passed: at `now` on this machine's monotonic clock,
+        and (where the state says it) at `boot` on its boot clock, read now if not given."""
         if not self.leader or self.valid_until is None or self.epoch is None:
             return False
         if epoch is not None and epoch != self.epoch:
             return False
+        if (
+            self.valid_until_boot is not None
+            and (boottime() if boot is None else boot) >= self.valid_until_boot
+        ):
+            return False
         return now < self.valid_until
 
-    def held_epoch(self, now: float) -> int | None:
+    def held_epoch(self, now: float, boot: float | None = None) -> int | None:
         """The epoch this agent may act for at `now`, None if it leads none."""
-        return self.epoch if self.leads_now(now) else None
+        return self.epoch if self.leads_now(now, boot=boot) else None
 
     def worker_alive(self) -> bool:
         return self.pid is not None and pid_alive(self.pid)
 
     def disclaimed(self, why: str) -> Leadership:
         return Leadership(
-            self.node, self.pid, False, None, self.max_epoch, None, self.updated, why, self.seen
+            self.node, self.pid, False, None, self.max_epoch, None, self.updated, why, self.seen, None
         )
 
     @classmethod
@@ -116,6 +126,7 @@ class Leadership:
             updated=_num(doc.get("updated")),
             decision=_str(doc.get("decision")),
             seen=_seen(doc.get("seen")),
+            valid_until_boot=_num(doc.get("valid_until_boot")),
         )
 
 

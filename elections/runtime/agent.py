@@ -95,6 +95,7 @@ CATCH_UP_S = 0.2  # seconds of one cycle spent reading a backlog of pool events 
 MEMBER_HORIZON_S, MEMBER_HORIZON_TTLS = 60.0, 6.0  # a member unheard on the share longer is not counted
 GATE_STEP = 0.2  # seconds
 GATE_WAIT = 0.02  # seconds between looks of an elected plan waiting for its gate to open
+SLOW_KICK_S = 0.3  # a beacon's cycle slower than this says where its time went (the log)
 
 
 def identity(stk: Config) -> Identity:
@@ -166,7 +167,8 @@ class Agent:
             self.split = SplitAlarm(stk.node, bconf.store, 2 * max(stk.lease_ttl, stk.heartbeat_ttl))
             folded = self.tail.last_seq.get  # node -> its highest event seq this agent has: nudges' replays
             self.beacons = BeaconLink(bconf, self.elector, self._kicked, clock.monotonic, nudged=self._nudged,
-                                      folded=lambda node: folded(node, 0))  # fmt: skip
+                                      folded=lambda node: folded(node, 0),
+                                      gate_clock=self.elector.gate_clock)  # fmt: skip
             self.beacons.service.members = self.pool_size
             self.beacons.service.on_acked = self._acked
             self.elector.evidence = self.beacons.evidence
@@ -335,9 +337,14 @@ class Agent:
 
     def pool_size(self) -> int:
         """The members the serving right counts (DESIGN.md §15): this one, and every
-        member whose heartbeat this agent saw change within `MEMBER_HORIZON`."""
+        member whose heartbeat this agent saw change, or whose validly signed beacon it
+        heard, within `MEMBER_HORIZON`. A beacon is a member alive as surely as a
+        heartbeat, and comes within an interval: a leader elected as the pool starts
+        counts its members (and arms the fast path) before its first survey reads them."""
         horizon = max(MEMBER_HORIZON_S, MEMBER_HORIZON_TTLS * self.stk.lease_ttl)
         others = {n for n, m in self.view.members.items() if m.age is not None and m.age <= horizon}
+        if self.beacons is not None:
+            others.update(self.beacons.service.heard(horizon))
         return len(others | {self.stk.node})
 
     def _acked(self) -> None:
@@ -351,14 +358,24 @@ class Agent:
             self.publish(el.last)
 
     def _kicked(self, why: str) -> None:
-        """A beacon's reaction or a gone leader: one cycle now (a store read)."""
+        """A beacon's reaction or a gone leader: one cycle now (a store read). One that
+        takes longer than `SLOW_KICK_S` says where its time went (a takeover's seconds
+        under load are spent here: the election lock, the share's event files, the cycle)."""
+        asked = self.clock.monotonic()
         with self.lock:
+            locked = self.clock.monotonic()
             self.ingest()  # the lease changed hands: its elected/handoff events are on the share already
+            ingested = self.clock.monotonic()
             decision = self.elector.cycle(renewing=False)
+            cycled = self.clock.monotonic()
             self.publish(decision)
             # The view too (the members' files as last read): a quiet follower's next tick may be a
             # LEASE_POLL away, and the panel and relayctl check commands against this view's epoch.
             self.view = self.survey(read_members=False)
+        if cycled - asked > SLOW_KICK_S:
+            log.info("slow beacon cycle (%s): %.2f s waiting for the election lock, %.2f s reading the "
+                     "pool's events, %.2f s in the cycle (%s)", why, locked - asked, ingested - locked,
+                     cycled - ingested, decision.verdict.value)  # fmt: skip
 
     def watch(self) -> Decision | None:
         """The cheap, frequent look (LEASE_WATCH): new pool events, or a lease
@@ -578,6 +595,7 @@ class Agent:
             epoch = el.memory.leader_epoch
             service = self.beacons.service if self.beacons is not None else None
             mode = service.serving_mode(epoch) if service is not None else None  # before the gate is read
+            valid_boot = el.leader_valid_until_boot
             valid = el.leader_valid_until
             state = Leadership(
                 node=el.me.node,
@@ -589,6 +607,7 @@ class Agent:
                 updated=self.clock.monotonic(),
                 decision=str(decision) if decision else "",
                 seen=el.memory.seen_key,
+                valid_until_boot=valid_boot,
             )
             if self.local.stopping():  # the agent is stopping: it claims nothing
                 state = state.disclaimed(state.decision)

@@ -44,14 +44,14 @@ class BeaconLink:
     def __init__(
         self, config: BeaconConfig, elector: Elector, cycle: Callable[[str], None],
         monotonic: Callable[[], float], nudged: Callable[[], None] = lambda: None,
-        folded: Callable[[str], int] = lambda node: 0,
+        folded: Callable[[str], int] = lambda node: 0, gate_clock: Callable[[], float] | None = None,
     ) -> None:  # fmt: skip
         self.elector = elector
         self.cycle = cycle
         self.nudged = nudged
         self.interval = config.interval
         self.service = BeaconService(config, self.standing, self.react, monotonic, nudged=self.nudge,
-                                     folded=folded)  # fmt: skip
+                                     folded=folded, gate_clock=gate_clock)  # fmt: skip
         self._kick = threading.Event()
         self._why = ""
         self._cycle_wanted = False

@@ -91,6 +91,10 @@ class Elector:
         self.serving = serving
         self.refusals = refusals if refusals is not None else Refusals()
         self.clock = clock
+        # The gate's clock (`Clock.boottime`: it counts a suspend), for every deadline after
+        # which this node must not serve; a clock without one times them on monotonic.
+        self.gate_clock: Callable[[], float] = getattr(clock, "boottime", clock.monotonic)
+        self._renewed_boot: float | None = None  # the last renewal (or the election) on the gate's clock
         self.me = replace(me, pid=me.pid or os.getpid())
         self.timing = timing
         self.events = events or NullSink()
@@ -124,13 +128,42 @@ class Elector:
     @property
     def leader_valid_until(self) -> float | None:
         """Monotonic instant after which this node must not act as leader: its renew
-        deadline, or sooner where its serving right (DESIGN.md §15) ends sooner."""
-        epoch = self.memory.leader_epoch
-        if epoch is None or self.memory.renewed_at is None:
+        deadline, or sooner where its serving right (DESIGN.md §15) ends sooner. The
+        same instant on the gate's clock is `leader_valid_until_boot`, which a suspend
+        brings closer; this one is that, as seen on the monotonic clock now."""
+        boot = self.leader_valid_until_boot
+        if boot is None:
             return None
-        until = self.memory.renewed_at + self.timing.deadline
-        bound = self.serving.bound(epoch, self.clock.monotonic()) if self.serving is not None else None
+        return boot - self.gate_clock() + self.clock.monotonic()
+
+    @property
+    def leader_valid_until_boot(self) -> float | None:
+        """The instant on the gate's clock (`Clock.boottime`, which runs on while the
+        machine sleeps) after which this node must not act as leader: the renew
+        deadline counted from the renewal on that clock, bounded by the serving right
+        (whose window is kept on it too: `BeaconService`). A leader PC that resumes
+        from a suspend longer than what was left finds this passed, its gate shut."""
+        epoch = self.memory.leader_epoch
+        renewed = self._renewed_on_gate_clock()
+        if epoch is None or renewed is None:
+            return None
+        until = renewed + self.timing.deadline
+        bound = self.serving.bound(epoch, self.gate_clock()) if self.serving is not None else None
         return until if bound is None else min(until, bound)
+
+    def _renewed_on_gate_clock(self) -> float | None:
+        renewed = self.memory.renewed_at
+        if renewed is None:
+            return None
+        if self._renewed_boot is not None:
+            return self._renewed_boot
+        # Not taken through this elector's write (a memory set by hand): the monotonic instant, moved
+        # to the gate's clock by today's offset (never later than it was: the offset only grows).
+        return renewed + self.gate_clock() - self.clock.monotonic()
+
+    def _on_gate_clock(self, start: float) -> float:
+        """Monotonic instant `start` (just read) on the gate's clock: the offset now, never later."""
+        return self.gate_clock() - (self.clock.monotonic() - start)
 
     def cycle(self, renewing: bool = False) -> Decision:
         """Look once and act on what is seen. Never raises for store trouble.
@@ -192,9 +225,11 @@ class Elector:
     ) -> bool:  # fmt: skip
         """Stop leading at once and tell the pool (`ttl_s: 0`), so that a
         follower takes over without waiting out the TTL. With `abstain`, this
-        node then sits out the next election (one TTL). True if written."""
-        if abstain:
-            self._abstain_until = self.clock.monotonic() + self.timing.ttl
+        node then sits out the next election (one TTL), if the release was
+        written: one that was not (the share unreachable, a cable cut, the lease
+        already another's) handed nothing over, and the pool may need this node
+        in the next election (issue 22: two members sitting out after releases
+        never written left a silent leader's takeover waiting 3.5 s). True if written."""
         epoch = self.memory.leader_epoch
         if epoch is None:
             return False
@@ -207,6 +242,8 @@ class Elector:
             min_seq=self.memory.renew_seq,
             sleep=self.sleep,
         )
+        if abstain and written:
+            self._abstain_until = self.clock.monotonic() + self.timing.ttl
         self._step_down(
             f"released ({reason})" + (f", handoff to {handoff_to}" if handoff_to else ""), kind=kind
         )
@@ -322,6 +359,7 @@ class Elector:
         if outcome is not WriteOutcome.WRITTEN or record is None:
             return Attempt(decision, lost=Verdict.CONTEND)
         epoch = record.epoch
+        self._renewed_boot = self._on_gate_clock(start)
         if self.serving is not None:  # before anything can read the new epoch's gate
             self.serving.taken(epoch, decision.cause, start)
         self.memory = replace(
@@ -349,10 +387,14 @@ class Elector:
         epoch = self.memory.leader_epoch
         assert epoch is not None
         renewed_at = self.memory.renewed_at or start
+        renewed_boot = self._renewed_on_gate_clock()
+        start_boot = self._on_gate_clock(start)
 
         def fence() -> bool:
-            """Checked at the last moment before the write: never act after the deadline."""
-            return self.clock.monotonic() - renewed_at <= self.timing.deadline
+            """Checked at the last moment before the write: never act after the deadline,
+            on either clock (a machine that slept meanwhile: the gate's clock says so)."""
+            late = renewed_boot is not None and self.gate_clock() - renewed_boot > self.timing.deadline
+            return self.clock.monotonic() - renewed_at <= self.timing.deadline and not late
 
         rec = read.record
         base = rec.renew_seq if rec is not None and rec.node == self.me.node and rec.epoch == epoch else 0
@@ -360,6 +402,7 @@ class Elector:
         record = self._record(epoch, seq, self.timing.ttl)
         outcome = self._write(record, read, fence)
         if outcome is WriteOutcome.WRITTEN:
+            self._renewed_boot = start_boot
             self.memory = replace(
                 self.memory,
                 renewed_at=start,
@@ -393,6 +436,7 @@ class Elector:
             return
         held_until = self._held_until()
         self.memory = replace(self.memory, leader_epoch=None, renewed_at=None)
+        self._renewed_boot = None
         log.warning("stepping down from epoch %s: %s", epoch, reason)
         self.events.record(kind, epoch, reason, held_until=held_until)
         self._duty(self.on_demoted, epoch)
@@ -401,10 +445,10 @@ class Elector:
         """Until when this node may have acted as leader (its renew deadline, or now if
         sooner), as a wall time of this machine: a late step-down (a frozen process, a
         hung store) did not lead past it, for the history and for tests to see."""
-        valid = self.leader_valid_until
+        valid = self.leader_valid_until_boot
         if valid is None:
             return None
-        now = self.clock.monotonic()
+        now = self.gate_clock()
         return (self.clock.wall() - timedelta(seconds=max(0.0, now - valid))).isoformat()
 
     def _duty(self, hook: Hook, epoch: int) -> None:

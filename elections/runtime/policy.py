@@ -37,6 +37,7 @@ class PoolFacts:
     successor: str | None = None
     priority: int = 50
     promote_elsewhere: bool = False
+    rival_priority: int = 100
 
 
 class Policy(Protocol):
@@ -109,6 +110,18 @@ class PoolPolicy:
     def successor(self) -> str | None:
         return successor(self.pool_view().members, excluding=self.node)
 
+    def rival_priority(self) -> int:
+        """The highest priority of the other eligible members but the lease's holder (the
+        one being replaced): a takeover by the highest waits for nobody (issue 22: every
+        failover of a pool of equal priorities waited 0.25 s for a rival that waited as long).
+        0 when the others are all ineligible; 100 (as before) while this view knows no other."""
+        view = self.pool_view()
+        holder = (view.lease or {}).get("node")
+        others = {n: m for n, m in view.members.items() if n not in (self.node, holder)}
+        if not others:
+            return 100  # a pool starting: the members not read yet may be of any priority
+        return max((m.priority for m in others.values() if m.eligible), default=0)
+
     def handoff(self, epoch: int) -> tuple[str, str] | None:
         """(target, why) when a promote of `epoch` names an eligible other member."""
         target = self.commands.promote_at(epoch)
@@ -130,4 +143,5 @@ class PoolPolicy:
             successor=self.successor() if held_epoch is not None else None,
             priority=self.priority,
             promote_elsewhere=promoted is not None and promoted != self.node,
+            rival_priority=self.rival_priority() if held_epoch is None else 100,
         )

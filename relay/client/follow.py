@@ -35,6 +35,9 @@
   ``not_leader``/``stale_epoch`` at registration, or (with a lease dir) a lease
   polled every `lease_poll` seconds that names a newer epoch or another node
   (`lease_says_move`) → reconnect, after a full-jitter exponential backoff
+  (an attempt still under way at a leader the lease has replaced, connecting or
+  waiting for its hello, is given up at once: a frozen host's kernel accepts and
+  never answers, a cut one answers no SYN, for up to `connect_timeout`)
   delay (`Backoff`; the delay restarts from `initial` after each successful
   registration, and for each new target). A lease change seen while waiting
   cuts the wait short (to one `initial`-bounded jittered delay). The client
@@ -313,6 +316,15 @@ class Follower:
                 self.set_hint(Leader(record.ip, record.port, record.epoch, record.node, "lease"))
                 log.info("relay client %s: %s: moving", self.name, reason)
                 s.leave(reason)  # the reader sees EOF; the run loop reconnects
+        elif s is not None and not s.registered:
+            # An attempt under way (connecting, or waiting to be registered) at a leader the
+            # lease has replaced: a frozen host's kernel accepts and never answers, a cut one
+            # answers no SYN; waiting out `connect_timeout` there is seconds lost for nothing.
+            reason = lease_says_move(record, s.leader.epoch or 0, s.leader.node)
+            if reason is not None:
+                self.set_hint(Leader(record.ip, record.port, record.epoch, record.node, "lease"))
+                log.info("relay client %s: %s: giving up the attempt at %s", self.name, reason, s.addr)
+                s.leave(reason)
         elif key != seen:
             self.wake.set()  # waiting to retry: the lease names someone new, go now
         return key

@@ -108,6 +108,7 @@ class Session:
         self.ka_sent = self.ka_acked = 0  # keepalives sent / answered on this connection
         self.confirm_pending = False  # a confirmation keepalive is scheduled for after this burst
         self.switch = ""  # set when the client itself ends the session to move elsewhere
+        self._left: asyncio.Event | None = None  # set by `leave()`: a connect under way gives up at once
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -126,14 +127,18 @@ class Session:
     # -- lifetime --------------------------------------------------------------------
     async def run(self) -> Outcome:
         c = self.config
+        self._left = self._left or asyncio.Event()
         try:
-            reader, self.writer = await asyncio.wait_for(
-                asyncio.open_connection(self.leader.ip, self.leader.port), c.connect_timeout
-            )
+            reader, self.writer = await self._connect()
         except TimeoutError:
-            return Outcome(False, f"connecting to {self.addr} took over {c.connect_timeout:g} s")
+            return Outcome(
+                False, self.switch or f"connecting to {self.addr} took over {c.connect_timeout:g} s"
+            )
         except OSError as exc:
             return Outcome(False, f"cannot connect to {self.addr}: {exc.strerror or exc}")
+        if self.switch:  # left while connecting: a connect that just succeeded is not used
+            self.writer.close()
+            return Outcome(False, self.switch)
         self.conn = ClientConnection(
             role=c.role,
             kmsn=c.kmsn,
@@ -156,9 +161,30 @@ class Session:
             outcome.reason = self.switch
         return outcome
 
+    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """The TCP connect, within `connect_timeout`, given up at once by `leave()`: a host
+        whose cable is cut answers no SYN, and the lease may name another leader meanwhile."""
+        assert self._left is not None
+        connect = asyncio.ensure_future(asyncio.open_connection(self.leader.ip, self.leader.port))
+        left = asyncio.ensure_future(self._left.wait())
+        try:
+            await asyncio.wait({connect, left}, timeout=self.config.connect_timeout,
+                               return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+        finally:
+            left.cancel()
+            if not connect.done():
+                connect.add_done_callback(_drop_connection)
+                connect.cancel()
+        if not connect.done():
+            raise TimeoutError
+        return connect.result()
+
     def leave(self, reason: str) -> None:
-        """End this session to move elsewhere (the reader sees EOF)."""
+        """End this session to move elsewhere: a connect under way is given up, a
+        connection is closed (the reader sees EOF), registered or not."""
         self.switch = reason
+        if self._left is not None:
+            self._left.set()
         if self.writer is not None:
             self.writer.close()
 
@@ -340,6 +366,13 @@ class Session:
                     _settle(msg, error)  # claimed by send_confirmed(): raised there, not yielded
                     return
         owner.deliver(error)
+
+
+def _drop_connection(connect: asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter]]) -> None:
+    """A connect given up: whatever it came to is dropped (a late connection closed, an error read)."""
+    if connect.cancelled() or connect.exception() is not None:
+        return
+    connect.result()[1].close()
 
 
 def _settle(msg: Outgoing, error: Exception | None) -> None:
