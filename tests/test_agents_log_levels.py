@@ -1,0 +1,81 @@
+"""Steady state at DEBUG, changes at INFO (issue 23.6), on a real 3-agent site in JSON logs:
+once the pool has settled (a leader, every member seen, the leader's relay up, every
+panel answering), several renewals, lease polls, beacons and heartbeats go by without a
+single line at INFO or above from any process of any agent (worker, beat, web, relay,
+the supervisor). A follower used to log "the lease changed" at every poll."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from harness import DEFAULT, FAST, wait_until
+
+pytestmark = pytest.mark.agents
+
+RENEWALS = 3  # renewals the window spans, and at least two LEASE_TTLs of polls
+
+# (timing, beacons): the packaged defaults with beacons (a quiet follower, the issue's "every 3 s"),
+# and FAST lease-only (every follower reads the lease at every LEASE_POLL, 0.5 s).
+CASES = {"default-beacons": (DEFAULT, {}), "fast-lease-only": (FAST, {"BEACON_INTERVAL": "0"})}
+
+
+def pool_view(agent) -> dict:
+    try:
+        return json.loads((agent.data_dir / "pool.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def lines_after(agent, offset: int) -> list[dict]:
+    with open(agent.log_path, "rb") as fh:
+        fh.seek(offset)
+        text = fh.read().decode("utf-8", "replace")
+    out = []
+    for line in text.splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            out.append({"level": "unparsed", "message": line})
+    return out
+
+
+def settled(site, leader: str) -> bool:
+    for agent in site.agents:
+        view = pool_view(agent)
+        lease = view.get("lease") or {}
+        members = view.get("members") or {}
+        if lease.get("node") != leader or set(members) != {a.name for a in site.agents}:
+            return False
+        if not all(m.get("eligible") for m in members.values()):
+            return False
+    relay = site.by_name(leader).data_dir / "relay.json"
+    try:
+        return json.loads(relay.read_text()).get("listening") is True
+    except (OSError, ValueError):
+        return False
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_settled_pool_logs_nothing_at_info_through_renewals_and_polls(site_factory, case):
+    timing, extra = CASES[case]
+    site = site_factory(3, timing=timing, extra={"LOG_FORMAT": "json", **extra})
+    site.start()
+    lease = site.wait_leader(timeout=40)
+    wait_until(lambda: settled(site, lease.node), 30, "the pool settled")
+    for agent in site.agents:  # every panel answers: the web processes are up and said so
+        wait_until(lambda a=agent: a.urlopen("/healthz").status == 200, 30, f"{agent.name}'s panel")
+    offsets = {a.name: a.log_path.stat().st_size for a in site.agents}
+    seq = site.lease().renew_seq
+    started = time.monotonic()
+    wait_until(lambda: (site.lease() or lease).renew_seq >= seq + RENEWALS, 20, f"{RENEWALS} renewals")
+    ttl = float(timing["LEASE_TTL"])
+    wait_until(lambda: time.monotonic() - started >= 2 * ttl, 4 * ttl, "two lease TTLs of polls")
+    now = site.lease()
+    assert (now.node, now.epoch) == (lease.node, lease.epoch), "the pool did not stay settled"
+    loud = {
+        a.name: [d for d in lines_after(a, offsets[a.name]) if d.get("level") != "debug"] for a in site.agents
+    }
+    assert not any(loud.values()), json.dumps(loud, indent=1)[:6000]
