@@ -85,16 +85,18 @@ def role_of(kind: str, me: str, issuer: str, extra: dict[str, Any]) -> str | Non
     return None
 
 
-def sends(kind: str, issuer: str, me: str, leading: bool, other_leads: bool) -> bool:
+def sends(kind: str, issuer: str, me: str, led_epoch: bool, epoch_has_leader: bool) -> bool:
     """Whether this agent POSTs a history row `kind` recorded by `issuer`, so that one agent
-    sends each: a member's own failovers and `station_seen`, by that member; an operator
-    command (drain, undrain, promote, pause, resume), whichever member it was issued on,
-    by the agent that leads when the row reaches its history, or by the issuer itself if
-    it sees no other member leading then (a command issued while the pool has no leader)."""
+    sends each, whatever its arrival order: a member's own failovers and `station_seen`, by
+    that member; an operator command (drain, undrain, promote, pause, resume), whichever
+    member it was issued on, by the leader of the epoch the command was issued in (the row's
+    epoch: `led_epoch`, this agent has its own `elected` row of it), or by its issuer when no
+    member is known to have led that epoch (`epoch_has_leader`: an `elected` row of it in this
+    agent's history; epoch 0, a pool without a leader, has none)."""
     if kind in OWN_KINDS:
         return issuer == me
     if kind in COMMAND_KINDS:
-        return leading or (issuer == me and not other_leads)
+        return led_epoch or (issuer == me and not epoch_has_leader)
     return False
 
 

@@ -5,13 +5,14 @@ reach this agent's database, and the refusals this agent counts.
 process and member recorded them (the worker's elector, the panel's or `relayctl`'s
 commands, the supervisor's release, another member's rows ingested from the share).
 For each, `notify.sends` says whether this agent POSTs it (one agent sends each: a
-member's own failovers by that member, an operator command by the leader that sees
-it), and `notify.role_of` whether it changes this agent's role. The last row looked
-at is persisted with the webhook's queue (`notify_outbox`): after a restart the feed
-goes on from there, so this agent's own rows written while its worker was down are
-still sent. Rows of other members from before the feed started (a member catching
-up with the pool's history, a fresh database filled again from the share) are not
-news; neither are role changes from before it started.
+member's own failovers by that member, an operator command by the leader of the
+epoch it was issued in), and `notify.role_of` whether it changes this agent's role.
+The last row looked at is persisted with the webhook's queue (`notify_outbox`):
+after a restart the feed goes on from there, so a row that reached the database
+while the worker was down, or just before it was killed, is still sent. Without a
+persisted cursor (the first start, or a database made afresh since: filled again
+from the share) only rows from the feed's start on are news; role changes are only
+ever news from the feed's start on.
 
 `SecurityWatch` turns the refusals this agent counted (forged, replayed, oversized,
 impersonating, split-brain records or datagrams: `pool.json`'s `refusals`, the
@@ -31,7 +32,7 @@ from datetime import timedelta
 from typing import Any
 
 from elections.ports.localstate import LocalState
-from elections.runtime.notify import SECURITY, Notifier, payload, role_of, sends
+from elections.runtime.notify import COMMAND_KINDS, SECURITY, Notifier, payload, role_of, sends
 
 log = logging.getLogger("stkrelay.notify")
 
@@ -88,6 +89,7 @@ class EventFeed:
         self.local = LocalState(data_dir) if data_dir else None
         self.security = SecurityWatch(notifier.cfg.webhook_security_every)
         self._security_seq = 0
+        self.replay = False  # True: going on from a persisted cursor (`_start_at`)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="notify-feed", daemon=True)
 
@@ -98,16 +100,10 @@ class EventFeed:
     def stop(self) -> None:
         self._stop.set()
 
-    # -- who leads, as this agent's own files say ---------------------------------------------
-    def _leading(self) -> tuple[bool, bool, int]:
-        """(this agent leads, another member's lease is valid, the lease's epoch) as of now."""
-        if self.local is None:
-            return False, False, 0
-        leading = self.local.leadership().leads_now(time.monotonic())
-        lease = self.local.pool().lease or {}
-        other = bool(lease) and not lease.get("released") and lease.get("node") != self.notifier.node
-        epoch = lease.get("epoch")
-        return leading, other, epoch if type(epoch) is int else 0
+    def _epoch(self) -> int:
+        """The epoch of the lease this agent's view holds (0: none)."""
+        epoch = (self.local.pool().lease or {}).get("epoch") if self.local is not None else None
+        return epoch if type(epoch) is int else 0
 
     # -- the rows ----------------------------------------------------------------------------
     def _rows(self, last: int, since: Any) -> int:
@@ -117,14 +113,15 @@ class EventFeed:
         rows = list(ElectionEvent.objects.filter(kmsn=n.kmsn, id__gt=last).order_by("id")[:500])
         if not rows:
             return last
-        leading, other_leads, _ = self._leading()
+        epochs = {ev.epoch for ev in rows if ev.kind in COMMAND_KINDS}
+        elected = ElectionEvent.objects.filter(kmsn=n.kmsn, kind="elected", epoch__in=epochs)
+        leaders = dict(elected.values_list("epoch", "node")) if epochs else {}  # an epoch has one leader
         docs = []
         for ev in rows:
             live = ev.observed_at >= since
-            if not live and ev.node != n.node:
-                continue
             detail = ev.detail if isinstance(ev.detail, dict) else {}
-            if sends(ev.kind, ev.node, n.node, leading, other_leads):
+            led, known = leaders.get(ev.epoch) == n.node, ev.epoch in leaders
+            if (live or self.replay) and sends(ev.kind, ev.node, n.node, led, known):
                 docs.append(payload(n.kmsn, ev.node, ev.seq, ev.kind, ev.epoch, ev.reason,
                                     ev.observed_at.isoformat(), detail, sender=n.node))  # fmt: skip
             role = role_of(ev.kind, n.node, ev.node, detail) if live else None
@@ -143,6 +140,7 @@ class EventFeed:
         cursor = self.notifier.outbox.cursor if self.notifier.cfg.webhook_url else None
         if cursor is None or cursor > newest:  # never ran, or a database made afresh since
             return newest
+        self.replay = True  # the rows after the cursor are news, however old
         return cursor
 
     # -- the refusals -------------------------------------------------------------------------
@@ -154,7 +152,7 @@ class EventFeed:
         counts = self.security.look(totals_of(refusals), time.monotonic())
         if counts is None:
             return
-        _, _, epoch = self._leading()
+        epoch = self._epoch()
         now = time.time()
         self._security_seq += 1
         ms = int(now * 1000)
