@@ -1,5 +1,5 @@
 """The webhook's rules without agents: who sends which row (`notify.sends`), whose role a row
-changes (`notify.role_of`), security events coalesced (`notify_feed.SecurityWatch`), and the
+changes (`notify.Roles`), security events coalesced (`notify_feed.SecurityWatch`), and the
 queue's file (`notify_outbox.Outbox`: bounded, drop-oldest told, kept across a restart, a bad
 file set aside). The agents' side is tests/test_agents_notify*.py."""
 
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from elections.runtime.notify import role_of, sends
+from elections.runtime.notify import Roles, sends
 from elections.runtime.notify_feed import SecurityWatch, recent_of, totals_of
 from elections.runtime.notify_outbox import Outbox
 
@@ -32,12 +32,16 @@ def test_one_agent_sends_each_row(kind, issuer, led, known, expected):
 
 
 def test_a_drain_of_this_node_from_anywhere_is_a_role_change_and_anothers_election_is_not():
-    assert role_of("drain_requested", "S001", "S003", {"target": "S001"}) == "draining"
-    assert role_of("undrain_requested", "S001", "S003", {"target": "S001"}) == "follower"
-    assert role_of("drain_requested", "S001", "S001", {"target": "S002"}) is None
-    assert role_of("elected", "S001", "S001", {}) == "leader"
-    assert role_of("elected", "S001", "S002", {}) is None
-    assert role_of("handoff", "S001", "S001", {}) == "follower"
+    r = Roles("S001")
+    assert r.role == "follower"
+    assert r.fold("elected", "S002", {}) is None  # another's election: not my role
+    assert r.fold("elected", "S001", {"cause": "expired"}) == "leader"
+    assert r.fold("drain_requested", "S001", {"target": "S002"}) is None
+    assert r.fold("drain_requested", "S003", {"target": "S001"}) == "draining"  # issued on another member
+    assert r.fold("handoff", "S001", {}) is None  # a drained leader hands off: still draining
+    assert r.fold("undrain_requested", "S002", {"target": "S001"}) == "follower"
+    assert r.fold("stepped_down", "S001", {}) is None
+    assert Roles("S001", drained=True).role == "draining"
 
 
 def test_security_events_are_coalesced_one_at_once_then_one_per_window():

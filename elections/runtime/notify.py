@@ -21,7 +21,7 @@ bounded (`WEBHOOK_QUEUE`): when full the oldest event is dropped and counted. An
 event given up or dropped is an audit row, at most one per `AUDIT_EVERY` seconds
 (the row counts the ones in between).
 
-Role command. A role change (`role_of`) runs `CMD ROLE EPOCH KMSN NODE CAUSE`
+Role command. A role change (`Roles`) runs `CMD ROLE EPOCH KMSN NODE CAUSE`
 with the same in `STK_ROLE`... of the environment, in a process group of its
 own, killed after `ON_ROLE_CHANGE_TIMEOUT`. Changes are coalesced: while the
 command runs, only the newest pending change is kept (the command always
@@ -73,16 +73,30 @@ REASONS = {"webhook": "webhook delivery", "on_role_change": "ON_ROLE_CHANGE comm
 SEND_BACKOFF = Backoff(tries=8, first=0.5, factor=2.0, cap=30.0, jitter=0.2)
 
 
-def role_of(kind: str, me: str, issuer: str, extra: dict[str, Any]) -> str | None:
-    """This node's (`me`) new role after a row `kind` recorded by `issuer`, or None if it is no
-    role change: its own failovers, and a drain or undrain of it issued on any member."""
-    if kind in ROLES:
-        return ROLES[kind] if issuer == me else None
-    if kind == "drain_requested" and extra.get("target") == me:
-        return "draining"
-    if kind == "undrain_requested" and extra.get("target") == me:
-        return "follower"
-    return None
+class Roles:
+    """This node's (`me`) role as its pool's history rows tell it, folded one row at a time:
+    `leader` from its own election to its own step-down, release or handoff; `draining`
+    from a drain of it to its undrain, whichever member either was issued on (a drained
+    leader hands off: it stays `draining`); else `follower`. Pure."""
+
+    def __init__(self, me: str, drained: bool = False) -> None:
+        self.me, self.leading, self.drained = me, False, drained
+        self.role = self._now()
+
+    def _now(self) -> str:
+        return "draining" if self.drained else "leader" if self.leading else "follower"
+
+    def fold(self, kind: str, issuer: str, extra: dict[str, Any]) -> str | None:
+        """The new role after a row `kind` recorded by `issuer`, or None if the role is the same."""
+        if kind in ROLES and issuer == self.me:
+            self.leading = ROLES[kind] == "leader"
+        elif kind in ("drain_requested", "undrain_requested") and extra.get("target") == self.me:
+            self.drained = kind == "drain_requested"
+        role = self._now()
+        if role == self.role:
+            return None
+        self.role = role
+        return role
 
 
 def sends(kind: str, issuer: str, me: str, led_epoch: bool, epoch_has_leader: bool) -> bool:

@@ -6,7 +6,7 @@ process and member recorded them (the worker's elector, the panel's or `relayctl
 commands, the supervisor's release, another member's rows ingested from the share).
 For each, `notify.sends` says whether this agent POSTs it (one agent sends each: a
 member's own failovers by that member, an operator command by the leader of the
-epoch it was issued in), and `notify.role_of` whether it changes this agent's role.
+epoch it was issued in), and `notify.Roles` whether it changes this agent's role.
 The last row looked at is persisted with the webhook's queue (`notify_outbox`):
 after a restart the feed goes on from there, so a row that reached the database
 while the worker was down, or just before it was killed, is still sent. Without a
@@ -32,7 +32,7 @@ from datetime import timedelta
 from typing import Any
 
 from elections.ports.localstate import LocalState
-from elections.runtime.notify import COMMAND_KINDS, SECURITY, Notifier, payload, role_of, sends
+from elections.runtime.notify import COMMAND_KINDS, SECURITY, Notifier, Roles, payload, sends
 
 log = logging.getLogger("stkrelay.notify")
 
@@ -90,6 +90,7 @@ class EventFeed:
         self.security = SecurityWatch(notifier.cfg.webhook_security_every)
         self._security_seq = 0
         self.replay = False  # True: going on from a persisted cursor (`_start_at`)
+        self.roles = Roles(notifier.node)  # drained or not: from the history at the start (`_start_at`)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="notify-feed", daemon=True)
 
@@ -124,8 +125,8 @@ class EventFeed:
             if (live or self.replay) and sends(ev.kind, ev.node, n.node, led, known):
                 docs.append(payload(n.kmsn, ev.node, ev.seq, ev.kind, ev.epoch, ev.reason,
                                     ev.observed_at.isoformat(), detail, sender=n.node))  # fmt: skip
-            role = role_of(ev.kind, n.node, ev.node, detail) if live else None
-            if role is not None:
+            role = self.roles.fold(ev.kind, ev.node, detail)
+            if role is not None and live:
                 n.role_changed(role, ev.epoch, str(detail.get("cause") or ev.kind))
         n.post(docs, cursor=rows[-1].id)
         return rows[-1].id
@@ -136,7 +137,12 @@ class EventFeed:
 
         from elections.models import ElectionEvent
 
-        newest = ElectionEvent.objects.filter(kmsn=self.notifier.kmsn).aggregate(m=Max("id"))["m"] or 0
+        n = self.notifier
+        rows = ElectionEvent.objects.filter(kmsn=n.kmsn)
+        newest = rows.aggregate(m=Max("id"))["m"] or 0
+        drains = rows.filter(kind__in=("drain_requested", "undrain_requested"), detail__target=n.node)
+        last_drain = drains.order_by("-id").values_list("kind", flat=True).first()
+        self.roles = Roles(n.node, drained=last_drain == "drain_requested")
         cursor = self.notifier.outbox.cursor if self.notifier.cfg.webhook_url else None
         if cursor is None or cursor > newest:  # never ran, or a database made afresh since
             return newest
