@@ -176,3 +176,25 @@ def test_a_full_queue_drops_its_oldest_counted_and_audited_and_the_queue_outlive
     assert [
         posted[i]["detail"]["correlation"] for i in sorted(wanted, key=lambda i: int(i.rsplit("/", 1)[1]))
     ] == ids[2:]
+
+
+@pytest.mark.long
+def test_an_event_given_up_is_counted_audited_and_leaves_the_queue(site_factory, receiver_factory):
+    receiver = receiver_factory(statuses=[500] * 50)  # every POST refused
+    site = site_factory(1, timing=FAST, extra=hook(receiver, WEBHOOK_TRIES="2", BEACON_INTERVAL="0"))
+    site.start()
+    lease = site.wait_leader(timeout=40)
+    agent = site.agents[0]
+    wait_until(lambda: (counter(agent, "failed") or 0) >= 1, 20, "the give-up counted")
+    elected = docs(receiver, "elected")
+    assert len(elected) == 2 and elected[0] == elected[1] and elected[0]["epoch"] == lease.epoch, elected
+
+    def given_up():
+        return [r for r in audit_rows(agent) if r[0] == "webhook" and r[1] == "outcome"]
+
+    (row,) = wait_until(given_up, 15, "the give-up's audit row")
+    assert row[2] == "error" and f"{elected[0]['id']} (elected) not delivered, 2 tries: HTTP 500" in row[3], (
+        row
+    )
+    assert json.loads((agent.data_dir / "webhook-outbox.json").read_text())["queue"] == []
+    assert (counter(agent, "sent"), counter(agent, "dropped")) == (0, 0)

@@ -330,15 +330,3 @@ def _audit_row(notifier: Notifier, what: str, epoch: int, message: str) -> None:
         log.error("notification failure not audited: %s", exc)
     finally:
         close_old_connections()
-
-
-def start_for(stk: Any) -> Any:
-    """The notifier of this agent (`settings.STK`) and its feed, started; None when neither
-    `ON_ROLE_CHANGE` nor `WEBHOOK_URL` is set. Called once, by the worker (`runtime.agent`)."""
-    from elections.runtime.notify_feed import EventFeed
-
-    cfg = getattr(stk, "notify", None)
-    if cfg is None or not cfg.configured:
-        return None
-    notifier = Notifier(cfg, stk.kmsn, stk.node, data_dir=stk.data_dir)
-    return EventFeed(notifier, stk.data_dir).start()

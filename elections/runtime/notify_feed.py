@@ -196,3 +196,12 @@ def _iso(t: float) -> str:
     from datetime import UTC, datetime
 
     return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds")
+
+
+def start_for(stk: Any) -> EventFeed | None:
+    """The notifier of this agent (`settings.STK`) and its feed, started; None when neither
+    `ON_ROLE_CHANGE` nor `WEBHOOK_URL` is set. Called once, by the worker (`runtime.agent`)."""
+    cfg = getattr(stk, "notify", None)
+    if cfg is None or not cfg.configured:
+        return None
+    return EventFeed(Notifier(cfg, stk.kmsn, stk.node, data_dir=stk.data_dir), stk.data_dir).start()
