@@ -6,11 +6,15 @@ the supervisor). A follower used to log "the lease changed" at every poll."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 
 import pytest
-from harness import DEFAULT, FAST, wait_until
+from harness import DEFAULT, FAST, KMSN, TOKEN, wait_until
+
+from relay.client import RelayClient
+from relay.discovery import Discovery
 
 pytestmark = pytest.mark.agents
 
@@ -28,12 +32,17 @@ def pool_view(agent) -> dict:
         return {}
 
 
-def lines_after(agent, offset: int) -> list[dict]:
+def lines_between(agent, offset: int, end: int) -> list[dict]:
     with open(agent.log_path, "rb") as fh:
-        fh.seek(offset)
-        text = fh.read().decode("utf-8", "replace")
+        fh.seek(max(offset - 1, 0))
+        raw = fh.read(end - offset + 1)
+    if offset and not raw.startswith(b"\n"):  # the window opened inside a line: it is not the window's
+        raw = raw[raw.find(b"\n") :]
+    text = raw[: raw.rfind(b"\n") + 1].decode("utf-8", "replace")  # and a line cut at its end is not either
     out = []
     for line in text.splitlines():
+        if not line.strip():
+            continue
         try:
             out.append(json.loads(line))
         except ValueError:
@@ -57,9 +66,16 @@ def settled(site, leader: str) -> bool:
         return False
 
 
+def relay_client(site, role, station):
+    discovery = Discovery.build(token=TOKEN, kmsn=KMSN, lease_dir=str(site.lease_dir))
+    return RelayClient(role=role, kmsn=KMSN, station=station, token=TOKEN, discovery=discovery, keepalive=1.0)
+
+
 @pytest.mark.long
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_a_settled_pool_logs_nothing_at_info_through_renewals_and_polls(site_factory, case):
+    """`default-beacons` has two relay clients connected through the window (keepalives every
+    second, the relay runner and its sessions in their steady state)."""
     timing, extra = CASES[case]
     site = site_factory(3, timing=timing, extra={"LOG_FORMAT": "json", **extra})
     site.start()
@@ -67,15 +83,33 @@ def test_a_settled_pool_logs_nothing_at_info_through_renewals_and_polls(site_fac
     wait_until(lambda: settled(site, lease.node), 30, "the pool settled")
     for agent in site.agents:  # every panel answers: the web processes are up and said so
         wait_until(lambda a=agent: a.urlopen("/healthz").status == 200, 30, f"{agent.name}'s panel")
-    offsets = {a.name: a.log_path.stat().st_size for a in site.agents}
-    seq = site.lease().renew_seq
-    started = time.monotonic()
-    wait_until(lambda: (site.lease() or lease).renew_seq >= seq + RENEWALS, 20, f"{RENEWALS} renewals")
     ttl = float(timing["LEASE_TTL"])
-    wait_until(lambda: time.monotonic() - started >= 2 * ttl, 4 * ttl, "two lease TTLs of polls")
+
+    async def window():
+        clients = [relay_client(site, "commander", "C01"), relay_client(site, "agent", "S101")]
+        clients = clients if case == "default-beacons" else []
+        for c in clients:
+            await c.start(timeout=15)
+        await asyncio.sleep(1.0)  # their joins logged (a change, at INFO) before the window opens
+        offsets = {a.name: a.log_path.stat().st_size for a in site.agents}
+        seq = site.lease().renew_seq
+        started = time.monotonic()
+        while (site.lease() or lease).renew_seq < seq + RENEWALS or time.monotonic() - started < 2 * ttl:
+            assert time.monotonic() - started < 4 * ttl + 10, (
+                f"{RENEWALS} renewals and two lease TTLs of polls"
+            )
+            assert all(c.registered for c in clients), "a client dropped during the window"
+            await asyncio.sleep(0.05)
+        ends = {a.name: a.log_path.stat().st_size for a in site.agents}  # before the clients leave
+        for c in clients:
+            await c.close()
+        return offsets, ends
+
+    offsets, ends = asyncio.run(window())
     now = site.lease()
     assert (now.node, now.epoch) == (lease.node, lease.epoch), "the pool did not stay settled"
     loud = {
-        a.name: [d for d in lines_after(a, offsets[a.name]) if d.get("level") != "debug"] for a in site.agents
+        a.name: [d for d in lines_between(a, offsets[a.name], ends[a.name]) if d.get("level") != "debug"]
+        for a in site.agents
     }
     assert not any(loud.values()), json.dumps(loud, indent=1)[:6000]

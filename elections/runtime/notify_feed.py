@@ -11,8 +11,10 @@ The last row looked at is persisted with the webhook's queue (`notify_outbox`):
 after a restart the feed goes on from there, so a row that reached the database
 while the worker was down, or just before it was killed, is still sent. Without a
 persisted cursor (the first start, or a database made afresh since: filled again
-from the share) only rows from the feed's start on are news; role changes are only
-ever news from the feed's start on.
+from the share) only news is sent, and role changes are only ever run for news:
+this agent's own rows written from the feed's start on (by this machine's clock),
+other members' rows of the pool's current epoch or later (`first_epoch`: their
+timestamps are other machines' clocks, never compared with this one's).
 
 `SecurityWatch` turns the refusals this agent counted (forged, replayed, oversized,
 impersonating, split-brain records or datagrams: `pool.json`'s `refusals`, the
@@ -91,6 +93,7 @@ class EventFeed:
         self._security_seq = 0
         self.replay = False  # True: going on from a persisted cursor (`_start_at`)
         self.roles = Roles(notifier.node)  # drained or not: from the history at the start (`_start_at`)
+        self.first_epoch = 0  # the pool's epoch when the feed started (`_start_at`)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="notify-feed", daemon=True)
 
@@ -119,7 +122,7 @@ class EventFeed:
         leaders = dict(elected.values_list("epoch", "node")) if epochs else {}  # an epoch has one leader
         docs = []
         for ev in rows:
-            live = ev.observed_at >= since
+            live = ev.observed_at >= since if ev.node == n.node else ev.epoch >= self.first_epoch
             detail = ev.detail if isinstance(ev.detail, dict) else {}
             led, known = leaders.get(ev.epoch) == n.node, ev.epoch in leaders
             if (live or self.replay) and sends(ev.kind, ev.node, n.node, led, known):
@@ -143,6 +146,9 @@ class EventFeed:
         drains = rows.filter(kind__in=("drain_requested", "undrain_requested"), detail__target=n.node)
         last_drain = drains.order_by("-id").values_list("kind", flat=True).first()
         self.roles = Roles(n.node, drained=last_drain == "drain_requested")
+        # leadership.json outlives a database made afresh: old rows filled in again are not news.
+        elected = rows.filter(kind="elected").aggregate(m=Max("epoch"))["m"] or 0
+        self.first_epoch = max(elected, self.local.leadership().max_epoch if self.local is not None else 0)
         cursor = self.notifier.outbox.cursor if self.notifier.cfg.webhook_url else None
         if cursor is None or cursor > newest:  # never ran, or a database made afresh since
             return newest
