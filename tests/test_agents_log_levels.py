@@ -90,7 +90,14 @@ def test_a_settled_pool_logs_nothing_at_info_through_renewals_and_polls(site_fac
         clients = clients if case == "default-beacons" else []
         for c in clients:
             await c.start(timeout=15)
-        await asyncio.sleep(1.0)  # their joins logged (a change, at INFO) before the window opens
+        # Their arrival is a change, logged at INFO before the window opens: each session's join on
+        # the relay, and the leader recording each station seen with the site token (its bindings
+        # learn it from relay.json at its next cycle, up to a LEASE_RENEW later).
+        leader = site.by_name(lease.node)
+        until = time.monotonic() + 30
+        while not all(f"recorded station_seen for {c.station}" in leader.log() for c in clients):
+            assert time.monotonic() < until, "the leader never recorded the clients' stations"
+            await asyncio.sleep(0.1)
         offsets = {a.name: a.log_path.stat().st_size for a in site.agents}
         seq = site.lease().renew_seq
         started = time.monotonic()
