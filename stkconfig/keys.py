@@ -87,10 +87,13 @@ KEYS: tuple[Key, ...] = (
     Key("WEBHOOK_PINS", "set", "", check="E183",
         doc="https only: SHA-256 fingerprints of the receiver's certificate (else the system's CAs); E183"),
     Key("WEBHOOK_TIMEOUT", "float", "5", check="E010/E011", range=(0.1, 120),
-        doc='per POST; tries per event (backoff 0.5 s doubling to 30 s); events waiting (full: oldest '
-        'dropped, counted)'),
+        doc='per POST; tries per event (backoff 0.5 s doubling to 30 s); events waiting, kept in '
+        '`DATA_DIR/webhook-outbox.json` across restarts (full: oldest dropped, counted, audited)'),
     Key("WEBHOOK_TRIES", "int", "8", check="E010/E011", range=(1, 100), row="WEBHOOK_TIMEOUT"),
     Key("WEBHOOK_QUEUE", "int", "1000", check="E010/E011", range=(1, 100_000), row="WEBHOOK_TIMEOUT"),
+    Key("WEBHOOK_SECURITY_EVERY", "float", "60", check="E010/E011", range=(1, 3600),
+        doc='seconds, 1..3600: security events are coalesced, the first posted at once, then at most one '
+        'per this many seconds carrying every refusal counted meanwhile'),
     Key("RELAY_ATTESTS", "flag", "1", doc='a leader whose relay is not serving hands off'),
     Key("LEASE_WATCH", "float", "0.25", check="E010/E011/E103", range=(0.05, 60),
         doc='cheap look for commands and handoffs between polls'),

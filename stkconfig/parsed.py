@@ -37,6 +37,7 @@ class NotifyConfig:
     webhook_timeout: float = 5.0
     webhook_tries: int = 8
     webhook_queue: int = 1000
+    webhook_security_every: float = 60.0
 
     @property
     def configured(self) -> bool:

@@ -18,6 +18,9 @@
 - `WEBHOOK_TIMEOUT` (seconds, default 5, 0.1..120), `WEBHOOK_TRIES` (default 8,
   1..100), `WEBHOOK_QUEUE` (events waiting, default 1000, 1..100000: when full
   the oldest is dropped and counted).
+- `WEBHOOK_SECURITY_EVERY` (seconds, default 60, 1..3600): security events (refusals
+  this agent counted) are coalesced: the first is posted at once, then at most one
+  event per this many seconds carries every refusal counted meanwhile.
 
 Each function reports through `bad(id, key, message, hint)` like `config.load`.
 """
@@ -47,6 +50,7 @@ DEFAULTS: dict[str, str] = {
     "WEBHOOK_TIMEOUT": "5",
     "WEBHOOK_TRIES": "8",
     "WEBHOOK_QUEUE": "1000",
+    "WEBHOOK_SECURITY_EVERY": "60",  # at most one security event a minute, whatever a hostile LAN sends
 }
 
 
@@ -93,6 +97,7 @@ def parse(values: dict[str, str], bad: Bad, number: Number) -> NotifyConfig:
         webhook_timeout=float(_or(number("WEBHOOK_TIMEOUT"), 5.0)),
         webhook_tries=int(_or(number("WEBHOOK_TRIES"), 8)),
         webhook_queue=int(_or(number("WEBHOOK_QUEUE"), 1000)),
+        webhook_security_every=float(_or(number("WEBHOOK_SECURITY_EVERY"), 60.0)),
     )
 
 

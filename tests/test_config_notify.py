@@ -27,6 +27,8 @@ PIN = "ab" * 32
         ({"WEBHOOK_URL": "http://h/x", "WEBHOOK_SECRET": SECRET, "WEBHOOK_PINS": PIN},
          ("stkrelay.E183", "WEBHOOK_PINS")),
         ({"WEBHOOK_QUEUE": "0"}, ("stkrelay.E011", "WEBHOOK_QUEUE")),
+        ({"WEBHOOK_SECURITY_EVERY": "0.5"}, ("stkrelay.E011", "WEBHOOK_SECURITY_EVERY")),
+        ({"WEBHOOK_SECURITY_EVERY": "3601"}, ("stkrelay.E011", "WEBHOOK_SECURITY_EVERY")),
     ],
 )  # fmt: skip
 def test_each_bad_notification_value_is_refused_with_its_id(tmp_path, over, expected):
@@ -39,7 +41,7 @@ def test_good_notification_keys_are_parsed(tmp_path):
     secret.write_text(SECRET + "\n")
     ini = write_ini(tmp_path, ON_ROLE_CHANGE="/bin/echo role", ON_ROLE_CHANGE_TIMEOUT="2.5",
                     WEBHOOK_URL="https://hooks.example.net/stk", WEBHOOK_SECRET_FILE=str(secret),
-                    WEBHOOK_PINS=PIN, WEBHOOK_QUEUE="10")  # fmt: skip
+                    WEBHOOK_PINS=PIN, WEBHOOK_QUEUE="10", WEBHOOK_SECURITY_EVERY="5")  # fmt: skip
     cfg = load(str(ini), env={})
     assert cfg.problems == []
     n = cfg.notify
@@ -49,7 +51,7 @@ def test_good_notification_keys_are_parsed(tmp_path):
         SECRET,
         10,
     )
-    assert n.webhook_pins == frozenset({PIN}) and n.configured
+    assert n.webhook_pins == frozenset({PIN}) and n.configured and n.webhook_security_every == 5.0
 
 
 def test_no_notification_keys_no_notifier(tmp_path):

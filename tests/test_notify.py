@@ -7,7 +7,7 @@ from harness import wait_until
 from test_agents_notify import SECRET, Receiver, role_script
 
 from elections.retry import Backoff
-from elections.runtime.notify import Notifier
+from elections.runtime.notify import Notifier, Roles, payload
 from stkconfig.parsed import NotifyConfig
 
 
@@ -19,21 +19,30 @@ def notifier(url="", audit=None, **kw):
 
 
 def offer(n, seq, kind="elected", **extra):
-    n.offer(seq, kind, 3, "why", "2026-12-02T00:00:00+00:00", extra)
+    """One history row of this node, as the feed hands it on (notify_feed.EventFeed)."""
+    n.post([payload(n.kmsn, n.node, seq, kind, 3, "why", "2026-12-02T00:00:00+00:00", extra)], cursor=seq)
 
 
-def test_a_full_queue_drops_its_oldest_event_and_counts_it():
+def change(n, roles, seq, kind):
+    role = roles.fold(kind, n.node, {})
+    if role is not None:
+        n.role_changed(role, seq, kind)
+
+
+def test_a_full_queue_drops_its_oldest_event_counts_and_audits_it():
     receiver = Receiver(hang=True)
+    rows = []
     try:
-        n = notifier(receiver.url, webhook_queue=2)
+        n = notifier(receiver.url, audit=rows, webhook_queue=2)
         offer(n, 1)
-        assert receiver.held.wait(10)  # the first is in flight, held by the receiver
+        assert receiver.held.wait(10)  # the first is in flight, held by the receiver (still queued)
         for seq in range(2, 6):
             offer(n, seq)
-        assert n.counters.dropped == 2
-        assert [d["seq"] for d in n._queue] == [4, 5]
-        offer(n, 6, kind="audit")  # not a kind the webhook carries: neither queued nor counted
-        assert n.counters.dropped == 2 and len(n._queue) == 2
+        assert n.counters.dropped == 3  # 1 (in flight: sent, but no longer kept for a retry), 2, 3
+        assert [d["seq"] for d in n.outbox._docs] == [4, 5]
+        offer(n, 5)  # the same row again (a feed going on from its cursor): queued once
+        assert n.counters.dropped == 3 and len(n.outbox) == 2
+        assert len(rows) == 1 and rows[0][0] == "webhook" and "dropped" in rows[0][2], rows
     finally:
         receiver.stop()
 
@@ -61,11 +70,12 @@ def test_role_changes_coalesce_while_the_command_runs(tmp_path):
         tmp_path / "r.sh", f'echo "$1" >> {out}\nwhile [ ! -e {gate} ]; do sleep 0.05; done\n'
     )
     n = notifier(role_cmd=(script,), role_timeout=30)
-    offer(n, 1, kind="elected")
+    roles = Roles(n.node)
+    change(n, roles, 1, "elected")
     wait_until(lambda: out.exists() and out.read_text() == "leader\n", 10, "the first run")
-    offer(n, 2, kind="stepped_down")
-    offer(n, 3, kind="elected")
-    offer(n, 4, kind="released")  # three changes while the first run waits: only the newest runs next
+    change(n, roles, 2, "stepped_down")
+    change(n, roles, 3, "elected")
+    change(n, roles, 4, "released")  # three changes while the first run waits: only the newest runs next
     gate.touch()
     wait_until(lambda: n.counters.role_runs == 2 and out.read_text() == "leader\nfollower\n", 10, "two runs")
     assert n.counters.role_failed == 0

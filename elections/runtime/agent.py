@@ -62,7 +62,7 @@ from elections.ports.localstate import (
 from elections.ports.share import SHARE_OPS
 from elections.ports.stores import PoolPlace, open_event_tail, open_store, store_details
 from elections.ports.webcert import served_fingerprint
-from elections.runtime import notify
+from elections.runtime import notify_feed
 from elections.runtime.beacon_link import BeaconLink
 from elections.runtime.bindings import PoolBindings
 from elections.runtime.elector import Elector
@@ -125,7 +125,7 @@ class Agent:
         self.commands = PoolCommands()
         self.tail = open_event_tail(place, clock, refusals=self.refusals)
         self.projector = Projector(stk.kmsn)
-        self.notify = notify.start_for(stk)  # ON_ROLE_CHANGE, WEBHOOK_URL: threads of their own
+        self.notify = notify_feed.start_for(stk)  # ON_ROLE_CHANGE, WEBHOOK_URL: threads of their own
         # The [pool:<KMSN>] sections: read only, each on its own thread and share deadline.
         self.watchers = Watchers.from_settings(stk, clock, self.local, self.projector).start()
         self._unprojected: list[list[dict[str, Any]]] = []

@@ -1,23 +1,27 @@
 """Telling the operator's pager: `ON_ROLE_CHANGE` and `WEBHOOK_URL` (stkrelay/config_notify.py).
 
-Both are fed from one place, this node's rows of the history (`EventFeed`:
-every event this agent records about itself, whichever local process wrote
-it: elections, step-downs, operator commands, security events), through
-`Notifier.offer`, which only appends to memory and returns. The feed, the
-POSTs and the command each have a daemon thread of the worker: nothing here
-ever runs on the elector's thread, and the elector never waits for it.
+Both are fed from one place, the history rows of this agent's pool as they reach
+its database (`notify_feed.EventFeed`: every event any member recorded, whichever
+process wrote it: elections, step-downs, operator commands, security events) and
+the refusals this agent counts (`notify_feed.SecurityWatch`), through `Notifier.post`
+and `Notifier.role_changed`, which only queue and return. The feed, the POSTs and
+the command each have a daemon thread of the worker: nothing here ever runs on
+the elector's thread, and the elector never waits for it.
 
-Webhook. Every event whose kind is in `WEBHOOK_KINDS` is POSTed as JSON
-(`payload`), with `X-Stkrelay-Signature: sha256=<hex HMAC-SHA256(secret, body)>`
-and `X-Stkrelay-Delivery: <id>`. The id, `<kmsn>/<node>/<seq>`, is the event's
-own key in the pool's history: delivery is at-least-once (a receiver that
-answered 200 too late sees the same id again) and a receiver drops repeats on
-it. A refused or failed POST is retried with `elections.retry.Backoff`
-(`WEBHOOK_TRIES`); the queue is bounded (`WEBHOOK_QUEUE`): when full the
-oldest event is dropped and counted. An event given up is an audit row, at
-most one per `AUDIT_EVERY` seconds (the row counts the ones in between).
+Webhook. Every event of `WEBHOOK_KINDS` that `sends` gives this agent is POSTed
+as JSON (`payload`), with `X-Stkrelay-Signature: sha256=<hex HMAC-SHA256(secret,
+body)>` and `X-Stkrelay-Delivery: <id>`. The id of a history row,
+`<kmsn>/<node>/<seq>` (`node`: the member that recorded it), is the row's own key
+in the pool's history, the same whichever agent sends it; a security event's is
+`<kmsn>/<node>/security/<ms>`. Delivery is at-least-once (a receiver that answered
+200 too late sees the same id again) and a receiver drops repeats on it. A
+refused or failed POST is retried with `elections.retry.Backoff` (`WEBHOOK_TRIES`);
+the queue (`notify_outbox.Outbox`, a file in DATA_DIR that survives a restart) is
+bounded (`WEBHOOK_QUEUE`): when full the oldest event is dropped and counted. An
+event given up or dropped is an audit row, at most one per `AUDIT_EVERY` seconds
+(the row counts the ones in between).
 
-Role command. A role change (`role_of`) runs `CMD ROLE EPOCH KMSN NODE CAUSE`
+Role command. A role change (`Roles`) runs `CMD ROLE EPOCH KMSN NODE CAUSE`
 with the same in `STK_ROLE`... of the environment, in a process group of its
 own, killed after `ON_ROLE_CHANGE_TIMEOUT`. Changes are coalesced: while the
 command runs, only the newest pending change is kept (the command always
@@ -27,7 +31,6 @@ status is logged; a failure or a timeout is an audit row.
 
 from __future__ import annotations
 
-import collections
 import functools
 import hashlib
 import hmac
@@ -43,7 +46,6 @@ import urllib.error
 import urllib.request
 import uuid
 from dataclasses import dataclass, field
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +53,7 @@ from elections.ports.host.files import write_atomic
 from elections.ports.host.processes import kill_group, spawn_options
 from elections.ports.pinned_https import opener
 from elections.retry import Backoff, retry
-from stkconfig.model import Config
+from elections.runtime.notify_outbox import OUTBOX_FILE, Outbox
 from stkconfig.parsed import NotifyConfig
 
 log = logging.getLogger("stkrelay.notify")
@@ -59,26 +61,58 @@ log = logging.getLogger("stkrelay.notify")
 SIGNATURE = "X-Stkrelay-Signature"
 DELIVERY = "X-Stkrelay-Delivery"
 EVENT = "X-Stkrelay-Event"
-WEBHOOK_KINDS = frozenset({
-    "elected", "stepped_down", "released", "handoff",  # failovers
-    "drain_requested", "undrain_requested", "promote_requested", "pause_requested", "resume_requested",
-    "station_seen",  # security: a station registered with the site token, not its own credential
-})  # fmt: skip
+FAILOVER_KINDS = frozenset({"elected", "stepped_down", "released", "handoff"})
+COMMAND_KINDS = frozenset({"drain_requested", "undrain_requested", "promote_requested", "pause_requested",
+                           "resume_requested"})  # fmt: skip
+SECURITY = "security"  # refusals this agent counted (notify_feed.SecurityWatch), coalesced
+# A member's own rows: its failovers, and a station registered with the site token, not its own credential.
+OWN_KINDS = FAILOVER_KINDS | {"station_seen"}
+WEBHOOK_KINDS = OWN_KINDS | COMMAND_KINDS | {SECURITY}
 ROLES = {"elected": "leader", "stepped_down": "follower", "released": "follower", "handoff": "follower"}
 AUDIT_EVERY = 60.0
 REASONS = {"webhook": "webhook delivery", "on_role_change": "ON_ROLE_CHANGE command"}
 SEND_BACKOFF = Backoff(tries=8, first=0.5, factor=2.0, cap=30.0, jitter=0.2)
 
 
-def role_of(kind: str, node: str, extra: dict[str, Any]) -> str | None:
-    """This node's new role after its own event `kind`, or None if it is no role change."""
-    if kind in ROLES:
-        return ROLES[kind]
-    if kind == "drain_requested" and extra.get("target") == node:
-        return "draining"
-    if kind == "undrain_requested" and extra.get("target") == node:
-        return "follower"
-    return None
+class Roles:
+    """This node's (`me`) role as its pool's history rows tell it, folded one row at a time:
+    `leader` from its own election to its own step-down, release or handoff; `draining`
+    from a drain of it to its undrain, whichever member either was issued on (a drained
+    leader hands off: it stays `draining`); else `follower`. Pure."""
+
+    def __init__(self, me: str, drained: bool = False) -> None:
+        self.me, self.leading, self.drained = me, False, drained
+        self.role = self._now()
+
+    def _now(self) -> str:
+        return "draining" if self.drained else "leader" if self.leading else "follower"
+
+    def fold(self, kind: str, issuer: str, extra: dict[str, Any]) -> str | None:
+        """The new role after a row `kind` recorded by `issuer`, or None if the role is the same."""
+        if kind in ROLES and issuer == self.me:
+            self.leading = ROLES[kind] == "leader"
+        elif kind in ("drain_requested", "undrain_requested") and extra.get("target") == self.me:
+            self.drained = kind == "drain_requested"
+        role = self._now()
+        if role == self.role:
+            return None
+        self.role = role
+        return role
+
+
+def sends(kind: str, issuer: str, me: str, led_epoch: bool, epoch_has_leader: bool) -> bool:
+    """Whether this agent POSTs a history row `kind` recorded by `issuer`, so that one agent
+    sends each, whatever its arrival order: a member's own failovers and `station_seen`, by
+    that member; an operator command (drain, undrain, promote, pause, resume), whichever
+    member it was issued on, by the leader of the epoch the command was issued in (the row's
+    epoch: `led_epoch`, this agent has its own `elected` row of it), or by its issuer when no
+    member is known to have led that epoch (`epoch_has_leader`: an `elected` row of it in this
+    agent's history; epoch 0, a pool without a leader, has none)."""
+    if kind in OWN_KINDS:
+        return issuer == me
+    if kind in COMMAND_KINDS:
+        return led_epoch or (issuer == me and not epoch_has_leader)
+    return False
 
 
 def sign(secret: str, body: bytes) -> str:
@@ -87,9 +121,11 @@ def sign(secret: str, body: bytes) -> str:
 
 
 def payload(kmsn: str, node: str, seq: int, kind: str, epoch: int, reason: str, at: str,
-            extra: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+            extra: dict[str, Any], sender: str = "") -> dict[str, Any]:  # fmt: skip
+    """The JSON of one history row (`node` recorded it, `sender` posts it)."""
     return {"id": f"{kmsn}/{node}/{seq}", "kmsn": kmsn, "node": node, "seq": seq, "kind": kind,
-            "epoch": epoch, "reason": reason, "at": at, "detail": extra}  # fmt: skip
+            "epoch": epoch, "reason": reason, "at": at, "detail": extra,
+            "sender": sender or node}  # fmt: skip
 
 
 class Undelivered(Exception):
@@ -148,10 +184,11 @@ class Notifier:
         self.backoff = backoff or Backoff(cfg.webhook_tries, SEND_BACKOFF.first, SEND_BACKOFF.factor,
                                           SEND_BACKOFF.cap, SEND_BACKOFF.jitter)  # fmt: skip
         self.counters = Counters(path=Path(data_dir) / COUNTERS_FILE if data_dir else None)
-        self._queue: collections.deque[dict[str, Any]] = collections.deque()
-        self._wake = threading.Condition()
+        self.outbox = Outbox(Path(data_dir) / OUTBOX_FILE if data_dir else None, cfg.webhook_queue,
+                             self._dropped)  # fmt: skip
         self._role: tuple[str, int, str] | None = None  # the newest change not yet run
         self._role_wake = threading.Condition()
+        self._audit_lock = threading.Lock()  # the feed (drops) and the sender (give-ups) both audit
         self._last_audit = -AUDIT_EVERY
         self._unaudited = 0
         self._open = opener(cfg.webhook_pins)
@@ -160,43 +197,45 @@ class Notifier:
         if cfg.role_cmd:
             threading.Thread(target=self._role_loop, name="notify-role", daemon=True).start()
 
-    # -- the one entry: never blocks ---------------------------------------------------
-    def offer(self, seq: int, kind: str, epoch: int, reason: str, at: str, extra: dict[str, Any]) -> None:
-        if self.cfg.webhook_url and kind in WEBHOOK_KINDS:
-            doc = payload(self.kmsn, self.node, seq, kind, epoch, reason, at, extra)
-            with self._wake:
-                if len(self._queue) >= self.cfg.webhook_queue:
-                    self._queue.popleft()
-                    self.counters.add("dropped")
-                    log.warning("webhook queue full (%d): oldest event dropped", self.cfg.webhook_queue)
-                self._queue.append(doc)
-                self._wake.notify()
-        role = role_of(kind, self.node, extra)
-        if self.cfg.role_cmd and role is not None:
-            cause = str(extra.get("cause") or kind)
-            with self._role_wake:
-                if self._role is not None:
-                    log.info("role change to %s skipped: %s came before the command ran", self._role[0], role)
-                self._role = (role, epoch, cause)
-                self._role_wake.notify()
+    # -- the entries (the feed's thread): never block --------------------------------------
+    def post(self, docs: list[dict[str, Any]], cursor: int | None = None) -> None:
+        """Queue events for the webhook (`payload` documents), moving the feed's cursor with them."""
+        if self.cfg.webhook_url:
+            self.outbox.extend(docs, cursor)
+
+    def role_changed(self, role: str, epoch: int, cause: str) -> None:
+        if not self.cfg.role_cmd:
+            return
+        with self._role_wake:
+            if self._role is not None:
+                log.info("role change to %s skipped: %s came before the command ran", self._role[0], role)
+            self._role = (role, epoch, cause)
+            self._role_wake.notify()
+
+    def _dropped(self, doc: dict[str, Any]) -> None:
+        self.counters.add("dropped")
+        why = f"event {doc['id']} ({doc['kind']}) dropped: {self.cfg.webhook_queue} events wait already"
+        log.warning("webhook: %s", why)
+        self._audit_limited("webhook", doc["epoch"], why)
 
     # -- webhook -----------------------------------------------------------------------
     def _send_loop(self) -> None:
         while True:
-            with self._wake:
-                while not self._queue:
-                    self._wake.wait()
-                doc = self._queue.popleft()
+            doc = self.outbox.head()
+            if doc is None:
+                continue
             body = json.dumps(doc, ensure_ascii=False, sort_keys=True).encode()
             try:
                 send = functools.partial(self._post, body, doc)
                 retry(send, on=Undelivered, backoff=self.backoff, rng=_rng)
             except Undelivered as exc:
+                self.outbox.done(doc["id"])
                 self.counters.add("failed")
                 why = f"event {doc['id']} ({doc['kind']}) not delivered, {self.backoff.tries} tries: {exc}"
                 log.error("webhook: %s", why)
                 self._audit_limited("webhook", doc["epoch"], why)
                 continue
+            self.outbox.done(doc["id"])  # after the 2xx: killed before this line, it is sent again
             self.counters.add("sent")
 
     def _post(self, body: bytes, doc: dict[str, Any]) -> None:
@@ -218,13 +257,14 @@ class Notifier:
 
     def _audit_limited(self, what: str, epoch: int, message: str) -> None:
         """An audit row, at most one per AUDIT_EVERY; the next one counts those in between."""
-        now = time.monotonic()
-        if now - self._last_audit < AUDIT_EVERY:
-            self._unaudited += 1
-            return
-        if self._unaudited:
-            message += f" ({self._unaudited} more failures since the last row)"
-        self._last_audit, self._unaudited = now, 0
+        with self._audit_lock:
+            now = time.monotonic()
+            if now - self._last_audit < AUDIT_EVERY:
+                self._unaudited += 1
+                return
+            if self._unaudited:
+                message += f" ({self._unaudited} more failures since the last row)"
+            self._last_audit, self._unaudited = now, 0
         self.audit(self, what, epoch, message)
 
     # -- role command ------------------------------------------------------------------
@@ -291,60 +331,3 @@ def _audit_row(notifier: Notifier, what: str, epoch: int, message: str) -> None:
         log.error("notification failure not audited: %s", exc)
     finally:
         close_old_connections()
-
-
-FEED_EVERY = 0.25  # seconds between two looks at the history for new rows of this node
-
-
-class EventFeed:
-    """Offers the notifier every new history row of this node, whichever local process wrote it
-    (the worker's elector, the panel's or `relayctl`'s commands, the supervisor's release): the
-    rows are the one record of what this agent did. Rows from before the feed started, or
-    ingested back from the share (a fresh database), are not news and are not offered."""
-
-    def __init__(self, notifier: Notifier, every: float = FEED_EVERY) -> None:
-        self.notifier, self.every = notifier, every
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="notify-feed", daemon=True)
-
-    def start(self) -> EventFeed:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def _run(self) -> None:
-        from django.db import DatabaseError, close_old_connections
-        from django.db.models import Max
-        from django.utils import timezone
-
-        from elections.models import ElectionEvent
-
-        n = self.notifier
-        last: int | None = None
-        since = timezone.now() - timedelta(seconds=5)
-        while not self._stop.is_set():
-            try:
-                mine = ElectionEvent.objects.filter(kmsn=n.kmsn, node=n.node)
-                if last is None:
-                    last = mine.aggregate(m=Max("id"))["m"] or 0
-                for ev in mine.filter(id__gt=last).order_by("id")[:500]:
-                    last = ev.id
-                    if ev.observed_at >= since:
-                        detail = ev.detail if isinstance(ev.detail, dict) else {}
-                        n.offer(ev.seq, ev.kind, ev.epoch, ev.reason, ev.observed_at.isoformat(), detail)
-            except DatabaseError as exc:
-                log.warning("notify: history not read: %s", exc)
-            finally:
-                close_old_connections()
-            self._stop.wait(self.every)
-
-
-def start_for(stk: Config) -> EventFeed | None:
-    """The notifier of this agent (its `Config`) and its feed, started; None when neither
-    `ON_ROLE_CHANGE` nor `WEBHOOK_URL` is set. Called once, by the worker (`runtime.agent`)."""
-    cfg = getattr(stk, "notify", None)
-    if cfg is None or not cfg.configured:
-        return None
-    return EventFeed(Notifier(cfg, stk.kmsn, stk.node, data_dir=stk.data_dir)).start()
