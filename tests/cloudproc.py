@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -105,7 +106,7 @@ PEER_TOKEN = "peer-token-5e4d3c2b1a09f8e7"
 
 def cloud_nodes(root: Path, endpoints: str, prefix: str, ips: list[str], park: float = 4.0,
                 ttl: int = 2) -> list[CloudProc]:  # fmt: skip
-    """`len(ips)` runcloud nodes (a, b, c...) sharing the etcd directory at `endpoints`/`prefix`, not started."""
+    """`len(ips)` runcloud nodes (a, b, c...) sharing the directory at `endpoints`/`prefix`, not started."""
     names = [chr(ord("a") + i) for i in range(len(ips))]
     peers = {name: (ip, free_port(ip)) for name, ip in zip(names, ips, strict=True)}
     listed = ", ".join(f"{n}={ip}:{port}" for n, (ip, port) in peers.items())
@@ -117,7 +118,7 @@ def cloud_nodes(root: Path, endpoints: str, prefix: str, ips: list[str], park: f
             extra=f"ETCD_ENDPOINTS = {endpoints}\nETCD_PREFIX = {prefix}\nNODE_ID = {name}\n"
             f"NODES = {listed}\nPEER_PORT = {peers[name][1]}\nPEER_TOKEN = {PEER_TOKEN}\n"
             f"DIRECTORY_TTL = {ttl}\n",
-        )  # fmt: skip
+        )
         for name, ip in zip(names, ips, strict=True)
     ]
 
@@ -149,7 +150,7 @@ def two_holders_at_once(states: list[tuple[int, tuple[str, int] | None]]) -> lis
     """Each time the history hands a site from one node to another without the first entry
     having gone first, unless at a higher epoch (the old node's lease is then revoked)."""
     bad = []
-    for (r1, x), (r2, y) in zip(states, states[1:], strict=False):
+    for (r1, x), (r2, y) in itertools.pairwise(states):
         if x is not None and y is not None and x[0] != y[0] and y[1] <= x[1]:
             bad.append(f"revision {r1}: {x} -> revision {r2}: {y}")
     return bad

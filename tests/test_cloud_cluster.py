@@ -43,7 +43,7 @@ async def start_site(nodes, epoch=5):
 async def through(node, agent, tag, wait=2.0):
     """A remote commander at `node` registers and sends one message; True when the agent has it."""
     try:
-        reader, writer, conn = await json_client(node.ip, node.relay_port, "commander", f"C-{tag}")
+        _reader, writer, conn = await json_client(node.ip, node.relay_port, "commander", f"C-{tag}")
     except (OSError, AssertionError, TimeoutError, asyncio.IncompleteReadError):
         return False
     try:
@@ -165,7 +165,7 @@ def test_a_peer_or_an_etcd_entry_that_is_not_evidence_is_refused_and_counted(tmp
                     "mac": "2" * 64,
                 }
             ).encode()
-            + b"\n",  # fmt: skip
+            + b"\n",
             json.dumps(
                 {
                     "kmsn": KMSN,
@@ -177,7 +177,7 @@ def test_a_peer_or_an_etcd_entry_that_is_not_evidence_is_refused_and_counted(tmp
                     "mac": "2" * 64,
                 }
             ).encode()
-            + b"\n",  # fmt: skip
+            + b"\n",
         ]
         for data in hostile:
             with socket.create_connection((a.ip, peer_port), timeout=5) as s:
