@@ -142,6 +142,7 @@ def load(path: str | None) -> CloudConfig:
     if cfg.cluster is not None and cfg.cluster.peer_port in ports:
         bad(Problem("stkrelay.E236", "PEER_PORT", f"collides with another port: {ports}",
                     "PEER_PORT differs from RELAY_PORT, RELAY_PORT+1, TUNNEL_PORT, WEB_PORT"))  # fmt: skip
+        cfg.cluster = None
     site_problems = ("stkrelay.C007", "stkrelay.C009", "stkrelay.C010", "stkrelay.C011")
     if not cfg.tokens and not any(p.id in site_problems for p in cfg.problems):
         bad(Problem("stkrelay.C008", "[site:<KMSN>]", "no site configured",

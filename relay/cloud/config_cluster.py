@@ -104,7 +104,7 @@ def cluster_config(values: dict[str, str], relay_port: int, bad: Callable[[Probl
     except ValueError as exc:
         bad(Problem("stkrelay.E232", "NODES", str(exc), "e.g. a=10.0.0.1:9544, b=10.0.0.2:9544 (every node)"))
         ok = False
-    if nodes and node and node not in nodes:
+    if nodes and NODE_ID.fullmatch(node) and node not in nodes:
         bad(Problem("stkrelay.E232", "NODES", f"does not list this node ({node})",
                     "list every node, this one too"))  # fmt: skip
         ok = False
@@ -113,6 +113,8 @@ def cluster_config(values: dict[str, str], relay_port: int, bad: Callable[[Probl
     if weak:
         bad(Problem("stkrelay.E233", "PEER_TOKEN", weak, "the same long random secret on every node"))
         ok = False
+
+    out_of_range: list[str] = []
 
     def number(key: str, kind: type, default: float, low: float, high: float) -> float:
         raw = values.get(key, "")
@@ -123,6 +125,7 @@ def cluster_config(values: dict[str, str], relay_port: int, bad: Callable[[Probl
         if value is None or not low <= value <= high:
             bad(Problem("stkrelay.E234", key, f"{raw!r} is not a number in {low:g}..{high:g}",
                         f"use {low:g}..{high:g} (default {default:g})"))  # fmt: skip
+            out_of_range.append(key)
             return default
         return value
 
@@ -132,6 +135,6 @@ def cluster_config(values: dict[str, str], relay_port: int, bad: Callable[[Probl
     prefix = values.get("ETCD_PREFIX", "") or DEFAULT_PREFIX
     if not prefix.endswith("/"):
         prefix += "/"
-    if not ok:
+    if not ok or out_of_range:
         return None
     return Cluster(endpoints, node, nodes, peer_port, token, prefix, timeout, ttl)
