@@ -105,7 +105,7 @@ PEER_TOKEN = "peer-token-5e4d3c2b1a09f8e7"
 
 
 def cloud_nodes(root: Path, endpoints: str, prefix: str, ips: list[str], park: float = 4.0,
-                ttl: int = 2) -> list[CloudProc]:  # fmt: skip
+                ttl: int = 2, keepalive: float = 1.0) -> list[CloudProc]:  # fmt: skip
     """`len(ips)` runcloud nodes (a, b, c...) sharing the directory at `endpoints`/`prefix`, not started."""
     names = [chr(ord("a") + i) for i in range(len(ips))]
     peers = {name: (ip, free_port(ip)) for name, ip in zip(names, ips, strict=True)}
