@@ -185,13 +185,17 @@ async def measure(args, kmsns, nodes, token) -> None:  # type: ignore[no-untyped
     print(f"  {args.clients} remote clients registered in {time.monotonic() - started:.1f} s "
           f"(retried: {retries or 'none'})", file=sys.stderr, flush=True)  # fmt: skip
     with_clients = sum(rss_kib(node.proc.pid) for node in nodes)
-    expected = args.clients * args.messages
     start = time.monotonic()
+    sent = 0
     for m in range(args.messages):
         for _, (_, writer, conn) in commanders:
+            if conn.state.name != "OPEN":  # moved (its tunnel went) since it registered: not counted
+                continue
             conn.send_message(time.monotonic(), to="S101", id=f"m{m}")
             writer.write(conn.data_to_send())
+            sent += 1
         await asyncio.sleep(0)
+    expected = sent
     deadline = time.monotonic() + 60
     while len(latencies) < expected and time.monotonic() < deadline:
         await asyncio.sleep(0.01)
@@ -211,6 +215,16 @@ async def measure(args, kmsns, nodes, token) -> None:  # type: ignore[no-untyped
         writer.close()
     for task in readers:
         task.cancel()
+    for node in nodes:
+        if node.alive():
+            status = node.status()
+            keys = ("directory_lost", "directory_silent", "directory_held", "tunnel_timeout", "moved",
+                    "parked", "peer_forwarded_in", "peer_forwarded_out", "peer_unreachable",
+                    "park_expired")  # fmt: skip
+            counters = {k: v for k, v in status["counters"].items() if k in keys}
+            print(
+                f"  node {node.ip}: {counters} tunnel_refusals {status['tunnel_refusals']}", file=sys.stderr
+            )
     print(json.dumps(result))
 
 

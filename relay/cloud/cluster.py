@@ -71,6 +71,9 @@ class ClusterDirectory:
         self.cluster = cluster
         self.count, self.on_lost = count, on_lost
         self.pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="directory")
+        # The keep-alives have threads of their own: a burst of claims and lookups (a dead node's
+        # sites arriving, thousands of clients reconnecting) must never delay them past the TTL.
+        self.keeper = ThreadPoolExecutor(max_workers=2 * WORKERS, thread_name_prefix="directory-keepalive")
         self.directory = TunnelDirectory(_ThreadClients(cluster), cluster.prefix, cluster.node, cluster.ttl)  # type: ignore[arg-type]
         self.cache: dict[str, tuple[float, Held | None]] = {}
         self.pending: dict[str, asyncio.Future[Held | None]] = {}
@@ -78,8 +81,8 @@ class ClusterDirectory:
         self.etcd_error = ""
         self.claims = {"won": 0, "retried": 0}
 
-    async def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
+    async def _call(self, fn: Callable[..., Any], *args: Any, pool: ThreadPoolExecutor | None = None) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(pool or self.pool, fn, *args)
 
     # -- claims ------------------------------------------------------------------------
     async def claim(self, kmsn: str, epoch: int) -> tuple[int, str, Held | None]:
@@ -144,16 +147,18 @@ class ClusterDirectory:
 
     # -- keep-alive --------------------------------------------------------------------
     async def run(self) -> None:
-        every = max(0.1, self.cluster.ttl / 4)
+        every = max(0.1, self.cluster.ttl / 4)  # the round's own time comes on top: ~TTL/3 in all
         while True:
             await asyncio.sleep(every)
             if not self.directory.leases:
                 self.last_ok = time.monotonic()
                 continue
             items = list(self.directory.leases.items())
-            chunks = [items[i::WORKERS] for i in range(min(WORKERS, len(items)))]
+            chunks = [items[i :: 2 * WORKERS] for i in range(min(2 * WORKERS, len(items)))]
             try:
-                done = await asyncio.gather(*(self._call(self.directory.keepalive, c) for c in chunks))
+                done = await asyncio.gather(
+                    *(self._call(self.directory.keepalive, c, pool=self.keeper) for c in chunks)
+                )
                 lost = [kmsn for part in done for kmsn in part]
             except ETCD_ERRORS as exc:
                 self.etcd_error = str(exc)[:200]
@@ -176,6 +181,7 @@ class ClusterDirectory:
         for kmsn, lease in list(self.directory.leases.items()):
             self.pool.submit(self.directory.release, kmsn, lease)
         self.pool.shutdown(wait=True, cancel_futures=False)
+        self.keeper.shutdown(wait=False, cancel_futures=True)
 
     def snapshot(self) -> dict[str, Any]:
         c = self.cluster

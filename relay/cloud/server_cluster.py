@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("stkrelay.cloud")
 
-LOOKUP_EVERY = 0.1  # s between two directory reads for a site whose parked clients wait
+LOOKUP_EVERY = 0.2  # s between two directory reads for a site whose parked clients wait
 UNREACHABLE_FOR = 0.5  # s a node that refused a forward is not tried again
 DIAL_PEER = 1.0  # s to connect to another node
 
