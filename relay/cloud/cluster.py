@@ -47,7 +47,7 @@ WORKERS = 4
 RETRY = 0.1  # s between two claims of a site another node's entry holds at the same epoch
 HOLD_MARGIN = 1.0  # s past the TTL a claim keeps trying before it is refused
 FRESH = 0.3  # s a looked-up holder is reused
-ETCD_ERRORS = (StoreUnavailable, Refused, TooLarge, LeaseNotFound, OSError)
+ETCD_ERRORS = (StoreUnavailable, Refused, TooLarge, LeaseNotFound, OSError, ValueError)
 
 
 class _ThreadClients:
@@ -73,7 +73,7 @@ class ClusterDirectory:
         self.pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="directory")
         # The keep-alives have threads of their own: a burst of claims and lookups (a dead node's
         # sites arriving, thousands of clients reconnecting) must never delay them past the TTL.
-        self.keeper = ThreadPoolExecutor(max_workers=2 * WORKERS, thread_name_prefix="directory-keepalive")
+        self.keeper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="directory-keepalive")
         self.directory = TunnelDirectory(_ThreadClients(cluster), cluster.prefix, cluster.node, cluster.ttl)  # type: ignore[arg-type]
         self.cache: dict[str, tuple[float, Held | None]] = {}
         self.pending: dict[str, asyncio.Future[Held | None]] = {}
@@ -153,13 +153,8 @@ class ClusterDirectory:
             if not self.directory.leases:
                 self.last_ok = time.monotonic()
                 continue
-            items = list(self.directory.leases.items())
-            chunks = [items[i :: 2 * WORKERS] for i in range(min(2 * WORKERS, len(items)))]
             try:
-                done = await asyncio.gather(
-                    *(self._call(self.directory.keepalive, c, pool=self.keeper) for c in chunks)
-                )
-                lost = [kmsn for part in done for kmsn in part]
+                lost = await self._call(self.directory.keepalive, pool=self.keeper)
             except ETCD_ERRORS as exc:
                 self.etcd_error = str(exc)[:200]
                 silent = time.monotonic() - self.last_ok

@@ -25,7 +25,8 @@ from __future__ import annotations
 import json
 
 from elections.core.untrusted import Limits, Untrusted, load_object
-from elections.ports.etcd.client import EtcdClient, LeaseNotFound, as_int, mod_is, put, unb64
+from elections.ports.etcd.client import EtcdClient, as_int, mod_is, put, unb64
+from relay.cloud.keepalive import keepalive_many
 
 ENTRY = Limits(4 << 10, max_depth=2)
 Held = tuple[str, int]  # (cloud node, epoch)
@@ -94,15 +95,16 @@ class TunnelDirectory:
         return lease, held
 
     def keepalive(self, items: list[tuple[str, int]] | None = None) -> list[str]:
-        """Refresh our entries' leases (or those of `items`); the sites whose entry etcd no
-        longer has. Raises `StoreUnavailable` when etcd does not answer (the caller counts how long)."""
+        """Refresh our entries' leases (or those of `items`) in one request
+        (`relay.cloud.keepalive`); the sites whose entry etcd no longer has.
+        Raises `StoreUnavailable` when etcd does not answer (the caller counts how long)."""
+        items = list(self.leases.items()) if items is None else items
+        if not items:
+            return []
+        ttls = keepalive_many(self.client, [lease for _, lease in items])
         lost = []
-        for kmsn, lease in list(self.leases.items()) if items is None else items:
-            try:
-                alive = self.client.keepalive(lease) > 0
-            except LeaseNotFound:
-                alive = False
-            if not alive and self.leases.get(kmsn) == lease:  # not re-claimed meanwhile
+        for kmsn, lease in items:
+            if ttls.get(lease, -1) <= 0 and self.leases.get(kmsn) == lease:  # not re-claimed meanwhile
                 lost.append(kmsn)
                 self.leases.pop(kmsn, None)
         return lost
