@@ -68,6 +68,8 @@ class ClusterDirectory:
     def __init__(
         self, cluster: Cluster, count: Callable[[str], None], on_lost: Callable[[str], None]
     ) -> None:
+        import etcd3gw  # noqa: F401  (at start: its import is not a cost of the first tunnel)
+
         self.cluster = cluster
         self.count, self.on_lost = count, on_lost
         self.pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="directory")
