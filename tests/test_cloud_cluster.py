@@ -10,13 +10,15 @@ import json
 import socket
 import time
 
-from cloudproc import cloud_nodes, directory_history, two_holders_at_once
+from cloudproc import PEER_TOKEN, cloud_nodes, directory_history, two_holders_at_once
 from cloudrig import TOKEN, json_client, lease, pair_port, until
 from harness import KMSN, wait_until
 
 from elections.ports.etcd.client import EtcdClient, parse_endpoints, put, unb64
 from relay.auth import cloud_key
+from relay.cloud.forward import header_line
 from relay.cloud.tunnel import TunnelClient
+from relay.framing import encode_frame
 from relay.protocol import ClientConnection, ErrorReceived, Message, Registered, new_nonce
 from relay.server import RelayServer
 
@@ -185,7 +187,18 @@ def test_a_peer_or_an_etcd_entry_that_is_not_evidence_is_refused_and_counted(tmp
                 s.sendall(data)
                 s.settimeout(5)
                 assert s.recv(64) == b""  # closed, nothing forwarded
+        # A header that verifies (PEER_TOKEN known) but whose register names another site than it.
+        with socket.create_connection((a.ip, peer_port), timeout=5) as s:
+            challenge = s.recv(64).split()[1].decode()
+            s.sendall(
+                header_line(PEER_TOKEN, challenge, "1111-1111-11-11", "json", "3" * 32, "p", "b", "4" * 32)
+            )
+            assert s.recv(128).startswith(b"OK ")
+            s.sendall(encode_frame({"type": "register", "kmsn": KMSN, "role": "commander", "station": "X"}))
+            s.settimeout(5)
+            assert s.recv(64) == b""
         wait_until(lambda: a.status()["counters"].get("peer_bad_mac") == 1, 5, "the bad mac counted")
+        assert a.status()["counters"].get("peer_kmsn_mismatch") == 1
         counters = a.status()["counters"]
         assert counters.get("peer_bad_header") == 2 and counters.get("peer_unknown_node") == 1, counters
         # An etcd entry that is not evidence: never followed, never overwritten, counted.

@@ -98,6 +98,7 @@ class ForwardedPeer(RemotePeer):
         self.inbox = bytearray()
         self.verified = False
         self.via = ""
+        self.claimed_kmsn = ""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -136,6 +137,7 @@ class ForwardedPeer(RemotePeer):
             return
         self.inbox.clear()
         self.verified = True
+        self.claimed_kmsn = header["kmsn"]
         self.kind = header["kind"]
         self.via = header["from"]
         self.peer = header["peer"][:64]
@@ -145,6 +147,14 @@ class ForwardedPeer(RemotePeer):
         self.server.count("peer_forwarded_in")
         if rest:
             self.data_received(rest)
+
+    def admissible(self) -> bool:
+        if self.kmsn != self.claimed_kmsn:
+            self._refuse_peer(
+                "peer_kmsn_mismatch", f"header names {self.claimed_kmsn[:64]}, register {self.kmsn[:64]}"
+            )
+            return False
+        return True
 
     def _refuse_peer(self, cause: str, detail: str) -> None:
         self.server.count(cause)

@@ -416,7 +416,12 @@ class RemotePeer(asyncio.Protocol):
             if self.kmsn not in self.server.cfg.tokens:
                 self.refuse(WRONG_KMSN, f"this cloud serves no site {self.kmsn[:64]}")
                 return
-            self.server.route(self)
+            if self.admissible():
+                self.server.route(self)
+
+    def admissible(self) -> bool:
+        """May this client, its register read, be routed? (`relay.cloud.forward` checks more.)"""
+        return True
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.dead = True
