@@ -227,3 +227,51 @@ def test_a_peer_or_an_etcd_entry_that_is_not_evidence_is_refused_and_counted(tmp
     finally:
         for node in nodes:
             node.stop()
+
+
+def test_a_lower_epoch_at_another_node_is_refused_and_a_higher_one_takes_the_site_from_it(
+    tmp_path, etcd_cluster
+):
+    """The directory, not a node's own fence, is what refuses: b never saw the site's epoch 7."""
+    prefix = f"/stk-cloud-epochs/{time.monotonic_ns()}/"
+    key = f"{prefix}tunnels/{KMSN}"
+    start = int(EtcdClient(parse_endpoints(etcd_cluster.endpoints), 5.0).range(key)["header"]["revision"])
+    nodes = cloud_nodes(tmp_path, etcd_cluster.endpoints, prefix, IPS[:2])
+    a, b = nodes
+    start_nodes(nodes)
+
+    async def scenario():
+        site7, tunnel7 = await start_site([a], epoch=7)
+        await until(lambda: tunnel7.state == "connected", 15, "epoch 7 at a")
+        site6, tunnel6 = await start_site([b], epoch=6)  # a stale leader of the same site, at b
+        try:
+            await until(
+                lambda: b.status()["tunnel_refusals"].get("directory_stale"), 15, "epoch 6 refused at b"
+            )
+            assert tunnel6.state != "connected" and b.pool()["tunnel"] is None
+            await tunnel6.stop()
+            site8, tunnel8 = await start_site([b], epoch=8)  # the site's next leader, at b
+            try:
+                await until(lambda: tunnel8.state == "connected", 15, "epoch 8 at b")
+                # a's entry was revoked by b's claim: a's keep-alive finds it gone, a closes epoch 7
+                await until(
+                    lambda: a.status()["counters"].get("directory_lost") == 1, 10, "a to close epoch 7"
+                )
+                assert a.pool()["tunnel"] is None
+            finally:
+                await tunnel8.stop()
+                site8.lose_leadership()
+        finally:
+            for tunnel, site in ((tunnel7, site7), (tunnel6, site6)):
+                await tunnel.stop()
+                site.lose_leadership()
+
+    try:
+        asyncio.run(scenario())
+        states = directory_history(etcd_cluster.endpoints, key, start)
+        assert [s for _, s in states if s is not None][:1] == [("a", 7)], states
+        assert ("b", 6) not in [s for _, s in states], states
+        assert ("b", 8) in [s for _, s in states] and two_holders_at_once(states) == [], states
+    finally:
+        for node in nodes:
+            node.stop()
