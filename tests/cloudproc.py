@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -42,6 +43,7 @@ class CloudProc:
         token: str = CLOUD_TOKEN,
         park: float = 4.0,
         keepalive: float = 1.0,
+        extra: str = "",
     ) -> None:
         self.root, self.ip, self.token = root, ip, token
         root.mkdir(parents=True, exist_ok=True)
@@ -53,7 +55,7 @@ class CloudProc:
             "[cloud]\n"
             f"LISTEN_IP = {ip}\nRELAY_PORT = {self.relay_port}\nTUNNEL_PORT = {self.tunnel_port}\n"
             f"WEB_PORT = {self.web_port}\nDATA_DIR = {root / 'data'}\n"
-            f"RELAY_KEEPALIVE = {keepalive:g}\nPARK = {park}\n"
+            f"RELAY_KEEPALIVE = {keepalive:g}\nPARK = {park}\n{extra}"
             f"[site:{KMSN}]\nCLOUD_TOKEN = {token}\nLEASE_KEY_FILE = lease.key\n"
         )
         self.log_path = root / "cloud.log"
@@ -97,3 +99,58 @@ class CloudProc:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+PEER_TOKEN = "peer-token-5e4d3c2b1a09f8e7"
+
+
+def cloud_nodes(root: Path, endpoints: str, prefix: str, ips: list[str], park: float = 4.0,
+                ttl: int = 2, keepalive: float = 1.0) -> list[CloudProc]:  # fmt: skip
+    """`len(ips)` runcloud nodes (a, b, c...) sharing the directory at `endpoints`/`prefix`, not started."""
+    names = [chr(ord("a") + i) for i in range(len(ips))]
+    peers = {name: (ip, free_port(ip)) for name, ip in zip(names, ips, strict=True)}
+    listed = ", ".join(f"{n}={ip}:{port}" for n, (ip, port) in peers.items())
+    return [
+        CloudProc(
+            root / name,
+            ip=ip,
+            park=park,
+            extra=f"ETCD_ENDPOINTS = {endpoints}\nETCD_PREFIX = {prefix}\nNODE_ID = {name}\n"
+            f"NODES = {listed}\nPEER_PORT = {peers[name][1]}\nPEER_TOKEN = {PEER_TOKEN}\n"
+            f"DIRECTORY_TTL = {ttl}\n",
+        )
+        for name, ip in zip(names, ips, strict=True)
+    ]
+
+
+def directory_history(endpoints: str, key: str, start: int) -> list[tuple[int, tuple[str, int] | None]]:
+    """Every state of a directory key from revision `start` on, as etcd's revisions keep it:
+    (revision, (node, epoch)) for a write, (revision, None) when the entry went (expired, revoked)."""
+    from elections.ports.etcd.client import EtcdClient, parse_endpoints, unb64
+
+    client = EtcdClient(parse_endpoints(endpoints), 5.0)
+    last = int(client.range(key)["header"]["revision"])
+    states: list[tuple[int, tuple[str, int] | None]] = []
+    seen_mod = None
+    for rev in range(start, last + 1):
+        kvs = client.range(key, revision=rev).get("kvs") or []
+        mod = int(kvs[0]["mod_revision"]) if kvs else None
+        if mod == seen_mod:
+            continue
+        seen_mod = mod
+        if kvs:
+            doc = json.loads(unb64(kvs[0]["value"]))
+            states.append((rev, (doc["node"], doc["epoch"])))
+        elif states and states[-1][1] is not None:
+            states.append((rev, None))
+    return states
+
+
+def two_holders_at_once(states: list[tuple[int, tuple[str, int] | None]]) -> list[str]:
+    """Each time the history hands a site from one node to another without the first entry
+    having gone first, unless at a higher epoch (the old node's lease is then revoked)."""
+    bad = []
+    for (r1, x), (r2, y) in itertools.pairwise(states):
+        if x is not None and y is not None and x[0] != y[0] and y[1] <= x[1]:
+            bad.append(f"revision {r1}: {x} -> revision {r2}: {y}")
+    return bad

@@ -138,7 +138,9 @@ async def json_client(ip, port, role, station, kmsn=KMSN):
     reader, writer = await asyncio.open_connection(ip, port)
     conn = ClientConnection(role=role, kmsn=kmsn, station=station, token=TOKEN, cnonce=new_nonce())
     while True:
-        conn.receive_data(await asyncio.wait_for(reader.read(65536), 5))
+        data = await asyncio.wait_for(reader.read(65536), 5)
+        assert data, "closed before registered"  # read() at EOF returns b"" at once: never spin on it
+        conn.receive_data(data)
         writer.write(conn.data_to_send())
         if any(isinstance(e, Registered) for e in conn.events_received()):
             return reader, writer, conn

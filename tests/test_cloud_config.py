@@ -201,3 +201,48 @@ def test_a_comma_separated_cloud_url_names_every_node_and_one_url_reads_as_befor
     bad = load_agent(None, env={**BASE, **token, "STK_CLOUD_URL": "tcp://127.0.0.90:9542, nowhere"},
                      check_dirs=False)  # fmt: skip
     assert [p.key for p in bad.problems if p.id == "stkrelay.E028"] == ["CLOUD_URL"] and bad.cloud is None
+
+
+CLUSTER = ("ETCD_ENDPOINTS = http://127.0.0.1:2379, http://127.0.0.2:2379\nNODE_ID = a\n"
+           "NODES = a=10.0.0.1:9544, b=10.0.0.2:9544\nPEER_TOKEN = a-long-peer-token-77\n")  # fmt: skip
+
+
+def test_a_cloud_node_of_several_reads_its_directory_keys(tmp_path):
+    cfg = load(ini(tmp_path, f"[cloud]\nDATA_DIR = {tmp_path}/d\n{CLUSTER}DIRECTORY_TTL = 3\n{SITE}"))
+    assert cfg.problems == []
+    c = cfg.cluster
+    assert c is not None and (c.node, c.peer_port, c.ttl, c.prefix, c.timeout) == (
+        "a",
+        9544,
+        3,
+        "/stkrelay-cloud/",
+        1.0,
+    )
+    assert c.endpoints == ["http://127.0.0.1:2379", "http://127.0.0.2:2379"]
+    assert c.nodes == {"a": ("10.0.0.1", 9544), "b": ("10.0.0.2", 9544)}
+    alone = load(ini(tmp_path, f"[cloud]\nDATA_DIR = {tmp_path}/d\n{SITE}"))
+    assert alone.problems == [] and alone.cluster is None  # one node alone, as before
+
+
+@pytest.mark.parametrize(
+    ("change", "pid", "key"),
+    [
+        (("ETCD_ENDPOINTS = http://127.0.0.1:2379, http://127.0.0.2:2379", "ETCD_ENDPOINTS = 127.0.0.1"),
+         "stkrelay.E230", "ETCD_ENDPOINTS"),
+        (("NODE_ID = a", "NODE_ID = a/b"), "stkrelay.E231", "NODE_ID"),
+        (("NODE_ID = a\n", ""), "stkrelay.E231", "NODE_ID"),
+        (("b=10.0.0.2:9544", "b=10.0.0.2"), "stkrelay.E232", "NODES"),
+        (("a=10.0.0.1:9544, ", ""), "stkrelay.E232", "NODES"),  # this node not listed
+        (("NODES = a=10.0.0.1:9544", "NODES = a=10.0.0.1:9544, a=10.0.0.3:9544"), "stkrelay.E232", "NODES"),
+        (("a-long-peer-token-77", "short"), "stkrelay.E233", "PEER_TOKEN"),
+        (("PEER_TOKEN", "DIRECTORY_TTL = 0\nPEER_TOKEN"), "stkrelay.E234", "DIRECTORY_TTL"),
+        (("PEER_TOKEN", "ETCD_TIMEOUT = x\nPEER_TOKEN"), "stkrelay.E234", "ETCD_TIMEOUT"),
+        (("PEER_TOKEN", "PEER_PORT = 9542\nPEER_TOKEN"), "stkrelay.E236", "PEER_PORT"),
+        (("ETCD_ENDPOINTS = http://127.0.0.1:2379, http://127.0.0.2:2379\n", ""), "stkrelay.E237", "NODE_ID"),
+    ],
+)  # fmt: skip
+def test_each_problem_of_a_cloud_node_s_directory_keys_has_its_id(tmp_path, change, pid, key):
+    text = f"[cloud]\nDATA_DIR = {tmp_path}/d\n{CLUSTER.replace(*change)}{SITE}"
+    cfg = load(ini(tmp_path, text))
+    assert [(p.id, p.key) for p in cfg.problems] == [(pid, key)]
+    assert cfg.cluster is None

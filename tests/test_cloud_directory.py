@@ -62,3 +62,28 @@ def test_nodes_race_for_a_site_and_the_history_shows_one_holder_per_epoch(etcd_c
         by_epoch.setdefault(epoch, set()).add(node)
     assert by_epoch[7] == {"a"} and by_epoch[8] == {"b", "c"}  # c only after b's entry expired
     client.txn([], [{"request_delete_range": {"key": b64(prefix), "range_end": b64(prefix[:-1] + "0")}}])
+
+
+def test_one_request_keeps_many_leases_alive_and_names_the_gone_ones(etcd_cluster):
+    from relay.cloud.keepalive import keepalive_many
+
+    client = EtcdClient(parse_endpoints(etcd_cluster.endpoints), 3.0)
+    leases = [client.grant(5)[0] for _ in range(30)]
+    client.revoke(leases[7])
+    ttls = keepalive_many(client, leases)
+    assert set(ttls) == set(leases) and ttls[leases[7]] <= 0
+    assert all(ttls[lease] > 0 for lease in leases if lease != leases[7])
+    for lease in leases:
+        client.revoke(lease)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b"not json\n", b'{"result": 1}\n', b'{"result": {"ID": "1", "TTL": "5"}}\n',  # lease 2 not answered
+     b"[]\n"],
+)  # fmt: skip
+def test_a_keepalive_answer_that_is_not_evidence_fails_the_round(raw):
+    from relay.cloud.keepalive import _parse
+
+    with pytest.raises(ValueError):
+        _parse(raw, [1, 2])

@@ -37,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from relay.cloud.config_cluster import Cluster, cluster_config
 from relay.cloud.grants import Grant
 from stkconfig.model import Problem
 from stkconfig.strength import secret_weakness
@@ -59,6 +60,7 @@ class CloudConfig:
     tokens: dict[str, str] = field(default_factory=dict)  # kmsn -> CLOUD_TOKEN
     lease_keys: dict[str, str] = field(default_factory=dict)  # kmsn -> K_cloud (64 hex, lower case)
     grants: dict[str, Grant] = field(default_factory=dict)  # [grant:<NAME>]: cross-site commanders
+    cluster: Cluster | None = None  # several nodes sharing the etcd directory (`relay.cloud.cluster`)
     source: str = ""
     problems: list[Problem] = field(default_factory=list)
 
@@ -136,6 +138,11 @@ def load(path: str | None) -> CloudConfig:
             if key is not None:
                 cfg.tokens[kmsn], cfg.lease_keys[kmsn] = token, key
     _grants(parser, cfg)
+    cfg.cluster = cluster_config(values, cfg.relay_port, bad)
+    if cfg.cluster is not None and cfg.cluster.peer_port in ports:
+        bad(Problem("stkrelay.E236", "PEER_PORT", f"collides with another port: {ports}",
+                    "PEER_PORT differs from RELAY_PORT, RELAY_PORT+1, TUNNEL_PORT, WEB_PORT"))  # fmt: skip
+        cfg.cluster = None
     site_problems = ("stkrelay.C007", "stkrelay.C009", "stkrelay.C010", "stkrelay.C011")
     if not cfg.tokens and not any(p.id in site_problems for p in cfg.problems):
         bad(Problem("stkrelay.C008", "[site:<KMSN>]", "no site configured",

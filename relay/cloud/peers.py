@@ -66,6 +66,7 @@ class CloudServer(Protocol):
     cfg: CloudConfig
     fence: EpochFence
     book: TunnelBook
+    cluster: object | None  # the etcd directory (`relay.cloud.cluster`), None for a node alone
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop: ...
@@ -83,6 +84,8 @@ class CloudServer(Protocol):
     def tunnel_refused(self, core: TunnelAcceptor, peer: str) -> None: ...  # counted by cause, logged
 
     def tunnel_accepted(self, tunnel: TunnelPeer) -> TunnelRecord: ...
+
+    def claim_tunnel(self, tunnel: TunnelPeer, out: bytes) -> None: ...  # then claimed / claim_refused
 
     def tunnel_lost(self, tunnel: TunnelPeer, reason: str) -> None: ...
 
@@ -126,6 +129,9 @@ class TunnelPeer(asyncio.Protocol):
         self.last_rx = self.loop.time()
         self.timer: asyncio.TimerHandle | None = None
         self._flush_soon = False
+        self.claiming = False  # waiting for the directory (`relay.cloud.cluster`)
+        self.early = bytearray()
+        self.lease = 0  # the etcd lease of this tunnel's directory entry
 
     # -- asyncio ----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -147,6 +153,13 @@ class TunnelPeer(asyncio.Protocol):
                 self.record.discarded += len(data)
             return
         self.last_rx = self.loop.time()
+        if self.claiming:  # nothing is due before `registered`: keep a little, bounded
+            if len(self.early) + len(data) > HANDSHAKE_LIMIT:
+                self.server.refused("frame_too_large", self.peer)
+                self.abort()
+            else:
+                self.early += data
+            return
         try:
             if self.record is None:
                 self._handshake(data)
@@ -191,7 +204,7 @@ class TunnelPeer(asyncio.Protocol):
             elif isinstance(event, RawData):
                 raw += event.data
         out = core.data_to_send()
-        if out:
+        if out and (self.registration is None or core.close_expected()):
             self.transport.write(out)
         if core.close_expected():
             self.server.tunnel_refused(core, self.peer)
@@ -205,10 +218,37 @@ class TunnelPeer(asyncio.Protocol):
             return
         if self.timer is not None:
             self.timer.cancel()
+            self.timer = None
+        if self.server.cluster is not None:  # `registered` waits for the directory's entry
+            self.claiming = True
+            self.early += raw
+            self.server.claim_tunnel(self, out)
+            return
+        self.transport.write(out)
+        self._accepted(raw)
+
+    def _accepted(self, raw: bytes) -> None:
         self.record = self.server.tunnel_accepted(self)
         self.timer = self.loop.call_later(self.server.cfg.keepalive, self._tick)
         if raw:
             self._from_site(raw)
+
+    def claimed(self, out: bytes, lease: int) -> None:
+        """The directory's entry is this node's: send ``registered``, the tunnel serves."""
+        self.claiming, self.lease = False, lease
+        if self.dead or self.transport is None:
+            return
+        self.transport.write(out)
+        raw, self.early = bytes(self.early), bytearray()
+        self._accepted(raw)
+
+    def claim_refused(self, code: str, message: str) -> None:
+        self.claiming = False
+        if self.dead or self.transport is None:
+            return
+        self.transport.write(encode_frame(error_frame(code, message)))
+        self.dead = True
+        self.transport.close()
 
     def _handshake_expired(self) -> None:
         self.timer = None
@@ -318,6 +358,7 @@ class RemotePeer(asyncio.Protocol):
     """A remote client on the cloud's JSON port (`kind` json) or passthrough port (raw)."""
 
     kind = "json"
+    forwarded = False  # came from another node (`relay.cloud.forward`): never forwarded again
 
     def __init__(self, server: CloudServer) -> None:
         self.server = server
@@ -325,7 +366,7 @@ class RemotePeer(asyncio.Protocol):
         self.greeting = Greeting()
         self.cursor = FrameCursor()
         self.transport: asyncio.Transport | None = None
-        self.tunnel: TunnelPeer | None = None
+        self.tunnel: Any = None  # a TunnelPeer, or a `relay.cloud.forward.PeerLink`
         self.stream = 0
         self.kmsn = ""
         self.registered = False
@@ -375,7 +416,12 @@ class RemotePeer(asyncio.Protocol):
             if self.kmsn not in self.server.cfg.tokens:
                 self.refuse(WRONG_KMSN, f"this cloud serves no site {self.kmsn[:64]}")
                 return
-            self.server.route(self)
+            if self.admissible():
+                self.server.route(self)
+
+    def admissible(self) -> bool:
+        """May this client, its register read, be routed? (`relay.cloud.forward` checks more.)"""
+        return True
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.dead = True

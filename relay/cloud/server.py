@@ -46,11 +46,14 @@ from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
+from relay.cloud.cluster import ClusterDirectory
 from relay.cloud.config import CloudConfig
 from relay.cloud.fence import EpochFence, TunnelBook, TunnelRecord
+from relay.cloud.forward import ForwardedPeer
 from relay.cloud.grants import grant_refusal
 from relay.cloud.handshake import TunnelAcceptor
 from relay.cloud.peers import RemotePeer, RemoteViewer, TunnelPeer
+from relay.cloud.server_cluster import ClusterRouting
 from relay.server.limits import Admission, Caps
 from relay.server.relay_server import BACKLOG, file_limit
 from relay.wire.framing import BAD_AUTH, NOT_LEADER, WRONG_KMSN
@@ -60,7 +63,7 @@ log = logging.getLogger("stkrelay.cloud")
 EPOCHS_NAME = "epochs.json"
 
 
-class CloudServer:
+class CloudServer(ClusterRouting):
     def __init__(self, cfg: CloudConfig, caps: Caps | None = None) -> None:
         self.cfg = cfg
         self.epochs_path = Path(cfg.data_dir) / EPOCHS_NAME
@@ -79,6 +82,12 @@ class CloudServer:
         self.started = 0.0
         self._listeners: list[asyncio.Server] = []
         self._loop: asyncio.AbstractEventLoop | None = None
+        cluster = cfg.cluster
+        self.cluster = ClusterDirectory(cluster, self.count, self._directory_lost) if cluster else None
+        self.parked_since: dict[RemotePeer, float] = {}
+        self.unreachable: dict[str, float] = {}  # node -> when a forward to it last failed
+        self._follows: dict[str, asyncio.Task[None]] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -92,6 +101,8 @@ class CloudServer:
         cfg = self.cfg
         plan = (("json", RemotePeer, cfg.relay_port), ("passthrough", RemoteViewer, cfg.relay_port + 1),
                 ("tunnel", TunnelPeer, cfg.tunnel_port))  # fmt: skip
+        if cfg.cluster is not None:
+            plan += (("peer", ForwardedPeer, cfg.cluster.peer_port),)
         try:
             for name, kind, port in plan:
                 listener = await self._loop.create_server(
@@ -102,15 +113,27 @@ class CloudServer:
         except OSError:
             self.close()
             raise
+        if self.cluster is not None:
+            self._spawn(self.cluster.run())
+
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
+        task = self.loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
 
     def close(self) -> None:
         for listener in self._listeners:
             listener.close()
         self._listeners.clear()
+        for task in list(self._tasks):
+            task.cancel()
         for tunnel in list(self.tunnels.values()):
             tunnel.abort()
         for remote in list(self.remotes):
             remote.tunnel_gone(None)
+        if self.cluster is not None:
+            self.cluster.close()
 
     # -- what the peers call -----------------------------------------------------------
     def admit(self, peer: Hashable, address: str) -> bool:
@@ -190,6 +213,8 @@ class CloudServer:
             log.info("tunnel of %s epoch %d lost: %s", record.kmsn, record.epoch, reason)
         if self.tunnels.get(record.kmsn) is tunnel:
             del self.tunnels[record.kmsn]
+        if self.cluster is not None and tunnel.lease:
+            self.cluster.release(record.kmsn, tunnel.lease)
 
     def route(self, remote: RemotePeer) -> None:
         """`remote` named its KMSN: to its tunnel now, or parked until one comes (a commander
@@ -218,12 +243,20 @@ class CloudServer:
             self.count("park_full")
             remote.refuse(NOT_LEADER, f"no leader of {remote.kmsn[:64]} is connected, and too many wait")
             return
-        timer = self.loop.call_later(self.cfg.park, self._park_expired, remote)
+        since = self.parked_since.setdefault(remote, self.loop.time())
+        left = self.cfg.park - (self.loop.time() - since)
+        if left <= 0:
+            remote.park_expired()
+            return
+        timer = self.loop.call_later(left, self._park_expired, remote)
         self.parked.setdefault(remote.kmsn, {})[remote] = timer
         self.count("parked")
+        if self.cluster is not None and not remote.forwarded:
+            self._follow(remote.kmsn)
 
     def forget(self, remote: RemotePeer) -> None:
         self._unpark(remote)
+        self.parked_since.pop(remote, None)
         self.remotes.discard(remote)
         self.release(remote)
 
@@ -286,4 +319,5 @@ class CloudServer:
             "tunnel_refusals": dict(sorted(self.tunnel_refusals.items())),
             "counters": dict(sorted(self.counters.items())),
             "admission": self.admission.snapshot(),
+            "cluster": self.cluster.snapshot() if self.cluster is not None else None,
         }

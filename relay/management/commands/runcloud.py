@@ -4,7 +4,10 @@ Remote clients on ``LISTEN_IP:RELAY_PORT`` (JSON) and ``RELAY_PORT+1``
 (passthrough), the sites' leaders' tunnels on ``TUNNEL_PORT``, and on
 ``WEB_PORT`` WebSocket clients (``/ws/relay/``), ``/status`` and ``/metrics``
 (`relay.cloud.web`). Needs no agent settings, no Redis and no database: the
-config is `relay.cloud.config` (``--ini``, else ``CLOUD_INI``).
+config is `relay.cloud.config` (``--ini``, else ``CLOUD_INI``). With
+``ETCD_ENDPOINTS`` it is one node of several: the tunnel directory in etcd
+(`relay.cloud.cluster`) and clients forwarded from the other nodes on
+``PEER_PORT`` (`relay.cloud.forward`).
 
 Every 0.5 s the status is also written to ``DATA_DIR/status.json`` (tmp +
 rename), for a shell on the VM. SIGTERM/SIGINT: every connection is closed,
@@ -67,10 +70,13 @@ class Command(BaseCommand):
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stopping.set)
+        cluster = cfg.cluster
         self.stdout.write(
             f"runcloud: serving {len(cfg.tokens)} site(s) on {cfg.listen_ip}: clients :{cfg.relay_port} "
             f"(json) :{cfg.relay_port + 1} (passthrough), tunnels :{cfg.tunnel_port}, web :{cfg.web_port}"
-        )
+            + (f"; node {cluster.node} of {', '.join(sorted(cluster.nodes))}, peers :{cluster.peer_port}, "
+               f"directory {cluster.prefix} on {len(cluster.endpoints)} etcd member(s)" if cluster else "")
+        )  # fmt: skip
         self.stdout.flush()
         path = Path(cfg.data_dir) / "status.json"
         while not stopping.is_set():
