@@ -131,7 +131,7 @@ class Backend(Protocol):
 
     def cas(
         self, key: str, data: bytes, expected: str | None, fence: Callable[[], bool] | None = None,
-        hold_s: float | None = None,
+        hold_s: float | None = None, renewal: bool = False,
     ) -> tuple[WriteOutcome, str]: ...  # fmt: skip
 
     def claim(self, expect: str, build: Build) -> Claimed: ...

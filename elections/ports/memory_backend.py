@@ -106,7 +106,7 @@ class MemoryBackend:
 
     def cas(
         self, key: str, data: bytes, expected: str | None, fence: Callable[[], bool] | None = None,
-        hold_s: float | None = None,
+        hold_s: float | None = None, renewal: bool = False,
     ) -> tuple[WriteOutcome, str]:  # fmt: skip
         with self._lock:
             if expected is not None and self.revision(key) != expected:

@@ -74,6 +74,9 @@ class PoolStore:
         self._own: tuple[str, dict[str, Any]] | None = None  # (revision, doc) of what we last wrote
         self._member_written: tuple[float, float] | None = None  # wall clock around our last heartbeat write
         self._lease_read: tuple[Got, LeaseRead] | None = None  # the last lease read, for a cached Got
+        self._lease_mine: tuple[str, str, int] | None = (
+            None  # (revision, node, epoch) of our last lease write
+        )
         self._members_read: dict[str, dict[str, Any]] | None = None  # the last listing, for a cached one
         self.own_record: dict[str, Any] | None = None  # our last heartbeat (without `sig`), for the beacons
         self.selective_reads = backend.reads_one_by_one  # `read_member`/`member_names` are worth it
@@ -130,9 +133,20 @@ class PoolStore:
     ) -> WriteOutcome:
         data = record.encode(self.pool_key)
         hold = 0.0 if record.released else record.ttl_s
+        # A plain renewal of the record this store wrote last: the backend may skip its lock.
+        renewal = (
+            self._lease_mine == (expect, record.node, record.epoch)
+            and record.ttl_s > 0
+            and not record.released
+            and record.handoff_to is None
+        )
 
         def run() -> WriteOutcome:
-            return self.backend.cas(LEASE_KEY, data, expect, fence, hold)[0]
+            self._lease_mine = None  # unknown until the write is done
+            outcome, written = self.backend.cas(LEASE_KEY, data, expect, fence, hold, renewal=renewal)
+            if outcome is WriteOutcome.WRITTEN:
+                self._lease_mine = (written, record.node, record.epoch)
+            return outcome
 
         return self.backend.run(run)
 
@@ -170,11 +184,13 @@ class PoolStore:
             writes.append(Write(LEASE_KEY, record.encode(self.pool_key), hold_s=record.ttl_s))
             return writes
 
+        self._lease_mine = None
         claimed = self.backend.claim(expect, build)
         if claimed.outcome is not WriteOutcome.WRITTEN or not made:
             self._own = None
             return claimed.outcome, None
-        record, claim = made[0]
+        record, claim = made[-1]  # the record of the build that was written (a retry builds again)
+        self._lease_mine = (claimed.revisions.get(LEASE_KEY, ""), record.node, record.epoch)
         if node == self.node:
             self._wrote_own(claimed.revisions.get(member_key(node), ""), claim)
         return WriteOutcome.WRITTEN, record

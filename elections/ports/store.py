@@ -112,3 +112,8 @@ class FileLeaseStore(PoolStore):
     @property
     def share(self) -> Share:
         return self.backend.share
+
+    @property
+    def renewals_in_place(self) -> int:
+        """Renewals written without the lock (`ShareBackend._renew_in_place`)."""
+        return self.backend.renewals_in_place

@@ -206,7 +206,7 @@ class EtcdBackend:
 
     def cas(
         self, key: str, data: bytes, expected: str | None, fence: Callable[[], bool] | None = None,
-        hold_s: float | None = None,
+        hold_s: float | None = None, renewal: bool = False,
     ) -> tuple[WriteOutcome, str]:  # fmt: skip
         seen = parse_revision(expected or "")
         if seen is None:
