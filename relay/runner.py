@@ -114,6 +114,16 @@ class LeadershipGate:
     def __call__(self) -> bool:
         return self.why_not() is None
 
+    def successor(self) -> tuple[int, str, int] | None:
+        """(epoch, ip, port) of the member this agent handed its lease to, as the leadership
+        state says once this agent no longer leads (read now: the gate has just shut)."""
+        self._read_at = None
+        self._refresh(self.clock())
+        state, named = self._state, self._state.successor
+        if state.leader or named is None or named[0] <= self.epoch:
+            return None
+        return named
+
     def deadline(self) -> float | None:
         """The renew deadline (monotonic) in the state last read, if it says this agent leads."""
         state = self._state
@@ -366,6 +376,9 @@ class RelayRunner:
         the target's address (its member record) with the next epoch, which only the
         target may take at once. A claim for the clients to try first (a hint they
         drop after a few tries), fenced by the target's own gate like any other."""
+        named = self.gate.successor()
+        if named is not None:  # a handoff this agent wrote: no read of the share needed
+            return named
         try:
             lease = await self.read_lease()
         except Exception as exc:

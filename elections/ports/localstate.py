@@ -68,6 +68,14 @@ def _seen(value: Any) -> tuple[str, int, int] | None:
     return None
 
 
+def _successor(value: Any) -> tuple[int, str, int] | None:
+    if isinstance(value, list) and len(value) == 3 and isinstance(value[1], str) and value[1]:
+        epoch, port = _int(value[0]), _int(value[2])
+        if epoch is not None and port is not None:
+            return (epoch, value[1], port)
+    return None
+
+
 def _str(value: Any, default: str = "") -> str:
     return value if isinstance(value, str) else default
 
@@ -85,6 +93,10 @@ class Leadership:
     updated: float | None = None
     decision: str = ""
     seen: tuple[str, int, int] | None = None  # the last valid lease this worker saw (node, epoch, renew_seq)
+    # (epoch, ip, port) of the member this agent just handed its lease to, with the epoch only that
+    # member may take at once: what the relay tells its clients as it stops (the handoff is on the
+    # share already). A claim for clients to try first, fenced by the target's own gate.
+    successor: tuple[int, str, int] | None = None
 
     def leads_now(self, now: float, epoch: int | None = None) -> bool:
         """True while this says the agent leads (with `epoch`, if given) and the
@@ -119,6 +131,7 @@ class Leadership:
             updated=_num(doc.get("updated")),
             decision=_str(doc.get("decision")),
             seen=_seen(doc.get("seen")),
+            successor=_successor(doc.get("successor")),
         )
 
 

@@ -544,6 +544,16 @@ class Agent:
         self.local.write_pool(view)
         return view
 
+    def _successor(self) -> tuple[int, str, int] | None:
+        """(epoch, ip, port) of the member this node just handed its lease to, while no newer
+        lease was seen: its address from its member record as last read."""
+        handed, seen = self.elector.handed, self.elector.memory.seen_key
+        if handed is None or (seen is not None and seen[1] >= handed[1]):
+            return None
+        member = self.view.members.get(handed[0])
+        ip = member.ip if member is not None else None
+        return (handed[1], ip, self.stk.relay_port) if isinstance(ip, str) and ip else None
+
     def _say_own_record(self) -> None:
         """Tell the beacons this member's record as just written (`core.beacons`: mseq, mdig)."""
         record = getattr(self.elector.store, "own_record", None)
@@ -591,6 +601,7 @@ class Agent:
                 updated=self.clock.monotonic(),
                 decision=str(decision) if decision else "",
                 seen=el.memory.seen_key,
+                successor=None if el.is_leader else self._successor(),
             )
             if self.local.stopping():  # the agent is stopping: it claims nothing
                 state = state.disclaimed(state.decision)

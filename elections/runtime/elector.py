@@ -105,6 +105,7 @@ class Elector:
         self._reported: set[str] = set()
         self._abstain_until: float | None = None
         self._member_fields: dict[str, Any] = {}
+        self.handed: tuple[str, int] | None = None  # (target, epoch) of this node's last written handoff
         self._beat = int(clock.monotonic() * 1000)  # member seq: grows across restarts
 
     # -- public ----------------------------------------------------------------
@@ -207,6 +208,9 @@ class Elector:
             min_seq=self.memory.renew_seq,
             sleep=self.sleep,
         )
+        # Whom the share now names as the only member that may take epoch + 1 at once: the
+        # agent's leadership state says so as this node steps down (its relay tells its clients).
+        self.handed = (handoff_to, epoch + 1) if written and handoff_to else None
         self._step_down(
             f"released ({reason})" + (f", handoff to {handoff_to}" if handoff_to else ""), kind=kind
         )
