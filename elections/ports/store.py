@@ -27,6 +27,16 @@ follower a live lease nor two contenders one epoch. A renewal needs no such
 read: a leader renews only within its deadline, and nobody may take its lease
 before it has gone unrenewed — on the server — for a whole TTL, which is longer.
 
+A plain renewal takes no lock either (issue 22: 3 share operations, not 7):
+when the record it replaces is the one this store itself wrote last — same
+node, same epoch, the revision it wrote, read at most `FRESH_READ_S` ago (else
+read once more) — and it changes neither the holder nor the epoch nor the
+release (`_renew_in_place`). Epochs are still only ever taken under the lock;
+a release or a handoff still takes it; so does any write over something this
+store did not write (a damaged file, another node's record). Why a claimer
+under §5.1's lock protocol (of this version or an older one) stays safe: the
+README, "Renewing without the lock (issue 22)".
+
 Nothing read from the share is trusted (DESIGN.md §5.4): every file is opened
 as a regular file only, bounded in size and nesting (`sharefiles`,
 `core.untrusted`), and must be signed; a member file must name its own node
@@ -76,6 +86,9 @@ MEMBERS_DIR = "members"
 T = TypeVar("T")
 MAX_MEMBERS = 64  # member files read per pool; more are refused (too_many)
 SECURITY_CAUSES = frozenset({UNSIGNED, FORGED, REPLAYED, WRONG_NODE, BAD_FIELD})
+# A renewal without the lock trusts a read of its own record at most this old (this process's
+# monotonic clock, from the read's start to the write's); an older one is read again first.
+FRESH_READ_S = 0.25
 
 
 class WriteOutcome(enum.Enum):
@@ -155,6 +168,11 @@ class FileLeaseStore:
         # it is read again after a write that failed, and after a restart.
         self._own_written: tuple[int, int] | None = None
         self.own_record: dict[str, Any] | None = None  # that record (without `sig`), for the beacons
+        # The lease this store last wrote — (revision, node, epoch) — and its last read of the
+        # lease — (revision, when the read began): a renewal over exactly that needs no lock.
+        self._lease_mine: tuple[str, str, int] | None = None
+        self._lease_seen: tuple[str, float] | None = None
+        self.renewals_in_place = 0  # renewals written without the lock (for the tests and the bench)
 
     def describe(self) -> str:
         return f"file:{self.share.where}"
@@ -204,7 +222,10 @@ class FileLeaseStore:
         return read
 
     def read(self) -> LeaseRead:
-        return self._run(self._read_lease)
+        began = self.clock.monotonic()
+        read = self._run(self._read_lease)
+        self._lease_seen = (read.revision, began)
+        return read
 
     def _lease_revision(self) -> str:
         try:
@@ -288,6 +309,10 @@ class FileLeaseStore:
                 raise StoreUnavailable(f"cannot write {rel} in {self.share.where}: {exc.detail}") from None
 
     def _write(self, record: LeaseRecord, expect: str, fence: Callable[[], bool] | None) -> WriteOutcome:
+        if self._renews_own(record, expect):
+            outcome = self._renew_in_place(record, expect, fence)
+            if outcome is not None:
+                return outcome
         if not self.lock.acquire():
             return WriteOutcome.BUSY
         try:
@@ -295,10 +320,52 @@ class FileLeaseStore:
                 return WriteOutcome.CHANGED
             if fence is not None and not fence():
                 return WriteOutcome.FENCED
-            self._replace(LEASE_NAME, record.encode(self.token))
+            self._write_lease(record)
             return WriteOutcome.WRITTEN
         finally:
             self.lock.release()
+
+    def _renews_own(self, record: LeaseRecord, expect: str) -> bool:
+        """A plain renewal of the very record this store wrote last: same node, same
+        epoch, still held (`ttl_s` > 0), no handoff."""
+        mine = self._lease_mine
+        return (
+            mine == (expect, record.node, record.epoch)
+            and record.ttl_s > 0
+            and not record.released
+            and record.handoff_to is None
+        )
+
+    def _renew_in_place(
+        self, record: LeaseRecord, expect: str, fence: Callable[[], bool] | None
+    ) -> WriteOutcome | None:
+        """The renewal without the lock: replace the lease (temp file + rename: the file
+        never goes missing) if it still is our own last record, as read at most
+        `FRESH_READ_S` before the rename. None: not so, take the lock as before."""
+        seen = self._lease_seen
+        if seen is None or seen[0] != expect or self.clock.monotonic() - seen[1] > FRESH_READ_S:
+            began = self.clock.monotonic()
+            if self._lease_revision() != expect:
+                return None  # not (or no longer) our own record: the locked compare-and-set says what
+            seen = self._lease_seen = (expect, began)
+        if fence is not None and not fence():
+            return WriteOutcome.FENCED
+        if self.clock.monotonic() - seen[1] > FRESH_READ_S:
+            return None  # the share was slow: compare under the lock instead
+        self._write_lease(record)
+        self.renewals_in_place += 1
+        return WriteOutcome.WRITTEN
+
+    def _write_lease(self, record: LeaseRecord, aside: str | None = None, acquiring: bool = False) -> None:
+        """Write `record` as the lease (in place of the moved-aside copy when acquiring) and
+        remember it as this store's own last write."""
+        data = record.encode(self.token)
+        self._lease_mine = None  # unknown until the write is done
+        if acquiring:
+            self._replaced_aside(aside, data)
+        else:
+            self._replace(LEASE_NAME, data)
+        self._lease_mine = (revision_of(data), record.node, record.epoch)
 
     def write(
         self, record: LeaseRecord, expect: str, fence: Callable[[], bool] | None = None
@@ -326,7 +393,7 @@ class FileLeaseStore:
             except StoreUnavailable:
                 self._put_back(aside)
                 raise
-            self._replaced_aside(aside, record.encode(self.token))
+            self._write_lease(record, aside, acquiring=True)
             return WriteOutcome.WRITTEN, record
         finally:
             self.lock.release()

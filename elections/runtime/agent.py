@@ -22,8 +22,10 @@ epoch makes it read; a renewal does not), the event files when a command
 nudge names a line it lacks (`core.nudge`) and otherwise once a LEASE_TTL,
 the member files only when a beacon says a record changed
 (`runtime.member_reads`). A leader that hears every member beacon reads the
-event files at its renewals and on nudges, never on its watches. Either falls
-back to polling the moment the beacons stop (three intervals without one).
+event files on nudges and once a LEASE_TTL, and the lease only at its
+renewals, which write it without the lock (`FileLeaseStore._renew_in_place`).
+Either falls back to polling the moment the beacons stop (three intervals
+without one).
 """
 
 from __future__ import annotations
@@ -430,11 +432,10 @@ class Agent:
         return True
 
     def _events_due(self, renewing: bool = False) -> bool:
-        """While quiet, whether to read the pool's event files now (commands come
-        with a nudge, which reads them at once: `_nudged`): a leader at each
-        renewal, a follower once a LEASE_TTL."""
-        if self.elector.is_leader:
-            return renewing
+        """While quiet, whether to read the pool's event files now: once a LEASE_TTL,
+        leader and follower alike. Commands come with a nudge, which reads them at once
+        (`_nudged`); a command whose nudge was lost is folded within a LEASE_TTL. (A
+        leader read them at each renewal: a third of its share operations, issue 22.)"""
         return self._due("events", self.timing.ttl)
 
     def _tick(self, renewing: bool, wait: bool = True, news: bool = False) -> Decision:
@@ -442,9 +443,12 @@ class Agent:
         if not quiet or self._events_due(renewing):
             news = self.ingest() or news
         # A renewal is never skipped, nor a cycle after new events (a command may concern this node),
-        # nor a leader's poll: it is the look that rewrites a damaged lease before its next renewal
-        # (a lease damaged again and again must not outlast the followers' TTL for want of a look).
-        skip = quiet and not news and not self.elector.is_leader
+        # nor a leader's poll unless it is quiet: without beacons that poll is the look that rewrites
+        # a damaged lease before its next renewal (a lease damaged again and again must not outlast
+        # the followers' TTL for want of a look). A quiet leader hears every member's beacon: a new
+        # holder's would reach it before a read could, its renewals (every LEASE_RENEW, well inside
+        # the TTL) still look and rewrite, and commands and gate changes come as news (issue 22).
+        skip = quiet and not news and not (renewing and self.elector.is_leader)
         decision = self.elector.last if skip else self.elector.cycle(renewing=renewing)
         assert decision is not None
         if self.elector.is_leader:  # what its relay saw: bindings to record, impostors to report
