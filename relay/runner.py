@@ -312,6 +312,7 @@ class RelayRunner:
                     next_status = loop.time() + STATUS_EVERY
         told = server.snapshot()["connections"]
         server.lose_leadership(*successor)  # closes every listener, on every address
+        self.write_status(False)  # at once: a handing-off worker waits for this before it writes the handoff
         self.listen.forget()
         await server.wait_closed(0.5)
         if self.external is not None:

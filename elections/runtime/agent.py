@@ -96,6 +96,12 @@ CATCH_UP_S = 0.2  # seconds of one cycle spent reading a backlog of pool events 
 MEMBER_HORIZON_S, MEMBER_HORIZON_TTLS = 60.0, 6.0  # a member unheard on the share longer is not counted
 GATE_STEP = 0.2  # seconds
 GATE_WAIT = 0.02  # seconds between looks of an elected plan waiting for its gate to open
+# Before a handoff is written, the relay's gate is shut and this long is waited at most for the relay
+# to say it stopped: past it, no relay routes for the epoch whatever it says (its gate re-reads the
+# leadership state at least every 0.1 s, `relay.runner.LeadershipGate`, the write of that state, and
+# core.serving's GATE_LAG: 0.2 s, with a margin for clock rates; checked in tests/servesim.py).
+FENCE_WITHIN = 0.25  # seconds
+FENCE_LOOK = 0.002  # seconds between looks at relay.json meanwhile
 
 
 def identity() -> Identity:
@@ -179,6 +185,8 @@ class Agent:
             self.elector.heard_at = self.beacons.heard_at
             self.elector.serving = self.beacons
             self.beacons.start()
+        self._fenced: int | None = None  # an epoch this agent stopped serving before handing it off
+        self.elector.on_fence = self._fence
         config, problems = action_config(stk.values)
         for problem in problems:
             log.error("leader action disabled: %s", problem)
@@ -255,6 +263,23 @@ class Agent:
                 return False
             time.sleep(GATE_WAIT)
         return True  # run it anyway: the executors' gate fences it, and says so
+
+    def _fence(self, epoch: int) -> None:
+        """Stop serving `epoch` before its handoff is written (DESIGN.md §5.1: the target may
+        take the next epoch at once): the leadership state says this agent leads no more (and
+        names the target), and never again for that epoch; then wait until the relay says it
+        stopped, or FENCE_WITHIN, past which its gate has read that state whatever it says."""
+        self._fenced = epoch
+        began = self.clock.monotonic()
+        self.publish(self.elector.last)
+        while self.clock.monotonic() - began < FENCE_WITHIN:
+            relay = self.local.relay()
+            if relay.epoch != epoch and relay.updated is not None and relay.updated >= began:
+                return  # a relay of another epoch (or none) wrote since: none serves this one
+            if relay.epoch == epoch and not relay.listening and (relay.updated or 0) >= began:
+                return  # it stopped, and said so after the gate shut
+            time.sleep(FENCE_LOOK)
+        log.info("relay did not confirm its stop within %.2f s: its gate is shut by now", FENCE_WITHIN)
 
     def _demoted(self, epoch: int) -> None:
         self._leader_since = None
@@ -592,20 +617,21 @@ class Agent:
         with self._publishing:
             el = self.elector
             epoch = el.memory.leader_epoch
+            leads = el.is_leader and epoch != self._fenced  # a fenced epoch is never claimed again
             service = self.beacons.service if self.beacons is not None else None
             mode = service.serving_mode(epoch) if service is not None else None  # before the gate is read
-            valid = el.leader_valid_until
+            valid = el.leader_valid_until if leads else None
             state = Leadership(
                 node=el.me.node,
                 pid=os.getpid(),
-                leader=el.is_leader,
-                epoch=el.memory.leader_epoch if el.is_leader else None,
+                leader=leads,
+                epoch=epoch if leads else None,
                 max_epoch=el.memory.max_epoch,
                 valid_until=valid,
                 updated=self.clock.monotonic(),
                 decision=str(decision) if decision else "",
                 seen=el.memory.seen_key,
-                successor=None if el.is_leader else self._successor(),
+                successor=None if leads else self._successor(),
             )
             if self.local.stopping():  # the agent is stopping: it claims nothing
                 state = state.disclaimed(state.decision)

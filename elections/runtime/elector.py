@@ -106,6 +106,8 @@ class Elector:
         self._abstain_until: float | None = None
         self._member_fields: dict[str, Any] = {}
         self.handed: tuple[str, int] | None = None  # (target, epoch) of this node's last written handoff
+        # Called with the epoch before a handoff is written: stop serving it now (the agent's gate).
+        self.on_fence: Hook | None = None
         self._beat = int(clock.monotonic() * 1000)  # member seq: grows across restarts
 
     # -- public ----------------------------------------------------------------
@@ -199,6 +201,12 @@ class Elector:
         epoch = self.memory.leader_epoch
         if epoch is None:
             return False
+        if handoff_to and self.on_fence is not None:
+            # The target may take the next epoch, and serve, the moment the handoff is on the
+            # share: this node stops serving first (its relay's gate shut, and confirmed), and
+            # names the target meanwhile, for its relay to tell its clients.
+            self.handed = (handoff_to, epoch + 1)
+            self._duty(self.on_fence, epoch)
         written = release_lease(
             self.store,
             self.me,
