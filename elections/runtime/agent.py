@@ -384,9 +384,12 @@ class Agent:
     def _kicked(self, why: str) -> None:
         """A beacon's reaction or a gone leader: one cycle now (a store read)."""
         with self.lock:
-            self.ingest()  # the lease changed hands: its elected/handoff events are on the share already
+            # The store first: a handoff's target takes its epoch now, its relay starting meanwhile;
+            # then the pool's events (the lease changed hands: its elected/handoff lines are on the
+            # share already). A takeover needs none of them: the epoch comes from the store's records.
             decision = self.elector.cycle(renewing=False)
             self.publish(decision)
+            self.ingest()
             # The view too (the members' files as last read): a quiet follower's next tick may be a
             # LEASE_POLL away, and the panel and relayctl check commands against this view's epoch.
             self.view = self.survey(read_members=False)
