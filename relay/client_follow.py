@@ -88,7 +88,7 @@ log = logging.getLogger("stkrelay.client")
 FINAL_REFUSALS = frozenset({BAD_AUTH, WRONG_KMSN, BAD_MAGIC, BAD_REQUEST, BAD_JSON, FRAME_TOO_LARGE})
 HINT_TRIES = 3
 HINT_FRESH = 0.5  # seconds a leader_changed's address is dialed first, and soon again, before discovery
-HINT_RETRY = 0.02  # at most this long between dials of a fresh hint (a relay coming up), jittered
+HINT_RETRY = 0.01  # at most this long between dials of a fresh hint (a relay coming up), jittered
 MAX_EPOCH_JUMP = 16  # how far above the confirmed epoch a proven session's leader_changed may lead us
 DISTRUST_FOR = 15.0  # seconds an address that failed to prove itself is skipped by discovery
 
