@@ -115,6 +115,16 @@ class LeadershipGate:
     def __call__(self) -> bool:
         return self.why_not() is None
 
+    def successor(self) -> tuple[int, str, int] | None:
+        """(epoch, ip, port) of the member this agent handed its lease to, as the leadership
+        state says once this agent no longer leads (read now: the gate has just shut)."""
+        self._read_at = None
+        self._refresh(self.clock())
+        state, named = self._state, self._state.successor
+        if state.leader or named is None or named[0] <= self.epoch:
+            return None
+        return named
+
     def deadline(self) -> float | None:
         """The renew deadline (monotonic) in the state last read, if it says this agent leads."""
         state = self._state
@@ -303,6 +313,7 @@ class RelayRunner:
                     next_status = loop.time() + STATUS_EVERY
         told = server.snapshot()["connections"]
         server.lose_leadership(*successor)  # closes every listener, on every address
+        self.write_status(False)  # at once: a handing-off worker waits for this before it writes the handoff
         self.listen.forget()
         await server.wait_closed(0.5)
         if self.external is not None:
@@ -367,6 +378,9 @@ class RelayRunner:
         the target's address (its member record) with the next epoch, which only the
         target may take at once. A claim for the clients to try first (a hint they
         drop after a few tries), fenced by the target's own gate like any other."""
+        named = self.gate.successor()
+        if named is not None:  # a handoff this agent wrote: no read of the share needed
+            return named
         try:
             lease = await self.read_lease()
         except Exception as exc:

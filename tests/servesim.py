@@ -43,6 +43,8 @@ TIMING = Timing(ttl=10.0, renew=3.0, poll=2.0, deadline=7.0)
 WATCH = 0.5  # the agent's cheap look at the lease (seconds, its own clock)
 RELAY_LAG = 0.15  # a relay reads a lower deadline this late (its 0.1 s cache of leadership.json, the write)
 HORIZON = 60.0  # a member is counted while heard within this long (runtime.agent MEMBER_HORIZON_S)
+# runtime.agent.FENCE_WITHIN: a handing-off leader's longest wait between its fence and its handoff
+FENCE_WITHIN = 0.25
 
 
 @dataclass
@@ -56,6 +58,10 @@ class Faults:
     partitions: list[tuple[frozenset[str], float, float]] = field(default_factory=list)  # one side, from, to
     power: list[tuple[str, float]] = field(default_factory=list)  # node, when: gone for good
     rates: dict[str, float] = field(default_factory=dict)  # clock rate of each node (1 ± DRIFT)
+    # Planned switchovers (relayctl promote): when, and to whom; the leader then at that instant
+    # fences (its relay's gate shut: read RELAY_LAG late), waits `fence`, writes the handoff.
+    promotes: list[tuple[float, str]] = field(default_factory=list)
+    fence: float = FENCE_WITHIN  # 0: the handoff written at once (the order before issue 22's fence)
 
 
 @dataclass
@@ -70,6 +76,7 @@ class Member:
     heard: dict[str, tuple[Beacon, float]] = field(default_factory=dict)  # last beacon per sender, at (local)
     pub: tuple[int, float, float] | None = None  # the relay's gate: epoch, deadline (real), since (real)
     told_silent: tuple[str, int] | None = None
+    fenced: int | None = None  # an epoch this member stopped serving before handing it off
 
     def local(self, t: float) -> float:
         return self.offset + self.rate * t
@@ -132,11 +139,18 @@ class Pool:
             self.at(self.rng.uniform(0, INTERVAL), m.node, "beacon")
             self.at(self.rng.uniform(0, WATCH), m.node, "watch")
             self.at(self.rng.uniform(0, TIMING.renew), m.node, "renew")
+        for t, target in self.faults.promotes:  # the command reaches whoever leads then (its nudge)
+            self.at(t, "", "promote", target)
         while self.queue:
             t, _, node, what, data = heapq.heappop(self.queue)
             if t > self.until:
                 break
             self.now = t
+            if what == "promote":
+                leaders = [x for x in self.members.values() if x.memory.leader_epoch is not None]
+                node = leaders[0].node if leaders else ""
+                if not node or node == data:
+                    continue
             m = self.members[node]
             if self.dead(node, t):
                 continue
@@ -171,6 +185,35 @@ class Pool:
             if self.silent(m, holder, held) and m.told_silent != (holder, held):
                 m.told_silent = (holder, held)
                 self.cycle(m)
+
+    def _promote(self, m: Member, target: object) -> None:
+        """The leader's planned handoff (`Elector.release` with `on_fence`): its gate shut now
+        (its relay reads that RELAY_LAG late), the handoff written `fence` later (its clock)."""
+        epoch = m.memory.leader_epoch
+        if epoch is None:
+            return
+        m.fenced = epoch
+        if m.pub is not None:  # the relay's gate: shut now, read late
+            old_epoch, old_deadline, since = m.pub
+            self.interval(m, old_epoch, since, min(old_deadline, self.now + RELAY_LAG))
+            m.pub = None
+        if self.faults.fence > 0:
+            self.at(m.real(m.local(self.now) + self.faults.fence), m.node, "handoff", target)
+        else:
+            self._handoff(m, target)
+
+    def _handoff(self, m: Member, target: object) -> None:
+        """Write the released lease naming `target` (a compare-and-set), step down, resign."""
+        mem, rec = m.memory, self.record
+        epoch = mem.leader_epoch
+        if epoch is not None and rec is not None and rec.node == m.node and rec.epoch == epoch:
+            seq = mem.renew_seq + 1
+            self.record = replace(rec, renew_seq=seq, ttl_s=0, handoff_to=str(target))
+            self.revision += 1
+        m.memory = replace(mem, leader_epoch=None, renewed_at=None)
+        m.seq += 1
+        held = epoch or mem.max_epoch
+        self.broadcast(m, Beacon(KMSN, m.node, "10.0.0.1", 9530, RESIGN, held, 0, m.boot, m.seq))
 
     def broadcast(self, m: Member, beacon: Beacon) -> None:
         for other in self.nodes:
@@ -279,7 +322,7 @@ class Pool:
     def gate_until(self, m: Member) -> float | None:
         """`Elector.leader_valid_until`: the renew deadline, bounded by the serving right."""
         mem = m.memory
-        if mem.leader_epoch is None or mem.renewed_at is None:
+        if mem.leader_epoch is None or mem.renewed_at is None or mem.leader_epoch == m.fenced:
             return None
         now = m.local(self.now)
         until = mem.renewed_at + TIMING.deadline

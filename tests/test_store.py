@@ -190,9 +190,10 @@ def test_an_election_over_a_changed_lease_loses_and_claims_nothing(tmp_path, sto
 
 # -- what anyone who can write the share may leave there (DESIGN.md §5.4) ------------------
 def test_a_lock_that_is_not_validly_signed_is_broken_at_once(tmp_path, store):
-    for content in ('{"node": "S009", "pid": 1, "nonce": "forged"}', "x" * 10_000):
+    # A new epoch each time: the lock's path (a renewal of the store's own record takes no lock).
+    for epoch, content in enumerate(('{"node": "S009", "pid": 1, "nonce": "forged"}', "x" * 10_000), 1):
         (tmp_path / "relay_leader.lock").write_text(content)
-        assert store.write(rec(), expect=store.read().revision) is WriteOutcome.WRITTEN
+        assert store.write(rec(epoch=epoch), expect=store.read().revision) is WriteOutcome.WRITTEN
     assert store.refusals.counts["unsigned"] >= 1 and store.refusals.counts["too_large"] >= 1
 
 

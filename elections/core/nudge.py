@@ -115,8 +115,8 @@ def parse_nudge(raw: bytes, key: str, kmsn: str) -> Nudge:
 class NudgeBoard:
     kmsn: str
     key: str
-    node: str = ""  # this member, and its address: its own nudges back by broadcast are its
-    ip: str = ""  # echo (no refusal); from any other address they are replays
+    node: str = ""  # this member, and its address: a nudge of its own name from there is a command
+    ip: str = ""  # given on this host (acted on), or once seen its echo (no refusal); elsewhere, a replay
     refusals: Refusals = field(default_factory=Refusals)
     accepted: int = 0
     dropped: int = 0
@@ -138,11 +138,15 @@ class NudgeBoard:
         except Untrusted as exc:
             self.refusals.note(f"nudge from {source}", exc.cause, exc.detail, now=now)
             return None
-        if nudge.node == self.node and source == self.ip:  # our own, back by broadcast: not a replay
+        pair = (nudge.node, nudge.seq)
+        seen = nudge.seq <= folded(nudge.node) or pair in self._acted
+        # Our own name from our own address: a command given on this very host (relayctl, the
+        # panel), which the leader must fold at once like anyone's; seen already, it is its
+        # echo back by broadcast, not a replay.
+        if nudge.node == self.node and source == self.ip and seen:
             self.echoes += 1
             return None
-        pair = (nudge.node, nudge.seq)
-        if nudge.seq <= folded(nudge.node) or pair in self._acted:
+        if seen:
             self.refusals.note(f"nudge from {source}", REPLAYED, f"{nudge.describe()}: already seen", now=now)
             return None
         self._acted[pair] = None

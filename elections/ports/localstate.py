@@ -66,6 +66,14 @@ def _seen(value: Any) -> tuple[str, int, int] | None:
     return None
 
 
+def _successor(value: Any) -> tuple[int, str, int] | None:
+    if isinstance(value, list) and len(value) == 3 and isinstance(value[1], str) and value[1]:
+        epoch, port = as_int(value[0], None), as_int(value[2], None)
+        if epoch is not None and port is not None:
+            return (epoch, value[1], port)
+    return None
+
+
 def _str(value: Any, default: str = "") -> str:
     return value if isinstance(value, str) else default
 
@@ -86,6 +94,10 @@ class Leadership:
     # The same deadline on the gate's clock (`ports.clock.boottime`, which counts a suspend):
     # a machine that slept past it finds it passed, though its monotonic clock stood still.
     valid_until_boot: float | None = None
+    # (epoch, ip, port) of the member this agent just handed its lease to, with the epoch only that
+    # member may take at once: what the relay tells its clients as it stops (the handoff is on the
+    # share already). A claim for clients to try first, fenced by the target's own gate.
+    successor: tuple[int, str, int] | None = None
 
     def leads_now(self, now: float, epoch: int | None = None, boot: float | None = None) -> bool:
         """True while this says the agent leads (with `epoch`, if given) and the
@@ -127,6 +139,7 @@ class Leadership:
             decision=_str(doc.get("decision")),
             seen=_seen(doc.get("seen")),
             valid_until_boot=_num(doc.get("valid_until_boot")),
+            successor=_successor(doc.get("successor")),
         )
 
 

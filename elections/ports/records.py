@@ -74,9 +74,7 @@ class PoolStore:
         self._own: tuple[str, dict[str, Any]] | None = None  # (revision, doc) of what we last wrote
         self._member_written: tuple[float, float] | None = None  # wall clock around our last heartbeat write
         self._lease_read: tuple[Got, LeaseRead] | None = None  # the last lease read, for a cached Got
-        self._lease_mine: tuple[str, str, int] | None = (
-            None  # (revision, node, epoch) of our last lease write
-        )
+        self._lease_mine: tuple[str, str, int] | None = None  # (revision, node, epoch): our last lease write
         self._members_read: dict[str, dict[str, Any]] | None = None  # the last listing, for a cached one
         self.own_record: dict[str, Any] | None = None  # our last heartbeat (without `sig`), for the beacons
         self.selective_reads = backend.reads_one_by_one  # `read_member`/`member_names` are worth it

@@ -22,8 +22,10 @@ epoch makes it read; a renewal does not), the event files when a command
 nudge names a line it lacks (`core.nudge`) and otherwise once a LEASE_TTL,
 the member files only when a beacon says a record changed
 (`runtime.member_reads`). A leader that hears every member beacon reads the
-event files at its renewals and on nudges, never on its watches. Either falls
-back to polling the moment the beacons stop (three intervals without one).
+event files on nudges and once a LEASE_TTL, and the lease only at its
+renewals, which write it without the lock (`FileLeaseStore._renew_in_place`).
+Either falls back to polling the moment the beacons stop (three intervals
+without one).
 """
 
 from __future__ import annotations
@@ -96,6 +98,12 @@ MEMBER_HORIZON_S, MEMBER_HORIZON_TTLS = 60.0, 6.0  # a member unheard on the sha
 GATE_STEP = 0.2  # seconds
 GATE_WAIT = 0.02  # seconds between looks of an elected plan waiting for its gate to open
 SLOW_KICK_S = 0.3  # a beacon's cycle slower than this says where its time went (the log)
+# Before a handoff is written, the relay's gate is shut and this long is waited at most for the relay
+# to say it stopped: past it, no relay routes for the epoch whatever it says (its gate re-reads the
+# leadership state at least every 0.1 s, `relay.runner.LeadershipGate`, the write of that state, and
+# core.serving's GATE_LAG: 0.2 s, with a margin for clock rates; checked in tests/servesim.py).
+FENCE_WITHIN = 0.25  # seconds
+FENCE_LOOK = 0.002  # seconds between looks at relay.json meanwhile
 
 
 def identity(stk: Config) -> Identity:
@@ -175,6 +183,8 @@ class Agent:
             self.elector.heard_at = self.beacons.heard_at
             self.elector.serving = self.beacons
             self.beacons.start()
+        self._fenced: int | None = None  # an epoch this agent stopped serving before handing it off
+        self.elector.on_fence = self._fence
         config, problems = action_config(stk.values)
         for problem in problems:
             log.error("leader action disabled: %s", problem)
@@ -251,6 +261,23 @@ class Agent:
                 return False
             time.sleep(GATE_WAIT)
         return True  # run it anyway: the executors' gate fences it, and says so
+
+    def _fence(self, epoch: int) -> None:
+        """Stop serving `epoch` before its handoff is written (DESIGN.md §5.1: the target may
+        take the next epoch at once): the leadership state says this agent leads no more (and
+        names the target), and never again for that epoch; then wait until the relay says it
+        stopped, or FENCE_WITHIN, past which its gate has read that state whatever it says."""
+        self._fenced = epoch
+        began = self.clock.monotonic()
+        self.publish(self.elector.last)
+        while self.clock.monotonic() - began < FENCE_WITHIN:
+            relay = self.local.relay()
+            if relay.epoch != epoch and relay.updated is not None and relay.updated >= began:
+                return  # a relay of another epoch (or none) wrote since: none serves this one
+            if relay.epoch == epoch and not relay.listening and (relay.updated or 0) >= began:
+                return  # it stopped, and said so after the gate shut
+            time.sleep(FENCE_LOOK)
+        log.info("relay did not confirm its stop within %.2f s: its gate is shut by now", FENCE_WITHIN)
 
     def _demoted(self, epoch: int) -> None:
         self._leader_since = None
@@ -363,19 +390,22 @@ class Agent:
         under load are spent here: the election lock, the share's event files, the cycle)."""
         asked = self.clock.monotonic()
         with self.lock:
+            # The store first: a handoff's target takes its epoch now, its relay starting meanwhile;
+            # then the pool's events (the lease changed hands: its elected/handoff lines are on the
+            # share already). A takeover needs none of them: the epoch comes from the store's records.
             locked = self.clock.monotonic()
-            self.ingest()  # the lease changed hands: its elected/handoff events are on the share already
-            ingested = self.clock.monotonic()
             decision = self.elector.cycle(renewing=False)
             cycled = self.clock.monotonic()
             self.publish(decision)
+            self.ingest()
+            ingested = self.clock.monotonic()
             # The view too (the members' files as last read): a quiet follower's next tick may be a
             # LEASE_POLL away, and the panel and relayctl check commands against this view's epoch.
             self.view = self.survey(read_members=False)
         if cycled - asked > SLOW_KICK_S:
-            log.info("slow beacon cycle (%s): %.2f s waiting for the election lock, %.2f s reading the "
-                     "pool's events, %.2f s in the cycle (%s)", why, locked - asked, ingested - locked,
-                     cycled - ingested, decision.verdict.value)  # fmt: skip
+            log.info("slow beacon cycle (%s): %.2f s waiting for the election lock, %.2f s in the cycle, "
+                     "%.2f s reading the pool's events after it (%s)", why, locked - asked, cycled - locked,
+                     ingested - cycled, decision.verdict.value)  # fmt: skip
 
     def watch(self) -> Decision | None:
         """The cheap, frequent look (LEASE_WATCH): new pool events, or a lease
@@ -443,11 +473,10 @@ class Agent:
         return True
 
     def _events_due(self, renewing: bool = False) -> bool:
-        """While quiet, whether to read the pool's event files now (commands come
-        with a nudge, which reads them at once: `_nudged`): a leader at each
-        renewal, a follower once a LEASE_TTL."""
-        if self.elector.is_leader:
-            return renewing
+        """While quiet, whether to read the pool's event files now: once a LEASE_TTL,
+        leader and follower alike. Commands come with a nudge, which reads them at once
+        (`_nudged`); a command whose nudge was lost is folded within a LEASE_TTL. (A
+        leader read them at each renewal: a third of its share operations, issue 22.)"""
         return self._due("events", self.timing.ttl)
 
     def _tick(self, renewing: bool, wait: bool = True, news: bool = False) -> Decision:
@@ -455,9 +484,12 @@ class Agent:
         if not quiet or self._events_due(renewing):
             news = self.ingest() or news
         # A renewal is never skipped, nor a cycle after new events (a command may concern this node),
-        # nor a leader's poll: it is the look that rewrites a damaged lease before its next renewal
-        # (a lease damaged again and again must not outlast the followers' TTL for want of a look).
-        skip = quiet and not news and not self.elector.is_leader
+        # nor a leader's poll unless it is quiet: without beacons that poll is the look that rewrites
+        # a damaged lease before its next renewal (a lease damaged again and again must not outlast
+        # the followers' TTL for want of a look). A quiet leader hears every member's beacon: a new
+        # holder's would reach it before a read could, its renewals (every LEASE_RENEW, well inside
+        # the TTL) still look and rewrite, and commands and gate changes come as news (issue 22).
+        skip = quiet and not news and not (renewing and self.elector.is_leader)
         decision = self.elector.last if skip else self.elector.cycle(renewing=renewing)
         assert decision is not None
         if self.elector.is_leader:  # what its relay saw: bindings to record, impostors to report
@@ -559,6 +591,16 @@ class Agent:
         self.local.write_pool(view)
         return view
 
+    def _successor(self) -> tuple[int, str, int] | None:
+        """(epoch, ip, port) of the member this node just handed its lease to, while no newer
+        lease was seen: its address from its member record as last read."""
+        handed, seen = self.elector.handed, self.elector.memory.seen_key
+        if handed is None or (seen is not None and seen[1] >= handed[1]):
+            return None
+        member = self.view.members.get(handed[0])
+        ip = member.ip if member is not None else None
+        return (handed[1], ip, self.stk.relay_port) if isinstance(ip, str) and ip else None
+
     def _say_own_record(self) -> None:
         """Tell the beacons this member's record as just written (`core.beacons`: mseq, mdig)."""
         record = getattr(self.elector.store, "own_record", None)
@@ -593,21 +635,23 @@ class Agent:
         with self._publishing:
             el = self.elector
             epoch = el.memory.leader_epoch
+            leads = el.is_leader and epoch != self._fenced  # a fenced epoch is never claimed again
             service = self.beacons.service if self.beacons is not None else None
             mode = service.serving_mode(epoch) if service is not None else None  # before the gate is read
-            valid_boot = el.leader_valid_until_boot
-            valid = el.leader_valid_until
+            valid_boot = el.leader_valid_until_boot if leads else None
+            valid = el.leader_valid_until if leads else None
             state = Leadership(
                 node=el.me.node,
                 pid=os.getpid(),
-                leader=el.is_leader,
-                epoch=el.memory.leader_epoch if el.is_leader else None,
+                leader=leads,
+                epoch=epoch if leads else None,
                 max_epoch=el.memory.max_epoch,
                 valid_until=valid,
                 updated=self.clock.monotonic(),
                 decision=str(decision) if decision else "",
                 seen=el.memory.seen_key,
                 valid_until_boot=valid_boot,
+                successor=None if leads else self._successor(),
             )
             if self.local.stopping():  # the agent is stopping: it claims nothing
                 state = state.disclaimed(state.decision)

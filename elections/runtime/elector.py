@@ -109,6 +109,9 @@ class Elector:
         self._reported: set[str] = set()
         self._abstain_until: float | None = None
         self._member_fields: dict[str, Any] = {}
+        self.handed: tuple[str, int] | None = None  # (target, epoch) of this node's last written handoff
+        # Called with the epoch before a handoff is written: stop serving it now (the agent's gate).
+        self.on_fence: Hook | None = None
         self._beat = int(clock.monotonic() * 1000)  # member seq: grows across restarts
 
     # -- public ----------------------------------------------------------------
@@ -233,6 +236,12 @@ class Elector:
         epoch = self.memory.leader_epoch
         if epoch is None:
             return False
+        if handoff_to and self.on_fence is not None:
+            # The target may take the next epoch, and serve, the moment the handoff is on the
+            # share: this node stops serving first (its relay's gate shut, and confirmed), and
+            # names the target meanwhile, for its relay to tell its clients.
+            self.handed = (handoff_to, epoch + 1)
+            self._duty(self.on_fence, epoch)
         written = release_lease(
             self.store,
             self.me,
@@ -244,6 +253,9 @@ class Elector:
         )
         if abstain and written:
             self._abstain_until = self.clock.monotonic() + self.timing.ttl
+        # Whom the share now names as the only member that may take epoch + 1 at once: the
+        # agent's leadership state says so as this node steps down (its relay tells its clients).
+        self.handed = (handoff_to, epoch + 1) if written and handoff_to else None
         self._step_down(
             f"released ({reason})" + (f", handoff to {handoff_to}" if handoff_to else ""), kind=kind
         )

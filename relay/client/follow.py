@@ -3,7 +3,11 @@
 - Discovery (`relay.client.discovery`): signed lease file, else agents' HTTP API,
   else configured fallbacks. A ``leader_changed`` frame's address is used as a
   hint for the next attempts (up to `HINT_TRIES`) unless discovery knows a
-  leader with an epoch at least as high (`choose_leader`).
+  leader with an epoch at least as high (`choose_leader`). A planned
+  switchover's ``leader_changed`` names the target before its relay listens:
+  for `HINT_FRESH` seconds after one, its address is dialed at once and again
+  every `HINT_RETRY` (jittered) while it does not answer yet, without a look
+  at discovery; then as above.
 - Registration sends the epoch the client believes in (`known_epoch`). A
   server with a lower epoch refuses with ``stale_epoch``: it is stale, and the
   client looks elsewhere.
@@ -86,6 +90,8 @@ log = logging.getLogger("stkrelay.client")
 # Refusals that another attempt will not fix (before the first registration, they stop the client).
 FINAL_REFUSALS = frozenset({BAD_AUTH, WRONG_KMSN, BAD_MAGIC, BAD_REQUEST, BAD_JSON, FRAME_TOO_LARGE})
 HINT_TRIES = 3
+HINT_FRESH = 0.5  # seconds a leader_changed's address is dialed first, and soon again, before discovery
+HINT_RETRY = 0.01  # at most this long between dials of a fresh hint (a relay coming up), jittered
 MAX_EPOCH_JUMP = 16  # how far above the confirmed epoch a proven session's leader_changed may lead us
 DISTRUST_FOR = 15.0  # seconds an address that failed to prove itself is skipped by discovery
 
@@ -177,6 +183,7 @@ class Follower:
         self.last_reason = ""
         self.hint: Leader | None = None
         self.hint_tries = 0
+        self.hint_until = float("-inf")  # loop time until which a leader_changed's hint is fresh
         self.target: tuple[Any, ...] | None = None  # (node, epoch, address) of the last attempt
         self.wake = asyncio.Event()
 
@@ -229,8 +236,11 @@ class Follower:
                 attempt = 0  # a new leader: start the backoff afresh, it may just be coming up
             last_target = self.target
             self.last_reason = outcome.reason
-            delay = self.backoff.delay(attempt)
-            attempt += 1
+            if self.hint_fresh():  # a planned switchover named the target: go now, again soon
+                delay = self.backoff.rng.uniform(0, HINT_RETRY)
+            else:
+                delay = self.backoff.delay(attempt)
+                attempt += 1
             hooks.status("reconnecting", epoch=self.known_epoch, reason=outcome.reason, delay=delay)
             await self._pause(delay)
 
@@ -257,6 +267,7 @@ class Follower:
             self.claim = max_epoch(self.claim, claimed_epoch(self.confirmed, moved.epoch))
             if moved.ip and moved.port:
                 self.set_hint(Leader(moved.ip, moved.port, moved.epoch, None, "leader_changed"))
+                self.hint_until = asyncio.get_running_loop().time() + HINT_FRESH
         refusal = outcome.refusal
         if refusal is not None and refusal.code == STALE_EPOCH and self.claim is not None:
             self.claim = None  # the claim may have been a lie; the servers' gates still fence
@@ -267,7 +278,13 @@ class Follower:
                 hooks.changed()
         return outcome
 
+    def hint_fresh(self) -> bool:
+        """A leader_changed named its address moments ago: dial it before anything else."""
+        return self.hint is not None and asyncio.get_running_loop().time() < self.hint_until
+
     async def _next_leader(self) -> Leader | None:
+        if self.hint_fresh():
+            return self.hint
         found = await self.discovery.find(self.avoided())
         if found is not None and found.source == "lease" and found.epoch is not None:
             self.saw_lease(found.epoch)
@@ -280,7 +297,7 @@ class Follower:
         return choose_leader(hint, found)
 
     def set_hint(self, leader: Leader) -> None:
-        self.hint, self.hint_tries = leader, 0
+        self.hint, self.hint_tries, self.hint_until = leader, 0, float("-inf")
 
     async def _pause(self, delay: float) -> None:
         """Wait `delay`, or less if the lease names a new leader meanwhile."""

@@ -244,10 +244,21 @@ class RelayServer:
         except Exception:  # fail closed, like the registration gate
             pass
         log.warning("the gate shut between two looks: closing every connection before routing more")
-        self.lose_leadership()
+        self.lose_leadership(*self._named_successor())
         return False
 
     # -- relay.server.connections.Host: what the peers see of the server -------------------------
+    def _named_successor(self) -> tuple[int | None, str | None, int | None]:
+        """Whom the gate names as the next leader (a handoff this agent wrote, `gate.successor()`,
+        where the gate has one): the clients go there at once instead of looking for it."""
+        named = getattr(self.gate, "successor", None)
+        try:
+            found = named() if callable(named) else None
+        except Exception:  # a hint only: without it the clients look for the leader themselves
+            found = None
+        return found if found is not None else (None, None, None)
+
+    # -- relay.sessions.Host: what the peers see of the server -------------------------
     def new_connection(
         self, *, roles: Collection[str], raw_mode: bool, nonce: str | None = None, peer: str = "?"
     ) -> ServerConnection:
