@@ -64,10 +64,10 @@ class TestBackend(MemoryBackend):
             fn()
         return False
 
-    def cas(self, key, data, expected, fence=None, hold_s=None):  # type: ignore[no-untyped-def]
+    def cas(self, key, data, expected, fence=None, hold_s=None, renewal=False):  # type: ignore[no-untyped-def]
         if key == LEASE_KEY and self._lost_lock():
             return WriteOutcome.BUSY, ""
-        outcome, revision = super().cas(key, data, expected, fence, hold_s)
+        outcome, revision = super().cas(key, data, expected, fence, hold_s, renewal)
         if outcome is WriteOutcome.WRITTEN:
             self._logged(key, data)
         return outcome, revision
