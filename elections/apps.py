@@ -1,3 +1,5 @@
+"""The Django app of elections/: its models and commands; it registers the config checks."""
+
 from django.apps import AppConfig
 
 

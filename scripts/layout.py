@@ -1,0 +1,97 @@
+"""The README's layout section, written from the code: each module's one job is the first line
+of its docstring, each package's the first line of its ``__init__``'s.
+
+    python scripts/layout.py          rewrite the block between the README's layout markers
+    python scripts/layout.py --check  exit 1 (and say which) if the README is out of date
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+BEGIN, END = "<!-- layout: written by scripts/layout.py -->", "<!-- /layout -->"
+TOP = ("elections", "relay", "stkconfig", "stkrelay")
+WIDTH = 30  # the column where a module's job starts
+JOB = 80  # at most this many characters of it (cut at a word, with an ellipsis)
+
+
+def first_line(path: Path) -> str:
+    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    line = doc.strip().split("\n\n")[0].replace("\n", " ").split(". ")[0].rstrip(".:").strip()
+    if len(line) > JOB:
+        line = line[: JOB - 1].rsplit(" ", 1)[0].rstrip(",:;(") + "…"
+    return line
+
+
+def modules() -> list[Path]:
+    tracked = subprocess.run(["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout.split()  # fmt: skip
+    return sorted(
+        ROOT / f for f in tracked if f.split("/")[0] in TOP and "/migrations/" not in f and "/" in f
+    )
+
+
+OTHER = (  # the folders without Python modules of their own, and the ones outside the product
+    ("templates/", "the panel's Django templates (shipped in the wheel as stkrelay/templates)"),
+    ("static/", "the panel's CSS and JavaScript, htmx and axe-core vendored (no CDN)"),
+    ("locale/", "the panel's catalogues: zh_Hant and English (scripts/messages.sh)"),
+    ("packaging/", "the systemd units, redis.conf, stk.ini.example, Grafana dashboard, alert rules"),
+    ("docker/", "the agent's container image and the compose demo site (scripts/image.sh)"),
+    ("docs/", "longer notes: the cloud relay, Windows, protocol vectors, screenshots"),
+    ("scripts/", "bootstrap, demo, image, catalogues, this layout and the config docs"),
+    ("bench/", "`make bench`: every figure the README quotes"),
+    ("tests/", "`make test` (and long, chaos, fuzz, image): real agents, shares, etcd, browsers"),
+)
+
+
+def block() -> str:
+    lines: list[str] = []
+    seen: set[Path] = set()
+    for path in modules():
+        rel = path.relative_to(ROOT)
+        for depth in range(1, len(rel.parts)):  # each package once, before its modules
+            package = ROOT.joinpath(*rel.parts[:depth])
+            if package not in seen:
+                seen.add(package)
+                init = package / "__init__.py"
+                job = first_line(init) if init.exists() else ""
+                lines.append(f"{'  ' * (depth - 1)}{package.name}/".ljust(WIDTH) + job)
+        if path.name != "__init__.py":
+            lines.append(f"{'  ' * (len(rel.parts) - 1)}{path.name}".ljust(WIDTH) + first_line(path))
+    lines += [name.ljust(WIDTH) + job for name, job in OTHER]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def missing() -> list[str]:
+    """Modules without a first docstring line: a newcomer could not tell their job."""
+    return [str(p.relative_to(ROOT)) for p in modules() if p.name != "__init__.py" and not first_line(p)]
+
+
+def rendered(text: str) -> str:
+    head, _, rest = text.partition(BEGIN)
+    _, _, tail = rest.partition(END)
+    return f"{head}{BEGIN}\n```\n{block()}\n```\n{END}{tail}"
+
+
+def main(argv: list[str]) -> int:
+    text = README.read_text()
+    if BEGIN not in text or END not in text:
+        print(f"README.md has no layout markers ({BEGIN} ... {END})", file=sys.stderr)
+        return 1
+    new = rendered(text)
+    if "--check" in argv:
+        if new != text:
+            print("README.md's layout is out of date: run python scripts/layout.py", file=sys.stderr)
+            return 1
+        return 0
+    README.write_text(new)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
