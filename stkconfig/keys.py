@@ -229,7 +229,8 @@ KEYS: tuple[Key, ...] = (
         'UTC on hover; the API stays UTC)'),
     Key("CLOUD_URL", "list", "", check="E028/E076",
         doc="the cloud relay's tunnel port, `tcp://host:TUNNEL_PORT` (DESIGN.md §14; `ws://`/`wss://` are "
-        'refused for now); empty: no tunnel'),
+        "refused for now), or several nodes' comma-separated (tried in turn: see \"Several cloud nodes\"); "
+        'empty: no tunnel'),
     Key("CLOUD_TOKEN", "str", "", check="E029/E055",
         doc="this site's secret with the cloud relay (its `[site:<KMSN>]` `CLOUD_TOKEN`): as strong as a site"
         ' key (at least 16 characters, 6 distinct, no short run repeated, no placeholder), not '
