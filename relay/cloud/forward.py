@@ -32,8 +32,9 @@ import json
 import logging
 from typing import Any
 
-from relay.cloud.peers import CloudServer, RemotePeer, _keepalive
+from relay.cloud.peers import CloudServer, _keepalive
 from relay.cloud.remote import Greeting
+from relay.cloud.remote_peers import RemotePeer
 from relay.wire.auth import is_nonce, new_nonce
 
 log = logging.getLogger("stkrelay.cloud")

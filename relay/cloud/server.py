@@ -52,7 +52,8 @@ from relay.cloud.fence import EpochFence, TunnelBook, TunnelRecord
 from relay.cloud.forward import ForwardedPeer
 from relay.cloud.grants import grant_refusal
 from relay.cloud.handshake import TunnelAcceptor
-from relay.cloud.peers import RemotePeer, RemoteViewer, TunnelPeer
+from relay.cloud.peers import TunnelPeer
+from relay.cloud.remote_peers import RemotePeer, RemoteViewer
 from relay.cloud.server_cluster import ClusterRouting
 from relay.server.limits import Admission, Caps
 from relay.server.relay_server import BACKLOG, file_limit

@@ -19,7 +19,8 @@ from relay.wire.framing import NOT_LEADER, STALE_EPOCH
 if TYPE_CHECKING:
     from relay.cloud.cluster import ClusterDirectory
     from relay.cloud.config import CloudConfig
-    from relay.cloud.peers import RemotePeer, TunnelPeer
+    from relay.cloud.peers import TunnelPeer
+    from relay.cloud.remote_peers import RemotePeer
 
 log = logging.getLogger("stkrelay.cloud")
 

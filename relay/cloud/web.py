@@ -5,7 +5,7 @@
 - ``GET /metrics``: Prometheus text (`prometheus_client`, a registry of its
   own whose values are read from the server at each scrape).
 - ``/ws/relay/``: a remote client over WebSocket, one protocol v1 message per
-  text message (DESIGN §8): the same `relay.cloud.peers.RemotePeer` as the TCP
+  text message (DESIGN §8): the same `relay.cloud.remote_peers.RemotePeer` as the TCP
   port, over a `WsTransport` that frames what it reads and cuts what it writes
   back into messages.
 
@@ -27,7 +27,7 @@ from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
-from relay.cloud.peers import RemotePeer
+from relay.cloud.remote_peers import RemotePeer
 from relay.cloud.server import CloudServer
 from relay.wire.framing import HEADER_SIZE, PayloadError, frame_payload, read_header
 
