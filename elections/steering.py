@@ -22,7 +22,7 @@ remembered of that member. Only in this agent's own pool, and only while the
 store answers (a view of an unreachable pool cannot tell a dead member from
 a silent one).
 
-Outcomes (`Outcome.code`) and their HTTP statuses are in `HTTP_STATUS`.
+Outcomes (`CommandOutcome.code`) and their HTTP statuses are in `HTTP_STATUS`.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ class Actor:
 
 
 @dataclass
-class Outcome:
+class CommandOutcome:
     code: str
     message: str
     correlation: str
@@ -124,7 +124,7 @@ def perform(
     expected_epoch: int | None = None,
     force: bool = False,
     confirm: str | None = None,
-) -> Outcome:
+) -> CommandOutcome:
     """Audit the intent, check, submit, audit the outcome. Never raises."""
     correlation = secrets.token_hex(8)
     trail = audit_trail()
@@ -145,7 +145,7 @@ def perform(
     try:
         trail.append(phase=audit.AuditEntry.INTENT, **base)
     except audit.AuditUnavailable as exc:
-        return Outcome(
+        return CommandOutcome(
             "audit_unavailable",
             f"refused: the audit trail cannot be written ({exc})",
             correlation,
@@ -174,7 +174,7 @@ def perform(
         except Exception as exc:
             log.exception("command %s %s failed", kind, target)
             code, message = "error", f"command failed: {exc}"
-    outcome = Outcome(code, message, correlation, epoch)
+    outcome = CommandOutcome(code, message, correlation, epoch)
     try:
         trail.append(phase=audit.AuditEntry.OUTCOME, result=code, message=message, epoch=epoch, **base)
     except audit.AuditUnavailable:

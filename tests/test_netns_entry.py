@@ -143,11 +143,11 @@ class RemoteStream:
             self.errors.append(exc)
 
     def client(self, role: str, station: str, discovery: Any) -> Any:
-        from relay.client.follow import Backoff
+        from relay.client.follow import Redial
         from relay.client.relay_client import RelayClient
 
         return RelayClient(role=role, kmsn=KMSN, station=station, token=TOKEN, discovery=discovery,
-                           backoff=Backoff(initial=0.05, maximum=0.3, rng=random.Random(station)),
+                           backoff=Redial(initial=0.05, maximum=0.3, rng=random.Random(station)),
                            connect_timeout=1.0, keepalive=1.0, lease_poll=0.1, queue_size=20_000)  # fmt: skip
 
     async def _receive(self) -> None:

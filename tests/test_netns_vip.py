@@ -69,12 +69,12 @@ class VipStream:
 
     def client(self, role: str, station: str, **kw: Any) -> Any:
         from relay.client.discovery import Discovery, Fallbacks
-        from relay.client.follow import Backoff
+        from relay.client.follow import Redial
         from relay.client.relay_client import RelayClient
 
         return RelayClient(role=role, kmsn=KMSN, station=station, token=TOKEN,
                            discovery=Discovery([Fallbacks([(VIP, RELAY_PORT)])]),
-                           backoff=Backoff(initial=0.05, maximum=0.5, rng=random.Random(station)),
+                           backoff=Redial(initial=0.05, maximum=0.5, rng=random.Random(station)),
                            connect_timeout=1.0, keepalive=1.0, queue_size=20_000, **kw)  # fmt: skip
 
     async def _main(self) -> None:

@@ -30,7 +30,7 @@ from harness import ROOT, wait_until
 from elections.core.lease import LeaseRecord
 from relay.client.discovery import AgentApi, Discovery, Fallbacks, Leader, LeaseFile
 from relay.client.events import NoLeader, QueueFull, Received, Refused, ServerError, Status
-from relay.client.follow import Backoff, choose_leader, lease_says_move
+from relay.client.follow import Redial, choose_leader, lease_says_move
 from relay.client.relay_client import RelayClient
 from relay.server.relay_server import RelayServer
 
@@ -157,7 +157,7 @@ class Pool:
 
     def client(self, role: str, station: str, discovery: Discovery | None = None, **kw: Any) -> RelayClient:
         statuses = self.statuses.setdefault(station, [])
-        kw.setdefault("backoff", Backoff(initial=0.05, maximum=0.3, rng=random.Random(station)))
+        kw.setdefault("backoff", Redial(initial=0.05, maximum=0.3, rng=random.Random(station)))
         kw.setdefault("connect_timeout", 2.0)
         kw.setdefault("lease_poll", 0.1)
         client = RelayClient(
@@ -214,15 +214,15 @@ async def received(client: RelayClient, n: int, timeout: float = 5.0) -> list[An
 
 # -- pure parts ------------------------------------------------------------------------
 def test_it_waits_a_full_jitter_delay_under_a_doubling_cap():
-    backoff = Backoff(initial=0.1, maximum=5.0, rng=random.Random(1))
+    backoff = Redial(initial=0.1, maximum=5.0, rng=random.Random(1))
     assert [backoff.cap(n) for n in range(8)] == pytest.approx([0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0])
     for attempt in range(12):
         delays = [backoff.delay(attempt) for _ in range(200)]
         assert all(0 <= d <= backoff.cap(attempt) for d in delays)
         assert max(delays) > 0.8 * backoff.cap(attempt)  # jitter spans the whole range
-    assert Backoff(rng=random.Random(5)).delay(3) == Backoff(rng=random.Random(5)).delay(3)
+    assert Redial(rng=random.Random(5)).delay(3) == Redial(rng=random.Random(5)).delay(3)
     with pytest.raises(ValueError):
-        Backoff(initial=0)
+        Redial(initial=0)
 
 
 def test_it_prefers_a_leader_changed_hint_only_when_it_is_newer_than_discovery():
@@ -603,9 +603,7 @@ def test_it_reconnects_with_backoff_to_the_lease_leader_when_its_relay_is_killed
 
     async def body(pool: Pool) -> None:
         write_lease(pool.lease_dir, "S055", killed.ip, killed.port, 7)
-        client = pool.client(
-            "agent", "S002", backoff=Backoff(initial=0.05, maximum=0.4, rng=random.Random(3))
-        )
+        client = pool.client("agent", "S002", backoff=Redial(initial=0.05, maximum=0.4, rng=random.Random(3)))
         await client.start(timeout=5)
         assert client.node == "S055"
         killed.kill()
@@ -617,7 +615,7 @@ def test_it_reconnects_with_backoff_to_the_lease_leader_when_its_relay_is_killed
         assert "closed the connection" in attempts[0].reason or "lost" in attempts[0].reason
         assert any("cannot connect" in s.reason for s in attempts[1:])
         # full jitter under a doubling cap: 0.05, 0.1, 0.2, 0.4, 0.4 ...
-        caps = Backoff(initial=0.05, maximum=0.4).cap
+        caps = Redial(initial=0.05, maximum=0.4).cap
         assert all(s.delay is not None and 0 <= s.delay <= caps(n) for n, s in enumerate(attempts))
         assert client.counters.reconnects == 1
 

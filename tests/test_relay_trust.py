@@ -27,7 +27,7 @@ from test_relay_server import Wire
 
 from relay.client.discovery import Discovery, Fallbacks
 from relay.client.events import Refused
-from relay.client.follow import Backoff
+from relay.client.follow import Redial
 from relay.client.relay_client import RelayClient
 from relay.server.limits import Caps
 from relay.server.relay_server import RelayServer
@@ -60,7 +60,7 @@ def client(pool: Pool, station: str, discovery: Discovery, role: str = "agent", 
         kmsn=KMSN,
         station=station,
         discovery=discovery,
-        backoff=Backoff(initial=0.05, maximum=0.2, rng=random.Random(station)),
+        backoff=Redial(initial=0.05, maximum=0.2, rng=random.Random(station)),
         connect_timeout=2.0,
         on_status=statuses.append,
         **kw,

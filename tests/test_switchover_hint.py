@@ -12,7 +12,7 @@ import random
 from test_relay_client import HOST_A, HOST_B, Pool, Relay, _kinds, dead_port, play, until
 
 from elections.ports.localstate import Leadership, LocalState
-from relay.client.follow import HINT_RETRY, Backoff
+from relay.client.follow import HINT_RETRY, Redial
 from relay.runner import LeadershipGate
 
 
@@ -38,7 +38,7 @@ def test_the_old_relay_names_the_target_and_the_client_dials_it_at_once_while_it
         pool.lease(a)  # the lease still names A throughout: only the hint leads to B
         port_b = dead_port(HOST_B)
         # A slow backoff: only the hint's quick redials reach B in time.
-        client = pool.client("agent", "S003", backoff=Backoff(initial=2.0, maximum=5.0, rng=random.Random(3)))
+        client = pool.client("agent", "S003", backoff=Redial(initial=2.0, maximum=5.0, rng=random.Random(3)))
         await client.start(timeout=5)
         assert client.node == "S051"
         gate.named, gate.open = (8, HOST_B, port_b), False  # the worker stepped down, handing to B

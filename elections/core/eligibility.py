@@ -27,7 +27,7 @@ class Freshness:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Judgement:
     node: str
     eligible: bool
     reasons: tuple[str, ...] = field(default_factory=tuple)  # failing conditions, with numbers
@@ -48,12 +48,12 @@ def observe(fresh: Freshness, seq: Any, now: float) -> Freshness:
 def judge(
     node: str, doc: dict[str, Any] | None, fresh: Freshness, now: float, heartbeat_ttl: float,
     promotion_hold: float, gate: bool | str | None = None,
-) -> Verdict:  # fmt: skip
+) -> Judgement:  # fmt: skip
     """Eligibility of `node` from its last heartbeat document `doc`. `gate`: None
     when the member has no gate; else True / `core.gate.MASTER_SIGNAL` (master),
     False, or the reason its gate is not master (`core.gate.gate_of(doc)`)."""
     if doc is None:
-        return Verdict(node, False, ("no heartbeat ever seen",))
+        return Judgement(node, False, ("no heartbeat ever seen",))
     reasons: list[str] = []
     priority = doc.get("priority", 50)
     priority = priority if isinstance(priority, int) and not isinstance(priority, bool) else 50
@@ -74,7 +74,7 @@ def judge(
         reasons.append("gate signal: not master")
     elif isinstance(gate, str) and gate != MASTER_SIGNAL:
         reasons.append(f"gate: {gate}")
-    return Verdict(node, not reasons, tuple(reasons), age, priority)
+    return Judgement(node, not reasons, tuple(reasons), age, priority)
 
 
 class Candidate(Protocol):

@@ -42,7 +42,7 @@
   (an attempt still under way at a leader the lease has replaced, connecting or
   waiting for its hello, is given up at once: a frozen host's kernel accepts and
   never answers, a cut one answers no SYN, for up to `connect_timeout`)
-  delay (`Backoff`; the delay restarts from `initial` after each successful
+  delay (`Redial`; the delay restarts from `initial` after each successful
   registration, and for each new target). A lease change seen while waiting
   cuts the wait short (to one `initial`-bounded jittered delay). The client
   never gives up while running, with one exception: before the *first*
@@ -59,7 +59,7 @@ registration (`registered()`). It owns what following decides: the epoch
 believed in (`known_epoch`, from `confirmed` and `claim`), the avoided
 addresses (`distrusted`), the hint, the current attempt (`session`), the
 definitive refusal (`fatal`) and `last_reason`. The pure decisions
-(`choose_leader`, `lease_says_move`, `Backoff`) are plain functions and data.
+(`choose_leader`, `lease_says_move`, `Redial`) are plain functions and data.
 """
 
 from __future__ import annotations
@@ -72,9 +72,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from elections.core.lease import LeaseRecord
+from elections.retry import Backoff
 from relay.client.discovery import Discovery, Leader, LeaseFile
 from relay.client.events import Refused
-from relay.client.session import Outcome, Session
+from relay.client.session import Session, SessionEnd
 from relay.wire.framing import (
     BAD_AUTH,
     BAD_JSON,
@@ -97,8 +98,9 @@ DISTRUST_FOR = 15.0  # seconds an address that failed to prove itself is skipped
 
 
 @dataclass
-class Backoff:
-    """Full-jitter exponential backoff: attempt n waits uniform(0, min(maximum, initial·factorⁿ))."""
+class Redial:
+    """A client's waits between attempts, full jitter: attempt n waits uniform(0, cap(n)),
+    the caps exponential by the project's one `elections.retry.Backoff`."""
 
     initial: float = 0.1
     maximum: float = 5.0
@@ -108,9 +110,10 @@ class Backoff:
     def __post_init__(self) -> None:
         if not (0 < self.initial <= self.maximum and self.factor >= 1):
             raise ValueError("backoff needs 0 < initial <= maximum and factor >= 1")
+        self._caps = Backoff(tries=1 << 30, first=self.initial, factor=self.factor, cap=self.maximum)
 
     def cap(self, attempt: int) -> float:
-        return min(self.maximum, self.initial * self.factor ** min(attempt, 64))
+        return self._caps.delay(min(attempt, 64))
 
     def delay(self, attempt: int) -> float:
         return self.rng.uniform(0, self.cap(attempt))
@@ -164,7 +167,7 @@ class Follower:
     def __init__(
         self,
         discovery: Discovery,
-        backoff: Backoff,
+        backoff: Redial,
         lease_poll: float,
         connect: Callable[[Leader, int | None], Session],
         hooks: FollowerHooks,
@@ -229,7 +232,7 @@ class Follower:
                 outcome = await self._try_once()
             except Exception as exc:  # a bug must not end the client: log it, back off, go on
                 log.exception("relay client %s: attempt failed", self.name)
-                outcome = Outcome(False, f"internal error: {exc!r}")
+                outcome = SessionEnd(False, f"internal error: {exc!r}")
             if outcome.refusal is not None and outcome.refusal is self.fatal:
                 return
             if outcome.registered or self.target != last_target:
@@ -244,13 +247,13 @@ class Follower:
             hooks.status("reconnecting", epoch=self.known_epoch, reason=outcome.reason, delay=delay)
             await self._pause(delay)
 
-    async def _try_once(self) -> Outcome:
+    async def _try_once(self) -> SessionEnd:
         """Find the leader, then connect, register and serve until the session ends."""
         hooks = self.hooks
         leader = await self._next_leader()
         self.target = None if leader is None else (leader.node, leader.epoch, leader.address)
         if leader is None:
-            return Outcome(False, f"no leader found ({self.discovery.describe()})")
+            return SessionEnd(False, f"no leader found ({self.discovery.describe()})")
         believed = self.known_epoch  # never a candidate's unsigned epoch (see the module docstring)
         hooks.status("connecting", leader=leader, epoch=believed, node=leader.node)
         self.session = self.connect(leader, believed)

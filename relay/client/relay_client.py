@@ -87,9 +87,9 @@ from relay.client.events import (
     StatusKind,
 )
 from relay.client.follow import (
-    Backoff,
     Follower,
     FollowerHooks,
+    Redial,
 )
 from relay.client.inbox import Inbox
 from relay.client.outbox import DEDUP_SIZE, QUEUED, RETRY_DELAY, SETTLE, Outbox, Outgoing
@@ -140,7 +140,7 @@ class RelayClient(ClientState):
         queue_size: int = 1000,
         overflow: Overflow = "drop_oldest",
         keepalive: float = KEEPALIVE_INTERVAL,
-        backoff: Backoff | None = None,
+        backoff: Redial | None = None,
         connect_timeout: float = CONNECT_TIMEOUT,
         lease_poll: float = LEASE_POLL,
         inbox_size: int = 10_000,
@@ -165,7 +165,7 @@ class RelayClient(ClientState):
         self.discovery = discovery
         self.queue_size, self.overflow = queue_size, overflow
         self.keepalive, self.silence = keepalive, 3 * keepalive
-        self.backoff = backoff or Backoff()
+        self.backoff = backoff or Redial()
         self.connect_timeout, self.lease_poll = connect_timeout, lease_poll
         self.inbox_size, self.max_frame = inbox_size, max_frame
         self.on_status = on_status

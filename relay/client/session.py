@@ -6,7 +6,7 @@ with ``keepalive_acks=True``) and the client's `relay.client.outbox.Outbox`. A
 `relay.client.follow.Follower` makes a new one for each attempt.
 
 Interface: `Session(config, owner, leader, epoch)`, then `await run()`, which
-returns an `Outcome`. `config` (`SessionConfig`) is the client's identity and
+returns an `SessionEnd`. `config` (`SessionConfig`) is the client's identity and
 timing; `owner` (`SessionOwner`) is all a session may touch of its client:
 the outbox, the inbox's `deliver`, the counters and three callbacks
 (`changed`, `registered`, `ended`). A session imports nothing of the client.
@@ -21,7 +21,7 @@ the outbox, the inbox's `deliver`, the counters and three callbacks
 - Protocol 1.1: every session sends a fresh ``cnonce`` and believes nothing
   from a server that does not prove it knows the key: a ``registered``
   without a valid ``sauth``, or a ``leader_changed`` before the proof, ends
-  the session with `Outcome.unproven` (and no `Outcome.moved`); the follower
+  the session with `SessionEnd.unproven` (and no `SessionEnd.moved`); the follower
   then avoids that address for a while (`relay.client.follow`).
 """
 
@@ -78,7 +78,7 @@ class SessionOwner:
 
 
 @dataclass
-class Outcome:
+class SessionEnd:
     """How a session ended: had it registered, why it ended, the refusal if any,
     the ``leader_changed`` that ended it, if one did (from a proven server only),
     and whether the server failed to prove it knows the key (`unproven`)."""
@@ -125,20 +125,20 @@ class Session:
         )
 
     # -- lifetime --------------------------------------------------------------------
-    async def run(self) -> Outcome:
+    async def run(self) -> SessionEnd:
         c = self.config
         self._left = self._left or asyncio.Event()
         try:
             reader, self.writer = await self._connect()
         except TimeoutError:
-            return Outcome(
+            return SessionEnd(
                 False, self.switch or f"connecting to {self.addr} took over {c.connect_timeout:g} s"
             )
         except OSError as exc:
-            return Outcome(False, f"cannot connect to {self.addr}: {exc.strerror or exc}")
+            return SessionEnd(False, f"cannot connect to {self.addr}: {exc.strerror or exc}")
         if self.switch:  # left while connecting: a connect that just succeeded is not used
             self.writer.close()
-            return Outcome(False, self.switch)
+            return SessionEnd(False, self.switch)
         self.conn = ClientConnection(
             role=c.role,
             kmsn=c.kmsn,
@@ -154,7 +154,7 @@ class Session:
         try:
             outcome = await self._pump(reader)
         except (ConnectionError, OSError) as exc:
-            outcome = Outcome(self.registered, f"connection to {self.addr} lost: {exc.strerror or exc}")
+            outcome = SessionEnd(self.registered, f"connection to {self.addr} lost: {exc.strerror or exc}")
         finally:
             self._end()
         if self.switch:
@@ -206,7 +206,7 @@ class Session:
             self.writer.close()
         owner.ended(self)
 
-    async def _pump(self, reader: asyncio.StreamReader) -> Outcome:
+    async def _pump(self, reader: asyncio.StreamReader) -> SessionEnd:
         c, outbox = self.config, self.owner.outbox
         assert self.conn is not None
         while True:
@@ -214,10 +214,12 @@ class Session:
             if not self.registered:
                 wait = self.deadline - now
                 if wait <= 0:
-                    return Outcome(False, f"{self.addr} did not register us within {c.connect_timeout:g} s")
+                    return SessionEnd(
+                        False, f"{self.addr} did not register us within {c.connect_timeout:g} s"
+                    )
             else:
                 if now - self.last_rx >= c.silence:
-                    return Outcome(True, f"{self.addr} silent for {now - self.last_rx:.1f} s")
+                    return SessionEnd(True, f"{self.addr} silent for {now - self.last_rx:.1f} s")
                 if now >= self.next_keepalive:
                     self.keepalive(None)
                 self.flush(now)  # retries that came due, holds that the settle window's end lifted
@@ -232,7 +234,7 @@ class Session:
                 continue
             if not chunk:
                 self.conn.receive_eof()
-                return Outcome(self.registered, f"{self.addr} closed the connection")
+                return SessionEnd(self.registered, f"{self.addr} closed the connection")
             self.last_rx = self.loop.time()
             self.conn.receive_data(chunk)
             outcome = self._on_events(self.conn.events_received())
@@ -240,7 +242,7 @@ class Session:
             if outcome is not None:
                 return outcome
             if self.conn.close_expected():
-                return Outcome(self.registered, f"{self.addr} ended the session")
+                return SessionEnd(self.registered, f"{self.addr} ended the session")
 
     # -- output ------------------------------------------------------------------------
     def write(self) -> None:
@@ -284,7 +286,7 @@ class Session:
         self.write()
 
     # -- input -------------------------------------------------------------------------
-    def _on_events(self, events: list) -> Outcome | None:
+    def _on_events(self, events: list) -> SessionEnd | None:
         owner = self.owner
         for event in events:
             if isinstance(event, Message):
@@ -299,20 +301,20 @@ class Session:
             elif isinstance(event, ErrorReceived):
                 if not self.registered:
                     refusal = Refused(event.code, event.message, self.leader, self.node)
-                    return Outcome(False, str(refusal), refusal)
+                    return SessionEnd(False, str(refusal), refusal)
                 self._on_error(event)
             elif isinstance(event, LeaderChanged):
                 said = f"epoch={event.epoch} {event.ip}:{event.port}"
                 if not event.proven:
                     reason = f"{self.addr} sent leader_changed ({said}) without proving itself: ignored"
-                    return Outcome(self.registered, reason, unproven=True)
+                    return SessionEnd(self.registered, reason, unproven=True)
                 reason = f"{self.addr} says the leader changed: {said}"
-                return Outcome(self.registered, reason, moved=event)  # the follower acts on it
+                return SessionEnd(self.registered, reason, moved=event)  # the follower acts on it
             elif isinstance(event, ProtocolError):
                 if self.conn is not None and self.conn.unproven:
                     reason = f"{self.addr} did not prove that it knows our key: not a relay we trust"
-                    return Outcome(False, reason, unproven=True)
-                return Outcome(
+                    return SessionEnd(False, reason, unproven=True)
+                return SessionEnd(
                     self.registered, f"{self.addr} broke the protocol: {event.code} ({event.message})"
                 )
         return None
