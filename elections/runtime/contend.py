@@ -81,12 +81,12 @@ def main(argv: list[str] | None = None) -> None:
     if args.token is not None:
         ap.exit(2, "contend: " + argv_refusal("--token", "--token-file PATH", "$STK_RELAY_TOKEN") + "\n")
     try:
-        token = (
+        pool_key = (
             read_secret(args.token_file, "--token-file") if args.token_file else from_environment(TOKEN_ENV)
         )
     except SecretUnreadable as exc:
         ap.exit(2, f"contend: {exc}\n")
-    if not token:
+    if not pool_key:
         ap.exit(2, f"contend: no pool key: give --token-file PATH or ${TOKEN_ENV}\n")
     logging.basicConfig(level=logging.INFO, format=f"[{args.node}] %(levelname)s %(message)s")
 
@@ -95,10 +95,10 @@ def main(argv: list[str] | None = None) -> None:
     if not (args.dir or args.etcd):
         ap.error("give --dir or --etcd")
     options = {"ETCD_ENDPOINTS": args.etcd, "ETCD_PREFIX": args.prefix, "LEASE_POLL": str(args.poll)}
-    place = PoolPlace(args.kmsn, args.dir, token, args.timeout, ETCD if args.etcd else FILE, options)
+    place = PoolPlace(args.kmsn, args.dir, pool_key, args.timeout, ETCD if args.etcd else FILE, options)
     store = open_store(place, args.node, clock, lock_stale_s=args.lock_stale)
     events = (
-        JsonlEventSink(args.events, args.node, clock, key=token, mark=args.seq_mark) if args.events else None
+        JsonlEventSink(args.events, args.node, clock, key=pool_key, mark=args.seq_mark) if args.events else None
     )
     me = Identity(node=args.node, kmsn=args.kmsn, station=args.node, ip=args.ip, port=args.port)
     elector = Elector(store, clock, me, timing, events=events)
