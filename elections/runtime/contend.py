@@ -98,7 +98,9 @@ def main(argv: list[str] | None = None) -> None:
     place = PoolPlace(args.kmsn, args.dir, pool_key, args.timeout, ETCD if args.etcd else FILE, options)
     store = open_store(place, args.node, clock, lock_stale_s=args.lock_stale)
     events = (
-        JsonlEventSink(args.events, args.node, clock, key=pool_key, mark=args.seq_mark) if args.events else None
+        JsonlEventSink(args.events, args.node, clock, key=pool_key, mark=args.seq_mark)
+        if args.events
+        else None
     )
     me = Identity(node=args.node, kmsn=args.kmsn, station=args.node, ip=args.ip, port=args.port)
     elector = Elector(store, clock, me, timing, events=events)
