@@ -3,6 +3,7 @@ stopped whole, restarts after the Backoff. The relay is tests/standin_relay.py (
 
 import asyncio
 import os
+import socket
 import sys
 import time
 from pathlib import Path
@@ -59,21 +60,36 @@ def test_stop_ends_the_whole_process_group_even_what_the_relay_started(tmp_path)
     assert any("standin relay" in line for line in lines), lines  # its output, prefixed, in the log
 
 
+def free_pair() -> int:
+    """A port whose next one is free too (the passthrough port is the JSON port + 1)."""
+    while True:
+        port = free_port()
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+
+
 def test_an_exiting_relay_is_restarted_after_the_backoff_and_reported_down(tmp_path):
-    port = free_port()
+    port = free_pair()
     argv = (sys.executable, STANDIN, "--host", "{host}", "--port", "{port}",
             "--passthrough-port", "{passthrough_port}", "--exit-after", "0.3")  # fmt: skip
     spec = ExecRelay(argv, "127.0.0.1", port)
     downs: list[str] = []
+    said: list[str] = []
 
     async def main() -> None:
-        relay = ExternalRelay(spec, epoch=1, kmsn="K", say=lambda line: None, on_down=downs.append,
+        relay = ExternalRelay(spec, epoch=1, kmsn="K", say=said.append, on_down=downs.append,
                               backoff=Backoff(tries=100, first=0.2, factor=2.0, cap=1.0))  # fmt: skip
         relay.start()
-        await until(lambda: relay.starts >= 3, 20)
-        snap = relay.snapshot()
-        assert snap["last_error"] == "exited with 7" and snap["restarts"] >= 2
-        await relay.stop()
+        try:
+            await until(lambda: relay.starts >= 3, 20)
+            snap = relay.snapshot()
+            assert snap["last_error"] == "exited with 7" and snap["restarts"] >= 2, said
+        finally:
+            await relay.stop()
 
     asyncio.run(main())
     assert len(downs) >= 2 and set(downs) == {"relay_down"}

@@ -116,8 +116,9 @@ class ExternalRelay:
             delay = self.backoff.delay(self.failures - 1)
             self.next_start = self.clock() + delay
             self.say(f"runrelay: external relay {self.name}: {self.last_error}; restart in {delay:g} s")
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), delay)
+            with contextlib.suppress(TimeoutError):  # asyncio.timeout: a cancel is never swallowed
+                async with asyncio.timeout(delay):
+                    await self._stopping.wait()
             self.next_start = None
 
     async def _one_run(self) -> float:
@@ -148,8 +149,9 @@ class ExternalRelay:
                          f"after {self.ready_at - began:.2f} s")  # fmt: skip
                 self.on_up()
                 while self.proc.poll() is None and not self._stopping.is_set():
-                    with contextlib.suppress(asyncio.TimeoutError):
-                        await asyncio.wait_for(self._stopping.wait(), WATCH_EVERY)
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(WATCH_EVERY):
+                            await self._stopping.wait()
         finally:
             was_up, self.accepting = self.accepting, False
             if was_up or self.proc.poll() is not None:
