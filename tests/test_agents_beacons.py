@@ -224,7 +224,10 @@ def test_unicast_peers_one_way_paths_and_a_frozen_leader_replaced_that_never_ser
     sent = time.monotonic()
     wait_until(lambda: winner.state().get("leader") is False, 3, "the leader to step down")
     took = time.monotonic() - sent
-    assert "beacons as leader of epoch" in winner.log()
+    # Why it stepped down: the beacon's reaction, or (when its own renewal read the store between
+    # the lease's write and the beacon's arrival, a race of milliseconds) the lease itself.
+    log = winner.log()
+    assert "beacons as leader of epoch" in log or "the lease names S009" in log, log[-2000:]
     print(f"stepped down {took:.2f} s after a higher epoch's beacon")
 
 

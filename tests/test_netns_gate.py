@@ -115,4 +115,5 @@ def test_the_pool_follows_the_vrrp_master_and_fails_closed_without_one(vrrp_site
     wait_until(lambda: site.lease() is None, 15, "the lease released or expired: nobody may lead")
     for agent in (s1, s2, s3):
         wait_until(lambda a=agent: not a.state().get("leader"), 10, f"{agent.name} not leading")
-    assert "gate: gate says STOP" in reasons(s1, "S003")
+    # S001's view of S003 follows S003's next heartbeat (a quiet pool reads it when it changes)
+    wait_until(lambda: "gate: gate says STOP" in reasons(s1, "S003"), 15, "S003's gate reason in S001's view")
