@@ -718,6 +718,20 @@ def test_the_elected_event_carries_its_cause_and_gap(store, clock, case, arrange
     assert row["epoch"] == store.lease.epoch
 
 
+def test_the_duties_start_before_the_elected_row_is_written(store, clock):
+    """A planned switchover's target (issue 22): its leadership state, first leader beacon
+    and relay plan go first, the history's row (a database insert and a share line, ~10 ms)
+    after, and the row still says the epoch and its cause."""
+    m = _handed_to_me(store, clock)
+    seen: list[tuple[str, int]] = []
+    m.elector.on_elected = lambda epoch: seen.append(("duty", len(m.events.rows)))
+    before = len(m.events.rows)
+    assert m.cycle().reason.startswith("elected: took epoch")
+    assert seen == [("duty", before)]  # no row of this election yet when the duty started
+    row = m.events.elected()
+    assert (row["epoch"], row["cause"]) == (store.lease.epoch, "handoff")
+
+
 def test_an_audit_row_of_a_watched_pool_at_a_higher_epoch_does_not_depose_this_pools_leader(store, clock):
     """Found by tests/test_browser_xss.py: an operator's command to a watched
     pool is audited with that pool's epoch (its members sign any epoch they

@@ -96,7 +96,7 @@ CATCH_UP_S = 0.2  # seconds of one cycle spent reading a backlog of pool events 
 # The serving right (DESIGN.md §15): members counted, and how far an ack must move the gate to be published.
 MEMBER_HORIZON_S, MEMBER_HORIZON_TTLS = 60.0, 6.0  # a member unheard on the share longer is not counted
 GATE_STEP = 0.2  # seconds
-GATE_WAIT = 0.02  # seconds between looks of an elected plan waiting for its gate to open
+GATE_WAIT = 0.02  # at most this long between looks of an elected plan waiting for its gate (publish wakes it)
 SLOW_KICK_S = 0.3  # a beacon's cycle slower than this says where its time went (the log)
 # Before a handoff is written, the relay's gate is shut and this long is waited at most for the relay
 # to say it stopped: past it, no relay routes for the epoch whatever it says (its gate re-reads the
@@ -147,6 +147,7 @@ class Agent:
         self._member_docs: tuple[dict[str, dict[str, Any]], bool] | None = None  # survey(): last members seen
         self._publishing = threading.Lock()  # the election thread and the beacons' acks both publish
         self._gate_told = float("-inf")  # the valid_until last published
+        self._told = threading.Event()  # set at every publish that says this agent leads (`_gate_opens`)
         self.health = HealthMonitor.from_settings(stk.health_cmd, stk.health_url, gate_for(stk.gate),
                                                   stk.gate.max_age)  # fmt: skip
         self.policy = PoolPolicy(
@@ -255,11 +256,12 @@ class Agent:
         waits for it, up to RENEW_DEADLINE; False if the epoch is lost meanwhile."""
         until = self.clock.monotonic() + self.timing.deadline
         while self.clock.monotonic() < until:
+            self._told.clear()  # before the look: a publish after it wakes the wait below at once
             if self.local.leadership().held_epoch(self.clock.monotonic()) == epoch:
                 return True
             if self.elector.memory.leader_epoch != epoch:
                 return False
-            time.sleep(GATE_WAIT)
+            self._told.wait(GATE_WAIT)
         return True  # run it anyway: the executors' gate fences it, and says so
 
     def _fence(self, epoch: int) -> None:
@@ -657,6 +659,8 @@ class Agent:
                 state = state.disclaimed(state.decision)
             self.local.write_leadership(state)
             self._gate_told = valid if valid is not None and state.leader else float("-inf")
+            if state.leader:
+                self._told.set()
             if service is not None and epoch is not None and mode == ACKED and state.leader:
                 service.serving_told(epoch)  # the beacons may say ACKED now: the relay reads this gate
         self._let_go_of_leftovers()

@@ -390,8 +390,11 @@ class Elector:
         why = f"elected: took epoch {epoch} ({decision.reason})"
         log.warning("%s", why)
         gap = None if decision.gap is None else round(decision.gap + start - decided_at, 3)
-        self.events.record("elected", epoch, decision.reason, cause=decision.cause, gap_s=gap)
+        # The duties first (the leadership state, the first leader beacon, the relay's plan on a
+        # thread of its own), the history after: its database row and share line took ~10 ms of
+        # a planned switchover's 0.1 s while the target's relay waited (issue 22).
         self._duty(self.on_elected, epoch)
+        self.events.record("elected", epoch, decision.reason, cause=decision.cause, gap_s=gap)
         return Attempt(Decision(Verdict.HOLD, why))
 
     def _renew(self, read: LeaseRead, start: float) -> Attempt:
