@@ -21,7 +21,7 @@ log = logging.getLogger("stkrelay.agent")
 GATE_WAIT = 0.02  # seconds between looks of an elected plan waiting for its gate to open
 # Before a handoff is written, the relay's gate is shut and this long is waited at most for the relay
 # to say it stopped: past it, no relay routes for the epoch whatever it says (its gate re-reads the
-# leadership state at least every 0.1 s, `relay.runner.LeadershipGate`, the write of that state, and
+# leadership state at least every 0.1 s, `relay.runner.gate.LeadershipGate`, the write of that state, and
 # core.serving's GATE_LAG: 0.2 s, with a margin for clock rates; checked in tests/servesim.py).
 FENCE_WITHIN = 0.25  # seconds
 FENCE_LOOK = 0.002  # seconds between looks at relay.json meanwhile

@@ -95,7 +95,7 @@ class Command(BaseCommand):
             ChildSpec("worker", [*celery, "worker", "-P", "solo", "-Q", "lease", "-n", f"lease@{stk.node}",
                                  "--prefetch-multiplier", "1", "--without-gossip", "--without-mingle",
                                  "--without-heartbeat", "--stk-beat", "-l", "WARNING"]),
-            # Warm standby, without Django (relay/runner.py): listens within ~0.1 s of the fenced
+            # Warm standby, without Django (relay/runner/): listens within ~0.1 s of the fenced
             # start_relay action of a won epoch, stops itself 0.1-0.2 s after losing; restarted if it dies.
             ChildSpec("relay", [py, "-m", "stkrelay.child", "relay.runner", "--standby"], standby=True),
         ]  # fmt: skip
