@@ -147,22 +147,36 @@ class Agent(Looks, Roles, Publishing):
         self._last_done: dict[str, float] = {}
         self.beacons: BeaconLink | None = None
         if stk.beacon_interval > 0:
-            bconf = BeaconConfig(stk.kmsn, stk.node, stk.node_ip, stk.relay_port, stk.pool_key,
-                                 stk.beacon_interval, stk.beacon_port, stk.beacon_peers,
-                                 store=self.elector.store.describe(), ttl=stk.lease_ttl)  # fmt: skip
-            self.split = SplitAlarm(stk.node, bconf.store, 2 * max(stk.lease_ttl, stk.heartbeat_ttl))
-            folded = self.tail.last_seq.get  # node -> its highest event seq this agent has: nudges' replays
-            self.beacons = BeaconLink(bconf, self.elector, self._kicked, clock.monotonic, nudged=self._nudged,
-                                      folded=lambda node: folded(node, 0),
-                                      gate_clock=self.elector.gate_clock)  # fmt: skip
-            self.beacons.service.members = self.pool_size
-            self.beacons.service.on_acked = self._acked
-            self.elector.evidence = self.beacons.evidence
-            self.elector.heard_at = self.beacons.heard_at
-            self.elector.serving = self.beacons
-            self.beacons.start()
+            self._start_beacons(stk)
         self._fenced: int | None = None  # an epoch this agent stopped serving before handing it off
         self.elector.on_fence = self._fence
+        self._start_duties(stk)
+        # A change of the gate's signal is a cycle at once (and a heartbeat saying it), not at
+        # the next tick: a leader whose VRRP instance left MASTER hands off within one look.
+        self.health.on_gate = self._gate_changed
+        self.health.start()
+
+    def _start_beacons(self, stk: Config) -> None:
+        """The beacons (`BeaconLink`) beside the elector: its evidence, acks, kicks and nudges."""
+        clock = self.clock
+        bconf = BeaconConfig(stk.kmsn, stk.node, stk.node_ip, stk.relay_port, stk.pool_key,
+                             stk.beacon_interval, stk.beacon_port, stk.beacon_peers,
+                             store=self.elector.store.describe(), ttl=stk.lease_ttl)  # fmt: skip
+        self.split = SplitAlarm(stk.node, bconf.store, 2 * max(stk.lease_ttl, stk.heartbeat_ttl))
+        folded = self.tail.last_seq.get  # node -> its highest event seq this agent has: nudges' replays
+        self.beacons = BeaconLink(bconf, self.elector, self._kicked, clock.monotonic, nudged=self._nudged,
+                                  folded=lambda node: folded(node, 0),
+                                  gate_clock=self.elector.gate_clock)  # fmt: skip
+        self.beacons.service.members = self.pool_size
+        self.beacons.service.on_acked = self._acked
+        self.elector.evidence = self.beacons.evidence
+        self.elector.heard_at = self.beacons.heard_at
+        self.elector.serving = self.beacons
+        self.beacons.start()
+
+    def _start_duties(self, stk: Config) -> None:
+        """The leader's duty plans (`executors`) and the ownership watch of its addresses."""
+        clock = self.clock
         config, problems = action_config(stk.values)
         for problem in problems:
             log.error("leader action disabled: %s", problem)
@@ -178,10 +192,6 @@ class Agent(Looks, Roles, Publishing):
             self._standing, lambda: (self._member_docs or ({}, False))[0], clock.monotonic, self.refusals,
             stk.ownership_repair,
         ).start()  # fmt: skip
-        # A change of the gate's signal is a cycle at once (and a heartbeat saying it), not at
-        # the next tick: a leader whose VRRP instance left MASTER hands off within one look.
-        self.health.on_gate = self._gate_changed
-        self.health.start()
 
     def _gate_changed(self, signal: str) -> None:
         """On a thread of its own: the health thread keeps looking even while a cycle
