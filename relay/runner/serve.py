@@ -14,7 +14,7 @@ from elections.ports.localstate import (
     RelayStatus,
 )
 from relay.runner.gate import LeadershipChanges, LeadershipGate
-from relay.runner.lease_reads import NOBODY, LeaseReads
+from relay.runner.lease_reads import NOBODY, LeaseReads, Successor
 from relay.server.binding_feed import BindingFeed
 from relay.server.bindings import StationBindings
 from relay.server.cloud_tunnel import TunnelClient
@@ -127,12 +127,28 @@ class RelayRunner(LeaseReads):
             f"{stk.relay_port} (json) and :{stk.relay_port + 1} (passthrough){through}"
         )
         if stk.cloud is not None:
-            self.tunnel = TunnelClient(server=server, host=stk.cloud.host, port=stk.cloud.port,
-                                       token=stk.cloud_token, lease_key=cloud_key(stk.pool_key, stk.kmsn),
-                                       kmsn=stk.kmsn, node=stk.node, epoch=self.epoch,
-                                       lease=self.own_lease, gate=self.gate, keepalive=stk.relay_keepalive,
-                                       also=[(u.host, u.port) for u in stk.clouds[1:]])  # fmt: skip
-            self.tunnel.start()
+            self.start_tunnel()
+        reason, successor = await self.serve_until_lost(loop, stopping)
+        told = await self.stop(feed, successor)
+        epoch, ip, port = successor
+        self.say(f"runrelay: {reason}; told {told} connections epoch={epoch} ip={ip} port={port}; exiting")
+        return 0
+
+    def start_tunnel(self) -> None:
+        """CLOUD_URL: dial the cloud relay's tunnel, presenting the signed lease of this epoch."""
+        stk, server = self.stk, self.server
+        self.tunnel = TunnelClient(server=server, host=stk.cloud.host, port=stk.cloud.port,
+                                   token=stk.cloud_token, lease_key=cloud_key(stk.pool_key, stk.kmsn),
+                                   kmsn=stk.kmsn, node=stk.node, epoch=self.epoch,
+                                   lease=self.own_lease, gate=self.gate, keepalive=stk.relay_keepalive,
+                                   also=[(u.host, u.port) for u in stk.clouds[1:]])  # fmt: skip
+        self.tunnel.start()
+
+    async def serve_until_lost(
+        self, loop: asyncio.AbstractEventLoop, stopping: asyncio.Event
+    ) -> tuple[str, Successor]:
+        """Listen where wanted and write relay.json until a signal or the gate shuts: why, and who is next."""
+        stk = self.stk
         with LeadershipChanges(loop, stk.data_dir) as changes:  # watching addresses.json from here on
             await self.listen.reconcile(self.wanted())
             also = [f"{s['address']} ({s['why']}, {s['state']})" for s in self.listen.snapshot()[1:]]
@@ -153,6 +169,12 @@ class RelayRunner(LeaseReads):
                 if moved or loop.time() >= next_status:
                     self.write_status(True)
                     next_status = loop.time() + STATUS_EVERY
+        return reason, successor
+
+    async def stop(self, feed: BindingFeed, successor: Successor) -> int:
+        """Close every listener (clients told where to go), then the external relay, the feed and the
+        tunnel; the number of connections told."""
+        server = self.server
         told = server.snapshot()["connections"]
         server.lose_leadership(*successor)  # closes every listener, on every address
         self.write_status(False)  # at once: a handing-off worker waits for this before it writes the handoff
@@ -164,9 +186,7 @@ class RelayRunner(LeaseReads):
         if self.tunnel is not None:
             await self.tunnel.stop()
         self.write_status(False)
-        epoch, ip, port = successor
-        self.say(f"runrelay: {reason}; told {told} connections epoch={epoch} ip={ip} port={port}; exiting")
-        return 0
+        return told
 
     def next_look(self, now: float, next_status: float, watching: bool) -> float:
         """Seconds until the loop must look again by itself: at the renew
