@@ -8,7 +8,7 @@ Packages, each with one side of the conversation:
   web/     the WebSocket routes (Channels), bridges into the server
   cloud/   the cloud rendezvous relay (runcloud), a separate program
 
-`runner.py` composes the server for the agent (`python -m relay.runner`). The
+`runner/` composes the server for the agent (`python -m stkrelay.child relay.runner`). The
 client never imports the server; wire, server and client never import Django
 (import-linter contracts in pyproject.toml).
 """

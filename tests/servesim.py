@@ -42,8 +42,8 @@ INTERVAL = 0.2
 TIMING = Timing(ttl=10.0, renew=3.0, poll=2.0, deadline=7.0)
 WATCH = 0.5  # the agent's cheap look at the lease (seconds, its own clock)
 RELAY_LAG = 0.15  # a relay reads a lower deadline this late (its 0.1 s cache of leadership.json, the write)
-HORIZON = 60.0  # a member is counted while heard within this long (runtime.agent MEMBER_HORIZON_S)
-# runtime.agent.FENCE_WITHIN: a handing-off leader's longest wait between its fence and its handoff
+HORIZON = 60.0  # a member is counted while heard within this long (runtime.agent_publish MEMBER_HORIZON_S)
+# runtime.agent_roles.FENCE_WITHIN: a handing-off leader's longest wait between its fence and its handoff
 FENCE_WITHIN = 0.25
 
 

@@ -1,5 +1,5 @@
 """The panel and /metrics on RELAY_KIND = exec: the fencing proxy's counters and the external
-relay's state, from relay.json as relay/runner.py writes it (real Django, real files)."""
+relay's state, from relay.json as relay/runner/serve.py writes it (real Django, real files)."""
 
 from __future__ import annotations
 

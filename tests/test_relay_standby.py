@@ -13,7 +13,7 @@ from harness import wait_until
 
 from elections.ports import localstate
 from elections.ports.localstate import Leadership, LocalState
-from relay import runner
+from relay.runner import standby as runner
 
 
 def test_an_idle_standby_barely_looks_and_wakes_on_the_workers_write(tmp_path, monkeypatch):

@@ -13,7 +13,7 @@ from test_relay_client import HOST_A, HOST_B, Pool, Relay, _kinds, dead_port, pl
 
 from elections.ports.localstate import Leadership, LocalState
 from relay.client.follow import HINT_RETRY, Redial
-from relay.runner import LeadershipGate
+from relay.runner.gate import LeadershipGate
 
 
 class HandingGate:

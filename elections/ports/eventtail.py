@@ -201,27 +201,8 @@ class EventTail:
         """Read on in one file: True once it is read to its end, False if the
         rest must wait (a torn last line, a cap), None when the budget is spent."""
         name, node = ref.name, ref.node
-        active = f"{node}{SUFFIX}"
-        if ref.role == SEALED and name not in self.offsets and self._active_first.get(node) == ref.n:
-            # The active file this tail was reading, sealed under its first seq: go on where it was.
-            self.offsets[name] = self.offsets.pop(active, 0)
-            if active in self._rereading:
-                self._rereading.add(name)
-            self._rereading.discard(active)
-            self._deferred.discard(active)
-            del self._active_first[node]
-        elif ref.role == SEALED and name not in self.offsets and self._was_active.get(node) == ref.n:
-            # The active file this tail read on until it found it replaced (the listing
-            # missed its sealed name then): its lines up to last_seq were read, not replayed.
-            self._rereading.add(name)
-            del self._was_active[node]
+        self._hand_over(ref)
         covered = self.covered.get(node, 0)
-        if ref.role == ACTIVE and 0 < self._active_first.get(node, 0) <= covered:
-            # The active file this tail read was sealed and retired between two looks (an
-            # active file is never covered): this one is the writer's next, read from its start.
-            self.offsets.pop(name, None)
-            self._rereading.add(name)
-            del self._active_first[node]
         if ref.role == SEALED and ref.n <= covered:
             # Retired: what a rule needs of it is in the base. (Checked after the hand-over
             # above: an active file sealed and retired between two looks leaves no offset.)
@@ -253,18 +234,57 @@ class EventTail:
         self._reads -= len(data)
         end = data.rfind(b"\n") + 1  # only complete lines
         if end == 0:
-            if len(data) > EVENT_LINE.max_bytes:
-                # No line end within more than a line may hold: skip it; the rest follows.
-                self._refuse(name, Untrusted(TOO_LARGE, f"a line longer than {EVENT_LINE.max_bytes} bytes"))
-                self.offsets[name] = start + len(data)
-                self._midline.add(name)
-                self._budget -= len(data)
-                self.backlog = True
-                return False
-            if ref.role != ACTIVE and start + len(data) >= size:
-                self.offsets[name] = start + len(data)  # a fragment at the end of a sealed file: no line
-                return True
-            return False  # a torn last line: it costs no budget, and waits for its end
+            return self._without_line_end(ref, data, start, size)
+        return self._fold(ref, data, start, end, size, out)
+
+    def _hand_over(self, ref: EventFile) -> None:
+        """Carry what was read of a node's active file over to the name it is read under now:
+        its sealed name, or the writer's next active file once the one read was retired."""
+        name, node = ref.name, ref.node
+        active = f"{node}{SUFFIX}"
+        if ref.role == SEALED and name not in self.offsets and self._active_first.get(node) == ref.n:
+            # The active file this tail was reading, sealed under its first seq: go on where it was.
+            self.offsets[name] = self.offsets.pop(active, 0)
+            if active in self._rereading:
+                self._rereading.add(name)
+            self._rereading.discard(active)
+            self._deferred.discard(active)
+            del self._active_first[node]
+        elif ref.role == SEALED and name not in self.offsets and self._was_active.get(node) == ref.n:
+            # The active file this tail read on until it found it replaced (the listing
+            # missed its sealed name then): its lines up to last_seq were read, not replayed.
+            self._rereading.add(name)
+            del self._was_active[node]
+        covered = self.covered.get(node, 0)
+        if ref.role == ACTIVE and 0 < self._active_first.get(node, 0) <= covered:
+            # The active file this tail read was sealed and retired between two looks (an
+            # active file is never covered): this one is the writer's next, read from its start.
+            self.offsets.pop(name, None)
+            self._rereading.add(name)
+            del self._active_first[node]
+
+    def _without_line_end(self, ref: EventFile, data: bytes, start: int, size: int) -> bool:
+        """Bytes read with no line end in them: a line too long (skipped), a sealed file's
+        last fragment, or a torn last line (waits for its end)."""
+        name = ref.name
+        if len(data) > EVENT_LINE.max_bytes:
+            # No line end within more than a line may hold: skip it; the rest follows.
+            self._refuse(name, Untrusted(TOO_LARGE, f"a line longer than {EVENT_LINE.max_bytes} bytes"))
+            self.offsets[name] = start + len(data)
+            self._midline.add(name)
+            self._budget -= len(data)
+            self.backlog = True
+            return False
+        if ref.role != ACTIVE and start + len(data) >= size:
+            self.offsets[name] = start + len(data)  # a fragment at the end of a sealed file: no line
+            return True
+        return False  # a torn last line: it costs no budget, and waits for its end
+
+    def _fold(
+        self, ref: EventFile, data: bytes, start: int, end: int, size: int, out: list[dict[str, Any]]
+    ) -> bool:
+        """The complete lines of `data[:end]`, read from `start`: verified into `out`."""
+        name, node = ref.name, ref.node
         self._budget -= end
         self._midline.discard(name)
         raws = data[:end].split(b"\n")

@@ -55,116 +55,142 @@ class PoolCollector(Collector):
     def collect(self) -> Iterable[Metric]:
         now = time.monotonic()
         states = site_states(now)
-        elections = dict(
-            ElectionEvent.objects.filter(kind="elected")
-            .values_list("kmsn")
-            .annotate(n=Count("id"))
-            .order_by()
-        )
-
-        g = GaugeMetricFamily(
-            "stkrelay_pool_has_leader",
-            "1 if the pool has a live leader as this agent sees it.",
-            labels=["kmsn"],
-        )
-        for s in states:
-            g.add_metric([s.kmsn], 1 if s.has_leader else 0)
-        yield g
-        yield from view_families(states)
-        g = GaugeMetricFamily(
-            "stkrelay_pool_leader",
-            "1 for the member that leads the pool, 0 for the others.",
-            labels=["kmsn", "node"],
-        )
-        for s in states:
-            for m in s.members:
-                g.add_metric([s.kmsn, m.node], 1 if s.leader == m.node else 0)
-        yield g
-        c = CounterMetricFamily(
-            "stkrelay_early_takeovers",
-            "Elections taken before the TTL on evidence that the leader's agent was gone (DESIGN.md §13).",
-            labels=["kmsn"],
-        )
-        for s in states:
-            c.add_metric([s.kmsn], s.early_takeovers)
-        yield c
-        g = GaugeMetricFamily("stkrelay_pool_epoch", "Epoch of the pool's current lease.", labels=["kmsn"])
-        for s in states:
-            if s.epoch is not None:
-                g.add_metric([s.kmsn], s.epoch)
-        yield g
-        g = GaugeMetricFamily(
-            "stkrelay_pool_lease_renewed_age_seconds",
-            "Seconds since this agent saw the lease renewed (its own clock).",
-            labels=["kmsn"],
-        )
-        for s in states:
-            if s.renewed_ago is not None:
-                g.add_metric([s.kmsn], round(s.renewed_ago, 3))
-        yield g
-        g = GaugeMetricFamily(
-            "stkrelay_pool_members", "Members with a heartbeat, by eligibility.", labels=["kmsn", "eligible"]
-        )
-        for s in states:
-            for e in (True, False):
-                g.add_metric([s.kmsn, str(e).lower()], sum(1 for m in s.members if m.eligible == e))
-        yield g
-        g = GaugeMetricFamily(
-            "stkrelay_member_eligible", "1 if the member may become leader.", labels=["kmsn", "node"]
-        )
-        for s in states:
-            for m in s.members:
-                g.add_metric([s.kmsn, m.node], 1 if m.eligible else 0)
-        yield g
-        c = CounterMetricFamily(
-            "stkrelay_failovers_total", "Elections recorded in this agent's history.", labels=["kmsn"]
-        )
-        for kmsn, n in sorted(elections.items()):
-            c.add_metric([kmsn], n)
-        yield c
-        h = HistogramMetricFamily(
-            "stkrelay_failover_gap_seconds",
-            "Seconds the pool had no leader before each failover in this agent's history.",
-            labels=["kmsn"],
-        )
-        for kmsn in sorted({*elections, *(s.kmsn for s in states)}):
-            gaps = [f.gap_s for f in failovers_for(kmsn) if f.gap_s is not None]
-            h.add_metric([kmsn], gap_buckets(gaps), sum(gaps))
-        yield h
-        c = CounterMetricFamily(
-            "stkrelay_security_events",
-            "Records from the share refused as evidence (forged, replayed, oversized...), by cause.",
-            labels=["kmsn", "cause"],
-        )
-        for s in states:
-            counts = s.refusals.get("counts") if isinstance(s.refusals.get("counts"), dict) else {}
-            for cause in sorted(CAUSES):
-                n = counts.get(cause, 0)
-                c.add_metric([s.kmsn, cause], n if isinstance(n, int) else 0)
-        yield c
+        yield from _pool_families(states)
+        yield from _member_families(states)
+        yield from _history_families(states)
+        yield _refusal_family(states)
         yield from _beacon_families(states)
         yield from _address_families(states)
-        c = CounterMetricFamily(
-            "stkrelay_websocket_drops",
-            "WebSockets this web process closed as too slow, by route and bound (relay/web/ws_flow.py).",
-            labels=["route", "cause"],
-        )
-        for (route, cause), n in sorted(WS_DROPS.snapshot().items()):
-            c.add_metric([route, cause], n)
-        yield c
-        stk = settings.STK
-        g = GaugeMetricFamily(
-            "stkrelay_agent_leader", "1 while this agent leads its pool.", labels=["kmsn", "node"]
-        )
-        g.add_metric([stk.kmsn, stk.node], 1 if LocalState(stk.data_dir).leads_now(now) else 0)
-        yield g
-        yield build_info(stk.kmsn, stk.node, stk.lease_store)
+        yield _websocket_drops()
+        yield from _agent_families(now)
         yield from _relay_families(
             [(s.kmsn, s.relay) for s in states if s.relay is not None and s.relay.running]
         )
         yield from _proxy_families([(s.kmsn, s.relay.proxy) for s in states if s.relay and s.relay.proxy])
         yield from _login_families()
         yield from _notify_families()
+
+
+def _pool_families(states: list[SiteState]) -> Iterable[Metric]:
+    """Each pool: its leader, epoch, lease age and early takeovers, and the view's families."""
+    g = GaugeMetricFamily(
+        "stkrelay_pool_has_leader",
+        "1 if the pool has a live leader as this agent sees it.",
+        labels=["kmsn"],
+    )
+    for s in states:
+        g.add_metric([s.kmsn], 1 if s.has_leader else 0)
+    yield g
+    yield from view_families(states)
+    g = GaugeMetricFamily(
+        "stkrelay_pool_leader",
+        "1 for the member that leads the pool, 0 for the others.",
+        labels=["kmsn", "node"],
+    )
+    for s in states:
+        for m in s.members:
+            g.add_metric([s.kmsn, m.node], 1 if s.leader == m.node else 0)
+    yield g
+    c = CounterMetricFamily(
+        "stkrelay_early_takeovers",
+        "Elections taken before the TTL on evidence that the leader's agent was gone (DESIGN.md §13).",
+        labels=["kmsn"],
+    )
+    for s in states:
+        c.add_metric([s.kmsn], s.early_takeovers)
+    yield c
+    g = GaugeMetricFamily("stkrelay_pool_epoch", "Epoch of the pool's current lease.", labels=["kmsn"])
+    for s in states:
+        if s.epoch is not None:
+            g.add_metric([s.kmsn], s.epoch)
+    yield g
+    g = GaugeMetricFamily(
+        "stkrelay_pool_lease_renewed_age_seconds",
+        "Seconds since this agent saw the lease renewed (its own clock).",
+        labels=["kmsn"],
+    )
+    for s in states:
+        if s.renewed_ago is not None:
+            g.add_metric([s.kmsn], round(s.renewed_ago, 3))
+    yield g
+
+
+def _member_families(states: list[SiteState]) -> Iterable[Metric]:
+    """Each pool's members, by eligibility."""
+    g = GaugeMetricFamily(
+        "stkrelay_pool_members", "Members with a heartbeat, by eligibility.", labels=["kmsn", "eligible"]
+    )
+    for s in states:
+        for e in (True, False):
+            g.add_metric([s.kmsn, str(e).lower()], sum(1 for m in s.members if m.eligible == e))
+    yield g
+    g = GaugeMetricFamily(
+        "stkrelay_member_eligible", "1 if the member may become leader.", labels=["kmsn", "node"]
+    )
+    for s in states:
+        for m in s.members:
+            g.add_metric([s.kmsn, m.node], 1 if m.eligible else 0)
+    yield g
+
+
+def _history_families(states: list[SiteState]) -> Iterable[Metric]:
+    """This agent's election history: failovers and the gaps before them."""
+    elections = dict(
+        ElectionEvent.objects.filter(kind="elected").values_list("kmsn").annotate(n=Count("id")).order_by()
+    )
+    c = CounterMetricFamily(
+        "stkrelay_failovers_total", "Elections recorded in this agent's history.", labels=["kmsn"]
+    )
+    for kmsn, n in sorted(elections.items()):
+        c.add_metric([kmsn], n)
+    yield c
+    h = HistogramMetricFamily(
+        "stkrelay_failover_gap_seconds",
+        "Seconds the pool had no leader before each failover in this agent's history.",
+        labels=["kmsn"],
+    )
+    for kmsn in sorted({*elections, *(s.kmsn for s in states)}):
+        gaps = [f.gap_s for f in failovers_for(kmsn) if f.gap_s is not None]
+        h.add_metric([kmsn], gap_buckets(gaps), sum(gaps))
+    yield h
+
+
+def _refusal_family(states: list[SiteState]) -> Metric:
+    """Records refused as evidence, by cause (`core.untrusted.CAUSES`)."""
+    c = CounterMetricFamily(
+        "stkrelay_security_events",
+        "Records from the share refused as evidence (forged, replayed, oversized...), by cause.",
+        labels=["kmsn", "cause"],
+    )
+    for s in states:
+        counts = s.refusals.get("counts") if isinstance(s.refusals.get("counts"), dict) else {}
+        for cause in sorted(CAUSES):
+            n = counts.get(cause, 0)
+            c.add_metric([s.kmsn, cause], n if isinstance(n, int) else 0)
+    return c
+
+
+def _websocket_drops() -> Metric:
+    """WebSockets this web process closed as too slow."""
+    c = CounterMetricFamily(
+        "stkrelay_websocket_drops",
+        "WebSockets this web process closed as too slow, by route and bound (relay/web/ws_flow.py).",
+        labels=["route", "cause"],
+    )
+    for (route, cause), n in sorted(WS_DROPS.snapshot().items()):
+        c.add_metric([route, cause], n)
+    return c
+
+
+def _agent_families(now: float) -> Iterable[Metric]:
+    """This agent: whether it leads now, and its build."""
+    stk = settings.STK
+    g = GaugeMetricFamily(
+        "stkrelay_agent_leader", "1 while this agent leads its pool.", labels=["kmsn", "node"]
+    )
+    g.add_metric([stk.kmsn, stk.node], 1 if LocalState(stk.data_dir).leads_now(now) else 0)
+    yield g
+    yield build_info(stk.kmsn, stk.node, stk.lease_store)
 
 
 def _login_families() -> Iterable[Metric]:

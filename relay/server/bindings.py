@@ -2,7 +2,7 @@
 
 Pure: no I/O, no clock, no threads; the relay's loop calls every method. The
 pool's bindings (`bound`) arrive from outside — the standby relay
-(`relay.runner.BindingFeed`) reads this agent's ``DATA_DIR/stations.json``
+(`relay.server.binding_feed.BindingFeed`) reads this agent's ``DATA_DIR/stations.json``
 off the loop and hands each new set in with `replace()`; a registration never
 waits for a read. What the relay learns itself is reported in `snapshot()`
 (relay.json), and the worker turns it into pool events:

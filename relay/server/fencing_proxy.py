@@ -16,7 +16,7 @@ either the same way.
 
 Decisions worth knowing:
 
-- The gate is the built-in relay's (`relay.runner.LeadershipGate`: the
+- The gate is the built-in relay's (`relay.runner.gate.LeadershipGate`: the
   leadership state's monotonic renew deadline, epoch and worker pid). It is
   asked before **every** `send()` in either direction, not only at accept, so a
   leader frozen past its deadline and woken forwards nothing, whichever of its

@@ -16,8 +16,10 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
@@ -55,90 +57,50 @@ class Command(BaseCommand):
         _wait_for_redis(stk.redis_url)
         call_command("migrate", verbosity=0, interactive=False)
 
-        from elections.ports.beacons import BeaconConfig
-        from elections.ports.clock import SystemClock
-        from elections.ports.liveness_port import LivenessPort, send_resign
-        from elections.ports.localstate import Leadership
-        from elections.ports.stores import PoolPlace, open_store
-        from elections.runtime.agent import identity
-        from elections.runtime.lease_writes import make_record, release_lease
-        from elections.runtime.projection import pool_event_sink
-        from elections.runtime.supervisor import ChildSpec, Supervisor
-        from stkrelay.config_legacy import startup_lines
+        from elections.runtime.supervisor import Supervisor
 
-        py = sys.executable
-        base = Path(settings.BASE_DIR)
-        env = dict(
-            os.environ,
-            PYTHONUNBUFFERED="1",
-            DJANGO_SETTINGS_MODULE="stkrelay.settings",
-            STK_AGENT_PID=str(os.getpid()),
-        )
-        if (base / "manage.py").is_file():  # a source checkout: the children run from DATA_DIR
-            env["PYTHONPATH"] = str(base) + os.pathsep + env.get("PYTHONPATH", "")
+        env = _child_env(Path(settings.BASE_DIR))
         cert = _web_cert(stk, env)
-        if cert is None:
-            web_endpoint = ["-b", stk.node_ip, "-p", str(stk.web_port)]
-        else:  # HTTPS (DESIGN.md §10): Daphne's Twisted TLS endpoint
-            web_endpoint = ["-e", cert.endpoint(stk.node_ip, stk.web_port)]
-        data = Path(stk.data_dir)
-        celery = [py, "-m", "celery", "-A", "stkrelay.celery"]
-        # Every child is `python -m ...`, so an installed package (no manage.py) runs the same.
-        specs = [
-            # Daphne, with its access log rotated by size (LOG_MAX_BYTES, LOG_BACKUPS).
-            ChildSpec("web", [py, "-m", "stkrelay.web", "--access-log", str(data / "access.log"),
-                              "--log-max-bytes", str(stk.log_max_bytes),
-                              "--log-backups", str(stk.log_backups),
-                              *web_endpoint, "stkrelay.asgi:application"]),
-            # The lease queue has its own solo worker, prefetch 1 (DESIGN.md §12), and the agent's
-            # one beat on a thread of it (schedule in memory, no schedule file).
-            ChildSpec("worker", [*celery, "worker", "-P", "solo", "-Q", "lease", "-n", f"lease@{stk.node}",
-                                 "--prefetch-multiplier", "1", "--without-gossip", "--without-mingle",
-                                 "--without-heartbeat", "--stk-beat", "-l", "WARNING"]),
-            # Warm standby, without Django (relay/runner.py): listens within ~0.1 s of the fenced
-            # start_relay action of a won epoch, stops itself 0.1-0.2 s after losing; restarted if it dies.
-            ChildSpec("relay", [py, "-m", "stkrelay.child", "relay.runner", "--standby"], standby=True),
-        ]  # fmt: skip
-        if (
-            stk.entry
-        ):  # the router's port-forward reaches this member (relay/server/entry.py, DESIGN.md §14.1)
-            specs.append(ChildSpec("entry", [py, "-m", "stkrelay.child", "relay.server.entry"]))
-        clock = SystemClock()
-        os.environ["STK_AGENT_PID"] = str(os.getpid())
-        me = identity(stk)
-
-        def release(state: Leadership) -> bool:
-            """On SIGTERM: mark our lease released so a follower takes over at once."""
-            store = open_store(PoolPlace.of(stk), stk.node, clock)
-            epoch = state.epoch
-            assert epoch is not None
-            done = release_lease(store, me, epoch, partial(make_record, me, clock))
-            if done:
-                pool_event_sink(stk).record("released", epoch, "agent stopping (SIGTERM): lease released")
-                if stk.beacon_interval > 0:
-                    send_resign(beacons, epoch, 0)
-            return done
-
-        beacons = BeaconConfig(stk.kmsn, stk.node, stk.node_ip, stk.relay_port, stk.pool_key,
-                               stk.beacon_interval, stk.beacon_port, stk.beacon_peers)  # fmt: skip
+        release = _releaser(stk)
         if stk.beacon_interval > 0:
-            try:  # before any child starts: none may inherit it
-                LivenessPort(stk.node_ip, stk.beacon_port).start()
-            except OSError as exc:
-                # Another process holds the port (a squatter): followers could not tell this
-                # agent's death from its life there, so it sends no beacons at all and they
-                # time its lease out by the TTL, never by a false "the leader is gone".
-                self.stderr.write(f"stkrelay: config {stk.source}: BEACON_PORT: cannot listen on "
-                                  f"{stk.node_ip}:{stk.beacon_port}: {exc.strerror} (stkrelay.E031) — "
-                                  "beacons are off on this agent: its failover waits for the lease TTL; "
-                                  "free the port, or set another BEACON_PORT on every member")  # fmt: skip
-                self.stderr.flush()
-                env["STK_BEACON_INTERVAL"] = "0"
-
+            self._hold_liveness_port(stk, env)
+        data = Path(stk.data_dir)
         os.chdir(data)
         sup = Supervisor(
-            specs, str(data), env, release, log_format=stk.log_format, node=stk.node, kmsn=stk.kmsn
-        )
+            _children(stk, cert), str(data), env, release, log_format=stk.log_format, node=stk.node,
+            kmsn=stk.kmsn,
+        )  # fmt: skip
+        self._say_started(sup, stk, cert)
+        code = sup.run()
+        # Every child is gone. A thread of ours may still be blocked on a hung share (the lease
+        # hand-over given up on): end at once instead of finalising the interpreter around it,
+        # which costs the stop budget (DESIGN.md §11) for nothing.
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+    def _hold_liveness_port(self, stk: Config, env: dict[str, str]) -> None:
+        """The TCP liveness port (DESIGN.md §13), before any child starts: none may inherit it."""
+        from elections.ports.liveness_port import LivenessPort
+
+        try:
+            LivenessPort(stk.node_ip, stk.beacon_port).start()
+        except OSError as exc:
+            # Another process holds the port (a squatter): followers could not tell this
+            # agent's death from its life there, so it sends no beacons at all and they
+            # time its lease out by the TTL, never by a false "the leader is gone".
+            self.stderr.write(f"stkrelay: config {stk.source}: BEACON_PORT: cannot listen on "
+                              f"{stk.node_ip}:{stk.beacon_port}: {exc.strerror} (stkrelay.E031) — "
+                              "beacons are off on this agent: its failover waits for the lease TTL; "
+                              "free the port, or set another BEACON_PORT on every member")  # fmt: skip
+            self.stderr.flush()
+            env["STK_BEACON_INTERVAL"] = "0"
+
+    def _say_started(self, sup: Any, stk: Config, cert: WebCert | None) -> None:
+        """The banner, the WEB_PLAIN warning and the legacy stk.ini's lines."""
+        from stkrelay.config_legacy import startup_lines
+
         web = f"plain http :{stk.web_port}"
         if cert is not None:
             web = f"https :{stk.web_port} SHA-256 {show(cert.fingerprint)}"
@@ -154,14 +116,83 @@ class Command(BaseCommand):
         else:
             self.stdout.write(banner)
             self.stdout.flush()
-        code = sup.run()
-        # Every child is gone. A thread of ours may still be blocked on a hung share (the lease
-        # hand-over given up on): end at once instead of finalising the interpreter around it,
-        # which costs the stop budget (DESIGN.md §11) for nothing.
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+
+
+def _child_env(base: Path) -> dict[str, str]:
+    """The children's environment: this agent's pid, and the source checkout on the path."""
+    env = dict(
+        os.environ,
+        PYTHONUNBUFFERED="1",
+        DJANGO_SETTINGS_MODULE="stkrelay.settings",
+        STK_AGENT_PID=str(os.getpid()),
+    )
+    if (base / "manage.py").is_file():  # a source checkout: the children run from DATA_DIR
+        env["PYTHONPATH"] = str(base) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def _children(stk: Config, cert: WebCert | None) -> list[Any]:
+    """The supervised children: web, the lease worker, the standby relay (and the entry)."""
+    from elections.runtime.supervisor import ChildSpec
+
+    py = sys.executable
+    if cert is None:
+        web_endpoint = ["-b", stk.node_ip, "-p", str(stk.web_port)]
+    else:  # HTTPS (DESIGN.md §10): Daphne's Twisted TLS endpoint
+        web_endpoint = ["-e", cert.endpoint(stk.node_ip, stk.web_port)]
+    data = Path(stk.data_dir)
+    celery = [py, "-m", "celery", "-A", "stkrelay.celery"]
+    # Every child is `python -m ...`, so an installed package (no manage.py) runs the same.
+    specs = [
+        # Daphne, with its access log rotated by size (LOG_MAX_BYTES, LOG_BACKUPS).
+        ChildSpec("web", [py, "-m", "stkrelay.web", "--access-log", str(data / "access.log"),
+                          "--log-max-bytes", str(stk.log_max_bytes),
+                          "--log-backups", str(stk.log_backups),
+                          *web_endpoint, "stkrelay.asgi:application"]),
+        # The lease queue has its own solo worker, prefetch 1 (DESIGN.md §12), and the agent's
+        # one beat on a thread of it (schedule in memory, no schedule file).
+        ChildSpec("worker", [*celery, "worker", "-P", "solo", "-Q", "lease", "-n", f"lease@{stk.node}",
+                             "--prefetch-multiplier", "1", "--without-gossip", "--without-mingle",
+                             "--without-heartbeat", "--stk-beat", "-l", "WARNING"]),
+        # Warm standby, without Django (relay/runner/): listens within ~0.1 s of the fenced
+        # start_relay action of a won epoch, stops itself 0.1-0.2 s after losing; restarted if it dies.
+        ChildSpec("relay", [py, "-m", "stkrelay.child", "relay.runner", "--standby"], standby=True),
+    ]  # fmt: skip
+    if stk.entry:  # the router's port-forward reaches this member (relay/server/entry.py, DESIGN.md §14.1)
+        specs.append(ChildSpec("entry", [py, "-m", "stkrelay.child", "relay.server.entry"]))
+    return specs
+
+
+def _releaser(stk: Config) -> Callable[[Any], bool]:
+    """What the supervisor runs on SIGTERM if this agent leads: the lease released, said in beacons."""
+    from elections.ports.beacons import BeaconConfig
+    from elections.ports.clock import SystemClock
+    from elections.ports.liveness_port import send_resign
+    from elections.ports.localstate import Leadership
+    from elections.ports.stores import PoolPlace, open_store
+    from elections.runtime.agent import identity
+    from elections.runtime.lease_writes import make_record, release_lease
+    from elections.runtime.projection import pool_event_sink
+
+    clock = SystemClock()
+    os.environ["STK_AGENT_PID"] = str(os.getpid())
+    me = identity(stk)
+
+    def release(state: Leadership) -> bool:
+        """On SIGTERM: mark our lease released so a follower takes over at once."""
+        store = open_store(PoolPlace.of(stk), stk.node, clock)
+        epoch = state.epoch
+        assert epoch is not None
+        done = release_lease(store, me, epoch, partial(make_record, me, clock))
+        if done:
+            pool_event_sink(stk).record("released", epoch, "agent stopping (SIGTERM): lease released")
+            if stk.beacon_interval > 0:
+                send_resign(beacons, epoch, 0)
+        return done
+
+    beacons = BeaconConfig(stk.kmsn, stk.node, stk.node_ip, stk.relay_port, stk.pool_key,
+                           stk.beacon_interval, stk.beacon_port, stk.beacon_peers)  # fmt: skip
+    return release
 
 
 def _web_cert(stk: Config, env: dict[str, str]) -> WebCert | None:

@@ -36,11 +36,9 @@ from typing import Any
 from django.core.management.base import BaseCommand
 
 from elections.ports.localstate import LocalState
-from relay.runner import (
-    LeadershipGate,
-    RelayRunner,
-    await_leadership,
-)
+from relay.runner.gate import LeadershipGate
+from relay.runner.serve import RelayRunner
+from relay.runner.standby import await_leadership
 
 
 class Command(BaseCommand):

@@ -1,0 +1,190 @@
+"""What the agent publishes for local processes: leadership.json and pool.json.
+
+leadership.json says whether it leads, and until when; pool.json is its survey of the pool, judged
+on its own clock.
+
+A mixin of `runtime.agent.Agent` (its state is the agent's, set up in `Agent.__init__`). Monotonic
+time is shared by all processes of one machine, never compared across machines.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from elections.core.beacons import member_digest
+from elections.core.decide import Decision
+from elections.core.eligibility import Freshness, judge, observe
+from elections.core.evidence import merged
+from elections.core.gate import gate_of
+from elections.core.serving import ACKED
+from elections.core.skew import reading_of
+from elections.ports.localstate import (
+    Leadership,
+    MemberView,
+    PoolView,
+    entry_of,
+    entry_sessions_of,
+    web_tls_of,
+)
+from elections.ports.share import SHARE_OPS
+from elections.ports.stores import store_details
+
+# The serving right (DESIGN.md §15): members counted, and how far an ack must move the gate to be published.
+MEMBER_HORIZON_S, MEMBER_HORIZON_TTLS = 60.0, 6.0  # a member unheard on the share longer is not counted
+GATE_STEP = 0.2  # seconds
+
+
+class Publishing:
+    """The agent's leadership state and pool view, composed and written."""
+
+    fresh: dict[str, Freshness]
+    view: PoolView
+    _gate_told: float  # the valid_until last published
+    _told: threading.Event  # set at every publish that says this agent leads (`Roles._gate_opens`)
+
+    def pool_size(self) -> int:
+        """The members the serving right counts (DESIGN.md §15): this one, and every
+        member whose heartbeat this agent saw change, or whose validly signed beacon it
+        heard, within `MEMBER_HORIZON`. A beacon is a member alive as surely as a
+        heartbeat, and comes within an interval: a leader elected as the pool starts
+        counts its members (and arms the fast path) before its first survey reads them."""
+        horizon = max(MEMBER_HORIZON_S, MEMBER_HORIZON_TTLS * self.stk.lease_ttl)
+        others = {n for n, m in self.view.members.items() if m.age is not None and m.age <= horizon}
+        if self.beacons is not None:
+            others.update(self.beacons.service.heard(horizon))
+        return len(others | {self.stk.node})
+
+    def _acked(self) -> None:
+        """A member acknowledged one of our leader beacons: publish the gate if it moved
+        by `GATE_STEP` or more (from the beacon thread; never under the election lock,
+        which a hung share may hold for seconds)."""
+        el = self.elector
+        valid = el.leader_valid_until if el.is_leader else None
+        untold = self.beacons is not None and self.beacons.service.serving_untold(el.memory.leader_epoch)
+        if valid is not None and (valid - self._gate_told >= GATE_STEP or untold):
+            self.publish(el.last)
+
+    def survey(self, read_members: bool = True) -> PoolView:
+        """This agent's view of the pool, judged on its own clock: the lease and
+        every member's eligibility with reasons. Written to DATA_DIR/pool.json
+        for the panel and for command checks in other local processes. Without
+        `read_members`, the members' heartbeats are those of the last reading."""
+        now = self.clock.monotonic()
+        stk = self.stk
+        read = self.elector.last_read
+        lease = None
+        if read is not None and read.record is not None and read.status == "valid":
+            rec = read.record
+            lease = {"node": rec.node, "epoch": rec.epoch, "ip": rec.ip, "port": rec.port,
+                     "renew_seq": rec.renew_seq, "ttl_s": rec.ttl_s, "released": rec.released,
+                     "handoff_to": rec.handoff_to}  # fmt: skip
+        said = self._said()
+        docs, reachable = self.member_reads.read(read_members, said)
+        self._member_docs = docs, reachable  # the ownership watch reads the members' `holds` from it
+        beacons = self.beacons.service.snapshot() if self.beacons is not None else {}
+        refusals = self.refusals.to_doc(now)
+        if beacons:  # refused datagrams show beside refused share records
+            refusals = merged(refusals, beacons.pop("refusals"))
+        members = {}
+        for node, doc in docs.items():
+            seq = doc.get("seq")
+            if node in said and isinstance(seq, int) and said[node][0] > seq:
+                seq = said[node][0]  # its beacons say it wrote a newer heartbeat (the same record)
+            self.fresh[node] = observe(self.fresh.get(node, Freshness()), seq, now)
+            v = judge(node, doc, self.fresh[node], now, stk.heartbeat_ttl, stk.promotion_hold, gate_of(doc))
+            epoch = doc.get("epoch")
+            members[node] = MemberView(
+                eligible=v.eligible, reasons=v.reasons, age=v.age, priority=v.priority, ip=doc.get("ip"),
+                drain=bool(doc.get("drain")), health=doc.get("health"), version=doc.get("version"),
+                epoch=epoch if isinstance(epoch, int) else None, web_tls=web_tls_of(doc),
+                clock=reading_of(doc), entry=entry_of(doc), entry_sessions=entry_sessions_of(doc),
+            )  # fmt: skip
+        status = read.status if read is not None else "unreachable"
+        split = (
+            self.split.survey(beacons, docs if reachable else None, lease, status, now) if self.split else []
+        )
+        view = PoolView(
+            kmsn=stk.kmsn, node=stk.node, updated=now, lease=lease, share_split=split,
+            lease_status=read.status if read is not None else "unreachable",
+            lease_detail=read.detail if read is not None else "",
+            store_reachable=reachable and read is not None, members=members,
+            decision=str(self.elector.last or ""), paused=self.commands.paused,
+            lease_seen_at=self._lease_seen_at(), command_clock=self.command_clock,
+            refusals=refusals, beacons=beacons, share_ops=SHARE_OPS.total,
+            store=store_details(self.elector.store), ownership=self.ownership.snapshot(),
+        )  # fmt: skip
+        self.local.write_pool(view)
+        return view
+
+    def _successor(self) -> tuple[int, str, int] | None:
+        """(epoch, ip, port) of the member this node just handed its lease to, while no newer
+        lease was seen: its address from its member record as last read."""
+        handed, seen = self.elector.handed, self.elector.memory.seen_key
+        if handed is None or (seen is not None and seen[1] >= handed[1]):
+            return None
+        member = self.view.members.get(handed[0])
+        ip = member.ip if member is not None else None
+        return (handed[1], ip, self.stk.relay_port) if isinstance(ip, str) and ip else None
+
+    def _say_own_record(self) -> None:
+        """Tell the beacons this member's record as just written (`core.beacons`: mseq, mdig)."""
+        record = getattr(self.elector.store, "own_record", None)
+        if self.beacons is not None and record is not None:
+            seq = record.get("seq")
+            self.beacons.service.member_record = (seq if isinstance(seq, int) else 0, member_digest(record))
+
+    def _said(self) -> dict[str, tuple[int, str]]:
+        """(mseq, mdig) of the members whose fresh beacons say what their record is."""
+        if self.beacons is None:
+            return {}
+        return self.beacons.service.member_records(self.beacons.heard_window)
+
+    def _lease_seen_at(self) -> float | None:
+        """When the lease was last seen renewed, for the panel: by this agent's own
+        read, or later by the holder's beacons (a quiet follower reads no renewal)."""
+        seen, mem = self.elector.memory.seen_at, self.elector.memory
+        if self.beacons is None or seen is None or mem.seen_key is None or mem.seen_released:
+            return seen
+        heard = self.beacons.service.renewed_at(mem.seen_key[0], mem.seen_key[1])
+        return max(seen, heard) if heard is not None else seen
+
+    @property
+    def command_clock(self) -> int:
+        """The highest Lamport clock folded: of commands and of station binds."""
+        return max(self.commands.clock, self.bindings.book.clock)
+
+    def publish(self, decision: Decision | None) -> None:
+        """Write leadership.json from the elector's memory as it is now. Under its own
+        lock, state composed and written together: whichever of the election thread
+        and the beacons' acks writes last wrote the newest memory."""
+        with self._publishing:
+            el = self.elector
+            epoch = el.memory.leader_epoch
+            leads = el.is_leader and epoch != self._fenced  # a fenced epoch is never claimed again
+            service = self.beacons.service if self.beacons is not None else None
+            mode = service.serving_mode(epoch) if service is not None else None  # before the gate is read
+            valid_boot = el.leader_valid_until_boot if leads else None
+            valid = el.leader_valid_until if leads else None
+            state = Leadership(
+                node=el.me.node,
+                pid=os.getpid(),
+                leader=leads,
+                epoch=epoch if leads else None,
+                max_epoch=el.memory.max_epoch,
+                valid_until=valid,
+                updated=self.clock.monotonic(),
+                decision=str(decision) if decision else "",
+                seen=el.memory.seen_key,
+                valid_until_boot=valid_boot,
+                successor=None if leads else self._successor(),
+            )
+            if self.local.stopping():  # the agent is stopping: it claims nothing
+                state = state.disclaimed(state.decision)
+            self.local.write_leadership(state)
+            self._gate_told = valid if valid is not None and state.leader else float("-inf")
+            if state.leader:
+                self._told.set()
+            if service is not None and epoch is not None and mode == ACKED and state.leader:
+                service.serving_told(epoch)  # the beacons may say ACKED now: the relay reads this gate
+        self._let_go_of_leftovers()

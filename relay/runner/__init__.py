@@ -1,0 +1,64 @@
+"""The relay's TCP listeners while this agent leads, without Django (DESIGN.md §4).
+
+`python -m stkrelay.child relay.runner --standby` is the agent's warm standby relay: it
+loads only the configuration (`stkrelay.config`, in `stkrelay.child`), the relay server and the
+ports it needs (no Django, no Celery: a few MiB where a management command
+costs ~75), waits for this agent's leadership and the fenced start_relay
+action of its epoch, and serves until leadership is lost (see
+`relay.management.commands.runrelay`, the same behaviour as a management
+command). With ``CLOUD_URL`` set, it dials the cloud relay's tunnel as soon
+as it serves (`relay.server.cloud_tunnel.TunnelClient`, presenting the signed lease of
+its epoch), redials with backoff while the gate holds, and closes it on the
+way out; its state is ``snapshot["tunnel"]`` in relay.json. It listens on
+`NODE_IP`, on 127.0.0.1 (`RELAY_LOOPBACK`) and on every address an executor
+holds for its epoch (`relay.server.listen_set`, from addresses.json, watched like
+leadership.json); where, is ``snapshot["listen"]``. With
+``RELAY_KIND = exec`` it serves the site's own relay instead (DESIGN.md §16):
+the external relay (`relay.server.external_relay`) on loopback, behind the fencing proxy
+(`relay.server.fencing_proxy`) on the same addresses and gate; relay.json says it listens
+only while the external relay accepts. Exit status: 0
+after serving, 1 if a port cannot be bound, 2 on a configuration problem.
+
+The runner's parts: `gate` (the leadership gate and its changes), `standby` (the wait before
+serving), `serve` (the serving loop and relay.json) and `lease_reads` (the share, read off-loop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+
+from elections.ports.localstate import LocalState
+from relay.runner.gate import LeadershipGate
+from relay.runner.serve import RelayRunner
+from relay.runner.standby import await_leadership
+from stkconfig.model import Config
+
+
+def main(stk: Config, argv: list[str] | None = None) -> int:
+    """`python -m stkrelay.child relay.runner --standby`: the standby relay, with the
+    configuration `stkrelay.child` loaded."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="relay.runner", description=__doc__.splitlines()[0])
+    parser.add_argument("--standby", action="store_true", help="wait for leadership, then serve")
+    args = parser.parse_args(argv)
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+
+    def complain(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    if args.standby:
+        epoch = await_leadership(stk)
+    else:
+        epoch = LocalState(stk.data_dir).leadership().held_epoch(time.monotonic())
+        why = "the leadership state does not say this agent leads now" if epoch is None else None
+        why = why or LeadershipGate(stk.data_dir, epoch).why_not()  # type: ignore[arg-type]
+        if why is not None:
+            say(f"runrelay: {stk.node} is not the leader ({why}): not serving")
+            return 0
+    assert isinstance(epoch, int)
+    return asyncio.run(RelayRunner(stk, epoch, say, complain).run())
