@@ -12,27 +12,13 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from harness import KMSN, ROOT, TOKEN, free_port, listening, wait_until
+from harness import KMSN, ROOT, TOKEN, free_pair, free_port, listening, wait_until
 
 from relay.wire.auth import cloud_key
 
 CLOUD_IP = "127.0.0.90"
 CLOUD_TOKEN = "cloud-token-9f8e7d6c5b4a3210"
 LEASE_KEY = cloud_key(TOKEN, KMSN)  # the test sites' POOL_KEY is their RELAY_TOKEN
-
-
-def _pair(ip: str) -> int:
-    """A free port whose next one is free too (JSON and passthrough)."""
-    import socket
-
-    while True:
-        port = free_port(ip)
-        try:
-            with socket.socket() as s:
-                s.bind((ip, port + 1))
-            return port
-        except OSError:
-            continue
 
 
 class CloudProc:
@@ -47,7 +33,7 @@ class CloudProc:
     ) -> None:
         self.root, self.ip, self.token = root, ip, token
         root.mkdir(parents=True, exist_ok=True)
-        self.relay_port = _pair(ip)
+        self.relay_port = free_pair(ip)
         self.tunnel_port, self.web_port = free_port(ip), free_port(ip)
         self.ini = root / "cloud.ini"
         (root / "lease.key").write_text(LEASE_KEY + "\n")  # as `relayctl cloud-key` prints it

@@ -6,7 +6,7 @@ import json
 import socket
 import time
 
-from harness import free_port
+from harness import free_pair, free_port
 
 from elections.core.lease import LeaseRecord
 from relay.cloud.config import CloudConfig
@@ -33,22 +33,11 @@ def lease(node, epoch, kmsn=KMSN):
     return json.loads(record.encode(TOKEN))
 
 
-def pair_port(ip):
-    while True:
-        port = free_port(ip)
-        try:
-            with socket.socket() as s:
-                s.bind((ip, port + 1))
-            return port
-        except OSError:
-            continue
-
-
 class Rig:
     """A cloud serving KMSN and OTHER, and `site(node, epoch)` makes a site relay with its tunnel to it."""
 
     def __init__(self, tmp_path, **cfg):
-        self.cfg = CloudConfig(listen_ip=CLOUD_IP, relay_port=pair_port(CLOUD_IP),
+        self.cfg = CloudConfig(listen_ip=CLOUD_IP, relay_port=free_pair(CLOUD_IP),
                                tunnel_port=free_port(CLOUD_IP), web_port=free_port(CLOUD_IP),
                                data_dir=str(tmp_path), tokens=dict(CLOUD_TOKENS),
                                lease_keys={k: cloud_key(TOKEN, k) for k in CLOUD_TOKENS},
@@ -65,7 +54,7 @@ class Rig:
         server = RelayServer(
             node=node, kmsn=kmsn, token=TOKEN, gate=lambda: True, epoch=epoch, buffer_limit=1 << 20
         )
-        await server.start(SITE_IP, pair_port(SITE_IP))
+        await server.start(SITE_IP, free_pair(SITE_IP))
 
         async def own_lease():
             return lease(node, epoch, kmsn)

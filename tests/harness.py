@@ -8,6 +8,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -67,10 +68,43 @@ def wait_until(cond: Callable[[], T], timeout: float, what: str = "condition", e
         time.sleep(every)
 
 
-def free_port(host: str = "127.0.0.1") -> int:
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+_PICKED = random.Random(os.getpid() ^ time.monotonic_ns())
+
+
+def _free(host: str, port: int) -> bool:
     with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+        try:
+            s.bind((host, port))
+            return True
+        except OSError:
+            return False
+
+
+def free_pair(*hosts: str, count: int = 2) -> int:
+    """A port p with p .. p + count - 1 free on every one of `hosts` (default loopback).
+
+    Picked below the kernel's ephemeral range, so that no outgoing connection of a
+    parallel test takes it between this probe and the caller's bind (a port from
+    ``bind(port 0)`` is in that range, and is the usual source of "address in use")."""
+    hosts = hosts or ("127.0.0.1",)
+    high = _ephemeral_low() - count
+    for _ in range(500):
+        port = _PICKED.randrange(20000, high) if high > 20000 else _PICKED.randrange(1024, 65535 - count)
+        if all(_free(h, p) for h in hosts for p in range(port, port + count)):
+            return port
+    raise AssertionError("no run of free ports on " + ", ".join(hosts))
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port free on `host` now, outside the ephemeral range (see `free_pair`)."""
+    return free_pair(host, count=1)
 
 
 def listening(ip: str, port: int, timeout: float = 0.3) -> bool:

@@ -11,8 +11,8 @@ import socket
 import time
 
 from cloudproc import PEER_TOKEN, cloud_nodes, directory_history, two_holders_at_once
-from cloudrig import TOKEN, json_client, lease, pair_port, until
-from harness import KMSN, wait_until
+from cloudrig import TOKEN, json_client, lease, until
+from harness import KMSN, free_pair, wait_until
 
 from elections.ports.etcd.client import EtcdClient, parse_endpoints, put, unb64
 from relay.cloud.forward import header_line
@@ -29,7 +29,7 @@ SITE = "127.0.26.10"
 
 async def start_site(nodes, epoch=5):
     server = RelayServer(node="S001", kmsn=KMSN, token=TOKEN, gate=lambda: True, epoch=epoch)
-    await server.start(SITE, pair_port(SITE))
+    await server.start(SITE, free_pair(SITE))
 
     async def own():
         return lease("S001", epoch)

@@ -5,8 +5,8 @@ node goes, and remote clients reach it there."""
 import asyncio
 import dataclasses
 
-from cloudrig import CLOUD_IP, KMSN, SITE_IP, Rig, json_client, pair_port, until
-from harness import free_port
+from cloudrig import CLOUD_IP, KMSN, SITE_IP, Rig, json_client, until
+from harness import free_pair, free_port
 
 from relay.cloud.server import CloudServer
 from relay.wire.events import Message
@@ -18,7 +18,7 @@ def test_a_site_whose_cloud_node_goes_redials_the_next_node_and_remote_clients_f
         (tmp_path / "b").mkdir()
         rig = Rig(tmp_path / "a")
         await rig.start()
-        other = dataclasses.replace(rig.cfg, relay_port=pair_port(CLOUD_IP), tunnel_port=free_port(CLOUD_IP),
+        other = dataclasses.replace(rig.cfg, relay_port=free_pair(CLOUD_IP), tunnel_port=free_port(CLOUD_IP),
                                     data_dir=str(tmp_path / "b"))  # fmt: skip
         node_b = CloudServer(other)
         await node_b.start()

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import test_panel_support
+from harness import free_pair
 from test_proxy import closed, until
 
 from elections.ports.localstate import EntryStatus, LocalState, MemberView, PoolView, entry_of
@@ -73,12 +74,6 @@ async def relay(name: bytes) -> tuple[asyncio.Server, int]:
     return server, server.sockets[0].getsockname()[1]
 
 
-def free_port() -> int:
-    from harness import free_port as free
-
-    return free("127.0.0.1")
-
-
 def test_the_entry_forwards_to_the_leader_read_re_points_on_a_new_epoch_and_refuses_without_one(
     tmp_path: Path,
 ):
@@ -86,7 +81,7 @@ def test_the_entry_forwards_to_the_leader_read_re_points_on_a_new_epoch_and_refu
         local = LocalState(tmp_path)
         a, port_a = await relay(b"S002")
         b, port_b = await relay(b"S003")
-        listen = ("127.0.0.1", free_port())
+        listen = ("127.0.0.1", free_pair())
         local.write_pool(view(7, "S002", port_a))
         runner = EntryRunner(str(tmp_path), listen, stale_after=1.0)
         task = asyncio.ensure_future(runner.run())

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from harness import free_port
 
 pytest.importorskip("boto3", reason="boto3 is not installed (pip install boto3)")
 
@@ -17,12 +18,6 @@ from elections.executors.aws import boto3_client
 
 REGION = "eu-west-1"
 SEIZED = "192.0.2.50"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

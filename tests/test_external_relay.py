@@ -3,12 +3,11 @@ stopped whole, restarts after the Backoff. The relay is tests/standin_relay.py (
 
 import asyncio
 import os
-import socket
 import sys
 import time
 from pathlib import Path
 
-from harness import free_port
+from harness import free_pair, free_port
 
 from elections.retry import Backoff
 from relay.server.external_relay import ExternalRelay
@@ -58,18 +57,6 @@ def test_stop_ends_the_whole_process_group_even_what_the_relay_started(tmp_path)
 
     asyncio.run(main())
     assert any("standin relay" in line for line in lines), lines  # its output, prefixed, in the log
-
-
-def free_pair() -> int:
-    """A port whose next one is free too (the passthrough port is the JSON port + 1)."""
-    while True:
-        port = free_port()
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
 
 
 def test_an_exiting_relay_is_restarted_after_the_backoff_and_reported_down(tmp_path):

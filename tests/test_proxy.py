@@ -4,6 +4,7 @@ import asyncio
 import socket
 
 import pytest
+from harness import free_port
 
 from relay.server.fencing_proxy import CHUNK, FencingProxy
 
@@ -57,10 +58,7 @@ async def rig(reads: bool = True, **kw):  # type: ignore[no-untyped-def]
     gate = Gate()
     proxy = FencingProxy(gate=gate, upstream=("127.0.0.1", upstream.ports[0]),
                          upstream_passthrough=upstream.ports[1], **kw)  # fmt: skip
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        free = s.getsockname()[1]
-    await proxy.start("127.0.0.1", free, 0)
+    await proxy.start("127.0.0.1", free_port(), 0)
     return upstream, gate, proxy
 
 

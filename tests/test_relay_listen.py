@@ -13,31 +13,11 @@ import os
 import socket
 
 import pytest
-from harness import listening, wait_until
+from harness import free_pair, listening, wait_until
 from test_relay_runrelay import EPOCH, HOST, RelayProc
 from test_relay_server import Wire
 
 HELD, OLD = "127.0.0.33", "127.0.0.34"
-
-
-def free_pair_everywhere(*hosts: str) -> int:
-    """A port p with p and p + 1 free on every one of `hosts`."""
-    for _ in range(100):
-        with socket.socket() as probe:
-            probe.bind((hosts[0], 0))
-            port = probe.getsockname()[1]
-        if port < 65535 and all(_free(h, p) for h in hosts for p in (port, port + 1)):
-            return port
-    raise AssertionError("no pair of ports free on all of " + ", ".join(hosts))
-
-
-def _free(host: str, port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind((host, port))
-            return True
-        except OSError:
-            return False
 
 
 def hold(proc: RelayProc, *entries: tuple[str, int]) -> None:
@@ -59,7 +39,7 @@ def relay_at(tmp_path):
 
     def make(port: int | None = None, **env: str) -> RelayProc:
         proc = RelayProc(tmp_path)
-        proc.port = port or free_pair_everywhere(HOST, HELD, OLD, "127.0.0.1")
+        proc.port = port or free_pair(HOST, HELD, OLD, "127.0.0.1")
         proc.extra_env = {f"STK_{k}": v for k, v in env.items()}
         made.append(proc)
         proc.write_state()
@@ -99,7 +79,7 @@ def test_it_listens_on_an_address_held_for_its_epoch_and_stops_when_the_address_
 
 
 def test_with_relay_loopback_on_it_also_listens_on_127_0_0_1_and_retries_a_bind_that_failed(relay_at):
-    port = free_pair_everywhere(HOST, "127.0.0.1")
+    port = free_pair(HOST, "127.0.0.1")
     squatter = socket.socket()  # something else holds 127.0.0.1's passthrough port
     squatter.bind(("127.0.0.1", port + 1))
     squatter.listen()

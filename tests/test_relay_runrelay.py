@@ -14,28 +14,11 @@ from typing import Any
 
 import harness
 import pytest
-from harness import PY, ROOT, wait_until
+from harness import PY, ROOT, free_pair, wait_until
 from test_relay_server import KMSN, TOKEN, Wire
 
 HOST = "127.0.0.31"
 EPOCH = 7
-
-
-def free_pair(host: str = HOST) -> int:
-    """A port p such that p and p + 1 are both free on `host`."""
-    for _ in range(50):
-        with socket.socket() as first:
-            first.bind((host, 0))
-            port = first.getsockname()[1]
-            if port >= 65535:
-                continue
-            with socket.socket() as second:
-                try:
-                    second.bind((host, port + 1))
-                except OSError:
-                    continue
-                return port
-    raise AssertionError("no pair of free ports")
 
 
 class RelayProc:
@@ -43,7 +26,7 @@ class RelayProc:
         self.lease_dir, self.data_dir = tmp / "lease", tmp / "data"
         self.lease_dir.mkdir()
         self.data_dir.mkdir()
-        self.port = free_pair()
+        self.port = free_pair(HOST)
         self.out, self.err = tmp / "stdout.log", tmp / "stderr.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.extra_env: dict[str, str] = {}  # more STK_ keys (tests/test_relay_listen.py)
