@@ -22,7 +22,8 @@ from harness import write_lease  # noqa: F401 (the harness is importable: confte
 from elections.core.actions import ASSIGN_IP, ASSIGN_VIP, RELEASE_VIP, ActionPlan, action_config, plan_for
 from elections.executors import APPLIED, FAILED, FENCED, AddressBook, Gate, Outcome, RelayExecutor, run_plan
 from elections.executors.held import updated
-from elections.ports.localstate import MAX_HELD_ADDRESSES, HeldAddress, LocalState
+from elections.ports.localstate import LocalState
+from elections.ports.relay_files import MAX_HELD_ADDRESSES, HeldAddress
 from relay.server.listen_set import FAILED as BIND_FAILED
 from relay.server.listen_set import LISTENING, WAITING, ListenAddress, ListenSet, wanted
 from stkrelay.config import load

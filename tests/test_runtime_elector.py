@@ -20,7 +20,8 @@ from elections.core.commands import PoolCommands
 from elections.core.decide import Decision, Timing, Verdict
 from elections.errors import StoreUnavailable
 from elections.ports.clock import FakeClock
-from elections.ports.localstate import LocalState, MemberView, PoolView
+from elections.ports.localstate import LocalState
+from elections.ports.pool_view import MemberView, PoolView
 from elections.ports.store import FileLeaseStore, WriteOutcome
 from elections.runtime.elector import Elector
 from elections.runtime.lease_writes import Identity, make_record

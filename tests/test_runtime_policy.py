@@ -12,7 +12,8 @@ import pytest
 
 from elections.core.commands import PoolCommands, order_key
 from elections.ports.clock import FakeClock
-from elections.ports.localstate import LocalState, MemberView, PoolView, RelayStatus
+from elections.ports.localstate import LocalState, RelayStatus
+from elections.ports.pool_view import MemberView, PoolView
 from elections.runtime.policy import RELAY_GRACE, PoolFacts, PoolPolicy
 
 _seq = itertools.count(1)

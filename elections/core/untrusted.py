@@ -144,6 +144,16 @@ def as_int(value: Any, default: D = 0, minimum: int | None = None) -> int | D:  
     return default
 
 
+def as_float(value: Any) -> float | None:
+    """`value` as a float if it is a real number (an int or a float, never a bool), else None."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def as_text(value: Any, default: str = "") -> str:
+    """`value` if it is text, else `default`."""
+    return value if isinstance(value, str) else default
+
+
 def check_event(doc: dict[str, Any], what: str = "event line") -> None:
     """`Untrusted(BAD_FIELD)` naming the first field of an event record that has the
     wrong type or is out of range; the caller refuses that record alone."""

@@ -52,11 +52,8 @@ from elections.executors import AddressBook, Gate, build_executors, epoch_from_s
 from elections.ports.beacons import BeaconConfig
 from elections.ports.clock import SystemClock
 from elections.ports.gate import gate_for
-from elections.ports.localstate import (
-    LocalState,
-    PoolView,
-    entry_shown,
-)
+from elections.ports.localstate import LocalState
+from elections.ports.pool_view import PoolView, entry_shown
 from elections.ports.stores import PoolPlace, open_event_tail, open_store
 from elections.ports.webcert import served_fingerprint
 from elections.runtime import notify_feed

@@ -19,14 +19,8 @@ from elections.core.evidence import merged
 from elections.core.gate import gate_of
 from elections.core.serving import ACKED
 from elections.core.skew import reading_of
-from elections.ports.localstate import (
-    Leadership,
-    MemberView,
-    PoolView,
-    entry_of,
-    entry_sessions_of,
-    web_tls_of,
-)
+from elections.ports.localstate import Leadership
+from elections.ports.pool_view import MemberView, PoolView, entry_of, entry_sessions_of, web_tls_of
 from elections.ports.share import SHARE_OPS
 from elections.ports.stores import store_details
 

@@ -30,7 +30,8 @@ from elections.core.lease import LeaseRead
 from elections.core.untrusted import REPLAYED
 from elections.errors import StoreUnavailable
 from elections.ports.clock import Clock
-from elections.ports.localstate import LocalState, MemberView, PoolView
+from elections.ports.localstate import LocalState
+from elections.ports.pool_view import MemberView, PoolView
 from elections.ports.stores import PoolPlace, open_event_tail, open_store
 from stkconfig.model import Config
 from stkconfig.parsed import WatchedPool

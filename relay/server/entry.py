@@ -39,7 +39,9 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from elections.ports.localstate import EntryStatus, LocalState, PoolView, entry_shown
+from elections.ports.localstate import LocalState
+from elections.ports.pool_view import PoolView, entry_shown
+from elections.ports.relay_files import EntryStatus
 from relay.server.fencing_proxy import FencingProxy
 from stkconfig.model import Config
 

@@ -9,7 +9,8 @@ from typing import Any
 
 from django.utils.translation import gettext as _
 
-from elections.ports.localstate import EntryStatus, PoolView
+from elections.ports.pool_view import PoolView
+from elections.ports.relay_files import EntryStatus
 
 
 def entry_checks(pool: PoolView, here: EntryStatus | None, now: float) -> list[tuple[str, bool, str]]:

@@ -28,7 +28,9 @@ from django.utils.translation import gettext as _
 from elections.core.decide import GONE, SILENT
 from elections.core.ownership import CONFLICT, DRIFT, MISSING, ORPHAN, UNKNOWN, Entry
 from elections.core.skew import ClockReading, versus
-from elections.ports.localstate import EntryStatus, LocalState, PoolView, RelayStatus
+from elections.ports.localstate import LocalState, RelayStatus
+from elections.ports.pool_view import PoolView
+from elections.ports.relay_files import EntryStatus
 from elections.ports.webcert import show
 from elections.web.panel.relay_state import RelayState, relay_state
 
