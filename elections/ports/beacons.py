@@ -19,7 +19,8 @@ election loop (a flood of datagrams costs that thread, never a renewal):
 
 The board and the liveness record are shared with the election thread under
 one lock (`evidence()`, `snapshot()`); nothing here decides anything.
-The supervisor's side (the liveness port, `send_resign`) is `ports.liveness_port`.
+The supervisor's side (the liveness port, `send_resign`) is `ports.liveness_port`;
+the liveness watch is `ports.beacon_liveness`, the serving right's part `ports.beacon_serving`.
 """
 
 from __future__ import annotations
@@ -41,15 +42,16 @@ from typing import Any
 from elections.core.beacon_board import BeaconBoard, Reaction, Standing
 from elections.core.beacons import MAX_STORE, RESIGN, RESIGN_COPIES, Beacon
 from elections.core.evidence import merged
-from elections.core.liveness import ANSWERS, CONNECTED, ENDED, REFUSED, UNREACHABLE, Liveness
+from elections.core.liveness import Liveness
 from elections.core.nudge import Nudge, NudgeBoard, is_nudge
-from elections.core.serving import Report, ServingBook, ServingTiming, starts_acked
+from elections.core.serving import ServingBook, ServingTiming
+from elections.ports.beacon_liveness import LivenessWatch
+from elections.ports.beacon_serving import ServingRight
 from elections.ports.host.sockets import open_shared_udp
 
 log = logging.getLogger("stkrelay.beacons")
 
 JITTER = 0.2
-CONNECT_TIMEOUT = 1.0
 
 
 def new_boot() -> str:
@@ -75,9 +77,6 @@ def subnet_broadcast(ip: str) -> str:
 
 
 KEEP_KEYS = 64  # members whose recent leader keys are remembered (`heard_at`)
-HOLD_LOOK = 2.0  # seconds: a held liveness connection checks the lease's holder at least this often
-SILENT_KICK_EVERY = 0.5  # seconds between cycles kicked while a majority's silence holds
-RETARGET_WAIT = 2.0  # seconds: with no holder to watch, the liveness loop looks at least this often
 
 
 @dataclass
@@ -105,7 +104,7 @@ class _Datagrams(asyncio.DatagramProtocol):
         log.debug("beacon socket: %s", exc)
 
 
-class BeaconService:
+class BeaconService(LivenessWatch, ServingRight):
     def __init__(
         self,
         config: BeaconConfig,
@@ -185,11 +184,6 @@ class BeaconService:
             transport.close()
         asyncio.get_running_loop().call_soon(asyncio.get_running_loop().stop)
 
-    def evidence(self, node: str, epoch: int) -> str | None:
-        """Why the holder `node` of `epoch` is positively gone, or None."""
-        with self.lock:
-            return self.liveness.gone(self.board, node, epoch, self.monotonic())
-
     def leader_key(self, node: str, within: float) -> tuple[str, int, int] | None:
         """(node, epoch, renew_seq) of `node`'s latest leader beacon, if one came within `within` s."""
         with self.lock:
@@ -228,14 +222,6 @@ class BeaconService:
             now = self.monotonic()
             return sorted(n for n in self.board.members if self.board.heard_from(n, now, within))
 
-    # -- the serving right (core.serving), for the election thread ---------------------------
-    def taken(self, epoch: int, cause: str | None) -> None:
-        """This member took `epoch`: its right starts now, and its first leader beacon goes at once."""
-        members = self.members()
-        with self.lock:
-            self.book.taken(epoch, starts_acked(cause, members), self.gate_clock())
-        self.send_now()
-
     def send_now(self) -> None:
         """Send the next beacon now rather than at the next interval (thread-safe): this
         member was elected or stepped down (a `resign` tells the handoff's target at once),
@@ -244,37 +230,6 @@ class BeaconService:
         if loop is not None and loop.is_running():
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
                 loop.call_soon_threadsafe(self._wake.set)
-
-    def serving_bound(self, epoch: int) -> float | None:
-        members = self.members()
-        with self.lock:
-            return self.book.bound(epoch, members, self.gate_clock())
-
-    def serving_lapsed(self, epoch: int) -> str | None:
-        members = self.members()
-        with self.lock:
-            return self.book.lapsed(epoch, members, self.gate_clock())
-
-    def serving_mode(self, epoch: int | None) -> str | None:
-        with self.lock:
-            return self.book.mode(epoch)
-
-    def serving_told(self, epoch: int) -> None:
-        with self.lock:
-            self.book.told(epoch)
-
-    def serving_untold(self, epoch: int | None) -> bool:
-        with self.lock:
-            return self.book.untold(epoch)
-
-    def silent(self, holder: str, epoch: int) -> str | None:
-        """Why a majority's silence lets this follower take `holder`'s `epoch` early, or None."""
-        members = self.members()
-        with self.lock:
-            now = self.monotonic()
-            reports = [Report(s.node, now - s.last_at, s.last.ack_node, s.last.ack_epoch,
-                              s.last.quiet_ms / 1000) for s in self.board.members.values()]  # fmt: skip
-            return self.book.silent(holder, epoch, members, reports, self.gate_clock())
 
     def snapshot(self) -> dict[str, Any]:
         """Per member arrival statistics, the liveness watch and the refusals, for the pool view."""
@@ -411,130 +366,3 @@ class BeaconService:
                 await asyncio.wait_for(
                     self._wake.wait(), self.config.interval * random.uniform(1 - JITTER, 1 + JITTER)
                 )
-
-    def _target(self) -> tuple[str, tuple[str, int]] | None:
-        return self._target_of(self.standing())
-
-    def _target_of(self, st: Standing) -> tuple[str, tuple[str, int]] | None:
-        """The holder whose liveness port to watch: the one of the lease this follower last read."""
-        if st.leader_epoch is not None or st.seen_key is None or not st.holder_ip:
-            return None
-        if st.seen_key[0] == self.config.node:
-            return None
-        return st.seen_key[0], (st.holder_ip, self.config.port)
-
-    def _saw(self, state: str) -> None:
-        with self.lock:
-            self.liveness.saw(state, self.monotonic())
-        if state in ANSWERS:
-            self._answered.set()  # the evidence loop looks closely from now on
-
-    async def _retargeted(self, timeout: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._retarget.wait(), timeout)
-
-    async def _liveness_loop(self) -> None:
-        pause = min(self.config.interval, 0.2)
-        while True:
-            target = self._target()
-            self._watched = target
-            self._retarget.clear()  # set again by the next send if the holder changed meanwhile
-            with self.lock:
-                self.liveness.watch(*(target or (None, None)), self.monotonic())
-            if target is None:
-                await self._retargeted(RETARGET_WAIT)  # a leader, or no holder known: nothing to watch
-                continue
-            try:
-                reader, writer = await asyncio.wait_for(asyncio.open_connection(*target[1]), CONNECT_TIMEOUT)
-            except ConnectionRefusedError:
-                self._saw(REFUSED)  # the host answers: nothing listens there
-                await asyncio.sleep(pause)
-                continue
-            except (TimeoutError, OSError):
-                self._saw(UNREACHABLE)  # no answer: no evidence
-                await asyncio.sleep(pause)
-                continue
-            self._saw(CONNECTED)
-            await self._hold(reader, writer, target)
-            await asyncio.sleep(min(pause, 0.05))
-
-    async def _hold(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, target: tuple[str, tuple[str, int]]
-    ) -> None:
-        """Hold the connection until the host ends it or the lease names someone
-        else (the send loop says so at its next beacon; HOLD_LOOK at the latest)."""
-        loop = asyncio.get_running_loop()
-        read = loop.create_task(reader.read(256))
-        try:
-            while True:
-                retarget = loop.create_task(self._retarget.wait())
-                # The read ends at once when the host ends the connection.
-                done, _ = await asyncio.wait(
-                    {read, retarget}, timeout=HOLD_LOOK, return_when=asyncio.FIRST_COMPLETED
-                )
-                retarget.cancel()
-                if read not in done:
-                    self._retarget.clear()
-                    if self._target() != target:
-                        return
-                    self._watched = target
-                    continue
-                try:
-                    data = read.result()
-                except ConnectionResetError:
-                    data = b""
-                except OSError:  # a timeout of the kernel's own (keepalive): no answer
-                    self._saw(UNREACHABLE)
-                    return
-                if not data:
-                    self._saw(ENDED)
-                    return
-                read = loop.create_task(reader.read(256))  # the port says nothing: bytes are ignored
-        finally:
-            read.cancel()
-            with contextlib.suppress(asyncio.CancelledError, OSError):
-                await read
-            writer.close()
-
-    async def _silence_loop(self) -> None:
-        """A follower looks at the majority's silence about its holder twice an
-        interval (`core.serving.silent_holder`); while it holds, one cycle is run at
-        once and again every `SILENT_KICK_EVERY` (a cycle busy with a slow share, or a
-        lost race, must not leave the takeover to the next poll). The elector asks
-        again, and the store decides."""
-        while True:
-            await asyncio.sleep(self.config.interval / 2)
-            st = self.standing()
-            if st.leader_epoch is not None or st.seen_key is None:
-                continue
-            node, epoch = st.seen_key[0], st.seen_key[1]
-            why = self.silent(node, epoch)
-            now = self.monotonic()
-            if not why or (self._silent_told == (node, epoch) and now - self._silent_at < SILENT_KICK_EVERY):
-                continue
-            if self._silent_told != (node, epoch):
-                log.warning("%s", why)
-            self._silent_told, self._silent_at = (node, epoch), now
-            self._hand(Reaction(why))
-
-    async def _evidence_loop(self) -> None:
-        # Evidence needs the host's answer first: until one comes (the liveness
-        # connection ended or a reconnect refused), sleep on it instead of polling.
-        while True:
-            with self.lock:
-                answered = self.liveness.state in ANSWERS
-            if not answered:
-                self._answered.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._answered.wait(), 1.0)
-                continue
-            await asyncio.sleep(self.config.interval / 4)
-            st = self.standing()
-            if st.leader_epoch is not None or st.seen_key is None:
-                continue
-            node, epoch = st.seen_key[0], st.seen_key[1]
-            why = self.evidence(node, epoch)
-            if why and self._reported != (node, epoch):
-                self._reported = (node, epoch)
-                log.warning("%s", why)
-                self._hand(Reaction(why))

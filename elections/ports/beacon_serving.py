@@ -1,0 +1,83 @@
+"""The beacons' side of the serving right (DESIGN.md §15, `core.serving`): its book, asked under the lock.
+
+`ServingRight` is mixed into `ports.beacons.BeaconService`: the election thread
+asks it what the book says (`taken`, `serving_*`, `silent`), and its silence loop
+runs on the service's event loop. It uses the service's `book`, `board`, `lock`,
+`members`, `gate_clock` and `monotonic`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from elections.core.beacon_board import Reaction
+from elections.core.serving import Report, starts_acked
+
+log = logging.getLogger("stkrelay.beacons")
+
+SILENT_KICK_EVERY = 0.5  # seconds between cycles kicked while a majority's silence holds
+
+
+class ServingRight:
+    """The serving-right half of `BeaconService`: the book's answers, and the majority's silence."""
+
+    # -- the serving right (core.serving), for the election thread ---------------------------
+    def taken(self, epoch: int, cause: str | None) -> None:
+        """This member took `epoch`: its right starts now, and its first leader beacon goes at once."""
+        members = self.members()
+        with self.lock:
+            self.book.taken(epoch, starts_acked(cause, members), self.gate_clock())
+        self.send_now()
+
+    def serving_bound(self, epoch: int) -> float | None:
+        members = self.members()
+        with self.lock:
+            return self.book.bound(epoch, members, self.gate_clock())
+
+    def serving_lapsed(self, epoch: int) -> str | None:
+        members = self.members()
+        with self.lock:
+            return self.book.lapsed(epoch, members, self.gate_clock())
+
+    def serving_mode(self, epoch: int | None) -> str | None:
+        with self.lock:
+            return self.book.mode(epoch)
+
+    def serving_told(self, epoch: int) -> None:
+        with self.lock:
+            self.book.told(epoch)
+
+    def serving_untold(self, epoch: int | None) -> bool:
+        with self.lock:
+            return self.book.untold(epoch)
+
+    def silent(self, holder: str, epoch: int) -> str | None:
+        """Why a majority's silence lets this follower take `holder`'s `epoch` early, or None."""
+        members = self.members()
+        with self.lock:
+            now = self.monotonic()
+            reports = [Report(s.node, now - s.last_at, s.last.ack_node, s.last.ack_epoch,
+                              s.last.quiet_ms / 1000) for s in self.board.members.values()]  # fmt: skip
+            return self.book.silent(holder, epoch, members, reports, self.gate_clock())
+
+    async def _silence_loop(self) -> None:
+        """A follower looks at the majority's silence about its holder twice an
+        interval (`core.serving.silent_holder`); while it holds, one cycle is run at
+        once and again every `SILENT_KICK_EVERY` (a cycle busy with a slow share, or a
+        lost race, must not leave the takeover to the next poll). The elector asks
+        again, and the store decides."""
+        while True:
+            await asyncio.sleep(self.config.interval / 2)
+            st = self.standing()
+            if st.leader_epoch is not None or st.seen_key is None:
+                continue
+            node, epoch = st.seen_key[0], st.seen_key[1]
+            why = self.silent(node, epoch)
+            now = self.monotonic()
+            if not why or (self._silent_told == (node, epoch) and now - self._silent_at < SILENT_KICK_EVERY):
+                continue
+            if self._silent_told != (node, epoch):
+                log.warning("%s", why)
+            self._silent_told, self._silent_at = (node, epoch), now
+            self._hand(Reaction(why))
