@@ -1,0 +1,244 @@
+"""The elector's acts on the lease store: contend, renew, step down, hand off, release, heartbeat.
+
+`ElectorActs` is mixed into `runtime.elector.Elector`: `attempt()` decides, and
+these carry the decision out (one act each, its outcome an `Attempt`); every
+transition goes to the `EventSink` and calls the leader-duty hooks. They use the
+elector's `store`, `clock`, `me`, `timing`, `memory`, `events` and hooks.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from typing import Any
+
+from elections.core.decide import PLANNED, Decision, Verdict
+from elections.core.lease import LeaseRead, LeaseRecord
+from elections.errors import StoreUnavailable
+from elections.ports.store import WriteOutcome
+from elections.runtime.lease_writes import make_record, release_lease
+
+log = logging.getLogger("stkrelay.elector")
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """What one attempt of a cycle came to: its decision, and the verdict whose act
+    lost a race (`lost`: attempt it again; `busy`: the lock was held) if it did."""
+
+    decision: Decision
+    lost: Verdict | None = None
+    busy: bool = False
+
+
+Hook = Callable[[int], None]
+
+
+class ElectorActs:
+    """The acts half of `Elector`: each carries out one decision on the store."""
+
+    def _hand_off(self, decision: Decision) -> Decision:
+        epoch, target = self.memory.leader_epoch, decision.handoff_to
+        self.release(handoff_to=target, reason=decision.reason, abstain=True, kind="handoff")
+        if decision.cause == PLANNED:
+            return Decision(Verdict.STEP_DOWN, f"handed epoch {epoch} to {target}: {decision.reason}")
+        return Decision(Verdict.STEP_DOWN, f"{decision.reason}: handed off to {target or 'anyone'}")
+
+    def release(
+        self, handoff_to: str | None = None, reason: str = "shutdown", abstain: bool = False,
+        kind: str = "released",
+    ) -> bool:  # fmt: skip
+        """Stop leading at once and tell the pool (`ttl_s: 0`), so that a
+        follower takes over without waiting out the TTL. With `abstain`, this
+        node then sits out the next election (one TTL), if the release was
+        written: one that was not (the share unreachable, a cable cut, the lease
+        already another's) handed nothing over, and the pool may need this node
+        in the next election (issue 22: two members sitting out after releases
+        never written left a silent leader's takeover waiting 3.5 s). True if written."""
+        epoch = self.memory.leader_epoch
+        if epoch is None:
+            return False
+        if handoff_to and self.on_fence is not None:
+            # The target may take the next epoch, and serve, the moment the handoff is on the
+            # share: this node stops serving first (its relay's gate shut, and confirmed), and
+            # names the target meanwhile, for its relay to tell its clients.
+            self.handed = (handoff_to, epoch + 1)
+            self._duty(self.on_fence, epoch)
+        written = release_lease(
+            self.store,
+            self.me,
+            epoch,
+            self._record,
+            handoff_to,
+            min_seq=self.memory.renew_seq,
+            sleep=self.sleep,
+        )
+        if abstain and written:
+            self._abstain_until = self.clock.monotonic() + self.timing.ttl
+        # Whom the share now names as the only member that may take epoch + 1 at once: the
+        # agent's leadership state says so as this node steps down (its relay tells its clients).
+        self.handed = (handoff_to, epoch + 1) if written and handoff_to else None
+        self._step_down(
+            f"released ({reason})" + (f", handoff to {handoff_to}" if handoff_to else ""), kind=kind
+        )
+        return written
+
+    def _member_doc(self, **fields: Any) -> dict[str, Any]:
+        self._beat += 1
+        return {
+            "node": self.me.node,
+            "ip": self.me.ip,
+            "seq": self._beat,
+            "epoch": self.memory.max_epoch,
+            "drain": False,
+            "health": "ok",
+            "version": 1,
+            **self._member_fields,
+            **fields,
+        }
+
+    def heartbeat(self, **fields: Any) -> None:
+        """Write this member's heartbeat: carries the highest epoch it knows.
+        `fields` (drain, priority, health...) are kept for later claims too."""
+        self._member_fields = fields
+        try:
+            self.store.write_member(self._member_doc(**fields))
+        except StoreUnavailable as exc:
+            log.warning("heartbeat not written: %s", exc)
+
+    def _record(self, epoch: int, seq: int, ttl: float, handoff_to: str | None = None) -> LeaseRecord:
+        return make_record(self.me, self.clock, epoch, seq, ttl, handoff_to)
+
+    def _write(
+        self, record: LeaseRecord, read: LeaseRead, fence: Callable[[], bool] | None = None
+    ) -> WriteOutcome:
+        try:
+            return self.store.write(record, expect=read.revision, fence=fence)
+        except StoreUnavailable as exc:
+            self._report(f"lease not written: {exc}", logging.ERROR)
+            return WriteOutcome.BUSY
+
+    def _contend(self, read: LeaseRead | None, decision: Decision, first: bool) -> Attempt:
+        """One claim of the lease (after the decision's delay, on a first attempt)."""
+        decided_at = self.clock.monotonic()  # decision.gap runs to here; the wait below counts too
+        if (
+            first and decision.delay > 0
+        ):  # lower priority waits: a higher one that contends too gets there first
+            self.sleep(decision.delay)
+        if read is None:
+            return Attempt(decision)
+        start = self.clock.monotonic()
+        try:
+            outcome, record = self.store.acquire(
+                lambda epoch: self._record(epoch, 0, self.timing.ttl),
+                read.revision,
+                self.memory.max_epoch,
+                self._member_doc(),
+            )
+        except StoreUnavailable as exc:
+            return Attempt(Decision(Verdict.WAIT, f"cannot contend: {exc}"))
+        if outcome is not WriteOutcome.WRITTEN or record is None:
+            return Attempt(decision, lost=Verdict.CONTEND)
+        epoch = record.epoch
+        self._renewed_boot = self._on_gate_clock(start)
+        if self.serving is not None:  # before anything can read the new epoch's gate
+            self.serving.taken(epoch, decision.cause, start)
+        self.memory = replace(
+            self.memory,
+            leader_epoch=epoch,
+            renewed_at=start,
+            renew_seq=0,
+            seen_key=record.key,
+            seen_at=start,
+            seen_ttl=self.timing.ttl,
+            seen_released=False,
+            seen_handoff=None,
+            max_epoch=epoch,
+        )
+        self.last_read = LeaseRead("valid", record)  # what the view shows: the lease we hold now
+        why = f"elected: took epoch {epoch} ({decision.reason})"
+        log.warning("%s", why)
+        gap = None if decision.gap is None else round(decision.gap + start - decided_at, 3)
+        # The duties first (the leadership state, the first leader beacon, the relay's plan on a
+        # thread of its own), the history after: its database row and share line took ~10 ms of
+        # a planned switchover's 0.1 s while the target's relay waited (issue 22).
+        self._duty(self.on_elected, epoch)
+        self.events.record("elected", epoch, decision.reason, cause=decision.cause, gap_s=gap)
+        return Attempt(Decision(Verdict.HOLD, why))
+
+    def _renew(self, read: LeaseRead, start: float) -> Attempt:
+        """One write of the renewal, fenced by the renew deadline."""
+        epoch = self.memory.leader_epoch
+        assert epoch is not None
+        renewed_at = self.memory.renewed_at or start
+        renewed_boot = self._renewed_on_gate_clock()
+        start_boot = self._on_gate_clock(start)
+
+        def fence() -> bool:
+            """Checked at the last moment before the write: never act after the deadline,
+            on either clock (a machine that slept meanwhile: the gate's clock says so)."""
+            late = renewed_boot is not None and self.gate_clock() - renewed_boot > self.timing.deadline
+            return self.clock.monotonic() - renewed_at <= self.timing.deadline and not late
+
+        rec = read.record
+        base = rec.renew_seq if rec is not None and rec.node == self.me.node and rec.epoch == epoch else 0
+        seq = max(self.memory.renew_seq, base) + 1
+        record = self._record(epoch, seq, self.timing.ttl)
+        outcome = self._write(record, read, fence)
+        if outcome is WriteOutcome.WRITTEN:
+            self._renewed_boot = start_boot
+            self.memory = replace(
+                self.memory,
+                renewed_at=start,
+                renew_seq=seq,
+                seen_key=record.key,
+                seen_at=start,
+                seen_released=False,
+            )
+            self.last_read = LeaseRead("valid", record)
+            return Attempt(Decision(Verdict.HOLD, f"leader: renewed epoch {epoch} (seq {seq})"))
+        if outcome is WriteOutcome.FENCED:
+            why = f"deadline passed before the write of epoch {epoch}"
+            self._step_down(why)
+            return Attempt(Decision(Verdict.STEP_DOWN, why))
+        if outcome is WriteOutcome.LOST:
+            why = f"lost: the store took the hold of epoch {epoch} away (its etcd lease is gone)"
+            self._step_down(why)
+            return Attempt(Decision(Verdict.STEP_DOWN, why))
+        return Attempt(Decision(Verdict.RENEW, f"renewal of epoch {epoch} not written: {outcome.value}"),
+                       lost=Verdict.RENEW, busy=outcome is WriteOutcome.BUSY)  # fmt: skip
+
+    def _renew_failed(self) -> Attempt:
+        epoch = self.memory.leader_epoch
+        assert epoch is not None
+        self.events.record("renew_failed", epoch, "renewal not written this round")
+        return Attempt(Decision(Verdict.HOLD, f"leader of epoch {epoch}: renewal not written this round"))
+
+    def _step_down(self, reason: str, kind: str = "stepped_down") -> None:
+        epoch = self.memory.leader_epoch
+        if epoch is None:
+            return
+        held_until = self._held_until()
+        self.memory = replace(self.memory, leader_epoch=None, renewed_at=None)
+        self._renewed_boot = None
+        log.warning("stepping down from epoch %s: %s", epoch, reason)
+        self.events.record(kind, epoch, reason, held_until=held_until)
+        self._duty(self.on_demoted, epoch)
+
+    def _held_until(self) -> str | None:
+        """Until when this node may have acted as leader (its renew deadline, or now if
+        sooner), as a wall time of this machine: a late step-down (a frozen process, a
+        hung store) did not lead past it, for the history and for tests to see."""
+        valid = self.leader_valid_until_boot
+        if valid is None:
+            return None
+        now = self.gate_clock()
+        return (self.clock.wall() - timedelta(seconds=max(0.0, now - valid))).isoformat()
+
+    def _duty(self, hook: Hook, epoch: int) -> None:
+        try:
+            hook(epoch)
+        except Exception:  # a broken duty must not break the election loop
+            log.exception("leader duty hook failed for epoch %s", epoch)
