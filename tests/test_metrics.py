@@ -204,7 +204,7 @@ def test_early_takeovers_are_counted_and_repeated_ones_are_an_alarm_on_panel_api
     from django.core.management import call_command
     from django.utils import timezone
 
-    from elections.web.panel.state import EARLY_TAKEOVERS_ALARM
+    from elections.web.panel.site import EARLY_TAKEOVERS_ALARM
 
     now = timezone.now()
     write_pool(dj["data_dir"], leader="S001", epoch=9)

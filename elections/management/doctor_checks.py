@@ -106,7 +106,8 @@ def early_takeover_check(check: Any, kmsn: str) -> None:
     from django.db import DatabaseError
     from django.utils import timezone
 
-    from elections.web.panel.state import EARLY_TAKEOVERS_ALARM, early_takeover_counts
+    from elections.web.panel.site import EARLY_TAKEOVERS_ALARM
+    from elections.web.panel.state import early_takeover_counts
 
     try:
         ever, day = early_takeover_counts([kmsn], timezone.now())

@@ -30,7 +30,8 @@ from elections.web.panel import fleet, fmt
 from elections.web.panel.audit_log import audit_rows, pool_chains, published_entries
 from elections.web.panel.operate import KINDS
 from elections.web.panel.page import PAGE_SIZE
-from elections.web.panel.state import SiteState, site_state, site_states, watched_kmsns
+from elections.web.panel.site import SiteState
+from elections.web.panel.state import site_state, site_states, watched_kmsns
 from elections.web.panel.views import history_rows
 
 

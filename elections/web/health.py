@@ -18,7 +18,7 @@ from elections.ports.clock import SystemClock
 from elections.ports.localstate import LocalState
 from elections.ports.stores import PoolPlace, open_store
 from elections.web.auth import bearer_user, is_loopback
-from elections.web.panel.state import stale_after
+from elections.web.panel.site import stale_after
 
 
 def healthz(request):  # type: ignore[no-untyped-def]

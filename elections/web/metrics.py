@@ -35,7 +35,9 @@ from elections.runtime.notify import read_counters
 from elections.web.auth import api_error, bearer_user, is_loopback
 from elections.web.metrics_view import build_info, view_families
 from elections.web.panel.failovers import failovers_for
-from elections.web.panel.state import RelayState, SiteState, site_states
+from elections.web.panel.relay_state import RelayState
+from elections.web.panel.site import SiteState
+from elections.web.panel.state import site_states
 from elections.web.throttle import login_throttle
 from relay.web.ws_flow import DROPS as WS_DROPS
 

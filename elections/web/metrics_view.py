@@ -14,7 +14,7 @@ from pathlib import Path
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from elections.web.panel.state import SiteState, stale_after
+from elections.web.panel.site import SiteState, stale_after
 
 
 def view_families(states: list[SiteState]) -> Iterable[Metric]:

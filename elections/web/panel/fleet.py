@@ -17,7 +17,7 @@ from urllib.parse import urlencode
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from elections.web.panel.state import SiteState
+from elections.web.panel.site import SiteState
 
 WORST = "worst"
 

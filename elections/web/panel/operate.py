@@ -18,7 +18,7 @@ from elections import audit
 from elections.core import actions
 from elections.core.commands import KINDS
 from elections.core.eligibility import successor
-from elections.web.panel.state import SiteState
+from elections.web.panel.site import SiteState
 
 log = logging.getLogger("stkrelay.panel")
 

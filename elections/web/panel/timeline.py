@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from elections.web import svg
 from elections.web.panel import fmt
 from elections.web.panel.failovers import load_events, segments
-from elections.web.panel.state import SiteState
+from elections.web.panel.site import SiteState
 
 TIMELINE_WINDOWS = {"15m": 0.25, "1h": 1, "6h": 6, "24h": 24}
 

@@ -33,7 +33,8 @@ from elections.web.panel.failovers import REASONS, Failover, failovers_for, know
 from elections.web.panel.live import render_live
 from elections.web.panel.operate import KINDS, preview, progress
 from elections.web.panel.page import PAGE_SIZE, base_context
-from elections.web.panel.state import SiteState, all_kmsns, site_state, site_states
+from elections.web.panel.site import SiteState
+from elections.web.panel.state import all_kmsns, site_state, site_states
 from elections.web.panel.timeline import TIMELINE_WINDOWS, default_window, timeline_svg
 
 PERIODS = {"1h": 1, "6h": 6, "24h": 24, "7d": 24 * 7, "30d": 24 * 30, "all": None}

@@ -10,7 +10,7 @@ import re
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from elections.web.panel.state import EARLY_TAKEOVERS_ALARM, SiteState
+from elections.web.panel.site import EARLY_TAKEOVERS_ALARM, SiteState
 
 _HEARTBEAT_OLD = re.compile(r"^heartbeat ([\d.]+) s old > ([\d.]+) \+ ([\d.]+)$")
 # core.commands.forget_refusal's three texts
