@@ -6,7 +6,8 @@ import socket
 import pytest
 from harness import free_port
 
-from relay.server.fencing_proxy import CHUNK, FencingProxy
+from relay.server.fencing_proxy import FencingProxy
+from relay.server.proxy_pair import CHUNK
 
 
 class Gate:

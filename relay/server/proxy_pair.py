@@ -1,0 +1,161 @@
+"""One forwarded connection of the fencing proxy: a client and its connection to the external relay.
+
+Each `Direction` holds at most one chunk (`CHUNK`) the other side has not
+taken; the gate is asked before every send, and a shut gate closes the pair
+(DESIGN.md §16; the proxy's decisions are in `relay.server.fencing_proxy`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import socket
+from typing import Protocol
+
+CHUNK = 64 << 10
+
+
+class PairOwner(Protocol):
+    """What a pair needs of its proxy (`relay.server.fencing_proxy.FencingProxy`)."""
+
+    upstream: tuple[str, int]
+    connect_timeout: float
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+
+    def gate_open(self) -> bool: ...
+
+    def counted(self, way: str, sent: int) -> None: ...
+
+    def forget(self, pair: Pair, cause: str) -> None: ...
+
+
+class Direction:
+    """One way of a pair: bytes read from `src`, sent to `dst`, at most one chunk held."""
+
+    __slots__ = ("dst", "ended", "held", "name", "src")
+
+    def __init__(self, src: socket.socket, dst: socket.socket, name: str) -> None:
+        self.src, self.dst, self.name = src, dst, name
+        self.held: bytes | memoryview = b""  # read, not yet taken by dst
+        self.ended = False  # src said EOF and dst was told
+
+
+class Pair:
+    """A client connection and its connection to the external relay."""
+
+    def __init__(self, proxy: PairOwner, client: socket.socket, peer: str, port: str) -> None:
+        self.proxy, self.client, self.peer, self.port = proxy, client, peer, port
+        self.upstream = socket.socket(socket.AF_INET6 if ":" in proxy.upstream[0] else socket.AF_INET)
+        self.upstream.setblocking(False)
+        self.up = Direction(client, self.upstream, "up")
+        self.down = Direction(self.upstream, client, "down")
+        self.closed = False
+        self.connected = False
+        self._timer: asyncio.TimerHandle | None = None
+
+    # -- connect ----------------------------------------------------------------
+    def connect(self, address: tuple[str, int]) -> None:
+        loop = self.proxy.loop
+        code = self.upstream.connect_ex(address)
+        if code not in (0, errno.EINPROGRESS, errno.EWOULDBLOCK):
+            self.close("upstream_refused")
+            return
+        loop.add_writer(self.upstream.fileno(), self._connected)
+        self._timer = loop.call_later(self.proxy.connect_timeout, self.close, "upstream_timeout")
+
+    def _connected(self) -> None:
+        loop = self.proxy.loop
+        loop.remove_writer(self.upstream.fileno())
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        code = self.upstream.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if code:
+            self.close("upstream_refused")
+            return
+        if not self.proxy.gate_open():
+            self.close("gate_shut")
+            return
+        self.connected = True
+        self.upstream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        loop.add_reader(self.client.fileno(), self._readable, self.up)
+        loop.add_reader(self.upstream.fileno(), self._readable, self.down)
+
+    # -- forwarding: a gate check before every send ------------------------------
+    def _readable(self, way: Direction) -> None:
+        if self.closed:
+            return
+        if not self.proxy.gate_open():
+            self.close("gate_shut")
+            return
+        try:
+            data = way.src.recv(CHUNK)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self.close("reset")
+            return
+        if not data:
+            self.proxy.loop.remove_reader(way.src.fileno())
+            self._end(way)
+            return
+        self._send(way, data)
+
+    def _send(self, way: Direction, data: bytes | memoryview) -> None:
+        try:
+            sent = way.dst.send(data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError:
+            self.close("reset")
+            return
+        self.proxy.counted(way.name, sent)
+        if sent < len(data):  # hold the rest; read no more this way until dst takes it
+            way.held = memoryview(data)[sent:]  # no copy of the rest
+            loop = self.proxy.loop
+            loop.remove_reader(way.src.fileno())
+            loop.add_writer(way.dst.fileno(), self._writable, way)
+
+    def _writable(self, way: Direction) -> None:
+        if self.closed:
+            return
+        if not self.proxy.gate_open():
+            self.close("gate_shut")
+            return
+        held, way.held = way.held, b""
+        loop = self.proxy.loop
+        loop.remove_writer(way.dst.fileno())
+        self._send(way, held)
+        if not self.closed and not way.held:
+            loop.add_reader(way.src.fileno(), self._readable, way)
+
+    def _end(self, way: Direction) -> None:
+        """`src` said EOF: pass it on; both ways ended: the pair is done."""
+        way.ended = True
+        try:
+            way.dst.shutdown(socket.SHUT_WR)
+        except OSError:
+            self.close("reset")
+            return
+        if self.up.ended and self.down.ended:
+            self.close("ended")
+
+    # -- the end ------------------------------------------------------------------
+    def close(self, cause: str) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        loop = self.proxy.loop
+        for sock in (self.client, self.upstream):
+            fd = sock.fileno()
+            if fd >= 0:
+                loop.remove_reader(fd)
+                loop.remove_writer(fd)
+            sock.close()
+        self.up.held = self.down.held = b""
+        self.proxy.forget(self, cause)
