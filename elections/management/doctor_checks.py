@@ -1,11 +1,19 @@
-"""The checks `relayctl doctor` makes beyond the share and the lease: where the relay listens,
-which relay runs, beacons and one-way paths, one store, clocks, early takeovers, legacy
-stations, where each address is (each adds its lines through `check`)."""
+"""The checks `relayctl doctor` makes, each adding its lines through `check`.
+
+The store and the lease, where the relay listens and which relay answers, which
+relay runs, beacons and one-way paths, one store, clocks, early takeovers,
+legacy stations, refused records, where each address is.
+"""
 
 from __future__ import annotations
 
+import os
+import socket
 import time
+from collections.abc import Callable
 from typing import Any
+
+from django.utils.translation import gettext as _
 
 from stkconfig.model import Config
 
@@ -184,3 +192,78 @@ def beacon_checks(check: Any, me: str, pool: Any, members: dict[str, dict[str, A
             check(f"beacons from {node}", False, f"{detail}; {one_way}")
         else:
             check(f"beacons from {node}", True, detail)
+
+
+def store_checks(check: Callable[..., None], stk: Any, place: Any, store: Any) -> float | None:
+    """The store reachable: etcd's cluster and TTLs, or a probe written on the share; the
+    probe's mtime on a local share (for the clock check), else None."""
+    from elections.errors import StoreUnavailable
+    from elections.ports.share import LocalShare
+    from elections.ports.stores import open_share
+
+    share_mtime = None
+    if getattr(stk, "lease_store", "file") == "etcd":  # the cluster, and TTLs as etcd counts them
+        from elections.ports.etcd.health import doctor_checks
+
+        for name, ok, detail in doctor_checks(store.backend.pool, stk.lease_ttl):  # type: ignore[attr-defined]
+            check(name, ok, detail)
+    else:
+        share = open_share(place)
+        probe = f".doctor-{stk.node}-{os.getpid()}"
+
+        def probe_share() -> float | None:
+            """Write, (locally: stat) and remove a probe file, the way the store writes."""
+            share.create_exclusive(probe, b"x")
+            try:
+                return (share.root / probe).stat().st_mtime if isinstance(share, LocalShare) else None
+            finally:
+                share.unlink(probe)
+
+        try:
+            share_mtime = share.deadline.run(probe_share)
+            check("lease dir reachable and writable", True, share.where)
+        except (OSError, StoreUnavailable) as exc:
+            check("lease dir reachable and writable", False, f"{share.where}: {exc}")
+    return share_mtime
+
+
+def lease_checks(check: Callable[..., None], store: Any) -> tuple[Any, dict[str, Any]]:
+    """The lease's signature; the lease read (or None) and the member records (or none)."""
+    from elections.errors import StoreUnavailable
+
+    read = None
+    try:
+        read = store.read()
+        check("lease signature", read.status == "valid", f"{read.status}: {read.detail}")
+        members = store.read_members()
+    except StoreUnavailable as exc:
+        check("lease signature", False, str(exc))
+        members = {}
+    return read, members
+
+
+def relay_answers_check(check: Callable[..., None], stk: Any, pool: Any, members: dict[str, Any]) -> None:
+    """Exactly one member's relay port answers: the one the lease names."""
+    answering = []
+    for node, doc in members.items():
+        ip = doc.get("ip")
+        try:
+            with socket.create_connection((ip, stk.relay_port), timeout=0.5):
+                answering.append(node)
+        except (OSError, TypeError):
+            pass
+    lease = (pool.lease or {}).get("node")
+    check("exactly one relay answering", answering == [lease] if lease else len(answering) == 1,
+          _("answering: %(who)s; lease names %(lease)s") % {"who": ", ".join(answering) or _("none"),
+                                                            "lease": lease})  # fmt: skip
+
+
+def refusal_checks(check: Callable[..., None], pool: Any) -> None:
+    """Records refused on the share recently: one check, and one line for each."""
+    recent = pool.refusals.get("recent") if isinstance(pool.refusals.get("recent"), list) else []
+    check("no forged, replayed or oversized records on the share", not recent,
+          f"{len(recent)} refused recently" if recent else "none refused recently")  # fmt: skip
+    for r in recent if isinstance(recent, list) else []:
+        if isinstance(r, dict):
+            seen = f"x{r.get('count')}, last {r.get('last_at')}"
+            check(f"refused {r.get('source')}", False, f"{r.get('cause')}: {r.get('detail')} ({seen})")

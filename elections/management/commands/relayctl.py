@@ -28,9 +28,7 @@ pool, so every agent's audit page shows them.
 from __future__ import annotations
 
 import os
-import socket
 import time
-from collections.abc import Callable
 from typing import Any
 
 from django.core.management.base import CommandError
@@ -41,12 +39,16 @@ from elections.management.doctor_checks import (
     beacon_checks,
     clock_checks,
     early_takeover_check,
+    lease_checks,
     legacy_check,
     listen_check,
     mark,
     ownership_checks,
+    refusal_checks,
+    relay_answers_check,
     relay_kind_check,
     share_split_check,
+    store_checks,
 )
 from elections.management.pool_views import (
     FORMATS,
@@ -280,8 +282,8 @@ class Command(OperatorCommand):
 
         place = PoolPlace.of(stk)
         store = open_store(place, stk.node, SystemClock())
-        share_mtime = _store_checks(check, stk, place, store)
-        read, members = _lease_checks(check, store)
+        share_mtime = store_checks(check, stk, place, store)
+        read, members = lease_checks(check, store)
         if share_mtime is not None:  # the file server's clock against ours: informative only
             skew = share_mtime - time.time()
             check("clock vs the file server", abs(skew) < 5, f"ours is {-skew:+.1f} s off the share's")
@@ -295,7 +297,7 @@ class Command(OperatorCommand):
             age = m.age
             check(f"member {node} heartbeat", age is not None and age < stk.heartbeat_ttl,
                   "never seen" if age is None else f"{age:.1f} s old on this agent's clock")  # fmt: skip
-        _relay_answers_check(check, stk, pool, members)
+        relay_answers_check(check, stk, pool, members)
         listen_check(check, stk)
         relay_kind_check(check, stk)
         beacon_checks(check, stk.node, pool, members)
@@ -310,7 +312,7 @@ class Command(OperatorCommand):
         for name, ok, detail in entry_checks(pool, here, time.monotonic()):
             check(name, ok, detail)
         ownership_checks(checks, stk, read, members)
-        _refusal_checks(check, pool)
+        refusal_checks(check, pool)
         self.emit(checks, [f"{mark(c)} {c['check']}: {c['detail']}" for c in checks])
         if stale and not o["stale_ok"]:
             self.stderr.write(
@@ -318,81 +320,6 @@ class Command(OperatorCommand):
             )
             return STALE_EXIT
         return 0 if all(c["ok"] for c in checks) else 1
-
-
-def _store_checks(check: Callable[..., None], stk: Any, place: Any, store: Any) -> float | None:
-    """The store reachable: etcd's cluster and TTLs, or a probe written on the share; the
-    probe's mtime on a local share (for the clock check), else None."""
-    from elections.errors import StoreUnavailable
-    from elections.ports.share import LocalShare
-    from elections.ports.stores import open_share
-
-    share_mtime = None
-    if getattr(stk, "lease_store", "file") == "etcd":  # the cluster, and TTLs as etcd counts them
-        from elections.ports.etcd.health import doctor_checks
-
-        for name, ok, detail in doctor_checks(store.backend.pool, stk.lease_ttl):  # type: ignore[attr-defined]
-            check(name, ok, detail)
-    else:
-        share = open_share(place)
-        probe = f".doctor-{stk.node}-{os.getpid()}"
-
-        def probe_share() -> float | None:
-            """Write, (locally: stat) and remove a probe file, the way the store writes."""
-            share.create_exclusive(probe, b"x")
-            try:
-                return (share.root / probe).stat().st_mtime if isinstance(share, LocalShare) else None
-            finally:
-                share.unlink(probe)
-
-        try:
-            share_mtime = share.deadline.run(probe_share)
-            check("lease dir reachable and writable", True, share.where)
-        except (OSError, StoreUnavailable) as exc:
-            check("lease dir reachable and writable", False, f"{share.where}: {exc}")
-    return share_mtime
-
-
-def _lease_checks(check: Callable[..., None], store: Any) -> tuple[Any, dict[str, Any]]:
-    """The lease's signature; the lease read (or None) and the member records (or none)."""
-    from elections.errors import StoreUnavailable
-
-    read = None
-    try:
-        read = store.read()
-        check("lease signature", read.status == "valid", f"{read.status}: {read.detail}")
-        members = store.read_members()
-    except StoreUnavailable as exc:
-        check("lease signature", False, str(exc))
-        members = {}
-    return read, members
-
-
-def _relay_answers_check(check: Callable[..., None], stk: Any, pool: Any, members: dict[str, Any]) -> None:
-    """Exactly one member's relay port answers: the one the lease names."""
-    answering = []
-    for node, doc in members.items():
-        ip = doc.get("ip")
-        try:
-            with socket.create_connection((ip, stk.relay_port), timeout=0.5):
-                answering.append(node)
-        except (OSError, TypeError):
-            pass
-    lease = (pool.lease or {}).get("node")
-    check("exactly one relay answering", answering == [lease] if lease else len(answering) == 1,
-          _("answering: %(who)s; lease names %(lease)s") % {"who": ", ".join(answering) or _("none"),
-                                                            "lease": lease})  # fmt: skip
-
-
-def _refusal_checks(check: Callable[..., None], pool: Any) -> None:
-    """Records refused on the share recently: one check, and one line for each."""
-    recent = pool.refusals.get("recent") if isinstance(pool.refusals.get("recent"), list) else []
-    check("no forged, replayed or oversized records on the share", not recent,
-          f"{len(recent)} refused recently" if recent else "none refused recently")  # fmt: skip
-    for r in recent if isinstance(recent, list) else []:
-        if isinstance(r, dict):
-            seen = f"x{r.get('count')}, last {r.get('last_at')}"
-            check(f"refused {r.get('source')}", False, f"{r.get('cause')}: {r.get('detail')} ({seen})")
 
 
 def _pool() -> Any:
