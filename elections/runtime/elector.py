@@ -22,6 +22,7 @@ from datetime import timedelta
 from typing import Any
 
 from elections.core.decide import (
+    EARLY,
     PLANNED,
     Decision,
     Memory,
@@ -113,6 +114,9 @@ class Elector:
         # Called with the epoch before a handoff is written: stop serving it now (the agent's gate).
         self.on_fence: Hook | None = None
         self._beat = int(clock.monotonic() * 1000)  # member seq: grows across restarts
+        # Early takeovers deferred for want of a valid read (`Decision.deferred`), by what was read,
+        # and started over for an epoch fresher than the one judged on ("fresher"): pool.json shows it.
+        self.deferred: dict[str, int] = {}
 
     # -- public ----------------------------------------------------------------
     def know(self, epoch: int, seen_key: tuple[str, int, int] | None = None) -> None:
@@ -359,15 +363,27 @@ class Elector:
         if read is None:
             return Attempt(decision)
         start = self.clock.monotonic()
+        # An early takeover was judged on the holder's epoch in this read: a store that knows a fresher
+        # one (a claim's member record, a counter) holds news the judgement never saw: start over.
+        judged = read.record.epoch if decision.cause in EARLY and read.record is not None else None
+        fresher: list[int] = []
+
+        def make(epoch: int) -> LeaseRecord | None:
+            if judged is not None and epoch > judged + 1:
+                fresher.append(epoch - 1)
+                return None
+            return self._record(epoch, 0, self.timing.ttl)
+
         try:
-            outcome, record = self.store.acquire(
-                lambda epoch: self._record(epoch, 0, self.timing.ttl),
-                read.revision,
-                self.memory.max_epoch,
-                self._member_doc(),
-            )
+            outcome, record = self.store.acquire(make, read.revision, self.memory.max_epoch,
+                                                 self._member_doc())  # fmt: skip
         except StoreUnavailable as exc:
             return Attempt(Decision(Verdict.WAIT, f"cannot contend: {exc}"))
+        if fresher:
+            self.deferred["fresher"] = self.deferred.get("fresher", 0) + 1
+            self._report(f"early takeover started over: the store knows epoch {fresher[-1]}, fresher than "
+                         f"the epoch {judged} it was judged on", logging.WARNING)  # fmt: skip
+            self.know(fresher[-1])
         if outcome is not WriteOutcome.WRITTEN or record is None:
             return Attempt(decision, lost=Verdict.CONTEND)
         epoch = record.epoch
@@ -474,6 +490,10 @@ class Elector:
 
     # -- logging -----------------------------------------------------------------
     def _note(self, decision: Decision) -> None:
+        if decision.deferred is not None:  # counted at every look, logged once per kind of read
+            self.deferred[decision.deferred] = self.deferred.get(decision.deferred, 0) + 1
+            self._report(f"early takeover deferred: the lease read was {decision.deferred}, no evidence "
+                         f"of who holds it now; looking again", logging.WARNING)  # fmt: skip
         last, self.last = self.last, decision
         if last is None or last.verdict is not decision.verdict:
             log.info("%s", decision)
