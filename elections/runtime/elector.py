@@ -22,7 +22,6 @@ from datetime import timedelta
 from typing import Any
 
 from elections.core.decide import (
-    EARLY,
     PLANNED,
     Decision,
     Memory,
@@ -115,7 +114,7 @@ class Elector:
         self.on_fence: Hook | None = None
         self._beat = int(clock.monotonic() * 1000)  # member seq: grows across restarts
         # Early takeovers deferred for want of a valid read (`Decision.deferred`), by what was read,
-        # and started over for an epoch fresher than the one judged on ("fresher"): pool.json shows it.
+        # and claims started over for an epoch fresher than the one judged on ("fresher"): pool.json.
         self.deferred: dict[str, int] = {}
 
     # -- public ----------------------------------------------------------------
@@ -363,13 +362,16 @@ class Elector:
         if read is None:
             return Attempt(decision)
         start = self.clock.monotonic()
-        # An early takeover was judged on the holder's epoch in this read: a store that knows a fresher
-        # one (a claim's member record, a counter) holds news the judgement never saw: start over.
-        judged = read.record.epoch if decision.cause in EARLY and read.record is not None else None
+        # Every contention is judged on the newest epoch this node knows (an early takeover's on the
+        # holder's epoch in this read, a TTL's on the lease it timed out). A store that knows a fresher
+        # one (a claim's member record, the counter) holds a lease this node never saw, and perhaps a
+        # holder that serves: write nothing, start over (the claim's compare-and-set cannot tell: a
+        # missing file's revision is "" whoever's lease was deleted or moved aside since).
+        judged = self.memory.max_epoch
         fresher: list[int] = []
 
         def make(epoch: int) -> LeaseRecord | None:
-            if judged is not None and epoch > judged + 1:
+            if epoch > judged + 1:
                 fresher.append(epoch - 1)
                 return None
             return self._record(epoch, 0, self.timing.ttl)
@@ -380,10 +382,7 @@ class Elector:
         except StoreUnavailable as exc:
             return Attempt(Decision(Verdict.WAIT, f"cannot contend: {exc}"))
         if fresher:
-            self.deferred["fresher"] = self.deferred.get("fresher", 0) + 1
-            self._report(f"early takeover started over: the store knows epoch {fresher[-1]}, fresher than "
-                         f"the epoch {judged} it was judged on", logging.WARNING)  # fmt: skip
-            self.know(fresher[-1])
+            self._fresher(fresher[-1], judged)
         if outcome is not WriteOutcome.WRITTEN or record is None:
             return Attempt(decision, lost=Verdict.CONTEND)
         epoch = record.epoch
@@ -412,6 +411,18 @@ class Elector:
         self._duty(self.on_elected, epoch)
         self.events.record("elected", epoch, decision.reason, cause=decision.cause, gap_s=gap)
         return Attempt(Decision(Verdict.HOLD, why))
+
+    def _fresher(self, epoch: int, judged: int) -> None:
+        """A claim found `epoch`, fresher than any this node knew: a lease it never saw. It knows
+        that epoch from now on, times it as a lease seen now (its TTL starts: no takeover of a
+        holder it never timed), and a leader of an older epoch steps down."""
+        self.deferred["fresher"] = self.deferred.get("fresher", 0) + 1
+        self._report(f"claim started over: the store knows epoch {epoch}, fresher than the epoch {judged} "
+                     f"it was judged on", logging.WARNING)  # fmt: skip
+        self.know(epoch)
+        self.memory = replace(self.memory, seen_at=self.clock.monotonic(), seen_ttl=self.timing.ttl)
+        if self.is_leader:
+            self._step_down(f"lost: the store knows epoch {epoch}")
 
     def _renew(self, read: LeaseRead, start: float) -> Attempt:
         """One write of the renewal, fenced by the renew deadline."""
