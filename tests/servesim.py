@@ -6,12 +6,19 @@ freezes (SIGSTOP: the clock runs on, nothing is handled), cut cables (LAN and
 share both gone for a while), power losses (gone for good) and clock rates
 that differ by up to `DRIFT`.
 
-What is modelled rather than run: the store (one compare-and-set register,
-atomic at one instant), the beacon transport (one datagram per beacon to each
-other member, each lost with probability `loss`, delayed up to `delay`,
-dropped across a partition) and the elector's acting on a verdict (take,
-renew, step down), as `runtime.elector` does. A member's relay serves, unless
-frozen or powered off, until the deadline of the gate it was last given —
+What is modelled rather than run: the store (one compare-and-set register
+under a lock: a claim holds the lock for `claim` seconds, with the lease moved
+aside meanwhile — every read then finds no file, as on the share, DESIGN.md
+§5.1 — and writes its member record first, the lease at its end; a claim that
+finds the lock held is BUSY; the revision of a missing file is "" whatever
+happened, as `revision_of(None)`), a writer of the share without the key
+(`Faults.damage`: junk written over the lease; `Faults.deletes`: the lease
+deleted; the leader rewrites its own record at its next look), the beacon
+transport (one datagram per beacon to each other member, each lost with
+probability `loss`, delayed up to `delay`, dropped across a partition) and
+the elector's acting on a verdict (take, renew, step down), as
+`runtime.elector` does. A member's relay serves, unless frozen or powered
+off, until the deadline of the gate it was last given —
 `min(renew deadline, the right's bound)`, the same expression as
 `Elector.leader_valid_until`, published after each of its worker's events —
 plus `GATE_LAG` (its last byte). It never learns of a step-down but from that
@@ -20,8 +27,10 @@ deadline (the safety argument rests on deadlines alone), a lower deadline only
 before its deadline serves on (SIGCONT: the relay wakes with the worker).
 
 `Pool.run()` returns the serving intervals in real time; `overlaps()` finds
-two relays of different epochs serving at one instant. `scenario(seed)` draws
-a random one.
+two relays of different epochs serving at one instant; `unfounded` lists every
+early takeover (`gone`, `silent`) decided on a read that was no evidence — not
+a valid lease of the very holder and epoch judged (issue 22). `scenario(seed)`
+draws a random one.
 """
 
 from __future__ import annotations
@@ -32,7 +41,7 @@ import random
 from dataclasses import dataclass, field, replace
 
 from elections.core.beacons import FOLLOWER, LEADER, RESIGN, Beacon
-from elections.core.decide import Memory, Observation, Timing, Verdict, decide, evidence_subject
+from elections.core.decide import EARLY, Memory, Observation, Timing, Verdict, decide, evidence_subject
 from elections.core.decide import track as track_read
 from elections.core.lease import LeaseRead, LeaseRecord
 from elections.core.serving import DRIFT, GATE_LAG, Report, ServingBook, ServingTiming, starts_acked
@@ -45,6 +54,7 @@ RELAY_LAG = 0.15  # a relay reads a lower deadline this late (its 0.1 s cache of
 HORIZON = 60.0  # a member is counted while heard within this long (runtime.agent_publish MEMBER_HORIZON_S)
 # runtime.agent_roles.FENCE_WITHIN: a handing-off leader's longest wait between its fence and its handoff
 FENCE_WITHIN = 0.25
+EMPTY = 1e-9  # real seconds: an interval no longer than this is a shut gate read back through the clock rates
 
 
 @dataclass
@@ -62,6 +72,12 @@ class Faults:
     # fences (its relay's gate shut: read RELAY_LAG late), waits `fence`, writes the handoff.
     promotes: list[tuple[float, str]] = field(default_factory=list)
     fence: float = FENCE_WITHIN  # 0: the handoff written at once (the order before issue 22's fence)
+    damage: list[float] = field(default_factory=list)  # when junk is written over the lease
+    deletes: list[float] = field(default_factory=list)  # when the lease file is deleted
+    claim: tuple[float, float] = (0.005, 0.08)  # how long a claim holds the lock, the lease aside (real s)
+    # The share lock before issue 22's fix (`ShareLock`: "present at every look" counted from a look
+    # long ago): a claim that finds the lock held breaks it, and finds the lease moved aside (missing).
+    lock_breaks: bool = False
 
 
 @dataclass
@@ -87,8 +103,12 @@ class Member:
 
 class Pool:
     def __init__(self, n: int, faults: Faults, seed: int, timing: ServingTiming | None = None,
-                 until: float = 60.0) -> None:  # fmt: skip
+                 until: float = 60.0, start_over: bool = True) -> None:  # fmt: skip
         self.rng = random.Random(seed)
+        self.share_rng = random.Random(seed + 7919)  # the share's own draws leave the beacons' as they were
+        # A claim that finds an epoch fresher than any its member knew starts over (`Elector._fresher`);
+        # False: it takes one more than that epoch, as before issue 22's fix.
+        self.start_over = start_over
         self.faults = faults
         self.until = until
         self.serving = timing or ServingTiming.of(INTERVAL)
@@ -101,7 +121,12 @@ class Pool:
             self.members[node] = Member(node, rate, self.rng.uniform(0, 1000), book, Memory(node=node), boot)
         self.record: LeaseRecord | None = None
         self.revision = 0
-        self.max_epoch = 0
+        self.damaged: str | None = None  # the revision of junk written over the lease, while it is there
+        self.claims: list[str] = []  # members whose claim holds the lock, the lease moved aside (one, but
+        # two with `Faults.lock_breaks`)
+        self.max_epoch = 0  # the highest epoch of the members' records (a claim writes its own first)
+        # Early takeovers decided on a read that was no evidence: (when, node, judged subject, read status)
+        self.unfounded: list[tuple[float, str, tuple[str, int], str]] = []
         self.queue: list[tuple[float, int, str, str, object]] = []
         self.counter = itertools.count()
         self.intervals: list[tuple[str, int, float, float]] = []  # node, epoch, from, to (real)
@@ -141,11 +166,20 @@ class Pool:
             self.at(self.rng.uniform(0, TIMING.renew), m.node, "renew")
         for t, target in self.faults.promotes:  # the command reaches whoever leads then (its nudge)
             self.at(t, "", "promote", target)
+        for t in self.faults.damage:
+            self.at(t, "", "damage")
+        for t in self.faults.deletes:
+            self.at(t, "", "delete")
         while self.queue:
             t, _, node, what, data = heapq.heappop(self.queue)
             if t > self.until:
                 break
             self.now = t
+            if what in ("damage", "delete", "claimed"):  # the share's doing, whatever its members are
+                getattr(self, "_" + what)(data)
+                if what == "claimed":
+                    self.publish(self.members[node])
+                continue
             if what == "promote":
                 leaders = [x for x in self.members.values() if x.memory.leader_epoch is not None]
                 node = leaders[0].node if leaders else ""
@@ -204,7 +238,7 @@ class Pool:
 
     def _handoff(self, m: Member, target: object) -> None:
         """Write the released lease naming `target` (a compare-and-set), step down, resign."""
-        mem, rec = m.memory, self.record
+        mem, rec = m.memory, self.record if self.damaged is None and not self.claims else None
         epoch = mem.leader_epoch
         if epoch is not None and rec is not None and rec.node == m.node and rec.epoch == epoch:
             seq = mem.renew_seq + 1
@@ -263,11 +297,29 @@ class Pool:
     def read(self, m: Member) -> LeaseRead | None:
         if self.cut(m.node, self.now):
             return None
-        if self.record is None:
-            return LeaseRead("missing", revision=str(self.revision))
+        if self.claims or self.record is None:  # moved aside by a claim, or gone
+            return LeaseRead("missing", detail="no lease file", revision="")
+        if self.damaged is not None:
+            return LeaseRead("corrupt", detail="lease file is not JSON", revision=self.damaged)
         return LeaseRead("valid", record=self.record, revision=str(self.revision))
 
+    def lease_revision(self) -> str:
+        """What a claim under the lock finds (`ShareBackend._fresh`)."""
+        if self.record is None:
+            return ""
+        return self.damaged if self.damaged is not None else str(self.revision)
+
+    def _damage(self, _: object) -> None:
+        if self.record is not None and not self.claims:  # a lease moved aside is not there to hit
+            self.damaged = f"junk{self.revision}-{self.share_rng.random()}"
+
+    def _delete(self, _: object) -> None:
+        if not self.claims:
+            self.record, self.damaged = None, None
+
     def cycle(self, m: Member, renewing: bool = False) -> None:
+        if m.node in self.claims:
+            return  # its elector is inside its claim (`store.acquire`): no other cycle runs meanwhile
         read = self.read(m)
         now = m.local(self.now)
         mem = m.memory
@@ -283,6 +335,11 @@ class Pool:
             lapsed = m.book.lapsed(mem.leader_epoch, self.count(m), now)
         obs = Observation(read, renewing, silent=silent, serving_lapsed=lapsed)
         decision = decide(mem, obs, now, TIMING)
+        if decision.verdict is Verdict.CONTEND and decision.cause in EARLY and subject is not None:
+            rec = read.record if read is not None else None
+            if read is None or read.status != "valid" or rec is None or (rec.node, rec.epoch) != subject \
+                    or rec.epoch < mem.max_epoch:  # fmt: skip
+                self.unfounded.append((self.now, m.node, subject, read.status if read else "unreachable"))
         if decision.verdict is Verdict.CONTEND and read is not None:
             self.take(m, read, decision.cause)
         elif decision.verdict is Verdict.RENEW and read is not None:
@@ -291,11 +348,31 @@ class Pool:
             m.memory = replace(m.memory, leader_epoch=None, renewed_at=None)
 
     def take(self, m: Member, read: LeaseRead, cause: str | None) -> None:
-        if read.revision != str(self.revision):
+        """The claim (`ShareBackend.claim`): BUSY while another holds the lock; under it the lease is
+        moved aside, compared with what was read (CHANGED), the member record written with one more
+        than any epoch known, and the lease written `Faults.claim` later (the `claimed` event)."""
+        if self.claims and not self.faults.lock_breaks:
+            return  # BUSY
+        if read.revision != ("" if self.claims else self.lease_revision()):
             return  # the compare-and-set fails: someone wrote since
-        now = m.local(self.now)
-        epoch = max(self.max_epoch, m.memory.max_epoch) + 1
+        lease_epoch = self.record.epoch if self.record is not None and self.damaged is None else 0
+        lease_epoch = 0 if self.claims else lease_epoch
+        epoch = max(self.max_epoch, m.memory.max_epoch, lease_epoch) + 1
+        if self.start_over and epoch > m.memory.max_epoch + 1:  # `Elector._fresher`: a lease never seen
+            m.memory = replace(m.memory, max_epoch=epoch - 1, seen_at=m.local(self.now), seen_ttl=TIMING.ttl)
+            if m.memory.leader_epoch is not None:
+                m.memory = replace(m.memory, leader_epoch=None, renewed_at=None)
+            return
         self.max_epoch = epoch
+        self.claims.append(m.node)
+        took = self.share_rng.uniform(*self.faults.claim)
+        self.at(self.now + took, m.node, "claimed", (m.node, epoch, cause, m.local(self.now)))
+
+    def _claimed(self, data: object) -> None:
+        node, epoch, cause, now = data  # type: ignore[misc]
+        m = self.members[node]
+        self.claims.remove(node)
+        self.damaged = None
         rec = LeaseRecord(kmsn=KMSN, station=m.node, ip="10.0.0.1", port=9530, pid=1, epoch=epoch,
                           lease_until="20990101000000", node=m.node, renew_seq=0,
                           ttl_s=TIMING.ttl)  # fmt: skip
@@ -310,13 +387,18 @@ class Pool:
         mem = m.memory
         now = m.local(self.now)
         assert mem.leader_epoch is not None and mem.renewed_at is not None
-        if read.revision != str(self.revision) or now - mem.renewed_at > TIMING.deadline:
-            return  # changed since the read, or the fence: never write after the deadline
-        rec = self.record
-        assert rec is not None and rec.node == m.node and rec.epoch == mem.leader_epoch
-        seq = mem.renew_seq + 1
-        self.record, self.revision = replace(rec, renew_seq=seq), self.revision + 1
-        m.memory = replace(mem, renewed_at=now, renew_seq=seq, seen_key=(m.node, rec.epoch, seq), seen_at=now)
+        if self.claims or read.revision != self.lease_revision() \
+                or now - mem.renewed_at > TIMING.deadline:  # fmt: skip
+            return  # the lock held, changed since the read, or the fence: never write after the deadline
+        rec = self.record if self.record is not None and self.damaged is None else None
+        assert rec is None or rec.epoch <= (mem.leader_epoch or 0), (rec, m.node, mem)
+        seq = mem.renew_seq + 1  # a damaged, deleted or stale lease: the leader rewrites its own record
+        epoch = mem.leader_epoch
+        self.record = LeaseRecord(kmsn=KMSN, station=m.node, ip="10.0.0.1", port=9530, pid=1, epoch=epoch,
+                                  lease_until="20990101000000", node=m.node, renew_seq=seq,
+                                  ttl_s=TIMING.ttl)  # fmt: skip
+        self.revision, self.damaged = self.revision + 1, None
+        m.memory = replace(mem, renewed_at=now, renew_seq=seq, seen_key=(m.node, epoch, seq), seen_at=now)
 
     # -- the relay ---------------------------------------------------------------------------------
     def gate_until(self, m: Member) -> float | None:
@@ -352,7 +434,7 @@ class Pool:
             if n == m.node:
                 pieces = [p for lo, hi in pieces for p in ((lo, min(hi, a)), (max(lo, b), hi)) if p[1] > p[0]]
         for lo, hi in pieces:
-            if hi > lo:
+            if hi > lo + EMPTY:  # a gate shut as it was published (`until` = now) serves nothing
                 self.intervals.append((m.node, epoch, lo, hi + GATE_LAG))
 
     # -- answers ---------------------------------------------------------------------------------------
@@ -394,4 +476,14 @@ def scenario(seed: int, n: int | None = None, until: float = 60.0) -> tuple[int,
         f.partitions.append((side, a, a + rng.uniform(0.5, 10)))
     if rng.random() < 0.3:
         f.power.append((rng.choice(nodes), rng.uniform(5, until - 5)))
+    # A writer of the share without the key: junk over the lease, or the lease deleted, now and then —
+    # not where a member is blind (frozen, cut) for longer than TTL - RENEW_DEADLINE: a follower whose
+    # TTL ran out unseen and whose first look finds no evidence takes a live leader's lease on the TTL
+    # path (DESIGN.md §5.1 keeps timing from the last valid read), a limit of the lease, not of the
+    # serving right (README, "The serving right": what the model leaves out).
+    damage = sorted(rng.uniform(5, until - 5) for _ in range(rng.choice((0, 0, 1, 3, 10))))
+    deletes = sorted(rng.uniform(5, until - 5) for _ in range(rng.choice((0, 0, 1, 3))))
+    blind = max((b - a for _, a, b in f.freezes + f.cuts), default=0.0)
+    if blind < TIMING.ttl - TIMING.deadline:
+        f.damage, f.deletes = damage, deletes
     return n, f

@@ -5,6 +5,7 @@ not one byte that its clients sent meanwhile; short freezes change nothing."""
 
 import asyncio
 import json
+import os
 import signal
 import socket
 import time
@@ -20,6 +21,7 @@ from relay.wire.framing import FrameDecoder, encode_frame
 
 pytestmark = pytest.mark.agents
 REPLACED_WITHIN = 6.0  # seconds: the bound asserted under load (the bench measures ~2-3 s)
+TTL, RENEW = float(DEFAULT["LEASE_TTL"]), float(DEFAULT["LEASE_RENEW"])
 
 
 def serving(agent) -> dict:
@@ -172,3 +174,46 @@ def test_a_pool_of_two_keeps_the_ttl_path_and_its_panel_says_fast_takeover_needs
     reasons = [r for k, e, r in winner.history() if (k, e) == ("elected", new.epoch)]
     assert "expired" in reasons[0], reasons
     leader.signal_group(signal.SIGCONT)
+
+
+@pytest.mark.long
+def test_a_frozen_leader_behind_a_damaged_lease_is_taken_over_by_the_ttl_not_early(site_factory):
+    """Issue 22: an early takeover needs a valid read of the silent leader's lease. The leader
+    freezes and the lease file is cut short (a writer of the share without the key): the
+    followers' majority is silent about it, but every read is no evidence — each defers the
+    takeover (counted in pool.json) — and the TTL of the last valid lease decides, as before."""
+    site = site_factory(3, timing=DEFAULT)
+    site.start()
+    first = site.wait_settled(timeout=60)
+    old = site.by_name(first.node)
+    wait_until(
+        lambda: (serving(old).get("right") or {}).get("mode") == "ack", 20, "the leader to serve by acks"
+    )
+    others = [a for a in site.agents if a is not old]
+    wait_until(lambda: all((serving(a).get("adheres") or {}).get("mode") == "ack" for a in others), 20,
+               "the followers to hear that the leader serves by acks")  # fmt: skip
+    lease_file = site.lease_dir / "relay_leader.json"
+    old.signal_group(signal.SIGSTOP)
+    stopped = time.monotonic()
+    try:
+        good = lease_file.read_bytes()
+        junk = site.lease_dir / ".junk.tmp"
+        junk.write_bytes(good[: len(good) // 2])
+        os.replace(junk, lease_file)
+
+        def deferred():  # type: ignore[no-untyped-def]
+            return [(serving(a).get("deferred") or {}).get("corrupt", 0) for a in others]
+
+        wait_until(lambda: all(deferred()), 8, "both followers to defer the takeover on the damaged lease")
+        assert time.monotonic() - stopped < TTL - RENEW, "deferred only once the TTL was near"
+        assert lease_file.read_bytes() == good[: len(good) // 2], "someone took the lease early"
+        new = site.wait_leader(timeout=TTL + 10, other_than=first.node, min_epoch=first.epoch + 1)
+        took = time.monotonic() - stopped
+        assert took >= TTL - RENEW - 1.0, f"taken over {took:.2f} s after SIGSTOP: early"
+        winner = site.by_name(new.node)
+        wait_until(lambda: ("elected", new.epoch) in [(k, e) for k, e, _ in winner.history()], 10, "the row")
+        reasons = [r for k, e, r in winner.history() if (k, e) == ("elected", new.epoch)]
+        assert "expired" in reasons[0] and "silent for" not in reasons[0], reasons
+    finally:
+        old.signal_group(signal.SIGCONT)
+    print(f"taken over by the TTL {took:.2f} s after SIGSTOP behind a damaged lease; deferred {deferred()}")

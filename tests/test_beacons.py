@@ -10,7 +10,19 @@ import pytest
 
 from elections.core.beacon_board import PER_SOURCE, BeaconBoard, Standing
 from elections.core.beacons import MAX_BYTES, Beacon, parse_beacon
-from elections.core.decide import GONE, Memory, Observation, Timing, Verdict, decide, evidence_subject, track
+from elections.core.decide import (
+    DEFER_LOOK,
+    EXPIRED,
+    GONE,
+    SILENT,
+    Memory,
+    Observation,
+    Timing,
+    Verdict,
+    decide,
+    evidence_subject,
+    track,
+)
 from elections.core.lease import LeaseRead, LeaseRecord, sign
 from elections.core.liveness import CONNECTED, ENDED, FRESH, REFUSED, UNREACHABLE, Liveness
 from elections.core.untrusted import Untrusted
@@ -259,24 +271,46 @@ def test_decide_follows_a_live_lease_without_matching_evidence(what, obs):
     assert decide(mem, obs, 101.0, T).verdict is Verdict.FOLLOW
 
 
-@pytest.mark.parametrize(
-    "what, read",
-    [
-        ("an older signed copy of the same lease (a replay)", lease(seq=2)),
-        ("a damaged lease file", LeaseRead("corrupt", detail="lease file is empty", revision="x")),
-        ("a forged lease file", LeaseRead("forged", detail="bad signature", revision="y")),
-        ("no lease file", LeaseRead("missing", detail="no lease file")),
-    ],
-)
-def test_evidence_decides_as_if_a_replayed_or_damaged_lease_were_absent(what, read):
+def test_evidence_decides_on_an_older_signed_copy_of_the_very_lease_it_is_about():
     """Issue 28: two old signed copies swapped in after kill -9 made the pool wait
     out the TTL. A record older than the newest seen for its (node, epoch) is no
-    evidence of life: the evidence is about the holder last seen, and decides."""
+    evidence of life, but it is the lease in place naming the holder judged: the
+    evidence is about that holder, and decides."""
     mem = track(Memory(node="S002"), lease(seq=4), 100.0, T.ttl)
+    read = lease(seq=2)
     mem = track(mem, read, 100.5, T.ttl)
     assert evidence_subject(mem, read) == ("S001", 7)
     d = decide(mem, Observation(read, priority=50, gone=("S001", 7, "S001's agent is gone")), 101.0, T)
-    assert (d.verdict, d.cause) == (Verdict.CONTEND, GONE), what
+    assert (d.verdict, d.cause) == (Verdict.CONTEND, GONE)
+
+
+@pytest.mark.parametrize(
+    "what, read, deferred",
+    [
+        ("a damaged lease file", LeaseRead("corrupt", detail="lease file is empty", revision="x"), "corrupt"),
+        ("a forged lease file", LeaseRead("forged", detail="bad signature", revision="y"), "forged"),
+        ("no lease file (another's claim has it moved aside)", LeaseRead("missing", detail="no lease file"),
+         "missing"),
+        ("a signed lease of an epoch below what is known", lease(epoch=6, seq=9), "stale"),
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("cause", [GONE, SILENT])
+def test_an_early_takeover_waits_for_a_valid_read_of_the_holder_it_was_judged_on(what, read, deferred, cause):
+    """Issue 22: a member read the lease while another member's claim had it moved aside, and
+    the evidence about the last holder seen made it contend beside that claim. An early
+    takeover needs this cycle's read to name the holder and epoch judged; anything else
+    defers it to a later look (soon), and the TTL of the last valid lease runs on."""
+    mem = track(track(Memory(node="S002"), lease(seq=4), 100.0, T.ttl), read, 100.5, T.ttl)
+    field = "gone" if cause == GONE else "silent"
+    evidence = {field: ("S001", 7, "S001 silent for 1.90 s")}
+    d = decide(mem, Observation(read, priority=50, **evidence), 101.0, T)
+    assert (d.verdict, d.deferred) == (Verdict.WAIT, deferred), (what, d)
+    assert "early takeover of S001 epoch 7 deferred, no evidence" in d.reason and d.wake_in == DEFER_LOOK
+    d = decide(mem, Observation(read, priority=50, **evidence), 100.0 + T.ttl, T)
+    assert (d.verdict, d.cause) == (Verdict.CONTEND, EXPIRED), what  # the TTL path is intact
+    valid = lease(seq=4)
+    d = decide(track(mem, valid, 101.2, T.ttl), Observation(valid, priority=50, **evidence), 101.2, T)
+    assert (d.verdict, d.cause, d.deferred) == (Verdict.CONTEND, cause, None), what
 
 
 def test_evidence_about_the_holder_a_fresh_record_no_longer_names_or_that_released_is_none():

@@ -134,3 +134,21 @@ def test_the_serving_rights_window_is_kept_on_the_gate_clock_a_suspend_shuts_it(
     clock.suspend(5.0)  # longer than W (1.5 s)
     assert clock.monotonic() == mono
     assert (service.serving_bound(7) or 0.0) <= clock.boottime()  # shut
+
+
+def test_a_leader_that_stepped_down_acks_no_one_while_its_own_gate_may_be_open():
+    """Issue 22 (found by the model once claims took time): the old leader read the new epoch,
+    stepped down and acked the new leader at once — with one more member that was the new
+    leader's majority, while the old relay still served by the window its own majority gave it."""
+    book = ServingBook("S001", BOOT, T, ttl=10)
+    book.taken(7, acked=False, now=100.0)
+    assert book.outgoing(7, 1, 3, 100.0) == {"serve": LEASE}
+    ack = Beacon(KMSN, "S002", "10.0.0.2", 9530, "follower", 7, 0, OTHER, 9, ack_node="S001", ack_epoch=7,
+                 ack_boot=BOOT, ack_seq=1)  # fmt: skip
+    assert book.heard(ack, 7, 7, 100.1) and book.bound(7, 3, 100.1) == pytest.approx(101.5)  # ACKED
+    new = Beacon(KMSN, "S003", "10.0.0.3", 9530, "leader", 8, 0, "c" * 16, 3, serve=ACKED)
+    book.heard(new, None, 8, 100.2)  # stepped down: adheres to S003 at once (nothing else to adhere to)
+    assert book.adherence is not None and (book.adherence.node, book.adherence.epoch) == ("S003", 8)
+    assert book.outgoing(None, 2, 3, 100.2) == {}  # but acks it only once its own window is over
+    assert book.outgoing(None, 3, 3, 101.5 + 0.04) == {}
+    assert book.outgoing(None, 4, 3, 101.5 + 0.06)["ack_node"] == "S003"

@@ -364,3 +364,29 @@ def test_the_files_on_the_share_are_byte_for_byte_the_contract(tmp_path, clock):
     ).encode() + b"\n"
     names = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
     assert names == ["members", "members/S001.json", "relay_leader.json"]
+
+
+def test_a_lock_seen_once_long_ago_does_not_make_a_live_claimers_fresh_lock_stale(tmp_path, clock):
+    """Issue 22: a follower that lost one race at the pool's start kept "some lock at every look
+    since" from then, so at its next look — 30 s later, at a failover — it broke the claimer's
+    fresh lock at once, while the claimer had the lease moved aside; its own claim, on a read of
+    that gap ("no lease file"), then found no lease and took a second epoch 0.1 s after the first."""
+    a, b = FileLeaseStore(tmp_path, TOKEN, "S001", clock), FileLeaseStore(tmp_path, TOKEN, "S002", clock)
+    lock = tmp_path / "relay_leader.lock"
+    lock.write_text(signed_lock("S009", 1, "start", TOKEN))  # a race at the start: S002 loses it
+    assert b.write(rec("S002"), expect=b.read().revision) is WriteOutcome.BUSY
+    lock.unlink()
+    assert a.write(rec(), expect=a.read().revision) is WriteOutcome.WRITTEN
+    clock.advance(30.0)
+    seen = []
+
+    def make(epoch: int) -> LeaseRecord:  # runs under S001's lock, the lease moved aside
+        read = b.read()
+        seen.append(read.status)
+        seen.append(b.acquire(lambda e: rec("S002", e), read.revision, 1, {"node": "S002"})[0])
+        return rec("S001", epoch)
+
+    outcome, record = a.acquire(make, a.read().revision, 1, {"node": "S001"})
+    assert seen == ["missing", WriteOutcome.BUSY], seen
+    assert outcome is WriteOutcome.WRITTEN and record is not None and record.epoch == 2
+    assert a.read().record == record and not lock.exists()

@@ -31,6 +31,7 @@ from elections.core.lease import LeaseRead
 MAX_TTL_S = 300.0
 PRIORITY_SPREAD = 0.5  # seconds between priority 100 (no wait) and priority 0 before contending
 PROMOTE_DEFERENCE = 1.0  # others wait this much longer when a promote names someone else
+DEFER_LOOK = 0.25  # seconds: an early takeover deferred for want of a valid read looks again this soon
 
 # Why a follower contends (`Decision.cause`, recorded on its `elected` event).
 FIRST, EXPIRED, RELEASED, HANDOFF, HANDOFF_LAPSED, GONE, SILENT, REQUALIFY = (
@@ -44,6 +45,7 @@ FIRST, EXPIRED, RELEASED, HANDOFF, HANDOFF_LAPSED, GONE, SILENT, REQUALIFY = (
     "requalify",  # a leader whose acks lapsed takes a new epoch, serving by the lease (core.serving)
 )
 CAUSES = (FIRST, EXPIRED, RELEASED, HANDOFF, HANDOFF_LAPSED, GONE, SILENT, REQUALIFY)
+EARLY = (GONE, SILENT)  # takeovers before the TTL of the last valid lease seen (`early_refusal`)
 # Why a leader hands off (`Decision.cause` of HAND_OFF).
 PLANNED, INELIGIBLE = "planned", "ineligible"
 
@@ -120,6 +122,9 @@ class Decision:
     delay: float = 0.0  # CONTEND: wait this long first
     cause: str | None = None  # CONTEND: one of CAUSES; HAND_OFF: PLANNED or INELIGIBLE
     gap: float | None = None  # CONTEND: seconds since this node last saw the lease alive
+    # WAIT: an early takeover (GONE, SILENT) this cycle's read gave no evidence for, and what that read
+    # was ("missing", "corrupt", "forged", "stale", "unreachable"): counted, shown, looked at again soon.
+    deferred: str | None = None
 
     def __str__(self) -> str:
         return f"{self.verdict.value}: {self.reason}"
@@ -226,18 +231,51 @@ def evidence_subject(memory: Memory, read: LeaseRead | None) -> tuple[str, int] 
     return memory.seen_key[0], memory.seen_key[1]
 
 
+def early_refusal(memory: Memory, read: LeaseRead | None, node: str, epoch: int) -> tuple[str, str] | None:
+    """Why this cycle's read is no evidence for taking `node`'s `epoch` over before its TTL, as
+    (what the read was, why), or None when it is evidence: a validly signed record of that very
+    holder and epoch — the one the silence or the death was judged on — not released, of no epoch
+    below what this node knows. An older copy of it (a lower `renew_seq`: issue 28, two old signed
+    copies swapped in) is evidence too: it shows the lease in place, naming whom we judged, and
+    the claim compares on those very bytes. A missing file (perhaps moved aside by another
+    member's claim in progress: DESIGN.md §5.1), a damaged, forged or refused one, a record of an
+    epoch below what we know, or no read at all say nothing of who holds the lease now: the
+    takeover waits for a later look, and the TTL of the last valid lease runs on meanwhile."""
+    if read is None:
+        return "unreachable", "lease store unreachable"
+    rec = read.record
+    if read.status != "valid" or rec is None:
+        return read.status, read.detail or read.status
+    if rec.epoch < memory.max_epoch:
+        return "stale", f"stale lease ({rec.describe()} < known epoch {memory.max_epoch})"
+    if rec.released or (rec.node, rec.epoch) != (node, epoch):
+        return "other", f"the lease names {rec.describe()}"
+    return None
+
+
 def _holder_gone(
     memory: Memory, gone: tuple[str, int, str] | None, read: LeaseRead | None, now: float, cause: str
 ) -> Decision | None:
     """A live-looking lease whose holder is positively gone, or silent to a
     majority while serving by acks: contend now. Only for the holder
     `evidence_subject` names this cycle (evidence about an older holder, or
-    about one a fresh record no longer names, is no evidence)."""
+    about one a fresh record no longer names, is no evidence), and only on a
+    read that is evidence (`early_refusal`); on any other the takeover is
+    deferred to a look `DEFER_LOOK` later (a WAIT that says so)."""
     if gone is None or memory.seen_at is None:
         return None
     node, epoch, why = gone
     if evidence_subject(memory, read) != (node, epoch):
         return None
+    refused = early_refusal(memory, read, node, epoch)
+    if refused is not None:
+        what, why_not = refused
+        left = memory.seen_ttl - (now - memory.seen_at)
+        return Decision(
+            Verdict.WAIT, f"early takeover of {node} epoch {epoch} deferred, no evidence: {why_not} "
+            f"({why}); lease of {node} epoch {epoch} times out in {left:.1f} s",
+            wake_in=max(0.0, min(DEFER_LOOK, left)), deferred=what,
+        )  # fmt: skip
     return Decision(Verdict.CONTEND, why, cause=cause, gap=now - memory.seen_at)
 
 

@@ -266,10 +266,23 @@ class ServingBook:
             right.settle(members, now)
             return {"serve": ACKED if right.mode == ACKED and right.told else LEASE}
         adh = self.adherence
-        if adh is None:
+        if adh is None or self.gate_open(members, now):
             return {}
         return {"ack_node": adh.node, "ack_epoch": adh.epoch, "ack_boot": adh.boot, "ack_seq": adh.seq,
                 "quiet_ms": int(adh.quiet(now) * 1000)}  # fmt: skip
+
+    def gate_open(self, members: int, now: float) -> bool:
+        """A member that led by acks and stepped down may still have its relay serving until the
+        end of the window its last majority gave it (the relay learns of a step-down only from
+        its gate's deadline, plus its last byte's lag). Until then it acks no leader — its ack
+        would help open another gate while its own may be open (issue 22: an old leader that
+        read the new epoch acked it at once, and the new leader's majority was the old one
+        itself and one more). On this member's own clock, as its gate's deadline."""
+        right = self.right
+        if right is None or right.mode != ACKED:
+            return False
+        until = right.ack_until(members)
+        return until is not None and now < until + GATE_LAG
 
     def heard(self, beacon: Beacon, leader_epoch: int | None, floor: int, now: float) -> bool:
         """Fold one verified beacon of another member. True if it acknowledged one of

@@ -20,7 +20,12 @@ Breakers serialize on a marker file named after the lock's content, so two
 breakers of one stale lock cannot remove a fresh lock taken in between; a
 marker left by a breaker that died ages out the same way; a lock found present
 at every look for 5 x `stale_s`, whatever its content, is stale too (more old
-locks rotated in than this process remembers). Whatever sits in the lock's
+locks rotated in than this process remembers) — looks at most `LOOK_GAP` x
+`stale_s` apart: a gap restarts the count, for a lock seen once, long ago (a
+race lost at the pool's start), says nothing about the one seen now (issue 22:
+a follower broke a live claimer's fresh lock at its first look, while the
+claimer had the lease moved aside, and two epochs were taken 0.1 s apart).
+Whatever sits in the lock's
 place and is not a file (a directory) is moved aside. No wall clocks of two
 machines are ever compared.
 """
@@ -46,6 +51,7 @@ log = logging.getLogger("stkrelay.store")
 
 FIRST_SEEN_KEPT = 256  # lock contents remembered with the time first seen
 PRESENCE_FACTOR = 5  # a lock seen at every look for 5 x stale_s is stale, whatever its content
+LOOK_GAP = 2  # ... if those looks came at most 2 x stale_s apart (a contender looks every poll)
 
 
 class ShareLock:
@@ -65,6 +71,7 @@ class ShareLock:
         self._first_seen: OrderedDict[str, float] = OrderedDict()  # content digest -> first seen
         self._my_lock: bytes | None = None
         self._present_since: float | None = None  # a lock of any content seen at every look since
+        self._looked_at: float | None = None  # the last look that found a lock
 
     def acquire(self, retry: bool = True) -> bool:
         doc = {"node": self.node, "pid": os.getpid(), "nonce": secrets.token_hex(8)}
@@ -140,8 +147,10 @@ class ShareLock:
         if content is None:
             self._present_since = None
             return True  # gone already: worth one more try
-        if self._present_since is None:
-            self._present_since = now
+        gap = None if self._looked_at is None else now - self._looked_at
+        if self._present_since is None or gap is None or gap > LOOK_GAP * self.stale_s:
+            self._present_since = now  # a first look, or one after a gap: presence counts from here
+        self._looked_at = now
         dead_here = owner is not None and owner[0] == self.node and not pid_alive(owner[1])
         # A content's own age, or — against old locks swapped in turn, more than
         # this process can remember — how long some lock has been there at every look.

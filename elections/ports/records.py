@@ -150,7 +150,7 @@ class PoolStore:
 
     def acquire(
         self,
-        make: Callable[[int], LeaseRecord],
+        make: Callable[[int], LeaseRecord | None],
         expect: str,
         known_epoch: int,
         member: dict[str, Any],
@@ -158,7 +158,7 @@ class PoolStore:
         return self.backend.run(lambda: self._acquire(make, expect, known_epoch, member))
 
     def _acquire(
-        self, make: Callable[[int], LeaseRecord], expect: str, known_epoch: int, member: dict[str, Any]
+        self, make: Callable[[int], LeaseRecord | None], expect: str, known_epoch: int, member: dict[str, Any]
     ) -> tuple[WriteOutcome, LeaseRecord | None]:
         made: list[tuple[LeaseRecord, dict[str, Any]]] = []
         counter = self.backend.counter_key
@@ -171,6 +171,8 @@ class PoolStore:
             highest = max(known_epoch, self._lease_epoch(lease), self._counter_epoch(counter_got),
                           self._members_epoch())  # fmt: skip
             record = make(highest + 1)
+            if record is None:
+                return []  # the caller starts over (an early takeover seeing a fresher epoch): CHANGED
             claim = _next_member(dict(member, epoch=record.epoch), own)
             made.append((record, claim))
             writes = []

@@ -53,11 +53,14 @@ class LeaseStore(Protocol):
 
     def acquire(
         self,
-        make: Callable[[int], LeaseRecord],
+        make: Callable[[int], LeaseRecord | None],
         expect: str,
         known_epoch: int,
         member: dict[str, Any],
-    ) -> tuple[WriteOutcome, LeaseRecord | None]: ...
+    ) -> tuple[WriteOutcome, LeaseRecord | None]:
+        """Take the next epoch if the lease is still `expect`: `make(epoch)` builds the record (under
+        the claim's lock); None from it writes nothing (`CHANGED`: the caller starts over)."""
+        ...
 
     def highest_epoch(self) -> int: ...
 

@@ -80,6 +80,8 @@ class Publishing:
         refusals = self.refusals.to_doc(now)
         if beacons:  # refused datagrams show beside refused share records
             refusals = merged(refusals, beacons.pop("refusals"))
+            if isinstance(beacons.get("serving"), dict):  # early takeovers deferred for want of evidence
+                beacons["serving"]["deferred"] = dict(self.elector.deferred)
         members = {}
         for node, doc in docs.items():
             seq = doc.get("seq")

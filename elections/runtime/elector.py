@@ -101,6 +101,9 @@ class Elector(ElectorActs):
         # Called with the epoch before a handoff is written: stop serving it now (the agent's gate).
         self.on_fence: Hook | None = None
         self._beat = int(clock.monotonic() * 1000)  # member seq: grows across restarts
+        # Early takeovers deferred for want of a valid read (`Decision.deferred`), by what was read,
+        # and claims started over for an epoch fresher than the one judged on ("fresher"): pool.json.
+        self.deferred: dict[str, int] = {}
 
     # -- public ----------------------------------------------------------------
     def know(self, epoch: int, seen_key: tuple[str, int, int] | None = None) -> None:
@@ -258,6 +261,10 @@ class Elector(ElectorActs):
 
     # -- logging -----------------------------------------------------------------
     def _note(self, decision: Decision) -> None:
+        if decision.deferred is not None:  # counted at every look, logged once per kind of read
+            self.deferred[decision.deferred] = self.deferred.get(decision.deferred, 0) + 1
+            self._report(f"early takeover deferred: the lease read was {decision.deferred}, no evidence "
+                         f"of who holds it now; looking again", logging.WARNING)  # fmt: skip
         last, self.last = self.last, decision
         if last is None or last.verdict is not decision.verdict:
             log.info("%s", decision)

@@ -130,15 +130,27 @@ class ElectorActs:
         if read is None:
             return Attempt(decision)
         start = self.clock.monotonic()
+        # Every contention is judged on the newest epoch this node knows (an early takeover's on the
+        # holder's epoch in this read, a TTL's on the lease it timed out). A store that knows a fresher
+        # one (a claim's member record, the counter) holds a lease this node never saw, and perhaps a
+        # holder that serves: write nothing, start over (the claim's compare-and-set cannot tell: a
+        # missing file's revision is "" whoever's lease was deleted or moved aside since).
+        judged = self.memory.max_epoch
+        fresher: list[int] = []
+
+        def make(epoch: int) -> LeaseRecord | None:
+            if epoch > judged + 1:
+                fresher.append(epoch - 1)
+                return None
+            return self._record(epoch, 0, self.timing.ttl)
+
         try:
-            outcome, record = self.store.acquire(
-                lambda epoch: self._record(epoch, 0, self.timing.ttl),
-                read.revision,
-                self.memory.max_epoch,
-                self._member_doc(),
-            )
+            outcome, record = self.store.acquire(make, read.revision, self.memory.max_epoch,
+                                                 self._member_doc())  # fmt: skip
         except StoreUnavailable as exc:
             return Attempt(Decision(Verdict.WAIT, f"cannot contend: {exc}"))
+        if fresher:
+            self._fresher(fresher[-1], judged)
         if outcome is not WriteOutcome.WRITTEN or record is None:
             return Attempt(decision, lost=Verdict.CONTEND)
         epoch = record.epoch
@@ -167,6 +179,18 @@ class ElectorActs:
         self._duty(self.on_elected, epoch)
         self.events.record("elected", epoch, decision.reason, cause=decision.cause, gap_s=gap)
         return Attempt(Decision(Verdict.HOLD, why))
+
+    def _fresher(self, epoch: int, judged: int) -> None:
+        """A claim found `epoch`, fresher than any this node knew: a lease it never saw. It knows
+        that epoch from now on, times it as a lease seen now (its TTL starts: no takeover of a
+        holder it never timed), and a leader of an older epoch steps down."""
+        self.deferred["fresher"] = self.deferred.get("fresher", 0) + 1
+        self._report(f"claim started over: the store knows epoch {epoch}, fresher than the epoch {judged} "
+                     f"it was judged on", logging.WARNING)  # fmt: skip
+        self.know(epoch)
+        self.memory = replace(self.memory, seen_at=self.clock.monotonic(), seen_ttl=self.timing.ttl)
+        if self.is_leader:
+            self._step_down(f"lost: the store knows epoch {epoch}")
 
     def _renew(self, read: LeaseRead, start: float) -> Attempt:
         """One write of the renewal, fenced by the renew deadline."""
