@@ -27,10 +27,10 @@ from typing import Any
 from elections.core.evidence import Refusals
 from elections.core.lease import sign, signature_ok
 from elections.core.untrusted import (
-    BAD_FIELD,
     EVENT_LINE,
     FORGED,
     REPLAYED,
+    SECURITY_CAUSES,
     UNSIGNED,
     WRONG_NODE,
     Untrusted,
@@ -42,8 +42,6 @@ from elections.ports.event_streams import EventStreams
 from elections.ports.host.files import write_atomic
 
 log = logging.getLogger("stkrelay.eventlog")
-
-SECURITY = frozenset({UNSIGNED, FORGED, REPLAYED, WRONG_NODE, BAD_FIELD})
 
 
 def integer_seq(doc: dict[str, Any]) -> int | None:
@@ -163,8 +161,8 @@ class PoolEventTail:
             else ("", None)
         )
         if self.refusals.note(source, exc.cause, exc.detail, at, now):
-            level = logging.ERROR if exc.cause in SECURITY else logging.WARNING
-            prefix = "SECURITY: " if exc.cause in SECURITY else ""
+            level = logging.ERROR if exc.cause in SECURITY_CAUSES else logging.WARNING
+            prefix = "SECURITY: " if exc.cause in SECURITY_CAUSES else ""
             log.log(level, "%signoring an event line of %s: %s (%s)", prefix, source, exc.detail, exc.cause)
 
     def last(self, node: str) -> int:
