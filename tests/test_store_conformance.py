@@ -46,6 +46,7 @@ class Pool:
 
     event_docs: Callable[[str], list[dict]]  # event_docs(node): the lines the node wrote, as stored
     plant_events: Callable[[str, list[dict]], None]  # plant_events(node, docs): lines put after its own
+    event_bytes: Callable[[str], list[tuple[str, bytes]]]  # event_bytes(node): (where, bytes) as kept
 
 
 RECORD_FILES = {"lease": "relay_leader.json", "lock": "relay_leader.lock"}
@@ -84,7 +85,10 @@ def _folder_pool(name: str, folder: Path, where: Callable[[float], object]) -> P
         lines = [*event_docs(node), *docs]
         put(f"events/{node}.jsonl", "".join(json.dumps(d) + "\n" for d in lines).encode())
 
-    return Pool(name, store, put, remove, streams, event_docs, plant_events)
+    def event_bytes(node: str) -> list[tuple[str, bytes]]:
+        return [(f"events/{node}.jsonl", path(f"events/{node}.jsonl").read_bytes())]
+
+    return Pool(name, store, put, remove, streams, event_docs, plant_events, event_bytes)
 
 
 @pytest.fixture
@@ -181,7 +185,11 @@ def etcd_pool(etcd_cluster):
             client.call("kv/put", {"key": k, "value": b64(json.dumps(doc))})
         changed()
 
-    return Pool("etcd", store, put, remove, streams, event_docs, plant_events)
+    def event_bytes(node: str) -> list[tuple[str, bytes]]:
+        kvs, _ = place().bounded_range(f"events/{node}/", 1000, 1 << 16, 1 << 24)
+        return [(kv.key, kv.value or b"") for kv in kvs]
+
+    return Pool("etcd", store, put, remove, streams, event_docs, plant_events, event_bytes)
 
 
 @pytest.fixture
@@ -220,7 +228,10 @@ def memory_pool():
     def plant_events(node: str, docs: list[dict]) -> None:
         records.event_lines.setdefault(node, []).extend(json.dumps(d).encode() for d in docs)
 
-    return Pool("memory", store, put, remove, streams, event_docs, plant_events)
+    def event_bytes(node: str) -> list[tuple[str, bytes]]:
+        return [(f"events/{node}", raw) for raw in records.event_lines.get(node, [])]
+
+    return Pool("memory", store, put, remove, streams, event_docs, plant_events, event_bytes)
 
 
 POOLS = {"local": "local_pool", "smb": "smb_pool", "etcd": "etcd_pool", "memory": "memory_pool"}  # -> fixture
@@ -580,6 +591,25 @@ def test_each_nodes_lines_are_read_once_in_order_and_an_append_never_overwrites_
     a.record("elected", 2, "next")
     assert [(e["seq"], e["reason"]) for e in tail.new_events()] == [(4, "next")]
     assert tail.refusals.counts.get("replayed", 0) == (0 if pool.name == "etcd" else 1)
+
+
+def test_an_event_is_kept_as_design_6_says_byte_for_byte(pool):
+    clock = FakeClock()
+    sink, tail = events(pool, "S001", clock)
+    sink.record("elected", 2, "Zürich → 台北", via="S002")
+    sink.record("renewed", 2, "")
+    docs = pool.event_docs("S001")
+    assert list(docs[0]) == ["node", "seq", "kind", "epoch", "at", "reason", "via", "sig"]
+    assert docs[0]["sig"] == sign({k: v for k, v in docs[0].items() if k != "sig"}, TOKEN)
+    lines = [json.dumps(doc, ensure_ascii=False).encode() for doc in docs]  # one line, UTF-8, as written
+    kept = pool.event_bytes("S001")
+    if pool.name in ("local", "smb"):  # events/<node>.jsonl, one line each
+        assert kept == [("events/S001.jsonl", b"".join(line + b"\n" for line in lines))]
+    elif pool.name == "etcd":  # events/<node>/<seq, twelve digits>, one line each
+        assert kept == [("events/S001/000000000001", lines[0]), ("events/S001/000000000002", lines[1])]
+    else:
+        assert [raw for _, raw in kept] == lines
+    assert [e["reason"] for e in tail.new_events()] == ["Zürich → 台北", ""]
 
 
 def test_a_read_is_bounded_and_what_is_left_is_read_on_in_order_over_later_calls(pool):
