@@ -64,6 +64,7 @@ class NullSink:
 
 class EventReader(Protocol):
     backlog: bool  # the last call stopped at a cap: call again soon
+    last_seq: dict[str, int]  # node -> the highest seq accepted from it
 
     def new_events(self) -> list[dict[str, Any]]: ...
 
