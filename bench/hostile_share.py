@@ -56,6 +56,9 @@ def big_file(path: Path, mib: int, signed: bool) -> int:
 def measure(site: Site, name: str, mib: int, signed: bool) -> None:
     lease = site.wait_leader(timeout=60)
     leader = site.by_name(lease.node)
+    # The lease is seen before the leader's first event makes events/ (never made here: a
+    # writer never creates the pool's folders for another).
+    wait_until(lambda: (site.lease_dir / "events").is_dir(), 30, "the pool's events/ folder")
     pid = worker_pid(leader)
     base = rss_kib(pid)
     peak, longest, stop = [base], [0.0], threading.Event()

@@ -149,7 +149,8 @@ def test_the_import_linter_contracts_hold():
 # too, but writes its own events file).
 STORE_OPENERS = {"elections.ports.stores", "elections.runtime.contend"}
 BACKEND_CLASSES = ("FileLeaseStore(", "JsonlEventSink(", "EventTail(", "EtcdLeaseStore(", "EtcdEventSink(",
-                   "EtcdEventTail(", "ShareBackend(", "EtcdBackend(", "PoolStore(")  # fmt: skip
+                   "EtcdEventTail(", "ShareBackend(", "EtcdBackend(", "PoolStore(", "PoolEventSink(",
+                   "PoolEventTail(")  # fmt: skip
 
 
 def test_only_the_store_factory_constructs_a_backend():

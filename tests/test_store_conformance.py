@@ -1,7 +1,9 @@
-"""One suite of the `LeaseStore` contract (elections/ports/store.py), run
-against every backend: a local directory, a real SMB share (Samba on
-loopback, spoken to with smbprotocol, no mount) and etcd (a real 3-member
-cluster on loopback, `LEASE_STORE = etcd`).
+"""One suite of the `LeaseStore` contract (elections/ports/store.py) and of the
+event log (elections/ports/event_streams.py, the record layer of
+elections/ports/event_records.py above it), run against every backend: a
+local directory, a real SMB share (Samba on loopback, spoken to with
+smbprotocol, no mount), etcd (a real 3-member cluster on loopback,
+`LEASE_STORE = etcd`) and the in-memory dict the in-process tests use.
 
 A backend is a fixture that yields a `Pool`: it makes stores on one pool
 (each as another machine would: its own connection), and it can put raw
@@ -19,14 +21,15 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 from harness import signed_lock
 
 from elections.core.lease import LeaseRecord, sign
 from elections.ports.clock import FakeClock
-from elections.ports.eventlog import EventTail, JsonlEventSink
+from elections.ports.event_records import PoolEventSink, PoolEventTail
+from elections.ports.event_streams import EventStreams
+from elections.ports.share_backend import ShareBackend
 from elections.ports.store import FileLeaseStore, LeaseStore, WriteOutcome
 
 TOKEN = "tok-0123456789-conformance"
@@ -39,9 +42,11 @@ class Pool:
     store: Callable[..., LeaseStore]  # store(node, clock, token=TOKEN, timeout=5.0): a new client
     put: Callable[[str, bytes], None]  # put(record, raw): "lease", "lock", "members/S001.json", ...
     remove: Callable[[str], None]  # remove(record), missing is fine
-    events: Callable[..., tuple[Any, Any]]  # events(node, clock): a sink and a tail
+    streams: Callable[..., EventStreams]  # streams(node, clock, timeout=5.0): the backend's event log
+
     event_docs: Callable[[str], list[dict]]  # event_docs(node): the lines the node wrote, as stored
     plant_events: Callable[[str, list[dict]], None]  # plant_events(node, docs): lines put after its own
+    event_bytes: Callable[[str], list[tuple[str, bytes]]]  # event_bytes(node): (where, bytes) as kept
 
 
 RECORD_FILES = {"lease": "relay_leader.json", "lock": "relay_leader.lock"}
@@ -69,13 +74,8 @@ def _folder_pool(name: str, folder: Path, where: Callable[[float], object]) -> P
     def store(node: str, clock, token: str = TOKEN, timeout: float = 5.0) -> LeaseStore:  # type: ignore[no-untyped-def]
         return FileLeaseStore(where(timeout), token, node, clock, lock_stale_s=STALE_S, timeout=timeout)
 
-    def events(node: str, clock, timeout: float = 5.0):  # type: ignore[no-untyped-def]
-        share = where(timeout)
-        if isinstance(share, Path):
-            sink = JsonlEventSink(share / "events" / f"{node}.jsonl", node, clock, TOKEN)
-            return sink, EventTail(share / "events", key=TOKEN, clock=clock)
-        sink = JsonlEventSink(f"events/{node}.jsonl", node, clock, TOKEN, share.deadline, share=share)
-        return sink, EventTail("events", key=TOKEN, clock=clock, deadline=share.deadline, share=share)
+    def streams(node: str, clock, timeout: float = 5.0) -> EventStreams:  # type: ignore[no-untyped-def]
+        return ShareBackend(where(timeout), TOKEN, node, clock, STALE_S, timeout).event_streams({})
 
     def event_docs(node: str) -> list[dict]:
         raw = path(f"events/{node}.jsonl").read_bytes()
@@ -85,7 +85,10 @@ def _folder_pool(name: str, folder: Path, where: Callable[[float], object]) -> P
         lines = [*event_docs(node), *docs]
         put(f"events/{node}.jsonl", "".join(json.dumps(d) + "\n" for d in lines).encode())
 
-    return Pool(name, store, put, remove, events, event_docs, plant_events)
+    def event_bytes(node: str) -> list[tuple[str, bytes]]:
+        return [(f"events/{node}.jsonl", path(f"events/{node}.jsonl").read_bytes())]
+
+    return Pool(name, store, put, remove, streams, event_docs, plant_events, event_bytes)
 
 
 @pytest.fixture
@@ -121,8 +124,9 @@ def smb_pool(samba_server, request):
 def etcd_pool(etcd_cluster):
     from etcd import unique_prefix
 
+    from elections.ports.etcd.backend import EtcdBackend
     from elections.ports.etcd.client import b64, prefix_end
-    from elections.ports.etcd.events import EtcdEventSink, EtcdEventTail, event_key
+    from elections.ports.etcd.events import event_key
     from elections.ports.etcd.pool import EtcdPool
     from elections.ports.etcd.store import EtcdLeaseStore
 
@@ -166,10 +170,8 @@ def etcd_pool(etcd_cluster):
     def store(node: str, clock, token: str = TOKEN, timeout: float = 5.0):  # type: ignore[no-untyped-def]
         return EtcdLeaseStore(place(timeout), token, node, clock)
 
-    def events(node: str, clock, timeout: float = 5.0):  # type: ignore[no-untyped-def]
-        return EtcdEventSink(place(timeout), node, clock, TOKEN), EtcdEventTail(
-            place(timeout), TOKEN, clock=clock
-        )
+    def streams(node: str, clock, timeout: float = 5.0) -> EventStreams:  # type: ignore[no-untyped-def]
+        return EtcdBackend(place(timeout), node).event_streams({})
 
     def event_docs(node: str) -> list[dict]:
         kvs, _ = place().bounded_range(f"events/{node}/", 1000, 1 << 16, 1 << 24)
@@ -183,14 +185,17 @@ def etcd_pool(etcd_cluster):
             client.call("kv/put", {"key": k, "value": b64(json.dumps(doc))})
         changed()
 
-    return Pool("etcd", store, put, remove, events, event_docs, plant_events)
+    def event_bytes(node: str) -> list[tuple[str, bytes]]:
+        kvs, _ = place().bounded_range(f"events/{node}/", 1000, 1 << 16, 1 << 24)
+        return [(kv.key, kv.value or b"") for kv in kvs]
+
+    return Pool("etcd", store, put, remove, streams, event_docs, plant_events, event_bytes)
 
 
 @pytest.fixture
 def memory_pool():
     """The dict backend the in-process tests use (`tests/memstore.py`): each store is
-    another client of one dict. It keeps no event log (the agents' tests over it
-    use no events): the event tests run on `event_pool`."""
+    another client of one dict, and so is each event log."""
     from elections.ports.backend import LEASE_KEY, MEMBERS
     from elections.ports.memory_backend import MemoryBackend
     from elections.ports.records import PoolStore
@@ -214,24 +219,27 @@ def memory_pool():
     def store(node: str, clock, token: str = TOKEN, timeout: float = 5.0):  # type: ignore[no-untyped-def]
         return PoolStore(records.client(), token, node, clock)
 
-    def no_events(*args: Any) -> Any:
-        raise AssertionError("the memory backend keeps no event log")
+    def streams(node: str, clock, timeout: float = 5.0) -> EventStreams:  # type: ignore[no-untyped-def]
+        return records.client().event_streams()
 
-    return Pool("memory", store, put, remove, no_events, no_events, no_events)
+    def event_docs(node: str) -> list[dict]:
+        return [json.loads(raw) for raw in records.event_lines.get(node, [])]
+
+    def plant_events(node: str, docs: list[dict]) -> None:
+        records.event_lines.setdefault(node, []).extend(json.dumps(d).encode() for d in docs)
+
+    def event_bytes(node: str) -> list[tuple[str, bytes]]:
+        return [(f"events/{node}", raw) for raw in records.event_lines.get(node, [])]
+
+    return Pool("memory", store, put, remove, streams, event_docs, plant_events, event_bytes)
 
 
 POOLS = {"local": "local_pool", "smb": "smb_pool", "etcd": "etcd_pool", "memory": "memory_pool"}  # -> fixture
 LOCKING = ("local", "smb")  # backends whose writers exclude each other with the share's lock file
-EVENT_LOGS = ("local", "smb", "etcd")  # backends that keep the pool's event log
 
 
 @pytest.fixture(params=sorted(POOLS))
 def pool(request) -> Pool:
-    return request.getfixturevalue(POOLS[request.param])
-
-
-@pytest.fixture(params=EVENT_LOGS)
-def event_pool(request) -> Pool:
     return request.getfixturevalue(POOLS[request.param])
 
 
@@ -247,6 +255,13 @@ def rec(node: str = "S001", epoch: int = 1, seq: int = 0) -> LeaseRecord:
 
 def member(node: str, seq: int = 1) -> dict:
     return {"node": node, "seq": seq, "ip": "127.0.0.1"}
+
+
+def events(pool: Pool, node: str, clock, timeout: float = 5.0) -> tuple[PoolEventSink, PoolEventTail]:  # type: ignore[no-untyped-def]
+    """A writer of `node`'s events and a reader of the pool's (each its own client), as
+    `stores.open_event_sink`/`open_event_tail` open them: the one record layer over the backend."""
+    sink = PoolEventSink(pool.streams(node, clock, timeout), node, clock, TOKEN)
+    return sink, PoolEventTail(pool.streams("", clock, timeout), TOKEN, clock=clock)
 
 
 # -- compare-and-set --------------------------------------------------------------------------
@@ -371,15 +386,15 @@ def test_a_replayed_heartbeat_is_refused_and_the_last_good_one_kept(pool):
     assert reader.refusals.counts["replayed"] == 1
 
 
-def test_replayed_and_forged_event_lines_are_refused(event_pool):
+def test_replayed_and_forged_event_lines_are_refused(pool):
     clock = FakeClock()
-    sink, tail = event_pool.events("S001", clock)
+    sink, tail = events(pool, "S001", clock)
     sink.record("elected", 1, "first")
     sink.record("renewed", 1, "second")
-    lines = event_pool.event_docs("S001")
+    lines = pool.event_docs("S001")
     assert [e["seq"] for e in tail.new_events()] == [1, 2]
     forged = {**lines[0], "seq": 7, "kind": "promote"}
-    event_pool.plant_events("S001", [lines[0], forged])  # an old line again, and one with its signature moved
+    pool.plant_events("S001", [lines[0], forged])  # an old line again, and one with its signature moved
     assert tail.new_events() == []
     assert tail.refusals.counts["replayed"] == 1 and tail.refusals.counts["forged"] == 1
 
@@ -388,14 +403,14 @@ def signed(doc: dict) -> dict:
     return {**doc, "sig": sign(doc, TOKEN)}
 
 
-def test_a_signed_event_with_a_field_of_the_wrong_type_or_out_of_range_is_refused_alone(event_pool):
+def test_a_signed_event_with_a_field_of_the_wrong_type_or_out_of_range_is_refused_alone(pool):
     clock = FakeClock()
-    sink, tail = event_pool.events("S001", clock)
+    sink, tail = events(pool, "S001", clock)
     sink.record("elected", 1, "first")
     sink.record("renewed", 1, "second")
     assert [e["seq"] for e in tail.new_events()] == [1, 2]
     line = {"node": "S001", "kind": "renewed", "at": "2026-06-15T20:30:15+00:00", "reason": ""}
-    event_pool.plant_events("S001", [
+    pool.plant_events("S001", [
         signed({**line, "seq": 3, "epoch": "x"}),
         signed({**line, "seq": 2**63, "epoch": 1}),  # one past what a database column holds
         signed({**line, "seq": 4, "epoch": 2**63, "kind": "elected"}),
@@ -543,15 +558,90 @@ def test_member_records_must_be_validly_signed_and_name_their_own_node(pool):
     assert store.highest_epoch() == 1  # no planted epoch counts
 
 
-def test_a_new_writer_of_a_node_knows_the_highest_seq_the_pool_holds_for_it(event_pool):
+def test_a_new_writer_of_a_node_knows_the_highest_seq_the_pool_holds_for_it(pool):
     # What an agent with a fresh database starts above (DbEventSink): never a seq taken before.
     clock = FakeClock()
-    sink, _ = event_pool.events("S001", clock)
+    sink, _ = events(pool, "S001", clock)
     for i in range(3):
         sink.record("renewed", 1, f"event {i}")
-    again, _ = event_pool.events("S001", clock)
-    fresh, _ = event_pool.events("S002", clock)
+    again, _ = events(pool, "S001", clock)
+    fresh, _ = events(pool, "S002", clock)
     assert (again.last_seq(), fresh.last_seq(), sink.last_seq()) == (3, 0, 3)
+
+
+# -- the event log: each backend's streams, the one record layer above them ---------------------
+def test_each_nodes_lines_are_read_once_in_order_and_an_append_never_overwrites_one(pool):
+    clock = FakeClock()
+    a, tail = events(pool, "S001", clock)
+    b, _ = events(pool, "S002", clock)
+    for i in range(3):
+        a.record("renewed", 1, f"a{i}")
+        b.record("renewed", 1, f"b{i}")
+    seen = tail.new_events()
+    assert [(e["seq"], e["reason"]) for e in seen if e["node"] == "S001"] == [(1, "a0"), (2, "a1"), (3, "a2")]
+    assert [(e["seq"], e["reason"]) for e in seen if e["node"] == "S002"] == [(1, "b0"), (2, "b1"), (3, "b2")]
+    assert tail.new_events() == []
+    before = pool.event_docs("S001")
+    line = signed({k: v for k, v in before[-1].items() if k != "sig"} | {"reason": "written again"})
+    try:  # seq 3 once more, at the port: after the lines there (a share), or refused (etcd's key)
+        a.streams.run(lambda: a.streams.append("S001", 3, json.dumps(line).encode()))
+    except OSError:
+        assert pool.name == "etcd", pool.name
+    assert pool.event_docs("S001")[:3] == before  # never over a line there
+    a.record("elected", 2, "next")
+    assert [(e["seq"], e["reason"]) for e in tail.new_events()] == [(4, "next")]
+    assert tail.refusals.counts.get("replayed", 0) == (0 if pool.name == "etcd" else 1)
+
+
+def test_an_event_is_kept_as_design_6_says_byte_for_byte(pool):
+    clock = FakeClock()
+    sink, tail = events(pool, "S001", clock)
+    sink.record("elected", 2, "Zürich → 台北", via="S002")
+    sink.record("renewed", 2, "")
+    docs = pool.event_docs("S001")
+    assert list(docs[0]) == ["node", "seq", "kind", "epoch", "at", "reason", "via", "sig"]
+    assert docs[0]["sig"] == sign({k: v for k, v in docs[0].items() if k != "sig"}, TOKEN)
+    lines = [json.dumps(doc, ensure_ascii=False).encode() for doc in docs]  # one line, UTF-8, as written
+    kept = pool.event_bytes("S001")
+    if pool.name in ("local", "smb"):  # events/<node>.jsonl, one line each
+        assert kept == [("events/S001.jsonl", b"".join(line + b"\n" for line in lines))]
+    elif pool.name == "etcd":  # events/<node>/<seq, twelve digits>, one line each
+        assert kept == [("events/S001/000000000001", lines[0]), ("events/S001/000000000002", lines[1])]
+    else:
+        assert [raw for _, raw in kept] == lines
+    assert [e["reason"] for e in tail.new_events()] == ["Zürich → 台北", ""]
+
+
+def test_a_read_is_bounded_and_what_is_left_is_read_on_in_order_over_later_calls(pool):
+    clock = FakeClock()
+    sink, tail = events(pool, "S001", clock)
+    written = 100
+    for _ in range(written):  # ~800 KiB: more than one call reads of a file, or of keys
+        sink.record("renewed", 1, "x" * 8000)
+    got = tail.new_events()
+    assert 0 < len(got) < written and tail.backlog
+    calls = 1
+    while tail.backlog and calls < 50:
+        got += tail.new_events()
+        calls += 1
+    assert [e["seq"] for e in got] == list(range(1, written + 1))
+    assert tail.new_events() == [] and not tail.backlog and tail.refusals.total() == 0
+
+
+def test_a_line_unsigned_or_of_another_node_is_refused_counted_once_and_moved_past(pool):
+    clock = FakeClock()
+    sink, tail = events(pool, "S001", clock)
+    sink.record("elected", 1, "first")
+    assert [e["seq"] for e in tail.new_events()] == [1]
+    line = {"node": "S001", "kind": "renewed", "epoch": 1, "at": "2026-06-15T20:30:15+00:00", "reason": ""}
+    pool.plant_events("S001", [
+        {**line, "seq": 2},  # no signature
+        signed({**line, "seq": 3, "node": "S002"}),  # another node's, in S001's stream
+        signed({**line, "seq": 4, "reason": "after them"}),
+    ])  # fmt: skip
+    assert [(e["seq"], e["reason"]) for e in tail.new_events()] == [(4, "after them")]
+    assert tail.refusals.counts == {"unsigned": 1, "wrong_node": 1}
+    assert tail.new_events() == [] and tail.refusals.counts == {"unsigned": 1, "wrong_node": 1}
 
 
 # -- a retired member (`relayctl forget`) ------------------------------------------------------------

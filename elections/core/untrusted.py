@@ -47,6 +47,9 @@ BAD_FIELD = "bad_field"  # a field of the wrong type or out of range (a seq of 2
 CAUSES = (TOO_LARGE, TOO_DEEP, NOT_UTF8, NOT_JSON, NOT_OBJECT, UNSIGNED, FORGED, REPLAYED, WRONG_NODE,
           NOT_A_FILE, UNREADABLE, TOO_MANY, WRONG_KMSN, SPLIT_BRAIN, BAD_FIELD,
           IMPERSONATION)  # fmt: skip
+# What a pool's record or event line is refused for that someone may have done on purpose:
+# logged as SECURITY, at ERROR (the rest are damage, at WARNING).
+SECURITY_CAUSES = frozenset({UNSIGNED, FORGED, REPLAYED, WRONG_NODE, BAD_FIELD})
 
 # The largest seq, epoch or clock taken as evidence: SQLite's INTEGER and PostgreSQL's bigint hold
 # 2**63 - 1, and the next epoch (or seq) is one more than the highest known, so it must fit too.

@@ -39,6 +39,9 @@ The contract of every backend:
   reads again. It never holds a lock a writer needs.
 - `run(fn)` runs one operation of the record layer under the backend's
   deadline and exclusion: a hung store raises `StoreUnavailable`.
+- `event_streams(options)` is the pool's event log as bytes, one stream of
+  lines per node (`event_streams.EventStreams`: append, last seq, read on from
+  a cursor); its rules are the event record layer's (`event_records`).
 """
 
 from __future__ import annotations
@@ -46,12 +49,13 @@ from __future__ import annotations
 import enum
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from elections.core.skew import ClockReading
 from elections.core.untrusted import Untrusted
+from elections.ports.event_streams import EventStreams
 
 log = logging.getLogger("stkrelay.store")
 T = TypeVar("T")
@@ -143,6 +147,10 @@ class Backend(Protocol):
     def measure_clock(self, key: str, window: tuple[float, float] | None) -> ClockReading | None: ...
 
     def details(self) -> dict[str, Any]: ...
+
+    def event_streams(self, options: Mapping[str, str] | None = None) -> EventStreams:
+        """The pool's event log on this backend (`options`: the pool's settings, `EVENTS_*`)."""
+        ...
 
 
 def poll_watch(timeout: float, stop: threading.Event | None = None) -> bool:

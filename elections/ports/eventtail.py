@@ -1,23 +1,20 @@
-"""The reader of a pool's event files (DESIGN.md §6, §5.4): `EventTail` reads
-every node's new complete lines since the last call and hands on only evidence:
+"""Reading a folder's event files on from a cursor (DESIGN.md §6, §5.4):
+`EventFiles` hands every node's new complete lines since the last call to the
+event record layer (`event_records.PoolEventTail`, which judges each one) and
+keeps what it takes to never hand one on twice nor lose one:
 
 - bounded work: at most `PER_FILE` bytes of one file and `PER_CALL` bytes of
   all files per call (a 30 MB file is read over several calls, never whole),
   at most `MAX_FILES` files (`MAX_CHAIN` of one node); a line longer than
   `EVENT_LINE` is skipped; a sealed segment or base counts up to `MAX_SEGMENT`;
-- every line parsed by the guarded reader (size, nesting), signed with the
-  pool key, naming the file's own node, with fields of the right type and
-  range (`core.untrusted.check_event`: a seq of 2**63 or an epoch "x" is
-  refused alone, the rest of the batch goes on), and with a `seq` higher than
-  the last accepted from that node: anything else is refused (counted in `refusals`,
-  logged once per file and cause) and the tail moves past it;
 - a torn last line (a writer that died mid-append) is left for later and
   picked up once complete, never counted twice, never lost; a file that
   shrank or was replaced (the byte before the read offset is no longer a line
   end) is read again from the start, its old lines skipped as already seen;
 - segments (`elections.ports.segments`): a node's files are read in order, a
   sealed one under a verified base's cover is retired and not read, one that
-  is missing is retired, the lines of a base already seen are copies;
+  is missing is retired, the lines of a base already seen are copies, and a
+  line of a base past its cover is a replay;
 - a listing is no snapshot (the writer seals and retires while it runs): a
   file whose first line leaves a gap after the last seq waits a few listings
   for what comes before it, an active file read on must go on from the last
@@ -27,27 +24,8 @@ every node's new complete lines since the last call and hands on only evidence:
 
 from __future__ import annotations
 
-import logging
-import os
-from pathlib import Path
-from typing import Any
-
-from elections.core.evidence import Refusals
-from elections.core.lease import signature_ok
-from elections.core.untrusted import (
-    BAD_FIELD,
-    EVENT_LINE,
-    FORGED,
-    REPLAYED,
-    TOO_LARGE,
-    TOO_MANY,
-    UNSIGNED,
-    WRONG_NODE,
-    Untrusted,
-    check_event,
-    load_object,
-)
-from elections.ports.clock import Clock
+from elections.core.untrusted import EVENT_LINE, FORGED, TOO_LARGE, TOO_MANY, UNSIGNED, Untrusted, load_object
+from elections.ports.event_streams import EventJudge
 from elections.ports.segments import (
     ACTIVE,
     BASE,
@@ -61,21 +39,18 @@ from elections.ports.segments import (
     join,
     parse_name,
 )
-from elections.ports.share import LocalShare, Share
-from elections.ports.sharefiles import ShareDeadline
-
-log = logging.getLogger("stkrelay.eventlog")
+from elections.ports.share import Share
 
 PER_FILE = 256 << 10  # bytes of one file read per call
 PER_CALL = 1 << 20  # bytes of all files read per call
 MAX_FILES = 1024  # event files read per pool (every node's segments)
 MAX_CHAIN = 64  # event files of one node read (its newest)
 GAP_LISTINGS = 3  # listings a file whose first seq leaves a gap waits for what comes before it
-SECURITY = frozenset({UNSIGNED, FORGED, REPLAYED, WRONG_NODE, BAD_FIELD})
 
 
-class EventTail:
-    """Reads new, verified, complete lines of every node's event files since the last call.
+class EventFiles:
+    """What a reader has read of a folder's event files: its cursor (`ShareEvents.cursor`),
+    and the reading on from it; every line read is judged by the record layer.
 
     Per node the files are read in order (`segments.chains`): bases, sealed
     segments, the active file; the next file of a node is read only once the
@@ -84,23 +59,10 @@ class EventTail:
     segment that went missing is retired too, never an attack. Nodes take
     turns (round robin) when a call stops at a cap."""
 
-    def __init__(
-        self,
-        events_dir: str | os.PathLike[str],
-        key: str = "",
-        refusals: Refusals | None = None,
-        clock: Clock | None = None,
-        deadline: ShareDeadline | None = None,
-        share: Share | None = None,
-    ) -> None:
-        # `events_dir` is a local folder, or with `share` the folder's path in that share.
-        self.share, self.folder = (share, str(events_dir)) if share else (LocalShare(Path(events_dir)), "")
-        self.clock = clock
-        self.deadline = deadline
-        self.key = key
-        self.refusals = refusals if refusals is not None else Refusals()
+    def __init__(self, share: Share, folder: str, key: str = "") -> None:
+        self.share, self.folder = share, folder
+        self.key = key  # verifies a base's header (`segments.header_ok`)
         self.offsets: dict[str, int] = {}
-        self.last_seq: dict[str, int] = {}  # node -> highest seq accepted
         self.covered: dict[str, int] = {}  # node -> the highest `upto` of a verified base
         self._active_first: dict[str, int] = {}  # node -> seq of its active file's first line
         self._was_active: dict[str, int] = {}  # node -> first seq of an active file read, then replaced
@@ -111,56 +73,37 @@ class EventTail:
         self.backlog = False  # True when the last call stopped at a cap: call again soon
         self._cursor = 0  # where the next call starts when the last one stopped at a cap
         self._budget = self._reads = 0
+        self._judge: EventJudge | None = None
+
+    @property
+    def judge(self) -> EventJudge:
+        assert self._judge is not None, "read only within read_new"
+        return self._judge
 
     def _refuse(self, name: str, exc: Untrusted) -> None:
-        at, now = (
-            (self.clock.wall().isoformat(timespec="seconds"), self.clock.monotonic())
-            if self.clock
-            else ("", None)
-        )
-        if self.refusals.note(f"events/{name}", exc.cause, exc.detail, at, now):
-            level = logging.ERROR if exc.cause in SECURITY else logging.WARNING
-            prefix = "SECURITY: " if exc.cause in SECURITY else ""
-            log.log(level, "%signoring a line of events/%s: %s (%s)", prefix, name, exc.detail, exc.cause)
+        self.judge.refuse(f"events/{name}", exc)
 
-    def _verify(self, ref: EventFile, raw: bytes) -> dict[str, Any] | None:
-        node = ref.node
+    def _verify(self, ref: EventFile, raw: bytes) -> None:
+        self.judge.take(
+            ref.node, f"events/{ref.name}", raw, copy=ref.role == BASE or ref.name in self._rereading,
+            upto=ref.n if ref.role == BASE else None,
+        )  # fmt: skip
+
+    def read_new(self, judge: EventJudge) -> bool:
+        """Hand every new complete line to `judge`; True when a cap stopped the call."""
+        self._judge = judge
         try:
-            doc = load_object(raw, EVENT_LINE, "event line")
-            if self.key and not signature_ok(doc, self.key):
-                raise Untrusted(UNSIGNED if "sig" not in doc else FORGED, "event line is not validly signed")
-            if doc.get("node") != node:
-                raise Untrusted(WRONG_NODE, f"event line names node {str(doc.get('node'))[:64]!r}")
-            seq = doc.get("seq")
-            if not isinstance(seq, int) or isinstance(seq, bool):
-                raise Untrusted(FORGED, "event line has no integer seq")
-            check_event(doc)  # a field of the wrong type or out of range: this line alone is refused
-            if ref.role == BASE and seq > ref.n:
-                raise Untrusted(REPLAYED, f"event seq {seq} in a base that covers seqs up to {ref.n}")
-            last = self.last_seq.get(node, 0)
-            if seq <= last:
-                if ref.role == BASE or ref.name in self._rereading:
-                    return None  # a copy kept by compaction, or seen before the file was replaced
-                raise Untrusted(REPLAYED, f"event seq {seq} ≤ {last} already seen from {node}")
-        except Untrusted as exc:
-            self._refuse(ref.name, exc)
-            return None
-        self.last_seq[node] = seq
-        return doc
+            self._new_events()
+        finally:
+            self._judge = None
+        return self.backlog
 
-    def new_events(self) -> list[dict[str, Any]]:
-        """New verified events; `StoreUnavailable` when the share is hung (with a deadline)."""
-        if self.deadline is not None:
-            return self.deadline.run(self._new_events)
-        return self._new_events()
-
-    def _new_events(self) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
+    def _new_events(self) -> None:
         self.backlog = False
         try:  # one directory listing; files whose size did not move are not opened
             sizes, refused = self.share.listing(self.folder, SUFFIX, MAX_FILES, EVENT_STEM)
         except OSError:
-            return out
+            return
         for exc in refused:
             self._refuse("", exc)
         if not any(exc.cause == TOO_MANY for exc in refused):
@@ -175,14 +118,13 @@ class EventTail:
                 self._refuse("", Untrusted(TOO_MANY, f"more than {MAX_CHAIN} event files of {node}"))
                 files = files[-MAX_CHAIN:]
             for ref in files:
-                done = self._read(ref, out)
+                done = self._read(ref)
                 if done is None:  # out of budget: this node goes first next time
                     self.backlog = True
                     self._cursor = first + i
-                    return out
+                    return
                 if not done:
                     break  # the rest of this file first: the node's later files wait
-        return out
 
     def _forget(self, sizes: dict[str, int]) -> None:
         """Drop what is remembered of files no longer there (retired segments).
@@ -197,7 +139,7 @@ class EventTail:
                 remembered.discard(name)
             self._gapped.pop(name, None)
 
-    def _read(self, ref: EventFile, out: list[dict[str, Any]]) -> bool | None:
+    def _read(self, ref: EventFile) -> bool | None:
         """Read on in one file: True once it is read to its end, False if the
         rest must wait (a torn last line, a cap), None when the budget is spent."""
         name, node = ref.name, ref.node
@@ -235,7 +177,7 @@ class EventTail:
         end = data.rfind(b"\n") + 1  # only complete lines
         if end == 0:
             return self._without_line_end(ref, data, start, size)
-        return self._fold(ref, data, start, end, size, out)
+        return self._fold(ref, data, start, end, size)
 
     def _hand_over(self, ref: EventFile) -> None:
         """Carry what was read of a node's active file over to the name it is read under now:
@@ -280,9 +222,7 @@ class EventTail:
             return True
         return False  # a torn last line: it costs no budget, and waits for its end
 
-    def _fold(
-        self, ref: EventFile, data: bytes, start: int, end: int, size: int, out: list[dict[str, Any]]
-    ) -> bool:
+    def _fold(self, ref: EventFile, data: bytes, start: int, end: int, size: int) -> bool:
         """The complete lines of `data[:end]`, read from `start`: verified into `out`."""
         name, node = ref.name, ref.node
         self._budget -= end
@@ -300,9 +240,7 @@ class EventTail:
             self._note_first(node, raws[0])
         for raw in raws:
             if raw.strip():
-                doc = self._verify(ref, raw)
-                if doc is not None:
-                    out.append(doc)
+                self._verify(ref, raw)
         self.offsets[name] = start + end
         if start + end < size:
             if ref.role != ACTIVE and start + len(data) >= size:
@@ -338,28 +276,13 @@ class EventTail:
             self._was_active[ref.node] = self._active_first.pop(ref.node)
         return self.share.read(path, want, chunk=True) or b""
 
-    def _signed_seq(self, node: str, raw: bytes) -> int | None:
-        """The seq of a validly signed line of `node`, else None (refused when read, as any line)."""
-        try:
-            doc = load_object(raw, EVENT_LINE, "event line")
-        except Untrusted:
-            return None
-        seq = doc.get("seq")
-        if (
-            not isinstance(seq, int)
-            or doc.get("node") != node
-            or (self.key and not signature_ok(doc, self.key))
-        ):
-            return None
-        return seq
-
     def _continues(self, node: str, data: bytes) -> bool:
         """The first whole line read on in an active file follows the last seq
         accepted from its node. A file sealed while this tail read it, replaced
         by the writer's next one whose line ends fall at the same offset (lines
         of one length), does not: its line there is newer by more than one."""
-        last, end = self.last_seq.get(node, 0), data.find(b"\n")
-        seq = self._signed_seq(node, data[:end]) if last and end > 0 else None
+        last, end = self.judge.last(node), data.find(b"\n")
+        seq = self.judge.signed_seq(node, data[:end]) if last and end > 0 else None
         return seq is None or seq <= last + 1
 
     def _gap_before(self, ref: EventFile, raw: bytes) -> bool:
@@ -368,8 +291,8 @@ class EventTail:
         retired may have missed the segments between (a directory listing is no
         snapshot). List again before reading it, up to `GAP_LISTINGS` times
         without anything new read meanwhile; a gap still there is retired."""
-        last = max(self.last_seq.get(ref.node, 0), self.covered.get(ref.node, 0))
-        seq = self._signed_seq(ref.node, raw)  # a writer's first seq is 1: a new tail checks too
+        last = max(self.judge.last(ref.node), self.covered.get(ref.node, 0))
+        seq = self.judge.signed_seq(ref.node, raw)  # a writer's first seq is 1: a new tail checks too
         waited_at, times = self._gapped.get(ref.name, (last, 0))
         times = times if waited_at == last else 0  # something was read meanwhile: a new gap
         if seq is None or seq <= last + 1 or times >= GAP_LISTINGS:

@@ -5,13 +5,17 @@ ones (`records.PoolStore`): signed, verified, refused as on a share.
 A revision is a counter of the writes to a key ("" for no record, as a
 share's read of no file says it); `cas` and `claim` hold one lock, so a claim
 is atomic against every other writer of the dict.
+
+It is its own event streams too (`event_streams.EventStreams`): a list of
+lines per node, appended, read on from a cursor (node -> lines read) at most
+`EVENTS_PER_CALL` lines a call; the event record layer above is the real one.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from elections.core.skew import ClockReading, from_window
@@ -27,8 +31,10 @@ from elections.ports.backend import (
     plain_details,
     poll_watch,
 )
+from elections.ports.event_streams import EventJudge, SeqOf
 
 T = TypeVar("T")
+EVENTS_PER_CALL = 64  # event lines handed on per call
 
 
 class MemoryBackend:
@@ -46,9 +52,10 @@ class MemoryBackend:
             self._writes = [0]
             self._stamp: dict[str, float] = {}  # key -> when it was last written, on this process's clock
             self._lock = threading.RLock()
+            self.event_lines: dict[str, list[bytes]] = {}  # node -> its stream of lines, in order
         else:  # another client of the same records (another machine's view)
             self.data, self._revision, self._writes, self._lock = of.data, of._revision, of._writes, of._lock
-            self._stamp = of._stamp
+            self._stamp, self.event_lines = of._stamp, of.event_lines
 
     def client(self) -> MemoryBackend:
         """Another client of these records, with its own record layer above it."""
@@ -145,3 +152,31 @@ class MemoryBackend:
         if window is None or stamp is None:
             return None
         return from_window(*window, stamp, 0.0, "memory")
+
+    # -- the event log ------------------------------------------------------------------
+    def event_streams(self, options: Mapping[str, str] | None = None) -> MemoryBackend:
+        return self
+
+    def append(self, node: str, seq: int, line: bytes) -> None:
+        with self._lock:
+            self.event_lines.setdefault(node, []).append(line)
+
+    def last_seq(self, node: str, seq_of: SeqOf) -> int:
+        with self._lock:
+            return max((seq_of(raw) or 0 for raw in self.event_lines.get(node, [])), default=0)
+
+    def cursor(self) -> dict[str, int]:
+        return {}
+
+    def read_new(self, cursor: dict[str, int], judge: EventJudge) -> bool:
+        with self._lock:
+            budget = EVENTS_PER_CALL
+            for node in sorted(self.event_lines):
+                lines = self.event_lines[node]
+                for raw in lines[cursor.get(node, 0) : cursor.get(node, 0) + budget]:
+                    cursor[node] = cursor.get(node, 0) + 1
+                    budget -= 1
+                    judge.take(node, f"events/{node}", raw)
+                if budget == 0:
+                    return any(cursor.get(n, 0) < len(ls) for n, ls in self.event_lines.items())
+            return False

@@ -35,11 +35,11 @@ from elections.core.evidence import Refusals
 from elections.core.lease import LeaseRead, LeaseRecord, parse_lease, sign, signature_ok
 from elections.core.skew import ClockReading
 from elections.core.untrusted import (
-    BAD_FIELD,
     FORGED,
     LEASE,
     MEMBER,
     REPLAYED,
+    SECURITY_CAUSES,
     UNSIGNED,
     WRONG_NODE,
     Untrusted,
@@ -55,7 +55,6 @@ from elections.ports.sharefiles import NODE_FILE
 log = logging.getLogger("stkrelay.store")
 
 MAX_MEMBERS = 64  # member records read per pool; more are refused (too_many)
-SECURITY_CAUSES = frozenset({UNSIGNED, FORGED, REPLAYED, WRONG_NODE, BAD_FIELD})
 MEMBER_WRITE_TRIES = 3  # compare-and-set of this member's record, when another writer of it got there first
 
 

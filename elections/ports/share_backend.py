@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from elections.core.lease import revision_of
@@ -51,6 +51,7 @@ from elections.ports.backend import (
 from elections.ports.clock import Clock
 from elections.ports.filelock import ShareLock
 from elections.ports.share import Share, share_of
+from elections.ports.share_events import ShareEvents, events_of
 from elections.ports.sharefiles import DEFAULT_TIMEOUT
 
 T = TypeVar("T")
@@ -84,6 +85,7 @@ class ShareBackend:
         lock_stale_s: float = 2.0, timeout: float = DEFAULT_TIMEOUT,
     ) -> None:  # fmt: skip
         self.share = share_of(where, timeout)  # a path is a local (or mounted) directory
+        self.pool_key = pool_key
         self.where = self.share.where
         self.node = node
         self.deadline = self.share.deadline
@@ -112,6 +114,10 @@ class ShareBackend:
                 raise StoreUnavailable(f"share error in {self.share.where}: {exc.strerror or exc}") from exc
 
         return self.deadline.run(guarded)
+
+    def event_streams(self, options: Mapping[str, str] | None = None) -> ShareEvents:
+        """`events/<node>.jsonl` and its segments (`share_events`), with the pool's retention."""
+        return events_of(self.share, self.pool_key, self.clock, options or {})
 
     def watch(self, key: str, timeout: float, stop: threading.Event | None = None) -> bool:
         rel = file_of(key)  # SMB2 CHANGE_NOTIFY on its folder, where the server offers it

@@ -1,5 +1,7 @@
 """Where a pool's records live (DESIGN.md §5): the one place that opens a
-pool's lease store, its event sink and its event tail.
+pool's lease store, its event sink and its event tail — always the record
+layers (`records.PoolStore`, `event_records.PoolEventSink`/`PoolEventTail`)
+over the pool's backend.
 
 A pool is found by its `PoolPlace`: the KMSN, the location (`LEASE_DIR`), the
 key that signs its records (`POOL_KEY`), the deadline of every operation
@@ -14,7 +16,7 @@ key that signs its records (`POOL_KEY`), the deadline of every operation
 
 Every other module asks here; nothing else constructs a backend, so a new one
 (`smb://` lease dirs, §5.3; `LEASE_STORE = etcd`, §5.2) plugs in at this one
-seam (`open_backend`); the records above it are always `records.PoolStore`.
+seam (`open_backend`); the records above it are always the same.
 A backend's modules are imported only when a pool uses it.
 """
 
@@ -27,7 +29,7 @@ from typing import Any, Protocol
 from elections.core.evidence import Refusals
 from elections.ports.backend import Backend
 from elections.ports.clock import Clock
-from elections.ports.eventlog import EventTail, JsonlEventSink, Retention
+from elections.ports.event_records import PoolEventSink, PoolEventTail
 from elections.ports.records import PoolStore
 from elections.ports.share import Share
 from elections.ports.sharefiles import DEFAULT_TIMEOUT
@@ -39,7 +41,6 @@ from stkconfig.parsed import WatchedPool
 FILE = "file"
 ETCD = "etcd"
 BACKENDS = (FILE, ETCD)
-EVENTS_DIR = "events"
 
 
 class EventSink(Protocol):
@@ -63,6 +64,7 @@ class NullSink:
 
 class EventReader(Protocol):
     backlog: bool  # the last call stopped at a cap: call again soon
+    last_seq: dict[str, int]  # node -> the highest seq accepted from it
 
     def new_events(self) -> list[dict[str, Any]]: ...
 
@@ -135,8 +137,11 @@ def store_details(store: LeaseStore) -> dict[str, Any]:
         return {"kind": store.describe().partition(":")[0], "where": store.describe(), "error": str(exc)}
 
 
-def open_backend(place: PoolPlace, node: str, clock: Clock, lock_stale_s: float = 2.0) -> Backend:
-    """The pool's records as bytes under keys (`backend.Backend`), as `node` reaches them."""
+def open_backend(
+    place: PoolPlace, node: str, clock: Clock, lock_stale_s: float = 2.0, watch: bool = True
+) -> Backend:
+    """The pool's records as bytes under keys (`backend.Backend`), as `node` reaches them
+    (`watch`: etcd's watch of the pool, for a reader that waits on changes)."""
     if place.backend == FILE:
         from elections.ports.share_backend import ShareBackend
 
@@ -145,7 +150,7 @@ def open_backend(place: PoolPlace, node: str, clock: Clock, lock_stale_s: float 
     if place.backend == ETCD:
         from elections.ports.etcd.backend import EtcdBackend
 
-        return EtcdBackend(_etcd_pool(place), node)
+        return EtcdBackend(_etcd_pool(place), node, watch=watch)
     raise ValueError(f"unknown lease store {place.backend!r}")
 
 
@@ -163,28 +168,11 @@ def open_store(
 
 def open_event_sink(place: PoolPlace, node: str, clock: Clock) -> EventSink:
     """Where `node` appends its signed events in the pool."""
-    if place.backend == FILE:
-        share = open_share(place)
-        rel = f"{EVENTS_DIR}/{node}.jsonl"
-        return JsonlEventSink(
-            rel, node, clock, place.key, share.deadline, share=share, retention=Retention.of(place.options)
-        )
-    if place.backend == ETCD:
-        from elections.ports.etcd.events import EtcdEventSink
-
-        return EtcdEventSink(_etcd_pool(place), node, clock, place.key)
-    raise ValueError(f"unknown lease store {place.backend!r}")
+    streams = open_backend(place, node, clock, watch=False).event_streams(place.options)
+    return PoolEventSink(streams, node, clock, place.key)
 
 
 def open_event_tail(place: PoolPlace, clock: Clock, refusals: Refusals | None = None) -> EventReader:
     """A reader of every member's new, verified events in the pool."""
-    if place.backend == FILE:
-        share = open_share(place)
-        return EventTail(
-            EVENTS_DIR, key=place.key, refusals=refusals, clock=clock, deadline=share.deadline, share=share
-        )
-    if place.backend == ETCD:
-        from elections.ports.etcd.events import EtcdEventTail
-
-        return EtcdEventTail(_etcd_pool(place), place.key, refusals=refusals, clock=clock)
-    raise ValueError(f"unknown lease store {place.backend!r}")
+    streams = open_backend(place, "", clock).event_streams(place.options)
+    return PoolEventTail(streams, place.key, refusals=refusals, clock=clock)

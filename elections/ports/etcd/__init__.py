@@ -6,7 +6,8 @@ records as on the share, kept under one key prefix.
     pool.py     EtcdPool: one pool's client, watch and key layout, shared in a process
     backend.py  EtcdBackend: the backend port (transactions on mod_revision, the epoch counter, holds)
     store.py    EtcdLeaseStore: the record layer (records.PoolStore) over EtcdBackend
-    events.py   EtcdEventSink, EtcdEventTail: the event log, one key per signed line
+    events.py   EtcdEvents: the event streams, one key per line (EtcdEventSink/EtcdEventTail: the
+                event record layer, event_records, over them)
 
 Opened only through `elections.ports.stores` (imported when a pool uses etcd).
 """

@@ -30,7 +30,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
@@ -52,6 +52,7 @@ from elections.ports.backend import (
 )
 from elections.ports.etcd import pool as layout
 from elections.ports.etcd.client import LeaseNotFound, Refused, as_int, delete, mod_is, put
+from elections.ports.etcd.events import EtcdEvents
 from elections.ports.etcd.pool import NODE, EtcdPool, Kv, parse_revision, revision
 
 log = logging.getLogger("stkrelay.store")
@@ -103,6 +104,10 @@ class EtcdBackend:
 
     def source(self, key: str) -> str:
         return key_of(key)
+
+    def event_streams(self, options: Mapping[str, str] | None = None) -> EtcdEvents:
+        """`events/<node>/<seq>` (`etcd.events`); a reader watches them if this backend watches."""
+        return EtcdEvents(self.pool, watch=self.watcher is not None)
 
     def run(self, fn: Callable[[], T]) -> T:
         with self._lock:
