@@ -57,7 +57,7 @@ class Looks:
                 log.debug("event files not read: %s", exc)
                 return news
             if events:
-                news = news or any(e.get("kind") not in NOT_NEWS for e in events)
+                news = news or concern_the_election(events)
                 self.commands.apply(events)
                 for target in forgotten(events):  # a retired member's name may be used afresh
                     self.elector.store.forget_member(target)  # type: ignore[attr-defined]
@@ -160,6 +160,11 @@ class Looks:
         (`_nudged`); a command whose nudge was lost is folded within a LEASE_TTL. (A
         leader read them at each renewal: a third of its share operations, issue 22.)"""
         return self._due("events", self.timing.ttl)
+
+
+def concern_the_election(events: list[dict[str, Any]]) -> bool:
+    """Whether these new pool events are news for a cycle: any but `NOT_NEWS` rows."""
+    return any(e.get("kind") not in NOT_NEWS for e in events)
 
 
 def forgotten(events: list[dict[str, Any]]) -> list[str]:
