@@ -11,6 +11,7 @@ import asyncio
 import json
 import os
 import resource
+import select
 import socket
 import threading
 import time
@@ -433,10 +434,10 @@ def test_a_client_that_keeps_sending_as_leadership_is_lost_still_reads_where_the
     found the target by discovery, tens of ms after its relay listened)."""
     agent = relay.client("agent", "S002")
     relay.call(relay.server.lose_leadership, 8, "127.0.0.42", 9530)
-    time.sleep(0.05)  # the relay has closed its side by now
+    readable, _, _ = select.select([agent.sock], [], [], 5)
+    assert readable, "no leader_changed within 5 s"  # sent, and the relay's side closed, in that loop turn
     for n in range(20):  # a stream that does not know yet: bytes the relay never reads into a route
         agent.send({"n": n})
-        time.sleep(0.005)
     assert agent.frame() == {"type": "leader_changed", "epoch": 8, "ip": "127.0.0.42", "port": 9530}
     assert agent.eof()
     agent.sock.close()
