@@ -11,6 +11,7 @@ import asyncio
 import json
 import os
 import resource
+import select
 import socket
 import threading
 import time
@@ -424,6 +425,24 @@ def test_it_sends_leader_changed_to_every_client_then_closes_everything(relay):
         socket.create_connection(relay.json, timeout=2)
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(relay.passthrough, timeout=2)
+
+
+def test_a_client_that_keeps_sending_as_leadership_is_lost_still_reads_where_the_leader_went(relay):
+    """The old relay half-closes and reads on (discarding) until the client closes: a
+    socket closed with the client's bytes still coming answers them with a reset, and a
+    reset may discard the unread ``leader_changed`` (issue 22: a streaming client then
+    found the target by discovery, tens of ms after its relay listened)."""
+    agent = relay.client("agent", "S002")
+    relay.call(relay.server.lose_leadership, 8, "127.0.0.42", 9530)
+    readable, _, _ = select.select([agent.sock], [], [], 5)
+    assert readable, "no leader_changed within 5 s"  # sent, and the relay's side closed, in that loop turn
+    for n in range(20):  # a stream that does not know yet: bytes the relay never reads into a route
+        agent.send({"n": n})
+    assert agent.frame() == {"type": "leader_changed", "epoch": 8, "ip": "127.0.0.42", "port": 9530}
+    assert agent.eof()
+    agent.sock.close()
+    relay.run(relay.server.wait_closed(1.0))
+    assert relay.snapshot()["connections"] == 0
 
 
 # -- robustness and visibility ------------------------------------------------------------

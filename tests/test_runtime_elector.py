@@ -565,6 +565,19 @@ def test_a_planned_promote_hands_the_held_epoch_to_the_named_member(store, clock
     assert str(b.cycle(renewing=True)) == "hold: leader: renewed epoch 2 (seq 1)"
 
 
+def test_a_handoff_tells_the_pool_before_it_writes_its_history(store, clock):
+    """The demotion hook (the leadership state, the `resign` beacon that sends the target
+    to the store) runs as soon as the release is on the store, before the step-down's
+    history line: that line and its database row are nothing the target waits for."""
+    a, b = elected_pool(store, clock, "S002")
+    seen: list[tuple[list[tuple[str, int]], tuple | None]] = []
+    a.elector.on_demoted = lambda epoch: seen.append((a.events.transitions(), lease_of(store)))
+    assert a.elector.release(handoff_to="S002", reason="promote of S002 requested", kind="handoff")
+    assert seen == [([("elected", 1)], ("S001", 1, 1, 0, "S002"))]  # released, not yet in the history
+    assert a.events.transitions() == [("elected", 1), ("handoff", 1)]
+    assert b.cycle().reason == "elected: took epoch 2 (S001 handed epoch 1 to me)"
+
+
 def test_a_node_that_released_sits_out_one_ttl_and_then_may_lead_again(store, clock):
     (a,) = elected_pool(store, clock)
     a.elector.release(reason="SIGUSR1", abstain=True)

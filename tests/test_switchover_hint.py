@@ -7,12 +7,14 @@ or looking at discovery. Real sockets, a real relay server and real clients."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 
 from test_relay_client import HOST_A, HOST_B, Pool, Relay, _kinds, dead_port, play, until
 
 from elections.ports.localstate import Leadership, LocalState
-from relay.client.follow import HINT_RETRY, Redial
+from relay.client.discovery import Leader
+from relay.client.follow import HINT_FRESH, HINT_RETRY, Follower, FollowerHooks, Redial
 from relay.runner.gate import LeadershipGate
 
 
@@ -85,3 +87,22 @@ def test_without_a_named_successor_the_relay_says_nulls_as_before(tmp_path):
         assert "epoch=None" in _kinds(pool, "S004", "reconnecting")[0].reason
 
     play(tmp_path, body)
+
+
+def test_a_lease_change_while_the_hint_is_dialed_delays_the_next_dial_no_longer_than_a_redial():
+    """The lease watcher wakes a client between two dials when the lease changes (a
+    switchover rewrites it twice: the release, then the target's lease). While a
+    leader_changed hint is fresh the wait after that wake stays within HINT_RETRY; once
+    it is stale, the backoff's own jitter applies again (the whole pool saw the lease)."""
+
+    async def body() -> None:
+        hooks = FollowerHooks(status=lambda *a, **k: None, changed=lambda: None, closed=lambda: False)
+        backoff = Redial(initial=2.0, maximum=5.0, rng=random.Random(5))
+        follower = Follower(None, backoff, 0.5, lambda leader, epoch: None, hooks, "test")  # type: ignore[arg-type]
+        follower.set_hint(Leader(HOST_B, 9530, 8, None, "leader_changed"))
+        follower.hint_until = asyncio.get_running_loop().time() + HINT_FRESH
+        assert max(follower.after_wake() for _ in range(200)) <= HINT_RETRY
+        follower.hint_until = asyncio.get_running_loop().time() - 0.001  # the hint went stale
+        assert max(follower.after_wake() for _ in range(200)) > HINT_RETRY
+
+    asyncio.run(body())

@@ -24,6 +24,10 @@ log = logging.getLogger("stkrelay.agent")
 # made every agent refuse the live lease as older (a needless election, at that
 # watched pool's epoch + 1).
 NOT_THIS_POOLS_EPOCH = ("audit",)
+# Event kinds that concern people, not the election: folded and projected (the audit page shows them
+# at once), never a reason for a cycle. An audit row follows every command, nudged: its cycle on every
+# member held the election lock and both cores while a handoff's target waited for them (issue 22).
+NOT_NEWS = ("audit",)
 CATCH_UP_S = 0.2  # seconds of one cycle spent reading a backlog of pool events (a joiner's history)
 SLOW_KICK_S = 0.3  # a beacon's cycle slower than this says where its time went (the log)
 
@@ -39,7 +43,7 @@ class Looks:
         them to the projector (the database inserts happen off this path). The
         tail reads a bounded amount per call; while it has a backlog (an agent
         joining a pool's history) it is called again for up to `CATCH_UP_S`.
-        True if there was anything new."""
+        True if there was anything new that concerns the election (not only `NOT_NEWS`)."""
         news = False
         until = self.clock.monotonic() + CATCH_UP_S
         while True:
@@ -53,7 +57,7 @@ class Looks:
                 log.debug("event files not read: %s", exc)
                 return news
             if events:
-                news = True
+                news = news or concern_the_election(events)
                 self.commands.apply(events)
                 for target in forgotten(events):  # a retired member's name may be used afresh
                     self.elector.store.forget_member(target)  # type: ignore[attr-defined]
@@ -156,6 +160,11 @@ class Looks:
         (`_nudged`); a command whose nudge was lost is folded within a LEASE_TTL. (A
         leader read them at each renewal: a third of its share operations, issue 22.)"""
         return self._due("events", self.timing.ttl)
+
+
+def concern_the_election(events: list[dict[str, Any]]) -> bool:
+    """Whether these new pool events are news for a cycle: any but `NOT_NEWS` rows."""
+    return any(e.get("kind") not in NOT_NEWS for e in events)
 
 
 def forgotten(events: list[dict[str, Any]]) -> list[str]:

@@ -7,7 +7,8 @@
   switchover's ``leader_changed`` names the target before its relay listens:
   for `HINT_FRESH` seconds after one, its address is dialed at once and again
   every `HINT_RETRY` (jittered) while it does not answer yet, without a look
-  at discovery; then as above.
+  at discovery (a lease change seen meanwhile shortens nothing and delays
+  nothing beyond that); then as above.
 - Registration sends the epoch the client believes in (`known_epoch`). A
   server with a lower epoch refuses with ``stale_epoch``: it is stale, and the
   client looks elsewhere.
@@ -309,7 +310,17 @@ class Follower:
             await asyncio.wait_for(self.wake.wait(), delay)
         except TimeoutError:
             return
-        await asyncio.sleep(self.backoff.delay(0))  # still jittered: the whole pool saw the lease
+        await asyncio.sleep(self.after_wake())
+
+    def after_wake(self) -> float:
+        """The wait after a lease change cut a pause short: still jittered, the whole pool
+        saw the lease. While a fresh hint is dialed, no longer than its own redials
+        (`HINT_RETRY`): the lease a planned switchover rewrites under them (the release,
+        then the target's) is no news to a client already dialing the target, and waiting
+        up to the backoff's `initial` there cost up to 0.1 s of the switchover (issue 22)."""
+        if self.hint_fresh():
+            return self.backoff.rng.uniform(0, HINT_RETRY)
+        return self.backoff.delay(0)
 
     async def watch_lease(self) -> None:
         lease = self.discovery.lease

@@ -29,6 +29,12 @@ from relay.wire.events import JSON_ROLES, PASSTHROUGH_ROLES, Message, Registered
 from relay.wire.framing import FRAME_TOO_LARGE, TIMEOUT, PayloadError, ProtocolError, RawData
 from relay.wire.server_connection import ServerConnection
 
+# After ``leader_changed`` the relay half-closes and reads on, discarding, until the client
+# closes (it does as soon as it has read the frame), for this long at most. A socket closed
+# outright answers a streaming client's next bytes with a reset, and a reset may discard the
+# unread frame: the client then finds the new leader by discovery, not at once (issue 22).
+LINGER_S = 0.5
+
 log = logging.getLogger("stkrelay.relay")
 
 
@@ -44,6 +50,14 @@ def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
             return None
 
     return wrapper
+
+
+def _half_closes(transport: asyncio.Transport) -> bool:
+    """A TCP socket's transport can send end-of-stream and read on; a tunnel's stream cannot."""
+    try:
+        return transport.can_write_eof()
+    except NotImplementedError:  # asyncio's default, kept by transports that are no socket
+        return False
 
 
 class JsonPeer(asyncio.Protocol):
@@ -262,7 +276,7 @@ class JsonPeer(asyncio.Protocol):
         if not self.dead and self.conn is not None:
             self.conn.leader_changed(epoch, ip, port)  # only closes in raw mode
             self._flush_conn()
-            self._finish()
+            self._finish(linger=True)
 
     def drop(self, reason: str) -> None:
         """Abort at once, unsent bytes and all: a peer that does not keep up."""
@@ -300,15 +314,22 @@ class JsonPeer(asyncio.Protocol):
             if out:
                 self.transport.write(out)
 
-    def _finish(self) -> None:
-        """Graceful close: what is buffered is still sent."""
+    def _finish(self, linger: bool = False) -> None:
+        """Graceful close: what is buffered is still sent. With `linger`, a half-close:
+        the buffered bytes, then end of stream, and whatever the client still sends is
+        read and dropped (`data_received` of a dead peer) until it closes, within LINGER_S."""
         self.dead = True
         self.pending.clear()
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
-        assert self.transport is not None
-        self.transport.close()
+        transport = self.transport
+        assert transport is not None
+        if linger and _half_closes(transport) and not transport.is_closing():
+            transport.write_eof()  # the client's end-of-stream comes back: `eof_received` closes
+            self.timer = self.loop.call_later(LINGER_S, transport.close)
+            return
+        transport.close()
 
     @property
     def who(self) -> str:
