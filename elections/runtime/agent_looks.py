@@ -158,7 +158,11 @@ class Looks:
         """While quiet, whether to read the pool's event files now: once a LEASE_TTL,
         leader and follower alike. Commands come with a nudge, which reads them at once
         (`_nudged`); a command whose nudge was lost is folded within a LEASE_TTL. (A
-        leader read them at each renewal: a third of its share operations, issue 22.)"""
+        leader read them at each renewal: a third of its share operations, issue 22.) A
+        backlog (a joiner's history, a big file planted on the share) is read on at every
+        look, as when not quiet: once a LEASE_TTL, 30 MiB of history took minutes, not seconds."""
+        if self.tail.backlog or self._unprojected:
+            return True
         return self._due("events", self.timing.ttl)
 
 

@@ -177,7 +177,7 @@ def _seq_of(e: dict[str, Any]) -> str:
 class Projector:
     """Inserts events into this agent's database on a thread of its own."""
 
-    def __init__(self, kmsn: str, max_batches: int = 64) -> None:
+    def __init__(self, kmsn: str, max_batches: int = 8) -> None:
         self.kmsn = kmsn  # this agent's own pool: batches without a KMSN are its
         self._queue: queue.Queue[tuple[str, list[dict[str, Any]]]] = queue.Queue(max_batches)
         self._thread = threading.Thread(target=self._loop, name="projector", daemon=True)
