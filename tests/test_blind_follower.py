@@ -1,5 +1,5 @@
 """A follower's own blindness is no silence of the holder (the README, "The serving right":
-rule 3f): on a real share directory with the real lock and compare-and-set, a follower that
+"A member's own blindness is no silence"): on a real share directory with the real lock and compare-and-set, a follower that
 did not read the lease for longer than TTL - RENEW_DEADLINE (frozen: no cycle ran; cut: its
 share was gone) and whose first read after is junk over the lease (a writer without the key)
 restarts its timer at that read instead of taking a live leader's lease by the TTL of the last
