@@ -30,7 +30,8 @@ before its deadline serves on (SIGCONT: the relay wakes with the worker).
 two relays of different epochs serving at one instant; `unfounded` lists every
 early takeover (`gone`, `silent`) decided on a read that was no evidence — not
 a valid lease of the very holder and epoch judged (issue 22). `scenario(seed)`
-draws a random one.
+draws a random one. `Pool(blind=False)` counts a member's own blindness (frozen,
+cut) toward the TTL of the last valid lease it saw, as before `core.decide.blind_gap`.
 """
 
 from __future__ import annotations

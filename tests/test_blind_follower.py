@@ -1,10 +1,10 @@
-"""A follower's own blindness is no silence of the holder (the README, "The serving right":
-"A member's own blindness is no silence"): on a real share directory with the real lock and compare-and-set, a follower that
-did not read the lease for longer than TTL - RENEW_DEADLINE (frozen: no cycle ran; cut: its
-share was gone) and whose first read after is junk over the lease (a writer without the key)
-restarts its timer at that read instead of taking a live leader's lease by the TTL of the last
-valid lease it saw. A sole survivor behind a lease damaged for good still takes it, one TTL
-after that read."""
+"""A follower's own blindness is no silence of the holder (the README, "The serving
+right": "A member's own blindness is no silence"): on a real share directory with the
+real lock and compare-and-set, a follower that did not read the lease for longer than
+TTL - RENEW_DEADLINE (frozen: no cycle ran; cut: its share was gone) and whose first
+read after is junk over the lease (a writer without the key) restarts its timer at that
+read instead of taking a live leader's lease by the TTL of the last valid lease it saw.
+A sole survivor behind a lease damaged for good still takes it, one TTL after that read."""
 
 from __future__ import annotations
 
