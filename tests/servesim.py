@@ -30,13 +30,15 @@ before its deadline serves on (SIGCONT: the relay wakes with the worker).
 two relays of different epochs serving at one instant; `unfounded` lists every
 early takeover (`gone`, `silent`) decided on a read that was no evidence — not
 a valid lease of the very holder and epoch judged (issue 22). `scenario(seed)`
-draws a random one.
+draws a random one. `Pool(blind=False)` counts a member's own blindness (frozen,
+cut) toward the TTL of the last valid lease it saw, as before `core.decide.blind_gap`.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import random
 from dataclasses import dataclass, field, replace
 
@@ -103,8 +105,11 @@ class Member:
 
 class Pool:
     def __init__(self, n: int, faults: Faults, seed: int, timing: ServingTiming | None = None,
-                 until: float = 60.0, start_over: bool = True) -> None:  # fmt: skip
+                 until: float = 60.0, start_over: bool = True, blind: bool = True) -> None:  # fmt: skip
         self.rng = random.Random(seed)
+        # A read that is no evidence after a member's own blindness restarts its timer (`blind_gap`);
+        # False: the blind time counts toward the TTL of the last valid lease, as before.
+        self.max_gap = TIMING.blind_after if blind else math.inf
         self.share_rng = random.Random(seed + 7919)  # the share's own draws leave the beacons' as they were
         # A claim that finds an epoch fresher than any its member knew starts over (`Elector._fresher`);
         # False: it takes one more than that epoch, as before issue 22's fix.
@@ -324,7 +329,7 @@ class Pool:
         now = m.local(self.now)
         mem = m.memory
         if read is not None:
-            mem = track_read(mem, read, now, TIMING.ttl)
+            mem = track_read(mem, read, now, TIMING.ttl, self.max_gap)
         m.memory = mem
         silent = lapsed = None
         subject = evidence_subject(mem, read)
@@ -477,13 +482,8 @@ def scenario(seed: int, n: int | None = None, until: float = 60.0) -> tuple[int,
     if rng.random() < 0.3:
         f.power.append((rng.choice(nodes), rng.uniform(5, until - 5)))
     # A writer of the share without the key: junk over the lease, or the lease deleted, now and then —
-    # not where a member is blind (frozen, cut) for longer than TTL - RENEW_DEADLINE: a follower whose
-    # TTL ran out unseen and whose first look finds no evidence takes a live leader's lease on the TTL
-    # path (DESIGN.md §5.1 keeps timing from the last valid read), a limit of the lease, not of the
-    # serving right (README, "The serving right": what the model leaves out).
-    damage = sorted(rng.uniform(5, until - 5) for _ in range(rng.choice((0, 0, 1, 3, 10))))
-    deletes = sorted(rng.uniform(5, until - 5) for _ in range(rng.choice((0, 0, 1, 3))))
-    blind = max((b - a for _, a, b in f.freezes + f.cuts), default=0.0)
-    if blind < TIMING.ttl - TIMING.deadline:
-        f.damage, f.deletes = damage, deletes
+    # with members blind (frozen, cut) for longer than the TTL too: a follower whose first look after
+    # its blindness finds no evidence restarts its timer there (`core.decide.blind_gap`).
+    f.damage = sorted(rng.uniform(5, until - 5) for _ in range(rng.choice((0, 0, 1, 3, 10))))
+    f.deletes = sorted(rng.uniform(5, until - 5) for _ in range(rng.choice((0, 0, 1, 3))))
     return n, f

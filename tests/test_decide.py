@@ -296,3 +296,46 @@ def test_a_node_that_knew_the_pool_before_it_restarted_does_not_take_a_missing_l
     d = decide(knew, Observation(MISSING), 9.9, T)
     assert d.verdict is Verdict.WAIT and "times out in" in d.reason
     assert decide(knew, Observation(MISSING), 10.0, T).verdict is Verdict.CONTEND
+
+
+def follow_blind(reads, max_gap=T.blind_after):
+    """`follow`, with the gap rule the elector applies (`Timing.blind_after`)."""
+    mem, d = Memory(node="S002"), None
+    for now, read in reads:
+        mem = track(mem, read, now, T.ttl, max_gap)
+        d = decide(mem, Observation(read), now, T)
+    return mem, d
+
+
+@pytest.mark.parametrize(
+    "case, reads, verdict, seen_at",
+    [
+        ("blind 12 s, then a corrupt read: the timer starts there", [(0, valid(rec())), (12, CORRUPT)],
+         Verdict.WAIT, 12),
+        ("...a missing file too", [(0, valid(rec())), (12, MISSING)], Verdict.WAIT, 12),
+        ("...a stale record too", [(0, valid(rec(seq=5))), (12, valid(rec(seq=4)))], Verdict.WAIT, 12),
+        ("...and the TTL from there decides", [(0, valid(rec())), (12, CORRUPT), (14, CORRUPT), (16, CORRUPT),
+         (18, CORRUPT), (20, CORRUPT), (22, CORRUPT)], Verdict.CONTEND, 12),
+        ("once per valid read: blind again, not again", [(0, valid(rec())), (12, CORRUPT), (30, CORRUPT)],
+         Verdict.CONTEND, 12),
+        ("a valid read gives the restart back", [(0, valid(rec())), (12, CORRUPT), (12.5, valid(rec(seq=2))),
+         (30, CORRUPT)], Verdict.WAIT, 30),
+        ("a valid read after the gap is judged as always", [(0, valid(rec())), (12, valid(rec()))],
+         Verdict.CONTEND, 0),
+        ("looks no more than TTL - RENEW_DEADLINE apart count", [(0, valid(rec())), (3, CORRUPT),
+         (6, CORRUPT), (9, CORRUPT), (10, CORRUPT)], Verdict.CONTEND, 0),
+        ("a first look at a corrupt file, then blind: from the look after", [(0, CORRUPT), (12, CORRUPT)],
+         Verdict.WAIT, 12),
+    ],
+)  # fmt: skip
+def test_a_gap_in_a_followers_own_looks_is_no_silence_of_the_holder(case, reads, verdict, seen_at):
+    mem, d = follow_blind(reads)
+    assert d is not None and d.verdict is verdict, (case, d)
+    assert mem.seen_at == seen_at, case
+    if verdict is Verdict.WAIT:
+        assert "times out in 10.0 s" in d.reason, (case, d)
+
+
+def test_without_the_gap_rule_the_blind_time_counts_as_before():
+    _, d = follow_blind([(0, valid(rec())), (12, CORRUPT)], max_gap=float("inf"))
+    assert d is not None and d.verdict is Verdict.CONTEND and "corrupt" not in (d.deferred or ""), d

@@ -17,12 +17,15 @@ no clock reads: `now` is this node's monotonic clock, passed in.
 
 Expiry is timed as client-go does: from the moment *this* node saw the lease's
 (holder, epoch, renew_seq) change, on its own monotonic clock. `lease_until`
-(another machine's wall clock) is never read here.
+(another machine's wall clock) is never read here. Time this node did not look
+(frozen, cut off) is no silence of the holder's: a read that is no evidence
+after a gap longer than `Timing.blind_after` starts the timer again (`blind_gap`).
 """
 
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, replace
 
 from elections.core.lease import LeaseRead
@@ -68,6 +71,13 @@ class Timing:
     poll: float = 2.0
     deadline: float = 7.0
 
+    @property
+    def blind_after(self) -> float:
+        """The longest gap between two of a follower's completed reads of the lease that counts
+        toward the TTL of the last valid one (`blind_gap`): TTL − RENEW_DEADLINE, the lease's margin
+        between a takeover timed from a renewal and that renewal's deadline (DESIGN.md §5.1)."""
+        return self.ttl - self.deadline
+
 
 @dataclass(frozen=True)
 class Memory:
@@ -83,6 +93,8 @@ class Memory:
     leader_epoch: int | None = None  # set while this node is leader
     renewed_at: float | None = None  # monotonic start of our last good write
     renew_seq: int = 0  # our own last written renew_seq
+    looked_at: float | None = None  # monotonic end of this node's last completed read of the lease
+    blind_restart: bool = False  # since the last valid read, the timer restarted at a `blind_gap`
 
 
 @dataclass(frozen=True)
@@ -155,14 +167,35 @@ def replayed(memory: Memory, read: LeaseRead) -> bool:
     return read.status == "valid" and _stale(memory, read)
 
 
-def track(memory: Memory, read: LeaseRead, now: float, default_ttl: float) -> Memory:
-    """Fold one read into memory: restart the expiry timer when the record changed."""
+def blind_gap(memory: Memory, read: LeaseRead, now: float, max_gap: float) -> float | None:
+    """The gap this read ends, if it restarts the expiry timer (`track`): this node did not read
+    the lease for longer than `max_gap` (its own clock: frozen, its share cut, quiet) and this
+    read is no evidence (missing, damaged, forged, refused, stale). Its silence during its own
+    blindness says nothing of the holder, who may have renewed unseen until just before this
+    look: the TTL starts again here. Once per valid read: a lease that stays damaged is still
+    taken over one TTL later (a sole survivor is a relay). A valid read is judged as always."""
+    if memory.looked_at is None or memory.seen_at is None or memory.blind_restart:
+        return None
+    if read.status == "valid" and read.record is not None and not _stale(memory, read):
+        return None
+    gap = now - memory.looked_at
+    return gap if gap > max_gap else None
+
+
+def track(
+    memory: Memory, read: LeaseRead, now: float, default_ttl: float, max_gap: float = math.inf
+) -> Memory:
+    """Fold one read into memory: restart the expiry timer when the record changed, or when a
+    read that is no evidence ends a gap longer than `max_gap` (`blind_gap`; the elector passes
+    `Timing.blind_after`)."""
     rec = read.record
+    looked = replace(memory, looked_at=now)
     if read.status == "valid" and rec is not None and not _stale(memory, read):
         max_epoch = max(memory.max_epoch, rec.epoch)
+        looked = replace(looked, blind_restart=False)
         if rec.key != memory.seen_key or rec.released != memory.seen_released:
             return replace(
-                memory,
+                looked,
                 seen_key=rec.key,
                 seen_at=now,
                 seen_ttl=min(float(rec.ttl_s), MAX_TTL_S) if not rec.released else default_ttl,
@@ -170,13 +203,15 @@ def track(memory: Memory, read: LeaseRead, now: float, default_ttl: float) -> Me
                 seen_handoff=rec.handoff_to,
                 max_epoch=max_epoch,
             )
-        return replace(memory, max_epoch=max_epoch)
+        return replace(looked, max_epoch=max_epoch)
     if memory.seen_at is None and (read.status != "missing" or knows_a_pool(memory)):
         # First look finds no evidence: someone may hold a lease whose file is
         # damaged, or was deleted (by anyone who can write the share) while a
         # pool this node already knew lives on. Time a full TTL from now.
-        return replace(memory, seen_at=now, seen_ttl=default_ttl)
-    return memory
+        return replace(looked, seen_at=now, seen_ttl=default_ttl)
+    if blind_gap(memory, read, now, max_gap) is not None:  # as a first look: a full TTL from now
+        return replace(looked, seen_at=now, seen_ttl=max(memory.seen_ttl, default_ttl), blind_restart=True)
+    return looked
 
 
 def _no_evidence(read: LeaseRead, memory: Memory) -> str:

@@ -26,6 +26,7 @@ from elections.core.decide import (
     Observation,
     Timing,
     Verdict,
+    blind_gap,
     decide,
     evidence_subject,
     track,
@@ -102,7 +103,8 @@ class Elector(ElectorActs):
         self.on_fence: Hook | None = None
         self._beat = int(clock.monotonic() * 1000)  # member seq: grows across restarts
         # Early takeovers deferred for want of a valid read (`Decision.deferred`), by what was read,
-        # and claims started over for an epoch fresher than the one judged on ("fresher"): pool.json.
+        # claims started over for an epoch fresher than the one judged on ("fresher"), and TTL timers
+        # restarted at a read that was no evidence after this node's own blindness ("blind"): pool.json.
         self.deferred: dict[str, int] = {}
 
     # -- public ----------------------------------------------------------------
@@ -243,7 +245,14 @@ class Elector(ElectorActs):
     def _decide(self, read: LeaseRead | None, now: float, renewing: bool) -> Decision:
         if read is not None:
             before = self.memory.seen_key
-            self.memory = track(self.memory, read, now, self.timing.ttl)
+            gap = blind_gap(self.memory, read, now, self.timing.blind_after)
+            self.memory = track(self.memory, read, now, self.timing.ttl, self.timing.blind_after)
+            if gap is not None:  # counted beside the deferrals (pool.json), logged once per kind of read
+                self.deferred["blind"] = self.deferred.get("blind", 0) + 1
+                self._report(f"lease timer restarted: no read of the lease for more than "
+                             f"{self.timing.blind_after:g} s (TTL - RENEW_DEADLINE) and the first read "
+                             f"after was {read.status}, no evidence; the holder may have renewed "
+                             f"unseen", logging.WARNING, key=read.status)  # fmt: skip
             self._timed_from_beacon(before)
         return decide(self.memory, self.observe(read, renewing), now, self.timing)
 

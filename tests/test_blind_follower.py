@@ -1,0 +1,93 @@
+"""A follower's own blindness is no silence of the holder (the README, "The serving
+right": "A member's own blindness is no silence"): on a real share directory with the
+real lock and compare-and-set, a follower that did not read the lease for longer than
+TTL - RENEW_DEADLINE (frozen: no cycle ran; cut: its share was gone) and whose first
+read after is junk over the lease (a writer without the key) restarts its timer at that
+read instead of taking a live leader's lease by the TTL of the last valid lease it saw.
+A sole survivor behind a lease damaged for good still takes it, one TTL after that read."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+
+from elections.core.decide import Decision, Timing, Verdict
+from elections.ports.clock import FakeClock
+from elections.ports.store import FileLeaseStore
+from elections.runtime.elector import Elector
+from elections.runtime.lease_writes import Identity
+
+TOKEN = "tok-0123456789abcdef"
+KMSN = "9999-9999-99-99"
+T = Timing(ttl=10.0, renew=3.0, poll=2.0, deadline=7.0)
+BLIND = 12.0  # seconds without a read: longer than the TTL
+
+
+def elector(share, clock: FakeClock, node: str) -> Elector:
+    me = Identity(node=node, kmsn=KMSN, station=node, ip=f"10.0.0.{node[-1]}", port=9530, pid=4242)
+    store = FileLeaseStore(share, TOKEN, node, clock)
+    return Elector(store, clock, me, T, rng=random.Random(7), sleep=clock.advance)
+
+
+def pool(tmp_path):
+    """S001 leads epoch 1 on `share/`; S002 reads it through `link/` (a mount that can go away)."""
+    share, link = tmp_path / "share", tmp_path / "link"
+    share.mkdir()
+    os.symlink(share, link)
+    clock = FakeClock()
+    leader = elector(share, clock, "S001")
+    assert leader.cycle().reason.startswith("elected: took epoch 1")
+    follower = elector(link, clock, "S002")
+    assert follower.cycle().verdict is Verdict.FOLLOW
+    return clock, leader, follower, share / "relay_leader.json", link
+
+
+def damage(lease) -> None:
+    """Junk over the lease: cut short, as a writer without the pool key might leave it."""
+    good = lease.read_bytes()
+    lease.write_bytes(good[: len(good) // 2])
+
+
+@pytest.mark.parametrize("blind", ["frozen", "cut"])
+def test_a_follower_blind_past_the_ttl_whose_first_read_is_junk_restarts_its_timer(tmp_path, blind):
+    clock, leader, follower, lease, link = pool(tmp_path)
+    if blind == "cut":
+        os.unlink(link)
+    for _ in range(int(BLIND / T.renew)):  # the leader renews on; the follower reads nothing
+        clock.advance(T.renew)
+        assert leader.cycle(renewing=True).reason.startswith("leader: renewed epoch 1")
+        if blind == "cut":  # frozen: no cycle runs; cut: each one finds the share gone
+            assert follower.cycle().reason == "lease store unreachable: cannot contend"
+    if blind == "cut":
+        os.symlink(tmp_path / "share", link)
+    damage(lease)  # just before the follower's first read after its blindness
+    d = follower.cycle()
+    assert (d.verdict, follower.is_leader) == (Verdict.WAIT, False), d
+    assert "times out in 10.0 s" in d.reason, d
+    assert follower.memory.seen_at == clock.monotonic() and follower.deferred == {"blind": 1}
+    assert leader.cycle().reason.startswith("leader: renewed epoch 1"), "its own record over the junk"
+    clock.advance(T.poll)
+    d = follower.cycle()
+    assert d.verdict is Verdict.FOLLOW and "S001 holds epoch 1" in d.reason, d
+    rec = FileLeaseStore(tmp_path / "share", TOKEN, "S009", clock).read().record
+    assert rec is not None and (rec.node, rec.epoch) == ("S001", 1)
+
+
+def test_a_sole_survivor_behind_a_lease_damaged_for_good_takes_it_one_ttl_after_its_first_read(tmp_path):
+    clock, _, follower, lease, _ = pool(tmp_path)
+    damage(lease)  # the leader is gone (it looks no more), and the junk stays
+    clock.advance(BLIND)  # the survivor was frozen meanwhile
+    first = clock.monotonic()
+    looks: list[Decision] = [follower.cycle()]
+    assert looks[0].verdict is Verdict.WAIT and follower.deferred == {"blind": 1}, looks
+    while not follower.is_leader and clock.monotonic() - first <= T.ttl + T.poll:
+        clock.advance(T.poll)
+        looks.append(follower.cycle())
+    took = looks[-1]
+    assert took.reason.startswith("elected: took epoch 2") and "expired" in took.reason, looks
+    assert T.ttl <= clock.monotonic() - first <= T.ttl + T.poll, looks
+    assert follower.deferred == {"blind": 1}, "restarted once: the looks after were close"
+    rec = FileLeaseStore(tmp_path / "share", TOKEN, "S009", clock).read().record
+    assert rec is not None and (rec.node, rec.epoch) == ("S002", 2)
