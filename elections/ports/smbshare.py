@@ -76,7 +76,7 @@ class SmbShare(SmbWrites):
     """The `Share` operations on one folder of one SMB share: the reads here, the
     writes in `smbwrites.SmbWrites`."""
 
-    _notify: FolderNotify | None = None  # made at the first watch
+    _notify: FolderNotify | None = None  # made at the first wait for a change
 
     # -- the Share operations ------------------------------------------------
     def exists(self) -> bool:
@@ -231,7 +231,7 @@ class SmbShare(SmbWrites):
 
         return self._op(run, rel, retry=True)
 
-    def watch_folder(
+    def wait_folder_change(
         self, rel: str, timeout: float, stop: threading.Event | None = None, names: set[str] | None = None
     ) -> bool:
         """SMB2 CHANGE_NOTIFY on the folder where the server offers it, else polling (`smbnotify`)."""
