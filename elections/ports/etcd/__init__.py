@@ -8,5 +8,11 @@ records as on the share, kept under one key prefix.
     store.py    EtcdLeaseStore: the record layer (records.PoolStore) over EtcdBackend
     events.py   EtcdEventSink, EtcdEventTail: the event log, one key per signed line
 
+Vocabulary:
+
+  revision   a key's mod_revision: what a compare-and-set compares
+  hold       the etcd lease a leader's record is bound to; its loss is `WriteOutcome.LOST`
+  watch      etcd's watch stream on the pool's prefix: it says when to read again
+
 Opened only through `elections.ports.stores` (imported when a pool uses etcd).
 """
