@@ -2,8 +2,8 @@
 `expires` (set by the beat schedule), and every write is compare-and-set, so a
 late renewal can never resurrect a lost lease.
 
-The cheap look between polls (`Agent.watch`, every LEASE_WATCH) runs on a
-thread of the lease worker (`Watcher`, started when the worker is ready), not
+The cheap look between polls (`Agent.glance`, every LEASE_WATCH) runs on a
+thread of the lease worker (`GlanceLoop`, started when the worker is ready), not
 as a task through the broker: four tasks a second cost an idle agent more than
 the look itself. One lock keeps the agent single-threaded: a renewal and a
 look never run at the same time; each waits for the other to finish.
@@ -42,18 +42,18 @@ def poll() -> str:
         return str(agent().tick(renewing=False))
 
 
-@shared_task(name="elections.watch", ignore_result=True)
-def watch() -> str:
+@shared_task(name="elections.watch", ignore_result=True)  # the task's name is older than `glance`
+def glance() -> str:
     with _lock:
-        decision = agent().watch()
+        decision = agent().glance()
     return str(decision) if decision is not None else "no change"
 
 
-class Watcher(threading.Thread):
-    """`Agent.watch()` every `every` seconds, beside the worker's tasks."""
+class GlanceLoop(threading.Thread):
+    """`Agent.glance()` every `every` seconds, beside the worker's tasks."""
 
     def __init__(self, every: float) -> None:
-        super().__init__(name="lease-watch", daemon=True)
+        super().__init__(name="lease-glance", daemon=True)
         self.every = every
         self.stopping = threading.Event()
 
@@ -61,11 +61,11 @@ class Watcher(threading.Thread):
         while not self.stopping.wait(self.every):
             try:
                 with _lock:
-                    agent().watch()
+                    agent().glance()
             except Exception:  # the next look tries again; renewals go on meanwhile
-                log.exception("watch failed")
+                log.exception("glance failed")
 
 
 @worker_ready.connect
-def _start_watching(**_: object) -> None:
-    Watcher(settings.STK.lease_watch).start()
+def _start_glancing(**_: object) -> None:
+    GlanceLoop(settings.STK.lease_watch).start()

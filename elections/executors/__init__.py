@@ -8,6 +8,14 @@ Wiring in the agent (the owner's part), for example:
     executors = build_executors(cfg, data_dir)
     gate = Gate(epoch_from_state(LocalState(data_dir), time.monotonic))
     on_elected, on_demoted = leader_duties(node, cfg, executors, gate, event_sink())
+
+Vocabulary:
+
+  Executor   one provider's `apply` of an action (vip, aws, azure, oci, relay) (`base`)
+  Gate       fencing: an action runs only if its epoch is current (`base`)
+  Outcome    what one action came to, recorded through a `Sink` (`base.run_plan`)
+  Observer   an executor that says where its address really is (`observe`, read-only)
+  held       the addresses this leader holds, in `addresses.json` (`held`)
 """
 
 from __future__ import annotations

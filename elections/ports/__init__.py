@@ -1,8 +1,18 @@
 """Ports and their adapters (DESIGN.md §3, layer 2).
 
 The small interfaces the runtime talks through, each with its real
-implementation: `Clock` (monotonic + wall, injectable), `LeaseStore` (the
-file backend on the share), the pool's event log (`events/<node>.jsonl`),
-this agent's data directory (`localstate`), and the host itself (atomic
-writes, process liveness). Nothing here decides anything.
+implementation. Nothing here decides anything.
+
+Vocabulary:
+
+  Backend      bytes under keys with a revision: get, list, cas, claim, wait_change (`backend`)
+  PoolStore    the one record layer over any backend: signs, verifies, refuses (`records`)
+  LeaseStore   the port the elector holds (`store`); opened only by `stores`
+  Share        a folder of a file server: local, mounted or SMB (`share`, `smbshare`)
+  wait_change  wait until a key may have changed; a share's is `wait_folder_change`
+  event log    the pool's signed event lines, one writer per node (`eventlog`, `eventtail`)
+  LocalState   this agent's data directory, shared by its processes (`localstate`)
+  beacons      signed UDP datagrams between members, and the liveness watch (`beacons`)
+  Clock        monotonic, wall and boot time, injected (`clock`)
+  host         every call only Linux answers (`host/`)
 """

@@ -34,8 +34,8 @@ The contract of every backend:
   lease as the server holds it, and if its revision is `expect`, asks
   `build(lease)` for the writes (`Write`s, in order: the lease last) and makes
   them all, or none.
-- `watch(key, timeout, stop)` waits until `key` may have changed (True) or
-  `timeout` passes (False); the default (`poll_watch`) just waits: the caller
+- `wait_change(key, timeout, stop)` waits until `key` may have changed (True) or
+  `timeout` passes (False); the default (`poll_wait`) just waits: the caller
   reads again. It never holds a lock a writer needs.
 - `run(fn)` runs one operation of the record layer under the backend's
   deadline and exclusion: a hung store raises `StoreUnavailable`.
@@ -85,7 +85,7 @@ class Got:
     revision: str  # what a compare-and-set over this read compares on
     refused: Untrusted | None = None  # not a record at all (a link, a FIFO, too large)
     note: str = ""  # why there is none, when the backend knows more than "missing"
-    cached: bool = False  # handed back from the backend's watch cache: unchanged since the last read
+    cached: bool = False  # from the backend's cache (etcd's, fed by its watch stream): unchanged since read
 
 
 @dataclass
@@ -142,7 +142,7 @@ class Backend(Protocol):
 
     def delete(self, key: str) -> bool: ...
 
-    def watch(self, key: str, timeout: float, stop: threading.Event | None = None) -> bool: ...
+    def wait_change(self, key: str, timeout: float, stop: threading.Event | None = None) -> bool: ...
 
     def measure_clock(self, key: str, window: tuple[float, float] | None) -> ClockReading | None: ...
 
@@ -153,8 +153,8 @@ class Backend(Protocol):
         ...
 
 
-def poll_watch(timeout: float, stop: threading.Event | None = None) -> bool:
-    """The default `watch`: nothing tells this backend of a change, so wait
+def poll_wait(timeout: float, stop: threading.Event | None = None) -> bool:
+    """The default `wait_change`: nothing tells this backend of a change, so wait
     (`stop` ends the wait early) and let the caller read again."""
     (stop or threading.Event()).wait(max(0.0, timeout))
     return False

@@ -29,7 +29,7 @@ from elections.ports.backend import (
     WriteOutcome,
     log_only,
     plain_details,
-    poll_watch,
+    poll_wait,
 )
 from elections.ports.event_streams import EventJudge, SeqOf
 
@@ -143,8 +143,8 @@ class MemoryBackend:
             self.put(key, None)
             return True
 
-    def watch(self, key: str, timeout: float, stop: threading.Event | None = None) -> bool:
-        return poll_watch(timeout, stop)
+    def wait_change(self, key: str, timeout: float, stop: threading.Event | None = None) -> bool:
+        return poll_wait(timeout, stop)
 
     def measure_clock(self, key: str, window: tuple[float, float] | None) -> ClockReading | None:
         """The time the dict took this member's last write, on this process's clock."""

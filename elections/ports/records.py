@@ -87,7 +87,7 @@ class PoolStore:
 
     def wait_change(self, timeout: float, stop: threading.Event | None = None) -> bool:
         """Wait until the lease may have changed (True) or `timeout` passes."""
-        return self.backend.watch(LEASE_KEY, timeout, stop)
+        return self.backend.wait_change(LEASE_KEY, timeout, stop)
 
     def refuse(self, source: str, exc: Untrusted, log_it: bool = True) -> None:
         """Count and (once per source and cause) log something the store holds that is no evidence."""

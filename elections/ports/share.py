@@ -48,7 +48,7 @@ from typing import Protocol
 
 from elections.core.untrusted import Untrusted
 from elections.ports import sharefiles
-from elections.ports.backend import poll_watch
+from elections.ports.backend import poll_wait
 from elections.ports.host.files import publish_exclusive, write_atomic
 from elections.ports.sharefiles import DEFAULT_TIMEOUT, NODE_FILE, ShareDeadline, deadline_for
 
@@ -110,7 +110,7 @@ class Share(Protocol):
 
     def planted(self, rel: str) -> bool: ...
 
-    def watch_folder(
+    def wait_folder_change(
         self, rel: str, timeout: float, stop: threading.Event | None = None, names: set[str] | None = None
     ) -> bool:
         """Wait until a file of `names` in the folder (any, if None) may have changed (True)
@@ -199,10 +199,10 @@ class LocalShare:
         path = self.path(rel)
         return path.is_symlink() or (path.exists() and not path.is_file())
 
-    def watch_folder(
+    def wait_folder_change(
         self, rel: str, timeout: float, stop: threading.Event | None = None, names: set[str] | None = None
     ) -> bool:
-        return poll_watch(timeout, stop)  # a mounted share's changes are not told to this client
+        return poll_wait(timeout, stop)  # a mounted share's changes are not told to this client
 
 
 def share_of(where: str | os.PathLike[str] | Share, timeout: float = DEFAULT_TIMEOUT) -> Share:

@@ -119,10 +119,10 @@ class ShareBackend:
         """`events/<node>.jsonl` and its segments (`share_events`), with the pool's retention."""
         return events_of(self.share, self.pool_key, self.clock, options or {})
 
-    def watch(self, key: str, timeout: float, stop: threading.Event | None = None) -> bool:
+    def wait_change(self, key: str, timeout: float, stop: threading.Event | None = None) -> bool:
         rel = file_of(key)  # SMB2 CHANGE_NOTIFY on its folder, where the server offers it
         folder, _, name = rel.rpartition("/")
-        return self.share.watch_folder(folder, timeout, stop, names={name} if name else None)
+        return self.share.wait_folder_change(folder, timeout, stop, names={name} if name else None)
 
     # -- reading -------------------------------------------------------------
     def _read_raw(self, rel: str, limits: Limits) -> bytes | None:

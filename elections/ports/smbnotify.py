@@ -1,11 +1,11 @@
-"""The SMB share's `watch_folder`: SMB2 CHANGE_NOTIFY where the server offers
+"""The SMB share's `wait_folder_change`: SMB2 CHANGE_NOTIFY where the server offers
 it, polling where it does not (issue 22.3: a quiet pool reads the share only
 when something may have changed).
 
 One wait opens the folder (FILE_LIST_DIRECTORY, share access
 read+write+delete: it never stands in the way of a rename in it) and asks the
 server to answer when an entry of it is renamed, written or resized
-(`CompletionFilter`); an answer naming one of the files watched (or an
+(`CompletionFilter`); an answer naming one of the files waited for (or an
 overflow, which names none: anything may have changed) ends the wait with
 True, an answer about other files (the lock, a temp file) asks again. The
 handle is closed when the wait ends.
@@ -37,7 +37,7 @@ from smbprotocol.exceptions import SMBResponseException
 from smbprotocol.header import NtStatus
 from smbprotocol.open import CreateDisposition
 
-from elections.ports.backend import poll_watch
+from elections.ports.backend import poll_wait
 from elections.ports.share import SHARE_OPS
 from elections.ports.smbsession import FOLDER, LIST
 
@@ -60,13 +60,13 @@ REFUSED = frozenset({
 })  # fmt: skip
 ANSWER_BYTES = 4096  # the names of one batch of changes; past it the server says "overflow": anything changed
 TICK = 0.05  # how often a waiting caller looks at `stop` (x 4)
-CANCEL_WAIT = 1.0  # what the watch thread waits for the server to answer a CANCEL
-IDLE = 30.0  # a folder's watch with no waiter for this long is cancelled, its handle closed
-RETRY_AFTER = 5.0  # after a failed watch (not a refusal), waits poll this long before one tries again
+CANCEL_WAIT = 1.0  # what a folder's notify thread waits for the server to answer a CANCEL
+IDLE = 30.0  # a folder's notify with no waiter for this long is cancelled, its handle closed
+RETRY_AFTER = 5.0  # after a failed notify (not a refusal), waits poll this long before one tries again
 
 
 class FolderNotify:
-    """CHANGE_NOTIFY on the folders of one `SmbShare`, one watch thread per folder."""
+    """CHANGE_NOTIFY on the folders of one `SmbShare`, one notify thread per folder."""
 
     def __init__(self, session: SmbSession) -> None:
         self.session = session
@@ -74,29 +74,29 @@ class FolderNotify:
         self.notified = 0  # waits ended by the server's answer
         self.asked = 0  # CHANGE_NOTIFY requests sent
         self.polled = 0  # waits that polled instead
-        self._watches: dict[str, _Watch] = {}
+        self._notifies: dict[str, _FolderNotify] = {}
         self._lock = threading.Lock()
 
     def wait(self, rel: str, names: set[str] | None, timeout: float, stop: threading.Event | None) -> bool:
         """Until a file of `names` in `rel` (any, if None) may have changed (True), or `timeout`."""
         until = time.monotonic() + max(0.0, timeout)
         with self._lock:
-            watch = self._watches.get(rel)
-            if watch is None or not watch.alive():
-                watch = self._watches[rel] = _Watch(self, rel)
-        if self.refused or not watch.start():
+            notify = self._notifies.get(rel)
+            if notify is None or not notify.alive():
+                notify = self._notifies[rel] = _FolderNotify(self, rel)
+        if self.refused or not notify.start():
             self.polled += 1
-            return poll_watch(timeout, stop)
-        if watch.wait(names, until, stop):
+            return poll_wait(timeout, stop)
+        if notify.wait(names, until, stop):
             self.notified += 1
             return True
-        if self.refused or watch.failed:  # it stopped answering: poll for the rest of this wait
+        if self.refused or notify.failed:  # it stopped answering: poll for the rest of this wait
             self.polled += 1
-            return poll_watch(until - time.monotonic(), stop)
+            return poll_wait(until - time.monotonic(), stop)
         return False
 
 
-class _Watch:
+class _FolderNotify:
     """One folder's handle, and its CHANGE_NOTIFY asked again after every answer,
     on a thread of its own; it stops after `IDLE` seconds without a waiter."""
 

@@ -76,7 +76,7 @@ class SmbShare(SmbWrites):
     """The `Share` operations on one folder of one SMB share: the reads here, the
     writes in `smbwrites.SmbWrites`."""
 
-    _notify: FolderNotify | None = None  # made at the first watch
+    _notify: FolderNotify | None = None  # made at the first wait for a change
 
     # -- the Share operations ------------------------------------------------
     def exists(self) -> bool:
@@ -150,25 +150,20 @@ class SmbShare(SmbWrites):
 
     def size(self, rel: str) -> int | None:
         SHARE_OPS.count()
-
-        def run(tree: TreeConnect) -> int | None:
-            fopen, (create, created) = self._open(tree, rel, ATTRS, CreateDisposition.FILE_OPEN, FILE)
-            close, closed = fopen.close(send=False)
-            answers = self._answers(self._send(tree, [create, close]), [created, closed])
-            if status_of(answers[0]) in (
-                NtStatus.STATUS_OBJECT_NAME_NOT_FOUND,
-                NtStatus.STATUS_OBJECT_PATH_NOT_FOUND,
-            ):
-                return None
-            self._raise_first(answers[:1])
-            return int(fopen.end_of_file or 0)
-
-        return self._op(run, rel, retry=True)
+        fopen = self._opened(rel)
+        return None if fopen is None else int(fopen.end_of_file or 0)
 
     def mtime(self, rel: str) -> float | None:
         SHARE_OPS.count()
+        fopen = self._opened(rel)
+        written = None if fopen is None else fopen.last_write_time  # the server's FILETIME, aware UTC
+        return written.timestamp() if written is not None else None
 
-        def run(tree: TreeConnect) -> float | None:
+    def _opened(self, rel: str) -> Open | None:
+        """`rel` opened and closed in one round trip: its attributes as the server's CREATE
+        answer gave them, None if there is no such file."""
+
+        def run(tree: TreeConnect) -> Open | None:
             fopen, (create, created) = self._open(tree, rel, ATTRS, CreateDisposition.FILE_OPEN, FILE)
             close, closed = fopen.close(send=False)
             answers = self._answers(self._send(tree, [create, close]), [created, closed])
@@ -178,8 +173,7 @@ class SmbShare(SmbWrites):
             ):
                 return None
             self._raise_first(answers[:1])
-            written = fopen.last_write_time  # the server's FILETIME, as an aware UTC datetime
-            return written.timestamp() if written is not None else None
+            return fopen
 
         return self._op(run, rel, retry=True)
 
@@ -231,7 +225,7 @@ class SmbShare(SmbWrites):
 
         return self._op(run, rel, retry=True)
 
-    def watch_folder(
+    def wait_folder_change(
         self, rel: str, timeout: float, stop: threading.Event | None = None, names: set[str] | None = None
     ) -> bool:
         """SMB2 CHANGE_NOTIFY on the folder where the server offers it, else polling (`smbnotify`)."""

@@ -17,7 +17,7 @@ With beacons on (`BEACON_INTERVAL` > 0) a `BeaconLink` runs beside it: its
 reactions and the evidence of a gone leader become an election cycle at once
 (`_kicked`, under the same lock as the ticks). While the leader's beacons
 vouch for the lease a follower last read, the follower reads the share less:
-no lease read on its ticks and watches (a beacon naming another holder or
+no lease read on its ticks and glances (a beacon naming another holder or
 epoch makes it read; a renewal does not), the event files when a command
 nudge names a line it lacks (`core.nudge`) and otherwise once a LEASE_TTL,
 the member files only when a beacon says a record changed
@@ -28,7 +28,7 @@ Either falls back to polling the moment the beacons stop (three intervals
 without one).
 
 `Agent` is the wiring; its concepts are mixins of their own modules:
-`agent_looks` (quiet, the watch, events folded, kicks and nudges),
+`agent_looks` (quiet, the glance, events folded, kicks and nudges),
 `agent_roles` (elected/demoted, the handoff fence, the duty plans) and
 `agent_publish` (leadership.json and pool.json).
 """

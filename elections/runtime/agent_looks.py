@@ -1,7 +1,7 @@
-"""When the agent reads the share: quiet, the watch, events, kicks and nudges.
+"""When the agent reads the share: quiet, the glance, events, kicks and nudges.
 
-While the beacons vouch it reads less; the watch's cheap look, the pool's events folded, and the
-beacons' kicks and nudges turned into cycles.
+While the beacons vouch it reads less; the glance (the cheap look between polls), the pool's
+events folded, and the beacons' kicks and nudges turned into cycles.
 
 A mixin of `runtime.agent.Agent` (its state is the agent's, set up in `Agent.__init__`): while the
 leader's beacons vouch for the lease a follower last read (`_quiet`), the pool's event files are read
@@ -101,16 +101,16 @@ class Looks:
                      "%.2f s reading the pool's events after it (%s)", why, locked - asked, cycled - locked,
                      ingested - cycled, decision.verdict.value)  # fmt: skip
 
-    def watch(self) -> Decision | None:
+    def glance(self) -> Decision | None:
         """The cheap, frequent look (LEASE_WATCH): new pool events, or a lease
         that changed (a handoff, a release), trigger a full cycle at once, so a
         planned switchover does not wait for the next poll. While the leader's
         beacons name the very lease this follower last read, the lease is not
         read again (they would say when it changed)."""
         with self.lock:
-            return self._watch()
+            return self._glance()
 
-    def _watch(self) -> Decision | None:
+    def _glance(self) -> Decision | None:
         if self._quiet():  # the beacons tell when the lease changes, nudges when a command came
             if self._events_due() and self.ingest():
                 return self._tick(renewing=False, news=True)
@@ -128,7 +128,7 @@ class Looks:
             and (rec.key != mem.seen_key or rec.released != mem.seen_released)
         )
         # A leader whose record vanished (on etcd: its lease revoked behind its
-        # back, seen by the watch) looks at once: it rewrites or steps down now.
+        # back, seen by etcd's watch stream) looks at once: it rewrites or steps down now.
         gone = self.elector.is_leader and read.status == "missing"
         if news or moved or gone:
             return self._tick(renewing=False)

@@ -257,9 +257,9 @@ def _command(kind: str) -> dict[str, Any]:
     }
 
 
-def document() -> dict[str, Any]:
-    """The OpenAPI 3.1 document of /api/v1/."""
-    site_paths = {
+def _site_paths() -> dict[str, Any]:
+    """One pool's pages: the site, its members, its addresses, its lease."""
+    return {
         "/api/v1/sites/{kmsn}": _get(
             "the site: summary, members, lease, relay", SITE, [KMSN_PARAM], **UNKNOWN
         ),
@@ -277,14 +277,10 @@ def document() -> dict[str, Any]:
             **UNKNOWN,
         ),
     }  # fmt: skip
-    commands = {f"/api/v1/sites/{{kmsn}}/{kind}": _command(kind) for kind in KINDS}
-    history_params = [
-        _q("kmsn", "only this pool"),
-        _q("period", f"one of {', '.join(PERIODS)} (default and anything else: 7d)"),
-        _q("reason", "only this reason, e.g. `lease expired`"),
-        *PAGING,
-    ]
-    audit_params = [_q(k, f"only rows with this {k}") for k in ("user", "action", "result", "kmsn")] + PAGING
+
+
+def _leader_path() -> dict[str, Any]:
+    """`/api/v1/leader`: who leads, with its 404 and 503, and readable without a credential."""
     leader = _get(
         "who leads, from the signed lease", LEADER,
         [_q("kmsn", "the pool (default: this agent's; a watched pool: from this agent's view of it)")],
@@ -296,6 +292,68 @@ def document() -> dict[str, Any]:
     leader["get"]["description"] = (
         "Readable without a credential when the agent runs with STK_PUBLIC_LEADER_LOOKUP=1."
     )
+    return leader
+
+
+def _sites_path() -> dict[str, Any]:
+    """`/api/v1/sites`: every pool this agent sees, filtered and sorted like the fleet view."""
+    return _get(
+        "every pool this agent sees: its own and the watched ones ([pool:<KMSN>])",
+        _obj({"sites": _t("array", items=SUMMARY)}),
+        [
+            _q("kmsn", "only pools whose KMSN contains this"),
+            _q(
+                "sort",
+                "order like the fleet view (default: this agent's pool, then the ini's order)",
+                _t(S, enum=list(SORTS)),
+            ),
+            _q(
+                "dir",
+                "with sort: asc or desc (default: the column's natural way)",
+                _t(S, enum=list(DIRECTIONS)),
+            ),
+        ],
+        **{"400": "sort or dir is not one of its values (`bad_request`)"},
+    )
+
+
+def _history_path() -> dict[str, Any]:
+    """`/api/v1/history`: failovers, newest first, by page."""
+    params = [
+        _q("kmsn", "only this pool"),
+        _q("period", f"one of {', '.join(PERIODS)} (default and anything else: 7d)"),
+        _q("reason", "only this reason, e.g. `lease expired`"),
+        *PAGING,
+    ]
+    return _get(
+        "failovers, newest first",
+        _obj({**PAGE, "failovers": {"type": "array", "items": FAILOVER}}),
+        params,
+        **BAD_PAGE,
+    )
+
+
+def _audit_path() -> dict[str, Any]:
+    """`/api/v1/audit`: the operator actions and the chains' status, by page."""
+    params = [_q(k, f"only rows with this {k}") for k in ("user", "action", "result", "kmsn")] + PAGING
+    return _get(
+        "the pool's operator actions with their outcome, newest first, and the chains' status",
+        _obj(
+            {
+                **PAGE,
+                "chain": CHAIN,
+                "node": _t(S),
+                "actions": {"type": "array", "items": ACTION},
+                "pool_chains": {"type": "object", "additionalProperties": CHAIN},
+            }
+        ),
+        params,
+        **BAD_PAGE,
+    )
+
+
+def document() -> dict[str, Any]:
+    """The OpenAPI 3.1 document of /api/v1/."""
     return {
         "openapi": "3.1.0",
         "info": {
@@ -311,47 +369,12 @@ def document() -> dict[str, Any]:
         "security": [{"bearer": []}],
         "paths": {
             "/api/v1/openapi.json": _get("this document", _obj({"openapi": _t(S), "paths": _t("object")})),
-            "/api/v1/leader": leader,
-            "/api/v1/sites": _get(
-                "every pool this agent sees: its own and the watched ones ([pool:<KMSN>])",
-                _obj({"sites": _t("array", items=SUMMARY)}),
-                [
-                    _q("kmsn", "only pools whose KMSN contains this"),
-                    _q(
-                        "sort",
-                        "order like the fleet view (default: this agent's pool, then the ini's order)",
-                        _t(S, enum=list(SORTS)),
-                    ),
-                    _q(
-                        "dir",
-                        "with sort: asc or desc (default: the column's natural way)",
-                        _t(S, enum=list(DIRECTIONS)),
-                    ),
-                ],
-                **{"400": "sort or dir is not one of its values (`bad_request`)"},
-            ),
-            **site_paths,
-            **commands,
-            "/api/v1/history": _get(
-                "failovers, newest first",
-                _obj({**PAGE, "failovers": {"type": "array", "items": FAILOVER}}),
-                history_params,
-                **BAD_PAGE,
-            ),
-            "/api/v1/audit": _get(
-                "the pool's operator actions with their outcome, newest first, and the chains' status",
-                _obj(
-                    {
-                        **PAGE,
-                        "chain": CHAIN,
-                        "node": _t(S),
-                        "actions": {"type": "array", "items": ACTION},
-                        "pool_chains": {"type": "object", "additionalProperties": CHAIN},
-                    }
-                ),
-                audit_params,
-                **BAD_PAGE,
-            ),
+            "/api/v1/leader": _leader_path(),
+            "/api/v1/sites": _sites_path(),
+            **_site_paths(),
+            **{f"/api/v1/sites/{{kmsn}}/{kind}": _command(kind) for kind in KINDS},
+            "/api/v1/history": _history_path(),
+            "/api/v1/audit": _audit_path(),
         },
     }
 

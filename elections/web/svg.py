@@ -7,7 +7,7 @@ led. Pure: the caller passes the time window; every text is escaped.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from html import escape
@@ -67,7 +67,6 @@ def timeline(
     start, end = timezone.localtime(start), timezone.localtime(end)  # labels in the site's zone
     bars = [b for b in bars if (b.end is None or b.end >= start) and b.start <= end]
     lanes = sorted(set(nodes) | {b.node for b in bars})
-    colour = {n: PALETTE[i % len(PALETTE)] for i, n in enumerate(lanes)}
     plot_w = width - LEFT - RIGHT
     height = TOP + max(len(lanes), 1) * LANE_H + AXIS_H
     span = max((end - start).total_seconds(), 1.0)
@@ -79,15 +78,7 @@ def timeline(
     history_from = min((a for a, _ in spans), default=LEFT + plot_w)
     gaps = _gaps([(a, max(b, a + 1)) for a, b in spans], history_from, LEFT + plot_w)
     gap_s = sum((b - a) for a, b in gaps) / plot_w * span
-    led = sorted({(b.node, b.epoch) for b in bars}, key=lambda p: p[1])
-    led_text = ", ".join(_("%(node)s epoch %(epoch)s") % {"node": n, "epoch": e} for n, e in led)
-    span_text = {"start": f"{start:%Y-%m-%d %H:%M}", "end": f"{end:%H:%M}", "zone": tz_label}
-    desc = (
-        _("Leadership from %(start)s to %(end)s %(zone)s: ") % span_text
-        + (led_text or _("no leadership recorded"))
-        + ((_("; about %(n).0f s without a leader") % {"n": gap_s}) if gaps else _("; no gap"))
-        + "."
-    )
+    desc = _description(bars, start, end, tz_label, gap_s if gaps else None)
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="timeline" viewBox="0 0 {width} {height}" '
         f'width="100%" role="img" aria-labelledby="tl-title tl-desc">',
@@ -103,6 +94,30 @@ def timeline(
             f'<rect class="gap" x="{a:.1f}" y="{TOP}" width="{max(b - a, 2):.1f}" height="{plot_h}" '
             f'fill="url(#tl-hatch)"><title>{escape(_("no leader"))}</title></rect>'
         )
+    parts += _lanes(lanes, plot_w)
+    parts += _bars(bars, spans, lanes)
+    parts += _axis(_ticks(start, end), x, TOP + plot_h, plot_w)
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _description(bars: list[Bar], start: datetime, end: datetime, tz_label: str, gap_s: float | None) -> str:
+    """The chart's text for screen readers: the window, who led which epoch, the time without a
+    leader (`gap_s`, None when there was no gap)."""
+    led = sorted({(b.node, b.epoch) for b in bars}, key=lambda p: p[1])
+    led_text = ", ".join(_("%(node)s epoch %(epoch)s") % {"node": n, "epoch": e} for n, e in led)
+    span_text = {"start": f"{start:%Y-%m-%d %H:%M}", "end": f"{end:%H:%M}", "zone": tz_label}
+    return (
+        _("Leadership from %(start)s to %(end)s %(zone)s: ") % span_text
+        + (led_text or _("no leadership recorded"))
+        + ((_("; about %(n).0f s without a leader") % {"n": gap_s}) if gap_s is not None else _("; no gap"))
+        + "."
+    )
+
+
+def _lanes(lanes: list[str], plot_w: float) -> list[str]:
+    """One lane per member: its line and its name."""
+    parts = []
     for i, node in enumerate(lanes):
         y = TOP + i * LANE_H
         parts.append(
@@ -113,6 +128,13 @@ def timeline(
             f'<text x="{LEFT - 8}" y="{y + LANE_H / 2 + 4:.1f}" text-anchor="end" '
             f'font-size="12" fill="#1f2328">{escape(node)}</text>'
         )
+    return parts
+
+
+def _bars(bars: list[Bar], spans: list[tuple[float, float]], lanes: list[str]) -> list[str]:
+    """One bar per epoch of leadership, in its member's lane and colour, labelled where it fits."""
+    colour = {n: PALETTE[i % len(PALETTE)] for i, n in enumerate(lanes)}
+    parts = []
     for b, (a, z) in zip(bars, spans, strict=True):
         y = TOP + lanes.index(b.node) * LANE_H + (LANE_H - BAR_H) / 2
         w = max(z - a, 2.0)
@@ -132,14 +154,17 @@ def timeline(
                 f'<text x="{a + 4:.1f}" y="{y + BAR_H - 5:.1f}" font-size="11" fill="#ffffff">'
                 f"e{b.epoch}</text>"
             )
-    axis_y = TOP + plot_h
-    parts.append(f'<line x1="{LEFT}" y1="{axis_y}" x2="{LEFT + plot_w}" y2="{axis_y}" stroke="#57606a"/>')
-    for t in _ticks(start, end):
+    return parts
+
+
+def _axis(ticks: list[datetime], x: Callable[[datetime], float], axis_y: float, plot_w: float) -> list[str]:
+    """The time axis under the lanes, with a labelled tick at each of `ticks`."""
+    parts = [f'<line x1="{LEFT}" y1="{axis_y}" x2="{LEFT + plot_w}" y2="{axis_y}" stroke="#57606a"/>']
+    for t in ticks:
         tx = x(t)
         parts.append(f'<line x1="{tx:.1f}" y1="{axis_y}" x2="{tx:.1f}" y2="{axis_y + 4}" stroke="#57606a"/>')
         parts.append(
             f'<text x="{tx:.1f}" y="{axis_y + 17}" text-anchor="middle" font-size="11" '
             f'fill="#424a53">{t:%H:%M}</text>'
         )
-    parts.append("</svg>")
-    return "".join(parts)
+    return parts

@@ -53,7 +53,7 @@
   like any other failure.
 
 Interface: `Follower(discovery, backoff, lease_poll, connect, hooks, name)`
-runs two tasks, `run()` and `watch_lease()`. `connect(leader, epoch)` makes
+runs two tasks, `run()` and `poll_lease()`. `connect(leader, epoch)` makes
 the next `relay.client.session.Session`; `hooks` (`FollowerHooks`) are the
 three callbacks it needs from its client, which tells it of each
 registration (`registered()`). It owns what following decides: the epoch
@@ -163,7 +163,7 @@ class FollowerHooks:
 
 
 class Follower:
-    """The client's two tasks: the session loop (`run`) and the lease watcher (`watch_lease`)."""
+    """The client's two tasks: the session loop (`run`) and the lease poller (`poll_lease`)."""
 
     def __init__(
         self,
@@ -322,7 +322,7 @@ class Follower:
             return self.backoff.rng.uniform(0, HINT_RETRY)
         return self.backoff.delay(0)
 
-    async def watch_lease(self) -> None:
+    async def poll_lease(self) -> None:
         lease = self.discovery.lease
         assert lease is not None
         seen: tuple[str, int] | None = None
@@ -330,7 +330,7 @@ class Follower:
             await asyncio.sleep(self.lease_poll)
             try:
                 seen = await self._check_lease(lease, seen)
-            except Exception:  # keep watching whatever happened
+            except Exception:  # keep polling whatever happened
                 log.exception("relay client %s: lease check failed", self.name)
 
     async def _check_lease(self, lease: LeaseFile, seen: tuple[str, int] | None) -> tuple[str, int] | None:

@@ -14,7 +14,7 @@ This module's job is the public API and the wiring; the parts, one module
 each, never import it (everything public is importable from here):
 
 - `relay.client.follow`: how the client finds the leader and follows it
-  (discovery, ``leader_changed`` hints, epochs, the lease watcher, backoff),
+  (discovery, ``leader_changed`` hints, epochs, the lease poller, backoff),
   and when it gives up (`start()` raises `Refused`). Given a `FollowerHooks`.
 - `relay.client.session`: one connection (register, keepalives, silence).
   Given a `SessionConfig` and a `SessionOwner` (outbox, inbox, counters, callbacks).
@@ -202,7 +202,7 @@ class RelayClient(ClientState):
             follower = self._follower
             self._tasks.append(asyncio.create_task(follower.run(), name=f"relay-client-{self.station}"))
             if self.discovery.lease is not None:
-                self._tasks.append(asyncio.create_task(follower.watch_lease(), name="relay-client-lease"))
+                self._tasks.append(asyncio.create_task(follower.poll_lease(), name="relay-client-lease"))
         try:
             await self.wait_registered(timeout)
         except TimeoutError:

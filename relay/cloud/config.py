@@ -68,9 +68,30 @@ class CloudConfig:
 def load(path: str | None) -> CloudConfig:
     cfg = CloudConfig(source=path or "(none)")
     bad = cfg.problems.append
+    parser = _parse(path, bad)
+    if parser is None or path is None:
+        return cfg
+    values = {k.upper(): v.strip() for k, v in parser.items("cloud")}
+    ports = _cloud_section(values, cfg, bad)
+    _sites(parser, Path(path).parent, cfg, bad)
+    _grants(parser, cfg)
+    cfg.cluster = cluster_config(values, cfg.relay_port, bad)
+    if cfg.cluster is not None and cfg.cluster.peer_port in ports:
+        bad(Problem("stkrelay.E236", "PEER_PORT", f"collides with another port: {ports}",
+                    "PEER_PORT differs from RELAY_PORT, RELAY_PORT+1, TUNNEL_PORT, WEB_PORT"))  # fmt: skip
+        cfg.cluster = None
+    site_problems = ("stkrelay.C007", "stkrelay.C009", "stkrelay.C010", "stkrelay.C011")
+    if not cfg.tokens and not any(p.id in site_problems for p in cfg.problems):
+        bad(Problem("stkrelay.C008", "[site:<KMSN>]", "no site configured",
+                    "add one [site:<KMSN>] section with CLOUD_TOKEN and LEASE_KEY per site"))  # fmt: skip
+    return cfg
+
+
+def _parse(path: str | None, bad: Callable[[Problem], None]) -> configparser.ConfigParser | None:
+    """cloud.ini read and parsed, with its `[cloud]` section; None (and the problem told) if not."""
     if not path:
         bad(Problem("stkrelay.C001", "--ini", "no cloud.ini given", "pass --ini PATH or set CLOUD_INI"))
-        return cfg
+        return None
     parser = configparser.ConfigParser(interpolation=None)
     parser.optionxform = str.upper  # type: ignore[assignment, method-assign]
     try:
@@ -78,25 +99,35 @@ def load(path: str | None) -> CloudConfig:
             parser.read_file(fh)
     except (OSError, configparser.Error) as exc:
         bad(Problem("stkrelay.C001", "--ini", f"cannot read {path}: {exc}", "point --ini at cloud.ini"))
-        return cfg
+        return None
     if not parser.has_section("cloud"):
         bad(Problem("stkrelay.C002", "[cloud]", f"{path} has no [cloud] section", "add a [cloud] header"))
-        return cfg
-    values = {k.upper(): v.strip() for k, v in parser.items("cloud")}
+        return None
+    return parser
+
+
+def _number(values: dict[str, str], bad: Callable[[Problem], None], key: str, kind: type, default: float,
+            low: float, high: float) -> float:  # fmt: skip
+    """`values[key]` as a `kind` within low..high; `default` if unset, and if bad (told as C003)."""
+    text = values.get(key, "")
+    if not text:
+        return default
+    try:
+        value = kind(text)
+    except ValueError:
+        bad(Problem("stkrelay.C003", key, f"{text!r} is not a number", f"set {key} to a number"))
+        return default
+    if not low <= value <= high:
+        bad(Problem("stkrelay.C003", key, f"{value} is out of range", f"use {low:g}..{high:g}"))
+        return default
+    return value
+
+
+def _cloud_section(values: dict[str, str], cfg: CloudConfig, bad: Callable[[Problem], None]) -> list[int]:
+    """The `[cloud]` section's own keys into `cfg`; the ports it listens on, which must differ."""
 
     def number(key: str, kind: type, default: float, low: float, high: float) -> float:
-        text = values.get(key, "")
-        if not text:
-            return default
-        try:
-            value = kind(text)
-        except ValueError:
-            bad(Problem("stkrelay.C003", key, f"{text!r} is not a number", f"set {key} to a number"))
-            return default
-        if not low <= value <= high:
-            bad(Problem("stkrelay.C003", key, f"{value} is out of range", f"use {low:g}..{high:g}"))
-            return default
-        return value
+        return _number(values, bad, key, kind, default, low, high)
 
     try:
         cfg.listen_ip = str(ipaddress.ip_address(values.get("LISTEN_IP", "") or cfg.listen_ip))
@@ -122,6 +153,12 @@ def load(path: str | None) -> CloudConfig:
     except OSError as exc:
         bad(Problem("stkrelay.C006", "DATA_DIR", f"{cfg.data_dir} is not writable ({exc})",
                     "point DATA_DIR at a writable folder"))  # fmt: skip
+    return ports
+
+
+def _sites(parser: configparser.ConfigParser, base: Path, cfg: CloudConfig,
+           bad: Callable[[Problem], None]) -> None:  # fmt: skip
+    """The ``[site:<KMSN>]`` sections: each site's CLOUD_TOKEN and LEASE_KEY (C007 and `_lease_key`'s)."""
     for section in parser.sections():
         if not section.startswith("site:"):
             continue
@@ -134,20 +171,9 @@ def load(path: str | None) -> CloudConfig:
                         "set the site's CLOUD_TOKEN (the same as in its agents' stk.ini) to a long random "
                         "secret"))  # fmt: skip
         else:
-            key = _lease_key(parser, section, Path(path).parent, token, bad)
+            key = _lease_key(parser, section, base, token, bad)
             if key is not None:
                 cfg.tokens[kmsn], cfg.lease_keys[kmsn] = token, key
-    _grants(parser, cfg)
-    cfg.cluster = cluster_config(values, cfg.relay_port, bad)
-    if cfg.cluster is not None and cfg.cluster.peer_port in ports:
-        bad(Problem("stkrelay.E236", "PEER_PORT", f"collides with another port: {ports}",
-                    "PEER_PORT differs from RELAY_PORT, RELAY_PORT+1, TUNNEL_PORT, WEB_PORT"))  # fmt: skip
-        cfg.cluster = None
-    site_problems = ("stkrelay.C007", "stkrelay.C009", "stkrelay.C010", "stkrelay.C011")
-    if not cfg.tokens and not any(p.id in site_problems for p in cfg.problems):
-        bad(Problem("stkrelay.C008", "[site:<KMSN>]", "no site configured",
-                    "add one [site:<KMSN>] section with CLOUD_TOKEN and LEASE_KEY per site"))  # fmt: skip
-    return cfg
 
 
 def _grants(parser: configparser.ConfigParser, cfg: CloudConfig) -> None:

@@ -9,5 +9,11 @@ records as on the share, kept under one key prefix.
     events.py   EtcdEvents: the event streams, one key per line (EtcdEventSink/EtcdEventTail: the
                 event record layer, event_records, over them)
 
+Vocabulary:
+
+  revision   a key's mod_revision: what a compare-and-set compares
+  hold       the etcd lease a leader's record is bound to; its loss is `WriteOutcome.LOST`
+  watch      etcd's watch stream on the pool's prefix: it says when to read again
+
 Opened only through `elections.ports.stores` (imported when a pool uses etcd).
 """

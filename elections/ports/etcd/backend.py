@@ -18,7 +18,7 @@ prefix (`EtcdPool`):
   every write of the record layer (the counter, the claim, the lease).
 - With the pool's watch connected and nothing changed, `get` of the lease and
   `list` of the members hand back the last read (`cached`) until the fallback
-  timer runs out; `watch` waits on the watch. What is acted on is always what a
+  timer runs out; `wait_change` waits on the watch. What is acted on is always what a
   linearizable read returned, never a value carried by the stream.
 
 Every call has the client's deadline: `StoreUnavailable`, never a hang.
@@ -48,7 +48,7 @@ from elections.ports.backend import (
     Listing,
     WriteOutcome,
     log_only,
-    poll_watch,
+    poll_wait,
 )
 from elections.ports.etcd import pool as layout
 from elections.ports.etcd.client import LeaseNotFound, Refused, as_int, delete, mod_is, put
@@ -122,12 +122,12 @@ class EtcdBackend:
         if len(self._lost) > 64:
             self._lost = {lease}
 
-    # -- watching ----------------------------------------------------------------------
-    def watch(self, key: str, timeout: float, stop: threading.Event | None = None) -> bool:
+    # -- waiting for a change ----------------------------------------------------------------------
+    def wait_change(self, key: str, timeout: float, stop: threading.Event | None = None) -> bool:
         """Sleep until the lease changes (the watch says so) or `timeout` passes."""
         w = self.watcher
         if w is None or not w.connected:
-            return poll_watch(timeout, stop)
+            return poll_wait(timeout, stop)
         cached = self._lease_cache
         since = cached[0] if cached is not None else w.generation["lease"]
         return w.wait_change("lease", since, max(0.0, timeout))

@@ -3,6 +3,9 @@ behind names that say what they do. `tests/test_architecture.py` fails if any ot
 module calls `prctl`, `os.killpg`, `os.setsid`, `preexec_fn`, `start_new_session`,
 `os.pipe2`, inotify or `reuse_port`.
 
+Vocabulary: a *seam* name says what a call does (`write_atomic`, `pid_alive`); what it
+costs on another OS is written below it.
+
 - `files`: `write_atomic` (temp file + `os.replace`), `publish_exclusive` (temp file +
   `link()` or `renameat2(RENAME_NOREPLACE)`), `unlink_quietly`.
 - `processes`: `spawn_options` (a child in a session of its own, and/or killed when
