@@ -20,7 +20,7 @@ from relay.wire.events import MAGIC
 from relay.wire.framing import FrameDecoder, encode_frame
 
 pytestmark = pytest.mark.agents
-REPLACED_WITHIN = 6.0  # seconds: the bound asserted under load (the bench measures ~2-3 s)
+REPLACED_WITHIN = 9.0  # seconds, under load (the bench measures ~2-3 s); the reason asserted says: early
 TTL, RENEW = float(DEFAULT["LEASE_TTL"]), float(DEFAULT["LEASE_RENEW"])
 
 
