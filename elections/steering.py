@@ -219,7 +219,7 @@ def submit(
     local = LocalState(stk.data_dir)
     watched = watched_pool(kmsn) if kmsn and kmsn != stk.kmsn else None
     if watched is not None:
-        pool, sink = local.watched_pool(watched.kmsn), watched_event_sink(watched)
+        pool, sink = local.watched_pool(watched.kmsn), watched_event_sink(watched, stk.data_dir)
         if pool.exists and watched.node in pool.members:
             return CommandResult(
                 UNAVAILABLE, f"{watched.node} is a member of pool {watched.kmsn}: its event file is that "

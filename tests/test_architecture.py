@@ -167,7 +167,7 @@ def test_only_the_store_factory_constructs_a_backend():
 
 
 # The OS seam (elections/ports/host/): what only Linux answers is called there and nowhere else.
-OS_ATTRIBUTES = {"killpg", "setsid", "pipe2", "prctl"}
+OS_ATTRIBUTES = {"killpg", "setsid", "pipe2", "prctl", "flock"}
 OS_KEYWORDS = {"preexec_fn", "start_new_session", "reuse_port"}
 SEAM = "elections.ports.host"
 
@@ -198,13 +198,22 @@ def test_every_os_specific_call_lives_in_the_host_seam():
     inside = [
         n for n, p in _modules().items() if n.startswith(SEAM + ".") and _os_calls(ast.parse(p.read_text()))
     ]
-    assert {f"{SEAM}.processes", f"{SEAM}.dirwatch", f"{SEAM}.sockets"} <= set(inside), inside
+    assert {f"{SEAM}.processes", f"{SEAM}.dirwatch", f"{SEAM}.sockets", f"{SEAM}.locks"} <= set(inside), (
+        inside
+    )
 
 
 def test_the_seam_finder_finds_each_kind_of_call():
-    code = "\n".join(("os.killpg(1, 9)", "Popen(a, preexec_fn=f)", "libc.inotify_init1(0)",
-                      "loop.create_datagram_endpoint(f, reuse_port=True)"))  # fmt: skip
-    assert len(_os_calls(ast.parse(code))) == 4
+    code = "\n".join(
+        (
+            "os.killpg(1, 9)",
+            "fcntl.flock(fd, 2)",
+            "Popen(a, preexec_fn=f)",
+            "libc.inotify_init1(0)",
+            "loop.create_datagram_endpoint(f, reuse_port=True)",
+        )
+    )
+    assert len(_os_calls(ast.parse(code))) == 5
 
 
 # The configuration (issue 25.4): stkconfig is the bottom layer, and only the Django-facing

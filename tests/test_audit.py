@@ -445,3 +445,77 @@ def test_an_agent_with_a_fresh_database_goes_on_above_the_seqs_the_pool_already_
         before.record("renewed_lost", 2, f"old {i}")
     DbEventSink(KMSN, "S011", JsonlEventSink(path, "S011", SystemClock())).record("elected", 3, "afresh")
     assert [json.loads(line)["seq"] for line in path.read_text().splitlines()] == [1, 2, 3, 4, 5, 6]
+
+
+class HeldLine:
+    """A pool log whose first line waits at `gate` once its writer is inside (`entered`)."""
+
+    def __init__(self, inner, entered, gate) -> None:
+        self.inner, self.entered, self.gate = inner, entered, gate
+
+    def record(self, *args, **kwargs) -> None:
+        self.entered.set()
+        assert self.gate.wait(10), "the test never opened the gate"
+        self.inner.record(*args, **kwargs)
+
+    def last_seq(self) -> int:
+        return self.inner.last_seq()
+
+
+def _two_writers_of_one_node(tmp_path, node):
+    import threading
+
+    from elections.ports.clock import SystemClock
+    from elections.ports.eventlog import JsonlEventSink
+    from elections.runtime.projection import DbEventSink
+
+    path = tmp_path / "events" / f"{node}.jsonl"
+    path.parent.mkdir()
+    lock = tmp_path / "events.lock"
+    entered, gate, second_done = threading.Event(), threading.Event(), threading.Event()
+    first = DbEventSink(KMSN, node, HeldLine(JsonlEventSink(path, node, SystemClock()), entered, gate), lock)
+    second = DbEventSink(KMSN, node, JsonlEventSink(path, node, SystemClock()), lock)
+    out = {}
+    a = threading.Thread(target=lambda: out.setdefault("first", first.record("handoff", 3, "the worker's")))
+    a.start()
+    assert entered.wait(10), "the first writer never reached its line"
+    b = threading.Thread(target=lambda: (out.setdefault("second", second.record("audit", 3, "the web's")),
+                                         second_done.set()))  # fmt: skip
+    b.start()
+    second_done.wait(1.0)  # without the order lock the second line lands first; with it, it cannot
+    gate.set()
+    a.join(10)
+    b.join(10)
+    return path, out
+
+
+def test_two_writers_of_one_node_put_their_lines_on_the_pool_in_seq_order(dj, tmp_path):
+    # The worker's handoff and the web's audit row of one drain: the database hands out seqs 1
+    # and 2, and the pool's log must hold them in that order — every reader refuses a seq below
+    # one it took (a replay), so seq 2 before seq 1 lost seq 1 on every agent (make long, etcd).
+    import json
+
+    from elections.ports.eventlog import EventTail
+
+    path, out = _two_writers_of_one_node(tmp_path, "S021")
+    assert (out["first"], out["second"]) == (1, 2)
+    assert [json.loads(line)["seq"] for line in path.read_text().splitlines()] == [1, 2]
+    tail = EventTail(path.parent)
+    assert [e["reason"] for e in tail.new_events()] == ["the worker's", "the web's"]
+    assert tail.refusals.total() == 0, tail.refusals.to_doc()
+
+
+def test_a_writer_that_waits_too_long_for_the_order_lock_keeps_its_row_and_leaves_the_pool_in_order(
+    dj, tmp_path, monkeypatch
+):  # fmt: skip
+    import json
+
+    from elections.models import ElectionEvent
+    from elections.runtime import projection
+
+    monkeypatch.setattr(projection, "ORDER_WAIT_S", 0.2)
+    path, out = _two_writers_of_one_node(tmp_path, "S022")
+    assert (out["first"], out["second"]) == (1, None)  # the second's line was not written...
+    rows = ElectionEvent.objects.filter(kmsn=KMSN, node="S022").order_by("seq")
+    assert [(r.seq, r.reason) for r in rows] == [(1, "the worker's"), (2, "the web's")]  # ...its row was
+    assert [json.loads(line)["seq"] for line in path.read_text().splitlines()] == [1]

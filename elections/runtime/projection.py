@@ -8,7 +8,10 @@ inserts on a thread of its own, off the renewal path: the cycle hands it the
 verified events and moves on (a bounded queue; when it is full the oldest
 batch waits in the tail's place, never in memory without bound). `DbEventSink`
 is how this agent records its own transitions: a row here first (the database
-hands out the seq), then the same event on the share.
+hands out the seq), then the same event on the share. Several writers of one
+node (the worker's threads, the web's audit, the supervisor's release) take
+`DATA_DIR/events.lock` around both steps, so the pool's log holds this node's
+seqs in order: a reader refuses a seq below one it took (a replay).
 """
 
 from __future__ import annotations
@@ -16,12 +19,15 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from contextlib import nullcontext
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from elections.core.untrusted import BAD_FIELD, Untrusted, check_event
 from elections.errors import StoreUnavailable
 from elections.ports.clock import SystemClock
+from elections.ports.host.locks import exclusive
 from elections.ports.stores import EventSink, PoolPlace, open_event_sink
 from elections.retry import Backoff, retry
 from stkconfig.model import Config
@@ -30,16 +36,21 @@ from stkconfig.parsed import WatchedPool
 log = logging.getLogger("stkrelay.projection")
 
 SEQ_RACE = Backoff(tries=20)  # two local processes (worker, supervisor) may take the same seq
+ORDER_LOCK = "events.lock"  # in DATA_DIR; a watched pool's is events-<KMSN>.lock
+ORDER_WAIT_S = 2.0  # for another writer of this node to finish its line; then the row alone
 
 
 class DbEventSink:
     """Writes each transition as an ElectionEvent row and to the pool's
     `events/<node>.jsonl` (the file is best effort: the share may be down)."""
 
-    def __init__(self, kmsn: str, node: str, pool_log: EventSink | None) -> None:
+    def __init__(
+        self, kmsn: str, node: str, pool_log: EventSink | None, order_lock: str | Path | None = None
+    ) -> None:
         self.kmsn = kmsn
         self.node = node
         self.pool_log = pool_log
+        self.order_lock = order_lock  # a local file: one writer of this node at a time (None: this one alone)
         self._pool_last: int | None = None  # this node's highest seq in the pool's log, once read
         self.last_seq: int | None = None  # the seq of the last line this sink put on the share
 
@@ -76,18 +87,25 @@ class DbEventSink:
                 )  # fmt: skip
             return seq
 
-        # Two local processes may record (the worker, and the supervisor's
-        # release on shutdown): the database hands out the seq.
-        seq = retry(insert, on=IntegrityError, backoff=SEQ_RACE)
-        if self.pool_log is None:
-            return None
-        try:
-            self.pool_log.record(kind, epoch, reason, seq=seq, **extra)
-        except (OSError, ValueError, StoreUnavailable) as exc:  # ValueError: Untrusted (a planted link)
-            if required:
-                raise OSError(f"pool event log not written: {exc}") from exc
-            log.warning("pool event log not written: %s", exc)
-            return None
+        # Several local writers may record (the worker, the web, the supervisor's release on
+        # shutdown): the database hands out the seq, and the order lock keeps the pool's lines
+        # in that order (seq 2 on the pool before seq 1 would make every reader drop seq 1).
+        order = exclusive(self.order_lock, ORDER_WAIT_S) if self.order_lock else nullcontext(True)
+        with order as in_order:
+            seq = retry(insert, on=IntegrityError, backoff=SEQ_RACE)
+            if self.pool_log is None:
+                return None
+            try:
+                if not in_order:
+                    raise OSError(
+                        f"another writer of {self.node} held {self.order_lock} for {ORDER_WAIT_S:g} s"
+                    )
+                self.pool_log.record(kind, epoch, reason, seq=seq, **extra)
+            except (OSError, ValueError, StoreUnavailable) as exc:  # ValueError: Untrusted (a planted link)
+                if required:
+                    raise OSError(f"pool event log not written: {exc}") from exc
+                log.warning("pool event log not written: %s", exc)
+                return None
         self.last_seq = seq
         return seq
 
@@ -95,16 +113,18 @@ class DbEventSink:
 def pool_event_sink(stk: Config) -> DbEventSink:
     """This agent's history sink, from its configuration: rows in its
     database, mirrored to the pool's `events/<node>.jsonl`."""
-    return DbEventSink(stk.kmsn, stk.node, open_event_sink(PoolPlace.of(stk), stk.node, SystemClock()))
+    lock = Path(stk.data_dir) / ORDER_LOCK if stk.data_dir else None
+    return DbEventSink(stk.kmsn, stk.node, open_event_sink(PoolPlace.of(stk), stk.node, SystemClock()), lock)
 
 
-def watched_event_sink(watched: WatchedPool) -> DbEventSink:
+def watched_event_sink(watched: WatchedPool, data_dir: str = "") -> DbEventSink:
     """This agent's sink in a watched pool (`stkconfig.parsed.WatchedPool`):
     rows in its database under that KMSN, mirrored to `events/<NODE>.jsonl` on
     that pool's share, signed with that pool's key. Operator commands only: the
     agent never contends there."""
     place = PoolPlace.of(watched)
-    return DbEventSink(watched.kmsn, watched.node, open_event_sink(place, watched.node, SystemClock()))
+    lock = Path(data_dir) / f"events-{watched.kmsn}.lock" if data_dir else None
+    return DbEventSink(watched.kmsn, watched.node, open_event_sink(place, watched.node, SystemClock()), lock)
 
 
 def ingest(kmsn: str, events: list[dict[str, Any]]) -> int:

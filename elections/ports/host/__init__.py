@@ -12,6 +12,8 @@ costs on another OS is written below it.
   its parent dies), `kill_group`, `pid_alive`, `wake_pipe`.
 - `dirwatch`: `DirWatch`, a folder watched for replaced files (inotify), with a
   timeout as the fallback.
+- `locks`: `exclusive`, one holder at a time among this host's processes
+  (`flock` on a local file), taken within a deadline or not at all.
 - `sockets`: `open_shared_udp`, a UDP endpoint several processes of this host may
   bind on one port (`SO_REUSEPORT`; beacons, discovery).
 
@@ -33,6 +35,8 @@ What a native Windows agent needs here (a plan, not code that was run):
 - `open_shared_udp`: no `SO_REUSEPORT`; `SO_EXCLUSIVEADDRUSE` off and one receiver
   per host and port (two agents on one Windows host need two ports), and
   broadcast receive needs the socket bound to the wildcard address.
+- `exclusive`: `LockFileEx(LOCKFILE_EXCLUSIVE_LOCK | LOCKFILE_FAIL_IMMEDIATELY)`,
+  polled the same way.
 - `files`: `os.replace` fails while a reader holds the target open (the retry is
   already there); `publish_exclusive` becomes `MoveFileExW` without
   `MOVEFILE_REPLACE_EXISTING`.
