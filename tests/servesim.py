@@ -31,7 +31,7 @@ two relays of different epochs serving at one instant; `unfounded` lists every
 early takeover (`gone`, `silent`) decided on a read that was no evidence — not
 a valid lease of the very holder and epoch judged (issue 22). `scenario(seed)`
 draws a random one. `Pool(blind=False)` counts a member's own blindness (frozen,
-cut) toward the TTL of the last valid lease it saw, as before `core.decide.blind_gap`.
+cut) toward the TTL of the last valid lease it saw, as before `core.lease_memory.blind_gap`.
 """
 
 from __future__ import annotations
@@ -43,9 +43,10 @@ import random
 from dataclasses import dataclass, field, replace
 
 from elections.core.beacons import FOLLOWER, LEADER, RESIGN, Beacon
-from elections.core.decide import EARLY, Memory, Observation, Timing, Verdict, decide, evidence_subject
-from elections.core.decide import track as track_read
+from elections.core.decide import EARLY, Observation, Timing, Verdict, decide, evidence_subject
 from elections.core.lease import LeaseRead, LeaseRecord
+from elections.core.lease_memory import Memory
+from elections.core.lease_memory import track as track_read
 from elections.core.serving import DRIFT, GATE_LAG, Report, ServingBook, ServingTiming, starts_acked
 
 KMSN = "9999-9999-99-99"
@@ -483,7 +484,7 @@ def scenario(seed: int, n: int | None = None, until: float = 60.0) -> tuple[int,
         f.power.append((rng.choice(nodes), rng.uniform(5, until - 5)))
     # A writer of the share without the key: junk over the lease, or the lease deleted, now and then —
     # with members blind (frozen, cut) for longer than the TTL too: a follower whose first look after
-    # its blindness finds no evidence restarts its timer there (`core.decide.blind_gap`).
+    # its blindness finds no evidence restarts its timer there (`core.lease_memory.blind_gap`).
     f.damage = sorted(rng.uniform(5, until - 5) for _ in range(rng.choice((0, 0, 1, 3, 10))))
     f.deletes = sorted(rng.uniform(5, until - 5) for _ in range(rng.choice((0, 0, 1, 3))))
     return n, f

@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("elections", "relay", "stkrelay", "stkconfig")
 PURE = (
     "elections.core.decide",
+    "elections.core.lease_memory",
     "elections.core.lease",
     "elections.core.eligibility",
     "elections.core.commands",

@@ -15,15 +15,14 @@ from elections.core.decide import (
     EXPIRED,
     GONE,
     SILENT,
-    Memory,
     Observation,
     Timing,
     Verdict,
     decide,
     evidence_subject,
-    track,
 )
 from elections.core.lease import LeaseRead, LeaseRecord, sign
+from elections.core.lease_memory import Memory, track
 from elections.core.liveness import CONNECTED, ENDED, FRESH, REFUSED, UNREACHABLE, Liveness
 from elections.core.untrusted import Untrusted
 

@@ -4,8 +4,9 @@ from dataclasses import replace
 
 import pytest
 
-from elections.core.decide import Memory, Observation, Timing, Verdict, contend_delay, decide, track
+from elections.core.decide import Observation, Timing, Verdict, contend_delay, decide
 from elections.core.lease import LeaseRead, LeaseRecord
+from elections.core.lease_memory import Memory, track
 
 T = Timing(ttl=10, renew=3, poll=2, deadline=7)
 
@@ -267,7 +268,7 @@ def test_a_contend_decision_carries_its_delay_cause_and_gap_as_data():
 
 
 def test_old_signed_copies_of_a_lease_swapped_back_and_forth_do_not_keep_a_dead_leader_alive():
-    from elections.core.decide import replayed
+    from elections.core.lease_memory import replayed
 
     old, newer = valid(rec(seq=5)), valid(rec(seq=6))
     mem = track(Memory(node="S002"), old, 0, 10)

@@ -217,7 +217,7 @@ def test_with_the_share_lock_before_issue_22_the_old_rule_takes_two_epochs_at_on
 def test_a_follower_blind_past_the_ttl_whose_first_look_finds_no_evidence_restarts_its_timer(blind, hostile):
     """A follower frozen or cut off for 12 s (> TTL) wakes as a writer without the key has just
     damaged or deleted the live leader's lease: its first look is no evidence, and the time it was
-    blind does not count toward the TTL of the last valid lease it saw (`core.decide.blind_gap`).
+    blind does not count toward the TTL of the last valid lease it saw (`core.lease_memory.blind_gap`).
     With that time counted (as before) it takes the lease by the TTL beside the serving leader."""
     leader = settled(3)
     follower = next(node for node in ("S001", "S002", "S003") if node != leader)

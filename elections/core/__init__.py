@@ -9,7 +9,7 @@ Vocabulary:
 
   LeaseRecord    the lease's fields; `LeaseRead` a read of it with its status (`lease`)
   renew_seq      the leader's count of renewals within one epoch
-  Memory         what a node remembers of the leases it has seen (`decide.track`)
+  Memory         what a node remembers of the leases it has seen (`lease_memory.track`)
   Observation    everything one cycle looked at; `Decision` what to do, with its `Verdict`
   cause          why a follower contends (first, expired, released, handoff, gone, silent...)
   eligibility    whether a member may lead, with its reasons (`eligibility`)

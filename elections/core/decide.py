@@ -1,8 +1,9 @@
 """The election core: pure functions over what a node has observed.
 
-`track(memory, read, now)` folds one read of the lease into what this node
-remembers; `decide(memory, observation, now, timing)` says what to do next and
-why. The `Observation` carries everything one cycle looked at: the lease read,
+`decide(memory, observation, now, timing)` says what to do next and why,
+over what this node remembers of the lease (`core.lease_memory`: `Memory`,
+folded one read at a time by `track`).
+The `Observation` carries everything one cycle looked at: the lease read,
 this node's eligibility, whether the pool is paused, a planned handoff of the
 epoch it holds, the successor the pool's rule names, until when this node
 sits out after releasing, and positive evidence that the holder's agent is
@@ -16,22 +17,21 @@ to a promoted member), and for a takeover its cause and gap as data. No I/O,
 no clock reads: `now` is this node's monotonic clock, passed in.
 
 Expiry is timed as client-go does: from the moment *this* node saw the lease's
-(holder, epoch, renew_seq) change, on its own monotonic clock. `lease_until`
-(another machine's wall clock) is never read here. Time this node did not look
-(frozen, cut off) is no silence of the holder's: a read that is no evidence
-after a gap longer than `Timing.blind_after` starts the timer again (`blind_gap`).
+(holder, epoch, renew_seq) change, on its own monotonic clock (`track`).
+`lease_until` (another machine's wall clock) is never read here. Time this
+node did not look (frozen, cut off) is no silence of the holder's: a read that
+is no evidence after a gap longer than `Timing.blind_after` starts the timer
+again (`lease_memory.blind_gap`).
 """
 
 from __future__ import annotations
 
 import enum
-import math
 from dataclasses import dataclass, replace
 
 from elections.core.lease import LeaseRead
+from elections.core.lease_memory import Memory, knows_a_pool, outdated
 
-# A record may not make followers wait longer than this, whatever it claims.
-MAX_TTL_S = 300.0
 PRIORITY_SPREAD = 0.5  # seconds between priority 100 (no wait) and priority 0 before contending
 PROMOTE_DEFERENCE = 1.0  # others wait this much longer when a promote names someone else
 DEFER_LOOK = 0.25  # seconds: an early takeover deferred for want of a valid read looks again this soon
@@ -80,24 +80,6 @@ class Timing:
 
 
 @dataclass(frozen=True)
-class Memory:
-    """What one node remembers between cycles."""
-
-    node: str
-    seen_key: tuple[str, int, int] | None = None  # last valid lease (holder, epoch, seq)
-    seen_at: float | None = None  # monotonic time seen_key last changed
-    seen_ttl: float = 0.0
-    seen_released: bool = False
-    seen_handoff: str | None = None
-    max_epoch: int = 0  # highest epoch this node knows of
-    leader_epoch: int | None = None  # set while this node is leader
-    renewed_at: float | None = None  # monotonic start of our last good write
-    renew_seq: int = 0  # our own last written renew_seq
-    looked_at: float | None = None  # monotonic end of this node's last completed read of the lease
-    blind_restart: bool = False  # since the last valid read, the timer restarted at a `blind_gap`
-
-
-@dataclass(frozen=True)
 class Observation:
     """What one cycle looked at, gathered by the elector (no I/O here)."""
 
@@ -142,80 +124,8 @@ class Decision:
         return f"{self.verdict.value}: {self.reason}"
 
 
-def _stale(memory: Memory, read: LeaseRead) -> bool:
-    """A validly signed record older than what we already know is a replay or a
-    write from a leader that woke up late: no evidence, never obeyed. Older means
-    a lower epoch, or, for the very (holder, epoch) we saw last, a lower
-    `renew_seq` (DESIGN.md §5.4: for one (node, epoch) the renew_seq only grows):
-    two old copies swapped back and forth must not keep a dead leader alive."""
-    rec = read.record
-    if rec is None:
-        return False
-    if rec.epoch < memory.max_epoch:
-        return True
-    seen = memory.seen_key
-    return seen is not None and (rec.node, rec.epoch) == seen[:2] and rec.renew_seq < seen[2]
-
-
-def knows_a_pool(memory: Memory) -> bool:
-    """This node has seen a lease or an epoch before (now, or before it restarted)."""
-    return memory.seen_key is not None or memory.max_epoch > 0
-
-
-def replayed(memory: Memory, read: LeaseRead) -> bool:
-    """A validly signed record that `track` refuses as older than what was seen."""
-    return read.status == "valid" and _stale(memory, read)
-
-
-def blind_gap(memory: Memory, read: LeaseRead, now: float, max_gap: float) -> float | None:
-    """The gap this read ends, if it restarts the expiry timer (`track`): this node did not read
-    the lease for longer than `max_gap` (its own clock: frozen, its share cut, quiet) and this
-    read is no evidence (missing, damaged, forged, refused, stale). Its silence during its own
-    blindness says nothing of the holder, who may have renewed unseen until just before this
-    look: the TTL starts again here. Once per valid read: a lease that stays damaged is still
-    taken over one TTL later (a sole survivor is a relay). A valid read is judged as always."""
-    if memory.looked_at is None or memory.seen_at is None or memory.blind_restart:
-        return None
-    if read.status == "valid" and read.record is not None and not _stale(memory, read):
-        return None
-    gap = now - memory.looked_at
-    return gap if gap > max_gap else None
-
-
-def track(
-    memory: Memory, read: LeaseRead, now: float, default_ttl: float, max_gap: float = math.inf
-) -> Memory:
-    """Fold one read into memory: restart the expiry timer when the record changed, or when a
-    read that is no evidence ends a gap longer than `max_gap` (`blind_gap`; the elector passes
-    `Timing.blind_after`)."""
-    rec = read.record
-    looked = replace(memory, looked_at=now)
-    if read.status == "valid" and rec is not None and not _stale(memory, read):
-        max_epoch = max(memory.max_epoch, rec.epoch)
-        looked = replace(looked, blind_restart=False)
-        if rec.key != memory.seen_key or rec.released != memory.seen_released:
-            return replace(
-                looked,
-                seen_key=rec.key,
-                seen_at=now,
-                seen_ttl=min(float(rec.ttl_s), MAX_TTL_S) if not rec.released else default_ttl,
-                seen_released=rec.released,
-                seen_handoff=rec.handoff_to,
-                max_epoch=max_epoch,
-            )
-        return replace(looked, max_epoch=max_epoch)
-    if memory.seen_at is None and (read.status != "missing" or knows_a_pool(memory)):
-        # First look finds no evidence: someone may hold a lease whose file is
-        # damaged, or was deleted (by anyone who can write the share) while a
-        # pool this node already knew lives on. Time a full TTL from now.
-        return replace(looked, seen_at=now, seen_ttl=default_ttl)
-    if blind_gap(memory, read, now, max_gap) is not None:  # as a first look: a full TTL from now
-        return replace(looked, seen_at=now, seen_ttl=max(memory.seen_ttl, default_ttl), blind_restart=True)
-    return looked
-
-
 def _no_evidence(read: LeaseRead, memory: Memory) -> str:
-    if _stale(memory, read):
+    if outdated(memory, read):
         rec = read.record
         assert rec is not None
         if rec.epoch < memory.max_epoch:
@@ -259,7 +169,7 @@ def evidence_subject(memory: Memory, read: LeaseRead | None) -> tuple[str, int] 
     if read is None:
         return None
     rec = read.record
-    if read.status == "valid" and rec is not None and not _stale(memory, read):
+    if read.status == "valid" and rec is not None and not outdated(memory, read):
         return None if rec.released else (rec.node, rec.epoch)
     if memory.seen_key is None or memory.seen_released:
         return None
@@ -337,7 +247,7 @@ def _decide_leader(memory: Memory, obs: Observation, now: float, timing: Timing)
             f"deadline: last renewal of epoch {epoch} {age:.1f} s ago > {timing.deadline:g} s",
         )
     rec = obs.read.record if obs.read is not None else None
-    fresh = read is not None and read.status == "valid" and rec is not None and not _stale(memory, read)
+    fresh = read is not None and read.status == "valid" and rec is not None and not outdated(memory, read)
     if fresh and rec is not None and (rec.node != memory.node or rec.epoch > (epoch or 0)):
         # Before any hand-off: there is nothing left to hand (a leader woken from a freeze, or
         # back on the LAN, whose relay has stopped meanwhile). It steps down and does not sit out
@@ -356,7 +266,7 @@ def _decide_leader(memory: Memory, obs: Observation, now: float, timing: Timing)
             wake_in=min(timing.renew, left + 0.05),
         )
     rec = read.record
-    if read.status == "valid" and rec is not None and not _stale(memory, read):
+    if read.status == "valid" and rec is not None and not outdated(memory, read):
         if rec.node != memory.node or rec.epoch > (epoch or 0):
             return Decision(Verdict.STEP_DOWN, f"lost: the lease names {rec.describe()}")
         if rec.released:
@@ -386,7 +296,7 @@ def _decide_follower(memory: Memory, read: LeaseRead | None, now: float, timing:
     elapsed = now - memory.seen_at
     left = memory.seen_ttl - elapsed
     rec = read.record
-    valid = read.status == "valid" and rec is not None and not _stale(memory, read)
+    valid = read.status == "valid" and rec is not None and not outdated(memory, read)
     if valid and rec is not None and rec.released:
         if rec.handoff_to == memory.node:
             return Decision(

@@ -20,19 +20,10 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from elections.core.decide import (
-    Decision,
-    Memory,
-    Observation,
-    Timing,
-    Verdict,
-    blind_gap,
-    decide,
-    evidence_subject,
-    track,
-)
+from elections.core.decide import Decision, Observation, Timing, Verdict, decide, evidence_subject
 from elections.core.evidence import Refusals
 from elections.core.lease import LeaseRead
+from elections.core.lease_memory import Memory, blind_gap, track
 from elections.core.serving import Serving
 from elections.core.untrusted import REPLAYED
 from elections.errors import StoreUnavailable

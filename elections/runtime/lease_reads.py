@@ -9,8 +9,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from elections.core.decide import Memory, replayed
 from elections.core.lease import LeaseRead
+from elections.core.lease_memory import Memory, replayed
 
 
 def read_trouble(read: LeaseRead, memory: Memory, where: Callable[[], str]) -> tuple[str, int, str | None]:

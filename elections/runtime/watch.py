@@ -22,11 +22,11 @@ import threading
 from typing import Any
 
 from elections.core.commands import PoolCommands
-from elections.core.decide import Memory, replayed, track
 from elections.core.eligibility import Freshness, judge, observe
 from elections.core.evidence import Refusals
 from elections.core.gate import gate_of
 from elections.core.lease import LeaseRead
+from elections.core.lease_memory import Memory, replayed, track
 from elections.core.untrusted import REPLAYED
 from elections.errors import StoreUnavailable
 from elections.ports.clock import Clock
@@ -99,7 +99,7 @@ class PoolWatcher:
         return bool(self.tail.backlog or self._unprojected)
 
     def _fold_lease(self, read: LeaseRead, now: float) -> tuple[str, str]:
-        """Time the lease like a follower would (core.decide.track); a replay is refused."""
+        """Time the lease like a follower would (core.lease_memory.track); a replay is refused."""
         rec = read.record
         if replayed(self.memory, read) and rec is not None:
             at, detail = self.clock.wall().isoformat(timespec="seconds"), f"older lease {rec.describe()}"

@@ -1,0 +1,111 @@
+"""What one node remembers of the lease between cycles, and how one read folds in.
+
+`track(memory, read, now, default_ttl, max_gap)` restarts the expiry timer when
+the (holder, epoch, renew_seq) this node sees changes, on its own monotonic
+clock (client-go's way: another machine's `lease_until` is never read), or when
+a read that is no evidence ends a gap in this node's own reads longer than
+`max_gap` (`blind_gap`). `outdated` is a validly signed record older than what
+was seen (a replay, or a leader that woke up late): never evidence. Pure: no
+I/O, no clock reads; `now` is passed in. The decisions over it are
+`core.decide`'s.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from elections.core.lease import LeaseRead
+
+# A record may not make followers wait longer than this, whatever it claims.
+MAX_TTL_S = 300.0
+
+
+@dataclass(frozen=True)
+class Memory:
+    """What one node remembers between cycles."""
+
+    node: str
+    seen_key: tuple[str, int, int] | None = None  # last valid lease (holder, epoch, seq)
+    seen_at: float | None = None  # monotonic time seen_key last changed
+    seen_ttl: float = 0.0
+    seen_released: bool = False
+    seen_handoff: str | None = None
+    max_epoch: int = 0  # highest epoch this node knows of
+    leader_epoch: int | None = None  # set while this node is leader
+    renewed_at: float | None = None  # monotonic start of our last good write
+    renew_seq: int = 0  # our own last written renew_seq
+    looked_at: float | None = None  # monotonic end of this node's last completed read of the lease
+    blind_restart: bool = False  # since the last valid read, the timer restarted at a `blind_gap`
+
+
+def outdated(memory: Memory, read: LeaseRead) -> bool:
+    """A validly signed record older than what we already know is a replay or a
+    write from a leader that woke up late: no evidence, never obeyed. Older means
+    a lower epoch, or, for the very (holder, epoch) we saw last, a lower
+    `renew_seq` (DESIGN.md §5.4: for one (node, epoch) the renew_seq only grows):
+    two old copies swapped back and forth must not keep a dead leader alive."""
+    rec = read.record
+    if rec is None:
+        return False
+    if rec.epoch < memory.max_epoch:
+        return True
+    seen = memory.seen_key
+    return seen is not None and (rec.node, rec.epoch) == seen[:2] and rec.renew_seq < seen[2]
+
+
+def knows_a_pool(memory: Memory) -> bool:
+    """This node has seen a lease or an epoch before (now, or before it restarted)."""
+    return memory.seen_key is not None or memory.max_epoch > 0
+
+
+def replayed(memory: Memory, read: LeaseRead) -> bool:
+    """A validly signed record that `track` refuses as older than what was seen."""
+    return read.status == "valid" and outdated(memory, read)
+
+
+def blind_gap(memory: Memory, read: LeaseRead, now: float, max_gap: float) -> float | None:
+    """The gap this read ends, if it restarts the expiry timer (`track`): this node did not read
+    the lease for longer than `max_gap` (its own clock: frozen, its share cut, quiet) and this
+    read is no evidence (missing, damaged, forged, refused, stale). Its silence during its own
+    blindness says nothing of the holder, who may have renewed unseen until just before this
+    look: the TTL starts again here. Once per valid read: a lease that stays damaged is still
+    taken over one TTL later (a sole survivor is a relay). A valid read is judged as always."""
+    if memory.looked_at is None or memory.seen_at is None or memory.blind_restart:
+        return None
+    if read.status == "valid" and read.record is not None and not outdated(memory, read):
+        return None
+    gap = now - memory.looked_at
+    return gap if gap > max_gap else None
+
+
+def track(
+    memory: Memory, read: LeaseRead, now: float, default_ttl: float, max_gap: float = math.inf
+) -> Memory:
+    """Fold one read into memory: restart the expiry timer when the record changed, or when a
+    read that is no evidence ends a gap longer than `max_gap` (`blind_gap`; the elector passes
+    `Timing.blind_after`)."""
+    rec = read.record
+    looked = replace(memory, looked_at=now)
+    if read.status == "valid" and rec is not None and not outdated(memory, read):
+        max_epoch = max(memory.max_epoch, rec.epoch)
+        looked = replace(looked, blind_restart=False)
+        if rec.key != memory.seen_key or rec.released != memory.seen_released:
+            return replace(
+                looked,
+                seen_key=rec.key,
+                seen_at=now,
+                seen_ttl=min(float(rec.ttl_s), MAX_TTL_S) if not rec.released else default_ttl,
+                seen_released=rec.released,
+                seen_handoff=rec.handoff_to,
+                max_epoch=max_epoch,
+            )
+        return replace(looked, max_epoch=max_epoch)
+    if memory.seen_at is None and (read.status != "missing" or knows_a_pool(memory)):
+        # First look finds no evidence: someone may hold a lease whose file is
+        # damaged, or was deleted (by anyone who can write the share) while a
+        # pool this node already knew lives on. Time a full TTL from now.
+        return replace(looked, seen_at=now, seen_ttl=default_ttl)
+    if blind_gap(memory, read, now, max_gap) is not None:  # as a first look: a full TTL from now
+        return replace(looked, seen_at=now, seen_ttl=max(memory.seen_ttl, default_ttl), blind_restart=True)
+    return looked
