@@ -448,6 +448,26 @@ def test_a_client_that_keeps_sending_as_leadership_is_lost_still_reads_where_the
     assert relay.snapshot()["connections"] == 0
 
 
+def test_a_client_gone_just_before_leadership_is_lost_is_closed_quietly_and_the_rest_are_told(relay):
+    """A client that closed its socket when the relay, not having read that yet, loses
+    leadership: `leader_changed` is still sent, the client's host answers it with a reset,
+    and the half-close finds the socket unconnected (ENOTCONN). That is a client gone, not
+    the relay's fault: no `internal_error`, no traceback, and every other client is told
+    (seen in make chaos: four tracebacks in 200 faults)."""
+    gone, agent = relay.client("commander", "C09"), relay.client("agent", "S002")
+
+    def close_then_lose() -> None:  # one loop turn: the relay has no chance to read the close first
+        gone.sock.close()
+        relay.server.lose_leadership(8, "127.0.0.42", 9530)
+
+    relay.call(close_then_lose)
+    assert agent.frame() == {"type": "leader_changed", "epoch": 8, "ip": "127.0.0.42", "port": 9530}
+    assert agent.eof()
+    relay.run(relay.server.wait_closed(1.0))
+    snap = relay.snapshot()
+    assert snap["connections"] == 0 and snap["drops"].get("internal_error", 0) == 0, snap
+
+
 # -- robustness and visibility ------------------------------------------------------------
 def test_it_closes_only_the_connection_whose_callback_fails(relay_factory):
     calls = []

@@ -45,9 +45,11 @@ class LeaseReads:
 
         def run() -> None:
             try:
-                future.set_result(read(open_store(PoolPlace.of(stk), stk.node, SystemClock())))
+                result = read(open_store(PoolPlace.of(stk), stk.node, SystemClock()))
             except BaseException as exc:
-                future.set_exception(exc)
+                settle(future.set_exception, exc)
+            else:
+                settle(future.set_result, result)
 
         threading.Thread(target=run, name="lease-read", daemon=True).start()
         return await asyncio.wait_for(asyncio.wrap_future(future), within)
@@ -105,3 +107,12 @@ class LeaseReads:
             log.warning("cannot read %s's member record to name it: %s", node, exc or type(exc).__name__)
             return NOBODY
         return (epoch, ip, self.stk.relay_port) if ip else NOBODY
+
+
+def settle(answer: Callable[[Any], None], value: Any) -> None:
+    """Answer a read's future, unless its caller stopped waiting (past its deadline the
+    future is cancelled: the late answer is dropped, not a traceback in the relay's log)."""
+    try:
+        answer(value)
+    except concurrent.futures.InvalidStateError:
+        pass

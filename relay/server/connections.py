@@ -326,7 +326,11 @@ class JsonPeer(asyncio.Protocol):
         transport = self.transport
         assert transport is not None
         if linger and _half_closes(transport) and not transport.is_closing():
-            transport.write_eof()  # the client's end-of-stream comes back: `eof_received` closes
+            try:
+                transport.write_eof()  # the client's end-of-stream comes back: `eof_received` closes
+            except OSError:  # the client is gone already (ENOTCONN): nothing to linger for
+                transport.close()
+                return
             self.timer = self.loop.call_later(LINGER_S, transport.close)
             return
         transport.close()
