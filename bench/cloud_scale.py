@@ -10,8 +10,6 @@ one node until every site is reachable again from a remote client at a surviving
 
     python bench/cloud_scale.py [--nodes 1|3] [--sites 200] [--clients 2000] [--messages 5]
 
-Known: with 2,000 remote clients the registrations stall (not yet diagnosed; a
-cloud admission cap is the suspect, `relay.server.limits`), so the default is 400.
 With three nodes, site i dials node i mod 3 first and commander c connects to node c mod 3
 (what a round-robin TCP load balancer does): two clients in three are forwarded.
 
