@@ -10,8 +10,6 @@ one node until every site is reachable again from a remote client at a surviving
 
     python bench/cloud_scale.py [--nodes 1|3] [--sites 200] [--clients 2000] [--messages 5]
 
-Known: with 2,000 remote clients the registrations stall (not yet diagnosed; a
-cloud admission cap is the suspect, `relay.server.limits`), so the default is 400.
 With three nodes, site i dials node i mod 3 first and commander c connects to node c mod 3
 (what a round-robin TCP load balancer does): two clients in three are forwarded.
 
@@ -36,7 +34,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from cloudproc import CloudProc, cloud_nodes  # noqa: E402
-from cloudrig import SITE_IP, TOKEN, json_client, lease, pair_port  # noqa: E402
+from cloudrig import SITE_IP, TOKEN, json_client, lease  # noqa: E402
+from harness import free_pair  # noqa: E402
 
 from relay.server.cloud_tunnel import TunnelClient  # noqa: E402
 from relay.server.relay_server import RelayServer  # noqa: E402
@@ -117,7 +116,7 @@ async def measure(args, kmsns, nodes, token) -> None:  # type: ignore[no-untyped
     tunnels, agents = [], {}
     for i, kmsn in enumerate(kmsns):
         server = RelayServer(node="S001", kmsn=kmsn, token=TOKEN, gate=lambda: True, epoch=i + 1)
-        await server.start(SITE_IP, pair_port(SITE_IP))
+        await server.start(SITE_IP, free_pair(SITE_IP))
 
         async def own(kmsn=kmsn, epoch=i + 1):
             return lease("S001", epoch, kmsn)

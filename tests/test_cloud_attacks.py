@@ -45,6 +45,7 @@ class Dial:
         self.reader, self.writer, self.conn = reader, writer, conn
         self.sent = bytearray()  # every byte this end sent (to replay it)
         self.rest = bytearray()  # mux bytes after registered
+        self.last_error: tuple | None = None  # the refusal's (code, message)
 
     @classmethod
     async def open(cls, rig, *, node, epoch, doc, kmsn=KMSN, token=None, key=None, replay=None, rcvbuf=0):
@@ -77,6 +78,7 @@ class Dial:
                 self.writer.write(out)
             for event in self.conn.events_received():
                 if isinstance(event, ErrorReceived):
+                    self.last_error = (event.code, event.message)
                     return event.code
                 if isinstance(event, Registered):
                     return "registered"
@@ -197,6 +199,32 @@ def test_replayed_handshakes_sniffed_lease_macs_and_older_genuine_leases_are_ref
         assert status["tunnel_refusals"] == {"bad_token": 1, "lease_forged": 1, "stale_epoch": 2}
         assert status["pools"][OTHER]["lease_refused"] == {"lease_forged": 1}
         assert status["refused"] == {"bad_auth": 2, "stale_epoch": 2}
+        await rig.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_stranger_probing_kmsns_gets_bad_auth_for_a_served_and_an_unserved_one_alike(tmp_path):
+    """Without CLOUD_TOKEN, an unknown KMSN and a known one with a bad token get the same error frame
+    (nothing tells which KMSNs the cloud serves); the cloud counts each by its real cause."""
+
+    async def scenario():
+        rig = Rig(tmp_path)
+        await rig.start()
+        _, tunnel = await rig.site("S001", 7)
+        await until(lambda: tunnel.state == "connected", 5, "the leader's tunnel")
+        before, answers = fingerprint(rig), []
+        for kmsn in ("0000-0000-00-00", KMSN):  # not served, served
+            dial = await Dial.open(rig, kmsn=kmsn, node="S666", epoch=8, doc=lease("S666", 8, kmsn),
+                                   token="a-strangers-guess-0123456789")  # fmt: skip
+            assert await dial.outcome() == "bad_auth"
+            answers.append(dial.last_error)
+            dial.close()
+        assert answers[0] == answers[1] and "0000-0000-00-00" not in str(answers[0])
+        assert fingerprint(rig) == before and tunnel.state == "connected"
+        status = rig.cloud.status()
+        assert status["tunnel_refusals"] == {"bad_token": 1, "unknown_kmsn": 1}
+        assert status["refused"] == {"bad_auth": 2}
         await rig.stop()
 
     asyncio.run(scenario())

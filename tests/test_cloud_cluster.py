@@ -20,7 +20,7 @@ from relay.server.cloud_tunnel import TunnelClient
 from relay.server.relay_server import RelayServer
 from relay.wire.auth import cloud_key, new_nonce
 from relay.wire.client_connection import ClientConnection
-from relay.wire.events import ErrorReceived, Message, Registered
+from relay.wire.events import ErrorReceived, LeaderChanged, Message, Registered
 from relay.wire.framing import encode_frame
 
 IPS = ["127.0.26.1", "127.0.26.2", "127.0.26.3"]
@@ -65,6 +65,21 @@ async def through(node, agent, tag, wait=2.0):
             ):
                 return True
         return False
+    finally:
+        writer.close()
+
+
+async def told_to_come_back(client):
+    """Where the ``leader_changed`` a standing remote client reads sends it (it must come within 10 s)."""
+    reader, writer, conn = client
+    try:
+        while True:
+            data = await asyncio.wait_for(reader.read(65536), 10)
+            assert data, "closed without a leader_changed"
+            conn.receive_data(data)
+            for event in conn.events_received():
+                if isinstance(event, LeaderChanged):
+                    return event.ip, event.port
     finally:
         writer.close()
 
@@ -115,8 +130,11 @@ def test_kill_9_of_the_node_holding_a_site_s_tunnel_and_the_site_is_reachable_ag
             assert a.status()["counters"].get("peer_forwarded_in", 0) >= 2
             assert b.status()["counters"].get("peer_forwarded_out", 0) >= 1
             assert [n.status()["cluster"]["entries"] for n in nodes] == [1, 0, 0]
+            standing = await json_client(b.ip, b.relay_port, "commander", "C-standing")  # forwarded to a
             a.stop()  # SIGKILL
             killed = time.monotonic()
+            # A remote client forwarded to the dead node is told to come back to the node it dialled.
+            assert await told_to_come_back(standing) == (b.ip, b.relay_port)
             n = 0
             while not await through(b, agent, f"after-{n}", wait=1.0):
                 n += 1

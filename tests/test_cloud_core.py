@@ -116,7 +116,7 @@ def test_a_tunnel_with_the_token_and_a_matching_lease_is_accepted_and_the_cloud_
     ("kw", "code"),
     [
         ({"token": "not-the-cloud-token"}, "bad_auth"),
-        ({"kmsn": "0000-0000-00-00"}, "wrong_kmsn"),
+        ({"kmsn": "0000-0000-00-00"}, "bad_auth"),  # a KMSN this cloud has no site for: as a bad token
         ({"key": None}, "bad_auth"),  # a lease without cloud_sig (an agent older than the lease MAC)
         ({"key": cloud_key("not-the-pool-key-at-all", KMSN)}, "bad_auth"),  # forged without the pool key
         ({"key": TOKEN}, "bad_auth"),  # what a holder of CLOUD_TOKEN alone can sign with
@@ -138,6 +138,25 @@ def test_a_tunnel_is_refused_without_the_token_with_a_forged_lease_or_a_stale_ep
     assert [e.code for e in theirs if isinstance(e, ErrorReceived)] == [code]
     assert acceptor.close_expected() and acceptor.refusal == code
     assert fence.epochs == {KMSN: 7} and fence.holders == {KMSN: "S002"}  # the fence is untouched
+
+
+def test_an_unknown_kmsn_is_answered_byte_for_byte_as_a_bad_token_and_told_apart_only_by_its_cause():
+    """A stranger without CLOUD_TOKEN cannot probe which KMSNs this cloud serves."""
+    answers, causes = [], []
+    unserved = {"kmsn": "0000-0000-00-00", "token": "a-strangers-guess-0123456789"}
+    probes = (unserved, {"token": "not-the-cloud-token"})
+    for kw in probes:
+        acceptor = TunnelAcceptor(tokens={KMSN: TOKEN}, lease_keys={KMSN: LEASE_KEY},
+                                  judge=EpochFence().judge, nonce=NONCE, session="5e55")  # fmt: skip
+        hello = acceptor.data_to_send()
+        dialler = ClientConnection(role="tunnel", station="S002", epoch=7, raw_mode=True, cnonce=CNONCE,
+                                   extra={"lease": lease()}, **{"kmsn": KMSN, **kw})  # fmt: skip
+        dialler.receive_data(hello)
+        acceptor.receive_data(dialler.data_to_send())
+        answers.append(acceptor.data_to_send())
+        causes.append((acceptor.refusal, acceptor.cause, acceptor.claim))
+    assert answers[0] == answers[1] and b"bad_auth" in answers[0] and b"0000-0000-00-00" not in answers[0]
+    assert causes == [("bad_auth", "unknown_kmsn", None), ("bad_auth", "bad_token", None)]
 
 
 @pytest.mark.parametrize(

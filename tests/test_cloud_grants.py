@@ -16,6 +16,7 @@ from relay.wire.events import ErrorReceived, Message, Registered
 GRANT_TOKEN = "head-office-grant-0123456789abcdef"
 BOTH = Grant("head-office", GRANT_TOKEN, frozenset({KMSN, OTHER}))
 ONE = Grant("branch", "branch-grant-0123456789abcdefgh", frozenset({KMSN}))
+UNSERVED = "0000-0000-00-00"  # a KMSN this cloud has no [site:] for
 
 
 async def commander(port, kmsn, grant=None, station="C01"):
@@ -81,6 +82,33 @@ def test_a_two_site_grant_reaches_both_sites_and_a_one_site_grant_is_refused_the
         assert rig.cloud.status()["pools"][OTHER]["remote_clients"] == 1  # only the head office's
         for w in (*writers, writer, w2, w3, *(a[1] for a in agents.values())):
             w.close()
+        await rig.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_commander_without_a_grant_learns_no_kmsn_the_cloud_serves(tmp_path):
+    """At a cloud with grants, a commander without one (or with a forged one) gets bad_auth for a KMSN
+    the cloud serves and for one it does not alike; only a grant that verifies hears wrong_kmsn."""
+
+    async def scenario():
+        lister = Grant("lister", "lister-grant-0123456789abcdefgh", frozenset({UNSERVED}))
+        rig = Rig(tmp_path, grants={g.name: g for g in (BOTH, lister)})
+        await rig.start()
+        forged = Grant(BOTH.name, "not-the-grant-token-0123456789ab", frozenset({UNSERVED}))
+        answers = []
+        for kmsn in (UNSERVED, KMSN):
+            for grant in (None, forged):
+                _, writer, _, answer = await commander(rig.cfg.relay_port, kmsn, grant)
+                answers.append((answer.code, answer.message))
+                writer.close()
+        assert answers[0] == answers[2] and answers[1] == answers[3], answers
+        assert {code for code, _ in answers} == {"bad_auth"} and UNSERVED not in str(answers)
+        counters = rig.cloud.status()["counters"]
+        assert (counters["grant_missing"], counters["grant_bad_auth"]) == (2, 2)
+        _, writer, _, answer = await commander(rig.cfg.relay_port, UNSERVED, lister)
+        assert answer.code == "wrong_kmsn"  # a verified grant naming a KMSN this cloud does not serve
+        writer.close()
         await rig.stop()
 
     asyncio.run(scenario())

@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 from harness import KMSN, TOKEN, wait_until
 from netns import Netns
+from test_netns_vip import relayctl_in
 
 pytestmark = pytest.mark.agents
 
@@ -285,6 +286,11 @@ def test_a_remote_client_behind_the_port_forward_keeps_its_address_when_the_lead
         pool = json.loads((site.by_name(new.node).data_dir / "pool.json").read_text())
         assert pool["members"][entry.name]["entry"] == f"{entry.ip}:{ENTRY_PORT}"
         assert pool["members"][new.node]["entry"] is None or new.node == entry.name
+        # relayctl doctor on the entry member: who the entry is, where, and where it forwards now.
+        checks = {c["check"]: c for c in relayctl_in(site, entry, "doctor")}
+        listed, own = checks[f"entry member {entry.name}"], checks["this agent's entry"]
+        assert f"public side {entry.ip}:{ENTRY_PORT}" in listed["detail"], listed
+        assert own["ok"] and f"forwarding to {new.node} (" in own["detail"], own
     finally:
         router.close()
 

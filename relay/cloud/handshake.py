@@ -24,8 +24,9 @@ K_cloud (`relay.wire.lease_mac`; not the lease's ``sig``):
 
 So a holder of CLOUD_TOKEN without the pool key cannot fence the real leader
 out with a made-up high epoch. Refusals (the error frame's code, then a close)
-and their `TunnelAcceptor.cause`: ``wrong_kmsn`` (no ``[site:<KMSN>]``),
-``bad_auth`` (cause ``bad_token``; ``lease_unsigned``, ``lease_forged`` or
+and their `TunnelAcceptor.cause`: ``bad_auth`` (cause ``unknown_kmsn`` for a
+KMSN with no ``[site:<KMSN>]``, answered exactly as a bad token so that a stranger
+cannot probe which sites this cloud serves; ``bad_token``; ``lease_unsigned``, ``lease_forged`` or
 ``lease_unverifiable`` for the MAC; ``bad_lease`` for a lease that does not
 match), ``stale_epoch``, ``bad_request``/``bad_magic`` (shape).
 """
@@ -43,7 +44,6 @@ from relay.wire.framing import (
     BAD_REQUEST,
     STALE_EPOCH,
     TIMEOUT,
-    WRONG_KMSN,
     FramedConnection,
     Reject,
     State,
@@ -170,10 +170,11 @@ class TunnelAcceptor(FramedConnection):
         if not isinstance(auth, str) or not is_nonce(cnonce):
             raise Reject(BAD_REQUEST, "a tunnel sends auth and a cnonce (32 hex)")
         token = self.tokens.get(kmsn)
-        if token is None:
-            raise Reject(WRONG_KMSN, f"this cloud has no site {kmsn[:64]}")
-        if not verify_auth(token, self.nonce, TUNNEL_ROLE, kmsn, node, auth):
-            self.cause = "bad_token"
+        # An unknown KMSN is answered as a bad token, after the same HMAC (over a
+        # throw-away key): a stranger must not learn which KMSNs this cloud serves.
+        authentic = verify_auth(token or self.nonce, self.nonce, TUNNEL_ROLE, kmsn, node, auth)
+        if token is None or not authentic:
+            self.cause = "unknown_kmsn" if token is None else "bad_token"
             raise Reject(BAD_AUTH, "authentication failed")
         self.claim = (kmsn, node, epoch)
         lease = obj.get("lease")

@@ -30,7 +30,7 @@ from relay.cloud.peers import (
 )
 from relay.cloud.remote import FrameCursor, Greeting
 from relay.wire.events import REGISTER_TIMEOUT, error_frame
-from relay.wire.framing import NOT_LEADER, WRONG_KMSN, decode_payload, encode_frame
+from relay.wire.framing import NOT_LEADER, decode_payload, encode_frame
 from relay.wire.mux import INITIAL_WINDOW
 
 log = logging.getLogger("stkrelay.cloud")
@@ -95,9 +95,6 @@ class RemotePeer(asyncio.Protocol):
             self.refuse(*greeting.refusal)
         elif greeting.kmsn is not None:
             self.kmsn = greeting.kmsn
-            if self.kmsn not in self.server.cfg.tokens:
-                self.refuse(WRONG_KMSN, f"this cloud serves no site {self.kmsn[:64]}")
-                return
             if self.admissible():
                 self.server.route(self)
 

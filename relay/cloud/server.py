@@ -219,7 +219,8 @@ class CloudServer(ClusterRouting):
 
     def route(self, remote: RemotePeer) -> None:
         """`remote` named its KMSN: to its tunnel now, or parked until one comes (a commander
-        at a cloud with grants only with a grant listing it: `relay.cloud.grants`)."""
+        at a cloud with grants only with a grant listing it: `relay.cloud.grants`, checked
+        before whether this cloud serves the KMSN at all)."""
         cause = grant_refusal(self.cfg.grants, remote.greeting.nonce, remote.greeting.register)
         if cause is not None:
             self.count(cause)
@@ -232,6 +233,9 @@ class CloudServer(ClusterRouting):
                 remote.refuse(WRONG_KMSN, f"this commander's grant does not list {remote.kmsn[:64]}")
             else:
                 remote.refuse(BAD_AUTH, "a commander at this cloud needs a grant (grant, grant_auth)")
+            return
+        if remote.kmsn not in self.cfg.tokens:  # after the grant: a stranger learns no KMSN from it
+            remote.refuse(WRONG_KMSN, f"this cloud serves no site {remote.kmsn[:64]}")
             return
         tunnel = self.tunnels.get(remote.kmsn)
         if tunnel is not None and not tunnel.dead:
