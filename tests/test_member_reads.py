@@ -11,7 +11,7 @@ import pytest
 from elections.core.beacons import Beacon, member_digest, parse_beacon
 from elections.core.untrusted import Untrusted
 from elections.ports.clock import FakeClock
-from elections.ports.share import SHARE_OPS
+from elections.ports.share import SHARE_OPS, ShareOps
 from elections.ports.store import FileLeaseStore
 from elections.runtime.member_reads import MemberReads
 
@@ -83,9 +83,10 @@ def test_a_steady_pool_reads_no_member_file_and_one_change_costs_one_read(pool):
     assert ok and SHARE_OPS.total == before  # ten members, nothing read
     stores["S007"].write_member({"node": "S007", "ip": "10.0.0.1", "seq": 1, "epoch": 7, "drain": True})
     clock.advance(1)
-    before = SHARE_OPS.total
+    before, kinds = SHARE_OPS.total, SHARE_OPS.kinds()
     docs, ok = reads.read(False, said_by(stores))
     assert SHARE_OPS.total == before + 1 and docs["S007"]["drain"] is True
+    assert SHARE_OPS.kinds()["read members/"] == kinds.get("read members/", 0) + 1  # counted by kind too
     assert docs["S001"] == me.own_record  # its own: the record it wrote
 
 
@@ -110,3 +111,17 @@ def test_members_whose_beacons_say_nothing_are_read_on_the_old_cadence_and_new_f
     clock.advance(10)
     docs, _ = reads.read(False, quiet)
     assert "S011" in docs  # the listing once a LEASE_TTL finds it, beacons or not
+
+
+def test_share_ops_are_told_apart_by_kind_and_a_bounded_number_of_kinds():
+    ops = ShareOps()
+    ops.count("read", "members/S002.json")
+    ops.count("read", "members/S003.json")
+    ops.count("replace", "relay_leader.json", 2)
+    ops.count("listing", "")
+    assert ops.kinds() == {"read members/": 2, "replace relay_leader.json": 2, "listing /": 1}
+    for i in range(2 * ShareOps.KINDS_KEPT):
+        ops.count("read", f"name{i}")
+    kinds = ops.kinds()
+    assert len(kinds) == ShareOps.KINDS_KEPT + 1 and kinds["other"] > 0
+    assert ops.total == sum(kinds.values()) == 5 + 2 * ShareOps.KINDS_KEPT

@@ -106,6 +106,7 @@ class PoolView:
     # loss, jitter and last-seen age on this agent's clock, the liveness watch
     beacons: dict[str, Any] = field(default_factory=dict)
     share_ops: int = 0  # operations this agent's worker made on the share since it started (ShareOps)
+    share_ops_by: dict[str, int] = field(default_factory=dict)  # the same by kind (ShareOps.by_kind)
 
     @property
     def detection(self) -> str:
@@ -161,6 +162,7 @@ class PoolView:
             refusals=doc.get("refusals") if isinstance(doc.get("refusals"), dict) else {},
             beacons=doc.get("beacons") if isinstance(doc.get("beacons"), dict) else {},
             share_ops=as_int(doc.get("share_ops")),
+            share_ops_by=ops_by_kind(doc.get("share_ops_by")),
             watched=doc.get("watched") is True,
             store=doc.get("store") if isinstance(doc.get("store"), dict) else {},
             share_split=[d for d in doc.get("share_split") or [] if isinstance(d, dict)][:64]
@@ -168,3 +170,10 @@ class PoolView:
             else [],
             ownership=doc.get("ownership") if isinstance(doc.get("ownership"), dict) else {},
         )
+
+
+def ops_by_kind(raw: Any) -> dict[str, int]:
+    """`share_ops_by` as read back from pool.json: text keys, int counts, bounded."""
+    if not isinstance(raw, dict):
+        return {}
+    return {as_text(k)[:80]: as_int(v) for k, v in list(raw.items())[:64]}

@@ -57,16 +57,36 @@ class ShareOps:
     """How many operations this process made on shares (every `Share`): each read
     or size of a file, listing of a folder, append, write (temp file + rename:
     two), exclusive create or removal counts one — roughly one SMB request and
-    answer each. Reported as `share_ops` in `pool.json`; read by
-    `bench/share_load.py`."""
+    answer each. Reported as `share_ops` in `pool.json`, and by kind (`by_kind`:
+    "<operation> <area>", the area being the path's first part: `members/`,
+    `events/`, `relay_leader.json`...) as `share_ops_by`; read by
+    `bench/share_load.py`. Kinds are named by this code, never by the share; at
+    most `KINDS_KEPT` are told apart, the rest count as "other"."""
+
+    KINDS_KEPT = 48
 
     def __init__(self) -> None:
         self.total = 0
+        self.by_kind: dict[str, int] = {}
         self._lock = threading.Lock()
 
-    def count(self, n: int = 1) -> None:
+    def count(self, op: str, rel: str = "", n: int = 1) -> None:
+        kind = f"{op} {share_area(rel)}"
         with self._lock:
             self.total += n
+            if kind not in self.by_kind and len(self.by_kind) >= self.KINDS_KEPT:
+                kind = "other"
+            self.by_kind[kind] = self.by_kind.get(kind, 0) + n
+
+    def kinds(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self.by_kind)
+
+
+def share_area(rel: str) -> str:
+    """The part of the share a path is in: its folder (`members/`) or, at the top, its name."""
+    top, sep, _ = rel.replace("\\", "/").partition("/")
+    return top + "/" if sep else top or "/"
 
 
 SHARE_OPS = ShareOps()
@@ -142,51 +162,51 @@ class LocalShare:
         return self.root.is_dir()
 
     def read(self, rel: str, max_bytes: int, offset: int = 0, chunk: bool = False) -> bytes | None:
-        SHARE_OPS.count()
+        SHARE_OPS.count("read", rel)
         return sharefiles.read_regular(self.path(rel), max_bytes, offset=offset, chunk=chunk)
 
     def size(self, rel: str) -> int | None:
-        SHARE_OPS.count()
+        SHARE_OPS.count("size", rel)
         try:
             return self.path(rel).stat().st_size
         except FileNotFoundError:
             return None
 
     def mtime(self, rel: str) -> float | None:
-        SHARE_OPS.count()
+        SHARE_OPS.count("mtime", rel)
         try:
             return os.lstat(self.path(rel)).st_mtime
         except FileNotFoundError:
             return None
 
     def append_line(self, rel: str, line: bytes) -> None:
-        SHARE_OPS.count()
+        SHARE_OPS.count("append_line", rel)
         sharefiles.append_line(self.path(rel), line)
 
     def listing(
         self, folder: str, suffix: str, limit: int, names: re.Pattern[str] = NODE_FILE
     ) -> tuple[dict[str, int], list[Untrusted]]:
-        SHARE_OPS.count()
+        SHARE_OPS.count("listing", folder)
         return sharefiles.list_regular(self.path(folder), suffix, limit, names)
 
     def rename(self, rel: str, to: str) -> None:
-        SHARE_OPS.count()
+        SHARE_OPS.count("rename", rel)
         sharefiles.rename_file(self.path(rel), self.path(to))
 
     def replace(self, rel: str, data: bytes, tag: str = "") -> None:
-        SHARE_OPS.count(2)
+        SHARE_OPS.count("replace", rel, 2)
         write_atomic(self.path(rel), data, durable=True, tag=tag)
 
     def create_exclusive(self, rel: str, data: bytes) -> None:
-        SHARE_OPS.count(2)
+        SHARE_OPS.count("create_exclusive", rel, 2)
         publish_exclusive(self.path(rel), data)
 
     def unlink(self, rel: str) -> None:
-        SHARE_OPS.count()
+        SHARE_OPS.count("unlink", rel)
         os.unlink(self.path(rel))
 
     def move(self, rel: str, new_rel: str) -> None:
-        SHARE_OPS.count()
+        SHARE_OPS.count("move", rel)
         os.replace(self.path(rel), self.path(new_rel))
 
     def quarantine(self, rel: str) -> bool:

@@ -152,7 +152,7 @@ class _FolderNotify:
             fopen, (create, created) = session._open(
                 tree, self.rel, LIST, CreateDisposition.FILE_OPEN, FOLDER
             )
-            SHARE_OPS.count()
+            SHARE_OPS.count("open_notify", self.rel)
             session._raise_first(session._answers(session._send(tree, [create]), [created]))
             try:
                 self._arm_until_idle(fopen)
@@ -181,7 +181,7 @@ class _FolderNotify:
         while True:
             watcher = FileSystemWatcher(fopen)
             watcher.start(CHANGES, output_buffer_length=ANSWER_BYTES)
-            SHARE_OPS.count()
+            SHARE_OPS.count("change_notify", self.rel)
             self.notify.asked += 1
             self.notify.session.requests += 1
             self.notify.session.round_trips += 1

@@ -92,7 +92,7 @@ class SmbShare(SmbWrites):
         return self._op(run, "", retry=True)
 
     def read(self, rel: str, max_bytes: int, offset: int = 0, chunk: bool = False) -> bytes | None:
-        SHARE_OPS.count()
+        SHARE_OPS.count("read", rel)
 
         def run(tree: TreeConnect) -> bytes | None:
             conn = tree.session.connection
@@ -149,12 +149,12 @@ class SmbShare(SmbWrites):
         return self._op(run, rel, retry=True)
 
     def size(self, rel: str) -> int | None:
-        SHARE_OPS.count()
+        SHARE_OPS.count("size", rel)
         fopen = self._opened(rel)
         return None if fopen is None else int(fopen.end_of_file or 0)
 
     def mtime(self, rel: str) -> float | None:
-        SHARE_OPS.count()
+        SHARE_OPS.count("mtime", rel)
         fopen = self._opened(rel)
         written = None if fopen is None else fopen.last_write_time  # the server's FILETIME, aware UTC
         return written.timestamp() if written is not None else None
@@ -180,7 +180,7 @@ class SmbShare(SmbWrites):
     def listing(
         self, folder: str, suffix: str, limit: int, names: re.Pattern[str] = NODE_FILE
     ) -> tuple[dict[str, int], list[Untrusted]]:
-        SHARE_OPS.count()
+        SHARE_OPS.count("listing", folder)
         label = folder.rsplit("/", 1)[-1] or (self._base[-1] if self._base else self.url.share)
 
         def run(tree: TreeConnect) -> tuple[dict[str, int], list[Untrusted]]:

@@ -43,7 +43,7 @@ from elections.ports.smbsession import (
 
 class SmbWrites(SmbSession):
     def append_line(self, rel: str, line: bytes) -> None:
-        SHARE_OPS.count()
+        SHARE_OPS.count("append_line", rel)
 
         def run(tree: TreeConnect) -> None:
             access = (
@@ -74,7 +74,7 @@ class SmbWrites(SmbSession):
         self._op(run, rel)
 
     def replace(self, rel: str, data: bytes, tag: str = "") -> None:
-        SHARE_OPS.count(2)
+        SHARE_OPS.count("replace", rel, 2)
         folder, name = parent_of(rel), rel.rsplit("/", 1)[-1]
         tmp = f"{folder + '/' if folder else ''}.{name}.{tag + '.' if tag else ''}{secrets.token_hex(6)}.tmp"
         # Retried renames must give up while the caller still waits for the answer
@@ -144,7 +144,7 @@ class SmbWrites(SmbSession):
         return req
 
     def create_exclusive(self, rel: str, data: bytes) -> None:
-        SHARE_OPS.count(2)
+        SHARE_OPS.count("create_exclusive", rel, 2)
         folder, name = parent_of(rel), rel.rsplit("/", 1)[-1]
         tmp = f"{folder + '/' if folder else ''}.{name}.new.{secrets.token_hex(6)}.tmp"
 
@@ -182,7 +182,7 @@ class SmbWrites(SmbSession):
             pass
 
     def unlink(self, rel: str) -> None:
-        SHARE_OPS.count()
+        SHARE_OPS.count("unlink", rel)
 
         def run(tree: TreeConnect) -> None:
             access = FilePipePrinterAccessMask.DELETE | ATTRS
@@ -194,11 +194,11 @@ class SmbWrites(SmbSession):
         self._op(run, rel)
 
     def rename(self, rel: str, to: str) -> None:
-        SHARE_OPS.count()
+        SHARE_OPS.count("rename", rel)
         self._rename_entry(rel, to, replace=False)
 
     def move(self, rel: str, new_rel: str) -> None:
-        SHARE_OPS.count()
+        SHARE_OPS.count("move", rel)
         self._rename_entry(rel, new_rel, replace=True)
 
     def _rename_entry(self, rel: str, to: str, replace: bool) -> None:

@@ -108,6 +108,7 @@ class Publishing:
             decision=str(self.elector.last or ""), paused=self.commands.paused,
             lease_seen_at=self._lease_seen_at(), command_clock=self.command_clock,
             refusals=refusals, beacons=beacons, share_ops=SHARE_OPS.total,
+            share_ops_by=SHARE_OPS.kinds(),
             store=store_details(self.elector.store), ownership=self.ownership.snapshot(),
         )  # fmt: skip
         self.local.write_pool(view)
