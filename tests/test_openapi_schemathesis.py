@@ -2,8 +2,9 @@
 phase — examples, coverage, fuzzing, stateful — and every check) against a live one-agent
 site (a real `runagent` on loopback, daphne serving) with an operator's bearer token:
 0 failures. Bounded by examples per operation (`-n`) and a fixed seed; the whole run takes
-about a minute (marker `long`: `make long`, which CI runs). Its stateful phase pauses,
-drains and promotes: README "The API's contract" says where an operator may run it."""
+about a minute, in `make test` (issue 23: the contract is checked wherever a change is tested).
+Its stateful phase pauses, drains and promotes: README "The API's contract" says where an
+operator may run it."""
 
 from __future__ import annotations
 
@@ -22,7 +23,6 @@ EXAMPLES = 10
 
 
 @pytest.mark.agents
-@pytest.mark.long
 def test_schemathesis_default_run_against_a_live_site_finds_no_failure(live_api, tmp_path):  # noqa: F811
     agent, auth = live_api
     exe = str(Path(sys.executable).parent / "schemathesis")
@@ -31,7 +31,7 @@ def test_schemathesis_default_run_against_a_live_site_finds_no_failure(live_api,
             "--tls-verify", str(agent.data_dir / CERT_NAME), "--max-examples", str(EXAMPLES), "--seed", "1",
             "--no-color", "--report-dir", str(tmp_path)]  # fmt: skip
     started = time.monotonic()
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=180, cwd=tmp_path)
     took = time.monotonic() - started
     summary = [line for line in done.stdout.splitlines() if re.match(r"=+ .* in [\d.]+s =+$", line)]
     print(*summary, sep="\n")
@@ -39,4 +39,4 @@ def test_schemathesis_default_run_against_a_live_site_finds_no_failure(live_api,
     for phase in ("Coverage", "Fuzzing", "Stateful"):  # every default phase ran and passed
         assert re.search(rf"✅ {phase}\b", done.stdout), (phase, done.stdout[-3000:])
     assert summary and not re.search(r"\d+ (failed|errors?)\b", summary[-1]), summary  # warnings allowed
-    assert took < 120, took  # a generous bound: the run takes about a minute on 2 cores
+    assert took < 180, took  # a generous bound: the run takes about a minute on 2 cores
