@@ -238,3 +238,18 @@ def test_only_the_django_layers_read_settings_stk():
     readers = sorted(m for m, p in _modules().items() if reads.search(p.read_text()))
     assert readers and [m for m in readers if not m.startswith(SETTINGS_READERS)] == []
     assert "elections.runtime.agent" not in readers and "relay.runner" not in readers
+
+
+def test_every_package_opens_with_its_vocabulary():
+    """Issue 25: each package's `__init__` says what its words mean ("Vocabulary:", a term a line)."""
+    missing = []
+    for pkg in PACKAGES:
+        for init in sorted((ROOT / pkg).rglob("__init__.py")):
+            if "migrations" in init.parts:
+                continue
+            lines = (ast.get_docstring(ast.parse(init.read_text())) or "").splitlines()
+            at = next((i for i, line in enumerate(lines) if line.startswith("Vocabulary")), None)
+            after = lines[at + 1 :] if at is not None else []
+            if not any(line.startswith(("  ", "- ")) and line.split() for line in after):
+                missing.append(str(init.relative_to(ROOT)))
+    assert missing == [], f"packages without a vocabulary block: {missing}"

@@ -21,6 +21,15 @@ after serving, 1 if a port cannot be bound, 2 on a configuration problem.
 
 The runner's parts: `gate` (the leadership gate and its changes), `standby` (the wait before
 serving), `serve` (the serving loop and relay.json) and `lease_reads` (the share, read off-loop).
+
+Vocabulary:
+
+  standby    the warm relay process waiting for its agent's leadership (`standby`)
+  gate       whether this agent may serve its epoch now: leadership.json read on this
+             machine's clock (`gate.LeadershipGate`); shut, the relay stops forwarding
+  wanted     relay.wanted, the start_relay action's marker of the epoch to serve
+  listen set where the relay listens: NODE_IP, loopback, the executors' addresses
+  successor  whom the relay tells its clients to go to as it stops (`lease_reads`)
 """
 
 from __future__ import annotations
