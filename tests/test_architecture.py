@@ -253,3 +253,16 @@ def test_every_package_opens_with_its_vocabulary():
             if not any(line.startswith(("  ", "- ")) and line.split() for line in after):
                 missing.append(str(init.relative_to(ROOT)))
     assert missing == [], f"packages without a vocabulary block: {missing}"
+
+
+def test_no_module_waits_with_asyncio_wait_for():
+    """`asyncio.wait_for` on Python 3.11 can swallow a cancellation that arrives as the awaited
+    thing completes (CPython gh-86296, fixed in 3.12 by building it on `asyncio.timeout`): a
+    task told to stop runs on. The project waits with `async with asyncio.timeout(...)`."""
+    found = []
+    for name, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            named = isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+            if named and node.attr == "wait_for" and node.value.id == "asyncio":  # type: ignore[attr-defined]
+                found.append(f"{name}:{node.lineno}")
+    assert found == [], f"asyncio.wait_for in {found}"

@@ -50,7 +50,8 @@ class LivenessWatch:
 
     async def _retargeted(self, timeout: float) -> None:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._retarget.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self._retarget.wait()
 
     async def _liveness_loop(self) -> None:
         pause = min(self.config.interval, 0.2)
@@ -64,7 +65,8 @@ class LivenessWatch:
                 await self._retargeted(RETARGET_WAIT)  # a leader, or no holder known: nothing to watch
                 continue
             try:
-                reader, writer = await asyncio.wait_for(asyncio.open_connection(*target[1]), CONNECT_TIMEOUT)
+                async with asyncio.timeout(CONNECT_TIMEOUT):
+                    reader, writer = await asyncio.open_connection(*target[1])
             except ConnectionRefusedError:
                 self._saw(REFUSED)  # the host answers: nothing listens there
                 await asyncio.sleep(pause)
@@ -124,7 +126,8 @@ class LivenessWatch:
             if not answered:
                 self._answered.clear()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._answered.wait(), 1.0)
+                    async with asyncio.timeout(1.0):
+                        await self._answered.wait()
                 continue
             await asyncio.sleep(self.config.interval / 4)
             st = self.standing()

@@ -363,6 +363,5 @@ class BeaconService(LivenessWatch, ServingRight):
                 self._retarget.set()  # the liveness loop watches someone else now
             self._send(self._datagram(*standing.outgoing(), standing=standing))
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(
-                    self._wake.wait(), self.config.interval * random.uniform(1 - JITTER, 1 + JITTER)
-                )
+                async with asyncio.timeout(self.config.interval * random.uniform(1 - JITTER, 1 + JITTER)):
+                    await self._wake.wait()

@@ -90,7 +90,8 @@ class BeaconListener:
             return None
         try:
             with contextlib.suppress(TimeoutError):
-                leader = await asyncio.wait_for(asyncio.shield(proto.verified), self.wait)
+                async with asyncio.timeout(self.wait):
+                    leader = await asyncio.shield(proto.verified)
                 self.last = f"leader beacon: {leader.describe()}"
                 return leader
             if proto.hint is not None:

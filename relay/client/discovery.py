@@ -118,7 +118,8 @@ async def run_blocking(fn: Callable[[], T], timeout: float, name: str = "relay-c
             pass
 
     threading.Thread(target=work, name=name, daemon=True).start()
-    return await asyncio.wait_for(future, timeout)
+    async with asyncio.timeout(timeout):
+        return await future
 
 
 class LeaseFile:

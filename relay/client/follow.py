@@ -307,7 +307,8 @@ class Follower:
         """Wait `delay`, or less if the lease names a new leader meanwhile."""
         self.wake.clear()
         try:
-            await asyncio.wait_for(self.wake.wait(), delay)
+            async with asyncio.timeout(delay):
+                await self.wake.wait()
         except TimeoutError:
             return
         await asyncio.sleep(self.after_wake())

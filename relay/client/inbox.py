@@ -63,7 +63,8 @@ class Inbox:
 
     async def get(self, timeout: float | None = None) -> Received | ServerError:
         """The next item; `ClientClosed` once closed, `TimeoutError` after `timeout`."""
-        item = await asyncio.wait_for(self._items.get(), timeout)
+        async with asyncio.timeout(timeout):
+            item = await self._items.get()
         if item is _CLOSED:
             self._items.put_nowait(_CLOSED)  # end every other reader too
             raise ClientClosed("the client is closed")

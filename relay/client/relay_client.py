@@ -232,7 +232,8 @@ class RelayClient(ClientState):
                     return live.epoch
                 await self._changed.wait()
 
-        return await asyncio.wait_for(until(), timeout)
+        async with asyncio.timeout(timeout):
+            return await until()
 
     async def close(self) -> None:
         """Stop: close the connection, end `messages()`, discard what is still queued or unconfirmed."""
@@ -285,10 +286,11 @@ class RelayClient(ClientState):
         msg = self._make(data, to, id, retry=False)
         done = msg.done = loop.create_future()
         try:
-            outcome = await asyncio.wait_for(self._admit(msg), max(deadline - loop.time(), 0.001))
-            if outcome == "dropped":
-                raise ConnectionLost("the connection ended and the outbox is full")
-            await asyncio.wait_for(done, max(deadline - loop.time(), 0.001))
+            async with asyncio.timeout_at(deadline):
+                outcome = await self._admit(msg)
+                if outcome == "dropped":
+                    raise ConnectionLost("the connection ended and the outbox is full")
+                await done
         finally:
             if self._outbox.withdraw(msg):
                 self._notify()
@@ -337,7 +339,8 @@ class RelayClient(ClientState):
             raise ConnectionLost("not registered")
         fut: asyncio.Future[float] = asyncio.get_running_loop().create_future()
         live.keepalive(fut)
-        return await asyncio.wait_for(fut, timeout)
+        async with asyncio.timeout(timeout):
+            return await fut
 
     async def messages(self) -> AsyncIterator[Received | ServerError]:
         """Received messages and error frames, in order, until the client is closed."""

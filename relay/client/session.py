@@ -229,7 +229,8 @@ class Session:
                     wake = min(wake, outbox_wake)
                 wait = wake - now
             try:
-                chunk = await asyncio.wait_for(reader.read(READ_SIZE), max(wait, 0.0))
+                async with asyncio.timeout(max(wait, 0.0)):
+                    chunk = await reader.read(READ_SIZE)
             except TimeoutError:
                 continue
             if not chunk:

@@ -124,7 +124,8 @@ class ClusterRouting:
 
     async def _dial(self, link: PeerLink, host: str, port: int) -> None:
         try:
-            await asyncio.wait_for(self.loop.create_connection(lambda: link, host, port), DIAL_PEER)
+            async with asyncio.timeout(DIAL_PEER):
+                await self.loop.create_connection(lambda: link, host, port)
         except (OSError, TimeoutError):
             self.forward_failed(link, "peer_unreachable")
 

@@ -171,7 +171,8 @@ async def _bridge(server: CloudServer, ws: ServerConnection) -> None:
     finally:
         transport.close()
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(sender, 2)
+            async with asyncio.timeout(2):
+                await sender
         sender.cancel()
         peer.connection_lost(None)
 

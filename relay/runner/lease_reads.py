@@ -52,7 +52,8 @@ class LeaseReads:
                 settle(future.set_result, result)
 
         threading.Thread(target=run, name="lease-read", daemon=True).start()
-        return await asyncio.wait_for(asyncio.wrap_future(future), within)
+        async with asyncio.timeout(within):
+            return await asyncio.wrap_future(future)
 
     async def own_lease(self) -> dict[str, Any] | None:
         """The signed lease naming this node with this epoch, as the tunnel presents it; or None."""

@@ -47,7 +47,8 @@ class BindingFeed:
     async def first(self, within: float = FIRST_WITHIN) -> bool:
         """True once the file was read (present or not) within `within` seconds."""
         try:
-            await asyncio.wait_for(self.read_once.wait(), within)
+            async with asyncio.timeout(within):
+                await self.read_once.wait()
             return True
         except TimeoutError:
             log.error("stations.json not read within %.1f s: serving without the station bindings", within)

@@ -177,9 +177,8 @@ class TunnelClient:
                                      extra=lambda nonce: {"lease": presented(lease, key, nonce)})  # fmt: skip
         protocol = self.protocol = _TunnelProtocol(self)
         try:
-            await asyncio.wait_for(
-                self.loop.create_connection(lambda: protocol, self.host, self.port), DIAL_TIMEOUT
-            )
+            async with asyncio.timeout(DIAL_TIMEOUT):
+                await self.loop.create_connection(lambda: protocol, self.host, self.port)
         except (OSError, TimeoutError) as exc:
             self.last_error = f"cannot reach {self.url}: {getattr(exc, 'strerror', None) or exc or 'timeout'}"
             return False

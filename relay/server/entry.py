@@ -145,7 +145,8 @@ class EntryRunner:
                 self.write_status()
                 written = time.monotonic()
             try:
-                await asyncio.wait_for(self._stop.wait(), TICK)
+                async with asyncio.timeout(TICK):
+                    await self._stop.wait()
             except TimeoutError:
                 pass
         self.proxy.lose_leadership()

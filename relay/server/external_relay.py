@@ -57,7 +57,8 @@ async def accepts(host: str, port: int, timeout: float = PROBE_TIMEOUT) -> bool:
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     sock.setblocking(False)
     try:
-        await asyncio.wait_for(loop.sock_connect(sock, (host, port)), timeout)
+        async with asyncio.timeout(timeout):
+            await loop.sock_connect(sock, (host, port))
         return True
     except (TimeoutError, OSError):
         return False

@@ -352,14 +352,16 @@ class RelayServer:
         if self.peers:
             self.all_closed = asyncio.Event()
             try:
-                await asyncio.wait_for(self.all_closed.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self.all_closed.wait()
             except TimeoutError:
                 for peer in list(self.peers):
                     peer.abort()
                 await asyncio.sleep(0)  # let connection_lost run
         for listener in self._listeners:
             try:
-                await asyncio.wait_for(listener.wait_closed(), timeout)
+                async with asyncio.timeout(timeout):
+                    await listener.wait_closed()
             except TimeoutError:
                 pass
 

@@ -113,9 +113,8 @@ class _Bridge(AsyncWebsocketConsumer):
     async def open_relay(self) -> bool:
         ip, port = await relay_address()
         try:
-            self.reader, self.writer = await asyncio.wait_for(
-                asyncio.open_connection(ip, port + self.port_offset), timeout=3
-            )
+            async with asyncio.timeout(3):
+                self.reader, self.writer = await asyncio.open_connection(ip, port + self.port_offset)
         except (TimeoutError, OSError) as exc:
             log.warning("websocket bridge: relay %s:%s unreachable: %s", ip, port + self.port_offset, exc)
             await self.close(code=1013)  # try again later
@@ -156,7 +155,8 @@ class RelayBridge(_Bridge):
                 await self.too_slow(INBOUND_BACKLOG)
                 return
             try:
-                await asyncio.wait_for(self.writer.drain(), DRAIN_LOOK)
+                async with asyncio.timeout(DRAIN_LOOK):
+                    await self.writer.drain()
             except TimeoutError:
                 continue
             except ConnectionError:

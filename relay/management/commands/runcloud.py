@@ -82,7 +82,8 @@ class Command(BaseCommand):
         while not stopping.is_set():
             _write(path, server.status())
             try:
-                await asyncio.wait_for(stopping.wait(), STATUS_EVERY)
+                async with asyncio.timeout(STATUS_EVERY):
+                    await stopping.wait()
             except TimeoutError:
                 pass
         server.close()
