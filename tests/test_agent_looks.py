@@ -5,7 +5,8 @@ cycle held the election lock while a handoff's target waited for it)."""
 
 from types import SimpleNamespace
 
-from elections.runtime.agent_looks import Looks, concern_the_election, highest_epoch
+from elections.core.decide import Decision, Verdict
+from elections.runtime.agent_looks import Looks, concern_the_election, highest_epoch, skips_cycle
 
 
 def row(kind: str, epoch: int = 3) -> dict:
@@ -51,3 +52,17 @@ def test_a_quiet_agent_reads_events_once_a_ttl_but_a_backlog_at_every_look():
     assert not looks._events_due()
     looks.now += 10
     assert looks._events_due()
+
+
+def test_a_quiet_tick_stands_only_on_a_settled_decision():
+    """A leader woken from a freeze steps down; quiet at once (it hears the new leader's
+    beacons), it skipped every cycle after and said "step_down" for good (bench/failover_beacons:
+    the woken leader never showed as following). Only following or holding stands."""
+    settled = [Verdict.FOLLOW, Verdict.HOLD, Verdict.RENEW, Verdict.IDLE]
+    for verdict in Verdict:
+        last = Decision(verdict, "r")
+        assert skips_cycle(True, last, news=False, renewing=False, leads=False) is (verdict in settled)
+        assert not skips_cycle(False, last, news=False, renewing=False, leads=False)  # not quiet
+        assert not skips_cycle(True, last, news=True, renewing=False, leads=False)  # news
+        assert not skips_cycle(True, last, news=False, renewing=True, leads=True)  # a renewal
+    assert not skips_cycle(True, None, news=False, renewing=False, leads=False)  # never cycled yet

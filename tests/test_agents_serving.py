@@ -102,6 +102,10 @@ def test_a_frozen_leader_is_replaced_within_seconds_and_woken_forwards_nothing(s
     assert [f for f in after if f.get("type") == "message"] == [], after
     assert [f.get("type") for f in after] in ([], ["leader_changed"]), after
     wait_until(lambda: old.state().get("leader") is False, 15, "the woken leader to step down")
+    # ...and to follow at its next tick (LEASE_POLL 2 s): quiet at once (it hears the new leader's
+    # beacons), it once kept "step_down" until news came, a LEASE_TTL or more later
+    wait_until(lambda: old.state().get("decision", "").startswith("follow"), 6,
+               f"the woken leader to follow: {old.state().get('decision')}")  # fmt: skip
     new = site.lease()
     assert new is not None and new.node != first.node and new.epoch > first.epoch
     winner = site.by_name(new.node)

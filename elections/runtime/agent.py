@@ -57,7 +57,7 @@ from elections.ports.pool_view import PoolView, entry_shown
 from elections.ports.stores import PoolPlace, open_event_tail, open_store
 from elections.ports.webcert import served_fingerprint
 from elections.runtime import notify_feed
-from elections.runtime.agent_looks import NOT_THIS_POOLS_EPOCH, Looks
+from elections.runtime.agent_looks import NOT_THIS_POOLS_EPOCH, Looks, skips_cycle
 from elections.runtime.agent_publish import Publishing
 from elections.runtime.agent_roles import Roles
 from elections.runtime.beacon_link import BeaconLink
@@ -243,7 +243,8 @@ class Agent(Looks, Roles, Publishing):
         # the followers' TTL for want of a look). A quiet leader hears every member's beacon: a new
         # holder's would reach it before a read could, its renewals (every LEASE_RENEW, well inside
         # the TTL) still look and rewrite, and commands and gate changes come as news (issue 22).
-        skip = quiet and not news and not (renewing and self.elector.is_leader)
+        # Nor a tick after a transition (a step-down, a lost claim): only a settled decision stands.
+        skip = skips_cycle(quiet, self.elector.last, news, renewing, self.elector.is_leader)
         decision = self.elector.last if skip else self.elector.cycle(renewing=renewing)
         assert decision is not None
         if self.elector.is_leader:  # what its relay saw: bindings to record, impostors to report

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from elections.core.decide import Decision
+from elections.core.decide import Decision, Verdict
 from elections.errors import StoreUnavailable
 
 log = logging.getLogger("stkrelay.agent")
@@ -29,6 +29,11 @@ NOT_THIS_POOLS_EPOCH = ("audit",)
 # member held the election lock and both cores while a handoff's target waited for them (issue 22).
 NOT_NEWS = ("audit",)
 CATCH_UP_S = 0.2  # seconds of one cycle spent reading a backlog of pool events (a joiner's history)
+# The verdicts a quiet tick may stand on without a cycle: a follower following, a leader holding.
+# After any other (a step-down, a lost claim, a wait) the next tick cycles: a leader woken from a
+# freeze steps down, and skipping from there left "step_down" as its decision for good (the
+# panel's and relayctl's word on it), however long it had been following.
+SETTLED = frozenset({Verdict.FOLLOW, Verdict.HOLD, Verdict.RENEW, Verdict.IDLE})
 SLOW_KICK_S = 0.3  # a beacon's cycle slower than this says where its time went (the log)
 
 
@@ -164,6 +169,13 @@ class Looks:
         if self.tail.backlog or self._unprojected:
             return True
         return self._due("events", self.timing.ttl)
+
+
+def skips_cycle(quiet: bool, last: Decision | None, news: bool, renewing: bool, leads: bool) -> bool:
+    """Whether a tick stands on the last decision without a cycle (issue 22's quiet agent):
+    quiet, no news, the last decision a settled one, and never a leader's renewal."""
+    settled = last is not None and last.verdict in SETTLED
+    return quiet and settled and not news and not (renewing and leads)
 
 
 def concern_the_election(events: list[dict[str, Any]]) -> bool:
