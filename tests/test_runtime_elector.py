@@ -545,6 +545,24 @@ def test_a_leader_that_becomes_ineligible_hands_off_to_the_successor(store, cloc
     assert str(a.cycle()).startswith("follow: follower: S003 holds epoch 2")
 
 
+def test_a_stopping_leader_with_no_successor_releases_and_the_history_says_released(store, clock, tmp_path):
+    """SIGTERM a moment after an election, before any other member is in the view: the
+    worker's cycle hands the lease to no one. That is a release, and the history row says so,
+    as the supervisor's own release would (the CI run that found it: a `handoff` row, no
+    `released` one, for an agent stopped 50 ms after it was elected)."""
+    local = LocalState(tmp_path)
+    policy = _pool_policy("S001", [], {"S001": MemberView(eligible=True, priority=50)})
+    policy.local = local
+    a = member(store, clock, "S001", policy)
+    a.cycle()
+    local.mark_stopping()
+    clock.advance(1)
+    stopped = "step_down: no longer eligible: this agent is stopping: handed off to anyone"
+    assert str(a.cycle(renewing=True)) == stopped
+    assert a.events.transitions() == [("elected", 1), ("released", 1)]
+    assert lease_of(store) == ("S001", 1, 1, 0, None)
+
+
 def test_a_planned_promote_hands_the_held_epoch_to_the_named_member(store, clock):
     promote = {"kind": "promote_requested", "node": "S003", "seq": 4, "clock": 1, "target": "S002",
                "epoch": 1, "expected_epoch": 1}  # fmt: skip

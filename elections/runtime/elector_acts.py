@@ -60,6 +60,10 @@ class ElectorActs:
         epoch = self.memory.leader_epoch
         if epoch is None:
             return False
+        if kind == "handoff" and not handoff_to:
+            # Handed to no one (no successor eligible, the agent stopping): a release, and the
+            # history says so whichever process wrote it (the worker's cycle or the supervisor).
+            kind = "released"
         if handoff_to and self.on_fence is not None:
             # The target may take the next epoch, and serve, the moment the handoff is on the
             # share: this node stops serving first (its relay's gate shut, and confirmed), and
