@@ -260,6 +260,12 @@ class ShareDeadline:
             except Exception:  # a hook must never turn a timeout into a crash
                 pass
 
+    def _refusal(self, since: float) -> StoreUnavailable:
+        """A caller's answer while the operation running since `since` is hung (the hooks told)."""
+        self._hung(since)
+        hung_for = time.monotonic() - since
+        return StoreUnavailable(f"share not answering: an operation has been hung for {hung_for:.1f} s")
+
     def _ensure_thread(self) -> None:
         if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(target=self._loop, name=f"{self.name}-io", daemon=True)
@@ -291,15 +297,23 @@ class ShareDeadline:
         with self._wake:
             since = self._busy_since
             if since is not None and time.monotonic() - since > self.timeout:
-                self._hung(since)
-                raise StoreUnavailable(
-                    f"share not answering: an operation has been hung for {time.monotonic() - since:.1f} s"
-                )
+                raise self._refusal(since)
             self._queue.append((fn, future))
             self._ensure_thread()
             self._wake.notify()
+        end = time.monotonic() + self.timeout
+        if since is not None:
+            # Behind an operation that is running already: once that one counts as hung, this
+            # call fails like any other caller then would, not after a whole timeout of its own.
+            try:
+                return future.result(max(0.0, since + self.timeout - time.monotonic()))  # type: ignore[return-value]
+            except TimeoutError:
+                with self._lock:
+                    still = self._busy_since == since
+                if still and future.cancel():
+                    raise self._refusal(since) from None
         try:
-            return future.result(self.timeout)  # type: ignore[return-value]
+            return future.result(max(0.0, end - time.monotonic()))  # type: ignore[return-value]
         except TimeoutError:
             future.cancel()
             self._hung(self._busy_since)
