@@ -19,6 +19,7 @@ from elections.core.lease import sign
 from elections.ports.clock import FakeClock
 from elections.ports.eventlog import EventTail, JsonlEventSink
 from elections.ports.segments import MAX_SEGMENT, Retention, base_header, parse_name, sealed_name
+from elections.ports.share import LocalShare
 
 KEY = "pool-key-0123456789abcdef"
 SMALL = Retention(segment_bytes=4 << 10, keep_bytes=16 << 10, keep_s=30 * 86400.0)
@@ -378,3 +379,36 @@ def test_a_segment_renamed_to_a_far_later_first_seq_hides_nothing_and_covers_not
     joiner = EventTail(tmp_path, key=KEY)
     seqs = [e["seq"] for e in drain_all(joiner, calls=300)]
     assert seqs == sorted(set(seqs)) and set(range(490, 501)) <= set(seqs)
+
+
+class RetiredAfterListing(LocalShare):
+    """A share whose first listing still names a segment the writer's compaction (a thread of
+    its own) retired before the reader opened it: a directory listing is no snapshot."""
+
+    def __init__(self, root: Path, gone: str) -> None:
+        super().__init__(root)
+        self.gone, self.listed = gone, 0
+
+    def listing(self, folder, suffix, limit, names=None):  # type: ignore[no-untyped-def]
+        sizes, refused = (
+            super().listing(folder, suffix, limit)
+            if names is None
+            else super().listing(folder, suffix, limit, names)
+        )
+        self.listed += 1
+        if self.listed == 1:
+            sizes = {self.gone: 4096, **sizes}
+        return sizes, refused
+
+
+def test_a_segment_retired_between_the_listing_and_its_read_makes_the_tail_list_again_at_once(tmp_path):
+    folder, clock = tmp_path / "events", FakeClock()
+    folder.mkdir()
+    w = sink(folder, "S001", clock, rule=None)
+    history(w, 5, clock)
+    share = RetiredAfterListing(folder, sealed_name("S001", 1))  # read first: the lowest seq
+    tail = EventTail("", key=KEY, clock=clock, share=share)
+    first = tail.new_events()
+    assert first == [] and tail.backlog  # nothing lost: call again, now
+    assert [e["seq"] for e in drain_all(tail)] == [1, 2, 3, 4, 5]
+    assert share.listed == 2

@@ -24,6 +24,8 @@ keeps what it takes to never hand one on twice nor lose one:
 
 from __future__ import annotations
 
+import errno
+
 from elections.core.untrusted import EVENT_LINE, FORGED, TOO_LARGE, TOO_MANY, UNSIGNED, Untrusted, load_object
 from elections.ports.event_streams import EventJudge
 from elections.ports.segments import (
@@ -168,6 +170,10 @@ class EventFiles:
         except (OSError, Untrusted) as exc:
             if isinstance(exc, Untrusted):
                 self._refuse(name, exc)
+            elif isinstance(exc, FileNotFoundError):
+                # Retired, or sealed under its next name, since the listing (the writer's compaction
+                # runs on a thread of its own): list again now, not at the next look.
+                self.backlog = True
             return False
         if data is None:  # an active file replaced: list again before reading it anew
             self.backlog = True
@@ -258,8 +264,8 @@ class EventFiles:
         may just have been sealed, and that name must be read first)."""
         path = join(self.folder, ref.name)
         if start == 0 or ref.name in self._midline:
-            return self.share.read(path, want, offset=start, chunk=True) or b""
-        data = self.share.read(path, want + 1, offset=start - 1, chunk=True) or b""
+            return self._read_at(path, want, start)
+        data = self._read_at(path, want + 1, start - 1)
         if (
             size >= start
             and data[:1] == b"\n"
@@ -274,7 +280,14 @@ class EventFiles:
         self.offsets[ref.name] = 0
         if ref.role == ACTIVE and ref.node in self._active_first:  # sealed, its name not listed yet
             self._was_active[ref.node] = self._active_first.pop(ref.node)
-        return self.share.read(path, want, chunk=True) or b""
+        return self._read_at(path, want, 0)
+
+    def _read_at(self, path: str, want: int, offset: int) -> bytes:
+        """Up to `want` bytes at `offset`; FileNotFoundError if the file is gone since the listing."""
+        data = self.share.read(path, want, offset=offset, chunk=True)
+        if data is None:
+            raise FileNotFoundError(errno.ENOENT, "gone since the listing", path)
+        return data
 
     def _continues(self, node: str, data: bytes) -> bool:
         """The first whole line read on in an active file follows the last seq
