@@ -24,7 +24,7 @@ from elections.ports.localstate import LocalState
 from elections.ports.pool_view import MemberView, PoolView
 from elections.ports.store import FileLeaseStore, WriteOutcome
 from elections.runtime.elector import Elector
-from elections.runtime.lease_writes import Identity, make_record
+from elections.runtime.lease_writes import Identity, make_record, release_lease
 from elections.runtime.policy import PoolFacts, PoolPolicy
 
 T = Timing(ttl=10, renew=3, poll=2, deadline=7)
@@ -545,22 +545,43 @@ def test_a_leader_that_becomes_ineligible_hands_off_to_the_successor(store, cloc
     assert str(a.cycle()).startswith("follow: follower: S003 holds epoch 2")
 
 
-def test_a_stopping_leader_with_no_successor_releases_and_the_history_says_released(store, clock, tmp_path):
-    """SIGTERM a moment after an election, before any other member is in the view: the
-    worker's cycle hands the lease to no one. That is a release, and the history row says so,
-    as the supervisor's own release would (the CI run that found it: a `handoff` row, no
-    `released` one, for an agent stopped 50 ms after it was elected)."""
+def stopping_sole_leader(store, clock, tmp_path) -> Member:
+    """S001, alone in its view, leads epoch 1; then its agent is told to stop (SIGTERM)."""
     local = LocalState(tmp_path)
     policy = _pool_policy("S001", [], {"S001": MemberView(eligible=True, priority=50)})
     policy.local = local
     a = member(store, clock, "S001", policy)
     a.cycle()
     local.mark_stopping()
+    return a
+
+
+def test_a_stopping_leader_with_no_successor_releases_and_the_history_says_released(store, clock, tmp_path):
+    """SIGTERM a moment after an election, before any other member is in the view: the
+    worker's cycle hands the lease to no one. That is a release, and the history row says so,
+    as the supervisor's own release would (the CI run that found it: a `handoff` row, no
+    `released` one, for an agent stopped 50 ms after it was elected)."""
+    a = stopping_sole_leader(store, clock, tmp_path)
     clock.advance(1)
     stopped = "step_down: no longer eligible: this agent is stopping: handed off to anyone"
     assert str(a.cycle(renewing=True)) == stopped
     assert a.events.transitions() == [("elected", 1), ("released", 1)]
     assert lease_of(store) == ("S001", 1, 1, 0, None)
+
+
+def test_a_stopping_leader_whose_lease_the_supervisor_released_steps_down_without_a_second_release_row(
+    store, clock, tmp_path
+):
+    """The supervisor releases the lease on SIGTERM (and writes that `released` row); the worker,
+    mid-cycle, then finds the lease released and hands nothing over: a step-down, one
+    `released` row in all (a CI run had two, one each)."""
+    a = stopping_sole_leader(store, clock, tmp_path)
+    assert release_lease(store, a.elector.me, 1, a.elector._record)  # the supervisor's
+    clock.advance(1)
+    assert not a.elector.release(reason="this agent is stopping")
+    assert a.events.transitions() == [("elected", 1), ("stepped_down", 1)]
+    assert "not written" in a.events.rows[-1]["reason"]
+    assert not a.elector.is_leader
 
 
 def test_a_planned_promote_hands_the_held_epoch_to_the_named_member(store, clock):

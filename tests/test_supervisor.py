@@ -69,6 +69,65 @@ def test_a_standby_child_that_ignores_sigterm_is_killed_without_the_supervisor_w
     assert child.proc is not None and child.proc.poll() is not None
 
 
+# A worker that writes one line to a file as SIGTERM stops it: its last row of the epoch.
+LAST_WORDS = textwrap.dedent(
+    """
+    import signal, sys, time
+    def stop(*_):
+        open(sys.argv[1], "a").write("worker's last row\\n")
+        sys.exit(0)
+    signal.signal(signal.SIGTERM, stop)
+    print("working", flush=True)
+    while True:
+        time.sleep(0.05)
+    """
+)
+
+
+def test_the_release_on_shutdown_is_written_at_once_and_its_history_row_after_the_worker(tmp_path):
+    """The lease is handed over before any child is stopped; the `released` row waits for the
+    children: a worker stopped a moment after an election may still be writing that epoch's
+    `elected` row (its leadership state comes first), and the history must not say `released`
+    before `elected` (a CI run: SIGTERM 50 ms after an election)."""
+    rows = tmp_path / "rows"
+    spec = ChildSpec("worker", [sys.executable, "-c", LAST_WORDS, str(rows)])
+    order: list[str] = []
+
+    def release(state: Leadership) -> bool:
+        order.append(f"lease released, epoch {state.epoch}, worker running: {child.running}")
+        return True
+
+    def record(state: Leadership) -> None:
+        order.extend(rows.read_text().splitlines())
+        order.append(f"released row, epoch {state.epoch}")
+
+    out = io.StringIO()
+    sup = Supervisor([spec], str(tmp_path), env(), release, out=out, record_release=record)
+    child = sup.children[0]
+    sup.step(time.monotonic())
+    wait_until(lambda: "working" in out.getvalue(), 10, "the worker's handler")
+    LocalState(tmp_path).write_leadership(
+        Leadership(node="S001", pid=os.getpid(), leader=True, epoch=3, valid_until=time.monotonic() + 60)
+    )
+    sup.stopping.set()
+    assert sup.shutdown() == 0
+    expected = ["lease released, epoch 3, worker running: True", "worker's last row", "released row, epoch 3"]
+    assert order == expected, out.getvalue()
+
+
+def test_a_release_not_written_on_shutdown_writes_no_history_row(tmp_path):
+    recorded: list[int | None] = []
+    sup = Supervisor([], str(tmp_path), env(), lambda s: False, out=io.StringIO(),
+                     record_release=lambda s: recorded.append(s.epoch))  # fmt: skip
+    LocalState(tmp_path).write_leadership(
+        Leadership(node="S001", pid=os.getpid(), leader=True, epoch=3, valid_until=time.monotonic() + 60)
+    )
+    sup.stopping.set()
+    assert sup.shutdown() == 0
+    assert recorded == []
+    assert not LocalState(tmp_path).leadership().leader
+
+
 def test_a_child_that_cannot_start_backs_off_and_the_others_run(tmp_path):
     out = io.StringIO()
     missing = ChildSpec("web", [str(tmp_path / "no-such-binary")])

@@ -84,9 +84,14 @@ class ElectorActs:
         # Whom the share now names as the only member that may take epoch + 1 at once: the
         # agent's leadership state says so as this node steps down (its relay tells its clients).
         self.handed = (handoff_to, epoch + 1) if written and handoff_to else None
-        self._step_down(
-            f"released ({reason})" + (f", handoff to {handoff_to}" if handoff_to else ""), kind=kind
-        )
+        said = f"released ({reason})" + (f", handoff to {handoff_to}" if handoff_to else "")
+        if not written:
+            # Nothing handed over: the lease already released (the supervisor's release on
+            # shutdown, which writes that row), another's, or the store not answering. A step-down,
+            # and the history says so: one release, one `released` row.
+            said = f"{said}: not written (the lease not this node's to release, or the store not answering)"
+            kind = "stepped_down"
+        self._step_down(said, kind=kind)
         return written
 
     def _member_doc(self, **fields: Any) -> dict[str, Any]:

@@ -99,12 +99,17 @@ class Supervisor:
         log_format: str = "text",
         node: str = "",
         kmsn: str = "",
+        record_release: Callable[[Leadership], None] | None = None,
     ) -> None:
         self.children = [Child(s) for s in specs]
         self.data_dir = data_dir
         self.local = LocalState(data_dir)
         self.env = env
         self.release = release
+        # The history row of a release written on shutdown, once the children are gone: the worker
+        # publishes its leadership before it writes that epoch's `elected` row, and a release row
+        # written at once could come before it (CI: SIGTERM 50 ms after an election).
+        self.record_release = record_release
         self.out = out or sys.stdout
         self.tick = tick
         self.log_format = log_format  # json: every line out is one JSON object (stkconfig/logs.py)
@@ -271,8 +276,9 @@ class Supervisor:
         self.local.mark_stopping()
         state = self.local.leadership()
         led = state.leads_now(time.monotonic())
+        released = False
         if led:
-            self._release_within(state, RELEASE_WITHIN)
+            released = self._release_within(state, RELEASE_WITHIN)
             self.local.disclaim(f"released epoch {state.epoch} on shutdown")
         for child in self.children:
             self._stop(child)
@@ -285,28 +291,40 @@ class Supervisor:
             )
         if led:  # again: the worker may have published once more before it stopped
             self.local.disclaim(f"released epoch {state.epoch} on shutdown")
+        if released and self.record_release is not None:
+            self._bounded(lambda: self.record_release(state), started + STOP_WITHIN - time.monotonic(),
+                          f"history row of the release of epoch {state.epoch}")  # fmt: skip
         self.say("agent", f"stopped in {time.monotonic() - started:.2f} s")
         return 0
 
-    def _release_within(self, state: Leadership, within: float) -> None:
+    def _release_within(self, state: Leadership, within: float) -> bool:
         """`release(state)` on a thread of its own, waited for at most `within` seconds:
-        a hung share makes the hand-over a bounded attempt, never the stop's wait."""
+        a hung share makes the hand-over a bounded attempt, never the stop's wait. True if
+        the release was written."""
         outcome: list[bool] = []
-
-        def attempt() -> None:
-            try:
-                outcome.append(self.release(state))
-            except Exception as exc:  # a failed hand-over must not stop the shutdown
-                self.say("agent", f"release of epoch {state.epoch} failed: {exc}")
-
-        thread = threading.Thread(target=attempt, name="release", daemon=True)
-        thread.start()
-        thread.join(within)
-        if thread.is_alive():
+        what = f"release of epoch {state.epoch}"
+        done = self._bounded(lambda: outcome.append(self.release(state)), within, what)
+        if not done:
             self.say("agent", f"released epoch {state.epoch}: not done within {within:g} s "
                               "(share not answering); followers take over after the TTL")  # fmt: skip
         elif outcome:
             self.say("agent", f"released epoch {state.epoch}: {'done' if outcome[0] else 'not written'}")
+        return bool(outcome and outcome[0])
+
+    def _bounded(self, work: Callable[[], object], within: float, what: str) -> bool:
+        """`work()` on a daemon thread, waited for at most `within` seconds (a hung share is
+        left behind, never waited for). False if it did not end in time."""
+
+        def attempt() -> None:
+            try:
+                work()
+            except Exception as exc:  # a failed step must not stop the shutdown
+                self.say("agent", f"{what} failed: {exc}")
+
+        thread = threading.Thread(target=attempt, name="shutdown-step", daemon=True)
+        thread.start()
+        thread.join(max(0.0, within))
+        return not thread.is_alive()
 
     def _reap(self, until: float, then: int | None) -> list[Child]:
         """Wait for every child until `until` (monotonic); send `then` to those still

@@ -61,14 +61,14 @@ class Command(BaseCommand):
 
         env = _child_env(Path(settings.BASE_DIR))
         cert = _web_cert(stk, env)
-        release = _releaser(stk)
+        release, record_release = _releaser(stk)
         if stk.beacon_interval > 0:
             self._hold_liveness_port(stk, env)
         data = Path(stk.data_dir)
         os.chdir(data)
         sup = Supervisor(
             _children(stk, cert), str(data), env, release, log_format=stk.log_format, node=stk.node,
-            kmsn=stk.kmsn,
+            kmsn=stk.kmsn, record_release=record_release,
         )  # fmt: skip
         self._say_started(sup, stk, cert)
         code = sup.run()
@@ -163,8 +163,9 @@ def _children(stk: Config, cert: WebCert | None) -> list[Any]:
     return specs
 
 
-def _releaser(stk: Config) -> Callable[[Any], bool]:
-    """What the supervisor runs on SIGTERM if this agent leads: the lease released, said in beacons."""
+def _releaser(stk: Config) -> tuple[Callable[[Any], bool], Callable[[Any], None]]:
+    """What the supervisor runs on SIGTERM if this agent leads: the lease released, said in
+    beacons; and, once its children are gone, the history row of that release."""
     from elections.ports.beacons import BeaconConfig
     from elections.ports.clock import SystemClock
     from elections.ports.liveness_port import send_resign
@@ -184,15 +185,17 @@ def _releaser(stk: Config) -> Callable[[Any], bool]:
         epoch = state.epoch
         assert epoch is not None
         done = release_lease(store, me, epoch, partial(make_record, me, clock))
-        if done:
-            pool_event_sink(stk).record("released", epoch, "agent stopping (SIGTERM): lease released")
-            if stk.beacon_interval > 0:
-                send_resign(beacons, epoch, 0)
+        if done and stk.beacon_interval > 0:
+            send_resign(beacons, epoch, 0)
         return done
+
+    def record(state: Leadership) -> None:
+        assert state.epoch is not None
+        pool_event_sink(stk).record("released", state.epoch, "agent stopping (SIGTERM): lease released")
 
     beacons = BeaconConfig(stk.kmsn, stk.node, stk.node_ip, stk.relay_port, stk.pool_key,
                            stk.beacon_interval, stk.beacon_port, stk.beacon_peers)  # fmt: skip
-    return release
+    return release, record
 
 
 def _web_cert(stk: Config, env: dict[str, str]) -> WebCert | None:
