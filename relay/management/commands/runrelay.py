@@ -29,16 +29,11 @@ cannot be bound; 2 on a configuration problem (one line each).
 
 from __future__ import annotations
 
-import asyncio
-import time
 from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from elections.ports.localstate import LocalState
-from relay.runner.gate import LeadershipGate
-from relay.runner.serve import RelayRunner
-from relay.runner.standby import await_leadership
+from relay.runner import serve
 
 
 class Command(BaseCommand):
@@ -60,19 +55,7 @@ class Command(BaseCommand):
             for problem in stk.problems:
                 self.stderr.write(f"runrelay: config {stk.source}: {problem.line()}")
             raise SystemExit(2)
-        if options["standby"]:
-            epoch = await_leadership(stk)
-        else:
-            epoch = LocalState(stk.data_dir).leadership().held_epoch(time.monotonic())
-            if epoch is None:
-                why = "the leadership state does not say this agent leads now"
-            else:
-                why = LeadershipGate(stk.data_dir, epoch).why_not()
-            if why is not None:
-                self.stdout.write(f"runrelay: {stk.node} is not the leader ({why}): not serving")
-                return
-        assert isinstance(epoch, int)
-        code = asyncio.run(RelayRunner(stk, epoch, self._say, self._complain).run())
+        code = serve(stk, options["standby"], self._say, self._complain)
         if code:
             raise SystemExit(code)
 
