@@ -47,7 +47,7 @@ from elections.core.decide import EARLY, Observation, Timing, Verdict, decide, e
 from elections.core.lease import LeaseRead, LeaseRecord
 from elections.core.lease_memory import Memory
 from elections.core.lease_memory import track as track_read
-from elections.core.serving import DRIFT, GATE_LAG, Report, ServingBook, ServingTiming, starts_acked
+from elections.core.serving import DRIFT, GATE_LAG, LEASE, Report, ServingBook, ServingTiming
 
 KMSN = "9999-9999-99-99"
 INTERVAL = 0.2
@@ -75,6 +75,7 @@ class Faults:
     # fences (its relay's gate shut: read RELAY_LAG late), waits `fence`, writes the handoff.
     promotes: list[tuple[float, str]] = field(default_factory=list)
     fence: float = FENCE_WITHIN  # 0: the handoff written at once (the order before issue 22's fence)
+    says_fenced: bool = True  # the resign says `fenced` (a clean release: its taker serves by the lease)
     damage: list[float] = field(default_factory=list)  # when junk is written over the lease
     deletes: list[float] = field(default_factory=list)  # when the lease file is deleted
     claim: tuple[float, float] = (0.005, 0.08)  # how long a claim holds the lock, the lease aside (real s)
@@ -137,6 +138,7 @@ class Pool:
         self.counter = itertools.count()
         self.intervals: list[tuple[str, int, float, float]] = []  # node, epoch, from, to (real)
         self.elections: list[tuple[float, str, int, str]] = []  # when, node, epoch, cause
+        self.lease_starts = 0  # epochs taken from a release that serve by the lease at once (a clean one)
         self.now = 0.0
 
     # -- faults ---------------------------------------------------------------------------
@@ -253,7 +255,10 @@ class Pool:
         m.memory = replace(mem, leader_epoch=None, renewed_at=None)
         m.seq += 1
         held = epoch or mem.max_epoch
-        self.broadcast(m, Beacon(KMSN, m.node, "10.0.0.1", 9530, RESIGN, held, 0, m.boot, m.seq))
+        if epoch is not None and self.faults.says_fenced:  # `agent_roles._fence`, its wait done
+            m.book.fenced(epoch)
+        said = m.book.resigning(held, m.local(self.now))
+        self.broadcast(m, Beacon(KMSN, m.node, "10.0.0.1", 9530, RESIGN, held, 0, m.boot, m.seq, **said))
 
     def broadcast(self, m: Member, beacon: Beacon) -> None:
         for other in self.nodes:
@@ -372,10 +377,12 @@ class Pool:
         self.max_epoch = epoch
         self.claims.append(m.node)
         took = self.share_rng.uniform(*self.faults.claim)
-        self.at(self.now + took, m.node, "claimed", (m.node, epoch, cause, m.local(self.now)))
+        over = read.record if read.status == "valid" and read.record is not None else None
+        after = (over.node, over.epoch) if over is not None and over.released else None
+        self.at(self.now + took, m.node, "claimed", (m.node, epoch, cause, m.local(self.now), after))
 
     def _claimed(self, data: object) -> None:
-        node, epoch, cause, now = data  # type: ignore[misc]
+        node, epoch, cause, now, after = data  # type: ignore[misc]
         m = self.members[node]
         self.claims.remove(node)
         self.damaged = None
@@ -383,7 +390,9 @@ class Pool:
                           lease_until="20990101000000", node=m.node, renew_seq=0,
                           ttl_s=TIMING.ttl)  # fmt: skip
         self.record, self.revision = rec, self.revision + 1
-        m.book.taken(epoch, starts_acked(cause, self.count(m)), now)
+        m.book.taken(epoch, cause, self.count(m), after, now)
+        right = m.book.right
+        self.lease_starts += right is not None and right.clean_start and right.mode == LEASE
         m.memory = replace(m.memory, leader_epoch=epoch, renewed_at=now, renew_seq=0, seen_key=rec.key,
                            seen_at=now, seen_ttl=TIMING.ttl, seen_released=False, seen_handoff=None,
                            max_epoch=epoch)  # fmt: skip
@@ -487,4 +496,8 @@ def scenario(seed: int, n: int | None = None, until: float = 60.0) -> tuple[int,
     # its blindness finds no evidence restarts its timer there (`core.lease_memory.blind_gap`).
     f.damage = sorted(rng.uniform(5, until - 5) for _ in range(rng.choice((0, 0, 1, 3, 10))))
     f.deletes = sorted(rng.uniform(5, until - 5) for _ in range(rng.choice((0, 0, 1, 3))))
+    # Planned switchovers (relayctl promote, drawn last: what comes before is as it was), now and
+    # then in a row, a few seconds apart: a release less than a TTL after an epoch taken on silence.
+    promotes = rng.choice((0, 0, 1, 3))
+    f.promotes = sorted((rng.uniform(5, until - 5), rng.choice(nodes)) for _ in range(promotes))
     return n, f

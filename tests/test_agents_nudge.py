@@ -47,6 +47,10 @@ def nudges(agent) -> dict:
     return (pool_view(agent).get("beacons") or {}).get("nudges") or {}
 
 
+def serving_right(agent) -> dict:
+    return ((pool_view(agent).get("beacons") or {}).get("serving") or {}).get("right") or {}
+
+
 def view_epoch(agent) -> int | None:
     return (pool_view(agent).get("lease") or {}).get("epoch")
 
@@ -75,6 +79,10 @@ def test_a_promote_is_acted_on_by_its_nudge_long_before_any_look_at_the_share(si
         assert took < 4.0, f"the promote took {took:.2f} s after relayctl returned"
         assert "nudge: promote_requested" in leader.log(), leader.log()[-3000:]
         wait_until(lambda old=leader: nudges(old).get("accepted", 0) > 0, 15, "the old leader to count it")
+        # The old leader fenced its relay before the release, and no earlier epoch can serve: its
+        # resign said so, and the target served by the lease at once, with no round of acks (rule 6).
+        wait_until(lambda e=new.epoch, t=target: serving_right(t).get("epoch") == e, 15, "the target's right")
+        assert serving_right(target).get("clean_start") is True, serving_right(target)
         lease = new
         wait_until(lambda: all_eligible(site), 60, "every member eligible again")
         wait_until(

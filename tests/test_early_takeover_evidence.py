@@ -12,7 +12,7 @@ import random
 
 from elections.core.beacons import Beacon
 from elections.core.decide import Decision, Timing, Verdict
-from elections.core.serving import ACKED, Report, ServingBook, ServingTiming, starts_acked
+from elections.core.serving import ACKED, Report, ServingBook, ServingTiming
 from elections.ports.clock import FakeClock
 from elections.ports.store import FileLeaseStore, WriteOutcome
 from elections.runtime.elector import Elector
@@ -39,8 +39,8 @@ class BookServing:
         self.book.heard(beacon, None, beacon.epoch, now)
         self.reports[beacon.node] = (beacon, now)
 
-    def taken(self, epoch: int, cause: str | None, now: float) -> None:
-        self.book.taken(epoch, starts_acked(cause, MEMBERS), now)
+    def taken(self, epoch: int, cause: str | None, now: float, after: tuple[str, int] | None = None) -> None:
+        self.book.taken(epoch, cause, MEMBERS, after, now)
 
     def bound(self, epoch: int, now: float) -> float | None:
         return self.book.bound(epoch, MEMBERS, now)

@@ -4,6 +4,7 @@ the rule as a whole is checked on the pool model (`tests/test_serving_model.py`)
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -36,7 +37,7 @@ def test_the_silence_outlasts_the_window_on_the_fastest_and_slowest_clocks():
 
 def test_a_leader_serves_by_acks_only_while_a_majority_heard_it_within_the_window():
     book = ServingBook("S001", BOOT, T, ttl=10)
-    book.taken(7, acked=False, now=100.0)
+    book.taken(7, "first", 3, None, 100.0)
     assert book.bound(7, 3, 100.0) is None  # LEASE mode until a majority acks: the renew deadline alone
     for seq, at in ((1, 100.0), (2, 100.2), (3, 100.4)):
         assert book.outgoing(7, seq, 3, at) == {"serve": LEASE}
@@ -57,7 +58,7 @@ def test_a_leader_serves_by_acks_only_while_a_majority_heard_it_within_the_windo
 
 def test_an_epoch_taken_on_silence_is_shut_until_acked_and_keeps_off_the_lease_for_a_ttl():
     book = ServingBook("S002", BOOT, T, ttl=10)
-    book.taken(8, acked=True, now=50.0)
+    book.taken(8, "silent", 3, None, 50.0)
     assert book.bound(8, 3, 50.0) == 50.0 and book.lapsed(8, 3, 55.0) is None
     assert book.lapsed(8, 3, 60.5)  # a TTL (with drift) later the old holder's deadline has passed
     assert book.bound(9, 3, 50.0) == 50.0  # an epoch never taken through the book: shut
@@ -100,12 +101,61 @@ def test_the_serving_fields_travel_signed_and_old_beacons_stay_byte_for_byte():
                   ack_boot=BOOT, ack_seq=99, quiet_ms=120)  # fmt: skip
     assert parse_beacon(full.encode(KEY), KEY, KMSN) == full
     for bad in ({"ack_seq": -1}, {"ack_seq": "9"}, {"serve": "always"}, {"ack_boot": "nothex"},
-                {"quiet_ms": True}):  # fmt: skip
+                {"quiet_ms": True}, {"fenced": 7}, {"fenced": -1}):  # fmt: skip
         doc = json.loads(full.encode(KEY))
         doc.update(bad)
         doc["sig"] = sign(doc, KEY)
         with pytest.raises(Untrusted):
             parse_beacon(json.dumps(doc).encode(), KEY, KMSN)
+
+
+def test_a_resign_says_fenced_of_its_own_epoch_only_and_signed():
+    resign = Beacon(KMSN, "S001", "10.0.0.1", 9530, "resign", 7, 3, BOOT, 5, fenced=7)
+    assert parse_beacon(resign.encode(KEY), KEY, KMSN) == resign
+    for bad in (replace(resign, fenced=6), replace(resign, role="leader"), replace(resign, role="follower")):
+        with pytest.raises(Untrusted, match="fenced"):
+            parse_beacon(bad.encode(KEY), KEY, KMSN)
+
+
+def _resign(book: ServingBook, node: str, epoch: int, now: float) -> Beacon:
+    return Beacon(KMSN, node, "10.0.0.1", 9530, "resign", epoch, 0, BOOT, 99, **book.resigning(epoch, now))
+
+
+def test_the_taker_of_a_clean_release_serves_by_the_lease_at_once_and_of_any_other_by_acks():
+    """Issue 22's switchover: a leader whose relay stopped before its release, and before which
+    every gate was shut for good, says `fenced` in its resign; the taker of that released lease
+    needs no acks to open its gate. Without the fence, or of another lease: acks first."""
+    old, new = ServingBook("S001", BOOT, T, ttl=10), ServingBook("S002", OTHER, T, ttl=10)
+    old.taken(7, "first", 3, None, 100.0)  # taken on the TTL or first: no earlier gate is open
+    assert old.resigning(7, 105.0) == {}  # its relay not fenced: the resign says nothing
+    old.fenced(6)  # another epoch's fence: nothing
+    assert old.resigning(7, 105.0) == {}
+    old.fenced(7)
+    assert old.resigning(7, 105.0) == {"fenced": 7} and old.resigning(8, 105.0) == {}
+    new.heard(_resign(old, "S001", 7, 105.0), None, 7, 200.0)
+    assert new.clean_release == ("S001", 7)
+    new.taken(8, "handoff", 3, ("S001", 7), 200.0)
+    assert new.bound(8, 3, 200.0) is None  # LEASE: the renew deadline alone, at once
+    for cause, after in (("handoff", ("S001", 6)), ("handoff", ("S003", 7)), ("handoff", None),
+                         ("silent", ("S001", 7))):  # fmt: skip
+        new.taken(8, cause, 3, after, 200.0)
+        assert new.bound(8, 3, 200.0) == 200.0, (cause, after)  # ACKED from the start: shut until acked
+    new.taken(8, "handoff", 2, ("S003", 7), 200.0)
+    assert new.bound(8, 2, 200.0) is None  # a pool of two: the lease alone, as before
+
+
+def test_an_epoch_taken_on_silence_says_fenced_only_once_every_earlier_gate_is_shut_for_good():
+    """A holder taken over on silence less than a TTL ago may still serve by its lease: a
+    release within that TTL is not clean, and its taker serves by acks."""
+    book = ServingBook("S002", BOOT, T, ttl=10)
+    book.taken(8, "silent", 3, None, 50.0)
+    book.fenced(8)
+    assert book.resigning(8, 55.0) == {}
+    lease_ok = 50.0 + 10 * (1 + DRIFT) / (1 - DRIFT)
+    assert book.resigning(8, lease_ok - 0.01) == {} and book.resigning(8, lease_ok) == {"fenced": 8}
+    other = ServingBook("S003", OTHER, T, ttl=10)
+    other.heard(_resign(book, "S002", 8, 55.0), None, 8, 60.0)  # not fenced: nothing kept
+    assert other.clean_release is None
 
 
 def test_the_serving_rights_window_is_kept_on_the_gate_clock_a_suspend_shuts_it():
@@ -141,7 +191,7 @@ def test_a_leader_that_stepped_down_acks_no_one_while_its_own_gate_may_be_open()
     stepped down and acked the new leader at once — with one more member that was the new
     leader's majority, while the old relay still served by the window its own majority gave it."""
     book = ServingBook("S001", BOOT, T, ttl=10)
-    book.taken(7, acked=False, now=100.0)
+    book.taken(7, "first", 3, None, 100.0)
     assert book.outgoing(7, 1, 3, 100.0) == {"serve": LEASE}
     ack = Beacon(KMSN, "S002", "10.0.0.2", 9530, "follower", 7, 0, OTHER, 9, ack_node="S001", ack_epoch=7,
                  ack_boot=BOOT, ack_seq=1)  # fmt: skip

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import itertools
 import os
+from dataclasses import replace
 
 import pytest
 from servesim import INTERVAL, TIMING, Faults, Pool, scenario
 
 from elections.core.decide import EXPIRED, SILENT
-from elections.core.serving import DRIFT, GATE_LAG, ServingTiming
+from elections.core.serving import DRIFT, GATE_LAG, ServingRight, ServingTiming
 
 SEEDS = int(os.environ.get("STK_SERVE_SEEDS", "10"))
 UNTIL = 40.0  # seconds of each random pool
@@ -167,6 +168,41 @@ def test_a_planned_handoff_fences_the_old_relay_before_the_target_may_serve():
         handed = [e for e in pool.elections if e[1] == target and e[0] >= 12.0]
         assert handed and handed[0][0] < 12.5, describe(pool)  # the target took it at once
     assert found, "the model never found the old relay serving beside the target without the fence"
+
+
+def test_a_clean_release_lets_its_taker_serve_by_the_lease_and_a_release_within_a_ttl_of_silence_does_not(
+    monkeypatch,
+):
+    """The switchover's last round trip (issue 22): the taker of a release whose resign said
+    `fenced` serves by the lease at once. A resign says so only when every earlier gate is shut
+    for good (`ServingRight.clean`: a TTL after an epoch taken on silence). 5 members, the leader
+    frozen 15-17 s: its successor (on silence) is promoted on at once, while the old leader, woken,
+    wins back the members that had not heard the successor yet. With `clean` blind to that TTL the
+    model finds the taker serving by the lease beside it; with the rule, never."""
+    leader = settled(5)
+    freeze = Faults(rates=RATES, freezes=[(leader, 15.0, 17.0)])
+    took, successor, _, cause = Pool(5, freeze, 1, until=40).run().elections[1]
+    assert cause == SILENT
+    third = next(node for node in sorted(RATES) if node not in (leader, successor))
+
+    def pools() -> list[Pool]:
+        return [Pool(5, replace(freeze, promotes=[(took + 0.2 + k * 0.1, third)]), 1, until=40).run()
+                for k in range(12)]  # fmt: skip
+
+    for pool in pools():
+        assert not pool.overlaps(), describe(pool)
+        assert pool.elections[-1][1] == third, describe(pool)
+    with monkeypatch.context() as m:
+        m.setattr(ServingRight, "clean", lambda self, now: self.fenced)
+        broken = [pool for pool in pools() if pool.overlaps()]
+    assert len(broken) >= 3, f"the checker found {len(broken)} of 12 promotes unsafe with the broken rule"
+    # A steady pool's promote, back and forth: every release clean, every taker in `lease` mode.
+    leader = settled(3)
+    others = [node for node in ("S001", "S002", "S003") if node != leader]
+    steady = Pool(3, Faults(rates=RATES, promotes=[(15.0, others[0]), (17.0, others[1]), (19.0, leader)]), 1,
+                  until=25).run()  # fmt: skip
+    assert [e[1] for e in steady.elections[1:]] == [*others, leader], describe(steady)
+    assert not steady.overlaps() and steady.lease_starts == 3, describe(steady)
 
 
 def test_the_checker_finds_early_takeovers_without_evidence_under_the_rule_before_issue_22(monkeypatch):

@@ -28,7 +28,10 @@ receiver that predates them ignores (they are signed all the same):
 `serve` ("lease" | "ack": what a leader serves by), and the leader the
 sender adheres to: `ack_node`, `ack_epoch`, `ack_boot`, `ack_seq` (the newest
 of its leader beacons heard) and `quiet_ms` (how long the sender has not heard
-it). A beacon without them acknowledges no one.
+it). A beacon without them acknowledges no one. And in a `resign` beacon,
+`fenced` (the epoch resigned): its relay stopped before the release was written,
+and every gate of an earlier epoch was shut for good by then (`ServingRight.clean`):
+a taker of that released lease may serve by the lease at once (`starts_acked`).
 
 `parse_beacon(raw, key, kmsn)` returns a `Beacon` or raises `Untrusted` with a
 stable cause (the guarded reader's causes plus `wrong_kmsn`); it never raises
@@ -91,6 +94,7 @@ _OPTIONAL: dict[str, tuple[type, object]] = {
     "ack_boot": (str, ""),
     "ack_seq": (int, 0),
     "quiet_ms": (int, 0),
+    "fenced": (int, 0),
 }
 _SERVE = ("", "lease", "ack")
 
@@ -116,6 +120,7 @@ class Beacon:
     ack_boot: str = ""
     ack_seq: int = 0
     quiet_ms: int = 0
+    fenced: int = 0  # a resign's own epoch: fenced before its release, every earlier gate shut
 
     def to_doc(self) -> dict[str, Any]:
         # Not dataclasses.asdict: it deep-copies field by field, and this runs
@@ -173,10 +178,12 @@ def parse_beacon(raw: bytes, key: str, kmsn: str) -> Beacon:
     for name, (kind, _) in _OPTIONAL.items():
         if not isinstance(extra[name], kind) or isinstance(extra[name], bool):
             raise Untrusted(NOT_OBJECT, f"beacon field '{name}' has a bad type")
-    if any(not 0 <= extra[name] <= _MAX_INT for name in ("ack_epoch", "ack_seq", "quiet_ms")):  # type: ignore[operator]
+    if any(not 0 <= extra[name] <= _MAX_INT for name in ("ack_epoch", "ack_seq", "quiet_ms", "fenced")):  # type: ignore[operator]
         raise Untrusted(NOT_OBJECT, "beacon has a number out of range")
     if extra["serve"] not in _SERVE or (extra["ack_boot"] and not _BOOT.fullmatch(str(extra["ack_boot"]))):
         raise Untrusted(NOT_OBJECT, "beacon has a bad serve mode or ack boot")
+    if extra["fenced"] and (doc["role"] != RESIGN or extra["fenced"] != doc["epoch"]):
+        raise Untrusted(NOT_OBJECT, "beacon says fenced of another epoch than a resign's own")
     return Beacon(**{name: doc[name] for name in _FIELDS}, **extra)  # type: ignore[arg-type]
 
 

@@ -31,7 +31,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from elections.core.beacons import Beacon
+from elections.core.beacons import RESIGN, Beacon
 
 LEASE, ACKED = "lease", "ack"
 MODES = (LEASE, ACKED)
@@ -81,6 +81,8 @@ class ServingRight:
     # `ACKED` is said in our beacons only once the gate it implies was published (`told`):
     # until then followers must not take over early, for the relay still reads the lease's deadline.
     told: bool = False
+    fenced: bool = False  # its relay stopped before a planned release (runtime.agent_roles._fence)
+    clean_start: bool = False  # taken from a clean release: in `LEASE` mode at once (README rule 6)
 
     def sent_beacon(self, seq: int, now: float) -> None:
         self.sent[seq] = now
@@ -126,6 +128,13 @@ class ServingRight:
         until = self.ack_until(members)
         return now if until is None else until
 
+    def clean(self, now: float) -> bool:
+        """Every gate of an epoch before this one is shut for good (`lease_ok_at` passed: no
+        earlier holder's renew deadline is left, and none can renew), and this epoch's own
+        relay stopped before its release: a taker of the released lease may serve by the
+        lease from its first instant (`starts_acked`)."""
+        return self.fenced and now >= self.lease_ok_at
+
     def lapsed(self, members: int, now: float) -> bool:
         """Serving by acks, no majority within W, and no earlier holder can still serve
         by the lease (`lease_ok_at`): time to take a new epoch in `LEASE` mode."""
@@ -137,15 +146,20 @@ class ServingRight:
 
 # Causes of an election (core.decide) after which the new epoch serves by acks from the start.
 ACKED_FROM_START = ("silent", "released", "handoff", "handoff_lapsed")
+RELEASED = ("released", "handoff", "handoff_lapsed")  # of those, the causes that take a released lease
 
 
-def starts_acked(cause: str | None, members: int) -> bool:
+def starts_acked(cause: str | None, members: int, clean_release: bool = False) -> bool:
     """Whether an epoch taken for `cause` in a pool of `members` serves by acks from
     its first instant. Taken on silence: the old holder may still be heard by others
     and serve by their acks. Taken from a release: the releaser shut its gate, but a
     holder before it may have been taken over on silence less than a TTL ago and be
-    heard again. Taken on the TTL, on evidence of death, first, or to requalify: the
-    lease alone already shut every earlier gate (`LEASE` until a majority acks)."""
+    heard again — unless the releaser said otherwise (`clean_release`: its resign beacon
+    said `fenced`, `ServingRight.clean`: every earlier gate was shut for good by then).
+    Taken on the TTL, on evidence of death, first, or to requalify: the lease alone
+    already shut every earlier gate (`LEASE` until a majority acks)."""
+    if cause in RELEASED and clean_release:
+        return False
     return cause == "silent" or (cause in ACKED_FROM_START and members >= MIN_MEMBERS)
 
 
@@ -251,9 +265,28 @@ class ServingBook:
     adherence: Adherence | None = None
     right: ServingRight | None = None
     switched: bool = False  # the last `heard` made this member adhere to a new leader: ack it now
+    clean_release: tuple[str, int] | None = None  # (node, epoch) of the newest resign that said `fenced`
 
-    def taken(self, epoch: int, acked: bool, now: float) -> None:
+    def taken(self, epoch: int, cause: str | None, members: int, after: tuple[str, int] | None,
+              now: float) -> None:  # fmt: skip
+        """This member took `epoch` for `cause` over the lease of (node, epoch) `after`."""
+        clean = after is not None and after == self.clean_release and cause in RELEASED
+        acked = starts_acked(cause, members, clean_release=clean)
         self.right = right_for_election(epoch, self.boot, self.timing, acked, now, self.ttl)
+        self.right.clean_start = clean and members >= MIN_MEMBERS
+
+    def fenced(self, epoch: int) -> None:
+        """The relay of `epoch` stopped (or its gate read the shut state) before its release."""
+        right = self.right
+        if right is not None and right.epoch == epoch:
+            right.fenced = True
+
+    def resigning(self, epoch: int, now: float) -> dict[str, object]:
+        """The serving field of a resign beacon of `epoch`: `fenced` when a taker of its
+        released lease may serve by the lease at once (`ServingRight.clean`)."""
+        right = self.right
+        clean = right is not None and right.epoch == epoch and right.clean(now)
+        return {"fenced": epoch} if clean else {}
 
     def outgoing(self, leader_epoch: int | None, seq: int, members: int, now: float) -> dict[str, object]:
         """The serving fields of our next beacon (`seq`): a leader's mode (its send
@@ -289,6 +322,9 @@ class ServingBook:
         our own leader beacons we had no newer ack of from it (the gate may move).
         `switched` says whether this member now adheres to another leader than before."""
         b, before = beacon, self.adherence
+        newer = self.clean_release is None or b.epoch >= self.clean_release[1]
+        if b.role == RESIGN and 0 < b.fenced == b.epoch and newer:  # parse_beacon: fenced is 0 or the epoch
+            self.clean_release = (b.node, b.epoch)
         self.adherence = adhere(self.adherence, b.node, b.role, b.epoch, b.boot, b.seq, b.serve or LEASE,
                                 now, self.timing.silence, floor)  # fmt: skip
         after = self.adherence
@@ -340,15 +376,16 @@ class ServingBook:
             "adheres": None if adh is None else {"node": adh.node, "epoch": adh.epoch, "mode": adh.mode,
                                                  "quiet_s": round(adh.quiet(now), 3)},
             "right": None if right is None else {"epoch": right.epoch, "mode": right.mode,
-                                                 "acks": acks},
+                                                 "clean_start": right.clean_start, "acks": acks},
         }  # fmt: skip
 
 
 class Serving(Protocol):
     """The serving right as the elector asks it (kept beside the beacons: `runtime.beacon_link`)."""
 
-    def taken(self, epoch: int, cause: str | None, now: float) -> None:
-        """This node just took `epoch` (for `cause`): its right starts now."""
+    def taken(self, epoch: int, cause: str | None, now: float, after: tuple[str, int] | None = None) -> None:
+        """This node just took `epoch` (for `cause`, over the lease of (node, epoch) `after`):
+        its right starts now."""
 
     def bound(self, epoch: int, now: float) -> float | None:
         """The latest instant the right lets this node serve `epoch`; None: the lease alone."""

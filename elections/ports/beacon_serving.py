@@ -12,7 +12,7 @@ import asyncio
 import logging
 
 from elections.core.beacon_board import Reaction
-from elections.core.serving import Report, starts_acked
+from elections.core.serving import Report
 
 log = logging.getLogger("stkrelay.beacons")
 
@@ -23,12 +23,18 @@ class ServingRight:
     """The serving-right half of `BeaconService`: the book's answers, and the majority's silence."""
 
     # -- the serving right (core.serving), for the election thread ---------------------------
-    def taken(self, epoch: int, cause: str | None) -> None:
-        """This member took `epoch`: its right starts now, and its first leader beacon goes at once."""
+    def taken(self, epoch: int, cause: str | None, after: tuple[str, int] | None = None) -> None:
+        """This member took `epoch` (over the lease of (node, epoch) `after`): its right starts
+        now, and its first leader beacon goes at once."""
         members = self.members()
         with self.lock:
-            self.book.taken(epoch, starts_acked(cause, members), self.gate_clock())
+            self.book.taken(epoch, cause, members, after, self.gate_clock())
         self.send_now()
+
+    def serving_fenced(self, epoch: int) -> None:
+        """The relay of `epoch` stopped before its planned release: the resign may say so."""
+        with self.lock:
+            self.book.fenced(epoch)
 
     def serving_bound(self, epoch: int) -> float | None:
         members = self.members()

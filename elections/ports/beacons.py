@@ -331,7 +331,10 @@ class BeaconService(LivenessWatch, ServingRight):
         cfg = self.config
         mseq, mdig = self.member_record
         extra: dict[str, Any] = {}
-        if standing is not None:  # a resign says nothing of the serving right
+        if role == RESIGN:  # of the serving right, a resign says only whether it fenced first
+            with self.lock:
+                extra = self.book.resigning(epoch, self.gate_clock())
+        elif standing is not None:
             members = self.members()
             with self.lock:
                 extra = self.book.outgoing(standing.leader_epoch, self._seq, members, self.gate_clock())

@@ -74,11 +74,14 @@ class Roles:
         while self.clock.monotonic() - began < FENCE_WITHIN:
             relay = self.local.relay()
             if relay.epoch != epoch and relay.updated is not None and relay.updated >= began:
-                return  # a relay of another epoch (or none) wrote since: none serves this one
+                break  # a relay of another epoch (or none) wrote since: none serves this one
             if relay.epoch == epoch and not relay.listening and (relay.updated or 0) >= began:
-                return  # it stopped, and said so after the gate shut
+                break  # it stopped, and said so after the gate shut
             time.sleep(FENCE_LOOK)
-        log.info("relay did not confirm its stop within %.2f s: its gate is shut by now", FENCE_WITHIN)
+        else:
+            log.info("relay did not confirm its stop within %.2f s: its gate is shut by now", FENCE_WITHIN)
+        if self.beacons is not None:  # the resign may say so: its taker need not wait for acks
+            self.beacons.fenced(epoch)
 
     def _demoted(self, epoch: int) -> None:
         self._leader_since = None

@@ -83,8 +83,12 @@ class BeaconLink:
         return self.service.evidence(node, epoch)
 
     # -- elections.core.serving.Serving -----------------------------------------------------
-    def taken(self, epoch: int, cause: str | None, now: float) -> None:
-        self.service.taken(epoch, cause)
+    def taken(self, epoch: int, cause: str | None, now: float, after: tuple[str, int] | None = None) -> None:
+        self.service.taken(epoch, cause, after)
+
+    def fenced(self, epoch: int) -> None:
+        """The relay of `epoch` stopped before its planned release (`ServingBook.fenced`)."""
+        self.service.serving_fenced(epoch)
 
     def bound(self, epoch: int, now: float) -> float | None:
         return self.service.serving_bound(epoch)

@@ -165,7 +165,9 @@ class ElectorActs:
         epoch = record.epoch
         self._renewed_boot = self._on_gate_clock(start)
         if self.serving is not None:  # before anything can read the new epoch's gate
-            self.serving.taken(epoch, decision.cause, start)
+            over = read.record if read.status == "valid" else None  # the lease this claim replaced
+            after = (over.node, over.epoch) if over is not None and over.released else None
+            self.serving.taken(epoch, decision.cause, start, after)
         self.memory = replace(
             self.memory,
             leader_epoch=epoch,
