@@ -97,6 +97,7 @@ class Member:
     pub: tuple[int, float, float] | None = None  # the relay's gate: epoch, deadline (real), since (real)
     told_silent: tuple[str, int] | None = None
     fenced: int | None = None  # an epoch this member stopped serving before handing it off
+    handing: bool = False  # inside its release, between the fence and the handoff: no cycle runs
 
     def local(self, t: float) -> float:
         return self.offset + self.rate * t
@@ -191,7 +192,10 @@ class Pool:
             if what == "promote":
                 leaders = [x for x in self.members.values() if x.memory.leader_epoch is not None]
                 node = leaders[0].node if leaders else ""
-                if not node or node == data:
+                if not node or node == data or self.members[node].handing:
+                    continue
+                if node in self.claims:  # its elector is inside a claim: the command waits for its end
+                    self.at(t + 0.01, "", "promote", data)
                     continue
             m = self.members[node]
             if self.dead(node, t):
@@ -240,12 +244,14 @@ class Pool:
             self.interval(m, old_epoch, since, min(old_deadline, self.now + RELAY_LAG))
             m.pub = None
         if self.faults.fence > 0:
+            m.handing = True  # `Elector.release` waits out its fence on the election thread
             self.at(m.real(m.local(self.now) + self.faults.fence), m.node, "handoff", target)
         else:
             self._handoff(m, target)
 
     def _handoff(self, m: Member, target: object) -> None:
         """Write the released lease naming `target` (a compare-and-set), step down, resign."""
+        m.handing = False
         mem, rec = m.memory, self.record if self.damaged is None and not self.claims else None
         epoch = mem.leader_epoch
         if epoch is not None and rec is not None and rec.node == m.node and rec.epoch == epoch:
@@ -255,7 +261,7 @@ class Pool:
         m.memory = replace(mem, leader_epoch=None, renewed_at=None)
         m.seq += 1
         held = epoch or mem.max_epoch
-        if epoch is not None and self.faults.says_fenced:  # `agent_roles._fence`, its wait done
+        if epoch is not None and epoch == m.fenced and self.faults.says_fenced:  # `Roles._fence`, done
             m.book.fenced(epoch)
         said = m.book.resigning(held, m.local(self.now))
         self.broadcast(m, Beacon(KMSN, m.node, "10.0.0.1", 9530, RESIGN, held, 0, m.boot, m.seq, **said))
@@ -329,8 +335,8 @@ class Pool:
             self.record, self.damaged = None, None
 
     def cycle(self, m: Member, renewing: bool = False) -> None:
-        if m.node in self.claims:
-            return  # its elector is inside its claim (`store.acquire`): no other cycle runs meanwhile
+        if m.node in self.claims or m.handing:
+            return  # its elector is inside its claim (`store.acquire`) or its release: no other cycle
         read = self.read(m)
         now = m.local(self.now)
         mem = m.memory
