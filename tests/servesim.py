@@ -45,7 +45,7 @@ from dataclasses import dataclass, field, replace
 from elections.core.beacons import FOLLOWER, LEADER, RESIGN, Beacon
 from elections.core.decide import EARLY, Observation, Timing, Verdict, decide, evidence_subject
 from elections.core.lease import LeaseRead, LeaseRecord
-from elections.core.lease_memory import Memory
+from elections.core.lease_memory import Memory, vouched
 from elections.core.lease_memory import track as track_read
 from elections.core.serving import DRIFT, GATE_LAG, LEASE, Report, ServingBook, ServingTiming
 
@@ -98,6 +98,8 @@ class Member:
     told_silent: tuple[str, int] | None = None
     fenced: int | None = None  # an epoch this member stopped serving before handing it off
     handing: bool = False  # inside its release, between the fence and the handoff: no cycle runs
+    # node -> (epoch, renew_seq, first heard at: local) of the newest renewal its leader beacons named
+    renewals: dict[str, tuple[int, int, float]] = field(default_factory=dict)
 
     def local(self, t: float) -> float:
         return self.offset + self.rate * t
@@ -108,11 +110,15 @@ class Member:
 
 class Pool:
     def __init__(self, n: int, faults: Faults, seed: int, timing: ServingTiming | None = None,
-                 until: float = 60.0, start_over: bool = True, blind: bool = True) -> None:  # fmt: skip
+                 until: float = 60.0, start_over: bool = True, blind: bool = True,
+                 vouch: bool = True) -> None:  # fmt: skip
         self.rng = random.Random(seed)
         # A read that is no evidence after a member's own blindness restarts its timer (`blind_gap`);
         # False: the blind time counts toward the TTL of the last valid lease, as before.
         self.max_gap = TIMING.blind_after if blind else math.inf
+        # A read that is no evidence while the holder's beacons name a newer renewal restarts the
+        # timer when they came (`core.lease_memory.vouched`); False: as before issue 22's end.
+        self.vouch = vouch
         self.share_rng = random.Random(seed + 7919)  # the share's own draws leave the beacons' as they were
         # A claim that finds an epoch fresher than any its member knew starts over (`Elector._fresher`);
         # False: it takes one more than that epoch, as before issue 22's fix.
@@ -281,6 +287,9 @@ class Pool:
         if last is not None and last[0].boot == beacon.boot and last[0].seq >= beacon.seq:
             return  # the board refuses what is not newer (a delayed datagram overtaken)
         m.heard[beacon.node] = (beacon, now)
+        named = m.renewals.get(beacon.node)
+        if beacon.role == LEADER and (named is None or named[:2] != (beacon.epoch, beacon.renew_seq)):
+            m.renewals[beacon.node] = (beacon.epoch, beacon.renew_seq, now)  # `BeaconService._keys`
         mem = m.memory
         m.book.heard(beacon, mem.leader_epoch, mem.max_epoch, now)
         if beacon.role == LEADER and mem.leader_epoch is not None and beacon.epoch > mem.leader_epoch:
@@ -342,6 +351,10 @@ class Pool:
         mem = m.memory
         if read is not None:
             mem = track_read(mem, read, now, TIMING.ttl, self.max_gap)
+            if self.vouch and mem.seen_key is not None and mem.leader_epoch is None:  # `Elector._vouched`
+                named = m.renewals.get(mem.seen_key[0])
+                renewal = named[1:] if named is not None and named[0] == mem.seen_key[1] else None
+                mem = vouched(mem, read, renewal)
         m.memory = mem
         silent = lapsed = None
         subject = evidence_subject(mem, read)

@@ -6,7 +6,7 @@ import pytest
 
 from elections.core.decide import Observation, Timing, Verdict, contend_delay, decide
 from elections.core.lease import LeaseRead, LeaseRecord
-from elections.core.lease_memory import Memory, track
+from elections.core.lease_memory import Memory, track, vouched
 
 T = Timing(ttl=10, renew=3, poll=2, deadline=7)
 
@@ -340,3 +340,24 @@ def test_a_gap_in_a_followers_own_looks_is_no_silence_of_the_holder(case, reads,
 def test_without_the_gap_rule_the_blind_time_counts_as_before():
     _, d = follow_blind([(0, valid(rec())), (12, CORRUPT)], max_gap=float("inf"))
     assert d is not None and d.verdict is Verdict.CONTEND and "corrupt" not in (d.deferred or ""), d
+
+
+def test_a_renewal_named_by_the_holders_beacons_restarts_the_timer_only_when_the_read_is_no_evidence():
+    """`vouched`: junk kept over a live leader's lease hides its renewals from the share's readers;
+    its signed beacons still name them (issue 22's hostile share)."""
+    mem = Memory(node="S002", seen_key=("S001", 7, 4), seen_at=100.0, seen_ttl=10.0, max_epoch=7)
+    junk = LeaseRead("corrupt", detail="lease file is not JSON")
+    assert vouched(mem, junk, (5, 103.0)) == replace(mem, seen_key=("S001", 7, 5), seen_at=103.0)
+    assert vouched(mem, LeaseRead("missing", detail="no lease file"), (6, 104.0)).seen_at == 104.0
+    old = LeaseRead("valid", record=rec(seq=3))  # an old copy swapped back: outdated, no evidence
+    assert vouched(mem, old, (5, 103.0)).seen_key == ("S001", 7, 5)
+    unchanged = [
+        (LeaseRead("valid", record=rec(seq=4)), (5, 103.0)),  # a valid read is judged by `track` alone
+        (junk, (4, 103.0)),  # no newer renewal than the one read
+        (junk, (5, 99.0)),  # named before the read that saw the last one: not news
+        (junk, None),  # no beacon (BEACON_INTERVAL = 0, or none lately)
+    ]
+    for read, renewal in unchanged:
+        assert vouched(mem, read, renewal) is mem, (read.status, renewal)
+    assert vouched(replace(mem, seen_released=True), junk, (5, 103.0)).seen_released  # a release is final
+    assert vouched(replace(mem, seen_released=True), junk, (5, 103.0)).seen_at == 100.0

@@ -259,7 +259,7 @@ def test_a_follower_blind_past_the_ttl_whose_first_look_finds_no_evidence_restar
     follower = next(node for node in ("S001", "S002", "S003") if node != leader)
     spans = {"freezes" if blind == "freeze" else "cuts": [(follower, 15.0, 27.0)]}
     faults = Faults(rates=RATES, **spans, **{hostile: [26.99]})
-    before = Pool(3, faults, 1, until=40, blind=False).run()
+    before = Pool(3, faults, 1, until=40, blind=False, vouch=False).run()
     assert before.overlaps() and before.elections[-1][1:] == (follower, 2, EXPIRED), describe(before)
     pool = Pool(3, faults, 1, until=40).run()
     assert not pool.overlaps() and len(pool.elections) == 1, describe(pool)
@@ -279,7 +279,7 @@ def test_a_sole_survivor_blind_past_the_ttl_behind_a_lease_damaged_for_good_take
     took = pool.elections[1][0]
     assert 28.0 + TIMING.ttl * (1 - DRIFT) <= took <= 28.0 + TIMING.ttl * (1 + DRIFT) + 1.0, describe(pool)
     assert pool.served_at(59.0) == {others[1]}, describe(pool)
-    before = Pool(3, faults, 1, until=60, blind=False).run()  # the blind time counted: taken at once
+    before = Pool(3, faults, 1, until=60, blind=False, vouch=False).run()  # blind time counted: taken at once
     assert before.elections[1][0] < 28.5, describe(before)
 
 
@@ -290,7 +290,7 @@ def test_the_checker_finds_two_relays_in_random_pools_when_blind_time_counts_tow
     `blind_gap`, none (the random test above, `make fuzz`)."""
     for seed in (117, 181):
         n, faults = scenario(seed, until=UNTIL)
-        before = Pool(n, faults, seed, until=UNTIL, blind=False).run()
+        before = Pool(n, faults, seed, until=UNTIL, blind=False, vouch=False).run()
         assert before.overlaps(), f"seed {seed}: {describe(before)}"
         assert {c for _, _, _, c in before.elections[1:]} >= {EXPIRED}, describe(before)
         assert not Pool(n, faults, seed, until=UNTIL).run().overlaps()

@@ -4,7 +4,9 @@
 the (holder, epoch, renew_seq) this node sees changes, on its own monotonic
 clock (client-go's way: another machine's `lease_until` is never read), or when
 a read that is no evidence ends a gap in this node's own reads longer than
-`max_gap` (`blind_gap`). `outdated` is a validly signed record older than what
+`max_gap` (`blind_gap`), or when the holder's own signed beacons name a newer
+renewal than the last this node read while its read is no evidence (`vouched`).
+`outdated` is a validly signed record older than what
 was seen (a replay, or a leader that woke up late): never evidence. Pure: no
 I/O, no clock reads; `now` is passed in. The decisions over it are
 `core.decide`'s.
@@ -109,3 +111,25 @@ def track(
     if blind_gap(memory, read, now, max_gap) is not None:  # as a first look: a full TTL from now
         return replace(looked, seen_at=now, seen_ttl=max(memory.seen_ttl, default_ttl), blind_restart=True)
     return looked
+
+
+def vouched(memory: Memory, read: LeaseRead, renewal: tuple[int, float] | None) -> Memory:
+    """`memory` with its timer restarted at a renewal the holder's leader beacons named
+    (`renewal`: its renew_seq, and when a beacon first named it on this node's clock) when
+    this read is no evidence (missing, damaged, forged, refused, stale, outdated) and that
+    renewal is newer than the last this node read. A writer without the key who puts junk
+    over the lease again as soon as the holder has rewritten it hides every renewal from the
+    share's readers, and the TTL of the last valid read ran out under a live holder (seen:
+    `test_agents_lease_damage`); its signed beacons still say each renewal. Safe as a read:
+    the holder wrote that renewal before it sent the beacon, so a timer started when the
+    beacon came never starts before the write. It only ever delays a takeover of the very
+    holder and epoch this node saw; a valid read is judged as always (`track`)."""
+    if renewal is None or memory.seen_key is None or memory.seen_at is None or memory.seen_released:
+        return memory
+    if read.status == "valid" and read.record is not None and not outdated(memory, read):
+        return memory
+    seq, at = renewal
+    node, epoch, seen_seq = memory.seen_key
+    if seq <= seen_seq or at <= memory.seen_at:
+        return memory
+    return replace(memory, seen_key=(node, epoch, seq), seen_at=at)

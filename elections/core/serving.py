@@ -10,9 +10,10 @@ holder may serve *now*. Three pieces, one per role:
   `W`. In `ACKED` mode the relay gate is `min(renew deadline, ack_until())`;
   in `LEASE` mode (a pool of fewer than three, a sole survivor, the first
   seconds of an epoch taken by the TTL or from a clean release: `clean`,
-  `starts_acked`) it is the renew deadline alone, as before. `LEASE` becomes `ACKED` at the first majority of acks, never back
-  within the epoch: a leader whose acks lapse takes a new epoch for itself
-  (`lapsed()`, the elector's `REQUALIFY`) once nobody else can still serve.
+  `starts_acked`) it is the renew deadline alone, as before. `LEASE` becomes
+  `ACKED` at the first majority of acks, never back within the epoch: a
+  leader whose acks lapse takes a new epoch for itself (`lapsed()`, the
+  elector's `REQUALIFY`) once nobody else can still serve.
 - `Adherence` / `adhere()` (every member): the one leader a member
   acknowledges. It is sticky — the PreVote part: a member that heard leader
   (L, E) within `S` acknowledges no other leader, whatever the store says,

@@ -208,9 +208,18 @@ class BeaconService(LivenessWatch, ServingRight):
 
     def renewed_at(self, node: str, epoch: int) -> float | None:
         """When `node`'s beacons last named a new renewal of its lease of `epoch`."""
+        heard = self.renewal_heard(node, epoch)
+        return None if heard is None else heard[1]
+
+    def renewal_heard(self, node: str, epoch: int) -> tuple[int, float] | None:
+        """The newest renewal of `node`'s lease of `epoch` its leader beacons named lately:
+        (renew_seq, when a beacon first named it), or None."""
         with self.lock:
             keys = self._keys.get(node)
-            return keys[-1][1] if keys and keys[-1][0][1] == epoch else None
+            if not keys or keys[-1][0][1] != epoch:
+                return None
+            (_, _, seq), at = keys[-1]
+            return seq, at
 
     def hears_all(self, nodes: set[str], within: float) -> bool:
         with self.lock:

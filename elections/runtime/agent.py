@@ -169,6 +169,7 @@ class Agent(Looks, Roles, Publishing):
         self.beacons.service.on_acked = self._acked
         self.elector.evidence = self.beacons.evidence
         self.elector.heard_at = self.beacons.heard_at
+        self.elector.renewal_heard = self.beacons.renewal_heard
         self.elector.serving = self.beacons
         self.beacons.start()
 

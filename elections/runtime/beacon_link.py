@@ -109,6 +109,9 @@ class BeaconLink:
     def heard_at(self, key: tuple[str, int, int]) -> float | None:
         return self.service.heard_at(key)
 
+    def renewal_heard(self, node: str, epoch: int) -> tuple[int, float] | None:
+        return self.service.renewal_heard(node, epoch)
+
     def hears_all(self, nodes: set[str]) -> bool:
         """Every one of `nodes` beaconed within `LEADER_QUIET_INTERVALS`: a leader of a
         pool whose members all beacon hears at once when another one takes over."""

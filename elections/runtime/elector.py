@@ -23,7 +23,7 @@ from typing import Any
 from elections.core.decide import Decision, Observation, Timing, Verdict, decide, evidence_subject
 from elections.core.evidence import Refusals
 from elections.core.lease import LeaseRead
-from elections.core.lease_memory import Memory, blind_gap, track
+from elections.core.lease_memory import Memory, blind_gap, track, vouched
 from elections.core.serving import Serving
 from elections.core.untrusted import REPLAYED
 from elections.errors import StoreUnavailable
@@ -68,6 +68,8 @@ class Elector(ElectorActs):
         self.evidence = evidence
         # (holder, epoch, renew_seq) -> when a leader beacon first named that lease (runtime.beacon_link)
         self.heard_at: Callable[[tuple[str, int, int]], float | None] | None = None
+        # (holder, epoch) -> the newest renewal its leader beacons named: (renew_seq, first heard at)
+        self.renewal_heard: Callable[[str, int], tuple[int, float] | None] | None = None
         self.serving = serving
         self.refusals = refusals if refusals is not None else Refusals()
         self.clock = clock
@@ -245,6 +247,7 @@ class Elector(ElectorActs):
                              f"after was {read.status}, no evidence; the holder may have renewed "
                              f"unseen", logging.WARNING, key=read.status)  # fmt: skip
             self._timed_from_beacon(before)
+            self._vouched(read)
         return decide(self.memory, self.observe(read, renewing), now, self.timing)
 
     def _timed_from_beacon(self, before: tuple[str, int, int] | None) -> None:
@@ -258,6 +261,21 @@ class Elector(ElectorActs):
         at = self.heard_at(mem.seen_key)
         if at is not None and at < mem.seen_at:
             self.memory = replace(mem, seen_at=at)
+
+    def _vouched(self, read: LeaseRead) -> None:
+        """A read that is no evidence while the holder's beacons named a newer renewal: the
+        timer restarts when that beacon came (`core.lease_memory.vouched`); counted beside
+        the deferrals, logged once per kind of read."""
+        mem = self.memory
+        if self.renewal_heard is None or mem.seen_key is None or mem.leader_epoch is not None:
+            return
+        self.memory = vouched(mem, read, self.renewal_heard(mem.seen_key[0], mem.seen_key[1]))
+        if self.memory is not mem:
+            self.deferred["vouched"] = self.deferred.get("vouched", 0) + 1
+            holder, epoch = mem.seen_key[:2]
+            self._report(f"lease timer restarted: the lease read was {read.status}, no evidence, "
+                         f"and {holder}'s beacons name a newer renewal of epoch {epoch}",
+                         logging.WARNING)  # fmt: skip
 
     # -- logging -----------------------------------------------------------------
     def _note(self, decision: Decision) -> None:
