@@ -133,7 +133,7 @@ def test_the_taker_of_a_clean_release_serves_by_the_lease_at_once_and_of_any_oth
     old.fenced(7)
     assert old.resigning(7, 105.0) == {"fenced": 7} and old.resigning(8, 105.0) == {}
     new.heard(_resign(old, "S001", 7, 105.0), None, 7, 200.0)
-    assert new.clean_release == ("S001", 7)
+    assert new.clean_release == ("S001", 7, 200.0)
     new.taken(8, "handoff", 3, ("S001", 7), 200.0)
     assert new.bound(8, 3, 200.0) is None  # LEASE: the renew deadline alone, at once
     for cause, after in (("handoff", ("S001", 6)), ("handoff", ("S003", 7)), ("handoff", None),
@@ -156,6 +156,46 @@ def test_an_epoch_taken_on_silence_says_fenced_only_once_every_earlier_gate_is_s
     other = ServingBook("S003", OTHER, T, ttl=10)
     other.heard(_resign(book, "S002", 8, 55.0), None, 8, 60.0)  # not fenced: nothing kept
     assert other.clean_release is None
+
+
+def test_a_release_taken_short_of_members_is_not_clean_for_a_ttl_and_an_old_fenced_resign_is_no_evidence():
+    """Found by an attacker's review: a release taken in `lease` mode only because its taker counted
+    fewer than three members shut no earlier gate; its own release is clean only a TTL later. A
+    `fenced` resign heard more than a TTL before the claim over its lease is not taken for it."""
+    short = ServingBook("S005", BOOT, T, ttl=10)
+    short.taken(3, "handoff", 1, None, 100.0)
+    short.fenced(3)
+    assert short.bound(3, 1, 100.0) is None and short.resigning(3, 101.0) == {}  # `lease`, not clean
+    assert short.resigning(3, 100.0 + 10 * (1 + DRIFT) / (1 - DRIFT)) == {"fenced": 3}
+    late = ServingBook("S001", OTHER, T, ttl=10)
+    late.heard(Beacon(KMSN, "S005", "10.0.0.5", 9530, "resign", 3, 0, BOOT, 9, fenced=3), None, 3, 200.0)
+    late.taken(4, "handoff", 3, ("S005", 3), 210.5)
+    assert late.bound(4, 3, 210.5) == 210.5  # `ack` from the start: shut until acked
+    late.taken(4, "handoff", 3, ("S005", 3), 209.5)
+    assert late.bound(4, 3, 209.5) is None and late.right is not None and late.right.clean_start
+
+
+def test_a_taker_that_acked_another_leader_counts_its_own_vote_only_s_after_it_last_heard_it():
+    """Rule 1 for the taker itself: it acked S003 until it took the epoch from S001's release, and
+    S003 may count that ack for W; its own vote joins its majority once S has passed."""
+    book = ServingBook("S004", BOOT, T, ttl=10)
+    book.heard(Beacon(KMSN, "S003", "10.0.0.3", 9530, "leader", 1, 5, OTHER, 40, serve=ACKED), None, 1, 99.9)
+    book.taken(3, "handoff", 5, None, 100.0)
+    right = book.right
+    assert right is not None and right.self_from == 99.9 + T.silence
+    for seq, node in ((1, "S005"), (2, "S001")):
+        right.sent_beacon(seq, 100.0 + seq / 100)
+        right.acked(node, 3, BOOT, seq)
+    assert book.bound(3, 5, 100.1) == 100.1  # two others: no majority of 5 without its own vote
+    assert book.bound(3, 5, 99.9 + T.silence) == 100.01 + T.window  # with it, once S has passed
+    right.sent_beacon(3, 100.05)
+    right.acked("S002", 3, BOOT, 3)
+    assert book.bound(3, 5, 100.1) == 100.01 + T.window  # three others; their window outlasts S
+    fresh = ServingBook("S002", BOOT, T, ttl=10)  # it adhered to the releaser, who resigned: at once
+    fresh.heard(Beacon(KMSN, "S001", "10.0.0.1", 9530, "leader", 2, 5, OTHER, 40, serve=ACKED), None, 2, 99.0)
+    fresh.heard(Beacon(KMSN, "S001", "10.0.0.1", 9530, "resign", 2, 5, OTHER, 41), None, 2, 99.9)
+    fresh.taken(3, "handoff", 5, None, 100.0)
+    assert fresh.right is not None and fresh.right.self_from == float("-inf")
 
 
 def test_the_serving_rights_window_is_kept_on_the_gate_clock_a_suspend_shuts_it():

@@ -294,3 +294,25 @@ def test_the_checker_finds_two_relays_in_random_pools_when_blind_time_counts_tow
         assert before.overlaps(), f"seed {seed}: {describe(before)}"
         assert {c for _, _, _, c in before.elections[1:]} >= {EXPIRED}, describe(before)
         assert not Pool(n, faults, seed, until=UNTIL).run().overlaps()
+
+
+def test_a_handoffs_taker_counts_its_own_vote_only_once_it_would_have_left_the_leader_it_acked(monkeypatch):
+    """Found by an attacker's review (issue 22): 5 members, 30 % loss; S003 frozen 15-17.12 s is taken
+    over on silence by S001, then wakes and wins back S002 and S004; the operator promotes S004,
+    which acked S003 moments before and takes epoch 3 from S001's release in `ack` mode. Counting
+    its own vote at once, its majority and S003's shared only S004 itself: two relays. Its vote
+    counts once S has passed since it last heard the leader it acked (rule 1's switch)."""
+    faults = Faults(loss=0.3, delay=0.02, rates=RATES, freezes=[("S003", 15.0, 17.116703507763326)])
+    took = next(e[0] for e in Pool(5, faults, 1, until=25).run().elections if e[3] == SILENT)
+    promoted = replace(faults, promotes=[(took + 0.18, "S004")])
+    pool = Pool(5, promoted, 1, until=25).run()
+    assert [e[1:] for e in pool.elections[1:]] == [("S001", 2, SILENT), ("S004", 3, "handoff")], describe(
+        pool
+    )
+    assert not pool.overlaps(), describe(pool)
+    ack_until = ServingRight.ack_until
+    with monkeypatch.context() as m:  # its own vote counted from the start, as before
+        m.setattr(
+            ServingRight, "ack_until", lambda self, members, within=None, now=None: ack_until(self, members)
+        )
+        assert Pool(5, promoted, 1, until=25).run().overlaps()

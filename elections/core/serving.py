@@ -83,6 +83,10 @@ class ServingRight:
     # until then followers must not take over early, for the relay still reads the lease's deadline.
     told: bool = False
     fenced: bool = False  # its relay stopped before a planned release (runtime.agent_roles._fence)
+    # From when this leader's own vote counts in its majority: a member that acked another leader
+    # it heard within S before it took this epoch may still be in that leader's majority (rule 1:
+    # it would have switched only after S of silence). `ServingBook.taken` sets it.
+    self_from: float = float("-inf")
     clean_start: bool = False  # taken from a clean release: in `LEASE` mode at once (README rule 6)
 
     def sent_beacon(self, seq: int, now: float) -> None:
@@ -103,19 +107,28 @@ class ServingRight:
             self.acks.pop(min(self.acks, key=self.acks.__getitem__))
         return True
 
-    def ack_until(self, members: int, within: frozenset[str] | None = None) -> float | None:
-        """Until when a majority of `members` (this leader counts itself) has heard
-        one of our beacons sent within W; None if no majority ever acked."""
+    def ack_until(
+        self, members: int, within: frozenset[str] | None = None, now: float | None = None
+    ) -> float | None:
+        """Until when a majority of `members` (this leader counts itself, from `self_from`)
+        has heard one of our beacons sent within W; None if no majority ever acked. Asked
+        `now` before `self_from`, a majority of others alone, or one that lasts until then."""
         need = majority(members) - 1
         if need <= 0:
             return None
         times = sorted((t for n, t in self.acks.items() if within is None or n in within), reverse=True)
-        return times[need - 1] + self.window if len(times) >= need else None
+        with_self = times[need - 1] + self.window if len(times) >= need else None
+        if now is None or now >= self.self_from or with_self is None:
+            return with_self
+        others = times[need] + self.window if len(times) > need else None
+        if others is None or others < now:
+            return None
+        return with_self if others >= self.self_from else others
 
     def settle(self, members: int, now: float) -> str:
         """`LEASE` becomes `ACKED` once a majority acks (three members or more); never back."""
         if self.mode == LEASE and members >= MIN_MEMBERS:
-            until = self.ack_until(members)
+            until = self.ack_until(members, now=now)
             if until is not None and until > now:
                 self.mode = ACKED
         return self.mode
@@ -126,7 +139,7 @@ class ServingRight:
         (`now` or earlier when there is none: shut)."""
         if self.settle(members, now) == LEASE:
             return None
-        until = self.ack_until(members)
+        until = self.ack_until(members, now=now)
         return now if until is None else until
 
     def clean(self, now: float) -> bool:
@@ -141,7 +154,7 @@ class ServingRight:
         by the lease (`lease_ok_at`): time to take a new epoch in `LEASE` mode."""
         if self.mode != ACKED or now < self.lease_ok_at:
             return False
-        until = self.ack_until(members)
+        until = self.ack_until(members, now=now)
         return until is None or until <= now
 
 
@@ -266,15 +279,29 @@ class ServingBook:
     adherence: Adherence | None = None
     right: ServingRight | None = None
     switched: bool = False  # the last `heard` made this member adhere to a new leader: ack it now
-    clean_release: tuple[str, int] | None = None  # (node, epoch) of the newest resign that said `fenced`
+    # (node, epoch, heard at) of the newest resign that said `fenced`: a claim over that released
+    # lease follows it within moments; one more than a TTL later is not taken for its evidence
+    clean_release: tuple[str, int, float] | None = None
 
     def taken(self, epoch: int, cause: str | None, members: int, after: tuple[str, int] | None,
               now: float) -> None:  # fmt: skip
         """This member took `epoch` for `cause` over the lease of (node, epoch) `after`."""
-        clean = after is not None and after == self.clean_release and cause in RELEASED
+        said = self.clean_release
+        clean = (after is not None and said is not None and after == said[:2] and cause in RELEASED
+                 and now - said[2] <= self.ttl)  # fmt: skip
         acked = starts_acked(cause, members, clean_release=clean)
-        self.right = right_for_election(epoch, self.boot, self.timing, acked, now, self.ttl)
-        self.right.clean_start = clean and members >= MIN_MEMBERS
+        right = right_for_election(epoch, self.boot, self.timing, acked, now, self.ttl)
+        right.clean_start = clean and members >= MIN_MEMBERS
+        adh = self.adherence
+        if acked and adh is not None and adh.node != self.node and not adh.resigned:
+            # It acked `adh` until it took this epoch (a leader beacon heard at `heard_at`): that
+            # leader may still count it. Its own vote counts once it would have switched (rule 1).
+            right.self_from = adh.heard_at + self.timing.silence
+        if not acked and not clean and cause in ACKED_FROM_START:
+            # `LEASE` only for want of members (fewer than three counted): an earlier holder taken
+            # over on silence may still serve, so this epoch's own release is not clean for a TTL.
+            right.lease_ok_at = now + self.ttl * (1 + DRIFT) / (1 - DRIFT)
+        self.right = right
 
     def fenced(self, epoch: int) -> None:
         """The relay of `epoch` stopped (or its gate read the shut state) before its release."""
@@ -325,7 +352,7 @@ class ServingBook:
         b, before = beacon, self.adherence
         newer = self.clean_release is None or b.epoch >= self.clean_release[1]
         if b.role == RESIGN and 0 < b.fenced == b.epoch and newer:  # parse_beacon: fenced is 0 or the epoch
-            self.clean_release = (b.node, b.epoch)
+            self.clean_release = (b.node, b.epoch, now)
         self.adherence = adhere(self.adherence, b.node, b.role, b.epoch, b.boot, b.seq, b.serve or LEASE,
                                 now, self.timing.silence, floor)  # fmt: skip
         after = self.adherence
