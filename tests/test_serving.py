@@ -196,6 +196,11 @@ def test_a_taker_that_acked_another_leader_counts_its_own_vote_only_s_after_it_l
     fresh.heard(Beacon(KMSN, "S001", "10.0.0.1", 9530, "resign", 2, 5, OTHER, 41), None, 2, 99.9)
     fresh.taken(3, "handoff", 5, None, 100.0)
     assert fresh.right is not None and fresh.right.self_from == float("-inf")
+    unheard = ServingBook("S002", BOOT, T, ttl=10)  # its resign lost, its released lease read: the same
+    leader = Beacon(KMSN, "S001", "10.0.0.1", 9530, "leader", 2, 5, OTHER, 40, serve=ACKED)
+    unheard.heard(leader, None, 2, 99.9)
+    unheard.taken(3, "handoff", 5, ("S001", 2), 100.0)
+    assert unheard.right is not None and unheard.right.self_from == float("-inf")
 
 
 def test_the_serving_rights_window_is_kept_on_the_gate_clock_a_suspend_shuts_it():

@@ -293,7 +293,8 @@ class ServingBook:
         right = right_for_election(epoch, self.boot, self.timing, acked, now, self.ttl)
         right.clean_start = clean and members >= MIN_MEMBERS
         adh = self.adherence
-        if acked and adh is not None and adh.node != self.node and not adh.resigned:
+        left = adh is None or adh.node == self.node or adh.resigned or (adh.node, adh.epoch) == after
+        if acked and adh is not None and not left:  # its release read is as good as its resign
             # It acked `adh` until it took this epoch (a leader beacon heard at `heard_at`): that
             # leader may still count it. Its own vote counts once it would have switched (rule 1).
             right.self_from = adh.heard_at + self.timing.silence
