@@ -73,7 +73,7 @@ class Faults:
     rates: dict[str, float] = field(default_factory=dict)  # clock rate of each node (1 ± DRIFT)
     # Planned switchovers (relayctl promote): when, and to whom; the leader then at that instant
     # fences (its relay's gate shut: read RELAY_LAG late), waits `fence`, writes the handoff.
-    promotes: list[tuple[float, str]] = field(default_factory=list)
+    promotes: list[tuple[float, str | None]] = field(default_factory=list)  # None: released to no one
     fence: float = FENCE_WITHIN  # 0: the handoff written at once (the order before issue 22's fence)
     says_fenced: bool = True  # the resign says `fenced` (a clean release: its taker serves by the lease)
     damage: list[float] = field(default_factory=list)  # when junk is written over the lease
@@ -262,7 +262,9 @@ class Pool:
         epoch = mem.leader_epoch
         if epoch is not None and rec is not None and rec.node == m.node and rec.epoch == epoch:
             seq = mem.renew_seq + 1
-            self.record = replace(rec, renew_seq=seq, ttl_s=0, handoff_to=str(target))
+            self.record = replace(
+                rec, renew_seq=seq, ttl_s=0, handoff_to=None if target is None else str(target)
+            )
             self.revision += 1
         m.memory = replace(mem, leader_epoch=None, renewed_at=None)
         m.seq += 1
@@ -519,4 +521,7 @@ def scenario(seed: int, n: int | None = None, until: float = 60.0) -> tuple[int,
     # then in a row, a few seconds apart: a release less than a TTL after an epoch taken on silence.
     promotes = rng.choice((0, 0, 1, 3))
     f.promotes = sorted((rng.uniform(5, until - 5), rng.choice(nodes)) for _ in range(promotes))
+    # Releases to no one (SIGTERM, SIGUSR1, a handoff with no successor), fenced like a promote.
+    releases = [(rng.uniform(5, until - 5), None) for _ in range(rng.choice((0, 0, 1, 2)))]
+    f.promotes = sorted(f.promotes + releases, key=lambda p: p[0])
     return n, f

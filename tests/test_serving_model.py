@@ -15,10 +15,10 @@ import os
 from dataclasses import replace
 
 import pytest
-from servesim import INTERVAL, TIMING, Faults, Pool, scenario
+from servesim import FENCE_WITHIN, INTERVAL, TIMING, Faults, Pool, scenario
 
 from elections.core.decide import EXPIRED, SILENT
-from elections.core.serving import DRIFT, GATE_LAG, ServingRight, ServingTiming
+from elections.core.serving import DRIFT, GATE_LAG, RELEASED, ServingRight, ServingTiming
 
 SEEDS = int(os.environ.get("STK_SERVE_SEEDS", "10"))
 UNTIL = 40.0  # seconds of each random pool
@@ -240,7 +240,9 @@ def test_with_the_share_lock_before_issue_22_the_old_rule_takes_two_epochs_at_on
         pool = Pool(n, faults, seed, until=UNTIL).run()
         assert not pool.overlaps() and not pool.unfounded, f"seed {seed}: {describe(pool)}"
         el = pool.elections
-        new += any(b[0] - a[0] < 1.0 and a[1] != b[1] for a, b in itertools.pairwise(el))
+        # (a release or a handoff taken at once is no double election: the releaser asked for it)
+        pairs = itertools.pairwise(el)
+        new += any(b[0] - a[0] < 1.0 and a[1] != b[1] and b[3] not in RELEASED for a, b in pairs)
         with monkeypatch.context() as m:
             m.setattr(decide_module, "early_refusal", lambda *args: None)
             before = Pool(n, faults, seed, until=UNTIL, start_over=False).run()
@@ -316,3 +318,19 @@ def test_a_handoffs_taker_counts_its_own_vote_only_once_it_would_have_left_the_l
             ServingRight, "ack_until", lambda self, members, within=None, now=None: ack_until(self, members)
         )
         assert Pool(5, promoted, 1, until=25).run().overlaps()
+
+
+def test_a_release_to_no_one_is_fenced_like_a_handoff_and_without_the_fence_two_relays_serve():
+    """Found by an attacker's review (issue 22): a release to no one (SIGTERM, SIGUSR1, a handoff with
+    no successor) wrote the lease before its relay had stopped, and its resign — which members obey at
+    once — let the next leader's majority form while the old relay still served. `Elector.release`
+    fences every release now. The model: with the fence, never two relays; without, it finds them."""
+    for fence, want in ((FENCE_WITHIN, False), (0.0, True)):
+        found = 0
+        for seed in range(20):
+            settled(3, seed, until=12.0)
+            faults = Faults(rates=RATES, promotes=[(12.0 + seed * 0.011, None)], fence=fence)
+            pool = Pool(3, faults, seed, until=20.0).run()
+            assert [c for _, _, _, c in pool.elections[1:2]] == ["released"], describe(pool)
+            found += bool(pool.overlaps())
+        assert (found > 0) == want, (fence, found)

@@ -161,6 +161,7 @@ class ServingRight:
 # Causes of an election (core.decide) after which the new epoch serves by acks from the start.
 ACKED_FROM_START = ("silent", "released", "handoff", "handoff_lapsed")
 RELEASED = ("released", "handoff", "handoff_lapsed")  # of those, the causes that take a released lease
+HANDED = ("handoff", "handoff_lapsed")  # of those, a lease that names a target: fenced before it was written
 
 
 def starts_acked(cause: str | None, members: int, clean_release: bool = False) -> bool:
@@ -293,8 +294,12 @@ class ServingBook:
         right = right_for_election(epoch, self.boot, self.timing, acked, now, self.ttl)
         right.clean_start = clean and members >= MIN_MEMBERS
         adh = self.adherence
-        left = adh is None or adh.node == self.node or adh.resigned or (adh.node, adh.epoch) == after
-        if acked and adh is not None and not left:  # its release read is as good as its resign
+        # A handoff's lease is written only once its leader's relay stopped (`Elector.release`
+        # fences first): reading it is as good as that leader's resign. A plain release may be
+        # the supervisor's on SIGTERM, written before the relay's gate is shut: not so.
+        handed = cause in HANDED and adh is not None and (adh.node, adh.epoch) == after
+        left = adh is None or adh.node == self.node or adh.resigned or handed
+        if acked and adh is not None and not left:
             # It acked `adh` until it took this epoch (a leader beacon heard at `heard_at`): that
             # leader may still count it. Its own vote counts once it would have switched (rule 1).
             right.self_from = adh.heard_at + self.timing.silence

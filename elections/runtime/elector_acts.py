@@ -64,11 +64,13 @@ class ElectorActs:
             # Handed to no one (no successor eligible, the agent stopping): a release, and the
             # history says so whichever process wrote it (the worker's cycle or the supervisor).
             kind = "released"
-        if handoff_to and self.on_fence is not None:
-            # The target may take the next epoch, and serve, the moment the handoff is on the
-            # share: this node stops serving first (its relay's gate shut, and confirmed), and
-            # names the target meanwhile, for its relay to tell its clients.
-            self.handed = (handoff_to, epoch + 1)
+        if self.on_fence is not None:
+            # The target (or, released to no one, any member) may take the next epoch, and serve,
+            # the moment the release is on the share: this node stops serving first (its relay's
+            # gate shut, and confirmed), and names the target meanwhile, for its relay to tell its
+            # clients. Its resign, which members obey at once, comes after (an attacker's review:
+            # a release to no one written before the relay stopped let a new majority form beside it).
+            self.handed = (handoff_to, epoch + 1) if handoff_to else None
             self._duty(self.on_fence, epoch)
         written = release_lease(
             self.store,
