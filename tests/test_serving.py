@@ -173,6 +173,8 @@ def test_a_release_taken_short_of_members_is_not_clean_for_a_ttl_and_an_old_fenc
     assert late.bound(4, 3, 210.5) == 210.5  # `ack` from the start: shut until acked
     late.taken(4, "handoff", 3, ("S005", 3), 209.5)
     assert late.bound(4, 3, 209.5) is None and late.right is not None and late.right.clean_start
+    late.heard(Beacon(KMSN, "S005", "10.0.0.5", 9530, "resign", 3, 0, OTHER, 1, fenced=3), None, 3, 205.0)
+    assert late.clean_release == ("S005", 3, 200.0)  # a later copy (a replay, another boot) dates nothing
 
 
 def test_a_taker_that_acked_another_leader_counts_its_own_vote_only_s_after_it_last_heard_it():

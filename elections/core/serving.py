@@ -356,7 +356,8 @@ class ServingBook:
         our own leader beacons we had no newer ack of from it (the gate may move).
         `switched` says whether this member now adheres to another leader than before."""
         b, before = beacon, self.adherence
-        newer = self.clean_release is None or b.epoch >= self.clean_release[1]
+        said = self.clean_release  # the first copy of a resign dates it: a replay does not refresh it
+        newer = said is None or b.epoch > said[1] or (b.epoch == said[1] and b.node != said[0])
         if b.role == RESIGN and 0 < b.fenced == b.epoch and newer:  # parse_beacon: fenced is 0 or the epoch
             self.clean_release = (b.node, b.epoch, now)
         self.adherence = adhere(self.adherence, b.node, b.role, b.epoch, b.boot, b.seq, b.serve or LEASE,
