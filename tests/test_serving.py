@@ -193,6 +193,12 @@ def test_a_taker_that_acked_another_leader_counts_its_own_vote_only_s_after_it_l
     right.sent_beacon(3, 100.05)
     right.acked("S002", 3, BOOT, 3)
     assert book.bound(3, 5, 100.1) == 100.01 + T.window  # three others; their window outlasts S
+    book.heard(Beacon(KMSN, "S003", "10.0.0.3", 9530, "resign", 1, 5, BOOT, 41), 3, 3, 100.2)
+    assert right.self_from == 99.9 + T.silence  # a resign of another boot (the supervisor's) ends nothing
+    book.heard(Beacon(KMSN, "S003", "10.0.0.3", 9530, "resign", 1, 5, OTHER, 41), 3, 3, 100.2)
+    assert (
+        right.self_from == float("-inf") and book.bound(3, 5, 100.2) == 100.02 + T.window
+    )  # its own: at once
     fresh = ServingBook("S002", BOOT, T, ttl=10)  # it adhered to the releaser, who resigned: at once
     fresh.heard(Beacon(KMSN, "S001", "10.0.0.1", 9530, "leader", 2, 5, OTHER, 40, serve=ACKED), None, 2, 99.0)
     fresh.heard(Beacon(KMSN, "S001", "10.0.0.1", 9530, "resign", 2, 5, OTHER, 41), None, 2, 99.9)

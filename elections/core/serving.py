@@ -87,6 +87,7 @@ class ServingRight:
     # it heard within S before it took this epoch may still be in that leader's majority (rule 1:
     # it would have switched only after S of silence). `ServingBook.taken` sets it.
     self_from: float = float("-inf")
+    self_wait: tuple[str, int, str] | None = None  # (node, epoch, boot) it waits out; its resign ends it
     clean_start: bool = False  # taken from a clean release: in `LEASE` mode at once (README rule 6)
 
     def sent_beacon(self, seq: int, now: float) -> None:
@@ -303,6 +304,7 @@ class ServingBook:
             # It acked `adh` until it took this epoch (a leader beacon heard at `heard_at`): that
             # leader may still count it. Its own vote counts once it would have switched (rule 1).
             right.self_from = adh.heard_at + self.timing.silence
+            right.self_wait = (adh.node, adh.epoch, adh.boot)
         if not acked and not clean and cause in ACKED_FROM_START:
             # `LEASE` only for want of members (fewer than three counted): an earlier holder taken
             # over on silence may still serve, so this epoch's own release is not clean for a TTL.
@@ -366,6 +368,8 @@ class ServingBook:
         self.switched = after is not None and (before is None or (after.node, after.epoch, after.boot)
                                                != (before.node, before.epoch, before.boot))  # fmt: skip
         right = self.right
+        if right is not None and b.role == RESIGN and right.self_wait == (b.node, b.epoch, b.boot):
+            right.self_from, right.self_wait = float("-inf"), None  # it resigned: a switch at once (rule 1)
         if leader_epoch is None or right is None or right.epoch != leader_epoch or b.ack_node != self.node:
             return False
         return right.acked(beacon.node, beacon.ack_epoch, beacon.ack_boot, beacon.ack_seq)
