@@ -47,7 +47,8 @@ from elections.core.decide import EARLY, Observation, Timing, Verdict, decide, e
 from elections.core.lease import LeaseRead, LeaseRecord
 from elections.core.lease_memory import Memory, vouched
 from elections.core.lease_memory import track as track_read
-from elections.core.serving import DRIFT, GATE_LAG, LEASE, Report, ServingBook, ServingTiming
+from elections.core.serving import DRIFT, GATE_LAG, LEASE, Report, ServingTiming
+from elections.core.serving_book import ServingBook
 
 KMSN = "9999-9999-99-99"
 INTERVAL = 0.2

@@ -19,6 +19,8 @@ PACKAGES = ("elections", "relay", "stkrelay", "stkconfig")
 PURE = (
     "elections.core.decide",
     "elections.core.lease_memory",
+    "elections.core.serving",
+    "elections.core.serving_book",
     "elections.core.lease",
     "elections.core.eligibility",
     "elections.core.commands",

@@ -12,7 +12,8 @@ import random
 
 from elections.core.beacons import Beacon
 from elections.core.decide import Decision, Timing, Verdict
-from elections.core.serving import ACKED, Report, ServingBook, ServingTiming
+from elections.core.serving import ACKED, Report, ServingTiming
+from elections.core.serving_book import ServingBook
 from elections.ports.clock import FakeClock
 from elections.ports.store import FileLeaseStore, WriteOutcome
 from elections.runtime.elector import Elector

@@ -16,12 +16,12 @@ from elections.core.serving import (
     LEASE,
     Adherence,
     Report,
-    ServingBook,
     ServingTiming,
     adhere,
     silence_for,
     silent_holder,
 )
+from elections.core.serving_book import ServingBook
 from elections.core.untrusted import Untrusted
 
 KEY, KMSN = "k" * 32, "9999-9999-99-99"

@@ -22,6 +22,8 @@ holder may serve *now*. Three pieces, one per role:
   beacons stopped: this member and a majority of the pool (itself included)
   have not heard it for `S`, and the holder had said it serves by acks.
 
+One member's book of all three, as its beacons see it, is `core.serving_book`.
+
 `ServingTiming.of(interval)` derives `W` and `S` from `BEACON_INTERVAL`:
 `S > W (1 + DRIFT) / (1 - DRIFT) + one jittered interval + GATE_LAG`.
 """
@@ -30,9 +32,6 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
-from typing import Protocol
-
-from elections.core.beacons import RESIGN, Beacon
 
 LEASE, ACKED = "lease", "ack"
 MODES = (LEASE, ACKED)
@@ -265,172 +264,3 @@ def silent_holder(holder: str, epoch: int, mine: Adherence | None, reports: list
         return None
     return (f"{holder} silent for {quiet:.2f} s ≥ S {timing.silence:.2f} s, and so say "
             f"{', '.join(sorted(agree))} ({1 + len(agree)} of {members} members)")  # fmt: skip
-
-
-# -- one member's book, as its beacons see it --------------------------------------------------------
-@dataclass
-class ServingBook:
-    """What one member's beacons keep for the serving right: the leader it adheres
-    to, and while it leads, its own right. Its transport (`ports.beacons`) calls
-    it under one lock; `members` is the pool's size as this member counts it."""
-
-    node: str
-    boot: str
-    timing: ServingTiming
-    ttl: float
-    adherence: Adherence | None = None
-    right: ServingRight | None = None
-    switched: bool = False  # the last `heard` made this member adhere to a new leader: ack it now
-    # (node, epoch, heard at) of the newest resign that said `fenced`: a claim over that released
-    # lease follows it within moments; one more than a TTL later is not taken for its evidence
-    clean_release: tuple[str, int, float] | None = None
-
-    def taken(self, epoch: int, cause: str | None, members: int, after: tuple[str, int] | None,
-              now: float) -> None:  # fmt: skip
-        """This member took `epoch` for `cause` over the lease of (node, epoch) `after`."""
-        said = self.clean_release
-        clean = (after is not None and said is not None and after == said[:2] and cause in RELEASED
-                 and now - said[2] <= self.ttl)  # fmt: skip
-        acked = starts_acked(cause, members, clean_release=clean)
-        right = right_for_election(epoch, self.boot, self.timing, acked, now, self.ttl)
-        right.clean_start = clean and members >= MIN_MEMBERS
-        adh = self.adherence
-        # A handoff's lease is written only once its leader's relay stopped (`Elector.release`
-        # fences first): reading it is as good as that leader's resign. A plain release may be
-        # the supervisor's on SIGTERM, written before the relay's gate is shut: not so.
-        handed = cause in HANDED and adh is not None and (adh.node, adh.epoch) == after
-        left = adh is None or adh.node == self.node or adh.resigned or handed
-        if acked and adh is not None and not left:
-            # It acked `adh` until it took this epoch (a leader beacon heard at `heard_at`): that
-            # leader may still count it. Its own vote counts once it would have switched (rule 1).
-            right.self_from = adh.heard_at + self.timing.silence
-            right.self_wait = (adh.node, adh.epoch, adh.boot)
-        if not acked and not clean and cause in ACKED_FROM_START:
-            # `LEASE` only for want of members (fewer than three counted): an earlier holder taken
-            # over on silence may still serve, so this epoch's own release is not clean for a TTL.
-            right.lease_ok_at = now + self.ttl * (1 + DRIFT) / (1 - DRIFT)
-        self.right = right
-
-    def fenced(self, epoch: int) -> None:
-        """The relay of `epoch` stopped (or its gate read the shut state) before its release."""
-        right = self.right
-        if right is not None and right.epoch == epoch:
-            right.fenced = True
-
-    def resigning(self, epoch: int, now: float) -> dict[str, object]:
-        """The serving field of a resign beacon of `epoch`: `fenced` when a taker of its
-        released lease may serve by the lease at once (`ServingRight.clean`)."""
-        right = self.right
-        clean = right is not None and right.epoch == epoch and right.clean(now)
-        return {"fenced": epoch} if clean else {}
-
-    def outgoing(self, leader_epoch: int | None, seq: int, members: int, now: float) -> dict[str, object]:
-        """The serving fields of our next beacon (`seq`): a leader's mode (its send
-        time remembered, for acks to name), or the leader a follower adheres to."""
-        if leader_epoch is not None:
-            right = self.right
-            if right is None or right.epoch != leader_epoch:
-                return {}  # no right for this epoch (not taken through `taken`): says nothing
-            right.sent_beacon(seq, now)
-            right.settle(members, now)
-            return {"serve": ACKED if right.mode == ACKED and right.told else LEASE}
-        adh = self.adherence
-        if adh is None or self.gate_open(members, now):
-            return {}
-        return {"ack_node": adh.node, "ack_epoch": adh.epoch, "ack_boot": adh.boot, "ack_seq": adh.seq,
-                "quiet_ms": int(adh.quiet(now) * 1000)}  # fmt: skip
-
-    def gate_open(self, members: int, now: float) -> bool:
-        """A member that led by acks and stepped down may still have its relay serving until the
-        end of the window its last majority gave it (the relay learns of a step-down only from
-        its gate's deadline, plus its last byte's lag). Until then it acks no leader — its ack
-        would help open another gate while its own may be open (issue 22: an old leader that
-        read the new epoch acked it at once, and the new leader's majority was the old one
-        itself and one more). On this member's own clock, as its gate's deadline."""
-        right = self.right
-        if right is None or right.mode != ACKED:
-            return False
-        until = right.ack_until(members)
-        return until is not None and now < until + GATE_LAG
-
-    def heard(self, beacon: Beacon, leader_epoch: int | None, floor: int, now: float) -> bool:
-        """Fold one verified beacon of another member. True if it acknowledged one of
-        our own leader beacons we had no newer ack of from it (the gate may move).
-        `switched` says whether this member now adheres to another leader than before."""
-        b, before = beacon, self.adherence
-        said = self.clean_release  # the first copy of a resign dates it: a replay does not refresh it
-        newer = said is None or b.epoch > said[1] or (b.epoch == said[1] and b.node != said[0])
-        if b.role == RESIGN and 0 < b.fenced == b.epoch and newer:  # parse_beacon: fenced is 0 or the epoch
-            self.clean_release = (b.node, b.epoch, now)
-        self.adherence = adhere(self.adherence, b.node, b.role, b.epoch, b.boot, b.seq, b.serve or LEASE,
-                                now, self.timing.silence, floor)  # fmt: skip
-        after = self.adherence
-        self.switched = after is not None and (before is None or (after.node, after.epoch, after.boot)
-                                               != (before.node, before.epoch, before.boot))  # fmt: skip
-        right = self.right
-        if right is not None and b.role == RESIGN and right.self_wait == (b.node, b.epoch, b.boot):
-            right.self_from, right.self_wait = float("-inf"), None  # it resigned: a switch at once (rule 1)
-        if leader_epoch is None or right is None or right.epoch != leader_epoch or b.ack_node != self.node:
-            return False
-        return right.acked(beacon.node, beacon.ack_epoch, beacon.ack_boot, beacon.ack_seq)
-
-    def bound(self, epoch: int, members: int, now: float) -> float | None:
-        right = self.right
-        if right is None or right.epoch != epoch:
-            return now  # an epoch this book never saw taken: shut (never serve blind)
-        return right.until(members, now)
-
-    def lapsed(self, epoch: int, members: int, now: float) -> str | None:
-        right = self.right
-        if right is None or right.epoch != epoch or not right.lapsed(members, now):
-            return None
-        until = right.ack_until(members)
-        when = "no majority ever" if until is None else f"majority lost {now - until:.2f} s ago"
-        return f"no majority of {members} members within W {right.window:g} s: {when}"
-
-    def mode(self, epoch: int | None) -> str | None:
-        right = self.right
-        return right.mode if right is not None and epoch is not None and right.epoch == epoch else None
-
-    def told(self, epoch: int) -> None:
-        """The gate of `epoch` in `ACKED` mode was published: our beacons may say so."""
-        right = self.right
-        if right is not None and right.epoch == epoch and right.mode == ACKED:
-            right.told = True
-
-    def untold(self, epoch: int | None) -> bool:
-        """`ACKED` mode that our beacons do not say yet: the gate should be published."""
-        right = self.right
-        return right is not None and right.epoch == epoch and right.mode == ACKED and not right.told
-
-    def silent(self, holder: str, epoch: int, members: int, reports: list[Report], now: float) -> str | None:
-        return silent_holder(holder, epoch, self.adherence, reports, members, self.timing, now)
-
-    def to_doc(self, members: int, now: float) -> dict[str, object]:
-        adh, right = self.adherence, self.right
-        acks = {} if right is None else {n: round(now - t, 3) for n, t in right.acks.items()}
-        return {
-            "window_s": round(self.timing.window, 3), "silence_s": round(self.timing.silence, 3),
-            "members": members, "fast": members >= MIN_MEMBERS,
-            "adheres": None if adh is None else {"node": adh.node, "epoch": adh.epoch, "mode": adh.mode,
-                                                 "quiet_s": round(adh.quiet(now), 3)},
-            "right": None if right is None else {"epoch": right.epoch, "mode": right.mode,
-                                                 "clean_start": right.clean_start, "acks": acks},
-        }  # fmt: skip
-
-
-class Serving(Protocol):
-    """The serving right as the elector asks it (kept beside the beacons: `runtime.beacon_link`)."""
-
-    def taken(self, epoch: int, cause: str | None, now: float, after: tuple[str, int] | None = None) -> None:
-        """This node just took `epoch` (for `cause`, over the lease of (node, epoch) `after`):
-        its right starts now."""
-
-    def bound(self, epoch: int, now: float) -> float | None:
-        """The latest instant the right lets this node serve `epoch`; None: the lease alone."""
-
-    def lapsed(self, epoch: int, now: float) -> str | None:
-        """Why the right to serve `epoch` lapsed for good, or None."""
-
-    def silent(self, holder: str, epoch: int) -> str | None:
-        """Why a majority's silence lets this follower take over `holder`'s `epoch` early, or None."""

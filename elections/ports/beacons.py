@@ -44,7 +44,8 @@ from elections.core.beacons import MAX_STORE, RESIGN, RESIGN_COPIES, Beacon
 from elections.core.evidence import merged
 from elections.core.liveness import Liveness
 from elections.core.nudge import Nudge, NudgeBoard, is_nudge
-from elections.core.serving import ServingBook, ServingTiming
+from elections.core.serving import ServingTiming
+from elections.core.serving_book import ServingBook
 from elections.ports.beacon_liveness import LivenessWatch
 from elections.ports.beacon_serving import ServingRight
 from elections.ports.host.sockets import open_shared_udp

@@ -24,7 +24,7 @@ from elections.core.decide import Decision, Observation, Timing, Verdict, decide
 from elections.core.evidence import Refusals
 from elections.core.lease import LeaseRead
 from elections.core.lease_memory import Memory, blind_gap, track, vouched
-from elections.core.serving import Serving
+from elections.core.serving_book import Serving
 from elections.core.untrusted import REPLAYED
 from elections.errors import StoreUnavailable
 from elections.ports.clock import Clock
