@@ -65,8 +65,15 @@ def sign(doc: dict[str, Any], token: str) -> str:
 
 
 def signature_ok(doc: dict[str, Any], token: str) -> bool:
+    """Whether `doc` carries a good `sig`. Never raises: a document whose text cannot be encoded
+    (a lone surrogate past the reader, whatever let it through) is forged, not an exception."""
     sig = doc.get("sig")
-    return isinstance(sig, str) and hmac.compare_digest(sig, sign(doc, token))
+    if not isinstance(sig, str) or not sig.isascii():
+        return False
+    try:
+        return hmac.compare_digest(sig, sign(doc, token))
+    except (UnicodeEncodeError, TypeError, ValueError):
+        return False
 
 
 def legacy_lease_until(wall: datetime, ttl_s: float) -> str:

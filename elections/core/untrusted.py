@@ -44,12 +44,15 @@ SPLIT_BRAIN = "split_brain"  # two validly signed leader beacons of different no
 # the site token refused for a station bound to its credential (core.stations, relay.server.bindings)
 IMPERSONATION = "impersonation"
 BAD_FIELD = "bad_field"  # a field of the wrong type or out of range (a seq of 2**63, an epoch "x")
+# text that parses but no UTF-8 can hold: a lone surrogate escape (`"\\ud800"`) is valid JSON, and the
+# signature check's `canonical_json(...).encode()` would raise on it
+UNENCODABLE = "unencodable"
 CAUSES = (TOO_LARGE, TOO_DEEP, NOT_UTF8, NOT_JSON, NOT_OBJECT, UNSIGNED, FORGED, REPLAYED, WRONG_NODE,
           NOT_A_FILE, UNREADABLE, TOO_MANY, WRONG_KMSN, SPLIT_BRAIN, BAD_FIELD,
-          IMPERSONATION)  # fmt: skip
+          IMPERSONATION, UNENCODABLE)  # fmt: skip
 # What a pool's record or event line is refused for that someone may have done on purpose:
 # logged as SECURITY, at ERROR (the rest are damage, at WARNING).
-SECURITY_CAUSES = frozenset({UNSIGNED, FORGED, REPLAYED, WRONG_NODE, BAD_FIELD})
+SECURITY_CAUSES = frozenset({UNSIGNED, FORGED, REPLAYED, WRONG_NODE, BAD_FIELD, UNENCODABLE})
 
 # The largest seq, epoch or clock taken as evidence: SQLite's INTEGER and PostgreSQL's bigint hold
 # 2**63 - 1, and the next epoch (or seq) is one more than the highest known, so it must fit too.
@@ -61,6 +64,9 @@ MEMBER_COUNTERS = ("seq", "epoch")  # optional on a heartbeat (None is absent)
 _ESCAPE = re.compile(rb"\\.", re.S)  # one backslash escape (non-overlapping, left to right)
 _STRING = re.compile(rb'"[^"]*"')  # a string once its escapes are gone: linear, no backtracking
 _OPEN = frozenset(b"[{")
+# A surrogate can only come from a \\uD800-\\uDFFF escape (UTF-8 decoding refuses encoded ones): raw
+# without one needs no walk. A pair of them is one character again once parsed, and passes.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 _NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'"[]{}')
 
 
@@ -116,10 +122,45 @@ def load_json(raw: bytes, limits: Limits, what: str = "input") -> Any:
     if nesting_depth(raw, limits.max_depth) > limits.max_depth:
         raise Untrusted(TOO_DEEP, f"{what} nests deeper than {limits.max_depth}")
     try:
-        return json.loads(text, parse_constant=_no_constant)
+        doc = json.loads(text, parse_constant=_no_constant)
     except (ValueError, RecursionError, MemoryError) as exc:
         msg = getattr(exc, "msg", type(exc).__name__)
         raise Untrusted(NOT_JSON, f"{what} is not JSON ({msg})") from None
+    if may_hold_surrogate(raw) and not encodable(doc):
+        raise Untrusted(UNENCODABLE, f"{what} holds text no UTF-8 can encode (a lone surrogate)")
+    return doc
+
+
+def may_hold_surrogate(raw: bytes | str) -> bool:
+    """Whether JSON text `raw` has a surrogate escape: only then can its parsed value hold
+    text that `encodable` refuses (a cheap look before the walk)."""
+    return _SURROGATE_ESCAPE.search(raw if isinstance(raw, bytes) else raw.encode("utf-8", "replace")) is not None
+
+
+def encodable(value: Any) -> bool:
+    """Whether every string in `value` (keys included, at any depth) encodes as UTF-8.
+    Iterative: `value` came from a parser whose depth was bounded, but no recursion is needed."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return False
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return True
+
+
+def check_encodable(value: Any, what: str = "input") -> None:
+    """`Untrusted(UNENCODABLE)` if any string in `value` cannot be encoded as UTF-8: for a
+    document that reached the caller by another parser than `load_json` (a relay frame)."""
+    if not encodable(value):
+        raise Untrusted(UNENCODABLE, f"{what} holds text no UTF-8 can encode (a lone surrogate)")
 
 
 def load_object(raw: bytes, limits: Limits, what: str = "input") -> dict[str, Any]:

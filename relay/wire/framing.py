@@ -36,6 +36,8 @@ import json
 import math
 from dataclasses import dataclass
 
+from elections.core.untrusted import encodable, may_hold_surrogate
+
 DEFAULT_MAX_FRAME = 1 << 20
 HEADER_SIZE = 4
 _LENGTH_LIMIT = (1 << 32) - 1
@@ -190,6 +192,8 @@ def decode_payload(payload: bytes) -> dict | ProtocolError:  # the relay's hot p
         return ProtocolError(BAD_JSON, f"invalid JSON: {str(exc)[:200]}")
     if not isinstance(obj, dict):
         return ProtocolError(BAD_REQUEST, f"frame is a JSON {type(obj).__name__}, not an object")
+    if may_hold_surrogate(payload) and not encodable(obj):
+        return ProtocolError(BAD_JSON, "invalid JSON: text no UTF-8 can encode (a lone surrogate)")
     return obj
 
 
