@@ -11,6 +11,8 @@ look never run at the same time; each waits for the other to finish.
 
 import logging
 import threading
+from collections.abc import Callable
+from typing import TypeVar
 
 from celery import shared_task
 from celery.signals import worker_ready
@@ -20,6 +22,7 @@ from elections.runtime.agent import Agent
 from elections.runtime.agent import agent as the_agent
 
 log = logging.getLogger("stkrelay.agent")
+T = TypeVar("T")
 
 
 def agent() -> Agent:
@@ -28,24 +31,39 @@ def agent() -> Agent:
 
 
 _lock = threading.Lock()  # one cycle of the agent at a time: the tasks' and the watcher's
+_failed: set[str] = set()  # the kinds of failure already logged with their traceback
+
+
+def _cycle(what: str, run: Callable[[], T]) -> T | None:
+    """`run()` under the lock; a failure is a cycle that saw no evidence and did nothing more,
+    logged with its traceback once per kind (then at DEBUG), never a task that dies every
+    second with a traceback each time (issue 40: one poisoned file, every task dying)."""
+    try:
+        with _lock:
+            return run()
+    except Exception as exc:
+        kind = f"{what}:{type(exc).__name__}"
+        if kind in _failed:
+            log.debug("%s failed again (%s), no evidence this cycle", what, type(exc).__name__)
+        else:
+            _failed.add(kind)
+            log.exception("%s failed, taken as no evidence this cycle (said once per kind of failure)", what)
+        return None
 
 
 @shared_task(name="elections.renew", ignore_result=True)
 def renew() -> str:
-    with _lock:
-        return str(agent().tick(renewing=True))
+    return str(_cycle("renewal", lambda: agent().tick(renewing=True)))
 
 
 @shared_task(name="elections.poll", ignore_result=True)
 def poll() -> str:
-    with _lock:
-        return str(agent().tick(renewing=False))
+    return str(_cycle("poll", lambda: agent().tick(renewing=False)))
 
 
 @shared_task(name="elections.watch", ignore_result=True)  # the task's name is older than `glance`
 def glance() -> str:
-    with _lock:
-        decision = agent().glance()
+    decision = _cycle("glance", lambda: agent().glance())
     return str(decision) if decision is not None else "no change"
 
 
@@ -59,11 +77,7 @@ class GlanceLoop(threading.Thread):
 
     def run(self) -> None:
         while not self.stopping.wait(self.every):
-            try:
-                with _lock:
-                    agent().glance()
-            except Exception:  # the next look tries again; renewals go on meanwhile
-                log.exception("glance failed")
+            _cycle("glance", lambda: agent().glance())  # the next look tries again; renewals go on
 
 
 @worker_ready.connect

@@ -544,6 +544,38 @@ def test_damaged_leases_are_corrupt_and_counted(pool, raw, cause):
     assert store.refusals.counts.get(cause, 0) >= 1
 
 
+def lone_surrogate(doc: dict, where: str = "value") -> bytes:
+    """`doc` as JSON with a lone surrogate escape (`"\\ud800"`) in a value or a key, and a signature
+    that cannot be checked: what a share writer without the key can put in any record."""
+    doc = {**doc, "station": "S\ud800"} if where == "value" else {**doc, "\udfff": 1}
+    return json.dumps({**doc, "sig": "00" * 32}).encode()  # ensure_ascii: the escape, as a writer puts it
+
+
+@pytest.mark.parametrize("where", ["value", "key"])
+def test_a_lone_surrogate_in_any_record_is_no_evidence_counted_and_healed(pool, where):
+    """The escape parses (json.loads takes it), and canonical_json(...).encode() raised in the
+    signature check of every reader: one such file stopped every election (issue 40)."""
+    clock = FakeClock()
+    store = pool.store("S001", clock)
+    store.write_member(member("S001"))
+    pool.put("lease", lone_surrogate(rec("S002", epoch=5).to_doc(), where))
+    read = store.read()
+    assert (read.status, read.cause) == ("corrupt", "unencodable")
+    pool.put("members/S003.json", lone_surrogate({"node": "S003", "seq": 1, "epoch": 9}, where))
+    assert set(store.read_members()) == {"S001"}
+    assert store.highest_epoch() == 0  # neither the lease's 5 nor the member's 9 counts
+    sink = events(pool, "S002", clock)[0]
+    sink.record("elected", 1, "first")
+    line = {"node": "S002", "seq": 2, "kind": "renewed", "at": "2026-06-15T20:30:15+00:00", "reason": ""}
+    pool.plant_events("S002", [{**line, "reason": "\ud800", "sig": "00" * 32}])
+    reader = events(pool, "S001", clock)[1]
+    assert [e["seq"] for e in reader.new_events()] == [1]
+    assert reader.refusals.counts.get("unencodable", 0) == 1
+    assert store.refusals.counts.get("unencodable", 0) >= 2
+    assert store.write(rec(), expect=read.revision) is WriteOutcome.WRITTEN  # the next write heals it
+    assert store.read().record.node == "S001"
+
+
 def test_member_records_must_be_validly_signed_and_name_their_own_node(pool):
     clock = FakeClock()
     store = pool.store("S001", clock)

@@ -131,10 +131,10 @@ def load_json(raw: bytes, limits: Limits, what: str = "input") -> Any:
     return doc
 
 
-def may_hold_surrogate(raw: bytes | str) -> bool:
+def may_hold_surrogate(raw: bytes) -> bool:
     """Whether JSON text `raw` has a surrogate escape: only then can its parsed value hold
     text that `encodable` refuses (a cheap look before the walk)."""
-    return _SURROGATE_ESCAPE.search(raw if isinstance(raw, bytes) else raw.encode("utf-8", "replace")) is not None
+    return _SURROGATE_ESCAPE.search(raw) is not None
 
 
 def encodable(value: Any) -> bool:

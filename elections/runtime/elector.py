@@ -209,6 +209,11 @@ class Elector(ElectorActs):
             self._report(f"lease store unreachable: {exc}", logging.ERROR)
             self.last_read = None
             return None
+        except Exception as exc:  # a reader that raised on what it read: no evidence, never a dead cycle
+            self._report(f"lease read failed, taken as no evidence: {type(exc).__name__}: {str(exc)[:200]!r}",
+                         logging.ERROR, key=type(exc).__name__)  # fmt: skip
+            self.last_read = None
+            return None
         self.last_read = read
         message, level, replay = read_trouble(read, self.memory, self.store.describe)
         if replay is not None:
