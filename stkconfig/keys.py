@@ -129,6 +129,14 @@ KEYS: tuple[Key, ...] = (
         doc="the relay (and the fencing proxy) also listens on `127.0.0.1`, for the leader's own agent (seed "
         '000 §3.6): `auto` = unless `NODE_IP` is itself a loopback address (a test machine whose agents '
         'each have their own `127.0.0.x` and share loopback), `on`, `off` (see "Where the relay listens")'),
+    Key("RELAY_FORWARD", "str", "loopback", check="E091",
+        doc="the station door (issue 36): every member, leader or not, takes a station's connection and "
+        "forwards its bytes untouched to the relay of whoever leads now, so a station that dials "
+        "`127.0.0.1:RELAY_PORT` on its own PC reaches the elected relay: `loopback` = on `127.0.0.1` "
+        "(where `RELAY_LOOPBACK` puts a loopback listener; the relay then leaves loopback to the door), "
+        "`lan` = also on a follower's `NODE_IP`, for a commander on a PC without an agent that lists two "
+        "members as its `RELAY_HOST` and backup, `off` = no door (the leader's relay listens on loopback "
+        'itself; see "The station door")'),
     Key("RELAY_LEGACY", "flag", "0",
         doc="`1`: the built-in relay also takes the site's old stations (`relay_client.prg` framing, the old "
         'MAGIC, the site token in clear, no HMAC handshake; see "Legacy stations"). Off by default: the '

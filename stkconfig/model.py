@@ -75,6 +75,7 @@ class Config:
     relay_station_keys_only: bool = False
     relay_max_per_address: int = 0
     relay_loopback: str = "auto"  # auto | on | off (relay.server.listen_set)
+    relay_forward: str = "loopback"  # loopback | lan | off (relay.server.station_door)
     relay_legacy: bool = (
         False  # old stations on the built-in relay (stkrelay.config_legacy, relay.wire.legacy)
     )

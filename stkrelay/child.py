@@ -1,4 +1,5 @@
-"""`python -m stkrelay.child relay.runner|relay.server.entry [ARGS]`: a Django-free child of `runagent`.
+"""`python -m stkrelay.child relay.runner|relay.server.entry|relay.server.station_door [ARGS]`: a
+Django-free child of `runagent`.
 
 The composition root for the relay's own processes: it loads the configuration
 (`stkrelay.config`, from `STK_INI` like every command), sets up logging, refuses to
@@ -20,9 +21,10 @@ from stkrelay import config
 
 def _children() -> dict[str, tuple[str, Callable[[Config, list[str]], int]]]:
     from relay import runner
-    from relay.server import entry
+    from relay.server import entry, station_door
 
-    return {"relay.runner": ("runrelay", runner.main), "relay.server.entry": ("entry", entry.main)}
+    return {"relay.runner": ("runrelay", runner.main), "relay.server.entry": ("entry", entry.main),
+            "relay.server.station_door": ("door", station_door.main)}  # fmt: skip
 
 
 def main(argv: list[str]) -> int:

@@ -130,6 +130,7 @@ def _identity(cfg: Any, values: dict[str, str], bad: Bad, number: Number) -> Non
     per_address = number("RELAY_MAX_PER_ADDRESS")
     cfg.relay_max_per_address = per_address if per_address is not None else 0
     cfg.relay_loopback = _loopback(values["RELAY_LOOPBACK"], bad)
+    cfg.relay_forward = _forward(values["RELAY_FORWARD"], bad)
     try:
         cfg.node_ip = str(ipaddress.ip_address(values["NODE_IP"]))
     except ValueError:
@@ -309,6 +310,20 @@ def _loopback(text: str, bad) -> str:  # type: ignore[no-untyped-def]
         bad("stkrelay.E090", "RELAY_LOOPBACK", f"{text!r} is not auto, on or off",
             "auto (127.0.0.1 unless NODE_IP is a loopback address), on, or off")  # fmt: skip
         return "auto"
+    return mode
+
+
+FORWARD_WORDS = {"loopback": "loopback", "on": "loopback", "1": "loopback", "yes": "loopback", "lan": "lan",
+                 "off": "off", "0": "off", "no": "off"}  # fmt: skip
+
+
+def _forward(text: str, bad) -> str:  # type: ignore[no-untyped-def]
+    """RELAY_FORWARD (E091): where the station door takes connections for the leader's relay."""
+    mode = FORWARD_WORDS.get(text.strip().lower())
+    if mode is None:
+        bad("stkrelay.E091", "RELAY_FORWARD", f"{text!r} is not loopback, lan or off",
+            "loopback (127.0.0.1 on every member), lan (also a follower's NODE_IP), or off")  # fmt: skip
+        return "loopback"
     return mode
 
 

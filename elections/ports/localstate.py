@@ -41,6 +41,7 @@ LEADERSHIP_NAME = "leadership.json"
 POOL_NAME = "pool.json"
 RELAY_NAME = "relay.json"
 ENTRY_NAME = "entry.json"
+DOOR_NAME = "door.json"  # the station door (relay.server.station_door), in an entry's shape
 RELAY_WANTED_NAME = "relay.wanted"
 ADDRESSES_NAME = "addresses.json"
 STOPPING_NAME = "stopping"
@@ -253,6 +254,13 @@ class LocalState:
 
     def write_entry(self, status: EntryStatus) -> None:
         self._write(ENTRY_NAME, asdict(status))
+
+    # -- door.json -------------------------------------------------------------------
+    def door(self) -> EntryStatus:
+        return EntryStatus.from_doc(self._read(DOOR_NAME))
+
+    def write_door(self, status: EntryStatus) -> None:
+        self._write(DOOR_NAME, asdict(status))
 
     # -- stations.json -----------------------------------------------------------
     def stations(self) -> StationsFile:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import signal
@@ -20,7 +21,7 @@ from relay.server.bindings import StationBindings
 from relay.server.cloud_tunnel import TunnelClient
 from relay.server.external_relay import ExternalRelay
 from relay.server.fencing_proxy import FencingProxy
-from relay.server.listen_set import ListenAddress, ListenSet, wanted_now
+from relay.server.listen_set import ListenAddress, ListenSet, relay_loopback, wanted_now
 from relay.server.relay_server import RelayServer
 from relay.wire.auth import cloud_key
 from relay.wire.legacy import LegacySettings
@@ -31,6 +32,7 @@ log = logging.getLogger("stkrelay.relay")
 TICK = 0.1  # the serving loop's look without inotify
 LOOK_EVERY = 0.5  # with it: a look this often even if no change was announced (the worker's pid)
 STATUS_EVERY = 1.0  # relay.json; the panel calls a status older than 3 s stale
+BIND_WAIT = 1.0  # seconds a NODE_IP bind is tried again while this member's station door lets go of it
 
 
 def legacy_settings(stk: Config) -> LegacySettings | None:
@@ -77,7 +79,8 @@ class RelayRunner(LeaseReads):
 
     def wanted(self) -> tuple[ListenAddress, ...]:
         stk = self.stk
-        return wanted_now(self.local, stk.node_ip, stk.relay_loopback, self.epoch)
+        loopback = relay_loopback(stk.node_ip, stk.relay_loopback, stk.relay_forward)
+        return wanted_now(self.local, stk.node_ip, loopback, self.epoch)
 
     def fencing_proxy(self) -> FencingProxy:
         """RELAY_KIND = exec: the proxy, fenced by this runner's gate, in front of the external relay."""
@@ -102,12 +105,12 @@ class RelayRunner(LeaseReads):
         return self.external is None or self.external.accepting
 
     async def run(self) -> int:
-        stk, server = self.stk, self.server
+        stk = self.stk
         loop = asyncio.get_running_loop()
         feed = BindingFeed(loop, stk.data_dir, self.bindings).start()
         await feed.first()  # the pool's bindings before the first client (read off the loop)
         try:
-            await server.start(stk.node_ip, stk.relay_port)
+            await self.start_listening()
         except OSError as exc:
             feed.stop()
             self.complain(
@@ -133,6 +136,21 @@ class RelayRunner(LeaseReads):
         epoch, ip, port = successor
         self.say(f"runrelay: {reason}; told {told} connections epoch={epoch} ip={ip} port={port}; exiting")
         return 0
+
+    async def start_listening(self) -> None:
+        """Listen on `NODE_IP`; with ``RELAY_FORWARD = lan`` this member's station door held that
+        address until it read this member's lease, so a bind it still holds is tried again for
+        `BIND_WAIT` (every 20 ms) before the relay gives up."""
+        stk = self.stk
+        deadline = time.monotonic() + BIND_WAIT
+        while True:
+            try:
+                await self.server.start(stk.node_ip, stk.relay_port)
+                return
+            except OSError as exc:
+                if exc.errno != errno.EADDRINUSE or stk.relay_forward != "lan" or time.monotonic() > deadline:
+                    raise
+            await asyncio.sleep(0.02)
 
     def start_tunnel(self) -> None:
         """CLOUD_URL: dial the cloud relay's tunnel, presenting the signed lease of this epoch."""

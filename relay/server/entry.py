@@ -110,7 +110,10 @@ class EntryGate:
 
 
 class EntryRunner:
-    """The entry's proxy, its gate and its status file, on one event loop."""
+    """The entry's proxy, its gate and its status file, on one event loop (the station door,
+    `relay.server.station_door`, is one on this member's own addresses)."""
+
+    what = "entry"  # in its log lines
 
     def __init__(
         self, data_dir: str, listen: tuple[str, int], stale_after: float, max_per_address: int = 0
@@ -131,13 +134,13 @@ class EntryRunner:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stop.set)
         try:
-            await self.proxy.start(*self.listen, freebind=True)
+            await self.start_listening()
         except OSError as exc:
             self.error = f"cannot listen on {self.shown()}: {exc.strerror or exc}"
-            log.error("entry: %s", self.error)
+            log.error("%s: %s", self.what, self.error)
             self.write_status()
             return 1
-        log.info("entry: listening on %s for remote clients", self.shown())
+        log.info("%s: listening on %s", self.what, self.shown())
         written = 0.0
         while not self._stop.is_set():
             self.follow()
@@ -153,6 +156,9 @@ class EntryRunner:
         self.write_status()
         return 0
 
+    async def start_listening(self) -> None:
+        await self.proxy.start(*self.listen, freebind=True)  # a VIP the entry members share may come later
+
     def follow(self) -> None:
         """Re-point the proxy when the lease it has read names another epoch or relay."""
         now = self.gate.look()
@@ -160,14 +166,14 @@ class EntryRunner:
             return
         if now is None:  # no leader read: the gate is shut; nothing is forwarded to anyone
             closed = self.proxy.close_all("no_leader")
-            log.info("entry: no leader in the pool view; %d connection(s) closed", closed)
+            log.info("%s: no leader in the pool view; %d connection(s) closed", self.what, closed)
             self.gate.target = None
             return
         closed = self.proxy.repoint((now.ip, now.port))
         if self.gate.target is not None:
             self.repointed += 1
-        log.info("entry: forwarding to %s (%s:%d, epoch %d); %d connection(s) to the old leader closed",
-                 now.node, now.ip, now.port, now.epoch, closed)  # fmt: skip
+        log.info("%s: forwarding to %s (%s:%d, epoch %d); %d connection(s) to the old leader closed",
+                 self.what, now.node, now.ip, now.port, now.epoch, closed)  # fmt: skip
         self.gate.target = now
 
     def snapshot(self) -> EntryStatus:

@@ -142,15 +142,25 @@ class FencingProxy:
             self.addresses[name] = sock.getsockname()[:2]
         self._ports = (self.addresses["json"][1], self.addresses["passthrough"][1])
 
+    def prepare(self, port: int, passthrough_port: int | None = None) -> None:
+        """On the running loop, the ports `listen_now()` binds, with no address listened on yet
+        (a station door that listens on `NODE_IP` only, and only while another member leads)."""
+        self._loop = asyncio.get_running_loop()
+        self._ports = (port, port + 1 if passthrough_port is None else passthrough_port)
+
     async def listen_on(self, host: str, *, freebind: bool = False) -> None:
         """Listen on one more address (`relay.server.listen_set`: loopback, a held VIP), both
         ports `start()` bound, with ``IP_FREEBIND`` if asked. Raises `OSError` if either
         cannot be bound (then neither listens there); a no-op where it listens already."""
+        self._loop = asyncio.get_running_loop()
+        self.listen_now(host, freebind=freebind)
+
+    def listen_now(self, host: str, *, freebind: bool = False) -> None:
+        """`listen_on()` from a plain callback of the proxy's running loop."""
         if not self.leading:
             raise OSError(errno.EPERM, "this relay no longer leads")
         if host in self._hosts:
             return
-        self._loop = asyncio.get_running_loop()
         made: list[socket.socket] = []
         try:
             for name, number in (("json", self._ports[0]), ("passthrough", self._ports[1])):

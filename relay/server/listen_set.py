@@ -93,6 +93,32 @@ def wanted(
     return tuple(unique)
 
 
+def loopback_listened(node_ip: str, loopback: str) -> bool:
+    """Whether this member takes connections on ``127.0.0.1`` at all (`RELAY_LOOPBACK`)."""
+    ip = ipaddress.ip_address(node_ip)
+    return not ip.is_unspecified and (loopback == "on" or (loopback == "auto" and not ip.is_loopback))
+
+
+def door_hosts(node_ip: str, loopback: str, forward: str) -> tuple[str, ...]:
+    """Where this member's station door listens (`relay.server.station_door`, `RELAY_FORWARD`):
+    ``127.0.0.1`` where a loopback listener is wanted at all, and with ``lan`` `NODE_IP` too
+    (given up while this member leads: its relay listens there). Empty: no door."""
+    if forward == "off":
+        return ()
+    out = [LOOPBACK] if loopback_listened(node_ip, loopback) else []
+    ip = ipaddress.ip_address(node_ip)
+    if forward == "lan" and not ip.is_unspecified and not ip.is_loopback:
+        out.append(node_ip)
+    return tuple(out)
+
+
+def relay_loopback(node_ip: str, loopback: str, forward: str) -> str:
+    """The `RELAY_LOOPBACK` mode the relay itself uses: ``off`` where the station door holds
+    ``127.0.0.1`` (on every member, the leader's too, so the port is never unbound on a change
+    of role); else `loopback` unchanged."""
+    return "off" if LOOPBACK in door_hosts(node_ip, loopback, forward) else loopback
+
+
 def wanted_now(
     local: LocalState, node_ip: str, loopback: str, epoch: int | None
 ) -> tuple[ListenAddress, ...]:

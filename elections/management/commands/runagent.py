@@ -24,6 +24,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from elections.ports.webcert import FINGERPRINT, WebCert, made_cert, operator_cert, show
+from relay.server.listen_set import door_hosts
 from stkconfig.model import Config
 from stkrelay.config_tls import plain_on_lan
 
@@ -160,6 +161,8 @@ def _children(stk: Config, cert: WebCert | None) -> list[Any]:
     ]  # fmt: skip
     if stk.entry:  # the router's port-forward reaches this member (relay/server/entry.py, DESIGN.md §14.1)
         specs.append(ChildSpec("entry", [py, "-m", "stkrelay.child", "relay.server.entry"]))
+    if door_hosts(stk.node_ip, stk.relay_loopback, stk.relay_forward):  # stations' 127.0.0.1 (issue 36)
+        specs.append(ChildSpec("door", [py, "-m", "stkrelay.child", "relay.server.station_door"]))
     return specs
 
 

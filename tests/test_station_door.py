@@ -1,0 +1,108 @@
+"""The station door (issue 36, relay/server/station_door.py): where it listens, and the door itself
+on real loopback sockets following pool.json as the worker writes it — forwarding to the leader's
+relay, refusing at once without one, and giving `NODE_IP` up to this member's own relay while it
+leads (``RELAY_FORWARD = lan``). The whole site, with old stations in network namespaces, is
+tests/test_netns_stations.py."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from pathlib import Path
+
+from harness import free_pair
+from test_entry import relay, view
+from test_proxy import closed, until
+
+from elections.ports.localstate import LocalState
+from relay.server.listen_set import door_hosts, relay_loopback, wanted
+from relay.server.station_door import StationDoor
+from stkrelay import config
+
+BASE = {"STK_KMSN": "k", "STK_STATION": "S001", "STK_RELAY_TOKEN": "door-test-token-7f3a9c21d4e8b605",
+        "STK_NODE_IP": "10.0.0.1"}  # fmt: skip
+
+
+def test_where_the_door_listens_and_the_relay_leaves_loopback_to_it():
+    assert door_hosts("10.0.0.1", "auto", "loopback") == ("127.0.0.1",)
+    assert door_hosts("10.0.0.1", "auto", "lan") == ("127.0.0.1", "10.0.0.1")
+    assert door_hosts("10.0.0.1", "off", "lan") == ("10.0.0.1",)  # RELAY_LOOPBACK off: NODE_IP only
+    assert door_hosts("10.0.0.1", "auto", "off") == ()
+    assert door_hosts("127.0.0.5", "auto", "lan") == ()  # agents sharing one loopback: no door
+    assert door_hosts("0.0.0.0", "on", "lan") == ()  # a wildcard relay listens everywhere itself
+    # The relay takes 127.0.0.1 only where no door does: the port is bound through every change of role.
+    assert relay_loopback("10.0.0.1", "auto", "loopback") == "off"
+    assert relay_loopback("10.0.0.1", "auto", "off") == "auto"
+    hosts = [a.host for a in wanted("10.0.0.1", relay_loopback("10.0.0.1", "on", "lan"), [], 3)]
+    assert hosts == ["10.0.0.1"]
+    hosts = [a.host for a in wanted("10.0.0.1", relay_loopback("10.0.0.1", "on", "off"), [], 3)]
+    assert hosts == ["10.0.0.1", "127.0.0.1"]
+
+
+def test_relay_forward_is_checked():
+    def load(**keys: str):  # type: ignore[no-untyped-def]
+        return config.load(env={**BASE, **{f"STK_{k}": v for k, v in keys.items()}}, check_dirs=False)
+
+    assert load().relay_forward == "loopback" and load(RELAY_FORWARD="LAN").relay_forward == "lan"
+    assert load(RELAY_FORWARD="0").relay_forward == "off"
+    assert [p.id for p in load(RELAY_FORWARD="everywhere").problems] == ["stkrelay.E091"]
+
+
+def refused_within(host: str, port: int) -> float:
+    """Seconds from the dial to the door's close (or the kernel's refusal)."""
+    start = time.monotonic()
+    try:
+        with socket.create_connection((host, port), timeout=2) as sock:
+            sock.settimeout(2)
+            assert sock.recv(1) == b""
+    except ConnectionError:
+        pass
+    return time.monotonic() - start
+
+
+def test_the_door_forwards_to_the_leader_gives_node_ip_to_its_own_relay_and_refuses_at_once(tmp_path: Path):
+    loopback, lan = "127.0.0.71", "127.0.0.72"  # this member's loopback and NODE_IP, as stand-ins
+    port = free_pair(loopback, lan)
+
+    async def main() -> None:
+        local = LocalState(tmp_path)
+        a, port_a = await relay(b"S002")
+        door = StationDoor(str(tmp_path), "S001", (loopback, lan), port, stale_after=1.0, lan_host=lan)
+        task = asyncio.ensure_future(door.run())
+        await until(lambda: door.proxy.listening)
+        # No leader read yet: every door refuses at once (closed, not a black hole).
+        took = await asyncio.to_thread(refused_within, loopback, port)
+        assert took < 0.05, f"{took * 1000:.1f} ms"
+        assert lan not in door.proxy.listening_on  # nobody leads: NODE_IP is left for this member's relay
+        local.write_pool(view(7, "S002", port_a))  # S002 leads: both doors lead to its relay
+        await until(lambda: lan in door.proxy.listening_on)
+        for host in (loopback, lan):
+            reader, writer = await asyncio.open_connection(host, port)
+            assert await asyncio.wait_for(reader.readexactly(4), 5) == b"S002"
+            writer.write(b"ping")
+            assert await asyncio.wait_for(reader.readexactly(4), 5) == b"ping"
+        # This member wins (its lease names it): NODE_IP is given up to its relay at once, and the
+        # connections to the old leader are closed; loopback stays bound and leads to its own relay.
+        ours, port_ours = await relay(b"S001")
+        local.write_pool(view(8, "S001", port_ours))
+        assert await closed(reader)
+        await until(lambda: lan not in door.proxy.listening_on)
+        reader, _ = await asyncio.open_connection(loopback, port)
+        assert await asyncio.wait_for(reader.readexactly(4), 5) == b"S001"
+        local.write_pool(view(9, "S002", port_a))  # and back: another member leads again
+        await until(lambda: lan in door.proxy.listening_on)
+        local.write_pool(view(9, "S002", port_a, released=True, ttl_s=0))
+        assert await closed(reader)
+        await until(lambda: door.gate.target is None)
+        took = await asyncio.to_thread(refused_within, loopback, port)
+        assert took < 0.05, f"{took * 1000:.1f} ms"
+        door.write_status()
+        status = local.door()
+        assert status.listening and status.target is None and status.repointed >= 2
+        door._stop.set()
+        assert await asyncio.wait_for(task, 5) == 0
+        for server in (a, ours):
+            server.close()
+
+    asyncio.run(main())
