@@ -1,10 +1,13 @@
 """Old stations for the station door's tests and bench (issue 36): clients that know nothing of
 stkrelay. Each dials one address, then its backup, over and over (its own reconnect loop, a
 random 0.2-1 s backoff after a drop, as the site's Harbour agents do), speaks the site relay's
-framing (a 4-byte big-endian length, then the body: `tests/standin_relay.py`, which copies every
-frame to every other connection) and sends a numbered message every `RATE` seconds. What each
-received, from whom and when (CLOCK_MONOTONIC, one clock for every namespace of this machine),
-is kept for the judge.
+framing (a 4-byte big-endian length, then the body: `tests/standin_relay.py`, which echoes every
+frame and copies it to every other connection) and sends a numbered message every `RATE` seconds.
+Its keepalive (seed 000 §2: `relay_client.prg` has one) is that echo: a connection that brought
+nothing back for `SILENCE` seconds is dropped, and the next dial starts at the next address (a
+relay that froze with the connection open cannot close it; only the client's own timer can).
+What each received, from whom and when (CLOCK_MONOTONIC, one clock for every namespace of this
+machine), is kept for the judge.
 
 Each runs on a thread of its own inside a namespace (`netns.Netns.enter`), with blocking sockets.
 """
@@ -21,6 +24,7 @@ from typing import Any
 
 RATE = 0.05  # seconds between two messages of one station
 BACKOFF = (0.2, 1.0)  # a station's redial after a drop or a refusal: uniform in this range
+SILENCE = 1.0  # seconds without a byte back (its own echo comes every RATE) before a station drops
 
 
 class OldStation(threading.Thread):
@@ -37,6 +41,9 @@ class OldStation(threading.Thread):
         self.connects: list[tuple[float, tuple[str, int]]] = []
         self.refused: list[tuple[float, tuple[str, int], float]] = []  # when, where, seconds to the refusal
         self.errors: list[BaseException] = []
+        self.first = 0  # the address the next dial tries first
+        self.last_rx = 0.0
+        self.silences = 0
 
     def run(self) -> None:
         try:
@@ -51,6 +58,10 @@ class OldStation(threading.Thread):
                 reader.start()
                 try:
                     while not self.stopping.is_set() and reader.is_alive():
+                        if time.monotonic() - self.last_rx > SILENCE:
+                            self.silences += 1
+                            self.first = (self.first + 1) % len(self.addresses)
+                            break
                         body = json.dumps({"from": self.station, "n": n}).encode()
                         sock.sendall(struct.pack(">I", len(body)) + body)
                         with self.lock:
@@ -68,7 +79,8 @@ class OldStation(threading.Thread):
             self.errors.append(exc)
 
     def _dial(self) -> socket.socket | None:
-        for where in self.addresses:
+        order = self.addresses[self.first :] + self.addresses[: self.first]
+        for where in order:
             start = time.monotonic()
             try:
                 sock = socket.create_connection(where, timeout=1.0)
@@ -80,6 +92,7 @@ class OldStation(threading.Thread):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             with self.lock:
                 self.connects.append((time.monotonic(), where))
+            self.last_rx = time.monotonic()
             return sock
         return None
 
@@ -87,6 +100,7 @@ class OldStation(threading.Thread):
         buf = b""
         try:
             while chunk := sock.recv(65536):
+                self.last_rx = time.monotonic()
                 buf += chunk
                 while len(buf) >= 4 and len(buf) >= 4 + (size := struct.unpack(">I", buf[:4])[0]):
                     doc = json.loads(buf[4 : 4 + size])
