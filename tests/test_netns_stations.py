@@ -90,7 +90,7 @@ def fault(site: Any, stations: list[OldStation], commander: OldStation, kind: st
     leader = site.by_name(first.node)
     gone = stations[site.agents.index(leader)]
     live = [s for s in stations if s is not gone] + [commander]
-    all_hear(live + [gone], time.monotonic(), 30, "every client hearing the others before the fault")
+    all_hear([*live, gone], time.monotonic(), 30, "every client hearing the others before the fault")
     t0 = time.monotonic()
     if kind == "kill":
         leader.kill9()
@@ -109,8 +109,8 @@ def fault(site: Any, stations: list[OldStation], commander: OldStation, kind: st
             leader.signal_group(signal.SIGCONT)
         else:
             site.mend(leader)
-        back = wait_until(lambda: gone.heard_since(time.monotonic() - 0.5, {commander.station}), 30,
-                          f"the {kind} PC's station reaching the new leader through its own loopback")  # fmt: skip
+        what = f"the {kind} PC's station reaching the new leader through its own loopback"
+        back = wait_until(lambda: gone.heard_since(time.monotonic() - 0.5, {commander.station}), 30, what)
         assert back is not None
         last = standin(leader, first.epoch).get("last_received_at")
         assert last is None or last <= served[0], f"the old relay received {last - served[0]:.3f} s late"
