@@ -52,6 +52,7 @@ bench-failover: bootstrap
 bench-relay: bootstrap
 	@$(PY) bench/relay.py $(BENCH_ARGS)
 	@$(PY) bench/proxy.py $(BENCH_ARGS)
+	@$(PY) bench/door.py $(BENCH_ARGS)
 	@$(PY) bench/websocket.py
 
 bench-relay-idle: bootstrap
