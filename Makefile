@@ -47,6 +47,7 @@ bench: bench-failover bench-relay bench-relay-idle bench-switchover bench-panel 
 bench-failover: bootstrap
 	@$(PY) bench/failover.py $(BENCH_ARGS)
 	@$(PY) bench/failover_beacons.py
+	@$(PY) bench/stations.py
 	@$(PY) bench/share_load.py
 
 bench-relay: bootstrap
