@@ -10,7 +10,8 @@
   `{kmsn}` filled in at every start; `{{`/`}}` stand for literal braces.
   Required with `exec`, refused without it (`stkrelay.E071`); a line that does
   not split, or names an unknown placeholder, is `stkrelay.E072`/`E073`; a
-  program that cannot be found is `stkrelay.E077`.
+  program that cannot be found is `stkrelay.E077`; the site's own `relay_server.py` run through
+  `stkrelay-site-relay` (`relay.server.site_relay`) that is not there is `stkrelay.E078`.
 - `RELAY_EXEC_LISTEN` (`host:port`, default `127.0.0.1:` `RELAY_PORT + 10`):
   where the external relay listens (`{host}`, `{port}`; its passthrough port is
   `{port} + 1`). Loopback only: a foreign binary cannot fence itself, so
@@ -32,6 +33,7 @@ import string
 from collections.abc import Callable
 from typing import Any
 
+from relay.server.site_relay import source_of
 from stkconfig.parsed import ExecRelay
 
 Bad = Callable[[str, str, str, str], None]
@@ -92,6 +94,12 @@ def check_exec(cfg: Any, values: dict[str, str], bad: Bad, check_dirs: bool = Tr
     if check_dirs and not _findable(argv[0]):
         bad("stkrelay.E077", "RELAY_EXEC", f"program {argv[0]!r} is not found or not executable",
             "give the full path of the site's relay binary (quote a path with spaces)")  # fmt: skip
+        return
+    source = source_of(argv)  # the site's relay_server.py through stkrelay-site-relay
+    if check_dirs and source is not None and not (os.path.isfile(source) and os.access(source, os.R_OK)):
+        bad("stkrelay.E078", "RELAY_EXEC", f"the site relay source {source!r} is not a readable file",
+            "mount the site's Relay folder into the image (e.g. -v W:\\Relay:/site/Relay:ro) and name "
+            "its relay_server.py right after stkrelay-site-relay")  # fmt: skip
         return
     cfg.relay_exec = ExecRelay(tuple(argv), host, port)
 
