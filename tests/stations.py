@@ -58,9 +58,9 @@ class OldStation(threading.Thread):
                 reader.start()
                 try:
                     while not self.stopping.is_set() and reader.is_alive():
-                        if time.monotonic() - self.last_rx > SILENCE:
+                        if time.monotonic() - self.last_rx > SILENCE:  # the next dial starts past this one
                             self.silences += 1
-                            self.first = (self.first + 1) % len(self.addresses)
+                            self.first = (self.addresses.index(self.connects[-1][1]) + 1) % len(self.addresses)
                             break
                         body = json.dumps({"from": self.station, "n": n}).encode()
                         sock.sendall(struct.pack(">I", len(body)) + body)

@@ -86,11 +86,15 @@ def all_hear(everyone: list[OldStation], since: float, timeout: float, what: str
 def fault(site: Any, stations: list[OldStation], commander: OldStation, kind: str) -> tuple[Any, dict]:
     """Fault the leader's PC; the new lease and the seconds each client took to hear another
     through the new relay (the clients of the faulted PC aside: its agent, and its door, are down)."""
-    first = site.wait_settled(timeout=60)
-    leader = site.by_name(first.node)
-    gone = stations[site.agents.index(leader)]
-    live = [s for s in stations if s is not gone] + [commander]
-    all_hear([*live, gone], time.monotonic(), 30, "every client hearing the others before the fault")
+    while True:  # a settled site whose clients all flow, and a lease that did not move meanwhile
+        first = site.wait_settled(timeout=60)
+        leader = site.by_name(first.node)
+        gone = stations[site.agents.index(leader)]
+        live = [s for s in stations if s is not gone] + [commander]
+        all_hear([*live, gone], time.monotonic(), 30, "every client hearing the others before the fault")
+        now = site.lease()
+        if now is not None and (now.node, now.epoch) == (first.node, first.epoch):
+            break
     t0 = time.monotonic()
     if kind == "kill":
         leader.kill9()
