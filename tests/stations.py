@@ -60,7 +60,8 @@ class OldStation(threading.Thread):
                     while not self.stopping.is_set() and reader.is_alive():
                         if time.monotonic() - self.last_rx > SILENCE:  # the next dial starts past this one
                             self.silences += 1
-                            self.first = (self.addresses.index(self.connects[-1][1]) + 1) % len(self.addresses)
+                            here = self.addresses.index(self.connects[-1][1])
+                            self.first = (here + 1) % len(self.addresses)
                             break
                         body = json.dumps({"from": self.station, "n": n}).encode()
                         sock.sendall(struct.pack(">I", len(body)) + body)
