@@ -7,19 +7,25 @@ tests/test_netns_stations.py."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import os
 import socket
 import time
 from pathlib import Path
 
+import test_panel_support
 from harness import free_pair
 from test_entry import relay, view
 from test_proxy import closed, until
 
 from elections.ports.localstate import LocalState
+from elections.ports.relay_files import EntryStatus
+from elections.web.panel.door_state import door_check
 from relay.server.listen_set import door_hosts, relay_loopback, wanted
 from relay.server.station_door import StationDoor
 from stkrelay import config
 
+dj = test_panel_support.dj
 BASE = {"STK_KMSN": "k", "STK_STATION": "S001", "STK_RELAY_TOKEN": "door-test-token-7f3a9c21d4e8b605",
         "STK_NODE_IP": "10.0.0.1"}  # fmt: skip
 
@@ -106,3 +112,16 @@ def test_the_door_forwards_to_the_leader_gives_node_ip_to_its_own_relay_and_refu
             server.close()
 
     asyncio.run(main())
+
+
+def test_doctor_says_where_this_pcs_stations_go(dj):
+    now = time.monotonic()
+    base = EntryStatus(pid=os.getpid(), listen="127.0.0.1:9530", listening=True, updated=now)
+    name, ok, detail = door_check(base, now, leader=None)
+    assert (name, ok) == ("station door", True) and "refused at once" in detail
+    assert door_check(base, now, leader="S002")[1] is False  # a leader it does not follow
+    target = {"node": "S002", "ip": "10.0.0.2", "port": 9530, "epoch": 7}
+    ok, detail = door_check(dataclasses.replace(base, target=target, sessions=3), now, "S002")[1:]
+    assert ok and "leading stations to S002 (10.0.0.2:9530, epoch 7)" in detail and "connections 3" in detail
+    assert door_check(dataclasses.replace(base, updated=now - 10), now, "S002")[1] is False  # not reporting
+    assert door_check(dataclasses.replace(base, listening=False, error="in use"), now, None)[1] is False

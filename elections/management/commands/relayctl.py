@@ -311,6 +311,11 @@ class Command(OperatorCommand):
         here = LocalState(stk.data_dir).entry() if stk.entry else None
         for name, ok, detail in entry_checks(pool, here, time.monotonic()):
             check(name, ok, detail)
+        from elections.web.panel.door_state import door_check
+        from relay.server.listen_set import door_hosts
+
+        if door_hosts(stk.node_ip, stk.relay_loopback, stk.relay_forward):
+            check(*door_check(LocalState(stk.data_dir).door(), time.monotonic(), pool.leader))
         ownership_checks(checks, stk, read, members)
         refusal_checks(check, pool)
         self.emit(checks, [f"{mark(c)} {c['check']}: {c['detail']}" for c in checks])
