@@ -78,13 +78,14 @@ def test_it_listens_on_an_address_held_for_its_epoch_and_stops_when_the_address_
     assert proc.status()["listening"] is True and proc.proc.poll() is None
 
 
-def test_with_relay_loopback_on_it_also_listens_on_127_0_0_1_and_retries_a_bind_that_failed(relay_at):
+def test_with_relay_loopback_on_and_no_door_it_listens_on_127_0_0_1_and_retries_a_bind_that_failed(relay_at):
     port = free_pair(HOST, "127.0.0.1")
     squatter = socket.socket()  # something else holds 127.0.0.1's passthrough port
     squatter.bind(("127.0.0.1", port + 1))
     squatter.listen()
     try:
-        proc = relay_at(port=port, RELAY_LOOPBACK="on")  # serves on NODE_IP all the same
+        # RELAY_FORWARD = off: no station door holds 127.0.0.1, so the relay listens there itself
+        proc = relay_at(port=port, RELAY_LOOPBACK="on", RELAY_FORWARD="off")  # serves on NODE_IP all the same
         wait_until(lambda: listen_states(proc).get("127.0.0.1") == "failed", 5, "the loopback failure shown")
         [entry] = [e for e in proc.status()["snapshot"]["listen"] if e["address"] == "127.0.0.1"]
         assert entry["why"] == "loopback" and "in use" in entry["error"], entry
@@ -94,3 +95,11 @@ def test_with_relay_loopback_on_it_also_listens_on_127_0_0_1_and_retries_a_bind_
     wait_until(lambda: listen_states(proc).get("127.0.0.1") == "listening", 5, "the retried bind")
     wire = Wire(("127.0.0.1", port))  # the leader's own agent, as seed 000 §3.6 has it dial
     assert wire.register("agent", "S002")["type"] == "registered"
+
+
+def test_with_the_station_door_on_the_relay_leaves_127_0_0_1_to_it(relay_at):
+    port = free_pair(HOST, "127.0.0.1")
+    proc = relay_at(port=port, RELAY_LOOPBACK="on")  # RELAY_FORWARD = loopback (the default): the door's
+    wait_until(lambda: listen_states(proc).get(HOST) == "listening", 10, "NODE_IP listening")
+    assert "127.0.0.1" not in listen_states(proc)
+    assert not listening("127.0.0.1", port) and not listening("127.0.0.1", port + 1)
