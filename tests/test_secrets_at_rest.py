@@ -6,6 +6,7 @@ Real files, real modes, a real agent."""
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -100,6 +101,17 @@ def test_a_real_agent_keeps_its_data_dir_private_and_its_share_readable(site_fac
     assert mode(agent.data_dir / "web-tls.pem") == 0o600
     made = [p for p in agent.data_dir.iterdir() if p.is_file() and p.name not in ("stk.ini", "agent.log")]
     assert made and all(mode(p) & 0o077 == 0 for p in made), {p.name: oct(mode(p)) for p in made}
+    doctor = subprocess.run(
+        [sys.executable, "manage.py", "relayctl", "doctor", "--json"],
+        cwd=ROOT,
+        text=True,
+        capture_output=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "STK_INI": str(agent.ini)},
+    )
+    checks = {c["check"]: c for c in json.loads(doctor.stdout)}
+    assert checks["configuration"]["warn"] and "stkrelay.W111" in checks["configuration"]["detail"]
+    assert "RELAY_HOST is not set" in checks["this PC's stations"]["detail"]  # the doctor says where they go
     shared = [p for p in site.lease_dir.rglob("*") if not p.name.startswith(".")]
     assert shared and all(mode(p) == (0o755 if p.is_dir() else 0o644) for p in shared), {
         str(p.relative_to(site.lease_dir)): oct(mode(p)) for p in shared}  # fmt: skip
