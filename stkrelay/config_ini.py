@@ -18,10 +18,10 @@ A value ends where a `;` or `#` follows whitespace outside quotes: `NODE_IP = 19
 `ab;cd`). A quote opens where a value starts or after whitespace and runs to the same quote;
 a value that is one quoted run loses its quotes (`"a ; b"` reads `a ; b`), except the keys
 that hold a command line (`argv_keys`), whose own splitter reads their quotes.
-`stkrelay.E111`: an unclosed quote, text after a value's closing quote, a `[` without `]`,
-a key with no name. `stkrelay.E112`: a secret (`secrets`) whose unquoted value still holds
-whitespace (a comment without `;`, or `abc;rotated 2026-01`): a secret is never read with
-its comment inside; quote it if the space is part of it.
+`stkrelay.E111`: an unclosed quote (in a command line, its own check says so), a `[`
+without `]` or with text after it, a key with no name. `stkrelay.E112`: a secret (`secrets`)
+whose unquoted value still holds whitespace (a comment without `;`, or `abc;rotated 2026-01`):
+a secret is never read with its comment inside; quote it if the space is part of it.
 """
 
 from __future__ import annotations
@@ -178,6 +178,9 @@ def _value(text: str, keep_quotes: bool) -> tuple[str, bool, Said | None]:
             break
         if c in QUOTES and after_space:
             end = text.find(c, i + 1)
+            if end < 0 and keep_quotes:  # a command line: its own splitter says what is wrong
+                out.append(text[i:])
+                break
             if end < 0:
                 return "", False, Said(gettext_noop("a quote (%(quote)s) that is never closed"), quote=c)
             out.append(text[i : end + 1])
