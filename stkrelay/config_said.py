@@ -5,10 +5,10 @@ The configuration is read before Django's translations are ready (the settings a
 from it), so a message cannot be translated when it is made. A `Said` is the English text
 as a `str` (compared in tests, written to JSON logs, matched by `in`), keeping its template
 and values; `str()` and f-strings give it in the active language once Django's translations
-are ready (`runagent`, `manage.py check`, `relayctl`), the English text before that or
-without Django (the relay child). Templates are marked with `gettext_noop` where they are
-written, so `make messages` collects them: this module's own `gettext_noop`, since Django's
-reads the settings that are being made.
+are ready (`runagent`, `manage.py check`, `relayctl`: Django's app registry is ready), the
+English text before that (never touching the settings being made) or without Django.
+Templates are marked with `gettext_noop` where they are written, so `make messages` collects
+them: this module's own `gettext_noop`, since Django's reads the settings being made.
 """
 
 from __future__ import annotations
@@ -28,19 +28,22 @@ class Said(str):
     values: dict[str, Any]
 
     def __new__(cls, template: str, **values: Any) -> Said:
-        said = super().__new__(cls, template % values if values else template)
+        english = {k: str.__str__(v) if isinstance(v, Said) else v for k, v in values.items()}
+        said = super().__new__(cls, template % english if values else template)
         said.template, said.values = template, values
         return said
 
     def __str__(self) -> str:
-        from django.core.exceptions import AppRegistryNotReady, ImproperlyConfigured
+        from django.apps import apps
+
+        if not apps.ready:  # the settings are being made (or there is no Django here): English
+            return str.__str__(self)
+        from django.utils.translation import gettext
 
         try:
-            from django.utils.translation import gettext
-
             text = gettext(self.template)
             return text % self.values if self.values else text
-        except (AppRegistryNotReady, ImproperlyConfigured, KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError):  # a catalogue that lost a placeholder: English
             return str.__str__(self)
 
     def __format__(self, spec: str) -> str:
