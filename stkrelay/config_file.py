@@ -106,9 +106,22 @@ def _elsewhere(ini: config_ini.IniFile, got: FileValues, known: set[str]) -> Non
         got.warnings.append(Problem(
             "stkrelay.W110", f"[{name}]",
             Said(gettext_noop("holds %(keys)s, which the agent does not read there: it reads [stk] and the "
-                              "keys before the first section header"), keys=listed + _more(ours)),
+                              "keys before the first section header (here: %(read)s)"),
+                 keys=listed + _more(ours), read=_read_from(ini)),
             Said(gettext_noop("move them under [stk] if they are the agent's (this section is left alone)")),
         ))  # fmt: skip
+
+
+def _read_from(ini: config_ini.IniFile) -> str:
+    """Where the agent took its keys: `3 keys before the first header, 9 in [STK] (line 4)`."""
+    parts = []
+    top = len(ini.sections[config_ini.TOP])
+    if top:
+        parts.append(f"{top} key{'s' if top != 1 else ''} before the first header")
+    for name in ini.named("stk"):
+        n = len(ini.sections[name])
+        parts.append(f"{n} key{'s' if n != 1 else ''} in [{name}] (line {ini.lines[name]})")
+    return ", ".join(parts)
 
 
 def _sections_seen(ini: config_ini.IniFile) -> str:

@@ -186,6 +186,7 @@ def test_keys_only_in_other_sections_are_named_with_their_lines_never_a_silent_i
     (w110,) = cfg.warnings
     assert (w110.id, w110.key) == ("stkrelay.W110", "[Agent]")
     assert "KMSN (line 4), RELAY_TOKEN (line 5), LEASE_DIR (line 6)" in w110.message
+    assert "(here: 2 keys before the first header)" in w110.message  # which keys it read from where
     said = {p.key: p.message for p in cfg.problems}
     assert "KMSN in [Agent] line 4" in said["KMSN"] and "RELAY_TOKEN in [Agent] line 5" in said["RELAY_TOKEN"]
     assert cfg.station == "S1"  # [Printer]'s STATION is another program's: the headerless one counts
