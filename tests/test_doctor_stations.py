@@ -41,8 +41,8 @@ def stations(cfg) -> list[tuple[bool, bool, str]]:
 @pytest.mark.parametrize(
     "host, words",
     [
-        ("127.0.0.1   ; the stations' one line", "this PC's agent takes them to whoever leads"),
-        ("localhost", "this PC's agent takes them to whoever leads"),
+        ("127.0.0.1   ; the stations' one line", "this PC's station door takes them to whoever leads"),
+        ("localhost", "this PC's station door takes them to whoever leads"),
         ("192.168.1.11", "member S002 of this pool"),
         ("192.168.1.10", "member S001 of this pool"),
     ],
@@ -62,6 +62,11 @@ def test_any_other_address_is_the_old_central_relay_and_a_warning(tmp_path):
 def test_loopback_where_the_agent_does_not_listen_there_is_a_warning(tmp_path):
     ((ok, warn, detail),) = stations(stk(tmp_path, RELAY_HOST="127.0.0.1", RELAY_LOOPBACK="off"))
     assert ok and warn and "RELAY_LOOPBACK" in detail
+
+
+def test_loopback_without_a_station_door_is_a_warning(tmp_path):
+    ((ok, warn, detail),) = stations(stk(tmp_path, RELAY_HOST="127.0.0.1", RELAY_FORWARD="off"))
+    assert ok and warn and "RELAY_FORWARD = off" in detail
 
 
 def test_unset_says_the_stations_fallback(tmp_path):

@@ -300,13 +300,17 @@ def stations_check(check: Any, stk: Config, pool: Any) -> None:
         if stk.relay_loopback == "off" or auto_off:
             say(_("RELAY_HOST = %(host)s, but this agent does not listen on loopback (RELAY_LOOPBACK): the "
                   "stations reach no relay there") % said, warn=True)  # fmt: skip
+        elif getattr(stk, "relay_forward", "loopback") == "off":
+            say(_("RELAY_HOST = %(host)s, but RELAY_FORWARD = off: the stations reach a relay there only "
+                  "while this agent leads") % said, warn=True)  # fmt: skip
         else:
-            say(_("RELAY_HOST = %(host)s: this PC's agent takes them to whoever leads") % said)
+            say(_("RELAY_HOST = %(host)s: this PC's station door takes them to whoever leads") % said)
         return
     members = {stk.node: stk.node_ip, **{n: m.ip for n, m in pool.members.items() if m.ip}}
     for node, ip in sorted(members.items()):
         if _same(ip, addresses):
-            say(_("RELAY_HOST = %(host)s: member %(node)s of this pool") % {**said, "node": node})
+            say(_("RELAY_HOST = %(host)s: member %(node)s of this pool (its relay while it leads, else its "
+                  "station door with RELAY_FORWARD = lan there)") % {**said, "node": node})  # fmt: skip
             return
     if _same(stk.values.get("VIP_ADDRESS", "").split("/")[0], addresses):
         say(_("RELAY_HOST = %(host)s: the pool's VIP, which moves with the leader") % said)
