@@ -137,6 +137,11 @@ KEYS: tuple[Key, ...] = (
         "`lan` = also on a follower's `NODE_IP`, for a commander on a PC without an agent that lists two "
         "members as its `RELAY_HOST` and backup, `off` = no door (the leader's relay listens on loopback "
         'itself; see "The station door")'),
+    Key("RELAY_HOST", "str", "", check="E113",
+        doc="where this PC's stations dial (the old agent's key: they dial `RELAY_HOST:9530`, then "
+        "`127.0.0.1`): `127.0.0.1`, or a member's address, reaches the elected relay; any other address is"
+        ' the old central relay, still the single point of failure (`relayctl doctor` says which, WARN '
+        'for the old one)'),
     Key("RELAY_LEGACY", "flag", "0",
         doc="`1`: the built-in relay also takes the site's old stations (`relay_client.prg` framing, the old "
         'MAGIC, the site token in clear, no HMAC handshake; see "Legacy stations"). Off by default: the '
@@ -248,4 +253,10 @@ KEYS: tuple[Key, ...] = (
 # fmt: on
 
 BY_NAME: dict[str, Key] = {k.name: k for k in KEYS}
+# Keys holding a secret: never read with a comment inside (stkrelay.E112), never shown; an ini
+# holding one must not be readable by group or others (stkrelay.W111).
+SECRET_KEYS: frozenset[str] = frozenset({"RELAY_TOKEN", "POOL_KEY", "SMB_PASSWORD", "CLOUD_TOKEN",
+                                         "WEBHOOK_SECRET"})  # fmt: skip
+# Keys holding a command line: the ini reader leaves their quotes to their own splitter (or shell).
+COMMAND_KEYS: frozenset[str] = frozenset({k.name for k in KEYS if k.kind == "argv"} | {"HEALTH_CMD"})
 DEFAULTS: dict[str, str] = defaults(KEYS)

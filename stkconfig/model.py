@@ -14,7 +14,7 @@ LANGUAGE = "en"  # LANGUAGE_CODE's default
 
 @dataclass(frozen=True)
 class Problem:
-    id: str  # stable: stkrelay.E0xx
+    id: str  # stable: stkrelay.E0xx (a warning: stkrelay.W1xx)
     key: str
     message: str
     hint: str
@@ -76,6 +76,7 @@ class Config:
     relay_max_per_address: int = 0
     relay_loopback: str = "auto"  # auto | on | off (relay.server.listen_set)
     relay_forward: str = "loopback"  # loopback | lan | off (relay.server.station_door)
+    relay_host: str = ""  # where this PC's stations dial (the old agent's RELAY_HOST; relayctl doctor)
     relay_legacy: bool = (
         False  # old stations on the built-in relay (stkrelay.config_legacy, relay.wire.legacy)
     )
@@ -107,6 +108,8 @@ class Config:
     time_zone: str = "UTC"
     source: str = "(defaults)"
     problems: list[Problem] = field(default_factory=list)
+    warnings: list[Problem] = field(default_factory=list)  # said at start and by check; stop nothing (W1xx)
+    origins: dict[str, str] = field(default_factory=dict)  # key -> where the file or environment gave it
     values: dict[str, str] = field(default_factory=dict)  # every [stk] key as given, overrides applied
     watched: list[WatchedPool] = field(default_factory=list)  # the [pool:<KMSN>] sections (config_pools)
     ignored: list[str] = field(default_factory=list)  # keys of the file nobody reads (the old agent's own)

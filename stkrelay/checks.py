@@ -1,12 +1,16 @@
-"""Configuration problems as Django system checks with stable ids."""
+"""Configuration problems as Django system checks with stable ids: errors (stkrelay.Exxx) and
+warnings (stkrelay.W1xx, e.g. an ini holding a secret that others may read)."""
 
 from django.conf import settings
-from django.core.checks import Error, register
+from django.core import checks
 
 
-@register()
+@checks.register()
 def stk_config(app_configs, **kwargs):  # type: ignore[no-untyped-def]
+    stk = settings.STK
     return [
-        Error(f"{p.key}: {p.message}", hint=p.hint, id=p.id, obj=settings.STK.source)
-        for p in settings.STK.problems
+        checks.Error(f"{p.key}: {p.message}", hint=str(p.hint), id=p.id, obj=stk.source) for p in stk.problems
+    ] + [
+        checks.Warning(f"{p.key}: {p.message}", hint=str(p.hint), id=p.id, obj=stk.source)
+        for p in stk.warnings
     ]

@@ -22,7 +22,10 @@ gate keys (`GATE_*`) by `stkrelay.config_gate` (E104–E108);
 the notification keys (`ON_ROLE_CHANGE*`, `WEBHOOK_*`) by `stkrelay.config_notify` (E180–E183);
 `RELAY_KIND`, `RELAY_EXEC`, `RELAY_EXEC_LISTEN` by `stkrelay.config_exec` (E070–E077);
 the ownership keys (`OWNERSHIP_*`) by `stkrelay.config_ownership` (E120–E122);
-the panel's `LANGUAGE_CODE` and `TIME_ZONE` by `stkrelay.config_i18n` (E150–E151).
+the panel's `LANGUAGE_CODE` and `TIME_ZONE` by `stkrelay.config_i18n` (E150–E151);
+`RELAY_HOST` (where this PC's stations dial) by `stkrelay.config_stations` (E113).
+The file itself is read by `stkrelay.config_file` and `stkrelay.config_ini` (E001, E002,
+E110–E112, and the warnings W110–W111, `Config.warnings`).
 
 The leader-action keys (`VIP_*`, `AWS_*`, `OCI_*`, `AZURE_*`) are read by
 `elections.core.actions.action_config`; its problems come back here with one id
@@ -55,6 +58,7 @@ from stkrelay import (
     config_notify,
     config_ownership,
     config_pools,
+    config_stations,
     config_store,
     config_timing,
     config_tls,
@@ -77,10 +81,13 @@ Number = Callable[..., Any]  # load's number(key[, kind, low, high])
 
 def load(ini_path: str | None = None, env: dict[str, str] | None = None, check_dirs: bool = True) -> Config:
     env = dict(os.environ if env is None else env)
-    values, source, problems, pools, given = config_file.read(ini_path, env)
+    known = set(DEFAULTS) | set(ACTION_DEFAULTS)
+    got = config_file.read(ini_path, env, known)
+    values, problems, pools = got.values, got.problems, got.pools
     cfg = draft()
-    cfg.source, cfg.problems, cfg.values = source, problems, values
-    cfg.ignored = config_legacy.ignored_keys(given, set(DEFAULTS) | set(ACTION_DEFAULTS))
+    cfg.source, cfg.problems, cfg.values, cfg.warnings = got.source, problems, values, got.warnings
+    cfg.origins = got.origins
+    cfg.ignored = config_legacy.ignored_keys(got.given, known)
 
     def bad(pid: str, key: str, message: str, hint: str) -> None:
         problems.append(Problem(pid, key, message, hint))
@@ -108,6 +115,7 @@ def load(ini_path: str | None = None, env: dict[str, str] | None = None, check_d
     _timing(cfg, values, bad, number)
     _services(cfg, values, env, check_dirs, bad, number)
     _places(cfg, values, pools, check_dirs, bad)
+    cfg.problems = [config_file.where_else(p, got.elsewhere) for p in problems]
     return freeze(cfg)
 
 
@@ -131,6 +139,7 @@ def _identity(cfg: Any, values: dict[str, str], bad: Bad, number: Number) -> Non
     cfg.relay_max_per_address = per_address if per_address is not None else 0
     cfg.relay_loopback = _loopback(values["RELAY_LOOPBACK"], bad)
     cfg.relay_forward = _forward(values["RELAY_FORWARD"], bad)
+    cfg.relay_host = config_stations.relay_host(values["RELAY_HOST"], bad)
     try:
         cfg.node_ip = str(ipaddress.ip_address(values["NODE_IP"]))
     except ValueError:
@@ -248,7 +257,7 @@ def _places(
         _check_dir(cfg.lease_dir, "LEASE_DIR", "stkrelay.E012", bad, hint)
     if check_dirs:
         try:
-            Path(cfg.data_dir).mkdir(parents=True, exist_ok=True)
+            Path(cfg.data_dir).mkdir(mode=0o700, parents=True, exist_ok=True)  # this user's only
         except OSError:
             pass  # reported just below
         _check_dir(

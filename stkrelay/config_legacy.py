@@ -17,24 +17,22 @@ Keys (README, "Legacy stations"):
 own relay already speaks the old protocol); that pairing is checked where
 `RELAY_KIND` is.
 
-`read_ini(path)` reads the site's file as it is: keys that stand before any
-section header count as `[stk]` keys (the seed adds ours to the old agent's
-file), `[stk]` wins where both have a key; the file may be UTF-8 (with or
-without BOM) or the Traditional Chinese Windows code page (cp950) the old
-agent writes; duplicate keys keep the last one, and a line that is a bare word
-(no ``=``) is skipped rather than refusing the whole file.
+The site's file is read by `stkrelay.config_ini` (encodings, inline comments,
+quotes); `stk_values(ini)` takes the keys that stand before any section header as
+`[stk]` keys (the seed adds ours to the old agent's file), `[stk]` (any case) wins
+where both have a key; duplicate keys keep the last one, and a line that is a bare
+word (no ``=``) is skipped rather than refusing the whole file.
 `ignored_keys(values)` names the keys nobody reads: the agent says so in one
 line (`stkrelay.config.Config.ignored`), never one warning per key.
 """
 
 from __future__ import annotations
 
-import configparser
 from collections.abc import Callable, Collection, Mapping
 
+from stkrelay.config_ini import TOP, IniFile
+
 Bad = Callable[[str, str, str, str], None]
-TOP = "__top__"  # the section name the keys before any header are read into
-ENCODINGS = ("utf-8-sig", "cp950")
 DEFAULT_WAIT = 0.3
 MAX_WAIT = 2.0
 MAX_MAGIC = 64
@@ -45,34 +43,16 @@ KNOWN_PREFIXES = ("VIP_", "AWS_", "OCI_", "AZURE_", "ETCD_", "GATE_", "ENTRY", "
                   "ON_ROLE_", "WEBHOOK_", "TIME_ZONE", "LANGUAGE_CODE")  # fmt: skip
 
 
-def read_ini(path: str) -> configparser.ConfigParser:
-    """The parsed file; raises `OSError` or `configparser.Error` like `read_file`."""
-    with open(path, "rb") as fh:
-        raw = fh.read()
-    text = _decode(raw)
-    parser = configparser.ConfigParser(interpolation=None, strict=False, allow_no_value=True)
-    parser.optionxform = str.upper  # type: ignore[assignment, method-assign]
-    parser.read_string(f"[{TOP}]\n" + text, source=path)
-    return parser
-
-
-def _decode(raw: bytes) -> str:
-    for encoding in ENCODINGS:
-        try:
-            return raw.decode(encoding)
-        except UnicodeDecodeError:
-            continue
-    return raw.decode("latin-1")  # never fails; our keys and values are ASCII
-
-
-def stk_values(parser: configparser.ConfigParser) -> dict[str, str] | None:
-    """The agent's keys: the headerless ones overlaid with `[stk]`; None when neither has any."""
-    top = dict(parser.items(TOP)) if parser.has_section(TOP) else {}
-    if not top and not parser.has_section("stk"):
+def stk_values(ini: IniFile) -> dict[str, tuple[str, int]] | None:
+    """The agent's keys, each with its line: the headerless ones overlaid with `[stk]`; None when
+    neither has any."""
+    stk = ini.named("stk")
+    top = ini.sections.get(TOP, {})
+    if not top and not stk:
         return None
-    values = {k.upper(): v.strip() for k, v in top.items() if v is not None}  # a bare word is no key
-    if parser.has_section("stk"):
-        values.update({k.upper(): v.strip() for k, v in parser.items("stk") if v is not None})
+    values = dict(top)
+    for name in stk:
+        values.update(ini.sections[name])
     return values
 
 

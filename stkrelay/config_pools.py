@@ -25,13 +25,13 @@ goes away later).
 
 from __future__ import annotations
 
-import configparser
 from collections.abc import Callable
 
 from elections.ports.smburl import SmbUrlError, is_smb, parse_smb_url, smb_password
 from stkconfig.keys import BY_NAME
 from stkconfig.parsed import WatchedPool
 from stkconfig.strength import SECRET_HINT, secret_weakness
+from stkrelay.config_ini import TOP, IniFile
 
 Bad = Callable[[str, str, str, str], None]
 SECTION_PREFIX = "pool:"
@@ -41,12 +41,12 @@ BACKEND_PREFIXES = ("SMB_",)  # handed to the share's backend as its options
 MAX_POOLS = 500
 
 
-def sections(parser: configparser.ConfigParser) -> dict[str, dict[str, str]]:
-    """The `[pool:<KMSN>]` sections of a parsed ini, keys upper-cased, values stripped."""
+def sections(ini: IniFile) -> dict[str, dict[str, str]]:
+    """The `[pool:<KMSN>]` sections of a read ini (`config_ini`: keys upper-cased, values read)."""
     out = {}
-    for name in parser.sections():
-        if name.lower().startswith(SECTION_PREFIX):
-            out[name[len(SECTION_PREFIX) :].strip()] = {k.upper(): v.strip() for k, v in parser.items(name)}
+    for name, keys in ini.sections.items():
+        if name != TOP and name.lower().startswith(SECTION_PREFIX):
+            out[name[len(SECTION_PREFIX) :].strip()] = {k: v for k, (v, _) in keys.items()}
     return out
 
 

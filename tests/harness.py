@@ -411,6 +411,7 @@ class Site:
             }
             ini = data / "stk.ini"
             ini.write_text("[stk]\n" + "".join(f"{k} = {v}\n" for k, v in values.items()))
+            ini.chmod(0o600)  # it holds the token (README "Install on a site"; else stkrelay.W111)
             self.agents.append(
                 AgentProc(name, ip, ini, data, data / "agent.log", redis, wrapper=self.wrapper(i))
             )

@@ -143,8 +143,8 @@ def test_a_missing_or_broken_ini_is_reported_not_raised(tmp_path):
     cfg = load(str(tmp_path / "absent.ini"), env={})
     assert ("stkrelay.E001", "STK_INI") in problems(cfg)
     bad = tmp_path / "bad.ini"
-    bad.write_text("= a value without a key\n")  # keys before any header are read (test_config_legacy)
-    assert ("stkrelay.E001", "STK_INI") in problems(load(str(bad), env={}))
+    bad.write_text("KMSN = x\n= a value without a key\n")  # keys before a header count (test_config_legacy)
+    assert ("stkrelay.E111", "line 2") in problems(load(str(bad), env={}))  # the line named (test_config_ini)
     nosection = tmp_path / "nosec.ini"
     nosection.write_text("[other]\nKMSN = x\n")
     assert ("stkrelay.E002", "[stk]") in problems(load(str(nosection), env={}))

@@ -36,7 +36,7 @@ LEASE_POLL=2
 NODE_IP=127.0.0.43
 WEB_PORT=8000
 """
-OLD_KEYS = ["MIRROR_DST", "MIRROR_SRC", "RELAY_HOST", "SHUTDOWN_FLAG", "UPLOADER_GROUP"]
+OLD_KEYS = ["MIRROR_DST", "MIRROR_SRC", "SHUTDOWN_FLAG", "UPLOADER_GROUP"]  # RELAY_HOST is read (issue 36)
 
 
 def old_ini(tmp_path, text: str = OLD_AGENT, encoding: str = "cp950", tail: str = ""):
@@ -53,6 +53,7 @@ def test_the_old_agents_headerless_file_in_cp950_loads_as_is(tmp_path):
         "9999-9999-99-99", "S003", 9530, "a-long-shared-site-secret")  # fmt: skip
     assert (cfg.lease_ttl, cfg.lease_renew, cfg.lease_poll, cfg.node_ip) == (10, 3, 2, "127.0.0.43")
     assert cfg.ignored == OLD_KEYS  # DEBUG (a bare word) is no key at all
+    assert cfg.relay_host == "192.168.1.10"  # where this PC's stations dial: relayctl doctor says so
 
 
 @pytest.mark.parametrize("encoding", ["utf-8", "utf-8-sig"])
@@ -84,7 +85,7 @@ def test_the_ignored_keys_make_one_line(tmp_path):
     many = "".join(f"OLD_KEY_{i:02d}=x\n" for i in range(40))
     cfg = load(str(old_ini(tmp_path, tail=many)), env={})
     lines = startup_lines(cfg.source, cfg.ignored, cfg.relay_legacy, cfg.relay_legacy_magic)
-    assert len(lines) == 1 and "45 keys of the old agent ignored" in lines[0] and lines[0].endswith(", ...)")
+    assert len(lines) == 1 and "44 keys of the old agent ignored" in lines[0] and lines[0].endswith(", ...)")
 
 
 def test_check_prints_no_warning_per_unknown_key(tmp_path):

@@ -7,6 +7,7 @@ legacy stations, refused records, where each address is.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import socket
 import time
@@ -267,3 +268,65 @@ def refusal_checks(check: Callable[..., None], pool: Any) -> None:
         if isinstance(r, dict):
             seen = f"x{r.get('count')}, last {r.get('last_at')}"
             check(f"refused {r.get('source')}", False, f"{r.get('cause')}: {r.get('detail')} ({seen})")
+
+
+STATIONS_PORT = 9530  # the site's stations dial RELAY_HOST:9530, then 127.0.0.1:9530 (seed 000 §2)
+
+
+def stations_check(check: Any, stk: Config, pool: Any) -> None:
+    """Where this PC's stations go (`RELAY_HOST`, issue 36): this PC's loopback or a member's
+    address reach the elected relay (ok); any other address is the old central relay, still the
+    single point of failure (WARN); a name that does not resolve here fails."""
+    host = stk.relay_host
+
+    def say(detail: str, ok: bool = True, warn: bool = False) -> None:
+        check(_("this PC's stations"), ok, detail, warn=warn)
+
+    if not host:
+        say(_("RELAY_HOST is not set: the stations use their fallback, 127.0.0.1:%(port)d (check it on the "
+              "site's station build)") % {"port": STATIONS_PORT}, warn=True)  # fmt: skip
+        return
+    try:
+        addresses = {ipaddress.ip_address(a[4][0].split("%")[0]) for a in socket.getaddrinfo(host, None)}
+    except (OSError, ValueError) as exc:
+        say(_("RELAY_HOST = %(host)s does not resolve here: %(why)s") % {"host": host, "why": exc}, ok=False)
+        return
+    if stk.relay_port != STATIONS_PORT:
+        say(_("the stations dial port %(port)d; this pool's relay is on %(ours)d")
+            % {"port": STATIONS_PORT, "ours": stk.relay_port}, warn=True)  # fmt: skip
+    said = {"host": host}
+    if any(a.is_loopback for a in addresses):
+        auto_off = stk.relay_loopback == "auto" and ipaddress.ip_address(stk.node_ip).is_loopback
+        if stk.relay_loopback == "off" or auto_off:
+            say(_("RELAY_HOST = %(host)s, but this agent does not listen on loopback (RELAY_LOOPBACK): the "
+                  "stations reach no relay there") % said, warn=True)  # fmt: skip
+        elif getattr(stk, "relay_forward", "loopback") == "off":
+            say(_("RELAY_HOST = %(host)s, but RELAY_FORWARD = off: the stations reach a relay there only "
+                  "while this agent leads") % said, warn=True)  # fmt: skip
+        else:
+            say(_("RELAY_HOST = %(host)s: this PC's station door takes them to whoever leads") % said)
+        return
+    members = {stk.node: stk.node_ip, **{n: m.ip for n, m in pool.members.items() if m.ip}}
+    for node, ip in sorted(members.items()):
+        if _same(ip, addresses):
+            say(_("RELAY_HOST = %(host)s: member %(node)s of this pool (its relay while it leads, else its "
+                  "station door with RELAY_FORWARD = lan there)") % {**said, "node": node})  # fmt: skip
+            return
+    if _same(stk.values.get("VIP_ADDRESS", "").split("/")[0], addresses):
+        say(_("RELAY_HOST = %(host)s: the pool's VIP, which moves with the leader") % said)
+        return
+    say(_("RELAY_HOST = %(host)s is no member of this pool: the stations dial the old central relay, still "
+          "the single point of failure; set RELAY_HOST = 127.0.0.1") % said, warn=True)  # fmt: skip
+
+
+def _same(text: str, addresses: set[Any]) -> bool:
+    try:
+        return ipaddress.ip_address(text) in addresses
+    except ValueError:
+        return False
+
+
+def config_warnings(check: Any, stk: Config) -> None:
+    """The configuration's warnings (W1xx: an ini others may read, keys in a section not read)."""
+    for w in stk.warnings:
+        check(_("configuration"), True, f"{w.key}: {w.message} ({w.id}) — {w.hint}", warn=True)

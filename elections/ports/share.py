@@ -195,11 +195,11 @@ class LocalShare:
 
     def replace(self, rel: str, data: bytes, tag: str = "") -> None:
         SHARE_OPS.count("replace", rel, 2)
-        write_atomic(self.path(rel), data, durable=True, tag=tag)
+        write_atomic(self.path(rel), data, durable=True, tag=tag, mode=sharefiles.FILE_MODE)
 
     def create_exclusive(self, rel: str, data: bytes) -> None:
         SHARE_OPS.count("create_exclusive", rel, 2)
-        publish_exclusive(self.path(rel), data)
+        publish_exclusive(self.path(rel), data, mode=sharefiles.FILE_MODE)
 
     def unlink(self, rel: str) -> None:
         SHARE_OPS.count("unlink", rel)

@@ -47,6 +47,10 @@ _NOFOLLOW = NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 DEFAULT_TIMEOUT = 2.0
+# The share's files and folders are made readable by every member whatever the agent's umask
+# (077, for its own DATA_DIR): on a share of several machines, other members' agents may be
+# other users (NFS, a volume); over SMB the server's own rights apply.
+FILE_MODE, DIR_MODE = 0o644, 0o755
 MAX_SCAN = 4096  # directory entries looked at per listing, of any kind: a flood cannot stall a cycle
 MAX_REFUSED = 8  # refusals reported per listing
 NODE_FILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # a node id as a file name stem
@@ -121,7 +125,10 @@ def append_line(path: Path, line: bytes) -> None:
     """Append one line to a regular file (created if missing), never through a link."""
     fd = _open_regular(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
     try:
-        size = os.fstat(fd).st_size
+        st = os.fstat(fd)
+        size = st.st_size
+        if not size and stat.S_IMODE(st.st_mode) != FILE_MODE:
+            os.fchmod(fd, FILE_MODE)  # made just now under the agent's umask (077)
         if size:
             # A previous writer died mid-line: end that fragment so this line
             # stays a line of its own (readers skip the fragment).
@@ -231,7 +238,18 @@ def ensure_dir(folder: Path) -> Untrusted | None:
             quarantine(folder)
     except FileNotFoundError:
         pass
-    folder.mkdir(exist_ok=True)
+    try:
+        folder.mkdir()
+    except FileExistsError:
+        return refused
+    try:  # whatever the agent's umask (077): other members list it; never through a link
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _NOFOLLOW)
+        try:
+            os.fchmod(fd, DIR_MODE)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass  # swapped for a link or gone since: the next look refuses or remakes it
     return refused
 
 

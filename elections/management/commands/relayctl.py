@@ -38,6 +38,7 @@ from django.utils.translation import gettext_lazy
 from elections.management.doctor_checks import (
     beacon_checks,
     clock_checks,
+    config_warnings,
     early_takeover_check,
     lease_checks,
     legacy_check,
@@ -48,6 +49,7 @@ from elections.management.doctor_checks import (
     relay_answers_check,
     relay_kind_check,
     share_split_check,
+    stations_check,
     store_checks,
 )
 from elections.management.pool_views import (
@@ -300,6 +302,7 @@ class Command(OperatorCommand):
         relay_answers_check(check, stk, pool, members)
         listen_check(check, stk)
         relay_kind_check(check, stk)
+        stations_check(check, stk, pool)
         beacon_checks(check, stk.node, pool, members)
         share_split_check(check, pool)
         clock_checks(check, stk.node, pool)
@@ -318,6 +321,7 @@ class Command(OperatorCommand):
             check(*door_check(LocalState(stk.data_dir).door(), time.monotonic(), pool.leader))
         ownership_checks(checks, stk, read, members)
         refusal_checks(check, pool)
+        config_warnings(check, stk)
         self.emit(checks, [f"{mark(c)} {c['check']}: {c['detail']}" for c in checks])
         if stale and not o["stale_ok"]:
             self.stderr.write(

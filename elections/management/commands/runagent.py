@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import subprocess
 import sys
 import time
@@ -22,11 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
+from django.utils.translation import gettext as _
 
 from elections.ports.webcert import FINGERPRINT, WebCert, made_cert, operator_cert, show
 from relay.server.listen_set import door_hosts
 from stkconfig.model import Config
 from stkrelay.config_tls import plain_on_lan
+
+PRIVATE_UMASK = 0o077  # what the agent and its children create is this user's only (DATA_DIR)
 
 
 class Command(BaseCommand):
@@ -51,10 +55,13 @@ class Command(BaseCommand):
 
         stk = settings.STK
         os.environ["STK_COMPONENT"] = "agent"  # its own log lines (LOG_FORMAT=json); children get theirs
+        for warning in stk.warnings:  # before the problems: a W110 says where a missing key stands
+            self.stderr.write(f"stkrelay: config {stk.source}: WARNING {warning.line()}")
         if stk.problems:
             for problem in stk.problems:
                 self.stderr.write(f"stkrelay: config {stk.source}: {problem.line()}")
             raise SystemExit(2)
+        self._keep_private(stk)
         _wait_for_redis(stk.redis_url)
         call_command("migrate", verbosity=0, interactive=False)
 
@@ -80,6 +87,22 @@ class Command(BaseCommand):
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+
+    def _keep_private(self, stk: Config) -> None:
+        """Umask 077 for the agent and its children, and DATA_DIR 0700 (issue 40, finding 10): the
+        database (sessions, password hashes), the panel's TLS key and the agent's state are this
+        user's only. The share's files keep 0644 (`ports.sharefiles.FILE_MODE`): other members read them."""
+        os.umask(PRIVATE_UMASK)
+        try:
+            if stat.S_IMODE(os.stat(stk.data_dir).st_mode) & 0o077:
+                os.chmod(stk.data_dir, 0o700)
+        except OSError as exc:
+            said = _("cannot make %(path)s 0700 (%(why)s): other users may read the agent's database and keys"
+                     ) % {"path": stk.data_dir, "why": exc.strerror}  # fmt: skip
+            hint = _("run the agent as the folder's owner, or chmod 700 it")
+            self.stderr.write(
+                f"stkrelay: config {stk.source}: WARNING DATA_DIR: {said} (stkrelay.W112) — {hint}"
+            )
 
     def _hold_liveness_port(self, stk: Config, env: dict[str, str]) -> None:
         """The TCP liveness port (DESIGN.md §13), before any child starts: none may inherit it."""

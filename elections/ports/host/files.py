@@ -30,12 +30,15 @@ _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 REPLACE_BACKOFF = Backoff(tries=5, first=0.02)
 
 
-def _temp_beside(path: Path, data: bytes, durable: bool, tag: str) -> Path:
+def _temp_beside(path: Path, data: bytes, durable: bool, tag: str, mode: int | None = None) -> Path:
     """A temp file beside `path` holding `data`, created exclusively under an
-    unpredictable name (a planted link or file is never written through)."""
+    unpredictable name (a planted link or file is never written through); `mode`, when
+    given, is set whatever the umask (the share's files: other members must read them)."""
     tmp = path.with_name(f".{path.name}.{tag + '.' if tag else ''}{secrets.token_hex(6)}.tmp")
     fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | _NOFOLLOW, 0o644)
     try:
+        if mode is not None:
+            os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             if durable:
@@ -54,12 +57,14 @@ def write_atomic(
     durable: bool = False,
     tag: str = "",
     sleep: Callable[[float], None] = time.sleep,
+    mode: int | None = None,
 ) -> None:
     """Replace `path` with `data`, all or nothing. `durable` fsyncs before the
-    rename (the share's files); `tag` names the writer in the temp name. Raises
-    OSError; the temp file never outlives a failure."""
+    rename (the share's files); `tag` names the writer in the temp name; `mode` is
+    set whatever the umask (else the umask's 0644). Raises OSError; the temp file
+    never outlives a failure."""
     path = Path(path)
-    tmp = _temp_beside(path, data, durable, tag)
+    tmp = _temp_beside(path, data, durable, tag, mode)
     try:
         retry(lambda: os.replace(tmp, path), on=PermissionError, backoff=REPLACE_BACKOFF, sleep=sleep)
     except BaseException:
@@ -67,13 +72,13 @@ def write_atomic(
         raise
 
 
-def publish_exclusive(path: str | os.PathLike[str], data: bytes) -> None:
+def publish_exclusive(path: str | os.PathLike[str], data: bytes, mode: int | None = None) -> None:
     """Make `path` hold `data` only if nothing is at `path` (not even a link),
     and only ever whole: raises FileExistsError if something is there, OSError
     otherwise (a file system with neither hard links nor RENAME_NOREPLACE is
     refused rather than given a lock that is briefly empty)."""
     path = Path(path)
-    tmp = _temp_beside(path, data, durable=False, tag="new")
+    tmp = _temp_beside(path, data, durable=False, tag="new", mode=mode)
     try:
         try:
             os.link(tmp, path, follow_symlinks=False)  # never follows a link at `path`: EEXIST
