@@ -76,6 +76,7 @@ AUDIT_EVERY = 60.0
 REASONS = {"webhook": "webhook delivery", "on_role_change": "ON_ROLE_CHANGE command"}
 SEND_BACKOFF = Backoff(tries=8, first=0.5, factor=2.0, cap=30.0, jitter=0.2)
 LOCATION_CHARS = 120  # of a redirect's Location, quoted in the reason it was not delivered
+CAUSE_CHARS = 64  # of ON_ROLE_CHANGE's CAUSE
 
 
 class Roles:
@@ -286,6 +287,7 @@ class Notifier:
 
     def run_role(self, role: str, epoch: int, cause: str) -> int | None:
         """Run the command for one change; its exit status, None if it timed out or did not start."""
+        cause = printable(cause, CAUSE_CHARS)  # a row's word, but quoted to a site's script all the same
         args = [role, str(epoch), self.kmsn, self.node, cause]
         env = dict(os.environ, STK_ROLE=role, STK_EPOCH=str(epoch), STK_KMSN=self.kmsn, STK_NODE=self.node,
                    STK_CAUSE=cause)  # fmt: skip
