@@ -24,8 +24,9 @@ event given up or dropped is an audit row, at most one per `AUDIT_EVERY` seconds
 (the row counts the ones in between).
 
 Role command. A role change (`Roles`) runs `CMD ROLE EPOCH KMSN NODE CAUSE`
-with the same in `STK_ROLE`... of the environment, in a process group of its
-own, killed after `ON_ROLE_CHANGE_TIMEOUT`. Changes are coalesced: while the
+with the same in `STK_ROLE`... of the environment (the agent's own, without its
+secrets: `processes.site_environment`), in a process group of its own, killed
+after `ON_ROLE_CHANGE_TIMEOUT`. Changes are coalesced: while the
 command runs, only the newest pending change is kept (the command always
 learns the current role; intermediate ones are logged as skipped). Its exit
 status is logged; a failure or a timeout is an audit row.
@@ -53,7 +54,7 @@ from typing import Any
 
 from elections.core.evidence import printable
 from elections.ports.host.files import write_atomic
-from elections.ports.host.processes import kill_group, spawn_options
+from elections.ports.host.processes import kill_group, site_environment, spawn_options
 from elections.ports.pinned_https import opener
 from elections.retry import Backoff, retry
 from elections.runtime.notify_outbox import OUTBOX_FILE, Outbox
@@ -289,8 +290,8 @@ class Notifier:
         """Run the command for one change; its exit status, None if it timed out or did not start."""
         cause = printable(cause, CAUSE_CHARS)  # a row's word, but quoted to a site's script all the same
         args = [role, str(epoch), self.kmsn, self.node, cause]
-        env = dict(os.environ, STK_ROLE=role, STK_EPOCH=str(epoch), STK_KMSN=self.kmsn, STK_NODE=self.node,
-                   STK_CAUSE=cause)  # fmt: skip
+        env = site_environment({"STK_ROLE": role, "STK_EPOCH": str(epoch), "STK_KMSN": self.kmsn,
+                                "STK_NODE": self.node, "STK_CAUSE": cause})  # fmt: skip
         self.counters.add("role_runs")
         try:
             proc = subprocess.Popen(
