@@ -4,7 +4,9 @@
 counter on /metrics) and keeps the latest distinct refusals (file, cause,
 detail) for the panel's banner and `relayctl doctor`. `note()` says whether a
 refusal is new, so callers log each cause once per file instead of every
-cycle. Pure: the caller passes the time it wants shown.
+cycle. A refusal's source and detail quote what an attacker wrote: `printable`
+reduces them to `SAFE` and a bound before anyone (the panel, doctor, the
+webhook, a log line) sees them. Pure: the caller passes the time it wants shown.
 """
 
 from __future__ import annotations
@@ -14,8 +16,6 @@ from typing import Any
 
 KEEP = 32  # distinct refusals remembered for display
 SHOWN_FOR = 900.0  # seconds a refusal stays in the panel's banner after it was last seen
-
-
 SOURCE_CHARS = 160  # the most of a refusal's source that is kept and shown
 DETAIL_CHARS = 240  # ...and of its detail
 # What text quoted from outside may hold wherever it goes: the panel, `relayctl doctor`, the
