@@ -21,12 +21,13 @@ SECRET = "notify-test-secret-0123456789"
 
 class Receiver:
     """A webhook receiver on 127.0.0.1: answers each POST with the next of `statuses` (then 200), or
-    holds it open until `release` is set when `hang`."""
+    holds it open until `release` is set when `hang`; a 3xx names `location`."""
 
-    def __init__(self, statuses=(), hang=False):
+    def __init__(self, statuses=(), hang=False, location=None):
         self.posts: list[tuple[dict, bytes]] = []
         self.statuses = list(statuses)
         self.hang = hang
+        self.location = location
         self.release = threading.Event()
         self.held = threading.Event()
         owner = self
@@ -40,6 +41,8 @@ class Receiver:
                     owner.release.wait(60)
                 code = owner.statuses.pop(0) if owner.statuses else 200
                 self.send_response(code)
+                if owner.location and 300 <= code < 400:
+                    self.send_header("Location", owner.location)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 

@@ -1,9 +1,13 @@
 """The notifier alone against a real receiver on loopback: a full queue drops its oldest and counts
-it, failures are audited at most once a minute, a change while the role command runs is coalesced."""
+it, failures are audited at most once a minute, a change while the role command runs is coalesced,
+a redirect is never followed (a 3xx is not a delivery)."""
 
+import http.server
 import json
+import threading
 
-from harness import wait_until
+import pytest
+from harness import free_port, wait_until
 from test_agents_notify import SECRET, Receiver, role_script
 
 from elections.retry import Backoff
@@ -79,3 +83,68 @@ def test_role_changes_coalesce_while_the_command_runs(tmp_path):
     gate.touch()
     wait_until(lambda: n.counters.role_runs == 2 and out.read_text() == "leader\nfollower\n", 10, "two runs")
     assert n.counters.role_failed == 0
+
+
+class Trap:
+    """A server on 127.0.0.1 that must receive nothing: it records any request, whatever its method."""
+
+    def __init__(self):
+        self.requests: list[tuple[str, str, dict]] = []
+        owner = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _any(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                self.rfile.read(length)
+                owner.requests.append((self.command, self.path, dict(self.headers)))
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            do_GET = do_POST = do_PUT = do_HEAD = _any
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/steal"
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("code", [301, 302, 303, 307, 308])
+def test_a_redirect_is_never_followed_and_the_event_is_not_delivered(code):
+    trap = Trap()
+    receiver = Receiver(statuses=[code] * 2, location=trap.url)
+    rows = []
+    try:
+        n = notifier(receiver.url, audit=rows)
+        offer(n, 1)
+        wait_until(lambda: n.counters.failed == 1, 20, "the event given up")
+        # Both tries went to WEBHOOK_URL, signed; not one request reached where the 3xx pointed.
+        assert len(receiver.posts) == 2 and receiver.posts[0][1] == receiver.posts[1][1]
+        assert trap.requests == []
+        assert (n.counters.sent, len(n.outbox)) == (0, 0)
+        (row,) = rows
+        why = f"HTTP {code}, a redirect to {trap.url}: not followed"
+        assert row[0] == "webhook" and "(elected) not delivered, 2 tries: " + why in row[2], row
+    finally:
+        receiver.stop()
+        trap.stop()
+
+
+def test_a_redirect_then_a_2xx_at_the_same_url_is_delivered_there_once():
+    trap = Trap()
+    receiver = Receiver(statuses=[302], location=trap.url)  # the retry is answered 200
+    try:
+        n = notifier(receiver.url)
+        offer(n, 1)
+        wait_until(lambda: n.counters.sent == 1, 20, "the event delivered")
+        assert len(receiver.posts) == 2 and trap.requests == [] and n.counters.failed == 0
+    finally:
+        receiver.stop()
+        trap.stop()

@@ -4,7 +4,9 @@
 counter on /metrics) and keeps the latest distinct refusals (file, cause,
 detail) for the panel's banner and `relayctl doctor`. `note()` says whether a
 refusal is new, so callers log each cause once per file instead of every
-cycle. Pure: the caller passes the time it wants shown.
+cycle. A refusal's source and detail quote what an attacker wrote: `printable`
+reduces them to `SAFE` and a bound before anyone (the panel, doctor, the
+webhook, a log line) sees them. Pure: the caller passes the time it wants shown.
 """
 
 from __future__ import annotations
@@ -14,12 +16,24 @@ from typing import Any
 
 KEEP = 32  # distinct refusals remembered for display
 SHOWN_FOR = 900.0  # seconds a refusal stays in the panel's banner after it was last seen
+SOURCE_CHARS = 160  # the most of a refusal's source that is kept and shown
+DETAIL_CHARS = 240  # ...and of its detail
+# What text quoted from outside may hold wherever it goes: the panel, `relayctl doctor`, the
+# logs, the webhook's body (and the chat it may reach), ON_ROLE_CHANGE. ASCII letters and digits,
+# the space and `.,:;/_-+=()'\`: enough for node names, addresses, paths (`relay_leader.json`,
+# `W:\socket`), times and our own words; none of the markup of a chat or a page (`@` `<` `>` `|`
+# `&` `*` `[` `]` `{` `}` `#` `!` `~` `"` backquote), no control character or line end. Any
+# character that is not ASCII (another script's look-alike letter, a bidi override, a lone
+# surrogate from a name that is not UTF-8) is shown as its escape (`\u0430`, `\u202e`, `\udcff`).
+SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 .,:;/_-+=()'\\")
+UNSAFE = "?"  # what stands for each character outside SAFE
 
 
 def printable(text: str, limit: int) -> str:
-    """Text from outside as it may be shown and stored: names on a share need not
-    be UTF-8 (lone surrogates become escapes), and nothing is longer than `limit`."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")[:limit]
+    """Text from outside as it may be quoted anywhere: what is not ASCII as its escape, then
+    each character outside `SAFE` replaced by `UNSAFE`; at most `limit` characters."""
+    ascii_text = str(text)[:limit].encode("ascii", "backslashreplace").decode("ascii")
+    return "".join(ch if ch in SAFE else UNSAFE for ch in ascii_text[:limit])
 
 
 @dataclass
@@ -43,7 +57,7 @@ class Refusals:
 
     def note(self, source: str, cause: str, detail: str, at: str = "", now: float | None = None) -> bool:
         """Count one refusal; True if (source, cause) was not among the recent ones."""
-        source, detail = printable(source, 200), printable(detail, 500)
+        source, detail = printable(source, SOURCE_CHARS), printable(detail, DETAIL_CHARS)
         self.counts[cause] = self.counts.get(cause, 0) + 1
         key = (source, cause)
         known = self.recent.pop(key, None)

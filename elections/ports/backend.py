@@ -53,6 +53,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from elections.core.evidence import DETAIL_CHARS, SOURCE_CHARS, printable
 from elections.core.skew import ClockReading
 from elections.core.untrusted import Untrusted
 from elections.ports.event_streams import EventStreams
@@ -168,4 +169,5 @@ def plain_details(where: str) -> dict[str, Any]:
 def log_only(source: str, exc: Untrusted, log_it: bool = True) -> None:
     """A backend's `refuse` until a record layer gives it its own (never counted)."""
     if log_it:
-        log.warning("ignoring %s: %s (%s)", source, exc.detail, exc.cause)
+        detail = printable(exc.detail, DETAIL_CHARS)
+        log.warning("ignoring %s: %s (%s)", printable(source, SOURCE_CHARS), detail, exc.cause)

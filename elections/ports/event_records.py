@@ -24,7 +24,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from elections.core.evidence import Refusals
+from elections.core.evidence import DETAIL_CHARS, SOURCE_CHARS, Refusals, printable
 from elections.core.lease import sign, signature_ok
 from elections.core.untrusted import (
     EVENT_LINE,
@@ -163,7 +163,8 @@ class PoolEventTail:
         if self.refusals.note(source, exc.cause, exc.detail, at, now):
             level = logging.ERROR if exc.cause in SECURITY_CAUSES else logging.WARNING
             prefix = "SECURITY: " if exc.cause in SECURITY_CAUSES else ""
-            log.log(level, "%signoring an event line of %s: %s (%s)", prefix, source, exc.detail, exc.cause)
+            log.log(level, "%signoring an event line of %s: %s (%s)", prefix, printable(source, SOURCE_CHARS),
+                    printable(exc.detail, DETAIL_CHARS), exc.cause)  # fmt: skip
 
     def last(self, node: str) -> int:
         return self.last_seq.get(node, 0)

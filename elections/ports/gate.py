@@ -25,7 +25,7 @@ from typing import Any
 
 from elections.core.gate import MAX_FILE_BYTES, Look, first_word
 from elections.core.untrusted import Untrusted
-from elections.ports.host.processes import kill_group, spawn_options
+from elections.ports.host.processes import kill_group, site_environment, spawn_options
 from elections.ports.sharefiles import read_regular
 
 
@@ -71,7 +71,7 @@ class CommandGate:
         try:
             proc = subprocess.Popen(
                 self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                close_fds=True, **spawn_options(own_group=True),
+                close_fds=True, env=site_environment(), **spawn_options(own_group=True),
             )  # fmt: skip
         except OSError as exc:
             return Look(False, why=f"gate command cannot start: {exc.strerror or exc}")

@@ -10,7 +10,9 @@ certificates (`TLS_CERT`), a client may take their CA file instead (`ca_file`:
 the usual chain and host-name verification). Without either, the system's CAs.
 
 `opener(pins, ca_file)` is a `urllib` opener that never goes through an
-`http_proxy` from the environment (agents are on the LAN).
+`http_proxy` from the environment (agents are on the LAN); with `redirects=False`
+it never follows a 3xx either: the answer is an `HTTPError` of its code (the
+webhook's signed body and headers go to the configured URL and nowhere else).
 """
 
 from __future__ import annotations
@@ -66,6 +68,14 @@ class _PinnedHandler(urllib.request.HTTPSHandler):
         return self.do_open(self.connection, req, context=self._context)  # type: ignore[attr-defined]
 
 
+class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
+    """In place of urllib's own redirect handler (which would send the request again to any
+    `Location`, http:// too): no new request, so the 3xx is raised as an `HTTPError`."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[no-untyped-def]
+        return None
+
+
 def parse_pins(values: Iterable[str]) -> frozenset[str]:
     """Fingerprints as typed (see `webcert.normalise`); ValueError names a bad one."""
     pins = set()
@@ -77,10 +87,16 @@ def parse_pins(values: Iterable[str]) -> frozenset[str]:
     return frozenset(pins)
 
 
-def opener(pins: Iterable[str] = (), ca_file: str | None = None) -> urllib.request.OpenerDirector:
-    """A urllib opener for agents' panels: pinned when `pins`, else verified against `ca_file`."""
+def opener(
+    pins: Iterable[str] = (), ca_file: str | None = None, redirects: bool = True
+) -> urllib.request.OpenerDirector:
+    """A urllib opener for agents' panels: pinned when `pins`, else verified against `ca_file`;
+    without `redirects`, a 3xx is an `HTTPError`, never followed."""
     pinned = frozenset(pins)
     https: urllib.request.HTTPSHandler = _PinnedHandler(pinned)
     if not pinned:
         https = urllib.request.HTTPSHandler(context=client_context(False, ca_file))
-    return urllib.request.build_opener(urllib.request.ProxyHandler({}), https)
+    handlers: list[urllib.request.BaseHandler] = [urllib.request.ProxyHandler({}), https]
+    if not redirects:
+        handlers.append(_RefuseRedirects())  # build_opener then leaves urllib's own out
+    return urllib.request.build_opener(*handlers)

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from elections.core.evidence import Refusals
+from elections.core.evidence import DETAIL_CHARS, SOURCE_CHARS, Refusals, printable
 from elections.core.lease import LeaseRead, LeaseRecord, parse_lease, sign, signature_ok
 from elections.core.skew import ClockReading
 from elections.core.untrusted import (
@@ -96,7 +96,8 @@ class PoolStore:
             level = logging.ERROR if exc.cause in SECURITY_CAUSES else logging.WARNING
             prefix = "SECURITY: " if exc.cause in SECURITY_CAUSES else ""
             where = self.backend.where
-            log.log(level, "%signoring %s in %s: %s (%s)", prefix, source, where, exc.detail, exc.cause)
+            log.log(level, "%signoring %s in %s: %s (%s)", prefix, printable(source, SOURCE_CHARS), where,
+                    printable(exc.detail, DETAIL_CHARS), exc.cause)  # fmt: skip
 
     # -- the lease ---------------------------------------------------------------------
     def read(self) -> LeaseRead:

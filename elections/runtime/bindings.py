@@ -26,7 +26,7 @@ import queue
 import threading
 from typing import Any
 
-from elections.core.evidence import Refusals
+from elections.core.evidence import DETAIL_CHARS, Refusals, printable
 from elections.core.stations import BOUND, EVENT_KINDS, SEEN, StationBook, station_name
 from elections.core.untrusted import IMPERSONATION
 from elections.ports.clock import Clock
@@ -125,7 +125,7 @@ class PoolBindings:
                   f"{new} registration(s), last from {peer}")  # fmt: skip
         at = self.clock.wall().isoformat(timespec="seconds")
         if self.refusals.note(f"relay:{station}", IMPERSONATION, detail, at, self.clock.monotonic()):
-            log.error("SECURITY: %s", detail)
+            log.error("SECURITY: %s", printable(detail, DETAIL_CHARS))  # it quotes a station's name
         self.refusals.counts[IMPERSONATION] += new - 1
 
     # -- the writer ----------------------------------------------------------------------

@@ -25,6 +25,7 @@ from typing import Protocol
 
 from elections.core.gate import LOOK_EVERY, GateMemory, Look, remember, signal
 from elections.core.gate import PENDING as GATE_PENDING
+from elections.ports.host.processes import site_environment
 
 log = logging.getLogger("stkrelay.health")
 
@@ -36,7 +37,8 @@ def run_checks(health_cmd: str, health_url: str, timeout: float = CHECK_TIMEOUT)
     """'ok' or why not, from the configured checks (blocking, bounded by `timeout` each)."""
     if health_cmd:
         try:
-            done = subprocess.run(health_cmd, shell=True, capture_output=True, timeout=timeout)
+            done = subprocess.run(health_cmd, shell=True, capture_output=True, timeout=timeout,
+                                  env=site_environment())  # fmt: skip
             if done.returncode != 0:
                 return f"health command exited {done.returncode}"
         except subprocess.TimeoutExpired:

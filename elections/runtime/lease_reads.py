@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from elections.core.evidence import DETAIL_CHARS, printable
 from elections.core.lease import LeaseRead
 from elections.core.lease_memory import Memory, replayed
 
@@ -16,11 +17,12 @@ from elections.core.lease_memory import Memory, replayed
 def read_trouble(read: LeaseRead, memory: Memory, where: Callable[[], str]) -> tuple[str, int, str | None]:
     """(message, log level, the replay's detail if it is one) for a read that is no
     evidence (`where()` names the store, asked only then); ("", 0, None) for one that is."""
+    quoted = printable(read.detail, DETAIL_CHARS)  # it may quote the record's own text
     if read.status == "forged":
-        return f"SECURITY: ignoring forged lease in {where()}: {read.detail}", logging.ERROR, None
+        return f"SECURITY: ignoring forged lease in {where()}: {quoted}", logging.ERROR, None
     if read.status == "corrupt":
-        return f"ignoring damaged lease in {where()}: {read.detail}", logging.WARNING, None
+        return f"ignoring damaged lease in {where()}: {quoted}", logging.WARNING, None
     if replayed(memory, read) and read.record is not None:
-        detail = f"{read.record.describe()} is older than seen {memory.seen_key}"
+        detail = printable(f"{read.record.describe()} is older than seen {memory.seen_key}", DETAIL_CHARS)
         return f"SECURITY: ignoring replayed lease in {where()}: {detail}", logging.ERROR, detail
     return "", 0, None

@@ -16,14 +16,17 @@ in the pool's history, the same whichever agent sends it; a security event's is
 `<kmsn>/<node>/security/<ms>`. Delivery is at-least-once (a receiver that answered
 200 too late sees the same id again) and a receiver drops repeats on it. A
 refused or failed POST is retried with `elections.retry.Backoff` (`WEBHOOK_TRIES`);
+a 3xx is such a refusal, never followed (the body and its signature go to
+`WEBHOOK_URL` and nowhere else): retried at the same URL, then given up;
 the queue (`notify_outbox.Outbox`, a file in DATA_DIR that survives a restart) is
 bounded (`WEBHOOK_QUEUE`): when full the oldest event is dropped and counted. An
 event given up or dropped is an audit row, at most one per `AUDIT_EVERY` seconds
 (the row counts the ones in between).
 
 Role command. A role change (`Roles`) runs `CMD ROLE EPOCH KMSN NODE CAUSE`
-with the same in `STK_ROLE`... of the environment, in a process group of its
-own, killed after `ON_ROLE_CHANGE_TIMEOUT`. Changes are coalesced: while the
+with the same in `STK_ROLE`... of the environment (the agent's own, without its
+secrets: `processes.site_environment`), in a process group of its own, killed
+after `ON_ROLE_CHANGE_TIMEOUT`. Changes are coalesced: while the
 command runs, only the newest pending change is kept (the command always
 learns the current role; intermediate ones are logged as skipped). Its exit
 status is logged; a failure or a timeout is an audit row.
@@ -49,8 +52,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from elections.core.evidence import printable
 from elections.ports.host.files import write_atomic
-from elections.ports.host.processes import kill_group, spawn_options
+from elections.ports.host.processes import kill_group, site_environment, spawn_options
 from elections.ports.pinned_https import opener
 from elections.retry import Backoff, retry
 from elections.runtime.notify_outbox import OUTBOX_FILE, Outbox
@@ -72,6 +76,8 @@ ROLES = {"elected": "leader", "stepped_down": "follower", "released": "follower"
 AUDIT_EVERY = 60.0
 REASONS = {"webhook": "webhook delivery", "on_role_change": "ON_ROLE_CHANGE command"}
 SEND_BACKOFF = Backoff(tries=8, first=0.5, factor=2.0, cap=30.0, jitter=0.2)
+LOCATION_CHARS = 120  # of a redirect's Location, quoted in the reason it was not delivered
+CAUSE_CHARS = 64  # of ON_ROLE_CHANGE's CAUSE
 
 
 class Roles:
@@ -191,7 +197,7 @@ class Notifier:
         self._audit_lock = threading.Lock()  # the feed (drops) and the sender (give-ups) both audit
         self._last_audit = -AUDIT_EVERY
         self._unaudited = 0
-        self._open = opener(cfg.webhook_pins)
+        self._open = opener(cfg.webhook_pins, redirects=False)  # the signed body goes to WEBHOOK_URL only
         if cfg.webhook_url:
             threading.Thread(target=self._send_loop, name="notify-webhook", daemon=True).start()
         if cfg.role_cmd:
@@ -248,6 +254,9 @@ class Notifier:
                 resp.read(4096)
                 status = resp.status
         except urllib.error.HTTPError as exc:
+            if 300 <= exc.code < 400:  # never followed (`opener(redirects=False)`): not delivered
+                where = printable(exc.headers.get("Location") or "", LOCATION_CHARS) or "nowhere"
+                raise Undelivered(f"HTTP {exc.code}, a redirect to {where}: not followed") from None
             raise Undelivered(f"HTTP {exc.code}") from None
         except (OSError, ValueError) as exc:  # URLError, timeouts, TLS, a pin refused
             raise Undelivered(str(getattr(exc, "reason", None) or exc)) from None
@@ -279,9 +288,10 @@ class Notifier:
 
     def run_role(self, role: str, epoch: int, cause: str) -> int | None:
         """Run the command for one change; its exit status, None if it timed out or did not start."""
+        cause = printable(cause, CAUSE_CHARS)  # a row's word, but quoted to a site's script all the same
         args = [role, str(epoch), self.kmsn, self.node, cause]
-        env = dict(os.environ, STK_ROLE=role, STK_EPOCH=str(epoch), STK_KMSN=self.kmsn, STK_NODE=self.node,
-                   STK_CAUSE=cause)  # fmt: skip
+        env = site_environment({"STK_ROLE": role, "STK_EPOCH": str(epoch), "STK_KMSN": self.kmsn,
+                                "STK_NODE": self.node, "STK_CAUSE": cause})  # fmt: skip
         self.counters.add("role_runs")
         try:
             proc = subprocess.Popen(

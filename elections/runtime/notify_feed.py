@@ -33,6 +33,7 @@ import time
 from datetime import timedelta
 from typing import Any
 
+from elections.core.evidence import DETAIL_CHARS, SOURCE_CHARS, printable
 from elections.ports.localstate import LocalState
 from elections.runtime.notify import COMMAND_KINDS, SECURITY, Notifier, Roles, payload, sends
 from stkconfig.model import Config
@@ -75,15 +76,27 @@ def totals_of(refusals: Any) -> dict[str, int]:
     counts = refusals.get("counts") if isinstance(refusals, dict) else None
     if not isinstance(counts, dict):
         return {}
-    return {str(k)[:40]: v for k, v in list(counts.items())[:64] if type(v) is int and v >= 0}
+    return {printable(k, 40): v for k, v in list(counts.items())[:64] if type(v) is int and v >= 0}
 
 
 def recent_of(refusals: Any) -> list[dict[str, Any]]:
+    """The newest refusals as the webhook quotes them: their text in `evidence.SAFE` and bounded
+    (as `Refusals.note` keeps it, and again here: a chat may render whatever reaches it)."""
     recent = refusals.get("recent") if isinstance(refusals, dict) else None
     if not isinstance(recent, list):
         return []
-    keys = ("source", "cause", "detail", "count", "last_at")
-    return [{k: r.get(k) for k in keys} for r in recent[:RECENT_SHOWN] if isinstance(r, dict)]
+    return [_quoted(r) for r in recent[:RECENT_SHOWN] if isinstance(r, dict)]
+
+
+def _quoted(refusal: dict[str, Any]) -> dict[str, Any]:
+    def text(name: str, limit: int) -> str:
+        value = refusal.get(name)
+        return printable(value, limit) if isinstance(value, str) else ""
+
+    count = refusal.get("count")
+    return {"source": text("source", SOURCE_CHARS), "cause": text("cause", 40),
+            "detail": text("detail", DETAIL_CHARS), "count": count if type(count) is int else 0,
+            "last_at": text("last_at", 40)}  # fmt: skip
 
 
 class EventFeed:

@@ -23,7 +23,7 @@ from typing import Any
 
 from elections.core.commands import PoolCommands
 from elections.core.eligibility import Freshness, judge, observe
-from elections.core.evidence import Refusals
+from elections.core.evidence import DETAIL_CHARS, Refusals, printable
 from elections.core.gate import gate_of
 from elections.core.lease import LeaseRead
 from elections.core.lease_memory import Memory, replayed, track
@@ -114,7 +114,8 @@ class PoolWatcher:
         elif read.status == "missing":
             self.lease = None
         if read.status == "forged":
-            log.error("SECURITY: ignoring forged lease of watched pool %s: %s", self.kmsn, read.detail)
+            log.error("SECURITY: ignoring forged lease of watched pool %s: %s", self.kmsn,
+                      printable(read.detail, DETAIL_CHARS))  # fmt: skip
         return read.status, read.detail
 
     def _members(self, docs: dict[str, dict[str, Any]], now: float) -> dict[str, MemberView]:

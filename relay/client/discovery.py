@@ -46,6 +46,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+from elections.core.evidence import DETAIL_CHARS, printable
 from elections.core.lease import LeaseRecord
 from elections.core.untrusted import LEADER_ANSWER, Untrusted, load_object
 from elections.errors import StoreUnavailable
@@ -146,13 +147,14 @@ class LeaseFile:
             return None
         record = read.record
         if read.status != "valid" or record is None:
-            self.last = f"lease {read.status}: {read.detail}"
+            quoted = printable(read.detail, DETAIL_CHARS)  # it may quote the file's own text
+            self.last = f"lease {read.status}: {quoted}"
             if read.status == "forged":
                 self.last += " (a wrong relay token, or a forged file)"
             if read.status in ("forged", "corrupt") and read.revision != self._reported:
                 self._reported = read.revision
                 level = logging.WARNING if read.status == "forged" else logging.INFO
-                log.log(level, "ignoring the lease in %s: %s", self.lease_dir, read.detail)
+                log.log(level, "ignoring the lease in %s: %s", self.lease_dir, quoted)
             return None
         if self.kmsn is not None and record.kmsn != self.kmsn:
             self.last = f"lease is for KMSN {record.kmsn}, not {self.kmsn}"

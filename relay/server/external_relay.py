@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from elections.ports.host.processes import kill_group, spawn_options
+from elections.ports.host.processes import kill_group, site_environment, spawn_options
 from elections.retry import Backoff
 from stkconfig.parsed import ExecRelay
 
@@ -132,6 +132,7 @@ class ExternalRelay:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
+                env=site_environment(),  # the site's binary: none of the agent's secrets
                 **spawn_options(own_group=True, die_with_parent=True),
             )
         except (OSError, subprocess.SubprocessError) as exc:

@@ -1,12 +1,14 @@
 """Processes on this host (Linux): a child that dies with its parent, a process
-group stopped as one, whether a pid lives, a pipe that wakes a `select` loop."""
+group stopped as one, whether a pid lives, a pipe that wakes a `select` loop, and
+the environment a site's own command is given (`site_environment`)."""
 
 from __future__ import annotations
 
 import ctypes
 import os
+import re
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 PR_SET_PDEATHSIG = 1
@@ -64,3 +66,41 @@ def wake_pipe() -> tuple[int, int]:
     """(read end, write end) of a non-blocking, close-on-exec pipe: a byte written
     (from a signal handler too) wakes a `select` on the read end."""
     return os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+
+
+# What a site's own command (ON_ROLE_CHANGE, GATE_CMD, HEALTH_CMD, RELAY_EXEC) is not given of the
+# agent's environment, whose variables may hold the agent's secrets (the container image passes
+# them so): every `STK_*` (any key of stk.ini, RELAY_TOKEN and POOL_KEY among them, and the
+# agent's own bookkeeping); any whose name has a part (split at `_`) holding one of SECRET_WORDS
+# or being one of SECRET_PARTS (a cloud CLI's keys, a database password, an SSH agent); any
+# holding a URL with a password (`scheme://user:pass@`); and any whose value holds a secret's
+# (the value of one of the last two kinds, or of an `STK_*` whose name says a secret).
+SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL", "PRIVATE", "KEY")
+SECRET_PARTS = frozenset({"PASS", "PWD", "PW", "AUTH", "COOKIE"})
+_URL_WITH_PASSWORD = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/@\s]*:[^/@\s]*@")
+_SECRET_MIN = 8  # a secret this long or longer is looked for in the other variables' values
+
+
+def _says_secret(name: str) -> bool:
+    parts = name.upper().split("_")
+    if name.upper() == "PWD":  # the working directory
+        return False
+    return any(word in part for part in parts for word in SECRET_WORDS) or bool(SECRET_PARTS & set(parts))
+
+
+def site_environment(
+    extra: Mapping[str, str] | None = None, environ: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The environment of a site's own command: this process's (`environ`) without the
+    agent's secrets (see SECRET_WORDS), then `extra` (e.g. ON_ROLE_CHANGE's `STK_ROLE`...).
+    Our own Python children (the supervisor's) are not site commands: they keep theirs."""
+    source = os.environ if environ is None else environ
+    secret = {
+        name for name, value in source.items() if _says_secret(name) or _URL_WITH_PASSWORD.search(value)
+    }
+    values = [source[name] for name in secret if len(source[name]) >= _SECRET_MIN]
+    env = {name: value for name, value in source.items()
+           if name not in secret and not name.upper().startswith("STK_")
+           and not any(v in value for v in values)}  # fmt: skip
+    env.update(extra or {})
+    return env
