@@ -15,6 +15,7 @@ from elections.ports.localstate import (
 )
 from relay.runner.gate import LeadershipChanges, LeadershipGate
 from relay.runner.lease_reads import NOBODY, LeaseReads, Successor
+from relay.runner.snapshot_bound import bounded
 from relay.server.binding_feed import BindingFeed
 from relay.server.bindings import StationBindings
 from relay.server.cloud_tunnel import TunnelClient
@@ -30,7 +31,7 @@ log = logging.getLogger("stkrelay.relay")
 
 TICK = 0.1  # the serving loop's look without inotify
 LOOK_EVERY = 0.5  # with it: a look this often even if no change was announced (the worker's pid)
-STATUS_EVERY = 1.0  # relay.json; the panel calls a status older than 3 s stale
+STATUS_EVERY = 1.0  # relay.health.json and relay.json; the panel calls a status older than 3 s stale
 
 
 def legacy_settings(stk: Config) -> LegacySettings | None:
@@ -209,7 +210,7 @@ class RelayRunner(LeaseReads):
         if self.external is not None:
             snapshot["external"] = self.external.snapshot()
         status = RelayStatus(
-            os.getpid(), self.epoch, listening and self.serving(), time.monotonic(), snapshot
+            os.getpid(), self.epoch, listening and self.serving(), time.monotonic(), bounded(snapshot)
         )
         try:
             self.local.write_relay(status)
