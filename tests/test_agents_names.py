@@ -57,13 +57,19 @@ def register(address: tuple[str, int], station: str) -> dict:
         return answer
 
 
-def test_a_site_token_holder_registering_1000_names_of_any_length_moves_no_leader(site_factory):
+def settled_site(site_factory):  # type: ignore[no-untyped-def]
+    """A 3-agent site with a leader serving: the site, its lease, the leader, its relay's address."""
     site = site_factory(3)
     site.start()
     lease = site.wait_settled(timeout=60)
     leader = site.by_name(lease.node)
     address = (leader.ip, int(leader.setting("RELAY_PORT")))
     wait_until(lambda: listening(*address), 10, "the leader's relay")
+    return site, lease, leader, address
+
+
+def test_a_site_token_holder_registering_1000_names_of_any_length_moves_no_leader(site_factory):
+    site, lease, leader, address = settled_site(site_factory)
     epochs_seen = {lease.epoch}
     refused = admitted = 0
     for station in names(1000):
@@ -96,12 +102,7 @@ def test_a_site_token_holder_registering_1000_names_of_any_length_moves_no_leade
 
 
 def test_keyless_surrogates_on_the_relay_and_the_ws_bridge_are_refused_quietly(site_factory):
-    site = site_factory(3)
-    site.start()
-    lease = site.wait_settled(timeout=60)
-    leader = site.by_name(lease.node)
-    address = (leader.ip, int(leader.setting("RELAY_PORT")))
-    wait_until(lambda: listening(*address), 10, "the leader's relay")
+    site, lease, leader, address = settled_site(site_factory)
     lone = '"\\ud800"'
     for i in range(1000):
         with socket.create_connection(address, timeout=10) as sock:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from elections.core.stations import MAX_NAME, station_name
 from relay.wire.framing import ProtocolError, RawData
 
 MAGIC = "STKRELAY/1"
@@ -18,10 +19,10 @@ SILENCE_TIMEOUT = 3 * KEEPALIVE_INTERVAL
 JSON_ROLES = frozenset({"agent", "commander"})
 PASSTHROUGH_ROLES = frozenset({"publisher", "viewer"})
 TUNNEL_ROLE = "tunnel"  # a site's leader registering its tunnel at the cloud (DESIGN.md §14)
-# Every name a register carries (station, KMSN; the tunnel's node) is 1..MAX_NAME characters, each
-# printable (`str.isprintable()`: no control, format, separator other than the space, or lone
-# surrogate): the relay keeps and reports the names it admits, so their size is its to bound.
-MAX_NAME = 64
+# Every name a register carries (station, KMSN; the tunnel's node) is a name as the pool's station
+# book takes it (`elections.core.stations.station_name`): 1..MAX_NAME characters, each printable
+# (`str.isprintable()`: no control, format, separator other than the space, or lone surrogate). The
+# relay keeps and reports the names it admits, so their size is its to bound, at registration.
 NAME_RULE = f"1..{MAX_NAME} printable characters"
 
 
@@ -87,7 +88,7 @@ def nonempty_str(value: object) -> bool:
 
 def is_name(value: object) -> bool:
     """A name the wire admits: a string of 1..`MAX_NAME` characters (code points), all printable."""
-    return isinstance(value, str) and 0 < len(value) <= MAX_NAME and value.isprintable()
+    return station_name(value) is not None
 
 
 def error_frame(code: str, message: str, id: object = None) -> dict:
