@@ -16,6 +16,7 @@ from harness import wait_until
 from test_relay_runrelay import HOST as PROC_HOST
 from test_relay_runrelay import RelayProc
 from test_relay_server import KMSN, TOKEN, Relay, Wire
+from websockets.asyncio.client import connect
 
 from relay.wire.auth import auth_digest
 from relay.wire.events import MAGIC, MAX_NAME
@@ -205,8 +206,13 @@ def test_the_cloud_refuses_a_lone_surrogate_and_an_unbounded_name_before_any_tun
 
         error = await refused(rig.cfg.tunnel_port, tunnel_register)
         assert error["code"] == "bad_json", error
+        async with connect(f"ws://{CLOUD_IP}:{rig.cfg.web_port}/ws/relay/", open_timeout=5) as ws:
+            hello = json.loads(await asyncio.wait_for(ws.recv(), 5))
+            await ws.send(remote("C01", "station")(hello["nonce"]))  # the cloud's WebSocket: the same
+            error = json.loads(await asyncio.wait_for(ws.recv(), 5))
+            assert error["code"] == "bad_json", error
         status = rig.cloud.status()
-        assert status["refused"] == {"bad_json": 5, "bad_request": 1}
+        assert status["refused"] == {"bad_json": 6, "bad_request": 1}
         assert tunnel.state == "connected" and tunnel.accepted == 1  # nothing changed for the site
         _, writer, _ = await json_client(CLOUD_IP, rig.cfg.relay_port, "commander", EMOJI_NAME)
         writer.close()
