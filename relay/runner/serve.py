@@ -31,7 +31,7 @@ log = logging.getLogger("stkrelay.relay")
 
 TICK = 0.1  # the serving loop's look without inotify
 LOOK_EVERY = 0.5  # with it: a look this often even if no change was announced (the worker's pid)
-STATUS_EVERY = 1.0  # relay.health.json and relay.json; the panel calls a status older than 3 s stale
+STATUS_EVERY = 1.0  # relay.json; the panel calls a status older than 3 s stale
 
 
 def legacy_settings(stk: Config) -> LegacySettings | None:
