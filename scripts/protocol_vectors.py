@@ -28,6 +28,7 @@ from elections.core.beacons import Beacon  # noqa: E402
 from elections.core.lease import LeaseRecord, canonical_json, sign  # noqa: E402
 from relay.wire.auth import auth_digest, server_proof, station_credential  # noqa: E402
 from relay.wire.client_connection import ClientConnection  # noqa: E402
+from relay.wire.events import MAX_NAME  # noqa: E402
 from relay.wire.framing import FrameDecoder, ProtocolError, encode_frame  # noqa: E402
 from relay.wire.legacy import LegacyServerConnection, LegacySettings  # noqa: E402
 from relay.wire.server_connection import ServerConnection  # noqa: E402
@@ -64,8 +65,11 @@ ENCODING = {
     "a literal with '.' or an exponent as a float in that repr form ('10.00' becomes '10.0'), one "
     "without as an integer. JavaScript's JSON.stringify(10.0) writes '10' and would break the "
     "signature: keep the literal's kind (e.g. parse ttl_s as text) or format floats as repr().",
-    "strings": "UTF-8. Nonces and cnonces: 32 lowercase hex. Session ids: 16 lowercase hex. Beacon "
-    "boot: 16 lowercase hex. HMACs are sent as 64 lowercase hex (compared case-insensitively).",
+    "strings": "UTF-8; a lone surrogate escape (\\ud800 not followed by a low surrogate) is bad_json. "
+    f"Names (kmsn, station): 1..{MAX_NAME} printable characters (Unicode code points, none of category "
+    "C or Z but the space), else bad_request. Nonces and cnonces: 32 lowercase hex. Session ids: 16 "
+    "lowercase hex. Beacon boot: 16 lowercase hex. HMACs are sent as 64 lowercase hex (compared "
+    "case-insensitively).",
     "hmac": "HMAC-SHA256, key = the UTF-8 bytes of the key text as configured (not hex-decoded), "
     "message = UTF-8 bytes; result as 64 lowercase hex. auth = HMAC(key, nonce|role|kmsn|station); "
     "sauth = HMAC(key, cnonce|session|epoch) with epoch in decimal; a station credential = "
@@ -138,7 +142,11 @@ def handshake(name: str, role: str, station: str, key_name: str, cnonce: str | N
     return vector
 
 
-def refused_handshake() -> dict[str, Any]:
+def refused_handshake(
+    name: str = "register with a wrong key: bad_auth, then the server closes",
+    key_text: str = "not-the-token",
+    station: str = "S002",
+) -> dict[str, Any]:
     srv = server()
     hello = srv.data_to_send()
     register = {
@@ -146,14 +154,14 @@ def refused_handshake() -> dict[str, Any]:
         "magic": "STKRELAY/1",
         "role": "agent",
         "kmsn": KMSN,
-        "station": "S002",
-        "auth": auth_digest("not-the-token", NONCE, "agent", KMSN, "S002"),
+        "station": station,
+        "auth": auth_digest(key_text, NONCE, "agent", KMSN, station),
     }
     raw = encode_frame(register)
     srv.receive_data(raw)
     return {
-        "name": "register with a wrong key: bad_auth, then the server closes",
-        "inputs": {"key_text": "not-the-token", "nonce": NONCE, "session": SESSION},
+        "name": name,
+        "inputs": {"key_text": key_text, "nonce": NONCE, "session": SESSION},
         "exchange": [
             frame_vector("server", hello),
             frame_vector("client", raw),
@@ -204,6 +212,8 @@ def frames() -> list[dict[str, Any]]:
     add("valid JSON that is not an object", b"\x00\x00\x00\x02[]", 1 << 20)
     add("NaN is not JSON", b"\x00\x00\x00\x03NaN", 1 << 20)
     add("invalid UTF-8", b"\x00\x00\x00\x02\xff\xfe", 1 << 20)
+    lone = b'{"type":"send","data":"\\ud800"}'  # valid JSON; no UTF-8 can hold what it parses to
+    add("a lone surrogate escape is bad_json", len(lone).to_bytes(4, "big") + lone, 1 << 20)
     return out
 
 
@@ -316,6 +326,10 @@ def legacy() -> list[dict[str, Any]]:
         ),
         ("a wrong token: bad_auth, then close", {"token": "guessed"}),
         ("the right token, another KMSN: wrong_kmsn, then close", {"kmsn": "1111-1111-11-11"}),
+        (
+            f"a station name of {MAX_NAME + 1} characters: bad_request, then close",
+            {"station": "S" * (MAX_NAME + 1)},
+        ),
     ]
     for name, over in cases:
         conn = LegacyServerConnection(
@@ -386,6 +400,11 @@ def vectors() -> dict[str, Any]:
                 None,
             ),
             refused_handshake(),
+            refused_handshake(
+                f"a station name of {MAX_NAME + 1} characters, with the right key: bad_request, then close",
+                TOKEN,
+                "S" * (MAX_NAME + 1),
+            ),
         ],
         "frames": frames(),
         "leases": leases(),

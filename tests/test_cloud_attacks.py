@@ -32,7 +32,7 @@ from relay.wire.auth import cloud_key, new_nonce
 from relay.wire.client_connection import ClientConnection
 from relay.wire.events import REGISTER_TIMEOUT, ErrorReceived, Message, Registered
 from relay.wire.lease_mac import CLOUD_SIG, presented
-from relay.wire.mux import CREDIT, DATA, MAX_CHUNK, PING, Mux, StreamOpened, frame
+from relay.wire.mux import CLOSE, CREDIT, DATA, MAX_CHUNK, PING, Mux, StreamOpened, frame
 
 LEASE_KEY = cloud_key(TOKEN, KMSN)
 OTHER_KEY = cloud_key(TOKEN, OTHER)
@@ -269,6 +269,8 @@ ABUSES = {
     # MiB of kernel buffers, then none: 16 MiB sent regardless of credit is beyond the window.
     "DATA beyond the window": lambda s: frame(DATA, s, b"z" * MAX_CHUNK) * (16 << 20 >> 16),
     "DATA on a stream never opened": lambda s: frame(DATA, s + 7, b"z"),
+    # issue 40: valid JSON that no UTF-8 can carry is no object either, never an exception
+    "a CLOSE whose reason is a lone surrogate": lambda s: frame(CLOSE, s, b'{"reason": "\\ud800"}'),
 }
 
 

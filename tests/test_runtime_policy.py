@@ -12,7 +12,7 @@ import pytest
 
 from elections.core.commands import PoolCommands, order_key
 from elections.ports.clock import FakeClock
-from elections.ports.localstate import LocalState, RelayStatus
+from elections.ports.localstate import MAX_LOCAL_FILE, RELAY_HEALTH_NAME, RELAY_NAME, LocalState, RelayStatus
 from elections.ports.pool_view import MemberView, PoolView
 from elections.runtime.policy import RELAY_GRACE, PoolFacts, PoolPolicy
 
@@ -60,6 +60,15 @@ class Arrange:
         updated = self.clock.monotonic() - age
         self.local.write_relay(RelayStatus(pid=os.getpid(), epoch=1, listening=listening, updated=updated))
 
+    def relay_json_over_the_limit(self):
+        """relay.json grown past the local files' read limit (it reads as {})."""
+        (self.local.dir / RELAY_NAME).write_text(
+            '{"snapshot": {"clients": ["' + "x" * MAX_LOCAL_FILE + '"]}}'
+        )
+
+    def damage_health(self):
+        (self.local.dir / RELAY_HEALTH_NAME).write_text('{"pid": 1, "listen')
+
 
 # -- eligibility ------------------------------------------------------------------------------
 
@@ -88,6 +97,11 @@ class Arrange:
          lambda a: (a.leads_for(10), a.relay_says(age=0.5, listening=False)), False, "relay not running"),
         ("a leader whose relay.json is fresh is eligible",
          lambda a: (a.leads_for(10), a.relay_says(age=0.5)), True, ""),
+        # issue 40: the relay's health is its small record, not its snapshot
+        ("a leader whose relay.json is past the read limit is eligible while its health record is fresh",
+         lambda a: (a.leads_for(10), a.relay_says(age=0.5), a.relay_json_over_the_limit()), True, ""),
+        ("a health record that cannot be read is looked at again, then relay.json's own fields",
+         lambda a: (a.leads_for(10), a.relay_says(age=0.5), a.damage_health()), True, ""),
         ("a stale relay.json within the grace is still ok",
          lambda a: (a.leads_for(RELAY_GRACE - 0.25), a.relay_says(age=60.0)), True, ""),
         # CI: SIGTERM just after an election; the supervisor released epoch 1 and the

@@ -9,7 +9,8 @@
 | `leadership.json` | the worker, after each cycle | supervisor, relay gate, executors' gate, web |
 | `pool.json`       | the worker's survey          | web, relayctl, the steering service |
 | `watched/<KMSN>.json` | the worker's watchers (one per `[pool:<KMSN>]`) | web, the steering service |
-| `relay.json`      | the relay, every 0.5 s       | the worker's policy (relay attests), supervisor, web |
+| `relay.health.json` | the relay, every second     | the worker's policy (relay attests), supervisor, web |
+| `relay.json`      | the relay, every second      | web, relayctl, the worker's bindings (its snapshot) |
 | `stations.json`   | the worker, when its station fold changes | the relay (bindings), web, relayctl |
 | `relay.wanted`    | the relay executor           | the relay (standby) |
 | `addresses.json`  | the worker's leader duties (`executors.held`) | the relay (`relay.server.listen_set`) |
@@ -26,7 +27,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,12 @@ from elections.ports.relay_files import EntryStatus, HeldAddress, StationsFile, 
 LEADERSHIP_NAME = "leadership.json"
 POOL_NAME = "pool.json"
 RELAY_NAME = "relay.json"
+# The relay's health (pid, epoch, listening, updated) apart from its snapshot: whatever clients make
+# relay.json hold, this small record says whether the relay serves (issue 40).
+RELAY_HEALTH_NAME = "relay.health.json"
+MAX_HEALTH_FILE = 4 << 10
+HEALTH_RELOOK = 0.05  # seconds before a second look at a health record that could not be read
+HEALTH_FIELDS = ("pid", "epoch", "listening", "updated")
 ENTRY_NAME = "entry.json"
 DOOR_NAME = "door.json"  # the station door (relay.server.station_door), in an entry's shape
 RELAY_WANTED_NAME = "relay.wanted"
@@ -241,11 +248,41 @@ class LocalState:
         (self.dir / WATCHED_DIR).mkdir(exist_ok=True)
         self._write(f"{WATCHED_DIR}/{view.kmsn}.json", view.to_doc())
 
-    # -- relay.json --------------------------------------------------------------
+    # -- relay.health.json and relay.json ------------------------------------------
     def relay(self) -> RelayStatus:
-        return RelayStatus.from_doc(self._read(RELAY_NAME))
+        """The relay's health (`relay_health`) with relay.json's snapshot ({} if that cannot be read)."""
+        return replace(self.relay_health(), snapshot=RelayStatus.from_doc(self._read(RELAY_NAME)).snapshot)
+
+    def relay_health(self) -> RelayStatus:
+        """Whether the relay serves, from its small record (no snapshot). A record there that cannot
+        be read is never taken for "no relay" at once: it is read again after HEALTH_RELOOK, and if
+        it still cannot be, or there is none (a relay of an earlier version), relay.json's own
+        fields are taken. `serving()` then also asks whether the process named lives."""
+        doc = self._health_doc()
+        if doc == {}:
+            time.sleep(HEALTH_RELOOK)
+            doc = self._health_doc()
+        if not doc:
+            return replace(RelayStatus.from_doc(self._read(RELAY_NAME)), snapshot={})
+        return RelayStatus.from_doc(doc)
+
+    def _health_doc(self) -> dict[str, Any] | None:
+        """relay.health.json's document; None if there is none, {} if it cannot be read."""
+        try:
+            with open(self.dir / RELAY_HEALTH_NAME, "rb") as fh:
+                raw = fh.read(MAX_HEALTH_FILE + 1)
+            doc = json.loads(raw) if len(raw) <= MAX_HEALTH_FILE else None
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, RecursionError):
+            return {}
+        if not isinstance(doc, dict):
+            return {}  # too large, or not an object: not the relay's record
+        return {k: v for k, v in doc.items() if k in HEALTH_FIELDS}
 
     def write_relay(self, status: RelayStatus) -> None:
+        """The health record first (small, atomic), then relay.json with the snapshot."""
+        self._write(RELAY_HEALTH_NAME, {k: v for k, v in asdict(status).items() if k in HEALTH_FIELDS})
         self._write(RELAY_NAME, asdict(status))
 
     # -- entry.json ----------------------------------------------------------------

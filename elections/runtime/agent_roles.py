@@ -72,7 +72,7 @@ class Roles:
         began = self.clock.monotonic()
         self.publish(self.elector.last)
         while self.clock.monotonic() - began < FENCE_WITHIN:
-            relay = self.local.relay()
+            relay = self.local.relay_health()
             if relay.epoch != epoch and relay.updated is not None and relay.updated >= began:
                 break  # a relay of another epoch (or none) wrote since: none serves this one
             if relay.epoch == epoch and not relay.listening and (relay.updated or 0) >= began:

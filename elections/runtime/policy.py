@@ -81,7 +81,7 @@ class PoolPolicy:
         since = self.leader_since()
         if since is None or self.mono() - since < RELAY_GRACE:
             return "ok"
-        status = self.local.relay()
+        status = self.local.relay_health()  # its own small record, never the snapshot
         if not status.serving():
             return "relay not running"
         age = self.mono() - (status.updated or 0.0)

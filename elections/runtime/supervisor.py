@@ -203,7 +203,7 @@ class Supervisor:
         """Not leader, yet the standby child says it serves: stop it after 1 s
         (SIGTERM, then SIGKILL `KILL_AFTER` later if it is still there)."""
         assert child.proc is not None and child.spec.standby
-        if not self.local.relay().serving(pid=child.proc.pid):
+        if not self.local.relay_health().serving(pid=child.proc.pid):
             child.serving_unled_since = None
             return
         if child.serving_unled_since is None:

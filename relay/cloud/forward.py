@@ -29,15 +29,13 @@ import asyncio
 import hashlib
 import hmac
 import json
-import logging
 from typing import Any
 
 from relay.cloud.peers import CloudServer, _keepalive
 from relay.cloud.remote import Greeting
 from relay.cloud.remote_peers import RemotePeer
 from relay.wire.auth import is_nonce, new_nonce
-
-log = logging.getLogger("stkrelay.cloud")
+from relay.wire.events import NAME_RULE, is_name
 
 LINE_LIMIT = 4 << 10
 MAGIC = b"STKPEER1 "
@@ -76,8 +74,11 @@ def read_header(token: str, challenge: str, line: bytes, nodes: dict[str, tuple[
     if not isinstance(doc, dict):
         raise PeerRefused("peer_bad_header", "the header is not an object")
     fields = {k: doc.get(k) for k in ("kmsn", "kind", "nonce", "peer", "from", "cnonce", "mac")}
-    if not all(isinstance(v, str) and 0 < len(v) <= 128 for v in fields.values()):
-        raise PeerRefused("peer_bad_header", "the header's fields are strings of 1..128 characters")
+    # printable: no lone surrogate (which the MAC's encode() would choke on), no control character
+    if not all(isinstance(v, str) and 0 < len(v) <= 128 and v.isprintable() for v in fields.values()):
+        raise PeerRefused("peer_bad_header", "the header's fields are strings of 1..128 printable characters")
+    if not is_name(fields["kmsn"]):
+        raise PeerRefused("peer_bad_header", f"the header's kmsn is not {NAME_RULE}")
     if fields["kind"] not in KINDS or not is_nonce(fields["nonce"]) or not is_nonce(fields["cnonce"]):
         raise PeerRefused("peer_bad_header", "kind json|raw, nonce and cnonce 32 hex")
     if fields["from"] not in nodes:
@@ -159,8 +160,7 @@ class ForwardedPeer(RemotePeer):
 
     def _refuse_peer(self, cause: str, detail: str) -> None:
         self.server.count(cause)
-        self.server.refused(cause, self.peer)
-        log.warning("forwarded connection from %s refused: %s (%s)", self.peer, cause, detail[:200])
+        self.server.refused(cause, f"forwarded connection from {self.peer}", detail)
         self.dead = True
         if self.transport is not None:
             self.transport.abort()

@@ -37,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from relay.wire.auth import is_nonce, new_nonce, new_session_id, server_proof, verify_auth
-from relay.wire.events import MAGIC, TUNNEL_ROLE, error_frame, is_int, nonempty_str
+from relay.wire.events import MAGIC, NAME_RULE, TUNNEL_ROLE, error_frame, is_int, is_name
 from relay.wire.framing import (
     BAD_AUTH,
     BAD_MAGIC,
@@ -163,8 +163,8 @@ class TunnelAcceptor(FramedConnection):
         auth, cnonce = obj.get("auth"), obj.get("cnonce")
         if obj.get("role") != TUNNEL_ROLE:
             raise Reject(BAD_REQUEST, "this port takes tunnels only (role tunnel)")
-        if not (nonempty_str(kmsn) and nonempty_str(node)):
-            raise Reject(BAD_REQUEST, "kmsn and station must be non-empty strings")
+        if not (is_name(kmsn) and is_name(node)):
+            raise Reject(BAD_REQUEST, f"kmsn and station must be {NAME_RULE}")
         if not (is_int(epoch) and epoch >= 0):
             raise Reject(BAD_REQUEST, "a tunnel names the epoch it leads with")
         if not isinstance(auth, str) or not is_nonce(cnonce):

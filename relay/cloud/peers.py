@@ -70,7 +70,7 @@ class CloudServer(Protocol):
 
     def count(self, what: str) -> None: ...
 
-    def refused(self, code: str, peer: str) -> None: ...
+    def refused(self, code: str, peer: str, detail: str = "") -> None: ...  # counted, logged within a budget
 
     def tunnel_refused(self, core: TunnelAcceptor, peer: str) -> None: ...  # counted by cause, logged
 

@@ -19,7 +19,7 @@ cloud pipes bytes both ways.
 from __future__ import annotations
 
 from relay.wire.auth import new_nonce
-from relay.wire.events import MAGIC, nonempty_str
+from relay.wire.events import MAGIC, NAME_RULE, is_name
 from relay.wire.framing import (
     BAD_REQUEST,
     FRAME_TOO_LARGE,
@@ -71,13 +71,15 @@ class Greeting:
                 self._first(item)
 
     def _first(self, obj: dict) -> None:
-        kmsn = obj.get("kmsn")
-        if obj.get("type") != "register" or not nonempty_str(kmsn):
+        kmsn, role, station = obj.get("kmsn"), obj.get("role"), obj.get("station")
+        if obj.get("type") != "register" or not is_name(kmsn):
             self.refusal = (BAD_REQUEST, "expected a register frame naming a kmsn")
+            return
+        if not is_name(station):  # the site would refuse it too: it need not cross the tunnel
+            self.refusal = (BAD_REQUEST, f"kmsn and station must be {NAME_RULE}")
             return
         self.kmsn = kmsn
         self.register = obj
-        role, station = obj.get("role"), obj.get("station")
         self.role = role[:32] if isinstance(role, str) else ""
         self.station = station[:64] if isinstance(station, str) else ""
 

@@ -42,7 +42,8 @@ import asyncio
 import json
 import logging
 import os
-from collections.abc import Hashable
+import time
+from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,7 @@ from relay.cloud.peers import TunnelPeer
 from relay.cloud.remote_peers import RemotePeer, RemoteViewer
 from relay.cloud.server_cluster import ClusterRouting
 from relay.server.limits import Admission, Caps
+from relay.server.refusal_log import RefusalLog
 from relay.server.relay_server import BACKLOG, file_limit
 from relay.wire.framing import BAD_AUTH, NOT_LEADER, WRONG_KMSN
 
@@ -76,6 +78,7 @@ class CloudServer(ClusterRouting):
         self.admission = Admission((lambda: caps) if caps else lambda: Caps.sized(file_limit()))
         self.counters: dict[str, int] = {}
         self.refusals: dict[str, int] = {}
+        self.refusal_log = RefusalLog(log, now=time.monotonic, later=self._later)
         self.tunnel_refusals: dict[str, int] = {}  # by TunnelAcceptor.cause
         self.lease_refusals: dict[str, dict[str, int]] = {}  # kmsn -> cause -> n (a lease MAC refused)
         self.last_lease_refusal: dict[str, dict[str, Any]] = {}  # kmsn -> what the last one claimed
@@ -158,11 +161,15 @@ class CloudServer(ClusterRouting):
     def count(self, what: str) -> None:
         self.counters[what] = self.counters.get(what, 0) + 1
 
-    def refused(self, code: str, peer: str) -> None:
+    def _later(self, delay: float, fn: Callable[[], None]) -> None:
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_later(delay, fn)
+
+    def refused(self, code: str, peer: str, detail: str = "") -> None:
         self.refusals[code] = self.refusals.get(code, 0) + 1
-        n = sum(self.refusals.values())
-        if n <= 20 or n % 1000 == 0:
-            log.info("refused %s: %s (%d refusals so far)", peer, code, n)
+        n = sum(self.refusals.values())  # a flood of bad clients is summed up, not written out
+        self.refusal_log.refused(code, "refused %s: %s %s(%d refusals so far)", peer, code,
+                                 f"({detail[:200]}) " if detail else "", n)  # fmt: skip
 
     def tunnel_refused(self, core: TunnelAcceptor, peer: str) -> None:
         """A tunnel's handshake ended without ``registered``: count it by code and cause."""

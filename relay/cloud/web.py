@@ -159,7 +159,9 @@ async def _bridge(server: CloudServer, ws: ServerConnection) -> None:
             if not isinstance(message, str):
                 break
             try:
-                frame = frame_payload(message.encode(), max_frame=server.cfg.max_frame)
+                # never raises: a lone surrogate goes on as bytes that the greeting refuses (bad_json)
+                payload = message.encode("utf-8", "surrogatepass")
+                frame = frame_payload(payload, max_frame=server.cfg.max_frame)
             except PayloadError:
                 break
             await transport.reading.wait()

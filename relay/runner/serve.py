@@ -16,6 +16,7 @@ from elections.ports.localstate import (
 )
 from relay.runner.gate import LeadershipChanges, LeadershipGate
 from relay.runner.lease_reads import NOBODY, LeaseReads, Successor
+from relay.runner.snapshot_bound import bounded
 from relay.server.binding_feed import BindingFeed
 from relay.server.bindings import StationBindings
 from relay.server.cloud_tunnel import TunnelClient
@@ -227,7 +228,7 @@ class RelayRunner(LeaseReads):
         if self.external is not None:
             snapshot["external"] = self.external.snapshot()
         status = RelayStatus(
-            os.getpid(), self.epoch, listening and self.serving(), time.monotonic(), snapshot
+            os.getpid(), self.epoch, listening and self.serving(), time.monotonic(), bounded(snapshot)
         )
         try:
             self.local.write_relay(status)

@@ -216,7 +216,7 @@ class JsonPeer(asyncio.Protocol):
             self.host.count("protocol_error")
         else:
             self.host.rejected_frame()
-        log.info("%s: %s %s", self.who, event.code, event.message)
+        self.host.refused(event.code, "%s: %s %s", self.who, event.code, event.message)
 
     # -- timers: the transport reads the clock, the core decides what a timeout means --
     @_guarded
@@ -269,7 +269,7 @@ class JsonPeer(asyncio.Protocol):
     def evict(self, message: str) -> None:
         """Close an unregistered connection to make room (relay.server.limits): ``timeout``."""
         if not self.dead and self.conn is not None:
-            log.info("%s: %s", self.who, message)
+            self.host.refused("evicted", "%s: %s", self.who, message)
             self._fail(TIMEOUT, message)
 
     def leader_changed(self, epoch: int | None, ip: str | None, port: int | None) -> None:

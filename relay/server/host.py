@@ -96,4 +96,9 @@ class Host(Protocol):
 
     def rejected_frame(self) -> None: ...  # a non-fatal bad frame
 
+    def refused(self, cause: str, fmt: str, *args: Any, level: int | None = None) -> None:
+        """Log refused input (``fmt % args``) within the relay's budget of lines per cause
+        (`relay.server.refusal_log`): a flood of bad frames is summed up, not written out."""
+        ...
+
     def serving(self) -> bool: ...  # asked before a registered peer's bytes are routed: the gate, now

@@ -25,8 +25,6 @@ from relay.wire.events import Registered
 from relay.wire.framing import FRAME_TOO_LARGE, ProtocolError
 from relay.wire.legacy import LegacyDesk, LegacyServerConnection
 
-log = logging.getLogger("stkrelay.relay")
-
 TRUNCATED = "truncated"
 
 
@@ -114,10 +112,9 @@ class LegacyJsonPeer(JsonPeer):
         if self.counted:
             return
         self.counted = True
-        n = self.desk.refusal(code)
-        if n == 1 or n % 100 == 0:  # a flood of bad stations must not flood the log
-            log.warning("refused a legacy client %s: %s %s (%d legacy refusals so far)",
-                        self.peer, code, message[:200], n)  # fmt: skip
+        n = self.desk.refusal(code)  # a flood of bad stations must not flood the log:
+        self.host.refused(f"legacy {code}", "refused a legacy client %s: %s %s (%d legacy refusals so far)",
+                          self.peer, code, message[:200], n, level=logging.WARNING)  # fmt: skip
 
     def describe(self) -> dict[str, Any]:
         doc = super().describe()

@@ -61,6 +61,7 @@ import asyncio
 import errno
 import functools
 import logging
+import time
 from collections.abc import Callable, Collection
 from typing import Any
 
@@ -70,6 +71,7 @@ from relay.server.host import Batch, Successor
 from relay.server.legacy_peer import legacy_kind
 from relay.server.limits import Admission, Caps, backlog
 from relay.server.listen_set import bound_socket
+from relay.server.refusal_log import RefusalLog
 from relay.server.routing import Router
 from relay.wire.events import KEEPALIVE_INTERVAL, REGISTER_TIMEOUT, Registered
 from relay.wire.framing import DEFAULT_MAX_FRAME
@@ -159,6 +161,8 @@ class RelayServer:
         self._hosts: dict[str, list[asyncio.Server]] = {}  # address -> its (json, passthrough) listeners
         self._ports: tuple[int, int] = (0, 0)
         self._loop: asyncio.AbstractEventLoop | None = None
+        # Refused input, logged within a budget per cause (its counts are in `drops` and `legacy`).
+        self.refusal_log = RefusalLog(log, now=time.monotonic, later=self._later)
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -292,10 +296,10 @@ class RelayServer:
         if refusal is None:
             self.bindings.admitted(r.role, r.station, r.station_key)
             return None
-        self.count("bound_station")
-        if self.drops["bound_station"] % 100 == 1:  # an impostor must not flood the log
-            log.warning("refused the site token for %s/%s from %s: %s (%d such refusals)", r.kmsn,
-                        r.station[:64], peer, refusal, self.drops["bound_station"])  # fmt: skip
+        self.count("bound_station")  # an impostor must not flood the log either:
+        self.refused("bound_station", "refused the site token for %s/%s from %s: %s (%d such refusals)",
+                     r.kmsn, r.station[:64], peer, refusal, self.drops["bound_station"],
+                     level=logging.WARNING)  # fmt: skip
         return refusal
 
     def admit(self, peer: JsonPeer, address: str) -> bool:
@@ -327,6 +331,13 @@ class RelayServer:
 
     def rejected_frame(self) -> None:
         self.rejected += 1
+
+    def refused(self, cause: str, fmt: str, *args: Any, level: int | None = None) -> None:
+        self.refusal_log.refused(cause, fmt, *args, level=level)
+
+    def _later(self, delay: float, fn: Callable[[], None]) -> None:
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_later(delay, fn)
 
     # -- control -------------------------------------------------------------------------
 
@@ -388,6 +399,7 @@ class RelayServer:
             "relayed": self.router.counters.as_dict(),
             "drops": dict(sorted(self.drops.items())),
             "rejected_frames": self.rejected,
+            "refusals": dict(sorted(self.refusal_log.counts.items())),  # refused input, by cause
             "admission": self.admission.snapshot(),
             "stations": self.bindings.snapshot(),
             "legacy": self.legacy.snapshot(peers) if self.legacy is not None else {"enabled": False},

@@ -36,7 +36,7 @@ from elections.ports.stores import PoolPlace, open_store
 from relay.web.ws_flow import INBOUND_BACKLOG, SCOPE_KEY, SLOW, SendBound, note_slow
 from relay.wire.auth import new_nonce, station_credential
 from relay.wire.client_connection import ClientConnection
-from relay.wire.events import Registered
+from relay.wire.events import Registered, is_name
 from relay.wire.framing import (
     HEADER_SIZE,
     PayloadError,
@@ -142,8 +142,9 @@ class RelayBridge(_Bridge):
         if text_data is None or self.writer is None:
             await self.close(code=1003)  # text only
             return
-        try:
-            frame = frame_payload(text_data.encode(), max_frame=settings.STK.relay_max_frame)
+        try:  # a lone surrogate cannot come from a valid text message; if one does, the relay says bad_json
+            payload = text_data.encode("utf-8", "surrogatepass")
+            frame = frame_payload(payload, max_frame=settings.STK.relay_max_frame)
         except PayloadError:
             await self.close(code=1009)  # too big
             return
@@ -189,10 +190,13 @@ class StreamBridge(_Bridge):
         if user is None or not user.is_authenticated:
             await self.close(code=4401)
             return
+        station = self.scope["url_route"]["kwargs"]["station"]
+        if not is_name(station):  # the relay would refuse it (bad_request): no connection to it
+            await self.close(code=4400)
+            return
         if not await self.open_relay():
             return
         stk = settings.STK
-        station = self.scope["url_route"]["kwargs"]["station"]
         # The station's credential, not the site token: it works with RELAY_STATION_KEYS_ONLY too.
         key = station_credential(stk.pool_key, stk.kmsn, station)
         self.conn = ClientConnection(role="viewer", kmsn=stk.kmsn, station=station, token=key,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from elections.core.stations import MAX_NAME, station_name
 from relay.wire.framing import ProtocolError, RawData
 
 MAGIC = "STKRELAY/1"
@@ -18,6 +19,11 @@ SILENCE_TIMEOUT = 3 * KEEPALIVE_INTERVAL
 JSON_ROLES = frozenset({"agent", "commander"})
 PASSTHROUGH_ROLES = frozenset({"publisher", "viewer"})
 TUNNEL_ROLE = "tunnel"  # a site's leader registering its tunnel at the cloud (DESIGN.md §14)
+# Every name a register carries (station, KMSN; the tunnel's node) is a name as the pool's station
+# book takes it (`elections.core.stations.station_name`): 1..MAX_NAME characters, each printable
+# (`str.isprintable()`: no control, format, separator other than the space, or lone surrogate). The
+# relay keeps and reports the names it admits, so their size is its to bound, at registration.
+NAME_RULE = f"1..{MAX_NAME} printable characters"
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +84,11 @@ def is_int(value: object) -> bool:
 
 def nonempty_str(value: object) -> bool:
     return isinstance(value, str) and value != ""
+
+
+def is_name(value: object) -> bool:
+    """A name the wire admits: a string of 1..`MAX_NAME` characters (code points), all printable."""
+    return station_name(value) is not None
 
 
 def error_frame(code: str, message: str, id: object = None) -> dict:

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from relay.wire.auth import station_credential
-from relay.wire.events import MAGIC, Registered, nonempty_str
+from relay.wire.events import MAGIC, NAME_RULE, Registered, is_name, nonempty_str
 from relay.wire.framing import BAD_AUTH, BAD_REQUEST, NOT_LEADER, WRONG_KMSN, Reject, State
 from relay.wire.server_connection import STATION_KEYS_ONLY, ServerConnection
 
@@ -136,8 +136,8 @@ class LegacyServerConnection(ServerConnection):
         role, kmsn, station, token = (obj.get(k) for k in ("role", "kmsn", "station", "token"))
         if not isinstance(role, str) or role not in self.roles:
             raise Reject(BAD_REQUEST, f"role must be one of {', '.join(sorted(self.roles))}")
-        if not (nonempty_str(kmsn) and nonempty_str(station)):
-            raise Reject(BAD_REQUEST, "kmsn and station must be non-empty strings")
+        if not (is_name(kmsn) and is_name(station)):
+            raise Reject(BAD_REQUEST, f"kmsn and station must be {NAME_RULE}")
         if not nonempty_str(token):
             raise Reject(BAD_REQUEST, "token must be a non-empty string (the site's RELAY_TOKEN)")
         assert isinstance(kmsn, str) and isinstance(station, str) and isinstance(token, str)

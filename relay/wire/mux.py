@@ -32,7 +32,8 @@ Hostile input never raises: a frame of an unknown kind, a length over
 id, a CREDIT of 0 or one that would raise the sender's window above the window
 (a receiver credits back only bytes it was sent, so an honest one never
 does; a 4-byte increment cannot be negative, and ``0xFFFFFFFF`` is simply
-huge), bad JSON: each is a fatal `MuxError` event, after which the mux
+huge), bad JSON (a lone surrogate included: `relay.wire.framing.decode_payload` reads every
+JSON payload): each is a fatal `MuxError` event, after which the mux
 refuses further input (the transport closes the tunnel). So a peer can never
 make this end queue more than one window per stream in flight. Frames
 for a stream that was closed meanwhile (a CLOSE crossing DATA) are dropped and
@@ -44,6 +45,8 @@ from __future__ import annotations
 import json
 from collections import deque
 from dataclasses import dataclass, field
+
+from relay.wire.framing import ProtocolError, decode_payload
 
 OPEN, DATA, CREDIT, CLOSE, PING, PONG, CONTROL = 1, 2, 3, 4, 5, 6, 7
 KINDS = frozenset({OPEN, DATA, CREDIT, CLOSE, PING, PONG, CONTROL})
@@ -302,12 +305,9 @@ class Mux:
         return s
 
     def _object(self, payload: bytes) -> dict | None:
-        try:
-            obj = json.loads(payload.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError, RecursionError):
-            obj = None
-        if not isinstance(obj, dict):
-            self._fail("a control payload is not a JSON object")
+        obj = decode_payload(payload)  # the frames' parser: a lone surrogate is no object either
+        if isinstance(obj, ProtocolError):
+            self._fail(f"a control payload is not a JSON object ({obj.message[:120]})")
             return None
         return obj
 

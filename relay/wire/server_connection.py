@@ -78,12 +78,14 @@ from relay.wire.auth import (
 from relay.wire.events import (
     JSON_ROLES,
     MAGIC,
+    NAME_RULE,
     REGISTER_TIMEOUT,
     SILENCE_TIMEOUT,
     Message,
     Registered,
     error_frame,
     is_int,
+    is_name,
     nonempty_str,
 )
 from relay.wire.framing import (
@@ -237,8 +239,8 @@ class ServerConnection(FramedConnection):
         role, kmsn, station = obj.get("role"), obj.get("kmsn"), obj.get("station")
         if not isinstance(role, str) or role not in self.roles:
             raise Reject(BAD_REQUEST, f"role must be one of {', '.join(sorted(self.roles))}")
-        if not (nonempty_str(kmsn) and nonempty_str(station)):
-            raise Reject(BAD_REQUEST, "kmsn and station must be non-empty strings")
+        if not (is_name(kmsn) and is_name(station)):
+            raise Reject(BAD_REQUEST, f"kmsn and station must be {NAME_RULE}")
         auth, claimed, cnonce = obj.get("auth"), obj.get("epoch"), obj.get("cnonce")
         if not isinstance(auth, str):
             raise Reject(BAD_REQUEST, "auth must be a hex string")
