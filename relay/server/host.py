@@ -86,6 +86,10 @@ class Host(Protocol):
 
     def admit(self, peer: Peer, address: str) -> bool: ...  # False: refuse it, no frame (relay.server.limits)
 
+    def readdress(self, peer: Peer, address: str, shown: str) -> bool: ...  # relay.server.forwarded
+
+    def header_refused(self, peer: Peer, cause: str, detail: str) -> None: ...  # its header did not verify
+
     def joined(self, peer: Peer) -> None: ...  # it registered: it can no longer be evicted
 
     def attach(self, peer: Peer) -> None: ...  # a connection was accepted

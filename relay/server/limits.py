@@ -100,6 +100,25 @@ class Admission:
         self.waiting[peer] = None
         return True, evict
 
+    def readdress(self, peer: Hashable, address: str) -> bool:
+        """`peer` is a forwarded client from `address` (relay.server.forwarded): count it there
+        from now on, in its place among the unregistered. Over `per_address` there: refused
+        like a newcomer (counted ``per_address``) and forgotten here; the caller closes it."""
+        old = self.members.get(peer)
+        if old is None:
+            return False
+        if old == address:
+            return True
+        caps = self.last = self.caps()
+        if self.by_address.get(address, 0) >= caps.per_address:
+            self.refused["per_address"] += 1
+            self.release(peer)
+            return False
+        self._leave(old)
+        self.members[peer] = address
+        self.by_address[address] = self.by_address.get(address, 0) + 1
+        return True
+
     def registered(self, peer: Hashable) -> None:
         """`peer` registered: it no longer counts as waiting (and cannot be evicted)."""
         self.waiting.pop(peer, None)
@@ -108,8 +127,10 @@ class Admission:
         """`peer` is gone (or evicted); forgetting an unknown peer is a no-op."""
         address = self.members.pop(peer, None)
         self.waiting.pop(peer, None)
-        if address is None:
-            return
+        if address is not None:
+            self._leave(address)
+
+    def _leave(self, address: str) -> None:
         left = self.by_address[address] - 1
         if left:
             self.by_address[address] = left

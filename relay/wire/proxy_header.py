@@ -70,7 +70,8 @@ MALFORMED = "malformed"
 TOO_LONG = "too_long"
 FORGED = "forged"
 REPLAYED = "replayed"
-CAUSES = (MALFORMED, TOO_LONG, FORGED, REPLAYED)
+TRUNCATED = "truncated"  # the connection ended in the middle of a header (said by the transport)
+CAUSES = (MALFORMED, TOO_LONG, FORGED, REPLAYED, TRUNCATED)
 
 
 class _Mark:
