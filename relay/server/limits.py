@@ -77,6 +77,28 @@ class Admission:
         self.waiting: dict[Hashable, None] = {}  # unregistered peers, oldest first
         self.refused = {"total": 0, "per_address": 0, "evicted": 0}
         self.last = Caps(0, 0, 0)
+        self.holding: dict[str, int] = {}  # address -> connections over its cap waiting for a header
+
+    def hold(self, address: str) -> bool:
+        """Is a newcomer from `address` over its per-address cap to wait for its first bytes before
+        `admit()` (relay.server.forwarded: a forwarder's burst, each connection naming its own
+        client in a header not read yet)? Only while that address is full, and at most half of
+        `preauth` such in all (they hold descriptors too: `total` leaves room for them); a
+        forwarder may burst by `per_address` + that before any is refused. `unhold()` when decided."""
+        caps = self.last = self.caps()
+        if self.by_address.get(address, 0) < caps.per_address:
+            return False  # room: admitted at once
+        if sum(self.holding.values()) >= caps.preauth // 2:
+            return False  # refused at once by admit()
+        self.holding[address] = self.holding.get(address, 0) + 1
+        return True
+
+    def unhold(self, address: str) -> None:
+        left = self.holding.get(address, 0) - 1
+        if left > 0:
+            self.holding[address] = left
+        else:
+            self.holding.pop(address, None)
 
     def admit(self, peer: Hashable, address: str) -> tuple[bool, Hashable | None]:
         """Take `peer` from `address`? Returns (accepted, a peer to evict now or None).
@@ -143,4 +165,5 @@ class Admission:
             "refused": dict(self.refused),
             "preauth": len(self.waiting),
             "addresses": len(self.by_address),
+            "holding": sum(self.holding.values()),
         }

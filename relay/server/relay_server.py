@@ -155,6 +155,7 @@ class RelayServer:
         self.rejected = 0  # non-fatal bad frames (unknown type after registration)
         self.successor: Successor | None = None
         self.forwarded: dict[str, str] = {}  # a forwarder's end of a connection -> what the peer shows
+        self.admitting_as: dict[JsonPeer, str] = {}  # a held connection's client (relay.server.forwarded)
         self.all_closed: asyncio.Event | None = None
         self.addresses: dict[str, tuple[str, int]] = {}
         self._listeners: list[asyncio.Server] = []
@@ -302,6 +303,7 @@ class RelayServer:
         return refusal
 
     def admit(self, peer: JsonPeer, address: str) -> bool:
+        address = self.admitting_as.pop(peer, address)
         accepted, evicted = self.admission.admit(peer, address)
         if not accepted:
             refused = sum(self.admission.refused.values())
@@ -325,6 +327,17 @@ class RelayServer:
         self.forwarded[peer.peer] = shown
         peer.peer = shown
         return True
+
+    def hold(self, address: str) -> bool:
+        """Is a newcomer from `address`, over its cap, to wait for its first bytes (`Admission.hold`)?"""
+        return self.admission.hold(address)
+
+    def unhold(self, address: str) -> None:
+        self.admission.unhold(address)
+
+    def admit_as(self, peer: JsonPeer, address: str) -> None:
+        """`peer`'s coming `admit()` counts it under `address` (its header named that client)."""
+        self.admitting_as[peer] = address
 
     def header_refused(self, peer: JsonPeer, cause: str, detail: str) -> None:
         """A forwarded-client header that did not verify: a security cause, counted, logged rarely."""
