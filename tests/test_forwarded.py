@@ -224,6 +224,34 @@ def test_the_exec_proxy_strips_a_verified_header_and_counts_the_client_by_its_ad
     asyncio.run(main())
 
 
+def test_the_exec_proxy_takes_a_forwarders_burst_and_still_caps_an_address_without_headers():
+    async def main() -> None:
+        up = Upstream()
+        upstream = await up.start()
+        proxy = FencingProxy(gate=lambda: True, upstream=upstream, header_key="pk", max_per_address=2)
+        await proxy.start("127.0.0.146", 0)
+        listen = proxy.addresses["json"]
+        burst = [await dial(listen, FORWARDER) for _ in range(10)]  # all accepted before any header is read
+        for n, (_, w) in enumerate(burst):
+            via = w.get_extra_info("sockname")[:2]
+            w.write(encode((f"198.51.100.{n}", 9), listen, via, "pk") + b"%d" % n)
+        await until(lambda: sorted(bytes(g) for g in up.got) == sorted(b"%d" % n for n in range(10)))
+        assert "per_address" not in proxy.closes and proxy.holding == 0
+        assert len(proxy.per_address) == 10 and FORWARDER not in proxy.per_address
+        plain = [await dial(listen, OTHER) for _ in range(4)]  # no header: two of them are too many
+        for _, w in plain:
+            w.write(b"plain")
+        await until(lambda: proxy.closes.get("per_address") == 2)
+        await until(lambda: sum(1 for g in up.got if bytes(g) == b"plain") == 2)
+        assert proxy.per_address[OTHER] == 2 and proxy.holding == 0
+        for _, w in burst + plain:
+            w.close()
+        proxy.lose_leadership()
+        up.server.close()
+
+    asyncio.run(main())
+
+
 def test_a_proxy_with_forward_header_names_its_client_to_a_real_relay(thread_relay):
     relay = thread_relay(pool_key="pk")
 

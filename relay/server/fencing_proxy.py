@@ -47,7 +47,11 @@ Decisions worth knowing:
   loopback forwarder), the proxy itself sends such a header, made by
   ``forward_header(client, dialled, local)``, as the first bytes upstream: at once,
   or, with `header_key` too, once the client's first bytes are decided (naming the
-  client a verified header named).
+  client a verified header named). A forwarder's burst is not refused before its
+  headers are read: with `header_key`, a connection from an address at its cap is
+  held (at most `max_holding`) until its first bytes, for `HOLD_S` at most; a
+  verified header counts it under its client's address, anything else under its
+  own, where a full address closes it (``per_address``).
 - Counted: connections accepted, refused (by cause), closed (by cause),
   active; bytes each way; shown in ``snapshot()`` (relay.json) and as the
   ``stkrelay_proxy_*`` metrics.
@@ -72,6 +76,7 @@ from relay.wire.proxy_header import Address
 log = logging.getLogger("stkrelay.relay")
 
 CONNECT_TIMEOUT = 2.0
+HOLD_S = 0.5  # how long a connection over its address's cap may wait for a forwarded-client header
 BACKLOG = 1024
 ACCEPTS_PER_WAKE = 64  # accepts per readable listener before the loop looks at the others
 
@@ -117,6 +122,8 @@ class FencingProxy:
         self.max_connections = max_connections or connection_cap(file_limit())
         self.max_per_address = address_cap(file_limit(), max_per_address)
         self.per_address: dict[str, int] = {}
+        self.holding = 0  # pairs over their address's cap waiting for a header (with header_key)
+        self.max_holding = max(8, self.max_connections // 8)
         self.leading = True
         self.pairs: set[Pair] = set()
         self.addresses: dict[str, tuple[str, int]] = {}
@@ -235,7 +242,8 @@ class FencingProxy:
                 log.warning("proxy: accept on %s failed: %s", name, exc.strerror or exc)
                 return
             why = self._refusal(peer[0])
-            if why is not None:
+            held = why == "per_address" and self.header_key is not None and self.holding < self.max_holding
+            if why is not None and not held:
                 self.refused[why] = self.refused.get(why, 0) + 1
                 client.close()
                 continue
@@ -250,7 +258,11 @@ class FencingProxy:
                 client.close()
                 continue
             self.pairs.add(pair)
-            self.per_address[peer[0]] = self.per_address.get(peer[0], 0) + 1
+            if held:  # maybe a forwarder's burst: its headers, not yet read, may name other clients
+                self.holding += 1
+                pair.hold(HOLD_S)
+            else:
+                self.per_address[peer[0]] = self.per_address.get(peer[0], 0) + 1
             self.accepted += 1
             pair.connect(
                 (self.upstream[0], self.upstream[1] if name == "json" else self.upstream_passthrough)
@@ -274,8 +286,22 @@ class FencingProxy:
     def forget(self, pair: Pair, cause: str) -> None:
         if pair in self.pairs:
             self.pairs.discard(pair)
-            self._leave(pair.address)
+            if pair.held is not None:
+                self.holding -= 1
+            elif pair.address is not None:
+                self._leave(pair.address)
         self.closes[cause] = self.closes.get(cause, 0) + 1
+
+    def unhold(self, pair: Pair, address: str) -> bool:
+        """A held pair (its socket's address was full at the accept) is decided: count it under
+        `address` if that address has room now (True), else it is to close (``per_address``)."""
+        self.holding -= 1
+        if self.per_address.get(address, 0) >= self.max_per_address:
+            pair.address = None  # counted nowhere: forget() leaves it
+            return False
+        self.per_address[address] = self.per_address.get(address, 0) + 1
+        pair.address = address
+        return True
 
     def _leave(self, address: str) -> None:
         left = self.per_address.get(address, 1) - 1
@@ -289,10 +315,14 @@ class FencingProxy:
         on; False (counted ``per_address``) if that address has all the pairs it may have."""
         self.headers["verified"] += 1
         address = admission_address(client, pair.client_address)
-        if address != pair.address:
+        if pair.held is not None:
+            if not pair.unhold(address):
+                return False
+        elif address != pair.address:
             if self.per_address.get(address, 0) >= self.max_per_address:
                 return False  # the pair closes, counted ``per_address``
-            self._leave(pair.address)
+            if pair.address is not None:
+                self._leave(pair.address)
             self.per_address[address] = self.per_address.get(address, 0) + 1
             pair.address = address
         pair.peer = f"{shown(client)} via {pair.peer}"
@@ -349,6 +379,6 @@ class FencingProxy:
             "bytes_down": self.bytes["down"],
             "max_connections": self.max_connections,
             "max_per_address": self.max_per_address,
-            "headers": dict(self.headers),
+            "headers": dict(self.headers, holding=self.holding),
             "held_bytes": sum(len(p.up.held) + len(p.down.held) for p in self.pairs),
         }

@@ -54,6 +54,8 @@ class PairOwner(Protocol):
 
     def readdress(self, pair: Pair, client: Address) -> bool: ...
 
+    def unhold(self, pair: Pair, address: str) -> bool: ...
+
     def header_refused(self, pair: Pair, cause: str, detail: str) -> None: ...
 
 
@@ -74,7 +76,8 @@ class Pair:
     def __init__(self, proxy: PairOwner, client: socket.socket, peer: Address, port: str) -> None:
         self.proxy, self.client, self.port = proxy, client, port
         self.client_address = peer  # the client socket's peer: a forwarder, or the client itself
-        self.address = peer[0]  # what the proxy's per-address count counts it under
+        self.address: str | None = peer[0]  # what the proxy's per-address count counts it under
+        self.held: asyncio.TimerHandle | None = None  # over its address's cap, waiting for a header
         self.peer = f"[{peer[0]}]:{peer[1]}" if ":" in peer[0] else f"{peer[0]}:{peer[1]}"
         # Its first bytes, until decided (with the proxy's header_key); the client a header named.
         self.first = HeaderReader(proxy.header_key, peer) if proxy.header_key else None
@@ -120,6 +123,30 @@ class Pair:
                 self._send(self.up, header)
 
     # -- forwarded clients ----------------------------------------------------------
+    def hold(self, seconds: float) -> None:
+        """Counted nowhere yet: its first bytes (a header naming its client, or not) decide where,
+        within `seconds`; then it is judged by its own address (the proxy's `unhold`)."""
+        self.address = None
+        self.held = self.proxy.loop.call_later(seconds, self._held_long_enough)
+
+    def unhold(self, address: str) -> bool:
+        """Decided: counted under `address` if it has room (else False: the pair is to close)."""
+        if self.held is None:
+            return True
+        self.held.cancel()
+        self.held = None
+        return self.proxy.unhold(self, address)
+
+    def _held_long_enough(self) -> None:
+        if self.held is None or self.closed:
+            return
+        if self.first is not None and self.first.held:  # a header begun and not ended in time
+            self.proxy.header_refused(self, TRUNCATED, "a header that did not end in time")
+            self.close(f"header_{TRUNCATED}")
+            return
+        if not self.unhold(self.client_address[0]):
+            self.close("per_address")
+
     def _header(self) -> bytes:
         """The header this pair sends upstream first (none without the proxy's forward_header)."""
         make = self.proxy.forward_header
@@ -154,6 +181,9 @@ class Pair:
                 self.close("per_address")
                 return
             self.source = reading.src
+        elif not self.unhold(self.client_address[0]):  # no header: judged by its own address
+            self.close("per_address")
+            return
         out = self._header() + reader.rest
         if out:
             self._send(self.up, out)
@@ -229,6 +259,8 @@ class Pair:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self.held is not None:
+            self.held.cancel()  # the proxy's forget() counts it out of the held ones
         loop = self.proxy.loop
         for sock in (self.client, self.upstream):
             fd = sock.fileno()
