@@ -11,12 +11,11 @@ import asyncio
 import json
 import socket
 import struct
-from typing import Any
 
-import pytest
 from harness import wait_until
+from test_proxy import until
 from test_relay_server import KMSN, TOKEN, Wire
-from test_relay_server import Relay as ThreadRelay
+from test_relay_trust import thread_relay  # noqa: F401  (a fixture)
 
 from relay.server.fencing_proxy import FencingProxy
 from relay.server.limits import Caps
@@ -51,19 +50,6 @@ class ForwardedWire(Wire):
             self.sock.sendall(encode(client, addr, via or self.sock.getsockname()[:2], key))
 
 
-@pytest.fixture
-def thread_relay():
-    relays: list[ThreadRelay] = []
-
-    def make(**kw: Any) -> ThreadRelay:
-        relays.append(ThreadRelay(**kw))
-        return relays[-1]
-
-    yield make
-    for r in relays:
-        r.stop()
-
-
 def is_closed(wire: Wire) -> bool:
     """Has the relay closed `wire` (reading and dropping whatever came before)?"""
     wire.sock.setblocking(False)
@@ -84,7 +70,7 @@ def closed_after_hello(wire: Wire) -> bool:
     return wire.frame_or_none() is None
 
 
-def test_a_forwarded_client_registers_and_is_shown_by_its_own_address_via_the_forwarder(thread_relay):
+def test_a_forwarded_client_registers_and_is_shown_by_its_own_address_via_the_forwarder(thread_relay):  # noqa: F811
     relay = thread_relay()
     wire = ForwardedWire(relay.json)
     assert wire.register("agent", "S002")["type"] == "registered"
@@ -97,7 +83,7 @@ def test_a_forwarded_client_registers_and_is_shown_by_its_own_address_via_the_fo
     assert wire.frame()["data"] == "hi"
 
 
-def test_the_per_address_cap_counts_the_client_a_header_names_not_the_forwarder(thread_relay):
+def test_the_per_address_cap_counts_the_client_a_header_names_not_the_forwarder(thread_relay):  # noqa: F811
     relay = thread_relay(caps=Caps(total=100, preauth=60, per_address=5))
     many = [ForwardedWire(relay.json, (f"198.51.100.{n}", 1000 + n)) for n in range(20)]  # a burst
     for w in many:  # past the forwarder's own 5, the rest waited for their headers: none refused
@@ -111,7 +97,7 @@ def test_the_per_address_cap_counts_the_client_a_header_names_not_the_forwarder(
     assert ForwardedWire(relay.json, client=None).register("agent", "S009")["type"] == "registered"
 
 
-def test_a_header_without_the_pool_key_is_refused_closed_and_counted(thread_relay):
+def test_a_header_without_the_pool_key_is_refused_closed_and_counted(thread_relay):  # noqa: F811
     relay = thread_relay(pool_key="the-pool-key")
     assert closed_after_hello(ForwardedWire(relay.json, key=TOKEN))  # the site token is not the pool key
     assert closed_after_hello(ForwardedWire(relay.json, key="a-guess"))
@@ -120,7 +106,7 @@ def test_a_header_without_the_pool_key_is_refused_closed_and_counted(thread_rela
     assert ForwardedWire(relay.json, key="the-pool-key").register("agent", "S002")["type"] == "registered"
 
 
-def test_a_header_replayed_on_another_socket_is_refused(thread_relay):
+def test_a_header_replayed_on_another_socket_is_refused(thread_relay):  # noqa: F811
     relay = thread_relay()
     first = ForwardedWire(relay.json)
     made_for = first.sock.getsockname()[:2]
@@ -130,7 +116,7 @@ def test_a_header_replayed_on_another_socket_is_refused(thread_relay):
     assert first.register("agent", "S002")["type"] == "registered"  # the socket it was made for is fine
 
 
-def test_junk_after_the_signature_is_refused_and_never_reaches_the_protocol(thread_relay):
+def test_junk_after_the_signature_is_refused_and_never_reaches_the_protocol(thread_relay):  # noqa: F811
     relay = thread_relay()
     wire = ForwardedWire(relay.json, client=None)
     wire.sock.sendall(b"\r\n\r\n\x00\r\nQUIT\n\x21\x11\x01\x00" + b"x" * 300)  # 256 + 16 bytes: too long
@@ -139,7 +125,7 @@ def test_junk_after_the_signature_is_refused_and_never_reaches_the_protocol(thre
     assert "protocol_error" not in relay.snapshot()["drops"]
 
 
-def test_a_legacy_relay_takes_an_old_station_and_greets_a_modern_client_behind_a_forwarder(thread_relay):
+def test_a_legacy_relay_takes_an_old_station_and_greets_a_modern_client_behind_a_forwarder(thread_relay):  # noqa: F811
     relay = thread_relay(legacy=LegacySettings(OLD_MAGIC, 0.3))
     modern = ForwardedWire(relay.json)  # the header is not "speaking first": the hello still comes
     assert modern.register("agent", "S002")["type"] == "registered"
@@ -176,14 +162,6 @@ class Upstream:
 
 async def dial(address: tuple[str, int], source: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     return await asyncio.open_connection(*address, local_addr=(source, 0))
-
-
-async def until(cond: Any, timeout: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not cond():
-        assert loop.time() < end, "condition not met in time"
-        await asyncio.sleep(0.01)
 
 
 def test_the_exec_proxy_strips_a_verified_header_and_counts_the_client_by_its_address():
@@ -252,7 +230,7 @@ def test_the_exec_proxy_takes_a_forwarders_burst_and_still_caps_an_address_witho
     asyncio.run(main())
 
 
-def test_a_proxy_with_forward_header_names_its_client_to_a_real_relay(thread_relay):
+def test_a_proxy_with_forward_header_names_its_client_to_a_real_relay(thread_relay):  # noqa: F811
     relay = thread_relay(pool_key="pk")
 
     async def main() -> None:

@@ -13,7 +13,6 @@ Before the keyed header, every forwarded connection was the entry's address at t
 from __future__ import annotations
 
 import os
-import resource
 import selectors
 import socket
 import subprocess
@@ -21,11 +20,11 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
 from harness import PY, ROOT, free_pair, wait_until
 from test_forwarded import ForwardedWire
 from test_relay_runrelay import EPOCH, RelayProc
 from test_relay_server import KMSN, TOKEN
+from test_relay_trust import many_files  # noqa: F401  (a fixture: 8,192 descriptors, or skipped)
 
 from elections.ports.localstate import LocalState
 from elections.ports.pool_view import PoolView
@@ -33,18 +32,6 @@ from elections.ports.pool_view import PoolView
 ENTRY, ATTACKER, REMOTE = "127.0.0.36", "127.0.0.33", "127.0.0.34"
 CAP = 100
 HELD = 1000
-
-
-@pytest.fixture
-def many_files():
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    want = 4096 if hard == resource.RLIM_INFINITY else min(hard, max(soft, 4096))
-    if want > soft:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
-    if want < 2 * HELD + 200:
-        pytest.skip(f"needs about {2 * HELD + 200} file descriptors; the hard limit is {hard}")
-    yield
-    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 class Attacker(threading.Thread):
@@ -92,7 +79,8 @@ class Attacker(threading.Thread):
 
 
 def test_a_keyless_host_with_1000_connections_to_the_entry_does_not_keep_a_remote_client_out(
-    tmp_path: Path, many_files: None
+    tmp_path: Path,
+    many_files: None,  # noqa: F811
 ):
     relay = RelayProc(tmp_path)
     relay.extra_env = {"STK_RELAY_MAX_PER_ADDRESS": str(CAP)}
