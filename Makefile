@@ -39,7 +39,7 @@ chaos: bootstrap
 # The fuzzers of the guarded reader and the wire protocol, with many more examples;
 # the serving right's model (tests/servesim.py) on STK_SERVE_SEEDS random pools.
 fuzz: bootstrap
-	@STK_FUZZ_EXAMPLES=$${STK_FUZZ_EXAMPLES:-20000} $(PYTEST) tests/test_untrusted.py tests/test_unencodable.py tests/test_protocol_fuzz.py $(PYTEST_ARGS)
+	@STK_FUZZ_EXAMPLES=$${STK_FUZZ_EXAMPLES:-20000} $(PYTEST) tests/test_untrusted.py tests/test_unencodable.py tests/test_protocol_fuzz.py tests/test_proxy_header.py $(PYTEST_ARGS)
 	@STK_SERVE_SEEDS=$${STK_SERVE_SEEDS:-2000} $(PYTEST) tests/test_serving_model.py -k random_pools $(PYTEST_ARGS)
 
 bench: bench-failover bench-relay bench-relay-idle bench-switchover bench-panel bench-login bench-hostile bench-compaction bench-footprint bench-cloud bench-fleet bench-etcd bench-gate bench-ownership

@@ -86,10 +86,12 @@ class RelayRunner(LeaseReads):
     def fencing_proxy(self) -> FencingProxy:
         """RELAY_KIND = exec: the proxy, fenced by this runner's gate, in front of the external relay."""
         spec = self.stk.relay_exec
+        # A forwarded client's header (issue 40) is checked with the pool key and stripped.
         proxy = FencingProxy(gate=self.gate, upstream=(spec.host, spec.port),
                              upstream_passthrough=spec.passthrough_port,
                              ready=lambda: external.accepting,
-                             max_per_address=self.stk.relay_max_per_address or None)  # fmt: skip
+                             max_per_address=self.stk.relay_max_per_address or None,
+                             header_key=self.stk.pool_key)  # fmt: skip
 
         def changed(why: str | None) -> None:
             if why is not None:  # it went away: so did every connection through it

@@ -20,6 +20,10 @@ unreleased lease's ``ip``, ``port`` and ``epoch``).
   new connections to the new leader and closes those to the old one
   (`FencingProxy.repoint`); the remote client redials the *same* address, the
   entry's, which now leads it to the new leader (README, "Entry members").
+- **The client keeps its address** (issue 40): each connection the proxy opens to the
+  relay starts with a keyed PROXY v2 header naming the remote client
+  (`relay.wire.proxy_header`, made with the pool key), so the relay's per-address and
+  pre-auth caps count each remote client, not this member.
 - Where: ``DATA_DIR/entry.json`` (`EntryStatus`), every second: the address, the
   target, the remote sessions (protocol v1 pairs) and streams (passthrough pairs),
   the proxy's counters; the panel, the API and ``relayctl doctor`` show it, and the
@@ -32,6 +36,7 @@ looks every `TICK`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import signal
@@ -43,6 +48,7 @@ from elections.ports.localstate import LocalState
 from elections.ports.pool_view import PoolView, entry_shown
 from elections.ports.relay_files import EntryStatus
 from relay.server.fencing_proxy import FencingProxy
+from relay.wire.proxy_header import encode
 from stkconfig.model import Config
 
 log = logging.getLogger("stkrelay.relay")
@@ -116,12 +122,19 @@ class EntryRunner:
     what = "entry"  # in its log lines
 
     def __init__(
-        self, data_dir: str, listen: tuple[str, int], stale_after: float, max_per_address: int = 0
+        self,
+        data_dir: str,
+        listen: tuple[str, int],
+        stale_after: float,
+        max_per_address: int = 0,
+        pool_key: str = "",
     ) -> None:
         self.local = LocalState(data_dir)
         self.listen = listen
         self.gate = EntryGate(self.local.pool, stale_after)
-        self.proxy = FencingProxy(gate=self.gate, upstream=("127.0.0.1", 1), max_per_address=max_per_address)
+        header = functools.partial(encode, key=pool_key) if pool_key else None  # the client's address
+        self.proxy = FencingProxy(gate=self.gate, upstream=("127.0.0.1", 1), max_per_address=max_per_address,
+                                  forward_header=header)  # fmt: skip
         self.repointed = 0
         self.error = ""
         self._stop = asyncio.Event()
@@ -207,5 +220,5 @@ def main(stk: Config, argv: list[str] | None = None) -> int:
         print(f"entry: {stk.node} is no entry member (ENTRY = 0): nothing to do", flush=True)
         return 0
     runner = EntryRunner(stk.data_dir, stk.entry_listen, stale_after(stk.lease_poll, stk.lease_ttl),
-                         stk.relay_max_per_address)  # fmt: skip
+                         stk.relay_max_per_address, pool_key=stk.pool_key)  # fmt: skip
     return asyncio.run(runner.run())

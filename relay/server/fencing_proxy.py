@@ -37,6 +37,21 @@ Decisions worth knowing:
   external relay that does not complete in `connect_timeout` is closed.
 - Half-close is forwarded (EOF one way becomes `shutdown(SHUT_WR)` the other
   way); the pair ends when both directions have ended, or on any error.
+- Forwarded clients (issue 40, `relay.wire.proxy_header`). With `header_key` (the
+  pool key: `RELAY_KIND = exec`), a connection's first bytes may be a keyed PROXY v2
+  header from a member's forwarder: verified, it moves the connection's per-address
+  count to the client's own address (over the cap there: closed, counted
+  ``per_address``) and is stripped, so the external relay sees the client's bytes
+  untouched; one that does not verify closes the pair (``header_<cause>``, a
+  security cause, logged once per 100). With `forward_header` (an entry member, a
+  loopback forwarder), the proxy itself sends such a header, made by
+  ``forward_header(client, dialled, local)``, as the first bytes upstream: at once,
+  or, with `header_key` too, once the client's first bytes are decided (naming the
+  client a verified header named). A forwarder's burst is not refused before its
+  headers are read: with `header_key`, a connection from an address at its cap is
+  held (at most `max_holding`) until its first bytes, for `HOLD_S` at most; a
+  verified header counts it under its client's address, anything else under its
+  own, where a full address closes it (``per_address``).
 - Counted: connections accepted, refused (by cause), closed (by cause),
   active; bytes each way; shown in ``snapshot()`` (relay.json) and as the
   ``stkrelay_proxy_*`` metrics.
@@ -51,14 +66,17 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
+from relay.server.forwarded import admission_address, shown
 from relay.server.limits import Caps
 from relay.server.listen_set import bound_socket
-from relay.server.proxy_pair import Pair
+from relay.server.proxy_pair import HeaderMaker, Pair
 from relay.server.relay_server import file_limit
+from relay.wire.proxy_header import Address
 
 log = logging.getLogger("stkrelay.relay")
 
 CONNECT_TIMEOUT = 2.0
+HOLD_S = 0.5  # how long a connection over its address's cap may wait for a forwarded-client header
 BACKLOG = 1024
 ACCEPTS_PER_WAKE = 64  # accepts per readable listener before the loop looks at the others
 
@@ -92,14 +110,20 @@ class FencingProxy:
         connect_timeout: float = CONNECT_TIMEOUT,
         max_connections: int | None = None,
         max_per_address: int | None = None,
+        header_key: str | None = None,
+        forward_header: HeaderMaker | None = None,
     ) -> None:
         self.gate, self.ready = gate, ready
+        self.header_key, self.forward_header = header_key or None, forward_header
+        self.headers = {"verified": 0, "refused": 0, "sent": 0}
         self.upstream = upstream
         self.upstream_passthrough = upstream[1] + 1 if upstream_passthrough is None else upstream_passthrough
         self.connect_timeout = connect_timeout
         self.max_connections = max_connections or connection_cap(file_limit())
         self.max_per_address = address_cap(file_limit(), max_per_address)
         self.per_address: dict[str, int] = {}
+        self.holding = 0  # pairs over their address's cap waiting for a header (with header_key)
+        self.max_holding = max(8, self.max_connections // 8)
         self.leading = True
         self.pairs: set[Pair] = set()
         self.addresses: dict[str, tuple[str, int]] = {}
@@ -228,7 +252,8 @@ class FencingProxy:
                 log.warning("proxy: accept on %s failed: %s", name, exc.strerror or exc)
                 return
             why = self._refusal(peer[0])
-            if why is not None:
+            held = why == "per_address" and self.header_key is not None and self.holding < self.max_holding
+            if why is not None and not held:
                 self.refused[why] = self.refused.get(why, 0) + 1
                 client.close()
                 continue
@@ -236,14 +261,18 @@ class FencingProxy:
                 client.setblocking(False)
                 client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 client.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-                pair = Pair(self, client, f"{peer[0]}:{peer[1]}", name)
+                pair = Pair(self, client, (str(peer[0]), int(peer[1])), name)
             except OSError as exc:  # no descriptor left for its upstream socket (EMFILE), or it reset
                 self.refused["no_socket"] = self.refused.get("no_socket", 0) + 1
                 log.warning("proxy: cannot forward a connection from %s: %s", peer[0], exc.strerror or exc)
                 client.close()
                 continue
             self.pairs.add(pair)
-            self.per_address[peer[0]] = self.per_address.get(peer[0], 0) + 1
+            if held:  # maybe a forwarder's burst: its headers, not yet read, may name other clients
+                self.holding += 1
+                pair.hold(HOLD_S)
+            else:
+                self.per_address[peer[0]] = self.per_address.get(peer[0], 0) + 1
             self.accepted += 1
             pair.connect(
                 (self.upstream[0], self.upstream[1] if name == "json" else self.upstream_passthrough)
@@ -267,13 +296,55 @@ class FencingProxy:
     def forget(self, pair: Pair, cause: str) -> None:
         if pair in self.pairs:
             self.pairs.discard(pair)
-            address = pair.peer.rpartition(":")[0]
-            left = self.per_address.get(address, 1) - 1
-            if left > 0:
-                self.per_address[address] = left
-            else:
-                self.per_address.pop(address, None)
+            if pair.held is not None:
+                self.holding -= 1
+            elif pair.address is not None:
+                self._leave(pair.address)
         self.closes[cause] = self.closes.get(cause, 0) + 1
+
+    def unhold(self, pair: Pair, address: str) -> bool:
+        """A held pair (its socket's address was full at the accept) is decided: count it under
+        `address` if that address has room now (True), else it is to close (``per_address``)."""
+        self.holding -= 1
+        if self.per_address.get(address, 0) >= self.max_per_address:
+            pair.address = None  # counted nowhere: forget() leaves it
+            return False
+        self.per_address[address] = self.per_address.get(address, 0) + 1
+        pair.address = address
+        return True
+
+    def _leave(self, address: str) -> None:
+        left = self.per_address.get(address, 1) - 1
+        if left > 0:
+            self.per_address[address] = left
+        else:
+            self.per_address.pop(address, None)
+
+    def readdress(self, pair: Pair, client: Address) -> bool:
+        """`pair` forwards a client at `client` (its verified header): count it there from now
+        on; False (counted ``per_address``) if that address has all the pairs it may have."""
+        self.headers["verified"] += 1
+        address = admission_address(client, pair.client_address)
+        if pair.held is not None:
+            if not pair.unhold(address):
+                return False
+        elif address != pair.address:
+            if self.per_address.get(address, 0) >= self.max_per_address:
+                return False  # the pair closes, counted ``per_address``
+            if pair.address is not None:
+                self._leave(pair.address)
+            self.per_address[address] = self.per_address.get(address, 0) + 1
+            pair.address = address
+        pair.peer = f"{shown(client)} via {pair.peer}"
+        return True
+
+    def header_refused(self, pair: Pair, cause: str, detail: str) -> None:
+        """A forwarded-client header that did not verify (the pair closes itself): logged rarely."""
+        self.headers["refused"] += 1
+        n = self.headers["refused"]
+        if n == 1 or n % 100 == 0:  # whoever forges them must not flood the log
+            log.warning("proxy: refused a forwarded-client header from %s: %s, %s (%d such refusals)",
+                        pair.peer, cause, detail[:120], n)  # fmt: skip
 
     def repoint(self, upstream: tuple[str, int], passthrough: int | None = None) -> int:
         """Forward from now on to `upstream` (an entry member's new leader, `relay.server.entry`) and
@@ -318,5 +389,6 @@ class FencingProxy:
             "bytes_down": self.bytes["down"],
             "max_connections": self.max_connections,
             "max_per_address": self.max_per_address,
+            "headers": dict(self.headers, holding=self.holding),
             "held_bytes": sum(len(p.up.held) + len(p.down.held) for p in self.pairs),
         }

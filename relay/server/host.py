@@ -86,6 +86,16 @@ class Host(Protocol):
 
     def admit(self, peer: Peer, address: str) -> bool: ...  # False: refuse it, no frame (relay.server.limits)
 
+    def readdress(self, peer: Peer, address: str, shown: str) -> bool: ...  # relay.server.forwarded
+
+    def header_refused(self, peer: Peer, cause: str, detail: str) -> None: ...  # its header did not verify
+
+    def hold(self, address: str) -> bool: ...  # over its cap: wait for a header? (Admission)
+
+    def unhold(self, address: str) -> None: ...
+
+    def admit_as(self, peer: Peer, address: str) -> None: ...  # its admit() counts it under `address`
+
     def joined(self, peer: Peer) -> None: ...  # it registered: it can no longer be evicted
 
     def attach(self, peer: Peer) -> None: ...  # a connection was accepted

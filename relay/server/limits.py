@@ -77,6 +77,28 @@ class Admission:
         self.waiting: dict[Hashable, None] = {}  # unregistered peers, oldest first
         self.refused = {"total": 0, "per_address": 0, "evicted": 0}
         self.last = Caps(0, 0, 0)
+        self.holding: dict[str, int] = {}  # address -> connections over its cap waiting for a header
+
+    def hold(self, address: str) -> bool:
+        """Is a newcomer from `address` over its per-address cap to wait for its first bytes before
+        `admit()` (relay.server.forwarded: a forwarder's burst, each connection naming its own
+        client in a header not read yet)? Only while that address is full, and at most half of
+        `preauth` such in all (they hold descriptors too: `total` leaves room for them); a
+        forwarder may burst by `per_address` + that before any is refused. `unhold()` when decided."""
+        caps = self.last = self.caps()
+        if self.by_address.get(address, 0) < caps.per_address:
+            return False  # room: admitted at once
+        if sum(self.holding.values()) >= caps.preauth // 2:
+            return False  # refused at once by admit()
+        self.holding[address] = self.holding.get(address, 0) + 1
+        return True
+
+    def unhold(self, address: str) -> None:
+        left = self.holding.get(address, 0) - 1
+        if left > 0:
+            self.holding[address] = left
+        else:
+            self.holding.pop(address, None)
 
     def admit(self, peer: Hashable, address: str) -> tuple[bool, Hashable | None]:
         """Take `peer` from `address`? Returns (accepted, a peer to evict now or None).
@@ -100,6 +122,25 @@ class Admission:
         self.waiting[peer] = None
         return True, evict
 
+    def readdress(self, peer: Hashable, address: str) -> bool:
+        """`peer` is a forwarded client from `address` (relay.server.forwarded): count it there
+        from now on, in its place among the unregistered. Over `per_address` there: refused
+        like a newcomer (counted ``per_address``) and forgotten here; the caller closes it."""
+        old = self.members.get(peer)
+        if old is None:
+            return False
+        if old == address:
+            return True
+        caps = self.last = self.caps()
+        if self.by_address.get(address, 0) >= caps.per_address:
+            self.refused["per_address"] += 1
+            self.release(peer)
+            return False
+        self._leave(old)
+        self.members[peer] = address
+        self.by_address[address] = self.by_address.get(address, 0) + 1
+        return True
+
     def registered(self, peer: Hashable) -> None:
         """`peer` registered: it no longer counts as waiting (and cannot be evicted)."""
         self.waiting.pop(peer, None)
@@ -108,8 +149,10 @@ class Admission:
         """`peer` is gone (or evicted); forgetting an unknown peer is a no-op."""
         address = self.members.pop(peer, None)
         self.waiting.pop(peer, None)
-        if address is None:
-            return
+        if address is not None:
+            self._leave(address)
+
+    def _leave(self, address: str) -> None:
         left = self.by_address[address] - 1
         if left:
             self.by_address[address] = left
@@ -122,4 +165,5 @@ class Admission:
             "refused": dict(self.refused),
             "preauth": len(self.waiting),
             "addresses": len(self.by_address),
+            "holding": sum(self.holding.values()),
         }

@@ -3,6 +3,11 @@
 Each `Direction` holds at most one chunk (`CHUNK`) the other side has not
 taken; the gate is asked before every send, and a shut gate closes the pair
 (DESIGN.md §16; the proxy's decisions are in `relay.server.fencing_proxy`).
+
+Forwarded clients (`relay.wire.proxy_header`): with the proxy's `header_key`, the
+client's first bytes go through a `HeaderReader` before anything is sent up (a
+verified header is stripped, one that does not verify closes the pair); with its
+`forward_header`, the pair's first bytes upstream are the header it makes.
 """
 
 from __future__ import annotations
@@ -10,9 +15,23 @@ from __future__ import annotations
 import asyncio
 import errno
 import socket
+from collections.abc import Callable
 from typing import Protocol
 
+from relay.wire.proxy_header import (
+    NEED_MORE,
+    NOT_A_HEADER,
+    TRUNCATED,
+    Address,
+    HeaderReader,
+    Refused,
+    Verified,
+)
+
 CHUNK = 64 << 10
+
+# forward_header(client, dialled, local): what a pair sends upstream first (relay.wire.proxy_header.encode)
+HeaderMaker = Callable[[Address, Address, Address], bytes]
 
 
 class PairOwner(Protocol):
@@ -20,6 +39,9 @@ class PairOwner(Protocol):
 
     upstream: tuple[str, int]
     connect_timeout: float
+    header_key: str | None
+    forward_header: HeaderMaker | None
+    headers: dict[str, int]
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop: ...
@@ -29,6 +51,12 @@ class PairOwner(Protocol):
     def counted(self, way: str, sent: int) -> None: ...
 
     def forget(self, pair: Pair, cause: str) -> None: ...
+
+    def readdress(self, pair: Pair, client: Address) -> bool: ...
+
+    def unhold(self, pair: Pair, address: str) -> bool: ...
+
+    def header_refused(self, pair: Pair, cause: str, detail: str) -> None: ...
 
 
 class Direction:
@@ -45,8 +73,15 @@ class Direction:
 class Pair:
     """A client connection and its connection to the external relay."""
 
-    def __init__(self, proxy: PairOwner, client: socket.socket, peer: str, port: str) -> None:
-        self.proxy, self.client, self.peer, self.port = proxy, client, peer, port
+    def __init__(self, proxy: PairOwner, client: socket.socket, peer: Address, port: str) -> None:
+        self.proxy, self.client, self.port = proxy, client, port
+        self.client_address = peer  # the client socket's peer: a forwarder, or the client itself
+        self.address: str | None = peer[0]  # what the proxy's per-address count counts it under
+        self.held: asyncio.TimerHandle | None = None  # over its address's cap, waiting for a header
+        self.peer = f"[{peer[0]}]:{peer[1]}" if ":" in peer[0] else f"{peer[0]}:{peer[1]}"
+        # Its first bytes, until decided (with the proxy's header_key); the client a header named.
+        self.first = HeaderReader(proxy.header_key, peer) if proxy.header_key else None
+        self.source = peer
         self.upstream = socket.socket(socket.AF_INET6 if ":" in proxy.upstream[0] else socket.AF_INET)
         self.upstream.setblocking(False)
         self.up = Direction(client, self.upstream, "up")
@@ -82,6 +117,76 @@ class Pair:
         self.upstream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         loop.add_reader(self.client.fileno(), self._readable, self.up)
         loop.add_reader(self.upstream.fileno(), self._readable, self.down)
+        if self.first is None:
+            header = self._header()
+            if header:
+                self._send(self.up, header)
+
+    # -- forwarded clients ----------------------------------------------------------
+    def hold(self, seconds: float) -> None:
+        """Counted nowhere yet: its first bytes (a header naming its client, or not) decide where,
+        within `seconds`; then it is judged by its own address (the proxy's `unhold`)."""
+        self.address = None
+        self.held = self.proxy.loop.call_later(seconds, self._held_long_enough)
+
+    def unhold(self, address: str) -> bool:
+        """Decided: counted under `address` if it has room (else False: the pair is to close)."""
+        if self.held is None:
+            return True
+        self.held.cancel()
+        self.held = None
+        return self.proxy.unhold(self, address)
+
+    def _held_long_enough(self) -> None:
+        if self.held is None or self.closed:
+            return
+        if self.first is not None and self.first.held:  # a header begun and not ended in time
+            self.proxy.header_refused(self, TRUNCATED, "a header that did not end in time")
+            self.close(f"header_{TRUNCATED}")
+            return
+        if not self.unhold(self.client_address[0]):
+            self.close("per_address")
+
+    def _header(self) -> bytes:
+        """The header this pair sends upstream first (none without the proxy's forward_header)."""
+        make = self.proxy.forward_header
+        if make is None:
+            return b""
+        try:
+            header = make(self.source, self.client.getsockname()[:2], self.upstream.getsockname()[:2])
+        except (OSError, ValueError):  # an address that is no IP address: the client goes unnamed
+            return b""
+        self.proxy.headers["sent"] += 1
+        return header
+
+    def _first_bytes(self, data: bytes) -> None:
+        """The client's first bytes (the proxy has a header_key): a forwarded client's header, or not."""
+        reader = self.first
+        assert reader is not None
+        if data:
+            reading = reader.feed(data)
+            if reading is NEED_MORE:
+                return
+        elif reader.held:  # it ended in the middle of a header
+            reading = Refused(TRUNCATED, "the connection ended in a header")
+        else:  # it ended without a byte
+            reading = NOT_A_HEADER
+        self.first = None
+        if isinstance(reading, Refused):
+            self.proxy.header_refused(self, reading.cause, reading.detail)
+            self.close(f"header_{reading.cause}")
+            return
+        if isinstance(reading, Verified):
+            if not self.proxy.readdress(self, reading.src):
+                self.close("per_address")
+                return
+            self.source = reading.src
+        elif not self.unhold(self.client_address[0]):  # no header: judged by its own address
+            self.close("per_address")
+            return
+        out = self._header() + reader.rest
+        if out:
+            self._send(self.up, out)
 
     # -- forwarding: a gate check before every send ------------------------------
     def _readable(self, way: Direction) -> None:
@@ -97,6 +202,10 @@ class Pair:
         except OSError:
             self.close("reset")
             return
+        if way is self.up and self.first is not None:  # a forwarded client's header, or not
+            self._first_bytes(data)
+            if self.closed or data:
+                return
         if not data:
             self.proxy.loop.remove_reader(way.src.fileno())
             self._end(way)
@@ -150,6 +259,8 @@ class Pair:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self.held is not None:
+            self.held.cancel()  # the proxy's forget() counts it out of the held ones
         loop = self.proxy.loop
         for sock in (self.client, self.upstream):
             fd = sock.fileno()

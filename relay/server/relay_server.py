@@ -67,6 +67,7 @@ from typing import Any
 
 from relay.server.bindings import StationBindings
 from relay.server.connections import JsonPeer, PassthroughPeer
+from relay.server.forwarded import staged
 from relay.server.host import Batch, Successor
 from relay.server.legacy_peer import legacy_kind
 from relay.server.limits import Admission, Caps, backlog
@@ -155,6 +156,8 @@ class RelayServer:
         self.drops: dict[str, int] = {}  # connections closed by the server, by cause
         self.rejected = 0  # non-fatal bad frames (unknown type after registration)
         self.successor: Successor | None = None
+        self.forwarded: dict[str, str] = {}  # a forwarder's end of a connection -> what the peer shows
+        self.admitting_as: dict[JsonPeer, str] = {}  # a held connection's client (relay.server.forwarded)
         self.all_closed: asyncio.Event | None = None
         self.addresses: dict[str, tuple[str, int]] = {}
         self._listeners: list[asyncio.Server] = []
@@ -196,8 +199,8 @@ class RelayServer:
             for kind, number in zip((JsonPeer, PassthroughPeer), self._ports, strict=True):
                 kind = legacy_kind(kind) if self.legacy is not None else kind
                 sock = bound_socket(host, number, freebind=freebind)
-                made.append(await self._loop.create_server(functools.partial(kind, self), sock=sock,
-                                                           backlog=self.backlog))  # fmt: skip
+                factory = functools.partial(staged, kind, self, self.pool_key)  # forwarded clients' headers
+                made.append(await self._loop.create_server(factory, sock=sock, backlog=self.backlog))
         except OSError:
             for listener in made:
                 listener.close()
@@ -291,6 +294,7 @@ class RelayServer:
         take a station bound to its credential (`relay.server.bindings`); either refusal
         is an impersonation attempt, counted as ``bound_station``."""
         r = registration
+        peer = self.forwarded.get(peer, peer)
         refusal = self.router.refusal(r.role, r.kmsn, r.station, r.station_key)
         refusal = self.bindings.refusal(r.role, r.station, r.station_key, peer, held=refusal)
         if refusal is None:
@@ -303,6 +307,7 @@ class RelayServer:
         return refusal
 
     def admit(self, peer: JsonPeer, address: str) -> bool:
+        address = self.admitting_as.pop(peer, address)
         accepted, evicted = self.admission.admit(peer, address)
         if not accepted:
             refused = sum(self.admission.refused.values())
@@ -314,6 +319,38 @@ class RelayServer:
             evicted.evict(f"{waiting} connections are waiting to register; this one waited longest")
         return accepted
 
+    def readdress(self, peer: JsonPeer, address: str, shown: str) -> bool:
+        """A forwarded client (relay.server.forwarded): counted under `address` from now on,
+        shown as `shown`; False if `address` has all the connections it may have."""
+        if not self.admission.readdress(peer, address):
+            refused = sum(self.admission.refused.values())
+            if refused == 1 or refused % 1000 == 0:
+                log.warning("refused %d connections so far (now %s): caps %s", refused, shown,
+                            self.admission.last)  # fmt: skip
+            return False
+        self.forwarded[peer.peer] = shown
+        peer.peer = shown
+        return True
+
+    def hold(self, address: str) -> bool:
+        """Is a newcomer from `address`, over its cap, to wait for its first bytes (`Admission.hold`)?"""
+        return self.admission.hold(address)
+
+    def unhold(self, address: str) -> None:
+        self.admission.unhold(address)
+
+    def admit_as(self, peer: JsonPeer, address: str) -> None:
+        """`peer`'s coming `admit()` counts it under `address` (its header named that client)."""
+        self.admitting_as[peer] = address
+
+    def header_refused(self, peer: JsonPeer, cause: str, detail: str) -> None:
+        """A forwarded-client header that did not verify: a security cause, counted, logged rarely."""
+        self.count(f"header_{cause}")
+        n = sum(v for k, v in self.drops.items() if k.startswith("header_"))
+        if n == 1 or n % 100 == 0:  # whoever forges them must not flood the log
+            log.warning("refused a forwarded-client header from %s: %s, %s (%d such refusals)", peer.peer,
+                        cause, detail[:120], n)  # fmt: skip
+
     def joined(self, peer: JsonPeer) -> None:
         self.admission.registered(peer)
 
@@ -322,6 +359,9 @@ class RelayServer:
 
     def detach(self, peer: JsonPeer) -> None:
         self.admission.release(peer)
+        name = peer.transport.get_extra_info("peername") if self.forwarded and peer.transport else None
+        if isinstance(name, tuple):
+            self.forwarded.pop(f"{name[0]}:{name[1]}", None)
         self.peers.discard(peer)
         if not self.peers and self.all_closed is not None:
             self.all_closed.set()

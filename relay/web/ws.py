@@ -10,6 +10,11 @@ TCP agent talk to each other, and no data frame goes through a channel layer.
 of that station on the operator's behalf and sends the bytes as binary
 messages.
 
+The browser keeps its own address at the relay (issue 40): the first bytes of every
+connection a bridge opens are a keyed PROXY v2 header naming the browser's address
+(`relay.wire.proxy_header`, made with the pool key), so the relay's per-address and
+pre-auth caps count each browser, not this web process.
+
 What the web server holds for one connection is bounded (`relay.web.ws_flow`,
 `WEB_WS_MAX_BUFFER` bytes and `WEB_WS_MAX_MESSAGES` messages): a reader that
 cannot keep up is closed (`SLOW`), logged and counted, and nobody else waits
@@ -46,6 +51,7 @@ from relay.wire.framing import (
     frame_payload,
     read_header,
 )
+from relay.wire.proxy_header import encode
 
 log = logging.getLogger("stkrelay.ws")
 
@@ -119,7 +125,19 @@ class _Bridge(AsyncWebsocketConsumer):
             log.warning("websocket bridge: relay %s:%s unreachable: %s", ip, port + self.port_offset, exc)
             await self.close(code=1013)  # try again later
             return False
+        self.writer.write(self.forwarded_header())
         return True
+
+    def forwarded_header(self) -> bytes:
+        """The header naming the browser to the relay (b"" where its address is unknown)."""
+        assert self.writer is not None
+        client, server = self.scope.get("client"), self.scope.get("server")
+        local = self.writer.get_extra_info("sockname")
+        key = settings.STK.pool_key
+        try:
+            return encode((client[0], int(client[1])), (server[0], int(server[1])), local[:2], key)  # type: ignore[index]
+        except (TypeError, ValueError, IndexError):  # no address (a unix socket, a test's scope), or no key
+            return b""
 
     async def disconnect(self, code: int) -> None:
         if self.pump is not None:
