@@ -45,7 +45,9 @@ def probe(url: str, timeout: float = TIMEOUT) -> tuple[bool, str]:
     except (ValueError, RecursionError):
         return False, "not the agent's answer"
     if not isinstance(doc, dict) or doc.get("status") != "up":
-        return False, "down"
+        reason = doc.get("reason") if isinstance(doc, dict) else None
+        shown = isinstance(reason, str) and reason.isprintable() and len(reason) <= 80
+        return False, f"down ({reason})" if shown else "down"
     return True, f"up ({doc.get('role', '?')})"
 
 
