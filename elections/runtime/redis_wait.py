@@ -4,8 +4,9 @@ The worker (Celery, and the beat on a thread of it) cannot work without its brok
 and while it runs it may write the lease (its ticks, the glance, the beacons' kicks).
 So the supervisor runs it only against a Redis that answers (`Supervisor.step`):
 
-- not up (a reboot where Redis comes late, a Redis killed): the worker is not started,
-  or is killed at once, and is started again as soon as a ping answers. Nothing of
+- not up (a reboot where Redis comes late, a Redis killed): a worker that may have
+  connected is killed at once, and started again to wait inside (`until_answers`,
+  before its consumer, its beat or its agent exist) until a ping answers. Nothing of
   this agent writes the lease meanwhile; a leader's lease runs out, and the pool
   takes over after the TTL as the rules say. The pings back off from 0.2 s doubling
   to 1 s (`RETRY`), with no end: a reboot where Redis comes an hour late still ends
@@ -44,6 +45,17 @@ class Link(Protocol):
     def ping(self) -> str: ...
     def watch(self) -> int | None: ...
     def watch_ended(self) -> bool: ...
+
+
+def until_answers(link: Link, sleep: Callable[[float], None] = time.sleep) -> str:
+    """Ping `link` until its Redis answers, backing off as `RETRY` says; its run id."""
+    tries = 0
+    while True:
+        try:
+            return link.ping()
+        except RedisUnavailable:
+            sleep(RETRY.delay(tries))
+            tries += 1
 
 
 class RedisWait:

@@ -27,12 +27,15 @@ Why followers may take a supervisor's death for the death of its whole agent
   answers nothing. Neither is evidence; the TTL decides.
 
 A child that needs this agent's Redis (the worker: Celery's broker, its beat)
-runs only against the Redis that answers now (`runtime.redis_wait`): not
-started while none does (a reboot where Redis comes late), SIGKILLed the moment
-it goes away (no cycle of it may write the lease then, and none is half-way:
-lease writes are atomic renames or compare-and-set), and started again at once
-when Redis answers, a new server too. That is no failure of the child: no
-backoff, however long Redis was gone, and no release on SIGTERM meanwhile.
+works only against the Redis that answers now (`runtime.redis_wait`). It is
+started at once all the same, and waits inside for Redis to answer before its
+consumer, its beat or its agent exist (`stkrelay.celery`): booted while Redis
+is late, it is at work within a ping of Redis answering. Once it may have
+connected to a server, it is SIGKILLed the moment that server goes away (no
+cycle of it may write the lease then, and none is half-way: lease writes are
+atomic renames or compare-and-set) and started again at once, to wait inside
+again. That is no failure of the child: no backoff, however often Redis goes,
+and no release on SIGTERM while Redis is away.
 """
 
 from __future__ import annotations
@@ -194,7 +197,7 @@ class Supervisor:
         leader = self._leader(now)
         run = self.redis.look(now) if self.redis is not None else ""
         for child in self.children:
-            held = self._held_for_redis(child, run, now)
+            self._follow_redis(child, run, now)
             if child.running:
                 if child.kill_at is not None:
                     if now >= child.kill_at:
@@ -208,11 +211,11 @@ class Supervisor:
                 code = child.proc.returncode
                 child.proc = None
                 stopped_by_us, child.kill_at = child.kill_at is not None, None
-                if child.killed_for_redis or held:  # Redis went away: no failure of the child's
+                if child.killed_for_redis or (child.spec.needs_redis and run is None):  # not its failure
                     child.failures, child.not_before = 0, 0.0
-                    self.say("agent", f"{child.spec.name} stopped ({code}) while Redis is away")
-                    if held:  # what it said of leadership no longer stands: no worker keeps it
-                        self.local.disclaim(f"the worker is stopped: Redis at {self.redis_shown()} is away")
+                    self.say("agent", f"{child.spec.name} ended ({code}) with its Redis; again at once")
+                    # What it said of leadership no longer stands: no worker keeps it.
+                    self.local.disclaim(f"the worker was stopped: Redis at {self.redis_shown()} went away")
                 elif child.spec.standby and (code == 0 or stopped_by_us):
                     child.failures, child.not_before = 0, 0.0  # served, lost leadership: re-arm now
                 else:
@@ -222,25 +225,26 @@ class Supervisor:
                     delay = RESTART_BACKOFF.delay(child.failures - 1)
                     child.not_before = now + delay
                     self.say("agent", f"{child.spec.name} exited with {code}; restart in {delay:g} s")
-            if not held and now >= child.not_before:
-                child.redis_run = run
+            if now >= child.not_before:
+                child.redis_run = run  # None: it waits inside for one to answer
                 self._start(child, now)
 
     def redis_shown(self) -> str:
         return self.redis.link.shown if self.redis is not None else ""
 
-    def _held_for_redis(self, child: Child, run: str | None, now: float) -> bool:
-        """A child that needs Redis runs only against `run`, the server that answers now: one
-        started against another (or with none answering) is SIGKILLed at once. True while
-        it must not start (no Redis answers)."""
-        if not child.spec.needs_redis:
-            return False
-        if child.running and child.redis_run != run and not child.killed_for_redis:
+    def _follow_redis(self, child: Child, run: str | None, now: float) -> None:
+        """A child that needs Redis works only against `run`, the server that answers now (None:
+        none does). One started while none answered waits inside, and takes the first that
+        does; one that may have connected to another server is SIGKILLed at once."""
+        if not child.spec.needs_redis or not child.running or child.killed_for_redis:
+            return
+        if child.redis_run is None:
+            child.redis_run = run
+        elif child.redis_run != run:
             self.say("agent", f"{child.spec.name}: its Redis went away: SIGKILL")
             child.killed_for_redis = True
             self._stop(child, signal.SIGKILL)
             child.kill_at = now + KILL_AFTER
-        return run is None
 
     def _guard_standby(self, child: Child, now: float) -> None:
         """Not leader, yet the standby child says it serves: stop it after 1 s
