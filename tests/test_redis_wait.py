@@ -176,3 +176,37 @@ def test_a_stop_while_redis_is_away_releases_nothing(tmp_path, redis):
     assert sup.shutdown() == 0
     assert released == []
     assert "is away: the lease is left as it is (no release)" in out.getvalue()
+
+
+def test_healthz_says_down_waiting_for_redis_to_anyone_and_where_and_since_when_to_loopback():
+    import json
+
+    import test_panel_support
+    from test_panel_support import client_for
+
+    from elections.ports.redis_status import RedisStatus
+
+    data_dir = test_panel_support.django_env()["data_dir"]
+    local = LocalState(data_dir)
+    now = time.monotonic()
+    claim = Leadership(node="S001", pid=os.getpid(), leader=True, epoch=7, max_epoch=7, valid_until=now + 60,
+                       updated=now, decision="renew: S001 holds epoch 7")  # fmt: skip
+    local.write_leadership(claim)
+    url, why = "redis://127.0.0.1:6379/0", "Error 111 connecting to 127.0.0.1:6379. Connection refused"
+    waiting = RedisStatus(pid=os.getpid(), url=url, up=False, since=1_800_000_000.0, tries=12, why=why)
+    try:
+        local.write_redis(waiting)
+        stranger = client_for(REMOTE_ADDR="192.0.2.9").get("/healthz")
+        assert stranger.status_code == 503
+        told = {"status": "down", "role": "follower", "reason": "waiting for Redis"}
+        assert json.loads(stranger.content) == told
+        here = json.loads(client_for(REMOTE_ADDR="127.0.0.1").get("/healthz").content)
+        assert here["redis"] == {"url": url, "since": "2027-01-15T08:00:00Z", "tries": 12, "why": why}
+        # Written by a supervisor that is gone: it says nothing, the worker's state decides again.
+        local.write_redis(RedisStatus(pid=2**22 + 12345, url=waiting.url, up=False, since=1.0))
+        assert client_for(REMOTE_ADDR="192.0.2.9").get("/healthz").status_code == 200
+        local.write_redis(RedisStatus(pid=os.getpid(), url=waiting.url, up=True, since=1.0))
+        assert json.loads(client_for(REMOTE_ADDR="192.0.2.9").get("/healthz").content)["status"] == "up"
+    finally:
+        (data_dir / "redis.json").unlink(missing_ok=True)
+        (data_dir / "leadership.json").unlink(missing_ok=True)
