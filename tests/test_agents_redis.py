@@ -36,6 +36,19 @@ def doctor(agent, language: str = "en") -> str:
     return out.stdout + out.stderr
 
 
+def ws_hello(agent) -> dict:
+    """The first message a WebSocket on the agent's /ws/relay/ gets: the hello of the leader's relay."""
+    import asyncio
+
+    from websockets.asyncio.client import connect
+
+    async def hello() -> dict:
+        async with connect(f"{agent.ws_url}/ws/relay/", open_timeout=10, ssl=agent.web_ssl()) as ws:
+            return json.loads(await asyncio.wait_for(ws.recv(), 10))
+
+    return asyncio.run(hello())
+
+
 def back(agent, since: float) -> bool:
     """Its worker published after `since` (this machine's monotonic clock), from a live worker,
     leading or following."""
@@ -121,6 +134,9 @@ def test_a_follower_whose_redis_is_killed_writes_nothing_and_is_back_within_5s_o
     nothing.watch(5.0)
     assert nothing.changes == []
     wait_until(lambda: healthz(victim)[1].get("reason") == "waiting for Redis", 5, "/healthz to say why")
+    # Its panel's WebSocket bridge needs no Redis: a browser reaches the leader's relay through it.
+    hello = ws_hello(victim)
+    assert hello["type"] == "hello" and hello["node"] == lease.node
     # The others keep their leader: same holder, same epoch, still renewing.
     now = site.lease()
     assert (now.node, now.epoch) == (lease.node, lease.epoch) and now.renew_seq > lease.renew_seq
