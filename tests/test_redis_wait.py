@@ -47,6 +47,13 @@ def test_a_ping_of_no_redis_says_why_and_raises_nothing_else():
     assert link.watch() is None and link.watch_ended()
 
 
+def test_a_url_that_names_no_server_is_a_reason_to_wait_never_an_exception():
+    link = RedisLink("redis://127.0.0.1:notaport/0")
+    with pytest.raises(RedisUnavailable, match="REDIS_URL cannot be used: Port could not be cast"):
+        link.ping()
+    assert link.watch() is None
+
+
 def test_the_watch_ends_the_moment_redis_is_killed_and_a_restart_is_another_run_id(redis):
     redis.start()
     link = RedisLink(redis.url)

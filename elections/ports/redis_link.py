@@ -43,7 +43,11 @@ class RedisLink:
         self.url = url
         self.shown = shown_url(url)
         self.timeout = timeout
-        where = parse_url(url)
+        self._unusable = ""  # why REDIS_URL names no server (a bad port): every ping says it
+        try:
+            where = parse_url(url)
+        except ValueError as exc:
+            where, self._unusable = {}, f"REDIS_URL cannot be used: {exc}"
         self._path: str | None = where.get("path")
         self._addr = (str(where.get("host") or "localhost"), int(where.get("port") or 6379))
         self._tls = url.startswith("rediss://")
@@ -55,13 +59,15 @@ class RedisLink:
         from redis.backoff import NoBackoff
         from redis.retry import Retry
 
+        if self._unusable:
+            raise RedisUnavailable(self._unusable)
         client = None
         try:
             client = redis.Redis.from_url(self.url, socket_timeout=self.timeout,
                                           socket_connect_timeout=self.timeout, retry=Retry(NoBackoff(), 0),
                                           single_connection_client=True)  # fmt: skip
             info = client.info("server")
-        except (redis.RedisError, OSError) as exc:
+        except (redis.RedisError, OSError, ValueError) as exc:
             raise RedisUnavailable(_reason(exc)) from None
         finally:
             if client is not None:
@@ -72,7 +78,7 @@ class RedisLink:
     def watch(self) -> int | None:
         """The descriptor of the held connection (opened if need be); None for TLS or
         when it cannot be opened (the caller pings instead)."""
-        if self._tls:
+        if self._tls or self._unusable:
             return None
         if self._watch is None:
             family = socket.AF_UNIX if self._path else socket.AF_INET
