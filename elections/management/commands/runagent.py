@@ -8,10 +8,10 @@ three `resign` beacons). With beacons on (`BEACON_INTERVAL` > 0) it holds the
 TCP liveness port `NODE_IP:BEACON_PORT` (DESIGN.md §13): its death, which
 kills every child (`runtime.supervisor`), is what followers may act on early.
 
-It does not wait for its Redis (`REDIS_URL`, local to the agent): the web and the
-standby relay start at once, and the worker only while Redis answers
-(`runtime.redis_wait`): after a reboot where Redis comes late, the agent waits for it
-with no end, saying why (its log, `/healthz`, `relayctl doctor`).
+It does not wait for its Redis (`REDIS_URL`, local to the agent): every child starts at
+once, the worker waiting inside until Redis answers, and killed and started again when
+its Redis goes away (`runtime.redis_wait`): after a reboot where Redis comes late, the
+agent waits for it with no end, saying why (its log, `/healthz`, `relayctl doctor`).
 """
 
 from __future__ import annotations
