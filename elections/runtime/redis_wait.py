@@ -7,8 +7,8 @@ So the supervisor runs it only against a Redis that answers (`Supervisor.step`):
 - not up (a reboot where Redis comes late, a Redis killed): a worker that may have
   connected is killed at once, and started again to wait inside (`until_answers`,
   before its consumer, its beat or its agent exist) until a ping answers. Nothing of
-  this agent writes the lease meanwhile; a leader's lease runs out, and the pool
-  takes over after the TTL as the rules say. The pings back off from 0.2 s doubling
+  this agent writes the lease meanwhile: a leader falls silent, and the pool takes
+  over as its rules say (at the latest when its lease runs out). The pings back off from 0.2 s doubling
   to 1 s (`RETRY`), with no end: a reboot where Redis comes an hour late still ends
   with the agent back.
 - up, the same server: nothing to do. The held connection of `RedisLink.watch()`

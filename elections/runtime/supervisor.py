@@ -336,7 +336,7 @@ class Supervisor:
         if led and self.redis is not None and self.redis.run_id is None:
             # No worker runs while Redis is away, and nothing of this agent touches the lease then.
             self.say("agent", f"Redis at {self.redis_shown()} is away: the lease is left as it is "
-                              "(no release); the pool takes over after its TTL")  # fmt: skip
+                              "(no release); the pool takes over from a silent leader")  # fmt: skip
             led = False
         if led:
             released = self._release_within(state, RELEASE_WITHIN)
