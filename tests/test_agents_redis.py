@@ -169,7 +169,7 @@ def test_a_follower_whose_redis_is_killed_writes_nothing_and_is_back_within_5s_o
     assert log.count("Trying again in") <= 1
 
 
-def test_a_leader_whose_redis_is_killed_writes_nothing_the_pool_takes_over_after_the_ttl_and_it_follows(
+def test_a_leader_whose_redis_is_killed_writes_nothing_the_pool_takes_over_and_it_follows(
     site_factory,
 ):
     site = site_factory(3)
