@@ -4,6 +4,9 @@ ElectionError
 ├── StoreUnavailable   the lease store cannot be read or written (share down,
 │                      permissions, directory gone). Callers treat it as "no
 │                      evidence" and let the leader's renew deadline act.
+├── RedisUnavailable   this agent's own Redis does not answer (not started yet,
+│                      killed, wrong password): its supervisor holds the worker
+│                      back until it does (`runtime.redis_wait`).
 └── ConfigError        a setting is invalid; carries the key and a hint.
 """
 
@@ -13,6 +16,10 @@ class ElectionError(Exception):
 
 
 class StoreUnavailable(ElectionError):
+    pass
+
+
+class RedisUnavailable(ElectionError):
     pass
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from celery import Celery, bootsteps
 from celery.beat import Scheduler
-from celery.signals import after_setup_logger, after_setup_task_logger
+from celery.signals import after_setup_logger, after_setup_task_logger, worker_init
 from click import Option
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "stkrelay.settings")
@@ -58,6 +58,23 @@ app.user_options["worker"].add(
     Option(["--stk-beat"], is_flag=True, default=False, help="Run the beat on a thread of the worker.")
 )
 app.steps["worker"].add(ThreadedBeat)
+
+
+@worker_init.connect
+def _wait_for_redis(**_: Any) -> None:
+    """Before the consumer, the beat or the agent exist: wait for this agent's Redis.
+
+    The supervisor starts the worker at once, Redis or not (`runtime.supervisor`): booted
+    while Redis is late (a reboot) or gone (killed: the worker with it), the worker is at
+    work within a ping of Redis answering, where Celery's own retry waits 2, 4, ... 30 s
+    between tries. Nothing of it touches the lease before it returns. The supervisor says
+    why it waits (log, /healthz, relayctl doctor); this wait says nothing."""
+    from django.conf import settings
+
+    from elections.ports.redis_link import RedisLink
+    from elections.runtime.redis_wait import until_answers
+
+    until_answers(RedisLink(settings.STK.redis_url))
 
 
 @after_setup_logger.connect

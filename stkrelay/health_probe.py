@@ -33,19 +33,28 @@ def probe(url: str, timeout: float = TIMEOUT) -> tuple[bool, str]:
     insecure = ssl.create_default_context()
     insecure.check_hostname = False
     insecure.verify_mode = ssl.CERT_NONE
+    refused: int | None = None
     try:
         with urllib.request.urlopen(url, timeout=timeout, context=insecure) as answer:
             body = answer.read(MAX_BODY)
-    except urllib.error.HTTPError as exc:
-        return False, f"HTTP {exc.code}"
+    except urllib.error.HTTPError as exc:  # a 503 "down" carries its reason (waiting for Redis)
+        refused = exc.code
+        try:
+            body = exc.read(MAX_BODY)
+        except OSError:
+            body = b""
     except (OSError, ValueError) as exc:
         return False, f"no answer ({exc.__class__.__name__})"
     try:
         doc = json.loads(body)
     except (ValueError, RecursionError):
-        return False, "not the agent's answer"
-    if not isinstance(doc, dict) or doc.get("status") != "up":
-        return False, "down"
+        doc = None
+    if not isinstance(doc, dict) or doc.get("status") not in ("up", "down"):
+        return False, f"HTTP {refused}" if refused is not None else "not the agent's answer"
+    if refused is not None or doc.get("status") != "up":
+        reason = doc.get("reason")
+        shown = isinstance(reason, str) and reason.isprintable() and len(reason) <= 80
+        return False, f"down ({reason})" if shown else "down"
     return True, f"up ({doc.get('role', '?')})"
 
 

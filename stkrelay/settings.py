@@ -195,6 +195,9 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ACKS_LATE = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# No task is acknowledged late here, so this changes nothing but the 8-line deprecation warning
+# Celery 5 prints at every loss of its broker (the supervisor then restarts the worker anyway).
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
 CELERY_TASK_ROUTES = {"elections.*": {"queue": "lease"}}
 # kombu's BRPOP returns as soon as a task is pushed; its timeout only bounds an idle
 # wait (1 s by default: a wakeup a second for nothing). A half-open broker socket

@@ -117,11 +117,21 @@ def listening(ip: str, port: int, timeout: float = 0.3) -> bool:
 
 
 class Redis:
-    def __init__(self, workdir: Path) -> None:
+    """A redis-server on a free loopback port; `start=False` only picks the port (its agent may
+    start first), `start()` (again after `kill9()`) starts one there."""
+
+    def __init__(self, workdir: Path, start: bool = True) -> None:
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.workdir = workdir
+        self.proc: subprocess.Popen[bytes] | None = None
+        if start:
+            self.start()
+
+    def start(self) -> None:
         exe = shutil.which("redis-server")
         assert exe, "redis-server is missing: run `make test` (it installs it)"
+        workdir = self.workdir
         self.proc = subprocess.Popen(
             [
                 exe,
@@ -150,7 +160,15 @@ class Redis:
         except OSError:
             return False
 
+    def kill9(self) -> None:
+        """SIGKILL, as a crash or the OOM killer would end it."""
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait(5)
+
     def stop(self) -> None:
+        if self.proc is None:
+            return
         self.proc.terminate()
         try:
             self.proc.wait(5)

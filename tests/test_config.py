@@ -4,7 +4,7 @@ import subprocess
 import sys
 
 import pytest
-from harness import ROOT, free_port
+from harness import ROOT
 
 from elections.core.actions import ACTION_DEFAULTS
 from stkrelay.config import ACTION_IDS, load
@@ -171,14 +171,6 @@ def test_runagent_refuses_a_bad_leader_action_instead_of_running_without_it(tmp_
     out = run_agent(write_ini(tmp_path, AWS_ENI_ID="eni-0b0b0b0b0b0b0b0b0", AWS_PRIVATE_IP="192.0.2.5"))
     assert out.returncode == 2
     assert "AWS_REGION: is required with AWS_ENI_ID (stkrelay.E015) — " in out.stderr
-    assert "Traceback" not in out.stderr
-
-
-def test_runagent_says_which_redis_it_cannot_reach(tmp_path):
-    port = free_port()
-    out = run_agent(write_ini(tmp_path, REDIS_URL=f"redis://127.0.0.1:{port}/0"))
-    assert out.returncode != 0
-    assert f"REDIS_URL: cannot reach redis://127.0.0.1:{port}/0" in out.stderr
     assert "Traceback" not in out.stderr
 
 

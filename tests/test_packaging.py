@@ -85,7 +85,10 @@ def test_the_agent_unit_runs_one_agent_per_instance_ini_in_a_sandbox():
     assert svc["StateDirectory"] == "stkrelay/%i" and "ReadWritePaths" in svc
     caps = {"CAP_NET_ADMIN", "CAP_NET_RAW"}  # the VIP executor's `ip addr` and arping, nothing more
     assert set(svc["CapabilityBoundingSet"].split()) == caps == set(svc["AmbientCapabilities"].split())
-    assert _service("stkrelay@.service")["Unit"]["Requires"] == "stkrelay-redis@%i.service"
+    unit = _service("stkrelay@.service")["Unit"]
+    # Its Redis is wanted, not required: a Redis late or failed at boot must not keep the agent from
+    # starting (it waits for it, tests/test_agents_redis.py).
+    assert "stkrelay-redis@%i.service" in unit["Wants"].split() and "Requires" not in unit
 
 
 def test_the_redis_unit_is_per_instance_on_loopback_without_capabilities():

@@ -330,3 +330,29 @@ def config_warnings(check: Any, stk: Config) -> None:
     """The configuration's warnings (W1xx: an ini others may read, keys in a section not read)."""
     for w in stk.warnings:
         check(_("configuration"), True, f"{w.key}: {w.message} ({w.id}) — {w.hint}", warn=True)
+def redis_check(check: Callable[..., None], stk: Config) -> None:
+    """This agent's own Redis, as its supervisor last found it (`redis.json`, runtime.redis_wait);
+    when no running agent wrote it, one ping here. Waiting for it is a failure: no worker runs."""
+    from elections.errors import RedisUnavailable
+    from elections.ports.localstate import LocalState
+    from elections.ports.redis_link import RedisLink
+
+    name = "this agent's Redis"
+    status = LocalState(stk.data_dir).redis()
+    shown = {"url": status.url, "since": status.since_iso(), "tries": status.tries, "why": status.why}
+    if status.waiting:
+        detail = _("waiting for Redis at %(url)s since %(since)s (%(tries)d tries, the last: %(why)s): "
+                   "the worker and its elections wait for it; start this agent's redis-server")  # fmt: skip
+        check(name, False, detail % shown)
+        return
+    if status.known:
+        check(name, True, _("Redis at %(url)s answers since %(since)s") % shown)
+        return
+    link = RedisLink(stk.redis_url)
+    try:
+        link.ping()
+    except RedisUnavailable as exc:
+        detail = _("Redis at %(url)s does not answer: %(why)s (no agent runs here: one would wait for it)")
+        check(name, False, detail % {"url": link.shown, "why": exc})
+        return
+    check(name, True, _("Redis at %(url)s answers (the agent is not running)") % {"url": link.shown})

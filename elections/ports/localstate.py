@@ -15,6 +15,7 @@
 | `relay.wanted`    | the relay executor           | the relay (standby) |
 | `addresses.json`  | the worker's leader duties (`executors.held`) | the relay (`relay.server.listen_set`) |
 | `stopping`        | the supervisor, on SIGTERM   | the worker (claims nothing any more) |
+| `redis.json`      | the supervisor (`runtime.redis_wait`) | web (`/healthz`), relayctl doctor |
 
 Writers replace files atomically (`host.write_atomic`); readers never raise: a
 missing, damaged or hostile file reads as the empty value. Every time in these
@@ -36,6 +37,7 @@ from elections.ports.clock import boottime
 from elections.ports.host.files import write_atomic
 from elections.ports.host.processes import pid_alive
 from elections.ports.pool_view import PoolView
+from elections.ports.redis_status import RedisStatus
 from elections.ports.relay_files import EntryStatus, HeldAddress, StationsFile, held_addresses_of
 
 LEADERSHIP_NAME = "leadership.json"
@@ -53,6 +55,7 @@ RELAY_WANTED_NAME = "relay.wanted"
 ADDRESSES_NAME = "addresses.json"
 STOPPING_NAME = "stopping"
 STATIONS_NAME = "stations.json"
+REDIS_NAME = "redis.json"
 WATCHED_DIR = "watched"
 MAX_LOCAL_FILE = 4 << 20  # bytes: these files are small; a huge one is not ours
 FRESH_NS = 50_000_000  # a file written this recently is read again at every look
@@ -331,6 +334,13 @@ class LocalState:
             self._write(ADDRESSES_NAME, {"addresses": [asdict(h) for h in held]})
         else:
             (self.dir / ADDRESSES_NAME).unlink(missing_ok=True)
+
+    # -- redis.json ----------------------------------------------------------------
+    def redis(self) -> RedisStatus:
+        return RedisStatus.from_doc(self._read(REDIS_NAME))
+
+    def write_redis(self, status: RedisStatus) -> None:
+        self._write(REDIS_NAME, status.to_doc())
 
     # -- stopping ------------------------------------------------------------------
     def stopping(self) -> bool:

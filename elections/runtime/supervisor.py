@@ -25,6 +25,17 @@ Why followers may take a supervisor's death for the death of its whole agent
 - A stopped agent (SIGSTOP) keeps its sockets: the connection stays up and
   new ones are still accepted by the kernel. A cut cable or a dead host
   answers nothing. Neither is evidence; the TTL decides.
+
+A child that needs this agent's Redis (the worker: Celery's broker, its beat)
+works only against the Redis that answers now (`runtime.redis_wait`). It is
+started at once all the same, and waits inside for Redis to answer before its
+consumer, its beat or its agent exist (`stkrelay.celery`): booted while Redis
+is late, it is at work within a ping of Redis answering. Once it may have
+connected to a server, it is SIGKILLed the moment that server goes away (no
+cycle of it may write the lease then, and none is half-way: lease writes are
+atomic renames or compare-and-set) and started again at once, to wait inside
+again. That is no failure of the child: no backoff, however often Redis goes,
+and no release on SIGTERM while Redis is away.
 """
 
 from __future__ import annotations
@@ -47,6 +58,7 @@ from elections.ports.host.dirwatch import DirWatch
 from elections.ports.host.processes import spawn_options, wake_pipe
 from elections.ports.localstate import LEADERSHIP_NAME, RELAY_NAME, Leadership, LocalState
 from elections.retry import Backoff
+from elections.runtime.redis_wait import Link, RedisWait
 from stkconfig.logs import as_json_line
 
 log = logging.getLogger("stkrelay.supervisor")
@@ -70,6 +82,7 @@ class ChildSpec:
     # the next leadership; the supervisor stops it if it still serves 1 s after
     # the leadership state says this agent no longer leads.
     standby: bool = False  # it reports itself in DATA_DIR/relay.json (LocalState.relay)
+    needs_redis: bool = False  # runs only while this agent's Redis answers (the worker)
 
 
 @dataclass
@@ -81,6 +94,8 @@ class Child:
     started_at: float = 0.0
     serving_unled_since: float | None = None
     kill_at: float | None = None  # told to stop by the supervisor: SIGKILL if still alive then
+    redis_run: str | None = None  # the run id of the Redis it was started against (needs_redis)
+    killed_for_redis: bool = False  # killed because that Redis went away: its death is no failure
 
     @property
     def running(self) -> bool:
@@ -100,10 +115,13 @@ class Supervisor:
         node: str = "",
         kmsn: str = "",
         record_release: Callable[[Leadership], None] | None = None,
+        redis: Link | None = None,
     ) -> None:
         self.children = [Child(s) for s in specs]
         self.data_dir = data_dir
         self.local = LocalState(data_dir)
+        # This agent's own Redis (REDIS_URL): the children that need it run only while it answers.
+        self.redis = None if redis is None else RedisWait(redis, self.local, self._say_agent, pid=os.getpid())
         self.env = env
         self.release = release
         # The history row of a release written on shutdown, once the children are gone: the worker
@@ -130,6 +148,9 @@ class Supervisor:
             self.out.write(text + "\n")
             self.out.flush()
 
+    def _say_agent(self, line: str) -> None:
+        self.say("agent", line)
+
     def _pump(self, name: str, stream: Any) -> None:
         for raw in iter(stream.readline, b""):
             self.say(name, raw.decode("utf-8", "replace"))
@@ -154,6 +175,7 @@ class Supervisor:
             return
         child.proc = proc
         child.started_at = time.monotonic()
+        child.killed_for_redis = False
         pump = threading.Thread(target=self._pump, args=(child.spec.name, proc.stdout), daemon=True)
         pump.start()
         self.say("agent", f"started {child.spec.name} (pid {proc.pid})")
@@ -173,7 +195,9 @@ class Supervisor:
         """One supervision pass: reconcile children with what should run. It
         never waits on a child: a pass takes as long as a few `poll()`s."""
         leader = self._leader(now)
+        run = self.redis.look(now) if self.redis is not None else ""
         for child in self.children:
+            self._follow_redis(child, run, now)
             if child.running:
                 if child.kill_at is not None:
                     if now >= child.kill_at:
@@ -187,7 +211,12 @@ class Supervisor:
                 code = child.proc.returncode
                 child.proc = None
                 stopped_by_us, child.kill_at = child.kill_at is not None, None
-                if child.spec.standby and (code == 0 or stopped_by_us):
+                if child.killed_for_redis or (child.spec.needs_redis and run is None):  # not its failure
+                    child.failures, child.not_before = 0, 0.0
+                    self.say("agent", f"{child.spec.name} ended ({code}) with its Redis; again at once")
+                    # What it said of leadership no longer stands: no worker keeps it.
+                    self.local.disclaim(f"the worker was stopped: Redis at {self.redis_shown()} went away")
+                elif child.spec.standby and (code == 0 or stopped_by_us):
                     child.failures, child.not_before = 0, 0.0  # served, lost leadership: re-arm now
                 else:
                     if now - child.started_at > STABLE_AFTER:
@@ -197,7 +226,25 @@ class Supervisor:
                     child.not_before = now + delay
                     self.say("agent", f"{child.spec.name} exited with {code}; restart in {delay:g} s")
             if now >= child.not_before:
+                child.redis_run = run  # None: it waits inside for one to answer
                 self._start(child, now)
+
+    def redis_shown(self) -> str:
+        return self.redis.link.shown if self.redis is not None else ""
+
+    def _follow_redis(self, child: Child, run: str | None, now: float) -> None:
+        """A child that needs Redis works only against `run`, the server that answers now (None:
+        none does). One started while none answered waits inside, and takes the first that
+        does; one that may have connected to another server is SIGKILLed at once."""
+        if not child.spec.needs_redis or not child.running or child.killed_for_redis:
+            return
+        if child.redis_run is None:
+            child.redis_run = run
+        elif child.redis_run != run:
+            self.say("agent", f"{child.spec.name}: its Redis went away: SIGKILL")
+            child.killed_for_redis = True
+            self._stop(child, signal.SIGKILL)
+            child.kill_at = now + KILL_AFTER
 
     def _guard_standby(self, child: Child, now: float) -> None:
         """Not leader, yet the standby child says it serves: stop it after 1 s
@@ -223,6 +270,9 @@ class Supervisor:
         `tick` where inotify cannot be had): an idle agent's supervisor does
         not wake ten times a second to find nothing changed."""
         self.local.clear_stopping()  # left by a crashed run
+        # A claim left by an earlier run (a crash, a reboot: its monotonic times are another
+        # boot's) stands for nothing until this run's worker publishes its own.
+        self.local.disclaim("left by an earlier run of this agent")
         wake_r, self._wake_w = wake_pipe()
         previous = {
             sig: signal.signal(sig, lambda *_: self.stopping.set()) for sig in (signal.SIGTERM, signal.SIGINT)
@@ -237,7 +287,13 @@ class Supervisor:
                         self.step(time.monotonic())
                     except Exception:  # the agent's children die with this process: never end here
                         self._failed_pass(traceback.format_exc())
-                    changes.wait(every, also=(wake_r,))
+                    wait, also = every, [wake_r]
+                    if self.redis is not None:  # its end wakes a pass; while waiting, the next ping does
+                        fd = self.redis.fileno()
+                        also += [fd] if fd is not None else []
+                        retry_in = self.redis.retry_in(time.monotonic())
+                        wait = wait if retry_in is None else min(wait, retry_in)
+                    changes.wait(wait, also=also)
             return self.shutdown()
         finally:
             signal.set_wakeup_fd(old_wakeup)
@@ -277,6 +333,11 @@ class Supervisor:
         state = self.local.leadership()
         led = state.leads_now(time.monotonic())
         released = False
+        if led and self.redis is not None and self.redis.run_id is None:
+            # No worker runs while Redis is away, and nothing of this agent touches the lease then.
+            self.say("agent", f"Redis at {self.redis_shown()} is away: the lease is left as it is "
+                              "(no release); the pool takes over from a silent leader")  # fmt: skip
+            led = False
         if led:
             released = self._release_within(state, RELEASE_WITHIN)
             self.local.disclaim(f"released epoch {state.epoch} on shutdown")

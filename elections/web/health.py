@@ -6,6 +6,11 @@ down (503), and its role (`leader` / `follower`). The node's name and the
 decision text (which names other nodes, epochs, the share's state) are shown
 only to a loopback client (the container's HEALTHCHECK, a local probe) or an
 authenticated one (a session or a bearer token), like `/metrics`.
+
+While the agent waits for its own Redis (its supervisor holds the worker back,
+`runtime.redis_wait`) it is down whatever its last state says, and says why to
+anyone (`"reason": "waiting for Redis"`); the URL, since when and the last error
+only to those who see the node's name.
 """
 
 import time
@@ -22,13 +27,24 @@ from elections.web.panel.site import stale_after
 
 
 def healthz(request):  # type: ignore[no-untyped-def]
-    state = LocalState(settings.STK.data_dir).leadership()
+    local = LocalState(settings.STK.data_dir)
+    state = local.leadership()
+    redis = local.redis()
     now = time.monotonic()
-    up = state.updated is not None and now - state.updated <= stale_after()
-    leads = state.leads_now(now)
+    up = state.updated is not None and now - state.updated <= stale_after() and not redis.waiting
+    leads = state.leads_now(now) and not redis.waiting
     doc: dict[str, object] = {"status": "up" if up else "down", "role": "leader" if leads else "follower"}
+    if redis.waiting:
+        doc["reason"] = "waiting for Redis"
     if is_loopback(request) or bearer_user(request) or request.user.is_authenticated:
         doc.update(node=settings.STK.node, leader=leads, decision=state.decision)
+        if redis.waiting:
+            doc["redis"] = {
+                "url": redis.url,
+                "since": redis.since_iso(),
+                "tries": redis.tries,
+                "why": redis.why,
+            }
     return JsonResponse(doc, status=200 if up else 503)
 
 

@@ -20,6 +20,11 @@ What the web server holds for one connection is bounded (`relay.web.ws_flow`,
 cannot keep up is closed (`SLOW`), logged and counted, and nobody else waits
 for it; so is a client that sends faster than the relay takes its messages.
 
+The bridges use no channel layer (`channel_layer_alias` names none): a consumer
+with the default one waits on this agent's Redis for layer messages the bridges
+are never sent, so every WebSocket closed at once while Redis was away. Without
+it they work whether Redis answers or not.
+
 Interface: the Channels consumers `RelayBridge` and `StreamBridge` (routed in
 `stkrelay.asgi`), and `relay_address()`. Frames are made and read with the
 codec of `relay.wire.server_connection`; the JSON bridge does not parse what it carries.
@@ -86,7 +91,13 @@ async def relay_address() -> tuple[str, int]:
     return stk.node_ip, stk.relay_port
 
 
+# An alias no CHANNEL_LAYERS entry has: `get_channel_layer` gives None, and the consumer waits on
+# its WebSocket only (Channels' `AsyncConsumer.__call__`).
+NO_CHANNEL_LAYER = "none: the bridges take no layer messages"
+
+
 class _Bridge(AsyncWebsocketConsumer):
+    channel_layer_alias = NO_CHANNEL_LAYER
     reader: asyncio.StreamReader | None = None
     writer: asyncio.StreamWriter | None = None
     pump: asyncio.Task[None] | None = None

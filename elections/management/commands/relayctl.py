@@ -45,6 +45,7 @@ from elections.management.doctor_checks import (
     listen_check,
     mark,
     ownership_checks,
+    redis_check,
     refusal_checks,
     relay_answers_check,
     relay_kind_check,
@@ -282,6 +283,7 @@ class Command(OperatorCommand):
         def check(name: str, ok: bool, detail: str, warn: bool = False) -> None:
             checks.append({"check": name, "ok": ok, "detail": detail, **({"warn": True} if warn else {})})
 
+        redis_check(check, stk)  # first: while the agent waits for it, no view below is current
         place = PoolPlace.of(stk)
         store = open_store(place, stk.node, SystemClock())
         share_mtime = store_checks(check, stk, place, store)

@@ -7,6 +7,11 @@ within 5 s, releasing the lease first if this agent leads (and saying so with
 three `resign` beacons). With beacons on (`BEACON_INTERVAL` > 0) it holds the
 TCP liveness port `NODE_IP:BEACON_PORT` (DESIGN.md §13): its death, which
 kills every child (`runtime.supervisor`), is what followers may act on early.
+
+It does not wait for its Redis (`REDIS_URL`, local to the agent): every child starts at
+once, the worker waiting inside until Redis answers, and killed and started again when
+its Redis goes away (`runtime.redis_wait`): after a reboot where Redis comes late, the
+agent waits for it with no end, saying why (its log, `/healthz`, `relayctl doctor`).
 """
 
 from __future__ import annotations
@@ -16,13 +21,12 @@ import os
 import stat
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand
 from django.utils.translation import gettext as _
 
 from elections.ports.webcert import FINGERPRINT, WebCert, made_cert, operator_cert, show
@@ -62,9 +66,9 @@ class Command(BaseCommand):
                 self.stderr.write(f"stkrelay: config {stk.source}: {problem.line()}")
             raise SystemExit(2)
         self._keep_private(stk)
-        _wait_for_redis(stk.redis_url)
         call_command("migrate", verbosity=0, interactive=False)
 
+        from elections.ports.redis_link import RedisLink
         from elections.runtime.supervisor import Supervisor
 
         env = _child_env(Path(settings.BASE_DIR))
@@ -76,7 +80,7 @@ class Command(BaseCommand):
         os.chdir(data)
         sup = Supervisor(
             _children(stk, cert), str(data), env, release, log_format=stk.log_format, node=stk.node,
-            kmsn=stk.kmsn, record_release=record_release,
+            kmsn=stk.kmsn, record_release=record_release, redis=RedisLink(stk.redis_url),
         )  # fmt: skip
         self._say_started(sup, stk, cert)
         code = sup.run()
@@ -177,7 +181,7 @@ def _children(stk: Config, cert: WebCert | None) -> list[Any]:
         # one beat on a thread of it (schedule in memory, no schedule file).
         ChildSpec("worker", [*celery, "worker", "-P", "solo", "-Q", "lease", "-n", f"lease@{stk.node}",
                              "--prefetch-multiplier", "1", "--without-gossip", "--without-mingle",
-                             "--without-heartbeat", "--stk-beat", "-l", "WARNING"]),
+                             "--without-heartbeat", "--stk-beat", "-l", "WARNING"], needs_redis=True),
         # Warm standby, without Django (relay/runner/): listens within ~0.1 s of the fenced
         # start_relay action of a won epoch, stops itself 0.1-0.2 s after losing; restarted if it dies.
         ChildSpec("relay", [py, "-m", "stkrelay.child", "relay.runner", "--standby"], standby=True),
@@ -242,19 +246,3 @@ def _web_cert(stk: Config, env: dict[str, str]) -> WebCert | None:
                          "TLS_CERT and TLS_KEY\n")  # fmt: skip
         raise SystemExit(2)
     return made_cert(stk.data_dir, fingerprint)
-
-
-def _wait_for_redis(url: str, within: float = 10.0) -> None:
-    import redis
-
-    deadline = time.monotonic() + within
-    while True:
-        try:
-            redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1).ping()
-            return
-        except redis.RedisError as exc:
-            if time.monotonic() > deadline:
-                raise CommandError(
-                    f"REDIS_URL: cannot reach {url} ({exc}) — start this agent's own redis-server"
-                ) from None
-            time.sleep(0.2)
