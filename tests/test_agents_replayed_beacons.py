@@ -15,16 +15,15 @@ restart's start-up either way. (A quiet follower now keeps its renewal current w
 `tests/test_decide.py`; that alone would leave the replays nothing newer to name.)"""
 
 import json
-import socket
 import threading
 import time
 from dataclasses import replace
 
 import pytest
+from beacon_replay import capture, replay
 from harness import KMSN, wait_until
 
 from elections.core.beacons import parse_beacon
-from elections.core.untrusted import Untrusted
 from elections.ports.beacon_seqs import SEQS_NAME
 from elections.ports.localstate import LocalState
 
@@ -33,47 +32,14 @@ pytestmark = pytest.mark.agents
 CAPTURE = 100
 
 
+BROADCAST = "127.255.255.255"
+
+
 def pool_view(agent) -> dict:
     try:
         return json.loads((agent.data_dir / "pool.json").read_text())
     except (OSError, ValueError):
         return {}
-
-
-def capture(site, node: str, port: int, count: int) -> list[bytes]:
-    """`count` leader beacons of `node`, as anyone on the LAN receives them (a broadcast)."""
-    got: list[bytes] = []
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
-        sock.bind(("127.255.255.255", port))
-        sock.settimeout(1.0)
-        deadline = time.monotonic() + count * 0.2 * 3 + 10
-        while len(got) < count:
-            assert time.monotonic() < deadline, f"only {len(got)} of {node}'s beacons captured"
-            try:
-                data, _ = sock.recvfrom(2048)
-            except TimeoutError:
-                continue
-            try:
-                beacon = parse_beacon(data, site.token, KMSN)
-            except Untrusted:
-                continue
-            if beacon.node == node and beacon.role == "leader":
-                got.append(data)
-    return got
-
-
-def replay(beacons: list[bytes], port: int, source: str, every: float, stop: threading.Event) -> None:
-    """Send the captured beacons again, in their order, one each `every` s, to the broadcast address
-    and from the dead leader's own address (what a replayer would choose)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
-        sock.bind((source, 0))
-        for data in beacons:
-            if stop.wait(every):
-                return
-            sock.sendto(data, ("127.255.255.255", port))
 
 
 @pytest.mark.parametrize("kept", ["kept", "damaged"])
@@ -85,7 +51,8 @@ def test_replayed_captured_beacons_do_not_hold_off_a_takeover_after_the_follower
     followers = [a for a in site.agents if a is not leader]
     port = int(leader.setting("RELAY_PORT")) + 2
     ttl = float(leader.setting("LEASE_TTL"))
-    captured = capture(site, leader.name, port, CAPTURE)
+    captured = capture(BROADCAST, port, leader.name, CAPTURE, site.token, KMSN, within=CAPTURE * 0.6 + 10)
+    assert len(captured) == CAPTURE, f"only {len(captured)} of {leader.name}'s beacons captured"
     renewals = {parse_beacon(d, site.token, KMSN).renew_seq for d in captured}
     assert len(renewals) >= 10, f"the captured beacons name {len(renewals)} renewals"
     wait_until(lambda: all((f.data_dir / SEQS_NAME).exists() for f in followers), 5, "the kept seqs")
@@ -105,7 +72,9 @@ def test_replayed_captured_beacons_do_not_hold_off_a_takeover_after_the_follower
     pids = {f.name: f.state().get("pid") for f in followers}
     stop = threading.Event()
     # Each newer renewal replayed as the timer it would restart runs out: 100 beacons over ~30 s.
-    sender = threading.Thread(target=replay, args=(captured, port, leader.ip, 0.3, stop), daemon=True)
+    sender = threading.Thread(
+        target=replay, args=(captured, BROADCAST, port, leader.ip, 0.3, stop), daemon=True
+    )
     restarted = time.monotonic()
     for follower in followers:
         follower.start()
