@@ -18,6 +18,13 @@ share_stale     reads and attributes served from a copy up to 2-8 s old
 share_deleted   the share's folder deleted; heal: restored from a copy taken
                 as it was deleted (what came since is overwritten)
 net_cut         the agent's cable pulled (its share goes with it); heal: mend
+surrogate_lease a writer without the key puts a lease holding a lone surrogate
+                (``"kmsn": "\ud800"``, the raw JSON escape) over the lease
+                every 0.2 s (issue 40); heal: it stops, the holder rewrites
+beacon_replay   the leader's beacons captured on the LAN for 2 s, the agent
+                SIGKILLed and junk put over the lease; heal: it starts again
+                while the captured beacons are sent again, one a second (each
+                a newer renewal), for up to 10 s (issue 40: replays after a restart)
 ==============  ============================================================
 
 Share faults hit one agent's view of the share or (``target="all"``) the file
@@ -28,20 +35,25 @@ schedule.
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
 import signal
 import subprocess
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness import AgentProc
-from netns import NetnsSite
+from beacon_replay import capture, replay
+from harness import KMSN, AgentProc
+from netns import RELAY_PORT, SUBNET, NetnsSite
 
-PROCESS_KINDS = ("kill9", "sigstop", "sigterm", "skew")
-SHARE_KINDS = ("share_delay", "share_errno", "share_hang", "share_stale", "share_deleted")
+PROCESS_KINDS = ("kill9", "sigstop", "sigterm", "skew", "beacon_replay")
+SHARE_KINDS = ("share_delay", "share_errno", "share_hang", "share_stale", "share_deleted", "surrogate_lease")
 KINDS = (*PROCESS_KINDS, *SHARE_KINDS, "net_cut")
+BEACON_PORT = RELAY_PORT + 2  # BEACON_PORT's default
+BROADCAST = f"{SUBNET}.255"
 ALL = "all"
 
 Heal = Callable[[], None]
@@ -79,6 +91,63 @@ def _copy(src: Path, dst: Path) -> None:
         pass
 
 
+def _repeating(every: float, act: Callable[[], None]) -> Heal:
+    """Run `act` every `every` s on a thread of its own until the heal."""
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.is_set():
+            try:
+                act()
+            except OSError:
+                pass  # the share's folder may be gone (another fault): the next turn tries again
+            stop.wait(every)
+
+    thread = threading.Thread(target=run, name="chaos-writer", daemon=True)
+    thread.start()
+
+    def heal() -> None:
+        stop.set()
+        thread.join(5)
+
+    return heal
+
+
+def _surrogate_lease(site: NetnsSite) -> Heal:
+    """A lease a writer without the key makes from the one in place: its KMSN a lone surrogate."""
+    path = site.lease_dir / "relay_leader.json"
+    try:
+        doc = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        doc = {}
+    doc = {**(doc if isinstance(doc, dict) else {}), "kmsn": "\ud800"}
+    poison = json.dumps(doc).encode()  # ensure_ascii: the raw escape \ud800, as the finding wrote it
+    assert b"\\ud800" in poison
+    return _repeating(0.2, lambda: path.write_bytes(poison))
+
+
+def _beacon_replay(site: NetnsSite, agent: AgentProc, rng: random.Random) -> tuple[Heal, float]:
+    """Capture the leader's beacons from the LAN, kill -9 `agent`, junk over the lease; the heal
+    starts it again while the captured beacons are sent again from the LAN's observer."""
+    lease = site.lease()
+    leader = lease.node if lease is not None else agent.name
+    captured = site.observer.call_in(capture, BROADCAST, BEACON_PORT, leader, 10, site.token, KMSN, 2.0)
+    agent.kill9()
+    (site.lease_dir / "relay_leader.json").write_bytes(b"\x00junk over the lease, no key\n")
+    observer = site.observer
+
+    def heal() -> None:
+        agent.start()
+
+        def send() -> None:
+            observer.enter()
+            replay(captured, BROADCAST, BEACON_PORT, observer.ip, 1.0, threading.Event())
+
+        threading.Thread(target=send, name="chaos-replay", daemon=True).start()
+
+    return heal, rng.uniform(0.0, 3.0)
+
+
 def inject(
     kind: str,
     site: NetnsSite,
@@ -104,6 +173,8 @@ def inject(
             agent.kill9()
             agent.env = skewed(rng.choice(["+300s", "-300s"])) if rng.random() < 0.8 else {}
             return agent.start, rng.uniform(0.0, 2.0)
+        if kind == "beacon_replay":
+            return _beacon_replay(site, agent, rng)
         if kind == "sigstop":
             agent.signal_group(signal.SIGSTOP)
             return lambda: agent.signal_group(signal.SIGCONT), hold
@@ -123,6 +194,8 @@ def inject(
     if kind == "share_stale":
         rules = [{"path": "/socket/*", "stale": rng.uniform(2.0, 8.0)}]
         return _share_rules(site, target, tag, rules), rng.uniform(3.0, 8.0)
+    if kind == "surrogate_lease":
+        return _surrogate_lease(site), hold
     if kind == "share_deleted":
         folder = site.lease_dir
         backup = folder.with_name(f"backup-{tag}")
@@ -140,7 +213,7 @@ def inject(
 def targets_for(kind: str, site: NetnsSite, rng: random.Random, taken: set[str]) -> str | None:
     """A target for `kind` not in `taken` (agents already faulted this round), or None."""
     free = [a.name for a in site.agents if a.name not in taken]
-    if kind == "share_deleted":
+    if kind in ("share_deleted", "surrogate_lease"):  # the file server's folder itself
         return ALL if ALL not in taken else None
     if kind in SHARE_KINDS and (not site.per_agent_share or rng.random() < 0.5):
         return ALL if ALL not in taken else None  # smb: faults of the one file server

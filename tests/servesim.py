@@ -357,7 +357,7 @@ class Pool:
             if self.vouch and mem.seen_key is not None and mem.leader_epoch is None:  # `Elector._vouched`
                 named = m.renewals.get(mem.seen_key[0])
                 renewal = named[1:] if named is not None and named[0] == mem.seen_key[1] else None
-                mem = vouched(mem, read, renewal)
+                mem = vouched(mem, read, renewal, TIMING.ttl)  # one TTL in all between valid reads
         m.memory = mem
         silent = lapsed = None
         subject = evidence_subject(mem, read)

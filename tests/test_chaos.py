@@ -5,7 +5,8 @@ seeing the share through its own faulty FUSE view (tests/faultyfs.py), takes
 `STK_CHAOS_FAULTS` faults (default 200) drawn, with `STK_CHAOS_SEED`, from
 tests/chaos_faults.py: kill -9, SIGSTOP/SIGCONT, SIGTERM, a ±300 s wall clock
 on a restart, share delay/errno/hang/stale reads, the share deleted and
-restored, a cut cable. Faults come in rounds of one to three at once (on
+restored, a cut cable, a keyless writer's lone-surrogate lease, a restart fed
+the leader's captured beacons again (issue 40). Faults come in rounds of one to three at once (on
 different agents), each held 0-8 s, then healed; most rounds then wait for the
 pool to serve again, some go straight on, so faults also land mid-failover.
 
@@ -60,10 +61,10 @@ TIMING = dict(FAST)  # LEASE_TTL 3, LEASE_RENEW 1, LEASE_POLL 0.5, RENEW_DEADLIN
 # (E012, restarted 2 s later as systemd does): 25 s. A group of overlapping
 # faults heals as its slowest kind (tests/chaos_checker.py).
 BOUNDS = {kind: 12.0 for kind in KINDS}
-BOUNDS.update(kill9=25.0, sigterm=25.0, skew=25.0)
+BOUNDS.update(kill9=25.0, sigterm=25.0, skew=25.0, beacon_replay=25.0)
 MAX_RUN_S = 3600
 RESTART_SEC = 2.0  # packaging/stkrelay@.service: Restart=on-failure, RestartSec=2
-DOWN_KINDS = ("kill9", "sigterm", "skew")  # the agent stays down until the heal starts it
+DOWN_KINDS = ("kill9", "sigterm", "skew", "beacon_replay")  # the agent stays down until the heal starts it
 WAIT_AFTER_ROUND = 0.8  # probability that a round waits for recovery before the next one
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from elections.core.decide import Observation, Timing, Verdict, contend_delay, decide
 from elections.core.lease import LeaseRead, LeaseRecord
-from elections.core.lease_memory import Memory, track, vouched
+from elections.core.lease_memory import Memory, accepts, current, track, vouched, vouches_spent
 
 T = Timing(ttl=10, renew=3, poll=2, deadline=7)
 
@@ -347,7 +347,9 @@ def test_a_renewal_named_by_the_holders_beacons_restarts_the_timer_only_when_the
     its signed beacons still name them (issue 22's hostile share)."""
     mem = Memory(node="S002", seen_key=("S001", 7, 4), seen_at=100.0, seen_ttl=10.0, max_epoch=7)
     junk = LeaseRead("corrupt", detail="lease file is not JSON")
-    assert vouched(mem, junk, (5, 103.0)) == replace(mem, seen_key=("S001", 7, 5), seen_at=103.0)
+    assert vouched(mem, junk, (5, 103.0)) == replace(
+        mem, seen_key=("S001", 7, 5), seen_at=103.0, vouch_from=100.0
+    )
     assert vouched(mem, LeaseRead("missing", detail="no lease file"), (6, 104.0)).seen_at == 104.0
     old = LeaseRead("valid", record=rec(seq=3))  # an old copy swapped back: outdated, no evidence
     assert vouched(mem, old, (5, 103.0)).seen_key == ("S001", 7, 5)
@@ -361,3 +363,56 @@ def test_a_renewal_named_by_the_holders_beacons_restarts_the_timer_only_when_the
         assert vouched(mem, read, renewal) is mem, (read.status, renewal)
     assert vouched(replace(mem, seen_released=True), junk, (5, 103.0)).seen_released  # a release is final
     assert vouched(replace(mem, seen_released=True), junk, (5, 103.0)).seen_at == 100.0
+
+
+def test_vouched_restarts_move_the_timer_one_limit_in_all_between_valid_reads_then_the_ttl_runs():
+    """Issue 40: a restarted follower's board took a dead holder's captured beacons, sent again, as
+    news; each named a renewal newer than the one it remembered, and each restarted its timer when
+    it was replayed (36.1 s against 9.5 s with TTL 3). Between two valid reads the restarts move the
+    timer at most `limit` past where the first of them found it; then the TTL runs. A valid read
+    gives the budget back. Never early: a refused restart leaves the timer where it stood."""
+    ttl = 3.0
+    mem = Memory(node="S002", seen_key=("S001", 7, 4), seen_at=100.0, seen_ttl=ttl, max_epoch=7)
+    junk = LeaseRead("corrupt", detail="lease file is not JSON")
+    replays = [(seq, 100.0 + 2.9 * (seq - 4)) for seq in range(5, 105)]  # 100 captured, one each 2.9 s
+    restarts = 0
+    for renewal in replays:
+        moved = vouched(mem, junk, renewal, limit=ttl)
+        if moved is not mem:
+            restarts += 1
+            assert moved.seen_at == renewal[1] and moved.vouch_from == 100.0, moved
+        elif renewal[1] <= mem.seen_at + mem.seen_ttl:  # a look before the TTL ran out
+            assert vouches_spent(mem, renewal, ttl), renewal
+        mem = moved
+    assert restarts == 1 and mem.seen_at == 102.9, (restarts, mem)
+    assert mem.seen_at + mem.seen_ttl <= 100.0 + 2 * ttl, "taken one TTL past the limit at the latest"
+    # A valid read (not outdated) gives the budget back; an outdated one does not.
+    old = LeaseRead("valid", record=rec(seq=3))
+    assert not accepts(mem, old) and track(mem, old, 104.0, ttl).vouch_from == 100.0
+    fresh = track(mem, LeaseRead("valid", record=rec(seq=6)), 104.0, ttl)
+    assert fresh.vouch_from is None and vouched(fresh, junk, (7, 106.9), limit=ttl).seen_at == 106.9
+    # Unbounded (`limit` inf, before issue 40): every replay restarted it, 100 replays x 2.9 s.
+    mem = Memory(node="S002", seen_key=("S001", 7, 4), seen_at=100.0, seen_ttl=ttl, max_epoch=7)
+    for renewal in replays:
+        mem = vouched(mem, junk, renewal)
+    assert mem.seen_at == replays[-1][1] and mem.seen_at - 100.0 > 280.0
+
+
+def test_a_quiet_follower_keeps_the_renewal_it_remembers_current_so_replays_of_older_ones_are_no_news():
+    """Issue 40: a quiet follower reads no renewal (the beacons vouch) and remembered the renew_seq
+    of the last lease it did read; after a restart (leadership.json's `seen`) every renewal named
+    since was news to `vouched`. `current` moves it with the beacons, never the timer earlier; then
+    a replay of any beacon it heard names nothing newer and restarts nothing."""
+    mem = Memory(node="S002", seen_key=("S001", 7, 4), seen_at=100.0, seen_ttl=3.0, max_epoch=7)
+    for seq in range(5, 40):
+        mem = current(mem, (seq, 100.0 + seq))
+    assert mem.seen_key == ("S001", 7, 39) and mem.seen_at == 139.0
+    assert current(mem, (12, 150.0)) is mem, "an older renewal moves nothing"
+    assert current(mem, (40, 120.0)).seen_at == 139.0, "never earlier than the timer stood"
+    assert current(replace(mem, seen_released=True), (40, 141.0)).seen_key[2] == 39, "a release is final"
+    assert current(replace(mem, leader_epoch=8), (40, 141.0)).seen_key[2] == 39, "a follower only"
+    junk = LeaseRead("corrupt", detail="lease file is not JSON")
+    restarted = Memory(node="S002", seen_key=mem.seen_key, max_epoch=7)  # as `Elector.know` leaves it
+    first = track(restarted, junk, 500.0, 3.0)
+    for seq in range(5, 40):  # every beacon it heard before, replayed
+        assert vouched(first, junk, (seq, 500.0 + seq), limit=3.0) is first

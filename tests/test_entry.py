@@ -17,7 +17,7 @@ from test_proxy import closed, until
 from elections.ports.localstate import LocalState
 from elections.ports.pool_view import MemberView, PoolView, entry_of
 from elections.ports.relay_files import EntryStatus
-from relay.server.entry import EntryRunner, target_of
+from relay.server.entry import EntryGate, EntryRunner, target_of
 from stkrelay import config
 
 dj = test_panel_support.dj
@@ -61,6 +61,18 @@ def test_the_target_is_the_fresh_valid_unreleased_lease_and_nothing_else():
     assert target_of(PoolView(updated=now, lease=view().lease, lease_status="expired"), now, 2.0) is None
     assert target_of(view(port="9530"), now, 2.0) is None and target_of(view(epoch=None), now, 2.0) is None  # type: ignore[arg-type]
     assert target_of(PoolView(), now, 2.0) is None
+
+
+def test_the_entry_never_goes_back_to_an_epoch_below_the_highest_it_forwarded_to():
+    """Issue 40: a replayed old lease in the pool view (the worker publishes only what its memory
+    took; this is the second wall) is no leader for the entry: no target, never the old relay."""
+    now = time.monotonic()
+    assert target_of(view(epoch=6), now, 2.0, floor=7) is None
+    assert target_of(view(epoch=7), now, 2.0, floor=7) == target_of(view(epoch=7), now, 2.0)
+    views = iter([view(epoch=7), view(epoch=6, node="S009", port=9531), view(epoch=8, node="S003")])
+    gate = EntryGate(lambda: next(views), 2.0, cache_s=0.0)
+    looks = [gate.look(), gate.look(), gate.look()]
+    assert [t.epoch if t else None for t in looks] == [7, None, 8] and gate.floor == 8, looks
 
 
 async def relay(name: bytes) -> tuple[asyncio.Server, int]:

@@ -12,7 +12,10 @@ verified beacons, per-member arrival statistics and reactions come out.
    signature. Whatever fails is counted in `refusals` and changes nothing.
 3. **Replay**: per `(node, boot)` only a higher `seq` is news; a datagram with
    a `seq` not above the last accepted one is counted (`replayed`) and dropped.
-   The last `KEEP_BOOTS` boots of each node are remembered.
+   The last `KEEP_BOOTS` boots of each node are remembered, across a restart
+   too: `seqs()` is what the runtime keeps in DATA_DIR, `restore()` takes it
+   back (issue 40: a board that forgot took a dead leader's captured beacons,
+   sent again, as news).
 4. **Statistics** per member (`MemberStats`): loss from the gaps in `seq` of
    its current boot, inter-arrival jitter, last seen on this member's clock.
 5. **Reactions** (`Reaction`): what the receiver should do at once, never
@@ -33,7 +36,7 @@ from typing import Any
 
 from elections.core.beacons import FOLLOWER, LEADER, RESIGN, Beacon, parse_beacon
 from elections.core.evidence import Refusals
-from elections.core.untrusted import REPLAYED, SPLIT_BRAIN, TOO_MANY, Untrusted
+from elections.core.untrusted import REPLAYED, SPLIT_BRAIN, TOO_MANY, Untrusted, is_counter
 
 PER_SOURCE = 50.0  # datagrams a second admitted from one source address (members send ~5)
 TOTAL = 2000.0  # datagrams a second admitted from everyone together
@@ -42,6 +45,7 @@ KEEP_BOOTS = 8  # boots remembered per node, for replay checks
 KEEP_MEMBERS = 64  # members tracked (as many member files as the store reads)
 KEEP_EPOCHS = 64  # epochs whose leader beacons are remembered, for the split-brain check
 JITTER_GAIN = 1 / 16  # RFC 3550's smoothing of inter-arrival jitter
+MAX_NAME = 64  # characters of a node or boot name kept across a restart (a boot is 16 hex)
 
 
 @dataclass(frozen=True)
@@ -186,6 +190,34 @@ class BeaconBoard:
             "dropped": self.dropped,
             "echoes": self.echoes,
         }
+
+    # -- kept across a restart ----------------------------------------------------
+    def seqs(self) -> dict[str, dict[str, int]]:
+        """The highest seq accepted per node and boot (oldest boot first), for `restore`."""
+        return {node: dict(boots) for node, boots in self._seqs.items()}
+
+    def restore(self, doc: Any) -> int:
+        """Take back what `seqs()` gave before a restart (read from DATA_DIR through the guarded
+        reader): each (node, boot)'s seq, which a beacon must exceed to be news. Never lowers
+        a seq known; entries of another shape are skipped, at most as many nodes and boots as
+        the board keeps. How many (node, boot) seqs were taken."""
+        if not isinstance(doc, dict):
+            return 0
+        taken = 0
+        for node, boots in list(doc.items())[-KEEP_MEMBERS * 2 :]:
+            if not (isinstance(node, str) and 0 < len(node) <= MAX_NAME and isinstance(boots, dict)):
+                continue
+            for boot, seq in list(boots.items())[-KEEP_BOOTS:]:
+                if not (isinstance(boot, str) and 0 < len(boot) <= MAX_NAME and is_counter(seq)):
+                    continue
+                known = self._seqs.setdefault(node, OrderedDict())
+                known[boot] = max(seq, known.get(boot, -1))
+                while len(known) > KEEP_BOOTS:
+                    known.popitem(last=False)
+                taken += 1
+        while len(self._seqs) > KEEP_MEMBERS * 2:
+            self._seqs.pop(next(iter(self._seqs)))
+        return taken
 
     # -- steps --------------------------------------------------------------------
     def _admit(self, source: str, now: float) -> bool:

@@ -5,7 +5,9 @@ the (holder, epoch, renew_seq) this node sees changes, on its own monotonic
 clock (client-go's way: another machine's `lease_until` is never read), or when
 a read that is no evidence ends a gap in this node's own reads longer than
 `max_gap` (`blind_gap`), or when the holder's own signed beacons name a newer
-renewal than the last this node read while its read is no evidence (`vouched`).
+renewal than the last this node read while its read is no evidence (`vouched`; at most
+`limit` past where the last valid read left the timer, in all). `current` keeps the renewal a
+quiet follower remembers up with the beacons, so a replay of an older beacon is never news.
 `outdated` is a validly signed record older than what
 was seen (a replay, or a leader that woke up late): never evidence. Pure: no
 I/O, no clock reads; `now` is passed in. The decisions over it are
@@ -39,6 +41,7 @@ class Memory:
     renew_seq: int = 0  # our own last written renew_seq
     looked_at: float | None = None  # monotonic end of this node's last completed read of the lease
     blind_restart: bool = False  # since the last valid read, the timer restarted at a `blind_gap`
+    vouch_from: float | None = None  # seen_at before the first `vouched` restart since the last valid read
 
 
 def outdated(memory: Memory, read: LeaseRead) -> bool:
@@ -54,6 +57,13 @@ def outdated(memory: Memory, read: LeaseRead) -> bool:
         return True
     seen = memory.seen_key
     return seen is not None and (rec.node, rec.epoch) == seen[:2] and rec.renew_seq < seen[2]
+
+
+def accepts(memory: Memory, read: LeaseRead) -> bool:
+    """`track` takes this read as the lease now: validly signed and not `outdated`. Only such
+    a read is published (pool.json's lease, which the entry follows): a replayed old lease is
+    no evidence for the panel or the entry either."""
+    return read.status == "valid" and read.record is not None and not outdated(memory, read)
 
 
 def knows_a_pool(memory: Memory) -> bool:
@@ -75,7 +85,7 @@ def blind_gap(memory: Memory, read: LeaseRead, now: float, max_gap: float) -> fl
     taken over one TTL later (a sole survivor is a relay). A valid read is judged as always."""
     if memory.looked_at is None or memory.seen_at is None or memory.blind_restart:
         return None
-    if read.status == "valid" and read.record is not None and not outdated(memory, read):
+    if accepts(memory, read):
         return None
     gap = now - memory.looked_at
     return gap if gap > max_gap else None
@@ -89,9 +99,9 @@ def track(
     `Timing.blind_after`)."""
     rec = read.record
     looked = replace(memory, looked_at=now)
-    if read.status == "valid" and rec is not None and not outdated(memory, read):
+    if accepts(memory, read) and rec is not None:
         max_epoch = max(memory.max_epoch, rec.epoch)
-        looked = replace(looked, blind_restart=False)
+        looked = replace(looked, blind_restart=False, vouch_from=None)
         if rec.key != memory.seen_key or rec.released != memory.seen_released:
             return replace(
                 looked,
@@ -113,7 +123,9 @@ def track(
     return looked
 
 
-def vouched(memory: Memory, read: LeaseRead, renewal: tuple[int, float] | None) -> Memory:
+def vouched(
+    memory: Memory, read: LeaseRead, renewal: tuple[int, float] | None, limit: float = math.inf
+) -> Memory:
     """`memory` with its timer restarted at a renewal the holder's leader beacons named
     (`renewal`: its renew_seq, and when a beacon first named it on this node's clock) when
     this read is no evidence (missing, damaged, forged, refused, stale, outdated) and that
@@ -123,13 +135,52 @@ def vouched(memory: Memory, read: LeaseRead, renewal: tuple[int, float] | None) 
     `test_agents_lease_damage`); its signed beacons still say each renewal. Safe as a read:
     the holder wrote that renewal before it sent the beacon, so a timer started when the
     beacon came never starts before the write. It only ever delays a takeover of the very
-    holder and epoch this node saw; a valid read is judged as always (`track`)."""
+    holder and epoch this node saw; a valid read is judged as always (`track`).
+
+    Bounded (issue 40): between two valid reads the restarts move the timer at most `limit`
+    past where it stood before the first of them (`vouch_from`; the elector passes one TTL);
+    past that the TTL runs. A beacon sent again by someone who captured it (a restarted
+    member's board knows no seqs it did not keep) "came" when it is replayed, long after
+    the write: each such restart is a delay, never an early takeover, and the bound caps
+    the delay a replayer can cause at `limit`, whatever it captured."""
     if renewal is None or memory.seen_key is None or memory.seen_at is None or memory.seen_released:
         return memory
-    if read.status == "valid" and read.record is not None and not outdated(memory, read):
+    if accepts(memory, read):
         return memory
     seq, at = renewal
     node, epoch, seen_seq = memory.seen_key
     if seq <= seen_seq or at <= memory.seen_at:
         return memory
-    return replace(memory, seen_key=(node, epoch, seq), seen_at=at)
+    since = memory.seen_at if memory.vouch_from is None else memory.vouch_from
+    if at - since > limit:
+        return memory
+    return replace(memory, seen_key=(node, epoch, seq), seen_at=at, vouch_from=since)
+
+
+def vouches_spent(memory: Memory, renewal: tuple[int, float] | None, limit: float) -> bool:
+    """A newer renewal was named, and `vouched` refused it only for its bound."""
+    if renewal is None or memory.seen_key is None or memory.seen_at is None or memory.seen_released:
+        return False
+    since = memory.seen_at if memory.vouch_from is None else memory.vouch_from
+    return renewal[0] > memory.seen_key[2] and renewal[1] > memory.seen_at and renewal[1] - since > limit
+
+
+def current(memory: Memory, renewal: tuple[int, float] | None) -> Memory:
+    """The renewal a quiet follower remembers, kept up with its holder's leader beacons: a
+    follower whose holder's fresh beacons name the very lease it last read reads the share
+    less (issue 22), and remembered (and wrote to leadership.json, which a restart reads
+    back) the renew_seq of the last lease it did read, however many renewals its beacons
+    named since. Each of those was then news to `vouched` after a restart: replayed, a
+    captured beacon of a dead holder restarted the timer (issue 40). Here a newer renewal
+    moves `seen_key` to it, timed from when a beacon first named it (never earlier than the
+    timer stood: as a read of that renewal then, which the holder wrote before its beacon
+    said so). Only ever the very holder and epoch this node saw, unreleased; a follower only."""
+    if renewal is None or memory.seen_key is None or memory.seen_at is None or memory.seen_released:
+        return memory
+    if memory.leader_epoch is not None:
+        return memory
+    seq, at = renewal
+    node, epoch, seen_seq = memory.seen_key
+    if seq <= seen_seq:
+        return memory
+    return replace(memory, seen_key=(node, epoch, seq), seen_at=max(memory.seen_at, at))

@@ -47,6 +47,7 @@ from elections.core.nudge import Nudge, NudgeBoard, is_nudge
 from elections.core.serving import ServingTiming
 from elections.core.serving_book import ServingBook
 from elections.ports.beacon_liveness import LivenessWatch
+from elections.ports.beacon_seqs import SAVE_EVERY, SeqFile
 from elections.ports.beacon_serving import ServingRight
 from elections.ports.host.sockets import open_shared_udp
 
@@ -92,6 +93,7 @@ class BeaconConfig:
     peers: list[str] = field(default_factory=list)
     store: str = ""  # this member's lease store as it names it (core.beacons "store"; "" = not said)
     ttl: float = 10.0  # LEASE_TTL: how long a right taken on silence waits before it may fall back
+    seq_file: str = ""  # DATA_DIR/beacon_seqs.json: the board's replay memory across a restart ("" = none)
 
 
 class _Datagrams(asyncio.DatagramProtocol):
@@ -126,6 +128,9 @@ class BeaconService(LivenessWatch, ServingRight):
         self.gate_clock = gate_clock or monotonic
         self.boot = boot or new_boot()
         self.board = BeaconBoard(config.kmsn, config.key, config.node)
+        self.seqs = SeqFile(config.seq_file) if config.seq_file else None
+        self._saved = (0, 0.0)  # (board.accepted, monotonic) at the last write of the seqs
+        self._restore()
         # Command nudges (core.nudge) come to the same port; `folded(node)` is the
         # highest event seq of `node` this agent has (a nudge naming it is a replay).
         self.nudges = NudgeBoard(config.kmsn, config.key, config.node, config.ip)
@@ -181,9 +186,41 @@ class BeaconService(LivenessWatch, ServingRight):
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.save_seqs(force=True)
         for transport in self._transports:
             transport.close()
         asyncio.get_running_loop().call_soon(asyncio.get_running_loop().stop)
+
+    def _restore(self) -> None:
+        """The board's seqs as kept before this start (`ports.beacon_seqs`); a damaged file
+        starts it empty, counted with the board's refusals and logged."""
+        if self.seqs is None:
+            return
+        doc, refused = self.seqs.load()
+        if refused is not None:
+            self.board.refusals.note(self.seqs.path.name, refused.cause, refused.detail, now=self.monotonic())
+            log.warning("beacon seqs not restored, starting empty (%s: %s)", refused.cause, refused.detail)
+            return
+        taken = self.board.restore(doc)
+        if taken:
+            log.info("beacon seqs restored: %d (member, boot) pairs", taken)
+
+    def save_seqs(self, force: bool = False) -> None:
+        """Write the board's seqs when beacons came since the last write, at most every
+        `SAVE_EVERY` (`force`: now, on the way out). Never raises: a full disk costs the
+        replay memory of a restart, never a beacon."""
+        if self.seqs is None:
+            return
+        with self.lock:
+            accepted, now = self.board.accepted, self.monotonic()
+            if accepted == self._saved[0] or (not force and now - self._saved[1] < SAVE_EVERY):
+                return
+            seqs = self.board.seqs()
+        try:
+            self.seqs.save(seqs)
+        except OSError as exc:
+            log.warning("beacon seqs not kept: %s", exc)
+        self._saved = (accepted, now)
 
     def leader_key(self, node: str, within: float) -> tuple[str, int, int] | None:
         """(node, epoch, renew_seq) of `node`'s latest leader beacon, if one came within `within` s."""
@@ -375,6 +412,7 @@ class BeaconService(LivenessWatch, ServingRight):
             if self._target_of(standing) != self._watched:
                 self._retarget.set()  # the liveness loop watches someone else now
             self._send(self._datagram(*standing.outgoing(), standing=standing))
+            self.save_seqs()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.config.interval * random.uniform(1 - JITTER, 1 + JITTER)):
                     await self._wake.wait()

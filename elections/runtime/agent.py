@@ -49,6 +49,7 @@ from elections.core.evidence import Refusals
 from elections.core.skew import ClockReading
 from elections.errors import StoreUnavailable
 from elections.executors import AddressBook, Gate, build_executors, epoch_from_state, leader_duties
+from elections.ports.beacon_seqs import SEQS_NAME
 from elections.ports.beacons import BeaconConfig
 from elections.ports.clock import SystemClock
 from elections.ports.gate import gate_for
@@ -159,7 +160,8 @@ class Agent(Looks, Roles, Publishing):
         clock = self.clock
         bconf = BeaconConfig(stk.kmsn, stk.node, stk.node_ip, stk.relay_port, stk.pool_key,
                              stk.beacon_interval, stk.beacon_port, stk.beacon_peers,
-                             store=self.elector.store.describe(), ttl=stk.lease_ttl)  # fmt: skip
+                             store=self.elector.store.describe(), ttl=stk.lease_ttl,
+                             seq_file=str(self.local.dir / SEQS_NAME))  # fmt: skip
         self.split = SplitAlarm(stk.node, bconf.store, 2 * max(stk.lease_ttl, stk.heartbeat_ttl))
         folded = self.tail.last_seq.get  # node -> its highest event seq this agent has: nudges' replays
         self.beacons = BeaconLink(bconf, self.elector, self._kicked, clock.monotonic, nudged=self._nudged,
@@ -246,6 +248,8 @@ class Agent(Looks, Roles, Publishing):
         # the TTL) still look and rewrite, and commands and gate changes come as news (issue 22).
         # Nor a tick after a transition (a step-down, a lost claim): only a settled decision stands.
         skip = skips_cycle(quiet, self.elector.last, news, renewing, self.elector.is_leader)
+        if skip:  # no read: the renewal it remembers (and publishes as `seen`) kept up with the beacons
+            self.elector.heard()
         decision = self.elector.last if skip else self.elector.cycle(renewing=renewing)
         assert decision is not None
         if self.elector.is_leader:  # what its relay saw: bindings to record, impostors to report

@@ -68,8 +68,12 @@ class Publishing:
         stk = self.stk
         read = self.elector.last_read
         lease = None
-        if read is not None and read.record is not None and read.status == "valid":
-            rec = read.record
+        # Only a lease its memory took (`Elector.accepted`): a valid read it refused as older than
+        # what it saw (a replayed copy, `lease_memory.outdated`) leaves the newest it took shown, and
+        # its entry forwarding there, not to the replayed holder (issue 40).
+        shown = self.elector.accepted if read is not None and read.status == "valid" else None
+        if shown is not None and shown.record is not None:
+            rec = shown.record
             lease = {"node": rec.node, "epoch": rec.epoch, "ip": rec.ip, "port": rec.port,
                      "renew_seq": rec.renew_seq, "ttl_s": rec.ttl_s, "released": rec.released,
                      "handoff_to": rec.handoff_to}  # fmt: skip

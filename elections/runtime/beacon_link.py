@@ -17,8 +17,8 @@
   beacons (`BeaconService.book`). A member's ack that moves the gate calls
   `on_acked` (the agent publishes its leadership state: the relay's gate).
 - `vouches()`: the leader's fresh beacons name the lease this follower last
-  read (its holder and epoch, renewed since or not), so reading the share
-  again now would tell it nothing; `heard_at(key)`: when a leader beacon
+  read (its holder and epoch, renewed since or not) and its TTL as timed has
+  not run out, so reading the share again now would tell it nothing; `heard_at(key)`: when a leader beacon
   first named a lease, for the elector's timer when it reads that lease later;
   `hears_all(members)`: a leader hears every member beacon, so another
   leader's beacon would reach it before any read of the share could.
@@ -104,7 +104,12 @@ class BeaconLink:
         if mem.leader_epoch is not None or mem.seen_key is None or mem.seen_released:
             return False
         key = self.service.leader_key(mem.seen_key[0], VOUCH_INTERVALS * self.interval)
-        return key is not None and key[:2] == mem.seen_key[:2] and key[2] >= mem.seen_key[2]
+        if key is None or key[:2] != mem.seen_key[:2] or key[2] < mem.seen_key[2]:
+            return False
+        # Never past the lease's TTL as timed (`Elector.heard` moves it with each renewal the beacons
+        # name): beacons that name no newer renewal for a TTL are replays or a holder that stopped
+        # renewing, and the follower looks again (issue 40: replayed, they kept it from ever looking).
+        return mem.seen_at is None or self.service.monotonic() - mem.seen_at < mem.seen_ttl
 
     def heard_at(self, key: tuple[str, int, int]) -> float | None:
         return self.service.heard_at(key)

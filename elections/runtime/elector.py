@@ -23,7 +23,7 @@ from typing import Any
 from elections.core.decide import Decision, Observation, Timing, Verdict, decide, evidence_subject
 from elections.core.evidence import Refusals
 from elections.core.lease import LeaseRead
-from elections.core.lease_memory import Memory, blind_gap, track, vouched
+from elections.core.lease_memory import Memory, accepts, blind_gap, current, track, vouched, vouches_spent
 from elections.core.serving_book import Serving
 from elections.core.untrusted import REPLAYED
 from elections.errors import StoreUnavailable
@@ -88,6 +88,9 @@ class Elector(ElectorActs):
         self.memory = Memory(node=me.node)
         self.last: Decision | None = None
         self.last_read: LeaseRead | None = None
+        # The last read this node's memory took as the lease (`lease_memory.accepts`), or its own
+        # write: what it publishes (pool.json, which its entry follows), never a refused replay.
+        self.accepted: LeaseRead | None = None
         self._reported: set[str] = set()
         self._abstain_until: float | None = None
         self._member_fields: dict[str, Any] = {}
@@ -243,6 +246,8 @@ class Elector(ElectorActs):
     def _decide(self, read: LeaseRead | None, now: float, renewing: bool) -> Decision:
         if read is not None:
             before = self.memory.seen_key
+            if accepts(self.memory, read):
+                self.accepted = read
             gap = blind_gap(self.memory, read, now, self.timing.blind_after)
             self.memory = track(self.memory, read, now, self.timing.ttl, self.timing.blind_after)
             if gap is not None:  # counted beside the deferrals (pool.json), logged once per kind of read
@@ -269,18 +274,34 @@ class Elector(ElectorActs):
 
     def _vouched(self, read: LeaseRead) -> None:
         """A read that is no evidence while the holder's beacons named a newer renewal: the
-        timer restarts when that beacon came (`core.lease_memory.vouched`); counted beside
-        the deferrals, logged once per kind of read."""
+        timer restarts when that beacon came (`core.lease_memory.vouched`), one TTL past where
+        the last valid read left it at the most (then the TTL runs); counted beside the
+        deferrals, logged once per kind of read."""
         mem = self.memory
         if self.renewal_heard is None or mem.seen_key is None or mem.leader_epoch is not None:
             return
-        self.memory = vouched(mem, read, self.renewal_heard(mem.seen_key[0], mem.seen_key[1]))
+        renewal = self.renewal_heard(mem.seen_key[0], mem.seen_key[1])
+        self.memory = vouched(mem, read, renewal, self.timing.ttl)
+        holder, epoch = mem.seen_key[:2]
         if self.memory is not mem:
             self.deferred["vouched"] = self.deferred.get("vouched", 0) + 1
-            holder, epoch = mem.seen_key[:2]
             self._report(f"lease timer restarted: the lease read was {read.status}, no evidence, "
                          f"and {holder}'s beacons name a newer renewal of epoch {epoch}",
                          logging.WARNING)  # fmt: skip
+        elif not accepts(mem, read) and vouches_spent(mem, renewal, self.timing.ttl):
+            self.deferred["vouches_spent"] = self.deferred.get("vouches_spent", 0) + 1
+            self._report(f"lease timer not restarted: {holder}'s beacons name a newer renewal of epoch "
+                         f"{epoch}, but they moved it a TTL ({self.timing.ttl:g} s) since the last valid "
+                         f"read already; the TTL runs", logging.WARNING, key=f"{holder}/{epoch}")  # fmt: skip
+
+    def heard(self) -> None:
+        """Between reads (a quiet follower): the renewal this node remembers kept up with its
+        holder's leader beacons (`core.lease_memory.current`), so a replay of an older one is
+        never news, after a restart too (leadership.json's `seen`)."""
+        mem = self.memory
+        if self.renewal_heard is None or mem.seen_key is None or mem.leader_epoch is not None:
+            return
+        self.memory = current(mem, self.renewal_heard(mem.seen_key[0], mem.seen_key[1]))
 
     # -- logging -----------------------------------------------------------------
     def _note(self, decision: Decision) -> None:

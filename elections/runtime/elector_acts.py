@@ -183,6 +183,7 @@ class ElectorActs:
             max_epoch=epoch,
         )
         self.last_read = LeaseRead("valid", record)  # what the view shows: the lease we hold now
+        self.accepted = self.last_read
         why = f"elected: took epoch {epoch} ({decision.reason})"
         log.warning("%s", why)
         gap = None if decision.gap is None else round(decision.gap + start - decided_at, 3)
@@ -234,7 +235,7 @@ class ElectorActs:
                 seen_at=start,
                 seen_released=False,
             )
-            self.last_read = LeaseRead("valid", record)
+            self.last_read = self.accepted = LeaseRead("valid", record)
             return Attempt(Decision(Verdict.HOLD, f"leader: renewed epoch {epoch} (seq {seq})"))
         if outcome is WriteOutcome.FENCED:
             why = f"deadline passed before the write of epoch {epoch}"

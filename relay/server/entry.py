@@ -14,6 +14,8 @@ unreleased lease's ``ip``, ``port`` and ``epoch``).
   worker within `stale_after` on this host's monotonic clock) and names a valid,
   unreleased lease of the very epoch and address the proxy forwards to. No leader,
   a stale view, or a released lease: accepts are refused and forwarded pairs closed.
+  A lease of an epoch below the highest it forwarded to is no leader either (the
+  worker publishes only leases its memory took; this is the second wall, issue 40).
 - **Re-point, not splice.** A protocol v1 session is the relay's own (its nonce,
   its HMAC, its session id): it cannot move to another relay under a live TCP
   connection. On a new epoch or address (`target_of` differs), the proxy forwards
@@ -67,8 +69,9 @@ class EntryTarget:
     port: int
 
 
-def target_of(view: PoolView, now: float, stale_after: float) -> EntryTarget | None:
-    """Where remote clients go now, or None (no fresh view, no valid unreleased lease)."""
+def target_of(view: PoolView, now: float, stale_after: float, floor: int = 0) -> EntryTarget | None:
+    """Where remote clients go now, or None (no fresh view, no valid unreleased lease, or one of an
+    epoch below `floor`, the highest this entry forwarded to: never back to an older leader)."""
     # `updated` is the worker's reading of this host's monotonic clock: written after `now` was read
     # is fresh, not suspect.
     if view.updated is None or now - view.updated > stale_after:
@@ -79,7 +82,7 @@ def target_of(view: PoolView, now: float, stale_after: float) -> EntryTarget | N
     epoch, node, ip, port = lease.get("epoch"), lease.get("node"), lease.get("ip"), lease.get("port")
     if not (isinstance(epoch, int) and isinstance(node, str) and isinstance(ip, str)):
         return None
-    if not (isinstance(port, int) and 1 <= port <= 65534):
+    if not (isinstance(port, int) and 1 <= port <= 65534) or epoch < floor:
         return None
     return EntryTarget(epoch, node, ip, port)
 
@@ -98,6 +101,7 @@ class EntryGate:
         self.target: EntryTarget | None = None  # what the proxy forwards to
         self._now: EntryTarget | None = None  # what the view said at its last read
         self._read_at: float | None = None
+        self.floor = 0  # the highest epoch it read a target of: a lower one is a replay (issue 40)
 
     def look(self) -> EntryTarget | None:
         """The target the pool view names now (read at most every `cache_s`)."""
@@ -108,7 +112,9 @@ class EntryGate:
             except Exception:  # an unreadable view is no leader
                 log.exception("entry: cannot read the pool view")
                 view = PoolView()
-            self._now, self._read_at = target_of(view, now, self.stale_after), now
+            self._now, self._read_at = target_of(view, now, self.stale_after, self.floor), now
+            if self._now is not None:
+                self.floor = max(self.floor, self._now.epoch)
         return self._now
 
     def __call__(self) -> bool:

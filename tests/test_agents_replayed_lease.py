@@ -1,0 +1,88 @@
+"""A replayed old lease with beacons off (issue 40, finding 6), on a real 3-agent site.
+
+The leader (S001 or S002, epoch E) is killed and the other takes epoch E+1; then someone who
+kept a copy of its signed lease file puts it back over the lease every 0.1 s for 6 s. The follower S003
+refuses it (`lease_memory.outdated`: an epoch below one it saw), and before this issue still
+published it in its pool view (`survey()`), which its entry follows: its entry re-pointed to
+the dead leader's relay and back (33 times in 15 s; 31 of 75 remote registrations went to the
+dead relay). Now a follower publishes only leases its memory took, and its entry never goes
+back to an epoch below the highest it forwarded to: the view keeps naming E+1, the entry never
+re-points."""
+
+import json
+import threading
+import time
+
+import pytest
+from harness import free_port, wait_until
+
+pytestmark = pytest.mark.agents
+
+
+def read_json(path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def test_a_replayed_old_lease_never_shows_in_a_followers_view_nor_moves_its_entry(site_factory):
+    site = site_factory(3, extra={"BEACON_INTERVAL": "0"})  # the share is the only witness
+    s1, s2, s3 = site.agents
+    for agent, priority in ((s1, 90), (s2, 80), (s3, 50)):
+        with open(agent.ini, "a") as fh:
+            fh.write(f"PRIORITY = {priority}\n")
+    with open(s3.ini, "a") as fh:
+        fh.write(f"ENTRY = 1\nENTRY_LISTEN = {s3.ip}:{free_port(s3.ip)}\n")
+    s1.start()
+    s2.start()
+    first = site.wait_leader(timeout=60)  # S001 or S002; S003 (the entry) joins as a follower
+    s3.start()
+    assert site.wait_settled(timeout=60) == first
+    leader, other = (s1, s2) if first.node == "S001" else (s2, s1)
+    lease_path = site.lease_dir / "relay_leader.json"
+    old = lease_path.read_bytes()  # S001's signed lease of epoch E, as anyone on the share can copy it
+
+    def entry_target() -> dict:
+        return read_json(s3.data_dir / "entry.json").get("target") or {}
+
+    wait_until(lambda: entry_target().get("node") == leader.name, 30, "S003's entry to forward to the leader")
+    leader.kill9()
+    new = site.wait_leader(timeout=30, other_than=leader.name)
+    assert (new.node, new.epoch) == (other.name, first.epoch + 1), new  # PRIORITY: S003 waits longer
+    wait_until(lambda: entry_target().get("node") == other.name, 15, "S003's entry to forward to the new one")
+    wait_until(lambda: (read_json(s3.data_dir / "pool.json").get("lease") or {}).get("epoch") == new.epoch,
+               10, "S003's view of the new lease")  # fmt: skip
+    repointed = read_json(s3.data_dir / "entry.json")["repointed"]
+
+    stop = threading.Event()
+
+    def replay() -> None:
+        while not stop.wait(0.1):
+            lease_path.write_bytes(old)  # in place, as a careless tool (or a hostile one) would
+
+    sender = threading.Thread(target=replay, daemon=True)
+    sender.start()
+    shown: list[tuple[str, int]] = []
+    try:
+        end = time.monotonic() + 6.0
+        while time.monotonic() < end:
+            lease = read_json(s3.data_dir / "pool.json").get("lease") or {}
+            if lease:
+                shown.append((lease.get("node"), lease.get("epoch")))
+            time.sleep(0.02)
+    finally:
+        stop.set()
+        sender.join(5)
+    assert shown and set(shown) == {(other.name, new.epoch)}, sorted(set(shown))
+    status = read_json(s3.data_dir / "entry.json")
+    wait_until(lambda: read_json(s3.data_dir / "entry.json").get("updated") != status.get("updated"), 5,
+               "entry.json written after the replay")  # fmt: skip
+    status = read_json(s3.data_dir / "entry.json")
+    assert status["repointed"] == repointed and (status.get("target") or {}).get("node") == other.name, status
+    logs = s3.log()
+    assert "SECURITY: ignoring replayed lease" in logs, "the replay was seen, refused and said"
+    assert "Traceback" not in logs
+    # The pool goes on under the new leader (it rewrites its record over the replayed copies).
+    back = wait_until(site.lease, 10, "a valid lease")
+    assert (back.node, back.epoch) == (other.name, new.epoch), back
