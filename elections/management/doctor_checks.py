@@ -330,6 +330,8 @@ def config_warnings(check: Any, stk: Config) -> None:
     """The configuration's warnings (W1xx: an ini others may read, keys in a section not read)."""
     for w in stk.warnings:
         check(_("configuration"), True, f"{w.key}: {w.message} ({w.id}) — {w.hint}", warn=True)
+
+
 def redis_check(check: Callable[..., None], stk: Config) -> None:
     """This agent's own Redis, as its supervisor last found it (`redis.json`, runtime.redis_wait);
     when no running agent wrote it, one ping here. Waiting for it is a failure: no worker runs."""
