@@ -21,7 +21,9 @@ supervisor starts it beside the standby relay, `elections.management.commands.ru
   once (a station's own backup address takes over; never a black hole), and every forwarded pair
   is closed; a new epoch or relay closes the pairs to the old one, so each station's own reconnect
   loop redials the door and reaches the new leader. Bytes pass untouched both ways (the
-  `FencingProxy`, asked before every send).
+  `FencingProxy`, asked before every send), after a keyed PROXY v2 header on each connection the
+  door opens (`relay.wire.proxy_header`): the relay, or the exec fencing proxy, which strips it,
+  counts each station under its own address, not the door's.
 - Where it stands: ``DATA_DIR/door.json`` every second (the panel, the API, ``relayctl doctor``).
 """
 
@@ -53,9 +55,10 @@ class StationDoor(EntryRunner):
         stale_after: float,
         max_per_address: int = 0,
         lan_host: str | None = None,
+        pool_key: str = "",
     ) -> None:
         first = next(h for h in hosts if h != lan_host) if any(h != lan_host for h in hosts) else None
-        super().__init__(data_dir, (first or "", port), stale_after, max_per_address)
+        super().__init__(data_dir, (first or "", port), stale_after, max_per_address, pool_key=pool_key)
         self.node, self.port, self.lan_host = node, port, lan_host
         self.hosts = hosts
         self.lan_error = ""
@@ -117,5 +120,5 @@ def main(stk: Config, argv: list[str] | None = None) -> int:
     lan = stk.node_ip if stk.node_ip in hosts else None
     door = StationDoor(stk.data_dir, stk.node, hosts, stk.relay_port,
                        stale_after(stk.lease_poll, stk.lease_ttl), stk.relay_max_per_address,
-                       lan_host=lan)  # fmt: skip
+                       lan_host=lan, pool_key=stk.pool_key)  # fmt: skip
     return asyncio.run(door.run())
