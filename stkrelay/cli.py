@@ -53,6 +53,12 @@ def run(command: str, argv: list[str], prog: str | None = None) -> int:
         os.environ["STK_INI"] = os.path.abspath(os.environ["STK_INI"])
     if not os.environ.get("DJANGO_SETTINGS_MODULE"):
         os.environ["DJANGO_SETTINGS_MODULE"] = "stkrelay.settings"
+    if command in ("relayctl", "stkuser"):  # no agent database here: say where, create nothing
+        from stkrelay.agent_data import precheck
+
+        code = precheck(command, argv)
+        if code is not None:
+            return code
     from django.core.management import execute_from_command_line
 
     execute_from_command_line([prog or command, command, *argv])
