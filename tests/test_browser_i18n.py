@@ -190,7 +190,7 @@ def test_a_drain_and_a_promote_done_in_the_chinese_panel_show_in_the_site_s_zone
         row = page.locator(f'tbody tr:has(td[data-action="{action}"])').first
         assert word in row.inner_text() and "已接受" in row.inner_text()
         shown = row.locator("time")
-        assert shown.inner_text().endswith(" CST"), shown.inner_text()
+        assert shown.inner_text().endswith(" UTC+8"), shown.inner_text()
         assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC · Asia/Taipei", shown.get_attribute("title"))
     assert "中文面板測試" in page.inner_text("tbody")
 

@@ -231,7 +231,7 @@ def test_times_are_shown_in_the_ini_s_zone_named_with_utc_on_hover_and_in_the_ap
         api = c.get("/api/v1/history?period=all").json()
     assert "When (Asia/Taipei)" in page
     assert ('<time datetime="2026-06-15T12:30:15Z" title="2026-06-15 12:30:15 UTC · Asia/Taipei">'
-            "2026-06-15 20:30:15 CST</time>") in page  # fmt: skip
+            "2026-06-15 20:30:15 UTC+8</time>") in page  # fmt: skip
     assert api["failovers"][0]["at"] == "2026-06-15T12:30:15+00:00"  # ISO 8601, UTC, with its offset
 
 
