@@ -241,9 +241,9 @@ def test_the_language_chosen_in_the_footer_is_kept_for_the_user(browser, site):
 # Words a zh-TW reader may meet in Latin letters: names (members, pools, zones), units and
 # acronyms the Chinese text uses too. Everything else outside code, addresses and names is English
 # left untranslated (issue 42 finding 5).
-ALLOWED = {"UTC", "Asia", "Taipei", "KMSN", "ID", "IP", "VIP", "API", "HTTPS", "HTTP", "TLS", "SHA", "TTL",
-           "CSV", "JSON", "Redis", "SMB", "etcd", "stkrelay", "relayctl", "stkuser", "min", "ms", "KiB", "MiB",
-           "GiB", "OFFICE", "cli", "olga", "vera", "root"}  # fmt: skip
+ALLOWED = {"UTC", "Asia", "Taipei", "KMSN", "ID", "IP", "VIP", "API", "HTTPS", "HTTP", "TLS", "SHA",
+           "TTL", "CSV", "JSON", "Redis", "SMB", "etcd", "stkrelay", "relayctl", "stkuser", "min", "ms",
+           "KiB", "MiB", "GiB", "OFFICE", "cli", "olga", "vera", "root"}  # fmt: skip
 LONG_STATION = "STATION-WITH-A-VERY-LONG-NAME-" + "X" * 33
 LATIN_WORDS = """() => {
   const skip = "code, kbd, samp, pre, script, style, time, .mono, .skip";
@@ -252,7 +252,8 @@ LATIN_WORDS = """() => {
   while (walk.nextNode()) {
     const n = walk.currentNode;
     if (!n.parentElement || n.parentElement.closest(skip)) continue;
-    for (const w of n.textContent.match(/[A-Za-z][A-Za-z_-]+/g) || []) out.push([w, n.textContent.trim().slice(0, 120)]);
+    const text = n.textContent.trim().slice(0, 120);
+    for (const w of n.textContent.match(/[A-Za-z][A-Za-z_-]+/g) || []) out.push([w, text]);
   }
   return out;
 }"""
@@ -260,8 +261,9 @@ WIDER = """() => {
   const w = document.documentElement.clientWidth;
   return [...document.querySelectorAll("body *")]
     .map(e => [e, e.getBoundingClientRect()])
-    .filter(([e, r]) => !e.closest(".skip") && r.width > 1 && r.height > 1 && (r.right > w + 1 || r.left < -1))
-    .map(([e, r]) => `${e.tagName.toLowerCase()}.${e.className} ${Math.round(r.left)}..${Math.round(r.right)}`)
+    .filter(([e, r]) => !e.closest(".skip") && r.width > 1 && r.height > 1)
+    .filter(([e, r]) => r.right > w + 1 || r.left < -1)
+    .map(([e, r]) => `${e.tagName}.${e.className} ${Math.round(r.left)}..${Math.round(r.right)}`)
     .slice(0, 10);
 }"""
 

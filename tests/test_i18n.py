@@ -200,7 +200,8 @@ def english_left(page: str) -> list[str]:
     return sorted(
         e.msgid
         for e in po.read(ZH)
-        if " " in e.msgid and not PLACEHOLDER.search(e.msgid) and e.msgid not in e.msgstr.values()
+        if " " in e.msgid and re.search("[A-Za-z]", e.msgid)  # not the separators (", " -> "，")
+        and not PLACEHOLDER.search(e.msgid) and e.msgid not in e.msgstr.values()
         and e.msgid in text
     )  # fmt: skip
 
