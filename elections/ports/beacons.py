@@ -167,6 +167,7 @@ class BeaconService(LivenessWatch, ServingRight):
         self._keys: dict[str, collections.deque[tuple[tuple[str, int, int], float]]] = {}
         self.ready = threading.Event()
         self.failed: str | None = None
+        self.started = monotonic()  # since when this member has listened (`core.eligibility.unheard`)
 
     # -- for the election thread -------------------------------------------------
     def start(self) -> BeaconService:
@@ -263,6 +264,12 @@ class BeaconService(LivenessWatch, ServingRight):
         with self.lock:
             now = self.monotonic()
             return all(self.board.heard_from(node, now, within) for node in nodes)
+
+    def heard_ages(self) -> dict[str, tuple[float, float]]:
+        """node -> (seconds since its last beacon, its smoothed gap) of every member heard."""
+        with self.lock:
+            now = self.monotonic()
+            return {n: (now - s.last_at, s.gap) for n, s in self.board.members.items()}
 
     def heard(self, within: float) -> list[str]:
         with self.lock:

@@ -129,7 +129,7 @@ class Agent(Looks, Roles, Publishing):
         self.policy = PoolPolicy(
             stk.node, stk.priority, self.commands, lambda: self.view, lambda: self._leader_since,
             self.local, clock.monotonic, health=self.health.status, relay_attests=stk.relay_attests,
-            gate=self.health.gate,
+            gate=self.health.gate, unheard=self.unheard,
         )  # fmt: skip
         self.member_reads = MemberReads(store, stk.node, stk.heartbeat_ttl, stk.lease_renew, stk.lease_ttl,
                                         clock.monotonic)  # fmt: skip
