@@ -13,8 +13,11 @@ dj = test_panel_support.dj
 
 def checks_of(refusals):
     out = []
-    refusal_checks(lambda name, ok, detail, warn=False: out.append({"check": name, "ok": ok, "detail": detail,
-                                                                    "warn": warn}), SimpleNamespace(refusals=refusals))  # fmt: skip
+
+    def check(name, ok, detail, warn=False):
+        out.append({"check": name, "ok": ok, "detail": detail, "warn": warn})
+
+    refusal_checks(check, SimpleNamespace(refusals=refusals))
     return out
 
 
