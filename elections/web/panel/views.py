@@ -64,7 +64,7 @@ def _site_row(s: SiteState) -> dict[str, Any]:
         "renewed": fmt.age(s.renewed_ago),
         "expired": not (s.expires_in is not None and s.expires_in > 0),
         "expires": fmt.age(s.expires_in) if s.expires_in is not None and s.expires_in > 0 else "",
-        "lease_status": words.of(words.LEASE_STATUS, s.lease_status),
+        "lease_status": words.lease_state(s),
         "eligible": len(s.eligible),
         "total": len(s.members),
         "relay_clients": s.relay.clients if s.relay and s.relay.running else None,
