@@ -102,6 +102,13 @@ def render(fmt: str, doc: Any, lines: list[str]) -> list[str]:
     return lines
 
 
+def lease_words(pool: Any) -> str:
+    """The lease's state in words: "released, handing off to X" for a released lease, never "valid"."""
+    if pool.handoff_to:
+        return _("released, handing off to %(to)s") % {"to": pool.handoff_to}
+    return _("released") if pool.lease_state == "released" else pool.lease_status
+
+
 def list_view(
     pool: Any, ttl: float, source: str, age: float | None, since: datetime | None = None
 ) -> tuple[dict[str, Any], list[str], list[list[Any]]]:
@@ -113,10 +120,11 @@ def list_view(
     doc["updated"] = wall_of(pool.updated)
     doc["lease_seen_at"] = wall_of(pool.lease_seen_at)
     doc["age_s"], doc["source"], doc["stale"] = age, source, age is not None and age > ttl
+    doc["lease_status"], doc["handoff_to"] = pool.lease_state, pool.handoff_to  # never "valid" once released
     lines = header(age, ttl, source, pool.paused)
     lines.append(_("KMSN %(kmsn)s  leader %(leader)s  epoch %(epoch)s  lease %(status)s  (seen by %(node)s)")
                  % {"kmsn": pool.kmsn, "leader": lease.get("node", "-"), "epoch": lease.get("epoch", "-"),
-                    "status": pool.lease_status, "node": pool.node})  # fmt: skip
+                    "status": lease_words(pool), "node": pool.node})  # fmt: skip
     doc["leader_since"] = None if since is None else timezone.localtime(since).isoformat()
     rows = [["node", "state", "ip", "priority", "heartbeat_s", "eligible", "reasons", "leader_since"]]
     titles = [

@@ -64,7 +64,7 @@ def _site_row(s: SiteState) -> dict[str, Any]:
         "renewed": fmt.age(s.renewed_ago),
         "expired": not (s.expires_in is not None and s.expires_in > 0),
         "expires": fmt.age(s.expires_in) if s.expires_in is not None and s.expires_in > 0 else "",
-        "lease_status": words.of(words.LEASE_STATUS, s.lease_status),
+        "lease_status": words.lease_state(s),
         "lease_detail": words.lease_detail(s.lease_detail),
         "decision": words.decision(s.decision),
         "eligible": len(s.eligible),

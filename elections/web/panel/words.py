@@ -42,6 +42,7 @@ FAILOVER_REASONS = {
 
 LEASE_STATUS = {
     "valid": gettext_lazy("valid"),
+    "released": gettext_lazy("released"),
     "missing": gettext_lazy("missing"),
     "corrupt": gettext_lazy("corrupt"),
     "forged": gettext_lazy("forged"),
@@ -132,6 +133,14 @@ def of(table: dict[str, object], code: str) -> str:
     """`code` in words from one of the tables above, else `code` itself."""
     word = table.get(code)
     return str(word) if word is not None else code
+
+
+def lease_state(s: SiteState) -> str:
+    """The lease's state in words; a released lease names whom it is handed to (issue 42)."""
+    to = (s.lease or {}).get("handoff_to") if s.lease_status == "released" else None
+    if to:
+        return _("released, handing off to %(to)s") % {"to": to}
+    return of(LEASE_STATUS, s.lease_status)
 
 
 def trouble(s: SiteState) -> str:
