@@ -21,6 +21,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.safestring import mark_safe
 from django.utils.translation import gettext as _
+from django.utils.translation import pgettext
 from django.views.decorators.http import require_http_methods
 
 from elections import audit
@@ -114,7 +115,8 @@ def _buttons(request: HttpRequest, s: SiteState) -> tuple[dict[str, list[Button]
             why = _("already the leader")
         elif not m.eligible:
             why = _("not eligible: %(reasons)s") % {
-                "reasons": "; ".join(words.reason(r) for r in m.reasons) or _("unknown")
+                "reasons": pgettext("separator", "; ").join(words.reason(r) for r in m.reasons)
+                or _("unknown")
             }
         row.append(make("promote", _("Promote"), m.node, why))
         stale_after = settings.STK.heartbeat_ttl + settings.STK.promotion_hold

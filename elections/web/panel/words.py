@@ -13,6 +13,7 @@ from django.utils.translation import gettext_lazy
 from elections.web.panel.site import EARLY_TAKEOVERS_ALARM, SiteState
 
 _HEARTBEAT_OLD = re.compile(r"^heartbeat ([\d.]+) s old > ([\d.]+) \+ ([\d.]+)$")
+_UNHEARD = re.compile(r"^beacons not heard for ([\d.]+) s > ([\d.]+) s$")  # core.eligibility: liveness
 # core.commands.forget_refusal's three texts
 _HOLDS_LEASE = re.compile(r"^(.+) holds the lease \(epoch (.*)\): drain it so that another member leads$")
 _NOT_TIMED = re.compile(r"^(.+)'s heartbeat has not been timed yet: wait for this agent to judge it$")
@@ -105,6 +106,10 @@ def reason(text: str) -> str:
     m = _HEARTBEAT_OLD.match(text)
     if m:
         return _("heartbeat %(age)s s old > %(ttl)s + %(hold)s") % {"age": m[1], "ttl": m[2], "hold": m[3]}
+    if m := _UNHEARD.match(text):
+        return _("beacons not heard for %(age)s s > %(limit)s s") % {"age": m[1], "limit": m[2]}
+    if text == "no member hears its beacons":
+        return _("no member hears its beacons")
     if text.startswith("health: "):
         return _("health: %(what)s") % {"what": text[len("health: ") :]}
     if text.startswith("gate: "):  # core.gate: why this host's gate is not master (keepalived's words)
