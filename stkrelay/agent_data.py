@@ -11,14 +11,12 @@ starts, so nothing is created in a folder that is not the agent's: no empty data
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 DATABASE = "stkrelay.sqlite3"
 UNIT_STATE = "/var/lib/stkrelay/<instance>"  # stkrelay@.service's StateDirectory=stkrelay/%i
 MISSING_ID = "stkrelay.E240"
-NOT_THE_UNITS_ID = "stkrelay.E241"
 # The actions that read the agent's database or views; the others (help, credentials, the dry
 # run, doctor, which reports the same itself) need only the ini.
 NEEDS_DATA = {
@@ -29,18 +27,6 @@ NEEDS_DATA = {
 
 def database(data_dir: str) -> Path:
     return Path(data_dir) / DATABASE
-
-
-def not_the_units(data_dir: str, state_directory: str | None) -> str | None:
-    """Why DATA_DIR is not the folder systemd made for this instance, or None (not under
-    systemd, or the same folder). `$STATE_DIRECTORY` may list several, colon-separated."""
-    if not state_directory:
-        return None
-    given = os.path.realpath(data_dir)
-    states = [os.path.realpath(s) for s in state_directory.split(":") if s]
-    if not states or given in states:
-        return None
-    return f"{data_dir} is not the unit's state directory {states[0]}"
 
 
 def missing(data_dir: str, source: str | None) -> str | None:

@@ -268,7 +268,7 @@ def _places(
 
 def _unit_state(cfg: Any, env: dict[str, str], bad: Bad) -> None:
     """Under systemd, DATA_DIR is the unit's state directory (one data folder: stkrelay.agent_data)."""
-    from stkrelay.agent_data import NOT_THE_UNITS_ID, not_the_units
+    from stkrelay.config_state import NOT_THE_UNITS_ID, not_the_units
 
     why = not_the_units(cfg.data_dir, env.get("STATE_DIRECTORY"))
     if why:

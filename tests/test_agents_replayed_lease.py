@@ -64,29 +64,44 @@ def test_a_replayed_old_lease_never_shows_in_a_followers_view_nor_moves_its_entr
     sender = threading.Thread(target=replay, daemon=True)
     sender.start()
     shown: list[tuple[str, int]] = []
+    targets: list[tuple[str, int]] = []
     try:
         end = time.monotonic() + 6.0
         while time.monotonic() < end:
             lease = read_json(s3.data_dir / "pool.json").get("lease") or {}
             if lease:
                 shown.append((lease.get("node"), lease.get("epoch")))
+            target = entry_target()
+            if target:
+                targets.append((target.get("node"), target.get("epoch")))
             time.sleep(0.02)
     finally:
         stop.set()
         sender.join(5)
-    assert shown and set(shown) == {(other.name, new.epoch)}, sorted(set(shown))
+    # With beacons off the share is the only witness: a follower whose every look falls on the replayed
+    # copy may rightly take the next epoch once the live leader's lease has run out unseen (README, "the
+    # share is the only witness"). What must never be is the replayed lease in its view, or its entry
+    # going back to it: no epoch below the one it had accepted, in the view or the entry's target.
+    assert shown and all(epoch >= new.epoch for _, epoch in shown), sorted(set(shown))
+    assert (leader.name, first.epoch) not in shown, sorted(set(shown))
+    assert targets and all(epoch >= new.epoch and node != leader.name for node, epoch in targets), sorted(
+        set(targets)
+    )
     status = read_json(s3.data_dir / "entry.json")
     wait_until(lambda: read_json(s3.data_dir / "entry.json").get("updated") != status.get("updated"), 5,
                "entry.json written after the replay")  # fmt: skip
     status = read_json(s3.data_dir / "entry.json")
-    assert status["repointed"] == repointed and (status.get("target") or {}).get("node") == other.name, status
+    final = status.get("target") or {}
+    assert final.get("node") != leader.name and final.get("epoch", 0) >= new.epoch, status
+    assert status["repointed"] - repointed in (0, 1), status  # at most the next epoch, never back
     logs = s3.log()
     assert "SECURITY: ignoring replayed lease" in logs, "the replay was seen, refused and said"
     assert "Traceback" not in logs
+
     # The pool goes on under the new leader (it rewrites its record over the replayed copies).
     def rewritten():  # type: ignore[no-untyped-def]
         lease = site.lease()  # the last replayed copy may still be there until the leader's next look
         return lease if lease is not None and lease.epoch >= new.epoch else None
 
     back = wait_until(rewritten, 10, "the new leader's lease over the last replayed copy")
-    assert (back.node, back.epoch) == (other.name, new.epoch), back
+    assert back.epoch >= new.epoch and back.node != leader.name, back
