@@ -70,8 +70,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"stkrelay {stkrelay_version()}")
         return 0
     sub, rest = args[0], args[1:]
-    if sub == "agent":
-        return run("runagent", rest, "stkrelay agent")
+    if sub == "agent":  # the agent's supervisor loads no Django (issue 41)
+        from elections.management.agent_root import main as runagent
+
+        return runagent(rest)
     if sub == "manage" and rest:
         return run(rest[0], rest[1:], "stkrelay manage")
     if sub in ("files", "install-units"):
