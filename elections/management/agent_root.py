@@ -198,7 +198,6 @@ def _children(stk: Config, cert: WebCert | None) -> list[Any]:
     else:  # HTTPS (DESIGN.md §10): Daphne's Twisted TLS endpoint
         web_endpoint = ["-e", cert.endpoint(stk.node_ip, stk.web_port)]
     data = Path(stk.data_dir)
-    celery = [py, "-m", "celery", "-A", "stkrelay.celery"]
     # Every child is `python -m ...`, so an installed package (no manage.py) runs the same.
     specs = [
         # Daphne, with its access log rotated by size (LOG_MAX_BYTES, LOG_BACKUPS).
@@ -207,10 +206,9 @@ def _children(stk: Config, cert: WebCert | None) -> list[Any]:
                           "--log-backups", str(stk.log_backups),
                           *web_endpoint, "stkrelay.asgi:application"]),
         # The lease queue has its own solo worker, prefetch 1 (DESIGN.md §12), and the agent's
-        # one beat on a thread of it (schedule in memory, no schedule file).
-        ChildSpec("worker", [*celery, "worker", "-P", "solo", "-Q", "lease", "-n", f"lease@{stk.node}",
-                             "--prefetch-multiplier", "1", "--without-gossip", "--without-mingle",
-                             "--without-heartbeat", "--stk-beat", "-l", "WARNING"], needs_redis=True),
+        # one beat on a thread of it (schedule in memory, no schedule file); built without
+        # Celery's command line (stkrelay/worker.py).
+        ChildSpec("worker", [py, "-m", "stkrelay.worker", "--stk-beat", stk.node], needs_redis=True),
         # Warm standby, without Django (relay/runner/): listens within ~0.1 s of the fenced
         # start_relay action of a won epoch, stops itself 0.1-0.2 s after losing; restarted if it dies.
         ChildSpec("relay", [py, "-m", "stkrelay.child", "relay.runner", "--standby"], standby=True),
