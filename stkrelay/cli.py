@@ -18,6 +18,8 @@ from __future__ import annotations
 import os
 import sys
 
+from stkrelay.ini_arg import take_ini
+
 USAGE = """usage: stkrelay agent [--ini PATH]        run one agent (web, worker, beat, relay while leader)
        stkrelay manage COMMAND [ARGS...]  run a management command with the agent's settings
        stkrelay cloud [--ini cloud.ini]   run the cloud rendezvous relay (else $CLOUD_INI)
@@ -26,24 +28,6 @@ USAGE = """usage: stkrelay agent [--ini PATH]        run one agent (web, worker,
        stkrelay install-units [--dest DIR]  copy the two systemd units (default /etc/systemd/system)
        stkrelay --version                 stkrelay's version
 also: relayctl, relayclient, stkuser (each takes --ini PATH, else $STK_INI)"""
-
-
-def take_ini(argv: list[str]) -> list[str]:
-    """Remove `--ini PATH` / `--ini=PATH` from `argv`; point STK_INI at the absolute path."""
-    rest: list[str] = []
-    args = iter(argv)
-    for arg in args:
-        if arg == "--ini" or arg.startswith("--ini="):
-            path = arg.partition("=")[2] if "=" in arg else next(args, "")
-            if not path:
-                raise SystemExit("--ini needs a PATH")
-            os.environ["STK_INI"] = os.path.abspath(path)
-        elif arg == "--":  # the rest is not ours to read
-            rest.append(arg)
-            rest.extend(args)
-        else:
-            rest.append(arg)
-    return rest
 
 
 def run(command: str, argv: list[str], prog: str | None = None) -> int:

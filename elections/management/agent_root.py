@@ -42,8 +42,8 @@ from elections.management.release_record import ReleaseRecorder
 from elections.ports.webcert import FINGERPRINT, WebCert, made_cert, operator_cert, show
 from relay.server.listen_set import door_hosts
 from stkconfig.model import Config
-from stkrelay.cli import take_ini
 from stkrelay.config_tls import plain_on_lan
+from stkrelay.ini_arg import take_ini
 
 PRIVATE_UMASK = 0o077  # what the agent and its children create is this user's only (DATA_DIR)
 
@@ -69,13 +69,17 @@ def main(argv: list[str]) -> int:
         return 2
     _keep_private(stk, _translator(settings.LOCALE_PATHS, stk.language_code))
     env = _child_env(Path(settings.BASE_DIR))
-    if due(Path(settings.DATABASES["default"]["NAME"]), settings.INSTALLED_APPS):
-        _migrate(env)
+    # A first start (or an upgrade) migrates in one child while another makes the certificate.
+    migrating = (
+        _migrate(env) if due(Path(settings.DATABASES["default"]["NAME"]), settings.INSTALLED_APPS) else None
+    )
+    cert = _web_cert(stk, env)
+    if migrating is not None:
+        _migrated(migrating)
 
     from elections.ports.redis_link import RedisLink
     from elections.runtime.supervisor import Supervisor
 
-    cert = _web_cert(stk, env)
     release, record_release = _releaser(stk, env)
     if stk.beacon_interval > 0:
         _hold_liveness_port(stk, env)
@@ -127,13 +131,17 @@ def _keep_private(stk: Config, _: Callable[[str], str]) -> None:
         _err(f"stkrelay: config {stk.source}: WARNING DATA_DIR: {said} (stkrelay.W112) — {hint}")
 
 
-def _migrate(env: dict[str, str]) -> None:
+def _migrate(env: dict[str, str]) -> subprocess.Popen[str]:
     """A migration is missing (a first start, an upgrade): Django's `migrate`, in a child of its own."""
-    done = subprocess.run([sys.executable, "-m", "django", "migrate", "--verbosity", "0", "--no-input"],
-                          env=env, capture_output=True, text=True)  # fmt: skip
-    if done.returncode != 0:
-        sys.stderr.write(done.stdout + done.stderr)
-        _err(f"stkrelay: the database's migrations failed (exit {done.returncode})")
+    return subprocess.Popen([sys.executable, "-m", "django", "migrate", "--verbosity", "0", "--no-input"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+
+
+def _migrated(migrating: subprocess.Popen[str]) -> None:
+    said, _ = migrating.communicate()
+    if migrating.returncode != 0:
+        sys.stderr.write(said)
+        _err(f"stkrelay: the database's migrations failed (exit {migrating.returncode})")
         raise SystemExit(1)
 
 
