@@ -148,8 +148,9 @@ def mib(rss_kib: float, pss_kib: float) -> str:
 def _percentiles(xs: list[float]) -> str:
     if not xs:
         return "no start"
-    p95 = statistics.quantiles(xs, n=20)[-1] if len(xs) > 1 else xs[0]
-    return f"p50 {statistics.median(xs):5.2f} s  p95 {p95:5.2f} s  max {max(xs):5.2f} s  ({len(xs)} starts)"
+    p95 = statistics.quantiles(xs, n=20, method="inclusive")[-1] if len(xs) > 1 else xs[0]
+    return (f"p50 {statistics.median(xs):5.2f} s  p95 {p95:5.2f} s  max {max(xs):5.2f} s  ({len(xs)} starts: "
+            f"{' '.join(f'{x:.2f}' for x in xs)})")  # fmt: skip
 
 
 def _started(agent: AgentProc, says: str, timeout: float = 60) -> float:
