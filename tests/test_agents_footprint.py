@@ -60,5 +60,7 @@ def test_an_idle_agent_runs_four_interpreters_within_a_memory_bound(site_factory
     assert b"relay.runner" in cmdlines["relay"]  # the standby relay is no management command
     # Without Django the standby relay holds ~26 MiB; a management command ~50 (~78 before).
     assert _rss_mib(pids["relay"]) < 40
+    # The supervisor loads no Django (issue 41): ~40 MiB; ~57 as a management command.
+    assert _rss_mib(pids["agent"]) < 48
     total = sum(_rss_mib(p) for p in pids.values())
     assert total < RSS_BOUND_MIB, {name: round(_rss_mib(p), 1) for name, p in pids.items()}
