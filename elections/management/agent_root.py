@@ -133,7 +133,8 @@ def _keep_private(stk: Config, _: Callable[[str], str]) -> None:
 
 def _migrate(env: dict[str, str]) -> subprocess.Popen[str]:
     """A migration is missing (a first start, an upgrade): Django's `migrate`, in a child of its own."""
-    return subprocess.Popen([sys.executable, "-m", "django", "migrate", "--verbosity", "0", "--no-input"],
+    return subprocess.Popen([sys.executable, "-m", "django", "migrate", "--verbosity", "0", "--no-input",
+                             "--skip-checks"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
 
 
