@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from proxy import FRAME, HOST, IN_FLIGHT, free_port, load, stream  # noqa: E402  (bench/proxy.py)
+from proxy import FRAME, HOST, IN_FLIGHT, free_port, load, stop, stream  # noqa: E402  (bench/proxy.py)
 
 
 async def serve_door(data_dir: str, port: int) -> None:
@@ -97,13 +97,7 @@ def main() -> int:
             print(f"  {name:<6} round trip p50 {p50:6.3f} ms p99 {p99:6.3f} ms; {rate:>9,.0f} msg/s with "
                   f"{IN_FLIGHT} in flight; passthrough {mbps:,.0f} MB/s{extra}")  # fmt: skip
     finally:
-        for child in children:
-            child.send_signal(signal.SIGTERM)
-        for child in children:
-            try:
-                child.wait(5)
-            except subprocess.TimeoutExpired:
-                child.kill()
+        stop(children)
     return 0
 
 

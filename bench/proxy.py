@@ -207,14 +207,19 @@ def main() -> int:
             print(f"  {name:<7} {rate:>9,.0f} msg/s{share:<18} p99 {p99:6.2f} ms under load, "
                   f"{one:5.2f} ms with one in flight; passthrough {mbps:,.0f} MB/s{raw_share}")  # fmt: skip
     finally:
-        for child in children:
-            child.send_signal(signal.SIGTERM)
-        for child in children:
-            try:
-                child.wait(5)
-            except subprocess.TimeoutExpired:
-                child.kill()
+        stop(children)
     return 0
+
+
+def stop(children: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM to each child, then SIGKILL to one still running 5 s later."""
+    for child in children:
+        child.send_signal(signal.SIGTERM)
+    for child in children:
+        try:
+            child.wait(5)
+        except subprocess.TimeoutExpired:
+            child.kill()
 
 
 if __name__ == "__main__":

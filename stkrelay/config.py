@@ -314,12 +314,8 @@ LOOPBACK_WORDS = {"auto": "auto", "on": "on", "1": "on", "yes": "on", "off": "of
 
 def _loopback(text: str, bad) -> str:  # type: ignore[no-untyped-def]
     """RELAY_LOOPBACK (E090): whether the relay listens on 127.0.0.1 besides NODE_IP."""
-    mode = LOOPBACK_WORDS.get(text.strip().lower())
-    if mode is None:
-        bad("stkrelay.E090", "RELAY_LOOPBACK", f"{text!r} is not auto, on or off",
-            "auto (127.0.0.1 unless NODE_IP is a loopback address), on, or off")  # fmt: skip
-        return "auto"
-    return mode
+    return _word(text, LOOPBACK_WORDS, "auto", bad, "stkrelay.E090", "RELAY_LOOPBACK", "auto, on or off",
+                 "auto (127.0.0.1 unless NODE_IP is a loopback address), on, or off")  # fmt: skip
 
 
 FORWARD_WORDS = {"loopback": "loopback", "on": "loopback", "1": "loopback", "yes": "loopback", "lan": "lan",
@@ -328,11 +324,19 @@ FORWARD_WORDS = {"loopback": "loopback", "on": "loopback", "1": "loopback", "yes
 
 def _forward(text: str, bad) -> str:  # type: ignore[no-untyped-def]
     """RELAY_FORWARD (E091): where the station door takes connections for the leader's relay."""
-    mode = FORWARD_WORDS.get(text.strip().lower())
+    return _word(text, FORWARD_WORDS, "loopback", bad, "stkrelay.E091", "RELAY_FORWARD",
+                 "loopback, lan or off",
+                 "loopback (127.0.0.1 on every member), lan (also a follower's NODE_IP), or off")  # fmt: skip
+
+
+def _word(
+    text: str, words: dict[str, str], default: str, bad, id: str, key: str, shown: str, hint: str
+) -> str:  # type: ignore[no-untyped-def]
+    """One of a key's `words` (any case), or `default` with the problem `id` said."""
+    mode = words.get(text.strip().lower())
     if mode is None:
-        bad("stkrelay.E091", "RELAY_FORWARD", f"{text!r} is not loopback, lan or off",
-            "loopback (127.0.0.1 on every member), lan (also a follower's NODE_IP), or off")  # fmt: skip
-        return "loopback"
+        bad(id, key, f"{text!r} is not {shown}", hint)
+        return default
     return mode
 
 

@@ -95,13 +95,13 @@ def fault(site: Any, stations: list[OldStation], commander: OldStation, kind: st
         now = site.lease()
         if now is not None and (now.node, now.epoch) == (first.node, first.epoch):
             break
-    t0 = time.monotonic()
     if kind == "kill":
         leader.kill9()
     elif kind == "stop":
         leader.signal_group(signal.SIGSTOP)
     else:
         site.cut(leader)
+    t0 = time.monotonic()  # once the fault is in place (a cut's `ip link` takes a few ms to return)
     new = site.wait_leader(timeout=30, other_than=first.node, min_epoch=first.epoch + 1)
     took = all_hear(live, t0, 30, f"the clients hearing each other after the {kind}")
     print(f"{kind}: new leader {new.node} epoch {new.epoch}; flowing again after "

@@ -240,7 +240,9 @@ def test_the_readmes_ini_and_documentation_lines_fit_the_units_sandbox(tmp_path)
     (etc / "stkrelay").mkdir(parents=True)
     for line in wanted:
         line = line.replace("/etc/", f"{etc}/").replace("/opt/", f"{opt}/")
+        line = line.replace(" -o stkrelay -g stkrelay ", " ")  # the agent's user is made by the lines before
         subprocess.run(["sh", "-ec", line], cwd=ROOT, check=True)
+    assert (etc / "stkrelay" / "site1.ini").stat().st_mode & 0o777 == 0o600  # it holds the site's token
     ini = configparser.ConfigParser(interpolation=None)
     ini.read(etc / "stkrelay" / "site1.ini")
     lease_dir = ini["stk"]["LEASE_DIR"]

@@ -24,7 +24,8 @@ supervisor starts it beside the standby relay, `elections.management.commands.ru
   `FencingProxy`, asked before every send), after a keyed PROXY v2 header on each connection the
   door opens (`relay.wire.proxy_header`): the relay, or the exec fencing proxy, which strips it,
   counts each station under its own address, not the door's.
-- Where it stands: ``DATA_DIR/door.json`` every second (the panel, the API, ``relayctl doctor``).
+- Where it stands: ``DATA_DIR/door.json`` every second; ``relayctl doctor`` reads it
+  (`elections.web.panel.door_state`).
 """
 
 from __future__ import annotations
