@@ -181,7 +181,10 @@ def perform(
         outcome.recorded = False
         outcome.message += " (warning: the outcome could not be written to the audit trail)"
     seq = getattr(trail.sink, "last_seq", None)
-    if outcome.recorded and seq:  # every agent's audit page shows the outcome now, not at its next look
+    # Every agent's audit page shows an accepted command's outcome now, not at its next look. A refused
+    # one (a viewer's 403, a stale epoch) changed nothing and is read at the next look: nudged, a scan of
+    # refused calls flooded every agent's nudge budget and raised `too_many` alarms (issue 42).
+    if outcome.recorded and outcome.ok and seq:
         nudge_pool(settings.STK, None, settings.STK.node, seq, "audit")
     return outcome
 

@@ -18,7 +18,7 @@ from celery import shared_task
 from celery.signals import worker_ready
 from django.conf import settings
 
-from elections.runtime.agent import Agent
+from elections.runtime.agent import Agent, built
 from elections.runtime.agent import agent as the_agent
 
 log = logging.getLogger("stkrelay.agent")
@@ -28,6 +28,13 @@ T = TypeVar("T")
 def agent() -> Agent:
     """This worker's agent, built from the Django project's configuration (`settings.STK`)."""
     return the_agent(settings.STK)
+
+
+def shutting_down() -> None:
+    """The worker is leaving (`stkrelay.celery`): the agent, if built, writes what it keeps."""
+    built_agent = built()
+    if built_agent is not None:
+        built_agent.keep()
 
 
 _lock = threading.Lock()  # one cycle of the agent at a time: the tasks' and the watcher's

@@ -46,8 +46,10 @@ KEYS: tuple[Key, ...] = (
         doc='admin panel and API'),
     Key("REDIS_URL", "str", "redis://127.0.0.1:6379/0", check="E009", example="redis://127.0.0.1:6379/0",
         doc="this agent's own Redis (Celery, Channels)"),
-    Key("DATA_DIR", "str", "", check="E013", shown="`~/.stkrelay/<node>`", example="/var/lib/stkrelay",
-        doc="this agent's database, state and logs"),
+    Key("DATA_DIR", "str", "", check="E013", shown="`~/.stkrelay/<node>`", example="/var/lib/stkrelay/site1",
+        doc="this agent's database, state and logs; under the systemd unit its state directory, "
+        "`/var/lib/stkrelay/<instance>` (E241 otherwise): `relayctl` and `stkuser` read it here too "
+        "(E240 when it holds no agent database)"),
     Key("RELAY_MAX_FRAME", "int", "1048576", check="E010/E011", range=(1024, 64 << 20),
         doc='largest relay frame, bytes'),
     Key("RELAY_KEEPALIVE", "float", "10", check="E010/E011", range=(0.1, 3600),

@@ -6,12 +6,13 @@ of a process of its own: one interpreter less per agent, and beat lives and
 dies with the worker whose queue it feeds.
 """
 
+import contextlib
 import os
 from typing import Any
 
 from celery import Celery, bootsteps
 from celery.beat import Scheduler
-from celery.signals import after_setup_logger, after_setup_task_logger, worker_init
+from celery.signals import after_setup_logger, after_setup_task_logger, worker_init, worker_shutdown
 from click import Option
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "stkrelay.settings")
@@ -53,6 +54,15 @@ class ThreadedBeat(bootsteps.StartStopStep):
 
         return EmbeddedService(worker.app, thread=True, scheduler_cls="stkrelay.celery:SteadyScheduler")
 
+    def stop(self, parent: Any) -> None:
+        """Tell the beat to stop, without waiting: Celery's own stop waits until its thread wakes
+        from its sleep to the next due entry (up to a LEASE_RENEW), and the schedule is in memory:
+        nothing to keep. Its thread is a daemon: it ends with the worker (issue 42)."""
+        if self.obj is not None:
+            self.obj.service.stop(wait=False)
+
+    terminate = stop
+
 
 app.user_options["worker"].add(
     Option(["--stk-beat"], is_flag=True, default=False, help="Run the beat on a thread of the worker.")
@@ -75,6 +85,32 @@ def _wait_for_redis(**_: Any) -> None:
     from elections.runtime.redis_wait import until_answers
 
     until_answers(RedisLink(settings.STK.redis_url))
+
+
+@worker_shutdown.connect
+def _exit_now(sender: Any = None, **_: Any) -> None:
+    """The worker's warm shutdown is done (its tasks finished, the consumer and the beat
+    stopped): leave at once. What the interpreter's own finalization does after this took
+    1-4 s here (a garbage collection of the agent's heap and its threads' leftovers), past the
+    supervisor's budget: every SIGTERM ended with `worker did not stop in time: SIGKILL`
+    (issue 42). Everything the agent keeps is written as it changes (the database commits each
+    row, the webhook's queue and leadership.json are replaced atomically); the beacons' replay
+    memory is written here, logs and streams are flushed."""
+    import logging
+    import sys
+
+    try:
+        from elections.tasks import shutting_down
+
+        shutting_down()
+    except Exception:  # leaving anyway: what was kept as it changed is kept
+        logging.getLogger("stkrelay.agent").exception("on the way out")
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    code = getattr(sender, "exitcode", 0)
+    os._exit(code if isinstance(code, int) else 0)
 
 
 @after_setup_logger.connect

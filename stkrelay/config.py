@@ -115,6 +115,7 @@ def load(ini_path: str | None = None, env: dict[str, str] | None = None, check_d
     _timing(cfg, values, bad, number)
     _services(cfg, values, env, check_dirs, bad, number)
     _places(cfg, values, pools, check_dirs, bad)
+    _unit_state(cfg, env, bad)
     cfg.problems = [config_file.where_else(p, got.elsewhere) for p in problems]
     return freeze(cfg)
 
@@ -263,6 +264,17 @@ def _places(
         _check_dir(
             cfg.data_dir, "DATA_DIR", "stkrelay.E013", bad, "point DATA_DIR at a writable local folder"
         )
+
+
+def _unit_state(cfg: Any, env: dict[str, str], bad: Bad) -> None:
+    """Under systemd, DATA_DIR is the unit's state directory (one data folder: stkrelay.agent_data)."""
+    from stkrelay.agent_data import NOT_THE_UNITS_ID, not_the_units
+
+    why = not_the_units(cfg.data_dir, env.get("STATE_DIRECTORY"))
+    if why:
+        state = env["STATE_DIRECTORY"].split(":")[0]
+        hint = f"set DATA_DIR = {state} in the ini (relayctl and stkuser read it there too)"
+        bad(NOT_THE_UNITS_ID, "DATA_DIR", why, hint)
 
 
 def _web(cfg: Any, values: dict[str, str], bad: Bad, number: Number) -> None:

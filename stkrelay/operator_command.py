@@ -35,6 +35,13 @@ def stkrelay_version() -> str:
             return "unknown"
 
 
+def console_prog(prog: str) -> str:
+    """`relayctl`, not `relayctl relayctl`: the console script's name said once (also what a
+    command's sub-commands are prefixed with, made while Django's `relayctl relayctl` stands)."""
+    first, _sep, rest = prog.partition(" ")
+    return first if rest == first else prog
+
+
 class OperatorCommand(BaseCommand):
     suppressed_base_arguments = DJANGO_OPTIONS
     requires_system_checks: list[str] = []
@@ -45,10 +52,7 @@ class OperatorCommand(BaseCommand):
     def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> Any:
         self.help = str(self.help)  # a lazy translation, in the operator's language now
         parser = super().create_parser(prog_name, subcommand, **kwargs)
-        if (
-            os.path.basename(prog_name) == subcommand
-        ):  # the console script: `relayctl`, not `relayctl relayctl`
-            parser.prog = subcommand
+        parser.prog = console_prog(parser.prog)
         parser.add_argument("--ini", metavar="PATH", help=_("the agent's stk.ini (else $STK_INI)"))
         return parser
 

@@ -174,6 +174,13 @@ LANGUAGE_COOKIE_SECURE = SESSION_COOKIE_SECURE
 LANGUAGE_COOKIE_HTTPONLY = True
 LANGUAGE_COOKIE_SAMESITE = "Lax"
 TIME_ZONE = STK.time_zone
+# Django puts TIME_ZONE in this process's TZ, which every child would inherit. A site's own command
+# (ON_ROLE_CHANGE, GATE_CMD, HEALTH_CMD, RELAY_EXEC: `processes.site_environment`) is given the TZ of
+# the agent's start instead (none: none), or TIME_ZONE where the ini sets it (issue 42). Set once, by
+# the first process (the supervisor), before Django sets TZ: its children inherit it.
+os.environ.setdefault(
+    "STK_SITE_TZ", STK.time_zone if STK.values.get("TIME_ZONE", "").strip() else os.environ.get("TZ", "")
+)
 USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [ASSETS_DIR / "static"]

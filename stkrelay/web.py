@@ -5,7 +5,8 @@ the access log written to a size-rotated file.
 
 Daphne opens `--access-log` once and appends forever; here the same NCSA lines
 go through `logging.handlers.RotatingFileHandler` instead (PATH, PATH.1 ... PATH.K,
-each at most N bytes; `LOG_MAX_BYTES`, `LOG_BACKUPS`). Everything else is Daphne's.
+each at most N bytes; `LOG_MAX_BYTES`, `LOG_BACKUPS`). Its `ssl:` endpoint answers plain HTTP
+with a redirect to https (`stkrelay.plain_hint`) instead of an empty reply. Everything else is Daphne's.
 """
 
 from __future__ import annotations
@@ -17,11 +18,13 @@ from functools import partial
 from logging.handlers import RotatingFileHandler
 from typing import Any
 
+import daphne.server
 from daphne.access import AccessLogGenerator
 from daphne.cli import CommandLineInterface
 from daphne.server import Server
 
 from elections.core.terminal import terminal_safe
+from stkrelay.plain_hint import server_from_string
 
 
 class RotatingLog:
@@ -54,6 +57,8 @@ def main(argv: list[str] | None = None) -> None:
     ours, daphne_args = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
     cli = CommandLineInterface()
     cli.server_class = partial(_server, RotatingLog(ours.access_log, ours.log_max_bytes, ours.log_backups))
+    # Daphne builds its endpoints with this name: its `ssl:` ones answer plain HTTP with a redirect.
+    daphne.server.serverFromString = server_from_string(daphne.server.serverFromString)
     cli.run(daphne_args)
 
 

@@ -147,3 +147,29 @@ def test_the_tunnel_and_address_inputs_have_the_labels_of_such_an_agents_scrape(
     assert verdicts["drift"] == 1 and verdicts["ok"] == 0
     (down,) = families["stkrelay_tunnel_connected"].samples
     assert (down.labels["kmsn"], down.value) == (KMSN, 0)
+
+
+RUNBOOKS = ROOT / "docs" / "runbooks.md"
+RUNBOOK_URL = "file:///opt/stkrelay/docs/runbooks.md#"  # where README "Install on a site" puts it
+
+
+def github_anchor(heading: str) -> str:
+    """The anchor GitHub (and most Markdown viewers) give a heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_alert_has_a_runbook_url_to_its_own_section_of_the_runbooks_page(tmp_path):
+    """Issue 42 finding 7: `runbook_url` on every rule, one section per alert, and the README's install
+    lines put the page where the URL points."""
+    sections = [github_anchor(h) for h in re.findall(r"(?m)^## (.+)$", RUNBOOKS.read_text())]
+    urls = {r["alert"]: r["annotations"].get("runbook_url", "") for r in alert_rules()}
+    assert all(u.startswith(RUNBOOK_URL) for u in urls.values()), urls
+    anchors = {a: u.removeprefix(RUNBOOK_URL) for a, u in urls.items()}
+    assert sorted(anchors.values()) == sorted(sections), (anchors, sections)
+    assert all(anchor == alert.lower() for alert, anchor in anchors.items()), anchors
+    from test_packaging import _readme_install_block
+
+    opt = tmp_path / "opt"
+    (line,) = [ln for ln in _readme_install_block() if ln.startswith("install -D")]
+    subprocess.run(["sh", "-ec", line.replace("/opt/", f"{opt}/")], cwd=ROOT, check=True)
+    assert (opt / "stkrelay" / "docs" / "runbooks.md").read_bytes() == RUNBOOKS.read_bytes()

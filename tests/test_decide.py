@@ -416,3 +416,18 @@ def test_a_quiet_follower_keeps_the_renewal_it_remembers_current_so_replays_of_o
     first = track(restarted, junk, 500.0, 3.0)
     for seq in range(5, 40):  # every beacon it heard before, replayed
         assert vouched(first, junk, (seq, 500.0 + seq), limit=3.0) is first
+
+
+def test_a_handoff_whose_target_is_known_gone_is_abandoned_at_once_and_taken_as_released():
+    handed = valid(rec(ttl=0, handoff="S003"))
+    mem = track(Memory(node="S002"), handed, 0.0, T.ttl)
+    waits = decide(mem, Observation(handed), 0.5, T)
+    assert waits.verdict is Verdict.FOLLOW  # its target may still take it
+    gone = {"S003": "beacons not heard for 3.0 s > 2.0 s"}
+    d = decide(mem, Observation(handed, unheard=gone), 0.5, T)
+    assert (d.verdict, d.cause, d.handoff) == (Verdict.CONTEND, "handoff_lapsed", False), d
+    assert d.reason == "handoff to S003 abandoned: beacons not heard for 3.0 s > 2.0 s"
+    # Another member unheard changes nothing; the target itself takes it at once as before.
+    assert decide(mem, Observation(handed, unheard={"S004": "x"}), 0.5, T).verdict is Verdict.FOLLOW
+    mine = track(Memory(node="S003"), handed, 0.0, T.ttl)
+    assert decide(mine, Observation(handed, unheard={"S002": "x"}), 0.5, T).handoff

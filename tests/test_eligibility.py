@@ -90,3 +90,49 @@ def test_a_writer_restarting_after_a_torn_line_loses_nothing(tmp_path):
     restarted = JsonlEventSink(path, "S001", FakeClock())
     restarted.record("stepped_down", 1, "after the crash")
     assert [(e["seq"], e["kind"]) for e in tail.new_events()] == [(2, "stepped_down")]
+
+
+# -- issue 42: no handoff to the dead --------------------------------------------------------
+def _m(priority=50, eligible=True):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(eligible=eligible, priority=priority)
+
+
+def test_a_member_whose_beacons_stopped_is_never_the_successor_and_the_next_one_is():
+    from elections.core.eligibility import successor, unheard
+
+    members = {"S001": _m(), "S002": _m(), "S003": _m()}
+    hears = {"S001": ["S002", "S003"], "S002": ["S001", "S003"], "S003": ["S001", "S002"]}
+    # S001 leads; S002 (the rule's first pick) was killed 3 s ago; S003 beacons every 0.2 s.
+    gone = unheard("S001", {"S002": (3.0, 0.2), "S003": (0.1, 0.2)}, hears, 0.2, listening=60.0)
+    assert gone == {"S002": "beacons not heard for 3.0 s > 2.0 s"}
+    assert successor(members, excluding="S001") == "S002"  # heartbeats alone: the dead one
+    assert successor(members, excluding="S001", unheard=gone) == "S003"
+    # Nobody left: released to no one (every live member then contends), never to the dead.
+    assert successor({"S001": _m(), "S002": _m()}, excluding="S001", unheard=gone) is None
+
+
+def test_a_member_heard_lately_or_slowly_beaconing_is_still_chosen():
+    from elections.core.eligibility import unheard
+
+    hears = {"S001": ["S002"], "S002": ["S001"]}
+    assert unheard("S001", {"S002": (1.9, 0.2)}, hears, 0.2, listening=60.0) == {}
+    # Its beacons come every 0.5 s (its own interval): the limit follows the gap observed.
+    assert unheard("S001", {"S002": (4.0, 0.5)}, hears, 0.2, listening=60.0) == {}
+
+
+def test_a_member_never_heard_here_counts_as_heard_when_another_member_hears_it():
+    from elections.core.eligibility import unheard
+
+    # One-way path: S002's beacons do not reach S001, but S003's heartbeat says it hears S002.
+    hears = {"S001": ["S003"], "S002": ["S001", "S003"], "S003": ["S001", "S002"]}
+    assert unheard("S001", {"S003": (0.1, 0.2)}, hears, 0.2, listening=60.0) == {}
+    hears["S003"] = ["S001"]  # no one hears it
+    assert unheard("S001", {"S003": (0.1, 0.2)}, hears, 0.2, listening=60.0) == {
+        "S002": "no member hears its beacons"
+    }
+    # Just started listening: nobody is judged unheard for want of a beacon yet.
+    assert unheard("S001", {}, hears, 0.2, listening=0.5) == {}
+    # A member whose heartbeat says nothing of beacons (beacons off there) is judged by heartbeats.
+    assert unheard("S001", {}, {"S001": [], "S002": None}, 0.2, listening=60.0) == {}

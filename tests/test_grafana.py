@@ -90,5 +90,13 @@ def test_the_dashboard_asks_only_for_metrics_the_agent_exports(dj):
         "stkrelay_beacon_loss_ratio",
         "stkrelay_tunnel_connected",
         "stkrelay_tunnel_bytes_total",
+        # an operator's first week (issue 42 finding 7): store reachable, stale view, version skew,
+        # webhook and ON_ROLE_CHANGE outcomes, login lockouts
+        "stkrelay_pool_store_reachable",
+        "stkrelay_pool_view_stale",
+        "stkrelay_build_info",
+        "stkrelay_webhook_events_total",
+        "stkrelay_role_change_commands_total",
+        "stkrelay_login_lockouts",
     ):
         assert name in used, name  # fmt: skip

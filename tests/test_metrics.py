@@ -80,6 +80,8 @@ def test_the_metrics_keep_the_readmes_names_and_labels(dj):
         "stkrelay_early_takeovers_total": {"kmsn"},
         "stkrelay_webhook_events_total": {"kmsn", "outcome"},
         "stkrelay_role_change_commands_total": {"kmsn", "outcome"},
+        "stkrelay_webhook_queue_depth": {"kmsn"},
+        "stkrelay_webhook_oldest_pending_seconds": {"kmsn"},
     }  # and stkrelay_websocket_drops_total{route,cause} once a WebSocket was closed as too slow
     kinds = {f.name: f.type for f in families.values() if f.name.startswith("stkrelay_")}
     assert kinds["stkrelay_failovers"] == kinds["stkrelay_relay_drops"] == "counter"

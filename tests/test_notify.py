@@ -5,6 +5,7 @@ a redirect is never followed (a 3xx is not a delivery)."""
 import http.server
 import json
 import threading
+import time
 
 import pytest
 from harness import free_port, wait_until
@@ -148,3 +149,51 @@ def test_a_redirect_then_a_2xx_at_the_same_url_is_delivered_there_once():
     finally:
         receiver.stop()
         trap.stop()
+
+
+def test_an_event_waiting_out_its_retry_does_not_hold_the_events_behind_it_and_each_try_is_logged(
+    tmp_path, caplog
+):
+    # Issue 42: a failing receiver was retried silently and held every event behind it for 16 s.
+    import logging
+
+    from elections.runtime.notify import read_queue
+
+    receiver = Receiver(statuses=[503])  # the first POST fails, every later one is answered 200
+    try:
+        cfg = NotifyConfig(webhook_url=receiver.url, webhook_secret=SECRET, webhook_timeout=30)
+        with caplog.at_level(logging.WARNING, logger="stkrelay.notify"):
+            n = Notifier(cfg, "9999-9999-99-99", "S001", audit=lambda *row: None,
+                         backoff=Backoff(tries=3, first=2.0, factor=2.0), data_dir=str(tmp_path))  # fmt: skip
+            offer(n, 1)
+            wait_until(lambda: len(receiver.posts) == 1, 10, "the first try")
+            offer(n, 2)
+            # Event 2 is delivered while event 1 waits out its 2 s backoff.
+            wait_until(lambda: n.counters.sent == 1, 1.5, "the event behind the failing one")
+            assert [json.loads(b)["seq"] for _, b in receiver.posts] == [1, 2]
+            assert read_queue(str(tmp_path), time.monotonic())[0] == 1  # event 1 waits
+            wait_until(lambda: n.counters.sent == 2, 10, "the retry")
+        assert [json.loads(b)["seq"] for _, b in receiver.posts] == [1, 2, 1]
+        said = [r.getMessage() for r in caplog.records if "not delivered" in r.getMessage()]
+        assert len(said) == 1, said  # once per failed try
+        assert "(HTTP 503), try 1 of 3; next try in 2.0 s" in said[0], said
+        wait_until(lambda: read_queue(str(tmp_path), 0.0) == (0, 0.0), 5, "the queue's metric to empty")
+    finally:
+        receiver.stop()
+
+
+def test_a_receiver_that_is_down_is_sent_at_most_a_few_events_at_once():
+    from elections.runtime.notify import RETRYING
+
+    receiver = Receiver(statuses=[500] * 100)
+    try:
+        cfg = NotifyConfig(webhook_url=receiver.url, webhook_secret=SECRET, webhook_timeout=30)
+        n = Notifier(cfg, "9999-9999-99-99", "S001", audit=lambda *row: None,
+                     backoff=Backoff(tries=8, first=30.0))  # fmt: skip
+        for seq in range(1, 11):
+            offer(n, seq)
+        wait_until(lambda: len(receiver.posts) == RETRYING, 10, "the first tries")
+        time.sleep(0.5)
+        assert len(receiver.posts) == RETRYING and len(n.outbox) == 10  # the rest wait their turn
+    finally:
+        receiver.stop()

@@ -136,3 +136,19 @@ def test_a_members_own_nudge_back_by_broadcast_is_its_echo_not_a_replay():
     assert board.refusals.counts == {} and board.echoes == 1 and board.accepted == 0
     assert board.receive(raw, "127.0.0.99", 1.0, lambda node: 7) is None  # the same bytes from elsewhere
     assert board.refusals.counts == {"replayed": 1} and board.echoes == 1
+
+
+def test_a_pool_members_nudge_of_a_line_already_read_is_an_echo_from_its_own_address_only():
+    # Routine work (issue 42): a drain's audit row is read from the share before its nudge comes;
+    # the nudge, from the writer's own address (where its beacons come from), is no security event.
+    board = NudgeBoard(KMSN, KEY, node="S001", ip="127.0.0.21")
+    raw = nudge(seq=41).encode(KEY)
+    beacons_from = {"S002": "10.0.0.2"}.get
+    assert board.receive(raw, "10.0.0.2", 1.0, lambda node: 41, beacons_from) is None
+    assert board.refusals.counts == {} and board.echoes == 1
+    # The same bytes from any other address are still a replay.
+    assert board.receive(raw, "10.0.0.7", 1.1, lambda node: 41, beacons_from) is None
+    assert board.refusals.counts == {"replayed": 1} and board.echoes == 1
+    # A member never heard has no address here: its copy is refused as before.
+    assert board.receive(raw, "10.0.0.2", 1.2, lambda node: 41) is None
+    assert board.refusals.counts == {"replayed": 2}

@@ -13,11 +13,14 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
 import pytest
 import yaml
+
+PY = sys.executable
 
 ROOT = Path(__file__).resolve().parent.parent
 UNITS = ("stkrelay@.service", "stkrelay-redis@.service")
@@ -252,8 +255,9 @@ def test_the_readmes_ini_and_documentation_lines_fit_the_units_sandbox(tmp_path)
         lease_dir,
         writable,
     )
-    data_dir = dict(kv.split("=", 1) for kv in svc["Service"]["Environment"].split())["STK_DATA_DIR"]
-    assert data_dir == "/var/lib/" + svc["Service"]["StateDirectory"]  # DATA_DIR is the state directory
+    # One data folder: the ini's DATA_DIR is the unit's state directory, and the unit sets no other.
+    assert "STK_DATA_DIR" not in svc["Service"]["Environment"]
+    assert ini["stk"]["DATA_DIR"] == "/var/lib/" + svc["Service"]["StateDirectory"].replace("%i", "site1")
     for unit in UNITS:
         doc = _service(unit)["Unit"]["Documentation"]
         assert doc.startswith("file:///opt/"), (unit, doc)
@@ -270,3 +274,113 @@ def test_stkrelay_files_names_every_site_file_and_install_units_writes_both_unit
         assert (tmp_path / unit).read_bytes() == (ROOT / "packaging" / unit).read_bytes()
     assert main(["install-units", "--dest", str(tmp_path / "nowhere")]) == 1
     assert main(["install-units", "--bogus"]) == 2
+
+
+def _moved(text: str, root: Path) -> str:
+    """A line or a file of the site with /etc, /opt, /srv and /var/lib moved under `root`."""
+    for top in ("/etc/", "/opt/", "/srv/", "/var/lib/"):
+        text = text.replace(top, f"{root}{top}")
+    return text
+
+
+@pytest.mark.long
+def test_the_readmes_install_block_ends_with_relayctl_list_showing_the_pool(tmp_path, installed):
+    """README "Install on a site", line by line on the installed wheel (its venv is the pip line's),
+    with / moved under tmp and the systemd lines aside: `systemctl enable --now` is played by
+    starting the agent as the unit would (its ExecStart and Environment, `$STATE_DIRECTORY` as
+    systemd passes it) beside a Redis; the block's last line then shows the pool."""
+    from harness import KMSN, TOKEN, Redis, free_port, wait_until
+
+    root = tmp_path / "site"
+    lines = _readme_install_block()
+    assert lines[-1] == "/opt/stkrelay/bin/relayctl list --ini /etc/stkrelay/site1.ini", lines
+    env = installed.env()
+    (root / "opt").mkdir(parents=True)
+    (root / "opt" / "stkrelay").symlink_to(installed.venv)  # the venv the README's first line makes
+    (root / "srv" / "stkrelay" / "share" / "socket").mkdir(parents=True)  # the mounted share
+    state = root / "var" / "lib" / "stkrelay" / "site1"  # StateDirectory=stkrelay/%i, made by systemd
+    redis = Redis(tmp_path)
+    agent = None
+    try:
+        for line in lines[:-1]:
+            if line.startswith(("python3.11 -m venv", "useradd ", "systemctl ")):
+                continue  # the venv is `installed`; the user and systemd are the host's
+            line = _moved(line.replace(" -o stkrelay -g stkrelay", ""), root)
+            done = subprocess.run(["sh", "-ec", line], cwd=ROOT, env=env, capture_output=True, text=True,
+                                  timeout=60)  # fmt: skip
+            assert done.returncode == 0, (line, done.stdout, done.stderr)
+        ini = root / "etc" / "stkrelay" / "site1.ini"
+        # "then KMSN, STATION, NODE_IP, token", and the ports this machine has free
+        text = ini.read_text()  # its LEASE_DIR and DATA_DIR moved already: the README's sed set them
+        for key, value in {"KMSN": KMSN, "STATION": "S001", "NODE_IP": "127.0.0.1", "RELAY_TOKEN": TOKEN,
+                           "RELAY_PORT": str(free_port()), "WEB_PORT": str(free_port()),
+                           "REDIS_URL": redis.url}.items():  # fmt: skip
+            text = re.sub(rf"(?m)^{key} = .*$", f"{key} = {value}", text)
+        ini.write_text(text)
+        # Before the agent ever ran: the last line says where it looked, with an id, and leaves nothing.
+        last = _moved(lines[-1], root).split()
+        early = subprocess.run(last, env=env, capture_output=True, text=True, timeout=60)
+        assert early.returncode == 3 and "stkrelay.E240" in early.stderr, early
+        assert "Traceback" not in early.stderr and "/var/lib/stkrelay/<instance>" in early.stderr
+        assert not state.exists(), "relayctl created the agent's folder"
+        state.mkdir(parents=True, mode=0o700)
+        svc = _service("stkrelay@.service")["Service"]
+        unit_env = dict(kv.split("=", 1) for kv in svc["Environment"].replace("%i", "site1").split())
+        unit_env = {k: _moved(v, root) for k, v in unit_env.items()}
+        argv = _moved(svc["ExecStart"].replace("%i", "site1"), root).split()
+        log = (tmp_path / "agent.log").open("wb")
+        agent = subprocess.Popen(argv, env={**env, **unit_env, "STATE_DIRECTORY": str(state)}, stdout=log,
+                                 stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+
+        def shows_the_pool() -> subprocess.CompletedProcess[str] | None:
+            assert agent.poll() is None, (tmp_path / "agent.log").read_text()[-3000:]
+            done = subprocess.run(last, env=env, capture_output=True, text=True, timeout=60)
+            return (
+                done if done.returncode == 0 and "S001" in done.stdout and "leader" in done.stdout else None
+            )
+
+        done = wait_until(shows_the_pool, 90, "relayctl list showing the pool", every=1)
+        assert "Traceback" not in done.stderr
+        assert (state / "stkrelay.sqlite3").is_file()
+        assert not (root / "var" / "lib" / "stkrelay" / "stkrelay.sqlite3").exists()
+    finally:
+        if agent is not None and agent.poll() is None:
+            os.killpg(agent.pid, 15)
+            try:
+                agent.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(agent.pid, 9)
+        redis.stop()
+
+
+def test_the_agent_refuses_a_data_dir_that_is_not_the_units_state_directory(tmp_path):
+    from stkrelay import config
+
+    ini = tmp_path / "stk.ini"
+    ini.write_text(f"[stk]\nKMSN = 1234-5678-90-12\nSTATION = S001\nRELAY_TOKEN = Xq7-pL2-mZ9-rT4-wK8\n"
+                   f"LEASE_DIR = {tmp_path}\nDATA_DIR = {tmp_path / 'other'}\n")  # fmt: skip
+    state = tmp_path / "state"
+    state.mkdir()
+    got = config.load(str(ini), {"STATE_DIRECTORY": str(state)}, check_dirs=False)
+    assert [p.id for p in got.problems] == ["stkrelay.E241"], got.problems
+    got = config.load(str(ini), {"STATE_DIRECTORY": str(tmp_path / "other")}, check_dirs=False)
+    assert not got.problems and not config.load(str(ini), {}, check_dirs=False).problems
+
+
+def test_stkuser_and_relayctl_without_the_agents_database_say_where_and_create_nothing(tmp_path):
+    """stkuser add (once a Django traceback, `no such table: auth_group`) and relayctl list, on an ini
+    whose DATA_DIR holds no agent database: one line naming the file, the unit's folder and the id;
+    the folder stays as it was."""
+    data = tmp_path / "data"
+    ini = tmp_path / "stk.ini"
+    ini.write_text(f"[stk]\nKMSN = 1234-5678-90-12\nSTATION = S001\nRELAY_TOKEN = Xq7-pL2-mZ9-rT4-wK8\n"
+                   f"LEASE_DIR = {tmp_path}\nDATA_DIR = {data}\n")  # fmt: skip
+    ini.chmod(0o600)
+    for argv in (["stkuser", "add", "admin", "--role", "operator"], ["relayctl", "list"]):
+        done = subprocess.run([PY, "-c", f"import sys; from stkrelay.cli import run; "
+                               f"sys.exit(run({argv[0]!r}, {argv[1:]!r} + ['--ini', {str(ini)!r}]))"],
+                              cwd=ROOT, capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert done.returncode == 3, (argv, done.stdout, done.stderr)
+        assert f"{data / 'stkrelay.sqlite3'}" in done.stderr and "stkrelay.E240" in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr and "/var/lib/stkrelay/<instance>" in done.stderr
+        assert not data.exists(), list(data.iterdir())

@@ -138,6 +138,18 @@ def test_an_expired_or_released_lease_is_no_leader(dj):
     assert "NO LEADER" in page
 
 
+def test_a_released_lease_is_shown_as_released_and_handing_off_never_as_valid(dj):
+    # Issue 42: a lease handed to a dead member was shown "valid" for a whole TTL.
+    doc = write_pool(dj["data_dir"], leader="S001", released=True)
+    doc["lease"]["handoff_to"] = "S003"
+    (dj["data_dir"] / "pool.json").write_text(json.dumps(doc))
+    page = text(client_for(make_user("vera")).get("/"))
+    assert 'data-status="released"' in page and 'data-status="valid"' not in page
+    assert "released, handing off to S003" in page
+    response = client_for(make_user("vera2")).get("/api/v1/sites")
+    assert json.loads(response.content)["sites"][0]["lease_status"] == "released"
+
+
 def test_a_pool_view_the_worker_stopped_writing_counts_as_no_leader(dj):
     write_pool(dj["data_dir"], updated=time.monotonic() - 60)
     page = text(client_for(make_user("vera")).get("/"))
@@ -284,7 +296,8 @@ def test_a_viewer_sees_every_command_button_disabled_with_the_reason(dj):
     write_pool(dj["data_dir"])
     page = text(client_for(make_user("vera", "viewer")).get(SITE))
     assert 'class="button' not in page  # no enabled command link
-    assert page.count("disabled aria-describedby") == 10  # 3 drains, 3 promotes, 3 forgets, pause
+    # 3 drains, 3 promotes, pause: no Forget, offered only for a member gone for good (issue 42)
+    assert page.count("disabled aria-describedby") == 7
     assert "needs the operator role (permission drain_member)" in page
     assert "needs the operator role (permission promote_member)" in page
 

@@ -48,3 +48,23 @@ def test_a_view_is_refused_only_past_its_ttl(dj):  # dj: the refusal is translat
     assert stale_refusal(TTL, TTL, "pool.json") is None
     why = stale_refusal(TTL + 1.5, TTL, "pool.json")
     assert why is not None and "4.5 s old" in why and "--stale-ok" in why
+
+
+def test_a_released_lease_is_listed_as_released_and_handing_off_never_as_valid(dj):
+    from elections.management.pool_views import list_view
+    from elections.ports.pool_view import MemberView, PoolView
+
+    lease = {"node": "S001", "epoch": 10, "ip": "10.0.0.1", "port": 9530, "renew_seq": 4, "ttl_s": 0,
+             "released": True, "handoff_to": "S003"}  # fmt: skip
+    members = {n: MemberView(eligible=True, age=0.5) for n in ("S001", "S002", "S003")}
+    pool = PoolView(kmsn="K", node="S002", updated=0.0, lease=lease, lease_status="valid", members=members)
+    doc, lines, _ = list_view(pool, TTL, "pool.json", 0.5)
+    text = "\n".join(lines)
+    assert "released, handing off to S003" in text and "lease valid" not in text
+    assert (doc["lease_status"], doc["handoff_to"]) == ("released", "S003")
+    to_no_one = PoolView(**{**vars(pool), "lease": {**lease, "handoff_to": None}})
+    _, lines, _ = list_view(to_no_one, TTL, "pool.json", 0.5)
+    assert "lease released  (seen by" in "\n".join(lines)
+    held = PoolView(**{**vars(pool), "lease": {**lease, "released": False, "ttl_s": 10}})
+    _, lines, _ = list_view(held, TTL, "pool.json", 0.5)
+    assert "lease valid" in "\n".join(lines) and held.handoff_to is None

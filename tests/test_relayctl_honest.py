@@ -9,6 +9,7 @@ and escapes a reason's control characters.
 """
 
 import json
+import re
 import subprocess
 import sys
 from datetime import datetime
@@ -23,11 +24,13 @@ STALE_EXIT = 5
 RED = "\x1b[31mred"
 
 
+CTL = "import sys; from stkrelay.cli import relayctl; sys.argv[0] = 'relayctl'; sys.exit(relayctl())"
+
+
 def ctl(agent, *args):
     """`relayctl ARGS` as the console script runs it: (exit code, stdout, stderr)."""
     env = {"PATH": "/usr/bin:/bin", "STK_INI": str(agent.ini)}
-    code = "import sys; from stkrelay.cli import relayctl; sys.argv[0] = 'relayctl'; relayctl()"
-    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=60,
+    out = subprocess.run([sys.executable, "-c", CTL, *args], capture_output=True, text=True, timeout=60,
                          cwd=ROOT, env=env)  # fmt: skip
     return out.returncode, out.stdout, out.stderr
 
@@ -46,10 +49,21 @@ def test_views_state_their_age_refuse_when_stale_show_paused_and_fail_doctor_wit
     code, out, err = ctl(follower, "list")
     assert code == 0, err
     assert "pool.json" in out and " s old (written " in out and "STALE" not in out and "PAUSED" not in out
-    rows = {line.split()[0]: line.split()[1] for line in out.splitlines() if line.startswith("  ")}
+    table = [line.split() for line in out.splitlines() if line.startswith("  ")]
+    assert table[0][:2] == ["NODE", "STATE"] and "LEADER" in table[0] and "SINCE" in table[0], out  # a header
+    rows = {row[0]: row[1] for row in table[1:]}
     assert rows == {lease.node: "leader", follower.name: "follower"}, out
+
+    # "leader since", with its zone (as the panel says it), once the worker ingested the election
+    def leader_row():
+        rows = ctl(follower, "list")[1].splitlines()
+        return next((ln for ln in rows if ln.split()[:2] == [lease.node, "leader"] and " UTC" in ln), None)
+
+    leader_row = wait_until(leader_row, 20, "the leader's row saying since when")
+    assert re.search(r" \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC([+-]\d+)? ", leader_row), leader_row
     code, out, _ = ctl(follower, "list", "-o", "json")
     doc = json.loads(out)
+    assert datetime.fromisoformat(doc["leader_since"]).tzinfo is not None
     assert code == 0 and doc["stale"] is False and doc["age_s"] < 3 and doc["source"].endswith("pool.json")
     assert datetime.fromisoformat(doc["updated"]).tzinfo is not None  # wall clock, not monotonic seconds
     assert doc["members"][lease.node]["state"] == "leader"
@@ -76,6 +90,27 @@ def test_views_state_their_age_refuse_when_stale_show_paused_and_fail_doctor_wit
     audits = history("audit").splitlines()[1:]
     assert audits and all(" audit " in line for line in audits), audits
     assert "drain_requested" in history("all") and " audit " in history("all")
+
+    # History: times with their zone; the leader actions' action_applied rows only on --all.
+    lines = history("failover").splitlines()[1:]
+    assert lines and all(" UTC" in line.split("  epoch")[0] for line in lines), lines
+    wait_until(lambda: "action_applied" in ctl(follower, "history", "-n", "200", "--all")[1], 20,
+               "the relay action's applied row ingested")  # fmt: skip
+    assert "action_applied" not in history("failover")
+    assert "action_applied" in ctl(follower, "history", "-n", "200", "--all")[1]
+
+    # Watch: the listing again every N s, each headed by its time, until Ctrl-C (exit 0, no traceback).
+    watch = subprocess.Popen([sys.executable, "-c", CTL, "list", "-w", "0.5"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                             env={"PATH": "/usr/bin:/bin", "STK_INI": str(follower.ini)})  # fmt: skip
+    try:
+        frames = [watch.stdout.readline() for _ in range(2 * (4 + len(rows)))]
+        heads = [f for f in frames if "Ctrl-C" in f]
+        assert len(heads) >= 2 and all(" UTC" in h for h in heads), frames
+    finally:
+        watch.send_signal(2)
+        err = watch.communicate(timeout=20)[1]
+    assert watch.returncode == 0 and "Traceback" not in err, err
 
     # Paused: every listing says so first.
     assert ctl(follower, "pause")[0] == 0

@@ -139,3 +139,38 @@ def test_a_copy_of_a_secret_under_any_name_is_kept_back_and_extra_values_are_add
     env = {"STK_RELAY_TOKEN": "abcdefgh-secret", "COPY": "x abcdefgh-secret y", "SHORT_TOKEN": "ab",
            "OTHER": "ab"}  # fmt: skip
     assert site_environment({"STK_ROLE": "leader"}, env) == {"OTHER": "ab", "STK_ROLE": "leader"}
+
+
+def test_a_site_command_gets_the_tz_the_agent_started_with_not_the_one_django_set():
+    # Issue 42: Django sets TZ to TIME_ZONE in the agent's environment; ON_ROLE_CHANGE inherited it.
+    django_set = {"PATH": "/usr/bin:/bin", "TZ": "Asia/Taipei"}
+    assert "TZ" not in site_environment(environ={**django_set, "STK_SITE_TZ": ""})  # none at start
+    started = site_environment(environ={**django_set, "STK_SITE_TZ": "Europe/Berlin"})
+    assert started["TZ"] == "Europe/Berlin" and "STK_SITE_TZ" not in started
+    assert site_environment(environ=django_set)["TZ"] == "Asia/Taipei"  # not an agent: as it is
+
+
+def test_the_agents_settings_remember_the_tz_it_started_with_or_the_configured_zone(tmp_path):
+    import os
+    import subprocess
+
+    from harness import KMSN, ROOT, TOKEN
+
+    def site_tz(tz, time_zone):
+        data = tmp_path / f"d{len(list(tmp_path.iterdir()))}"
+        data.mkdir()
+        env = {"PATH": "/usr/bin:/bin", "STK_KMSN": KMSN, "STK_STATION": "S001", "STK_NODE_IP": "127.0.0.1",
+               "STK_RELAY_TOKEN": TOKEN, "STK_LEASE_DIR": str(data), "STK_DATA_DIR": str(data),
+               "STK_TIME_ZONE": time_zone, "DJANGO_SETTINGS_MODULE": "stkrelay.settings",
+               **({"TZ": tz} if tz else {})}  # fmt: skip
+        code = "import django, os; django.setup(); print(os.environ.get('STK_SITE_TZ'), os.environ['TZ'])"
+        out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True,
+                             timeout=60)  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        return out.stdout.split()
+
+    assert os.path.exists("/usr/share/zoneinfo/Europe/Berlin")
+    assert site_tz("", "Asia/Taipei") == ["Asia/Taipei", "Asia/Taipei"]  # configured: given
+    assert site_tz("Europe/Berlin", "") == ["Europe/Berlin", "Europe/Berlin"]  # the server's, as started
+    said = site_tz("", "")  # none at start, none configured: Django sets one, the site gets none ("")
+    assert len(said) == 1, said

@@ -153,3 +153,30 @@ def test_relayctl_tls_prints_the_fingerprint_the_web_port_serves_and_every_heart
     b.start()
     wait_until(lambda: listening(b.ip, int(b.setting("WEB_PORT"))), 60, "S002's web port again")
     assert _served(b) == served[b.name]
+
+
+def test_plain_http_to_the_https_port_is_redirected_with_a_one_line_hint_and_https_still_serves(site_factory):
+    # Issue 42: `curl http://agent:port/` got an empty reply (a TLS handshake error) and no hint.
+    import http.client
+
+    site = site_factory(n=1)
+    (agent,) = site.agents
+    site.start()
+    port = int(agent.setting("WEB_PORT"))
+    wait_until(lambda: listening(agent.ip, port), 60, "the agent's web port")
+    conn = http.client.HTTPConnection(agent.ip, port, timeout=10)
+    conn.request("GET", "/sites/?q=1", headers={"Host": "evil.example"})
+    answer = conn.getresponse()
+    body = answer.read().decode()
+    url = f"https://{agent.ip}:{port}/sites/?q=1"  # this agent's own address, never the client's Host
+    assert (answer.status, answer.getheader("Location")) == (301, url)
+    assert body == f"This port speaks HTTPS: {url}\n"
+    with socket.create_connection(
+        (agent.ip, port), timeout=10
+    ) as raw:  # not even HTTP: the hint all the same
+        raw.sendall(b"hello\r\n")
+        assert b"This port speaks HTTPS" in raw.recv(4096)
+    site.wait_leader(60)
+    wait_until(lambda: agent.state().get("leader"), 30, "the agent's state")
+    with agent.urlopen("/healthz", timeout=10) as r:  # TLS on the same port, as before
+        assert r.status == 200 and json.loads(r.read())["status"] == "up"

@@ -136,6 +136,7 @@ class BeaconBoard:
     _epochs: OrderedDict[int, str] = field(default_factory=OrderedDict)
     _reacted: set[tuple[str, int, int, str]] = field(default_factory=set)
     last_accepted: Beacon | None = None  # the beacon the last `receive` accepted (None: it refused)
+    _flooding: set[str] = field(default_factory=set)  # sources whose drops are noted already (`flooded`)
 
     # -- input --------------------------------------------------------------------
     def receive(self, raw: bytes, source: str, now: float, standing: Standing) -> Reaction | None:
@@ -143,7 +144,7 @@ class BeaconBoard:
         self.last_accepted = None
         if not self._admit(source, now):
             self.dropped += 1
-            self.refusals.counts[TOO_MANY] = self.refusals.counts.get(TOO_MANY, 0) + 1
+            flooded(self.refusals, self._flooding, f"beacon from {source}", "datagrams", PER_SOURCE, now)
             return None
         try:
             beacon = parse_beacon(raw, self.key, self.kmsn)
@@ -169,7 +170,7 @@ class BeaconBoard:
             return
         if not self._admit(source, now):
             self.dropped += 1
-            self.refusals.counts[TOO_MANY] = self.refusals.counts.get(TOO_MANY, 0) + 1
+            flooded(self.refusals, self._flooding, f"beacon from {source}", "datagrams", PER_SOURCE, now)
             return
         self._refuse(source, REPLAYED, f"our own beacon ({len(raw)} bytes) sent again from {source}", now)
 
@@ -230,7 +231,10 @@ class BeaconBoard:
             return False
         total = self._total or _Bucket(TOTAL, now)
         self._total = total
-        return _take(total, now, TOTAL)
+        if not _take(total, now, TOTAL):
+            return False
+        self._flooding.discard(source)  # admitted: its next drop starts a new run, noted again
+        return True
 
     def _refuse(self, source: str, cause: str, detail: str, now: float) -> None:
         self.refusals.note(f"beacon from {source}", cause, detail, now=now)
@@ -306,6 +310,21 @@ class BeaconBoard:
             self._reacted.clear()
         self._reacted.add(key)
         return Reaction(why)
+
+
+def flooded(refusals: Refusals, flooding: set[str], source: str, what: str, rate: float, now: float) -> None:
+    """Count one datagram dropped for want of budget (`too_many`); the first of a run of drops
+    from one source is noted with its source, as every refusal is, so that an alarm says what
+    was refused and from where (issue 42: a `too_many` alarm came with `"recent": []`). The rest
+    of the run is counted only: a flood costs a set look-up each, never a string built."""
+    key = source.rsplit(" ", 1)[-1]
+    if key in flooding:
+        refusals.counts[TOO_MANY] = refusals.counts.get(TOO_MANY, 0) + 1
+        return
+    if len(flooding) >= KEEP_SOURCES:
+        flooding.clear()
+    flooding.add(key)
+    refusals.note(source, TOO_MANY, f"more than {rate:g} {what} a second from {key}: dropped unread", now=now)
 
 
 def _take(bucket: _Bucket, now: float, rate: float) -> bool:

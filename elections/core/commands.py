@@ -102,7 +102,9 @@ def check(
         return REFUSED, f"unknown command {kind!r}"
     epoch = pool.epoch
     if expected_epoch is not None and epoch is not None and expected_epoch != epoch:
-        return STALE_EPOCH, f"the pool is at epoch {epoch}, the page showed {expected_epoch}: reload"
+        return STALE_EPOCH, (
+            f"the pool is at epoch {epoch}, not at the {expected_epoch} expected: read it again, then retry"
+        )
     if kind == "unbind":  # a station, member or not: resetting an unbound one changes nothing
         if not (target and STATION_NAME.fullmatch(target)):
             return REFUSED, "unbind needs a station name (at most 64 printable characters)"

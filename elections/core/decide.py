@@ -27,7 +27,8 @@ again (`lease_memory.blind_gap`).
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
 from elections.core.lease import LeaseRead
 from elections.core.lease_memory import Memory, knows_a_pool, outdated
@@ -104,6 +105,9 @@ class Observation:
     # Leader: its serving right lapsed (no majority within W) and no earlier holder can still
     # serve (core.serving.ServingRight.lapsed): take a new epoch, serving by the lease.
     serving_lapsed: str | None = None
+    # Members known gone or that no one hears, and why (core.eligibility.unheard): never chosen as
+    # successors, and a handoff to one is abandoned at once (issue 42).
+    unheard: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -143,7 +147,7 @@ def decide(memory: Memory, obs: Observation, now: float, timing: Timing) -> Deci
             target, why = obs.planned_handoff
             return Decision(Verdict.HAND_OFF, why, handoff_to=target, cause=PLANNED)
         return decision
-    decision = _decide_follower(memory, obs.read, now, timing)
+    decision = _decide_follower(memory, obs.read, now, timing, obs.unheard)
     if decision.verdict in (Verdict.FOLLOW, Verdict.WAIT):
         decision = (_holder_gone(memory, obs.gone, obs.read, now, GONE)
                     or _holder_gone(memory, obs.silent, obs.read, now, SILENT) or decision)  # fmt: skip
@@ -286,7 +290,9 @@ def _decide_leader(memory: Memory, obs: Observation, now: float, timing: Timing)
     )
 
 
-def _decide_follower(memory: Memory, read: LeaseRead | None, now: float, timing: Timing) -> Decision:
+def _decide_follower(
+    memory: Memory, read: LeaseRead | None, now: float, timing: Timing, unheard: Mapping[str, str]
+) -> Decision:
     if read is None:
         return Decision(Verdict.WAIT, "lease store unreachable: cannot contend")
     if read.status == "missing" and not knows_a_pool(memory):
@@ -311,6 +317,15 @@ def _decide_follower(memory: Memory, read: LeaseRead | None, now: float, timing:
             return Decision(
                 Verdict.CONTEND,
                 f"handoff to {rec.handoff_to} not taken within {memory.seen_ttl:g} s",
+                cause=HANDOFF_LAPSED,
+                gap=elapsed,
+            )
+        if rec.handoff_to in unheard:
+            # Its target is gone or cut off: the lease is as good as released to no one (the releaser
+            # fenced its relay before writing it), and the compare-and-set picks one taker (issue 42).
+            return Decision(
+                Verdict.CONTEND,
+                f"handoff to {rec.handoff_to} abandoned: {unheard[rec.handoff_to]}",
                 cause=HANDOFF_LAPSED,
                 gap=elapsed,
             )

@@ -12,6 +12,7 @@ webhook, a log line) sees them. Pure: the caller passes the time it wants shown.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 KEEP = 32  # distinct refusals remembered for display
@@ -45,9 +46,14 @@ class Refusal:
     last_at: str = ""
     last_mono: float | None = None  # the recorder's monotonic clock, to age refusals out of view
 
-    def to_doc(self) -> dict[str, Any]:
+    def to_doc(self, now: float | None = None, wall: datetime | None = None) -> dict[str, Any]:
+        """`last_at` as noted, else (a datagram's refusal: noted on the monotonic clock alone)
+        the wall time `wall` stood at when `now` was, less the refusal's age: never empty."""
+        last_at = self.last_at
+        if not last_at and wall is not None and now is not None and self.last_mono is not None:
+            last_at = (wall - timedelta(seconds=max(0.0, now - self.last_mono))).isoformat(timespec="seconds")
         return {"source": self.source, "cause": self.cause, "detail": self.detail, "count": self.count,
-                "last_at": self.last_at}  # fmt: skip
+                "last_at": last_at}  # fmt: skip
 
 
 @dataclass
@@ -74,11 +80,14 @@ class Refusals:
     def total(self) -> int:
         return sum(self.counts.values())
 
-    def to_doc(self, now: float | None = None, window: float = SHOWN_FOR) -> dict[str, Any]:
-        """Counts since start, and the refusals seen within `window` seconds of `now`, newest first."""
+    def to_doc(
+        self, now: float | None = None, window: float = SHOWN_FOR, wall: datetime | None = None
+    ) -> dict[str, Any]:
+        """Counts since start, and the refusals seen within `window` seconds of `now`, newest first
+        (`wall`: the wall-clock time at `now`, for refusals noted without one: `Refusal.to_doc`)."""
         recent = [r for r in reversed(self.recent.values())
                   if now is None or r.last_mono is None or now - r.last_mono <= window]  # fmt: skip
-        return {"counts": dict(self.counts), "recent": [r.to_doc() for r in recent]}
+        return {"counts": dict(self.counts), "recent": [r.to_doc(now, wall) for r in recent]}
 
 
 def merged(*docs: dict[str, Any]) -> dict[str, Any]:

@@ -26,6 +26,11 @@ judges one datagram before any read is made:
    highest it folded from that node) or one it already acted on is
    `replayed`. So a recorded nudge sent again costs nothing, and a forged
    one — only a holder of the pool key can sign — costs at most one read.
+   Unless it comes from its writer's own address (this agent's, or the one
+   the writer's beacons come from): then it is an **echo** of routine work,
+   counted in `echoes` and never a refusal (issue 42: a command's audit row,
+   read from the share before its nudge came, raised a security alarm on
+   every drain). A copy sent from anywhere else is still `replayed`.
 
 Whatever is refused is counted in `refusals` (shown with the beacons'
 refusals on the panel and `/metrics`) and changes nothing.
@@ -39,7 +44,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from elections.core.beacon_board import _Bucket, _take  # the beacons' token buckets
+from elections.core.beacon_board import _Bucket, _take, flooded  # the beacons' token buckets
 from elections.core.evidence import Refusals
 from elections.core.lease import sign, signature_ok
 from elections.core.untrusted import (
@@ -47,7 +52,6 @@ from elections.core.untrusted import (
     MAX_COUNTER,
     NOT_OBJECT,
     REPLAYED,
-    TOO_MANY,
     UNSIGNED,
     WRONG_KMSN,
     Limits,
@@ -124,14 +128,18 @@ class NudgeBoard:
     _acted: OrderedDict[tuple[str, int], None] = field(default_factory=OrderedDict)
     _sources: OrderedDict[str, _Bucket] = field(default_factory=OrderedDict)
     _total: _Bucket | None = None
+    _flooding: set[str] = field(default_factory=set)  # sources whose drops are noted (`flooded`)
 
-    def receive(self, raw: bytes, source: str, now: float, folded: Callable[[str], int]) -> Nudge | None:
+    def receive(
+        self, raw: bytes, source: str, now: float, folded: Callable[[str], int],
+        address_of: Callable[[str], str | None] = lambda node: None,
+    ) -> Nudge | None:  # fmt: skip
         """One datagram from `source`; the nudge to act on (one read of the event
         files), or None. `folded(node)`: the highest event seq of `node` this
-        agent already has."""
+        agent already has; `address_of(node)`: where `node`'s beacons come from."""
         if not self._admit(source, now):
             self.dropped += 1
-            self.refusals.counts[TOO_MANY] = self.refusals.counts.get(TOO_MANY, 0) + 1
+            flooded(self.refusals, self._flooding, f"nudge from {source}", "nudges", PER_SOURCE, now)
             return None
         try:
             nudge = parse_nudge(raw, self.key, self.kmsn)
@@ -144,6 +152,11 @@ class NudgeBoard:
         # panel), which the leader must fold at once like anyone's; seen already, it is its
         # echo back by broadcast, not a replay.
         if nudge.node == self.node and source == self.ip and seen:
+            self.echoes += 1
+            return None
+        # Another member's nudge from that member's own address, seen already: routine (the line
+        # was read from the share before its nudge came, or a copy came by broadcast and unicast).
+        if seen and nudge.node != self.node and source == address_of(nudge.node):
             self.echoes += 1
             return None
         if seen:
@@ -166,4 +179,7 @@ class NudgeBoard:
         if not _take(bucket, now, PER_SOURCE):
             return False
         self._total = self._total or _Bucket(TOTAL, now)
-        return _take(self._total, now, TOTAL)
+        if not _take(self._total, now, TOTAL):
+            return False
+        self._flooding.discard(source)  # admitted: its next drop starts a new run, noted again
+        return True

@@ -16,6 +16,8 @@ from typing import Any
 
 from django.utils.translation import gettext as _
 
+from elections.core.evidence import SHOWN_FOR
+from elections.core.untrusted import REPLAYED, TOO_MANY
 from stkconfig.model import Config
 
 
@@ -259,15 +261,31 @@ def relay_answers_check(check: Callable[..., None], stk: Any, pool: Any, members
                                                             "lease": lease})  # fmt: skip
 
 
+# Refused datagrams that cost nothing and change nothing, and that a busy LAN can cause: a copy of a
+# beacon or nudge seen already, a burst past the budget. Shown as WARN; forged, oversized, split-brain
+# datagrams and every refused share record FAIL (issue 42: routine drains made doctor FAIL).
+DATAGRAMS = ("beacon from ", "nudge from ")
+ROUTINE = (REPLAYED, TOO_MANY)
+
+
+def routine(refusal: dict[str, Any]) -> bool:
+    source = refusal.get("source")
+    return refusal.get("cause") in ROUTINE and isinstance(source, str) and source.startswith(DATAGRAMS)
+
+
 def refusal_checks(check: Callable[..., None], pool: Any) -> None:
-    """Records refused on the share recently: one check, and one line for each."""
+    """Records refused on the share recently: one check, and one line for each (WARN for `routine`)."""
     recent = pool.refusals.get("recent") if isinstance(pool.refusals.get("recent"), list) else []
-    check("no forged, replayed or oversized records on the share", not recent,
-          f"{len(recent)} refused recently" if recent else "none refused recently")  # fmt: skip
-    for r in recent if isinstance(recent, list) else []:
-        if isinstance(r, dict):
-            seen = f"x{r.get('count')}, last {r.get('last_at')}"
-            check(f"refused {r.get('source')}", False, f"{r.get('cause')}: {r.get('detail')} ({seen})")
+    recent = [r for r in recent if isinstance(r, dict)]
+    hostile = [r for r in recent if not routine(r)]
+    check("no forged, replayed or oversized records on the share", not hostile,
+          f"{len(recent)} refused recently" if recent else "none refused recently",
+          warn=bool(recent) and not hostile)  # fmt: skip
+    for r in recent:
+        last = r.get("last_at") or _("within %(n)d min") % {"n": SHOWN_FOR // 60}
+        seen = f"x{r.get('count')}, last {last}"
+        check(f"refused {r.get('source')}", routine(r), f"{r.get('cause')}: {r.get('detail')} ({seen})",
+              warn=routine(r))  # fmt: skip
 
 
 STATIONS_PORT = 9530  # the site's stations dial RELAY_HOST:9530, then 127.0.0.1:9530 (seed 000 §2)

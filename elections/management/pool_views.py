@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.utils import timezone
 from django.utils.translation import gettext as _
+
+from elections.web.panel.fmt import local as local_time  # '2026-06-15 20:30:15 UTC+8', as the panel
 
 STALE_EXIT = 5  # the view is older than its TTL (the agent's worker is not writing it)
 FORMATS = ("table", "json", "yaml", "tsv")
@@ -100,29 +102,56 @@ def render(fmt: str, doc: Any, lines: list[str]) -> list[str]:
     return lines
 
 
+def lease_words(pool: Any) -> str:
+    """The lease's state in words: "released, handing off to X" for a released lease, never "valid"."""
+    if pool.handoff_to:
+        return _("released, handing off to %(to)s") % {"to": pool.handoff_to}
+    return _("released") if pool.lease_state == "released" else pool.lease_status
+
+
 def list_view(
-    pool: Any, ttl: float, source: str, age: float | None
+    pool: Any, ttl: float, source: str, age: float | None, since: datetime | None = None
 ) -> tuple[dict[str, Any], list[str], list[list[Any]]]:
-    """`relayctl list`: the document, the table's lines and the tsv rows."""
+    """`relayctl list`: the document, the table's lines (a header row, then one per member) and
+    the tsv rows. `since`: when the leader took this epoch, as this agent's history has it."""
     lease = pool.lease or {}
     leader = pool.leader
     doc = pool.to_doc()
     doc["updated"] = wall_of(pool.updated)
     doc["lease_seen_at"] = wall_of(pool.lease_seen_at)
     doc["age_s"], doc["source"], doc["stale"] = age, source, age is not None and age > ttl
+    doc["lease_status"], doc["handoff_to"] = pool.lease_state, pool.handoff_to  # never "valid" once released
     lines = header(age, ttl, source, pool.paused)
     lines.append(_("KMSN %(kmsn)s  leader %(leader)s  epoch %(epoch)s  lease %(status)s  (seen by %(node)s)")
                  % {"kmsn": pool.kmsn, "leader": lease.get("node", "-"), "epoch": lease.get("epoch", "-"),
-                    "status": pool.lease_status, "node": pool.node})  # fmt: skip
-    rows = [["node", "state", "ip", "priority", "heartbeat_s", "eligible", "reasons"]]
+                    "status": lease_words(pool), "node": pool.node})  # fmt: skip
+    doc["leader_since"] = None if since is None else timezone.localtime(since).isoformat()
+    rows = [["node", "state", "ip", "priority", "heartbeat_s", "eligible", "reasons", "leader_since"]]
+    titles = [
+        _("NODE"),
+        _("STATE"),
+        _("ADDRESS"),
+        _("PRIO"),
+        _("HEARTBEAT"),
+        _("LEADER SINCE"),
+        _("ELIGIBLE"),
+    ]
+    table = []
     for node, m in sorted(pool.members.items()):
         state = member_state(node, m, leader, ttl)
         doc["members"][node]["state"] = state
         elig = _("eligible") if m.eligible else _("NOT eligible: ") + "; ".join(m.reasons)
         beat = "-" if m.age is None else f"{m.age:.1f} s"
-        lines.append(f"  {node:8s} {state:11s} {m.ip or '-':15s} prio {m.priority:>3}  "
-                     + _("heartbeat %(beat)s") % {"beat": beat} + f"  {elig}")  # fmt: skip
-        rows.append([node, state, m.ip, m.priority, m.age, m.eligible, "; ".join(m.reasons)])
+        took = doc["leader_since"] if node == leader else None
+        table.append(
+            [node, state, m.ip or "-", str(m.priority), beat, local_time(since) if took else "-", elig]
+        )
+        rows.append([node, state, m.ip, m.priority, m.age, m.eligible, "; ".join(m.reasons), took])
+    widths = [max(len(r[i]) for r in [titles, *table]) for i in range(len(titles) - 1)]
+    for row in [titles, *table]:
+        lines.append(
+            "  " + "  ".join(f"{f:{w}s}" for f, w in zip(row, widths, strict=False)) + "  " + row[-1]
+        )
     return doc, lines, rows
 
 

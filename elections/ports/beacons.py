@@ -37,6 +37,7 @@ import subprocess
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from elections.core.beacon_board import BeaconBoard, Reaction, Standing
@@ -167,6 +168,7 @@ class BeaconService(LivenessWatch, ServingRight):
         self._keys: dict[str, collections.deque[tuple[tuple[str, int, int], float]]] = {}
         self.ready = threading.Event()
         self.failed: str | None = None
+        self.started = monotonic()  # since when this member has listened (`core.eligibility.unheard`)
 
     # -- for the election thread -------------------------------------------------
     def start(self) -> BeaconService:
@@ -264,6 +266,12 @@ class BeaconService(LivenessWatch, ServingRight):
             now = self.monotonic()
             return all(self.board.heard_from(node, now, within) for node in nodes)
 
+    def heard_ages(self) -> dict[str, tuple[float, float]]:
+        """node -> (seconds since its last beacon, its smoothed gap) of every member heard."""
+        with self.lock:
+            now = self.monotonic()
+            return {n: (now - s.last_at, s.gap) for n, s in self.board.members.items()}
+
     def heard(self, within: float) -> list[str]:
         with self.lock:
             now = self.monotonic()
@@ -281,13 +289,14 @@ class BeaconService(LivenessWatch, ServingRight):
     def snapshot(self) -> dict[str, Any]:
         """Per member arrival statistics, the liveness watch and the refusals, for the pool view."""
         members = self.members()  # never under the lock: the count asks `heard()`, which takes it
+        wall = datetime.now().astimezone()  # shown with a datagram's refusal (noted on the monotonic clock)
         with self.lock:
             now = self.monotonic()
             return {**self.board.to_doc(now), "liveness": self.liveness.to_doc(now), "sent": self.sent,
                     "interval": self.config.interval, "targets": list(self.targets), "boot": self.boot,
                     "nudges": self.nudges.to_doc(),
-                    "refusals": merged(self.board.refusals.to_doc(now),
-                                       self.nudges.refusals.to_doc(now)),
+                    "refusals": merged(self.board.refusals.to_doc(now, wall=wall),
+                                       self.nudges.refusals.to_doc(now, wall=wall)),
                     "serving": self.book.to_doc(members, self.gate_clock())}  # fmt: skip
 
     # -- the loop -----------------------------------------------------------------
@@ -332,7 +341,7 @@ class BeaconService(LivenessWatch, ServingRight):
 
     def _nudge(self, data: bytes, source: str) -> None:
         with self.lock:
-            nudge = self.nudges.receive(data, source, self.monotonic(), self.folded)
+            nudge = self.nudges.receive(data, source, self.monotonic(), self.folded, self._address_of)
         if nudge is None or self.nudged is None:
             return
         log.info("nudge: %s", nudge.describe())
@@ -340,6 +349,11 @@ class BeaconService(LivenessWatch, ServingRight):
             self.nudged(nudge)
         except Exception:  # the runtime's trouble must not stop the beacons
             log.exception("nudge reaction failed")
+
+    def _address_of(self, node: str) -> str | None:
+        """Where `node`'s beacons come from (under the lock)."""
+        stats = self.board.members.get(node)
+        return stats.source if stats is not None else None
 
     def _hand(self, reaction: Reaction) -> None:
         try:

@@ -15,6 +15,7 @@ from elections.core.skew import ClockReading, reading_of
 from elections.core.untrusted import as_float, as_int, as_text
 from elections.ports.webcert import FINGERPRINT
 
+RELEASED = "released"  # `PoolView.lease_state` of a valid lease its holder released
 ENTRY_TEXT = re.compile(r"\[?[0-9A-Fa-f.:]+\]?:[0-9]{1,5}")  # an entry member's addr:port as shown
 
 
@@ -133,6 +134,21 @@ class PoolView:
         lease = self.lease or {}
         node = lease.get("node")
         return node if isinstance(node, str) and not lease.get("released") else None
+
+    @property
+    def lease_state(self) -> str:
+        """The lease as every view says it: `released` for a valid record its holder
+        released (handed off or not: it is no leader's any more), else `lease_status`
+        (issue 42: `relayctl list` said "lease valid" of a lease handed to a dead member)."""
+        if self.lease_status == "valid" and (self.lease or {}).get("released"):
+            return RELEASED
+        return self.lease_status
+
+    @property
+    def handoff_to(self) -> str | None:
+        """The member a released lease names to take it at once, if any."""
+        to = (self.lease or {}).get("handoff_to")
+        return to if isinstance(to, str) and self.lease_state == RELEASED else None
 
     def eligible(self) -> set[str]:
         return {n for n, m in self.members.items() if m.eligible}

@@ -129,7 +129,7 @@ class Agent(Looks, Roles, Publishing):
         self.policy = PoolPolicy(
             stk.node, stk.priority, self.commands, lambda: self.view, lambda: self._leader_since,
             self.local, clock.monotonic, health=self.health.status, relay_attests=stk.relay_attests,
-            gate=self.health.gate,
+            gate=self.health.gate, unheard=self.unheard,
         )  # fmt: skip
         self.member_reads = MemberReads(store, stk.node, stk.heartbeat_ttl, stk.lease_renew, stk.lease_ttl,
                                         clock.monotonic)  # fmt: skip
@@ -287,6 +287,11 @@ class Agent(Looks, Roles, Publishing):
             self.publish(decision)
         return decision
 
+    def keep(self) -> None:
+        """On the way out: write what is kept only now and then (the beacons' replay memory)."""
+        if self.beacons is not None:
+            self.beacons.service.save_seqs(force=True)
+
     def _entry_sessions(self, fields: dict[str, Any]) -> dict[str, int]:
         if "entry" not in fields:
             return {}
@@ -298,6 +303,11 @@ class Agent(Looks, Roles, Publishing):
             self._clock = self.elector.store.measure_clock()  # type: ignore[attr-defined]
         except (StoreUnavailable, OSError) as exc:
             log.debug("clock not measured: %s", exc)
+
+
+def built() -> Agent | None:
+    """The one `Agent` of this process if it was built (None before the first `agent()`)."""
+    return _agent
 
 
 def agent(config: Config) -> Agent:

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import os
 import threading
+from dataclasses import replace
+from typing import Any
 
 from elections.core.beacons import member_digest
 from elections.core.decide import Decision
-from elections.core.eligibility import Freshness, judge, observe
+from elections.core.eligibility import Freshness, judge, observe, unheard
 from elections.core.evidence import merged
 from elections.core.gate import gate_of
 from elections.core.serving import ACKED
@@ -27,6 +29,12 @@ from elections.ports.stores import store_details
 # The serving right (DESIGN.md §15): members counted, and how far an ack must move the gate to be published.
 MEMBER_HORIZON_S, MEMBER_HORIZON_TTLS = 60.0, 6.0  # a member unheard on the share longer is not counted
 GATE_STEP = 0.2  # seconds
+
+
+def _hears(doc: dict[str, Any]) -> list[str] | None:
+    """A heartbeat's `hears` (whose beacons reach that member), None if it says nothing."""
+    hears = doc.get("hears")
+    return [h for h in hears if isinstance(h, str)] if isinstance(hears, list) else None
 
 
 class Publishing:
@@ -48,6 +56,17 @@ class Publishing:
         if self.beacons is not None:
             others.update(self.beacons.service.heard(horizon))
         return len(others | {self.stk.node})
+
+    def unheard(self) -> dict[str, str]:
+        """The members this agent's beacons say not to hand the lease to, and why
+        (`core.eligibility.unheard`); none while beacons are off here."""
+        if self.beacons is None:
+            return {}
+        docs = (self._member_docs or ({}, False))[0]
+        hears = {n: _hears(d) for n, d in docs.items()}
+        service = self.beacons.service
+        listening = self.clock.monotonic() - service.started
+        return unheard(self.stk.node, service.heard_ages(), hears, self.stk.beacon_interval, listening)
 
     def _acked(self) -> None:
         """A member acknowledged one of our leader beacons: publish the gate if it moved
@@ -87,12 +106,15 @@ class Publishing:
             if isinstance(beacons.get("serving"), dict):  # early takeovers deferred for want of evidence
                 beacons["serving"]["deferred"] = dict(self.elector.deferred)
         members = {}
+        gone = self.unheard()
         for node, doc in docs.items():
             seq = doc.get("seq")
             if node in said and isinstance(seq, int) and said[node][0] > seq:
                 seq = said[node][0]  # its beacons say it wrote a newer heartbeat (the same record)
             self.fresh[node] = observe(self.fresh.get(node, Freshness()), seq, now)
             v = judge(node, doc, self.fresh[node], now, stk.heartbeat_ttl, stk.promotion_hold, gate_of(doc))
+            if node in gone:  # its beacons stopped: never a successor (`unheard`), shown as why
+                v = replace(v, eligible=False, reasons=(*v.reasons, gone[node]))
             epoch = doc.get("epoch")
             members[node] = MemberView(
                 eligible=v.eligible, reasons=v.reasons, age=v.age, priority=v.priority, ip=doc.get("ip"),

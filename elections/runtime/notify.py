@@ -15,7 +15,13 @@ body)>` and `X-Stkrelay-Delivery: <id>`. The id of a history row,
 in the pool's history, the same whichever agent sends it; a security event's is
 `<kmsn>/<node>/security/<ms>`. Delivery is at-least-once (a receiver that answered
 200 too late sees the same id again) and a receiver drops repeats on it. A
-refused or failed POST is retried with `elections.retry.Backoff` (`WEBHOOK_TRIES`);
+refused or failed POST is retried with `elections.retry.Backoff` (`WEBHOOK_TRIES`),
+each event on its own: while one waits out its backoff the queue moves on (at most
+`RETRYING` events wait on retries at once, so a receiver that is down is not sent
+every event of the queue), and each failed try is logged once with its status and
+when the next one is (issue 42: the retries were silent and held every event behind
+one for 16 s). So events may arrive out of order: a receiver orders one member's by
+`seq` (README "Notifications");
 a 3xx is such a refusal, never followed (the body and its signature go to
 `WEBHOOK_URL` and nowhere else): retried at the same URL, then given up;
 the queue (`notify_outbox.Outbox`, a file in DATA_DIR that survives a restart) is
@@ -34,7 +40,6 @@ status is logged; a failure or a timeout is an audit row.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import hmac
 import json
@@ -56,7 +61,7 @@ from elections.core.evidence import printable
 from elections.ports.host.files import write_atomic
 from elections.ports.host.processes import kill_group, site_environment, spawn_options
 from elections.ports.pinned_https import opener
-from elections.retry import Backoff, retry
+from elections.retry import Backoff
 from elections.runtime.notify_outbox import OUTBOX_FILE, Outbox
 from stkconfig.parsed import NotifyConfig
 
@@ -76,6 +81,7 @@ ROLES = {"elected": "leader", "stepped_down": "follower", "released": "follower"
 AUDIT_EVERY = 60.0
 REASONS = {"webhook": "webhook delivery", "on_role_change": "ON_ROLE_CHANGE command"}
 SEND_BACKOFF = Backoff(tries=8, first=0.5, factor=2.0, cap=30.0, jitter=0.2)
+RETRYING = 4  # events waiting out a retry's backoff at once; the ones behind them wait their turn
 LOCATION_CHARS = 120  # of a redirect's Location, quoted in the reason it was not delivered
 CAUSE_CHARS = 64  # of ON_ROLE_CHANGE's CAUSE
 
@@ -140,6 +146,7 @@ class Undelivered(Exception):
 
 COUNTERS_FILE = "notify.json"  # in DATA_DIR: the worker writes it, the panel's /metrics reads it
 COUNTER_NAMES = ("sent", "failed", "dropped", "role_runs", "role_failed")
+QUEUE_NAMES = ("queued", "oldest_queued_at")  # the queue's depth, and when its oldest event was queued
 
 
 @dataclass
@@ -149,6 +156,8 @@ class Counters:
     dropped: int = 0  # events pushed out of a full queue
     role_runs: int = 0
     role_failed: int = 0
+    queued: int = 0  # events in the webhook's queue
+    oldest_queued_at: float | None = None  # monotonic: when the oldest of them was queued
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     path: Path | None = None
 
@@ -156,26 +165,51 @@ class Counters:
         """One more `name`, then the file (best effort: a metric, never a reason to stop)."""
         with self.lock:
             setattr(self, name, getattr(self, name) + 1)
-            doc = {n: getattr(self, n) for n in COUNTER_NAMES}
-            if self.path is None:
+            self._write()
+
+    def queue(self, depth: int, oldest_at: float | None) -> None:
+        """The webhook queue's depth and its oldest event's time, then the file, if they changed."""
+        with self.lock:
+            if (self.queued, self.oldest_queued_at) == (depth, oldest_at):
                 return
-            try:
-                write_atomic(self.path, json.dumps(doc).encode(), tag=str(os.getpid()))
-            except OSError as exc:
-                log.debug("notify counters not written: %s", exc)
+            self.queued, self.oldest_queued_at = depth, oldest_at
+            self._write()
+
+    def _write(self) -> None:
+        doc = {n: getattr(self, n) for n in (*COUNTER_NAMES, *QUEUE_NAMES)}
+        if self.path is None:
+            return
+        try:
+            write_atomic(self.path, json.dumps(doc).encode(), tag=str(os.getpid()))
+        except OSError as exc:
+            log.debug("notify counters not written: %s", exc)
 
 
 def read_counters(data_dir: str) -> dict[str, int]:
     """The counters the worker wrote in `data_dir` (zeros when none or unreadable)."""
     out = dict.fromkeys(COUNTER_NAMES, 0)
+    doc = _counters_doc(data_dir)
+    out.update({n: v for n in COUNTER_NAMES if isinstance(v := doc.get(n), int) and v >= 0})
+    return out
+
+
+def read_queue(data_dir: str, now: float) -> tuple[int, float]:
+    """The webhook queue as the worker last wrote it: (events waiting, seconds the oldest has
+    waited at `now` on this machine's monotonic clock; 0 when none)."""
+    doc = _counters_doc(data_dir)
+    depth, oldest = doc.get("queued"), doc.get("oldest_queued_at")
+    depth = depth if type(depth) is int and depth >= 0 else 0
+    age = now - oldest if depth and isinstance(oldest, (int, float)) and not isinstance(oldest, bool) else 0.0
+    return depth, max(0.0, age)
+
+
+def _counters_doc(data_dir: str) -> dict[str, Any]:
     try:
         with open(Path(data_dir) / COUNTERS_FILE, "rb") as fh:
             doc = json.loads(fh.read(4096))
-    except (OSError, ValueError):
-        return out
-    if isinstance(doc, dict):
-        out.update({n: v for n in COUNTER_NAMES if isinstance(v := doc.get(n), int) and v >= 0})
-    return out
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
 
 
 class Notifier:
@@ -197,6 +231,8 @@ class Notifier:
         self._audit_lock = threading.Lock()  # the feed (drops) and the sender (give-ups) both audit
         self._last_audit = -AUDIT_EVERY
         self._unaudited = 0
+        self._tries: dict[str, int] = {}  # id -> failed tries of an event waiting out its backoff
+        self._not_before: dict[str, float] = {}  # id -> when it may be tried again (monotonic)
         self._open = opener(cfg.webhook_pins, redirects=False)  # the signed body goes to WEBHOOK_URL only
         if cfg.webhook_url:
             threading.Thread(target=self._send_loop, name="notify-webhook", daemon=True).start()
@@ -227,22 +263,44 @@ class Notifier:
     # -- webhook -----------------------------------------------------------------------
     def _send_loop(self) -> None:
         while True:
-            doc = self.outbox.head()
+            self.counters.queue(*self.outbox.depth())
+            doc, wait = self.outbox.due(self._not_before, time.monotonic(), RETRYING)
             if doc is None:
+                self.outbox.wait(min(wait, 1.0) if wait is not None else 1.0)  # until one is due or queued
                 continue
-            body = json.dumps(doc, ensure_ascii=False, sort_keys=True).encode()
-            try:
-                send = functools.partial(self._post, body, doc)
-                retry(send, on=Undelivered, backoff=self.backoff, rng=_rng)
-            except Undelivered as exc:
-                self.outbox.done(doc["id"])
+            self.send_one(doc)
+
+    def send_one(self, doc: dict[str, Any]) -> bool:
+        """One try of one event: delivered (out of the queue), given up after its last try, or
+        left to wait out its backoff while the events behind it go (True: delivered)."""
+        body = json.dumps(doc, ensure_ascii=False, sort_keys=True).encode()
+        doc_id = doc["id"]
+        try:
+            self._post(body, doc)
+        except Undelivered as exc:
+            tries = self._tries.get(doc_id, 0) + 1
+            if tries >= self.backoff.tries:
+                self._forget(doc_id)
+                self.outbox.done(doc_id)
                 self.counters.add("failed")
-                why = f"event {doc['id']} ({doc['kind']}) not delivered, {self.backoff.tries} tries: {exc}"
+                why = f"event {doc_id} ({doc['kind']}) not delivered, {tries} tries: {exc}"
                 log.error("webhook: %s", why)
                 self._audit_limited("webhook", doc["epoch"], why)
-                continue
-            self.outbox.done(doc["id"])  # after the 2xx: killed before this line, it is sent again
-            self.counters.add("sent")
+                return False
+            delay = self.backoff.delay(tries - 1, _rng)
+            self._tries[doc_id] = tries
+            self._not_before[doc_id] = time.monotonic() + delay
+            log.warning("webhook: event %s (%s) not delivered (%s), try %d of %d; next try in %.1f s",
+                        doc_id, doc["kind"], exc, tries, self.backoff.tries, delay)  # fmt: skip
+            return False
+        self._forget(doc_id)
+        self.outbox.done(doc_id)  # after the 2xx: killed before this line, it is sent again
+        self.counters.add("sent")
+        return True
+
+    def _forget(self, doc_id: str) -> None:
+        self._tries.pop(doc_id, None)
+        self._not_before.pop(doc_id, None)
 
     def _post(self, body: bytes, doc: dict[str, Any]) -> None:
         req = urllib.request.Request(self.cfg.webhook_url, data=body, method="POST", headers={

@@ -11,7 +11,11 @@ cursor. The file is this agent's own (DATA_DIR is 0700), read bounded all the
 same: one that is too big, not JSON or not this shape is set aside with a
 warning and the queue starts empty, never a crash.
 
-Full (`limit` events): the oldest is dropped and `dropped(doc)` told. Why a file
+Full (`limit` events): the oldest is dropped and `dropped(doc)` told. The sender takes the
+oldest event that is due (`due`: an event waiting out its retry's backoff is passed over,
+issue 42: a failing receiver held every event behind one for 16 s); `depth()` says how many
+wait and since when the oldest (this machine's monotonic clock: an event loaded from the
+file waits since this start), for /metrics. Why a file
 and not the agent's Redis: the packaged Redis keeps nothing on disk (`--save ""
 --appendonly no`) and is `PartOf=` the agent's unit, so `systemctl restart`
 would empty it; the file survives a restart, a reboot and a Redis restart alike.
@@ -24,6 +28,7 @@ import json
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -40,6 +45,7 @@ class Outbox:
     def __init__(self, path: Path | None, limit: int, dropped: Callable[[dict[str, Any]], None]) -> None:
         self.path, self.limit, self.dropped = path, limit, dropped
         self._docs: collections.deque[dict[str, Any]] = collections.deque()
+        self._queued_at: dict[str, float] = {}  # id -> when it was queued (monotonic), for `depth`
         self._cursor: int | None = None
         self._wake = threading.Condition()
         self._unwritten = False  # the last write failed: say so once, not at every event
@@ -64,7 +70,9 @@ class Outbox:
                     continue
                 if len(self._docs) >= self.limit:
                     gone.append(self._docs.popleft())
+                    self._queued_at.pop(gone[-1]["id"], None)
                 self._docs.append(doc)
+                self._queued_at[doc["id"]] = time.monotonic()
                 queued.add(doc["id"])
             if cursor is not None:
                 self._cursor = cursor
@@ -81,11 +89,41 @@ class Outbox:
                 self._wake.wait_for(lambda: bool(self._docs), timeout)
             return self._docs[0] if self._docs else None
 
+    def due(
+        self, not_before: dict[str, float], now: float, retrying: int
+    ) -> tuple[dict[str, Any] | None, float | None]:
+        """The oldest event that may be tried now, left in the queue until `done`: one whose
+        retry's backoff is over (`not_before`: id -> when it may be tried again), or one never
+        tried while fewer than `retrying` events wait on retries (with as many, the others wait:
+        a receiver that is down is not sent the whole queue). Else (None, seconds until the
+        first retry is due; None when nothing is)."""
+        with self._wake:
+            held = len(not_before) >= retrying
+            soonest: float | None = None
+            for doc in self._docs:
+                at = not_before.get(doc["id"])
+                if (at is None and not held) or (at is not None and at <= now):
+                    return doc, None
+                if at is not None:
+                    soonest = at if soonest is None else min(soonest, at)
+            return None, None if soonest is None else max(0.0, soonest - now)
+
+    def wait(self, timeout: float | None) -> None:
+        """Until an event is queued, or `timeout` seconds (None: until one is)."""
+        with self._wake:
+            self._wake.wait(timeout)
+
+    def depth(self) -> tuple[int, float | None]:
+        """How many events wait, and since when the oldest (monotonic; None when none)."""
+        with self._wake:
+            return len(self._docs), min(self._queued_at.values(), default=None)
+
     def done(self, doc_id: str) -> None:
         """The event `doc_id` was delivered or given up: out of the queue (no-op if it was dropped)."""
         with self._wake:
             before = len(self._docs)
             self._docs = collections.deque(d for d in self._docs if d["id"] != doc_id)
+            self._queued_at.pop(doc_id, None)
             if len(self._docs) != before:
                 self._save()
 
@@ -132,6 +170,7 @@ class Outbox:
             return
         docs = [d for d in queue if _valid(d)][-self.limit :]
         self._docs.extend(docs)
+        self._queued_at = dict.fromkeys((d["id"] for d in docs), time.monotonic())
         self._cursor = cursor
         if docs:
             log.info("webhook queue: %d event(s) from before this start, sent again", len(docs))

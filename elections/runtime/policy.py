@@ -13,8 +13,8 @@ no check runs on the renewal path.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from elections.core.commands import PoolCommands
@@ -39,6 +39,7 @@ class PoolFacts:
     priority: int = 50
     promote_elsewhere: bool = False
     rival_priority: int = 100
+    unheard: Mapping[str, str] = field(default_factory=dict)  # core.eligibility.unheard: never chosen
 
 
 class Policy(Protocol):
@@ -61,7 +62,7 @@ class PoolPolicy:
         self, node: str, priority: int, commands: PoolCommands, pool_view: Callable[[], PoolView],
         leader_since: Callable[[], float | None], local: LocalState, clock_mono: Callable[[], float],
         health: Callable[[], str] = lambda: "ok", relay_attests: bool = True,
-        gate: Callable[[], str | None] = lambda: None,
+        gate: Callable[[], str | None] = lambda: None, unheard: Callable[[], dict[str, str]] = dict,
     ) -> None:  # fmt: skip
         self.node = node
         self.priority = priority
@@ -73,6 +74,7 @@ class PoolPolicy:
         self.health = health
         self.relay_attests = relay_attests
         self.gate = gate
+        self.unheard = unheard  # members whose beacons stopped, or no one hears (core.eligibility.unheard)
 
     def relay_health(self) -> str:
         """'ok' while the local relay serves this leadership (or is still
@@ -108,8 +110,9 @@ class PoolPolicy:
                 return False, relay
         return True, ""
 
-    def successor(self) -> str | None:
-        return successor(self.pool_view().members, excluding=self.node)
+    def successor(self, unheard: Mapping[str, str] | None = None) -> str | None:
+        gone = self.unheard() if unheard is None else unheard
+        return successor(self.pool_view().members, excluding=self.node, unheard=gone)
 
     def rival_priority(self) -> int:
         """The highest priority of the other eligible members but the lease's holder (the
@@ -123,26 +126,30 @@ class PoolPolicy:
             return 100  # a pool starting: the members not read yet may be of any priority
         return max((m.priority for m in others.values() if m.eligible), default=0)
 
-    def handoff(self, epoch: int) -> tuple[str, str] | None:
-        """(target, why) when a promote of `epoch` names an eligible other member."""
+    def handoff(self, epoch: int, unheard: Mapping[str, str] | None = None) -> tuple[str, str] | None:
+        """(target, why) when a promote of `epoch` names an eligible other member that is heard."""
         target = self.commands.promote_at(epoch)
         if target is None or target == self.node:
             return None
         members = self.pool_view().members
         if target not in members or not members[target].eligible:
             return None  # checked when submitted; if it fell ineligible since, do not hand off blindly
+        if target in (self.unheard() if unheard is None else unheard):
+            return None  # gone since: a handoff to it would wait out a TTL
         return target, f"promote of {target} requested"
 
     def facts(self, held_epoch: int | None, lease_epoch: int | None) -> PoolFacts:
         ok, why = self.eligibility()
+        unheard = self.unheard()
         promoted = self.commands.promote_at(lease_epoch) if lease_epoch is not None else None
         return PoolFacts(
             eligible=ok,
             ineligible_why=why,
             paused=self.commands.paused,
-            planned_handoff=self.handoff(held_epoch) if held_epoch is not None else None,
-            successor=self.successor() if held_epoch is not None else None,
+            planned_handoff=self.handoff(held_epoch, unheard) if held_epoch is not None else None,
+            successor=self.successor(unheard) if held_epoch is not None else None,
             priority=self.priority,
             promote_elsewhere=promoted is not None and promoted != self.node,
             rival_priority=self.rival_priority() if held_epoch is None else 100,
+            unheard=unheard,
         )

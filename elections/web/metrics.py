@@ -31,7 +31,7 @@ from elections.core.ownership import VERDICTS
 from elections.core.untrusted import CAUSES
 from elections.models import ElectionEvent
 from elections.ports.localstate import LocalState
-from elections.runtime.notify import read_counters
+from elections.runtime.notify import read_counters, read_queue
 from elections.web.auth import api_error, bearer_user, is_loopback
 from elections.web.metrics_view import build_info, view_families
 from elections.web.panel.failovers import failovers_for
@@ -226,6 +226,15 @@ def _notify_families() -> Iterable[Metric]:
     for outcome in ("sent", "failed", "dropped"):
         c.add_metric([kmsn, outcome], n[outcome])
     yield c
+    depth, age = read_queue(settings.STK.data_dir, time.monotonic())  # the worker's clock: this machine's
+    g = GaugeMetricFamily("stkrelay_webhook_queue_depth", "Webhook events waiting to be delivered "
+                          "(queued, or waiting out a retry).", labels=["kmsn"])  # fmt: skip
+    g.add_metric([kmsn], depth)
+    yield g
+    g = GaugeMetricFamily("stkrelay_webhook_oldest_pending_seconds", "How long the oldest webhook event "
+                          "waiting has waited (0 when none).", labels=["kmsn"])  # fmt: skip
+    g.add_metric([kmsn], round(age, 3))
+    yield g
     c = CounterMetricFamily("stkrelay_role_change_commands", "ON_ROLE_CHANGE runs (run), and those "
                             "that failed or timed out (failed).", labels=["kmsn", "outcome"])  # fmt: skip
     c.add_metric([kmsn, "run"], n["role_runs"])

@@ -1,7 +1,9 @@
 """`python manage.py relayctl`: see and steer the pool from a shell.
 
-    relayctl list                    members, roles, eligibility with reasons, leader, epoch
-    relayctl history [-n 20]         this agent's projection of the pool's history
+    relayctl list [-W | -w N]        members, states, eligibility with reasons, leader and since when
+    relayctl history [-n 20] [--all] this agent's projection of the pool's history (--all: with the
+                                     action_applied rows); -W / -w N: again every 2 / N s until Ctrl-C
+    relayctl ACTION --help           what ACTION does and its options
     relayctl drain NODE [--force]    relayctl undrain NODE
     relayctl promote NODE            relayctl pause | resume
     relayctl plan [NODE]             the dry-run ActionPlan for NODE taking the next epoch
@@ -27,6 +29,7 @@ pool, so every agent's audit page shows them.
 
 from __future__ import annotations
 
+import argparse
 import os
 import time
 from typing import Any
@@ -63,10 +66,91 @@ from elections.management.pool_views import (
     view_age,
 )
 from elections.ports.terminal import make_safe
-from stkrelay.operator_command import OperatorCommand
+from stkrelay.operator_command import OperatorCommand, console_prog
 
 EXIT = {"accepted": 0, "refused": 1, "unknown_member": 1, "unavailable": 3, "audit_unavailable": 3,
         "stale_epoch": 4}  # fmt: skip
+
+
+PLUMBING = ("action_applied",)  # a leader action done as planned: one row per action and epoch (--all)
+
+
+def output_options(parser: Any, top: bool) -> None:
+    """-o, --json, --stale-ok: defaulted on the command, SUPPRESSed on each action (whose own
+    default would otherwise overwrite one given before the action)."""
+
+    def default(value: Any) -> Any:
+        return value if top else argparse.SUPPRESS
+
+    parser.add_argument("--json", action="store_true", default=default(False),
+                        help=_("machine-readable output (-o json)"))  # fmt: skip
+    parser.add_argument("-o", "--output", choices=FORMATS, default=default("table"), help=_("output format"))
+    parser.add_argument("--stale-ok", action="store_true", default=default(False),
+                        help=_("show a view older than its TTL (else exit 5)"))  # fmt: skip
+
+
+POSITIONAL = {  # name: (metavar, required, help)
+    "node": ("NODE", True, gettext_lazy("a member of the pool")),
+    "node?": ("NODE", False, gettext_lazy("a member of the pool (default: this agent)")),
+    "station": ("STATION", True, gettext_lazy("a station's name")),
+    "station?": ("STATION", False, gettext_lazy("a station's name")),
+    "kmsn?": ("KMSN", False, gettext_lazy("a watched pool's KMSN (default: this agent's)")),
+}
+
+
+def add_option(parser: Any, name: str) -> None:
+    """One of an action's arguments (ACTIONS), with its help."""
+    if name in POSITIONAL:
+        metavar, required, text = POSITIONAL[name]
+        parser.add_argument("node", metavar=metavar, nargs=None if required else "?", help=str(text))
+    elif name == "force":
+        parser.add_argument("--force", action="store_true", help=_("drain even the last eligible member"))
+    elif name == "reason":
+        parser.add_argument("--reason", default="", help=_("why (kept in the audit trail)"))
+    elif name == "epoch":
+        parser.add_argument(
+            "--epoch", type=int, help=_("the epoch you expect (refused, exit 4, if it changed)")
+        )
+    elif name == "n":
+        parser.add_argument("-n", type=int, default=20, help=_("how many rows (default 20)"))
+    elif name == "kind":
+        kinds = _("failover: elections, handoffs, commands (the default); audit: the audit trail; all: both")
+        parser.add_argument("--kind", choices=["failover", "audit", "all"], default="failover", help=kinds)
+    elif name == "all_rows":
+        parser.add_argument("--all", action="store_true", help=_("also the action_applied rows"))
+    elif name == "all_stations":
+        parser.add_argument("--all", action="store_true", help=_("one credential per known station"))
+    elif name == "watch":
+        every = _("watch: show it again every %(n)s until Ctrl-C")
+        parser.add_argument("-W", dest="watch", action="store_const", const=2.0, help=every % {"n": "2 s"})
+        parser.add_argument("-w", "--watch", dest="watch", type=float, metavar="N", help=every % {"n": "N s"})
+
+
+ACTIONS: dict[str, tuple[Any, list[str]]] = {  # name: (what it does, its arguments: add_option)
+    "list": (gettext_lazy("the members, their state, the leader and since when, eligibility"), ["watch"]),
+    "history": (
+        gettext_lazy("the pool's history as this agent recorded it"),
+        ["n", "kind", "all_rows", "watch"],
+    ),
+    "drain": (gettext_lazy("make NODE ineligible; a leader hands off"), ["node", "force", "reason", "epoch"]),
+    "undrain": (gettext_lazy("make NODE eligible again"), ["node", "reason", "epoch"]),
+    "promote": (gettext_lazy("hand the lease to NODE (a planned switchover)"), ["node", "reason", "epoch"]),
+    "pause": (
+        gettext_lazy("suspend elections and failover (planned handoffs still work)"),
+        ["reason", "epoch"],
+    ),
+    "resume": (gettext_lazy("resume elections and failover"), ["reason", "epoch"]),
+    "plan": (gettext_lazy("the dry-run action plan if NODE took the next epoch"), ["node?"]),
+    "doctor": (gettext_lazy("check the share, signatures, clocks, heartbeats, relays, addresses"), []),
+    "credential": (gettext_lazy("a station's relay credential, from POOL_KEY"), ["station?", "all_stations"]),
+    "unbind": (gettext_lazy("let the site token work for STATION again"), ["station", "reason", "epoch"]),
+    "cloud-key": (gettext_lazy("the site's LEASE_KEY for the cloud's cloud.ini"), ["kmsn?"]),
+    "tls": (gettext_lazy("the SHA-256 of this agent's panel certificate, and the members'"), []),
+    "forget": (
+        gettext_lazy("retire a member gone for good (its history stays)"),
+        ["node", "reason", "epoch"],
+    ),
+}
 
 
 class Command(OperatorCommand):
@@ -77,23 +161,20 @@ class Command(OperatorCommand):
     )
 
     def add_arguments(self, parser):  # type: ignore[no-untyped-def]
-        actions = ["list", "history", "drain", "undrain", "promote", "pause", "resume", "plan", "doctor",
-                   "credential", "unbind", "cloud-key", "tls", "forget"]  # fmt: skip
-        parser.add_argument("action", choices=actions)
-        parser.add_argument("node", nargs="?")
-        parser.add_argument("--force", action="store_true", help="drain even the last eligible member")
-        parser.add_argument("--reason", default="", help="why (kept in the audit trail)")
-        parser.add_argument("--epoch", type=int, help="the epoch you expect (refused if it changed)")
-        parser.add_argument("-n", type=int, default=20, help="history rows")
-        parser.add_argument("--json", action="store_true", help="machine-readable output (-o json)")
-        parser.add_argument("-o", "--output", choices=FORMATS, default="table", help="output format")
-        parser.add_argument(
-            "--stale-ok", action="store_true", help="show a view older than its TTL (else exit 5)"
-        )
-        parser.add_argument(
-            "--kind", choices=["failover", "audit", "all"], default="failover", help="history rows"
-        )
-        parser.add_argument("--all", action="store_true", help="credential: every known station")
+        """One sub-command per action, each with its own help (`relayctl list --help`) and only
+        its options; the output options are taken before the action too (`relayctl -o json list`)."""
+        output_options(parser, top=True)
+        parser.set_defaults(node=None, force=False, reason="", epoch=None, n=20, kind="failover", all=False,
+                            watch=None)  # fmt: skip
+        actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True,
+                                        prog=console_prog(parser.prog))  # fmt: skip
+        for name, (summary, args) in ACTIONS.items():
+            sub = actions.add_parser(name, help=str(summary), description=str(summary))
+            ini = _("the agent's stk.ini (else $STK_INI, else the one ini in /etc/stkrelay/)")
+            sub.add_argument("--ini", metavar="PATH", default=argparse.SUPPRESS, help=ini)
+            output_options(sub, top=False)
+            for arg in args:
+                add_option(sub, arg)
 
     def handle(self, *args: Any, **o: Any) -> None:
         from django.conf import settings
@@ -106,14 +187,33 @@ class Command(OperatorCommand):
             raise SystemExit(2)
         self.fmt = "json" if o["json"] else o["output"]
         action = o["action"]
-        if action in ("drain", "undrain", "promote", "forget") and not o["node"]:
-            raise CommandError(f"{action} needs a NODE")
-        if action == "unbind" and not o["node"]:
-            raise CommandError("unbind needs a STATION")
         if action == "credential" and not (o["node"] or o["all"]):
-            raise CommandError("credential needs a STATION (or --all)")
-        code = getattr(self, f"do_{action.replace('-', '_')}", self.do_command)(o)
-        raise SystemExit(code)
+            raise CommandError(_("credential needs a STATION (or --all)"), returncode=2)
+        do = getattr(self, f"do_{action.replace('-', '_')}", self.do_command)
+        if o["watch"] is not None:
+            raise SystemExit(self.watch(do, o))
+        raise SystemExit(do(o))
+
+    def watch(self, do: Any, o: dict[str, Any]) -> int:
+        """`-W` / `-w N`: the view again every N seconds (2 with -W), each one headed by the time it
+        was taken, until Ctrl-C (exit 0), as `patronictl list -W` does."""
+        from django.utils import timezone
+
+        from elections.web.panel.fmt import local
+
+        every = max(0.5, float(o["watch"]))
+        raw = self.stdout.unwrapped  # the one sequence written unescaped: clear the terminal
+        clear = "\x1b[H\x1b[2J" if raw.isatty() else ""
+        try:
+            while True:
+                raw.write(clear, ending="")
+                head = _("%(at)s, every %(every)g s (Ctrl-C stops)")
+                self.stdout.write(head % {"at": local(timezone.now()), "every": every})
+                do(o)
+                self.stdout.flush()
+                time.sleep(every)
+        except KeyboardInterrupt:
+            return 0
 
     def emit(self, doc: Any, lines: list[str], rows: list[list[Any]] | None = None) -> None:
         """`doc` as JSON or YAML, `rows` as TSV, else `lines`, one escaped line each (`ports.terminal`)."""
@@ -133,7 +233,8 @@ class Command(OperatorCommand):
             return 3
         if self.refused_stale(pool, o):
             return STALE_EXIT
-        self.emit(*list_view(pool, settings.STK.heartbeat_ttl, _source(), view_age(pool)))
+        since = _leader_since(pool.kmsn or settings.STK.kmsn, pool.epoch) if pool.leader else None
+        self.emit(*list_view(pool, settings.STK.heartbeat_ttl, _source(), view_age(pool), since))
         return 0
 
     def refused_stale(self, pool: Any, o: dict[str, Any]) -> bool:
@@ -151,6 +252,7 @@ class Command(OperatorCommand):
         from django.utils.timezone import localtime
 
         from elections.models import ElectionEvent
+        from elections.web.panel.fmt import local
 
         pool = _pool()
         if pool.exists and self.refused_stale(pool, o):  # the worker ingests the events: stale with it
@@ -160,12 +262,14 @@ class Command(OperatorCommand):
             mine = mine.filter(kind="audit")
         elif o["kind"] == "failover":
             mine = mine.exclude(kind="audit")
+        if not o["all"]:  # a leader action done as planned: plumbing, one row per action and epoch
+            mine = mine.exclude(kind__in=PLUMBING)
         events = list(mine.order_by("-observed_at", "-id")[: o["n"]])
         doc = [{"at": localtime(r.observed_at).isoformat(), "node": r.node, "kind": r.kind, "epoch": r.epoch,
                 "reason": r.reason, **r.detail} for r in events]  # fmt: skip
         lines = history_header(o["kind"], settings.STK.kmsn, view_age(pool), settings.STK.heartbeat_ttl)
-        lines += [f"{localtime(r.observed_at):%Y-%m-%d %H:%M:%S}  epoch {r.epoch:<5} {r.node:8s} "
-                  f"{r.kind:18s} {r.reason}" for r in reversed(events)]  # fmt: skip
+        lines += [f"{local(r.observed_at)}  epoch {r.epoch:<5} {r.node:8s} {r.kind:18s} {r.reason}"
+                  for r in reversed(events)]  # fmt: skip
         lines += [] if events else [_("(no history yet)")]
         rows = [
             [localtime(r.observed_at).isoformat(), r.epoch, r.node, r.kind, r.reason]
@@ -331,6 +435,18 @@ class Command(OperatorCommand):
             )
             return STALE_EXIT
         return 0 if all(c["ok"] for c in checks) else 1
+
+
+def _leader_since(kmsn: str, epoch: int | None) -> Any:
+    """When this epoch's leader was elected, as this agent's history has it (the panel's "since")."""
+    from django.db.models import Min
+
+    from elections.models import ElectionEvent
+
+    if epoch is None:
+        return None
+    rows = ElectionEvent.objects.filter(kmsn=kmsn, epoch=epoch, kind="elected")
+    return rows.aggregate(at=Min("observed_at"))["at"]
 
 
 def _pool() -> Any:

@@ -79,6 +79,9 @@ SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTI
 SECRET_PARTS = frozenset({"PASS", "PWD", "PW", "AUTH", "COOKIE"})
 _URL_WITH_PASSWORD = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/@\s]*:[^/@\s]*@")
 _SECRET_MIN = 8  # a secret this long or longer is looked for in the other variables' values
+# The TZ a site's command is given ("": none), set by stkrelay/settings.py before Django sets TZ to
+# TIME_ZONE in the agent's own environment: the TZ the agent started with, or TIME_ZONE if set in the ini.
+SITE_TZ = "STK_SITE_TZ"
 
 
 def _says_secret(name: str) -> bool:
@@ -102,5 +105,10 @@ def site_environment(
     env = {name: value for name, value in source.items()
            if name not in secret and not name.upper().startswith("STK_")
            and not any(v in value for v in values)}  # fmt: skip
+    zone = source.get(SITE_TZ)
+    if zone is not None:  # not the TZ Django set from TIME_ZONE: the site's own, or TIME_ZONE if configured
+        env.pop("TZ", None)
+        if zone:
+            env["TZ"] = zone
     env.update(extra or {})
     return env

@@ -178,6 +178,8 @@ def audit_log(request: HttpRequest) -> HttpResponse:
                 "at": fmt.when(r.intent.at),
                 "action": words.of(words.COMMANDS, r.intent.action),
                 "result": words.of(words.RESULTS, r.result),
+                "via": words.of(words.CHANNELS, r.intent.via),
+                "message": words.outcome(r.message),
             }
             for r in page
         ],

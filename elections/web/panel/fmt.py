@@ -37,9 +37,14 @@ def zone_name() -> str:
 
 
 def zone_label(t: datetime) -> str:
-    """The short name of the zone at `t` (CST, CET, UTC), else its offset (+0530)."""
-    name = t.strftime("%Z")
-    return name if name.isalpha() else t.strftime("UTC%z")
+    """The zone at `t` as its offset from UTC: 'UTC+8', 'UTC+5:30', 'UTC-3', 'UTC'. Not its short
+    name: 'CST' is China's, Cuba's and the American Central's alike."""
+    offset = t.utcoffset()
+    minutes = 0 if offset is None else round(offset.total_seconds() / 60)
+    if not minutes:
+        return "UTC"
+    hours, rest = divmod(abs(minutes), 60)
+    return f"UTC{'+' if minutes > 0 else '-'}{hours}" + (f":{rest:02d}" if rest else "")
 
 
 def utc(t: datetime | None) -> str:
@@ -47,7 +52,7 @@ def utc(t: datetime | None) -> str:
 
 
 def local(t: datetime | None) -> str:
-    """In the site's zone (TIME_ZONE), its short name after: '2026-06-15 20:30:15 CST'."""
+    """In the site's zone (TIME_ZONE), its short name after: '2026-06-15 20:30:15 UTC+8'."""
     if t is None:
         return NONE
     lt = timezone.localtime(t)

@@ -98,7 +98,7 @@ def build_site(
         agent=pool.node or settings.STK.node,
         view_age=view_age,
         lease=lease,
-        lease_status=pool.lease_status,
+        lease_status=pool.lease_state,  # `released` for a released lease, never `valid` (issue 42)
         lease_detail=pool.lease_detail,
         store_reachable=pool.store_reachable,
         members=members,

@@ -21,6 +21,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.safestring import mark_safe
 from django.utils.translation import gettext as _
+from django.utils.translation import pgettext
 from django.views.decorators.http import require_http_methods
 
 from elections import audit
@@ -64,7 +65,9 @@ def _site_row(s: SiteState) -> dict[str, Any]:
         "renewed": fmt.age(s.renewed_ago),
         "expired": not (s.expires_in is not None and s.expires_in > 0),
         "expires": fmt.age(s.expires_in) if s.expires_in is not None and s.expires_in > 0 else "",
-        "lease_status": words.of(words.LEASE_STATUS, s.lease_status),
+        "lease_status": words.lease_state(s),
+        "lease_detail": words.lease_detail(s.lease_detail),
+        "decision": words.decision(s.decision),
         "eligible": len(s.eligible),
         "total": len(s.members),
         "relay_clients": s.relay.clients if s.relay and s.relay.running else None,
@@ -112,13 +115,15 @@ def _buttons(request: HttpRequest, s: SiteState) -> tuple[dict[str, list[Button]
             why = _("already the leader")
         elif not m.eligible:
             why = _("not eligible: %(reasons)s") % {
-                "reasons": "; ".join(words.reason(r) for r in m.reasons) or _("unknown")
+                "reasons": pgettext("separator", "; ").join(words.reason(r) for r in m.reasons)
+                or _("unknown")
             }
         row.append(make("promote", _("Promote"), m.node, why))
-        if not s.watched:  # retired from its own pool's agents only (elections.steering)
-            stale_after = settings.STK.heartbeat_ttl + settings.STK.promotion_hold
-            refusal = words.forget_refusal(forget_refusal(m.node, m, s.lease, stale_after))
-            row.append(make("forget", _("Forget"), m.node, refusal))
+        stale_after = settings.STK.heartbeat_ttl + settings.STK.promotion_hold
+        # Forget only where it can be used (its own pool's agents, elections.steering; a member gone
+        # for good): not a disabled button with three lines of why on every healthy row.
+        if not s.watched and not forget_refusal(m.node, m, s.lease, stale_after):
+            row.append(make("forget", _("Forget"), m.node))
         per_member[m.node] = row
     pool = (
         [make("resume", _("Resume failover"), None)]

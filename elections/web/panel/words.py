@@ -13,6 +13,7 @@ from django.utils.translation import gettext_lazy
 from elections.web.panel.site import EARLY_TAKEOVERS_ALARM, SiteState
 
 _HEARTBEAT_OLD = re.compile(r"^heartbeat ([\d.]+) s old > ([\d.]+) \+ ([\d.]+)$")
+_UNHEARD = re.compile(r"^beacons not heard for ([\d.]+) s > ([\d.]+) s$")  # core.eligibility: liveness
 # core.commands.forget_refusal's three texts
 _HOLDS_LEASE = re.compile(r"^(.+) holds the lease \(epoch (.*)\): drain it so that another member leads$")
 _NOT_TIMED = re.compile(r"^(.+)'s heartbeat has not been timed yet: wait for this agent to judge it$")
@@ -42,6 +43,7 @@ FAILOVER_REASONS = {
 
 LEASE_STATUS = {
     "valid": gettext_lazy("valid"),
+    "released": gettext_lazy("released"),
     "missing": gettext_lazy("missing"),
     "corrupt": gettext_lazy("corrupt"),
     "forged": gettext_lazy("forged"),
@@ -73,6 +75,12 @@ RESULTS = {
     "no outcome recorded": gettext_lazy("no outcome recorded"),
 }
 
+CHANNELS = {  # elections.steering.Actor.via: where a command came from
+    "panel": gettext_lazy("the panel"),
+    "api": gettext_lazy("the API"),
+    "cli": gettext_lazy("the command line"),
+}
+
 PERIODS = {
     "1h": gettext_lazy("last hour"),
     "6h": gettext_lazy("last 6 hours"),
@@ -98,6 +106,10 @@ def reason(text: str) -> str:
     m = _HEARTBEAT_OLD.match(text)
     if m:
         return _("heartbeat %(age)s s old > %(ttl)s + %(hold)s") % {"age": m[1], "ttl": m[2], "hold": m[3]}
+    if m := _UNHEARD.match(text):
+        return _("beacons not heard for %(age)s s > %(limit)s s") % {"age": m[1], "limit": m[2]}
+    if text == "no member hears its beacons":
+        return _("no member hears its beacons")
     if text.startswith("health: "):
         return _("health: %(what)s") % {"what": text[len("health: ") :]}
     if text.startswith("gate: "):  # core.gate: why this host's gate is not master (keepalived's words)
@@ -128,6 +140,14 @@ def of(table: dict[str, object], code: str) -> str:
     return str(word) if word is not None else code
 
 
+def lease_state(s: SiteState) -> str:
+    """The lease's state in words; a released lease names whom it is handed to (issue 42)."""
+    to = (s.lease or {}).get("handoff_to") if s.lease_status == "released" else None
+    if to:
+        return _("released, handing off to %(to)s") % {"to": to}
+    return of(LEASE_STATUS, s.lease_status)
+
+
 def trouble(s: SiteState) -> str:
     """What is wrong with the pool, in one sentence ('' when nothing is): the site page's first line."""
     if not s.has_leader:
@@ -153,3 +173,68 @@ def trouble(s: SiteState) -> str:
             "total": len(s.members),
         }
     return ""
+
+
+# core.decide's decisions (`verdict: reason`) a steady pool shows; others are shown as written.
+_VERDICTS = {
+    "follow": gettext_lazy("following"),
+    "hold": gettext_lazy("holding"),
+    "renew": gettext_lazy("renewing"),
+    "wait": gettext_lazy("waiting"),
+    "contend": gettext_lazy("contending"),
+    "idle": gettext_lazy("idle"),
+}
+_HOLDS = re.compile(r"^(follower|leader): (.+) holds epoch (\d+), renewed ([\d.]+) s ago$")
+_RENEWING = re.compile(r"^leader: renewing epoch (\d+) \(last renewal ([\d.]+) s ago\)$")
+_FIRST = {"no lease file and no leader ever seen": gettext_lazy("no lease file and no leader ever seen"),
+          "no leader seen": gettext_lazy("no leader seen")}  # fmt: skip
+# core.lease.LeaseRecord.describe(): a valid lease's detail
+_DESCRIBED = re.compile(r"^(.+) epoch (\d+) seq (\d+) at (.+)$")
+# core.commands.check's accepted outcomes
+_ACCEPTED_AT = re.compile(r"^(\w+) (.+) accepted at epoch (\d+|None)$")
+_UNBOUND = re.compile(r"^unbind (.+) accepted: the site token is accepted for it again$")
+_FORGOTTEN = re.compile(r"^forget (.+) accepted: its member record is removed, its history kept$")
+
+
+def decision(text: str) -> str:
+    """This agent's last decision (core.decide.Decision's `verdict: reason`)."""
+    verdict, _sep, why = text.partition(": ")
+    if verdict not in _VERDICTS:
+        return text
+    if m := _HOLDS.match(why):
+        role = _("follower") if m[1] == "follower" else _("leader")
+        why = _("%(role)s: %(node)s holds epoch %(epoch)s, renewed %(age)s s ago") % {
+            "role": role, "node": m[2], "epoch": m[3], "age": m[4]}  # fmt: skip
+    elif m := _RENEWING.match(why):
+        why = _("leader: renewing epoch %(epoch)s (last renewal %(age)s s ago)") % {
+            "epoch": m[1],
+            "age": m[2],
+        }
+    elif why in _FIRST:
+        why = str(_FIRST[why])
+    else:
+        return text
+    return _("%(verdict)s: %(why)s") % {"verdict": _VERDICTS[verdict], "why": why}
+
+
+def lease_detail(text: str) -> str:
+    """A lease read's detail: a valid lease's holder, epoch, renewal and address."""
+    if m := _DESCRIBED.match(text):
+        return _("%(node)s, epoch %(epoch)s, renewal #%(seq)s, at %(address)s") % {
+            "node": m[1], "epoch": m[2], "seq": m[3], "address": m[4]}  # fmt: skip
+    return text
+
+
+def outcome(text: str) -> str:
+    """An audited command's outcome message, for the accepted ones (core.commands.check)."""
+    if m := _UNBOUND.match(text):
+        return _("unbind %(station)s accepted: the site token is accepted for it again") % {"station": m[1]}
+    if m := _FORGOTTEN.match(text):
+        return _("forget %(member)s accepted: its member record is removed, its history kept") % {
+            "member": m[1]
+        }
+    if (m := _ACCEPTED_AT.match(text)) and m[1] in COMMANDS:
+        target = _("the pool") if m[2] == "pool" else m[2]
+        return _("%(command)s %(target)s accepted at epoch %(epoch)s") % {
+            "command": COMMANDS[m[1]], "target": target, "epoch": m[3]}  # fmt: skip
+    return text
