@@ -32,9 +32,11 @@ class ReleaseRecorder:
 
     def prepare(self) -> None:
         if self.proc is None:
+            # No look at LEASE_DIR while Django loads: a share that hangs held this child in the
+            # kernel (config's directory checks) past the stop, and the agent's process group with it.
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "elections.management.release_record"],
-                env={**self.env, "STK_COMPONENT": "agent"},
+                env={**self.env, "STK_COMPONENT": "agent", "STK_SKIP_DIR_CHECKS": "1"},
                 stdin=subprocess.PIPE,
             )
 
@@ -43,7 +45,11 @@ class ReleaseRecorder:
         assert self.proc is not None and self.proc.stdin is not None
         self.proc.stdin.write(f"{epoch}\n".encode())
         self.proc.stdin.close()
-        self.proc.wait(self.wait)
+        try:
+            self.proc.wait(self.wait)
+        except subprocess.TimeoutExpired:  # its row waits on a share that does not answer: no row
+            self.proc.kill()
+            raise
 
 
 def main() -> int:
