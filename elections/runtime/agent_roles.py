@@ -69,16 +69,9 @@ class Roles:
         names the target), and never again for that epoch; then wait until the relay says it
         stopped, or FENCE_WITHIN, past which its gate has read that state whatever it says."""
         self._fenced = epoch
-        began = self.clock.monotonic()
+        began = time.monotonic()  # relay.json's `updated` is this host's monotonic clock
         self.publish(self.elector.last)
-        while self.clock.monotonic() - began < FENCE_WITHIN:
-            relay = self.local.relay_health()
-            if relay.epoch != epoch and relay.updated is not None and relay.updated >= began:
-                break  # a relay of another epoch (or none) wrote since: none serves this one
-            if relay.epoch == epoch and not relay.listening and (relay.updated or 0) >= began:
-                break  # it stopped, and said so after the gate shut
-            time.sleep(FENCE_LOOK)
-        else:
+        if not self.local.relay_stopped(epoch, began, FENCE_WITHIN, FENCE_LOOK):
             log.info("relay did not confirm its stop within %.2f s: its gate is shut by now", FENCE_WITHIN)
         if self.beacons is not None:  # the resign may say so: its taker need not wait for acks
             self.beacons.fenced(epoch)

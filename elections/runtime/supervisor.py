@@ -71,6 +71,7 @@ RESTART_BACKOFF = Backoff(tries=1 << 30, first=1.0, factor=2.0, cap=30.0)
 STABLE_AFTER = 30.0  # a child that ran this long and died restarts with the shortest backoff
 SUPERVISE_EVERY = 0.5  # seconds between passes when nothing wakes one sooner (inotify, SIGCHLD)
 KILL_AFTER = 1.0  # seconds from the supervisor's SIGTERM to its SIGKILL of a standby child
+FENCE_WITHIN = 0.25  # seconds the shutdown waits for the relay to say it stopped before the release
 
 
 @dataclass
@@ -339,6 +340,16 @@ class Supervisor:
                               "(no release); the pool takes over from a silent leader")  # fmt: skip
             led = False
         if led:
+            # The fence, as the worker's own release has it (DESIGN.md §5.1): the relay's gate shuts
+            # (the leadership state says this agent leads no more) and the relay says it stopped, or
+            # FENCE_WITHIN passes, before the release is written. Written first, a taker that heard no
+            # resign of ours could open its gate by acks while our relay still served (SPIN's trail,
+            # verify/: -DSUP_RELEASE).
+            fenced_at = time.monotonic()
+            self.local.disclaim(f"fenced epoch {state.epoch} before its release on shutdown")
+            if not self.local.relay_stopped(state.epoch, fenced_at, FENCE_WITHIN):
+                self.say("agent", f"relay did not confirm its stop within {FENCE_WITHIN:g} s: its gate is "
+                                  "shut by now")  # fmt: skip
             released = self._release_within(state, RELEASE_WITHIN)
             self.local.disclaim(f"released epoch {state.epoch} on shutdown")
         for child in self.children:
