@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# SPIN on the pool's model (verify/pool.pml), showing SPIN's own output for every search.
+#   verify/check.sh full            the stated bound: no error may be found
+#   verify/check.sh ci              the smaller bound .ci/run checks
+#   verify/check.sh mutants [BOUND] every rule switched off, one at a time: each must give a trail
+#   verify/check.sh one FLAGS...    one search, e.g. `one -DNO_R5 -DMAXE=3`
+# Each search runs niced in a scratch directory, its memory bounded (MEMLIM, MB).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+MEMLIM=${MEMLIM:-4000}
+NICE=${NICE:-15}
+# the bounds: epochs up to MAXE, at most MAXF crashes and hostile writes in a run
+FULL=${FULL:-"-DMAXE=4 -DMAXF=2"}
+CI=${CI_BOUND:-"-DMAXE=2 -DMAXF=0"}
+MUT=${MUT_BOUND:-"-DMAXE=2 -DMAXF=0"}
+MUT_HOSTILE=${MUT_HOSTILE_BOUND:-"-DMAXE=2 -DMAXF=2"}
+# every rule switched off, one at a time; the holes of issue 22's last round put back
+MUTANTS="NO_FENCE NO_R1_SELF NO_R5 NO_R2_ACKS NO_R2_TOLD NO_R3A NO_R1_STICKY NO_R1_STEPDOWN SHORT_S NO_R4_LOK NO_R6_LOK NO_R3E NO_R3B NO_R3D NO_VOUCH NO_BLIND"
+# the mutants of the lease's side need the writer without the key (or a crash)
+HOSTILE="NO_R3E NO_R3D NO_VOUCH NO_BLIND"
+
+# search FLAGS... -- BFS/DFS is chosen by the caller; prints SPIN's output, returns pan's errors
+search() {
+  local work
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' RETURN
+  cp "$here/pool.pml" "$work/"
+  local dflags=() cflags=()
+  for f in "$@"; do
+    case $f in
+      -DMAXE=*|-DMAXF=*|-DNO_*|-DSHORT_S) dflags+=("$f") ;;
+      *) cflags+=("$f") ;;
+    esac
+  done
+  (cd "$work" && spin "${dflags[@]}" -a pool.pml >/dev/null &&
+     gcc ${CC_OPT:--O1} -w -DSAFETY -DNOREDUCE -DMEMLIM="$MEMLIM" "${cflags[@]}" -o pan pan.c &&
+     nice -n "$NICE" ./pan -m100000 ${PAN_ARGS:-} > out.txt 2>&1 || true
+   grep -v '^\s*$' out.txt | grep -v '^Depth=' || true
+   if [ -f pool.pml.trail ]; then
+     echo "trail: $(grep -c . pool.pml.trail) steps"
+     spin "${dflags[@]}" -t -k pool.pml.trail pool.pml 2>/dev/null | grep -E 'assertion violated|^spin: ' | head -3
+   fi)
+}
+
+case ${1:-full} in
+  full)
+    echo "== exhaustive: 3 members, $FULL (hash-compact) =="
+    search $FULL -DHC4
+    ;;
+  ci)
+    echo "== exhaustive: 3 members, $CI =="
+    search $CI -DCOLLAPSE
+    ;;
+  mutants)
+    for m in ${2:-$MUTANTS}; do
+      bound=$MUT
+      case " $HOSTILE " in *" $m "*) bound=$MUT_HOSTILE ;; esac
+      echo "== mutant $m ($bound, breadth first, hash-compact: the shortest trail) =="
+      search $bound -D"$m" -DBFS -DHC4
+    done
+    ;;
+  one)
+    shift
+    search "$@"
+    ;;
+  *) echo "usage: $0 full|ci|mutants|one FLAGS..." >&2; exit 2 ;;
+esac
