@@ -14,10 +14,13 @@ FULL=${FULL:-"-DMAXE=4 -DMAXF=2"}
 CI=${CI_BOUND:-"-DMAXE=2 -DMAXF=0"}
 MUT=${MUT_BOUND:-"-DMAXE=2 -DMAXF=0"}
 MUT_HOSTILE=${MUT_HOSTILE_BOUND:-"-DMAXE=2 -DMAXF=2"}
+MUT_DEEP=${MUT_DEEP_BOUND:-"-DMAXE=3 -DMAXF=0"}
 # every rule switched off, one at a time; the holes of issue 22's last round put back
 MUTANTS="NO_FENCE NO_R1_SELF NO_R5 NO_R2_ACKS NO_R2_TOLD NO_R3A NO_R1_STICKY NO_R1_STEPDOWN SHORT_S NO_R4_LOK NO_R6_LOK NO_R3E NO_R3B NO_R3D NO_VOUCH NO_BLIND"
 # the mutants of the lease's side need the writer without the key (or a crash)
 HOSTILE="NO_R3E NO_R3D NO_VOUCH NO_BLIND"
+# a taker's own vote matters only over a release by a leader it did not adhere to: a third epoch
+DEEP="NO_R1_SELF"
 
 # search FLAGS... -- BFS/DFS is chosen by the caller; prints SPIN's output, returns pan's errors
 search() {
@@ -25,20 +28,16 @@ search() {
   work=$(mktemp -d)
   trap 'rm -rf "$work"' RETURN
   cp "$here/pool.pml" "$work/"
-  local dflags=() cflags=()
-  for f in "$@"; do
-    case $f in
-      -DMAXE=*|-DMAXF=*|-DNO_*|-DSHORT_S) dflags+=("$f") ;;
-      *) cflags+=("$f") ;;
-    esac
-  done
-  (cd "$work" && spin "${dflags[@]}" -a pool.pml >/dev/null &&
-     gcc ${CC_OPT:--O1} -w -DSAFETY -DNOREDUCE -DMEMLIM="$MEMLIM" "${cflags[@]}" -o pan pan.c &&
+  # every -D goes to both: spin's preprocessor (the model's bounds and mutants) and gcc (pan's)
+  (cd "$work" && spin "$@" -a pool.pml >/dev/null &&
+     gcc ${CC_OPT:--O1} -w -DSAFETY -DNOREDUCE -DMEMLIM="$MEMLIM" "$@" -o pan pan.c &&
      nice -n "$NICE" ./pan -m100000 ${PAN_ARGS:-} > out.txt 2>&1 || true
    grep -v '^\s*$' out.txt | grep -v '^Depth=' || true
    if [ -f pool.pml.trail ]; then
      echo "trail: $(grep -c . pool.pml.trail) steps"
-     spin "${dflags[@]}" -t -k pool.pml.trail pool.pml 2>/dev/null | grep -E 'assertion violated|^spin: ' | head -3
+     # the trail, step by step (each line one indivisible step of the model)
+     spin "$@" -t -k pool.pml.trail pool.pml 2>/dev/null | grep -E '^ *@ |assertion violated' | sed 's/^ */  /' | paste -sd ';' | sed 's/;  / | /g'
+
    fi)
 }
 
@@ -55,6 +54,7 @@ case ${1:-full} in
     for m in ${2:-$MUTANTS}; do
       bound=$MUT
       case " $HOSTILE " in *" $m "*) bound=$MUT_HOSTILE ;; esac
+      case " $DEEP " in *" $m "*) bound=$MUT_DEEP ;; esac
       echo "== mutant $m ($bound, breadth first, hash-compact: the shortest trail) =="
       search $bound -D"$m" -DBFS -DHC4
     done

@@ -500,24 +500,39 @@ inline crash(x) {
 }
 
 /* every step member x may take: each one indivisible step (d_step: no state in between) */
-#define LEADS(x) (up[x] && lead[x] > 0 && ren[x] <= RD_HI)
+#define LEADS(x) (up[x] && !MUTE(x) && lead[x] > 0 && ren[x] <= RD_HI)
 #define OWNLEASE(x) (Lk == VALID && Lh == x && Le == lead[x] && !Lrel)
+#ifdef SUP_RELEASE
+#define SUPERVISOR(x) \
+  :: d_step { LEADS(x) && OWNLEASE(x) && !sup[x] -> printf("@ %d: its supervisor releases\n", x); write_valid(lead[x], x, 1, NONE); miss[x] = 0; sup[x] = 1; check() } \
+  :: d_step { sup[x] -> printf("@ %d: its supervisor kills its relay and exits\n", x); sup[x] = 0; crash(x); check() }
+bit sup[N];   /* its supervisor released: it says and hears nothing more; its relay serves until killed */
+#define MUTE(x) sup[x]
+#else
+#define MUTE(x) false
+#define SUPERVISOR(x)
+#endif
 #define STEPS(x) \
-  :: d_step { up[x] && lead[x] == 0 -> look(x); check() } \
-  :: d_step { LEADS(x) && !rr[x] -> renew_read(x); check() } \
-  :: d_step { LEADS(x) && rr[x] -> renewed(x); check() } \
-  :: d_step { up[x] && lead[x] > 0 && ren[x] > RD_HI -> lead[x] = 0; rr[x] = 0; check() } \
-  :: d_step { LEADS(x) && OWNLEASE(x) -> release(x, o1(x)); check() } \
-  :: d_step { LEADS(x) && OWNLEASE(x) -> release(x, o2(x)); check() } \
-  :: d_step { LEADS(x) && OWNLEASE(x) -> release(x, NONE); check() } \
+  ::  d_step { up[x] && !MUTE(x) && lead[x] == 0 -> printf("@ %d looks\n", x); look(x); check() } \
+  :: d_step { LEADS(x) && !rr[x] -> printf("@ %d renewal read\n", x); renew_read(x); check() } \
+  :: d_step { LEADS(x) && rr[x] -> printf("@ %d renews\n", x); renewed(x); check() } \
+  :: d_step { up[x] && !MUTE(x) && lead[x] > 0 && ren[x] > RD_HI -> printf("@ %d past its renew deadline\n", x); lead[x] = 0; rr[x] = 0; check() } \
+  :: d_step { LEADS(x) && OWNLEASE(x) -> printf("@ %d hands off to %d\n", x, o1(x)); release(x, o1(x)); check() } \
+  :: d_step { LEADS(x) && OWNLEASE(x) -> printf("@ %d hands off to %d\n", x, o2(x)); release(x, o2(x)); check() } \
+  :: d_step { LEADS(x) && OWNLEASE(x) -> printf("@ %d releases\n", x); release(x, NONE); check() } \
+  SUPERVISOR(x) \
   :: d_step { LEADS(x) && OWNLEASE(x) && rmode[x] == ACKED && !ackok(x) && lokok(x) -> \
-              cacked = 0; ch = x; ce = Le; claim(x); check() } \
-  :: d_step { up[x] && faults < MAXF -> faults++; crash(x); check() } \
-  :: d_step { !up[x] -> up[x] = 1; check() }
-/* the renew deadline step above; release to either other member or to no one; requalify
-   (rule 4); a crash (A7, A10); a start */
+              printf("@ %d requalifies\n", x); cacked = 0; ch = x; ce = Le; claim(x); check() } \
+  :: d_step { up[x] && !MUTE(x) && faults < MAXF -> printf("@ %d crashes\n", x); faults++; crash(x); check() } \
+  :: d_step { !up[x] -> printf("@ %d starts\n", x); up[x] = 1; check() }
+/* the renew deadline step above; the worker's release to either other member or to no one;
+   with -DSUP_RELEASE, the supervisor's release on SIGTERM (written before its relay's gate
+   is shut, which then closes by its deadlines or the crash that follows; its resign has a
+   fresh boot, which no member takes for its leader's: no resign at all here; SPIN finds two
+   relays with it, README "The model, checked by SPIN"); requalify (rule 4); a crash (A7,
+   A10); a start */
 
-#define LISTEN(x, s) :: d_step { up[x] && up[s] -> hear(x, s); check() }
+#define LISTEN(x, s) :: d_step { up[x] && up[s] && !MUTE(x) && !MUTE(s) -> printf("@ %d hears %d\n", x, s); hear(x, s); check() }
 
 init {
   atomic {
@@ -538,7 +553,7 @@ init {
     i = 0
   }
   do
-  :: d_step { tick() }
+  :: d_step { printf("@ tick\n"); tick() }
   STEPS(0)
   STEPS(1)
   STEPS(2)
@@ -549,8 +564,8 @@ init {
   LISTEN(2, 0)
   LISTEN(2, 1)
   /* the writer without the key (A8) */
-  :: d_step { faults < MAXF && Lk == VALID -> faults++; Oe = Le; Oh = Lh; Orel = Lrel; Lk = JUNK }
-  :: d_step { faults < MAXF && Lk == VALID -> faults++; Oe = Le; Oh = Lh; Orel = Lrel; Lk = MISSING }
-  :: d_step { faults < MAXF && Lk != NOFILE && Lk != VALID && Lk != OLD && Oe > 0 -> faults++; Lk = OLD }
+  :: d_step { faults < MAXF && Lk == VALID -> printf("@ junk over the lease\n"); faults++; Oe = Le; Oh = Lh; Orel = Lrel; Lk = JUNK }
+  :: d_step { faults < MAXF && Lk == VALID -> printf("@ the lease deleted\n"); faults++; Oe = Le; Oh = Lh; Orel = Lrel; Lk = MISSING }
+  :: d_step { faults < MAXF && Lk != NOFILE && Lk != VALID && Lk != OLD && Oe > 0 -> printf("@ an old copy put back\n"); faults++; Lk = OLD }
   od
 }
