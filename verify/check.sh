@@ -2,7 +2,7 @@
 # SPIN on the pool's model (verify/pool.pml), showing SPIN's own output for every search.
 #   verify/check.sh full            the stated bound: no error may be found
 #   verify/check.sh ci              the smaller bound .ci/run checks
-#   verify/check.sh mutants [BOUND] every rule switched off, one at a time: each must give a trail
+#   verify/check.sh mutants [NAMES] every rule switched off, one at a time: each must give a trail
 #   verify/check.sh one FLAGS...    one search, e.g. `one -DNO_R5 -DMAXE=3`
 # Each search runs niced in a scratch directory, its memory bounded (MEMLIM, MB).
 set -euo pipefail
@@ -11,10 +11,14 @@ MEMLIM=${MEMLIM:-4000}
 NICE=${NICE:-15}
 # the bounds: epochs up to MAXE, at most MAXF crashes and hostile writes in a run
 FULL=${FULL:-"-DMAXE=4 -DMAXF=2"}
-CI=${CI_BOUND:-"-DMAXE=2 -DMAXF=0"}
+FULL_DEPTH=${FULL_DEPTH:-24}
+CI=${CI_BOUND:-"-DMAXE=2 -DMAXF=1"}
+CI_DEPTH=${CI_DEPTH:-22}
 MUT=${MUT_BOUND:-"-DMAXE=2 -DMAXF=0"}
 MUT_HOSTILE=${MUT_HOSTILE_BOUND:-"-DMAXE=2 -DMAXF=2"}
 MUT_DEEP=${MUT_DEEP_BOUND:-"-DMAXE=3 -DMAXF=0"}
+MUT_DEPTH=${MUT_DEPTH:-26}
+MUT_DEEP_DEPTH=${MUT_DEEP_DEPTH:-30}
 # every rule switched off, one at a time; the holes of issue 22's last round put back
 MUTANTS="NO_FENCE NO_R1_SELF NO_R5 NO_R2_ACKS NO_R2_TOLD NO_R3A NO_R1_STICKY NO_R1_STEPDOWN SHORT_S NO_R4_LOK NO_R6_LOK NO_R3E NO_R3B NO_R3D NO_VOUCH NO_BLIND"
 # the mutants of the lease's side need the writer without the key (or a crash)
@@ -43,20 +47,22 @@ search() {
 
 case ${1:-full} in
   full)
-    echo "== exhaustive: 3 members, $FULL (hash-compact) =="
-    search $FULL -DHC4
+    echo "== the rules as built: 3 members, $FULL, every run of up to $FULL_DEPTH steps (depth-first, -DREACH, hash-compact) =="
+    PAN_ARGS="-m$FULL_DEPTH" search $FULL -DHC4 -DREACH
     ;;
   ci)
-    echo "== exhaustive: 3 members, $CI =="
-    search $CI -DCOLLAPSE
+    echo "== the rules as built: 3 members, $CI, every run of up to $CI_DEPTH steps (depth-first, -DREACH, hash-compact) =="
+    PAN_ARGS="-m$CI_DEPTH" search $CI -DHC4 -DREACH
     ;;
   mutants)
     for m in ${2:-$MUTANTS}; do
       bound=$MUT
       case " $HOSTILE " in *" $m "*) bound=$MUT_HOSTILE ;; esac
       case " $DEEP " in *" $m "*) bound=$MUT_DEEP ;; esac
-      echo "== mutant $m ($bound, breadth first, hash-compact: the shortest trail) =="
-      search $bound -D"$m" -DBFS -DHC4
+      depth=$MUT_DEPTH
+      case " $DEEP " in *" $m "*) depth=$MUT_DEEP_DEPTH ;; esac
+      echo "== mutant $m ($bound, every run of up to $depth steps: depth-first, -DREACH, hash-compact) =="
+      PAN_ARGS="-m$depth" search $bound -D"$m" -DHC4 -DREACH
     done
     ;;
   one)

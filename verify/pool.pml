@@ -281,7 +281,8 @@ inline write_valid(e, h, rel, ho) {
 inline claim(x) {
 #ifndef NO_R3E
   if
-  :: top > known[x] -> known[x] = top; lage[x] = 0   /* rule 3e: a fresher epoch, write nothing */
+  :: top > known[x] -> known[x] = top; lage[x] = 0; lead[x] = 0; rr[x] = 0   /* rule 3e: a fresher
+     epoch: write nothing, time it as a lease seen now, and a leader of an older one steps down */
   :: else ->
 #endif
     ne = known[x] + 1;
