@@ -117,6 +117,7 @@ byte top;                      /* highest epoch in the claim records */
 byte faults;                   /* crashes and hostile writes so far (A10: at most MAXF) */
 byte Lk, Le, Lh, Lrel, Lho;    /* kind, epoch, holder, released, handoff_to */
 byte Oe, Oh, Orel;             /* the previous valid record (what OLD puts back) */
+bit onew[N];                   /* ... was written after member i's last valid read: news to it */
 byte owner[MAXE + 1];          /* ghost: who won each epoch's CAS (NONE: nobody yet) */
 
 /* members */
@@ -267,9 +268,10 @@ inline learn(x, e) {
   fi
 }
 
+#define SAVEOLD Oe = Le; Oh = Lh; Orel = Lrel; onew[0] = miss[0]; onew[1] = miss[1]; onew[2] = miss[2]
 inline write_valid(e, h, rel, ho) {
   if
-  :: Lk == VALID -> Oe = Le; Oh = Lh; Orel = Lrel
+  :: Lk == VALID -> SAVEOLD
   :: else -> skip
   fi;
   Lk = VALID; Le = e; Lh = h; Lrel = rel; Lho = ho;
@@ -347,7 +349,12 @@ inline look(x) {
      /* an old copy of a record it never saw: valid to it, judged at its next look */
      lage[x] = 0; mh[x] = Oh; me[x] = Oe; learn(x, Oe); rdage[x] = 0; bspent[x] = 0; vch[x] = 0
   :: Lk == OLD && Oe >= known[x] && Oh == mh[x] && Oe == me[x] ->
-     /* an older copy (a lower renew_seq) of the lease it saw: the lease in place (3d) */
+     /* a copy of the lease it saw: a renewal it never read is a change (the timer restarts);
+        else the very record or an older one (a lower renew_seq): the lease in place (3d) */
+     if
+     :: onew[x] -> lage[x] = 0; bspent[x] = 0; vch[x] = 0; rmiss[x] = 0
+     :: else -> skip
+     fi;
      rdage[x] = 0; ch = Oh; ce = Oe;
      if
      :: !Orel && lage[x] >= TTL_LO -> cacked = 0; claim(x)
@@ -565,8 +572,8 @@ init {
   LISTEN(2, 0)
   LISTEN(2, 1)
   /* the writer without the key (A8) */
-  :: d_step { faults < MAXF && Lk == VALID -> printf("@ junk over the lease\n"); faults++; Oe = Le; Oh = Lh; Orel = Lrel; Lk = JUNK }
-  :: d_step { faults < MAXF && Lk == VALID -> printf("@ the lease deleted\n"); faults++; Oe = Le; Oh = Lh; Orel = Lrel; Lk = MISSING }
+  :: d_step { faults < MAXF && Lk == VALID -> printf("@ junk over the lease\n"); faults++; SAVEOLD; Lk = JUNK }
+  :: d_step { faults < MAXF && Lk == VALID -> printf("@ the lease deleted\n"); faults++; SAVEOLD; Lk = MISSING }
   :: d_step { faults < MAXF && Lk != NOFILE && Lk != VALID && Lk != OLD && Oe > 0 -> printf("@ an old copy put back\n"); faults++; Lk = OLD }
   od
 }
