@@ -56,7 +56,12 @@
  *     share hides", stated there): a member's read that is no evidence and hides a renewal
  *     it never read is possible only once that member heard a leader beacon of the holder
  *     sent after that renewal (the attack with ALL beacons lost is the known, documented
- *     case: "with beacons off the share is the only witness").
+ *     case: "with beacons off the share is the only witness"). A member that knows no lease
+ *     of the holder (it learned the epoch from a claim record, rule 3e) can be vouched by
+ *     no beacon: the junk is then kept from it, which leaves out the README's stated
+ *     residual case ("Left: a member blind twice past the TTL with no valid read between,
+ *     whose first reads both find junk, is timed from the first"), which SPIN finds
+ *     otherwise (27 steps at epochs <= 4, two faults).
  * A9  Rule 6's "heard at most a TTL before" is not timed: a clean release heard at any time
  *     before counts (more behaviours, not fewer).
  * A10 At most MAXF crashes and hostile writes in one run (the search's bound, with MAXE).
@@ -154,7 +159,7 @@ byte me[N];
 byte lage[N];                  /* age since the lease it saw changed */
 byte rdage[N];                 /* age since its last completed read */
 bit miss[N];                   /* a valid record was written since its last valid read */
-bit rmiss[N];                  /* ... a renewal by the holder it last read, among them */
+bit rmiss[N];                  /* ... a renewal it never read, among them (A8) */
 bit vch[N];                    /* the holder's beacons named a renewal it did not read */
 bit bspent[N];                 /* the blind_gap restart spent until the next valid read */
 
@@ -406,7 +411,7 @@ inline renewed(x) {
   write_valid(lead[x], x, 0, NONE); miss[x] = 0; ren[x] = 0; rr[x] = 0;
   i = 0;
   do
-  :: i < N -> if :: mh[i] == x && me[i] == lead[x] -> rmiss[i] = 1 :: else -> skip fi; i++
+  :: i < N -> if :: i != x && me[i] <= lead[x] -> rmiss[i] = 1 :: else -> skip fi; i++   /* A8 */
   :: else -> break
   od;
   i = 0
