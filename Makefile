@@ -6,7 +6,7 @@ PYTEST := .venv/bin/pytest
 # mostly wait on leases and timeouts, so two at once halve the wall time on 2 cores.
 TEST_WORKERS ?= 2
 
-.PHONY: bootstrap run test long image image-test chaos fuzz bench bench-gate bench-ownership bench-failover bench-relay bench-relay-idle bench-switchover bench-panel bench-login bench-hostile bench-compaction bench-footprint screenshots messages lint format clean bench-cloud bench-cloud-scale bench-fleet bench-etcd
+.PHONY: bootstrap run test long verify verify-ci image image-test chaos fuzz bench bench-gate bench-ownership bench-failover bench-relay bench-relay-idle bench-switchover bench-panel bench-login bench-hostile bench-compaction bench-footprint screenshots messages lint format clean bench-cloud bench-cloud-scale bench-fleet bench-etcd
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -41,6 +41,17 @@ chaos: bootstrap
 fuzz: bootstrap
 	@STK_FUZZ_EXAMPLES=$${STK_FUZZ_EXAMPLES:-20000} $(PYTEST) tests/test_untrusted.py tests/test_unencodable.py tests/test_protocol_fuzz.py tests/test_proxy_header.py $(PYTEST_ARGS)
 	@STK_SERVE_SEEDS=$${STK_SERVE_SEEDS:-2000} $(PYTEST) tests/test_serving_model.py -k random_pools $(PYTEST_ARGS)
+
+# The pool's model checked by SPIN (verify/pool.pml; README "The model, checked by SPIN"):
+# the rules at the stated bound, then every rule switched off (each must print a trail).
+# SPIN's own output for every search; niced, memory bounded (MEMLIM, MB).
+verify: bootstrap
+	@verify/check.sh full
+	@verify/check.sh mutants
+
+# The smaller bound .ci/run checks (a few minutes).
+verify-ci: bootstrap
+	@verify/check.sh ci
 
 bench: bench-failover bench-relay bench-relay-idle bench-switchover bench-panel bench-login bench-hostile bench-compaction bench-footprint bench-cloud bench-fleet bench-etcd bench-gate bench-ownership
 

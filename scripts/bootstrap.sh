@@ -30,6 +30,7 @@ command -v runc >/dev/null || need+=(runc)  # podman's runtime here (crun fails 
 command -v mmdebstrap >/dev/null || need+=(mmdebstrap)  # the image's Debian base, made here: no registry
 command -v promtool >/dev/null || need+=(prometheus)  # `promtool test rules` of packaging/prometheus/ (the service is not started)
 command -v msgfmt >/dev/null || need+=(gettext)  # `make messages`: the panel's catalogues (locale/)
+command -v spin >/dev/null || need+=(spin)  # `make verify`: SPIN checks the pool's model (verify/pool.pml; gcc compiles its verifier)
 fc-list :lang=zh-tw 2>/dev/null | grep -q . || need+=(fonts-noto-cjk)  # Chromium draws the zh-Hant panel
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then

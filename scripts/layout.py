@@ -45,6 +45,7 @@ OTHER = (  # the folders without Python modules of their own, and the ones outsi
     ("docs/", "longer notes: the cloud relay, Windows, protocol vectors, screenshots"),
     ("scripts/", "bootstrap, demo, image, catalogues, this layout and the config docs"),
     ("bench/", "`make bench`: every figure the README quotes"),
+    ("verify/", "`make verify`: the pool's model in Promela (pool.pml), checked by SPIN (check.sh)"),
     ("tests/", "`make test` (and long, chaos, fuzz, image): real agents, shares, etcd, browsers"),
 )
 

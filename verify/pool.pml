@@ -1,0 +1,584 @@
+/*
+ * The pool, checked by SPIN: the election (DESIGN §5.1) and the serving right (DESIGN §15,
+ * README "The serving right (DESIGN §15), as built", rules 1-6), written from the rules,
+ * not from the code. Three members, epochs up to MAXE, every interleaving of their steps,
+ * of the network, of a writer without the key, of freezes, crashes and restarts.
+ *
+ * What it proves (assertions checked after every step, `check()`):
+ *   P1  never two relay gates open at one instant;
+ *   P2  an epoch is taken by one compare-and-set only, and no member's known epoch goes down;
+ *   P3  a gate is open only for an epoch its member won by compare-and-set.
+ *
+ * ABSTRACTIONS (each sound for safety: the model has every behaviour the rules allow, and more)
+ *
+ * A1  Time is discrete: one `tick` is the unit of every duration. Every timer is an AGE in
+ *     real ticks, all aged together by `tick`, saturating just past the largest threshold it is
+ *     compared with (so a saturated age answers every comparison as the unbounded one would).
+ *     No absolute time. Every step is one indivisible d_step: no state in between.
+ * A2  Clock rates (rho): a member measures durations on its own clock. A duration that lets a
+ *     member ACT after it (S, the TTL, lease_ok_at) is taken at its shortest real length (the
+ *     *_LO constants: a clock running fast); one that bounds how long a gate may stay OPEN
+ *     (W + GATE_LAG, the renew deadline) at its longest (the *_HI constants: a clock running
+ *     slow). Two timers on ONE member's clock (its gate and its own "my window is over", rule 1)
+ *     are compared on that clock, with one threshold. The rules' inequalities on these
+ *     constants (S_LO > W_HI, TTL_LO > RD_HI, LOK_LO > RD_HI) are the ones the code's constants
+ *     must meet with rho = 1 %: tests/test_spin_model.py checks them against core.serving.
+ * A3  Freezes are free: a member that takes no step is frozen (SIGSTOP, a stalled VM) for as
+ *     many ticks as the search likes; its clock runs on (A1), so its gate closes on time.
+ *     A suspend (boot clock) is not modelled: the code keeps gate deadlines on CLOCK_BOOTTIME.
+ * A4  The network: a beacon is delivered when its RECEIVER takes a `hear` step, with its
+ *     sender's current content; any beacon may be lost (never heard), duplicated or delayed
+ *     (heard later, again: what a receiver keeps only ever refreshes). A frozen sender's
+ *     beacons may still arrive (more behaviours, not fewer). An ack names the send time of the
+ *     newest leader beacon its member heard, taken as the instant it heard it (no transit
+ *     time: the longest gate such an ack can give). Old signed acks replayed are left out:
+ *     a member leaves a leader only after S of silence (its old acks then name beacons older
+ *     than W) or on its resign (its gate is shut), so a replayed ack never opens a gate that
+ *     its newest did not; the NO_R1_STICKY mutant is the case where this fails.
+ * A5  The store: the lease is one record (epoch, holder, released, handoff_to) or no evidence
+ *     (JUNK: damaged or forged; MISSING: deleted, or moved aside; OLD: an older validly signed
+ *     copy put back). Renew_seq is not a counter: `miss[i]` says "a valid record was written
+ *     since member i's last valid read" (exactly what a changed renew_seq tells a reader).
+ *     Epoch claims (take, release, handoff, requalify, rewriting junk) are ONE atomic step:
+ *     read, decide, lock, compare-and-set on the bytes read; a CAS that would fail is the
+ *     same as not taking the step. `top` is the highest epoch in the members' claim records
+ *     (rule 3e). The lockless renewal (README "Renewing without the lock") is TWO steps, its
+ *     read and its rename, which may land over a claim made in between.
+ * A6  Membership is fixed at N = 3 (every member counts 3; the README's assumption: members
+ *     join or leave one at a time per TTL). Early takeover reports (rule 3b) are the other
+ *     member's current beacon.
+ * A7  A restart loses the member's whole beacon book (adherence, acks, its right, the clean
+ *     release it heard, the beacons' replay memory) and its relay (the gate shuts: the relay
+ *     dies with its supervisor); it keeps its known epoch and the last lease it saw (README:
+ *     "a restart remembers") and times that lease afresh (a first look).
+ * A8  A writer without the key may put junk over the lease, delete it or put an old copy
+ *     back at any step. Assumption V (README "The holder's beacons witness renewals the
+ *     share hides", stated there): a member's read that is no evidence and hides a renewal
+ *     it never read is possible only once that member heard a leader beacon of the holder
+ *     sent after that renewal (the attack with ALL beacons lost is the known, documented
+ *     case: "with beacons off the share is the only witness"). A member that knows no lease
+ *     of the holder (it learned the epoch from a claim record, rule 3e) can be vouched by
+ *     no beacon: the junk is then kept from it, which leaves out the README's stated
+ *     residual case ("Left: a member blind twice past the TTL with no valid read between,
+ *     whose first reads both find junk, is timed from the first"), which SPIN finds
+ *     otherwise (27 steps at epochs <= 4, two faults).
+ * A9  Rule 6's "heard at most a TTL before" is not timed: a clean release heard at any time
+ *     before counts (more behaviours, not fewer).
+ * A10 At most MAXF crashes and hostile writes in one run (the search's bound, with MAXE).
+ * A11 What can no longer matter is reset to one value (`normalize`, below).
+ *
+ * Mutants (one -D at a time; each must give a trail, tests/test_spin_model.py):
+ *   NO_R1_STICKY   rule 1: a member switches leader without S of silence
+ *   NO_R1_STEPDOWN rule 1: a stepped-down leader acks another at once (its window may be open)
+ *   NO_R1_SELF     rule 1 / hole 2: a taker counts its own vote at once
+ *   NO_R2_ACKS     rule 2: an epoch in ack mode is gated by its renew deadline alone
+ *   NO_R2_TOLD     rule 2: a taker's LEASE epoch says `serve: ack` before its majority
+ *   NO_R3A         rule 3a: early takeover of a holder that serves by the lease
+ *   NO_R3B         rule 3b: early takeover without the other members agreeing (liveness's
+ *                  rule, not safety's: rule 5 alone keeps the taker's gate shut; no trail)
+ *   NO_R3D         rule 3d: early takeover on a read that is no evidence
+ *   NO_R3E         rule 3e: a claim that meets a fresher epoch writes anyway
+ *   NO_R4_LOK      rule 4: requalify before lease_ok_at
+ *   NO_R5          rule 5: an epoch taken on silence or from a release serves by the lease
+ *   NO_R6_LOK      rule 6: a release says `fenced` before lease_ok_at
+ *   NO_VOUCH       hole 1: junk kept over a live lease, no vouching by the holder's beacons
+ *   NO_BLIND       a member's own blindness counted toward the TTL (no blind_gap)
+ *   NO_FENCE       hole 3: a release to no one written before the relay's gate is shut
+ *   SHORT_S        S no longer than W (S_LO = W_HI)
+ */
+
+#define N 3
+#define NONE 3
+#ifndef MAXE
+#define MAXE 4
+#endif
+
+/* ticks (A1, A2): the smallest numbers that keep the rules' inequalities strict */
+#define W_HI 1      /* a majority's ack keeps the gate open while its send age <= W_HI */
+#ifdef SHORT_S
+#define S_LO 1      /* the mutant: S no longer than W */
+#else
+#define S_LO 2      /* a member is quiet about its leader once heard age >= S_LO */
+#endif
+#define RD_HI 2     /* the gate by the lease is open while the last renewal's age <= RD_HI */
+#define TTL_LO 3    /* a follower may take an unchanged lease once its age >= TTL_LO */
+#define LOK_LO 3    /* lease_ok_at = TTL(1+rho)/(1-rho) after the take, at its shortest */
+#define BG 0        /* blind_gap: TTL - RENEW_DEADLINE less the drift, TTL_LO - RD_HI - 1 */
+#ifndef MAXF
+#define MAXF 2
+#endif
+
+#define LEASE 0
+#define ACKED 1
+
+/* the store */
+#define NOFILE 0
+#define VALID 1
+#define JUNK 2
+#define MISSING 3
+#define OLD 4
+
+byte top;                      /* highest epoch in the claim records */
+byte faults;                   /* crashes and hostile writes so far (A10: at most MAXF) */
+byte Lk, Le, Lh, Lrel, Lho;    /* kind, epoch, holder, released, handoff_to */
+byte Oe, Oh, Orel;             /* the previous valid record (what OLD puts back) */
+bit onew[N];                   /* ... was written after member i's last valid read: news to it */
+byte owner[MAXE + 1];          /* ghost: who won each epoch's CAS (NONE: nobody yet) */
+
+/* members */
+bit up[N];
+byte known[N];                 /* highest epoch known */
+byte lead[N];                  /* epoch it leads, 0 if none */
+/* the serving right of its last taken epoch (kept after a step-down: the gate is deadlines) */
+byte re[N];
+bit rmode[N];
+bit told[N];                   /* its leader beacons say `serve: ack` */
+bit fenced[N];
+bit rlok[N];                   /* lease_ok_at is later than the take */
+byte tk[N];                    /* age of the take */
+byte ren[N];                   /* age of the last successful renewal's start */
+byte ack[N * N];               /* ack[i*N+j]: send age of i's newest beacon j acked (ACAP: none) */
+byte swn[N];                   /* rule 1, self: the leader it waits out (NONE: its vote counts) */
+byte swe[N];
+byte swa[N];                   /* age since it last heard that leader, at the take */
+byte rese[N];                  /* the epoch it resigned (its resign beacons), 0 if none */
+bit resc[N];                   /* that resign says `fenced` */
+bit rr[N];                     /* a lockless renewal read, rename pending (within its tick) */
+/* adherence (rule 1) */
+byte an[N];
+byte ae[N];
+byte hz[N];                    /* age since it last heard its leader */
+bit am[N];                     /* its leader said `serve: ack` */
+bit ares[N];                   /* its leader resigned */
+/* the newest clean release heard (rule 6) */
+byte crn[N];
+byte cre[N];
+/* lease memory (core.lease_memory) */
+byte mh[N];
+byte me[N];
+byte lage[N];                  /* age since the lease it saw changed */
+byte rdage[N];                 /* age since its last completed read */
+bit miss[N];                   /* a valid record was written since its last valid read */
+bit rmiss[N];                  /* ... a renewal it never read, among them (A8) */
+bit vch[N];                    /* the holder's beacons named a renewal it did not read */
+bit bspent[N];                 /* the blind_gap restart spent until the next valid read */
+
+/* scratch, always reset to 0 at the end of a step (not state) */
+byte ne, ch, ce, i, dd, open;
+bit wrongcas, reused;
+bit cacked, chand;
+
+#define o1(x) (((x) + 1) % N)
+#define o2(x) (((x) + 2) % N)
+#define A(x, y) ack[(x) * N + (y)]
+#define minack(x) (A(x, o1(x)) < A(x, o2(x)) -> A(x, o1(x)) : A(x, o2(x)))
+#define maxack(x) (A(x, o1(x)) > A(x, o2(x)) -> A(x, o1(x)) : A(x, o2(x)))
+#ifdef NO_R1_SELF
+#define selfok(x) true
+#else
+#define selfok(x) (swn[x] == NONE || swa[x] >= S_LO)
+#endif
+/* a majority (2 of 3) heard one of its beacons within W, itself counted from self_from */
+#define ackok(x) ((selfok(x) && minack(x) <= W_HI) || maxack(x) <= W_HI)
+#ifdef NO_R2_ACKS
+#define gate(x) (up[x] && re[x] > 0 && !fenced[x] && ren[x] <= RD_HI)
+#else
+#define gate(x) (up[x] && re[x] > 0 && !fenced[x] && ren[x] <= RD_HI && (rmode[x] == LEASE || ackok(x)))
+#endif
+/* rule 1: a member whose own window by acks may still be open acks nobody (its own clock) */
+#ifdef NO_R1_STEPDOWN
+#define ownopen(x) false
+#else
+#define ownopen(x) (re[x] > 0 && rmode[x] == ACKED && minack(x) <= W_HI)
+#endif
+/* rule 3b: the third member t's latest beacon says it does not hear (h, e) for S */
+#define agrees(t, h, e) (up[t] && (lead[t] > 0 || ownopen(t) || an[t] != (h) || ae[t] != (e) || hz[t] >= S_LO))
+#ifdef NO_R3B
+#define third(x, h, e) true
+#else
+#define third(x, h, e) ((o1(x) == (h) && agrees(o2(x), h, e)) || (o2(x) == (h) && agrees(o1(x), h, e)))
+#endif
+#ifdef NO_R3A
+#define saidack(x) true
+#else
+#define saidack(x) am[x]
+#endif
+/* rule 3a: it adheres to (h, e), heard it say `serve: ack`, and has not heard it for S */
+#define silent(x, h, e) ((h) != (x) && an[x] == (h) && ae[x] == (e) && hz[x] >= S_LO && !ares[x] && saidack(x) && third(x, h, e))
+/* rule 6: the clean release it heard names the released lease it claims over (A9: at any
+   time after, not only within a TTL: more behaviours, not fewer) */
+#define cleanover(x) (crn[x] == Lh && cre[x] == Le)
+
+/* a read that is no evidence: junk, no file, a replay of an epoch below what it knows */
+#define noevidence(x) (Lk == JUNK || Lk == MISSING || (Lk == VALID && Le < known[x]) || (Lk == OLD && Oe < known[x]))
+#ifdef NO_R4_LOK
+#define lokok(x) true
+#else
+#define lokok(x) (!rlok[x] || tk[x] >= LOK_LO)
+#endif
+/* ages saturate just past the largest threshold they are compared with (A1) */
+#define sat(x, c) if :: x < (c) -> x++ :: else -> skip fi
+#define ACAP (W_HI + 1)
+
+/* A11: what can no longer matter is reset to one value, so states that differ only there are
+   one state. Each reset gives the same or more behaviours from then on:
+   - a right whose gate is shut for good (not leading: no ack is taken, no renewal made, so
+     a shut gate never reopens) and whose window no longer keeps its member from acking;
+   - an adherence to nobody; a self-wait already over; lease_ok_at already passed;
+   - a leader's read gap (it reads at every renewal) and its blind restart (taken as spent:
+     no restart that would only delay a takeover), its vouch and missed renewal (none). */
+inline normalize(x) {
+  if
+  :: lead[x] == 0 && re[x] > 0 && !gate(x) && !ownopen(x) ->
+     re[x] = 0; rmode[x] = LEASE; told[x] = 0; fenced[x] = 0; rlok[x] = 0; tk[x] = 0; ren[x] = 0;
+     A(x, o1(x)) = ACAP; A(x, o2(x)) = ACAP; swn[x] = NONE; swe[x] = 0; swa[x] = 0
+  :: else -> skip
+  fi;
+  if
+  :: an[x] == NONE -> ae[x] = 0; hz[x] = 0; am[x] = 0; ares[x] = 0
+  :: else -> skip
+  fi;
+  if
+  :: swn[x] != NONE && swa[x] >= S_LO -> swn[x] = NONE; swe[x] = 0; swa[x] = 0
+  :: else -> skip
+  fi;
+  if
+  :: rlok[x] && tk[x] >= LOK_LO -> rlok[x] = 0; tk[x] = 0
+  :: !rlok[x] -> tk[x] = 0
+  :: else -> skip
+  fi;
+  if
+  :: lead[x] > 0 -> rdage[x] = 0; bspent[x] = 1; vch[x] = 0; rmiss[x] = 0
+  :: else -> skip
+  fi
+}
+
+inline check() {
+  /* P1: one relay at a time */
+  open = gate(0) + gate(1) + gate(2);
+  assert(open <= 1);
+  /* P3: a gate only for an epoch won by this member's own CAS */
+  wrongcas = (gate(0) && owner[re[0]] != 0) || (gate(1) && owner[re[1]] != 1) || (gate(2) && owner[re[2]] != 2);
+  assert(!wrongcas);
+  open = 0; reused = 0;
+  ne = 0; ch = 0; ce = 0; dd = 0; cacked = 0; chand = 0;
+  normalize(0); normalize(1); normalize(2)
+}
+
+inline learn(x, e) {
+  /* P2: a member's known epoch only ever goes up (every write of known[] is here or a claim) */
+  if
+  :: e > known[x] -> known[x] = e
+  :: else -> skip
+  fi
+}
+
+#define SAVEOLD Oe = Le; Oh = Lh; Orel = Lrel; onew[0] = miss[0]; onew[1] = miss[1]; onew[2] = miss[2]
+inline write_valid(e, h, rel, ho) {
+  if
+  :: Lk == VALID -> SAVEOLD
+  :: else -> skip
+  fi;
+  Lk = VALID; Le = e; Lh = h; Lrel = rel; Lho = ho;
+  miss[0] = 1; miss[1] = 1; miss[2] = 1
+}
+
+/* member x takes epoch known+1 by compare-and-set on what it read (A5): before it, set
+   cacked (starts_acked), ch/ce (the lease it claims over), chand (a handoff's lease) */
+inline claim(x) {
+#ifndef NO_R3E
+  if
+  :: top > known[x] -> known[x] = top; lage[x] = 0; lead[x] = 0; rr[x] = 0   /* rule 3e: a fresher
+     epoch: write nothing, time it as a lease seen now, and a leader of an older one steps down */
+  :: else ->
+#endif
+    ne = known[x] + 1;
+    if
+    :: ne > MAXE -> skip   /* the bound of the search: no more epochs */
+    :: else ->
+      reused = (owner[ne] != NONE || ne <= top);
+      assert(!reused);   /* P2: an epoch is never reused */
+      owner[ne] = x; top = ne; known[x] = ne;
+      write_valid(ne, x, 0, NONE);
+      miss[x] = 0; rmiss[x] = 0; mh[x] = x; me[x] = ne; lage[x] = 0;
+      lead[x] = ne; re[x] = ne; fenced[x] = 0; tk[x] = 0; ren[x] = 0; rr[x] = 0;
+      A(x, o1(x)) = ACAP; A(x, o2(x)) = ACAP;
+      rese[x] = 0; resc[x] = 0; swn[x] = NONE; swe[x] = 0; swa[x] = 0;
+#ifdef NO_R5
+      cacked = 0;
+#endif
+      if
+      :: cacked ->
+        rmode[x] = ACKED; told[x] = 1; rlok[x] = 1;
+        /* rule 1: it acked a leader it heard within S: its own vote waits S from then (not if
+           that one resigned, or it read a handoff's lease from it: fenced before written) */
+        if
+        :: an[x] != NONE && an[x] != x && !ares[x] && !(chand && an[x] == ch && ae[x] == ce) ->
+             swn[x] = an[x]; swe[x] = ae[x]; swa[x] = hz[x]
+        :: else -> skip
+        fi
+      :: else -> rmode[x] = LEASE; rlok[x] = 0;
+#ifdef NO_R2_TOLD
+        told[x] = 1   /* says `serve: ack` before a majority acked */
+#else
+        told[x] = 0
+#endif
+      fi
+    fi
+#ifndef NO_R3E
+  fi
+#endif
+}
+
+/* one cycle of a follower: read the lease, fold it in, decide, maybe claim (A5) */
+inline look(x) {
+  if
+  :: Lk == VALID && Le >= known[x] ->
+     if
+     :: Lh != mh[x] || Le != me[x] || miss[x] -> lage[x] = 0
+     :: else -> skip
+     fi;
+     mh[x] = Lh; me[x] = Le; learn(x, Le);
+     miss[x] = 0; rmiss[x] = 0; vch[x] = 0; bspent[x] = 0; rdage[x] = 0;
+     ch = Lh; ce = Le;
+     if
+     :: Lrel && Lho == NONE -> cacked = !cleanover(x); claim(x)     /* released: at once */
+     :: Lrel && Lho == x -> cacked = !cleanover(x); chand = 1; claim(x)   /* handed to me */
+     :: Lrel && Lho != NONE && Lho != x && lage[x] >= TTL_LO ->
+        cacked = !cleanover(x); chand = 1; claim(x)                 /* handoff lapsed */
+     :: !Lrel && lage[x] >= TTL_LO -> cacked = 0; claim(x)          /* expired: lease mode */
+     :: !Lrel && silent(x, Lh, Le) -> cacked = 1; claim(x)          /* silent (rule 3) */
+     :: else -> skip
+     fi
+  :: Lk == OLD && Oe >= known[x] && (Oh != mh[x] || Oe != me[x]) ->
+     /* an old copy of a record it never saw: valid to it, judged at its next look */
+     lage[x] = 0; mh[x] = Oh; me[x] = Oe; learn(x, Oe); rdage[x] = 0; bspent[x] = 0; vch[x] = 0
+  :: Lk == OLD && Oe >= known[x] && Oh == mh[x] && Oe == me[x] ->
+     /* a copy of the lease it saw: a renewal it never read is a change (the timer restarts);
+        else the very record or an older one (a lower renew_seq): the lease in place (3d) */
+     if
+     :: onew[x] -> lage[x] = 0; bspent[x] = 0; vch[x] = 0; rmiss[x] = 0
+     :: else -> skip
+     fi;
+     rdage[x] = 0; ch = Oh; ce = Oe;
+     if
+     :: !Orel && lage[x] >= TTL_LO -> cacked = 0; claim(x)
+     :: !Orel && silent(x, Oh, Oe) -> cacked = 1; claim(x)
+     :: else -> skip
+     fi
+  :: (Lk == NOFILE || Lk == MISSING) && known[x] == 0 && me[x] == 0 ->
+     rdage[x] = 0; cacked = 0; claim(x)                          /* no lease ever seen: first */
+  :: noevidence(x) && (known[x] > 0 || me[x] > 0) && (!rmiss[x] || vch[x]) ->   /* no evidence (A8: V) */
+#ifndef NO_BLIND
+     if
+     :: rdage[x] > BG && !bspent[x] -> lage[x] = 0; bspent[x] = 1
+     :: else -> skip
+     fi;
+#endif
+#ifndef NO_VOUCH
+     if
+     :: vch[x] -> lage[x] = 0; vch[x] = 0
+     :: else -> skip
+     fi;
+#endif
+     rdage[x] = 0; ch = mh[x]; ce = me[x];
+     if
+     :: lage[x] >= TTL_LO -> cacked = 0; claim(x)                /* the TTL of the last valid lease */
+#ifdef NO_R3D
+     :: me[x] > 0 && silent(x, mh[x], me[x]) -> cacked = 1; claim(x)
+#endif
+     :: else -> skip
+     fi
+  :: else -> skip   /* a read A8's assumption V rules out: as if not taken */
+  fi
+}
+
+/* leader x's renewal read (A5): its own record -> the lockless rename may follow */
+inline renew_read(x) {
+  if
+  :: Lk == VALID && Lh == x && Le == lead[x] && !Lrel -> rr[x] = 1; miss[x] = 0
+  :: Lk == VALID && Le >= lead[x] && (Lh != x || Le > lead[x]) ->
+     learn(x, Le); lead[x] = 0; rr[x] = 0                       /* you lost: step down */
+  :: else ->                                                     /* no evidence: rewrite, locked */
+     if
+     :: top > lead[x] -> learn(x, top); lead[x] = 0              /* 3e: a fresher epoch */
+     :: else -> renewed(x)
+     fi
+  fi
+}
+
+inline renewed(x) {
+  write_valid(lead[x], x, 0, NONE); miss[x] = 0; ren[x] = 0; rr[x] = 0;
+  i = 0;
+  do
+  :: i < N -> if :: i != x && me[i] <= lead[x] -> rmiss[i] = 1 :: else -> skip fi; i++   /* A8 */
+  :: else -> break
+  od;
+  i = 0
+}
+
+/* the leader releases its epoch to `to` (or to no one): the worker fences first */
+inline release(x, to) {
+#ifdef NO_FENCE
+  if
+  :: to != NONE -> fenced[x] = 1
+  :: else -> skip
+  fi;
+#else
+  fenced[x] = 1;
+#endif
+  write_valid(lead[x], x, 1, to); miss[x] = 0;
+  rese[x] = lead[x];
+#ifdef NO_R6_LOK
+  resc[x] = fenced[x];
+#else
+  resc[x] = fenced[x] && (!rlok[x] || tk[x] >= LOK_LO);
+#endif
+  lead[x] = 0; rr[x] = 0
+}
+
+/* member x hears member s's beacon (A4) */
+inline hear(x, s) {
+  if
+  :: lead[s] > 0 ->
+     /* a leader beacon */
+     if
+     :: lead[s] < known[x] -> skip                                   /* below its floor */
+     :: an[x] == s && ae[x] == lead[s] ->
+        hz[x] = 0; am[x] = told[s]
+     :: an[x] != NONE && lead[s] < ae[x] -> skip
+#ifndef NO_R1_STICKY
+     :: an[x] != NONE && !ares[x] && hz[x] < S_LO -> skip           /* sticky: heard within S */
+#endif
+     :: else ->
+        an[x] = s; ae[x] = lead[s]; hz[x] = 0; am[x] = told[s]; ares[x] = 0
+     fi;
+     /* the holder's beacons name a renewal this member did not read (vouched) */
+     if
+     :: mh[x] == s && me[x] == lead[s] && rmiss[x] -> vch[x] = 1
+     :: else -> skip
+     fi
+  :: lead[s] == 0 && rese[s] > 0 ->
+     /* its resign (sent 3x, heard late or twice: the same) */
+     if
+     :: an[x] == s && ae[x] == rese[s] -> ares[x] = 1
+     :: else -> skip
+     fi;
+     if
+     :: swn[x] == s && swe[x] == rese[s] -> swn[x] = NONE; swe[x] = 0; swa[x] = 0
+     :: else -> skip
+     fi;
+     if
+     :: resc[s] && (rese[s] > cre[x] || (rese[s] == cre[x] && s != crn[x])) -> crn[x] = s; cre[x] = rese[s]
+     :: else -> skip
+     fi
+  :: else -> skip
+  fi;
+  /* its ack of my current epoch (its follower beacon, or a replayed older one) */
+  if
+  :: lead[x] > 0 && lead[s] == 0 && !ownopen(s) && an[s] == x && ae[s] == lead[x] && hz[s] < A(x, s) ->
+     A(x, s) = hz[s]
+  :: else -> skip
+  fi;
+  /* LEASE becomes ACKED at the first majority, never back; then its beacons say so (rule 2) */
+  if
+  :: lead[x] > 0 && rmode[x] == LEASE && ackok(x) -> rmode[x] = ACKED; told[x] = 1
+  :: else -> skip
+  fi
+}
+
+inline tick() {
+  i = 0;
+  do
+  :: i < N ->
+     sat(tk[i], LOK_LO); sat(ren[i], RD_HI + 1); sat(A(i, o1(i)), ACAP); sat(A(i, o2(i)), ACAP);
+     sat(swa[i], S_LO); sat(hz[i], S_LO);
+     sat(lage[i], TTL_LO); sat(rdage[i], BG + 1);
+     rr[i] = 0;
+     i++
+  :: else -> break
+  od;
+  i = 0;
+  normalize(0); normalize(1); normalize(2)
+}
+
+/* A7: a crash (power, kill -9): the relay dies with it; it starts later, its book lost */
+inline crash(x) {
+  up[x] = 0; lead[x] = 0; re[x] = 0; rmode[x] = LEASE; told[x] = 0; fenced[x] = 0; rlok[x] = 0;
+  tk[x] = 0; ren[x] = 0; A(x, o1(x)) = ACAP; A(x, o2(x)) = ACAP; swn[x] = NONE; swe[x] = 0; swa[x] = 0;
+  rese[x] = 0; resc[x] = 0; rr[x] = 0;
+  an[x] = NONE; ae[x] = 0; hz[x] = 0; am[x] = 0; ares[x] = 0;
+  crn[x] = NONE; cre[x] = 0;
+  lage[x] = 0; rdage[x] = 0; vch[x] = 0; bspent[x] = 0; rmiss[x] = 0
+}
+
+/* every step member x may take: each one indivisible step (d_step: no state in between) */
+#define LEADS(x) (up[x] && !MUTE(x) && lead[x] > 0 && ren[x] <= RD_HI)
+#define OWNLEASE(x) (Lk == VALID && Lh == x && Le == lead[x] && !Lrel)
+#ifdef SUP_RELEASE
+#define SUPERVISOR(x) \
+  :: d_step { LEADS(x) && OWNLEASE(x) && !sup[x] -> printf("@ %d: its supervisor releases\n", x); write_valid(lead[x], x, 1, NONE); miss[x] = 0; sup[x] = 1; check() } \
+  :: d_step { sup[x] -> printf("@ %d: its supervisor kills its relay and exits\n", x); sup[x] = 0; crash(x); check() }
+bit sup[N];   /* its supervisor released: it says and hears nothing more; its relay serves until killed */
+#define MUTE(x) sup[x]
+#else
+#define MUTE(x) false
+#define SUPERVISOR(x)
+#endif
+#define STEPS(x) \
+  ::  d_step { up[x] && !MUTE(x) && lead[x] == 0 -> printf("@ %d looks\n", x); look(x); check() } \
+  :: d_step { LEADS(x) && !rr[x] -> printf("@ %d renewal read\n", x); renew_read(x); check() } \
+  :: d_step { LEADS(x) && rr[x] -> printf("@ %d renews\n", x); renewed(x); check() } \
+  :: d_step { up[x] && !MUTE(x) && lead[x] > 0 && ren[x] > RD_HI -> printf("@ %d past its renew deadline\n", x); lead[x] = 0; rr[x] = 0; check() } \
+  :: d_step { LEADS(x) && OWNLEASE(x) -> printf("@ %d hands off to %d\n", x, o1(x)); release(x, o1(x)); check() } \
+  :: d_step { LEADS(x) && OWNLEASE(x) -> printf("@ %d hands off to %d\n", x, o2(x)); release(x, o2(x)); check() } \
+  :: d_step { LEADS(x) && OWNLEASE(x) -> printf("@ %d releases\n", x); release(x, NONE); check() } \
+  SUPERVISOR(x) \
+  :: d_step { LEADS(x) && OWNLEASE(x) && rmode[x] == ACKED && !ackok(x) && lokok(x) -> \
+              printf("@ %d requalifies\n", x); cacked = 0; ch = x; ce = Le; claim(x); check() } \
+  :: d_step { up[x] && !MUTE(x) && faults < MAXF -> printf("@ %d crashes\n", x); faults++; crash(x); check() } \
+  :: d_step { !up[x] -> printf("@ %d starts\n", x); up[x] = 1; check() }
+/* the renew deadline step above; the worker's release to either other member or to no one;
+   with -DSUP_RELEASE, the supervisor's release on SIGTERM (written before its relay's gate
+   is shut, which then closes by its deadlines or the crash that follows; its resign has a
+   fresh boot, which no member takes for its leader's: no resign at all here; SPIN finds two
+   relays with it, README "The model, checked by SPIN"); requalify (rule 4); a crash (A7,
+   A10); a start */
+
+#define LISTEN(x, s) :: d_step { up[x] && up[s] && !MUTE(x) && !MUTE(s) -> printf("@ %d hears %d\n", x, s); hear(x, s); check() }
+
+init {
+  atomic {
+    Lk = NOFILE; Lh = NONE; Lho = NONE; Oh = NONE;
+    i = 0;
+    do
+    :: i <= MAXE -> owner[i] = NONE; i++
+    :: else -> break
+    od;
+    i = 0;
+    do
+    :: i < N ->
+       up[i] = 1; swn[i] = NONE; an[i] = NONE; crn[i] = NONE; mh[i] = NONE;
+       A(i, o1(i)) = ACAP; A(i, o2(i)) = ACAP;
+       i++
+    :: else -> break
+    od;
+    i = 0
+  }
+  do
+  :: d_step { printf("@ tick\n"); tick() }
+  STEPS(0)
+  STEPS(1)
+  STEPS(2)
+  LISTEN(0, 1)
+  LISTEN(0, 2)
+  LISTEN(1, 0)
+  LISTEN(1, 2)
+  LISTEN(2, 0)
+  LISTEN(2, 1)
+  /* the writer without the key (A8) */
+  :: d_step { faults < MAXF && Lk == VALID -> printf("@ junk over the lease\n"); faults++; SAVEOLD; Lk = JUNK }
+  :: d_step { faults < MAXF && Lk == VALID -> printf("@ the lease deleted\n"); faults++; SAVEOLD; Lk = MISSING }
+  :: d_step { faults < MAXF && Lk != NOFILE && Lk != VALID && Lk != OLD && Oe > 0 -> printf("@ an old copy put back\n"); faults++; Lk = OLD }
+  od
+}
