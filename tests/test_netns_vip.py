@@ -156,6 +156,15 @@ def bound_in_namespace(site: Any, agent: Any, address: str, port: int = RELAY_PO
     return any(line.split()[3] == f"{address}:{port}" for line in out.splitlines() if len(line.split()) > 3)
 
 
+def door_leads_to(agent: Any, node: str) -> bool:
+    """Whether the agent's station door (door.json) listens and leads to `node`'s relay."""
+    try:
+        door = json.loads((agent.data_dir / "door.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return bool(door.get("listening")) and (door.get("target") or {}).get("node") == node
+
+
 def vip_on(site: Any, agent: Any) -> bool:
     out = site.host(agent).run("ip", "-j", "addr", "show", "dev", "eth0").stdout
     return any(i.get("local") == VIP for link in json.loads(out) for i in link.get("addr_info", []))
@@ -169,7 +178,12 @@ def test_a_client_that_knows_only_the_vip_loses_no_confirmed_message_when_the_le
     leader = site.by_name(lease.node)
     wait_until(lambda: listens_on(leader, VIP) == "listening", 20, "the leader's relay on the VIP")
     assert vip_on(site, leader) and not any(vip_on(site, a) for a in site.agents if a is not leader)
-    assert listens_on(leader, "127.0.0.1") == "listening"  # the leader's own agent dials 127.0.0.1:9530
+    # The leader's own agent dials 127.0.0.1:9530: the station door holds it (on every member; the relay
+    # leaves loopback to it) and leads to this relay.
+    assert listens_on(leader, "127.0.0.1") is None
+    wait_until(
+        lambda: door_leads_to(leader, leader.name), 20, "the leader's station door leading to its relay"
+    )
     assert site.host(leader).call_in(_connects, "127.0.0.1", RELAY_PORT)
 
     stream = VipStream(site.observer).start()
@@ -219,7 +233,9 @@ def test_the_relay_stops_listening_on_the_vip_when_the_address_moves_away(netns_
     doctor = relayctl_in(site, first, "doctor")
     [line] = [c for c in doctor if c["check"] == "relay listens on"]
     assert line["ok"] and f"{VIP}:{RELAY_PORT} (vip)" in line["detail"], line
-    assert f"{first.ip}:{RELAY_PORT} (node)" in line["detail"] and "127.0.0.1" in line["detail"]
+    assert f"{first.ip}:{RELAY_PORT} (node)" in line["detail"] and "127.0.0.1" not in line["detail"]
+    [door] = [c for c in doctor if c["check"] == "station door"]  # loopback is the door's
+    assert door["ok"] and "127.0.0.1:9530" in door["detail"] and f"to {first.name} (" in door["detail"], door
 
     relayctl_in(site, first, "promote", second.name, "--epoch", str(lease.epoch))
     wait_until(lambda: listens_on(second, VIP) == "listening", 30, "the promoted member's relay on the VIP")

@@ -186,6 +186,7 @@ _VERDICTS = {
 }
 _HOLDS = re.compile(r"^(follower|leader): (.+) holds epoch (\d+), renewed ([\d.]+) s ago$")
 _RENEWING = re.compile(r"^leader: renewing epoch (\d+) \(last renewal ([\d.]+) s ago\)$")
+_RENEWED = re.compile(r"^leader: renewed epoch (\d+) \(seq (\d+)\)$")  # runtime.elector_acts: a renewal
 _FIRST = {"no lease file and no leader ever seen": gettext_lazy("no lease file and no leader ever seen"),
           "no leader seen": gettext_lazy("no leader seen")}  # fmt: skip
 # core.lease.LeaseRecord.describe(): a valid lease's detail
@@ -210,6 +211,8 @@ def decision(text: str) -> str:
             "epoch": m[1],
             "age": m[2],
         }
+    elif m := _RENEWED.match(why):
+        why = _("leader: renewed epoch %(epoch)s (renewal #%(seq)s)") % {"epoch": m[1], "seq": m[2]}
     elif why in _FIRST:
         why = str(_FIRST[why])
     else:
