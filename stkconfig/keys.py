@@ -132,7 +132,7 @@ KEYS: tuple[Key, ...] = (
         '000 §3.6): `auto` = unless `NODE_IP` is itself a loopback address (a test machine whose agents '
         'each have their own `127.0.0.x` and share loopback), `on`, `off` (see "Where the relay listens")'),
     Key("RELAY_FORWARD", "str", "loopback", check="E091",
-        doc="the station door (issue 36): every member, leader or not, takes a station's connection and "
+        doc="the station door: every member, leader or not, takes a station's connection and "
         "forwards its bytes untouched to the relay of whoever leads now, so a station that dials "
         "`127.0.0.1:RELAY_PORT` on its own PC reaches the elected relay: `loopback` = on `127.0.0.1` "
         "(where `RELAY_LOOPBACK` puts a loopback listener; the relay then leaves loopback to the door), "
