@@ -90,7 +90,7 @@ bench-compaction: bootstrap
 # Memory and idle CPU of every process of an agent of a 3-member site.
 bench-footprint: bootstrap
 	@$(PY) bench/footprint.py $(BENCH_ARGS)
-# The cloud relay (DESIGN.md §14): latency through it vs direct, remote recovery after kill -9 and drain.
+# The cloud relay (docs/design.md §14): latency through it vs direct, remote recovery after kill -9 and drain.
 bench-cloud: bootstrap
 	@$(PY) bench/cloud.py $(BENCH_ARGS)
 # issue 26: one cloud node under 200 simulated sites' tunnels and 2,000 remote clients (not in `make bench`).

@@ -1,4 +1,4 @@
-"""The key table: every key of `[stk]`, in the README's order (DESIGN.md §11).
+"""The key table: every key of `[stk]`, in the README's order (docs/design.md §11).
 
 Each row: name, kind, raw default, the check ids that report it, the range of a
 number (E010/E011), the README's default column when it is derived, the value
@@ -243,9 +243,9 @@ KEYS: tuple[Key, ...] = (
         doc='the IANA zone every time of the panel is shown in, e.g. `Asia/Taipei` (named after each time; '
         'UTC on hover; the API stays UTC)'),
     Key("CLOUD_URL", "list", "", check="E028/E076",
-        doc="the cloud relay's tunnel port, `tcp://host:TUNNEL_PORT` (DESIGN.md §14; `ws://`/`wss://` are "
-        "refused for now), or several nodes' comma-separated (tried in turn: see \"Several cloud nodes\"); "
-        'empty: no tunnel'),
+        doc="the cloud relay's tunnel port, `tcp://host:TUNNEL_PORT` (docs/design.md §14; `ws://`/`wss://` "
+        "are refused for now), or several nodes' comma-separated (tried in turn: see "
+        '"Several cloud nodes"); empty: no tunnel'),
     Key("CLOUD_TOKEN", "str", "", check="E029/E055",
         doc="this site's secret with the cloud relay (its `[site:<KMSN>]` `CLOUD_TOKEN`): as strong as a site"
         ' key (at least 16 characters, 6 distinct, no short run repeated, no placeholder), not '

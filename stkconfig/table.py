@@ -11,7 +11,7 @@ ids that report a bad value, and its one-line meaning. From the table come:
   `packaging/stk.ini.example` (`scripts/config_docs.py` writes both;
   `tests/test_config_table.py` fails when either is out of date).
 
-A key's *meaning* is a contract (DESIGN.md §11): change `doc` only to say the
+A key's *meaning* is a contract (docs/design.md §11): change `doc` only to say the
 same thing better.
 """
 

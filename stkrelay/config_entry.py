@@ -1,4 +1,4 @@
-"""Entry members (issue 26 part 1, DESIGN.md §14.1): the member with the router's port-forward.
+"""Entry members (issue 26 part 1, docs/design.md §14.1): the member with the router's port-forward.
 
 Keys (README, "Entry members"):
 

@@ -186,7 +186,7 @@ STATIC_URL = "static/"
 STATICFILES_DIRS = [ASSETS_DIR / "static"]
 STATIC_ROOT = DATA_DIR / "static"
 
-# Channels: the local Redis carries low-rate events only (DESIGN.md §12).
+# Channels: the local Redis carries low-rate events only (docs/design.md §12).
 # socket_timeout None: redis-py 8 defaults to 5 s, which kills idle consumers.
 CHANNEL_LAYERS = {
     "default": {

@@ -1,13 +1,17 @@
-"""The README is a short front door and every link of the docs resolves.
+"""The README is a short front door, and every link and § reference of the docs resolves.
 
 README.md maps `docs/` (one page per topic); a newcomer follows its links, so each relative
 link of README.md, CHANGELOG.md and docs/*.md must name a file of the repository, and an
 `#anchor` a heading of that page (as GitHub makes anchors). Links in code blocks and inline
-code are text, not links, and are left alone."""
+code are text, not links, and are left alone. The code and the docs cite the design by
+section, `docs/design.md §5.1`: every such number must be a numbered heading of
+docs/design.md (a § after `000` is the seed's, after `RFC n` the RFC's, after `windows.md`
+that page's own numbered sections)."""
 
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -17,6 +21,14 @@ README_MAX_LINES = 200
 FENCE = re.compile(r"(?ms)^```.*?^```[^\n]*$")
 CODE = re.compile(r"``.*?``|`[^`\n]*`")
 LINK = re.compile(r"\]\(([^)\s]+)\)")
+SECTION = re.compile(r"§(\d+(?:\.\d+)?)")
+CHAIN = r"(?:\s*§\d+(?:\.\d+)?,)*\s*$"  # "000 §2, §5": every § of the list is the seed's
+ELSEWHERE = {
+    "seed": re.compile(r"\b000" + CHAIN),
+    "rfc": re.compile(r"\bRFC \d+" + CHAIN),
+    "windows": re.compile(r"windows\.md`?" + CHAIN),
+}
+OLD_NAME = "DESIGN" + ".md"  # the design outside the repository, which nothing may cite any more
 
 
 def pages() -> list[Path]:
@@ -80,3 +92,52 @@ def test_a_broken_link_or_anchor_is_noticed(tmp_path):
     assert broken(page, tmp_path) == []
     page.write_text("# B\n\n[x](a.md#the-gate) [y](c.md) [z](a.md#same-2)\n")
     assert len(broken(page, tmp_path)) == 3
+
+
+def numbered(page: Path) -> set[str]:
+    """The section numbers of `page`'s headings (`## 5. Lease store`, `### 5.1 File backend`)."""
+    return set(re.findall(r"(?m)^#{2,3} (\d+(?:\.\d+)?)\.?\s", page.read_text()))
+
+
+def tracked_text() -> dict[str, str]:
+    names = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    texts = {}
+    for name in names.split():
+        try:
+            texts[name] = (ROOT / name).read_text(encoding="utf-8")
+        except (UnicodeDecodeError, FileNotFoundError, IsADirectoryError):
+            continue
+    return texts
+
+
+def unresolved(texts: dict[str, str], design: set[str], windows: set[str]) -> list[str]:
+    """Every `§N` of `texts` that names no section of the design (or of the page it cites)."""
+    bad = []
+    for name, text in texts.items():
+        for found in SECTION.finditer(text):
+            before = text[max(0, found.start() - 60) : found.start()]
+            number = found.group(1)
+            if ELSEWHERE["seed"].search(before) or ELSEWHERE["rfc"].search(before):
+                continue
+            sections = windows if ELSEWHERE["windows"].search(before) else design
+            if number not in sections:
+                line = text.count("\n", 0, found.start()) + 1
+                bad.append(f"{name}:{line}: §{number}")
+    return bad
+
+
+def test_every_section_reference_in_the_code_and_the_docs_names_a_section_that_exists():
+    texts = tracked_text()
+    design, windows = numbered(DOCS / "design.md"), numbered(DOCS / "windows.md")
+    assert {"5.1", "5.4", "13", "15"} <= design
+    assert unresolved(texts, design, windows) == []
+    assert sorted(n for n, text in texts.items() if OLD_NAME in text and n != "CHANGELOG.md") == []
+
+
+def test_a_section_the_design_does_not_have_is_noticed():
+    s = "\N{SECTION SIGN}"  # spelled so, this file's own examples are no references
+    texts = {
+        "a.py": f"# (docs/design.md {s}5.1, {s}13); seed 000 {s}2, {s}7; RFC 6455 {s}4.1; windows.md {s}4",
+        "b.md": f"see [design {s}99](design.md) and docs/windows.md {s}9",
+    }
+    assert unresolved(texts, {"5.1", "13"}, {"4"}) == [f"b.md:1: {s}99", f"b.md:1: {s}9"]

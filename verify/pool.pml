@@ -1,6 +1,6 @@
 /*
- * The pool, checked by SPIN: the election (DESIGN §5.1) and the serving right (DESIGN §15,
- * README "The serving right (DESIGN §15), as built", rules 1-6), written from the rules,
+ * The pool, checked by SPIN: the election (docs/design.md §5.1) and the serving right (docs/design.md §15,
+ * README "The serving right (docs/design.md §15), as built", rules 1-6), written from the rules,
  * not from the code. Three members, epochs up to MAXE, every interleaving of their steps,
  * of the network, of a writer without the key, of freezes, crashes and restarts.
  *

@@ -1,5 +1,5 @@
-"""The serving right (DESIGN.md §15; the rule and its safety argument are in
-the README, "The serving right (DESIGN §15), as built"). Pure: every time is
+"""The serving right (docs/design.md §15; the rule and its safety argument are in
+the README, "The serving right (docs/design.md §15), as built"). Pure: every time is
 the caller's own monotonic clock, passed in.
 
 The lease decides who holds an epoch; the serving right decides whether its

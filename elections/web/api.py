@@ -154,7 +154,7 @@ def relay(s: SiteState) -> dict[str, Any] | None:
 
 
 def _proxy(p: Any) -> dict[str, Any] | None:
-    """RELAY_KIND = exec: the external relay and the fencing proxy's counters (DESIGN.md §16)."""
+    """RELAY_KIND = exec: the external relay and the fencing proxy's counters (docs/design.md §16)."""
     if p is None:
         return None
     return {

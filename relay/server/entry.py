@@ -1,4 +1,4 @@
-"""An entry member's public side (issue 26 part 1, DESIGN.md §14.1): the router's port-forward
+"""An entry member's public side (issue 26 part 1, docs/design.md §14.1): the router's port-forward
 reaches this member, and it forwards remote clients to whoever leads now.
 
 `python -m stkrelay.child relay.server.entry` runs on a member with ``ENTRY = 1`` (the supervisor starts it
