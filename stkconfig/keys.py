@@ -1,10 +1,10 @@
-"""The key table: every key of `[stk]`, in the README's order (docs/design.md §11).
+"""The key table: every key of `[stk]`, in the order of docs/configuration.md (docs/design.md §11).
 
 Each row: name, kind, raw default, the check ids that report it, the range of a
-number (E010/E011), the README's default column when it is derived, the value
-`stk.ini.example` gives, and its meaning. Keys that share one README row name
+number (E010/E011), the docs table's default column when it is derived, the value
+`stk.ini.example` gives, and its meaning. Keys that share one row of the docs table name
 the row's first key in `row`. Adding a key: one row here, then
-`python scripts/config_docs.py` (README table and example ini), then its field on
+`python scripts/config_docs.py` (the docs table and the example ini), then its field on
 `stkconfig.model.Config` and where `stkrelay.config.load` parses it.
 """
 

@@ -112,7 +112,7 @@ SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
 CSRF_COOKIE_SAMESITE = "Lax"
 
-# Admin panel and API authentication (README_PANEL.md).
+# Admin panel and API authentication (docs/panel.md).
 LOGIN_URL = "/login/"
 LOGIN_REDIRECT_URL = "/"
 AUTH_PASSWORD_VALIDATORS = [

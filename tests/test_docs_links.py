@@ -6,7 +6,8 @@ link of README.md, CHANGELOG.md and docs/*.md must name a file of the repository
 code are text, not links, and are left alone. The code and the docs cite the design by
 section, `docs/design.md §5.1`: every such number must be a numbered heading of
 docs/design.md (a § after `000` is the seed's, after `RFC n` the RFC's, after `windows.md`
-that page's own numbered sections)."""
+that page's own numbered sections). A comment that cites a page's words, `docs/relay.md
+"Legacy stations"`, finds them on that page."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ ELSEWHERE = {
     "rfc": re.compile(r"\bRFC \d+" + CHAIN),
     "windows": re.compile(r"windows\.md`?" + CHAIN),
 }
+CITED = re.compile(r"(README(?:\.md)?|docs/[a-z-]+\.md)(?:'s)?,?:? \(?\"([^\"\n]{4,})\"")  # README "The gate"
 OLD_NAME = "DESIGN" + ".md"  # the design outside the repository, which nothing may cite any more
 
 
@@ -141,3 +143,35 @@ def test_a_section_the_design_does_not_have_is_noticed():
         "b.md": f"see [design {s}99](design.md) and docs/windows.md {s}9",
     }
     assert unresolved(texts, {"5.1", "13"}, {"4"}) == [f"b.md:1: {s}99", f"b.md:1: {s}9"]
+
+
+def flat(text: str) -> str:
+    return re.sub(r"\s+", " ", text.replace("`", "").replace("*", "")).lower()
+
+
+def uncited(texts: dict[str, str], root: Path = ROOT) -> list[str]:
+    """Every `README "…"` or `docs/x.md "…"` of `texts` whose words are not on that page."""
+    bad = []
+    for name, text in texts.items():
+        for page, words in CITED.findall(text):
+            target = root / ("README.md" if page.startswith("README") else page)
+            if not target.exists() or flat(words) not in flat(target.read_text()):
+                bad.append(f'{name}: {page} "{words}"')
+    return bad
+
+
+def test_every_page_a_comment_cites_by_its_words_has_those_words():
+    assert uncited(tracked_text()) == []
+
+
+def test_words_cited_from_a_page_that_lacks_them_are_noticed(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "relay.md").write_text("# The relay\n\n## Legacy stations (`RELAY_LEGACY`)\n")
+    (tmp_path / "README.md").write_text("# x\n\n## Install on a site\n")
+    q = chr(34)  # spelled so, this file's own examples are no citations
+    texts = {
+        "a.py": f"# docs/relay.md {q}Legacy stations{q}; README {q}Install on a site{q}",
+        "b.py": f"# docs/relay.md, {q}Nowhere said{q}; docs/cloud.md {q}Entry members{q}",
+    }
+    wanted = [f"b.py: docs/relay.md {q}Nowhere said{q}", f"b.py: docs/cloud.md {q}Entry members{q}"]
+    assert uncited(texts, tmp_path) == wanted

@@ -1,4 +1,4 @@
-"""GET /metrics as Prometheus scrapes it: the README's families with their
+"""GET /metrics as Prometheus scrapes it: docs/panel.md's families with their
 labels, the failover-gap histogram built from the history, and
 prometheus_client's process and platform metrics. (Its access rules are in
 test_panel.py.)"""

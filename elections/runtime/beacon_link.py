@@ -41,7 +41,7 @@ VOUCH_INTERVALS = 3.0  # a leader beacon vouches for the lease this many interva
 # A leader is quiet while every member beaconed within this many intervals (1.2 s at 0.2 s). With 3
 # (0.6 s) a 10-member pool on a loaded machine missed one of nine members often enough that its
 # leader polled a quarter of the time (2 share operations per LEASE_WATCH). It bounds only how soon
-# the leader reads the share, never whether it serves (its gate: README, "Share operations").
+# the leader reads the share, never whether it serves (its gate: docs/election.md, "Less share traffic").
 LEADER_QUIET_INTERVALS = 6.0
 
 

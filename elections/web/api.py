@@ -1,4 +1,4 @@
-"""JSON API under /api/v1/ (README_PANEL.md has curl examples).
+"""JSON API under /api/v1/ (docs/panel.md has curl examples).
 
 Authentication: a browser session (with the CSRF header on POST) or
 `Authorization: Bearer stk_...` (`manage.py stkuser token NAME`). Commands

@@ -359,7 +359,7 @@ def document() -> dict[str, Any]:
         "info": {
             "title": "stkrelay agent API",
             "version": "1",
-            "description": "The panel's data as JSON (README: Admin panel and JSON API).",
+            "description": "The panel's data as JSON (docs/panel.md: The admin panel and the JSON API).",
         },
         "components": {
             "securitySchemes": {
