@@ -1,5 +1,6 @@
 """The layout section of docs/architecture.md, written from the code: each module's one job is the first line
-of its docstring, each package's the first line of its ``__init__``'s.
+of its docstring, each package's the first line of its ``__init__``'s; and the import contracts, written
+from pyproject.toml's ``[tool.importlinter]``.
 
     python scripts/layout.py          rewrite the block between the page's layout markers
     python scripts/layout.py --check  exit 1 (and say which) if the page is out of date
@@ -10,11 +11,13 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "architecture.md"
 BEGIN, END = "<!-- layout: written by scripts/layout.py -->", "<!-- /layout -->"
+CONTRACTS_BEGIN, CONTRACTS_END = "<!-- contracts: written by scripts/layout.py -->", "<!-- /contracts -->"
 TOP = ("elections", "relay", "stkconfig", "stkrelay")
 WIDTH = 30  # the column where a module's job starts
 JOB = 80  # at most this many characters of it (cut at a word, with an ellipsis)
@@ -73,17 +76,46 @@ def missing() -> list[str]:
     return [str(p.relative_to(ROOT)) for p in modules() if p.name != "__init__.py" and not first_line(p)]
 
 
+def contracts() -> str:
+    """The import-linter contracts of pyproject.toml as a table: what each keeps apart."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+
+    def names(modules: list[str]) -> str:
+        return ", ".join(f"`{m}`" for m in modules)
+
+    rows = ["| contract | kind | what it checks |", "|---|---|---|"]
+    for contract in config["contracts"]:
+        kind = contract["type"]
+        if kind == "layers":
+            layers = " > ".join(f"`{layer}`" for layer in contract["layers"])
+            what = layers + ": each imports only those after it"
+        elif kind == "independence":
+            what = names(contract["modules"]) + ": none imports another"
+        else:
+            what = names(contract["source_modules"]) + " never import " + names(contract["forbidden_modules"])
+        if contract.get("ignore_imports"):
+            what += " (allowed: " + names(contract["ignore_imports"]) + ")"
+        rows.append(f"| {contract['name']} | {kind} | {what.replace('|', chr(92) + '|')} |")
+    return "\n".join(rows)
+
+
+def between(text: str, begin: str, end: str, body: str) -> str:
+    head, _, rest = text.partition(begin)
+    _, _, tail = rest.partition(end)
+    return f"{head}{begin}\n{body}\n{end}{tail}"
+
+
 def rendered(text: str) -> str:
-    head, _, rest = text.partition(BEGIN)
-    _, _, tail = rest.partition(END)
-    return f"{head}{BEGIN}\n```\n{block()}\n```\n{END}{tail}"
+    text = between(text, BEGIN, END, f"```\n{block()}\n```")
+    return between(text, CONTRACTS_BEGIN, CONTRACTS_END, contracts())
 
 
 def main(argv: list[str]) -> int:
     text = PAGE.read_text()
-    if BEGIN not in text or END not in text:
-        print(f"docs/architecture.md has no layout markers ({BEGIN} ... {END})", file=sys.stderr)
-        return 1
+    for begin, end in ((BEGIN, END), (CONTRACTS_BEGIN, CONTRACTS_END)):
+        if begin not in text or end not in text:
+            print(f"docs/architecture.md has no markers {begin} ... {end}", file=sys.stderr)
+            return 1
     new = rendered(text)
     if "--check" in argv:
         if new != text:

@@ -31,3 +31,15 @@ def test_a_module_added_without_a_line_in_the_layout_is_noticed(tmp_path, monkey
     page.write_text(text.replace("    decide.py", "    decided.py", 1))  # a hand edit, or a file renamed
     assert layout.main(["--check"]) == 1
     assert layout.main([]) == 0 and page.read_text() == text
+
+
+def test_the_import_contracts_table_is_written_from_pyproject(tmp_path, monkeypatch):
+    page = tmp_path / "architecture.md"
+    page.write_text((ROOT / "docs" / "architecture.md").read_text())
+    monkeypatch.setattr(layout, "PAGE", page)
+    text = page.read_text()
+    assert "| the pure core and the wire protocol do no I/O and read no clock | forbidden |" in text
+    edited = text.replace("| the server never imports the client", "| the server imports what it likes", 1)
+    page.write_text(edited)
+    assert layout.main(["--check"]) == 1
+    assert layout.main([]) == 0 and page.read_text() == text
