@@ -216,7 +216,7 @@ def submit(
 ) -> CommandResult:  # fmt: skip
     """Check a command against this agent's view of pool `kmsn` (default: its
     own) and write it to that pool: in a watched pool, as this agent's own event
-    line on that pool's share, signed with that pool's key (DESIGN.md §11)."""
+    line on that pool's share, signed with that pool's key (docs/design.md §11)."""
     correlation = correlation or secrets.token_hex(8)
     stk = settings.STK
     local = LocalState(stk.data_dir)

@@ -1,8 +1,8 @@
-"""The README's layout section, written from the code: each module's one job is the first line
+"""The layout section of docs/architecture.md, written from the code: each module's one job is the first line
 of its docstring, each package's the first line of its ``__init__``'s.
 
-    python scripts/layout.py          rewrite the block between the README's layout markers
-    python scripts/layout.py --check  exit 1 (and say which) if the README is out of date
+    python scripts/layout.py          rewrite the block between the page's layout markers
+    python scripts/layout.py --check  exit 1 (and say which) if the page is out of date
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-README = ROOT / "README.md"
+PAGE = ROOT / "docs" / "architecture.md"
 BEGIN, END = "<!-- layout: written by scripts/layout.py -->", "<!-- /layout -->"
 TOP = ("elections", "relay", "stkconfig", "stkrelay")
 WIDTH = 30  # the column where a module's job starts
@@ -42,9 +42,9 @@ OTHER = (  # the folders without Python modules of their own, and the ones outsi
     ("locale/", "the panel's catalogues: zh_Hant and English (scripts/messages.sh)"),
     ("packaging/", "the systemd units, redis.conf, stk.ini.example, Grafana dashboard, alert rules"),
     ("docker/", "the agent's container image and the compose demo site (scripts/image.sh)"),
-    ("docs/", "longer notes: the cloud relay, Windows, protocol vectors, screenshots"),
+    ("docs/", "one page per topic (README.md maps them), protocol vectors, screenshots"),
     ("scripts/", "bootstrap, demo, image, catalogues, this layout and the config docs"),
-    ("bench/", "`make bench`: every figure the README quotes"),
+    ("bench/", "`make bench`: every figure docs/benchmarks.md quotes"),
     ("verify/", "`make verify`: the pool's model in Promela (pool.pml), checked by SPIN (check.sh)"),
     ("tests/", "`make test` (and long, chaos, fuzz, image): real agents, shares, etcd, browsers"),
 )
@@ -80,17 +80,18 @@ def rendered(text: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    text = README.read_text()
+    text = PAGE.read_text()
     if BEGIN not in text or END not in text:
-        print(f"README.md has no layout markers ({BEGIN} ... {END})", file=sys.stderr)
+        print(f"docs/architecture.md has no layout markers ({BEGIN} ... {END})", file=sys.stderr)
         return 1
     new = rendered(text)
     if "--check" in argv:
         if new != text:
-            print("README.md's layout is out of date: run python scripts/layout.py", file=sys.stderr)
+            print("docs/architecture.md's layout is out of date: run python scripts/layout.py",
+                  file=sys.stderr)  # fmt: skip
             return 1
         return 0
-    README.write_text(new)
+    PAGE.write_text(new)
     return 0
 
 

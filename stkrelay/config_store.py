@@ -1,4 +1,4 @@
-"""Where the pool's records live: `LEASE_STORE` and the etcd keys (DESIGN.md §5.2).
+"""Where the pool's records live: `LEASE_STORE` and the etcd keys (docs/design.md §5.2).
 
 - `LEASE_STORE`: `file` (default, the share in `LEASE_DIR`) or `etcd`;
   anything else is `stkrelay.E033`.

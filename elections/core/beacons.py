@@ -1,4 +1,4 @@
-"""The beacon datagram (DESIGN.md §13): its codec and its checks. Pure.
+"""The beacon datagram (docs/design.md §13): its codec and its checks. Pure.
 
 A beacon is one UTF-8 JSON object of at most 1,200 bytes, signed like every
 pool record (HMAC-SHA256 with `POOL_KEY` over the canonical JSON without
@@ -23,7 +23,7 @@ record of the sender with that digest need not read the file again to know
 it, and a new `mseq` tells it the sender's heartbeat was written: its
 freshness, without a read. A beacon without them says nothing of the record.
 
-For the serving right (DESIGN.md §15, `core.serving`), optional fields a
+For the serving right (docs/design.md §15, `core.serving`), optional fields a
 receiver that predates them ignores (they are signed all the same):
 `serve` ("lease" | "ack": what a leader serves by), and the leader the
 sender adheres to: `ack_node`, `ack_epoch`, `ack_boot`, `ack_seq` (the newest
@@ -83,7 +83,7 @@ _FIELDS: dict[str, type] = {
     "boot": str,
     "seq": int,
 }
-# The serving right's fields (DESIGN.md §15): optional, all checked when present.
+# The serving right's fields (docs/design.md §15): optional, all checked when present.
 _OPTIONAL: dict[str, tuple[type, object]] = {
     "store": (str, ""),  # issue 19: the sender's lease store (core.share_split)
     "mseq": (int, 0),  # issue 22: the sender's member record as last written

@@ -11,7 +11,7 @@ Pure: no I/O, no clock. The steering service (`elections.steering`) checks a
 command against this agent's pool view with `check()` and writes it as an
 event; every agent folds every command event it reads with `PoolCommands`.
 
-Order without wall clocks (DESIGN.md §5.4–§6). Command events come from the
+Order without wall clocks (docs/design.md §5.4–§6). Command events come from the
 event files of different members, whose `at` fields are other machines' wall
 clocks: they are never compared. Each command carries `clock`, a Lamport
 clock: one more than the highest `clock` of any command its issuing agent had

@@ -1,4 +1,4 @@
-"""The one guarded reader of bytes from outside (DESIGN.md §5.4): share files,
+"""The one guarded reader of bytes from outside (docs/design.md §5.4): share files,
 event lines, datagrams, frames, API bodies.
 
 `load_object(raw, limits)` returns a JSON object or raises `Untrusted` with a

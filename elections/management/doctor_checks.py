@@ -64,7 +64,7 @@ def clock_checks(check: Any, me: str, pool: Any) -> None:
 
 
 def relay_kind_check(check: Any, stk: Config) -> None:
-    """Which relay this agent runs when it leads (RELAY_KIND, DESIGN.md §16) and, while it
+    """Which relay this agent runs when it leads (RELAY_KIND, docs/design.md §16) and, while it
     leads with an external relay, whether that relay accepts behind the fencing proxy."""
     from elections.ports.localstate import LocalState
     from elections.web.panel.proxy_state import ProxyState
@@ -112,7 +112,7 @@ def ownership_checks(checks: list[dict[str, Any]], stk: Config, read: Any, membe
 
 
 def early_takeover_check(check: Any, kmsn: str) -> None:
-    """Elections on liveness evidence (DESIGN.md §13) that repeat: agents that keep dying, or
+    """Elections on liveness evidence (docs/design.md §13) that repeat: agents that keep dying, or
     someone on the path who drops beacons and resets connections to force takeovers."""
     from django.db import DatabaseError
     from django.utils import timezone
@@ -172,7 +172,7 @@ def legacy_check(check: Any, stk: Config) -> None:
 
 
 def beacon_checks(check: Any, me: str, pool: Any, members: dict[str, dict[str, Any]]) -> None:
-    """Beacons from every member, and paths that work one way only (DESIGN.md §13): this
+    """Beacons from every member, and paths that work one way only (docs/design.md §13): this
     agent hears X but X's heartbeat says it does not hear this agent, or the reverse."""
     check("detection", True, pool.detection)
     if pool.detection != "beacons":

@@ -1,5 +1,5 @@
 """The backend port of a pool's store: bytes under keys, and nothing else
-(DESIGN.md §5). Every record rule — sign, verify, refuse and count, never let a
+(docs/design.md §5). Every record rule — sign, verify, refuse and count, never let a
 seq or an epoch go down, the highest epoch, the members — lives once, above
 this port, in `records.PoolStore`; a backend never looks inside a record.
 

@@ -1,4 +1,4 @@
-"""The beacons' liveness watch (DESIGN.md §13): a TCP connection held to the lease holder's supervisor.
+"""The beacons' liveness watch (docs/design.md §13): a TCP connection held to the lease holder's supervisor.
 
 `LivenessWatch` is mixed into `ports.beacons.BeaconService` and runs on its event
 loop: the host's answers (connection ended, reconnect refused) go to

@@ -1,4 +1,5 @@
-"""The beacons' side of the serving right (DESIGN.md §15, `core.serving`): its book, asked under the lock.
+"""The beacons' side of the serving right (docs/design.md §15, `core.serving`): its book, asked under
+the lock.
 
 `ServingRight` is mixed into `ports.beacons.BeaconService`: the election thread
 asks it what the book says (`taken`, `serving_*`, `silent`), and its silence loop

@@ -1,4 +1,4 @@
-"""The beacons' thin asyncio transport (DESIGN.md §13), around the pure core
+"""The beacons' thin asyncio transport (docs/design.md §13), around the pure core
 (`core.beacons`, `core.beacon_board`, `core.liveness`).
 
 `BeaconService` runs one event loop on a thread of its own, beside the
@@ -140,7 +140,7 @@ class BeaconService(LivenessWatch, ServingRight):
         # (seq, member_digest) of this member's own record as last written: in every beacon.
         self.member_record: tuple[int, str] = (0, "")
         self.liveness = Liveness(config.interval)
-        # The serving right (DESIGN.md §15): whom this member acknowledges; its own right while it leads.
+        # The serving right (docs/design.md §15): whom this member acknowledges; its own right while it leads.
         self.book = ServingBook(config.node, self.boot, ServingTiming.of(config.interval), config.ttl)
         self.members: Callable[[], int] = lambda: 0  # the pool's size as this member counts it
         self.on_acked: Callable[[], None] = lambda: None  # a member's ack may have moved the gate

@@ -114,7 +114,7 @@ class PoolView:
         """How this agent detects a leader's death: `beacons` or `lease only`."""
         return "beacons" if self.beacons else "lease only"
 
-    watched: bool = False  # a pool this agent only watches (DESIGN.md §11), never contends in
+    watched: bool = False  # a pool this agent only watches (docs/design.md §11), never contends in
     store: dict[str, Any] = field(default_factory=dict)  # ports.stores.store_details(): kind, where...
     # Members of this KMSN on another store (core.share_split.Split.to_doc()): an alarm, never an action.
     share_split: list[dict[str, Any]] = field(default_factory=list)

@@ -1,4 +1,4 @@
-"""`PoolStore`: the pool's records over any `Backend` (DESIGN.md §5.1, §5.2,
+"""`PoolStore`: the pool's records over any `Backend` (docs/design.md §5.1, §5.2,
 §5.4), written once. It is the `LeaseStore` of every backend.
 
 What it keeps, whatever the backend:

@@ -1,5 +1,5 @@
 """A node's event files on the share, segmented, and their compaction
-(DESIGN.md §6; what is kept is decided in `elections.core.retention`).
+(docs/design.md §6; what is kept is decided in `elections.core.retention`).
 
 Names, in `events/`, for node `N` (the same listing holds every node's):
 

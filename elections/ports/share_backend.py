@@ -1,4 +1,4 @@
-"""`ShareBackend`: the backend port on a folder of a file server (DESIGN.md
+"""`ShareBackend`: the backend port on a folder of a file server (docs/design.md
 §5.1, §5.3), local or mounted (`share.LocalShare`) or over SMB without a mount
 (`smbshare.SmbShare`): the same files through one `Share`.
 
@@ -225,7 +225,7 @@ class ShareBackend:
         lock (issue 22: 3 share operations, not 7): replace the lease (temp file + rename: it
         never goes missing) if it still is that record, as read at most `FRESH_READ_S` before
         the rename. None: not so, the locked compare-and-set decides. Why a claimer under
-        DESIGN.md §5.1 stays safe: the README, "Renewing without the lock"."""
+        docs/design.md §5.1 stays safe: docs/election.md, "Renewing without the lock"."""
         seen = self._lease_seen
         if seen is None or seen[0] != expected or self.clock.monotonic() - seen[1] > FRESH_READ_S:
             began = self.clock.monotonic()

@@ -1,5 +1,5 @@
 """The share's files, read and written as files from someone else's disk
-(DESIGN.md §5.3–5.4).
+(docs/design.md §5.3–5.4).
 
 - Only regular files are opened: no link is followed (`O_NOFOLLOW`), a FIFO or
   device never blocks the open (`O_NONBLOCK`) and is refused after `fstat`.

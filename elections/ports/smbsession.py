@@ -1,5 +1,5 @@
 """One SMB2/3 connection to a share, made again when lost, for `SmbShare`
-(DESIGN.md §5.3, §12): what smbprotocol raises becomes an `OSError`, and a
+(docs/design.md §5.3, §12): what smbprotocol raises becomes an `OSError`, and a
 server that stops answering costs each caller at most `SHARE_TIMEOUT`.
 
 - Every error is an `OSError` (`FileNotFoundError`, `FileExistsError`,

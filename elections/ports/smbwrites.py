@@ -1,4 +1,4 @@
-"""The writes of `SmbShare` (DESIGN.md §5.3): replace (temp file, then rename
+"""The writes of `SmbShare` (docs/design.md §5.3): replace (temp file, then rename
 over), create_exclusive (temp file, then rename without replace), append,
 unlink, rename and move, quarantine, ensure_dir. What each asks the server and
 why is in `smbshare`'s docstring; every error is an `OSError`, what the share

@@ -1,4 +1,4 @@
-"""The `LeaseStore` port (DESIGN.md §5.1), and the stores of the share.
+"""The `LeaseStore` port (docs/design.md §5.1), and the stores of the share.
 
 Contract of every store:
 - `read()` returns a `LeaseRead` (valid / missing / corrupt / forged) and raises

@@ -1,4 +1,4 @@
-"""Where a pool's records live (DESIGN.md §5): the one place that opens a
+"""Where a pool's records live (docs/design.md §5): the one place that opens a
 pool's lease store, its event sink and its event tail — always the record
 layers (`records.PoolStore`, `event_records.PoolEventSink`/`PoolEventTail`)
 over the pool's backend.

@@ -26,7 +26,8 @@ from elections.ports.pool_view import MemberView, PoolView, entry_of, entry_sess
 from elections.ports.share import SHARE_OPS
 from elections.ports.stores import store_details
 
-# The serving right (DESIGN.md §15): members counted, and how far an ack must move the gate to be published.
+# The serving right (docs/design.md §15): members counted, and how far an ack must move the gate to be
+# published.
 MEMBER_HORIZON_S, MEMBER_HORIZON_TTLS = 60.0, 6.0  # a member unheard on the share longer is not counted
 GATE_STEP = 0.2  # seconds
 
@@ -46,7 +47,7 @@ class Publishing:
     _told: threading.Event  # set at every publish that says this agent leads (`Roles._gate_opens`)
 
     def pool_size(self) -> int:
-        """The members the serving right counts (DESIGN.md §15): this one, and every
+        """The members the serving right counts (docs/design.md §15): this one, and every
         member whose heartbeat this agent saw change, or whose validly signed beacon it
         heard, within `MEMBER_HORIZON`. A beacon is a member alive as surely as a
         heartbeat, and comes within an interval: a leader elected as the pool starts

@@ -49,7 +49,7 @@ class Roles:
         self._run_duty(self.duties[0], epoch, self._gate_opens)
 
     def _gate_opens(self, epoch: int) -> bool:
-        """An epoch taken on silence serves by acks from the start (DESIGN.md §15): its
+        """An epoch taken on silence serves by acks from the start (docs/design.md §15): its
         gate opens when a majority acknowledges the new leader's beacons, a few beacon
         intervals after the election. The elected plan (start_relay, fenced on that gate)
         waits for it, up to RENEW_DEADLINE; False if the epoch is lost meanwhile."""
@@ -64,7 +64,7 @@ class Roles:
         return True  # run it anyway: the executors' gate fences it, and says so
 
     def _fence(self, epoch: int) -> None:
-        """Stop serving `epoch` before its handoff is written (DESIGN.md §5.1: the target may
+        """Stop serving `epoch` before its handoff is written (docs/design.md §5.1: the target may
         take the next epoch at once): the leadership state says this agent leads no more (and
         names the target), and never again for that epoch; then wait until the relay says it
         stopped, or FENCE_WITHIN, past which its gate has read that state whatever it says."""

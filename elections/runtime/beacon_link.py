@@ -1,4 +1,4 @@
-"""Between one agent's elector and its beacons (DESIGN.md §13).
+"""Between one agent's elector and its beacons (docs/design.md §13).
 
 - The beacons say what the elector's memory says (`standing()`): leader of
   epoch E with its renew_seq, or follower of the lease it last read.
@@ -12,7 +12,7 @@
   becomes one call of `nudged` on the same thread: the agent reads the pool's
   event files and runs a cycle if they held news.
 - The elector asks `evidence(holder, epoch)` for its `Observation`.
-- The serving right (DESIGN.md §15, `core.serving`): the elector's `Serving`
+- The serving right (docs/design.md §15, `core.serving`): the elector's `Serving`
   (`taken`, `bound`, `lapsed`, `silent`) is this link; the book lives with the
   beacons (`BeaconService.book`). A member's ack that moves the gate calls
   `on_acked` (the agent publishes its leadership state: the relay's gate).
@@ -41,7 +41,7 @@ VOUCH_INTERVALS = 3.0  # a leader beacon vouches for the lease this many interva
 # A leader is quiet while every member beaconed within this many intervals (1.2 s at 0.2 s). With 3
 # (0.6 s) a 10-member pool on a loaded machine missed one of nine members often enough that its
 # leader polled a quarter of the time (2 share operations per LEASE_WATCH). It bounds only how soon
-# the leader reads the share, never whether it serves (its gate: README, "Share operations").
+# the leader reads the share, never whether it serves (its gate: docs/election.md, "Less share traffic").
 LEADER_QUIET_INTERVALS = 6.0
 
 

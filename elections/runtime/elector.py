@@ -120,7 +120,7 @@ class Elector(ElectorActs):
     @property
     def leader_valid_until(self) -> float | None:
         """Monotonic instant after which this node must not act as leader: its renew
-        deadline, or sooner where its serving right (DESIGN.md §15) ends sooner. The
+        deadline, or sooner where its serving right (docs/design.md §15) ends sooner. The
         same instant on the gate's clock is `leader_valid_until_boot`, which a suspend
         brings closer; this one is that, as seen on the monotonic clock now."""
         boot = self.leader_valid_until_boot

@@ -1,5 +1,5 @@
 """How often an agent reads the members' files (`members/<node>.json`), and
-which (DESIGN.md §6, §13; issue 22: a quiet pool, flat in its size).
+which (docs/design.md §6, §13; issue 22: a quiet pool, flat in its size).
 
 A member's heartbeat is judged by when this agent saw its seq change
 (`core.eligibility`). Without beacons every survey reads the folder and every

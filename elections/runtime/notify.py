@@ -21,7 +21,7 @@ each event on its own: while one waits out its backoff the queue moves on (at mo
 every event of the queue), and each failed try is logged once with its status and
 when the next one is (issue 42: the retries were silent and held every event behind
 one for 16 s). So events may arrive out of order: a receiver orders one member's by
-`seq` (README "Notifications");
+`seq` (docs/operator.md "Notifications");
 a 3xx is such a refusal, never followed (the body and its signature go to
 `WEBHOOK_URL` and nowhere else): retried at the same URL, then given up;
 the queue (`notify_outbox.Outbox`, a file in DATA_DIR that survives a restart) is

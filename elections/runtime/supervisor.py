@@ -8,7 +8,7 @@ Children stay in the supervisor's process group (so `kill -9 -PGID` ends the
 whole agent) and get SIGKILL if the supervisor dies (PR_SET_PDEATHSIG).
 
 Why followers may take a supervisor's death for the death of its whole agent
-(DESIGN.md §13, the liveness port held by `runagent`):
+(docs/design.md §13, the liveness port held by `runagent`):
 
 - `PR_SET_PDEATHSIG(SIGKILL)` is set in each child between fork and exec; it
   survives exec and fires when the thread that forked it — the supervisor's
@@ -323,7 +323,7 @@ class Supervisor:
                 os.write(self._wake_w, b"\0")
 
     def shutdown(self) -> int:
-        """Stop within STOP_WITHIN of being called, whatever the share does (DESIGN.md §11):
+        """Stop within STOP_WITHIN of being called, whatever the share does (docs/design.md §11):
         hand the lease over within RELEASE_WITHIN (a share that takes longer is not
         answering: the pool takes over after the TTL instead), SIGTERM every child, SIGKILL
         every one still there at KILL_AT, and wait for them until REAP_BY."""
@@ -340,7 +340,7 @@ class Supervisor:
                               "(no release); the pool takes over from a silent leader")  # fmt: skip
             led = False
         if led:
-            # The fence, as the worker's own release has it (DESIGN.md §5.1): the relay's gate shuts
+            # The fence, as the worker's own release has it (docs/design.md §5.1): the relay's gate shuts
             # (the leadership state says this agent leads no more) and the relay says it stopped, or
             # FENCE_WITHIN passes, before the release is written. Written first, a taker that heard no
             # resign of ours could open its gate by acks while our relay still served (SPIN's trail,

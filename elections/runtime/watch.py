@@ -1,4 +1,4 @@
-"""Watched pools (DESIGN.md §11): other KMSNs this agent shows, never contends in.
+"""Watched pools (docs/design.md §11): other KMSNs this agent shows, never contends in.
 
 One `PoolWatcher` per `[pool:<KMSN>]` section (`stkrelay.config_pools`). Each
 look reads that pool's lease, its members' heartbeats and a bounded slice of

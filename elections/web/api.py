@@ -1,4 +1,4 @@
-"""JSON API under /api/v1/ (README_PANEL.md has curl examples).
+"""JSON API under /api/v1/ (docs/panel.md has curl examples).
 
 Authentication: a browser session (with the CSRF header on POST) or
 `Authorization: Bearer stk_...` (`manage.py stkuser token NAME`). Commands
@@ -154,7 +154,7 @@ def relay(s: SiteState) -> dict[str, Any] | None:
 
 
 def _proxy(p: Any) -> dict[str, Any] | None:
-    """RELAY_KIND = exec: the external relay and the fencing proxy's counters (DESIGN.md §16)."""
+    """RELAY_KIND = exec: the external relay and the fencing proxy's counters (docs/design.md §16)."""
     if p is None:
         return None
     return {

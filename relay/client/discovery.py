@@ -1,4 +1,4 @@
-"""Where is the leader's relay? The discovery chain of a relay client (DESIGN.md §9).
+"""Where is the leader's relay? The discovery chain of a relay client (docs/design.md §9).
 
 Three sources (four with beacons), asked in this order by `Discovery.find()`;
 the first that knows wins:
@@ -9,7 +9,7 @@ the first that knows wins:
    the security event it is). Read in a daemon thread with a deadline: a dead
    file share must not hang the client.
    Then, when given (`beacons`), `relay.client.beacon_discovery.BeaconListener`:
-   the leader's beacons on the LAN (DESIGN.md §13), a hint the handshake confirms.
+   the leader's beacons on the LAN (docs/design.md §13), a hint the handshake confirms.
 2. `AgentApi`: any agent's ``GET /api/v1/leader?kmsn=...`` (`elections.web.health`).
    All the configured agents are asked at once with a short timeout; among the
    valid answers for our KMSN the highest epoch wins (an agent may lag behind).

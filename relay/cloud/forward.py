@@ -108,7 +108,7 @@ class ForwardedPeer(RemotePeer):
         name = transport.get_extra_info("peername")
         self.peer = f"{name[0]}:{name[1]}" if isinstance(name, tuple) else str(name)
         # Keyed by the connection, not its address: every forwarded client comes from a node's
-        # address, and PEER_PORT is not public (see the README); pre-auth and total caps still hold.
+        # address, and PEER_PORT is not public (see docs/cloud.md); pre-auth and total caps still hold.
         if not self.server.admit(self, f"peer:{self.peer}"):
             self.dead = True
             transport.abort()

@@ -1,4 +1,4 @@
-"""The cloud's remote clients: the peers on its JSON and passthrough ports (DESIGN.md §14).
+"""The cloud's remote clients: the peers on its JSON and passthrough ports (docs/design.md §14).
 
 `RemotePeer`: hello, then the client's first frame names its KMSN; with no
   tunnel yet it is parked up to PARK seconds (a new leader is coming; at most

@@ -1,4 +1,4 @@
-"""The cloud rendezvous relay (DESIGN.md §14): listeners and what the connections share.
+"""The cloud rendezvous relay (docs/design.md §14): listeners and what the connections share.
 
     server = CloudServer(load("cloud.ini"))
     await server.start()       # remote clients on RELAY_PORT (+1 passthrough), tunnels on TUNNEL_PORT

@@ -1,4 +1,4 @@
-"""The leader's outbound tunnel to the cloud relay (DESIGN.md §14), in the relay's process.
+"""The leader's outbound tunnel to the cloud relay (docs/design.md §14), in the relay's process.
 
 `runrelay` runs only while its agent leads, and starts a `TunnelClient` as soon
 as its listeners serve (when ``CLOUD_URL`` is set): so only the leader ever

@@ -2,7 +2,7 @@
 
 Each `Direction` holds at most one chunk (`CHUNK`) the other side has not
 taken; the gate is asked before every send, and a shut gate closes the pair
-(DESIGN.md §16; the proxy's decisions are in `relay.server.fencing_proxy`).
+(docs/design.md §16; the proxy's decisions are in `relay.server.fencing_proxy`).
 
 Forwarded clients (`relay.wire.proxy_header`): with the proxy's `header_key`, the
 client's first bytes go through a `HeaderReader` before anything is sent up (a

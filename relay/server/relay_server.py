@@ -1,4 +1,4 @@
-"""The relay's asyncio TCP servers: framed JSON and passthrough (DESIGN.md §8).
+"""The relay's asyncio TCP servers: framed JSON and passthrough (docs/design.md §8).
 
 One job: listen, and hold what the connections share (the routing table, the
 write batch, the counters, the leadership flag). Each connection is a peer of
@@ -37,7 +37,7 @@ Decisions worth knowing:
   `stop_listening()` add and remove others on the same two ports, as the
   runner's `relay.server.listen_set.ListenSet` says (loopback, a VIP while held).
   Leaving an address closes the connections accepted on it.
-- Keys (protocol 1.1, DESIGN §8): a client authenticates with the site
+- Keys (protocol 1.1, docs/design.md §8): a client authenticates with the site
   `token` or its station's credential (derived from `pool_key`, default
   `token`); `station_keys_only` refuses the site token. A station held by
   its credential cannot be taken over with the site token (`relay.server.routing`),
@@ -242,7 +242,7 @@ class RelayServer:
         """Asked before a registered peer's bytes are routed (`relay.server.connections`): the
         gate's deadline passes between two looks of the runner too, and a relay woken
         from a freeze finds in its sockets what clients sent meanwhile, which it must
-        not forward (DESIGN.md §15). A shut gate loses leadership here and now."""
+        not forward (docs/design.md §15). A shut gate loses leadership here and now."""
         if not self.leading:
             return False
         try:

@@ -1,4 +1,4 @@
-"""The relay's in-process routing table (DESIGN.md §8): who receives what.
+"""The relay's in-process routing table (docs/design.md §8): who receives what.
 
 Pure: no sockets, no asyncio, no clock. The transport (`relay.server.connections`) owns
 the sessions; the `Router` only holds references to registered ones, keyed by

@@ -1,4 +1,4 @@
-"""WebSocket routes of the relay (DESIGN.md §8), as bridges into the relay.
+"""WebSocket routes of the relay (docs/design.md §8), as bridges into the relay.
 
 `/ws/relay/` carries the same JSON messages as the TCP port, one per text
 message, without the length prefix, same handshake. The consumer is a

@@ -1,4 +1,4 @@
-"""Client side of relay wire protocol v1/1.1 (DESIGN.md §8) as a sans-I/O core.
+"""Client side of relay wire protocol v1/1.1 (docs/design.md §8) as a sans-I/O core.
 
 No sockets, no asyncio, no clock reads, no Django: `relay.wire.server_connection` has the
 shape of the interface (and re-exports `ClientConnection`); this module has

@@ -1,4 +1,4 @@
-"""Relay wire protocol v1/1.1 (DESIGN.md §8): the constants and the events of the core.
+"""Relay wire protocol v1/1.1 (docs/design.md §8): the constants and the events of the core.
 
 Pure data shared by both ends of `relay.wire.server_connection` (`ServerConnection`) and
 `relay.wire.client_connection` (`ClientConnection`); `relay.wire.server_connection` re-exports all
@@ -18,7 +18,7 @@ KEEPALIVE_INTERVAL = 10.0
 SILENCE_TIMEOUT = 3 * KEEPALIVE_INTERVAL
 JSON_ROLES = frozenset({"agent", "commander"})
 PASSTHROUGH_ROLES = frozenset({"publisher", "viewer"})
-TUNNEL_ROLE = "tunnel"  # a site's leader registering its tunnel at the cloud (DESIGN.md §14)
+TUNNEL_ROLE = "tunnel"  # a site's leader registering its tunnel at the cloud (docs/design.md §14)
 # Every name a register carries (station, KMSN; the tunnel's node) is a name as the pool's station
 # book takes it (`elections.core.stations.station_name`): 1..MAX_NAME characters, each printable
 # (`str.isprintable()`: no control, format, separator other than the space, or lone surrogate). The

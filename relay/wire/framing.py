@@ -1,4 +1,4 @@
-"""Framing for relay wire protocol v1 (DESIGN.md §8): the byte-level half.
+"""Framing for relay wire protocol v1 (docs/design.md §8): the byte-level half.
 
 A frame is a 4-byte unsigned big-endian length ``N`` followed by ``N`` bytes of
 UTF-8 JSON whose top level is an object, with ``1 <= N <= max_frame``.

@@ -2,8 +2,8 @@
 
 The site's Harbour agents and commanders speak ``relay_client.prg``'s framing:
 the same 4-byte big-endian length and one JSON object per frame as protocol v1
-(DESIGN.md §8), with the old relay's MAGIC and no HMAC handshake. The exchange
-below is our reading of the seed (000 §2, §5), written down in the README
+(docs/design.md §8), with the old relay's MAGIC and no HMAC handshake. The exchange
+below is our reading of the seed (000 §2, §5), written down in docs/relay.md
 ("Legacy stations") as an ASSUMPTION to confirm on a real site:
 
 1. The station connects and speaks first; it never waits for a greeting.

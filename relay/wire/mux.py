@@ -1,4 +1,4 @@
-"""The tunnel's stream multiplexer (DESIGN.md §14): many byte streams over one connection.
+"""The tunnel's stream multiplexer (docs/design.md §14): many byte streams over one connection.
 
 Pure, sans-I/O like `relay.wire.server_connection`: no sockets, asyncio or clock. Each end of
 a tunnel holds one `Mux`; the transport feeds it the bytes it reads

@@ -1,4 +1,4 @@
-"""Relay wire protocol v1 and 1.1 (DESIGN.md §8) as a sans-I/O core.
+"""Relay wire protocol v1 and 1.1 (docs/design.md §8) as a sans-I/O core.
 
 No sockets, no asyncio, no clock reads, no Django: bytes in, events out, in
 the manner of python-websockets' ``protocol.py``. A transport feeds what it

@@ -8,8 +8,8 @@
     relayctl promote NODE            relayctl pause | resume
     relayctl plan [NODE]             the dry-run ActionPlan for NODE taking the next epoch
     relayctl doctor                  checks of the share, signatures, clocks, relays, where each address is
-    relayctl credential STATION      the station's relay credential (DESIGN.md §8), from POOL_KEY
-    relayctl cloud-key [KMSN]        the site's LEASE_KEY for the cloud's cloud.ini (DESIGN.md §14)
+    relayctl credential STATION      the station's relay credential (docs/design.md §8), from POOL_KEY
+    relayctl cloud-key [KMSN]        the site's LEASE_KEY for the cloud's cloud.ini (docs/design.md §14)
     relayctl credential --all        one credential per known station (members, stations seen registering)
     relayctl unbind STATION          reset a station's binding to its credential (the site token works again)
     relayctl tls                     the SHA-256 of this agent's panel certificate, and the members'

@@ -1,4 +1,4 @@
-"""`EtcdBackend`: the backend port on etcd v3 (DESIGN.md §5.2), under one pool's
+"""`EtcdBackend`: the backend port on etcd v3 (docs/design.md §5.2), under one pool's
 prefix (`EtcdPool`):
 
     lease             pool/leader          on an etcd lease while held

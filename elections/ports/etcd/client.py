@@ -1,5 +1,5 @@
 """One pool's way to etcd: several members, a deadline on every call, failover,
-TLS, and bounded answers (DESIGN.md §5.2).
+TLS, and bounded answers (docs/design.md §5.2).
 
 Built on `etcd3gw` (the v3 HTTP/JSON gateway) rather than `aetcd` (asyncio and
 gRPC): the `LeaseStore` port is synchronous and is called from the Celery

@@ -1,4 +1,4 @@
-"""`EtcdLeaseStore`: the `LeaseStore` port on etcd v3 (DESIGN.md §5.2): the
+"""`EtcdLeaseStore`: the `LeaseStore` port on etcd v3 (docs/design.md §5.2): the
 record layer (`records.PoolStore`: the same records, signatures and refusals
 as on the share, §5.1, §5.4) over `EtcdBackend` (transactions on
 `mod_revision`, the epoch counter, the record bound to an etcd lease).

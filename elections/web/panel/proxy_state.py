@@ -1,5 +1,5 @@
 """What the panel and /metrics show of the fencing proxy and the external relay behind it
-(`RELAY_KIND = exec`, DESIGN.md §16), from the relay runner's `relay.json` snapshot
+(`RELAY_KIND = exec`, docs/design.md §16), from the relay runner's `relay.json` snapshot
 (`relay.server.fencing_proxy.FencingProxy.snapshot()`, its ``external`` part from
 `relay.server.external_relay.ExternalRelay.snapshot()`). Every field is read defensively.
 """

@@ -25,7 +25,7 @@ _relay_samples: dict[Any, tuple[float, int, float | None]] = {}
 
 @dataclass
 class TunnelState:
-    """The leader's outbound tunnel to the cloud relay (DESIGN.md §14), from relay.json."""
+    """The leader's outbound tunnel to the cloud relay (docs/design.md §14), from relay.json."""
 
     state: str
     url: str = ""

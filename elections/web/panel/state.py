@@ -2,7 +2,7 @@
 
 `site_states(now)` turns this agent's own pool view (`DATA_DIR/pool.json`,
 written by its worker) and the views of the pools it watches
-(`DATA_DIR/watched/<KMSN>.json`, DESIGN.md §11), its relay status (`DATA_DIR/relay.json`, while it
+(`DATA_DIR/watched/<KMSN>.json`, docs/design.md §11), its relay status (`DATA_DIR/relay.json`, while it
 leads) and the election history into `SiteState`s (`panel.site`). Every age and countdown is
 measured on *this machine's* monotonic clock from when this agent observed
 something (the worker's `updated`, a change of the lease's renew_seq), never
