@@ -126,6 +126,8 @@ class SiteState:
     repairs: list[dict[str, Any]] = field(default_factory=list)  # the latest repairs it made, newest first
     entry_here: EntryStatus | None = None  # this agent's own entry process (ENTRY = 1)
     entry_here_live: bool = False  # ...which wrote entry.json within 3 s and lives
+    door_here: EntryStatus | None = None  # this agent's station door (`relay.server.station_door`)
+    door_here_live: bool = False  # ...which wrote door.json within 3 s and lives
 
     @property
     def entries(self) -> list[MemberRow]:

@@ -30,6 +30,7 @@ from elections.ports.localstate import LocalState, RelayStatus
 from elections.ports.pool_view import PoolView
 from elections.web.panel.relay_state import relay_state
 from elections.web.panel.site import MemberRow, SiteState
+from relay.server.listen_set import door_hosts
 
 _lock = threading.Lock()
 _lease_seen: dict[str, tuple[tuple[Any, ...], float]] = {}
@@ -240,6 +241,10 @@ def _built(kmsn: str, now: float) -> SiteState | None:
         if settings.STK.entry:
             site.entry_here = local.entry()
             site.entry_here_live = site.entry_here.fresh(now)
+        stk = settings.STK
+        if door_hosts(stk.node_ip, stk.relay_loopback, stk.relay_forward):
+            site.door_here = local.door()
+            site.door_here_live = site.door_here.fresh(now)
         return site
     return build_site(pool, now, relay, leads)
 

@@ -198,6 +198,7 @@ def site(request: HttpRequest, kmsn: str) -> HttpResponse:
         "site-members": "panel/_site_members.html",
         "site-addresses": "panel/_site_addresses.html",
         "site-entry": "panel/_site_entry.html",
+        "site-door": "panel/_site_door.html",
         "site-relay": "panel/_site_relay.html",
         "site-timeline": "panel/_site_timeline.html",
     }
