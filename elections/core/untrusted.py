@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeGuard, TypeVar
 
 D = TypeVar("D", int, None)
 
@@ -175,7 +175,7 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON value")
 
 
-def is_counter(value: Any) -> bool:
+def is_counter(value: object) -> TypeGuard[int]:
     """A whole number from 0 to `MAX_COUNTER` (not a bool, not a float, not text)."""
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNTER
 
