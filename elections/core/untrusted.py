@@ -193,6 +193,11 @@ def as_float(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
+def as_object(value: Any) -> dict[str, Any]:
+    """`value` if it is a JSON object (a dict), else an empty one."""
+    return value if isinstance(value, dict) else {}
+
+
 def as_text(value: Any, default: str = "") -> str:
     """`value` if it is text, else `default`."""
     return value if isinstance(value, str) else default

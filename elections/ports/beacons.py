@@ -120,7 +120,7 @@ class BeaconService(LivenessWatch, ServingRight):
         folded: Callable[[str], int] = lambda node: 0,
         gate_clock: Callable[[], float] | None = None,
     ) -> None:
-        self.config = config
+        self.config: BeaconConfig = config
         self.standing = standing
         self.react = react
         self.monotonic = monotonic
