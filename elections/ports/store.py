@@ -69,6 +69,24 @@ class LeaseStore(Protocol):
 
     def read_members(self) -> dict[str, dict[str, Any]]: ...
 
+    def read_member(self, node: str) -> dict[str, Any] | None:
+        """One member's last valid heartbeat (one read), None if there is none valid."""
+        ...
+
+    def member_names(self) -> set[str]:
+        """The nodes with a member record (one listing, no record read)."""
+        ...
+
+    @property
+    def selective_reads(self) -> bool:
+        """Each member record is its own read (a share): `read_member`/`member_names` are worth it."""
+        ...
+
+    @property
+    def own_record(self) -> dict[str, Any] | None:
+        """This node's last heartbeat as written (without `sig`), for its beacons; None before one."""
+        ...
+
     def remove_member(self, node: str) -> bool:
         """Remove `node`'s member record (a retired member: `relayctl forget`); True if
         there was one. Its events stay. Also `forget_member(node)`."""

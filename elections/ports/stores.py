@@ -55,6 +55,13 @@ class EventSink(Protocol):
         ...
 
 
+class TransitionSink(Protocol):
+    """Where the elector and the leader's duties record a transition (`runtime.projection.DbEventSink`:
+    a row and the pool's line; an `EventSink` itself). What `record` returns is not theirs to use."""
+
+    def record(self, kind: str, epoch: int, reason: str, **extra: Any) -> object: ...
+
+
 class NullSink:
     """An `EventSink` that keeps nothing (a contender without `--events`)."""
 

@@ -41,7 +41,7 @@ import threading
 import time
 from typing import Any
 
-from elections.core.actions import action_config
+from elections.core.action_config import action_config
 from elections.core.commands import PoolCommands
 from elections.core.decide import Decision, Timing
 from elections.core.eligibility import Freshness
@@ -252,8 +252,9 @@ class Agent(Looks, Roles, Publishing):
             self.elector.heard()
         decision = self.elector.last if skip else self.elector.cycle(renewing=renewing)
         assert decision is not None
-        if self.elector.is_leader:  # what its relay saw: bindings to record, impostors to report
-            self.bindings.learn(self.local.relay(), self.elector.memory.leader_epoch, self.command_clock)
+        leading = self.elector.memory.leader_epoch  # not None: `Elector.is_leader`
+        if leading is not None:  # what its relay saw: bindings to record, impostors to report
+            self.bindings.learn(self.local.relay(), leading, self.command_clock)
         fields = {"priority": self.stk.priority, "drain": bool(self.commands.drained.get(self.stk.node)),
                   "health": self.health.status(), "paused": self.commands.paused,
                   "web_tls": self.web_tls}  # fmt: skip
@@ -300,7 +301,7 @@ class Agent(Looks, Roles, Publishing):
 
     def _measure_clock(self) -> None:
         try:
-            self._clock = self.elector.store.measure_clock()  # type: ignore[attr-defined]
+            self._clock = self.elector.store.measure_clock()
         except (StoreUnavailable, OSError) as exc:
             log.debug("clock not measured: %s", exc)
 

@@ -130,7 +130,7 @@ class HealthMonitor:
     def start(self) -> HealthMonitor:
         if self._threads:
             return self
-        loops = [(self.run_once, "health")] if self.check is not None else []
+        loops: list[tuple[Callable[[], object], str]] = [(self.run_once, "health")] if self.check else []
         loops += [(self.look_at_gate, "health-gate")] if self._gate is not None else []
         for step, name in loops:
             thread = threading.Thread(target=self._loop, args=(step,), name=name, daemon=True)
