@@ -198,6 +198,11 @@ def as_object(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def as_list(value: Any) -> list[Any]:
+    """`value` if it is a JSON array (a list), else an empty one."""
+    return value if isinstance(value, list) else []
+
+
 def as_text(value: Any, default: str = "") -> str:
     """`value` if it is text, else `default`."""
     return value if isinstance(value, str) else default
