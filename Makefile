@@ -117,9 +117,12 @@ screenshots: bootstrap
 messages: bootstrap
 	@scripts/messages.sh
 
+# The type checker too: strict on the election's core, ports and runtime and the relay's wire,
+# the default level elsewhere (pyproject.toml [tool.mypy]).
 lint: bootstrap
 	@.venv/bin/ruff check .
 	@.venv/bin/ruff format --check .
+	@.venv/bin/mypy
 
 format: bootstrap
 	@.venv/bin/ruff format .

@@ -178,13 +178,13 @@ def parse_beacon(raw: bytes, key: str, kmsn: str) -> Beacon:
     for name, (kind, _) in _OPTIONAL.items():
         if not isinstance(extra[name], kind) or isinstance(extra[name], bool):
             raise Untrusted(NOT_OBJECT, f"beacon field '{name}' has a bad type")
-    if any(not 0 <= extra[name] <= _MAX_INT for name in ("ack_epoch", "ack_seq", "quiet_ms", "fenced")):  # type: ignore[operator]
+    if any(not 0 <= extra[name] <= _MAX_INT for name in ("ack_epoch", "ack_seq", "quiet_ms", "fenced")):
         raise Untrusted(NOT_OBJECT, "beacon has a number out of range")
     if extra["serve"] not in _SERVE or (extra["ack_boot"] and not _BOOT.fullmatch(str(extra["ack_boot"]))):
         raise Untrusted(NOT_OBJECT, "beacon has a bad serve mode or ack boot")
     if extra["fenced"] and (doc["role"] != RESIGN or extra["fenced"] != doc["epoch"]):
         raise Untrusted(NOT_OBJECT, "beacon says fenced of another epoch than a resign's own")
-    return Beacon(**{name: doc[name] for name in _FIELDS}, **extra)  # type: ignore[arg-type]
+    return Beacon(**{name: doc[name] for name in _FIELDS}, **extra)
 
 
 NOT_DIGESTED = ("seq", "sig", "hears")  # what changes at every heartbeat, or says nothing the pool decides by

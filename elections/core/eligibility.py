@@ -84,8 +84,11 @@ def judge(
 
 
 class Candidate(Protocol):
-    eligible: bool
-    priority: int
+    @property
+    def eligible(self) -> bool: ...
+
+    @property
+    def priority(self) -> int: ...
 
 
 def successor(

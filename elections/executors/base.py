@@ -42,6 +42,7 @@ from elections.core.actions import RELEASE_IP, RELEASE_VIP, STOP_RELAY, Action, 
 from elections.core.ownership import Sighting
 from elections.errors import ElectionError
 from elections.ports.localstate import LocalState
+from elections.ports.stores import TransitionSink
 
 log = logging.getLogger("stkrelay.actions")
 
@@ -117,8 +118,7 @@ class Observer(Protocol):
     def observe(self, args: dict[str, Any]) -> Sighting: ...
 
 
-class Sink(Protocol):
-    def record(self, kind: str, epoch: int, reason: str, **extra: Any) -> None: ...
+Sink = TransitionSink  # where a duty plan records its outcomes (ports.stores)
 
 
 # -- the gate ----------------------------------------------------------------------

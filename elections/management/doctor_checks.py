@@ -17,7 +17,7 @@ from typing import Any
 from django.utils.translation import gettext as _
 
 from elections.core.evidence import SHOWN_FOR
-from elections.core.untrusted import REPLAYED, TOO_MANY
+from elections.core.untrusted import REPLAYED, TOO_MANY, as_object
 from stkconfig.model import Config
 
 
@@ -92,7 +92,7 @@ def relay_kind_check(check: Any, stk: Config) -> None:
 def ownership_checks(checks: list[dict[str, Any]], stk: Config, read: Any, members: dict[str, Any]) -> None:
     """Where each address really is, looked at now (ADR 0011 phase 4): one check per address,
     against the lease read above; the members' own reports come from their heartbeats."""
-    from elections.core.actions import action_config
+    from elections.core.action_config import action_config
     from elections.executors import build_executors
     from elections.runtime.ownership import doctor_map
 
@@ -160,7 +160,7 @@ def legacy_check(check: Any, stk: Config) -> None:
         return
     doc = LocalState(stk.data_dir).relay().snapshot.get("legacy")
     if isinstance(doc, dict) and doc.get("enabled") is True:
-        refused = doc.get("refused") if isinstance(doc.get("refused"), dict) else {}
+        refused = as_object(doc.get("refused"))
         n = sum(v for v in refused.values() if isinstance(v, int))
         here = (f"{doc.get('sessions')} legacy sessions on this agent's relay now, "
                 f"{doc.get('registered')} registered and {n} refused since it started")  # fmt: skip
@@ -208,7 +208,7 @@ def store_checks(check: Callable[..., None], stk: Any, place: Any, store: Any) -
     if getattr(stk, "lease_store", "file") == "etcd":  # the cluster, and TTLs as etcd counts them
         from elections.ports.etcd.health import doctor_checks
 
-        for name, ok, detail in doctor_checks(store.backend.pool, stk.lease_ttl):  # type: ignore[attr-defined]
+        for name, ok, detail in doctor_checks(store.backend.pool, stk.lease_ttl):
             check(name, ok, detail)
     else:
         share = open_share(place)

@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
+from collections.abc import Callable
 
-from elections.core.beacon_board import Reaction
+from elections.core.beacon_board import BeaconBoard, Reaction, Standing
 from elections.core.serving import Report
+from elections.core.serving_book import ServingBook
+from elections.ports.beacon_liveness import HalfConfig
 
 log = logging.getLogger("stkrelay.beacons")
 
@@ -22,6 +26,20 @@ SILENT_KICK_EVERY = 0.5  # seconds between cycles kicked while a majority's sile
 
 class ServingRight:
     """The serving-right half of `BeaconService`: the book's answers, and the majority's silence."""
+
+    # What it uses of the service (set in `BeaconService.__init__`).
+    config: HalfConfig
+    book: ServingBook
+    board: BeaconBoard
+    standing: Callable[[], Standing]
+    lock: threading.Lock
+    members: Callable[[], int]
+    gate_clock: Callable[[], float]
+    monotonic: Callable[[], float]
+    _silent_told: tuple[str, int] | None
+    _silent_at: float
+    send_now: Callable[[], None]
+    _hand: Callable[[Reaction], None]
 
     # -- the serving right (core.serving), for the election thread ---------------------------
     def taken(self, epoch: int, cause: str | None, after: tuple[str, int] | None = None) -> None:

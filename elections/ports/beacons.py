@@ -119,8 +119,10 @@ class BeaconService(LivenessWatch, ServingRight):
         nudged: Callable[[Nudge], None] | None = None,
         folded: Callable[[str], int] = lambda node: 0,
         gate_clock: Callable[[], float] | None = None,
+        members: Callable[[], int] = lambda: 0,
+        on_acked: Callable[[], None] = lambda: None,
     ) -> None:
-        self.config = config
+        self.config: BeaconConfig = config
         self.standing = standing
         self.react = react
         self.monotonic = monotonic
@@ -142,8 +144,8 @@ class BeaconService(LivenessWatch, ServingRight):
         self.liveness = Liveness(config.interval)
         # The serving right (docs/design.md §15): whom this member acknowledges; its own right while it leads.
         self.book = ServingBook(config.node, self.boot, ServingTiming.of(config.interval), config.ttl)
-        self.members: Callable[[], int] = lambda: 0  # the pool's size as this member counts it
-        self.on_acked: Callable[[], None] = lambda: None  # a member's ack may have moved the gate
+        self.members = members  # the pool's size as this member counts it
+        self.on_acked = on_acked  # a member's ack may have moved the gate
         self._silent_told: tuple[str, int] | None = None
         self._silent_at = 0.0
         self.lock = threading.Lock()

@@ -53,7 +53,7 @@ class _PinnedConnection(http.client.HTTPSConnection):
     def connect(self) -> None:
         super().connect()
         try:
-            check_pin(self.sock, self.pins)  # type: ignore[arg-type]
+            check_pin(self.sock, self.pins)
         except PinMismatch:
             self.sock.close()
             raise
@@ -62,7 +62,12 @@ class _PinnedConnection(http.client.HTTPSConnection):
 class _PinnedHandler(urllib.request.HTTPSHandler):
     def __init__(self, pins: frozenset[str]) -> None:
         super().__init__(context=client_context(pinned=True))
-        self.connection = type("PinnedConnection", (_PinnedConnection,), {"pins": pins})
+        chosen = pins
+
+        class PinnedConnection(_PinnedConnection):
+            pins = chosen
+
+        self.connection = PinnedConnection
 
     def https_open(self, req: urllib.request.Request):  # type: ignore[no-untyped-def]
         return self.do_open(self.connection, req, context=self._context)  # type: ignore[attr-defined]

@@ -44,6 +44,7 @@ from elections.ports.backend import (
     Claimed,
     Got,
     Listing,
+    Refuse,
     WriteOutcome,
     log_only,
     plain_details,
@@ -82,16 +83,16 @@ class ShareBackend:
 
     def __init__(
         self, where: str | os.PathLike[str] | Share, pool_key: str, node: str, clock: Clock,
-        lock_stale_s: float = 2.0, timeout: float = DEFAULT_TIMEOUT,
+        lock_stale_s: float = 2.0, timeout: float = DEFAULT_TIMEOUT, refuse: Refuse = log_only,
     ) -> None:  # fmt: skip
         self.share = share_of(where, timeout)  # a path is a local (or mounted) directory
         self.pool_key = pool_key
         self.where = self.share.where
         self.node = node
         self.deadline = self.share.deadline
-        self.refuse: Callable[..., None] = log_only
+        self.refuse = refuse  # the record layer's count-and-log (`backend.counted`)
         self.lock = ShareLock(self.share, LOCK_NAME, pool_key, node, clock, lock_stale_s, self._read_raw,
-                              lambda source, exc: self.refuse(source, exc))  # fmt: skip
+                              refuse)  # fmt: skip
         self._known: dict[str, str] = {}  # member file -> the revision this client last read or wrote
         self.clock = clock
         self._lease_seen: tuple[str, float] | None = None  # the last lease read: (revision, when it began)
@@ -164,8 +165,8 @@ class ShareBackend:
             raise StoreUnavailable(
                 f"cannot list {MEMBERS_DIR}/ in {self.share.where}: {exc.strerror or exc}"
             ) from exc
-        for exc in refused:
-            self.refuse(f"{MEMBERS_DIR}/", exc)
+        for odd in refused:
+            self.refuse(f"{MEMBERS_DIR}/", odd)
         return {name[: -len(".json")]: size for name, size in found.items()}
 
     def list(self, prefix: str, limit: int, max_bytes: int, fresh: bool = False) -> Listing:

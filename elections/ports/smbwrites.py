@@ -129,7 +129,8 @@ class SmbWrites(SmbSession):
             unpack.append(closed)
         answer = self._answers(self._send(tree, msgs, related=False), unpack)[0]
         if isinstance(answer, SMBResponseException):
-            return answer.status
+            status: int = answer.status
+            return status
         if isinstance(answer, BaseException):
             raise answer
         return None

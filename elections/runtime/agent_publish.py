@@ -12,19 +12,28 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from elections.core.beacons import member_digest
+from elections.core.commands import PoolCommands
 from elections.core.decide import Decision
 from elections.core.eligibility import Freshness, judge, observe, unheard
-from elections.core.evidence import merged
+from elections.core.evidence import Refusals, merged
 from elections.core.gate import gate_of
 from elections.core.serving import ACKED
 from elections.core.skew import reading_of
-from elections.ports.localstate import Leadership
+from elections.ports.clock import Clock
+from elections.ports.localstate import Leadership, LocalState
 from elections.ports.pool_view import MemberView, PoolView, entry_of, entry_sessions_of, web_tls_of
 from elections.ports.share import SHARE_OPS
 from elections.ports.stores import store_details
+from elections.runtime.beacon_link import BeaconLink
+from elections.runtime.bindings import PoolBindings
+from elections.runtime.elector import Elector
+from elections.runtime.member_reads import MemberReads
+from elections.runtime.ownership import OwnershipWatch
+from elections.runtime.share_split import SplitAlarm
+from stkconfig.model import Config
 
 # The serving right (docs/design.md §15): members counted, and how far an ack must move the gate to be
 # published.
@@ -45,6 +54,25 @@ class Publishing:
     view: PoolView
     _gate_told: float  # the valid_until last published
     _told: threading.Event  # set at every publish that says this agent leads (`Roles._gate_opens`)
+    # What it uses of the agent (set in `Agent.__init__`, or defined by another half).
+    stk: Config
+    clock: Clock
+    local: LocalState
+    refusals: Refusals
+    commands: PoolCommands
+    bindings: PoolBindings
+    elector: Elector
+    beacons: BeaconLink | None
+    member_reads: MemberReads
+    ownership: OwnershipWatch
+    split: SplitAlarm | None
+    _publishing: threading.Lock
+    _member_docs: tuple[dict[str, dict[str, Any]], bool] | None  # survey(): last members seen
+    _fenced: int | None
+
+    if TYPE_CHECKING:
+
+        def _let_go_of_leftovers(self) -> None: ...
 
     def pool_size(self) -> int:
         """The members the serving right counts (docs/design.md §15): this one, and every
@@ -153,7 +181,7 @@ class Publishing:
 
     def _say_own_record(self) -> None:
         """Tell the beacons this member's record as just written (`core.beacons`: mseq, mdig)."""
-        record = getattr(self.elector.store, "own_record", None)
+        record = self.elector.store.own_record
         if self.beacons is not None and record is not None:
             seq = record.get("seq")
             self.beacons.service.member_record = (seq if isinstance(seq, int) else 0, member_digest(record))

@@ -29,11 +29,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from typing import Protocol
 
 from elections.core.beacon_board import Reaction, Standing
+from elections.core.lease import LeaseRead
+from elections.core.lease_memory import Memory
 from elections.core.nudge import Nudge
 from elections.ports.beacons import BeaconConfig, BeaconService
-from elections.runtime.elector import Elector
 
 log = logging.getLogger("stkrelay.beacons")
 
@@ -45,18 +47,34 @@ VOUCH_INTERVALS = 3.0  # a leader beacon vouches for the lease this many interva
 LEADER_QUIET_INTERVALS = 6.0
 
 
+class ElectorState(Protocol):
+    """What the beacons read of the elector (`runtime.elector.Elector`)."""
+
+    @property
+    def memory(self) -> Memory: ...
+
+    @property
+    def last_read(self) -> LeaseRead | None: ...
+
+
 class BeaconLink:
+    """`elector()`: the elector, once built. It is built after its beacons (they are its
+    evidence, its serving right and its timer's news: constructor arguments of the elector),
+    and it is asked for only once the beacons run (`start`)."""
+
     def __init__(
-        self, config: BeaconConfig, elector: Elector, cycle: Callable[[str], None],
+        self, config: BeaconConfig, elector: Callable[[], ElectorState], cycle: Callable[[str], None],
         monotonic: Callable[[], float], nudged: Callable[[], None] = lambda: None,
         folded: Callable[[str], int] = lambda node: 0, gate_clock: Callable[[], float] | None = None,
+        members: Callable[[], int] = lambda: 0, on_acked: Callable[[], None] = lambda: None,
     ) -> None:  # fmt: skip
         self.elector = elector
         self.cycle = cycle
         self.nudged = nudged
         self.interval = config.interval
         self.service = BeaconService(config, self.standing, self.react, monotonic, nudged=self.nudge,
-                                     folded=folded, gate_clock=gate_clock)  # fmt: skip
+                                     folded=folded, gate_clock=gate_clock, members=members,
+                                     on_acked=on_acked)  # fmt: skip
         self._kick = threading.Event()
         self._why = ""
         self._cycle_wanted = False
@@ -70,7 +88,7 @@ class BeaconLink:
         return self
 
     def standing(self) -> Standing:
-        el = self.elector
+        el = self.elector()
         mem = el.memory
         read = el.last_read
         rec = read.record if read is not None and read.status == "valid" else None
@@ -100,7 +118,7 @@ class BeaconLink:
         return self.service.silent(holder, epoch)
 
     def vouches(self) -> bool:
-        mem = self.elector.memory
+        mem = self.elector().memory
         if mem.leader_epoch is not None or mem.seen_key is None or mem.seen_released:
             return False
         key = self.service.leader_key(mem.seen_key[0], VOUCH_INTERVALS * self.interval)

@@ -72,14 +72,14 @@ class SecurityWatch:
         return out
 
 
-def totals_of(refusals: Any) -> dict[str, int]:
+def totals_of(refusals: object) -> dict[str, int]:
     counts = refusals.get("counts") if isinstance(refusals, dict) else None
     if not isinstance(counts, dict):
         return {}
     return {printable(k, 40): v for k, v in list(counts.items())[:64] if type(v) is int and v >= 0}
 
 
-def recent_of(refusals: Any) -> list[dict[str, Any]]:
+def recent_of(refusals: object) -> list[dict[str, Any]]:
     """The newest refusals as the webhook quotes them: their text in `evidence.SAFE` and bounded
     (as `Refusals.note` keeps it, and again here: a chat may render whatever reaches it)."""
     recent = refusals.get("recent") if isinstance(refusals, dict) else None
@@ -145,8 +145,9 @@ class EventFeed:
             role = self.roles.fold(ev.kind, ev.node, detail)
             if role is not None and live:
                 n.role_changed(role, ev.epoch, str(detail.get("cause") or ev.kind))
-        n.post(docs, cursor=rows[-1].id)
-        return rows[-1].id
+        newest: int = rows[-1].id
+        n.post(docs, cursor=newest)
+        return newest
 
     def _start_at(self) -> int:
         """Where the rows of interest begin: after the persisted cursor, or after the newest row."""

@@ -30,7 +30,8 @@ from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from elections.core.actions import ActionConfig, ActionPlan, demotion_plan, plan_for
+from elections.core.action_config import ActionConfig
+from elections.core.actions import ActionPlan, demotion_plan, plan_for
 from elections.core.evidence import Refusals
 from elections.core.ownership import (
     ADDRESS_EXECUTORS,
@@ -44,6 +45,7 @@ from elections.core.ownership import (
 from elections.core.repair import ACQUIRE, Repair, Standing, repairs
 from elections.core.untrusted import BAD_FIELD
 from elections.executors import Executor, Gate, Observer, Outcome, Sink, run_plan
+from elections.ports.pool_view import PoolView
 
 log = logging.getLogger("stkrelay.ownership")
 
@@ -229,7 +231,7 @@ def _close_db() -> None:
 
 
 def standing_of(
-    node: str, view: Any, held_epoch: int | None, paused: bool, busy: bool, now: float
+    node: str, view: PoolView, held_epoch: int | None, paused: bool, busy: bool, now: float
 ) -> Standing:
     """This agent's `Standing` from its pool view (`PoolView`: the lease as last read, judged
     live on this machine's clock from when its renewal was last seen)."""

@@ -51,7 +51,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import IO, TextIO
 
 from elections.core.terminal import terminal_safe
 from elections.ports.host.dirwatch import DirWatch
@@ -152,7 +152,7 @@ class Supervisor:
     def _say_agent(self, line: str) -> None:
         self.say("agent", line)
 
-    def _pump(self, name: str, stream: Any) -> None:
+    def _pump(self, name: str, stream: IO[bytes]) -> None:
         for raw in iter(stream.readline, b""):
             self.say(name, raw.decode("utf-8", "replace"))
         stream.close()
@@ -345,6 +345,7 @@ class Supervisor:
             # FENCE_WITHIN passes, before the release is written. Written first, a taker that heard no
             # resign of ours could open its gate by acks while our relay still served (SPIN's trail,
             # verify/: -DSUP_RELEASE).
+            assert state.epoch is not None  # leads_now: it names one
             fenced_at = time.monotonic()
             self.local.disclaim(f"fenced epoch {state.epoch} before its release on shutdown")
             if not self.local.relay_stopped(state.epoch, fenced_at, FENCE_WITHIN):
@@ -363,8 +364,9 @@ class Supervisor:
             )
         if led:  # again: the worker may have published once more before it stopped
             self.local.disclaim(f"released epoch {state.epoch} on shutdown")
-        if released and self.record_release is not None:
-            self._bounded(lambda: self.record_release(state), started + STOP_WITHIN - time.monotonic(),
+        record_release = self.record_release
+        if released and record_release is not None:
+            self._bounded(lambda: record_release(state), started + STOP_WITHIN - time.monotonic(),
                           f"history row of the release of epoch {state.epoch}")  # fmt: skip
         self.say("agent", f"stopped in {time.monotonic() - started:.2f} s")
         return 0

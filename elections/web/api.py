@@ -252,7 +252,7 @@ def history(request: HttpRequest) -> HttpResponse:
 @api_view()
 def audit_log(request: HttpRequest) -> HttpResponse:
     published = published_entries()
-    rows, filters = audit_rows(request.GET, published)  # type: ignore[arg-type]
+    rows, filters = audit_rows(request.GET, published)
     paged = _page(request, rows)
     if isinstance(paged, JsonResponse):
         return paged
@@ -323,7 +323,7 @@ def command(request: HttpRequest, kmsn: str, kind: str) -> HttpResponse:
         return api_error(400, "bad_request", _("force must be true or false"))
     force = force in (True, "1", "true", "on")
     outcome = perform(
-        actor_for(request.api_user, request, "api"),  # type: ignore[attr-defined]
+        actor_for(request.api_user, request, "api"),
         kind,
         kmsn,
         target,

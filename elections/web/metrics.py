@@ -28,7 +28,7 @@ from prometheus_client.utils import floatToGoString
 
 from elections.audit import LoginFailure
 from elections.core.ownership import VERDICTS
-from elections.core.untrusted import CAUSES
+from elections.core.untrusted import CAUSES, as_object
 from elections.models import ElectionEvent
 from elections.ports.localstate import LocalState
 from elections.runtime.notify import read_counters, read_queue
@@ -165,7 +165,7 @@ def _refusal_family(states: list[SiteState]) -> Metric:
         labels=["kmsn", "cause"],
     )
     for s in states:
-        counts = s.refusals.get("counts") if isinstance(s.refusals.get("counts"), dict) else {}
+        counts = as_object(s.refusals.get("counts"))
         for cause in sorted(CAUSES):
             n = counts.get(cause, 0)
             c.add_metric([s.kmsn, cause], n if isinstance(n, int) else 0)
@@ -334,7 +334,7 @@ def _relay_families(relays: list[tuple[str, RelayState]]) -> Iterable[Metric]:
     yield from _tunnel_families([(kmsn, r.tunnel) for kmsn, r in relays if r.tunnel is not None])
 
 
-def _proxy_families(proxies: list) -> Iterable[Metric]:  # type: ignore[type-arg]
+def _proxy_families(proxies: list) -> Iterable[Metric]:
     """The fencing proxy and the external relay behind it (RELAY_KIND = exec, docs/design.md §16)."""
     up = GaugeMetricFamily("stkrelay_proxy_upstream_up", "1 while the external relay accepts TCP.",
                            labels=["kmsn"])  # fmt: skip
@@ -364,7 +364,7 @@ def _proxy_families(proxies: list) -> Iterable[Metric]:  # type: ignore[type-arg
     yield from (up, conns, accepted, refused, closed, moved, restarts)
 
 
-def _tunnel_families(tunnels: list) -> Iterable[Metric]:  # type: ignore[type-arg]
+def _tunnel_families(tunnels: list) -> Iterable[Metric]:
     """The leader's tunnel to the cloud relay (docs/design.md §14; only with CLOUD_URL)."""
     g = GaugeMetricFamily("stkrelay_tunnel_connected", "1 while the cloud accepted this leader's tunnel.",
                           labels=["kmsn", "epoch"])  # fmt: skip

@@ -189,7 +189,7 @@ def _respond(status: int, body: bytes, kind: str) -> Response:
 async def serve_web(server: CloudServer) -> Any:
     """Start WEB_PORT on LISTEN_IP; returns the websockets server (close() it to stop)."""
     registry = CollectorRegistry(auto_describe=True)
-    registry.register(_Collector(server))  # type: ignore[arg-type]
+    registry.register(_Collector(server))
 
     def process_request(connection: ServerConnection, request: Request) -> Response | None:
         path = request.path.split("?", 1)[0]

@@ -76,7 +76,7 @@ def serve(stk: Config, standby: bool, say: Say, complain: Say) -> int:
     else:
         epoch = LocalState(stk.data_dir).leadership().held_epoch(time.monotonic())
         why = "the leadership state does not say this agent leads now" if epoch is None else None
-        why = why or LeadershipGate(stk.data_dir, epoch).why_not()  # type: ignore[arg-type]
+        why = why or LeadershipGate(stk.data_dir, epoch).why_not()
         if why is not None:
             say(f"runrelay: {stk.node} is not the leader ({why}): not serving")
             return 0

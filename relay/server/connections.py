@@ -68,7 +68,7 @@ class JsonPeer(asyncio.Protocol):
     silence_applies = True
     nonce: str | None = None  # the hello's nonce: fresh, unless another relay greeted (relay.cloud)
 
-    def __init__(self, host: Host) -> None:
+    def __init__(self, host: Host[JsonPeer]) -> None:
         self.host = host
         self.loop = host.loop
         self.transport: asyncio.Transport | None = None
@@ -160,15 +160,14 @@ class JsonPeer(asyncio.Protocol):
             host.batch.active = True
             try:
                 for event in events:
-                    kind = type(event)
-                    if kind is Message:
+                    if type(event) is Message:
                         self._on_message(event.obj)
-                    elif kind is RawData:
+                    elif type(event) is RawData:
                         if self.role == PUBLISHER:
                             host.router.publish(self, event.data)
-                    elif kind is Registered:
+                    elif type(event) is Registered:
                         self._on_registered(event)
-                    elif kind is ProtocolError:
+                    elif type(event) is ProtocolError:
                         self._on_protocol_error(event)
             finally:
                 host.batch.flush()

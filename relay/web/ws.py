@@ -146,7 +146,7 @@ class _Bridge(AsyncWebsocketConsumer):
         local = self.writer.get_extra_info("sockname")
         key = settings.STK.pool_key
         try:
-            return encode((client[0], int(client[1])), (server[0], int(server[1])), local[:2], key)  # type: ignore[index]
+            return encode((client[0], int(client[1])), (server[0], int(server[1])), local[:2], key)
         except (TypeError, ValueError, IndexError):  # no address (a unix socket, a test's scope), or no key
             return b""
 

@@ -26,6 +26,7 @@ import hashlib
 import hmac
 import os
 from collections.abc import Callable
+from typing import TypeGuard
 
 HEX = frozenset("0123456789abcdef")
 
@@ -47,7 +48,7 @@ def new_session_id(randbytes: Callable[[int], bytes] = os.urandom) -> str:
     return randbytes(8).hex()
 
 
-def is_nonce(value: object) -> bool:
+def is_nonce(value: object) -> TypeGuard[str]:
     """32 hex characters (either case): the shape of ``nonce`` and ``cnonce``."""
     return isinstance(value, str) and len(value) == 32 and set(value.lower()) <= HEX
 

@@ -8,9 +8,10 @@ of it. No sockets, asyncio, clock or Django.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from elections.core.stations import MAX_NAME, station_name
-from relay.wire.framing import ProtocolError, RawData
+from relay.wire.framing import JsonObject, ProtocolError, RawData
 
 MAGIC = "STKRELAY/1"
 REGISTER_TIMEOUT = 5.0
@@ -45,7 +46,7 @@ class Registered:
 
 @dataclass(frozen=True, slots=True)
 class Message:
-    obj: dict
+    obj: JsonObject
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,21 +79,21 @@ class KeepaliveAck:
 Event = Hello | Registered | Message | RawData | ProtocolError | ErrorReceived | LeaderChanged | KeepaliveAck
 
 
-def is_int(value: object) -> bool:
+def is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def nonempty_str(value: object) -> bool:
+def nonempty_str(value: object) -> TypeGuard[str]:
     return isinstance(value, str) and value != ""
 
 
-def is_name(value: object) -> bool:
+def is_name(value: object) -> TypeGuard[str]:
     """A name the wire admits: a string of 1..`MAX_NAME` characters (code points), all printable."""
     return station_name(value) is not None
 
 
-def error_frame(code: str, message: str, id: object = None) -> dict:
-    obj = {"type": "error", "code": code, "message": message}
+def error_frame(code: str, message: str, id: object = None) -> JsonObject:
+    obj: JsonObject = {"type": "error", "code": code, "message": message}
     if id is not None:
         obj["id"] = id
     return obj

@@ -45,7 +45,7 @@ from typing import Any
 
 from relay.wire.auth import station_credential
 from relay.wire.events import MAGIC, NAME_RULE, Registered, is_name, nonempty_str
-from relay.wire.framing import BAD_AUTH, BAD_REQUEST, NOT_LEADER, WRONG_KMSN, Reject, State
+from relay.wire.framing import BAD_AUTH, BAD_REQUEST, NOT_LEADER, WRONG_KMSN, JsonObject, Reject, State
 from relay.wire.server_connection import STATION_KEYS_ONLY, ServerConnection
 
 DEFAULT_WAIT = 0.3  # seconds the relay holds its hello for a station that speaks first
@@ -122,7 +122,7 @@ class LegacyServerConnection(ServerConnection):
         if not self.spoke_first:
             self.greet()
 
-    def _register(self, obj: dict) -> None:
+    def _register(self, obj: JsonObject) -> None:
         magic = obj.get("magic")
         if isinstance(magic, str) and same_secret(self.legacy_magic, magic):
             self.legacy = True
@@ -130,7 +130,7 @@ class LegacyServerConnection(ServerConnection):
         else:
             super()._register(obj)
 
-    def _register_legacy(self, obj: dict) -> None:
+    def _register_legacy(self, obj: JsonObject) -> None:
         if obj.get("type") != "register":
             raise Reject(BAD_REQUEST, "expected a register frame")
         role, kmsn, station, token = (obj.get(k) for k in ("role", "kmsn", "station", "token"))

@@ -41,10 +41,10 @@ class Command(BaseCommand):
     help = "Run one stkrelay agent (web, lease worker with beat, relay while leader)."
     requires_system_checks: list[str] = []  # config problems: one line each, below
 
-    def add_arguments(self, parser):  # type: ignore[no-untyped-def]
+    def add_arguments(self, parser):
         parser.add_argument("--ini", help="the agent's stk.ini (default: $STK_INI)")
 
-    def execute(self, *args, **options):  # type: ignore[no-untyped-def]
+    def execute(self, *args, **options):
         # Settings are built from the ini named here: point STK_INI at it and
         # re-exec before Django reads settings, so children inherit the same.
         ini = options.get("ini")
@@ -53,7 +53,7 @@ class Command(BaseCommand):
             os.execv(sys.executable, [sys.executable, *sys.argv])
         return super().execute(*args, **options)
 
-    def handle(self, *args, **options):  # type: ignore[no-untyped-def]
+    def handle(self, *args, **options):
         from django.conf import settings
         from django.core.management import call_command
 

@@ -46,6 +46,7 @@ from elections.ports.backend import (
     Claimed,
     Got,
     Listing,
+    Refuse,
     WriteOutcome,
     log_only,
     poll_wait,
@@ -71,17 +72,20 @@ def key_of(key: str) -> str:
     raise KeyError(f"no etcd key for record {key!r}")
 
 
+C = TypeVar("C", Got, Listing)
+
+
 class EtcdBackend:
     counter_key = EPOCH_KEY
     reads_one_by_one = False  # one range reads every member
     record_end = b""
 
-    def __init__(self, pool: EtcdPool, node: str, watch: bool = True) -> None:
+    def __init__(self, pool: EtcdPool, node: str, watch: bool = True, refuse: Refuse = log_only) -> None:
         self.pool = pool
         self.client = pool.client
         self.node = node
         self.where = pool.describe()
-        self.refuse: Callable[..., None] = log_only
+        self.refuse = refuse  # the record layer's count-and-log (`backend.counted`)
         self.watcher = pool.watching() if watch else None
         self._listening = False  # told of revoked leases once it holds one (short-lived readers never are)
         self._held = 0  # the etcd lease under the record this client wrote as holder
@@ -132,7 +136,7 @@ class EtcdBackend:
         since = cached[0] if cached is not None else w.generation["lease"]
         return w.wait_change("lease", since, max(0.0, timeout))
 
-    def _cached(self, part: str, cache: tuple[int, float, Any] | None) -> Any:
+    def _cached(self, part: str, cache: tuple[int, float, C] | None) -> C | None:
         w = self.watcher
         if cache is None or w is None or not w.connected:
             return None

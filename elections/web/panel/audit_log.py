@@ -166,7 +166,7 @@ def pool_chains(published: dict[str, list[audit.AuditEntry]]) -> list[tuple[str,
 @panel_view
 def audit_log(request: HttpRequest) -> HttpResponse:
     published = published_entries()
-    rows, filters = audit_rows(request.GET, published)  # type: ignore[arg-type]
+    rows, filters = audit_rows(request.GET, published)
     page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
     ctx = base_context(
         request,

@@ -26,6 +26,7 @@ from django.utils import timezone
 from elections.core.decide import GONE, SILENT
 from elections.core.ownership import Entry
 from elections.core.skew import versus
+from elections.core.untrusted import as_list, as_object
 from elections.ports.localstate import LocalState, RelayStatus
 from elections.ports.pool_view import PoolView
 from elections.web.panel.relay_state import relay_state
@@ -61,13 +62,13 @@ def build_site(
     lease = pool.lease
     leader_node = (lease or {}).get("node")
     members = []
-    heard = pool.beacons.get("members") if isinstance(pool.beacons.get("members"), dict) else {}
+    heard = as_object(pool.beacons.get("members"))
     mine = pool.members[pool.node].clock if pool.node in pool.members else None
     for node, m in sorted(pool.members.items()):
         age = m.age
         if age is not None and view_age is not None:
             age = age + view_age  # aged on this machine's clock since the view was taken
-        b = heard.get(node) if isinstance(heard.get(node), dict) else {}
+        b = as_object(heard.get(node))
         b_age, b_loss = b.get("age_s"), b.get("loss")
         if isinstance(b_age, (int, float)) and view_age is not None:
             b_age = b_age + view_age
@@ -129,11 +130,11 @@ def build_site(
 
 def _addresses(site: SiteState, doc: dict[str, Any], now: float) -> None:
     """The ownership map of `pool.json` (this agent's own file, read defensively)."""
-    entries = doc.get("entries") if isinstance(doc.get("entries"), list) else []
+    entries = as_list(doc.get("entries"))
     site.addresses = [e for e in (Entry.from_doc(d) for d in entries[:64]) if e is not None]
     at = doc.get("at")
     site.addresses_age = max(now - at, 0.0) if isinstance(at, (int, float)) and site.addresses else None
-    repairs = doc.get("repairs") if isinstance(doc.get("repairs"), list) else []
+    repairs = as_list(doc.get("repairs"))
     site.repairs = []
     for r in repairs[:8]:
         if isinstance(r, dict) and isinstance(r.get("at"), (int, float)):

@@ -270,7 +270,7 @@ def history_csv(request: HttpRequest) -> HttpResponse:
     writer = csv.writer(_Echo())
     header = ["epoch", "kmsn", "at_utc", "from", "to", "reason", "actor", "gap_s", "detail", "correlation"]
 
-    def lines():  # type: ignore[no-untyped-def]
+    def lines():
         yield writer.writerow(header)
         for f in rows:
             gap = "" if f.gap_s is None else f"{f.gap_s:.3f}"
