@@ -222,7 +222,7 @@ def _iso(t: float) -> str:
 def start_for(stk: Config) -> EventFeed | None:
     """The notifier of this agent (its `Config`) and its feed, started; None when neither
     `ON_ROLE_CHANGE` nor `WEBHOOK_URL` is set. Called once, by the worker (`runtime.agent`)."""
-    cfg = getattr(stk, "notify", None)
+    cfg = stk.notify
     if cfg is None or not cfg.configured:
         return None
     return EventFeed(Notifier(cfg, stk.kmsn, stk.node, data_dir=stk.data_dir), stk.data_dir).start()

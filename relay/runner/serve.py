@@ -38,7 +38,7 @@ BIND_WAIT = 1.0  # seconds a NODE_IP bind is tried again while this member's sta
 
 def legacy_settings(stk: Config) -> LegacySettings | None:
     """Old stations on this relay (``RELAY_LEGACY = 1``, relay.wire.legacy), or None."""
-    if not getattr(stk, "relay_legacy", False):
+    if not stk.relay_legacy:
         return None
     return LegacySettings(stk.relay_legacy_magic, stk.relay_legacy_wait)
 
@@ -76,6 +76,7 @@ class RelayRunner(LeaseReads):
             max_per_address=stk.relay_max_per_address or None,
             bindings=self.bindings,
             legacy=legacy_settings(stk),
+            successor=self.gate.successor,
         )
 
     def wanted(self) -> tuple[ListenAddress, ...]:
