@@ -305,7 +305,7 @@ def stations_check(check: Any, stk: Config, pool: Any) -> None:
               "site's station build)") % {"port": STATIONS_PORT}, warn=True)  # fmt: skip
         return
     try:
-        addresses = {ipaddress.ip_address(a[4][0].split("%")[0]) for a in socket.getaddrinfo(host, None)}
+        addresses = {ipaddress.ip_address(str(a[4][0]).split("%")[0]) for a in socket.getaddrinfo(host, None)}
     except (OSError, ValueError) as exc:
         say(_("RELAY_HOST = %(host)s does not resolve here: %(why)s") % {"host": host, "why": exc}, ok=False)
         return

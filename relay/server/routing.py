@@ -225,7 +225,7 @@ class Router:
             return ()
         if wildcard:
             return tuple(table.values())
-        target = table.get(to)  # type: ignore[arg-type]
+        target = table.get(to) if isinstance(to, str) else None
         return () if target is None else (target,)
 
     def send(self, sender: Session, obj: dict) -> int:
