@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from elections.core.evidence import DETAIL_CHARS, SOURCE_CHARS, printable
@@ -124,7 +124,7 @@ class EventFeed:
         return epoch if type(epoch) is int else 0
 
     # -- the rows ----------------------------------------------------------------------------
-    def _rows(self, last: int, since: Any) -> int:
+    def _rows(self, last: int, since: datetime) -> int:
         from elections.models import ElectionEvent
 
         n = self.notifier
