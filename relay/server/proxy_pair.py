@@ -36,6 +36,7 @@ from relay.wire.proxy_header import (
 )
 
 CHUNK = 64 << 10
+ROUNDS = 8  # full chunks one callback splices at most, then the loop's other sockets have their turn
 BULK = 16 << 10  # a read this large: the next one splices (small reads cost less copied, bench/door.py)
 
 # forward_header(client, dialled, local): what a pair sends upstream first (relay.wire.proxy_header.encode)
@@ -230,40 +231,48 @@ class Pair:
         self._send(way, data)
 
     def _spliced(self, way: Direction, pipe: SplicePipe) -> bool:
-        """`src` → pipe → `dst` with the gate asked (by `_readable`, then here) before each splice;
+        """`src` → pipe → `dst` with the gate asked (by `_readable`, then here) before each splice,
+        chunk after chunk while `src` has full ones and `dst` takes them all (`ROUNDS` at most);
         False: the kernel cannot splice these sockets, copy them (nothing was moved)."""
-        try:
-            got = pipe.fill(way.src.fileno(), CHUNK)
-        except (BlockingIOError, InterruptedError):
-            return True
-        except Unsupported as exc:
-            self.proxy.no_splice(exc)
-            return False
-        except OSError:
-            self.close("reset")
-            return True
-        way.bulk = got >= BULK
-        if not got:
-            self.proxy.loop.remove_reader(way.src.fileno())
-            self._end(way)
-            return True
-        if not self.proxy.gate_open():  # asked again before the splice that moves the bytes on
-            pipe.clear()
-            self.close("gate_shut")
-            return True
-        try:
-            sent = pipe.drain(way.dst.fileno())
-        except Unsupported as exc:  # the bytes are still in the pipe: held as a short send's rest
-            self._keep_rest(way, pipe)
-            self.proxy.no_splice(exc)
-            return True
-        except OSError:
-            pipe.clear()
-            self.close("reset")
-            return True
-        self.proxy.counted(way.name, sent, spliced=True)
-        if pipe.pending:
-            self._keep_rest(way, pipe)
+        for round_ in range(ROUNDS):
+            if round_ and not self.proxy.gate_open():  # before the next fill (the first: _readable's)
+                self.close("gate_shut")
+                return True
+            try:
+                got = pipe.fill(way.src.fileno(), CHUNK)
+            except (BlockingIOError, InterruptedError):
+                return True
+            except Unsupported as exc:
+                self.proxy.no_splice(exc)
+                return round_ > 0  # copy the rest, unless this callback moved some already
+            except OSError:
+                self.close("reset")
+                return True
+            way.bulk = got >= BULK
+            if not got:
+                self.proxy.loop.remove_reader(way.src.fileno())
+                self._end(way)
+                return True
+            if not self.proxy.gate_open():  # asked again before the splice that moves the bytes on
+                pipe.clear()
+                self.close("gate_shut")
+                return True
+            try:
+                sent = pipe.drain(way.dst.fileno())
+            except Unsupported as exc:  # the bytes are still in the pipe: held as a short send's rest
+                self._keep_rest(way, pipe)
+                self.proxy.no_splice(exc)
+                return True
+            except OSError:
+                pipe.clear()
+                self.close("reset")
+                return True
+            self.proxy.counted(way.name, sent, spliced=True)
+            if pipe.pending:
+                self._keep_rest(way, pipe)
+                return True
+            if got < CHUNK:  # `src` had no more: back to the loop
+                return True
         return True
 
     def _keep_rest(self, way: Direction, pipe: SplicePipe) -> None:
