@@ -136,7 +136,8 @@ class FencingProxy:
         self.accepted = 0
         self.refused: dict[str, int] = {}
         self.closes: dict[str, int] = {}
-        self.bytes = {"up": 0, "down": 0, "spliced": 0}  # spliced: of both ways, moved without a copy
+        self.bytes = {"up": 0, "down": 0}
+        self.spliced = 0  # of those bytes, both ways: moved by splice, never copied into Python
         self._listeners: list[socket.socket] = []
         self._hosts: dict[str, list[socket.socket]] = {}  # where it listens: NODE_IP first (listen_set)
         self._ports = (0, 0)  # the two ports start() bound, for every further address
@@ -300,7 +301,7 @@ class FencingProxy:
     def counted(self, way: str, sent: int, spliced: bool = False) -> None:
         self.bytes[way] += sent
         if spliced:
-            self.bytes["spliced"] += sent
+            self.spliced += sent
 
     def forget(self, pair: Pair, cause: str) -> None:
         if pair in self.pairs:
@@ -407,7 +408,7 @@ class FencingProxy:
             "closed": dict(self.closes),
             "bytes_up": self.bytes["up"],
             "bytes_down": self.bytes["down"],
-            "bytes_spliced": self.bytes["spliced"],
+            "bytes_spliced": self.spliced,
             "max_connections": self.max_connections,
             "max_per_address": self.max_per_address,
             "headers": dict(self.headers, holding=self.holding),
