@@ -10,15 +10,20 @@ empty (a bug, never seen): the pipe is thrown away and a new one made first.
 
 `SplicePipe.open()` is None where there is no splice (Windows, macOS: `os.splice` is missing)
 or no pipe can be made; a splice the kernel refuses for the kind of descriptor (`Unsupported`:
-EINVAL, ENOSYS, EOPNOTSUPP; a WSL 1 socket) leaves the proxy to turn it off and copy instead,
-as it did before splice (`relay.server.fencing_proxy.FencingProxy.no_splice`).
+EINVAL, ENOSYS, EOPNOTSUPP; a system that emulates Linux without it) leaves the proxy to turn
+it off and copy instead, as it did before splice (`FencingProxy.no_splice`). WSL 2 runs a real
+Linux kernel: it splices.
 """
 
 from __future__ import annotations
 
 import errno
-import fcntl
 import os
+
+try:
+    import fcntl
+except ImportError:  # Windows: no splice either
+    fcntl = None  # type: ignore[assignment]
 
 FLAGS = getattr(os, "SPLICE_F_MOVE", 1) | getattr(os, "SPLICE_F_NONBLOCK", 2)
 PIPE_SIZE = 1 << 20  # room for many small segments (a pipe holds 16 by default, one per page slot)
@@ -40,7 +45,7 @@ class SplicePipe:
     @classmethod
     def open(cls) -> SplicePipe | None:
         """A new pipe, or None where this system has no splice (or no descriptor is left)."""
-        if not hasattr(os, "splice") or not hasattr(os, "pipe2"):
+        if fcntl is None or not hasattr(os, "splice") or not hasattr(os, "pipe2"):
             return None
         try:
             return cls(*_pipe())
@@ -116,7 +121,7 @@ class SplicePipe:
 def _pipe() -> tuple[int, int]:
     read_fd, write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     try:
-        fcntl.fcntl(write_fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_SIZE)
+        fcntl.fcntl(write_fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_SIZE)  # type: ignore[union-attr]
     except OSError:  # over /proc/sys/fs/pipe-max-size: the default size works, in smaller steps
         pass
     return read_fd, write_fd
