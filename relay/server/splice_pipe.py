@@ -65,20 +65,16 @@ class SplicePipe:
         return moved
 
     def drain(self, dst: int) -> int:
-        """Move what the pipe holds into socket `dst`, as much as it takes now: how many bytes (0 when
-        it takes none). Raises `Unsupported` or the socket's OSError (the bytes stay in the pipe)."""
-        moved = 0
-        while self.pending:
-            try:
-                step = os.splice(self.read_fd, dst, self.pending, flags=FLAGS)
-            except (BlockingIOError, InterruptedError):
-                break
-            except OSError as exc:
-                raise _classified(exc) from None
-            if step <= 0:
-                break
-            self.pending -= step
-            moved += step
+        """One splice of what the pipe holds into socket `dst`: how many bytes it took (0 when none
+        now; the rest stays for `take`). Raises `Unsupported` or the socket's OSError (the bytes
+        stay in the pipe). One call, so its caller's gate check is before each splice."""
+        try:
+            moved = os.splice(self.read_fd, dst, self.pending, flags=FLAGS)
+        except (BlockingIOError, InterruptedError):
+            return 0
+        except OSError as exc:
+            raise _classified(exc) from None
+        self.pending -= moved
         return moved
 
     def take(self) -> bytes:
