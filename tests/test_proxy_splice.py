@@ -83,8 +83,8 @@ def test_small_exchanges_are_copied_and_splice_off_copies_everything():
                 writer.write(b"f" * 100)
                 assert await asyncio.wait_for(reader.readexactly(100), 5) == b"f" * 100
             assert proxy.snapshot()["bytes_spliced"] == 0
-            writer.write(b"b" * (1 << 20))
-            assert await asyncio.wait_for(reader.readexactly(1 << 20), 10) == b"b" * (1 << 20)
+            writer.write(b"b" * (4 << 20))
+            assert await asyncio.wait_for(reader.readexactly(4 << 20), 10) == b"b" * (4 << 20)
             assert (proxy.snapshot()["bytes_spliced"] > 0) is splice
             writer.close()
             upstream.close()

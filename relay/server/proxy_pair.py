@@ -37,7 +37,8 @@ from relay.wire.proxy_header import (
 
 CHUNK = 64 << 10
 ROUNDS = 8  # full chunks one callback splices at most, then the loop's other sockets have their turn
-BULK = 16 << 10  # a read this large: the next one splices (small reads cost less copied, bench/door.py)
+BULK = CHUNK  # a read that filled a chunk: a stream in full flow, the next read splices (a station's
+# frames, read a few at a time, cost less copied: bench/door.py's msg/s)
 
 # forward_header(client, dialled, local): what a pair sends upstream first (relay.wire.proxy_header.encode)
 HeaderMaker = Callable[[Address, Address, Address], bytes]
