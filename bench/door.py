@@ -129,7 +129,8 @@ def main() -> int:
               f"median of the rounds' ratios; the door's CPU {per_msg * 1e6:.2f} us/msg, "
               f"{per_mb * 1e3:.2f} ms/MB)")  # fmt: skip
     finally:
-        stop(children)
+        stop(children[1:])  # the door first: its pairs end before the stand-in stops
+        stop(children[:1])
     return 0
 
 
