@@ -66,6 +66,8 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("relay/management/commands/relayclient.py", "self"): BY_NAME,
     ("relay/server/cloud_tunnel.py", "exc"): EXCEPTION,
     ("relay/server/listen_set.py", "socket"): MODULE,
+    ("relay/server/splice_pipe.py", "os"): MODULE,  # os.splice: Linux only
+    ("relay/server/splice_pipe.py", "fcntl"): MODULE,  # F_SETPIPE_SZ: Linux only
     ("relay/web/ws_flow.py", "receive"): EXTERNAL,  # the ASGI server's receive callable and protocol
     ("relay/web/ws_flow.py", "protocol"): EXTERNAL,
     ("stkconfig/model.py", "filled"): BY_NAME,
@@ -83,6 +85,7 @@ COUNTS: dict[tuple[str, str], int] = {
     ("elections/web/auth.py", "settings"): 1,
     ("elections/web/language.py", "request"): 2,
     ("elections/web/panel/audit_log.py", "e"): 1,
+    ("relay/server/splice_pipe.py", "os"): 4,  # os.splice and SPLICE_F_* where the platform has them
 }
 
 

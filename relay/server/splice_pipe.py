@@ -117,7 +117,7 @@ class SplicePipe:
 def _pipe() -> tuple[int, int]:
     read_fd, write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     try:
-        fcntl.fcntl(write_fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_SIZE)  # type: ignore[union-attr]
+        fcntl.fcntl(write_fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_SIZE)
     except OSError:  # over /proc/sys/fs/pipe-max-size: the default size works, in smaller steps
         pass
     return read_fd, write_fd
