@@ -48,7 +48,7 @@ IMPURE_ROOTS = {
     "celery",
     "redis",
 }
-ENTRY_POINTS = ("elections.tasks", "elections.management.commands.runagent")
+ENTRY_POINTS = ("elections.tasks", "elections.management.agent_root")
 
 
 def _modules() -> dict[str, Path]:
