@@ -18,7 +18,7 @@ from harness import Redis
 from test_config import problems, run_agent, write_ini
 
 from elections.ports import webcert
-from elections.ports.pinned_https import parse_pins
+from elections.ports.webcert import parse_pins
 from relay.client.discovery import AgentApi, in_clear_on_lan
 from stkrelay.config import load
 from stkrelay.config_tls import plain_on_lan

@@ -232,13 +232,12 @@ def _children(stk: Config, cert: WebCert | None) -> list[Any]:
 def _releaser(stk: Config, env: dict[str, str]) -> tuple[Callable[[Any], bool], Callable[[Any], None]]:
     """What the supervisor runs on SIGTERM if this agent leads: the lease released, said in
     beacons; and, once its children are gone, the history row of that release."""
-    from elections.ports.beacons import BeaconConfig
+    from elections.ports.beacon_config import BeaconConfig
     from elections.ports.clock import SystemClock
     from elections.ports.liveness_port import send_resign
     from elections.ports.localstate import Leadership
     from elections.ports.stores import PoolPlace, open_store
-    from elections.runtime.agent import identity
-    from elections.runtime.lease_writes import make_record, release_lease
+    from elections.runtime.lease_writes import identity, make_record, release_lease
 
     clock = SystemClock()
     os.environ["STK_AGENT_PID"] = str(os.getpid())

@@ -22,7 +22,7 @@ import ssl
 import urllib.request
 from collections.abc import Iterable
 
-from elections.ports.webcert import fingerprint, normalise
+from elections.ports.webcert import fingerprint
 
 
 class PinMismatch(ssl.SSLError):
@@ -74,17 +74,6 @@ class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
 
     def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[no-untyped-def]
         return None
-
-
-def parse_pins(values: Iterable[str]) -> frozenset[str]:
-    """Fingerprints as typed (see `webcert.normalise`); ValueError names a bad one."""
-    pins = set()
-    for value in values:
-        pin = normalise(value)
-        if not pin:
-            raise ValueError(f"{value!r} is not a SHA-256 fingerprint (64 hex digits, colons allowed)")
-        pins.add(pin)
-    return frozenset(pins)
 
 
 def opener(

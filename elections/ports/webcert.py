@@ -87,6 +87,17 @@ def show(fingerprint: str) -> str:
     return ":".join(fingerprint[i : i + 2] for i in range(0, len(fingerprint), 2)).upper()
 
 
+def parse_pins(values: Iterable[str]) -> frozenset[str]:
+    """Fingerprints as typed (see `normalise`); ValueError names a bad one."""
+    pins = set()
+    for value in values:
+        pin = normalise(value)
+        if not pin:
+            raise ValueError(f"{value!r} is not a SHA-256 fingerprint (64 hex digits, colons allowed)")
+        pins.add(pin)
+    return frozenset(pins)
+
+
 def fingerprint(der: bytes) -> str:
     return hashlib.sha256(der).hexdigest()
 
