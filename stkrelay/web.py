@@ -62,13 +62,16 @@ def main(argv: list[str] | None = None) -> None:
         sys.modules.setdefault(unused, None)  # type: ignore[arg-type]
     import daphne.server
     from daphne.cli import CommandLineInterface
+    from django.conf import settings
 
+    from elections.management.migrations_due import wait_migrated
     from stkrelay.plain_hint import server_from_string
 
     cli = CommandLineInterface()
     cli.server_class = partial(_server, RotatingLog(ours.access_log, ours.log_max_bytes, ours.log_backups))
     # Daphne builds its endpoints with this name: its `ssl:` ones answer plain HTTP with a redirect.
     daphne.server.serverFromString = server_from_string(daphne.server.serverFromString)
+    wait_migrated(settings.STK.data_dir)  # a first start's migrate child, started beside this one
     cli.run(daphne_args)
 
 

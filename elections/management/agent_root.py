@@ -32,12 +32,13 @@ import os
 import stat
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from elections.management.migrations_due import due
+from elections.management.migrations_due import MIGRATING, due, migrating_lock
 from elections.management.release_record import ReleaseRecorder
 from elections.ports.webcert import FINGERPRINT, WebCert, made_cert, operator_cert, show
 from relay.server.listen_set import door_hosts
@@ -69,13 +70,13 @@ def main(argv: list[str]) -> int:
         return 2
     _keep_private(stk, _translator(settings.LOCALE_PATHS, stk.language_code))
     env = _child_env(Path(settings.BASE_DIR))
-    # A first start (or an upgrade) migrates in one child while another makes the certificate.
-    migrating = (
-        _migrate(env) if due(Path(settings.DATABASES["default"]["NAME"]), settings.INSTALLED_APPS) else None
-    )
+    # A first start (or an upgrade) migrates in a child of its own while another makes the
+    # certificate and every child starts: web and the worker wait for it (`wait_migrated`).
+    migrating = None
+    if due(Path(settings.DATABASES["default"]["NAME"]), settings.INSTALLED_APPS):
+        migrating = _migrate(env, stk.data_dir)
+        env[MIGRATING] = "1"
     cert = _web_cert(stk, env)
-    if migrating is not None:
-        _migrated(migrating)
 
     from elections.ports.redis_link import RedisLink
     from elections.runtime.supervisor import Supervisor
@@ -90,7 +91,12 @@ def main(argv: list[str]) -> int:
         kmsn=stk.kmsn, record_release=record_release, redis=RedisLink(stk.redis_url),
     )  # fmt: skip
     _say_started(sup, stk, cert)
+    failed = threading.Event()
+    if migrating is not None:
+        threading.Thread(target=_migrated, args=(migrating, sup, failed), name="migrate", daemon=True).start()
     code = sup.run()
+    if failed.is_set():
+        code = 1
     # Every child is gone. A thread of ours may still be blocked on a hung share (the lease
     # hand-over given up on): end at once instead of finalising the interpreter around it,
     # which costs the stop budget (DESIGN.md §11) for nothing.
@@ -131,19 +137,26 @@ def _keep_private(stk: Config, _: Callable[[str], str]) -> None:
         _err(f"stkrelay: config {stk.source}: WARNING DATA_DIR: {said} (stkrelay.W112) — {hint}")
 
 
-def _migrate(env: dict[str, str]) -> subprocess.Popen[str]:
-    """A migration is missing (a first start, an upgrade): Django's `migrate`, in a child of its own."""
-    return subprocess.Popen([sys.executable, "-m", "django", "migrate", "--verbosity", "0", "--no-input",
-                             "--skip-checks"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+def _migrate(env: dict[str, str], data_dir: str) -> subprocess.Popen[str]:
+    """A migration is missing (a first start, an upgrade): Django's `migrate`, in a child of its
+    own, holding DATA_DIR's lock (`migrating_lock`) until it ends."""
+    lock = migrating_lock(data_dir)
+    try:
+        return subprocess.Popen([sys.executable, "-m", "django", "migrate", "--verbosity", "0", "--no-input",
+                                 "--skip-checks"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, pass_fds=(lock,))  # fmt: skip
+    finally:
+        os.close(lock)  # the child's copy holds it now
 
 
-def _migrated(migrating: subprocess.Popen[str]) -> None:
+def _migrated(migrating: subprocess.Popen[str], sup: Any, failed: threading.Event) -> None:
+    """On a thread: the migrate child's end; a failure is said, and stops the agent (exit 1)."""
     said, _ = migrating.communicate()
     if migrating.returncode != 0:
+        failed.set()
         sys.stderr.write(said)
         _err(f"stkrelay: the database's migrations failed (exit {migrating.returncode})")
-        raise SystemExit(1)
+        sup.stop()
 
 
 def _hold_liveness_port(stk: Config, env: dict[str, str]) -> None:

@@ -8,13 +8,24 @@ compared with the `django_migrations` table: only when one is missing, or the
 database cannot be read, does the agent run `migrate` (a short child of its own).
 A wrong answer can only be "due": a migration is never taken as applied unless
 its (app, name) row is there.
+
+When one is due, the children start beside that `migrate` child rather than after it
+(its ~1-4 s and their start-up overlap, issue 41); the two that use the database
+(web, the lease worker) wait for it first (`wait_migrated`). The wait is on an `flock`
+of DATA_DIR itself (`migrating_lock`), taken by the supervisor and handed to the
+`migrate` child as an open descriptor: the kernel lets go of it when that child ends,
+however it ends, and no file is added to DATA_DIR for it.
 """
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
+import os
 import sqlite3
 from pathlib import Path
+
+MIGRATING = "STK_MIGRATING"  # "1" in a child's environment: a migrate child may still run
 
 
 def migration_names(app: str) -> set[tuple[str, str]]:
@@ -51,3 +62,25 @@ def due(db: Path, apps: list[str]) -> bool:
     if done is None:
         return True
     return any(not migration_names(app) <= done for app in apps)
+
+
+def migrating_lock(data_dir: str | os.PathLike[str]) -> int:
+    """A descriptor of DATA_DIR, locked exclusively: pass it to the `migrate` child
+    (`pass_fds`) and close it here; the lock then lasts as long as that child."""
+    fd = os.open(data_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+def wait_migrated(data_dir: str | os.PathLike[str]) -> None:
+    """In a child that uses the database: return once no `migrate` child of this agent
+    runs any more (at once unless `MIGRATING` is in the environment). A migration that
+    failed is the supervisor's to say; it then stops every child."""
+    if os.environ.get(MIGRATING) != "1":
+        return
+    fd = os.open(data_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)  # blocks while the migrate child holds it
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
