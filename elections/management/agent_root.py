@@ -34,13 +34,14 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
+from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from elections.management.migrations_due import MIGRATING, due, migrating_lock
 from elections.management.release_record import ReleaseRecorder
-from elections.ports.webcert import FINGERPRINT, WebCert, made_cert, operator_cert, show
+from elections.ports.webcert import FINGERPRINT, WebCert, made_as_is, made_cert, operator_cert, show
 from relay.server.listen_set import door_hosts
 from stkconfig.model import Config
 from stkrelay.config_tls import plain_on_lan
@@ -284,6 +285,9 @@ def _web_cert(stk: Config, env: dict[str, str]) -> WebCert | None:
         return None
     if stk.tls_cert:
         return operator_cert(stk.data_dir, stk.tls_cert, stk.tls_key)
+    kept = made_as_is(stk.data_dir, stk.node_ip, datetime.now(UTC))
+    if kept is not None:  # nothing to make: no child
+        return kept
     # A short child: `cryptography` (~13 MiB) stays out of the supervisor (elections.ports.webcert).
     made = subprocess.run([sys.executable, "-m", "elections.ports.webcert", stk.data_dir, stk.node_ip,
                            *stk.web_allowed_hosts], env=env, capture_output=True, text=True,
