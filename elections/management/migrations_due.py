@@ -19,11 +19,12 @@ however it ends, and no file is added to DATA_DIR for it.
 
 from __future__ import annotations
 
-import fcntl
 import importlib.util
 import os
 import sqlite3
 from pathlib import Path
+
+from elections.ports.host.locks import held_for_child, wait_unheld
 
 MIGRATING = "STK_MIGRATING"  # "1" in a child's environment: a migrate child may still run
 
@@ -67,20 +68,12 @@ def due(db: Path, apps: list[str]) -> bool:
 def migrating_lock(data_dir: str | os.PathLike[str]) -> int:
     """A descriptor of DATA_DIR, locked exclusively: pass it to the `migrate` child
     (`pass_fds`) and close it here; the lock then lasts as long as that child."""
-    fd = os.open(data_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    return fd
+    return held_for_child(data_dir)
 
 
 def wait_migrated(data_dir: str | os.PathLike[str]) -> None:
     """In a child that uses the database: return once no `migrate` child of this agent
     runs any more (at once unless `MIGRATING` is in the environment). A migration that
     failed is the supervisor's to say; it then stops every child."""
-    if os.environ.get(MIGRATING) != "1":
-        return
-    fd = os.open(data_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH)  # blocks while the migrate child holds it
-        fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
+    if os.environ.get(MIGRATING) == "1":
+        wait_unheld(data_dir)
