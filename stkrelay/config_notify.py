@@ -32,8 +32,8 @@ import shutil
 import urllib.parse
 from collections.abc import Callable
 
-from elections.ports.pinned_https import parse_pins
 from elections.ports.secret_source import SecretUnreadable, read_secret
+from elections.ports.webcert import parse_pins  # not pinned_https: no http.client in every process
 from stkconfig.parsed import NotifyConfig
 
 Bad = Callable[[str, str, str, str], None]

@@ -11,7 +11,7 @@ import socket
 import time
 
 import pytest
-from harness import DEFAULT, KMSN, TOKEN, wait_until
+from harness import DEFAULT, KMSN, TOKEN, listening, wait_until
 
 from relay.client.discovery import Discovery
 from relay.client.relay_client import RelayClient
@@ -85,6 +85,9 @@ def test_a_frozen_leader_is_replaced_within_seconds_and_woken_forwards_nothing(s
     wait_until(lambda: all(adheres_by_acks(f, old.name, first.epoch) for f in followers), 20,
                "the followers to hear the leader serve by acks")  # fmt: skip
     port = int(old.setting("RELAY_PORT"))
+    # Serving by acks is said once the right is taken; its relay listens once the elected plan's
+    # start_relay reached it (inotify, on a loaded machine not always before the followers heard).
+    wait_until(lambda: listening(old.ip, port), 10, "the leader's relay to listen")
     sender, receiver = Wire(old.ip, port, "commander", "C01"), Wire(old.ip, port, "agent", "R01")
     sender.send({"type": "send", "to": "R01", "data": {"n": 0}, "id": "0"})
     assert (receiver.frame() or {}).get("data") == {"n": 0}

@@ -169,6 +169,14 @@ class ServingBook:
     def silent(self, holder: str, epoch: int, members: int, reports: list[Report], now: float) -> str | None:
         return silent_holder(holder, epoch, self.adherence, reports, members, self.timing, now)
 
+    def silence_from(self, now: float) -> float:
+        """The earliest instant `silent` may name a holder: `S` after the adhered leader was last
+        heard (`silent_holder` wants that quiet first). Adherence moves only on a beacon heard,
+        which sets `heard_at` to that moment, never earlier: a leader adhered to later (or a
+        first one, while none is) is heard at or after `now`, and its `S` ends later still."""
+        adh = self.adherence
+        return (now if adh is None else adh.heard_at) + self.timing.silence
+
     def to_doc(self, members: int, now: float) -> dict[str, object]:
         adh, right = self.adherence, self.right
         acks = {} if right is None else {n: round(now - t, 3) for n, t in right.acks.items()}

@@ -22,6 +22,11 @@ from elections.ports.beacon_liveness import HalfConfig
 log = logging.getLogger("stkrelay.beacons")
 
 SILENT_KICK_EVERY = 0.5  # seconds between cycles kicked while a majority's silence holds
+# Seconds the silence loop may sleep at most when no silence can hold before (`silence_wait`):
+# a machine suspended meanwhile (its monotonic clock stood, the book's boot clock ran on) looks
+# again this long after it wakes at the latest.
+SILENCE_LOOK_CAP = 0.5
+SILENCE_LOOK_LATE = 0.005  # seconds after that first instant: the first look finds `S` passed
 
 
 class ServingRight:
@@ -86,14 +91,27 @@ class ServingRight:
                               s.last.quiet_ms / 1000) for s in self.board.members.values()]  # fmt: skip
             return self.book.silent(holder, epoch, members, reports, self.gate_clock())
 
+    def silence_wait(self) -> float:
+        """Seconds until the silence loop looks again: half an interval while a silence may
+        hold, as before; until just after the first instant one may (`ServingBook.silence_from`:
+        the adhered leader was heard within `S`) while none can, up to `SILENCE_LOOK_CAP`.
+        The first look after that instant comes 5 ms after it, where it came up to half an
+        interval after it; an idle agent's loop wakes twice a second, not ten times (issue 41)."""
+        with self.lock:
+            now = self.gate_clock()
+            left = self.book.silence_from(now) - now
+        if left <= 0:
+            return self.config.interval / 2
+        return min(left, SILENCE_LOOK_CAP) + SILENCE_LOOK_LATE
+
     async def _silence_loop(self) -> None:
         """A follower looks at the majority's silence about its holder twice an
-        interval (`core.serving.silent_holder`); while it holds, one cycle is run at
-        once and again every `SILENT_KICK_EVERY` (a cycle busy with a slow share, or a
-        lost race, must not leave the takeover to the next poll). The elector asks
-        again, and the store decides."""
+        interval once it may hold (`core.serving.silent_holder`; `silence_wait`); while it
+        holds, one cycle is run at once and again every `SILENT_KICK_EVERY` (a cycle busy
+        with a slow share, or a lost race, must not leave the takeover to the next poll).
+        The elector asks again, and the store decides."""
         while True:
-            await asyncio.sleep(self.config.interval / 2)
+            await asyncio.sleep(self.silence_wait())
             st = self.standing()
             if st.leader_epoch is not None or st.seen_key is None:
                 continue

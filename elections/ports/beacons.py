@@ -28,15 +28,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import ipaddress
-import json
 import logging
 import random
-import secrets
-import subprocess
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -47,6 +42,7 @@ from elections.core.liveness import Liveness
 from elections.core.nudge import Nudge, NudgeBoard, is_nudge
 from elections.core.serving import ServingTiming
 from elections.core.serving_book import ServingBook
+from elections.ports.beacon_config import BeaconConfig, new_boot, subnet_broadcast
 from elections.ports.beacon_liveness import LivenessWatch
 from elections.ports.beacon_seqs import SAVE_EVERY, SeqFile
 from elections.ports.beacon_serving import ServingRight
@@ -57,44 +53,7 @@ log = logging.getLogger("stkrelay.beacons")
 JITTER = 0.2
 
 
-def new_boot() -> str:
-    return secrets.token_hex(8)
-
-
-def subnet_broadcast(ip: str) -> str:
-    """The broadcast address of the subnet of the interface holding `ip`
-    (`ip -j addr`); 127.255.255.255 for loopback, a /24 if none is found."""
-    address = ipaddress.ip_address(ip)
-    try:
-        out = subprocess.run(["ip", "-j", "-4", "addr"], capture_output=True, text=True, timeout=5).stdout
-        for link in json.loads(out or "[]"):
-            for info in link.get("addr_info", []):
-                if info.get("local") == ip:
-                    net = ipaddress.ip_network(f"{ip}/{info.get('prefixlen', 24)}", strict=False)
-                    return str(info.get("broadcast") or net.broadcast_address)
-    except (OSError, ValueError, subprocess.SubprocessError):
-        pass
-    if address.is_loopback:
-        return "127.255.255.255"
-    return str(ipaddress.ip_network(f"{ip}/24", strict=False).broadcast_address)
-
-
 KEEP_KEYS = 64  # members whose recent leader keys are remembered (`heard_at`)
-
-
-@dataclass
-class BeaconConfig:
-    kmsn: str
-    node: str
-    ip: str  # NODE_IP
-    relay_port: int
-    key: str  # POOL_KEY
-    interval: float
-    port: int  # BEACON_PORT
-    peers: list[str] = field(default_factory=list)
-    store: str = ""  # this member's lease store as it names it (core.beacons "store"; "" = not said)
-    ttl: float = 10.0  # LEASE_TTL: how long a right taken on silence waits before it may fall back
-    seq_file: str = ""  # DATA_DIR/beacon_seqs.json: the board's replay memory across a restart ("" = none)
 
 
 class _Datagrams(asyncio.DatagramProtocol):

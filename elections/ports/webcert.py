@@ -91,6 +91,17 @@ def show(fingerprint: str) -> str:
     return ":".join(fingerprint[i : i + 2] for i in range(0, len(fingerprint), 2)).upper()
 
 
+def parse_pins(values: Iterable[str]) -> frozenset[str]:
+    """Fingerprints as typed (see `normalise`); ValueError names a bad one."""
+    pins = set()
+    for value in values:
+        pin = normalise(value)
+        if not pin:
+            raise ValueError(f"{value!r} is not a SHA-256 fingerprint (64 hex digits, colons allowed)")
+        pins.add(pin)
+    return frozenset(pins)
+
+
 def fingerprint(der: bytes) -> str:
     return hashlib.sha256(der).hexdigest()
 
@@ -188,6 +199,31 @@ def ensure_made(data_dir: str, node_ip: str, hosts: Iterable[str], now: datetime
                 pem = _read(str(made))
     certs = _PEM_CERT.findall(pem)
     write_atomic(data / CERT_NAME, certs[0] + b"\n", durable=True)
+    return made_cert(data_dir, fingerprint_of_pem(pem))
+
+
+def made_as_is(data_dir: str, node_ip: str, now: datetime.datetime) -> WebCert | None:
+    """The certificate `ensure_made` would keep as it is, told with the standard library's
+    `ssl` alone: no `cryptography`, so no child on a start that has nothing to make (~0.3 s
+    and more of every start on the path to the first election, issue 41). None when it may
+    need making (missing, damaged, expiring within `RENEW_DAYS`, not naming NODE_IP, its
+    `web-tls.crt` not its copy) or when `ssl` cannot tell: `ensure_made` decides then."""
+    data = Path(data_dir)
+    decode = getattr(getattr(ssl, "_ssl", None), "_test_decode_cert", None)  # CPython's X509 reader
+    if decode is None:
+        return None
+    try:
+        pem = _read(str(data / MADE_NAME))
+        first = _PEM_CERT.search(pem)
+        if first is None or _read(str(data / CERT_NAME)) != first.group(0) + b"\n":
+            return None
+        seen = decode(str(data / MADE_NAME))  # its first certificate, as `first` is
+        until = datetime.datetime.fromtimestamp(ssl.cert_time_to_seconds(seen["notAfter"]), datetime.UTC)
+        ips = {ipaddress.ip_address(v) for k, v in seen.get("subjectAltName", ()) if k == "IP Address"}
+    except (OSError, ValueError, KeyError, TypeError, ssl.SSLError):
+        return None
+    if until - datetime.timedelta(days=RENEW_DAYS) < now or ipaddress.ip_address(node_ip) not in ips:
+        return None
     return made_cert(data_dir, fingerprint_of_pem(pem))
 
 

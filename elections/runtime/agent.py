@@ -36,7 +36,6 @@ without one).
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from typing import Any
@@ -49,8 +48,8 @@ from elections.core.evidence import Refusals
 from elections.core.skew import ClockReading
 from elections.errors import StoreUnavailable
 from elections.executors import AddressBook, Gate, build_executors, epoch_from_state, leader_duties
+from elections.ports.beacon_config import BeaconConfig
 from elections.ports.beacon_seqs import SEQS_NAME
-from elections.ports.beacons import BeaconConfig
 from elections.ports.clock import SystemClock
 from elections.ports.gate import gate_for
 from elections.ports.localstate import LocalState
@@ -66,7 +65,7 @@ from elections.runtime.beacon_link import BeaconLink
 from elections.runtime.bindings import PoolBindings
 from elections.runtime.elector import Elector
 from elections.runtime.health import HealthMonitor
-from elections.runtime.lease_writes import Identity
+from elections.runtime.lease_writes import identity
 from elections.runtime.member_reads import MemberReads
 from elections.runtime.ownership import OwnershipWatch
 from elections.runtime.policy import PoolPolicy
@@ -79,17 +78,6 @@ log = logging.getLogger("stkrelay.agent")
 
 _agent: Agent | None = None
 CLOCK_EVERY = 30.0  # seconds between readings of this machine's clock against the store's (one operation)
-
-
-def identity(stk: Config) -> Identity:
-    return Identity(
-        node=stk.node,
-        kmsn=stk.kmsn,
-        station=stk.station,
-        ip=stk.node_ip,
-        port=stk.relay_port,
-        pid=int(os.environ.get("STK_AGENT_PID") or os.getpid()),
-    )
 
 
 class Agent(Looks, Roles, Publishing):

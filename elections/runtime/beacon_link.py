@@ -35,7 +35,8 @@ from elections.core.beacon_board import Reaction, Standing
 from elections.core.lease import LeaseRead
 from elections.core.lease_memory import Memory
 from elections.core.nudge import Nudge
-from elections.ports.beacons import BeaconConfig, BeaconService
+from elections.ports.beacon_config import BeaconConfig
+from elections.ports.beacons import BeaconService
 
 log = logging.getLogger("stkrelay.beacons")
 

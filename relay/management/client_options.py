@@ -12,9 +12,9 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from elections.ports.pinned_https import parse_pins
 from elections.ports.secret_source import SecretUnreadable, argv_refusal, from_environment, read_secret
 from elections.ports.smburl import is_smb
+from elections.ports.webcert import parse_pins
 from relay.client.beacon_discovery import BeaconListener
 from relay.client.discovery import Discovery
 from relay.client.events import Status

@@ -2,7 +2,7 @@
 reaches this member, and it forwards remote clients to whoever leads now.
 
 `python -m stkrelay.child relay.server.entry` runs on a member with ``ENTRY = 1`` (the supervisor starts it
-beside the relay standby, `elections.management.commands.runagent`). It listens on
+beside the relay standby, `elections.management.agent_root`). It listens on
 `ENTRY_LISTEN` (``port`` protocol v1, ``port + 1`` passthrough; bound with
 ``IP_FREEBIND``, so a VIP the entry members share may come and go) and forwards raw
 TCP, through the same `relay.server.fencing_proxy.FencingProxy` as an external relay, to the relay

@@ -5,7 +5,7 @@ makes it their first choice).
 
 `python -m stkrelay.child relay.server.station_door` runs on every member whose `RELAY_FORWARD`
 and `RELAY_LOOPBACK` give it somewhere to listen (`relay.server.listen_set.door_hosts`; the
-supervisor starts it beside the standby relay, `elections.management.commands.runagent`):
+supervisor starts it beside the standby relay, `elections.management.agent_root`):
 
 - **Where.** ``127.0.0.1`` on `RELAY_PORT` (protocol v1, or whatever the site's relay speaks
   under ``RELAY_KIND = exec``) and ``RELAY_PORT + 1`` (passthrough), on the leader too: the relay

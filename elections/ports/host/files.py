@@ -111,3 +111,17 @@ def unlink_quietly(path: str | os.PathLike[str]) -> None:
         os.unlink(path)
     except OSError:
         pass
+
+
+def nonblocking_pipe(size: int) -> tuple[int, int]:
+    """A non-blocking, close-on-exec pipe (read end, write end) holding up to `size` bytes
+    where the kernel lets a pipe grow (Linux's F_SETPIPE_SZ, up to /proc/sys/fs/pipe-max-size;
+    elsewhere, or over that, the default size, which works in smaller steps)."""
+    read_fd, write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        import fcntl
+
+        fcntl.fcntl(write_fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), size)
+    except (ImportError, OSError):
+        pass
+    return read_fd, write_fd
