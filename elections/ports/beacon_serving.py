@@ -2,8 +2,9 @@
 
 `ServingRight` is mixed into `ports.beacons.BeaconService`: the election thread
 asks it what the book says (`taken`, `serving_*`, `silent`), and its silence loop
-runs on the service's event loop. It uses the service's `book`, `board`, `lock`,
-`members`, `gate_clock` and `monotonic`.
+runs on the service's event loop (it also says when the holder went `quiet`, for
+the pool view). It uses the service's `book`, `board`, `lock`, `members`,
+`gate_clock`, `monotonic`, `quiet` and `on_quiet`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,10 @@ from elections.core.serving import Report
 log = logging.getLogger("stkrelay.beacons")
 
 SILENT_KICK_EVERY = 0.5  # seconds between cycles kicked while a majority's silence holds
+# A holder none of whose beacons came for this many intervals is `quiet` (0.6 s at 0.2 s): long
+# before the silence `S` that may end its lease, the station door stops dialling it for new
+# connections (a frozen host's kernel still completes their handshakes) and holds them instead.
+QUIET_INTERVALS = 3.0
 
 
 class ServingRight:
@@ -67,6 +72,24 @@ class ServingRight:
                               s.last.quiet_ms / 1000) for s in self.board.members.values()]  # fmt: skip
             return self.book.silent(holder, epoch, members, reports, self.gate_clock())
 
+    def _look_quiet(self, holder: str | None) -> None:
+        """`quiet`: the holder this follower follows, once none of its beacons came for
+        `QUIET_INTERVALS` (a holder never heard is not quiet: its beacons may be off); each
+        change is told (`on_quiet`), so the pool view says it within one look."""
+        quiet = None
+        if holder is not None:
+            with self.lock:
+                stats = self.board.members.get(holder)
+                age = None if stats is None else self.monotonic() - stats.last_at
+            if age is not None and age >= QUIET_INTERVALS * self.config.interval:
+                quiet = holder
+        if quiet != self.quiet:
+            self.quiet = quiet
+            try:
+                self.on_quiet()
+            except Exception:  # the runtime's trouble must not stop the beacons
+                log.exception("telling a quiet holder failed")
+
     async def _silence_loop(self) -> None:
         """A follower looks at the majority's silence about its holder twice an
         interval (`core.serving.silent_holder`); while it holds, one cycle is run at
@@ -76,6 +99,7 @@ class ServingRight:
         while True:
             await asyncio.sleep(self.config.interval / 2)
             st = self.standing()
+            self._look_quiet(None if st.leader_epoch is not None or st.seen_key is None else st.seen_key[0])
             if st.leader_epoch is not None or st.seen_key is None:
                 continue
             node, epoch = st.seen_key[0], st.seen_key[1]

@@ -169,6 +169,7 @@ class Agent(Looks, Roles, Publishing):
                                   gate_clock=self.elector.gate_clock)  # fmt: skip
         self.beacons.service.members = self.pool_size
         self.beacons.service.on_acked = self._acked
+        self.beacons.republish = self._republish
         self.elector.evidence = self.beacons.evidence
         self.elector.heard_at = self.beacons.heard_at
         self.elector.renewal_heard = self.beacons.renewal_heard

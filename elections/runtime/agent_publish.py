@@ -29,6 +29,7 @@ from elections.ports.stores import store_details
 # The serving right (DESIGN.md §15): members counted, and how far an ack must move the gate to be published.
 MEMBER_HORIZON_S, MEMBER_HORIZON_TTLS = 60.0, 6.0  # a member unheard on the share longer is not counted
 GATE_STEP = 0.2  # seconds
+REPUBLISH_WAIT = 0.5  # seconds the view's quick rewrite waits for the election lock
 
 
 def _hears(doc: dict[str, Any]) -> list[str] | None:
@@ -44,6 +45,7 @@ class Publishing:
     view: PoolView
     _gate_told: float  # the valid_until last published
     _told: threading.Event  # set at every publish that says this agent leads (`Roles._gate_opens`)
+    lock: Any  # the election lock (an RLock): every cycle and every write of the view under it
 
     def pool_size(self) -> int:
         """The members the serving right counts (DESIGN.md §15): this one, and every
@@ -67,6 +69,17 @@ class Publishing:
         service = self.beacons.service
         listening = self.clock.monotonic() - service.started
         return unheard(self.stk.node, service.heard_ages(), hears, self.stk.beacon_interval, listening)
+
+    def _republish(self) -> None:
+        """The holder's beacons went quiet, or came back (`BeaconService.quiet`): pool.json again
+        now, with the members as last read, so the station door holds or releases its new
+        connections within a look. A cycle under way (the election lock held) writes it anyway."""
+        if not self.lock.acquire(timeout=REPUBLISH_WAIT):
+            return
+        try:
+            self.view = self.survey(read_members=False)
+        finally:
+            self.lock.release()
 
     def _acked(self) -> None:
         """A member acknowledged one of our leader beacons: publish the gate if it moved

@@ -33,6 +33,9 @@ log = logging.getLogger("stkrelay.relay")
 TICK = 0.1  # the serving loop's look without inotify
 LOOK_EVERY = 0.5  # with it: a look this often even if no change was announced (the worker's pid)
 STATUS_EVERY = 1.0  # relay.json; the panel calls a status older than 3 s stale
+# Seconds a connection accepted while the external relay does not accept yet (starting after this
+# member won, or restarting) waits for it before it is closed.
+WAIT_FOR_RELAY = 2.0
 BIND_WAIT = 1.0  # seconds a NODE_IP bind is tried again while this member's station door lets go of it
 
 
@@ -89,7 +92,7 @@ class RelayRunner(LeaseReads):
         # A forwarded client's header (issue 40) is checked with the pool key and stripped.
         proxy = FencingProxy(gate=self.gate, upstream=(spec.host, spec.port),
                              upstream_passthrough=spec.passthrough_port,
-                             ready=lambda: external.accepting,
+                             ready=lambda: external.accepting, redial_within=WAIT_FOR_RELAY,
                              max_per_address=self.stk.relay_max_per_address or None,
                              header_key=self.stk.pool_key)  # fmt: skip
 

@@ -100,6 +100,7 @@ class EntryGate:
         self.read, self.stale_after, self.cache_s, self.clock = read, stale_after, cache_s, clock
         self.target: EntryTarget | None = None  # what the proxy forwards to
         self._now: EntryTarget | None = None  # what the view said at its last read
+        self.view = PoolView()  # the view of its last read
         self._read_at: float | None = None
         self.floor = 0  # the highest epoch it read a target of: a lower one is a replay (issue 40)
 
@@ -112,6 +113,7 @@ class EntryGate:
             except Exception:  # an unreadable view is no leader
                 log.exception("entry: cannot read the pool view")
                 view = PoolView()
+            self.view = view
             self._now, self._read_at = target_of(view, now, self.stale_after, self.floor), now
             if self._now is not None:
                 self.floor = max(self.floor, self._now.epoch)
@@ -134,19 +136,25 @@ class EntryRunner:
         stale_after: float,
         max_per_address: int = 0,
         pool_key: str = "",
+        redial_within: float = 0.0,
     ) -> None:
         self.local = LocalState(data_dir)
         self.listen = listen
         self.gate = EntryGate(self.local.pool, stale_after)
         header = functools.partial(encode, key=pool_key) if pool_key else None  # the client's address
         self.proxy = FencingProxy(gate=self.gate, upstream=("127.0.0.1", 1), max_per_address=max_per_address,
-                                  forward_header=header)  # fmt: skip
+                                  forward_header=header, redial_within=redial_within,
+                                  held_back=self.held_back)  # fmt: skip
         self.repointed = 0
         self.error = ""
         self._stop = asyncio.Event()
 
     def shown(self) -> str:
         return entry_shown(self.listen)
+
+    def held_back(self) -> bool:
+        """Should a new connection wait before it dials the leader? (None here; the door's own.)"""
+        return False
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
@@ -188,11 +196,12 @@ class EntryRunner:
             log.info("%s: no leader in the pool view; %d connection(s) closed", self.what, closed)
             self.gate.target = None
             return
-        closed = self.proxy.repoint((now.ip, now.port))
+        closed, led = self.proxy.repoint((now.ip, now.port))
         if self.gate.target is not None:
             self.repointed += 1
-        log.info("%s: forwarding to %s (%s:%d, epoch %d); %d connection(s) to the old leader closed",
-                 self.what, now.node, now.ip, now.port, now.epoch, closed)  # fmt: skip
+        waiting = f", {led} waiting led there" if led else ""
+        log.info("%s: forwarding to %s (%s:%d, epoch %d); %d connection(s) to the old leader closed%s",
+                 self.what, now.node, now.ip, now.port, now.epoch, closed, waiting)  # fmt: skip
         self.gate.target = now
 
     def snapshot(self) -> EntryStatus:
