@@ -84,6 +84,11 @@ class ServingRight:
             if age is not None and age >= QUIET_INTERVALS * self.config.interval:
                 quiet = holder
         if quiet != self.quiet:
+            if quiet is not None:
+                log.info("beacon: %s quiet (no beacon for %g intervals): station doors hold new connections",
+                         quiet, QUIET_INTERVALS)  # fmt: skip
+            else:
+                log.info("beacon: %s no longer quiet", self.quiet)
             self.quiet = quiet
             try:
                 self.on_quiet()

@@ -49,8 +49,16 @@ def legacy_settings(stk: Config) -> LegacySettings | None:
 class RelayRunner(LeaseReads):
     """Serve while the gate holds; on losing it, redirect clients and return 0."""
 
-    def __init__(self, stk: Config, epoch: int, say: Callable[[str], None], complain: Callable[[str], None]):
+    def __init__(
+        self,
+        stk: Config,
+        epoch: int,
+        say: Callable[[str], None],
+        complain: Callable[[str], None],
+        warm: ExternalRelay | None = None,
+    ):
         self.stk, self.epoch, self.say, self.complain = stk, epoch, say, complain
+        self.warm = warm  # RELAY_KIND = exec: the external relay the standby started already
         self.gate = LeadershipGate(stk.data_dir, epoch)
         self.local = LocalState(stk.data_dir)
         self.bindings = StationBindings()
@@ -101,8 +109,12 @@ class RelayRunner(LeaseReads):
                 proxy.close_all(why)
             self.write_status(True)
 
-        external = ExternalRelay(spec, epoch=self.epoch, kmsn=self.stk.kmsn, say=self.say,
-                                 on_up=lambda: changed(None), on_down=changed)  # fmt: skip
+        if self.warm is not None:  # started before this member led: it accepts already
+            external = self.warm
+            external.epoch, external.on_up, external.on_down = self.epoch, lambda: changed(None), changed
+        else:
+            external = ExternalRelay(spec, epoch=self.epoch, kmsn=self.stk.kmsn, say=self.say,
+                                     on_up=lambda: changed(None), on_down=changed)  # fmt: skip
         self.external = external
         return proxy
 
@@ -130,7 +142,10 @@ class RelayRunner(LeaseReads):
         through = ""
         if self.external is not None:
             through = f" through the fencing proxy to {self.external.name} on {stk.relay_exec.host}"
-            self.external.start()
+            if self.external.started:
+                through += f" (warm: started by the standby, pid {self.external.snapshot()['pid']})"
+            else:
+                self.external.start()
         self.say(
             f"runrelay: {stk.node} epoch {self.epoch} serving {stk.kmsn} on {stk.node_ip}:"
             f"{stk.relay_port} (json) and :{stk.relay_port + 1} (passthrough){through}"

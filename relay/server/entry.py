@@ -137,13 +137,14 @@ class EntryRunner:
         max_per_address: int = 0,
         pool_key: str = "",
         redial_within: float = 0.0,
+        header_key: str | None = None,
     ) -> None:
         self.local = LocalState(data_dir)
         self.listen = listen
         self.gate = EntryGate(self.local.pool, stale_after)
         header = functools.partial(encode, key=pool_key) if pool_key else None  # the client's address
         self.proxy = FencingProxy(gate=self.gate, upstream=("127.0.0.1", 1), max_per_address=max_per_address,
-                                  forward_header=header, redial_within=redial_within,
+                                  forward_header=header, header_key=header_key, redial_within=redial_within,
                                   held_back=self.held_back)  # fmt: skip
         self.repointed = 0
         self.error = ""

@@ -71,8 +71,11 @@ class StationDoor(EntryRunner):
         pool_key: str = "",
     ) -> None:
         first = next(h for h in hosts if h != lan_host) if any(h != lan_host for h in hosts) else None
+        # `header_key`: on `NODE_IP`, another member's door may forward to this one while its lease
+        # names this member before this door read it (or the reverse): its header is verified and
+        # stripped, and this door's own names that door's client, so the relay reads one header.
         super().__init__(data_dir, (first or "", port), stale_after, max_per_address, pool_key=pool_key,
-                         redial_within=WAIT_FOR_LEADER)  # fmt: skip
+                         redial_within=WAIT_FOR_LEADER, header_key=pool_key or None)  # fmt: skip
         self.node, self.port, self.lan_host = node, port, lan_host
         self.hosts = hosts
         self.lan_error = ""
