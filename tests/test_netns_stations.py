@@ -112,9 +112,12 @@ def fault(site: Any, stations: list[OldStation], commander: OldStation, kind: st
     took = all_hear(live, t0, 30, f"the clients hearing each other after the {kind}")
     print(f"{kind}: new leader {new.node} epoch {new.epoch}; flowing again after "
           + ", ".join(f"{n} {s:.2f} s" for n, s in sorted(took.items())))  # fmt: skip
-    got = [d.get("first_received_at") for d in standins(site.by_name(new.node))]
-    served = sorted(t for t in got if isinstance(t, float) and t > t0)
-    assert served, "the new relay never served"
+
+    def new_relay_served() -> list[float] | None:  # its counts are written every 20 ms: wait for them
+        got = [d.get("first_received_at") for d in standins(site.by_name(new.node))]
+        return sorted(t for t in got if isinstance(t, float) and t > t0) or None
+
+    served = wait_until(new_relay_served, 5, "the new relay's counts saying it served")
     if kind != "kill":  # the old relay lives on, frozen or cut off: it took no byte after the new one served
         if kind == "stop":
             leader.signal_group(signal.SIGCONT)
