@@ -1,7 +1,8 @@
 """Issue 36's must-hold: the site's stations reach the elected relay with no line of their code
 changed. Three PCs (network namespaces, tests/netns.py, each with its own loopback), each with a
 real agent whose relay is the site's own (an independent stand-in, tests/standin_relay.py, under
-``RELAY_KIND = exec``), and on each PC an old station that knows nothing of stkrelay: it dials
+``RELAY_KIND = exec``, warm: every member's standby runs one, a fresh one each serving period),
+and on each PC an old station that knows nothing of stkrelay: it dials
 ``127.0.0.1:9530`` on its own PC and redials on its own after a drop (tests/stations.py). A
 commander on a fourth host without an agent knows two members' addresses (``RELAY_FORWARD =
 lan``). After a kill -9, a SIGSTOP and a cut cable of the leader's PC, every station that can and
@@ -13,6 +14,7 @@ own loopback; a station whose agent is stopped is refused at once. The figures, 
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import signal
 import time
@@ -159,3 +161,6 @@ def test_old_stations_and_a_commander_follow_the_elected_relay_through_kill_stop
         assert not client.errors, client.errors
     logs = "".join(a.log() for a in site.agents)
     assert "Traceback" not in logs
+    # The site's relay ran warm, and a fresh one served each period: no process served two.
+    warm = re.findall(r"serving .* \(warm: started by the standby, pid (\d+)\)", logs)
+    assert len(warm) >= 4 and len(set(warm)) == len(warm), warm
