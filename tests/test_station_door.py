@@ -19,6 +19,7 @@ from test_entry import relay, view
 from test_proxy import closed, until
 
 from elections.ports.localstate import LocalState
+from elections.ports.pool_view import PoolView
 from elections.ports.relay_files import EntryStatus
 from elections.web.panel.door_state import door_check
 from relay.server.listen_set import door_hosts, relay_loopback, wanted
@@ -129,9 +130,9 @@ def test_doctor_says_where_this_pcs_stations_go(dj):
 
 def test_a_station_arriving_while_the_leader_is_quiet_waits_and_is_led_to_the_next_leader(tmp_path: Path):
     """The leader's beacons went quiet (frozen or cut off: its kernel may still complete a
-    handshake): a station's new connection is held, not dialled into it, and the re-point to the
-    next leader leads it there; its first bytes reach the new relay only. A station of a PC whose
-    view names no leader is still refused at once."""
+    handshake): a station's new connection is held, not dialled into it, through a moment with no
+    lease read, and the re-point to the next leader leads it there; its first bytes reach the new
+    relay only. A station of a PC whose view names no leader is still refused at once."""
     loopback = "127.0.0.73"
     port = free_pair(loopback, "127.0.0.74")
 
@@ -150,6 +151,12 @@ def test_a_station_arriving_while_the_leader_is_quiet_waits_and_is_led_to_the_ne
         await until(lambda: door.proxy.snapshot()["waiting"] == 1)
         await asyncio.sleep(0.3)
         assert door.proxy.snapshot()["waiting"] == 1  # held: nothing dialled to the quiet leader
+        # The takeover's moment with no lease read: a newcomer is refused at once, the held one waits.
+        local.write_pool(PoolView(kmsn="k", node="S001", updated=time.monotonic(), lease_status="missing"))
+        await until(lambda: door.gate.target is None)
+        took = await asyncio.to_thread(refused_within, loopback, port)
+        assert took < 0.05, f"{took * 1000:.1f} ms"
+        assert door.proxy.snapshot()["waiting"] == 1
         local.write_pool(view(8, "S003", port_new))  # S003 took over
         assert await asyncio.wait_for(reader.readexactly(8), 5) == b"S003ping"
         writer.close()

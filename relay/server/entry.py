@@ -193,7 +193,9 @@ class EntryRunner:
         if now == self.gate.target:
             return
         if now is None:  # no leader read: the gate is shut; nothing is forwarded to anyone
-            closed = self.proxy.close_all("no_leader")
+            # Those still waiting for an upstream went nowhere: they wait out their own bound (a
+            # takeover may leave the lease unreadable for a moment), new ones are refused at once.
+            closed = self.proxy.close_all("no_leader", waiting=False)
             log.info("%s: no leader in the pool view; %d connection(s) closed", self.what, closed)
             self.gate.target = None
             return

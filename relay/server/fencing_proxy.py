@@ -373,9 +373,10 @@ class FencingProxy:
                 closed += 1
         return closed, led
 
-    def close_all(self, cause: str) -> int:
-        """Close every forwarded connection (the external relay died, or the gate shut)."""
-        pairs = list(self.pairs)
+    def close_all(self, cause: str, *, waiting: bool = True) -> int:
+        """Close every forwarded connection (the external relay died, or the gate shut), and those
+        still waiting for their upstream unless `waiting` is False; how many."""
+        pairs = [pair for pair in self.pairs if waiting or not pair.waiting]
         for pair in pairs:
             pair.close(cause)
         return len(pairs)
