@@ -42,7 +42,7 @@ fuzz: bootstrap
 	@STK_FUZZ_EXAMPLES=$${STK_FUZZ_EXAMPLES:-20000} $(PYTEST) tests/test_untrusted.py tests/test_unencodable.py tests/test_protocol_fuzz.py tests/test_proxy_header.py $(PYTEST_ARGS)
 	@STK_SERVE_SEEDS=$${STK_SERVE_SEEDS:-2000} $(PYTEST) tests/test_serving_model.py -k random_pools $(PYTEST_ARGS)
 
-# The pool's model checked by SPIN (verify/pool.pml; README "The model, checked by SPIN"):
+# The pool's model checked by SPIN (verify/pool.pml; docs/serving-right.md "The model, checked by SPIN"):
 # the rules at the stated bound, then every rule switched off (each must print a trail).
 # SPIN's own output for every search; niced, memory bounded (MEMLIM, MB).
 verify: bootstrap
@@ -90,7 +90,7 @@ bench-compaction: bootstrap
 # Memory and idle CPU of every process of an agent of a 3-member site.
 bench-footprint: bootstrap
 	@$(PY) bench/footprint.py $(BENCH_ARGS)
-# The cloud relay (DESIGN.md §14): latency through it vs direct, remote recovery after kill -9 and drain.
+# The cloud relay (docs/design.md §14): latency through it vs direct, remote recovery after kill -9 and drain.
 bench-cloud: bootstrap
 	@$(PY) bench/cloud.py $(BENCH_ARGS)
 # issue 26: one cloud node under 200 simulated sites' tunnels and 2,000 remote clients (not in `make bench`).
@@ -117,9 +117,12 @@ screenshots: bootstrap
 messages: bootstrap
 	@scripts/messages.sh
 
+# The type checker too: strict on the election's core, ports and runtime and the relay's wire,
+# the default level elsewhere (pyproject.toml [tool.mypy]).
 lint: bootstrap
 	@.venv/bin/ruff check .
 	@.venv/bin/ruff format --check .
+	@.venv/bin/mypy
 
 format: bootstrap
 	@.venv/bin/ruff format .

@@ -1,4 +1,4 @@
-"""Cloud relay benchmark (DESIGN.md §14): a real cloud relay (`runcloud`, 127.0.0.90) and a
+"""Cloud relay benchmark (docs/design.md §14): a real cloud relay (`runcloud`, 127.0.0.90) and a
 real 3-agent site (fast timing) whose leader holds the tunnel.
 
 - latency of a commander's message to an agent, one in flight: through the cloud

@@ -1,4 +1,4 @@
-"""etcd benchmark (DESIGN.md §5.2), on a real 3-member etcd cluster on loopback.
+"""etcd benchmark (docs/design.md §5.2), on a real 3-member etcd cluster on loopback.
 
     python bench/etcd.py [--trials 10] [--pools 100] [--seconds 30] [--skip-compare] [--skip-pools]
 

@@ -1,7 +1,7 @@
 """Failover benchmark: kill -9 the leader's process group of a real 3-agent
 site N times and time kill → a new valid lease, for the default timing and a
 fast profile, on each backend asked for: `file` (a local directory) and `smb`
-(an smb:// lease dir on a real smbd on loopback, no mount; DESIGN.md §5.3).
+(an smb:// lease dir on a real smbd on loopback, no mount; docs/design.md §5.3).
 Prints p50/p95/max per backend and profile and, for smb, the SMB operations
 of one renewal and of one heartbeat.
 

@@ -1,7 +1,7 @@
-"""Failover benchmark with beacons (DESIGN.md §13; `bench/failover.py` has the
+"""Failover benchmark with beacons (docs/design.md §13; `bench/failover.py` has the
 lease-only rows per store backend): kill -9 the leader's process group of a real 3-agent
 site N times and time kill → a new valid lease, for the default timing with
-the lease alone (`BEACON_INTERVAL = 0`), with beacons (0.2 s, DESIGN.md §13),
+the lease alone (`BEACON_INTERVAL = 0`), with beacons (0.2 s, docs/design.md §13),
 and a fast lease-only profile. Prints p50/p95/max per profile.
 
 With `--stops N` it also freezes the leader (SIGSTOP of its process group, beacons
@@ -11,7 +11,7 @@ leader's cable N times (its share goes with it): the same, timed by the lease.
 With `--powers N` (root, namespaces) it cuts the power of the leader's PC N times: its
 links down and every process of its agent SIGKILLed together, then powered on again.
 With `--stops`, a relay client (lease discovery) is timed to its registration with the
-new leader too (the serving right, DESIGN.md §15: ~2 s where the TTL took ~10 s).
+new leader too (the serving right, docs/design.md §15: ~2 s where the TTL took ~10 s).
 With `--replays N` it kills the leader N times (beacons on) while two old signed
 copies of its lease are swapped in every second (issue 28): as fast as without.
 

@@ -1,4 +1,4 @@
-"""The fleet view: panel latency with many watched pools (DESIGN.md §11).
+"""The fleet view: panel latency with many watched pools (docs/design.md §11).
 
     .venv/bin/python bench/fleet.py [--pools 50] [--members 10] [--elections 20] [--runs 60]
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The fencing proxy's cost (RELAY_KIND = exec, DESIGN.md §16): an external relay reached
+"""The fencing proxy's cost (RELAY_KIND = exec, docs/design.md §16): an external relay reached
 directly, and through `relay.server.fencing_proxy.FencingProxy` with the real gate.
 
     python bench/proxy.py            # about 40 s

@@ -1,6 +1,6 @@
-"""The elections app: one pool's members elect a leader through a signed lease (DESIGN.md §1–7).
+"""The elections app: one pool's members elect a leader through a signed lease (docs/design.md §1–7).
 
-Vocabulary (DESIGN.md §2):
+Vocabulary (docs/design.md §2):
 
   pool          the members of one KMSN that elect among themselves
   member, node  one agent in a pool; `node` is its stable id

@@ -7,7 +7,7 @@ class ElectionEvent(models.Model):
     """One transition seen by one node: elected, stepped_down, released, renew_failed.
 
     `(kmsn, node, seq)` is unique so that every pool's event files (this
-    agent's own and the watched ones, DESIGN.md §6, §11) are ingested into every
+    agent's own and the watched ones, docs/design.md §6, §11) are ingested into every
     agent's database idempotently: node names repeat across pools (every site
     has an S001)."""
 

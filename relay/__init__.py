@@ -1,4 +1,4 @@
-"""The relay: what a leader serves and how clients reach it (DESIGN.md §8, §9, §14, §16).
+"""The relay: what a leader serves and how clients reach it (docs/design.md §8, §9, §14, §16).
 
 Packages, each with one side of the conversation:
 

@@ -1,4 +1,4 @@
-"""Write the README's configuration table and `packaging/stk.ini.example` from the key table.
+"""Write the configuration table of docs/configuration.md and `packaging/stk.ini.example` from the key table.
 
     python scripts/config_docs.py          # rewrite both
     python scripts/config_docs.py --check  # exit 1 (and name the file) when either is out of date
@@ -18,22 +18,22 @@ sys.path.insert(0, str(ROOT))
 from stkconfig.keys import KEYS  # noqa: E402
 from stkconfig.table import example_ini, readme_table  # noqa: E402
 
-README = ROOT / "README.md"
+PAGE = ROOT / "docs" / "configuration.md"
 EXAMPLE = ROOT / "packaging" / "stk.ini.example"
-HEADING = "### Configuration: `stk.ini`, section `[stk]`\n\n"
+HEADING = "## `stk.ini`, section `[stk]`\n\n"
 
 
-def readme_with_table(text: str) -> str:
-    """`text` (the README) with the table under HEADING replaced by the generated one."""
+def page_with_table(text: str) -> str:
+    """`text` (the configuration page) with the table under HEADING replaced by the generated one."""
     head, sep, rest = text.partition(HEADING)
     if not sep:
-        raise SystemExit(f"README.md has no {HEADING.strip()!r} heading")
+        raise SystemExit(f"docs/configuration.md has no {HEADING.strip()!r} heading")
     _old, _blank, tail = rest.partition("\n\n")
     return head + sep + readme_table(KEYS) + "\n" + tail
 
 
 def wanted() -> dict[Path, str]:
-    return {README: readme_with_table(README.read_text()), EXAMPLE: example_ini(KEYS)}
+    return {PAGE: page_with_table(PAGE.read_text()), EXAMPLE: example_ini(KEYS)}
 
 
 def main(argv: list[str]) -> int:

@@ -5,7 +5,7 @@
 #
 #   BASE=...   a Debian 12 image with python3 + python3-venv. Unset: made here with
 #              mmdebstrap from Debian's packages (localhost/stkrelay-base:bookworm),
-#              since this machine reaches no image registry (DESIGN §12).
+#              since this machine reaches no image registry (docs/design.md §12).
 #   IMAGE=...  the tag (default localhost/stkrelay:<version>, also :latest)
 # Prints the image's size at the end.
 set -euo pipefail
@@ -40,7 +40,7 @@ if [ -z "$base" ]; then
   base=localhost/stkrelay-base:bookworm
   debian_base "$base" python3,python3-venv,passwd,tzdata
 fi
-# The sidecar: one redis-server per agent (DESIGN §4: never shared), as compose runs it.
+# The sidecar: one redis-server per agent (docs/design.md §4: never shared), as compose runs it.
 debian_base localhost/stkrelay-redis:bookworm redis-server
 
 echo "image: wheels of requirements.lock and of stkrelay $version ($revision)"

@@ -1,8 +1,9 @@
-"""The README's layout section, written from the code: each module's one job is the first line
-of its docstring, each package's the first line of its ``__init__``'s.
+"""The layout section of docs/architecture.md, written from the code: each module's one job is the first line
+of its docstring, each package's the first line of its ``__init__``'s; and the import contracts, written
+from pyproject.toml's ``[tool.importlinter]``.
 
-    python scripts/layout.py          rewrite the block between the README's layout markers
-    python scripts/layout.py --check  exit 1 (and say which) if the README is out of date
+    python scripts/layout.py          rewrite the block between the page's layout markers
+    python scripts/layout.py --check  exit 1 (and say which) if the page is out of date
 """
 
 from __future__ import annotations
@@ -10,11 +11,13 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-README = ROOT / "README.md"
+PAGE = ROOT / "docs" / "architecture.md"
 BEGIN, END = "<!-- layout: written by scripts/layout.py -->", "<!-- /layout -->"
+CONTRACTS_BEGIN, CONTRACTS_END = "<!-- contracts: written by scripts/layout.py -->", "<!-- /contracts -->"
 TOP = ("elections", "relay", "stkconfig", "stkrelay")
 WIDTH = 30  # the column where a module's job starts
 JOB = 80  # at most this many characters of it (cut at a word, with an ellipsis)
@@ -42,9 +45,9 @@ OTHER = (  # the folders without Python modules of their own, and the ones outsi
     ("locale/", "the panel's catalogues: zh_Hant and English (scripts/messages.sh)"),
     ("packaging/", "the systemd units, redis.conf, stk.ini.example, Grafana dashboard, alert rules"),
     ("docker/", "the agent's container image and the compose demo site (scripts/image.sh)"),
-    ("docs/", "longer notes: the cloud relay, Windows, protocol vectors, screenshots"),
+    ("docs/", "one page per topic (README.md maps them), protocol vectors, screenshots"),
     ("scripts/", "bootstrap, demo, image, catalogues, this layout and the config docs"),
-    ("bench/", "`make bench`: every figure the README quotes"),
+    ("bench/", "`make bench`: every figure docs/benchmarks.md quotes"),
     ("verify/", "`make verify`: the pool's model in Promela (pool.pml), checked by SPIN (check.sh)"),
     ("tests/", "`make test` (and long, chaos, fuzz, image): real agents, shares, etcd, browsers"),
 )
@@ -73,24 +76,54 @@ def missing() -> list[str]:
     return [str(p.relative_to(ROOT)) for p in modules() if p.name != "__init__.py" and not first_line(p)]
 
 
+def contracts() -> str:
+    """The import-linter contracts of pyproject.toml as a table: what each keeps apart."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+
+    def names(modules: list[str]) -> str:
+        return ", ".join(f"`{m}`" for m in modules)
+
+    rows = ["| contract | kind | what it checks |", "|---|---|---|"]
+    for contract in config["contracts"]:
+        kind = contract["type"]
+        if kind == "layers":
+            layers = " > ".join(f"`{layer}`" for layer in contract["layers"])
+            what = layers + ": each imports only those after it"
+        elif kind == "independence":
+            what = names(contract["modules"]) + ": none imports another"
+        else:
+            what = names(contract["source_modules"]) + " never import " + names(contract["forbidden_modules"])
+        if contract.get("ignore_imports"):
+            what += " (allowed: " + names(contract["ignore_imports"]) + ")"
+        rows.append(f"| {contract['name']} | {kind} | {what.replace('|', chr(92) + '|')} |")
+    return "\n".join(rows)
+
+
+def between(text: str, begin: str, end: str, body: str) -> str:
+    head, _, rest = text.partition(begin)
+    _, _, tail = rest.partition(end)
+    return f"{head}{begin}\n{body}\n{end}{tail}"
+
+
 def rendered(text: str) -> str:
-    head, _, rest = text.partition(BEGIN)
-    _, _, tail = rest.partition(END)
-    return f"{head}{BEGIN}\n```\n{block()}\n```\n{END}{tail}"
+    text = between(text, BEGIN, END, f"```\n{block()}\n```")
+    return between(text, CONTRACTS_BEGIN, CONTRACTS_END, contracts())
 
 
 def main(argv: list[str]) -> int:
-    text = README.read_text()
-    if BEGIN not in text or END not in text:
-        print(f"README.md has no layout markers ({BEGIN} ... {END})", file=sys.stderr)
-        return 1
+    text = PAGE.read_text()
+    for begin, end in ((BEGIN, END), (CONTRACTS_BEGIN, CONTRACTS_END)):
+        if begin not in text or end not in text:
+            print(f"docs/architecture.md has no markers {begin} ... {end}", file=sys.stderr)
+            return 1
     new = rendered(text)
     if "--check" in argv:
         if new != text:
-            print("README.md's layout is out of date: run python scripts/layout.py", file=sys.stderr)
+            print("docs/architecture.md's layout is out of date: run python scripts/layout.py",
+                  file=sys.stderr)  # fmt: skip
             return 1
         return 0
-    README.write_text(new)
+    PAGE.write_text(new)
     return 0
 
 

@@ -9,7 +9,7 @@ Everything comes from our own implementation with fixed inputs (keys, nonces,
 session ids, records), so the output is the same on every run and machine.
 tests/test_protocol_vectors.py checks the implementation against the
 committed file, and this script's output against the file. How each number and
-string is written is in the file's ``encoding`` section and in the README
+string is written is in the file's ``encoding`` section and in docs/relay.md
 ("Protocol test vectors").
 """
 

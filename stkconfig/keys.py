@@ -1,10 +1,10 @@
-"""The key table: every key of `[stk]`, in the README's order (DESIGN.md §11).
+"""The key table: every key of `[stk]`, in the order of docs/configuration.md (docs/design.md §11).
 
 Each row: name, kind, raw default, the check ids that report it, the range of a
-number (E010/E011), the README's default column when it is derived, the value
-`stk.ini.example` gives, and its meaning. Keys that share one README row name
+number (E010/E011), the docs table's default column when it is derived, the value
+`stk.ini.example` gives, and its meaning. Keys that share one row of the docs table name
 the row's first key in `row`. Adding a key: one row here, then
-`python scripts/config_docs.py` (README table and example ini), then its field on
+`python scripts/config_docs.py` (the docs table and the example ini), then its field on
 `stkconfig.model.Config` and where `stkrelay.config.load` parses it.
 """
 
@@ -132,7 +132,7 @@ KEYS: tuple[Key, ...] = (
         '000 §3.6): `auto` = unless `NODE_IP` is itself a loopback address (a test machine whose agents '
         'each have their own `127.0.0.x` and share loopback), `on`, `off` (see "Where the relay listens")'),
     Key("RELAY_FORWARD", "str", "loopback", check="E091",
-        doc="the station door (issue 36): every member, leader or not, takes a station's connection and "
+        doc="the station door: every member, leader or not, takes a station's connection and "
         "forwards its bytes untouched to the relay of whoever leads now, so a station that dials "
         "`127.0.0.1:RELAY_PORT` on its own PC reaches the elected relay: `loopback` = on `127.0.0.1` "
         "(where `RELAY_LOOPBACK` puts a loopback listener; the relay then leaves loopback to the door), "
@@ -243,9 +243,9 @@ KEYS: tuple[Key, ...] = (
         doc='the IANA zone every time of the panel is shown in, e.g. `Asia/Taipei` (named after each time; '
         'UTC on hover; the API stays UTC)'),
     Key("CLOUD_URL", "list", "", check="E028/E076",
-        doc="the cloud relay's tunnel port, `tcp://host:TUNNEL_PORT` (DESIGN.md §14; `ws://`/`wss://` are "
-        "refused for now), or several nodes' comma-separated (tried in turn: see \"Several cloud nodes\"); "
-        'empty: no tunnel'),
+        doc="the cloud relay's tunnel port, `tcp://host:TUNNEL_PORT` (docs/design.md §14; `ws://`/`wss://` "
+        "are refused for now), or several nodes' comma-separated (tried in turn: see "
+        '"Several cloud nodes"); empty: no tunnel'),
     Key("CLOUD_TOKEN", "str", "", check="E029/E055",
         doc="this site's secret with the cloud relay (its `[site:<KMSN>]` `CLOUD_TOKEN`): as strong as a site"
         ' key (at least 16 characters, 6 distinct, no short run repeated, no placeholder), not '

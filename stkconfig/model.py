@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from types import SimpleNamespace
 from typing import Any
 
@@ -118,7 +118,7 @@ class Config:
 def draft() -> Any:
     """A mutable stand-in for a `Config` at its defaults, for the loader to fill in."""
     return SimpleNamespace(**{
-        f.name: f.default_factory() if f.default is MISSING else f.default  # type: ignore[misc]
+        f.name: f.default_factory() if callable(f.default_factory) else f.default
         for f in fields(Config)
     })  # fmt: skip
 

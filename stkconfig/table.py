@@ -7,11 +7,11 @@ ids that report a bad value, and its one-line meaning. From the table come:
 - `DEFAULTS`: the raw value of every key before the file and `STK_<KEY>` apply;
 - `number_spec`: the kind and range `config.load` checks a number against
   (E010 not a number, E011 out of range);
-- `readme_table` / `example_ini`: the README's configuration table and
+- `readme_table` / `example_ini`: the configuration table of docs/configuration.md and
   `packaging/stk.ini.example` (`scripts/config_docs.py` writes both;
   `tests/test_config_table.py` fails when either is out of date).
 
-A key's *meaning* is a contract (DESIGN.md §11): change `doc` only to say the
+A key's *meaning* is a contract (docs/design.md §11): change `doc` only to say the
 same thing better.
 """
 
@@ -35,9 +35,9 @@ class Key:
     default: str = ""  # the raw value when unset; "" = unset (a derived default is said in `shown`)
     check: str = ""  # the check ids that report this key, e.g. "E010/E011/E007"
     range: tuple[float, float] | None = None  # inclusive; a number outside it is E011
-    shown: str = ""  # the README's default column when it is not the raw default
+    shown: str = ""  # the docs table's default column when it is not the raw default
     example: str | None = None  # the value stk.ini.example sets; None: shown commented, at its default
-    row: str = ""  # the key whose README row this one shares (SMB_PASSWORD_FILE -> SMB_PASSWORD)
+    row: str = ""  # the key whose docs table row this one shares (SMB_PASSWORD_FILE -> SMB_PASSWORD)
     doc: str = ""  # the meaning, one line of markdown (the row's first key only)
 
     def __post_init__(self) -> None:
@@ -62,7 +62,7 @@ def defaults(keys: Iterable[Key]) -> dict[str, str]:
 
 
 def rows(keys: Iterable[Key]) -> list[list[Key]]:
-    """The README's rows: each key with the keys that share its row, in table order."""
+    """The docs table's rows: each key with the keys that share its row, in table order."""
     out: dict[str, list[Key]] = {}
     for key in keys:
         out.setdefault(key.row or key.name, []).append(key)
@@ -89,7 +89,7 @@ def _plain(doc: str) -> str:
 
 
 EXAMPLE_HEAD = """\
-; stk.ini: one agent's configuration (README, "Configuration"). Written by
+; stk.ini: one agent's configuration (docs/configuration.md). Written by
 ; scripts/config_docs.py from the key table (stkconfig/keys.py): edit the table, not this file.
 ; Every key may also be set as STK_<KEY> in the environment; the keys commented out
 ; below show their defaults.

@@ -1,7 +1,7 @@
 """The agent's Celery app: broker is this agent's own Redis, never a shared one.
 
 `celery -A stkrelay.celery worker --stk-beat ...` runs the agent's one beat
-(in-memory schedule, DESIGN.md §12) on a thread of the lease worker instead
+(in-memory schedule, docs/design.md §12) on a thread of the lease worker instead
 of a process of its own: one interpreter less per agent, and beat lives and
 dies with the worker whose queue it feeds.
 """

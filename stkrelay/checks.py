@@ -6,7 +6,7 @@ from django.core import checks
 
 
 @checks.register()
-def stk_config(app_configs, **kwargs):  # type: ignore[no-untyped-def]
+def stk_config(app_configs, **kwargs):
     stk = settings.STK
     return [
         checks.Error(f"{p.key}: {p.message}", hint=str(p.hint), id=p.id, obj=stk.source) for p in stk.problems

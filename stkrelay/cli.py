@@ -2,7 +2,7 @@
 
     stkrelay agent --ini PATH          one agent in the foreground (as `manage.py runagent`)
     stkrelay manage COMMAND [ARGS]     any management command (migrate, check, runrelay, ...)
-    stkrelay cloud --ini cloud.ini     the cloud rendezvous relay (as `manage.py runcloud`, DESIGN.md §14)
+    stkrelay cloud --ini cloud.ini     the cloud rendezvous relay (`manage.py runcloud`, docs/design.md §14)
     stkrelay health [--ini PATH]       exit 0 when this host's agent answers /healthz "up" (HEALTHCHECK)
     relayctl ARGS | relayclient ARGS | stkuser ARGS    as `manage.py relayctl ARGS`, ...
 

@@ -42,7 +42,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from elections.core.actions import ACTION_DEFAULTS, action_config
+from elections.core.action_config import ACTION_DEFAULTS, action_config
 from elections.ports.smburl import SmbUrlError, is_smb, parse_smb_url, smb_password
 from stkconfig.keys import BY_NAME, DEFAULTS
 from stkconfig.model import Config, Problem, draft, freeze
@@ -241,7 +241,7 @@ def _services(
 
 def _places(
     cfg: Any, values: dict[str, str], pools: dict[str, dict[str, str]], check_dirs: bool, bad
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     """The pool's store (a share or etcd), the watched pools, and this agent's DATA_DIR."""
     config_store.check_store(cfg, values, bad)
     cfg.lease_dir = values["LEASE_DIR"]
@@ -324,7 +324,7 @@ def _events(cfg: Any, values: dict[str, str], bad: Bad, number: Number) -> None:
 LOOPBACK_WORDS = {"auto": "auto", "on": "on", "1": "on", "yes": "on", "off": "off", "0": "off", "no": "off"}
 
 
-def _loopback(text: str, bad) -> str:  # type: ignore[no-untyped-def]
+def _loopback(text: str, bad) -> str:
     """RELAY_LOOPBACK (E090): whether the relay listens on 127.0.0.1 besides NODE_IP."""
     return _word(text, LOOPBACK_WORDS, "auto", bad, "stkrelay.E090", "RELAY_LOOPBACK", "auto, on or off",
                  "auto (127.0.0.1 unless NODE_IP is a loopback address), on, or off")  # fmt: skip
@@ -334,7 +334,7 @@ FORWARD_WORDS = {"loopback": "loopback", "on": "loopback", "1": "loopback", "yes
                  "off": "off", "0": "off", "no": "off"}  # fmt: skip
 
 
-def _forward(text: str, bad) -> str:  # type: ignore[no-untyped-def]
+def _forward(text: str, bad) -> str:
     """RELAY_FORWARD (E091): where the station door takes connections for the leader's relay."""
     return _word(text, FORWARD_WORDS, "loopback", bad, "stkrelay.E091", "RELAY_FORWARD",
                  "loopback, lan or off",
@@ -343,7 +343,7 @@ def _forward(text: str, bad) -> str:  # type: ignore[no-untyped-def]
 
 def _word(
     text: str, words: dict[str, str], default: str, bad, id: str, key: str, shown: str, hint: str
-) -> str:  # type: ignore[no-untyped-def]
+) -> str:
     """One of a key's `words` (any case), or `default` with the problem `id` said."""
     mode = words.get(text.strip().lower())
     if mode is None:
@@ -357,7 +357,7 @@ def _flag(text: str, default: bool) -> bool:
     return default if not text else text.lower() not in ("0", "no", "false", "off")
 
 
-def _check_smb(values: dict[str, str], bad) -> None:  # type: ignore[no-untyped-def]
+def _check_smb(values: dict[str, str], bad) -> None:
     """An smb:// LEASE_DIR (E012) and its password (E022), without touching the
     network: the share is checked by `relayctl doctor` and by the agent itself."""
     try:
@@ -375,7 +375,7 @@ def _check_smb(values: dict[str, str], bad) -> None:  # type: ignore[no-untyped-
             "set SMB_PASSWORD, or SMB_PASSWORD_FILE naming a file that holds it")  # fmt: skip
 
 
-def _check_dir(path: str, key: str, pid: str, bad, hint: str) -> None:  # type: ignore[no-untyped-def]
+def _check_dir(path: str, key: str, pid: str, bad, hint: str) -> None:
     if not path:
         bad(pid, key, "is not set", hint)
         return

@@ -1,4 +1,4 @@
-"""The beacon keys of `stk.ini` (DESIGN.md §13).
+"""The beacon keys of `stk.ini` (docs/design.md §13).
 
 - `BEACON_INTERVAL` (seconds, default 0.2): how often this member sends a
   signed beacon (jittered ±20 %). `0` switches beacons off, and with them the
@@ -14,7 +14,7 @@
   member (routed sites, Wi-Fi that drops broadcast). Bad entries are
   `stkrelay.E032`.
 
-The serving right (DESIGN.md §15) adds no key: its window `W` and silence `S`
+The serving right (docs/design.md §15) adds no key: its window `W` and silence `S`
 are derived from `BEACON_INTERVAL` (`elections.core.serving.ServingTiming`:
 W = 7.5 intervals, S = W × 1.01/0.99 + 1.2 intervals + 0.05 s, 1.5 s and 1.82 s
 at 0.2 s). `S` must be shorter than `LEASE_TTL`, or a follower could never take

@@ -1,4 +1,4 @@
-"""The cloud keys of `stk.ini` (DESIGN.md §14): `CLOUD_URL` and `CLOUD_TOKEN`.
+"""The cloud keys of `stk.ini` (docs/design.md §14): `CLOUD_URL` and `CLOUD_TOKEN`.
 
 - `CLOUD_URL`: the cloud relay's tunnel, `tcp://host:port` (the one scheme
   built; `ws(s)://` parse but are refused for now, `stkrelay.E028`). Empty:

@@ -1,6 +1,6 @@
-"""Entry members (issue 26 part 1, DESIGN.md §14.1): the member with the router's port-forward.
+"""Entry members (issue 26 part 1, docs/design.md §14.1): the member with the router's port-forward.
 
-Keys (README, "Entry members"):
+Keys (docs/cloud.md, "Entry members"):
 
 - `ENTRY` (0|1, default 0): this member has the router's port-forward; while
   the pool has a leader it accepts remote clients on `ENTRY_LISTEN` and

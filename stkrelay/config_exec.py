@@ -1,4 +1,4 @@
-"""The external-relay keys of `stk.ini` (DESIGN.md §16, issue 19).
+"""The external-relay keys of `stk.ini` (docs/design.md §16, issue 19).
 
 - `RELAY_KIND` (`builtin` | `exec`, default `builtin`): what the elected leader
   serves. `exec` runs the site's own relay (`RELAY_EXEC`) on loopback and puts

@@ -1,6 +1,6 @@
 """The site as it is (issue 19): old stations on the relay, and the old agent's stk.ini.
 
-Keys (README, "Legacy stations"):
+Keys (docs/relay.md, "Legacy stations"):
 
 - `RELAY_LEGACY` (0|1, default 0): the built-in relay also accepts old stations
   (``relay_client.prg`` framing, the old MAGIC, the site token in clear;

@@ -1,4 +1,4 @@
-"""Watched pools: the `[pool:<KMSN>]` sections of `stk.ini` (DESIGN.md §11).
+"""Watched pools: the `[pool:<KMSN>]` sections of `stk.ini` (docs/design.md §11).
 
 An agent's panel can also show other KMSNs (an office server that mounts
 several sites' shares). Each section names one pool:

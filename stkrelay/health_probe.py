@@ -1,7 +1,7 @@
 """`stkrelay health`: is the agent on this host up? For a container's HEALTHCHECK.
 
 Reads the agent's own configuration (STK_INI or STK_* keys, as the agent does)
-without Django, asks its `/healthz` (DESIGN §10) on `NODE_IP:WEB_PORT` and exits
+without Django, asks its `/healthz` (docs/design.md §10) on `NODE_IP:WEB_PORT` and exits
 0 when the answer is 200 with `"status": "up"`, 1 otherwise (503, refused, a
 timeout, a body that is not the agent's). The certificate is not checked: the
 probe sends no secret and believes only a yes, so a stranger on the port can at

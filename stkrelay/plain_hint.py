@@ -49,13 +49,13 @@ class FirstByte(protocol.Protocol):
     def connectionMade(self) -> None:
         from twisted.internet import reactor
 
-        self.timer = reactor.callLater(GIVE_UP, self._give_up)  # type: ignore[attr-defined]
+        self.timer = reactor.callLater(GIVE_UP, self._give_up)
 
     def dataReceived(self, data: bytes) -> None:
         if not self.buffer and data[:1] == bytes([TLS_HANDSHAKE]):
             self._cancel()
             tls = self.factory.tls.buildProtocol(self.addr)
-            self.transport.protocol = tls  # type: ignore[attr-defined]  # the TCP transport reads into it now
+            self.transport.protocol = tls  # the TCP transport reads into it now
             tls.makeConnection(self.transport)
             tls.dataReceived(data)
             return

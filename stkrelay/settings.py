@@ -112,7 +112,7 @@ SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
 CSRF_COOKIE_SAMESITE = "Lax"
 
-# Admin panel and API authentication (README_PANEL.md).
+# Admin panel and API authentication (docs/panel.md).
 LOGIN_URL = "/login/"
 LOGIN_REDIRECT_URL = "/"
 AUTH_PASSWORD_VALIDATORS = [
@@ -186,7 +186,7 @@ STATIC_URL = "static/"
 STATICFILES_DIRS = [ASSETS_DIR / "static"]
 STATIC_ROOT = DATA_DIR / "static"
 
-# Channels: the local Redis carries low-rate events only (DESIGN.md §12).
+# Channels: the local Redis carries low-rate events only (docs/design.md §12).
 # socket_timeout None: redis-py 8 defaults to 5 s, which kills idle consumers.
 CHANNEL_LAYERS = {
     "default": {

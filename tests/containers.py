@@ -13,7 +13,7 @@ share is a volume mounted at `/share` (LEASE_DIR `/share/socket`), or an
 Signals go to the container, never to the `podman run` client: `kill9` is
 `podman kill -s KILL` (the whole container at once, as a power cut of the
 agent's processes), `terminate` is `podman stop` (SIGTERM to PID 1, the agent's
-supervisor). Podman runs as this machine needs (DESIGN §12, scripts/podman.sh).
+supervisor). Podman runs as this machine needs (docs/design.md §12, scripts/podman.sh).
 """
 
 from __future__ import annotations

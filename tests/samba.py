@@ -1,5 +1,5 @@
 """A real SMB server for tests: Debian's `smbd` on loopback with a private
-`smb.conf` (DESIGN.md §12), serving one share whose backing folder the test
+`smb.conf` (docs/design.md §12), serving one share whose backing folder the test
 can also look at directly.
 
     server = Samba(tmp_path / "samba")       # private config, free port, a user

@@ -1,4 +1,4 @@
-"""A model of a pool for the serving right (DESIGN.md §15): 3–5 members on
+"""A model of a pool for the serving right (docs/design.md §15): 3–5 members on
 simulated time, driving the product's own pure decisions — `core.decide`
 (`track`, `decide`) and `core.serving` (`ServingBook`: adherence, the leader's
 right, the majority's silence) — with lost, delayed and partitioned beacons,
@@ -8,7 +8,7 @@ that differ by up to `DRIFT`.
 
 What is modelled rather than run: the store (one compare-and-set register
 under a lock: a claim holds the lock for `claim` seconds, with the lease moved
-aside meanwhile — every read then finds no file, as on the share, DESIGN.md
+aside meanwhile — every read then finds no file, as on the share, docs/design.md
 §5.1 — and writes its member record first, the lease at its end; a claim that
 finds the lock held is BUSY; the revision of a missing file is "" whatever
 happened, as `revision_of(None)`), a writer of the share without the key

@@ -1,6 +1,6 @@
-"""Beacons on a real 3-agent site on loopback (DESIGN.md §13): a leader whose
+"""Beacons on a real 3-agent site on loopback (docs/design.md §13): a leader whose
 whole agent is killed is replaced long before its TTL, a frozen one only on the
-serving right's silence (DESIGN.md §15, tests/test_agents_serving.py), and a
+serving right's silence (docs/design.md §15, tests/test_agents_serving.py), and a
 flood of datagrams changes nothing."""
 
 import asyncio
@@ -194,13 +194,13 @@ def test_unicast_peers_one_way_paths_and_a_frozen_leader_replaced_that_never_ser
     while time.monotonic() < deadline:
         rec = site.lease()
         # The woken leader never takes it back. With S001 deaf to S003 (the one-way path), S001
-        # may take S003's epoch on silence too: S003 never had S001's acks (DESIGN.md §15).
+        # may take S003's epoch on silence too: S003 never had S001's acks (docs/design.md §15).
         assert rec is not None and rec.node != old.name and rec.epoch >= new.epoch, rec
         assert (rec.node, rec.epoch) == (new.node, new.epoch) or rec.node == "S001", rec
         time.sleep(0.05)
     winner = site.by_name(new.node)
     reasons = [r for k, e, r in winner.history() if (k, e) == ("elected", new.epoch)]
-    # Before the TTL only on the serving right's silence (DESIGN.md §15): the majority did not
+    # Before the TTL only on the serving right's silence (docs/design.md §15): the majority did not
     # hear a leader that served by acks; never on silence alone.
     assert reasons and ("silent for" in reasons[0] or "expired" in reasons[0]), (took, reasons)
     assert took >= 3 - 0.3 or "silent for" in reasons[0], (took, reasons)

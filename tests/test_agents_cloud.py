@@ -1,4 +1,4 @@
-"""The cloud rendezvous relay (DESIGN.md §14) with a real 3-agent site: remote clients
+"""The cloud rendezvous relay (docs/design.md §14) with a real 3-agent site: remote clients
 follow the site's leader through its tunnel, and the cloud fences tunnels by epoch."""
 
 import asyncio

@@ -1,4 +1,4 @@
-"""RELAY_KIND = exec on real agents: the site's own relay behind the fencing proxy (DESIGN.md §16).
+"""RELAY_KIND = exec on real agents: the site's own relay behind the fencing proxy (docs/design.md §16).
 
 The external relay is tests/standin_relay.py (not stkrelay's relay code): it echoes
 length-prefixed frames and counts every byte it receives into a stats file in the

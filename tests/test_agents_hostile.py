@@ -1,4 +1,4 @@
-"""Someone on the site's LAN who can write the share but has no key (DESIGN.md
+"""Someone on the site's LAN who can write the share but has no key (docs/design.md
 §5.4), against real agents: every file kind poisoned while the leader lives,
 forged commands, old leases swapped back and forth after a crash, a lock kept
 "fresh" by rewriting it. The live leader keeps its epoch, a crashed leader is

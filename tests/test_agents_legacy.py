@@ -3,7 +3,7 @@
 The file is what a site has: headerless keys, the old agent's own keys, the
 seed's keys added, in the Windows code page. The agent starts from it, says
 once which keys it ignores, warns that RELAY_LEGACY sends the token in clear,
-and its relay takes an old station (raw sockets, as the README describes it)
+and its relay takes an old station (raw sockets, as docs/relay.md describes it)
 and a modern commander (our client library) through the same routing;
 ``relayctl doctor`` names the legacy session.
 """

@@ -1,5 +1,5 @@
 """One real agent watching its own pool and two other pools (other shares, other
-keys; DESIGN.md §11), the other pools simulated by writers of validly signed
+keys; docs/design.md §11), the other pools simulated by writers of validly signed
 records (tests/poolsim.py). The API shows all three with the right leaders and
 epochs; a forged record in a watched pool is refused with that pool's key; a
 watched share that hangs (FUSE, tests/faultyfs.py) or is renamed away shows as

@@ -79,9 +79,10 @@ def test_a_replayed_old_lease_never_shows_in_a_followers_view_nor_moves_its_entr
         stop.set()
         sender.join(5)
     # With beacons off the share is the only witness: a follower whose every look falls on the replayed
-    # copy may rightly take the next epoch once the live leader's lease has run out unseen (README, "the
-    # share is the only witness"). What must never be is the replayed lease in its view, or its entry
-    # going back to it: no epoch below the one it had accepted, in the view or the entry's target.
+    # copy may rightly take the next epoch once the live leader's lease has run out unseen
+    # (docs/serving-right.md, "the share is the only witness"). What must never be is the replayed
+    # lease in its view, or its entry going back to it: no epoch below the one it had accepted, in the
+    # view or the entry's target.
     assert shown and all(epoch >= new.epoch for _, epoch in shown), sorted(set(shown))
     assert (leader.name, first.epoch) not in shown, sorted(set(shown))
     assert targets and all(epoch >= new.epoch and node != leader.name for node, epoch in targets), sorted(

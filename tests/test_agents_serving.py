@@ -1,4 +1,4 @@
-"""The serving right on a real 3-agent site on loopback (DESIGN.md §15, default
+"""The serving right on a real 3-agent site on loopback (docs/design.md §15, default
 timing: TTL 10, beacons every 0.2 s): a frozen leader (SIGSTOP of its whole
 agent: no evidence of death) is replaced within seconds, and woken it forwards
 not one byte that its clients sent meanwhile; short freezes change nothing."""

@@ -1,7 +1,7 @@
 """A share that hangs (a FUSE passthrough that stops answering, as an SMB server
 can) is an unreachable share: the leader steps down by its deadline, every
 agent's /healthz and panel keep answering within 1 s, nobody exits, and the
-pool recovers when the share answers again (DESIGN.md §5.3)."""
+pool recovers when the share answers again (docs/design.md §5.3)."""
 
 import os
 import shutil
@@ -112,7 +112,7 @@ def test_a_hung_share_is_unreachable_and_the_agents_keep_answering(site_factory,
 
 @pytest.mark.parametrize("share_timeout", ["2", "6"])
 def test_sigterm_stops_a_leader_within_5_s_while_its_share_hangs(site_factory, faulty_share, share_timeout):
-    """DESIGN §11: SIGTERM stops the agent within 5 s. Handing the lease over needs the
+    """docs/design.md §11: SIGTERM stops the agent within 5 s. Handing the lease over needs the
     share; a hung share makes that a bounded attempt (within SHARE_TIMEOUT and the stop's
     own budget, whichever ends first), never a wait; children stuck on it are killed."""
     site = site_factory(2, extra={"SHARE_TIMEOUT": share_timeout})

@@ -1,5 +1,5 @@
 """Three real agents whose lease dir is `smb://` on a real Samba server on
-loopback (DESIGN.md §5.3): no mount, the agents speak SMB themselves. The
+loopback (docs/design.md §5.3): no mount, the agents speak SMB themselves. The
 test looks at the pool through the folder smbd serves."""
 
 from __future__ import annotations

@@ -140,7 +140,7 @@ def test_promote_moves_leadership_to_the_chosen_member_within_2s(site_factory):
     wait_until(lambda: serving(target) is not None, 5, f"{target.name} to serve")
     took = time.monotonic() - accepted
     assert site.lease().epoch == first.epoch + 1
-    # The target's gate opens on its members' acks (DESIGN.md §15): a round trip more than the
+    # The target's gate opens on its members' acks (docs/design.md §15): a round trip more than the
     # lease alone; 3 s leaves a loaded runner room (bench/switchover.py measures it).
     assert took < 3.0, f"promote to serving took {took:.2f} s"
     assert site.lease().node == target.name

@@ -1,5 +1,5 @@
 """`relayclient --discover` steered by forged beacons (relay/client/beacon_discovery.py,
-DESIGN.md §13; issue 28 item 5.4), on loopback with a real `RelayServer`:
+docs/design.md §13; issue 28 item 5.4), on loopback with a real `RelayServer`:
 leader beacons naming an attacker's address — signed with another key,
 unsigned, or a validly signed beacon of an old epoch replayed from when that
 address was a member's — send the client there once at most. The attacker

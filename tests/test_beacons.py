@@ -1,4 +1,4 @@
-"""The beacon core (DESIGN.md §13), pure: datagrams in, verdicts out, on a
+"""The beacon core (docs/design.md §13), pure: datagrams in, verdicts out, on a
 fake clock's numbers. Hostile datagrams (forged, replayed, foreign KMSN,
 oversized, nested, truncated) are counted and change nothing."""
 

@@ -1,4 +1,4 @@
-"""A follower's own blindness is no silence of the holder (the README, "The serving
+"""A follower's own blindness is no silence of the holder (docs/serving-right.md, "The serving
 right": "A member's own blindness is no silence"): on a real share directory with the
 real lock and compare-and-set, a follower that did not read the lease for longer than
 TTL - RENEW_DEADLINE (frozen: no cycle ran; cut: its share was gone) and whose first
@@ -104,7 +104,7 @@ def test_junk_kept_over_a_live_leaders_lease_runs_out_its_ttl_one_ttl_later_whil
     its last valid read (issue 40: replayed, captured beacons held a takeover off for as long as
     the replayer had renewals to send); then the TTL runs, one TTL later than without beacons.
     Without beacons (`renewal_heard` None: BEACON_INTERVAL = 0) the share is the only witness,
-    and the TTL of the first look runs out: the limit the README states."""
+    and the TTL of the first look runs out: the limit docs/serving-right.md states."""
     took: dict[bool, float] = {}
     for beacons in (True, False):
         root = tmp_path / ("beacons" if beacons else "none")

@@ -1,4 +1,4 @@
-"""The serving right under beacon loss (DESIGN.md §15, issue 22): a real 3-agent
+"""The serving right under beacon loss (docs/design.md §15, issue 22): a real 3-agent
 site (default timing: TTL 10, beacons every 0.2 s) whose beacons all pass
 through a lossy forwarder — 30 % dropped, the rest delayed 20–80 ms — for
 `STK_LOSS_MINUTES` (default 10): not one leader change, and the leader's relay

@@ -1,4 +1,4 @@
-"""Attacks on the cloud relay (DESIGN.md §14), each over real loopback sockets against a real
+"""Attacks on the cloud relay (docs/design.md §14), each over real loopback sockets against a real
 `CloudServer` with a real site relay and its tunnel: forged and replayed tunnels, mux credit
 abuse, a site that stops reading, slow handshakes, parked-client floods. Each asserts that
 nothing changed (the fence, the current tunnel, the other site's traffic) and that the attempt

@@ -1,4 +1,4 @@
-"""The cloud relay's cloud.ini and the agent's CLOUD_URL/CLOUD_TOKEN keys (DESIGN.md §14)."""
+"""The cloud relay's cloud.ini and the agent's CLOUD_URL/CLOUD_TOKEN keys (docs/design.md §14)."""
 
 import hashlib
 

@@ -1,4 +1,4 @@
-"""The cloud relay's pure core (DESIGN.md §14): the epoch fence, the tunnel handshake,
+"""The cloud relay's pure core (docs/design.md §14): the epoch fence, the tunnel handshake,
 the stream multiplexer and its credit windows, what the cloud reads of a remote client."""
 
 import json

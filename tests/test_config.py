@@ -58,7 +58,7 @@ def test_environment_variables_override_the_ini(tmp_path):
         ({"BEACON_INTERVAL": "fast"}, ("stkrelay.E030", "BEACON_INTERVAL")),
         ({"BEACON_INTERVAL": "2"}, ("stkrelay.E030", "BEACON_INTERVAL")),  # > LEASE_RENEW / 2
         ({"BEACON_INTERVAL": "0.01"}, ("stkrelay.E030", "BEACON_INTERVAL")),
-        # TTL 3, renew 1: 0.5 s passes E030 but makes S 4.6 s ≥ TTL (the serving right, DESIGN §15)
+        # TTL 3, renew 1: 0.5 s passes E030 but makes S 4.6 s ≥ TTL (the serving right, docs/design.md §15)
         (
             {
                 "LEASE_TTL": "3",

@@ -1,4 +1,4 @@
-"""smb:// lease dirs in the configuration (DESIGN.md §5.3, §11): the URL is
+"""smb:// lease dirs in the configuration (docs/design.md §5.3, §11): the URL is
 parsed, never probed as a local folder; its password comes from
 SMB_PASSWORD or SMB_PASSWORD_FILE and is never part of what is shown."""
 

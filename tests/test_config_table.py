@@ -1,6 +1,6 @@
 """The key table (stkconfig/keys.py) is what the agent reads, and what its docs say.
 
-The README's configuration table and packaging/stk.ini.example are written from the
+docs/configuration.md's table and packaging/stk.ini.example are written from the
 table (scripts/config_docs.py); each number's range in the table is the one
 `config.load` enforces; every key's raw default is the loaded default; the config
 is frozen and holds no value the table does not name."""
@@ -32,25 +32,25 @@ def _env(**values: str) -> dict[str, str]:
     return {f"STK_{k}": v for k, v in {**SOUND, **values}.items()}
 
 
-def test_the_readme_table_and_the_example_ini_are_written_from_the_table():
+def test_the_docs_table_and_the_example_ini_are_written_from_the_table():
     docs = _docs()
     for path, text in docs.wanted().items():
         assert path.read_text() == text, f"{path.name} is out of date: run python scripts/config_docs.py"
     assert docs.main(["--check"]) == 0
 
 
-def test_the_check_notices_a_hand_edited_readme_row(tmp_path, monkeypatch):
+def test_the_check_notices_a_hand_edited_docs_row(tmp_path, monkeypatch):
     docs = _docs()
-    readme = tmp_path / "README.md"
-    readme.write_text(docs.README.read_text().replace("seconds a lease lives without renewal", "edited"))
-    monkeypatch.setattr(docs, "README", readme)
+    page = tmp_path / "configuration.md"
+    page.write_text(docs.PAGE.read_text().replace("seconds a lease lives without renewal", "edited"))
+    monkeypatch.setattr(docs, "PAGE", page)
     monkeypatch.setattr(docs, "ROOT", tmp_path)
     (tmp_path / "packaging").mkdir()
     monkeypatch.setattr(docs, "EXAMPLE", tmp_path / "packaging" / "stk.ini.example")
     docs.EXAMPLE.write_text(docs.example_ini(KEYS))
     assert docs.main(["--check"]) == 1
     assert docs.main([]) == 0 and docs.main(["--check"]) == 0
-    assert "seconds a lease lives without renewal" in readme.read_text()
+    assert "seconds a lease lives without renewal" in page.read_text()
 
 
 def test_the_example_ini_loads_with_only_its_placeholder_token_refused():

@@ -1,4 +1,4 @@
-"""An early takeover needs evidence (issue 22; the README, "The serving right", rule 3d):
+"""An early takeover needs evidence (docs/serving-right.md, "The rules", rule 3d):
 on a real share directory, with the real lock and compare-and-set, and the serving
 right's real book fed the beacons a member would hear. A follower whose leader is
 silent to a majority reads the lease while another member's claim has it moved aside,

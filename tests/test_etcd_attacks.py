@@ -1,4 +1,4 @@
-"""A writer of the etcd prefix without the pool key (DESIGN.md §5.2, §5.4;
+"""A writer of the etcd prefix without the pool key (docs/design.md §5.2, §5.4;
 issue 28 item 5.1), on a real 3-member cluster through its HTTP gateway: a
 forged or unsigned leader record, a huge value, forged member records claiming
 epochs, a flood of member keys, and keys deleted behind the pool's back. None

@@ -1,4 +1,4 @@
-"""etcd faults under a pool of real contender processes (DESIGN.md §5.2): quorum
+"""etcd faults under a pool of real contender processes (docs/design.md §5.2): quorum
 lost, one contender partitioned from etcd, members killed (the etcd leader
 among them), etcd paused. Whatever happens: one leader at most, no epoch taken
 twice, the leader stops by its deadline when it cannot renew, and the pool

@@ -78,7 +78,7 @@ def test_the_dashboard_asks_only_for_metrics_the_agent_exports(dj):
     used = set().union(*(metric_names(e) for e in expressions(dashboard)))
     have = exported()
     assert used - have == set(), f"the dashboard asks for metrics /metrics does not export: {used - have}"
-    # It covers the README's families, the security events and the failover gaps.
+    # It covers docs/panel.md's families, the security events and the failover gaps.
     for name in (
         "stkrelay_pool_has_leader",
         "stkrelay_pool_epoch",

@@ -4,7 +4,7 @@ Three agents from the image, each a container with its own Redis sidecar, host
 networking, configured by STK_* environment keys only (docker/compose.yaml's
 keys): once with the share on a volume, once over `smb://` to Samba on the host.
 kill -9 of the leader's container moves clients to a new leader within 2 s (the
-liveness link: DESIGN §13); `podman stop` of the leader hands off within 1 s
+liveness link: docs/design.md §13); `podman stop` of the leader hands off within 1 s
 (SIGTERM reaches the agent as PID 1); the panel and the HEALTHCHECK answer; the
 image holds no compiler or test tooling and `pip check` is clean inside.
 """

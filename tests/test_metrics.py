@@ -1,4 +1,4 @@
-"""GET /metrics as Prometheus scrapes it: the README's families with their
+"""GET /metrics as Prometheus scrapes it: docs/panel.md's families with their
 labels, the failover-gap histogram built from the history, and
 prometheus_client's process and platform metrics. (Its access rules are in
 test_panel.py.)"""
@@ -198,7 +198,7 @@ def test_beacon_families_show_each_members_loss_and_age_and_the_detection_mode(d
 
 
 def test_early_takeovers_are_counted_and_repeated_ones_are_an_alarm_on_panel_api_and_doctor(dj):
-    # DESIGN.md §13: an on-path attacker who drops beacons and resets connections can force
+    # docs/design.md §13: an on-path attacker who drops beacons and resets connections can force
     # takeovers before the TTL. Each is arbitrated by the store; repeated ones are an alarm.
     import json
     from io import StringIO

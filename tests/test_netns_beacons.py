@@ -2,7 +2,7 @@
 agent, a bridge, veth pairs; the share a directory every namespace sees):
 subnet broadcast and `BEACON_PEERS` unicast both carry them, kill -9 of the
 leader's agent moves the lease within seconds, a cut cable on the leader's
-side is taken over on the majority's silence (the serving right, DESIGN.md §15:
+side is taken over on the majority's silence (the serving right, docs/design.md §15:
 no evidence of death, but the old gate shut first), and 30 % beacon loss with delay
 causes no failover.
 
@@ -102,7 +102,7 @@ def test_beacon_peers_unicast_carries_them_and_kill_9_moves_the_lease(netns_site
 
 def test_a_cut_cable_on_the_leaders_side_is_taken_over_on_the_majoritys_silence(netns_site):
     """No evidence of death (a cut cable answers nothing), but the serving right
-    (DESIGN.md §15): the leader served by acks, so its gate shut W after the cut,
+    (docs/design.md §15): the leader served by acks, so its gate shut W after the cut,
     and the two others, silent about it for S, take over within seconds."""
     site = netns_site(3, share="lan", timing=DEFAULT)  # the cut takes the leader's share with it
     site.start()

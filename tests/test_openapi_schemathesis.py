@@ -3,7 +3,7 @@ phase — examples, coverage, fuzzing, stateful — and every check) against a l
 site (a real `runagent` on loopback, daphne serving) with an operator's bearer token:
 0 failures. Bounded by examples per operation (`-n`) and a fixed seed; the whole run takes
 about a minute, in `make test` (issue 23: the contract is checked wherever a change is tested).
-Its stateful phase pauses, drains and promotes: README "The API's contract" says where an
+Its stateful phase pauses, drains and promotes: docs/panel.md "The API's contract" says where an
 operator may run it."""
 
 from __future__ import annotations

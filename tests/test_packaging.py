@@ -114,7 +114,7 @@ def test_docker_compose_config_accepts_the_three_agent_demo_site():
     agents = sorted(n for n in services if n.startswith("s0"))
     assert agents == ["s001", "s002", "s003"]
     redis = {services[a]["environment"]["STK_REDIS_URL"] for a in agents}
-    assert len(redis) == 3, "every agent has its own Redis (DESIGN.md §4)"
+    assert len(redis) == 3, "every agent has its own Redis (docs/design.md §4)"
     for a in agents:
         svc = services[a]
         assert [v.split(":")[0] for v in _volumes(svc)] == ["share"], "one shared volume as the share"

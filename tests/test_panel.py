@@ -260,7 +260,7 @@ def test_the_site_page_shows_why_a_member_is_not_eligible_and_by_how_much(dj):
 
 
 def test_the_site_page_says_whether_the_pool_can_take_over_a_silent_leader_fast(dj):
-    """The serving right (DESIGN.md §15): three members or more, or the TTL path as before."""
+    """The serving right (docs/design.md §15): three members or more, or the TTL path as before."""
     vera = client_for(make_user("vera"))
     serving = {"window_s": 1.5, "silence_s": 1.82, "members": 3, "fast": True}
     write_pool(dj["data_dir"], beacons={"members": {}, "serving": serving})

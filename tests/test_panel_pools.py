@@ -1,4 +1,4 @@
-"""Watched pools on the panel and the API (DESIGN.md §11): this agent's own pool
+"""Watched pools on the panel and the API (docs/design.md §11): this agent's own pool
 (pool.json as its worker writes it) beside two simulated watched pools on their
 own directories with their own keys, read by real `PoolWatcher`s whose events
 are projected into the test's database; and the fleet view's order."""

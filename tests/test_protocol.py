@@ -1,4 +1,4 @@
-"""Relay wire protocol v1 (DESIGN.md §8): bytes in, bytes out."""
+"""Relay wire protocol v1 (docs/design.md §8): bytes in, bytes out."""
 
 from __future__ import annotations
 

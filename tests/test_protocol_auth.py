@@ -1,4 +1,4 @@
-"""Protocol 1.1 (DESIGN.md §8): cnonce/sauth, station credentials, keys-only; bytes in, bytes out.
+"""Protocol 1.1 (docs/design.md §8): cnonce/sauth, station credentials, keys-only; bytes in, bytes out.
 
 Also the pure rules that decide whom the relay and its clients believe: the
 replacement rule's table, the bounded epoch claim, and the connection caps.

@@ -1,4 +1,4 @@
-"""The relay client library and `manage.py relayclient` (DESIGN.md §9), end to end.
+"""The relay client library and `manage.py relayclient` (docs/design.md §9), end to end.
 
 Real sockets on 127.0.0.51-59, real `relay.server.relay_server.RelayServer`s (in the test's
 own event loop, or as a process the test kills), real signed lease files and a

@@ -1,6 +1,6 @@
-"""Old stations on the built-in relay (RELAY_LEGACY = 1, README "Legacy stations"): real sockets.
+"""Old stations on the built-in relay (RELAY_LEGACY = 1, docs/relay.md "Legacy stations"): real sockets.
 
-The old station here is written from the README's description of the legacy
+The old station here is written from docs/relay.md's description of the legacy
 exchange, with raw sockets and `struct`, not with our framing code or client
 library: a 4-byte big-endian length, one JSON object, the old MAGIC and the
 site token in clear, and it speaks first. The modern side is our own
@@ -31,7 +31,7 @@ OLD_MAGIC = "STK-OLD-MAGIC-7"  # a stand-in: the real value is the site's relay_
 
 
 class OldStation:
-    """relay_client.prg as the README describes it: raw length-prefixed JSON, speaks first."""
+    """relay_client.prg as docs/relay.md describes it: raw length-prefixed JSON, speaks first."""
 
     def __init__(self, addr: tuple[str, int]) -> None:
         self.sock = socket.create_connection(addr, timeout=5.0)

@@ -1,5 +1,5 @@
 """`manage.py runrelay` as a real subprocess, steered by the leadership state file
-and the lease the test writes (DESIGN.md §4, §8)."""
+and the lease the test writes (docs/design.md §4, §8)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The relay's TCP servers end to end (DESIGN.md §8): real sockets on loopback.
+"""The relay's TCP servers end to end (docs/design.md §8): real sockets on loopback.
 
 The server runs on its own asyncio loop in a thread; clients are blocking
 sockets speaking bytes, framed with the protocol core's codec. The routing
@@ -256,7 +256,7 @@ def test_it_refuses_registration_with_not_leader_as_soon_as_the_gate_closes(rela
 
 
 def test_not_one_byte_is_routed_once_the_gate_shut_between_two_looks_of_the_runner(relay):
-    """DESIGN.md §15: a relay woken from a freeze finds in its sockets what clients
+    """docs/design.md §15: a relay woken from a freeze finds in its sockets what clients
     sent meanwhile; the gate (whose deadline passed) is asked before any of it is
     routed. Counted at the receiving client: nothing sent after the shut arrives."""
     agent = relay.client("agent", "S002")
@@ -526,6 +526,7 @@ def test_it_reports_clients_and_counters_in_a_json_snapshot(relay):
 class FakeSession:
     def __init__(self, kmsn: str, station: str, role: str) -> None:
         self.kmsn, self.station, self.role = kmsn, station, role
+        self.station_key = False
         self.frames: list[dict] = []
         self.raw, self.closed = bytearray(), None
         self.deliver = lambda frame: self.frames.append(json.loads(frame[4:]))

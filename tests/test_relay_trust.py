@@ -1,4 +1,4 @@
-"""Nothing from the LAN is trusted (DESIGN.md §5.4, §8 protocol 1.1), end to end on loopback.
+"""Nothing from the LAN is trusted (docs/design.md §5.4, §8 protocol 1.1), end to end on loopback.
 
 Rogue relays (tiny asyncio servers that cannot prove the key, or that say
 ``leader_changed`` epoch 10^15), an unsigned leader answer naming a huge

@@ -1,4 +1,4 @@
-"""The serving right's pure pieces (`elections.core.serving`, DESIGN.md §15);
+"""The serving right's pure pieces (`elections.core.serving`, docs/design.md §15);
 the rule as a whole is checked on the pool model (`tests/test_serving_model.py`)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The serving right (DESIGN.md §15) checked on a model of the pool
+"""The serving right (docs/design.md §15) checked on a model of the pool
 (`tests/servesim.py`): the product's own `core.decide` and `core.serving`
 decisions, driven through lost and delayed beacons, partitions, freezes, cut
 cables, power losses and clock-rate drift, claims that hold the lease moved

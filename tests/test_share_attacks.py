@@ -1,5 +1,5 @@
 """What a writer of the share without the key tried, and must not achieve
-(found by an attacker's review of the hardened share; DESIGN.md §5.4): stop
+(found by an attacker's review of the hardened share; docs/design.md §5.4): stop
 the pool for good with a planted directory, link or flood of files, starve
 the event tail, write outside the share, crash the cycle on a full share, or
 break the panel with a file name that is not UTF-8."""

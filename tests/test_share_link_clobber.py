@@ -1,5 +1,5 @@
 """A symlink planted where the agent creates or replaces a file of the share
-(DESIGN.md §5.4, issue 28 item 5.7): the lock (an exclusive create), the
+(docs/design.md §5.4, issue 28 item 5.7): the lock (an exclusive create), the
 breaker's marker, the lease's compare-and-set copy, a member file, a
 heartbeat's and the lease's own names. Whatever the link points at outside
 the share is never written, created or truncated; the link is refused

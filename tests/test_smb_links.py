@@ -1,4 +1,4 @@
-"""Links planted on the file server, seen through smb:// (DESIGN.md §5.3–5.4;
+"""Links planted on the file server, seen through smb:// (docs/design.md §5.3–5.4;
 issue 28 item 5.2), with a real Samba 4.17 (its defaults: `follow symlinks =
 yes`, `wide links = no`). Samba shows no link as a reparse point over SMB2:
 

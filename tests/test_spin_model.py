@@ -1,4 +1,4 @@
-"""The pool's model checked by SPIN (`verify/pool.pml`, README "The model, checked by SPIN"):
+"""The pool's model checked by SPIN (`verify/pool.pml`, docs/serving-right.md "The model, checked by SPIN"):
 the model's search finds no error at the CI bound, every rule switched off gives a
 counterexample trail (a model that has gone blind fails here), and the constants the
 model's inequalities stand for are the code's.
@@ -85,7 +85,7 @@ def test_the_models_inequalities_are_strict_and_the_codes_constants_meet_them():
     assert d["LOK_LO"] > d["RD_HI"]
     assert d["BG"] == d["TTL_LO"] - d["RD_HI"] - 1
     # The code (seconds, rho = DRIFT): the same inequalities, S on the slowest clock against
-    # W + GATE_LAG on the fastest, with a jittered interval to spare (README's argument).
+    # W + GATE_LAG on the fastest, with a jittered interval to spare (docs/serving-right.md's argument).
     t = ServingTiming.of(0.2)
     # (S_LO > W_HI: W_HI is W on the fastest clock plus the relay's last byte; a beacon
     # interval is left to spare, the jitter's 1.2 of it at most partly, divided by 1 + rho)

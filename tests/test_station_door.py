@@ -128,6 +128,35 @@ def test_doctor_says_where_this_pcs_stations_go(dj):
     assert door_check(dataclasses.replace(base, listening=False, error="in use"), now, None)[1] is False
 
 
+def test_the_site_page_says_where_this_pcs_door_leads_and_warns_when_it_is_silent(dj, monkeypatch):
+    from django.conf import settings
+    from test_panel_support import KMSN, client_for, make_user, member, write_pool
+
+    write_pool(dj["data_dir"], leader="S002", members={"S001": member(ip="127.0.0.21"),
+                                                       "S002": member(ip="127.0.0.22")})  # fmt: skip
+    user = make_user("dora")
+    page = client_for(user).get(f"/sites/{KMSN}/").content.decode()
+    assert 'id="door-here"' not in page  # NODE_IP on loopback (a test machine): no door, none shown
+    monkeypatch.setattr(settings, "STK", dataclasses.replace(settings.STK, node_ip="10.0.0.1"))
+    local = LocalState(dj["data_dir"])
+    status = EntryStatus(pid=os.getpid(), listen="127.0.0.1:9530", listening=True, updated=time.monotonic(),
+                         sessions=4, streams=1, repointed=2,
+                         target={"epoch": 7, "node": "S002", "ip": "127.0.0.22", "port": 9530})  # fmt: skip
+    local.write_door(status)
+    page = client_for(user).get(f"/sites/{KMSN}/").content.decode()
+    assert 'id="door-h"' in page and '<p id="door-here" class="muted">' in page
+    assert "leads stations to S002 (127.0.0.22:9530, epoch 7): 4 connections, 1 stream" in page
+    local.write_door(dataclasses.replace(status, updated=time.monotonic() - 10))  # silent for 10 s
+    page = client_for(user).get(f"/sites/{KMSN}/").content.decode()
+    assert '<p id="door-here" class="banner warn">' in page and "has not reported for 3 s" in page
+    local.write_door(dataclasses.replace(status, target=None))  # a leader it does not lead to
+    page = client_for(user).get(f"/sites/{KMSN}/").content.decode()
+    assert '<p id="door-here" class="banner warn">' in page and "refused at once" in page
+    local.write_door(status)
+    zh = client_for(user).get(f"/sites/{KMSN}/", HTTP_ACCEPT_LANGUAGE="zh-TW").content.decode()
+    assert "工作站入口在 127.0.0.1:9530 上監聽，把工作站帶往 S002（127.0.0.22:9530，世代 7）" in zh
+
+
 def test_a_station_arriving_while_the_leader_is_quiet_waits_and_is_led_to_the_next_leader(tmp_path: Path):
     """The leader's beacons went quiet (frozen or cut off: its kernel may still complete a
     handshake): a station's new connection is held, not dialled into it, through a moment with no

@@ -188,7 +188,7 @@ def test_an_election_over_a_changed_lease_loses_and_claims_nothing(tmp_path, sto
     assert "S002" not in other.read_members()
 
 
-# -- what anyone who can write the share may leave there (DESIGN.md §5.4) ------------------
+# -- what anyone who can write the share may leave there (docs/design.md §5.4) ------------------
 def test_a_lock_that_is_not_validly_signed_is_broken_at_once(tmp_path, store):
     # A new epoch each time: the lock's path (a renewal of the store's own record takes no lock).
     for epoch, content in enumerate(('{"node": "S009", "pid": 1, "nonce": "forged"}', "x" * 10_000), 1):
@@ -199,7 +199,7 @@ def test_a_lock_that_is_not_validly_signed_is_broken_at_once(tmp_path, store):
 
 @pytest.mark.parametrize("content", ["", '{"node": "S0', "[[[[", "junk\n"])
 def test_a_lock_that_is_empty_cut_short_or_junk_is_broken_at_once(tmp_path, store, content):
-    """A writer's lock is published whole (DESIGN.md §5.1, turn 3), so one that is
+    """A writer's lock is published whole (docs/design.md §5.1, turn 3), so one that is
     not a whole object was never a live writer's: junk rewritten every 0.4 s used
     to hold elections off for as long as the rewriting went on."""
     (tmp_path / "relay_leader.lock").write_text(content)
@@ -345,7 +345,7 @@ def test_a_member_removed_between_the_listing_and_its_read_is_gone_not_refused(t
 
 
 def test_the_files_on_the_share_are_byte_for_byte_the_contract(tmp_path, clock):
-    """DESIGN.md §5.1, §6: the lease is `LeaseRecord.encode` (canonical signature, one
+    """docs/design.md §5.1, §6: the lease is `LeaseRecord.encode` (canonical signature, one
     line), a member's file is its JSON with `sig` last and a newline, written under
     these names and nowhere else; the lock is gone after the election."""
     store = FileLeaseStore(tmp_path, TOKEN, "S001", clock)

@@ -372,7 +372,7 @@ def test_epochs_are_never_reused_after_the_lease_and_the_members_are_deleted(poo
     assert a.highest_epoch() == 3
 
 
-# -- what anyone who can write the share may leave there (DESIGN.md §5.4) ----------------------
+# -- what anyone who can write the share may leave there (docs/design.md §5.4) ----------------------
 def test_a_replayed_heartbeat_is_refused_and_the_last_good_one_kept(pool):
     clock = FakeClock()
     writer, reader = pool.store("S002", clock), pool.store("S001", clock)

@@ -1,4 +1,4 @@
-"""What etcd adds to the store contract (DESIGN.md §5.2), on a real 3-member
+"""What etcd adds to the store contract (docs/design.md §5.2), on a real 3-member
 cluster: the holder's etcd lease, revoked behind its back, is learnt from the
 watch and ends its hold; the epoch counter moves with the lease in one
 transaction and a forged counter counts for nothing; calls fail over to a live
@@ -178,7 +178,7 @@ def test_a_tail_reads_a_long_log_in_bounded_calls_and_says_there_is_more(pool):
 
 
 def test_the_keys_and_values_on_etcd_are_byte_for_byte_the_contract(pool):
-    """DESIGN.md §5.2: `pool/leader` (on the holder's etcd lease) holds `LeaseRecord.encode`,
+    """docs/design.md §5.2: `pool/leader` (on the holder's etcd lease) holds `LeaseRecord.encode`,
     `pool/epoch` and `pool/members/<node>` a signed JSON object each, without a newline."""
     store = EtcdLeaseStore(pool, TOKEN, "S001", FakeClock())
     outcome, won = take(store)

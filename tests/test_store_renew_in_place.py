@@ -1,4 +1,4 @@
-"""A plain renewal takes no lock (issue 22; README "Renewing without the lock"):
+"""A plain renewal takes no lock (docs/election.md "Renewing without the lock"):
 3 share operations instead of 7, on real files, and every other write — an
 election, a release, a handoff, a write over anything this store did not write
 itself — still goes through the lock and its compare-and-set. The races with a

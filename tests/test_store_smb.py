@@ -1,4 +1,4 @@
-"""SMB's own answers, from a real Samba server on loopback (DESIGN.md §5.3,
+"""SMB's own answers, from a real Samba server on loopback (docs/design.md §5.3,
 §12): a rename over a file another client holds open, a file server that
 stops answering (SIGSTOP), and one that dies and comes back."""
 

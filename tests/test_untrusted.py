@@ -1,5 +1,5 @@
 """Everything from outside goes through one guarded reader: bounded, verified,
-and if bad, no evidence with a cause (DESIGN.md §5.4). Unit level, with real
+and if bad, no evidence with a cause (docs/design.md §5.4). Unit level, with real
 files for the event tail; fuzzed with hypothesis (`make fuzz` runs it longer)."""
 
 from __future__ import annotations

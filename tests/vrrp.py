@@ -1,6 +1,6 @@
 """The real keepalived (Debian's) on hosts of a `netns.Lan`: VRRP between the
 agents' namespaces, and a `notify` script that writes each host's gate file,
-as a site would configure it for `GATE_FILE` (README, "The gate").
+as a site would configure it for `GATE_FILE` (docs/operator.md, "The gate").
 
 Each instance speaks unicast VRRP to the others over its ``eth0`` (multicast
 works on the bridge too, but unicast is what routed or Wi-Fi sites need), holds

@@ -1,6 +1,6 @@
 /*
- * The pool, checked by SPIN: the election (DESIGN §5.1) and the serving right (DESIGN §15,
- * README "The serving right (DESIGN §15), as built", rules 1-6), written from the rules,
+ * The pool, checked by SPIN: the election (docs/design.md §5.1) and the serving right (docs/design.md §15,
+ * docs/serving-right.md "The rules", rules 1-6), written from the rules,
  * not from the code. Three members, epochs up to MAXE, every interleaving of their steps,
  * of the network, of a writer without the key, of freezes, crashes and restarts.
  *
@@ -42,23 +42,23 @@
  *     Epoch claims (take, release, handoff, requalify, rewriting junk) are ONE atomic step:
  *     read, decide, lock, compare-and-set on the bytes read; a CAS that would fail is the
  *     same as not taking the step. `top` is the highest epoch in the members' claim records
- *     (rule 3e). The lockless renewal (README "Renewing without the lock") is TWO steps, its
+ *     (rule 3e). The lockless renewal (docs/election.md "Renewing without the lock") is TWO steps, its
  *     read and its rename, which may land over a claim made in between.
- * A6  Membership is fixed at N = 3 (every member counts 3; the README's assumption: members
+ * A6  Membership is fixed at N = 3 (every member counts 3; docs/serving-right.md's assumption: members
  *     join or leave one at a time per TTL). Early takeover reports (rule 3b) are the other
  *     member's current beacon.
  * A7  A restart loses the member's whole beacon book (adherence, acks, its right, the clean
  *     release it heard, the beacons' replay memory) and its relay (the gate shuts: the relay
- *     dies with its supervisor); it keeps its known epoch and the last lease it saw (README:
+ *     dies with its supervisor); it keeps its known epoch and the last lease it saw (docs/security.md:
  *     "a restart remembers") and times that lease afresh (a first look).
  * A8  A writer without the key may put junk over the lease, delete it or put an old copy
- *     back at any step. Assumption V (README "The holder's beacons witness renewals the
+ *     back at any step. Assumption V (docs/serving-right.md "The holder's beacons witness renewals the
  *     share hides", stated there): a member's read that is no evidence and hides a renewal
  *     it never read is possible only once that member heard a leader beacon of the holder
  *     sent after that renewal (the attack with ALL beacons lost is the known, documented
  *     case: "with beacons off the share is the only witness"). A member that knows no lease
  *     of the holder (it learned the epoch from a claim record, rule 3e) can be vouched by
- *     no beacon: the junk is then kept from it, which leaves out the README's stated
+ *     no beacon: the junk is then kept from it, which leaves out docs/serving-right.md's stated
  *     residual case ("Left: a member blind twice past the TTL with no valid read between,
  *     whose first reads both find junk, is timed from the first"), which SPIN finds
  *     otherwise (27 steps at epochs <= 4, two faults).
@@ -542,7 +542,7 @@ bit sup[N];   /* its supervisor released: it says and hears nothing more; its re
    with -DSUP_RELEASE, the supervisor's release on SIGTERM (written before its relay's gate
    is shut, which then closes by its deadlines or the crash that follows; its resign has a
    fresh boot, which no member takes for its leader's: no resign at all here; SPIN finds two
-   relays with it, README "The model, checked by SPIN"); requalify (rule 4); a crash (A7,
+   relays with it, docs/serving-right.md "The model, checked by SPIN"); requalify (rule 4); a crash (A7,
    A10); a start */
 
 #define LISTEN(x, s) :: d_step { up[x] && up[s] && !MUTE(x) && !MUTE(s) -> printf("@ %d hears %d\n", x, s); hear(x, s); check() }

@@ -1,4 +1,4 @@
-"""The pure core of the election (DESIGN.md §3, layer 1).
+"""The pure core of the election (docs/design.md §3, layer 1).
 
 Lease records and their signatures, the election decision, eligibility, the
 successor rule, the fold of operator commands, action plans and the

@@ -1,4 +1,4 @@
-"""What one member makes of the beacons it receives (DESIGN.md §13). Pure:
+"""What one member makes of the beacons it receives (docs/design.md §13). Pure:
 datagrams, source addresses and this member's own monotonic `now` go in;
 verified beacons, per-member arrival statistics and reactions come out.
 

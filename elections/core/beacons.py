@@ -1,4 +1,4 @@
-"""The beacon datagram (DESIGN.md §13): its codec and its checks. Pure.
+"""The beacon datagram (docs/design.md §13): its codec and its checks. Pure.
 
 A beacon is one UTF-8 JSON object of at most 1,200 bytes, signed like every
 pool record (HMAC-SHA256 with `POOL_KEY` over the canonical JSON without
@@ -23,7 +23,7 @@ record of the sender with that digest need not read the file again to know
 it, and a new `mseq` tells it the sender's heartbeat was written: its
 freshness, without a read. A beacon without them says nothing of the record.
 
-For the serving right (DESIGN.md §15, `core.serving`), optional fields a
+For the serving right (docs/design.md §15, `core.serving`), optional fields a
 receiver that predates them ignores (they are signed all the same):
 `serve` ("lease" | "ack": what a leader serves by), and the leader the
 sender adheres to: `ack_node`, `ack_epoch`, `ack_boot`, `ack_seq` (the newest
@@ -83,7 +83,7 @@ _FIELDS: dict[str, type] = {
     "boot": str,
     "seq": int,
 }
-# The serving right's fields (DESIGN.md §15): optional, all checked when present.
+# The serving right's fields (docs/design.md §15): optional, all checked when present.
 _OPTIONAL: dict[str, tuple[type, object]] = {
     "store": (str, ""),  # issue 19: the sender's lease store (core.share_split)
     "mseq": (int, 0),  # issue 22: the sender's member record as last written
@@ -178,13 +178,13 @@ def parse_beacon(raw: bytes, key: str, kmsn: str) -> Beacon:
     for name, (kind, _) in _OPTIONAL.items():
         if not isinstance(extra[name], kind) or isinstance(extra[name], bool):
             raise Untrusted(NOT_OBJECT, f"beacon field '{name}' has a bad type")
-    if any(not 0 <= extra[name] <= _MAX_INT for name in ("ack_epoch", "ack_seq", "quiet_ms", "fenced")):  # type: ignore[operator]
+    if any(not 0 <= extra[name] <= _MAX_INT for name in ("ack_epoch", "ack_seq", "quiet_ms", "fenced")):
         raise Untrusted(NOT_OBJECT, "beacon has a number out of range")
     if extra["serve"] not in _SERVE or (extra["ack_boot"] and not _BOOT.fullmatch(str(extra["ack_boot"]))):
         raise Untrusted(NOT_OBJECT, "beacon has a bad serve mode or ack boot")
     if extra["fenced"] and (doc["role"] != RESIGN or extra["fenced"] != doc["epoch"]):
         raise Untrusted(NOT_OBJECT, "beacon says fenced of another epoch than a resign's own")
-    return Beacon(**{name: doc[name] for name in _FIELDS}, **extra)  # type: ignore[arg-type]
+    return Beacon(**{name: doc[name] for name in _FIELDS}, **extra)
 
 
 NOT_DIGESTED = ("seq", "sig", "hears")  # what changes at every heartbeat, or says nothing the pool decides by

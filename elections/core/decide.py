@@ -76,7 +76,7 @@ class Timing:
     def blind_after(self) -> float:
         """The longest gap between two of a follower's completed reads of the lease that counts
         toward the TTL of the last valid one (`blind_gap`): TTL − RENEW_DEADLINE, the lease's margin
-        between a takeover timed from a renewal and that renewal's deadline (DESIGN.md §5.1)."""
+        between a takeover timed from a renewal and that renewal's deadline (docs/design.md §5.1)."""
         return self.ttl - self.deadline
 
 
@@ -187,7 +187,7 @@ def early_refusal(memory: Memory, read: LeaseRead | None, node: str, epoch: int)
     below what this node knows. An older copy of it (a lower `renew_seq`: issue 28, two old signed
     copies swapped in) is evidence too: it shows the lease in place, naming whom we judged, and
     the claim compares on those very bytes. A missing file (perhaps moved aside by another
-    member's claim in progress: DESIGN.md §5.1), a damaged, forged or refused one, a record of an
+    member's claim in progress: docs/design.md §5.1), a damaged, forged or refused one, a record of an
     epoch below what we know, or no read at all say nothing of who holds the lease now: the
     takeover waits for a later look, and the TTL of the last valid lease runs on meanwhile."""
     if read is None:

@@ -1,4 +1,4 @@
-"""Eligibility of a member (ADR 0011, DESIGN.md §6): a pure function.
+"""Eligibility of a member (ADR 0011, docs/design.md §6): a pure function.
 
 A member may lead only if it is not drained, its heartbeat is fresh, its
 health checks pass, its priority is above 0, and (where configured) the gate
@@ -84,8 +84,11 @@ def judge(
 
 
 class Candidate(Protocol):
-    eligible: bool
-    priority: int
+    @property
+    def eligible(self) -> bool: ...
+
+    @property
+    def priority(self) -> int: ...
 
 
 def successor(

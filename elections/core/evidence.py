@@ -1,4 +1,4 @@
-"""What the agent refused as evidence, for people to see (DESIGN.md §5.4).
+"""What the agent refused as evidence, for people to see (docs/design.md §5.4).
 
 `Refusals` counts every refused record per cause (the `stkrelay_security_events_total`
 counter on /metrics) and keeps the latest distinct refusals (file, cause,

@@ -11,7 +11,7 @@ no leader. Why, in this order of precedence:
   handoff       the old leader handed the lease over (elected reason or its event)
   stepped down  the old leader released the lease or stepped down
   leader gone   the new leader took over on positive evidence that the old
-                leader's agent was gone (DESIGN.md §13), before the TTL ran out
+                leader's agent was gone (docs/design.md §13), before the TTL ran out
   lease expired the new leader took over after the old lease was not renewed
   first election no leader before
 

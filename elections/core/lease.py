@@ -1,7 +1,7 @@
 """The lease record and its codec: canonical JSON, HMAC signature, parsing.
 
 Pure: no file access, no clock reads. `parse_lease(raw, token)` never raises; it
-says what a reader may make of the bytes it found (DESIGN.md §5.1):
+says what a reader may make of the bytes it found (docs/design.md §5.1):
 
 - ``valid``   a well-formed record whose signature verifies: evidence.
 - ``missing`` no file at all.

@@ -48,7 +48,7 @@ def outdated(memory: Memory, read: LeaseRead) -> bool:
     """A validly signed record older than what we already know is a replay or a
     write from a leader that woke up late: no evidence, never obeyed. Older means
     a lower epoch, or, for the very (holder, epoch) we saw last, a lower
-    `renew_seq` (DESIGN.md §5.4: for one (node, epoch) the renew_seq only grows):
+    `renew_seq` (docs/design.md §5.4: for one (node, epoch) the renew_seq only grows):
     two old copies swapped back and forth must not keep a dead leader alive."""
     rec = read.record
     if rec is None:

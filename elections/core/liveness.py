@@ -1,4 +1,4 @@
-"""Positive evidence that the leader's agent is gone (DESIGN.md §13). Pure.
+"""Positive evidence that the leader's agent is gone (docs/design.md §13). Pure.
 
 Silence is never proof of death. Evidence needs the leader's *host* to answer
 that its agent is gone, and the agent's own beacons to agree:

@@ -1,5 +1,5 @@
 """Which of a member's event segments are retired, and which of their lines
-must outlive them (the compaction of `events/`, DESIGN.md §6).
+must outlive them (the compaction of `events/`, docs/design.md §6).
 
 Pure: no I/O, no clock. The writer of a node's event files (and only it)
 decides, on its own clock and from its own lines:

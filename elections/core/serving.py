@@ -1,5 +1,5 @@
-"""The serving right (DESIGN.md §15; the rule and its safety argument are in
-the README, "The serving right (DESIGN §15), as built"). Pure: every time is
+"""The serving right (docs/design.md §15; the rule and its safety argument are in
+docs/serving-right.md, "The rules"). Pure: every time is
 the caller's own monotonic clock, passed in.
 
 The lease decides who holds an epoch; the serving right decides whether its
@@ -87,7 +87,7 @@ class ServingRight:
     # it would have switched only after S of silence). `ServingBook.taken` sets it.
     self_from: float = float("-inf")
     self_wait: tuple[str, int, str] | None = None  # (node, epoch, boot) it waits out; its resign ends it
-    clean_start: bool = False  # taken from a clean release: in `LEASE` mode at once (README rule 6)
+    clean_start: bool = False  # from a clean release: in `LEASE` mode at once (docs/serving-right.md rule 6)
 
     def sent_beacon(self, seq: int, now: float) -> None:
         self.sent[seq] = now

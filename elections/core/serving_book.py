@@ -1,4 +1,4 @@
-"""One member's book of the serving right (DESIGN.md §15; the rules are `core.serving`), as
+"""One member's book of the serving right (docs/design.md §15; the rules are `core.serving`), as
 its beacons see it: the leader it adheres to, and while it leads, its own right and how it began.
 Pure: every time is the caller's own clock (the gate's), passed in; its transport
 (`ports.beacons`) calls it under one lock.

@@ -3,7 +3,7 @@
 The seed's agents mirror ``W:\\socket`` to ``C:\\STK\\socket``; an agent whose
 ``LEASE_DIR`` names the local copy leads a pool of one, and so does the real
 pool: two relays, two epochs 1, and no store that sees both. Beacons (signed
-with the pool key, DESIGN.md §13) are the only thing that crosses between
+with the pool key, docs/design.md §13) are the only thing that crosses between
 them, so they are the evidence:
 
 - **member_missing**: a member of this KMSN has been beaconing for `grace`

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 SHOWN_LIMIT = 5.0  # seconds: `relayctl doctor` says FAIL past this (informative, like every doctor line)
 MAX_ABS = 1e9  # a reading beyond this (about 30 years) is no reading
@@ -49,14 +49,19 @@ def from_window(
     return ClockReading(offset, (after - before) / 2 + resolution / 2, against)
 
 
+def _is_number(value: object) -> TypeGuard[int | float]:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def reading_of(doc: dict[str, Any]) -> ClockReading | None:
     """A heartbeat's `clock`, checked (anything malformed is no reading)."""
     value = doc.get("clock")
     if not isinstance(value, dict):
         return None
     offset, error, against = value.get("offset_s"), value.get("error_s"), value.get("against")
-    numbers = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (offset, error))
-    if not numbers or not isinstance(against, str) or against not in ("file server", "etcd"):
+    if not (_is_number(offset) and _is_number(error)):
+        return None
+    if not isinstance(against, str) or against not in ("file server", "etcd"):
         return None
     if not (math.isfinite(offset) and math.isfinite(error)):
         return None

@@ -1,11 +1,11 @@
 """Stations bound to their credentials: the fold of the pool's station events.
 
 Pure: no I/O, no clock. A station that has once registered with its station
-credential (DESIGN.md §8) is **bound**: from then on the relay refuses the
+credential (docs/design.md §8) is **bound**: from then on the relay refuses the
 site-wide token for it (``bad_auth``), whichever agent leads and however often
 agents restart, until an operator resets the binding. The binding is not a
 file of its own: it is three kinds of signed event lines in the pool's event
-log (DESIGN.md §6, signed with `POOL_KEY`, verified and replay-checked by the
+log (docs/design.md §6, signed with `POOL_KEY`, verified and replay-checked by the
 event tail before anything here sees them), folded alike by every agent:
 
 - ``station_bound`` (``station``, ``clock``): written by the leader's worker

@@ -1,4 +1,4 @@
-"""The one guarded reader of bytes from outside (DESIGN.md §5.4): share files,
+"""The one guarded reader of bytes from outside (docs/design.md §5.4): share files,
 event lines, datagrams, frames, API bodies.
 
 `load_object(raw, limits)` returns a JSON object or raises `Untrusted` with a
@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeGuard, TypeVar
 
 D = TypeVar("D", int, None)
 
@@ -175,7 +175,7 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON value")
 
 
-def is_counter(value: Any) -> bool:
+def is_counter(value: object) -> TypeGuard[int]:
     """A whole number from 0 to `MAX_COUNTER` (not a bool, not a float, not text)."""
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNTER
 
@@ -191,6 +191,16 @@ def as_int(value: Any, default: D = 0, minimum: int | None = None) -> int | D:  
 def as_float(value: Any) -> float | None:
     """`value` as a float if it is a real number (an int or a float, never a bool), else None."""
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def as_object(value: Any) -> dict[str, Any]:
+    """`value` if it is a JSON object (a dict), else an empty one."""
+    return value if isinstance(value, dict) else {}
+
+
+def as_list(value: Any) -> list[Any]:
+    """`value` if it is a JSON array (a list), else an empty one."""
+    return value if isinstance(value, list) else []
 
 
 def as_text(value: Any, default: str = "") -> str:

@@ -24,7 +24,8 @@ import logging
 import os
 from collections.abc import Callable
 
-from elections.core.actions import ActionConfig, ActionPlan, demotion_plan, plan_for
+from elections.core.action_config import ActionConfig
+from elections.core.actions import ActionPlan, demotion_plan, plan_for
 from elections.executors.aws import AwsExecutor
 from elections.executors.azure import AzCliClient, AzureExecutor
 from elections.executors.base import (

@@ -36,12 +36,13 @@ import re
 import subprocess
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from elections.core.actions import RELEASE_IP, RELEASE_VIP, STOP_RELAY, Action, ActionPlan
 from elections.core.ownership import Sighting
 from elections.errors import ElectionError
 from elections.ports.localstate import LocalState
+from elections.ports.stores import TransitionSink
 
 log = logging.getLogger("stkrelay.actions")
 
@@ -108,6 +109,7 @@ class Executor(Protocol):
         ...
 
 
+@runtime_checkable
 class Observer(Protocol):
     """An executor that can say where its address really is (ADR 0011 phase 4):
     `observe(args)` takes an action's `args`, is read-only, and never raises."""
@@ -117,8 +119,7 @@ class Observer(Protocol):
     def observe(self, args: dict[str, Any]) -> Sighting: ...
 
 
-class Sink(Protocol):
-    def record(self, kind: str, epoch: int, reason: str, **extra: Any) -> None: ...
+Sink = TransitionSink  # where a duty plan records its outcomes (ports.stores)
 
 
 # -- the gate ----------------------------------------------------------------------

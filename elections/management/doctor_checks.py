@@ -17,7 +17,7 @@ from typing import Any
 from django.utils.translation import gettext as _
 
 from elections.core.evidence import SHOWN_FOR
-from elections.core.untrusted import REPLAYED, TOO_MANY
+from elections.core.untrusted import REPLAYED, TOO_MANY, as_object
 from stkconfig.model import Config
 
 
@@ -64,7 +64,7 @@ def clock_checks(check: Any, me: str, pool: Any) -> None:
 
 
 def relay_kind_check(check: Any, stk: Config) -> None:
-    """Which relay this agent runs when it leads (RELAY_KIND, DESIGN.md §16) and, while it
+    """Which relay this agent runs when it leads (RELAY_KIND, docs/design.md §16) and, while it
     leads with an external relay, whether that relay accepts behind the fencing proxy."""
     from elections.ports.localstate import LocalState
     from elections.web.panel.proxy_state import ProxyState
@@ -92,7 +92,7 @@ def relay_kind_check(check: Any, stk: Config) -> None:
 def ownership_checks(checks: list[dict[str, Any]], stk: Config, read: Any, members: dict[str, Any]) -> None:
     """Where each address really is, looked at now (ADR 0011 phase 4): one check per address,
     against the lease read above; the members' own reports come from their heartbeats."""
-    from elections.core.actions import action_config
+    from elections.core.action_config import action_config
     from elections.executors import build_executors
     from elections.runtime.ownership import doctor_map
 
@@ -112,7 +112,7 @@ def ownership_checks(checks: list[dict[str, Any]], stk: Config, read: Any, membe
 
 
 def early_takeover_check(check: Any, kmsn: str) -> None:
-    """Elections on liveness evidence (DESIGN.md §13) that repeat: agents that keep dying, or
+    """Elections on liveness evidence (docs/design.md §13) that repeat: agents that keep dying, or
     someone on the path who drops beacons and resets connections to force takeovers."""
     from django.db import DatabaseError
     from django.utils import timezone
@@ -155,12 +155,12 @@ def legacy_check(check: Any, stk: Config) -> None:
     old stations send the site token in clear on the LAN. A warning, not a failure."""
     from elections.ports.localstate import LocalState
 
-    if not getattr(stk, "relay_legacy", False):
+    if not stk.relay_legacy:
         check("legacy stations", True, "off (RELAY_LEGACY = 0): only protocol v1 clients")
         return
     doc = LocalState(stk.data_dir).relay().snapshot.get("legacy")
     if isinstance(doc, dict) and doc.get("enabled") is True:
-        refused = doc.get("refused") if isinstance(doc.get("refused"), dict) else {}
+        refused = as_object(doc.get("refused"))
         n = sum(v for v in refused.values() if isinstance(v, int))
         here = (f"{doc.get('sessions')} legacy sessions on this agent's relay now, "
                 f"{doc.get('registered')} registered and {n} refused since it started")  # fmt: skip
@@ -172,7 +172,7 @@ def legacy_check(check: Any, stk: Config) -> None:
 
 
 def beacon_checks(check: Any, me: str, pool: Any, members: dict[str, dict[str, Any]]) -> None:
-    """Beacons from every member, and paths that work one way only (DESIGN.md §13): this
+    """Beacons from every member, and paths that work one way only (docs/design.md §13): this
     agent hears X but X's heartbeat says it does not hear this agent, or the reverse."""
     check("detection", True, pool.detection)
     if pool.detection != "beacons":
@@ -205,10 +205,10 @@ def store_checks(check: Callable[..., None], stk: Any, place: Any, store: Any) -
     from elections.ports.stores import open_share
 
     share_mtime = None
-    if getattr(stk, "lease_store", "file") == "etcd":  # the cluster, and TTLs as etcd counts them
+    if stk.lease_store == "etcd":  # the cluster, and TTLs as etcd counts them
         from elections.ports.etcd.health import doctor_checks
 
-        for name, ok, detail in doctor_checks(store.backend.pool, stk.lease_ttl):  # type: ignore[attr-defined]
+        for name, ok, detail in doctor_checks(store.backend.pool, stk.lease_ttl):
             check(name, ok, detail)
     else:
         share = open_share(place)
@@ -305,7 +305,7 @@ def stations_check(check: Any, stk: Config, pool: Any) -> None:
               "site's station build)") % {"port": STATIONS_PORT}, warn=True)  # fmt: skip
         return
     try:
-        addresses = {ipaddress.ip_address(a[4][0].split("%")[0]) for a in socket.getaddrinfo(host, None)}
+        addresses = {ipaddress.ip_address(str(a[4][0]).split("%")[0]) for a in socket.getaddrinfo(host, None)}
     except (OSError, ValueError) as exc:
         say(_("RELAY_HOST = %(host)s does not resolve here: %(why)s") % {"host": host, "why": exc}, ok=False)
         return
@@ -318,7 +318,7 @@ def stations_check(check: Any, stk: Config, pool: Any) -> None:
         if stk.relay_loopback == "off" or auto_off:
             say(_("RELAY_HOST = %(host)s, but this agent does not listen on loopback (RELAY_LOOPBACK): the "
                   "stations reach no relay there") % said, warn=True)  # fmt: skip
-        elif getattr(stk, "relay_forward", "loopback") == "off":
+        elif stk.relay_forward == "off":
             say(_("RELAY_HOST = %(host)s, but RELAY_FORWARD = off: the stations reach a relay there only "
                   "while this agent leads") % said, warn=True)  # fmt: skip
         else:

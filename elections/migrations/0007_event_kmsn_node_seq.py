@@ -3,7 +3,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     """History rows are unique per (kmsn, node, seq): the agent also projects
-    watched pools (DESIGN.md §11), whose members' names repeat this pool's."""
+    watched pools (docs/design.md §11), whose members' names repeat this pool's."""
 
     dependencies = [("elections", "0006_audit_keyed_chain")]
 

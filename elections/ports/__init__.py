@@ -1,4 +1,4 @@
-"""Ports and their adapters (DESIGN.md §3, layer 2).
+"""Ports and their adapters (docs/design.md §3, layer 2).
 
 The small interfaces the runtime talks through, each with its real
 implementation. Nothing here decides anything.

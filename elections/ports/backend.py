@@ -1,5 +1,5 @@
 """The backend port of a pool's store: bytes under keys, and nothing else
-(DESIGN.md §5). Every record rule — sign, verify, refuse and count, never let a
+(docs/design.md §5). Every record rule — sign, verify, refuse and count, never let a
 seq or an epoch go down, the highest epoch, the members — lives once, above
 this port, in `records.PoolStore`; a backend never looks inside a record.
 
@@ -53,9 +53,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from elections.core.evidence import DETAIL_CHARS, SOURCE_CHARS, printable
+from elections.core.evidence import DETAIL_CHARS, SOURCE_CHARS, Refusals, printable
 from elections.core.skew import ClockReading
-from elections.core.untrusted import Untrusted
+from elections.core.untrusted import SECURITY_CAUSES, Untrusted
+from elections.ports.clock import Clock
 from elections.ports.event_streams import EventStreams
 
 log = logging.getLogger("stkrelay.store")
@@ -115,10 +116,13 @@ Build = Callable[[Got], Sequence[Write] | None]
 
 class Backend(Protocol):
     where: str  # shown in logs (never a password)
-    counter_key: str | None  # the epoch counter's key, if the backend keeps one (etcd)
+
+    @property
+    def counter_key(self) -> str | None:  # the epoch counter's key, if the backend keeps one (etcd)
+        ...
+
     reads_one_by_one: bool  # each member is its own read: worth reading only what changed (a share)
     record_end: bytes  # what ends a member record's bytes: a newline in a share's text files
-    refuse: Callable[..., None]  # the record layer's count-and-log, given to the backend
 
     def describe(self) -> str: ...
 
@@ -166,8 +170,30 @@ def plain_details(where: str) -> dict[str, Any]:
     return {"kind": where.partition(":")[0], "where": where}
 
 
+class Refuse(Protocol):
+    """What a store holds that is no evidence, from `source`: counted and logged (`counted`)."""
+
+    def __call__(self, source: str, exc: Untrusted, log_it: bool = True) -> None: ...
+
+
+def counted(refusals: Refusals, clock: Clock, where: str) -> Refuse:
+    """The record layer's count-and-log: each refusal noted in `refusals`, logged once per
+    source and cause (a forgery, a replay and the like as SECURITY). One is made before the
+    backend and handed to it at its construction (`refuse=`), and to its record layer."""
+
+    def refuse(source: str, exc: Untrusted, log_it: bool = True) -> None:
+        at = clock.wall().isoformat(timespec="seconds")
+        if refusals.note(source, exc.cause, exc.detail, at, clock.monotonic()) and log_it:
+            level = logging.ERROR if exc.cause in SECURITY_CAUSES else logging.WARNING
+            prefix = "SECURITY: " if exc.cause in SECURITY_CAUSES else ""
+            log.log(level, "%signoring %s in %s: %s (%s)", prefix, printable(source, SOURCE_CHARS), where,
+                    printable(exc.detail, DETAIL_CHARS), exc.cause)  # fmt: skip
+
+    return refuse
+
+
 def log_only(source: str, exc: Untrusted, log_it: bool = True) -> None:
-    """A backend's `refuse` until a record layer gives it its own (never counted)."""
+    """The `refuse` of a backend built without a record layer's (logged, never counted)."""
     if log_it:
         detail = printable(exc.detail, DETAIL_CHARS)
         log.warning("ignoring %s: %s (%s)", printable(source, SOURCE_CHARS), detail, exc.cause)

@@ -1,4 +1,4 @@
-"""The beacons' liveness watch (DESIGN.md §13): a TCP connection held to the lease holder's supervisor.
+"""The beacons' liveness watch (docs/design.md §13): a TCP connection held to the lease holder's supervisor.
 
 `LivenessWatch` is mixed into `ports.beacons.BeaconService` and runs on its event
 loop: the host's answers (connection ended, reconnect refused) go to
@@ -12,9 +12,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
+from collections.abc import Callable
+from typing import Protocol
 
-from elections.core.beacon_board import Reaction, Standing
-from elections.core.liveness import ANSWERS, CONNECTED, ENDED, REFUSED, UNREACHABLE
+from elections.core.beacon_board import BeaconBoard, Reaction, Standing
+from elections.core.liveness import ANSWERS, CONNECTED, ENDED, REFUSED, UNREACHABLE, Liveness
 
 log = logging.getLogger("stkrelay.beacons")
 
@@ -23,8 +26,28 @@ HOLD_LOOK = 2.0  # seconds: a held liveness connection checks the lease's holder
 RETARGET_WAIT = 2.0  # seconds: with no holder to watch, the liveness loop looks at least this often
 
 
+class HalfConfig(Protocol):
+    """What the halves of `BeaconService` read of its `BeaconConfig`."""
+
+    node: str
+    port: int  # BEACON_PORT
+    interval: float
+
+
 class LivenessWatch:
     """The liveness half of `BeaconService`: whom to watch, the connection held, the evidence told."""
+
+    # What it uses of the service (set in `BeaconService.__init__`).
+    config: HalfConfig
+    lock: threading.Lock
+    liveness: Liveness
+    board: BeaconBoard
+    standing: Callable[[], Standing]
+    monotonic: Callable[[], float]
+    _reported: tuple[str, int] | None
+    _answered: asyncio.Event
+    _retarget: asyncio.Event
+    _hand: Callable[[Reaction], None]
 
     def evidence(self, node: str, epoch: int) -> str | None:
         """Why the holder `node` of `epoch` is positively gone, or None."""
@@ -60,7 +83,8 @@ class LivenessWatch:
             self._watched = target
             self._retarget.clear()  # set again by the next send if the holder changed meanwhile
             with self.lock:
-                self.liveness.watch(*(target or (None, None)), self.monotonic())
+                node, address = target if target is not None else (None, None)
+                self.liveness.watch(node, address, self.monotonic())
             if target is None:
                 await self._retargeted(RETARGET_WAIT)  # a leader, or no holder known: nothing to watch
                 continue

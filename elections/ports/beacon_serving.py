@@ -1,4 +1,5 @@
-"""The beacons' side of the serving right (DESIGN.md §15, `core.serving`): its book, asked under the lock.
+"""The beacons' side of the serving right (docs/design.md §15, `core.serving`): its book, asked under
+the lock.
 
 `ServingRight` is mixed into `ports.beacons.BeaconService`: the election thread
 asks it what the book says (`taken`, `serving_*`, `silent`), and its silence loop
@@ -11,9 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
+from collections.abc import Callable
 
-from elections.core.beacon_board import Reaction
+from elections.core.beacon_board import BeaconBoard, Reaction, Standing
 from elections.core.serving import Report
+from elections.core.serving_book import ServingBook
+from elections.ports.beacon_liveness import HalfConfig
 
 log = logging.getLogger("stkrelay.beacons")
 
@@ -26,6 +31,22 @@ QUIET_INTERVALS = 3.0
 
 class ServingRight:
     """The serving-right half of `BeaconService`: the book's answers, and the majority's silence."""
+
+    # What it uses of the service (set in `BeaconService.__init__`).
+    config: HalfConfig
+    book: ServingBook
+    board: BeaconBoard
+    standing: Callable[[], Standing]
+    lock: threading.Lock
+    members: Callable[[], int]
+    gate_clock: Callable[[], float]
+    monotonic: Callable[[], float]
+    _silent_told: tuple[str, int] | None
+    _silent_at: float
+    quiet: str | None
+    on_quiet: Callable[[], None]
+    send_now: Callable[[], None]
+    _hand: Callable[[Reaction], None]
 
     # -- the serving right (core.serving), for the election thread ---------------------------
     def taken(self, epoch: int, cause: str | None, after: tuple[str, int] | None = None) -> None:

@@ -1,4 +1,4 @@
-"""The beacons' thin asyncio transport (DESIGN.md §13), around the pure core
+"""The beacons' thin asyncio transport (docs/design.md §13), around the pure core
 (`core.beacons`, `core.beacon_board`, `core.liveness`).
 
 `BeaconService` runs one event loop on a thread of its own, beside the
@@ -119,8 +119,11 @@ class BeaconService(LivenessWatch, ServingRight):
         nudged: Callable[[Nudge], None] | None = None,
         folded: Callable[[str], int] = lambda node: 0,
         gate_clock: Callable[[], float] | None = None,
+        members: Callable[[], int] = lambda: 0,
+        on_acked: Callable[[], None] = lambda: None,
+        on_quiet: Callable[[], None] = lambda: None,
     ) -> None:
-        self.config = config
+        self.config: BeaconConfig = config
         self.standing = standing
         self.react = react
         self.monotonic = monotonic
@@ -140,14 +143,14 @@ class BeaconService(LivenessWatch, ServingRight):
         # (seq, member_digest) of this member's own record as last written: in every beacon.
         self.member_record: tuple[int, str] = (0, "")
         self.liveness = Liveness(config.interval)
-        # The serving right (DESIGN.md §15): whom this member acknowledges; its own right while it leads.
+        # The serving right (docs/design.md §15): whom this member acknowledges; its own right while it leads.
         self.book = ServingBook(config.node, self.boot, ServingTiming.of(config.interval), config.ttl)
-        self.members: Callable[[], int] = lambda: 0  # the pool's size as this member counts it
-        self.on_acked: Callable[[], None] = lambda: None  # a member's ack may have moved the gate
-        # The holder this follower's beacons say went quiet (`ServingRight.quiet_holder`), or None;
+        self.members = members  # the pool's size as this member counts it
+        self.on_acked = on_acked  # a member's ack may have moved the gate
+        # The holder this follower's beacons say went quiet (`ServingRight._look_quiet`), or None;
         # `on_quiet` is told each change (the agent writes its pool view again: the station door).
         self.quiet: str | None = None
-        self.on_quiet: Callable[[], None] = lambda: None
+        self.on_quiet = on_quiet
         self._silent_told: tuple[str, int] | None = None
         self._silent_at = 0.0
         self.lock = threading.Lock()

@@ -4,7 +4,7 @@
 Liveness is always timed on `monotonic()` of the machine that decides; `wall()`
 is used only for human-readable timestamps and the legacy `lease_until` field.
 
-`boottime()` is the serving gate's clock (DESIGN.md §15): `CLOCK_BOOTTIME` where the
+`boottime()` is the serving gate's clock (docs/design.md §15): `CLOCK_BOOTTIME` where the
 system has it (Linux), which runs on while the machine is suspended, where
 `CLOCK_MONOTONIC` stops. A leader PC that sleeps and resumes must find its gate
 and its renew deadline as old as they really are, never fresher: every deadline

@@ -1,4 +1,4 @@
-"""The pool's event log over any `EventStreams` (DESIGN.md §6, §5.4), written
+"""The pool's event log over any `EventStreams` (docs/design.md §6, §5.4), written
 once: `PoolEventSink` signs and appends this node's events, `PoolEventTail`
 reads every node's new ones and hands on only evidence.
 

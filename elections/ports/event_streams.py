@@ -1,4 +1,4 @@
-"""The event-log operations of the backend port (DESIGN.md §6, §5.4): each
+"""The event-log operations of the backend port (docs/design.md §6, §5.4): each
 node's stream of event lines, as bytes. Every rule of what a line must be —
 signed, naming its own node, fields in range, a seq that only grows — lives
 once, above this port, in `event_records` (`PoolEventSink`, `PoolEventTail`);

@@ -1,4 +1,4 @@
-"""The pool's event log on a share, as its users open it (DESIGN.md §6, §5.4):
+"""The pool's event log on a share, as its users open it (docs/design.md §6, §5.4):
 `JsonlEventSink` and `EventTail` are the event record layer
 (`event_records.PoolEventSink`, `PoolEventTail`: every rule, written once)
 over a folder's event files (`share_events.ShareEvents`), from a local path or
@@ -38,7 +38,7 @@ class JsonlEventSink(PoolEventSink):
     go. `retention=None`: one file that grows without end (tools, tests).
 
     A seq is never reused. Readers refuse a seq not above the highest they took
-    from this node (a replay, DESIGN.md §5.4) and ingestion is idempotent on it,
+    from this node (a replay, docs/design.md §5.4) and ingestion is idempotent on it,
     so a reused seq is an event every other agent drops. Resuming from the share
     alone would reuse the seqs of an active file that was deleted (anyone who
     can write the share can delete): with `mark` (a local file, never on the

@@ -1,4 +1,4 @@
-"""Reading a folder's event files on from a cursor (DESIGN.md §6, §5.4):
+"""Reading a folder's event files on from a cursor (docs/design.md §6, §5.4):
 `EventFiles` hands every node's new complete lines since the last call to the
 event record layer (`event_records.PoolEventTail`, which judges each one) and
 keeps what it takes to never hand one on twice nor lose one:

@@ -1,4 +1,4 @@
-"""The share's acquisition lock, `relay_leader.lock` (DESIGN.md §5.1, §5.4).
+"""The share's acquisition lock, `relay_leader.lock` (docs/design.md §5.1, §5.4).
 
 Published whole through the share (`Share.create_exclusive`: an exclusive
 temp file, then `link()` or a rename that never replaces — SMB
@@ -9,7 +9,7 @@ node, pid, nonce — is signed with the pool key:
   forged, too large) is never a live writer's — no writer's lock is ever
   visible before it is whole — so it is broken at once: anyone who can write
   the share could otherwise hold elections off for as long as they keep
-  rewriting it (DESIGN.md §5.1, turn 3; it used to age like a live lock, when
+  rewriting it (docs/design.md §5.1, turn 3; it used to age like a live lock, when
   a lock was created empty and filled in a second step);
 - a signed lock left by a writer that died is broken once this process has
   known that very content for `stale_s` on its own monotonic clock, counted

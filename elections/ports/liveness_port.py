@@ -1,4 +1,4 @@
-"""The supervisor's side of the beacons (DESIGN.md §13): the TCP liveness
+"""The supervisor's side of the beacons (docs/design.md §13): the TCP liveness
 port it holds, and the `resign` it sends when it releases the lease on SIGTERM.
 """
 

@@ -238,7 +238,7 @@ class LocalState:
     def relay_stopped(self, epoch: int, began: float, within: float, look: float = 0.002) -> bool:
         """Wait, at most `within` seconds from `began` (this host's monotonic clock), for the relay
         to say after `began` that it serves `epoch` no more (stopped, or another epoch's relay, or
-        none); the fence before a release (DESIGN.md §5.1). False if it did not say so in time:
+        none); the fence before a release (docs/design.md §5.1). False if it did not say so in time:
         its gate has read the leadership state written before `began` by then, whatever it says."""
         while time.monotonic() - began < within:
             relay = self.relay_health()

@@ -26,6 +26,7 @@ from elections.ports.backend import (
     Claimed,
     Got,
     Listing,
+    Refuse,
     WriteOutcome,
     log_only,
     plain_details,
@@ -42,10 +43,12 @@ class MemoryBackend:
     reads_one_by_one = True
     record_end = b"\n"
 
-    def __init__(self, name: str = "memory", of: MemoryBackend | None = None) -> None:
+    def __init__(
+        self, name: str = "memory", of: MemoryBackend | None = None, refuse: Refuse = log_only
+    ) -> None:
         self.name = name
         self.where = name
-        self.refuse: Callable[..., None] = log_only
+        self.refuse = refuse  # the record layer's count-and-log (`backend.counted`)
         if of is None:
             self.data: dict[str, bytes] = {}
             self._revision: dict[str, int] = {}

@@ -21,6 +21,8 @@ import http.client
 import ssl
 import urllib.request
 from collections.abc import Iterable
+from email.message import Message
+from typing import IO
 
 from elections.ports.webcert import fingerprint, normalise
 
@@ -53,7 +55,7 @@ class _PinnedConnection(http.client.HTTPSConnection):
     def connect(self) -> None:
         super().connect()
         try:
-            check_pin(self.sock, self.pins)  # type: ignore[arg-type]
+            check_pin(self.sock, self.pins)
         except PinMismatch:
             self.sock.close()
             raise
@@ -61,18 +63,26 @@ class _PinnedConnection(http.client.HTTPSConnection):
 
 class _PinnedHandler(urllib.request.HTTPSHandler):
     def __init__(self, pins: frozenset[str]) -> None:
-        super().__init__(context=client_context(pinned=True))
-        self.connection = type("PinnedConnection", (_PinnedConnection,), {"pins": pins})
+        self.pinned_context = client_context(pinned=True)
+        super().__init__(context=self.pinned_context)
+        chosen = pins
 
-    def https_open(self, req: urllib.request.Request):  # type: ignore[no-untyped-def]
-        return self.do_open(self.connection, req, context=self._context)  # type: ignore[attr-defined]
+        class PinnedConnection(_PinnedConnection):
+            pins = chosen
+
+        self.connection = PinnedConnection
+
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(self.connection, req, context=self.pinned_context)
 
 
 class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
     """In place of urllib's own redirect handler (which would send the request again to any
     `Location`, http:// too): no new request, so the 3xx is raised as an `HTTPError`."""
 
-    def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[no-untyped-def]
+    def redirect_request(
+        self, req: urllib.request.Request, fp: IO[bytes], code: int, msg: str, headers: Message, newurl: str
+    ) -> urllib.request.Request | None:
         return None
 
 

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from elections.core.skew import ClockReading, reading_of
-from elections.core.untrusted import as_float, as_int, as_text
+from elections.core.untrusted import as_float, as_int, as_object, as_text
 from elections.ports.webcert import FINGERPRINT
 
 RELEASED = "released"  # `PoolView.lease_state` of a valid lease its holder released
@@ -114,7 +114,7 @@ class PoolView:
         """How this agent detects a leader's death: `beacons` or `lease only`."""
         return "beacons" if self.beacons else "lease only"
 
-    watched: bool = False  # a pool this agent only watches (DESIGN.md §11), never contends in
+    watched: bool = False  # a pool this agent only watches (docs/design.md §11), never contends in
     store: dict[str, Any] = field(default_factory=dict)  # ports.stores.store_details(): kind, where...
     # Members of this KMSN on another store (core.share_split.Split.to_doc()): an alarm, never an action.
     share_split: list[dict[str, Any]] = field(default_factory=list)
@@ -160,7 +160,7 @@ class PoolView:
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any]) -> PoolView:
-        members = doc.get("members") if isinstance(doc.get("members"), dict) else {}
+        members = as_object(doc.get("members"))
         lease = doc.get("lease")
         return cls(
             kmsn=as_text(doc.get("kmsn")),
@@ -175,16 +175,16 @@ class PoolView:
             paused=doc.get("paused") if isinstance(doc.get("paused"), bool) else None,
             lease_seen_at=as_float(doc.get("lease_seen_at")),
             command_clock=as_int(doc.get("command_clock")),
-            refusals=doc.get("refusals") if isinstance(doc.get("refusals"), dict) else {},
-            beacons=doc.get("beacons") if isinstance(doc.get("beacons"), dict) else {},
+            refusals=as_object(doc.get("refusals")),
+            beacons=as_object(doc.get("beacons")),
             share_ops=as_int(doc.get("share_ops")),
             share_ops_by=ops_by_kind(doc.get("share_ops_by")),
             watched=doc.get("watched") is True,
-            store=doc.get("store") if isinstance(doc.get("store"), dict) else {},
+            store=as_object(doc.get("store")),
             share_split=[d for d in doc.get("share_split") or [] if isinstance(d, dict)][:64]
             if isinstance(doc.get("share_split"), list)
             else [],
-            ownership=doc.get("ownership") if isinstance(doc.get("ownership"), dict) else {},
+            ownership=as_object(doc.get("ownership")),
         )
 
 

@@ -1,4 +1,4 @@
-"""`PoolStore`: the pool's records over any `Backend` (DESIGN.md §5.1, §5.2,
+"""`PoolStore`: the pool's records over any `Backend` (docs/design.md §5.1, §5.2,
 §5.4), written once. It is the `LeaseStore` of every backend.
 
 What it keeps, whatever the backend:
@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from elections.core.evidence import DETAIL_CHARS, SOURCE_CHARS, Refusals, printable
+from elections.core.evidence import Refusals
 from elections.core.lease import LeaseRead, LeaseRecord, parse_lease, sign, signature_ok
 from elections.core.skew import ClockReading
 from elections.core.untrusted import (
@@ -39,7 +39,6 @@ from elections.core.untrusted import (
     LEASE,
     MEMBER,
     REPLAYED,
-    SECURITY_CAUSES,
     UNSIGNED,
     WRONG_NODE,
     Untrusted,
@@ -48,7 +47,7 @@ from elections.core.untrusted import (
     load_object,
 )
 from elections.errors import StoreUnavailable
-from elections.ports.backend import LEASE_KEY, MEMBERS, Backend, Got, Write, WriteOutcome, member_key
+from elections.ports.backend import LEASE_KEY, MEMBERS, Backend, Got, Write, WriteOutcome, counted, member_key
 from elections.ports.clock import Clock
 from elections.ports.sharefiles import NODE_FILE
 
@@ -67,7 +66,7 @@ class PoolStore:
         self.node = node
         self.clock = clock
         self.refusals = refusals if refusals is not None else Refusals()
-        backend.refuse = self.refuse
+        self._refuse = counted(self.refusals, clock, backend.where)
         self._member_seq: dict[str, int] = {}  # node -> highest heartbeat seq accepted
         self._member_doc: dict[str, dict[str, Any]] = {}  # node -> that heartbeat
         self._own: tuple[str, dict[str, Any]] | None = None  # (revision, doc) of what we last wrote
@@ -90,14 +89,9 @@ class PoolStore:
         return self.backend.wait_change(LEASE_KEY, timeout, stop)
 
     def refuse(self, source: str, exc: Untrusted, log_it: bool = True) -> None:
-        """Count and (once per source and cause) log something the store holds that is no evidence."""
-        at = self.clock.wall().isoformat(timespec="seconds")
-        if self.refusals.note(source, exc.cause, exc.detail, at, self.clock.monotonic()) and log_it:
-            level = logging.ERROR if exc.cause in SECURITY_CAUSES else logging.WARNING
-            prefix = "SECURITY: " if exc.cause in SECURITY_CAUSES else ""
-            where = self.backend.where
-            log.log(level, "%signoring %s in %s: %s (%s)", prefix, printable(source, SOURCE_CHARS), where,
-                    printable(exc.detail, DETAIL_CHARS), exc.cause)  # fmt: skip
+        """Count and (once per source and cause) log something the store holds that is no evidence
+        (`backend.counted`: the backend was handed one of its own, counting in the same `refusals`)."""
+        self._refuse(source, exc, log_it)
 
     # -- the lease ---------------------------------------------------------------------
     def read(self) -> LeaseRead:

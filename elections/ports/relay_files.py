@@ -114,7 +114,8 @@ class HeldAddress:
             return None
         if ip.is_unspecified or ip.is_multicast:
             return None
-        kind = doc.get("kind") if doc.get("kind") in HELD_KINDS else "vip"
+        kind = as_text(doc.get("kind"))
+        kind = kind if kind in HELD_KINDS else "vip"
         return cls(str(ip), epoch, kind, as_text(doc.get("executor"))[:32], as_text(doc.get("target"))[:200])
 
 

@@ -1,5 +1,5 @@
 """A node's event files on the share, segmented, and their compaction
-(DESIGN.md §6; what is kept is decided in `elections.core.retention`).
+(docs/design.md §6; what is kept is decided in `elections.core.retention`).
 
 Names, in `events/`, for node `N` (the same listing holds every node's):
 
@@ -34,7 +34,8 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 from elections.core.lease import sign, signature_ok
 from elections.core.retention import Keeper, Segment, retired
@@ -44,6 +45,7 @@ from elections.ports.share import Share
 from elections.ports.sharefiles import ShareDeadline
 
 log = logging.getLogger("stkrelay.eventlog")
+T = TypeVar("T")
 Line = tuple[dict[str, Any], bytes]  # a verified line: parsed, and as written
 
 SUFFIX = ".jsonl"
@@ -194,7 +196,7 @@ class Compactor:
         self._thread: threading.Thread | None = None
         self.retired_total = 0
 
-    def _io(self, fn: Callable[[], Any]) -> Any:
+    def _io(self, fn: Callable[[], T]) -> T:
         return self.deadline.run(fn) if self.deadline is not None else fn()
 
     def kick(self) -> None:
@@ -256,7 +258,7 @@ class Compactor:
         bases = [b for b in bases if b.n < upto or (base is not None and b.n < base.n)]
         for f in covered + bases:
             try:
-                self._io(lambda f=f: self.share.unlink(join(self.folder, f.name)))
+                self._io(partial(self.share.unlink, join(self.folder, f.name)))
                 removed += 1
             except FileNotFoundError:
                 pass
@@ -268,7 +270,7 @@ class Compactor:
         """The newest base whose header verifies, and its lines (this node's, signed, in its cover)."""
         for ref in sorted(bases, key=lambda b: b.n, reverse=True):
             path = join(self.folder, ref.name)
-            data = self._io(lambda path=path: self.share.read(path, READ_CHUNK, chunk=True)) or b""
+            data = self._io(partial(self.share.read, path, READ_CHUNK, chunk=True)) or b""
             raws = lines_of(data)
             try:
                 head = load_object(raws[0], EVENT_LINE, "base header") if raws else {}
@@ -301,7 +303,7 @@ class Compactor:
         """Fold a sealed segment's lines into `keeper`, a chunk per share operation; its highest seq."""
         offset, best = 0, 0
         while offset < MAX_OWN:
-            data = self._io(lambda o=offset: self.share.read(path, READ_CHUNK, offset=o, chunk=True)) or b""
+            data = self._io(partial(self.share.read, path, READ_CHUNK, offset=offset, chunk=True)) or b""
             end = data.rfind(b"\n") + 1
             if end == 0:
                 break  # the end, or a fragment no line fits in: nothing more to keep
@@ -329,7 +331,7 @@ class Compactor:
         return self._ages[ref.name]
 
 
-_compactors: dict[tuple[str, str], Compactor] = {}
+_compactors: dict[tuple[str, str, str], Compactor] = {}
 _compactors_lock = threading.Lock()
 
 

@@ -1,5 +1,5 @@
 """The `Share` seam: the few file operations a pool's records need, on a
-folder of someone else's file server (DESIGN.md §5.1, §5.3, §5.4).
+folder of someone else's file server (docs/design.md §5.1, §5.3, §5.4).
 
 `FileLeaseStore`, `ShareLock` and the event log do all their I/O through a
 `Share`, so every way of reaching the share — a local or mounted directory

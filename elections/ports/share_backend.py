@@ -1,4 +1,4 @@
-"""`ShareBackend`: the backend port on a folder of a file server (DESIGN.md
+"""`ShareBackend`: the backend port on a folder of a file server (docs/design.md
 §5.1, §5.3), local or mounted (`share.LocalShare`) or over SMB without a mount
 (`smbshare.SmbShare`): the same files through one `Share`.
 
@@ -44,6 +44,7 @@ from elections.ports.backend import (
     Claimed,
     Got,
     Listing,
+    Refuse,
     WriteOutcome,
     log_only,
     plain_details,
@@ -82,16 +83,16 @@ class ShareBackend:
 
     def __init__(
         self, where: str | os.PathLike[str] | Share, pool_key: str, node: str, clock: Clock,
-        lock_stale_s: float = 2.0, timeout: float = DEFAULT_TIMEOUT,
+        lock_stale_s: float = 2.0, timeout: float = DEFAULT_TIMEOUT, refuse: Refuse = log_only,
     ) -> None:  # fmt: skip
         self.share = share_of(where, timeout)  # a path is a local (or mounted) directory
         self.pool_key = pool_key
         self.where = self.share.where
         self.node = node
         self.deadline = self.share.deadline
-        self.refuse: Callable[..., None] = log_only
+        self.refuse = refuse  # the record layer's count-and-log (`backend.counted`)
         self.lock = ShareLock(self.share, LOCK_NAME, pool_key, node, clock, lock_stale_s, self._read_raw,
-                              lambda source, exc: self.refuse(source, exc))  # fmt: skip
+                              refuse)  # fmt: skip
         self._known: dict[str, str] = {}  # member file -> the revision this client last read or wrote
         self.clock = clock
         self._lease_seen: tuple[str, float] | None = None  # the last lease read: (revision, when it began)
@@ -164,8 +165,8 @@ class ShareBackend:
             raise StoreUnavailable(
                 f"cannot list {MEMBERS_DIR}/ in {self.share.where}: {exc.strerror or exc}"
             ) from exc
-        for exc in refused:
-            self.refuse(f"{MEMBERS_DIR}/", exc)
+        for odd in refused:
+            self.refuse(f"{MEMBERS_DIR}/", odd)
         return {name[: -len(".json")]: size for name, size in found.items()}
 
     def list(self, prefix: str, limit: int, max_bytes: int, fresh: bool = False) -> Listing:
@@ -225,7 +226,7 @@ class ShareBackend:
         lock (issue 22: 3 share operations, not 7): replace the lease (temp file + rename: it
         never goes missing) if it still is that record, as read at most `FRESH_READ_S` before
         the rename. None: not so, the locked compare-and-set decides. Why a claimer under
-        DESIGN.md §5.1 stays safe: the README, "Renewing without the lock"."""
+        docs/design.md §5.1 stays safe: docs/election.md, "Renewing without the lock"."""
         seen = self._lease_seen
         if seen is None or seen[0] != expected or self.clock.monotonic() - seen[1] > FRESH_READ_S:
             began = self.clock.monotonic()

@@ -1,5 +1,5 @@
 """`ShareEvents`: the event streams of the backend port on a share's folder
-(DESIGN.md §6), local or mounted (`share.LocalShare`) or over SMB
+(docs/design.md §6), local or mounted (`share.LocalShare`) or over SMB
 (`smbshare.SmbShare`): node `N`'s stream is `events/N.jsonl`, one line per
 event, appended; full files are sealed into segments and old segments retired
 by the writer (`elections.ports.segments`). Reading them is

@@ -1,5 +1,5 @@
 """One SMB2/3 connection to a share, made again when lost, for `SmbShare`
-(DESIGN.md §5.3, §12): what smbprotocol raises becomes an `OSError`, and a
+(docs/design.md §5.3, §12): what smbprotocol raises becomes an `OSError`, and a
 server that stops answering costs each caller at most `SHARE_TIMEOUT`.
 
 - Every error is an `OSError` (`FileNotFoundError`, `FileExistsError`,
@@ -27,7 +27,8 @@ import errno
 import threading
 import time
 import uuid
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from smbprotocol.connection import Connection
 from smbprotocol.exceptions import SMBAuthenticationError, SMBException, SMBResponseException
@@ -50,6 +51,7 @@ from elections.core.untrusted import NOT_A_FILE, Untrusted
 from elections.ports.sharefiles import DEFAULT_TIMEOUT, ShareDeadline, deadline_for
 from elections.ports.smburl import SmbUrl
 
+T = TypeVar("T")
 ENTRY = CreateOptions.FILE_OPEN_REPARSE_POINT  # the entry itself: a link is never followed
 FILE = ENTRY | CreateOptions.FILE_NON_DIRECTORY_FILE
 FOLDER = ENTRY | CreateOptions.FILE_DIRECTORY_FILE
@@ -194,7 +196,7 @@ class SmbSession:
         name = next((k for k, v in vars(NtStatus).items() if v == status), f"0x{status:08x}")
         return OSError(code, f"{name} on {self.where}", rel)  # OSError picks the subclass by errno
 
-    def _op(self, fn: Any, rel: str, retry: bool = False) -> Any:
+    def _op(self, fn: Callable[[TreeConnect], T], rel: str, retry: bool = False) -> T:
         """One operation on the share: SMB answers become OSErrors; a lost
         connection or session is dropped (and, for a `retry`able operation,
         the operation is tried once more on a new one)."""
@@ -213,7 +215,7 @@ class SmbSession:
                 raise self._os_error(exc.status, rel) from None
             except (SMBException, OSError, ValueError, KeyError) as exc:
                 answered = isinstance(exc, OSError) and not isinstance(exc, (ConnectionError, TimeoutError))
-                if answered and exc.errno in _ERRNO.values():  # type: ignore[union-attr]
+                if answered and isinstance(exc, OSError) and exc.errno in _ERRNO.values():
                     raise  # an answer about the file, already an OSError
                 self._drop()
                 if attempt == 0 and retry:
@@ -231,7 +233,9 @@ class SmbSession:
         self.requests += len(messages)
         self.round_trips += 1
         conn = tree.session.connection
-        return conn.send_compound(messages, tree.session.session_id, tree.tree_connect_id, related=related)
+        answers: list[Any] = conn.send_compound(messages, tree.session.session_id, tree.tree_connect_id,
+                                                related=related)  # fmt: skip
+        return answers
 
     def _answers(self, requests: list[Any], unpack: list[Any]) -> list[Any]:
         """Each answer, or the exception it raised (every one is received)."""

@@ -1,4 +1,4 @@
-"""The share over SMB2/3, without a mount (DESIGN.md §5.3): a `Share` on
+"""The share over SMB2/3, without a mount (docs/design.md §5.3): a `Share` on
 `smb://[user@]host[:port]/share/path`, spoken with `smbprotocol`'s low-level
 API so every request is one we chose.
 

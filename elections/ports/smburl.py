@@ -1,4 +1,4 @@
-"""`smb://[user@]host[:port]/share/path` lease dirs (DESIGN.md §5.3): the URL
+"""`smb://[user@]host[:port]/share/path` lease dirs (docs/design.md §5.3): the URL
 and its password, read without touching the network (the config check and
 the store factory both use it; `smbshare` does the talking).
 

@@ -1,4 +1,4 @@
-"""The writes of `SmbShare` (DESIGN.md §5.3): replace (temp file, then rename
+"""The writes of `SmbShare` (docs/design.md §5.3): replace (temp file, then rename
 over), create_exclusive (temp file, then rename without replace), append,
 unlink, rename and move, quarantine, ensure_dir. What each asks the server and
 why is in `smbshare`'s docstring; every error is an `OSError`, what the share
@@ -129,7 +129,8 @@ class SmbWrites(SmbSession):
             unpack.append(closed)
         answer = self._answers(self._send(tree, msgs, related=False), unpack)[0]
         if isinstance(answer, SMBResponseException):
-            return answer.status
+            status: int = answer.status
+            return status
         if isinstance(answer, BaseException):
             raise answer
         return None

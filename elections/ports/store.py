@@ -1,4 +1,4 @@
-"""The `LeaseStore` port (DESIGN.md §5.1), and the stores of the share.
+"""The `LeaseStore` port (docs/design.md §5.1), and the stores of the share.
 
 Contract of every store:
 - `read()` returns a `LeaseRead` (valid / missing / corrupt / forged) and raises
@@ -33,10 +33,11 @@ from typing import Any, Protocol
 from elections.core.evidence import Refusals
 from elections.core.lease import LeaseRead, LeaseRecord
 from elections.core.skew import ClockReading
-from elections.ports.backend import WriteOutcome
+from elections.core.untrusted import SECURITY_CAUSES
+from elections.ports.backend import WriteOutcome, counted
 from elections.ports.clock import Clock
-from elections.ports.records import MAX_MEMBERS, SECURITY_CAUSES, PoolStore
-from elections.ports.share import Share
+from elections.ports.records import MAX_MEMBERS, PoolStore
+from elections.ports.share import Share, share_of
 from elections.ports.share_backend import LEASE_NAME, LOCK_NAME, MEMBERS_DIR, ShareBackend
 from elections.ports.sharefiles import DEFAULT_TIMEOUT
 
@@ -67,6 +68,24 @@ class LeaseStore(Protocol):
     def write_member(self, doc: dict[str, Any]) -> None: ...
 
     def read_members(self) -> dict[str, dict[str, Any]]: ...
+
+    def read_member(self, node: str) -> dict[str, Any] | None:
+        """One member's last valid heartbeat (one read), None if there is none valid."""
+        ...
+
+    def member_names(self) -> set[str]:
+        """The nodes with a member record (one listing, no record read)."""
+        ...
+
+    @property
+    def selective_reads(self) -> bool:
+        """Each member record is its own read (a share): `read_member`/`member_names` are worth it."""
+        ...
+
+    @property
+    def own_record(self) -> dict[str, Any] | None:
+        """This node's last heartbeat as written (without `sig`), for its beacons; None before one."""
+        ...
 
     def remove_member(self, node: str) -> bool:
         """Remove `node`'s member record (a retired member: `relayctl forget`); True if
@@ -109,7 +128,10 @@ class FileLeaseStore(PoolStore):
         timeout: float = DEFAULT_TIMEOUT,
         refusals: Refusals | None = None,
     ) -> None:
-        backend = ShareBackend(lease_dir, pool_key, node, clock, lock_stale_s, timeout)
+        share = share_of(lease_dir, timeout)
+        refusals = refusals if refusals is not None else Refusals()
+        backend = ShareBackend(share, pool_key, node, clock, lock_stale_s, timeout,
+                               refuse=counted(refusals, clock, share.where))  # fmt: skip
         super().__init__(backend, pool_key, node, clock, refusals)
 
     @property

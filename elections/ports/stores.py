@@ -1,4 +1,4 @@
-"""Where a pool's records live (DESIGN.md §5): the one place that opens a
+"""Where a pool's records live (docs/design.md §5): the one place that opens a
 pool's lease store, its event sink and its event tail — always the record
 layers (`records.PoolStore`, `event_records.PoolEventSink`/`PoolEventTail`)
 over the pool's backend.
@@ -24,10 +24,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from elections.core.evidence import Refusals
-from elections.ports.backend import Backend
+from elections.ports.backend import Backend, counted, log_only
 from elections.ports.clock import Clock
 from elections.ports.event_records import PoolEventSink, PoolEventTail
 from elections.ports.records import PoolStore
@@ -37,6 +37,9 @@ from elections.ports.smburl import is_smb, parse_smb_url, smb_password
 from elections.ports.store import LeaseStore
 from stkconfig.model import Config
 from stkconfig.parsed import WatchedPool
+
+if TYPE_CHECKING:
+    from elections.ports.etcd.pool import EtcdPool
 
 FILE = "file"
 ETCD = "etcd"
@@ -50,6 +53,13 @@ class EventSink(Protocol):
         """The highest seq this node has in the pool's log (read once, then kept): a seq is never
         reused. Raises `StoreUnavailable` or OSError."""
         ...
+
+
+class TransitionSink(Protocol):
+    """Where the elector and the leader's duties record a transition (`runtime.projection.DbEventSink`:
+    a row and the pool's line; an `EventSink` itself). What `record` returns is not theirs to use."""
+
+    def record(self, kind: str, epoch: int, reason: str, **extra: Any) -> object: ...
 
 
 class NullSink:
@@ -86,8 +96,8 @@ class PoolPlace:
             lease_dir=stk.lease_dir,
             key=stk.pool_key,
             timeout=stk.share_timeout,
-            backend=str(getattr(stk, "lease_store", FILE) or FILE),
-            options=dict(getattr(stk, "values", {}) or {}),
+            backend=stk.lease_store or FILE,
+            options=dict(stk.values),
         )
 
     def describe(self) -> str:
@@ -113,7 +123,7 @@ def open_share(place: PoolPlace) -> Share:
     return LocalShare(place.lease_dir, place.timeout)
 
 
-def _etcd_pool(place: PoolPlace) -> Any:
+def _etcd_pool(place: PoolPlace) -> EtcdPool:
     """The process's one `EtcdPool` for this place (client, watch, key layout)."""
     from elections.ports.etcd.client import Tls
     from elections.ports.etcd.pool import default_prefix, pool_for
@@ -138,19 +148,25 @@ def store_details(store: LeaseStore) -> dict[str, Any]:
 
 
 def open_backend(
-    place: PoolPlace, node: str, clock: Clock, lock_stale_s: float = 2.0, watch: bool = True
-) -> Backend:
+    place: PoolPlace, node: str, clock: Clock, lock_stale_s: float = 2.0, watch: bool = True,
+    refusals: Refusals | None = None,
+) -> Backend:  # fmt: skip
     """The pool's records as bytes under keys (`backend.Backend`), as `node` reaches them
-    (`watch`: etcd's watch of the pool, for a reader that waits on changes)."""
+    (`watch`: etcd's watch of the pool, for a reader that waits on changes); what it refuses
+    is counted in `refusals` (without: logged only)."""
     if place.backend == FILE:
         from elections.ports.share_backend import ShareBackend
 
-        return ShareBackend(open_share(place), place.key, node, clock, lock_stale_s=lock_stale_s,
-                            timeout=place.timeout)  # fmt: skip
+        share = open_share(place)
+        refuse = counted(refusals, clock, share.where) if refusals is not None else log_only
+        return ShareBackend(share, place.key, node, clock, lock_stale_s=lock_stale_s, timeout=place.timeout,
+                            refuse=refuse)  # fmt: skip
     if place.backend == ETCD:
         from elections.ports.etcd.backend import EtcdBackend
 
-        return EtcdBackend(_etcd_pool(place), node, watch=watch)
+        pool = _etcd_pool(place)
+        refuse = counted(refusals, clock, pool.describe()) if refusals is not None else log_only
+        return EtcdBackend(pool, node, watch=watch, refuse=refuse)
     raise ValueError(f"unknown lease store {place.backend!r}")
 
 
@@ -162,7 +178,8 @@ def open_store(
     lock_stale_s: float = 2.0,
 ) -> LeaseStore:
     """The pool's lease store, as seen by `node`: the one record layer over its backend."""
-    backend = open_backend(place, node, clock, lock_stale_s)
+    refusals = refusals if refusals is not None else Refusals()
+    backend = open_backend(place, node, clock, lock_stale_s, refusals=refusals)
     return PoolStore(backend, place.key, node, clock, refusals=refusals)
 
 

@@ -1,4 +1,4 @@
-"""The agent at run time (DESIGN.md §3–4, the shell around the core).
+"""The agent at run time (docs/design.md §3–4, the shell around the core).
 
 `elector` gathers one observation per cycle, asks `core.decide` and acts
 through the store; `policy` turns the pool's commands and views into that

@@ -41,7 +41,7 @@ import threading
 import time
 from typing import Any
 
-from elections.core.actions import action_config
+from elections.core.action_config import action_config
 from elections.core.commands import PoolCommands
 from elections.core.decide import Decision, Timing
 from elections.core.eligibility import Freshness
@@ -55,6 +55,7 @@ from elections.ports.clock import SystemClock
 from elections.ports.gate import gate_for
 from elections.ports.localstate import LocalState
 from elections.ports.pool_view import PoolView, entry_shown
+from elections.ports.store import LeaseStore
 from elections.ports.stores import PoolPlace, open_event_tail, open_store
 from elections.ports.webcert import served_fingerprint
 from elections.runtime import notify_feed
@@ -124,8 +125,10 @@ class Agent(Looks, Roles, Publishing):
         self._publishing = threading.Lock()  # the election thread and the beacons' acks both publish
         self._gate_told = float("-inf")  # the valid_until last published
         self._told = threading.Event()  # set at every publish that says this agent leads (`_gate_opens`)
+        # A change of the gate's signal is a cycle at once (and a heartbeat saying it), not at
+        # the next tick: a leader whose VRRP instance left MASTER hands off within one look.
         self.health = HealthMonitor.from_settings(stk.health_cmd, stk.health_url, gate_for(stk.gate),
-                                                  stk.gate.max_age)  # fmt: skip
+                                                  stk.gate.max_age, on_gate=self._gate_changed)  # fmt: skip
         self.policy = PoolPolicy(
             stk.node, stk.priority, self.commands, lambda: self.view, lambda: self._leader_since,
             self.local, clock.monotonic, health=self.health.status, relay_attests=stk.relay_attests,
@@ -133,9 +136,17 @@ class Agent(Looks, Roles, Publishing):
         )  # fmt: skip
         self.member_reads = MemberReads(store, stk.node, stk.heartbeat_ttl, stk.lease_renew, stk.lease_ttl,
                                         clock.monotonic)  # fmt: skip
+        self._fenced: int | None = None  # an epoch this agent stopped serving before handing it off
+        # The beacons (`BeaconLink`) are built before the elector: they are its evidence, its serving
+        # right and its timer's news; they read its memory once they run (started below).
+        self.beacons = self._beacons(stk, store) if stk.beacon_interval > 0 else None
+        beacons = self.beacons
         self.elector = Elector(
             store, clock, identity(stk), self.timing, events=pool_event_sink(stk), policy=self.policy,
             on_elected=self._elected, on_demoted=self._demoted, refusals=self.refusals,
+            evidence=beacons.evidence if beacons else None, serving=beacons,
+            heard_at=beacons.heard_at if beacons else None,
+            renewal_heard=beacons.renewal_heard if beacons else None, on_fence=self._fence,
         )  # fmt: skip
         self._seed_memory()
         # Stations bound to their credentials: folded here, published for the relay (stations.json).
@@ -144,37 +155,24 @@ class Agent(Looks, Roles, Publishing):
         # One election cycle at a time: the Celery tasks and the beacons' kicks share it.
         self.lock = threading.RLock()
         self._last_done: dict[str, float] = {}
-        self.beacons: BeaconLink | None = None
-        if stk.beacon_interval > 0:
-            self._start_beacons(stk)
-        self._fenced: int | None = None  # an epoch this agent stopped serving before handing it off
-        self.elector.on_fence = self._fence
+        if self.beacons is not None:
+            self.beacons.start()
         self._start_duties(stk)
-        # A change of the gate's signal is a cycle at once (and a heartbeat saying it), not at
-        # the next tick: a leader whose VRRP instance left MASTER hands off within one look.
-        self.health.on_gate = self._gate_changed
         self.health.start()
 
-    def _start_beacons(self, stk: Config) -> None:
+    def _beacons(self, stk: Config, store: LeaseStore) -> BeaconLink:
         """The beacons (`BeaconLink`) beside the elector: its evidence, acks, kicks and nudges."""
         clock = self.clock
         bconf = BeaconConfig(stk.kmsn, stk.node, stk.node_ip, stk.relay_port, stk.pool_key,
                              stk.beacon_interval, stk.beacon_port, stk.beacon_peers,
-                             store=self.elector.store.describe(), ttl=stk.lease_ttl,
+                             store=store.describe(), ttl=stk.lease_ttl,
                              seq_file=str(self.local.dir / SEQS_NAME))  # fmt: skip
         self.split = SplitAlarm(stk.node, bconf.store, 2 * max(stk.lease_ttl, stk.heartbeat_ttl))
         folded = self.tail.last_seq.get  # node -> its highest event seq this agent has: nudges' replays
-        self.beacons = BeaconLink(bconf, self.elector, self._kicked, clock.monotonic, nudged=self._nudged,
-                                  folded=lambda node: folded(node, 0),
-                                  gate_clock=self.elector.gate_clock)  # fmt: skip
-        self.beacons.service.members = self.pool_size
-        self.beacons.service.on_acked = self._acked
-        self.beacons.republish = self._republish
-        self.elector.evidence = self.beacons.evidence
-        self.elector.heard_at = self.beacons.heard_at
-        self.elector.renewal_heard = self.beacons.renewal_heard
-        self.elector.serving = self.beacons
-        self.beacons.start()
+        return BeaconLink(bconf, lambda: self.elector, self._kicked, clock.monotonic, nudged=self._nudged,
+                          folded=lambda node: folded(node, 0), gate_clock=clock.boottime,
+                          members=self.pool_size, on_acked=self._acked,
+                          republish=self._republish)  # fmt: skip
 
     def _start_duties(self, stk: Config) -> None:
         """The leader's duty plans (`executors`) and the ownership watch of its addresses."""
@@ -253,8 +251,9 @@ class Agent(Looks, Roles, Publishing):
             self.elector.heard()
         decision = self.elector.last if skip else self.elector.cycle(renewing=renewing)
         assert decision is not None
-        if self.elector.is_leader:  # what its relay saw: bindings to record, impostors to report
-            self.bindings.learn(self.local.relay(), self.elector.memory.leader_epoch, self.command_clock)
+        leading = self.elector.memory.leader_epoch  # not None: `Elector.is_leader`
+        if leading is not None:  # what its relay saw: bindings to record, impostors to report
+            self.bindings.learn(self.local.relay(), leading, self.command_clock)
         fields = {"priority": self.stk.priority, "drain": bool(self.commands.drained.get(self.stk.node)),
                   "health": self.health.status(), "paused": self.commands.paused,
                   "web_tls": self.web_tls}  # fmt: skip
@@ -301,7 +300,7 @@ class Agent(Looks, Roles, Publishing):
 
     def _measure_clock(self) -> None:
         try:
-            self._clock = self.elector.store.measure_clock()  # type: ignore[attr-defined]
+            self._clock = self.elector.store.measure_clock()
         except (StoreUnavailable, OSError) as exc:
             log.debug("clock not measured: %s", exc)
 

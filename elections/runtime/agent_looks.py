@@ -11,10 +11,20 @@ on a nudge and once a LEASE_TTL (`_events_due`), the members' files as `runtime.
 from __future__ import annotations
 
 import logging
-from typing import Any
+import threading
+from typing import TYPE_CHECKING, Any
 
-from elections.core.decide import Decision, Verdict
+from elections.core.commands import PoolCommands
+from elections.core.decide import Decision, Timing, Verdict
 from elections.errors import StoreUnavailable
+from elections.ports.clock import Clock
+from elections.ports.pool_view import PoolView
+from elections.ports.stores import EventReader
+from elections.runtime.beacon_link import BeaconLink
+from elections.runtime.bindings import PoolBindings
+from elections.runtime.elector import Elector
+from elections.runtime.projection import Projector
+from stkconfig.model import Config
 
 log = logging.getLogger("stkrelay.agent")
 
@@ -42,6 +52,25 @@ class Looks:
 
     _last_done: dict[str, float]
     _unprojected: list[list[dict[str, Any]]]
+    # What it uses of the agent (set in `Agent.__init__`, or defined by another half).
+    stk: Config
+    clock: Clock
+    timing: Timing
+    lock: threading.RLock
+    commands: PoolCommands
+    tail: EventReader
+    projector: Projector
+    bindings: PoolBindings
+    elector: Elector
+    beacons: BeaconLink | None
+
+    if TYPE_CHECKING:
+
+        def _tick(self, renewing: bool, wait: bool = True, news: bool = False) -> Decision: ...
+
+        def publish(self, decision: Decision | None) -> None: ...
+
+        def survey(self, read_members: bool = True) -> PoolView: ...
 
     def ingest(self) -> bool:
         """Fold the pool's new, verified events into the command state and hand
@@ -65,7 +94,7 @@ class Looks:
                 news = news or concern_the_election(events)
                 self.commands.apply(events)
                 for target in forgotten(events):  # a retired member's name may be used afresh
-                    self.elector.store.forget_member(target)  # type: ignore[attr-defined]
+                    self.elector.store.forget_member(target)
                 self.bindings.fold(events)
                 self.elector.know(highest_epoch(events))
                 if not self.projector.submit(events, timeout=0):

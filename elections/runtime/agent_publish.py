@@ -13,23 +13,33 @@ import logging
 import os
 import threading
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from elections.core.beacons import member_digest
+from elections.core.commands import PoolCommands
 from elections.core.decide import Decision
 from elections.core.eligibility import Freshness, judge, observe, unheard
-from elections.core.evidence import merged
+from elections.core.evidence import Refusals, merged
 from elections.core.gate import gate_of
 from elections.core.serving import ACKED
 from elections.core.skew import reading_of
-from elections.ports.localstate import Leadership
+from elections.ports.clock import Clock
+from elections.ports.localstate import Leadership, LocalState
 from elections.ports.pool_view import MemberView, PoolView, entry_of, entry_sessions_of, web_tls_of
 from elections.ports.share import SHARE_OPS
 from elections.ports.stores import store_details
+from elections.runtime.beacon_link import BeaconLink
+from elections.runtime.bindings import PoolBindings
+from elections.runtime.elector import Elector
+from elections.runtime.member_reads import MemberReads
+from elections.runtime.ownership import OwnershipWatch
+from elections.runtime.share_split import SplitAlarm
+from stkconfig.model import Config
 
 log = logging.getLogger("stkrelay.agent")
 
-# The serving right (DESIGN.md §15): members counted, and how far an ack must move the gate to be published.
+# The serving right (docs/design.md §15): members counted, and how far an ack must move the gate to be
+# published.
 MEMBER_HORIZON_S, MEMBER_HORIZON_TTLS = 60.0, 6.0  # a member unheard on the share longer is not counted
 GATE_STEP = 0.2  # seconds
 REPUBLISH_WAIT = 2.0  # seconds the view's quick rewrite waits for the election lock
@@ -48,10 +58,29 @@ class Publishing:
     view: PoolView
     _gate_told: float  # the valid_until last published
     _told: threading.Event  # set at every publish that says this agent leads (`Roles._gate_opens`)
-    lock: Any  # the election lock (an RLock): every cycle and every write of the view under it
+    # What it uses of the agent (set in `Agent.__init__`, or defined by another half).
+    stk: Config
+    clock: Clock
+    local: LocalState
+    refusals: Refusals
+    commands: PoolCommands
+    bindings: PoolBindings
+    elector: Elector
+    beacons: BeaconLink | None
+    member_reads: MemberReads
+    ownership: OwnershipWatch
+    split: SplitAlarm | None
+    _publishing: threading.Lock
+    lock: threading.RLock  # the election lock: every cycle and every write of the view under it
+    _member_docs: tuple[dict[str, dict[str, Any]], bool] | None  # survey(): last members seen
+    _fenced: int | None
+
+    if TYPE_CHECKING:
+
+        def _let_go_of_leftovers(self) -> None: ...
 
     def pool_size(self) -> int:
-        """The members the serving right counts (DESIGN.md §15): this one, and every
+        """The members the serving right counts (docs/design.md §15): this one, and every
         member whose heartbeat this agent saw change, or whose validly signed beacon it
         heard, within `MEMBER_HORIZON`. A beacon is a member alive as surely as a
         heartbeat, and comes within an interval: a leader elected as the pool starts
@@ -183,7 +212,7 @@ class Publishing:
 
     def _say_own_record(self) -> None:
         """Tell the beacons this member's record as just written (`core.beacons`: mseq, mdig)."""
-        record = getattr(self.elector.store, "own_record", None)
+        record = self.elector.store.own_record
         if self.beacons is not None and record is not None:
             seq = record.get("seq")
             self.beacons.service.member_record = (seq if isinstance(seq, int) else 0, member_digest(record))

@@ -12,9 +12,19 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from elections.runtime.ownership import Standing, standing_of
+from elections.core.commands import PoolCommands
+from elections.core.decide import Decision, Timing
+from elections.core.repair import Standing
+from elections.executors import Outcome
+from elections.ports.clock import Clock
+from elections.ports.localstate import LocalState
+from elections.ports.pool_view import PoolView
+from elections.runtime.beacon_link import BeaconLink
+from elections.runtime.elector import Elector
+from elections.runtime.ownership import standing_of
+from stkconfig.model import Config
 
 log = logging.getLogger("stkrelay.agent")
 
@@ -31,9 +41,26 @@ class Roles:
     """The agent's elected/demoted hooks, its handoff fence, and the duty plans they run."""
 
     _fenced: int | None  # an epoch this agent stopped serving before handing it off
+    _leader_since: float | None  # when this agent was last elected (monotonic)
     _released: set[int]  # epochs whose demotion plan this process ran
     _duty: threading.Thread | None  # the last duty plan's thread (repairs wait for it)
     _told: threading.Event  # set at every publish that says this agent leads
+    # What it uses of the agent (set in `Agent.__init__`, or defined by another half).
+    stk: Config
+    clock: Clock
+    timing: Timing
+    local: LocalState
+    commands: PoolCommands
+    view: PoolView
+    elector: Elector
+    beacons: BeaconLink | None
+    duties: tuple[Callable[[int], list[Outcome]], Callable[[int], list[Outcome]]]  # (elected, demoted)
+
+    if TYPE_CHECKING:
+
+        def publish(self, decision: Decision | None) -> None: ...
+
+        def _say_own_record(self) -> None: ...
 
     def _standing(self) -> Standing:
         busy = self._duty is not None and self._duty.is_alive()
@@ -49,7 +76,7 @@ class Roles:
         self._run_duty(self.duties[0], epoch, self._gate_opens)
 
     def _gate_opens(self, epoch: int) -> bool:
-        """An epoch taken on silence serves by acks from the start (DESIGN.md §15): its
+        """An epoch taken on silence serves by acks from the start (docs/design.md §15): its
         gate opens when a majority acknowledges the new leader's beacons, a few beacon
         intervals after the election. The elected plan (start_relay, fenced on that gate)
         waits for it, up to RENEW_DEADLINE; False if the epoch is lost meanwhile."""
@@ -64,7 +91,7 @@ class Roles:
         return True  # run it anyway: the executors' gate fences it, and says so
 
     def _fence(self, epoch: int) -> None:
-        """Stop serving `epoch` before its handoff is written (DESIGN.md §5.1: the target may
+        """Stop serving `epoch` before its handoff is written (docs/design.md §5.1: the target may
         take the next epoch at once): the leadership state says this agent leads no more (and
         names the target), and never again for that epoch; then wait until the relay says it
         stopped, or FENCE_WITHIN, past which its gate has read that state whatever it says."""

@@ -1,4 +1,4 @@
-"""Between one agent's elector and its beacons (DESIGN.md §13).
+"""Between one agent's elector and its beacons (docs/design.md §13).
 
 - The beacons say what the elector's memory says (`standing()`): leader of
   epoch E with its renew_seq, or follower of the lease it last read.
@@ -12,7 +12,7 @@
   becomes one call of `nudged` on the same thread: the agent reads the pool's
   event files and runs a cycle if they held news.
 - The elector asks `evidence(holder, epoch)` for its `Observation`.
-- The serving right (DESIGN.md §15, `core.serving`): the elector's `Serving`
+- The serving right (docs/design.md §15, `core.serving`): the elector's `Serving`
   (`taken`, `bound`, `lapsed`, `silent`) is this link; the book lives with the
   beacons (`BeaconService.book`). A member's ack that moves the gate calls
   `on_acked` (the agent publishes its leadership state: the relay's gate).
@@ -29,11 +29,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from typing import Protocol
 
 from elections.core.beacon_board import Reaction, Standing
+from elections.core.lease import LeaseRead
+from elections.core.lease_memory import Memory
 from elections.core.nudge import Nudge
 from elections.ports.beacons import BeaconConfig, BeaconService
-from elections.runtime.elector import Elector
 
 log = logging.getLogger("stkrelay.beacons")
 
@@ -41,29 +43,45 @@ VOUCH_INTERVALS = 3.0  # a leader beacon vouches for the lease this many interva
 # A leader is quiet while every member beaconed within this many intervals (1.2 s at 0.2 s). With 3
 # (0.6 s) a 10-member pool on a loaded machine missed one of nine members often enough that its
 # leader polled a quarter of the time (2 share operations per LEASE_WATCH). It bounds only how soon
-# the leader reads the share, never whether it serves (its gate: README, "Share operations").
+# the leader reads the share, never whether it serves (its gate: docs/election.md, "Less share traffic").
 LEADER_QUIET_INTERVALS = 6.0
 
 
+class ElectorState(Protocol):
+    """What the beacons read of the elector (`runtime.elector.Elector`)."""
+
+    @property
+    def memory(self) -> Memory: ...
+
+    @property
+    def last_read(self) -> LeaseRead | None: ...
+
+
 class BeaconLink:
+    """`elector()`: the elector, once built. It is built after its beacons (they are its
+    evidence, its serving right and its timer's news: constructor arguments of the elector),
+    and it is asked for only once the beacons run (`start`)."""
+
     def __init__(
-        self, config: BeaconConfig, elector: Elector, cycle: Callable[[str], None],
+        self, config: BeaconConfig, elector: Callable[[], ElectorState], cycle: Callable[[str], None],
         monotonic: Callable[[], float], nudged: Callable[[], None] = lambda: None,
         folded: Callable[[str], int] = lambda node: 0, gate_clock: Callable[[], float] | None = None,
+        members: Callable[[], int] = lambda: 0, on_acked: Callable[[], None] = lambda: None,
+        republish: Callable[[], None] = lambda: None,
     ) -> None:  # fmt: skip
         self.elector = elector
         self.cycle = cycle
         self.nudged = nudged
         self.interval = config.interval
         self.service = BeaconService(config, self.standing, self.react, monotonic, nudged=self.nudge,
-                                     folded=folded, gate_clock=gate_clock)  # fmt: skip
+                                     folded=folded, gate_clock=gate_clock, members=members,
+                                     on_acked=on_acked, on_quiet=self.quiet_changed)  # fmt: skip
         self._kick = threading.Event()
         self._why = ""
         self._cycle_wanted = False
         self._nudge_wanted = False
         self._view_wanted = False
-        self.republish: Callable[[], None] = lambda: None  # the pool view, written again (`quiet_changed`)
-        self.service.on_quiet = self.quiet_changed
+        self.republish = republish  # the pool view, written again (`quiet_changed`)
         self.kicks = 0
         self._thread = threading.Thread(target=self._run, name="beacon-kicks", daemon=True)
 
@@ -73,7 +91,7 @@ class BeaconLink:
         return self
 
     def standing(self) -> Standing:
-        el = self.elector
+        el = self.elector()
         mem = el.memory
         read = el.last_read
         rec = read.record if read is not None and read.status == "valid" else None
@@ -103,7 +121,7 @@ class BeaconLink:
         return self.service.silent(holder, epoch)
 
     def vouches(self) -> bool:
-        mem = self.elector.memory
+        mem = self.elector().memory
         if mem.leader_epoch is not None or mem.seen_key is None or mem.seen_released:
             return False
         key = self.service.leader_key(mem.seen_key[0], VOUCH_INTERVALS * self.interval)

@@ -31,6 +31,7 @@ from elections.core.stations import BOUND, EVENT_KINDS, SEEN, StationBook, stati
 from elections.core.untrusted import IMPERSONATION
 from elections.ports.clock import Clock
 from elections.ports.localstate import LocalState, RelayStatus
+from elections.ports.stores import TransitionSink
 
 log = logging.getLogger("stkrelay.bindings")
 
@@ -39,7 +40,7 @@ MAX_PER_LOOK = 64  # stations taken from one relay.json
 
 
 class PoolBindings:
-    def __init__(self, local: LocalState, sink: Any, refusals: Refusals, clock: Clock) -> None:
+    def __init__(self, local: LocalState, sink: TransitionSink, refusals: Refusals, clock: Clock) -> None:
         self.local, self.sink, self.refusals, self.clock = local, sink, refusals, clock
         self.book = StationBook()
         self._dirty = True

@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> None:
     requests: list[str] = []
 
     def on_signal(signum: int, frame: object) -> None:
-        requests.append({signal.SIGUSR1: "release", signal.SIGUSR2: "handoff"}.get(signum, "stop"))
+        requests.append({int(signal.SIGUSR1): "release", int(signal.SIGUSR2): "handoff"}.get(signum, "stop"))
         stop.set()
 
     signal.signal(signal.SIGTERM, on_signal)
@@ -136,7 +136,7 @@ def next_member(elector: Elector) -> str | None:
     except StoreUnavailable:
         return None
     after = [n for n in others if n > elector.me.node]
-    return (after or others or [None])[0]
+    return (after or others)[0] if others else None
 
 
 if __name__ == "__main__":

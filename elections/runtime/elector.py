@@ -5,7 +5,7 @@ policy's facts about the pool, its own sit-out window), asks `decide()`, and
 acts on the answer through the `LeaseStore` (the acts are `runtime.elector_acts`):
 contend (after the decision's delay), renew, step down, hand off to the
 decision's successor. It decides nothing itself. Every transition goes to the
-`EventSink` (an election carries its cause and gap as data) and calls the
+`TransitionSink` (an election carries its cause and gap as data) and calls the
 leader-duty hooks. It holds no Django and no Celery: the Celery tasks, the
 contender script and the in-process tests drive the same class.
 """
@@ -29,7 +29,7 @@ from elections.core.untrusted import REPLAYED
 from elections.errors import StoreUnavailable
 from elections.ports.clock import Clock
 from elections.ports.store import LEASE_NAME, LeaseStore
-from elections.ports.stores import EventSink, NullSink
+from elections.ports.stores import NullSink, TransitionSink
 from elections.runtime.elector_acts import Attempt, ElectorActs, Hook
 from elections.runtime.lease_reads import read_trouble
 from elections.runtime.lease_writes import CONTEND_ATTEMPTS, Identity
@@ -45,6 +45,10 @@ ATTEMPTS = {Verdict.CONTEND: CONTEND_ATTEMPTS, Verdict.RENEW: CONTEND_ATTEMPTS *
 
 # (holder, epoch) -> why that holder's agent is positively gone, or None (runtime.beacons)
 Evidence = Callable[[str, int], "str | None"]
+# (holder, epoch, renew_seq) -> when a leader beacon first named that lease (runtime.beacon_link)
+HeardAt = Callable[[tuple[str, int, int]], "float | None"]
+# (holder, epoch) -> the newest renewal its leader beacons named: (renew_seq, first heard at)
+RenewalHeard = Callable[[str, int], "tuple[int, float] | None"]
 
 
 class Elector(ElectorActs):
@@ -54,7 +58,7 @@ class Elector(ElectorActs):
         clock: Clock,
         me: Identity,
         timing: Timing,
-        events: EventSink | None = None,
+        events: TransitionSink | None = None,
         on_elected: Hook | None = None,
         on_demoted: Hook | None = None,
         policy: Policy | None = None,
@@ -63,19 +67,20 @@ class Elector(ElectorActs):
         refusals: Refusals | None = None,
         evidence: Evidence | None = None,
         serving: Serving | None = None,
+        heard_at: HeardAt | None = None,
+        renewal_heard: RenewalHeard | None = None,
+        on_fence: Hook | None = None,
     ) -> None:
         self.store = store
         self.evidence = evidence
-        # (holder, epoch, renew_seq) -> when a leader beacon first named that lease (runtime.beacon_link)
-        self.heard_at: Callable[[tuple[str, int, int]], float | None] | None = None
-        # (holder, epoch) -> the newest renewal its leader beacons named: (renew_seq, first heard at)
-        self.renewal_heard: Callable[[str, int], tuple[int, float] | None] | None = None
+        self.heard_at = heard_at
+        self.renewal_heard = renewal_heard
         self.serving = serving
         self.refusals = refusals if refusals is not None else Refusals()
         self.clock = clock
         # The gate's clock (`Clock.boottime`: it counts a suspend), for every deadline after
-        # which this node must not serve; a clock without one times them on monotonic.
-        self.gate_clock: Callable[[], float] = getattr(clock, "boottime", clock.monotonic)
+        # which this node must not serve.
+        self.gate_clock: Callable[[], float] = clock.boottime
         self._renewed_boot: float | None = None  # the last renewal (or the election) on the gate's clock
         self.me = replace(me, pid=me.pid or os.getpid())
         self.timing = timing
@@ -96,7 +101,7 @@ class Elector(ElectorActs):
         self._member_fields: dict[str, Any] = {}
         self.handed: tuple[str, int] | None = None  # (target, epoch) of this node's last written handoff
         # Called with the epoch before a handoff is written: stop serving it now (the agent's gate).
-        self.on_fence: Hook | None = None
+        self.on_fence = on_fence
         self._beat = int(clock.monotonic() * 1000)  # member seq: grows across restarts
         # Early takeovers deferred for want of a valid read (`Decision.deferred`), by what was read,
         # claims started over for an epoch fresher than the one judged on ("fresher"), and TTL timers
@@ -120,7 +125,7 @@ class Elector(ElectorActs):
     @property
     def leader_valid_until(self) -> float | None:
         """Monotonic instant after which this node must not act as leader: its renew
-        deadline, or sooner where its serving right (DESIGN.md §15) ends sooner. The
+        deadline, or sooner where its serving right (docs/design.md §15) ends sooner. The
         same instant on the gate's clock is `leader_valid_until_boot`, which a suspend
         brings closer; this one is that, as seen on the monotonic clock now."""
         boot = self.leader_valid_until_boot

@@ -2,7 +2,7 @@
 
 `ElectorActs` is mixed into `runtime.elector.Elector`: `attempt()` decides, and
 these carry the decision out (one act each, its outcome an `Attempt`); every
-transition goes to the `EventSink` and calls the leader-duty hooks. They use the
+transition goes to the `TransitionSink` and calls the leader-duty hooks. They use the
 elector's `store`, `clock`, `me`, `timing`, `memory`, `events` and hooks.
 """
 
@@ -12,13 +12,17 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from elections.core.decide import PLANNED, Decision, Verdict
+from elections.core.decide import PLANNED, Decision, Timing, Verdict
 from elections.core.lease import LeaseRead, LeaseRecord
+from elections.core.lease_memory import Memory
+from elections.core.serving_book import Serving
 from elections.errors import StoreUnavailable
-from elections.ports.store import WriteOutcome
-from elections.runtime.lease_writes import make_record, release_lease
+from elections.ports.clock import Clock
+from elections.ports.store import LeaseStore, WriteOutcome
+from elections.ports.stores import TransitionSink
+from elections.runtime.lease_writes import Identity, make_record, release_lease
 
 log = logging.getLogger("stkrelay.elector")
 
@@ -38,6 +42,44 @@ Hook = Callable[[int], None]
 
 class ElectorActs:
     """The acts half of `Elector`: each carries out one decision on the store."""
+
+    # What it uses of the elector (set in `Elector.__init__`, or defined there).
+    store: LeaseStore
+    clock: Clock
+    gate_clock: Callable[[], float]
+    me: Identity
+    timing: Timing
+    memory: Memory
+    events: TransitionSink
+    on_elected: Hook
+    on_demoted: Hook
+    on_fence: Hook | None
+    serving: Serving | None
+    sleep: Callable[[float], None]
+    deferred: dict[str, int]
+    last_read: LeaseRead | None
+    accepted: LeaseRead | None
+    handed: tuple[str, int] | None
+    _beat: int
+    _abstain_until: float | None
+    _member_fields: dict[str, Any]
+    _renewed_boot: float | None
+
+    if TYPE_CHECKING:  # defined by `Elector`
+
+        @property
+        def is_leader(self) -> bool: ...
+
+        @property
+        def leader_valid_until_boot(self) -> float | None: ...
+
+        def know(self, epoch: int, seen_key: tuple[str, int, int] | None = None) -> None: ...
+
+        def _report(self, message: str, level: int, key: str = "") -> None: ...
+
+        def _on_gate_clock(self, start: float) -> float: ...
+
+        def _renewed_on_gate_clock(self) -> float | None: ...
 
     def _hand_off(self, decision: Decision) -> Decision:
         epoch, target = self.memory.leader_epoch, decision.handoff_to

@@ -66,7 +66,7 @@ class HealthMonitor:
         self, check: Callable[[], str] | None, interval: float = LOOK_EVERY,
         wait: Callable[[threading.Event, float], bool] = lambda ev, s: ev.wait(s),
         gate: Gate | None = None, gate_max_age: float = 0.0,
-        mono: Callable[[], float] = time.monotonic,
+        mono: Callable[[], float] = time.monotonic, on_gate: Callable[[str], None] | None = None,
     ) -> None:  # fmt: skip
         self.check = check
         self.interval = interval
@@ -77,15 +77,16 @@ class HealthMonitor:
         self._gate_memory = GateMemory()
         self._gate_signal: str | None = None if gate is None else GATE_PENDING
         self._mono = mono
-        self.on_gate: Callable[[str], None] | None = None
+        self.on_gate = on_gate  # called with the gate's new signal, on the health thread
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
     @classmethod
     def from_settings(cls, health_cmd: str, health_url: str, gate: Gate | None = None,
-                      gate_max_age: float = 0.0) -> HealthMonitor:  # fmt: skip
+                      gate_max_age: float = 0.0, on_gate: Callable[[str], None] | None = None,
+                      ) -> HealthMonitor:  # fmt: skip
         check = (lambda: run_checks(health_cmd, health_url)) if health_cmd or health_url else None
-        return cls(check, gate=gate, gate_max_age=gate_max_age)
+        return cls(check, gate=gate, gate_max_age=gate_max_age, on_gate=on_gate)
 
     def status(self) -> str:
         return self._status
@@ -130,7 +131,7 @@ class HealthMonitor:
     def start(self) -> HealthMonitor:
         if self._threads:
             return self
-        loops = [(self.run_once, "health")] if self.check is not None else []
+        loops: list[tuple[Callable[[], object], str]] = [(self.run_once, "health")] if self.check else []
         loops += [(self.look_at_gate, "health-gate")] if self._gate is not None else []
         for step, name in loops:
             thread = threading.Thread(target=self._loop, args=(step,), name=name, daemon=True)

@@ -1,5 +1,5 @@
 """How often an agent reads the members' files (`members/<node>.json`), and
-which (DESIGN.md §6, §13; issue 22: a quiet pool, flat in its size).
+which (docs/design.md §6, §13; issue 22: a quiet pool, flat in its size).
 
 A member's heartbeat is judged by when this agent saw its seq change
 (`core.eligibility`). Without beacons every survey reads the folder and every
@@ -26,6 +26,7 @@ from typing import Any
 
 from elections.core.beacons import member_digest
 from elections.errors import StoreUnavailable
+from elections.ports.store import LeaseStore
 
 QUIET_SURVEY_EVERY = 5.0  # at most this long between reads of the members' files while quiet (see below)
 KEEP_UNREADABLE = 64
@@ -44,7 +45,7 @@ def quiet_survey_every(heartbeat_ttl: float, lease_renew: float) -> float:
 
 class MemberReads:
     def __init__(
-        self, store: Any, node: str, heartbeat_ttl: float, lease_renew: float, lease_ttl: float,
+        self, store: LeaseStore, node: str, heartbeat_ttl: float, lease_renew: float, lease_ttl: float,
         monotonic: Callable[[], float],
     ) -> None:  # fmt: skip
         self.store = store

@@ -21,7 +21,7 @@ each event on its own: while one waits out its backoff the queue moves on (at mo
 every event of the queue), and each failed try is logged once with its status and
 when the next one is (issue 42: the retries were silent and held every event behind
 one for 16 s). So events may arrive out of order: a receiver orders one member's by
-`seq` (README "Notifications");
+`seq` (docs/operator.md "Notifications");
 a 3xx is such a refusal, never followed (the body and its signature go to
 `WEBHOOK_URL` and nowhere else): retried at the same URL, then given up;
 the queue (`notify_outbox.Outbox`, a file in DATA_DIR that survives a restart) is
@@ -53,6 +53,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -212,12 +213,16 @@ def _counters_doc(data_dir: str) -> dict[str, Any]:
     return doc if isinstance(doc, dict) else {}
 
 
+# (notifier, what, epoch, message) -> one row of the operator audit trail (`_audit_row`)
+Audit = Callable[["Notifier", str, int, str], None]
+
+
 class Notifier:
     """The process's notifier for one agent (`cfg`: its `NotifyConfig`)."""
 
     def __init__(
-        self, cfg: NotifyConfig, kmsn: str, node: str, audit: Any = None, backoff: Backoff | None = None,
-        data_dir: str = "",
+        self, cfg: NotifyConfig, kmsn: str, node: str, audit: Audit | None = None,
+        backoff: Backoff | None = None, data_dir: str = "",
     ) -> None:  # fmt: skip
         self.cfg, self.kmsn, self.node = cfg, kmsn, node
         self.audit = audit if audit is not None else _audit_row

@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from elections.core.evidence import DETAIL_CHARS, SOURCE_CHARS, printable
@@ -72,14 +72,14 @@ class SecurityWatch:
         return out
 
 
-def totals_of(refusals: Any) -> dict[str, int]:
+def totals_of(refusals: object) -> dict[str, int]:
     counts = refusals.get("counts") if isinstance(refusals, dict) else None
     if not isinstance(counts, dict):
         return {}
     return {printable(k, 40): v for k, v in list(counts.items())[:64] if type(v) is int and v >= 0}
 
 
-def recent_of(refusals: Any) -> list[dict[str, Any]]:
+def recent_of(refusals: object) -> list[dict[str, Any]]:
     """The newest refusals as the webhook quotes them: their text in `evidence.SAFE` and bounded
     (as `Refusals.note` keeps it, and again here: a chat may render whatever reaches it)."""
     recent = refusals.get("recent") if isinstance(refusals, dict) else None
@@ -124,7 +124,7 @@ class EventFeed:
         return epoch if type(epoch) is int else 0
 
     # -- the rows ----------------------------------------------------------------------------
-    def _rows(self, last: int, since: Any) -> int:
+    def _rows(self, last: int, since: datetime) -> int:
         from elections.models import ElectionEvent
 
         n = self.notifier
@@ -145,8 +145,9 @@ class EventFeed:
             role = self.roles.fold(ev.kind, ev.node, detail)
             if role is not None and live:
                 n.role_changed(role, ev.epoch, str(detail.get("cause") or ev.kind))
-        n.post(docs, cursor=rows[-1].id)
-        return rows[-1].id
+        newest: int = rows[-1].id
+        n.post(docs, cursor=newest)
+        return newest
 
     def _start_at(self) -> int:
         """Where the rows of interest begin: after the persisted cursor, or after the newest row."""
@@ -221,7 +222,7 @@ def _iso(t: float) -> str:
 def start_for(stk: Config) -> EventFeed | None:
     """The notifier of this agent (its `Config`) and its feed, started; None when neither
     `ON_ROLE_CHANGE` nor `WEBHOOK_URL` is set. Called once, by the worker (`runtime.agent`)."""
-    cfg = getattr(stk, "notify", None)
+    cfg = stk.notify
     if cfg is None or not cfg.configured:
         return None
     return EventFeed(Notifier(cfg, stk.kmsn, stk.node, data_dir=stk.data_dir), stk.data_dir).start()

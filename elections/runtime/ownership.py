@@ -28,9 +28,10 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, replace
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any
 
-from elections.core.actions import ActionConfig, ActionPlan, demotion_plan, plan_for
+from elections.core.action_config import ActionConfig
+from elections.core.actions import ActionPlan, demotion_plan, plan_for
 from elections.core.evidence import Refusals
 from elections.core.ownership import (
     ADDRESS_EXECUTORS,
@@ -44,6 +45,7 @@ from elections.core.ownership import (
 from elections.core.repair import ACQUIRE, Repair, Standing, repairs
 from elections.core.untrusted import BAD_FIELD
 from elections.executors import Executor, Gate, Observer, Outcome, Sink, run_plan
+from elections.ports.pool_view import PoolView
 
 log = logging.getLogger("stkrelay.ownership")
 
@@ -53,12 +55,12 @@ KEEP_REPAIRS = 8  # the latest repairs shown with the map
 def targets(config: ActionConfig, executors: list[Executor]) -> list[tuple[Observer, dict[str, Any]]]:
     """(executor, its arguments) for every address this agent's config moves."""
     by_name = {ex.name: ex for ex in executors}
-    out = []
+    out: list[tuple[Observer, dict[str, Any]]] = []
     for name in ADDRESS_EXECUTORS:
         part = getattr(config, name)
         ex = by_name.get(name)
-        if part is not None and ex is not None and hasattr(ex, "observe"):
-            out.append((cast(Observer, ex), asdict(part)))
+        if part is not None and isinstance(ex, Observer):
+            out.append((ex, asdict(part)))
     return out
 
 
@@ -229,7 +231,7 @@ def _close_db() -> None:
 
 
 def standing_of(
-    node: str, view: Any, held_epoch: int | None, paused: bool, busy: bool, now: float
+    node: str, view: PoolView, held_epoch: int | None, paused: bool, busy: bool, now: float
 ) -> Standing:
     """This agent's `Standing` from its pool view (`PoolView`: the lease as last read, judged
     live on this machine's clock from when its renewal was last seen)."""

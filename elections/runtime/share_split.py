@@ -13,6 +13,7 @@ import logging
 from typing import Any
 
 from elections.core.share_split import SplitWatch
+from elections.core.untrusted import as_object
 
 log = logging.getLogger("stkrelay.elector")
 
@@ -28,7 +29,7 @@ class SplitAlarm:
     ) -> list[dict[str, Any]]:  # fmt: skip
         """The findings now, as ``pool.json`` carries them (`docs` None: the store was not
         listed; a `lease_status` other than valid or missing: the lease was not read)."""
-        heard = beacons.get("members") if isinstance(beacons.get("members"), dict) else {}
+        heard = as_object(beacons.get("members"))
         holder = (lease["node"], lease["epoch"]) if lease is not None else None
         known = lease_status in ("valid", "missing")
         found = self.watch.observe(heard, None if docs is None else set(docs), holder, now, known)

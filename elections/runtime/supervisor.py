@@ -8,7 +8,7 @@ Children stay in the supervisor's process group (so `kill -9 -PGID` ends the
 whole agent) and get SIGKILL if the supervisor dies (PR_SET_PDEATHSIG).
 
 Why followers may take a supervisor's death for the death of its whole agent
-(DESIGN.md §13, the liveness port held by `runagent`):
+(docs/design.md §13, the liveness port held by `runagent`):
 
 - `PR_SET_PDEATHSIG(SIGKILL)` is set in each child between fork and exec; it
   survives exec and fires when the thread that forked it — the supervisor's
@@ -51,7 +51,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import IO, TextIO
 
 from elections.core.terminal import terminal_safe
 from elections.ports.host.dirwatch import DirWatch
@@ -152,7 +152,7 @@ class Supervisor:
     def _say_agent(self, line: str) -> None:
         self.say("agent", line)
 
-    def _pump(self, name: str, stream: Any) -> None:
+    def _pump(self, name: str, stream: IO[bytes]) -> None:
         for raw in iter(stream.readline, b""):
             self.say(name, raw.decode("utf-8", "replace"))
         stream.close()
@@ -323,7 +323,7 @@ class Supervisor:
                 os.write(self._wake_w, b"\0")
 
     def shutdown(self) -> int:
-        """Stop within STOP_WITHIN of being called, whatever the share does (DESIGN.md §11):
+        """Stop within STOP_WITHIN of being called, whatever the share does (docs/design.md §11):
         hand the lease over within RELEASE_WITHIN (a share that takes longer is not
         answering: the pool takes over after the TTL instead), SIGTERM every child, SIGKILL
         every one still there at KILL_AT, and wait for them until REAP_BY."""
@@ -340,11 +340,12 @@ class Supervisor:
                               "(no release); the pool takes over from a silent leader")  # fmt: skip
             led = False
         if led:
-            # The fence, as the worker's own release has it (DESIGN.md §5.1): the relay's gate shuts
+            # The fence, as the worker's own release has it (docs/design.md §5.1): the relay's gate shuts
             # (the leadership state says this agent leads no more) and the relay says it stopped, or
             # FENCE_WITHIN passes, before the release is written. Written first, a taker that heard no
             # resign of ours could open its gate by acks while our relay still served (SPIN's trail,
             # verify/: -DSUP_RELEASE).
+            assert state.epoch is not None  # leads_now: it names one
             fenced_at = time.monotonic()
             self.local.disclaim(f"fenced epoch {state.epoch} before its release on shutdown")
             if not self.local.relay_stopped(state.epoch, fenced_at, FENCE_WITHIN):
@@ -363,8 +364,9 @@ class Supervisor:
             )
         if led:  # again: the worker may have published once more before it stopped
             self.local.disclaim(f"released epoch {state.epoch} on shutdown")
-        if released and self.record_release is not None:
-            self._bounded(lambda: self.record_release(state), started + STOP_WITHIN - time.monotonic(),
+        record_release = self.record_release
+        if released and record_release is not None:
+            self._bounded(lambda: record_release(state), started + STOP_WITHIN - time.monotonic(),
                           f"history row of the release of epoch {state.epoch}")  # fmt: skip
         self.say("agent", f"stopped in {time.monotonic() - started:.2f} s")
         return 0

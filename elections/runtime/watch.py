@@ -1,4 +1,4 @@
-"""Watched pools (DESIGN.md §11): other KMSNs this agent shows, never contends in.
+"""Watched pools (docs/design.md §11): other KMSNs this agent shows, never contends in.
 
 One `PoolWatcher` per `[pool:<KMSN>]` section (`stkrelay.config_pools`). Each
 look reads that pool's lease, its members' heartbeats and a bounded slice of
@@ -33,6 +33,7 @@ from elections.ports.clock import Clock
 from elections.ports.localstate import LocalState
 from elections.ports.pool_view import MemberView, PoolView
 from elections.ports.stores import PoolPlace, open_event_tail, open_store
+from elections.runtime.projection import Projector
 from stkconfig.model import Config
 from stkconfig.parsed import WatchedPool
 
@@ -45,7 +46,7 @@ class PoolWatcher:
     """One watched pool, read only. `look()` is one bounded cycle."""
 
     def __init__(
-        self, watched: WatchedPool, viewer: str, clock: Clock, local: LocalState, projector: Any,
+        self, watched: WatchedPool, viewer: str, clock: Clock, local: LocalState, projector: Projector,
         heartbeat_ttl: float, promotion_hold: float, lease_ttl: float,
     ) -> None:  # fmt: skip
         self.kmsn = watched.kmsn
@@ -164,10 +165,10 @@ class Watchers:
         self._threads: list[threading.Thread] = []
 
     @classmethod
-    def from_settings(cls, stk: Config, clock: Clock, local: LocalState, projector: Any) -> Watchers:
+    def from_settings(cls, stk: Config, clock: Clock, local: LocalState, projector: Projector) -> Watchers:
         timing = (stk.heartbeat_ttl, stk.promotion_hold, stk.lease_ttl)
         watchers = []
-        for w in getattr(stk, "watched", []):
+        for w in stk.watched:
             try:
                 watchers.append(PoolWatcher(w, stk.node, clock, local, projector, *timing))
             except Exception as exc:  # e.g. its SMB password file went away: that pool only is not watched

@@ -1,4 +1,4 @@
-"""JSON API under /api/v1/ (README_PANEL.md has curl examples).
+"""JSON API under /api/v1/ (docs/panel.md has curl examples).
 
 Authentication: a browser session (with the CSRF header on POST) or
 `Authorization: Bearer stk_...` (`manage.py stkuser token NAME`). Commands
@@ -154,7 +154,7 @@ def relay(s: SiteState) -> dict[str, Any] | None:
 
 
 def _proxy(p: Any) -> dict[str, Any] | None:
-    """RELAY_KIND = exec: the external relay and the fencing proxy's counters (DESIGN.md §16)."""
+    """RELAY_KIND = exec: the external relay and the fencing proxy's counters (docs/design.md §16)."""
     if p is None:
         return None
     return {
@@ -252,7 +252,7 @@ def history(request: HttpRequest) -> HttpResponse:
 @api_view()
 def audit_log(request: HttpRequest) -> HttpResponse:
     published = published_entries()
-    rows, filters = audit_rows(request.GET, published)  # type: ignore[arg-type]
+    rows, filters = audit_rows(request.GET, published)
     paged = _page(request, rows)
     if isinstance(paged, JsonResponse):
         return paged
@@ -323,7 +323,7 @@ def command(request: HttpRequest, kmsn: str, kind: str) -> HttpResponse:
         return api_error(400, "bad_request", _("force must be true or false"))
     force = force in (True, "1", "true", "on")
     outcome = perform(
-        actor_for(request.api_user, request, "api"),  # type: ignore[attr-defined]
+        actor_for(request.api_user, request, "api"),
         kind,
         kmsn,
         target,

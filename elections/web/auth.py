@@ -207,9 +207,9 @@ def api_view(
             if token_user is False:
                 return secure_headers(api_error(401, "bad_token", _("unknown, revoked or malformed token")))
             if token_user is not None:
-                request.api_user, request.api_via = token_user, "api-token"  # type: ignore[attr-defined]
+                request.api_user, request.api_via = token_user, "api-token"
             elif request.user.is_authenticated:
-                request.api_user, request.api_via = request.user, "api-session"  # type: ignore[attr-defined]
+                request.api_user, request.api_via = request.user, "api-session"
                 if request.method not in ("GET", "HEAD", "OPTIONS"):
                     rejected = CsrfViewMiddleware(lambda r: HttpResponse()).process_view(
                         request, None, (), {}
@@ -219,7 +219,7 @@ def api_view(
                             api_error(403, "csrf", _("CSRF check failed: send the X-CSRFToken header"))
                         )
             elif public is not None and public(request):
-                request.api_user, request.api_via = None, "public"  # type: ignore[attr-defined]
+                request.api_user, request.api_via = None, "public"
             else:
                 return secure_headers(
                     api_error(401, "unauthenticated", _("log in, or send Authorization: Bearer <token>"))

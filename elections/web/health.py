@@ -26,7 +26,7 @@ from elections.web.auth import bearer_user, is_loopback
 from elections.web.panel.site import stale_after
 
 
-def healthz(request):  # type: ignore[no-untyped-def]
+def healthz(request):
     local = LocalState(settings.STK.data_dir)
     state = local.leadership()
     redis = local.redis()
@@ -48,7 +48,7 @@ def healthz(request):  # type: ignore[no-untyped-def]
     return JsonResponse(doc, status=200 if up else 503)
 
 
-def leader(request):  # type: ignore[no-untyped-def]
+def leader(request):
     """Who leads this agent's pool, from the signed lease (a client's fallback lookup)."""
     stk = settings.STK
     try:

@@ -31,7 +31,7 @@ def supported(code: str) -> str | None:
     return code if code in dict(settings.LANGUAGES) else None
 
 
-def _stored(user) -> str | None:  # type: ignore[no-untyped-def]
+def _stored(user) -> str | None:
     from elections.models import PanelLanguage
 
     row = PanelLanguage.objects.filter(user=user).values_list("language", flat=True).first()
@@ -52,12 +52,12 @@ class UserLanguageMiddleware:
             chosen = supported(request.session.get(SESSION_KEY) or "")
             if chosen:
                 translation.activate(chosen)
-                request.LANGUAGE_CODE = chosen  # type: ignore[attr-defined]
+                request.LANGUAGE_CODE = chosen
         return self.get_response(request)
 
 
 @receiver(user_logged_in)
-def _remember_on_login(sender, request, user, **kwargs) -> None:  # type: ignore[no-untyped-def]
+def _remember_on_login(sender, request, user, **kwargs) -> None:
     """A new session starts with the user's stored choice (the session was flushed)."""
     if request is not None and hasattr(request, "session"):
         request.session[SESSION_KEY] = _stored(user) or ""

@@ -28,7 +28,7 @@ from prometheus_client.utils import floatToGoString
 
 from elections.audit import LoginFailure
 from elections.core.ownership import VERDICTS
-from elections.core.untrusted import CAUSES
+from elections.core.untrusted import CAUSES, as_object
 from elections.models import ElectionEvent
 from elections.ports.localstate import LocalState
 from elections.runtime.notify import read_counters, read_queue
@@ -95,7 +95,7 @@ def _pool_families(states: list[SiteState]) -> Iterable[Metric]:
     yield g
     c = CounterMetricFamily(
         "stkrelay_early_takeovers",
-        "Elections taken before the TTL on evidence that the leader's agent was gone (DESIGN.md §13).",
+        "Elections taken before the TTL on evidence that the leader's agent was gone (docs/design.md §13).",
         labels=["kmsn"],
     )
     for s in states:
@@ -165,7 +165,7 @@ def _refusal_family(states: list[SiteState]) -> Metric:
         labels=["kmsn", "cause"],
     )
     for s in states:
-        counts = s.refusals.get("counts") if isinstance(s.refusals.get("counts"), dict) else {}
+        counts = as_object(s.refusals.get("counts"))
         for cause in sorted(CAUSES):
             n = counts.get(cause, 0)
             c.add_metric([s.kmsn, cause], n if isinstance(n, int) else 0)
@@ -258,7 +258,7 @@ def _address_families(states: list[SiteState]) -> Iterable[Metric]:
 
 
 def _beacon_families(states: list[SiteState]) -> Iterable[Metric]:
-    """How this agent detects a leader's death, and what it hears of each member (DESIGN.md §13)."""
+    """How this agent detects a leader's death, and what it hears of each member (docs/design.md §13)."""
     split = GaugeMetricFamily("stkrelay_share_split", "Members of the pool that beacon to this agent but use "
                               "another lease store (core.share_split); 0 when all share one.",
                               labels=["kmsn"])  # fmt: skip
@@ -334,8 +334,8 @@ def _relay_families(relays: list[tuple[str, RelayState]]) -> Iterable[Metric]:
     yield from _tunnel_families([(kmsn, r.tunnel) for kmsn, r in relays if r.tunnel is not None])
 
 
-def _proxy_families(proxies: list) -> Iterable[Metric]:  # type: ignore[type-arg]
-    """The fencing proxy and the external relay behind it (RELAY_KIND = exec, DESIGN.md §16)."""
+def _proxy_families(proxies: list) -> Iterable[Metric]:
+    """The fencing proxy and the external relay behind it (RELAY_KIND = exec, docs/design.md §16)."""
     up = GaugeMetricFamily("stkrelay_proxy_upstream_up", "1 while the external relay accepts TCP.",
                            labels=["kmsn"])  # fmt: skip
     conns = GaugeMetricFamily("stkrelay_proxy_connections", "Connections the fencing proxy forwards now.",
@@ -364,8 +364,8 @@ def _proxy_families(proxies: list) -> Iterable[Metric]:  # type: ignore[type-arg
     yield from (up, conns, accepted, refused, closed, moved, restarts)
 
 
-def _tunnel_families(tunnels: list) -> Iterable[Metric]:  # type: ignore[type-arg]
-    """The leader's tunnel to the cloud relay (DESIGN.md §14; only with CLOUD_URL)."""
+def _tunnel_families(tunnels: list) -> Iterable[Metric]:
+    """The leader's tunnel to the cloud relay (docs/design.md §14; only with CLOUD_URL)."""
     g = GaugeMetricFamily("stkrelay_tunnel_connected", "1 while the cloud accepted this leader's tunnel.",
                           labels=["kmsn", "epoch"])  # fmt: skip
     r = GaugeMetricFamily("stkrelay_tunnel_remote_clients", "Remote clients registered through the tunnel.",

@@ -5,7 +5,7 @@ the `api_view` wrapper around it: 401, 403 csrf, 405) is written out here;
 `tests/test_openapi.py` runs schemathesis against a live agent with it, so a
 view that answers something undescribed fails the suite.
 
-It needs authentication like the rest of `/api/v1/` (DESIGN.md §10: everything
+It needs authentication like the rest of `/api/v1/` (docs/design.md §10: everything
 but the optional leader lookup does): a client that can read the document can
 call the API anyway, and an unauthenticated scanner on the LAN learns nothing.
 """
@@ -162,7 +162,7 @@ _COMMAND_FIELDS = {
     "force": _t(B, description="drain even the last eligible member"),
 }
 # drain, undrain, promote, forget name a member, unbind a station (api.TARGETED): the body is required.
-TARGET_BODY = {
+TARGET_BODY: dict[str, Any] = {
     "type": "object",
     "required": ["target"],
     "properties": {
@@ -170,7 +170,7 @@ TARGET_BODY = {
         **_COMMAND_FIELDS,
     },
 }
-POOL_BODY = {"type": "object", "properties": _COMMAND_FIELDS}  # pause, resume: the whole pool
+POOL_BODY: dict[str, Any] = {"type": "object", "properties": _COMMAND_FIELDS}  # pause, resume: the whole pool
 LEADER = _obj(
     {"kmsn": _t(S), "leader": _t(S), "station": _t(S), "ip": _t(S), "port": _t(INT), "epoch": _t(INT),
      "status": _t(S)}
@@ -359,7 +359,7 @@ def document() -> dict[str, Any]:
         "info": {
             "title": "stkrelay agent API",
             "version": "1",
-            "description": "The panel's data as JSON (README: Admin panel and JSON API).",
+            "description": "The panel's data as JSON (docs/panel.md: The admin panel and the JSON API).",
         },
         "components": {
             "securitySchemes": {

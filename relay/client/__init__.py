@@ -1,4 +1,4 @@
-"""The relay client library (DESIGN.md §9): find the leader, register, stay, follow.
+"""The relay client library (docs/design.md §9): find the leader, register, stay, follow.
 
 Vocabulary:
 

@@ -1,4 +1,4 @@
-"""Finding the relay from the pool's leader beacons (DESIGN.md §13), for
+"""Finding the relay from the pool's leader beacons (docs/design.md §13), for
 clients that do not mount the share: `relayclient --discover`, and any
 `Discovery.build(beacons=BeaconListener(key, kmsn, port))`.
 

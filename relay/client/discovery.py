@@ -1,4 +1,4 @@
-"""Where is the leader's relay? The discovery chain of a relay client (DESIGN.md §9).
+"""Where is the leader's relay? The discovery chain of a relay client (docs/design.md §9).
 
 Three sources (four with beacons), asked in this order by `Discovery.find()`;
 the first that knows wins:
@@ -9,7 +9,7 @@ the first that knows wins:
    the security event it is). Read in a daemon thread with a deadline: a dead
    file share must not hang the client.
    Then, when given (`beacons`), `relay.client.beacon_discovery.BeaconListener`:
-   the leader's beacons on the LAN (DESIGN.md §13), a hint the handshake confirms.
+   the leader's beacons on the LAN (docs/design.md §13), a hint the handshake confirms.
 2. `AgentApi`: any agent's ``GET /api/v1/leader?kmsn=...`` (`elections.web.health`).
    All the configured agents are asked at once with a short timeout; among the
    valid answers for our KMSN the highest epoch wins (an agent may lag behind).
@@ -44,7 +44,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeGuard, TypeVar
 
 from elections.core.evidence import DETAIL_CHARS, printable
 from elections.core.lease import LeaseRecord
@@ -205,7 +205,7 @@ def in_clear_on_lan(url: str) -> bool:
         return parts.hostname != "localhost"
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

@@ -1,4 +1,4 @@
-"""How a relay client finds the leader and follows it (DESIGN.md §9).
+"""How a relay client finds the leader and follows it (docs/design.md §9).
 
 - Discovery (`relay.client.discovery`): signed lease file, else agents' HTTP API,
   else configured fallbacks. A ``leader_changed`` frame's address is used as a

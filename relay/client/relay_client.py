@@ -1,4 +1,4 @@
-"""The relay client library (DESIGN.md §9): find the leader, register, stay, follow.
+"""The relay client library (docs/design.md §9): find the leader, register, stay, follow.
 
 An asyncio shell over the sans-I/O `relay.wire.client_connection.ClientConnection`. Typical use::
 
@@ -357,6 +357,7 @@ class RelayClient(ClientState):
 
     # -- callbacks of the session and the follower ---------------------------------------
     def _registered(self, session: Session, reason: str) -> None:
+        assert session.epoch is not None  # a registered session knows its epoch
         if self._follower.registered(session.epoch):
             self.counters.reconnects += 1
         self._live = session

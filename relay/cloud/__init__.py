@@ -1,4 +1,4 @@
-"""The cloud rendezvous relay (DESIGN.md §14): where sites' leaders and remote clients meet.
+"""The cloud rendezvous relay (docs/design.md §14): where sites' leaders and remote clients meet.
 
 A separate program (`runcloud`); the site side of the tunnel is `relay.server.cloud_tunnel`.
 

@@ -1,4 +1,4 @@
-"""The cloud relay's configuration: `cloud.ini` (DESIGN.md §14).
+"""The cloud relay's configuration: `cloud.ini` (docs/design.md §14).
 
 ``[cloud]``: ``LISTEN_IP`` (default ``127.0.0.1``; a cloud VM sets its public
 or ``0.0.0.0``), ``RELAY_PORT`` (remote clients, protocol v1, default 9540;

@@ -1,4 +1,4 @@
-"""The cloud's epoch fence and its records of tunnels (DESIGN.md §14). Pure.
+"""The cloud's epoch fence and its records of tunnels (docs/design.md §14). Pure.
 
 Per KMSN the cloud keeps the highest epoch it has accepted a tunnel with. A
 tunnel asking to be accepted (`EpochFence.judge`) is:

@@ -73,9 +73,10 @@ def read_header(token: str, challenge: str, line: bytes, nodes: dict[str, tuple[
         raise PeerRefused("peer_bad_header", "the header is not JSON") from None
     if not isinstance(doc, dict):
         raise PeerRefused("peer_bad_header", "the header is not an object")
-    fields = {k: doc.get(k) for k in ("kmsn", "kind", "nonce", "peer", "from", "cnonce", "mac")}
+    given = {k: doc.get(k) for k in ("kmsn", "kind", "nonce", "peer", "from", "cnonce", "mac")}
     # printable: no lone surrogate (which the MAC's encode() would choke on), no control character
-    if not all(isinstance(v, str) and 0 < len(v) <= 128 and v.isprintable() for v in fields.values()):
+    fields = {k: v for k, v in given.items() if isinstance(v, str) and 0 < len(v) <= 128 and v.isprintable()}
+    if len(fields) < len(given):
         raise PeerRefused("peer_bad_header", "the header's fields are strings of 1..128 printable characters")
     if not is_name(fields["kmsn"]):
         raise PeerRefused("peer_bad_header", f"the header's kmsn is not {NAME_RULE}")
@@ -86,7 +87,7 @@ def read_header(token: str, challenge: str, line: bytes, nodes: dict[str, tuple[
     want = _mac(token, "peer", challenge, *(fields[k] for k in ("kmsn", "kind", "nonce", "peer", "from")))
     if not hmac.compare_digest(want, fields["mac"]):
         raise PeerRefused("peer_bad_mac", "the header's mac does not verify with PEER_TOKEN")
-    return fields  # type: ignore[return-value]
+    return fields
 
 
 class ForwardedPeer(RemotePeer):
@@ -108,7 +109,7 @@ class ForwardedPeer(RemotePeer):
         name = transport.get_extra_info("peername")
         self.peer = f"{name[0]}:{name[1]}" if isinstance(name, tuple) else str(name)
         # Keyed by the connection, not its address: every forwarded client comes from a node's
-        # address, and PEER_PORT is not public (see the README); pre-auth and total caps still hold.
+        # address, and PEER_PORT is not public (see docs/cloud.md); pre-auth and total caps still hold.
         if not self.server.admit(self, f"peer:{self.peer}"):
             self.dead = True
             transport.abort()

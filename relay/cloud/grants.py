@@ -5,7 +5,7 @@ Its credential is a *grant* the cloud holds, not a paper signed by each site:
 the cloud is the only party that sees every site's tunnel, so it is the one
 that can say "this commander may reach A and B"; a paper signed by each
 site's key would need the cloud to verify each site's key, and the cloud
-holds none (only CLOUD_TOKEN and K_cloud, by design: DESIGN.md §14). Each
+holds none (only CLOUD_TOKEN and K_cloud, by design: docs/design.md §14). Each
 site still authenticates the commander itself, with its own key, over the
 cloud's nonce: the grant narrows what the cloud forwards, it never widens
 what a site accepts.

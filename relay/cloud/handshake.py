@@ -1,4 +1,4 @@
-"""The cloud's half of a tunnel's handshake (DESIGN.md §14), sans-I/O. Pure.
+"""The cloud's half of a tunnel's handshake (docs/design.md §14), sans-I/O. Pure.
 
 Same frames as relay protocol v1.1 (`relay.wire.framing`): the cloud speaks first
 with ``hello`` (its fresh nonce); the site's leader answers ``register`` with

@@ -57,7 +57,11 @@ class CloudServer(Protocol):
     cfg: CloudConfig
     fence: EpochFence
     book: TunnelBook
-    cluster: object | None  # the etcd directory (`relay.cloud.cluster`), None for a node alone
+
+    @property
+    def cluster(
+        self,
+    ) -> object | None: ...  # the etcd directory (`relay.cloud.cluster`), None for a node alone
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop: ...
@@ -275,27 +279,26 @@ class TunnelPeer(asyncio.Protocol):
         record.bytes_in += len(data)
         self.mux.receive_data(data)
         for event in self.mux.events_received():
-            kind = type(event)
-            if kind is StreamData:
+            if type(event) is StreamData:
                 remote = self.streams.get(event.stream)
                 if remote is not None:
                     remote.from_site(event.data)
-            elif kind is Writable:
+            elif type(event) is Writable:
                 remote = self.streams.get(event.stream)
                 if remote is not None:
                     remote.writable()
-            elif kind is StreamClosed:
+            elif type(event) is StreamClosed:
                 remote = self.streams.pop(event.stream, None)
                 if remote is not None:
                     remote.site_closed(event.reason)
-            elif kind is MuxError:
+            elif type(event) is MuxError:
                 log.warning(
                     "tunnel %s of %s broke the mux: %s; closing it", self.peer, record.kmsn, event.message
                 )
                 self.server.count("mux_error")
                 self.abort()
                 return
-            elif kind is Control:
+            elif type(event) is Control:
                 log.info("tunnel %s says %s", self.peer, str(event.obj)[:200])
         self.flush()
 

@@ -1,4 +1,4 @@
-"""What the cloud reads of a remote client's stream (DESIGN.md §14). Pure.
+"""What the cloud reads of a remote client's stream (docs/design.md §14). Pure.
 
 The cloud holds no site key, so it cannot register anyone: it greets a remote
 client with ``hello`` (its own nonce), reads the first frame only far enough

@@ -3,7 +3,7 @@
 A mixin of the server, by concept: the tunnel's claim of the directory entry
 before ``registered`` (`relay.cloud.cluster`), the tunnel closed when its entry
 is gone, and the parked remote clients of a site whose tunnel is on another
-node followed there (`relay.cloud.forward`). The README's "Several cloud
+node followed there (`relay.cloud.forward`). docs/cloud.md's "Several cloud
 nodes" says what and why.
 """
 

@@ -1,11 +1,11 @@
-"""The cloud's WEB_PORT (DESIGN.md §14): status JSON, metrics, WebSocket clients.
+"""The cloud's WEB_PORT (docs/design.md §14): status JSON, metrics, WebSocket clients.
 
 - ``GET /status``: `relay.cloud.server.CloudServer.status()` as JSON (pools,
   epochs, tunnels with their age, refusals, counters). No secret is in it.
 - ``GET /metrics``: Prometheus text (`prometheus_client`, a registry of its
   own whose values are read from the server at each scrape).
 - ``/ws/relay/``: a remote client over WebSocket, one protocol v1 message per
-  text message (DESIGN §8): the same `relay.cloud.remote_peers.RemotePeer` as the TCP
+  text message (docs/design.md §8): the same `relay.cloud.remote_peers.RemotePeer` as the TCP
   port, over a `WsTransport` that frames what it reads and cuts what it writes
   back into messages.
 
@@ -189,7 +189,7 @@ def _respond(status: int, body: bytes, kind: str) -> Response:
 async def serve_web(server: CloudServer) -> Any:
     """Start WEB_PORT on LISTEN_IP; returns the websockets server (close() it to stop)."""
     registry = CollectorRegistry(auto_describe=True)
-    registry.register(_Collector(server))  # type: ignore[arg-type]
+    registry.register(_Collector(server))
 
     def process_request(connection: ServerConnection, request: Request) -> Response | None:
         path = request.path.split("?", 1)[0]

@@ -1,4 +1,4 @@
-"""The relay's TCP listeners while this agent leads, without Django (DESIGN.md §4).
+"""The relay's TCP listeners while this agent leads, without Django (docs/design.md §4).
 
 `python -m stkrelay.child relay.runner --standby` is the agent's warm standby relay: it
 loads only the configuration (`stkrelay.config`, in `stkrelay.child`), the relay server and the
@@ -13,7 +13,7 @@ way out; its state is ``snapshot["tunnel"]`` in relay.json. It listens on
 `NODE_IP`, on 127.0.0.1 (`RELAY_LOOPBACK`) and on every address an executor
 holds for its epoch (`relay.server.listen_set`, from addresses.json, watched like
 leadership.json); where, is ``snapshot["listen"]``. With
-``RELAY_KIND = exec`` it serves the site's own relay instead (DESIGN.md §16):
+``RELAY_KIND = exec`` it serves the site's own relay instead (docs/design.md §16):
 the external relay (`relay.server.external_relay`) on loopback, behind the fencing proxy
 (`relay.server.fencing_proxy`) on the same addresses and gate; relay.json says it listens
 only while the external relay accepts. Unless its command names ``{epoch}``, the standby starts
@@ -78,16 +78,20 @@ def serve(stk: Config, standby: bool, say: Say, complain: Say) -> int:
     if standby:
         epoch = await_leadership(stk)
     else:
-        epoch = LocalState(stk.data_dir).leadership().held_epoch(time.monotonic())
-        why = "the leadership state does not say this agent leads now" if epoch is None else None
-        why = why or LeadershipGate(stk.data_dir, epoch).why_not()  # type: ignore[arg-type]
+        held = LocalState(stk.data_dir).leadership().held_epoch(time.monotonic())
+        why = (
+            "the leadership state does not say this agent leads now"
+            if held is None
+            else LeadershipGate(stk.data_dir, held).why_not()
+        )
         if why is not None:
             say(f"runrelay: {stk.node} is not the leader ({why}): not serving")
             return 0
-    assert isinstance(epoch, int)
+        assert held is not None
+        epoch = held
     # Everything loaded so far lives as long as the process: out of the collector's sight, it
     # costs no full collection while serving, and the interpreter's teardown after a SIGTERM
-    # ~0.1 s less of the 1 s the relay has to be gone (DESIGN.md §4).
+    # ~0.1 s less of the 1 s the relay has to be gone (docs/design.md §4).
     gc.freeze()
     return asyncio.run(RelayRunner(stk, epoch, say, complain).run())
 

@@ -1,4 +1,4 @@
-"""A leader's relay (DESIGN.md §8, §16): asyncio listeners over the wire's cores.
+"""A leader's relay (docs/design.md §8, §16): asyncio listeners over the wire's cores.
 
 Vocabulary:
 

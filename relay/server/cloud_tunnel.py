@@ -1,4 +1,4 @@
-"""The leader's outbound tunnel to the cloud relay (DESIGN.md §14), in the relay's process.
+"""The leader's outbound tunnel to the cloud relay (docs/design.md §14), in the relay's process.
 
 `runrelay` runs only while its agent leads, and starts a `TunnelClient` as soon
 as its listeners serve (when ``CLOUD_URL`` is set): so only the leader ever
@@ -234,33 +234,32 @@ class TunnelClient:
         mux = self.mux
         mux.receive_data(data)
         for event in mux.events_received():
-            kind = type(event)
-            if kind is StreamData:
+            if type(event) is StreamData:
                 stream = self.streams.get(event.stream)
                 if stream is not None:
                     stream.protocol.data_received(event.data)
                 mux.consumed(event.stream, len(event.data))
-            elif kind is StreamOpened:
+            elif type(event) is StreamOpened:
                 self._open(event.stream, event.meta)
-            elif kind is StreamClosed:
+            elif type(event) is StreamClosed:
                 stream = self.streams.get(event.stream)
                 if stream is not None:
                     stream.gone()
-            elif kind is Writable:
+            elif type(event) is Writable:
                 stream = self.streams.get(event.stream)
                 if stream is not None:
                     stream.writable()
-            elif kind is Control:
+            elif type(event) is Control:
                 obj = event.obj
                 if obj.get("type") == "leader_changed":
                     self.replaced_by = obj.get("epoch")
                     self.last_error = f"replaced at the cloud by epoch {obj.get('epoch')} ({obj.get('node')})"
                     log.warning("tunnel to %s: %s", self.url, self.last_error)
-            elif kind is MuxError:
+            elif type(event) is MuxError:
                 self.last_error = f"the cloud broke the mux: {event.message}"
                 self.abort(self.last_error)
                 return
-            elif kind is Pong:
+            elif type(event) is Pong:
                 pass
         self.flush()
 

@@ -68,7 +68,7 @@ class JsonPeer(asyncio.Protocol):
     silence_applies = True
     nonce: str | None = None  # the hello's nonce: fresh, unless another relay greeted (relay.cloud)
 
-    def __init__(self, host: Host) -> None:
+    def __init__(self, host: Host[JsonPeer]) -> None:
         self.host = host
         self.loop = host.loop
         self.transport: asyncio.Transport | None = None
@@ -77,6 +77,7 @@ class JsonPeer(asyncio.Protocol):
         self.peer = "?"
         self.registered = False
         self.station_key = False  # registered with its station's credential (see relay.server.routing)
+        self.legacy = False  # registered with the legacy magic (relay.server.legacy_peer)
         self.dead = False  # closing or closed: nothing more is written
         self.since = self.last_rx = self.loop.time()
         self.rx = 0
@@ -160,15 +161,14 @@ class JsonPeer(asyncio.Protocol):
             host.batch.active = True
             try:
                 for event in events:
-                    kind = type(event)
-                    if kind is Message:
+                    if type(event) is Message:
                         self._on_message(event.obj)
-                    elif kind is RawData:
+                    elif type(event) is RawData:
                         if self.role == PUBLISHER:
                             host.router.publish(self, event.data)
-                    elif kind is Registered:
+                    elif type(event) is Registered:
                         self._on_registered(event)
-                    elif kind is ProtocolError:
+                    elif type(event) is ProtocolError:
                         self._on_protocol_error(event)
             finally:
                 host.batch.flush()

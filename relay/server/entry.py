@@ -1,4 +1,4 @@
-"""An entry member's public side (issue 26 part 1, DESIGN.md §14.1): the router's port-forward
+"""An entry member's public side (issue 26 part 1, docs/design.md §14.1): the router's port-forward
 reaches this member, and it forwards remote clients to whoever leads now.
 
 `python -m stkrelay.child relay.server.entry` runs on a member with ``ENTRY = 1`` (the supervisor starts it
@@ -21,7 +21,7 @@ unreleased lease's ``ip``, ``port`` and ``epoch``).
   connection. On a new epoch or address (`target_of` differs), the proxy forwards
   new connections to the new leader and closes those to the old one
   (`FencingProxy.repoint`); the remote client redials the *same* address, the
-  entry's, which now leads it to the new leader (README, "Entry members").
+  entry's, which now leads it to the new leader (docs/cloud.md, "Entry members").
 - **The client keeps its address** (issue 40): each connection the proxy opens to the
   relay starts with a keyed PROXY v2 header naming the remote client
   (`relay.wire.proxy_header`, made with the pool key), so the relay's per-address and

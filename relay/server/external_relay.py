@@ -1,4 +1,4 @@
-"""The site's own relay as this leader's child (`RELAY_KIND = exec`, DESIGN.md §16).
+"""The site's own relay as this leader's child (`RELAY_KIND = exec`, docs/design.md §16).
 
 `ExternalRelay` runs `RELAY_EXEC` (`stkconfig.parsed.ExecRelay`, the
 placeholders filled in for this epoch) while the relay runner serves, and:

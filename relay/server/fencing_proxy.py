@@ -1,4 +1,4 @@
-"""The fencing proxy: raw TCP to an external relay, only while the gate is open (DESIGN.md §16).
+"""The fencing proxy: raw TCP to an external relay, only while the gate is open (docs/design.md §16).
 
 A foreign relay binary (`RELAY_KIND = exec`) cannot fence itself: it listens
 on loopback only, and this proxy listens where the built-in relay would

@@ -37,9 +37,12 @@ import asyncio
 import ipaddress
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from relay.server.host import Host
+
+if TYPE_CHECKING:
+    from relay.server.connections import JsonPeer
 from relay.wire.proxy_header import NEED_MORE, Address, HeaderReader, Refused, Verified
 
 log = logging.getLogger("stkrelay.relay")
@@ -65,7 +68,7 @@ def shown(address: Address) -> str:
 class HeaderStage(asyncio.Protocol):
     """The protocol of one accepted connection until its first bytes are decided (module docstring)."""
 
-    def __init__(self, peer: Any, host: Host, key: str) -> None:
+    def __init__(self, peer: JsonPeer, host: Host[JsonPeer], key: str) -> None:
         self.peer, self.host, self.key = peer, host, key
         self.transport: asyncio.Transport | None = None
         self.reader: HeaderReader | None = None
@@ -182,6 +185,6 @@ class HeaderStage(asyncio.Protocol):
         self.peer.resume_writing()
 
 
-def staged(kind: Callable[[Host], Any], host: Host, key: str) -> HeaderStage:
+def staged(kind: Callable[[Host[JsonPeer]], JsonPeer], host: Host[JsonPeer], key: str) -> HeaderStage:
     """The protocol factory's product for a listener of peers `kind` (`RelayServer.listen_on`)."""
     return HeaderStage(kind(host), host, key)

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Collection
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from relay.server.routing import Router
+from relay.wire.legacy import LegacyDesk
 from relay.wire.server_connection import ServerConnection
 
 Successor = tuple[int | None, str | None, int | None]  # (epoch, ip, port) of ``leader_changed``
@@ -55,7 +56,11 @@ class Batch:
                 peer.transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
 
 
-class Host(Protocol):
+# The server's peers (`relay.server.connections.JsonPeer`): what a `Host` is handed back.
+P = TypeVar("P", bound=Peer, contravariant=True)
+
+
+class Host(Protocol[P]):
     """What a peer needs from the server that accepted it, and nothing more."""
 
     @property
@@ -76,6 +81,9 @@ class Host(Protocol):
     @property
     def successor(self) -> Successor | None: ...  # set once leadership is lost
 
+    @property
+    def legacy(self) -> LegacyDesk | None: ...  # old stations' desk, with RELAY_LEGACY on (relay.wire.legacy)
+
     def new_connection(
         self, *, roles: Collection[str], raw_mode: bool, nonce: str | None = None, peer: str = "?"
     ) -> ServerConnection:
@@ -84,23 +92,23 @@ class Host(Protocol):
         `peer`: its address, named in a refusal)."""
         ...
 
-    def admit(self, peer: Peer, address: str) -> bool: ...  # False: refuse it, no frame (relay.server.limits)
+    def admit(self, peer: P, address: str) -> bool: ...  # False: refuse it, no frame (relay.server.limits)
 
-    def readdress(self, peer: Peer, address: str, shown: str) -> bool: ...  # relay.server.forwarded
+    def readdress(self, peer: P, address: str, shown: str) -> bool: ...  # relay.server.forwarded
 
-    def header_refused(self, peer: Peer, cause: str, detail: str) -> None: ...  # its header did not verify
+    def header_refused(self, peer: P, cause: str, detail: str) -> None: ...  # its header did not verify
 
     def hold(self, address: str) -> bool: ...  # over its cap: wait for a header? (Admission)
 
     def unhold(self, address: str) -> None: ...
 
-    def admit_as(self, peer: Peer, address: str) -> None: ...  # its admit() counts it under `address`
+    def admit_as(self, peer: P, address: str) -> None: ...  # its admit() counts it under `address`
 
-    def joined(self, peer: Peer) -> None: ...  # it registered: it can no longer be evicted
+    def joined(self, peer: P) -> None: ...  # it registered: it can no longer be evicted
 
-    def attach(self, peer: Peer) -> None: ...  # a connection was accepted
+    def attach(self, peer: P) -> None: ...  # a connection was accepted
 
-    def detach(self, peer: Peer) -> None: ...  # it is gone
+    def detach(self, peer: P) -> None: ...  # it is gone
 
     def count(self, what: str) -> None: ...  # a connection closed by the server, by cause
 

@@ -1,4 +1,4 @@
-"""How many connections the relay holds, and whom it turns away (DESIGN.md §8, §5.4).
+"""How many connections the relay holds, and whom it turns away (docs/design.md §8, §5.4).
 
 Someone hostile on the LAN can open sockets faster than they time out. The
 relay bounds three numbers, each sized from the process's file limit (the

@@ -210,14 +210,14 @@ class ListenSet:
                 changed = True
                 log.info("relay: no longer listening on %s (%s)", host, state.address.why)
         for address in addresses:
-            state = self._states.get(address.host)
-            if state is not None and state.state == LISTENING:
-                state.address = address
+            known = self._states.get(address.host)
+            if known is not None and known.state == LISTENING:
+                known.address = address
                 continue
             try:
                 await self._open(address)
             except OSError as exc:
-                self._failed(address, state, exc)
+                self._failed(address, known, exc)
             else:
                 self._states[address.host] = _State(address, LISTENING, self.clock())
                 changed = True

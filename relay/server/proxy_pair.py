@@ -2,7 +2,7 @@
 
 Each `Direction` holds at most one chunk (`CHUNK`) the other side has not
 taken; the gate is asked before every send, and a shut gate closes the pair
-(DESIGN.md §16; the proxy's decisions are in `relay.server.fencing_proxy`).
+(docs/design.md §16; the proxy's decisions are in `relay.server.fencing_proxy`).
 
 Waiting for the upstream (the proxy's `redial_within`, 0 for none): a connect that is refused or
 times out is tried again every `REDIAL_EVERY`, to whatever the proxy's upstream is by then, until

@@ -1,4 +1,4 @@
-"""The relay's asyncio TCP servers: framed JSON and passthrough (DESIGN.md §8).
+"""The relay's asyncio TCP servers: framed JSON and passthrough (docs/design.md §8).
 
 One job: listen, and hold what the connections share (the routing table, the
 write batch, the counters, the leadership flag). Each connection is a peer of
@@ -37,7 +37,7 @@ Decisions worth knowing:
   `stop_listening()` add and remove others on the same two ports, as the
   runner's `relay.server.listen_set.ListenSet` says (loopback, a VIP while held).
   Leaving an address closes the connections accepted on it.
-- Keys (protocol 1.1, DESIGN §8): a client authenticates with the site
+- Keys (protocol 1.1, docs/design.md §8): a client authenticates with the site
   `token` or its station's credential (derived from `pool_key`, default
   `token`); `station_keys_only` refuses the site token. A station held by
   its credential cannot be taken over with the site token (`relay.server.routing`),
@@ -129,6 +129,7 @@ class RelayServer:
         max_per_address: int | None = None,
         bindings: StationBindings | None = None,
         legacy: LegacySettings | None = None,
+        successor: Callable[[], tuple[int, str, int] | None] | None = None,
     ) -> None:
         if not token:
             raise ValueError("token must not be empty")
@@ -141,6 +142,8 @@ class RelayServer:
         )
         self.bindings = bindings if bindings is not None else StationBindings()
         self.gate = gate
+        # Whom the gate names as the next leader (`relay.runner.gate.LeadershipGate.successor`), if it can.
+        self.successor_named = successor
         self.epoch = epoch
         self.legacy = LegacyDesk(legacy) if legacy is not None else None  # old stations (relay.wire.legacy)
         self.max_frame = max_frame
@@ -242,7 +245,7 @@ class RelayServer:
         """Asked before a registered peer's bytes are routed (`relay.server.connections`): the
         gate's deadline passes between two looks of the runner too, and a relay woken
         from a freeze finds in its sockets what clients sent meanwhile, which it must
-        not forward (DESIGN.md §15). A shut gate loses leadership here and now."""
+        not forward (docs/design.md §15). A shut gate loses leadership here and now."""
         if not self.leading:
             return False
         try:
@@ -258,9 +261,9 @@ class RelayServer:
     def _named_successor(self) -> tuple[int | None, str | None, int | None]:
         """Whom the gate names as the next leader (a handoff this agent wrote, `gate.successor()`,
         where the gate has one): the clients go there at once instead of looking for it."""
-        named = getattr(self.gate, "successor", None)
+        named = self.successor_named
         try:
-            found = named() if callable(named) else None
+            found = named() if named is not None else None
         except Exception:  # a hint only: without it the clients look for the leader themselves
             found = None
         return found if found is not None else (None, None, None)

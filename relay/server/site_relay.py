@@ -52,7 +52,7 @@ def install(ports: dict[int, int], host: str) -> None:
             raise OSError(f"site relay: an IPv6 bind of port {address[1]} cannot be moved to {host}")
         bind(self, where)
 
-    socket.socket.bind = moved_bind  # type: ignore[method-assign]
+    socket.socket.bind = moved_bind  # type: ignore[assignment]  # a patch of the socket class
 
 
 def source_of(argv: Sequence[str]) -> str | None:

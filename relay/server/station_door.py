@@ -120,7 +120,8 @@ class StationDoor(EntryRunner):
                 self.lan_error = why
                 return
             self.lan_error = ""
-            log.info("station door: listening on %s:%d for %s's relay", host, self.port, target.node)
+            log.info("station door: listening on %s:%d for %s's relay", host, self.port,
+                     target.node if target is not None else "?")  # fmt: skip
 
     def write_status(self) -> None:
         try:

@@ -1,4 +1,4 @@
-"""A remote client's stream through the tunnel, as the site's relay sees it (DESIGN.md §14).
+"""A remote client's stream through the tunnel, as the site's relay sees it (docs/design.md §14).
 
 - `StreamTransport`: one mux stream as the `asyncio.Transport` of a relay peer;
   `write()` never blocks: bytes wait in the stream's mux queue for the cloud's

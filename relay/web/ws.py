@@ -1,4 +1,4 @@
-"""WebSocket routes of the relay (DESIGN.md §8), as bridges into the relay.
+"""WebSocket routes of the relay (docs/design.md §8), as bridges into the relay.
 
 `/ws/relay/` carries the same JSON messages as the TCP port, one per text
 message, without the length prefix, same handshake. The consumer is a
@@ -146,7 +146,7 @@ class _Bridge(AsyncWebsocketConsumer):
         local = self.writer.get_extra_info("sockname")
         key = settings.STK.pool_key
         try:
-            return encode((client[0], int(client[1])), (server[0], int(server[1])), local[:2], key)  # type: ignore[index]
+            return encode((client[0], int(client[1])), (server[0], int(server[1])), local[:2], key)
         except (TypeError, ValueError, IndexError):  # no address (a unix socket, a test's scope), or no key
             return b""
 

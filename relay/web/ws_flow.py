@@ -1,4 +1,4 @@
-"""How much the web server holds for one WebSocket, and the bound on it (DESIGN.md §8).
+"""How much the web server holds for one WebSocket, and the bound on it (docs/design.md §8).
 
 A bridge (`relay.web.ws`) reads the relay as fast as the relay writes, so a reader
 that cannot keep up (a slow browser, a stopped tab, a hostile client that never

@@ -1,4 +1,4 @@
-"""Relay wire protocol v1/1.1 (DESIGN.md §8), sans-I/O: bytes in, events out.
+"""Relay wire protocol v1/1.1 (docs/design.md §8), sans-I/O: bytes in, events out.
 
 Vocabulary:
 
@@ -10,7 +10,7 @@ Vocabulary:
   token       the relay's site token; a station's credential is derived from
               the pool key (`auth.station_credential`)
   legacy      the old stations' register (`legacy`, RELAY_LEGACY = 1)
-  mux         many byte streams over one tunnel connection (`mux`, DESIGN.md §14)
+  mux         many byte streams over one tunnel connection (`mux`, docs/design.md §14)
   lease MAC   the cloud's check of a presented lease (`lease_mac`)
 
 No sockets, asyncio, clock reads or Django here (import-linter).

@@ -1,4 +1,4 @@
-"""The relay's keys and proofs (DESIGN.md §8, protocol 1.1): HMAC helpers, pure.
+"""The relay's keys and proofs (docs/design.md §8, protocol 1.1): HMAC helpers, pure.
 
 No sockets, asyncio, clock or Django; stdlib only. Every digest is hex
 HMAC-SHA256 over UTF-8 text, and every comparison is constant-time and
@@ -9,7 +9,7 @@ case-insensitive on the hex.
 - `station_credential`: the key of one station, derived from the pool key as
   ``HMAC(POOL_KEY, "station|" + kmsn + "|" + station)``. A client holding it
   may register as that station only (`relayctl credential STATION` prints it).
-- `cloud_key`: the key the cloud relay checks a tunnel's lease with (DESIGN.md
+- `cloud_key`: the key the cloud relay checks a tunnel's lease with (docs/design.md
   §14), ``HMAC(POOL_KEY, "cloud|" + kmsn)`` (`relayctl cloud-key` prints it).
   Derived one way, with its own prefix: its holder can make no pool record and
   no station credential.
@@ -26,6 +26,7 @@ import hashlib
 import hmac
 import os
 from collections.abc import Callable
+from typing import TypeGuard
 
 HEX = frozenset("0123456789abcdef")
 
@@ -47,7 +48,7 @@ def new_session_id(randbytes: Callable[[int], bytes] = os.urandom) -> str:
     return randbytes(8).hex()
 
 
-def is_nonce(value: object) -> bool:
+def is_nonce(value: object) -> TypeGuard[str]:
     """32 hex characters (either case): the shape of ``nonce`` and ``cnonce``."""
     return isinstance(value, str) and len(value) == 32 and set(value.lower()) <= HEX
 

@@ -1,4 +1,4 @@
-"""Client side of relay wire protocol v1/1.1 (DESIGN.md §8) as a sans-I/O core.
+"""Client side of relay wire protocol v1/1.1 (docs/design.md §8) as a sans-I/O core.
 
 No sockets, no asyncio, no clock reads, no Django: `relay.wire.server_connection` has the
 shape of the interface (and re-exports `ClientConnection`); this module has
@@ -39,6 +39,7 @@ from relay.wire.framing import (
     BAD_REQUEST,
     DEFAULT_MAX_FRAME,
     FramedConnection,
+    JsonObject,
     Reject,
     State,
 )
@@ -71,7 +72,7 @@ class ClientConnection(FramedConnection):
         raw_mode: bool = False,
         keepalive_acks: bool = False,
         cnonce: str | None = None,
-        extra: dict | Callable[[str], dict] | None = None,
+        extra: JsonObject | Callable[[str], JsonObject] | None = None,
     ) -> None:
         if cnonce is not None and not is_nonce(cnonce):
             raise ValueError(f"cnonce must be 32 hex characters, got {cnonce!r}")
@@ -89,7 +90,7 @@ class ClientConnection(FramedConnection):
         self.send({"type": "keepalive"})
 
     def send_message(self, data: object, *, to: str | None = None, id: object = None) -> None:
-        obj: dict = {"type": "send"}
+        obj: JsonObject = {"type": "send"}
         if to is not None:
             obj["to"] = to
         obj["data"] = data
@@ -101,7 +102,7 @@ class ClientConnection(FramedConnection):
         super()._reject(exc)
         self.state = State.CLOSED
 
-    def _handle(self, obj: dict) -> None:
+    def _handle(self, obj: JsonObject) -> None:
         kind = obj.get("type")
         if kind == "error":
             code, message = obj.get("code"), obj.get("message")
@@ -129,7 +130,7 @@ class ClientConnection(FramedConnection):
         else:
             self._events.append(Message(obj))
 
-    def _registered(self, kind: object, obj: dict) -> None:
+    def _registered(self, kind: object, obj: JsonObject) -> None:
         epoch, session = obj.get("epoch"), obj.get("session")
         if kind != "registered" or not is_int(epoch) or not isinstance(session, str):
             raise Reject(BAD_REQUEST, "expected a registered frame")
@@ -141,7 +142,7 @@ class ClientConnection(FramedConnection):
         self.state = State.OPEN
         self._events.append(Registered(self.role, self.kmsn, self.station, epoch, session))
 
-    def _hello(self, obj: dict) -> None:
+    def _hello(self, obj: JsonObject) -> None:
         epoch, node, nonce = obj.get("epoch"), obj.get("node"), obj.get("nonce")
         if obj.get("type") != "hello":
             raise Reject(BAD_REQUEST, "expected a hello frame")

@@ -1,4 +1,4 @@
-"""Relay wire protocol v1/1.1 (DESIGN.md §8): the constants and the events of the core.
+"""Relay wire protocol v1/1.1 (docs/design.md §8): the constants and the events of the core.
 
 Pure data shared by both ends of `relay.wire.server_connection` (`ServerConnection`) and
 `relay.wire.client_connection` (`ClientConnection`); `relay.wire.server_connection` re-exports all
@@ -8,9 +8,10 @@ of it. No sockets, asyncio, clock or Django.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from elections.core.stations import MAX_NAME, station_name
-from relay.wire.framing import ProtocolError, RawData
+from relay.wire.framing import JsonObject, ProtocolError, RawData
 
 MAGIC = "STKRELAY/1"
 REGISTER_TIMEOUT = 5.0
@@ -18,7 +19,7 @@ KEEPALIVE_INTERVAL = 10.0
 SILENCE_TIMEOUT = 3 * KEEPALIVE_INTERVAL
 JSON_ROLES = frozenset({"agent", "commander"})
 PASSTHROUGH_ROLES = frozenset({"publisher", "viewer"})
-TUNNEL_ROLE = "tunnel"  # a site's leader registering its tunnel at the cloud (DESIGN.md §14)
+TUNNEL_ROLE = "tunnel"  # a site's leader registering its tunnel at the cloud (docs/design.md §14)
 # Every name a register carries (station, KMSN; the tunnel's node) is a name as the pool's station
 # book takes it (`elections.core.stations.station_name`): 1..MAX_NAME characters, each printable
 # (`str.isprintable()`: no control, format, separator other than the space, or lone surrogate). The
@@ -45,7 +46,7 @@ class Registered:
 
 @dataclass(frozen=True, slots=True)
 class Message:
-    obj: dict
+    obj: JsonObject
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,21 +79,21 @@ class KeepaliveAck:
 Event = Hello | Registered | Message | RawData | ProtocolError | ErrorReceived | LeaderChanged | KeepaliveAck
 
 
-def is_int(value: object) -> bool:
+def is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def nonempty_str(value: object) -> bool:
+def nonempty_str(value: object) -> TypeGuard[str]:
     return isinstance(value, str) and value != ""
 
 
-def is_name(value: object) -> bool:
+def is_name(value: object) -> TypeGuard[str]:
     """A name the wire admits: a string of 1..`MAX_NAME` characters (code points), all printable."""
     return station_name(value) is not None
 
 
-def error_frame(code: str, message: str, id: object = None) -> dict:
-    obj = {"type": "error", "code": code, "message": message}
+def error_frame(code: str, message: str, id: object = None) -> JsonObject:
+    obj: JsonObject = {"type": "error", "code": code, "message": message}
     if id is not None:
         obj["id"] = id
     return obj

@@ -1,4 +1,4 @@
-"""Framing for relay wire protocol v1 (DESIGN.md §8): the byte-level half.
+"""Framing for relay wire protocol v1 (docs/design.md §8): the byte-level half.
 
 A frame is a 4-byte unsigned big-endian length ``N`` followed by ``N`` bytes of
 UTF-8 JSON whose top level is an object, with ``1 <= N <= max_frame``.
@@ -35,8 +35,12 @@ import enum
 import json
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from elections.core.untrusted import encodable, may_hold_surrogate
+
+# A frame as decoded: a JSON object, whose values the connection checks field by field.
+JsonObject = dict[str, Any]
 
 DEFAULT_MAX_FRAME = 1 << 20
 HEADER_SIZE = 4
@@ -116,7 +120,7 @@ class RawData:
     data: bytes
 
 
-def encode_frame(obj: dict, *, max_frame: int | None = None) -> bytes:
+def encode_frame(obj: JsonObject, *, max_frame: int | None = None) -> bytes:
     """Frame `obj` as compact JSON (UTF-8, no whitespace, keys in insertion order).
 
     Strings holding lone surrogates, which UTF-8 cannot carry, are written as
@@ -128,7 +132,7 @@ def encode_frame(obj: dict, *, max_frame: int | None = None) -> bytes:
     return len(payload).to_bytes(HEADER_SIZE, "big") + payload
 
 
-def encode_payload(obj: dict, *, max_frame: int | None = None) -> bytes:
+def encode_payload(obj: JsonObject, *, max_frame: int | None = None) -> bytes:
     """`encode_frame` without the length header: the JSON text of one message."""
     if not isinstance(obj, dict):
         raise PayloadError(f"a frame carries a JSON object, not {type(obj).__name__}")
@@ -180,7 +184,7 @@ def _finite_float(text: str) -> float:
 _DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
 
 
-def decode_payload(payload: bytes) -> dict | ProtocolError:  # the relay's hot path
+def decode_payload(payload: bytes) -> JsonObject | ProtocolError:  # the relay's hot path
     """Decode one frame's payload into a dict, or the `ProtocolError` it deserves."""
     try:
         text = payload.decode("utf-8")
@@ -213,7 +217,7 @@ class FrameDecoder:
         self.error: ProtocolError | None = None
         self._buf = bytearray()
         self._length: int | None = None  # payload length, once the header is read
-        self._events: list[dict | ProtocolError] = []
+        self._events: list[JsonObject | ProtocolError] = []
 
     @property
     def failed(self) -> bool:
@@ -263,7 +267,7 @@ class FrameDecoder:
                     self._events.append(item)
         return pos
 
-    def events(self) -> list[dict | ProtocolError]:
+    def events(self) -> list[JsonObject | ProtocolError]:
         """Return and forget the frames (and the error, if any) decoded so far."""
         events, self._events = self._events, []
         return events
@@ -290,7 +294,7 @@ class FramedConnection:
         self.raw_mode = raw_mode
         self.state = state
         self._decoder = FrameDecoder(max_frame)
-        self._events: list = []
+        self._events: list[object] = []  # relay.wire.events.Event (which imports this module)
         self._out = bytearray()
 
     @property
@@ -323,7 +327,7 @@ class FramedConnection:
         """The peer closed its side; nothing more will be accepted."""
         self.state = State.CLOSED
 
-    def events_received(self) -> list:
+    def events_received(self) -> list[object]:
         """Return and forget the events produced since the last call."""
         events, self._events = self._events, []
         return events
@@ -338,7 +342,7 @@ class FramedConnection:
         """True once the transport should flush `data_to_send()` and close."""
         return self.state is State.CLOSED
 
-    def send(self, obj: dict) -> None:
+    def send(self, obj: JsonObject) -> None:
         """Frame `obj` for the peer (only while OPEN and not in raw mode)."""
         if self.state is not State.OPEN or self.raw_mode:
             raise InvalidState(f"cannot send frames in state {self.state.name}, raw={self.raw_mode}")
@@ -350,14 +354,14 @@ class FramedConnection:
             raise InvalidState(f"cannot send raw bytes in state {self.state.name}")
         self._out += data
 
-    def _frame(self, obj: dict) -> None:
+    def _frame(self, obj: JsonObject) -> None:
         """Queue a control frame, whatever the state (callers check `_can_frame`)."""
         self._out += encode_frame(obj)
 
     def _can_frame(self) -> bool:
         return self.state is not State.CLOSED and not (self.state is State.OPEN and self.raw_mode)
 
-    def _handle(self, obj: dict) -> None:
+    def _handle(self, obj: JsonObject) -> None:
         raise NotImplementedError
 
     def _reject(self, exc: Reject, id: object = None) -> None:

@@ -1,4 +1,4 @@
-"""The lease MAC the cloud can check (DESIGN.md §14). Pure.
+"""The lease MAC the cloud can check (docs/design.md §14). Pure.
 
 The cloud holds no pool key, so it cannot check a lease's ``sig``. It is given,
 per site, ``K_cloud`` = HMAC(``POOL_KEY``, "cloud|" + KMSN)

@@ -2,8 +2,8 @@
 
 The site's Harbour agents and commanders speak ``relay_client.prg``'s framing:
 the same 4-byte big-endian length and one JSON object per frame as protocol v1
-(DESIGN.md §8), with the old relay's MAGIC and no HMAC handshake. The exchange
-below is our reading of the seed (000 §2, §5), written down in the README
+(docs/design.md §8), with the old relay's MAGIC and no HMAC handshake. The exchange
+below is our reading of the seed (000 §2, §5), written down in docs/relay.md
 ("Legacy stations") as an ASSUMPTION to confirm on a real site:
 
 1. The station connects and speaks first; it never waits for a greeting.
@@ -41,11 +41,11 @@ import hashlib
 import hmac
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from relay.wire.auth import station_credential
 from relay.wire.events import MAGIC, NAME_RULE, Registered, is_name, nonempty_str
-from relay.wire.framing import BAD_AUTH, BAD_REQUEST, NOT_LEADER, WRONG_KMSN, Reject, State
+from relay.wire.framing import BAD_AUTH, BAD_REQUEST, NOT_LEADER, WRONG_KMSN, JsonObject, Reject, State
 from relay.wire.server_connection import STATION_KEYS_ONLY, ServerConnection
 
 DEFAULT_WAIT = 0.3  # seconds the relay holds its hello for a station that speaks first
@@ -122,7 +122,7 @@ class LegacyServerConnection(ServerConnection):
         if not self.spoke_first:
             self.greet()
 
-    def _register(self, obj: dict) -> None:
+    def _register(self, obj: JsonObject) -> None:
         magic = obj.get("magic")
         if isinstance(magic, str) and same_secret(self.legacy_magic, magic):
             self.legacy = True
@@ -130,7 +130,7 @@ class LegacyServerConnection(ServerConnection):
         else:
             super()._register(obj)
 
-    def _register_legacy(self, obj: dict) -> None:
+    def _register_legacy(self, obj: JsonObject) -> None:
         if obj.get("type") != "register":
             raise Reject(BAD_REQUEST, "expected a register frame")
         role, kmsn, station, token = (obj.get(k) for k in ("role", "kmsn", "station", "token"))
@@ -162,6 +162,19 @@ class LegacyServerConnection(ServerConnection):
         self._events.append(registration)
 
 
+class CountedPeer(Protocol):
+    """What the desk's snapshot reads of a server's peer (`relay.server.connections.JsonPeer`)."""
+
+    @property
+    def legacy(self) -> bool: ...  # registered with the legacy magic
+
+    @property
+    def registered(self) -> bool: ...
+
+    @property
+    def dead(self) -> bool: ...
+
+
 @dataclass
 class LegacyDesk:
     """What the relay keeps about old stations: the settings and the counters.
@@ -184,8 +197,8 @@ class LegacyDesk:
         self.refused[code] = self.refused.get(code, 0) + 1
         return sum(self.refused.values())
 
-    def snapshot(self, peers: Iterable[Any]) -> dict[str, Any]:
-        live = sum(1 for p in peers if getattr(p, "legacy", False) and p.registered and not p.dead)
+    def snapshot(self, peers: Iterable[CountedPeer]) -> dict[str, Any]:
+        live = sum(1 for p in peers if p.legacy and p.registered and not p.dead)
         return {
             "enabled": True,
             "wait_s": self.settings.wait,

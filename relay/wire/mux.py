@@ -1,4 +1,4 @@
-"""The tunnel's stream multiplexer (DESIGN.md §14): many byte streams over one connection.
+"""The tunnel's stream multiplexer (docs/design.md §14): many byte streams over one connection.
 
 Pure, sans-I/O like `relay.wire.server_connection`: no sockets, asyncio or clock. Each end of
 a tunnel holds one `Mux`; the transport feeds it the bytes it reads
@@ -46,7 +46,7 @@ import json
 from collections import deque
 from dataclasses import dataclass, field
 
-from relay.wire.framing import ProtocolError, decode_payload
+from relay.wire.framing import JsonObject, ProtocolError, decode_payload
 
 OPEN, DATA, CREDIT, CLOSE, PING, PONG, CONTROL = 1, 2, 3, 4, 5, 6, 7
 KINDS = frozenset({OPEN, DATA, CREDIT, CLOSE, PING, PONG, CONTROL})
@@ -61,7 +61,7 @@ STREAM_KINDS = frozenset({"json", "raw"})
 @dataclass(frozen=True, slots=True)
 class StreamOpened:
     stream: int
-    meta: dict
+    meta: JsonObject
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +85,7 @@ class Writable:
 
 @dataclass(frozen=True, slots=True)
 class Control:
-    obj: dict
+    obj: JsonObject
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +96,9 @@ class Pong:
 @dataclass(frozen=True, slots=True)
 class MuxError:
     message: str
+
+
+MuxEvent = StreamOpened | StreamData | StreamClosed | Writable | Control | Pong | MuxError
 
 
 @dataclass
@@ -113,7 +116,7 @@ def frame(kind: int, stream: int, payload: bytes = b"") -> bytes:
     return bytes([kind]) + stream.to_bytes(4, "big") + len(payload).to_bytes(4, "big") + payload
 
 
-def _json(obj: dict) -> bytes:
+def _json(obj: JsonObject) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode()
 
 
@@ -131,10 +134,10 @@ class Mux:
         self.bytes_in = self.bytes_out = 0
         self._buf = bytearray()
         self._out = bytearray()
-        self._events: list = []
+        self._events: list[MuxEvent] = []
 
     # -- output ----------------------------------------------------------------------
-    def open(self, meta: dict) -> int:
+    def open(self, meta: JsonObject) -> int:
         """Open a new stream (opener only); returns its id."""
         if not self.opener:
             raise ValueError("only the opening end opens streams")
@@ -174,7 +177,7 @@ class Mux:
         if self.streams.pop(stream, None) is not None:
             self._out += frame(CLOSE, stream, _json({"reason": reason[:200]}))
 
-    def control(self, obj: dict) -> None:
+    def control(self, obj: JsonObject) -> None:
         self._out += frame(CONTROL, 0, _json(obj))
 
     def ping(self) -> None:
@@ -186,7 +189,7 @@ class Mux:
         self.bytes_out += len(out)
         return out
 
-    def events_received(self) -> list:
+    def events_received(self) -> list[MuxEvent]:
         events, self._events = self._events, []
         return events
 
@@ -304,7 +307,7 @@ class Mux:
                 self.stale_frames += 1  # closed meanwhile: a CLOSE crossed it
         return s
 
-    def _object(self, payload: bytes) -> dict | None:
+    def _object(self, payload: bytes) -> JsonObject | None:
         obj = decode_payload(payload)  # the frames' parser: a lone surrogate is no object either
         if isinstance(obj, ProtocolError):
             self._fail(f"a control payload is not a JSON object ({obj.message[:120]})")

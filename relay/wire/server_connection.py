@@ -1,4 +1,4 @@
-"""Relay wire protocol v1 and 1.1 (DESIGN.md §8) as a sans-I/O core.
+"""Relay wire protocol v1 and 1.1 (docs/design.md §8) as a sans-I/O core.
 
 No sockets, no asyncio, no clock reads, no Django: bytes in, events out, in
 the manner of python-websockets' ``protocol.py``. A transport feeds what it
@@ -99,6 +99,7 @@ from relay.wire.framing import (
     TIMEOUT,
     WRONG_KMSN,
     FramedConnection,
+    JsonObject,
     Reject,
     State,
 )
@@ -207,7 +208,7 @@ class ServerConnection(FramedConnection):
         else:
             self._frame(error_frame(exc.code, exc.message, id))
 
-    def _handle(self, obj: dict) -> None:
+    def _handle(self, obj: JsonObject) -> None:
         if self.state is State.AWAIT_REGISTER:
             self._register(obj)
             return
@@ -222,7 +223,7 @@ class ServerConnection(FramedConnection):
         else:
             raise Reject(BAD_REQUEST, f"unknown message type {kind[:64]!r}", fatal=False)
 
-    def _check_send(self, obj: dict) -> None:
+    def _check_send(self, obj: JsonObject) -> None:
         if "data" not in obj:
             raise Reject(BAD_REQUEST, "send lacks 'data'")
         to = obj.get("to")
@@ -231,7 +232,7 @@ class ServerConnection(FramedConnection):
         if to is not None and not nonempty_str(to):
             raise Reject(BAD_REQUEST, "'to' must be a non-empty string")
 
-    def _register(self, obj: dict) -> None:
+    def _register(self, obj: JsonObject) -> None:
         if obj.get("type") != "register":
             raise Reject(BAD_REQUEST, "expected a register frame")
         if obj.get("magic") != MAGIC:

@@ -8,8 +8,8 @@
     relayctl promote NODE            relayctl pause | resume
     relayctl plan [NODE]             the dry-run ActionPlan for NODE taking the next epoch
     relayctl doctor                  checks of the share, signatures, clocks, relays, where each address is
-    relayctl credential STATION      the station's relay credential (DESIGN.md §8), from POOL_KEY
-    relayctl cloud-key [KMSN]        the site's LEASE_KEY for the cloud's cloud.ini (DESIGN.md §14)
+    relayctl credential STATION      the station's relay credential (docs/design.md §8), from POOL_KEY
+    relayctl cloud-key [KMSN]        the site's LEASE_KEY for the cloud's cloud.ini (docs/design.md §14)
     relayctl credential --all        one credential per known station (members, stations seen registering)
     relayctl unbind STATION          reset a station's binding to its credential (the site token works again)
     relayctl tls                     the SHA-256 of this agent's panel certificate, and the members'
@@ -160,7 +160,7 @@ class Command(OperatorCommand):
         "the pool; 4 stale epoch; 5 stale view (older than HEARTBEAT_TTL; --stale-ok shows it)."
     )
 
-    def add_arguments(self, parser):  # type: ignore[no-untyped-def]
+    def add_arguments(self, parser):
         """One sub-command per action, each with its own help (`relayctl list --help`) and only
         its options; the output options are taken before the action too (`relayctl -o json list`)."""
         output_options(parser, top=True)
@@ -281,7 +281,8 @@ class Command(OperatorCommand):
     def do_plan(self, o: dict[str, Any]) -> int:
         from django.conf import settings
 
-        from elections.core.actions import action_config, plan_for
+        from elections.core.action_config import action_config
+        from elections.core.actions import plan_for
 
         epoch = (_pool().epoch or 0) + 1
         node = o["node"] or settings.STK.node

@@ -5,7 +5,7 @@ WEB_PLAIN = 1), the lease worker (Celery, solo, queue `lease`) with its beat on
 a thread, and the standby relay (no Django), supervised as one process group. SIGTERM stops it
 within 5 s, releasing the lease first if this agent leads (and saying so with
 three `resign` beacons). With beacons on (`BEACON_INTERVAL` > 0) it holds the
-TCP liveness port `NODE_IP:BEACON_PORT` (DESIGN.md §13): its death, which
+TCP liveness port `NODE_IP:BEACON_PORT` (docs/design.md §13): its death, which
 kills every child (`runtime.supervisor`), is what followers may act on early.
 
 It does not wait for its Redis (`REDIS_URL`, local to the agent): every child starts at
@@ -41,10 +41,10 @@ class Command(BaseCommand):
     help = "Run one stkrelay agent (web, lease worker with beat, relay while leader)."
     requires_system_checks: list[str] = []  # config problems: one line each, below
 
-    def add_arguments(self, parser):  # type: ignore[no-untyped-def]
+    def add_arguments(self, parser):
         parser.add_argument("--ini", help="the agent's stk.ini (default: $STK_INI)")
 
-    def execute(self, *args, **options):  # type: ignore[no-untyped-def]
+    def execute(self, *args, **options):
         # Settings are built from the ini named here: point STK_INI at it and
         # re-exec before Django reads settings, so children inherit the same.
         ini = options.get("ini")
@@ -53,7 +53,7 @@ class Command(BaseCommand):
             os.execv(sys.executable, [sys.executable, *sys.argv])
         return super().execute(*args, **options)
 
-    def handle(self, *args, **options):  # type: ignore[no-untyped-def]
+    def handle(self, *args, **options):
         from django.conf import settings
         from django.core.management import call_command
 
@@ -86,7 +86,7 @@ class Command(BaseCommand):
         code = sup.run()
         # Every child is gone. A thread of ours may still be blocked on a hung share (the lease
         # hand-over given up on): end at once instead of finalising the interpreter around it,
-        # which costs the stop budget (DESIGN.md §11) for nothing.
+        # which costs the stop budget (docs/design.md §11) for nothing.
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()
@@ -109,7 +109,7 @@ class Command(BaseCommand):
             )
 
     def _hold_liveness_port(self, stk: Config, env: dict[str, str]) -> None:
-        """The TCP liveness port (DESIGN.md §13), before any child starts: none may inherit it."""
+        """The TCP liveness port (docs/design.md §13), before any child starts: none may inherit it."""
         from elections.ports.liveness_port import LivenessPort
 
         try:
@@ -166,7 +166,7 @@ def _children(stk: Config, cert: WebCert | None) -> list[Any]:
     py = sys.executable
     if cert is None:
         web_endpoint = ["-b", stk.node_ip, "-p", str(stk.web_port)]
-    else:  # HTTPS (DESIGN.md §10): Daphne's Twisted TLS endpoint
+    else:  # HTTPS (docs/design.md §10): Daphne's Twisted TLS endpoint
         web_endpoint = ["-e", cert.endpoint(stk.node_ip, stk.web_port)]
     data = Path(stk.data_dir)
     celery = [py, "-m", "celery", "-A", "stkrelay.celery"]
@@ -177,7 +177,7 @@ def _children(stk: Config, cert: WebCert | None) -> list[Any]:
                           "--log-max-bytes", str(stk.log_max_bytes),
                           "--log-backups", str(stk.log_backups),
                           *web_endpoint, "stkrelay.asgi:application"]),
-        # The lease queue has its own solo worker, prefetch 1 (DESIGN.md §12), and the agent's
+        # The lease queue has its own solo worker, prefetch 1 (docs/design.md §12), and the agent's
         # one beat on a thread of it (schedule in memory, no schedule file).
         ChildSpec("worker", [*celery, "worker", "-P", "solo", "-Q", "lease", "-n", f"lease@{stk.node}",
                              "--prefetch-multiplier", "1", "--without-gossip", "--without-mingle",
@@ -186,7 +186,7 @@ def _children(stk: Config, cert: WebCert | None) -> list[Any]:
         # start_relay action of a won epoch, stops itself 0.1-0.2 s after losing; restarted if it dies.
         ChildSpec("relay", [py, "-m", "stkrelay.child", "relay.runner", "--standby"], standby=True),
     ]  # fmt: skip
-    if stk.entry:  # the router's port-forward reaches this member (relay/server/entry.py, DESIGN.md §14.1)
+    if stk.entry:  # the router's port-forward reaches it (relay/server/entry.py, docs/design.md §14.1)
         specs.append(ChildSpec("entry", [py, "-m", "stkrelay.child", "relay.server.entry"]))
     if door_hosts(stk.node_ip, stk.relay_loopback, stk.relay_forward):  # stations' 127.0.0.1 (issue 36)
         specs.append(ChildSpec("door", [py, "-m", "stkrelay.child", "relay.server.station_door"]))

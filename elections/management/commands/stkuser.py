@@ -42,7 +42,7 @@ PASSWORD_ENV = "STK_USER_PASSWORD"
 class Command(OperatorCommand):
     help = "Manage panel users (roles viewer/operator) and API tokens."
 
-    def add_arguments(self, parser):  # type: ignore[no-untyped-def]
+    def add_arguments(self, parser):
         parser.add_argument(
             "verb", choices=["add", "role", "passwd", "token", "revoke", "disable", "enable", "list"]
         )
@@ -56,7 +56,7 @@ class Command(OperatorCommand):
         parser.add_argument("--password", help="refused: visible to other users in `ps`; use --password-file")
         parser.add_argument("--label", default="", help="a label for the token")
 
-    def handle(self, *args, verb, name, role, password, password_file, label, **options):  # type: ignore[no-untyped-def]
+    def handle(self, *args, verb, name, role, password, password_file, label, **options):
         make_safe(self)  # user names and labels are printed escaped (elections.ports.terminal)
         if password is not None:
             self.stderr.write(
@@ -130,7 +130,7 @@ class Command(OperatorCommand):
             raise CommandError(f"no password on stdin (or use --password-file PATH, or ${PASSWORD_ENV})")
         return line.rstrip("\r\n")
 
-    def _set_password(self, user, secret: str) -> None:  # type: ignore[no-untyped-def]
+    def _set_password(self, user, secret: str) -> None:
         try:
             validate_password(secret, user)
         except ValidationError as exc:
@@ -138,6 +138,6 @@ class Command(OperatorCommand):
         user.set_password(secret)
         user.save()
 
-    def _set_role(self, user, role: str) -> None:  # type: ignore[no-untyped-def]
+    def _set_role(self, user, role: str) -> None:
         user.groups.remove(*Group.objects.filter(name__in=list(ROLES)))
         user.groups.add(Group.objects.get(name=role))

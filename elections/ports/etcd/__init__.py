@@ -1,4 +1,4 @@
-"""The pool on etcd v3 (`LEASE_STORE = etcd`, DESIGN.md §5.2): the same signed
+"""The pool on etcd v3 (`LEASE_STORE = etcd`, docs/design.md §5.2): the same signed
 records as on the share, kept under one key prefix.
 
     client.py   EtcdClient: several endpoints, a deadline on every call, failover, TLS, capped answers

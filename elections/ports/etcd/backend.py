@@ -1,4 +1,4 @@
-"""`EtcdBackend`: the backend port on etcd v3 (DESIGN.md §5.2), under one pool's
+"""`EtcdBackend`: the backend port on etcd v3 (docs/design.md §5.2), under one pool's
 prefix (`EtcdPool`):
 
     lease             pool/leader          on an etcd lease while held
@@ -46,6 +46,7 @@ from elections.ports.backend import (
     Claimed,
     Got,
     Listing,
+    Refuse,
     WriteOutcome,
     log_only,
     poll_wait,
@@ -71,17 +72,20 @@ def key_of(key: str) -> str:
     raise KeyError(f"no etcd key for record {key!r}")
 
 
+C = TypeVar("C", Got, Listing)
+
+
 class EtcdBackend:
     counter_key = EPOCH_KEY
     reads_one_by_one = False  # one range reads every member
     record_end = b""
 
-    def __init__(self, pool: EtcdPool, node: str, watch: bool = True) -> None:
+    def __init__(self, pool: EtcdPool, node: str, watch: bool = True, refuse: Refuse = log_only) -> None:
         self.pool = pool
         self.client = pool.client
         self.node = node
         self.where = pool.describe()
-        self.refuse: Callable[..., None] = log_only
+        self.refuse = refuse  # the record layer's count-and-log (`backend.counted`)
         self.watcher = pool.watching() if watch else None
         self._listening = False  # told of revoked leases once it holds one (short-lived readers never are)
         self._held = 0  # the etcd lease under the record this client wrote as holder
@@ -132,7 +136,7 @@ class EtcdBackend:
         since = cached[0] if cached is not None else w.generation["lease"]
         return w.wait_change("lease", since, max(0.0, timeout))
 
-    def _cached(self, part: str, cache: tuple[int, float, Any] | None) -> Any:
+    def _cached(self, part: str, cache: tuple[int, float, C] | None) -> C | None:
         w = self.watcher
         if cache is None or w is None or not w.connected:
             return None
@@ -303,7 +307,7 @@ class EtcdBackend:
         """The `Date` of one answer (a read of this member's own key) against this
         clock before and after the call."""
         self.pool.get(key_of(key), 16 << 10)
-        sent, received, date = getattr(self.client, "answered", (0.0, 0.0, ""))
+        sent, received, date = self.client.answered
         try:
             server = parsedate_to_datetime(date).timestamp()
         except (TypeError, ValueError, IndexError):

@@ -1,5 +1,5 @@
 """One pool's way to etcd: several members, a deadline on every call, failover,
-TLS, and bounded answers (DESIGN.md §5.2).
+TLS, and bounded answers (docs/design.md §5.2).
 
 Built on `etcd3gw` (the v3 HTTP/JSON gateway) rather than `aetcd` (asyncio and
 gRPC): the `LeaseStore` port is synchronous and is called from the Celery
@@ -125,6 +125,7 @@ class EtcdClient:
         self.revision = 0  # the highest cluster revision any answer carried
         self.last_member = ""  # the endpoint that answered last
         self.failovers = 0  # times a call moved on to another member
+        self.answered: tuple[float, float, str] = (0.0, 0.0, "")  # the last answer: sent, received, its Date
 
     def url_of(self, i: int, path: str) -> str:
         return self._members[i].get_url(path)
@@ -132,7 +133,9 @@ class EtcdClient:
     def session(self, i: int) -> Any:
         return self._members[i].session
 
-    def call(self, path: str, body: dict[str, Any], cap: int = SMALL, timeout: float | None = None) -> dict:
+    def call(
+        self, path: str, body: dict[str, Any], cap: int = SMALL, timeout: float | None = None
+    ) -> dict[str, Any]:
         """POST `body` to `path` on the first member that can answer, within the deadline."""
         budget = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + budget
@@ -173,7 +176,7 @@ class EtcdClient:
         why = "; ".join(errors[-3:]) or "no time left"
         raise StoreUnavailable(f"etcd did not answer within {budget:g} s ({why})")
 
-    def _post(self, i: int, path: str, body: dict[str, Any], cap: int, timeout: float) -> dict:
+    def _post(self, i: int, path: str, body: dict[str, Any], cap: int, timeout: float) -> dict[str, Any]:
         import requests
 
         sent = time.time()
@@ -209,14 +212,14 @@ class EtcdClient:
         raise Refused(code, message)
 
     # -- the calls the store makes -------------------------------------------------
-    def range(self, key: str, end: str | None = None, cap: int = SMALL, **opts: Any) -> dict:
+    def range(self, key: str, end: str | None = None, cap: int = SMALL, **opts: Any) -> dict[str, Any]:
         body: dict[str, Any] = {"key": b64(key), **opts}
         if end is not None:
             body["range_end"] = b64(end)
         return self.call("kv/range", body, cap=cap)
 
-    def txn(self, compare: list[dict], success: list[dict], failure: list[dict] | None = None,
-            cap: int = SMALL) -> dict:  # fmt: skip
+    def txn(self, compare: list[dict[str, Any]], success: list[dict[str, Any]],
+            failure: list[dict[str, Any]] | None = None, cap: int = SMALL) -> dict[str, Any]:  # fmt: skip
         return self.call(
             "kv/txn", {"compare": compare, "success": success, "failure": failure or []}, cap=cap
         )
@@ -229,7 +232,8 @@ class EtcdClient:
     def keepalive(self, lease: int) -> int:
         """Refresh `lease`; its TTL now, or ≤ 0 if etcd no longer has it."""
         doc = self.call("lease/keepalive", {"ID": lease})
-        result = doc.get("result") if isinstance(doc.get("result"), dict) else doc
+        result = doc.get("result")
+        result = result if isinstance(result, dict) else doc
         return as_int(result.get("TTL")) if "TTL" in result else -1
 
     def time_to_live(self, lease: int) -> tuple[int, int]:
@@ -243,11 +247,11 @@ class EtcdClient:
         except LeaseNotFound:
             pass
 
-    def status(self, i: int, timeout: float) -> dict:
+    def status(self, i: int, timeout: float) -> dict[str, Any]:
         """One member's own status (its leader, raft term, revision), no failover."""
         return self._post(i, "maintenance/status", {}, SMALL, timeout)
 
-    def member_list(self) -> list[dict]:
+    def member_list(self) -> list[dict[str, Any]]:
         doc = self.call("cluster/member/list", {})
         members = doc.get("members")
         return [m for m in members if isinstance(m, dict)] if isinstance(members, list) else []
@@ -269,25 +273,25 @@ def _read_capped(resp: Any, cap: int, deadline: float) -> bytes:
     return b"".join(parts)
 
 
-def put(key: str, value: bytes, lease: int = 0) -> dict:
+def put(key: str, value: bytes, lease: int = 0) -> dict[str, Any]:
     op: dict[str, Any] = {"key": b64(key), "value": b64(value)}
     if lease:
         op["lease"] = lease
     return {"request_put": op}
 
 
-def delete(key: str) -> dict:
+def delete(key: str) -> dict[str, Any]:
     return {"request_delete_range": {"key": b64(key)}}
 
 
-def mod_is(key: str, revision: int) -> dict:
+def mod_is(key: str, revision: int) -> dict[str, Any]:
     """Compare: the key's mod_revision is `revision` (0: the key does not exist)."""
     return {"key": b64(key), "target": "MOD", "result": "EQUAL", "mod_revision": revision}
 
 
-def created_at(key: str, revision: int) -> dict:
+def created_at(key: str, revision: int) -> dict[str, Any]:
     return {"key": b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": revision}
 
 
-def get(key: str) -> dict:
+def get(key: str) -> dict[str, Any]:
     return {"request_range": {"key": b64(key)}}

@@ -1,4 +1,4 @@
-"""`EtcdEvents`: the event streams of the backend port on etcd (DESIGN.md §6,
+"""`EtcdEvents`: the event streams of the backend port on etcd (docs/design.md §6,
 §5.4): one key per event line, `events/<node>/<seq>`, the same lines as a
 share's `events/<node>.jsonl` holds. The rules of a line are the event record
 layer's (`event_records`); `EtcdEventSink` and `EtcdEventTail` are it over

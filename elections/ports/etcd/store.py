@@ -1,4 +1,4 @@
-"""`EtcdLeaseStore`: the `LeaseStore` port on etcd v3 (DESIGN.md §5.2): the
+"""`EtcdLeaseStore`: the `LeaseStore` port on etcd v3 (docs/design.md §5.2): the
 record layer (`records.PoolStore`: the same records, signatures and refusals
 as on the share, §5.1, §5.4) over `EtcdBackend` (transactions on
 `mod_revision`, the epoch counter, the record bound to an etcd lease).
@@ -7,6 +7,7 @@ as on the share, §5.1, §5.4) over `EtcdBackend` (transactions on
 from __future__ import annotations
 
 from elections.core.evidence import Refusals
+from elections.ports.backend import counted
 from elections.ports.clock import Clock
 from elections.ports.etcd.backend import EtcdBackend
 from elections.ports.etcd.pool import EtcdPool
@@ -20,7 +21,9 @@ class EtcdLeaseStore(PoolStore):
         self, pool: EtcdPool, pool_key: str, node: str, clock: Clock, refusals: Refusals | None = None,
         watch: bool = True,
     ) -> None:  # fmt: skip
-        super().__init__(EtcdBackend(pool, node, watch=watch), pool_key, node, clock, refusals)
+        refusals = refusals if refusals is not None else Refusals()
+        backend = EtcdBackend(pool, node, watch=watch, refuse=counted(refusals, clock, pool.describe()))
+        super().__init__(backend, pool_key, node, clock, refusals)
         self.pool = pool
 
     @property

@@ -1,5 +1,5 @@
 """A watch on one pool's prefix, on a thread of its own: it says *when* to read,
-never *what* is there (DESIGN.md §5.2: watches instead of polling).
+never *what* is there (docs/design.md §5.2: watches instead of polling).
 
 Every change under the prefix bumps a generation counter of its part (`lease`,
 `members`, `events`); a reader remembers the generation it last read at and

@@ -10,7 +10,7 @@ other machines) see whole or not at all.
 share's lock): the same whole temp file, then `link()` — or, where the file
 system has no hard links, `renameat2(RENAME_NOREPLACE)` — to the target,
 which fails if anything is there. The target never exists half written, so a
-reader that finds a lock that is not whole knows it is junk (DESIGN.md §5.1).
+reader that finds a lock that is not whole knows it is junk (docs/design.md §5.1).
 """
 
 from __future__ import annotations

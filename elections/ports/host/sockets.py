@@ -1,5 +1,5 @@
 """Sockets on this host that need an OS option: a UDP port shared by several
-processes (Linux `SO_REUSEPORT`; never `SO_REUSEADDR` for UDP, DESIGN §12)."""
+processes (Linux `SO_REUSEPORT`; never `SO_REUSEADDR` for UDP, docs/design.md §12)."""
 
 from __future__ import annotations
 

@@ -99,7 +99,7 @@ def writer(kmsn: str, node: str) -> str:
 def _keys() -> dict[str, str]:
     """KMSN -> the key its published rows verify with (every watched pool has its own)."""
     stk = settings.STK
-    return {stk.kmsn: stk.pool_key, **{w.kmsn: w.pool_key for w in getattr(stk, "watched", [])}}
+    return {stk.kmsn: stk.pool_key, **{w.kmsn: w.pool_key for w in stk.watched}}
 
 
 def published_entries() -> dict[str, list[audit.AuditEntry]]:
@@ -166,7 +166,7 @@ def pool_chains(published: dict[str, list[audit.AuditEntry]]) -> list[tuple[str,
 @panel_view
 def audit_log(request: HttpRequest) -> HttpResponse:
     published = published_entries()
-    rows, filters = audit_rows(request.GET, published)  # type: ignore[arg-type]
+    rows, filters = audit_rows(request.GET, published)
     page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
     ctx = base_context(
         request,

@@ -1,4 +1,4 @@
-"""What `relayctl doctor` says of the outside entry (issue 26 part 1, DESIGN.md §14.1): which
+"""What `relayctl doctor` says of the outside entry (issue 26 part 1, docs/design.md §14.1): which
 members are entries and where (their heartbeats' ``entry``), how many remote sessions each had
 at its last heartbeat, and, on an entry member, its own entry process (``DATA_DIR/entry.json``,
 `relay.server.entry`). The site page shows the same (`panel/_site_entry.html`)."""

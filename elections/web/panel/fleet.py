@@ -1,5 +1,5 @@
 """The fleet view: the sites page's order and filter over every pool this agent
-shows (its own and the watched ones, DESIGN.md §11).
+shows (its own and the watched ones, docs/design.md §11).
 
 The default order is worst first (`SiteState.severity`: no leader or no share,
 then a security alarm, then members that cannot lead, then failovers in 24 h),

@@ -1,5 +1,5 @@
 """What the panel and /metrics show of the fencing proxy and the external relay behind it
-(`RELAY_KIND = exec`, DESIGN.md §16), from the relay runner's `relay.json` snapshot
+(`RELAY_KIND = exec`, docs/design.md §16), from the relay runner's `relay.json` snapshot
 (`relay.server.fencing_proxy.FencingProxy.snapshot()`, its ``external`` part from
 `relay.server.external_relay.ExternalRelay.snapshot()`). Every field is read defensively.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from elections.core.untrusted import as_int
+from elections.core.untrusted import as_int, as_object
 
 MAX_CAUSES = 20
 
@@ -48,9 +48,9 @@ class ProxyState:
         """From relay.json's snapshot; None unless it is the fencing proxy's (``kind`` = exec)."""
         if not isinstance(snap, dict) or snap.get("kind") != "exec":
             return None
-        ext = snap.get("external") if isinstance(snap.get("external"), dict) else {}
-        up = snap.get("upstream") if isinstance(snap.get("upstream"), dict) else {}
-        listening = snap.get("listening") if isinstance(snap.get("listening"), dict) else {}
+        ext = as_object(snap.get("external"))
+        up = as_object(snap.get("upstream"))
+        listening = as_object(snap.get("listening"))
         pid = ext.get("pid")
         return cls(
             command=str(ext.get("command", ""))[:120],

@@ -15,7 +15,7 @@ from typing import Any
 from django.utils.translation import gettext as _
 from django.utils.translation import pgettext_lazy
 
-from elections.core.untrusted import as_int
+from elections.core.untrusted import as_int, as_list, as_object
 from elections.ports.localstate import RelayStatus
 from elections.web.panel.proxy_state import ProxyState
 
@@ -25,7 +25,7 @@ _relay_samples: dict[Any, tuple[float, int, float | None]] = {}
 
 @dataclass
 class TunnelState:
-    """The leader's outbound tunnel to the cloud relay (DESIGN.md §14), from relay.json."""
+    """The leader's outbound tunnel to the cloud relay (docs/design.md §14), from relay.json."""
 
     state: str
     url: str = ""
@@ -46,7 +46,7 @@ class TunnelState:
         if not isinstance(doc, dict):
             return None
         age = doc.get("age_s")
-        refusals = doc.get("refusals") if isinstance(doc.get("refusals"), dict) else {}
+        refusals = as_object(doc.get("refusals"))
         return cls(
             state=str(doc.get("state", "?"))[:40],
             url=str(doc.get("url", ""))[:200],
@@ -145,7 +145,7 @@ class LegacyState:
     def of(cls, doc: Any) -> LegacyState | None:
         if not isinstance(doc, dict) or doc.get("enabled") is not True:
             return None
-        refused = doc.get("refused") if isinstance(doc.get("refused"), dict) else {}
+        refused = as_object(doc.get("refused"))
         shown = {str(k)[:32]: as_int(v) for k, v in list(refused.items())[:16]}
         return cls(as_int(doc.get("sessions")), as_int(doc.get("registered")), shown)
 
@@ -200,23 +200,23 @@ def relay_state(status: RelayStatus, kmsn: str, now: float) -> RelayState:
     if age is None or age > 3.0:
         return RelayState(False, _("relay status is stale"), pid=status.pid, epoch=status.epoch, age=age)
     snap = status.snapshot
-    counts = snap.get("counts") if isinstance(snap.get("counts"), dict) else {}
-    stations = counts.get(kmsn) if isinstance(counts.get(kmsn), dict) else {}
+    counts = as_object(snap.get("counts"))
+    stations = as_object(counts.get(kmsn))
     per_station = []
     for station, roles in sorted(stations.items()):
         if isinstance(roles, dict):
             per_station.append((str(station), {str(r): as_int(n) for r, n in sorted(roles.items())}))
-    relayed = snap.get("relayed") if isinstance(snap.get("relayed"), dict) else {}
-    drops = snap.get("drops") if isinstance(snap.get("drops"), dict) else {}
+    relayed = as_object(snap.get("relayed"))
+    drops = as_object(snap.get("drops"))
     messages = as_int(relayed.get("messages"))
-    clients = snap.get("clients") if isinstance(snap.get("clients"), list) else []
+    clients = as_list(snap.get("clients"))
     sessions = [
         RelaySession(str(c.get("station", ""))[:64], str(c.get("role", ""))[:16],
                      "station" if c.get("key") == "station" else "token", str(c.get("peer", ""))[:80])
         for c in clients[:MAX_SESSIONS_SHOWN]
         if isinstance(c, dict) and c.get("kmsn") == kmsn
     ]  # fmt: skip
-    listen = snap.get("listen") if isinstance(snap.get("listen"), list) else []
+    listen = as_list(snap.get("listen"))
     entries = [e for e in (ListenEntry.of(d) for d in listen[:MAX_LISTEN_SHOWN]) if e is not None]
     assert status.updated is not None
     rate = _rate(status.pid, status.updated, messages)

@@ -20,7 +20,7 @@ from elections.ports.webcert import show
 from elections.web.panel.relay_state import RelayState
 
 # Early takeovers (elections on liveness evidence) in 24 h from which the pool shows an alarm: one is a
-# crash handled fast; several mean agents keep dying, or someone forges their deaths (DESIGN.md §13).
+# crash handled fast; several mean agents keep dying, or someone forges their deaths (docs/design.md §13).
 EARLY_TAKEOVERS_ALARM = 3
 # An address not where the lease says (ADR 0011 phase 4): one alarm per verdict, worst first.
 ADDRESS_ALARMS = tuple(f"address_{v}" for v in (CONFLICT, DRIFT, ORPHAN, MISSING, UNKNOWN))
@@ -107,7 +107,7 @@ class SiteState:
     relay: RelayState | None = None
     changes_24h: int = 0
     # Elections taken before the TTL on liveness evidence or a majority's silence (causes `gone`,
-    # DESIGN.md §13, and `silent`, §15), ever and
+    # docs/design.md §13, and `silent`, §15), ever and
     # in 24 h. An on-path attacker who drops beacons and resets TCP can force them (the store's
     # compare-and-set still arbitrates each): repeated ones are an alarm (`early_takeovers`).
     early_takeovers: int = 0
@@ -116,7 +116,7 @@ class SiteState:
     paused: bool | None = None
     this_agent_leads: bool = False
     refusals: dict[str, Any] = field(default_factory=dict)  # what this agent refused as evidence
-    detection: str = "lease only"  # or "beacons" (DESIGN.md §13)
+    detection: str = "lease only"  # or "beacons" (docs/design.md §13)
     serving: dict[str, Any] = field(default_factory=dict)  # the serving right (§15): members, W, S, fast
     watched: bool = False  # a [pool:<KMSN>] this agent only watches
     # Members of this KMSN on another store (core.share_split): the two stores are named.
@@ -126,6 +126,8 @@ class SiteState:
     repairs: list[dict[str, Any]] = field(default_factory=list)  # the latest repairs it made, newest first
     entry_here: EntryStatus | None = None  # this agent's own entry process (ENTRY = 1)
     entry_here_live: bool = False  # ...which wrote entry.json within 3 s and lives
+    door_here: EntryStatus | None = None  # this agent's station door (`relay.server.station_door`)
+    door_here_live: bool = False  # ...which wrote door.json within 3 s and lives
 
     @property
     def entries(self) -> list[MemberRow]:

@@ -2,7 +2,7 @@
 
 `site_states(now)` turns this agent's own pool view (`DATA_DIR/pool.json`,
 written by its worker) and the views of the pools it watches
-(`DATA_DIR/watched/<KMSN>.json`, DESIGN.md §11), its relay status (`DATA_DIR/relay.json`, while it
+(`DATA_DIR/watched/<KMSN>.json`, docs/design.md §11), its relay status (`DATA_DIR/relay.json`, while it
 leads) and the election history into `SiteState`s (`panel.site`). Every age and countdown is
 measured on *this machine's* monotonic clock from when this agent observed
 something (the worker's `updated`, a change of the lease's renew_seq), never
@@ -26,10 +26,12 @@ from django.utils import timezone
 from elections.core.decide import GONE, SILENT
 from elections.core.ownership import Entry
 from elections.core.skew import versus
+from elections.core.untrusted import as_list, as_object
 from elections.ports.localstate import LocalState, RelayStatus
 from elections.ports.pool_view import PoolView
 from elections.web.panel.relay_state import relay_state
 from elections.web.panel.site import MemberRow, SiteState
+from relay.server.listen_set import door_hosts
 
 _lock = threading.Lock()
 _lease_seen: dict[str, tuple[tuple[Any, ...], float]] = {}
@@ -60,13 +62,13 @@ def build_site(
     lease = pool.lease
     leader_node = (lease or {}).get("node")
     members = []
-    heard = pool.beacons.get("members") if isinstance(pool.beacons.get("members"), dict) else {}
+    heard = as_object(pool.beacons.get("members"))
     mine = pool.members[pool.node].clock if pool.node in pool.members else None
     for node, m in sorted(pool.members.items()):
         age = m.age
         if age is not None and view_age is not None:
             age = age + view_age  # aged on this machine's clock since the view was taken
-        b = heard.get(node) if isinstance(heard.get(node), dict) else {}
+        b = as_object(heard.get(node))
         b_age, b_loss = b.get("age_s"), b.get("loss")
         if isinstance(b_age, (int, float)) and view_age is not None:
             b_age = b_age + view_age
@@ -128,11 +130,11 @@ def build_site(
 
 def _addresses(site: SiteState, doc: dict[str, Any], now: float) -> None:
     """The ownership map of `pool.json` (this agent's own file, read defensively)."""
-    entries = doc.get("entries") if isinstance(doc.get("entries"), list) else []
+    entries = as_list(doc.get("entries"))
     site.addresses = [e for e in (Entry.from_doc(d) for d in entries[:64]) if e is not None]
     at = doc.get("at")
     site.addresses_age = max(now - at, 0.0) if isinstance(at, (int, float)) and site.addresses else None
-    repairs = doc.get("repairs") if isinstance(doc.get("repairs"), list) else []
+    repairs = as_list(doc.get("repairs"))
     site.repairs = []
     for r in repairs[:8]:
         if isinstance(r, dict) and isinstance(r.get("at"), (int, float)):
@@ -206,7 +208,7 @@ def early_takeover_counts(kmsns: list[str], wall_now: datetime) -> tuple[dict[st
 
 def watched_kmsns() -> list[str]:
     """The KMSNs of the `[pool:<KMSN>]` sections, in the ini's order."""
-    return [w.kmsn for w in getattr(settings.STK, "watched", [])]
+    return [w.kmsn for w in settings.STK.watched]
 
 
 def all_kmsns() -> list[str]:
@@ -240,6 +242,10 @@ def _built(kmsn: str, now: float) -> SiteState | None:
         if settings.STK.entry:
             site.entry_here = local.entry()
             site.entry_here_live = site.entry_here.fresh(now)
+        stk = settings.STK
+        if door_hosts(stk.node_ip, stk.relay_loopback, stk.relay_forward):
+            site.door_here = local.door()
+            site.door_here_live = site.door_here.fresh(now)
         return site
     return build_site(pool, now, relay, leads)
 

@@ -96,7 +96,7 @@ def _buttons(request: HttpRequest, s: SiteState) -> tuple[dict[str, list[Button]
             why = _("no lease epoch known: nothing to act on")
         url = ""
         if not why:
-            q = {"epoch": s.epoch}
+            q: dict[str, object] = {"epoch": s.epoch}
             if target:
                 q["target"] = target
             url = reverse("panel-confirm", args=[s.kmsn, kind]) + "?" + urlencode(q)
@@ -198,6 +198,7 @@ def site(request: HttpRequest, kmsn: str) -> HttpResponse:
         "site-members": "panel/_site_members.html",
         "site-addresses": "panel/_site_addresses.html",
         "site-entry": "panel/_site_entry.html",
+        "site-door": "panel/_site_door.html",
         "site-relay": "panel/_site_relay.html",
         "site-timeline": "panel/_site_timeline.html",
     }
@@ -269,7 +270,7 @@ def history_csv(request: HttpRequest) -> HttpResponse:
     writer = csv.writer(_Echo())
     header = ["epoch", "kmsn", "at_utc", "from", "to", "reason", "actor", "gap_s", "detail", "correlation"]
 
-    def lines():  # type: ignore[no-untyped-def]
+    def lines():
         yield writer.writerow(header)
         for f in rows:
             gap = "" if f.gap_s is None else f"{f.gap_s:.3f}"

@@ -1,5 +1,5 @@
 """The panel's words for what the pure core and the worker write in plain English
-(the core has no Django: DESIGN.md §3). Each function takes the core's text and
+(the core has no Django: docs/design.md §3). Each function takes the core's text and
 gives the reader's language; a text it does not know (another version's agent wrote
 it) is shown as written, never dropped."""
 

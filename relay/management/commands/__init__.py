@@ -2,7 +2,7 @@
 
 Vocabulary:
 
-  relayclient   an operator's relay client: listen, send, ping (DESIGN.md §9)
+  relayclient   an operator's relay client: listen, send, ping (docs/design.md §9)
   runrelay      this agent's relay listeners, while it leads
-  runcloud      the cloud rendezvous relay, from cloud.ini (DESIGN.md §14)
+  runcloud      the cloud rendezvous relay, from cloud.ini (docs/design.md §14)
 """

@@ -1,4 +1,4 @@
-"""`python manage.py relayclient`: an operator's relay client (DESIGN.md §9).
+"""`python manage.py relayclient`: an operator's relay client (docs/design.md §9).
 
     relayclient listen --role agent --station S002          # one JSON line per message
     relayclient send --role commander --station C01 --to S002 '{"x": 1}'
@@ -15,7 +15,7 @@ Needs no Redis and no database.
 Secrets never come from argv (visible in ``ps`` and shell history;
 `elections.ports.secret_source`): the site token from ``--token-file PATH``
 (``-``: stdin), else ``$STK_RELAY_TOKEN`` / settings; a station's credential
-(``relayctl credential STATION``, DESIGN §8) from ``--credential-file PATH`` or
+(``relayctl credential STATION``, docs/design.md §8) from ``--credential-file PATH`` or
 ``$STK_RELAY_CREDENTIAL``: with one, the client authenticates as that station
 with it (the token, if any, still verifies the lease); the panel API token of
 ``--agent`` lookups from ``--api-token-file PATH`` or ``$STK_API_TOKEN``. The

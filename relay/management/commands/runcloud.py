@@ -1,4 +1,4 @@
-"""`python manage.py runcloud --ini cloud.ini`: the cloud rendezvous relay (DESIGN.md §14).
+"""`python manage.py runcloud --ini cloud.ini`: the cloud rendezvous relay (docs/design.md §14).
 
 Remote clients on ``LISTEN_IP:RELAY_PORT`` (JSON) and ``RELAY_PORT+1``
 (passthrough), the sites' leaders' tunnels on ``TUNNEL_PORT``, and on

@@ -1,7 +1,7 @@
 """`python manage.py runrelay`: the relay's TCP listeners, while this agent leads.
 
 The agent's supervisor starts it while the leadership state file says this
-agent leads (DESIGN.md §4). It serves framed JSON on ``NODE_IP:RELAY_PORT``
+agent leads (docs/design.md §4). It serves framed JSON on ``NODE_IP:RELAY_PORT``
 and passthrough on ``RELAY_PORT+1`` with the epoch of the state it started
 with, and:
 
