@@ -3,8 +3,9 @@ the lock.
 
 `ServingRight` is mixed into `ports.beacons.BeaconService`: the election thread
 asks it what the book says (`taken`, `serving_*`, `silent`), and its silence loop
-runs on the service's event loop. It uses the service's `book`, `board`, `lock`,
-`members`, `gate_clock` and `monotonic`.
+runs on the service's event loop (it also says when the holder went `quiet`, for
+the pool view). It uses the service's `book`, `board`, `lock`, `members`,
+`gate_clock`, `monotonic`, `quiet` and `on_quiet`.
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ SILENT_KICK_EVERY = 0.5  # seconds between cycles kicked while a majority's sile
 # again this long after it wakes at the latest.
 SILENCE_LOOK_CAP = 0.5
 SILENCE_LOOK_LATE = 0.005  # seconds after that first instant: the first look finds `S` passed
+# A holder none of whose beacons came for this many intervals is `quiet` (0.6 s at 0.2 s): long
+# before the silence `S` that may end its lease, the station door stops dialling it for new
+# connections (a frozen host's kernel still completes their handshakes) and holds them instead.
+QUIET_INTERVALS = 3.0
 
 
 class ServingRight:
@@ -43,6 +48,8 @@ class ServingRight:
     monotonic: Callable[[], float]
     _silent_told: tuple[str, int] | None
     _silent_at: float
+    quiet: str | None
+    on_quiet: Callable[[], None]
     send_now: Callable[[], None]
     _hand: Callable[[Reaction], None]
 
@@ -102,7 +109,49 @@ class ServingRight:
             left = self.book.silence_from(now) - now
         if left <= 0:
             return self.config.interval / 2
-        return min(left, SILENCE_LOOK_CAP) + SILENCE_LOOK_LATE
+        wait = min(left, SILENCE_LOOK_CAP) + SILENCE_LOOK_LATE
+        quiet_in = self._quiet_in()
+        return wait if quiet_in is None else min(wait, quiet_in + SILENCE_LOOK_LATE)
+
+    def _quiet_in(self) -> float | None:
+        """Seconds until the followed holder turns `quiet` if no beacon of it comes meanwhile
+        (None: none followed, never heard, or quiet already): the loop's sleep ends then, so the
+        station doors hear of a quiet holder `QUIET_INTERVALS` after its last beacon, not up to
+        `SILENCE_LOOK_CAP` later."""
+        if self.quiet is not None:
+            return None
+        st = self.standing()
+        if st.leader_epoch is not None or st.seen_key is None:
+            return None
+        with self.lock:
+            stats = self.board.members.get(st.seen_key[0])
+            if stats is None:
+                return None
+            left = stats.last_at + QUIET_INTERVALS * self.config.interval - self.monotonic()
+        return max(left, 0.0)
+
+    def _look_quiet(self, holder: str | None) -> None:
+        """`quiet`: the holder this follower follows, once none of its beacons came for
+        `QUIET_INTERVALS` (a holder never heard is not quiet: its beacons may be off); each
+        change is told (`on_quiet`), so the pool view says it within one look."""
+        quiet = None
+        if holder is not None:
+            with self.lock:
+                stats = self.board.members.get(holder)
+                age = None if stats is None else self.monotonic() - stats.last_at
+            if age is not None and age >= QUIET_INTERVALS * self.config.interval:
+                quiet = holder
+        if quiet != self.quiet:
+            if quiet is not None:
+                log.info("beacon: %s quiet (no beacon for %g intervals): station doors hold new connections",
+                         quiet, QUIET_INTERVALS)  # fmt: skip
+            else:
+                log.info("beacon: %s no longer quiet", self.quiet)
+            self.quiet = quiet
+            try:
+                self.on_quiet()
+            except Exception:  # the runtime's trouble must not stop the beacons
+                log.exception("telling a quiet holder failed")
 
     async def _silence_loop(self) -> None:
         """A follower looks at the majority's silence about its holder twice an
@@ -113,6 +162,7 @@ class ServingRight:
         while True:
             await asyncio.sleep(self.silence_wait())
             st = self.standing()
+            self._look_quiet(None if st.leader_epoch is not None or st.seen_key is None else st.seen_key[0])
             if st.leader_epoch is not None or st.seen_key is None:
                 continue
             node, epoch = st.seen_key[0], st.seen_key[1]

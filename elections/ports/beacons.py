@@ -80,6 +80,7 @@ class BeaconService(LivenessWatch, ServingRight):
         gate_clock: Callable[[], float] | None = None,
         members: Callable[[], int] = lambda: 0,
         on_acked: Callable[[], None] = lambda: None,
+        on_quiet: Callable[[], None] = lambda: None,
     ) -> None:
         self.config: BeaconConfig = config
         self.standing = standing
@@ -105,6 +106,10 @@ class BeaconService(LivenessWatch, ServingRight):
         self.book = ServingBook(config.node, self.boot, ServingTiming.of(config.interval), config.ttl)
         self.members = members  # the pool's size as this member counts it
         self.on_acked = on_acked  # a member's ack may have moved the gate
+        # The holder this follower's beacons say went quiet (`ServingRight._look_quiet`), or None;
+        # `on_quiet` is told each change (the agent writes its pool view again: the station door).
+        self.quiet: str | None = None
+        self.on_quiet = on_quiet
         self._silent_told: tuple[str, int] | None = None
         self._silent_at = 0.0
         self.lock = threading.Lock()
@@ -255,6 +260,7 @@ class BeaconService(LivenessWatch, ServingRight):
             now = self.monotonic()
             return {**self.board.to_doc(now), "liveness": self.liveness.to_doc(now), "sent": self.sent,
                     "interval": self.config.interval, "targets": list(self.targets), "boot": self.boot,
+                    "quiet": self.quiet,
                     "nudges": self.nudges.to_doc(),
                     "refusals": merged(self.board.refusals.to_doc(now, wall=wall),
                                        self.nudges.refusals.to_doc(now, wall=wall)),

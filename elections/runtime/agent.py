@@ -159,7 +159,8 @@ class Agent(Looks, Roles, Publishing):
         folded = self.tail.last_seq.get  # node -> its highest event seq this agent has: nudges' replays
         return BeaconLink(bconf, lambda: self.elector, self._kicked, clock.monotonic, nudged=self._nudged,
                           folded=lambda node: folded(node, 0), gate_clock=clock.boottime,
-                          members=self.pool_size, on_acked=self._acked)  # fmt: skip
+                          members=self.pool_size, on_acked=self._acked,
+                          republish=self._republish)  # fmt: skip
 
     def _start_duties(self, stk: Config) -> None:
         """The leader's duty plans (`executors`) and the ownership watch of its addresses."""

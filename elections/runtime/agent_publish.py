@@ -9,6 +9,7 @@ time is shared by all processes of one machine, never compared across machines.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from dataclasses import replace
@@ -35,10 +36,13 @@ from elections.runtime.ownership import OwnershipWatch
 from elections.runtime.share_split import SplitAlarm
 from stkconfig.model import Config
 
+log = logging.getLogger("stkrelay.agent")
+
 # The serving right (docs/design.md §15): members counted, and how far an ack must move the gate to be
 # published.
 MEMBER_HORIZON_S, MEMBER_HORIZON_TTLS = 60.0, 6.0  # a member unheard on the share longer is not counted
 GATE_STEP = 0.2  # seconds
+REPUBLISH_WAIT = 2.0  # seconds the view's quick rewrite waits for the election lock
 
 
 def _hears(doc: dict[str, Any]) -> list[str] | None:
@@ -67,6 +71,7 @@ class Publishing:
     ownership: OwnershipWatch
     split: SplitAlarm | None
     _publishing: threading.Lock
+    lock: threading.RLock  # the election lock: every cycle and every write of the view under it
     _member_docs: tuple[dict[str, dict[str, Any]], bool] | None  # survey(): last members seen
     _fenced: int | None
 
@@ -96,6 +101,32 @@ class Publishing:
         service = self.beacons.service
         listening = self.clock.monotonic() - service.started
         return unheard(self.stk.node, service.heard_ages(), hears, self.stk.beacon_interval, listening)
+
+    def _republish(self) -> None:
+        """The holder's beacons went quiet, or came back (`BeaconService.quiet`): pool.json again
+        now, the last survey with that flag changed (nothing read: the election lock is held for
+        one local write), so the station door holds or releases its new connections within a
+        look. A cycle under way writes it anyway, unless it wrote its view before the change."""
+        beacons = self.beacons
+        if beacons is None:
+            return
+        until = self.clock.monotonic() + REPUBLISH_WAIT
+        while not self.lock.acquire(timeout=0.1):
+            # A cycle holds it: its own view will say it, unless it wrote that view already.
+            if self.view.beacons.get("quiet") == beacons.service.quiet:
+                return
+            if self.clock.monotonic() > until:
+                log.warning("pool view not rewritten for a quiet leader: the election lock is held")
+                return
+        try:  # the last survey with only the flag changed: no read of anything, the lock held for a write
+            if self.view.updated is None:  # no survey yet: its first one says it
+                return
+            view = replace(self.view, updated=self.clock.monotonic(),
+                           beacons={**self.view.beacons, "quiet": beacons.service.quiet})  # fmt: skip
+            self.local.write_pool(view)
+            self.view = view
+        finally:
+            self.lock.release()
 
     def _acked(self) -> None:
         """A member acknowledged one of our leader beacons: publish the gate if it moved

@@ -100,6 +100,7 @@ class EntryGate:
         self.read, self.stale_after, self.cache_s, self.clock = read, stale_after, cache_s, clock
         self.target: EntryTarget | None = None  # what the proxy forwards to
         self._now: EntryTarget | None = None  # what the view said at its last read
+        self.view = PoolView()  # the view of its last read
         self._read_at: float | None = None
         self.floor = 0  # the highest epoch it read a target of: a lower one is a replay (issue 40)
 
@@ -112,6 +113,7 @@ class EntryGate:
             except Exception:  # an unreadable view is no leader
                 log.exception("entry: cannot read the pool view")
                 view = PoolView()
+            self.view = view
             seen = target_of(view, now, self.stale_after, self.floor)
             if seen != self._now:  # the same target keeps its object: __call__ compares identity first
                 self._now = seen
@@ -142,19 +144,26 @@ class EntryRunner:
         stale_after: float,
         max_per_address: int = 0,
         pool_key: str = "",
+        redial_within: float = 0.0,
+        header_key: str | None = None,
     ) -> None:
         self.local = LocalState(data_dir)
         self.listen = listen
         self.gate = EntryGate(self.local.pool, stale_after)
         header = functools.partial(encode, key=pool_key) if pool_key else None  # the client's address
         self.proxy = FencingProxy(gate=self.gate, upstream=("127.0.0.1", 1), max_per_address=max_per_address,
-                                  forward_header=header)  # fmt: skip
+                                  forward_header=header, header_key=header_key, redial_within=redial_within,
+                                  held_back=self.held_back)  # fmt: skip
         self.repointed = 0
         self.error = ""
         self._stop = asyncio.Event()
 
     def shown(self) -> str:
         return entry_shown(self.listen)
+
+    def held_back(self) -> bool:
+        """Should a new connection wait before it dials the leader? (None here; the door's own.)"""
+        return False
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
@@ -192,15 +201,18 @@ class EntryRunner:
         if now == self.gate.target:
             return
         if now is None:  # no leader read: the gate is shut; nothing is forwarded to anyone
-            closed = self.proxy.close_all("no_leader")
+            # Those still waiting for an upstream went nowhere: they wait out their own bound (a
+            # takeover may leave the lease unreadable for a moment), new ones are refused at once.
+            closed = self.proxy.close_all("no_leader", waiting=False)
             log.info("%s: no leader in the pool view; %d connection(s) closed", self.what, closed)
             self.gate.target = None
             return
-        closed = self.proxy.repoint((now.ip, now.port))
+        closed, led = self.proxy.repoint((now.ip, now.port))
         if self.gate.target is not None:
             self.repointed += 1
-        log.info("%s: forwarding to %s (%s:%d, epoch %d); %d connection(s) to the old leader closed",
-                 self.what, now.node, now.ip, now.port, now.epoch, closed)  # fmt: skip
+        waiting = f", {led} waiting led there" if led else ""
+        log.info("%s: forwarding to %s (%s:%d, epoch %d); %d connection(s) to the old leader closed%s",
+                 self.what, now.node, now.ip, now.port, now.epoch, closed, waiting)  # fmt: skip
         self.gate.target = now
 
     def snapshot(self) -> EntryStatus:

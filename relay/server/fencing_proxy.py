@@ -29,8 +29,10 @@ Decisions worth knowing:
   not taken yet; while it does, that direction stops reading, so a slow reader
   slows its sender through TCP's own window (backpressure), and the proxy's
   memory is bounded by 2 chunks per connection and `max_connections`.
-- Accepts are refused (closed at once) while the gate is shut or the external
-  relay is not accepting (`ready`), past `max_connections` (sized from the
+- Accepts are refused (closed at once) while the gate is shut or, without
+  `redial_within`, the external relay is not accepting (`ready`); with it, a
+  connection waits that long for the relay (and a refused connect is tried again:
+  `relay.server.proxy_pair`), past `max_connections` (sized from the
   file limit: each connection holds two descriptors), and past
   `max_per_address` from one source address (``RELAY_MAX_PER_ADDRESS``, else
   the built-in relay's default), so one host cannot fill it. A connection to the
@@ -112,6 +114,8 @@ class FencingProxy:
         upstream: tuple[str, int],
         upstream_passthrough: int | None = None,
         ready: Callable[[], bool] = lambda: True,
+        held_back: Callable[[], bool] = lambda: False,
+        redial_within: float = 0.0,
         connect_timeout: float = CONNECT_TIMEOUT,
         max_connections: int | None = None,
         max_per_address: int | None = None,
@@ -119,7 +123,8 @@ class FencingProxy:
         forward_header: HeaderMaker | None = None,
         splice: bool = True,
     ) -> None:
-        self.gate, self.ready = gate, ready
+        self.gate, self.ready, self.held_back = gate, ready, held_back
+        self.redial_within = redial_within
         self.header_key, self.forward_header = header_key or None, forward_header
         self.headers = {"verified": 0, "refused": 0, "sent": 0}
         self.upstream = upstream
@@ -203,11 +208,14 @@ class FencingProxy:
             raise
         self._hosts[host] = made
 
-    def stop_listening(self, host: str) -> None:
-        """Stop listening on `host` (an address that left this host) and close the
-        connections accepted there: their packets go elsewhere now."""
+    def stop_listening(self, host: str, *, address_left: bool = True) -> None:
+        """Stop listening on `host` and, if it is an address that left this host, close the
+        connections accepted there: their packets go elsewhere now. (A station door that gives
+        its `NODE_IP` port up to this member's relay keeps them: the address stays.)"""
         for sock in self._hosts.pop(host, []):
             self._close_listener(sock)
+        if not address_left:
+            return
         for pair in list(self.pairs):
             try:
                 here = pair.client.getsockname()[0]
@@ -282,14 +290,12 @@ class FencingProxy:
             else:
                 self.per_address[peer[0]] = self.per_address.get(peer[0], 0) + 1
             self.accepted += 1
-            pair.connect(
-                (self.upstream[0], self.upstream[1] if name == "json" else self.upstream_passthrough)
-            )
+            pair.start()
 
     def _refusal(self, address: str) -> str | None:
         if not self.gate_open():
             return "gate_shut"
-        if not self.ready():
+        if not self.ready() and not self.redial_within:  # with it: the pair waits for the relay
             return "relay_down"
         if len(self.pairs) >= self.max_connections:
             return "total"
@@ -298,6 +304,10 @@ class FencingProxy:
         return None
 
     # -- what the runner and the pairs call -------------------------------------------
+    def upstream_for(self, port: str) -> tuple[str, int]:
+        """Where a pair accepted on `port` (``json`` or ``passthrough``) connects now."""
+        return (self.upstream[0], self.upstream[1] if port == "json" else self.upstream_passthrough)
+
     def counted(self, way: str, sent: int, spliced: bool = False) -> None:
         self.bytes[way] += sent
         if spliced:
@@ -364,16 +374,27 @@ class FencingProxy:
             self.pipe.close()
             self.pipe = None
 
-    def repoint(self, upstream: tuple[str, int], passthrough: int | None = None) -> int:
-        """Forward from now on to `upstream` (an entry member's new leader, `relay.server.entry`) and
-        close every pair forwarded to the old one (its sessions were that relay's); how many."""
+    def repoint(self, upstream: tuple[str, int], passthrough: int | None = None) -> tuple[int, int]:
+        """Forward from now on to `upstream` (an entry member's new leader, `relay.server.entry`):
+        close every pair forwarded to the old one (its sessions were that relay's), and lead the
+        pairs still waiting for an upstream (nothing of them went anywhere) to the new one. How
+        many were closed, and how many led on."""
         self.upstream = upstream
         self.upstream_passthrough = upstream[1] + 1 if passthrough is None else passthrough
-        return self.close_all("repointed")
+        closed = led = 0
+        for pair in list(self.pairs):
+            if pair.waiting:
+                pair.redirect()
+                led += 1
+            else:
+                pair.close("repointed")
+                closed += 1
+        return closed, led
 
-    def close_all(self, cause: str) -> int:
-        """Close every forwarded connection (the external relay died, or the gate shut)."""
-        pairs = list(self.pairs)
+    def close_all(self, cause: str, *, waiting: bool = True) -> int:
+        """Close every forwarded connection (the external relay died, or the gate shut), and those
+        still waiting for their upstream unless `waiting` is False; how many."""
+        pairs = [pair for pair in self.pairs if waiting or not pair.waiting]
         for pair in pairs:
             pair.close(cause)
         return len(pairs)
@@ -403,6 +424,7 @@ class FencingProxy:
                 "passthrough": self.upstream_passthrough,
             },
             "connections": len(self.pairs),
+            "waiting": sum(1 for p in self.pairs if p.waiting),
             "accepted": self.accepted,
             "refused": dict(self.refused),
             "closed": dict(self.closes),
