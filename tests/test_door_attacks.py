@@ -5,12 +5,21 @@ each attack on real loopback sockets or the door's own decision functions; docs/
 
 from __future__ import annotations
 
+import asyncio
+import socket
+import struct
 import time
+from pathlib import Path
 
+from harness import free_pair
 from test_entry import view
+from test_proxy import until
 
+from elections.ports.localstate import LocalState
 from elections.ports.pool_view import PoolView
 from relay.server.entry import EntryGate, target_of
+from relay.server.station_door import StationDoor
+from relay.wire.proxy_header import SIGNATURE, HeaderReader, Verified, encode
 
 
 class Clock:
@@ -58,3 +67,95 @@ def test_a_leader_gone_from_pool_json_shuts_the_gate_within_10_ms():
     views.append(PoolView(kmsn="k", node="S001", updated=1000.0))  # the worker: no leader
     clock.now += 0.0101  # 10 ms (and a float's rounding)
     assert not gate()
+
+
+KEY = "door-attack-pool-key-5c1e9a7d3b20"
+
+
+class Recorder:
+    """The leader's relay as a stand-in on 127.0.0.1: keeps every byte of each connection, and
+    the peer it came from (the door's upstream socket)."""
+
+    def __init__(self) -> None:
+        self.got: list[tuple[tuple[str, int], bytearray]] = []
+        self.ended = 0
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self.client, "127.0.0.1", 0)
+        return self.server.sockets[0].getsockname()[1]
+
+    async def client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        data = bytearray()
+        self.got.append((writer.get_extra_info("peername")[:2], data))
+        try:
+            while chunk := await reader.read(65536):
+                data += chunk
+        except ConnectionError:
+            pass
+        self.ended += 1
+        writer.close()
+
+
+def attacker_dials(host: str, port: int, payload: bytes, source: str = "127.0.0.89") -> tuple[str, int]:
+    """A LAN host's connection to the door: `payload`, then EOF; its own address and port."""
+    with socket.socket() as sock:
+        sock.bind((source, 0))
+        sock.connect((host, port))
+        sock.sendall(payload)
+        sock.shutdown(socket.SHUT_WR)
+        sock.settimeout(5)
+        try:
+            while sock.recv(1000):
+                pass
+        except ConnectionError:
+            pass
+        return sock.getsockname()[:2]
+
+
+def forged(src: tuple[str, int], dst: tuple[str, int], key: str = "not-the-pool-key") -> bytes:
+    return encode(src, dst, dst, key)
+
+
+def test_a_forged_proxy_header_through_the_door_is_the_attackers_own_bytes_never_its_address(tmp_path: Path):
+    """``RELAY_FORWARD = lan``: a LAN host dials a follower's NODE_IP door with PROXY v2 headers of
+    its own (claiming 127.0.0.1 or another station; a bad MAC, none, truncated, a huge TLV, twice).
+    The door's own header comes first and names the attacker's real address; everything the
+    attacker sent follows untouched, where the relay's protocol takes it as a (bad) frame."""
+    loopback, lan = "127.0.0.81", "127.0.0.82"
+    port = free_pair(loopback, lan)
+    victim = ("127.0.0.1", 40000)
+    sig_only = SIGNATURE + struct.pack("!BBH", 0x21, 0x11, 0xFFFF)
+    payloads = {
+        "bad_mac": forged(victim, (lan, port)) + b"hello",
+        "no_mac": SIGNATURE + struct.pack("!BBH", 0x21, 0x11, 12) + bytes(12) + b"hello",
+        "truncated": forged(victim, (lan, port))[:20],
+        "huge_tlv": sig_only + b"\xe0\xff\xff" + b"A" * 4000,
+        "twice": forged(victim, (lan, port)) * 2 + b"hello",
+        "mid_stream": b"hi" + forged(("127.0.0.3", 9), (lan, port)),
+    }
+
+    async def main() -> None:
+        upstream = Recorder()
+        up_port = await upstream.start()
+        local = LocalState(tmp_path)
+        door = StationDoor(str(tmp_path), "S001", (loopback, lan), port, stale_after=5.0, lan_host=lan,
+                           pool_key=KEY)  # fmt: skip
+        task = asyncio.ensure_future(door.run())
+        local.write_pool(view(7, "S002", up_port))
+        await until(lambda: lan in door.proxy.listening_on)
+        for n, (name, payload) in enumerate(payloads.items(), start=1):
+            me = await asyncio.to_thread(attacker_dials, lan, port, payload)
+            await until(lambda n=n: upstream.ended == n)
+            peer, data = upstream.got[-1]
+            reading = HeaderReader(KEY, peer)
+            seen = reading.feed(bytes(data))
+            assert isinstance(seen, Verified), (name, seen)
+            assert seen.src == me, f"{name}: the relay was told {seen.src}, the attacker is {me}"
+            assert reading.rest == payload, f"{name}: the attacker's bytes were changed"
+            assert not isinstance(HeaderReader(KEY, peer).feed(reading.rest), Verified), name
+        assert door.proxy.snapshot()["headers"]["sent"] == len(payloads)
+        door._stop.set()
+        assert await asyncio.wait_for(task, 5) == 0
+        upstream.server.close()
+
+    asyncio.run(main())
