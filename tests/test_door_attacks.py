@@ -159,3 +159,46 @@ def test_a_forged_proxy_header_through_the_door_is_the_attackers_own_bytes_never
         upstream.server.close()
 
     asyncio.run(main())
+
+
+def test_silent_connections_the_relay_has_closed_do_not_fill_the_door(tmp_path: Path):
+    """Slowloris: LAN hosts open connections to the door and never say a word nor close. The relay
+    turns them away (its per-address and pre-auth caps, its register timeout: a stand-in that closes
+    at once here), and the door must let go too, within its `fin_timeout`, not hold each half-closed
+    pair (two descriptors) until the door is full and a station on loopback is refused."""
+    loopback, lan = "127.0.0.83", "127.0.0.84"
+    port = free_pair(loopback, lan)
+
+    async def main() -> None:
+        async def refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            writer.close()
+
+        relay_ = await asyncio.start_server(refuse, "127.0.0.1", 0)
+        local = LocalState(tmp_path)
+        door = StationDoor(str(tmp_path), "S001", (loopback, lan), port, stale_after=30.0, lan_host=lan)
+        door.proxy.max_connections = 24
+        door.proxy.fin_timeout = 0.3
+        task = asyncio.ensure_future(door.run())
+        local.write_pool(view(7, "S002", relay_.sockets[0].getsockname()[1]))
+        await until(lambda: lan in door.proxy.listening_on)
+        silent = []
+        for n in range(24):
+            sock = socket.socket()
+            sock.bind((f"127.0.0.{90 + n % 4}", 0))
+            sock.setblocking(False)
+            await asyncio.get_running_loop().sock_connect(sock, (lan, port))
+            silent.append(sock)
+        await until(lambda: door.proxy.accepted == 24)
+        await until(lambda: not door.proxy.pairs, timeout=10)
+        assert door.proxy.snapshot()["closed"].get("fin_timeout") == 24, door.proxy.snapshot()
+        reader, writer = await asyncio.open_connection(loopback, port)  # a station: reaches the relay
+        assert await asyncio.wait_for(reader.read(10), 5) == b""  # (which closes it, as it does all)
+        assert "total" not in door.proxy.refused
+        writer.close()
+        for sock in silent:
+            sock.close()
+        door._stop.set()
+        assert await asyncio.wait_for(task, 5) == 0
+        relay_.close()
+
+    asyncio.run(main())

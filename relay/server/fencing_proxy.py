@@ -40,7 +40,10 @@ Decisions worth knowing:
   elsewhere, or once the kernel refuses (`no_splice`, logged once), they copy with
   `recv()`/`send()`. ``splice=False`` copies from the start.
 - Half-close is forwarded (EOF one way becomes `shutdown(SHUT_WR)` the other
-  way); the pair ends when both directions have ended, or on any error.
+  way); the pair ends when both directions have ended, or on any error. Once the
+  relay has ended its way, the client has `fin_timeout` to end its own (closed,
+  counted ``fin_timeout``): a client that never speaks nor closes, turned away by
+  the relay's caps, must not keep its two descriptors here (a slowloris).
 - Forwarded clients (issue 40, `relay.wire.proxy_header`). With `header_key` (the
   pool key: `RELAY_KIND = exec`), a connection's first bytes may be a keyed PROXY v2
   header from a member's forwarder: verified, it moves the connection's per-address
@@ -81,6 +84,7 @@ from relay.wire.proxy_header import Address
 log = logging.getLogger("stkrelay.relay")
 
 CONNECT_TIMEOUT = 2.0
+FIN_TIMEOUT = 5.0  # how long a client may keep its side open once the relay has ended its own
 HOLD_S = 0.5  # how long a connection over its address's cap may wait for a forwarded-client header
 BACKLOG = 1024
 ACCEPTS_PER_WAKE = 64  # accepts per readable listener before the loop looks at the others
@@ -113,6 +117,7 @@ class FencingProxy:
         upstream_passthrough: int | None = None,
         ready: Callable[[], bool] = lambda: True,
         connect_timeout: float = CONNECT_TIMEOUT,
+        fin_timeout: float = FIN_TIMEOUT,
         max_connections: int | None = None,
         max_per_address: int | None = None,
         header_key: str | None = None,
@@ -124,7 +129,7 @@ class FencingProxy:
         self.headers = {"verified": 0, "refused": 0, "sent": 0}
         self.upstream = upstream
         self.upstream_passthrough = upstream[1] + 1 if upstream_passthrough is None else upstream_passthrough
-        self.connect_timeout = connect_timeout
+        self.connect_timeout, self.fin_timeout = connect_timeout, fin_timeout
         self.max_connections = max_connections or connection_cap(file_limit())
         self.max_per_address = address_cap(file_limit(), max_per_address)
         self.per_address: dict[str, int] = {}
