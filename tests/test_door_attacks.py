@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from harness import free_pair
-from test_entry import view
+from test_entry import relay, view
 from test_proxy import until
 
 from elections.ports.localstate import LocalState
@@ -112,6 +112,12 @@ def attacker_dials(host: str, port: int, payload: bytes, source: str = "127.0.0.
         return sock.getsockname()[:2]
 
 
+async def connected(sock: socket.socket, address: tuple[str, int]) -> socket.socket:
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, address)
+    return sock
+
+
 def forged(src: tuple[str, int], dst: tuple[str, int], key: str = "not-the-pool-key") -> bytes:
     return encode(src, dst, dst, key)
 
@@ -165,7 +171,7 @@ def test_silent_connections_the_relay_has_closed_do_not_fill_the_door(tmp_path: 
     """Slowloris: LAN hosts open connections to the door and never say a word nor close. The relay
     turns them away (its per-address and pre-auth caps, its register timeout: a stand-in that closes
     at once here), and the door must let go too, within its `fin_timeout`, not hold each half-closed
-    pair (two descriptors) until the door is full and a station on loopback is refused."""
+    pair (two descriptors) until what LAN clients may hold is full and a commander is refused."""
     loopback, lan = "127.0.0.83", "127.0.0.84"
     port = free_pair(loopback, lan)
 
@@ -182,20 +188,59 @@ def test_silent_connections_the_relay_has_closed_do_not_fill_the_door(tmp_path: 
         local.write_pool(view(7, "S002", relay_.sockets[0].getsockname()[1]))
         await until(lambda: lan in door.proxy.listening_on)
         silent = []
-        for n in range(24):
+        for n in range(door.proxy.max_lan):  # 18: all the LAN may hold
             sock = socket.socket()
             sock.bind((f"127.0.0.{90 + n % 4}", 0))
-            sock.setblocking(False)
-            await asyncio.get_running_loop().sock_connect(sock, (lan, port))
-            silent.append(sock)
-        await until(lambda: door.proxy.accepted == 24)
+            silent.append(await connected(sock, (lan, port)))
+        await until(lambda: door.proxy.accepted == 18)
         await until(lambda: not door.proxy.pairs, timeout=10)
-        assert door.proxy.snapshot()["closed"].get("fin_timeout") == 24, door.proxy.snapshot()
-        reader, writer = await asyncio.open_connection(loopback, port)  # a station: reaches the relay
-        assert await asyncio.wait_for(reader.read(10), 5) == b""  # (which closes it, as it does all)
-        assert "total" not in door.proxy.refused
+        assert door.proxy.snapshot()["closed"].get("fin_timeout") == 18, door.proxy.snapshot()
+        sock = socket.socket()  # a commander on the LAN: reaches the relay (which closes it, as it does all)
+        sock.bind(("127.0.0.95", 0))
+        reader, writer = await asyncio.open_connection(sock=await connected(sock, (lan, port)))
+        assert await asyncio.wait_for(reader.read(10), 5) == b""
+        await until(lambda: door.proxy.accepted == 19)
+        assert not door.proxy.refused, door.proxy.refused
         writer.close()
         for sock in silent:
+            sock.close()
+        door._stop.set()
+        assert await asyncio.wait_for(task, 5) == 0
+        relay_.close()
+
+    asyncio.run(main())
+
+
+def test_a_lan_flood_that_fills_the_door_leaves_room_for_this_pcs_stations(tmp_path: Path):
+    """Many LAN addresses (each under its per-address cap) open idle connections to the NODE_IP door
+    and the relay holds them (pre-auth, until its register timeout): the door's pairs fill up to
+    what LAN clients may hold (`lan_share` of `max_connections`), counted ``lan_share``, and a
+    station on this PC's loopback still reaches the relay."""
+    loopback, lan = "127.0.0.85", "127.0.0.86"
+    port = free_pair(loopback, lan)
+
+    async def main() -> None:
+        relay_, relay_port = await relay(b"S002")
+        local = LocalState(tmp_path)
+        door = StationDoor(str(tmp_path), "S001", (loopback, lan), port, stale_after=30.0, lan_host=lan)
+        door.proxy.max_connections = 40
+        task = asyncio.ensure_future(door.run())
+        local.write_pool(view(7, "S002", relay_port))
+        await until(lambda: lan in door.proxy.listening_on)
+        flood = []
+        for n in range(60):
+            sock = socket.socket()
+            sock.bind((f"127.0.1.{1 + n % 10}", 0))
+            flood.append(await connected(sock, (lan, port)))
+        await until(lambda: door.proxy.accepted + sum(door.proxy.refused.values()) == 60)
+        assert len(door.proxy.pairs) < 40, door.proxy.snapshot()
+        reader, writer = await asyncio.open_connection(loopback, port)  # a station on this PC
+        assert await asyncio.wait_for(reader.readexactly(4), 5) == b"S002"
+        snap = door.proxy.snapshot()
+        assert snap["refused"].get("lan_share") == 30 and snap["lan_connections"] == 30, snap
+        assert snap["max_lan"] == 30, snap
+        writer.close()
+        for sock in flood:
             sock.close()
         door._stop.set()
         assert await asyncio.wait_for(task, 5) == 0

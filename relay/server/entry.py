@@ -156,13 +156,15 @@ class EntryRunner:
         stale_after: float,
         max_per_address: int = 0,
         pool_key: str = "",
+        lan_host: str | None = None,
+        lan_share: float = 1.0,
     ) -> None:
         self.local = LocalState(data_dir)
         self.listen = listen
         self.gate = EntryGate(self.local.pool, stale_after)
         header = functools.partial(encode, key=pool_key) if pool_key else None  # the client's address
         self.proxy = FencingProxy(gate=self.gate, upstream=("127.0.0.1", 1), max_per_address=max_per_address,
-                                  forward_header=header)  # fmt: skip
+                                  forward_header=header, lan_host=lan_host, lan_share=lan_share)  # fmt: skip
         self.repointed = 0
         self.error = ""
         self._stop = asyncio.Event()

@@ -33,7 +33,10 @@ Decisions worth knowing:
   relay is not accepting (`ready`), past `max_connections` (sized from the
   file limit: each connection holds two descriptors), and past
   `max_per_address` from one source address (``RELAY_MAX_PER_ADDRESS``, else
-  the built-in relay's default), so one host cannot fill it. A connection to the
+  the built-in relay's default), so one host cannot fill it; connections accepted on
+  `lan_host` (the station door's `NODE_IP`) hold at most `lan_share` of
+  `max_connections` (``lan_share``), so a LAN flood from many addresses leaves room
+  for this PC's own stations on loopback. A connection to the
   external relay that does not complete in `connect_timeout` is closed.
 - Zero-copy where it can (issue 36): on Linux the pairs splice socket → pipe → socket through
   one pipe of the proxy's (`relay.server.splice_pipe`), the gate asked before each splice;
@@ -123,6 +126,8 @@ class FencingProxy:
         header_key: str | None = None,
         forward_header: HeaderMaker | None = None,
         splice: bool = True,
+        lan_host: str | None = None,
+        lan_share: float = 1.0,
     ) -> None:
         self.gate, self.ready = gate, ready
         self.header_key, self.forward_header = header_key or None, forward_header
@@ -137,6 +142,8 @@ class FencingProxy:
         self.max_holding = max(8, self.max_connections // 8)
         self.leading = True
         self.pairs: set[Pair] = set()
+        self.lan_host, self.lan_share = lan_host, lan_share  # what pairs accepted on lan_host may hold
+        self.lan_pairs: set[Pair] = set()
         self.addresses: dict[str, tuple[str, int]] = {}
         self.accepted = 0
         self.refused: dict[str, int] = {}
@@ -231,7 +238,7 @@ class FencingProxy:
             sock.close()
             raise
         self._listeners.append(sock)
-        self.loop.add_reader(sock.fileno(), self._accept, sock, name)
+        self.loop.add_reader(sock.fileno(), self._accept, sock, name, host == self.lan_host)
         return sock
 
     def _close_listener(self, sock: socket.socket) -> None:
@@ -255,7 +262,7 @@ class FencingProxy:
             self._close_listener(sock)
         self._hosts.clear()
 
-    def _accept(self, listener: socket.socket, name: str) -> None:
+    def _accept(self, listener: socket.socket, name: str, on_lan: bool = False) -> None:
         for _ in range(ACCEPTS_PER_WAKE):
             try:
                 client, peer = listener.accept()
@@ -264,7 +271,7 @@ class FencingProxy:
             except OSError as exc:  # EMFILE and friends: the backlog keeps them; look again soon
                 log.warning("proxy: accept on %s failed: %s", name, exc.strerror or exc)
                 return
-            why = self._refusal(peer[0])
+            why = self._refusal(peer[0], on_lan)
             held = why == "per_address" and self.header_key is not None and self.holding < self.max_holding
             if why is not None and not held:
                 self.refused[why] = self.refused.get(why, 0) + 1
@@ -281,6 +288,8 @@ class FencingProxy:
                 client.close()
                 continue
             self.pairs.add(pair)
+            if on_lan:
+                self.lan_pairs.add(pair)
             if held:  # maybe a forwarder's burst: its headers, not yet read, may name other clients
                 self.holding += 1
                 pair.hold(HOLD_S)
@@ -291,16 +300,23 @@ class FencingProxy:
                 (self.upstream[0], self.upstream[1] if name == "json" else self.upstream_passthrough)
             )
 
-    def _refusal(self, address: str) -> str | None:
+    def _refusal(self, address: str, on_lan: bool = False) -> str | None:
         if not self.gate_open():
             return "gate_shut"
         if not self.ready():
             return "relay_down"
         if len(self.pairs) >= self.max_connections:
             return "total"
+        if on_lan and len(self.lan_pairs) >= self.max_lan:
+            return "lan_share"
         if self.per_address.get(address, 0) >= self.max_per_address:
             return "per_address"
         return None
+
+    @property
+    def max_lan(self) -> int:
+        """Pairs accepted on `lan_host` may hold at most this many."""
+        return max(1, int(self.max_connections * self.lan_share))
 
     # -- what the runner and the pairs call -------------------------------------------
     def counted(self, way: str, sent: int, spliced: bool = False) -> None:
@@ -311,6 +327,7 @@ class FencingProxy:
     def forget(self, pair: Pair, cause: str) -> None:
         if pair in self.pairs:
             self.pairs.discard(pair)
+            self.lan_pairs.discard(pair)
             if pair.held is not None:
                 self.holding -= 1
             elif pair.address is not None:
@@ -416,6 +433,8 @@ class FencingProxy:
             "bytes_spliced": self.spliced,
             "max_connections": self.max_connections,
             "max_per_address": self.max_per_address,
+            "max_lan": self.max_lan,
+            "lan_connections": len(self.lan_pairs),
             "headers": dict(self.headers, holding=self.holding),
             "held_bytes": sum(len(p.up.held) + len(p.down.held) for p in self.pairs),
         }

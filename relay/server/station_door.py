@@ -24,6 +24,9 @@ supervisor starts it beside the standby relay, `elections.management.commands.ru
   `FencingProxy`, asked before every send), after a keyed PROXY v2 header on each connection the
   door opens (`relay.wire.proxy_header`): the relay, or the exec fencing proxy, which strips it,
   counts each station under its own address, not the door's.
+- **This PC first.** With ``RELAY_FORWARD = lan``, LAN clients hold at most `LAN_SHARE` of the
+  door's pairs (refused past it, counted ``lan_share``): a flood from many LAN addresses, each
+  under its per-address cap, leaves room for the stations on this PC's loopback.
 - Where it stands: ``DATA_DIR/door.json`` every second; ``relayctl doctor`` reads it
   (`elections.web.panel.door_state`).
 """
@@ -39,6 +42,8 @@ from relay.server.listen_set import door_hosts
 from stkconfig.model import Config
 
 log = logging.getLogger("stkrelay.relay")
+
+LAN_SHARE = 0.75  # of the door's pairs, what LAN clients (on NODE_IP) may hold: the rest is this PC's
 
 
 class StationDoor(EntryRunner):
@@ -59,7 +64,8 @@ class StationDoor(EntryRunner):
         pool_key: str = "",
     ) -> None:
         first = next(h for h in hosts if h != lan_host) if any(h != lan_host for h in hosts) else None
-        super().__init__(data_dir, (first or "", port), stale_after, max_per_address, pool_key=pool_key)
+        super().__init__(data_dir, (first or "", port), stale_after, max_per_address, pool_key=pool_key,
+                         lan_host=lan_host, lan_share=LAN_SHARE)  # fmt: skip
         self.node, self.port, self.lan_host = node, port, lan_host
         self.hosts = hosts
         self.lan_error = ""
