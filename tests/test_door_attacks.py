@@ -13,7 +13,8 @@ from pathlib import Path
 
 from harness import free_pair
 from test_entry import relay, view
-from test_proxy import until
+from test_proxy import rig, until
+from test_proxy_splice import pattern
 
 from elections.ports.localstate import LocalState
 from elections.ports.pool_view import PoolView
@@ -245,5 +246,59 @@ def test_a_lan_flood_that_fills_the_door_leaves_room_for_this_pcs_stations(tmp_p
         door._stop.set()
         assert await asyncio.wait_for(task, 5) == 0
         relay_.close()
+
+    asyncio.run(main())
+
+
+def test_no_pairs_bytes_cross_into_another_through_the_shared_splice_pipe():
+    """One splice pipe for all the proxy's pairs: many in full flow at once, one whose client stops
+    reading mid-stream (its splices taken in part, the rest held), one reset mid-splice. Every
+    client gets its own bytes and nothing else; the stalled one a prefix of its own."""
+    size = 2 << 20
+
+    async def main() -> None:
+        upstream, _, proxy = await rig()
+        assert proxy.pipe is not None
+        loop = asyncio.get_running_loop()
+
+        async def dial() -> socket.socket:
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 << 10)
+            return await connected(sock, proxy.addresses["json"])
+
+        async def flowing(seed: int) -> bytes:
+            reader, writer = await asyncio.open_connection(sock=await dial())
+            writer.write(pattern(seed, size))
+            got = await asyncio.wait_for(reader.readexactly(size), 30)
+            writer.close()
+            return got
+
+        async def stalled(seed: int) -> bytes:
+            sock = await dial()
+            data = pattern(seed, size)
+            await loop.sock_sendall(sock, data[: 512 << 10])
+            got = await loop.sock_recv(sock, 64 << 10)  # then it stops reading while the others flow
+            await asyncio.sleep(1.0)
+            while len(got) < 512 << 10:
+                got += await asyncio.wait_for(loop.sock_recv(sock, 64 << 10), 10)
+            sock.close()
+            return got
+
+        async def reset(seed: int) -> None:
+            sock = await dial()
+            await loop.sock_sendall(sock, pattern(seed, 1 << 20))
+            await loop.sock_recv(sock, 1000)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            sock.close()  # an RST while its pair's bytes are in flight
+
+        jobs = [flowing(seed) for seed in range(8)] + [stalled(8), reset(9), reset(10)]
+        results = await asyncio.gather(*jobs)
+        for seed in range(8):
+            assert results[seed] == pattern(seed, size), f"pair {seed} got bytes that are not its own"
+        assert results[8] == pattern(8, len(results[8])) and len(results[8]) == 512 << 10
+        assert proxy.spliced > size, proxy.snapshot()  # the pipe was in use all along
+        assert proxy.pipe is not None and proxy.pipe.pending == 0
+        await until(lambda: not proxy.pairs)
+        upstream.close()
 
     asyncio.run(main())
