@@ -6,6 +6,7 @@ each attack on real loopback sockets or the door's own decision functions; docs/
 from __future__ import annotations
 
 import asyncio
+import itertools
 import socket
 import struct
 import time
@@ -299,6 +300,57 @@ def test_no_pairs_bytes_cross_into_another_through_the_shared_splice_pipe():
         assert proxy.spliced > size, proxy.snapshot()  # the pipe was in use all along
         assert proxy.pipe is not None and proxy.pipe.pending == 0
         await until(lambda: not proxy.pairs)
+        upstream.close()
+
+    asyncio.run(main())
+
+
+def test_a_door_in_full_flow_forwards_nothing_10_ms_past_its_views_freshness_nor_accepts(tmp_path: Path):
+    """The worker stops writing pool.json while a station streams through the door (by splice) and
+    others dial: from 10 ms past the view's freshness not one more byte is forwarded either way
+    (the door's own counters, sampled on its loop) and a dial is closed without a byte."""
+    loopback = "127.0.0.78"
+    port = free_pair(loopback)
+
+    async def main() -> None:
+        upstream, _, proxy_ = await rig()  # an echoing relay stand-in (its own proxy unused)
+        proxy_.lose_leadership()
+        local = LocalState(tmp_path)
+        door = StationDoor(str(tmp_path), "S001", (loopback,), port, stale_after=1.0)
+        task = asyncio.ensure_future(door.run())
+        fresh_until = time.monotonic() + 0.6
+        local.write_pool(view(7, "S002", upstream.ports[0], updated=fresh_until - 1.0))
+        await until(lambda: door.gate.target is not None)
+        reader, writer = await asyncio.open_connection(loopback, port)
+
+        async def stream() -> None:
+            block = b"s" * (256 << 10)
+            try:
+                while True:
+                    writer.write(block)
+                    await writer.drain()
+                    await reader.read(1 << 20)
+            except ConnectionError:
+                pass
+
+        streaming = asyncio.ensure_future(stream())
+        loop = asyncio.get_running_loop()
+        samples = []
+        while loop.time() < fresh_until + 0.3:
+            samples.append((loop.time(), door.proxy.bytes["up"] + door.proxy.bytes["down"]))
+            await asyncio.sleep(0.001)
+        late = [(t, b) for (t0, b0), (t, b) in itertools.pairwise(samples)
+                if t0 >= fresh_until + 0.010 and b != b0]  # fmt: skip
+        assert not late, f"forwarded after the view went stale: {late[:3]}"
+        assert any(t < fresh_until and b > (1 << 20) for t, b in samples), "it never was in full flow"
+        dial_reader, dial_writer = await asyncio.open_connection(loopback, port)
+        assert await asyncio.wait_for(dial_reader.read(10), 2) == b""
+        assert door.proxy.refused.get("gate_shut", 0) >= 1
+        streaming.cancel()
+        for w in (writer, dial_writer):
+            w.close()
+        door._stop.set()
+        assert await asyncio.wait_for(task, 5) == 0
         upstream.close()
 
     asyncio.run(main())
