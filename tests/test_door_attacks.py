@@ -120,6 +120,14 @@ async def connected(sock: socket.socket, address: tuple[str, int]) -> socket.soc
     return sock
 
 
+async def shut(door: StationDoor, task: asyncio.Future, *ends: socket.socket | asyncio.StreamWriter) -> None:
+    """Close the test's own sockets, then stop the door: it exits cleanly (0)."""
+    for end in ends:
+        end.close()
+    door._stop.set()
+    assert await asyncio.wait_for(task, 5) == 0
+
+
 def forged(src: tuple[str, int], dst: tuple[str, int], key: str = "not-the-pool-key") -> bytes:
     return encode(src, dst, dst, key)
 
@@ -162,8 +170,7 @@ def test_a_forged_proxy_header_through_the_door_is_the_attackers_own_bytes_never
             assert reading.rest == payload, f"{name}: the attacker's bytes were changed"
             assert not isinstance(HeaderReader(KEY, peer).feed(reading.rest), Verified), name
         assert door.proxy.snapshot()["headers"]["sent"] == len(payloads)
-        door._stop.set()
-        assert await asyncio.wait_for(task, 5) == 0
+        await shut(door, task)
         upstream.server.close()
 
     asyncio.run(main())
@@ -203,11 +210,7 @@ def test_silent_connections_the_relay_has_closed_do_not_fill_the_door(tmp_path: 
         assert await asyncio.wait_for(reader.read(10), 5) == b""
         await until(lambda: door.proxy.accepted == 19)
         assert not door.proxy.refused, door.proxy.refused
-        writer.close()
-        for sock in silent:
-            sock.close()
-        door._stop.set()
-        assert await asyncio.wait_for(task, 5) == 0
+        await shut(door, task, writer, *silent)
         relay_.close()
 
     asyncio.run(main())
@@ -241,11 +244,7 @@ def test_a_lan_flood_that_fills_the_door_leaves_room_for_this_pcs_stations(tmp_p
         snap = door.proxy.snapshot()
         assert snap["refused"].get("lan_share") == 30 and snap["lan_connections"] == 30, snap
         assert snap["max_lan"] == 30, snap
-        writer.close()
-        for sock in flood:
-            sock.close()
-        door._stop.set()
-        assert await asyncio.wait_for(task, 5) == 0
+        await shut(door, task, writer, *flood)
         relay_.close()
 
     asyncio.run(main())
@@ -347,10 +346,7 @@ def test_a_door_in_full_flow_forwards_nothing_10_ms_past_its_views_freshness_nor
         assert await asyncio.wait_for(dial_reader.read(10), 2) == b""
         assert door.proxy.refused.get("gate_shut", 0) >= 1
         streaming.cancel()
-        for w in (writer, dial_writer):
-            w.close()
-        door._stop.set()
-        assert await asyncio.wait_for(task, 5) == 0
+        await shut(door, task, writer, dial_writer)
         upstream.close()
 
     asyncio.run(main())
