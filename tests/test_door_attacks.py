@@ -350,3 +350,11 @@ def test_a_door_in_full_flow_forwards_nothing_10_ms_past_its_views_freshness_nor
         upstream.close()
 
     asyncio.run(main())
+
+
+def test_a_door_on_node_ip_alone_leaves_no_share_for_a_loopback_it_does_not_listen_on(tmp_path: Path):
+    both = StationDoor(str(tmp_path), "S001", ("127.0.0.1", "10.0.0.1"), 9530, 2.0, lan_host="10.0.0.1")
+    alone = StationDoor(str(tmp_path), "S001", ("10.0.0.1",), 9530, 2.0, lan_host="10.0.0.1")
+    loopback = StationDoor(str(tmp_path), "S001", ("127.0.0.1",), 9530, 2.0)
+    assert both.proxy.max_lan == int(both.proxy.max_connections * 0.75)
+    assert alone.proxy.max_lan == alone.proxy.max_connections == loopback.proxy.max_lan

@@ -26,7 +26,8 @@ supervisor starts it beside the standby relay, `elections.management.commands.ru
   counts each station under its own address, not the door's.
 - **This PC first.** With ``RELAY_FORWARD = lan``, LAN clients hold at most `LAN_SHARE` of the
   door's pairs (refused past it, counted ``lan_share``): a flood from many LAN addresses, each
-  under its per-address cap, leaves room for the stations on this PC's loopback.
+  under its per-address cap, leaves room for the stations on this PC's loopback (with
+  ``RELAY_LOOPBACK = off`` there is no loopback door: the LAN may hold them all).
 - Where it stands: ``DATA_DIR/door.json`` every second; ``relayctl doctor`` reads it
   (`elections.web.panel.door_state`).
 """
@@ -65,7 +66,7 @@ class StationDoor(EntryRunner):
     ) -> None:
         first = next(h for h in hosts if h != lan_host) if any(h != lan_host for h in hosts) else None
         super().__init__(data_dir, (first or "", port), stale_after, max_per_address, pool_key=pool_key,
-                         lan_host=lan_host, lan_share=LAN_SHARE)  # fmt: skip
+                         lan_host=lan_host, lan_share=LAN_SHARE if first and lan_host else 1.0)  # fmt: skip
         self.node, self.port, self.lan_host = node, port, lan_host
         self.hosts = hosts
         self.lan_error = ""
