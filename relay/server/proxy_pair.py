@@ -58,6 +58,7 @@ class PairOwner(Protocol):
     upstream: tuple[str, int]
     connect_timeout: float
     redial_within: float
+    fin_timeout: float
     header_key: str | None
     forward_header: HeaderMaker | None
     headers: dict[str, int]
@@ -398,7 +399,9 @@ class Pair:
             loop.add_reader(way.src.fileno(), self._readable, way)
 
     def _end(self, way: Direction) -> None:
-        """`src` said EOF: pass it on; both ways ended: the pair is done."""
+        """`src` said EOF: pass it on; both ways ended: the pair is done. The relay ended and the
+        client has not: it has `fin_timeout` to end too (a silent client never would, and its pair
+        would hold two descriptors of the proxy's for ever: tests/test_door_attacks.py)."""
         way.ended = True
         try:
             way.dst.shutdown(socket.SHUT_WR)
@@ -407,6 +410,8 @@ class Pair:
             return
         if self.up.ended and self.down.ended:
             self.close("ended")
+        elif way is self.down and self._timer is None:
+            self._timer = self.proxy.loop.call_later(self.proxy.fin_timeout, self.close, "fin_timeout")
 
     # -- the end ------------------------------------------------------------------
     def close(self, cause: str) -> None:

@@ -24,6 +24,10 @@ supervisor starts it beside the standby relay, `elections.management.agent_root`
   `FencingProxy`, asked before every send), after a keyed PROXY v2 header on each connection the
   door opens (`relay.wire.proxy_header`): the relay, or the exec fencing proxy, which strips it,
   counts each station under its own address, not the door's.
+- **This PC first.** With ``RELAY_FORWARD = lan``, LAN clients hold at most `LAN_SHARE` of the
+  door's pairs (refused past it, counted ``lan_share``): a flood from many LAN addresses, each
+  under its per-address cap, leaves room for the stations on this PC's loopback (with
+  ``RELAY_LOOPBACK = off`` there is no loopback door: the LAN may hold them all).
 - Where it stands: ``DATA_DIR/door.json`` every second; ``relayctl doctor`` reads it
   (`elections.web.panel.door_state`).
 """
@@ -53,6 +57,9 @@ def quiet_leader(view: PoolView, node: str) -> bool:
     return isinstance(view.beacons, dict) and view.beacons.get("quiet") == node
 
 
+LAN_SHARE = 0.75  # of the door's pairs, what LAN clients (on NODE_IP) may hold: the rest is this PC's
+
+
 class StationDoor(EntryRunner):
     """The entry's proxy and gate on this member's own addresses; `lan_host` is `NODE_IP` where
     the door takes it too (given up while the lease names this member)."""
@@ -75,7 +82,8 @@ class StationDoor(EntryRunner):
         # names this member before this door read it (or the reverse): its header is verified and
         # stripped, and this door's own names that door's client, so the relay reads one header.
         super().__init__(data_dir, (first or "", port), stale_after, max_per_address, pool_key=pool_key,
-                         redial_within=WAIT_FOR_LEADER, header_key=pool_key or None)  # fmt: skip
+                         redial_within=WAIT_FOR_LEADER, header_key=pool_key or None, lan_host=lan_host,
+                         lan_share=LAN_SHARE if first and lan_host else 1.0)  # fmt: skip
         self.node, self.port, self.lan_host = node, port, lan_host
         self.hosts = hosts
         self.lan_error = ""
