@@ -1,0 +1,196 @@
+"""The share's witness, pure (`elections.core.witness`, issue 38): the record's codec and its
+refusals, the verdicts W1-W6 on one read, and one holder's vote (W3, W5), on an injected clock."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from elections.core.lease import canonical_json, sign
+from elections.core.serving import DRIFT, GATE_LAG, ServingTiming
+from elections.core.witness import (
+    WitnessRead,
+    WitnessRecord,
+    WitnessTiming,
+    WitnessVote,
+    may_claim,
+    may_enter,
+    may_name,
+    must_step_down,
+    parse_witness,
+    refresh_ok,
+)
+
+KEY, KMSN = "pool-key", "9999-9999-99-99"
+T = WitnessTiming.of(0.2)
+
+
+def rec(node="S001", epoch=7, relies=False) -> WitnessRecord:
+    return WitnessRecord(KMSN, node, epoch, relies)
+
+
+def read(node="S001", epoch=7, relies=False) -> WitnessRead:
+    return parse_witness(rec(node, epoch, relies).encode(KEY), KEY, KMSN)
+
+
+def signed(doc) -> bytes:
+    return canonical_json(dict(doc, sig=sign(doc, KEY)))
+
+
+def test_timing_derives_v_and_d_from_the_beacon_interval_with_drift_and_the_relays_lag():
+    assert T.window == pytest.approx(0.6)
+    assert T.wait / (1 + DRIFT) >= T.window / (1 - DRIFT) + GATE_LAG
+    assert T.wait == pytest.approx(0.6627, abs=1e-3)
+    assert T.silence == ServingTiming.of(0.2).silence
+    assert T.enter_left == pytest.approx(0.8)
+
+
+def test_a_record_round_trips_through_its_codec():
+    got = read("S002", 9, True)
+    assert got.valid and got.record == rec("S002", 9, True)
+
+
+BASE = {"v": 1, "kmsn": KMSN, "node": "S001", "epoch": 7, "relies": False}
+
+
+@pytest.mark.parametrize(
+    ("raw", "cause"),
+    [
+        (b"", "not_json"),
+        (b'{"v": 1', "not_json"),
+        (b"[" * 100_000, "too_large"),
+        (b"x" * 5000, "too_large"),
+        (json.dumps(BASE).encode(), "unsigned"),
+        (canonical_json(dict(BASE, sig="00" * 32)), "forged"),
+        (signed(dict(BASE, kmsn="1111-1111-11-11")), "wrong_kmsn"),
+        (signed(dict(BASE, epoch="7")), "bad_field"),
+        (signed(dict(BASE, relies=1)), "bad_field"),
+        (signed(dict(BASE, v=2)), "bad_field"),
+        (signed(dict(BASE, node="")), "bad_field"),
+        (b'{"v":1,"node":"\\ud800","sig":"x"}', None),
+    ],
+)
+def test_anything_but_a_valid_record_of_this_pool_is_no_evidence_never_an_exception(raw, cause):
+    got = parse_witness(raw, KEY, KMSN)
+    assert got.status == "refused" and not got.valid and got.record is None
+    if cause is not None:
+        assert got.cause == cause, got
+
+
+def test_a_record_below_an_epoch_this_reader_read_is_a_replay():
+    assert parse_witness(rec(epoch=6).encode(KEY), KEY, KMSN, floor=7).cause == "replayed"
+    assert parse_witness(rec(epoch=7).encode(KEY), KEY, KMSN, floor=7).valid
+
+
+def test_no_file_is_missing_not_refused():
+    assert parse_witness(None, KEY, KMSN).status == "missing"
+
+
+JUNK = parse_witness(b"junk", KEY, KMSN)
+MISSING = parse_witness(None, KEY, KMSN)
+
+
+@pytest.mark.parametrize(
+    ("got", "epoch", "ok"),
+    [
+        (read(epoch=6), 7, True),
+        (JUNK, 7, True),
+        (MISSING, 7, True),
+        (read(epoch=7), 7, False),
+        (read(epoch=8), 7, False),
+    ],
+)
+def test_w1_a_new_epoch_names_itself_over_anything_but_a_record_of_its_epoch_or_higher(got, epoch, ok):
+    assert may_name(got, epoch) is ok
+
+
+@pytest.mark.parametrize(
+    ("got", "ok"),
+    [
+        (read("S001", 7), True),
+        (read("S001", 7, True), True),
+        (read("S002", 7), False),
+        (read("S001", 8), False),
+        (read("S001", 6), False),
+        (JUNK, False),
+        (MISSING, False),
+    ],
+)
+def test_w2_a_leader_enters_only_over_its_own_record_of_its_own_epoch(got, ok):
+    assert may_enter(got, "S001", 7) is ok
+
+
+@pytest.mark.parametrize(
+    ("got", "ok"),
+    [
+        (read("S001", 7, True), True),
+        (read("S001", 7, False), False),
+        (read("S002", 8, True), False),
+        (read("S001", 6, True), False),
+        (JUNK, False),
+        (MISSING, False),
+    ],
+)
+def test_w6_a_refresh_is_good_only_if_the_record_names_exactly_this_node_epoch_relied_on(got, ok):
+    assert refresh_ok(got, "S001", 7) is ok
+
+
+@pytest.mark.parametrize(
+    ("got", "ok"),
+    [
+        (read("S001", 7), True),
+        (read("S001", 7, True), True),
+        (read("S001", 6), True),
+        (read("S001", 8), False),
+        (JUNK, False),
+        (MISSING, False),
+    ],
+)
+def test_w4_a_follower_claims_only_over_a_valid_record_no_newer_than_the_holders_epoch(got, ok):
+    assert may_claim(got, 7) is ok
+
+
+def test_w6_a_record_of_a_higher_epoch_makes_the_leader_step_down():
+    assert must_step_down(read("S002", 8, True), 7)
+    assert not must_step_down(read("S001", 7, True), 7) and not must_step_down(JUNK, 7)
+
+
+def test_w5_a_claim_over_a_record_nobody_relied_on_counts_at_once():
+    vote = WitnessVote.claimed("S002", 8, T, sent_at=10.0, returned_at=10.1, replaced=rec(relies=False))
+    assert vote.until(10.1) == pytest.approx(10.6)
+
+
+def test_w5_a_claim_over_a_relied_on_record_counts_only_d_after_it_returned():
+    vote = WitnessVote.claimed("S002", 8, T, sent_at=10.0, returned_at=10.1, replaced=rec(relies=True))
+    assert vote.until(10.1) is None  # within D: the old holder's last refresh may still count
+    assert vote.until(10.1 + T.wait - 0.01) is None
+    at = 10.1 + T.wait
+    assert vote.until(at) is None  # D outlasts V: the claim's own refresh is too old by then
+    assert vote.refresh(at - 0.1, read("S002", 8, True), leading=8)
+    assert vote.until(at) == pytest.approx(at - 0.1 + T.window)
+
+
+def test_w3_a_refresh_counts_from_its_send_time_and_only_while_leading_that_epoch():
+    vote = WitnessVote("S001", 7, T)
+    assert vote.until(0.0) is None  # not entered: no vote
+    vote.entered(sent_at=1.0)
+    assert vote.until(1.2) == pytest.approx(1.6)
+    assert vote.refresh(1.4, read("S001", 7, True), leading=7)  # sent 1.4, returned late: from 1.4
+    assert vote.until(1.9) == pytest.approx(2.0)
+    assert not vote.refresh(1.8, read("S002", 8, True), leading=7)  # the claim: no refresh
+    assert not vote.refresh(1.9, read("S001", 7, True), leading=None)  # stepped down meanwhile
+    assert not vote.refresh(1.3, read("S001", 7, True), leading=7)  # older than the newest
+    assert vote.until(2.0) is None
+    assert vote.open_until() == pytest.approx(2.0)
+
+
+def test_w2_the_leader_enters_when_its_acks_window_runs_low_and_refreshes_faster_then():
+    vote = WitnessVote("S001", 7, T)
+    assert not vote.should_enter(ack_until=5.0, now=4.0)
+    assert vote.should_enter(ack_until=5.0, now=4.3)
+    assert not vote.needs_refresh(last_sent=4.0, ack_until=5.0, now=4.3, renew_every=3.0)
+    vote.entered(4.3)
+    assert vote.needs_refresh(last_sent=4.3, ack_until=5.0, now=4.5, renew_every=3.0)
+    assert not vote.needs_refresh(last_sent=4.3, ack_until=6.0, now=4.5, renew_every=3.0)
+    assert vote.needs_refresh(last_sent=None, ack_until=6.0, now=4.5, renew_every=3.0)
