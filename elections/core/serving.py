@@ -125,21 +125,28 @@ class ServingRight:
             return None
         return with_self if others >= self.self_from else others
 
-    def settle(self, members: int, now: float) -> str:
-        """`LEASE` becomes `ACKED` once a majority acks (three members or more); never back."""
-        if self.mode == LEASE and members >= MIN_MEMBERS:
+    def settle(self, members: int, now: float, paired: bool = False) -> str:
+        """`LEASE` becomes `ACKED` once a majority acks (three members or more, or two with the
+        share's witness naming this epoch: `paired`, issue 38); never back."""
+        if self.mode == LEASE and (members >= MIN_MEMBERS or paired):
             until = self.ack_until(members, now=now)
             if until is not None and until > now:
                 self.mode = ACKED
         return self.mode
 
-    def until(self, members: int, now: float) -> float | None:
+    def until(
+        self, members: int, now: float, paired: bool = False, witness: float | None = None
+    ) -> float | None:
         """The bound the serving right puts on the relay gate now: None in `LEASE`
         mode (the renew deadline alone), else the end of the majority's window
-        (`now` or earlier when there is none: shut)."""
-        if self.settle(members, now) == LEASE:
+        (`now` or earlier when there is none: shut). In a pool of two, `witness` is until
+        when the share's witness votes for this epoch (`core.witness.WitnessVote.until`):
+        with this leader's own vote a majority of three, from `self_from` only (W3, W5)."""
+        if self.settle(members, now, paired) == LEASE:
             return None
         until = self.ack_until(members, now=now)
+        if witness is not None and now >= self.self_from:
+            until = witness if until is None else max(until, witness)
         return now if until is None else until
 
     def clean(self, now: float) -> bool:
@@ -149,10 +156,11 @@ class ServingRight:
         lease from its first instant (`starts_acked`)."""
         return self.fenced and now >= self.lease_ok_at
 
-    def lapsed(self, members: int, now: float) -> bool:
-        """Serving by acks, no majority within W, and no earlier holder can still serve
-        by the lease (`lease_ok_at`): time to take a new epoch in `LEASE` mode."""
-        if self.mode != ACKED or now < self.lease_ok_at:
+    def lapsed(self, members: int, now: float, witness: float | None = None) -> bool:
+        """Serving by acks, no majority within W (nor the share's witness's vote, in a pool of
+        two), and no earlier holder can still serve by the lease (`lease_ok_at`): time to take
+        a new epoch in `LEASE` mode."""
+        if self.mode != ACKED or now < self.lease_ok_at or (witness is not None and witness > now):
             return False
         until = self.ack_until(members, now=now)
         return until is None or until <= now

@@ -28,6 +28,8 @@ from elections.core.serving import (
     silent_holder,
     starts_acked,
 )
+from elections.core.witness import MEMBERS as PAIR
+from elections.core.witness import WitnessTiming, WitnessVote, silent_pair
 
 
 # -- one member's book, as its beacons see it --------------------------------------------------------
@@ -47,6 +49,32 @@ class ServingBook:
     # (node, epoch, heard at) of the newest resign that said `fenced`: a claim over that released
     # lease follows it within moments; one more than a TTL later is not taken for its evidence
     clean_release: tuple[str, int, float] | None = None
+    # The share's witness (issue 38, a pool of two): its vote for our right's epoch, and a claim's
+    # vote made before the lease's compare-and-set took the epoch (`taken` attaches it).
+    witness: WitnessVote | None = None
+    claimed: WitnessVote | None = None
+
+    @property
+    def witness_timing(self) -> WitnessTiming:
+        return WitnessTiming.of(self.timing.interval)
+
+    def paired(self, members: int) -> bool:
+        """A pool of two whose witness record named our right's epoch: `ACKED` mode is possible."""
+        w, right = self.witness, self.right
+        return members == PAIR and w is not None and right is not None and w.epoch == right.epoch and w.ready
+
+    def _witness_until(self, members: int, now: float) -> float | None:
+        return self.witness.until(now) if self.witness is not None and self.paired(members) else None
+
+    def witness_named(self, epoch: int) -> None:
+        """W1: the record names our new `epoch` (relies false): the pool of two may serve by acks."""
+        if self.right is not None and self.right.epoch == epoch:
+            self.witness = WitnessVote(self.node, epoch, self.witness_timing, ready=True)
+
+    def witness_claim(self, vote: WitnessVote) -> None:
+        """W4: this member's claim of the witness for `vote.epoch` returned; the lease's
+        compare-and-set follows (`taken`)."""
+        self.claimed = vote
 
     def taken(self, epoch: int, cause: str | None, members: int, after: tuple[str, int] | None,
               now: float) -> None:  # fmt: skip
@@ -73,6 +101,10 @@ class ServingBook:
             # over on silence may still serve, so this epoch's own release is not clean for a TTL.
             right.lease_ok_at = now + self.ttl * (1 + DRIFT) / (1 - DRIFT)
         self.right = right
+        claimed, self.claimed = self.claimed, None
+        self.witness = (
+            claimed if claimed is not None and claimed.epoch == epoch and cause == "silent" else None
+        )
 
     def fenced(self, epoch: int) -> None:
         """The relay of `epoch` stopped (or its gate read the shut state) before its release."""
@@ -95,7 +127,7 @@ class ServingBook:
             if right is None or right.epoch != leader_epoch:
                 return {}  # no right for this epoch (not taken through `taken`): says nothing
             right.sent_beacon(seq, now)
-            right.settle(members, now)
+            right.settle(members, now, self.paired(members))
             return {"serve": ACKED if right.mode == ACKED and right.told else LEASE}
         adh = self.adherence
         if adh is None or self.gate_open(members, now):
@@ -114,6 +146,10 @@ class ServingBook:
         if right is None or right.mode != ACKED:
             return False
         until = right.ack_until(members)
+        w = self.witness  # its witness window, counted or not (W3: rule 1's step-down wait includes it)
+        seen = w.open_until() if w is not None and w.epoch == right.epoch else None
+        if seen is not None:
+            until = seen if until is None else max(until, seen)
         return until is not None and now < until + GATE_LAG
 
     def heard(self, beacon: Beacon, leader_epoch: int | None, floor: int, now: float) -> bool:
@@ -141,11 +177,15 @@ class ServingBook:
         right = self.right
         if right is None or right.epoch != epoch:
             return now  # an epoch this book never saw taken: shut (never serve blind)
-        return right.until(members, now)
+        return right.until(members, now, self.paired(members), self._witness_until(members, now))
 
     def lapsed(self, epoch: int, members: int, now: float) -> str | None:
         right = self.right
-        if right is None or right.epoch != epoch or not right.lapsed(members, now):
+        if (
+            right is None
+            or right.epoch != epoch
+            or not right.lapsed(members, now, self._witness_until(members, now))
+        ):
             return None
         until = right.ack_until(members)
         when = "no majority ever" if until is None else f"majority lost {now - until:.2f} s ago"
@@ -167,6 +207,8 @@ class ServingBook:
         return right is not None and right.epoch == epoch and right.mode == ACKED and not right.told
 
     def silent(self, holder: str, epoch: int, members: int, reports: list[Report], now: float) -> str | None:
+        if members == PAIR:  # W4a: the share's witness is the third vote (issue 38)
+            return silent_pair(holder, epoch, self.adherence, members, self.witness_timing, now)
         return silent_holder(holder, epoch, self.adherence, reports, members, self.timing, now)
 
     def to_doc(self, members: int, now: float) -> dict[str, object]:
@@ -174,7 +216,8 @@ class ServingBook:
         acks = {} if right is None else {n: round(now - t, 3) for n, t in right.acks.items()}
         return {
             "window_s": round(self.timing.window, 3), "silence_s": round(self.timing.silence, 3),
-            "members": members, "fast": members >= MIN_MEMBERS,
+            "members": members, "fast": members >= MIN_MEMBERS or self.paired(members),
+            "witness": None if self.witness is None else self.witness.to_doc(now),
             "adheres": None if adh is None else {"node": adh.node, "epoch": adh.epoch, "mode": adh.mode,
                                                  "quiet_s": round(adh.quiet(now), 3)},
             "right": None if right is None else {"epoch": right.epoch, "mode": right.mode,

@@ -20,10 +20,10 @@ Vocabulary:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from elections.core.lease import canonical_json, sign, signature_ok
-from elections.core.serving import DRIFT, GATE_LAG, ServingTiming
+from elections.core.serving import ACKED, DRIFT, GATE_LAG, Adherence, ServingTiming
 from elections.core.untrusted import (
     BAD_FIELD,
     FORGED,
@@ -164,6 +164,7 @@ class WitnessVote:
     epoch: int
     timing: WitnessTiming
     relies: bool = False  # entered (W2) or claimed (W4)
+    ready: bool = False  # the record named this (node, epoch): W1 written, or claimed
     refreshed: float = float("-inf")  # send time of the newest refresh that found our own record
     counts_from: float = float("-inf")  # W5: from when a claimant counts the vote
 
@@ -173,7 +174,14 @@ class WitnessVote:
         """W4, W5: a claim sent at `sent_at` (the first refresh) returned at `returned_at`, over
         `replaced`: counted at once if its holder did not rely on it, else `D` after the return."""
         wait = timing.wait if replaced.relies else 0.0
-        return cls(node, epoch, timing, relies=True, refreshed=sent_at, counts_from=returned_at + wait)
+        return cls(node, epoch, timing, relies=True, ready=True, refreshed=sent_at,
+                   counts_from=returned_at + wait)  # fmt: skip
+
+    def to_doc(self, now: float) -> dict[str, Any]:
+        until = self.until(now)
+        return {"epoch": self.epoch, "ready": self.ready, "relies": self.relies,
+                "counts_s": None if until is None else round(until - now, 3),
+                "waits_s": round(max(0.0, self.counts_from - now), 3)}  # fmt: skip
 
     def entered(self, sent_at: float) -> None:
         """W2: the entry's compare-and-set, sent at `sent_at`, was written."""
@@ -215,3 +223,48 @@ class WitnessVote:
             return True
         short = self.relies and (ack_until is None or ack_until - now < self.timing.window)
         return now - last_sent >= (self.timing.interval if short else renew_every)
+
+
+def silent_pair(holder: str, epoch: int, mine: Adherence | None, members: int, timing: WitnessTiming,
+                now: float) -> str | None:  # fmt: skip
+    """W4a: why a follower of a pool of two may claim the witness over `holder`'s `epoch`, or None.
+    It adheres to it, heard it say it serves by acks (which a leader of two says only once the
+    witness named it, `ServingBook`), it did not resign, and this member has not heard it for `S`.
+    The claim's compare-and-set decides the rest (W4b-c, the elector)."""
+    if members != MEMBERS or mine is None or (mine.node, mine.epoch) != (holder, epoch):
+        return None
+    if mine.mode != ACKED or mine.resigned:
+        return None
+    quiet = mine.quiet(now)
+    if quiet < timing.silence:
+        return None
+    return (f"{holder} silent for {quiet:.2f} s ≥ S {timing.silence:.2f} s; "
+            "2 members: the share's witness decides")  # fmt: skip
+
+
+class WitnessClaims(Protocol):
+    """The witness as the elector asks it (`runtime.witness_keeper.WitnessKeeper`)."""
+
+    def paired(self) -> bool:
+        """The pool counts two members: an early takeover needs the witness (W4)."""
+
+    def claim(self, holder: str, epoch: int, claim_epoch: int) -> str | None:
+        """W4: claim the witness from `holder`'s silent `epoch`; None if claimed, else why not."""
+
+    def name(self, epoch: int) -> None:
+        """W1: this member took `epoch` (not by a claim): the record names it."""
+
+
+WITH_WITNESS = "2 members + the share's witness"
+
+
+def fast_takeover(serving: Any) -> str | None:
+    """What a pool's fast takeover of a silent leader rests on, from the serving right's document
+    (`ServingBook.to_doc`) as the API says it: "2 members + the share's witness", "3 members" (or
+    more), or None (the TTL path: beacons off, fewer members, no witness)."""
+    if not isinstance(serving, dict) or serving.get("fast") is not True:
+        return None
+    members = serving.get("members")
+    if not isinstance(members, int) or isinstance(members, bool):
+        return None
+    return WITH_WITNESS if members == MEMBERS else f"{members} members"

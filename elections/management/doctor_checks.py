@@ -171,6 +171,29 @@ def legacy_check(check: Any, stk: Config) -> None:
           "(relayctl credential --all)", warn=True)  # fmt: skip
 
 
+def witness_check(check: Any, me: str, pool: Any) -> None:
+    """The share's witness (issue 38): in a pool of two with beacons, its leader FAILs when the
+    witness record does not name its epoch or its last refresh failed (a silent leader would then
+    be replaced after the TTL, not within seconds)."""
+    serving = pool.beacons.get("serving") if isinstance(pool.beacons.get("serving"), dict) else {}
+    if pool.detection != "beacons" or serving.get("members") != 2:
+        return
+    name = "the share's witness (fast takeover of a pool of two)"
+    if pool.leader != me:
+        check(name, True, f"judged by the leader ({pool.leader or 'none'}), which refreshes it")
+        return
+    store = serving.get("witness_store") if isinstance(serving.get("witness_store"), dict) else {}
+    vote = serving.get("witness") if isinstance(serving.get("witness"), dict) else {}
+    why = store.get("why") or "not written yet"
+    if vote.get("ready") is not True:
+        check(name, False, f"no witness record names this epoch ({why}): a silent leader waits out the TTL")
+    elif store.get("ok") is False:
+        check(name, False, f"cannot be refreshed ({why}, {store.get('age_s')} s ago): a silent leader "
+              "waits out the TTL")  # fmt: skip
+    else:
+        check(name, True, f"fast takeover: 2 members + the share's witness ({why})")
+
+
 def beacon_checks(check: Any, me: str, pool: Any, members: dict[str, dict[str, Any]]) -> None:
     """Beacons from every member, and paths that work one way only (DESIGN.md §13): this
     agent hears X but X's heartbeat says it does not hear this agent, or the reverse."""

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 
 from elections.core.beacon_board import Reaction
-from elections.core.serving import Report
+from elections.core.serving import ACKED, Report
+from elections.core.witness import WitnessRead, WitnessVote
 
 log = logging.getLogger("stkrelay.beacons")
 
@@ -57,6 +59,38 @@ class ServingRight:
     def serving_untold(self, epoch: int | None) -> bool:
         with self.lock:
             return self.book.untold(epoch)
+
+    # -- the share's witness (issue 38, core.witness), for the election thread and its keeper ------
+    def witness_named(self, epoch: int) -> None:
+        with self.lock:
+            self.book.witness_named(epoch)
+
+    def witness_claim(self, vote: WitnessVote) -> None:
+        with self.lock:
+            self.book.witness_claim(vote)
+
+    def witness_look(self, epoch: int) -> tuple[WitnessVote, float | None] | None:
+        """A copy of the witness's vote for our `epoch` and our acks' window, if a pool of two
+        relies (or may come to rely) on it; None otherwise."""
+        members = self.members()
+        with self.lock:
+            book, right = self.book, self.book.right
+            if right is None or right.epoch != epoch or not book.paired(members) or book.witness is None:
+                return None
+            if right.mode != ACKED:
+                return None
+            return replace(book.witness), right.ack_until(members)
+
+    def witness_entered(self, epoch: int, sent_at: float) -> None:
+        with self.lock:
+            w = self.book.witness
+            if w is not None and w.epoch == epoch:
+                w.entered(sent_at)
+
+    def witness_refreshed(self, epoch: int, sent_at: float, read: WitnessRead, leading: int | None) -> bool:
+        with self.lock:
+            w = self.book.witness
+            return w is not None and w.epoch == epoch and w.refresh(sent_at, read, leading)
 
     def silent(self, holder: str, epoch: int) -> str | None:
         """Why a majority's silence lets this follower take `holder`'s `epoch` early, or None."""

@@ -72,6 +72,7 @@ from elections.runtime.policy import PoolPolicy
 from elections.runtime.projection import Projector, pool_event_sink
 from elections.runtime.share_split import SplitAlarm
 from elections.runtime.watch import Watchers
+from elections.runtime.witness_keeper import WitnessKeeper
 from stkconfig.model import Config
 
 log = logging.getLogger("stkrelay.agent")
@@ -145,6 +146,7 @@ class Agent(Looks, Roles, Publishing):
         self.lock = threading.RLock()
         self._last_done: dict[str, float] = {}
         self.beacons: BeaconLink | None = None
+        self.witness: WitnessKeeper | None = None
         if stk.beacon_interval > 0:
             self._start_beacons(stk)
         self._fenced: int | None = None  # an epoch this agent stopped serving before handing it off
@@ -174,6 +176,15 @@ class Agent(Looks, Roles, Publishing):
         self.elector.renewal_heard = self.beacons.renewal_heard
         self.elector.serving = self.beacons
         self.beacons.start()
+        # The share's witness (issue 38): the third vote of a pool of two, kept beside the book.
+        service = self.beacons.service
+        self.witness = WitnessKeeper(
+            self.elector.store, stk.kmsn, stk.node, service, service.book.witness_timing,
+            lambda: self.elector.memory.leader_epoch, self._acked, self.beacons.react, stk.lease_renew,
+            self.elector.gate_clock,
+        )  # fmt: skip
+        self.elector.witness = self.witness
+        self.witness.start()
 
     def _start_duties(self, stk: Config) -> None:
         """The leader's duty plans (`executors`) and the ownership watch of its addresses."""

@@ -25,6 +25,7 @@ from elections.ports.localstate import Leadership
 from elections.ports.pool_view import MemberView, PoolView, entry_of, entry_sessions_of, web_tls_of
 from elections.ports.share import SHARE_OPS
 from elections.ports.stores import store_details
+from elections.runtime.witness_keeper import WitnessKeeper
 
 # The serving right (DESIGN.md §15): members counted, and how far an ack must move the gate to be published.
 MEMBER_HORIZON_S, MEMBER_HORIZON_TTLS = 60.0, 6.0  # a member unheard on the share longer is not counted
@@ -44,6 +45,7 @@ class Publishing:
     view: PoolView
     _gate_told: float  # the valid_until last published
     _told: threading.Event  # set at every publish that says this agent leads (`Roles._gate_opens`)
+    witness: WitnessKeeper | None  # the share's witness (issue 38), with the beacons
 
     def pool_size(self) -> int:
         """The members the serving right counts (DESIGN.md §15): this one, and every
@@ -105,6 +107,8 @@ class Publishing:
             refusals = merged(refusals, beacons.pop("refusals"))
             if isinstance(beacons.get("serving"), dict):  # early takeovers deferred for want of evidence
                 beacons["serving"]["deferred"] = dict(self.elector.deferred)
+                if self.witness is not None:  # the store's side: its last write or refresh, and why
+                    beacons["serving"]["witness_store"] = self.witness.to_doc()
         members = {}
         gone = self.unheard()
         for node, doc in docs.items():

@@ -26,6 +26,7 @@ from elections.core.lease import LeaseRead
 from elections.core.lease_memory import Memory, accepts, blind_gap, current, track, vouched, vouches_spent
 from elections.core.serving_book import Serving
 from elections.core.untrusted import REPLAYED
+from elections.core.witness import WitnessClaims
 from elections.errors import StoreUnavailable
 from elections.ports.clock import Clock
 from elections.ports.store import LEASE_NAME, LeaseStore
@@ -71,6 +72,7 @@ class Elector(ElectorActs):
         # (holder, epoch) -> the newest renewal its leader beacons named: (renew_seq, first heard at)
         self.renewal_heard: Callable[[str, int], tuple[int, float] | None] | None = None
         self.serving = serving
+        self.witness: WitnessClaims | None = None  # the share's witness in a pool of two (issue 38)
         self.refusals = refusals if refusals is not None else Refusals()
         self.clock = clock
         # The gate's clock (`Clock.boottime`: it counts a suspend), for every deadline after
