@@ -194,3 +194,81 @@ def test_w2_the_leader_enters_when_its_acks_window_runs_low_and_refreshes_faster
     assert vote.needs_refresh(last_sent=4.3, ack_until=5.0, now=4.5, renew_every=3.0)
     assert not vote.needs_refresh(last_sent=4.3, ack_until=6.0, now=4.5, renew_every=3.0)
     assert vote.needs_refresh(last_sent=None, ack_until=6.0, now=4.5, renew_every=3.0)
+
+
+# -- the serving book of a pool of two with the witness (core.serving_book) --------------------------
+def book_of_two(now: float = 100.0):  # type: ignore[no-untyped-def]
+    from elections.core.serving import ServingTiming
+    from elections.core.serving_book import ServingBook
+
+    book = ServingBook("S001", "boot1", ServingTiming.of(0.2), ttl=10.0)
+    book.taken(7, "first", 2, None, now)
+    return book
+
+
+def acked_at(book, sent: float, members: int = 2) -> None:  # type: ignore[no-untyped-def]
+    """The follower acks our beacon sent at `sent`; the book settles as at its next beacon."""
+    book.outgoing(7, seq=int(sent * 100), members=members, now=sent)
+    assert book.right.acked("S002", 7, "boot1", int(sent * 100))
+    book.outgoing(7, seq=int(sent * 100) + 1, members=members, now=sent + 0.05)
+
+
+def test_a_pool_of_two_serves_by_acks_only_once_the_witness_names_its_epoch():
+    book = book_of_two()
+    acked_at(book, 100.1)
+    assert book.bound(7, 2, 100.2) is None  # LEASE: no witness record yet, the TTL path
+    book.witness_named(7)
+    assert book.paired(2) and book.bound(7, 2, 100.3) == pytest.approx(100.1 + 1.5)  # ACKED by the ack
+    assert book.mode(7) == "ack"
+    assert not book.paired(3)  # three members: rules 1-6, the witness plays no part
+
+
+def test_the_gate_of_two_is_the_later_of_the_acks_window_and_the_witness_window():
+    book = book_of_two()
+    book.witness_named(7)
+    acked_at(book, 100.1)
+    book.witness.entered(sent_at=101.3)
+    assert book.bound(7, 2, 101.4) == pytest.approx(101.9)  # acks until 101.6, the witness until 101.9
+    assert book.bound(7, 2, 101.95) <= 101.95  # both over: a deadline past, the gate shut
+
+
+def test_a_stepped_down_leader_acks_nobody_within_its_witness_window():
+    book = book_of_two()
+    book.witness_named(7)
+    acked_at(book, 100.1)
+    book.witness.entered(sent_at=101.5)
+    assert book.gate_open(2, 101.9)  # the acks' window ended at 101.6; the witness's runs to 102.1
+    assert not book.gate_open(2, 102.1 + 0.06)
+
+
+def test_a_leader_of_two_whose_follower_is_gone_for_a_ttl_requalifies_instead_of_refreshing_forever():
+    book = book_of_two()
+    book.witness_named(7)
+    acked_at(book, 100.1)
+    book.witness.entered(sent_at=101.0)
+    t = 101.2
+    while t < 114.0:  # refreshed every interval, the follower silent
+        assert book.witness.refresh(t, read("S001", 7, True), leading=7)
+        if t < 100.1 + 1.5 + 10.0:
+            assert book.lapsed(7, 2, t + 0.1) is None, t
+        t += 0.2
+    assert book.lapsed(7, 2, t) is not None  # a TTL past the acks: rule 4, a new epoch in LEASE mode
+
+
+def test_a_claims_vote_rides_on_the_epoch_its_lease_compare_and_set_takes():
+    from elections.core.serving import Adherence, ServingTiming
+    from elections.core.serving_book import ServingBook
+
+    book = ServingBook("S002", "boot2", ServingTiming.of(0.2), ttl=10.0)
+    book.adherence = Adherence("S001", 7, "boot1", 5, heard_at=98.0, mode="ack")
+    assert book.silent("S001", 7, 2, [], 100.0) is not None  # W4a: S after it last heard S001
+    assert book.silent("S001", 7, 2, [], 99.0) is None
+    vote = WitnessVote.claimed("S002", 8, T, sent_at=100.0, returned_at=100.05, replaced=rec(relies=False))
+    book.witness_claim(vote)
+    book.taken(8, "silent", 2, None, 100.06)
+    assert book.witness is vote and book.paired(2)
+    assert book.bound(8, 2, 100.1) == pytest.approx(100.6)  # {itself, the witness}: a majority of three
+    other = ServingBook("S002", "boot2", ServingTiming.of(0.2), ttl=10.0)
+    other.witness_claim(vote)
+    other.taken(9, "silent", 2, None, 100.06)  # another epoch than claimed: no vote
+    assert other.witness is None

@@ -336,7 +336,7 @@ inline wcrash(x) {
   :: d_step { up[x] && rf[x] == 2 -> printf("@ %d's refresh returns\n", x); if :: rok[x] && lead[x] > 0 && lead[x] == re[x] && rfa[x] < wr[x] -> wr[x] = rfa[x] :: else -> skip fi; rf[x] = 0; wcheck() } \
   :: d_step { CANCLAIM(x) -> printf("@ %d claims the witness\n", x); clneed = Wr; wclaim(x); cneed[x] = clneed; clneed = 0; wcheck() } \
   :: d_step { up[x] && cl[x] -> printf("@ %d's claim returns; it takes the lease\n", x); clneed = cneed[x]; wclaimed(x); clneed = 0; cneed[x] = 0; wcheck() } \
-  :: d_step { LEADS(x) && Lk == VALID && Lh == x && Le == lead[x] && rmode[x] == ACKED && !ackok(x) && !witv(x) && wlokok(x) && top == lead[x] && lead[x] < MAXE -> \
+  :: d_step { LEADS(x) && Lk == VALID && Lh == x && Le == lead[x] && rmode[x] == ACKED && !ackok(x) && wlokok(x) && top == lead[x] && lead[x] < MAXE -> \
               printf("@ %d requalifies\n", x); wf = lead[x] + 1; wtake(x, LEASE); wname(x); wcheck() } \
   :: d_step { up[x] && faults < MAXF -> printf("@ %d crashes\n", x); faults++; wcrash(x); wcheck() } \
   :: d_step { !up[x] -> printf("@ %d starts\n", x); up[x] = 1; wcheck() }

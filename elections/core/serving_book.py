@@ -53,6 +53,7 @@ class ServingBook:
     # vote made before the lease's compare-and-set took the epoch (`taken` attaches it).
     witness: WitnessVote | None = None
     claimed: WitnessVote | None = None
+    taken_at: float = float("-inf")  # when our right's epoch was taken (this book's clock)
 
     @property
     def witness_timing(self) -> WitnessTiming:
@@ -65,6 +66,19 @@ class ServingBook:
 
     def _witness_until(self, members: int, now: float) -> float | None:
         return self.witness.until(now) if self.witness is not None and self.paired(members) else None
+
+    def _holds_by_witness(self, members: int, now: float) -> float | None:
+        """The witness's vote, as it keeps a right from lapsing: for a TTL (on the slowest clock)
+        after the follower's acks ended (or the epoch began, never acked). Past that the follower is
+        gone for good (a counter PC off for the night): the leader requalifies into `LEASE` mode
+        (rule 4) instead of refreshing the witness every interval for hours."""
+        until = self._witness_until(members, now)
+        right = self.right
+        if until is None or right is None:
+            return None
+        acks = right.ack_until(members)
+        since = self.taken_at if acks is None else acks
+        return until if now - since <= self.ttl * (1 + DRIFT) / (1 - DRIFT) else None
 
     def witness_named(self, epoch: int) -> None:
         """W1: the record names our new `epoch` (relies false): the pool of two may serve by acks."""
@@ -101,6 +115,7 @@ class ServingBook:
             # over on silence may still serve, so this epoch's own release is not clean for a TTL.
             right.lease_ok_at = now + self.ttl * (1 + DRIFT) / (1 - DRIFT)
         self.right = right
+        self.taken_at = now
         claimed, self.claimed = self.claimed, None
         self.witness = (
             claimed if claimed is not None and claimed.epoch == epoch and cause == "silent" else None
@@ -184,7 +199,7 @@ class ServingBook:
         if (
             right is None
             or right.epoch != epoch
-            or not right.lapsed(members, now, self._witness_until(members, now))
+            or not right.lapsed(members, now, self._holds_by_witness(members, now))
         ):
             return None
         until = right.ack_until(members)

@@ -78,6 +78,9 @@ class WitnessKeeper:
         self.gate_clock = gate_clock
         self.last_sent: float | None = None  # the send time of our last refresh read (gate clock)
         self.last_epoch: int | None = None
+        # our last claim's vote: a claim whose lease compare-and-set lost (BUSY, CHANGED) is retried
+        # over our own record, timed as the first (its D counts from the first claim's return)
+        self._claimed: WitnessVote | None = None
         self.state: dict[str, Any] = {}  # what the panel and `relayctl doctor` show
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="witness", daemon=True)
@@ -128,6 +131,11 @@ class WitnessKeeper:
         (the vote is in the book); else why not, and nothing was written."""
         try:
             read = self.store.read_witness(self.kmsn)
+            mine = self._claimed
+            ours = WitnessRecord(self.kmsn, self.node, claim_epoch, relies=True)
+            if read.valid and read.record == ours and mine is not None and mine.epoch == claim_epoch:
+                self.book.witness_claim(mine)  # our own claim still stands: the lease's CAS again
+                return None
             if not may_claim(read, epoch) or read.record is None:
                 return f"the witness record is {_what(read)}"
             record = WitnessRecord(self.kmsn, self.node, claim_epoch, relies=True)
@@ -138,9 +146,8 @@ class WitnessKeeper:
             return f"the witness cannot be claimed: {exc}"
         if outcome is not WriteOutcome.WRITTEN:
             return f"the witness claim lost ({outcome.value})"
-        self.book.witness_claim(
-            WitnessVote.claimed(self.node, claim_epoch, self.timing, sent, returned, read.record)
-        )
+        self._claimed = WitnessVote.claimed(self.node, claim_epoch, self.timing, sent, returned, read.record)
+        self.book.witness_claim(self._claimed)
         replaced = read.record.describe()
         log.warning("claimed the share's witness for epoch %d over %s (%s)", claim_epoch, replaced,
                     "waiting D before it counts" if read.record.relies else "it counts at once")  # fmt: skip
