@@ -101,7 +101,7 @@ def test_the_models_inequalities_are_strict_and_the_codes_constants_meet_them():
 
 
 # -- the pool of two and the share's witness (verify/witness.pml under -DWITNESS, issue 38) ----------
-WITNESS_MUTANTS = ("NO_WAIT", "BLIND_REFRESH", "SHORT_D", "NO_ENTRY_CAS", "NO_STEPDOWN_V")
+WITNESS_MUTANTS = ("NO_WAIT", "BLIND_REFRESH", "SHORT_D", "NO_ENTRY_CAS", "NO_STEPDOWN_V", "UNRELY_EARLY")
 
 
 @pytest.mark.parametrize("mutant", WITNESS_MUTANTS)

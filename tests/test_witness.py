@@ -272,3 +272,17 @@ def test_a_claims_vote_rides_on_the_epoch_its_lease_compare_and_set_takes():
     other.witness_claim(vote)
     other.taken(9, "silent", 2, None, 100.06)  # another epoch than claimed: no vote
     assert other.witness is None
+
+
+def test_w2b_a_leader_relies_on_the_witness_no_more_once_its_window_is_over_and_its_acks_fresh():
+    vote = WitnessVote("S001", 7, T, ready=True)
+    vote.entered(sent_at=10.0)
+    assert not vote.should_unrely(ack_until=12.0, now=10.5)  # its window runs to 10.6: not yet
+    assert not vote.unrely(10.5)
+    assert not vote.should_unrely(ack_until=11.3, now=10.7)  # the acks not fresh enough (hysteresis)
+    assert vote.should_unrely(ack_until=12.0, now=10.7)
+    assert vote.unrely(10.7) and not vote.relies and vote.until(10.7) is None
+    assert not vote.refresh(10.8, read("S001", 7, True), leading=7)  # no more counted
+    assert vote.should_enter(ack_until=11.0, now=10.5)  # W2 again when the acks run low
+    claimed = WitnessVote.claimed("S002", 8, T, sent_at=20.0, returned_at=20.1, replaced=rec(relies=True))
+    assert not claimed.unrely(20.7)  # within D: its vote never counted yet, nor may it say so

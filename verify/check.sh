@@ -31,7 +31,7 @@ DEEP="NO_R1_SELF"
 # the pool of two and the share's witness (verify/witness.pml, issue 38): small enough to search
 # exhaustively (no depth bound that cuts a run short: -m is far past the deepest state)
 WITNESS_BOUND=${WITNESS_BOUND:-"-DMAXE=2 -DMAXF=1"}
-WITNESS_MUTANTS="NO_WAIT BLIND_REFRESH SHORT_D NO_ENTRY_CAS NO_STEPDOWN_V"
+WITNESS_MUTANTS="NO_WAIT BLIND_REFRESH SHORT_D NO_ENTRY_CAS NO_STEPDOWN_V UNRELY_EARLY"
 
 # search FLAGS... -- BFS/DFS is chosen by the caller; prints SPIN's output, returns pan's errors
 search() {

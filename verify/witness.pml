@@ -38,6 +38,7 @@
  *   SHORT_D        W5: D no longer than V (D_LO = V_HI)
  *   NO_ENTRY_CAS   W2: entry over whatever the record holds (a claim too)
  *   NO_STEPDOWN_V  rule 1 with W3: a stepped-down leader acks before its witness window is over
+ *   UNRELY_EARLY   W2b: a leader says it no longer relies on the witness before its window is over
  */
 
 #define WN 2
@@ -120,7 +121,9 @@ bit wbad;
 /* rule 1, self: a claimant that heard its old leader again after its claim counts its own vote
    only S after it last heard it (core.serving_book: `self_from`) */
 #define selfok(x) (!sw[x] || swa[x] >= S_LO)
-#define witv(x) (relies[x] && wr[x] <= V_HI && !cl[x] && (!needd[x] || dage[x] >= D_LO))
+/* the witness's vote: a window earned while relying on it (wr is set only then) is the relay's
+   deadline once published, and is not taken back when the leader stops relying (W2b) */
+#define witv(x) (wr[x] <= V_HI && !cl[x] && (!needd[x] || dage[x] >= D_LO))
 #define ackok(x) (ackage[x] <= W_HI)
 /* a majority of the three votes {itself, the other member's ack, the witness} */
 #define votes(x) ((selfok(x) && (ackok(x) || witv(x))) || (ackok(x) && witv(x)))
@@ -332,14 +335,25 @@ inline wcrash(x) {
   :: d_step { up[x] && lead[x] > 0 && ren[x] > RD_HI -> printf("@ %d past its renew deadline\n", x); lead[x] = 0; wcheck() } \
   :: d_step { LEADS(x) && rmode[x] == ACKED && !relies[x] -> printf("@ %d enters (relies on the witness)\n", x); wenter(x); wcheck() } \
   :: d_step { LEADS(x) && relies[x] && rf[x] == 0 -> printf("@ %d sends a refresh\n", x); rf[x] = 1; rfa[x] = 0; wcheck() } \
+  :: d_step { LEADS(x) && relies[x] && WINDOW_OVER(x) && !needd[x] -> printf("@ %d no longer relies on the witness\n", x); \
+              relies[x] = 0; UNRELY(x); wcheck() } \
   :: d_step { up[x] && rf[x] == 1 -> printf("@ %d's refresh reads the record\n", x); REFRESH_READ(x); rf[x] = 2; wcheck() } \
-  :: d_step { up[x] && rf[x] == 2 -> printf("@ %d's refresh returns\n", x); if :: rok[x] && lead[x] > 0 && lead[x] == re[x] && rfa[x] < wr[x] -> wr[x] = rfa[x] :: else -> skip fi; rf[x] = 0; wcheck() } \
+  :: d_step { up[x] && rf[x] == 2 -> printf("@ %d's refresh returns\n", x); if :: rok[x] && relies[x] && lead[x] > 0 && lead[x] == re[x] && rfa[x] < wr[x] -> wr[x] = rfa[x] :: else -> skip fi; rf[x] = 0; wcheck() } \
   :: d_step { CANCLAIM(x) -> printf("@ %d claims the witness\n", x); clneed = Wr; wclaim(x); cneed[x] = clneed; clneed = 0; wcheck() } \
   :: d_step { up[x] && cl[x] -> printf("@ %d's claim returns; it takes the lease\n", x); clneed = cneed[x]; wclaimed(x); clneed = 0; cneed[x] = 0; wcheck() } \
   :: d_step { LEADS(x) && Lk == VALID && Lh == x && Le == lead[x] && rmode[x] == ACKED && !ackok(x) && wlokok(x) && top == lead[x] && lead[x] < MAXE -> \
               printf("@ %d requalifies\n", x); wf = lead[x] + 1; wtake(x, LEASE); wname(x); wcheck() } \
   :: d_step { up[x] && faults < MAXF -> printf("@ %d crashes\n", x); faults++; wcrash(x); wcheck() } \
   :: d_step { !up[x] -> printf("@ %d starts\n", x); up[x] = 1; wcheck() }
+
+/* W2b: a leader whose own witness window is over stops counting it, then says so by compare-and-set
+   over its own relied record (a claim in between: nothing written) */
+#define UNRELY(x) if :: Wk == VALID && Wn == x && We == re[x] && Wr -> Wr = 0 :: else -> skip fi
+#ifdef UNRELY_EARLY
+#define WINDOW_OVER(x) true
+#else
+#define WINDOW_OVER(x) (!witv(x) && wr[x] > V_HI)
+#endif
 
 #ifdef BLIND_REFRESH
 #define REFRESH_READ(x) rok[x] = 1

@@ -215,6 +215,19 @@ class WitnessVote:
         """W2's moment: serving by acks whose window has less than `enter_left` left."""
         return not self.relies and ack_until is not None and ack_until - now < self.timing.enter_left
 
+    def should_unrely(self, ack_until: float | None, now: float) -> bool:
+        """W2b's moment: relied on, its window over (it counts no more: what the relay was told has
+        passed too), and the acks fresh again — say so, so that a claimant need not wait D."""
+        fresh = ack_until is not None and ack_until - now >= self.timing.enter_left + self.timing.interval
+        return self.relies and now >= self.counts_from and self.until(now) is None and fresh
+
+    def unrely(self, now: float) -> bool:
+        """W2b, the book's half: stop counting the witness, if its window is over (True)."""
+        if not self.relies or now < self.counts_from or self.until(now) is not None:
+            return False
+        self.relies = False
+        return True
+
     def needs_refresh(self, last_sent: float | None, ack_until: float | None, now: float,
                       renew_every: float) -> bool:  # fmt: skip
         """Every interval while relied on and the acks' window is short of `V`; else once a

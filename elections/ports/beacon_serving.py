@@ -87,6 +87,12 @@ class ServingRight:
             if w is not None and w.epoch == epoch:
                 w.entered(sent_at)
 
+    def witness_unrelied(self, epoch: int, now: float) -> bool:
+        """W2b: stop counting the witness for `epoch` if its window is over (then say so on the share)."""
+        with self.lock:
+            w = self.book.witness
+            return w is not None and w.epoch == epoch and w.unrely(now)
+
     def witness_refreshed(self, epoch: int, sent_at: float, read: WitnessRead, leading: int | None) -> bool:
         with self.lock:
             w = self.book.witness

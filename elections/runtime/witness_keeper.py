@@ -34,6 +34,7 @@ from elections.core.witness import (
     may_enter,
     may_name,
     must_step_down,
+    refresh_ok,
 )
 from elections.errors import StoreUnavailable
 from elections.ports.backend import WriteOutcome
@@ -58,6 +59,8 @@ class WitnessBook(Protocol):
     def witness_refreshed(
         self, epoch: int, sent_at: float, read: WitnessRead, leading: int | None
     ) -> bool: ...
+
+    def witness_unrelied(self, epoch: int, now: float) -> bool: ...
 
 
 class WitnessKeeper:
@@ -169,6 +172,8 @@ class WitnessKeeper:
         now = self.gate_clock()
         if vote.should_enter(ack_until, now):
             self._enter(epoch, now)
+        elif vote.should_unrely(ack_until, now):
+            self._unrely(epoch, now)
         elif vote.needs_refresh(self.last_sent, ack_until, now, self.renew_every):
             self._refresh(epoch, now)
 
@@ -190,6 +195,25 @@ class WitnessKeeper:
             self.last_sent = sent
             self._note(True, f"relied on for epoch {epoch}")
             self.publish()
+
+    def _unrely(self, epoch: int, now: float) -> None:
+        """W2b: the book stops counting the witness first (its window is over), then the record says
+        so by compare-and-set over our own relied record: a claimant after it need not wait D. A
+        failed write leaves the record relied on (a claimant waits D: never less safe)."""
+        if not self.book.witness_unrelied(epoch, now):
+            return
+        try:
+            read = self.store.read_witness(self.kmsn)
+            if not refresh_ok(read, self.node, epoch):
+                self._higher(read, epoch)
+                return
+            record = WitnessRecord(self.kmsn, self.node, epoch, relies=False)
+            outcome = self.store.write_witness(record, read.revision)
+        except StoreUnavailable as exc:
+            self._note(False, f"the witness cannot be refreshed: {exc}")
+            return
+        if outcome is WriteOutcome.WRITTEN:
+            self._note(True, f"relied on no more for epoch {epoch}: the acks are fresh")
 
     def _refresh(self, epoch: int, sent: float) -> None:
         self.last_sent = sent
