@@ -123,3 +123,30 @@ def test_a_witness_kept_damaged_leaves_a_pool_of_two_on_the_ttl_path(site_factor
     wait_until(lambda: ("elected", new.epoch) in [(k, e) for k, e, _ in follower.history()], 10, "the row")
     reasons = [r for k, e, r in follower.history() if (k, e) == ("elected", new.epoch)]
     assert "expired" in reasons[0], reasons
+
+
+@pytest.mark.long
+def test_twenty_half_second_stalls_of_the_share_change_no_leader_in_a_pool_of_two(netns_site):
+    """The file server stalls 0.5 s (every operation of every agent's view hangs, then goes on),
+    20 times, on a pool of two whose fast path is armed: the acks keep the leader's gate, nobody
+    is silent, nobody claims; the witness is not needed and nothing changes."""
+    site = netns_site(2, share="lan", timing=DEFAULT)
+    site.start()
+    first = site.wait_settled(timeout=60)
+    leader = site.by_name(first.node)
+    follower = next(a for a in site.agents if a is not leader)
+    wait_until(lambda: witnessed(leader).get("ready") is True, 30, "the witness to name the leader's epoch")
+    wait_until(lambda: adheres_by_acks(follower, leader.name, first.epoch), 30, "the fast path armed")
+    for _ in range(20):
+        for agent in site.agents:
+            site.share_faults(agent, "stall", [{"hang": True}])
+        time.sleep(0.5)
+        for agent in site.agents:
+            site.share_faults(agent, "stall", [])
+        time.sleep(1.0)
+    time.sleep(3.0)  # a takeover decided during the last stall would show by now
+    rec = site.lease()
+    assert rec is not None and (rec.node, rec.epoch) == (first.node, first.epoch), rec
+    assert leader.state().get("leader") is True
+    elected = [e for a in site.agents for k, e, _ in a.history() if k == "elected"]
+    assert set(elected) == {first.epoch}, elected

@@ -286,3 +286,15 @@ def test_w2b_a_leader_relies_on_the_witness_no_more_once_its_window_is_over_and_
     assert vote.should_enter(ack_until=11.0, now=10.5)  # W2 again when the acks run low
     claimed = WitnessVote.claimed("S002", 8, T, sent_at=20.0, returned_at=20.1, replaced=rec(relies=True))
     assert not claimed.unrely(20.7)  # within D: its vote never counted yet, nor may it say so
+
+
+def test_a_follower_of_two_says_fast_takeover_once_its_leader_says_it_serves_by_acks():
+    from elections.core.serving import Adherence, ServingTiming
+    from elections.core.serving_book import ServingBook
+
+    book = ServingBook("S002", "boot2", ServingTiming.of(0.2), ttl=10.0)
+    assert book.to_doc(2, 100.0)["fast"] is False
+    book.adherence = Adherence("S001", 7, "boot1", 5, heard_at=99.9, mode="lease")
+    assert book.to_doc(2, 100.0)["fast"] is False  # its leader has no witness record yet: the TTL path
+    book.adherence = Adherence("S001", 7, "boot1", 6, heard_at=99.95, mode="ack")
+    assert book.to_doc(2, 100.0)["fast"] is True

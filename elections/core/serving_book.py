@@ -64,6 +64,12 @@ class ServingBook:
         w, right = self.witness, self.right
         return members == PAIR and w is not None and right is not None and w.epoch == right.epoch and w.ready
 
+    def _follows_pair(self, members: int) -> bool:
+        """A follower of two whose leader says it serves by acks: which a leader of two says only
+        once the witness named its epoch (`paired`): this follower's takeover is the fast one."""
+        adh = self.adherence
+        return members == PAIR and adh is not None and adh.mode == ACKED and not adh.resigned
+
     def _witness_until(self, members: int, now: float) -> float | None:
         return self.witness.until(now) if self.witness is not None and self.paired(members) else None
 
@@ -231,7 +237,8 @@ class ServingBook:
         acks = {} if right is None else {n: round(now - t, 3) for n, t in right.acks.items()}
         return {
             "window_s": round(self.timing.window, 3), "silence_s": round(self.timing.silence, 3),
-            "members": members, "fast": members >= MIN_MEMBERS or self.paired(members),
+            "members": members,
+            "fast": members >= MIN_MEMBERS or self.paired(members) or self._follows_pair(members),
             "witness": None if self.witness is None else self.witness.to_doc(now),
             "adheres": None if adh is None else {"node": adh.node, "epoch": adh.epoch, "mode": adh.mode,
                                                  "quiet_s": round(adh.quiet(now), 3)},
