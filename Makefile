@@ -48,6 +48,8 @@ fuzz: bootstrap
 verify: bootstrap
 	@verify/check.sh full
 	@verify/check.sh mutants
+	@verify/check.sh witness
+	@verify/check.sh witness-mutants
 
 # The smaller bound .ci/run checks (a few minutes).
 verify-ci: bootstrap
