@@ -60,8 +60,9 @@ bench: bench-failover bench-relay bench-relay-idle bench-switchover bench-panel 
 bench-failover: bootstrap
 	@$(PY) bench/failover.py $(BENCH_ARGS)
 	@$(PY) bench/failover_beacons.py
+	@$(PY) bench/failover_beacons.py --members 2 --profiles "" --kills 0 --replays 0 --direct-cuts 10
 	@$(PY) bench/stations.py
-	@$(PY) bench/share_load.py
+	@$(PY) bench/share_load.py --members 2,3,10
 
 bench-relay: bootstrap
 	@$(PY) bench/relay.py $(BENCH_ARGS)
