@@ -219,8 +219,26 @@ def test_a_pool_of_two_serves_by_acks_only_once_the_witness_names_its_epoch():
     assert book.bound(7, 2, 100.2) is None  # LEASE: no witness record yet, the TTL path
     book.witness_named(7)
     assert book.paired(2) and book.bound(7, 2, 100.3) == pytest.approx(100.1 + 1.5)  # ACKED by the ack
-    assert book.mode(7) == "ack"
-    assert not book.paired(3)  # three members: rules 1-6, the witness plays no part
+    assert book.mode(7) == "ack" and book.right.partner == "S002"
+    book.told(7)  # the gate was published: its beacons say `serve: ack`, and `pair`
+    assert book.outgoing(7, seq=99999, members=2, now=100.4)["pair"] == 1
+    # A third member joins: this epoch stays a pair (its votes are S001, S002 and the witness);
+    # the newcomer's acks do not count in it (a majority {S001, S003} and the follower's claim
+    # {S002, witness} would not intersect). The next epoch counts three.
+    assert book.paired(3)
+    book.outgoing(7, seq=99998, members=3, now=103.0)
+    assert book.right.acked("S003", 7, "boot1", 99998)
+    assert book.bound(7, 3, 103.1) <= 103.1  # S002's ack is old, S003's does not count: shut
+
+
+def test_a_pool_of_three_is_never_paired():
+    book = book_of_two()
+    book.witness_named(7)
+    acked_at(book, 100.1, members=3)
+    assert not book.paired(3) and book.right.partner is None
+    book.told(7)
+    said = book.outgoing(7, seq=99999, members=3, now=100.4)
+    assert said["serve"] == "ack" and "pair" not in said
 
 
 def test_the_gate_of_two_is_the_later_of_the_acks_window_and_the_witness_window():
@@ -261,12 +279,14 @@ def test_a_claims_vote_rides_on_the_epoch_its_lease_compare_and_set_takes():
 
     book = ServingBook("S002", "boot2", ServingTiming.of(0.2), ttl=10.0)
     book.adherence = Adherence("S001", 7, "boot1", 5, heard_at=98.0, mode="ack")
+    assert book.silent("S001", 7, 2, [], 100.0) is None  # it never said `pair`: not the witness's to decide
+    book.adherence = Adherence("S001", 7, "boot1", 5, heard_at=98.0, mode="ack", paired=True)
     assert book.silent("S001", 7, 2, [], 100.0) is not None  # W4a: S after it last heard S001
     assert book.silent("S001", 7, 2, [], 99.0) is None
     vote = WitnessVote.claimed("S002", 8, T, sent_at=100.0, returned_at=100.05, replaced=rec(relies=False))
-    book.witness_claim(vote)
+    book.witness_claim(vote, "S001")
     book.taken(8, "silent", 2, None, 100.06)
-    assert book.witness is vote and book.paired(2)
+    assert book.witness is vote and book.paired(2) and book.right.partner == "S001"
     assert book.bound(8, 2, 100.1) == pytest.approx(100.6)  # {itself, the witness}: a majority of three
     other = ServingBook("S002", "boot2", ServingTiming.of(0.2), ttl=10.0)
     other.witness_claim(vote)
@@ -296,5 +316,5 @@ def test_a_follower_of_two_says_fast_takeover_once_its_leader_says_it_serves_by_
     assert book.to_doc(2, 100.0)["fast"] is False
     book.adherence = Adherence("S001", 7, "boot1", 5, heard_at=99.9, mode="lease")
     assert book.to_doc(2, 100.0)["fast"] is False  # its leader has no witness record yet: the TTL path
-    book.adherence = Adherence("S001", 7, "boot1", 6, heard_at=99.95, mode="ack")
+    book.adherence = Adherence("S001", 7, "boot1", 6, heard_at=99.95, mode="ack", paired=True)
     assert book.to_doc(2, 100.0)["fast"] is True

@@ -53,6 +53,7 @@ class ServingBook:
     # vote made before the lease's compare-and-set took the epoch (`taken` attaches it).
     witness: WitnessVote | None = None
     claimed: WitnessVote | None = None
+    claimed_from: str | None = None
     taken_at: float = float("-inf")  # when our right's epoch was taken (this book's clock)
 
     @property
@@ -62,13 +63,15 @@ class ServingBook:
     def paired(self, members: int) -> bool:
         """A pool of two whose witness record named our right's epoch: `ACKED` mode is possible."""
         w, right = self.witness, self.right
-        return members == PAIR and w is not None and right is not None and w.epoch == right.epoch and w.ready
+        if w is None or right is None or w.epoch != right.epoch or not w.ready:
+            return False
+        return members == PAIR or right.partner is not None  # once a pair, a pair for the epoch
 
     def _follows_pair(self, members: int) -> bool:
         """A follower of two whose leader says it serves by acks: which a leader of two says only
         once the witness named its epoch (`paired`): this follower's takeover is the fast one."""
         adh = self.adherence
-        return members == PAIR and adh is not None and adh.mode == ACKED and not adh.resigned
+        return members == PAIR and adh is not None and adh.mode == ACKED and adh.paired and not adh.resigned
 
     def _witness_until(self, members: int, now: float) -> float | None:
         return self.witness.until(now) if self.witness is not None and self.paired(members) else None
@@ -82,7 +85,7 @@ class ServingBook:
         right = self.right
         if until is None or right is None:
             return None
-        acks = right.ack_until(members)
+        acks = right.ack_until(*right.counted(members))
         since = self.taken_at if acks is None else acks
         return until if now - since <= self.ttl * (1 + DRIFT) / (1 - DRIFT) else None
 
@@ -91,10 +94,11 @@ class ServingBook:
         if self.right is not None and self.right.epoch == epoch:
             self.witness = WitnessVote(self.node, epoch, self.witness_timing, ready=True)
 
-    def witness_claim(self, vote: WitnessVote) -> None:
-        """W4: this member's claim of the witness for `vote.epoch` returned; the lease's
-        compare-and-set follows (`taken`)."""
+    def witness_claim(self, vote: WitnessVote, holder: str | None = None) -> None:
+        """W4: this member's claim of the witness for `vote.epoch` from silent `holder` returned;
+        the lease's compare-and-set follows (`taken`). The holder is the new epoch's partner."""
         self.claimed = vote
+        self.claimed_from = holder
 
     def taken(self, epoch: int, cause: str | None, members: int, after: tuple[str, int] | None,
               now: float) -> None:  # fmt: skip
@@ -126,6 +130,8 @@ class ServingBook:
         self.witness = (
             claimed if claimed is not None and claimed.epoch == epoch and cause == "silent" else None
         )
+        if self.witness is not None:
+            right.partner = self.claimed_from  # a pair's epoch from its first instant (issue 38)
 
     def fenced(self, epoch: int) -> None:
         """The relay of `epoch` stopped (or its gate read the shut state) before its release."""
@@ -149,7 +155,10 @@ class ServingBook:
                 return {}  # no right for this epoch (not taken through `taken`): says nothing
             right.sent_beacon(seq, now)
             right.settle(members, now, self.paired(members))
-            return {"serve": ACKED if right.mode == ACKED and right.told else LEASE}
+            doc: dict[str, object] = {"serve": ACKED if right.mode == ACKED and right.told else LEASE}
+            if doc["serve"] == ACKED and self.paired(members):
+                doc["pair"] = 1  # issue 38: only a follower that heard this may claim the witness
+            return doc
         adh = self.adherence
         if adh is None or self.gate_open(members, now):
             return {}
@@ -166,7 +175,7 @@ class ServingBook:
         right = self.right
         if right is None or right.mode != ACKED:
             return False
-        until = right.ack_until(members)
+        until = right.ack_until(*right.counted(members))
         w = self.witness  # its witness window, counted or not (W3: rule 1's step-down wait includes it)
         seen = w.open_until() if w is not None and w.epoch == right.epoch else None
         if seen is not None:
@@ -183,7 +192,7 @@ class ServingBook:
         if b.role == RESIGN and 0 < b.fenced == b.epoch and newer:  # parse_beacon: fenced is 0 or the epoch
             self.clean_release = (b.node, b.epoch, now)
         self.adherence = adhere(self.adherence, b.node, b.role, b.epoch, b.boot, b.seq, b.serve or LEASE,
-                                now, self.timing.silence, floor)  # fmt: skip
+                                now, self.timing.silence, floor, paired=b.pair == 1)  # fmt: skip
         after = self.adherence
         self.switched = after is not None and (before is None or (after.node, after.epoch, after.boot)
                                                != (before.node, before.epoch, before.boot))  # fmt: skip
@@ -208,7 +217,7 @@ class ServingBook:
             or not right.lapsed(members, now, self._holds_by_witness(members, now))
         ):
             return None
-        until = right.ack_until(members)
+        until = right.ack_until(*right.counted(members))
         when = "no majority ever" if until is None else f"majority lost {now - until:.2f} s ago"
         return f"no majority of {members} members within W {right.window:g} s: {when}"
 

@@ -246,8 +246,8 @@ def silent_pair(holder: str, epoch: int, mine: Adherence | None, members: int, t
     The claim's compare-and-set decides the rest (W4b-c, the elector)."""
     if members != MEMBERS or mine is None or (mine.node, mine.epoch) != (holder, epoch):
         return None
-    if mine.mode != ACKED or mine.resigned:
-        return None
+    if mine.mode != ACKED or not mine.paired or mine.resigned:
+        return None  # a leader that did not say `pair` may count a third member's acks: not this path
     quiet = mine.quiet(now)
     if quiet < timing.silence:
         return None

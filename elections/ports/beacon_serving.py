@@ -65,9 +65,9 @@ class ServingRight:
         with self.lock:
             self.book.witness_named(epoch)
 
-    def witness_claim(self, vote: WitnessVote) -> None:
+    def witness_claim(self, vote: WitnessVote, holder: str | None = None) -> None:
         with self.lock:
-            self.book.witness_claim(vote)
+            self.book.witness_claim(vote, holder)
 
     def witness_look(self, epoch: int) -> tuple[WitnessVote, float | None] | None:
         """A copy of the witness's vote for our `epoch` and our acks' window, if a pool of two
@@ -79,7 +79,7 @@ class ServingRight:
                 return None
             if right.mode != ACKED:
                 return None
-            return replace(book.witness), right.ack_until(members)
+            return replace(book.witness), right.ack_until(*right.counted(members))
 
     def witness_entered(self, epoch: int, sent_at: float) -> None:
         with self.lock:

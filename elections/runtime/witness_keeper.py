@@ -50,7 +50,7 @@ class WitnessBook(Protocol):
 
     def witness_named(self, epoch: int) -> None: ...
 
-    def witness_claim(self, vote: WitnessVote) -> None: ...
+    def witness_claim(self, vote: WitnessVote, holder: str | None = None) -> None: ...
 
     def witness_look(self, epoch: int) -> tuple[WitnessVote, float | None] | None: ...
 
@@ -137,7 +137,7 @@ class WitnessKeeper:
             mine = self._claimed
             ours = WitnessRecord(self.kmsn, self.node, claim_epoch, relies=True)
             if read.valid and read.record == ours and mine is not None and mine.epoch == claim_epoch:
-                self.book.witness_claim(mine)  # our own claim still stands: the lease's CAS again
+                self.book.witness_claim(mine, holder)  # our own claim still stands: the lease's CAS again
                 return None
             if not may_claim(read, epoch) or read.record is None:
                 return f"the witness record is {_what(read)}"
@@ -150,7 +150,7 @@ class WitnessKeeper:
         if outcome is not WriteOutcome.WRITTEN:
             return f"the witness claim lost ({outcome.value})"
         self._claimed = WitnessVote.claimed(self.node, claim_epoch, self.timing, sent, returned, read.record)
-        self.book.witness_claim(self._claimed)
+        self.book.witness_claim(self._claimed, holder)
         replaced = read.record.describe()
         log.warning("claimed the share's witness for epoch %d over %s (%s)", claim_epoch, replaced,
                     "waiting D before it counts" if read.record.relies else "it counts at once")  # fmt: skip
