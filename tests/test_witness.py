@@ -318,3 +318,20 @@ def test_a_follower_of_two_says_fast_takeover_once_its_leader_says_it_serves_by_
     assert book.to_doc(2, 100.0)["fast"] is False  # its leader has no witness record yet: the TTL path
     book.adherence = Adherence("S001", 7, "boot1", 6, heard_at=99.95, mode="ack", paired=True)
     assert book.to_doc(2, 100.0)["fast"] is True
+
+
+def test_a_holder_that_said_pair_is_taken_over_early_only_through_the_witness_whatever_the_count():
+    """Its votes are itself, its partner and the witness for its whole epoch: a follower that now
+    counts three (a newcomer heard) must still claim the witness (a majority {itself, newcomer}
+    would not intersect the holder's {holder, witness})."""
+    from elections.core.serving import Adherence, Report, ServingTiming
+    from elections.core.serving_book import ServingBook
+
+    book = ServingBook("S002", "boot2", ServingTiming.of(0.2), ttl=10.0)
+    book.adherence = Adherence("S001", 7, "boot1", 5, heard_at=98.0, mode="ack", paired=True)
+    agrees = [Report("S003", 0.1, "S001", 7, 2.0)]
+    assert book.silent("S001", 7, 3, agrees, 100.0) is not None and book.claims_from("S001", 7)
+    assert "witness" in book.silent("S001", 7, 3, agrees, 100.0)
+    book.adherence = Adherence("S001", 7, "boot1", 5, heard_at=98.0, mode="ack", paired=False)
+    assert not book.claims_from("S001", 7)
+    assert "witness" not in (book.silent("S001", 7, 3, agrees, 100.0) or "")  # rules 1-6 as before

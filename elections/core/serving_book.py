@@ -89,6 +89,11 @@ class ServingBook:
         since = self.taken_at if acks is None else acks
         return until if now - since <= self.ttl * (1 + DRIFT) / (1 - DRIFT) else None
 
+    def claims_from(self, holder: str, epoch: int) -> bool:
+        """An early takeover of (`holder`, `epoch`) must claim the witness: it said `pair`."""
+        adh = self.adherence
+        return adh is not None and adh.paired and (adh.node, adh.epoch) == (holder, epoch)
+
     def witness_named(self, epoch: int) -> None:
         """W1: the record names our new `epoch` (relies false): the pool of two may serve by acks."""
         if self.right is not None and self.right.epoch == epoch:
@@ -237,8 +242,13 @@ class ServingBook:
         return right is not None and right.epoch == epoch and right.mode == ACKED and not right.told
 
     def silent(self, holder: str, epoch: int, members: int, reports: list[Report], now: float) -> str | None:
-        if members == PAIR:  # W4a: the share's witness is the third vote (issue 38)
-            return silent_pair(holder, epoch, self.adherence, members, self.witness_timing, now)
+        adh = self.adherence
+        if adh is not None and adh.paired and (adh.node, adh.epoch) == (holder, epoch):
+            # W4a: the holder said `pair`: its votes are itself, its partner and the share's witness,
+            # whatever this member counts now; only a claim of the witness takes it over early
+            return silent_pair(holder, epoch, adh, self.witness_timing, now)
+        if members == PAIR:
+            return None  # two members, the holder never said `pair`: the TTL path
         return silent_holder(holder, epoch, self.adherence, reports, members, self.timing, now)
 
     def to_doc(self, members: int, now: float) -> dict[str, object]:

@@ -238,13 +238,13 @@ class WitnessVote:
         return now - last_sent >= (self.timing.interval if short else renew_every)
 
 
-def silent_pair(holder: str, epoch: int, mine: Adherence | None, members: int, timing: WitnessTiming,
+def silent_pair(holder: str, epoch: int, mine: Adherence | None, timing: WitnessTiming,
                 now: float) -> str | None:  # fmt: skip
     """W4a: why a follower of a pool of two may claim the witness over `holder`'s `epoch`, or None.
     It adheres to it, heard it say it serves by acks (which a leader of two says only once the
     witness named it, `ServingBook`), it did not resign, and this member has not heard it for `S`.
     The claim's compare-and-set decides the rest (W4b-c, the elector)."""
-    if members != MEMBERS or mine is None or (mine.node, mine.epoch) != (holder, epoch):
+    if mine is None or (mine.node, mine.epoch) != (holder, epoch):
         return None
     if mine.mode != ACKED or not mine.paired or mine.resigned:
         return None  # a leader that did not say `pair` may count a third member's acks: not this path
@@ -258,8 +258,8 @@ def silent_pair(holder: str, epoch: int, mine: Adherence | None, members: int, t
 class WitnessClaims(Protocol):
     """The witness as the elector asks it (`runtime.witness_keeper.WitnessKeeper`)."""
 
-    def paired(self) -> bool:
-        """The pool counts two members: an early takeover needs the witness (W4)."""
+    def claims(self, holder: str, epoch: int) -> bool:
+        """An early takeover of (`holder`, `epoch`) needs the witness (W4): it said `pair`."""
 
     def claim(self, holder: str, epoch: int, claim_epoch: int) -> str | None:
         """W4: claim the witness from `holder`'s silent `epoch`; None if claimed, else why not."""

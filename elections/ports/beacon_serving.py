@@ -61,6 +61,10 @@ class ServingRight:
             return self.book.untold(epoch)
 
     # -- the share's witness (issue 38, core.witness), for the election thread and its keeper ------
+    def witness_claims(self, holder: str, epoch: int) -> bool:
+        with self.lock:
+            return self.book.claims_from(holder, epoch)
+
     def witness_named(self, epoch: int) -> None:
         with self.lock:
             self.book.witness_named(epoch)

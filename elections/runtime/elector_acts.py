@@ -153,8 +153,8 @@ class ElectorActs:
         if (
             decision.cause == "silent"
             and self.witness is not None
-            and self.witness.paired()
             and rec is not None
+            and self.witness.claims(rec.node, rec.epoch)
         ):
             # A pool of two (issue 38, W4): the share's witness is the third vote; claim it first
             # (compare-and-set), or take nothing and let the TTL decide.

@@ -25,7 +25,6 @@ from typing import Any, Protocol
 
 from elections.core.beacon_board import Reaction
 from elections.core.witness import (
-    MEMBERS,
     WitnessRead,
     WitnessRecord,
     WitnessTiming,
@@ -47,6 +46,8 @@ class WitnessBook(Protocol):
     """What the keeper asks of the serving right's book (`ports.beacon_serving.ServingRight`)."""
 
     def members(self) -> int: ...
+
+    def witness_claims(self, holder: str, epoch: int) -> bool: ...
 
     def witness_named(self, epoch: int) -> None: ...
 
@@ -95,8 +96,8 @@ class WitnessKeeper:
     def stop(self) -> None:
         self._stop.set()
 
-    def paired(self) -> bool:
-        return self.book.members() == MEMBERS
+    def claims(self, holder: str, epoch: int) -> bool:
+        return self.book.witness_claims(holder, epoch)
 
     def _note(self, ok: bool, why: str) -> None:
         self.state = {"ok": ok, "why": why, "at": self.gate_clock()}
