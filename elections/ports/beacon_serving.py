@@ -14,10 +14,12 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 
 from elections.core.beacon_board import BeaconBoard, Reaction, Standing
-from elections.core.serving import Report
+from elections.core.serving import ACKED, Report
 from elections.core.serving_book import ServingBook
+from elections.core.witness import WitnessRead, WitnessVote
 from elections.ports.beacon_liveness import HalfConfig
 
 log = logging.getLogger("stkrelay.beacons")
@@ -88,6 +90,48 @@ class ServingRight:
     def serving_untold(self, epoch: int | None) -> bool:
         with self.lock:
             return self.book.untold(epoch)
+
+    # -- the share's witness (issue 38, core.witness), for the election thread and its keeper ------
+    def witness_claims(self, holder: str, epoch: int) -> bool:
+        with self.lock:
+            return self.book.claims_from(holder, epoch)
+
+    def witness_named(self, epoch: int) -> None:
+        with self.lock:
+            self.book.witness_named(epoch)
+
+    def witness_claim(self, vote: WitnessVote, holder: str | None = None) -> None:
+        with self.lock:
+            self.book.witness_claim(vote, holder)
+
+    def witness_look(self, epoch: int) -> tuple[WitnessVote, float | None] | None:
+        """A copy of the witness's vote for our `epoch` and our acks' window, if a pool of two
+        relies (or may come to rely) on it; None otherwise."""
+        members = self.members()
+        with self.lock:
+            book, right = self.book, self.book.right
+            if right is None or right.epoch != epoch or not book.paired(members) or book.witness is None:
+                return None
+            if right.mode != ACKED:
+                return None
+            return replace(book.witness), right.ack_until(*right.counted(members))
+
+    def witness_entered(self, epoch: int, sent_at: float) -> None:
+        with self.lock:
+            w = self.book.witness
+            if w is not None and w.epoch == epoch:
+                w.entered(sent_at)
+
+    def witness_unrelied(self, epoch: int, now: float) -> bool:
+        """W2b: stop counting the witness for `epoch` if its window is over (then say so on the share)."""
+        with self.lock:
+            w = self.book.witness
+            return w is not None and w.epoch == epoch and w.unrely(now)
+
+    def witness_refreshed(self, epoch: int, sent_at: float, read: WitnessRead, leading: int | None) -> bool:
+        with self.lock:
+            w = self.book.witness
+            return w is not None and w.epoch == epoch and w.refresh(sent_at, read, leading)
 
     def silent(self, holder: str, epoch: int) -> str | None:
         """Why a majority's silence lets this follower take `holder`'s `epoch` early, or None."""

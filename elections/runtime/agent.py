@@ -72,6 +72,7 @@ from elections.runtime.policy import PoolPolicy
 from elections.runtime.projection import Projector, pool_event_sink
 from elections.runtime.share_split import SplitAlarm
 from elections.runtime.watch import Watchers
+from elections.runtime.witness_keeper import WitnessKeeper
 from stkconfig.model import Config
 
 log = logging.getLogger("stkrelay.agent")
@@ -129,12 +130,14 @@ class Agent(Looks, Roles, Publishing):
         # right and its timer's news; they read its memory once they run (started below).
         self.beacons = self._beacons(stk, store) if stk.beacon_interval > 0 else None
         beacons = self.beacons
+        self.witness = self._witness(stk, store, beacons) if beacons else None
         self.elector = Elector(
             store, clock, identity(stk), self.timing, events=pool_event_sink(stk), policy=self.policy,
             on_elected=self._elected, on_demoted=self._demoted, refusals=self.refusals,
             evidence=beacons.evidence if beacons else None, serving=beacons,
             heard_at=beacons.heard_at if beacons else None,
             renewal_heard=beacons.renewal_heard if beacons else None, on_fence=self._fence,
+            witness=self.witness,
         )  # fmt: skip
         self._seed_memory()
         # Stations bound to their credentials: folded here, published for the relay (stations.json).
@@ -145,6 +148,8 @@ class Agent(Looks, Roles, Publishing):
         self._last_done: dict[str, float] = {}
         if self.beacons is not None:
             self.beacons.start()
+        if self.witness is not None:
+            self.witness.start()
         self._start_duties(stk)
         self.health.start()
 
@@ -161,6 +166,15 @@ class Agent(Looks, Roles, Publishing):
                           folded=lambda node: folded(node, 0), gate_clock=clock.boottime,
                           members=self.pool_size, on_acked=self._acked,
                           republish=self._republish)  # fmt: skip
+
+    def _witness(self, stk: Config, store: LeaseStore, beacons: BeaconLink) -> WitnessKeeper:
+        """The share's witness (issue 38): the third vote of a pool of two, kept beside the book."""
+        service = beacons.service
+        return WitnessKeeper(
+            store, stk.kmsn, stk.node, service, service.book.witness_timing,
+            lambda: self.elector.memory.leader_epoch, self._acked, beacons.react, stk.lease_renew,
+            self.clock.boottime,
+        )  # fmt: skip
 
     def _start_duties(self, stk: Config) -> None:
         """The leader's duty plans (`executors`) and the ownership watch of its addresses."""

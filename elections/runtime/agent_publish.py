@@ -34,6 +34,7 @@ from elections.runtime.elector import Elector
 from elections.runtime.member_reads import MemberReads
 from elections.runtime.ownership import OwnershipWatch
 from elections.runtime.share_split import SplitAlarm
+from elections.runtime.witness_keeper import WitnessKeeper
 from stkconfig.model import Config
 
 log = logging.getLogger("stkrelay.agent")
@@ -67,6 +68,7 @@ class Publishing:
     bindings: PoolBindings
     elector: Elector
     beacons: BeaconLink | None
+    witness: WitnessKeeper | None  # the share's witness (issue 38), with the beacons
     member_reads: MemberReads
     ownership: OwnershipWatch
     split: SplitAlarm | None
@@ -165,6 +167,8 @@ class Publishing:
             refusals = merged(refusals, beacons.pop("refusals"))
             if isinstance(beacons.get("serving"), dict):  # early takeovers deferred for want of evidence
                 beacons["serving"]["deferred"] = dict(self.elector.deferred)
+                if self.witness is not None:  # the store's side: its last write or refresh, and why
+                    beacons["serving"]["witness_store"] = self.witness.to_doc()
         members = {}
         gone = self.unheard()
         for node, doc in docs.items():

@@ -26,6 +26,7 @@ from elections.core.lease import LeaseRead
 from elections.core.lease_memory import Memory, accepts, blind_gap, current, track, vouched, vouches_spent
 from elections.core.serving_book import Serving
 from elections.core.untrusted import REPLAYED
+from elections.core.witness import WitnessClaims
 from elections.errors import StoreUnavailable
 from elections.ports.clock import Clock
 from elections.ports.store import LEASE_NAME, LeaseStore
@@ -70,12 +71,14 @@ class Elector(ElectorActs):
         heard_at: HeardAt | None = None,
         renewal_heard: RenewalHeard | None = None,
         on_fence: Hook | None = None,
+        witness: WitnessClaims | None = None,
     ) -> None:
         self.store = store
         self.evidence = evidence
         self.heard_at = heard_at
         self.renewal_heard = renewal_heard
         self.serving = serving
+        self.witness = witness  # the share's witness in a pool of two (issue 38)
         self.refusals = refusals if refusals is not None else Refusals()
         self.clock = clock
         # The gate's clock (`Clock.boottime`: it counts a suspend), for every deadline after

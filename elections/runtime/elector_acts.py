@@ -18,6 +18,7 @@ from elections.core.decide import PLANNED, Decision, Timing, Verdict
 from elections.core.lease import LeaseRead, LeaseRecord
 from elections.core.lease_memory import Memory
 from elections.core.serving_book import Serving
+from elections.core.witness import WitnessClaims
 from elections.errors import StoreUnavailable
 from elections.ports.clock import Clock
 from elections.ports.store import LeaseStore, WriteOutcome
@@ -55,6 +56,7 @@ class ElectorActs:
     on_demoted: Hook
     on_fence: Hook | None
     serving: Serving | None
+    witness: WitnessClaims | None
     sleep: Callable[[float], None]
     deferred: dict[str, int]
     last_read: LeaseRead | None
@@ -190,6 +192,20 @@ class ElectorActs:
         # missing file's revision is "" whoever's lease was deleted or moved aside since).
         judged = self.memory.max_epoch
         fresher: list[int] = []
+        claimed = False
+        rec = read.record if read.status == "valid" else None
+        if (
+            decision.cause == "silent"
+            and self.witness is not None
+            and rec is not None
+            and self.witness.claims(rec.node, rec.epoch)
+        ):
+            # A pool of two (issue 38, W4): the share's witness is the third vote; claim it first
+            # (compare-and-set), or take nothing and let the TTL decide.
+            why_not = self.witness.claim(rec.node, rec.epoch, judged + 1)
+            if why_not is not None:
+                return Attempt(Decision(Verdict.WAIT, f"no early takeover: {why_not}; the TTL decides"))
+            claimed = True
 
         def make(epoch: int) -> LeaseRecord | None:
             if epoch > judged + 1:
@@ -234,6 +250,8 @@ class ElectorActs:
         # a planned switchover's 0.1 s while the target's relay waited (issue 22).
         self._duty(self.on_elected, epoch)
         self.events.record("elected", epoch, decision.reason, cause=decision.cause, gap_s=gap)
+        if self.witness is not None and not claimed:
+            self.witness.name(epoch)  # W1: the record names the new epoch (a claim already did)
         return Attempt(Decision(Verdict.HOLD, why))
 
     def _fresher(self, epoch: int, judged: int) -> None:
