@@ -125,7 +125,9 @@ class Relay:
 
     def __init__(self, node: str, epoch: int, gate: Gate) -> None:
         self.node, self.epoch, self.gate = node, epoch, gate
-        self.server = RelayServer(node=node, kmsn=KMSN, token=TOKEN, gate=gate, epoch=epoch)
+        # A gate that names a successor (test_switchover_hint's HandingGate) hands it in, as the runner does.
+        named = getattr(gate, "successor", None)
+        self.server = RelayServer(node=node, kmsn=KMSN, token=TOKEN, gate=gate, epoch=epoch, successor=named)
         self.ip, self.port = "", 0
 
     async def start(self, host: str) -> Relay:
