@@ -107,19 +107,54 @@ def parse_state(line: str) -> State:
     return State(f)
 
 
+WHO = ("an", "swn", "crn", "mh")  # fields whose values name a member
+
+
+def renamed(state: State, cur: list[int]) -> State:
+    """A state printed under the search's renaming of the members (A14) in the run's own names:
+    `cur[label]` is the member the label stands for now."""
+    f = dict(state.f)
+    for name, value in state.f.items():
+        if len(value) == N and name not in ("L", "O", "ack"):
+            vals = [cur[v] if name in WHO and v < N else v for v in value]
+            out = [0] * N
+            for label in range(N):
+                out[cur[label]] = vals[label]
+            f[name] = tuple(out)
+    who = lambda v: cur[v] if v < N else v  # noqa: E731
+    kind, le, lh, lrel, lho = state.L
+    f["L"] = (kind, le, who(lh), lrel, who(lho))
+    oe, oh, orel, oho = state.O
+    f["O"] = (oe, who(oh), orel, who(oho))
+    pairs = ((0, 1), (0, 2), (1, 0), (1, 2), (2, 0), (2, 1))
+    acks = dict(zip(pairs, state.f["ack"], strict=True))
+    f["ack"] = tuple(acks[next((a, b) for a, b in pairs if (cur[a], cur[b]) == pair)] for pair in pairs)
+    return State(f)
+
+
 def parse(output: str) -> tuple[State | None, list[Step]]:
-    """SPIN's printout of a run: the steps, each with its claims and the state after it."""
+    """SPIN's printout of a run: the steps, each with its claims and the state after it. A `P`
+    line (pan's replay of a search with -DSYM) says the state was renamed: later labels are
+    translated back to the run's own members."""
     steps: list[Step] = []
     event: str | None = None
     claims: list[int] = []
+    cur = list(range(N))
     for raw in output.splitlines():
         line = " ".join(raw.split())
         if line.startswith("@ "):
-            event, claims = line[2:], []
+            names = tuple(cur)
+            event, claims = re.sub(r"\b(\d)\b", lambda m, names=names: str(names[int(m[1])]), line[2:]), []
         elif line.startswith("C "):
-            claims.append(int(line.split()[1]))
+            claims.append(cur[int(line.split()[1])])
+        elif line.startswith("P "):
+            p = [int(v) for v in line.split()[1:]]
+            new = [0] * N
+            for label in range(N):
+                new[p[label]] = cur[label]
+            cur = new
         elif line.startswith("S ") and event is not None and line.endswith(tuple("0123456789")):
-            steps.append(Step(event, claims, parse_state(line)))
+            steps.append(Step(event, claims, renamed(parse_state(line), cur)))
             event = None
     return None, steps
 
@@ -229,8 +264,9 @@ def replay(steps: list[Step], result: Replay | None = None) -> Replay:
         elif before is not None:
             check_step(out, ev, step.claims, before, after, t)
         for x in range(N):
-            out.count("gate", gate(after, x, t) == bool(after.gate[x]),
-                      f"after '{ev}' at {t:g}: member {x}'s gate code {gate(after, x, t)} model {after.gate[x]}")  # fmt: skip
+            code = gate(after, x, t)
+            why = f"after '{ev}' at {t:g}: member {x}'s gate code {code} model {after.gate[x]}"
+            out.count("gate", code == bool(after.gate[x]), why)
         before = after
     return out
 
@@ -256,7 +292,8 @@ def check_step(out: Replay, ev: str, claims: list[int], p: State, q: State, t: f
     elif m := REQUALIFIES.match(ev):
         x = int(m[1])
         r = right(p, x, t)
-        out.count("requalify", r is not None and r.lapsed(N, t), f"'{ev}' at {t:g}: the code's right has not lapsed")
+        lapsed = r is not None and r.lapsed(N, t)
+        out.count("requalify", lapsed, f"'{ev}' at {t:g}: the code's right has not lapsed")
 
 
 def hears(out: Replay, x: int, s: int, p: State, q: State, t: float) -> None:
@@ -265,10 +302,9 @@ def hears(out: Replay, x: int, s: int, p: State, q: State, t: float) -> None:
         mine = adherence(p, x, t)
         got = adherence_of(mine, b, p.known[x], t)
         want = adherence(q, x, t)
-        same = (got is None and want is None) or (
-            got is not None and want is not None
-            and (got.node, got.epoch, got.heard_at, got.resigned) == (want.node, want.epoch, want.heard_at, want.resigned)
-            and (got.mode == want.mode or b.role == RESIGN))  # fmt: skip
+        key = lambda a: None if a is None else (a.node, a.epoch, a.heard_at, a.resigned)  # noqa: E731
+        modes = got is None or want is None or got.mode == want.mode or b.role == RESIGN
+        same = key(got) == key(want) and modes
         out.count("adhere", same, f"'{x} hears {s}' at {t:g}: code {got} model {want}")
     if p.lead[x] > 0 and p.re[x] == p.lead[x] and b.role == FOLLOWER:
         r = right(p, x, t)
@@ -282,7 +318,8 @@ def hears(out: Replay, x: int, s: int, p: State, q: State, t: float) -> None:
         if news:
             r.acks[node(s)] = sent
         mode = r.settle(N, t)
-        out.count("mode", mode == (ACKED if q.mode[x] else LEASE), f"'{x} hears {s}' at {t:g}: mode code {mode} model {q.mode[x]}")
+        want_mode = ACKED if q.mode[x] else LEASE
+        out.count("mode", mode == want_mode, f"'{x} hears {s}' at {t:g}: mode code {mode} model {q.mode[x]}")
 
 
 def adherence_of(mine: Adherence | None, b: Beacon, floor: int, t: float) -> Adherence | None:
@@ -293,10 +330,10 @@ def adherence_of(mine: Adherence | None, b: Beacon, floor: int, t: float) -> Adh
 
 def looks(out: Replay, x: int, claims: list[int], p: State, q: State, t: float) -> None:
     read = lease_read(p, x)
-    if read.status != "valid" or read.record is None or read.record.epoch < p.known[x]:
-        if p.rmiss[x] or p.vch[x]:
-            out.skip("look (assumption V)")
-            return
+    evidence = read.status == "valid" and read.record is not None and read.record.epoch >= p.known[x]
+    if not evidence and (p.rmiss[x] or p.vch[x]):
+        out.skip("look (assumption V)")
+        return
     mem = track(memory(p, x, t), read, t, TIMING.ttl, TIMING.blind_after)
     subject = evidence_subject(mem, read)
     silent = None
@@ -316,7 +353,8 @@ def looks(out: Replay, x: int, claims: list[int], p: State, q: State, t: float) 
     r = b.right
     assert r is not None
     mode_ok = r.mode == (ACKED if q.mode[x] else LEASE)
-    out.count("take", mode_ok, f"'{x} looks' at {t:g} ({decision.cause}): mode code {r.mode} model {q.mode[x]}")
+    why = f"'{x} looks' at {t:g} ({decision.cause}): mode code {r.mode} model {q.mode[x]}"
+    out.count("take", mode_ok, why)
     waits = None if r.self_wait is None else r.self_wait[0]
     want = None if q.swn[x] == NONE else node(q.swn[x])
     out.count("self wait", waits == want, f"'{x} looks' at {t:g}: waits out code {waits} model {want}")

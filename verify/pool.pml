@@ -66,6 +66,18 @@
  *     before counts (more behaviours, not fewer).
  * A10 At most MAXF crashes and hostile writes in one run (the search's bound, with MAXE).
  * A11 What can no longer matter is reset to one value (`normalize`, below).
+ * A12 Dead variables reset (`normalize`, `normalize_resign`, `normalize_store`): a value that
+ *     is overwritten before it is read again (the old record while a valid one lies there, a
+ *     leader's lease timers, a resign nobody can still use, a right's fields once it is gone)
+ *     is set to one value; each argument is at its reset.
+ * A13 (-DSHIFT, an option) epochs renamed: only their order matters.
+ * A14 (-DSYM) the members are interchangeable: each state is stored as the least of its six
+ *     renamings (in C, `canon`).
+ * A15 Once the bound's epochs are spent and at most one right may still open a gate, no
+ *     assertion can fail any more: the state becomes one sink and the search stops there.
+ * Each is argued where it is made; none removes a behaviour that could fail P1-P3.
+ * The lockless renewal is two steps (A5); -DLOCKED_RENEW makes it one (read and write under
+ * the lock), to tell which of SPIN's trails it is the cause of.
  *
  * Mutants (one -D at a time; each must give a trail, tests/test_spin_model.py):
  *   NO_R1_STICKY   rule 1: a member switches leader without S of silence
