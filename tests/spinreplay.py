@@ -45,7 +45,7 @@ from elections.core.lease_memory import Memory, track
 from elections.core.serving import ACKED, LEASE, Adherence, Report, ServingRight, ServingTiming, silent_holder
 from elections.core.serving_book import ServingBook
 
-N, NONE = 3, 3
+N, NONE, UNKNOWN = 3, 3, 4  # UNKNOWN: a start's adherence (`ServingBook.started`)
 VALID, JUNK, MISSING, OLD = 1, 2, 3, 4
 ACAP = 2  # the model's saturated ack age: no ack within W
 # The model's ticks as seconds (A1, A2): W_HI 1, S_LO 2, RD_HI 2, TTL_LO 3, LOK_LO 3, BG 0.
@@ -161,7 +161,7 @@ def parse(output: str) -> tuple[State | None, list[Step]]:
 
 # -- the code's objects, built from the model's state at tick t ---------------------------------
 def adherence(s: State, x: int, t: float) -> Adherence | None:
-    if s.an[x] == NONE:
+    if s.an[x] in (NONE, UNKNOWN):
         return None
     mode = ACKED if s.am[x] else LEASE
     return Adherence(node(s.an[x]), s.ae[x], f"b{s.an[x]}", 0, t - s.hz[x], mode, bool(s.ares[x]))
@@ -178,7 +178,8 @@ def right(s: State, x: int, t: float) -> ServingRight | None:
             r.acks[node(y)] = t - s.ack(x, y)
     if s.swn[x] != NONE:
         r.self_from = t - s.swa[x] + SERVING.silence
-        r.self_wait = (node(s.swn[x]), s.swe[x], f"b{s.swn[x]}")
+        if s.swn[x] != UNKNOWN:
+            r.self_wait = (node(s.swn[x]), s.swe[x], f"b{s.swn[x]}")
     return r
 
 
@@ -193,7 +194,10 @@ def gate(s: State, x: int, t: float) -> bool:
 
 
 def book(s: State, x: int, t: float) -> ServingBook:
-    b = ServingBook(node(x), f"b{x}", SERVING, TIMING.ttl, adherence(s, x, t), right(s, x, t))
+    started = t - s.hz[x] if s.an[x] == UNKNOWN else -math.inf
+    b = ServingBook(
+        node(x), f"b{x}", SERVING, TIMING.ttl, adherence(s, x, t), right(s, x, t), started=started
+    )
     if s.crn[x] != NONE:
         b.clean_release = (node(s.crn[x]), s.cre[x], t)
     return b
@@ -299,8 +303,9 @@ def check_step(out: Replay, ev: str, claims: list[int], p: State, q: State, t: f
 def hears(out: Replay, x: int, s: int, p: State, q: State, t: float) -> None:
     b = beacon(p, s, t)
     if b.role in (LEADER, RESIGN):
-        mine = adherence(p, x, t)
-        got = adherence_of(mine, b, p.known[x], t)
+        mine = book(p, x, t)
+        mine.heard(b, p.lead[x] or None, p.known[x], t)
+        got = mine.adherence
         want = adherence(q, x, t)
         key = lambda a: None if a is None else (a.node, a.epoch, a.heard_at, a.resigned)  # noqa: E731
         modes = got is None or want is None or got.mode == want.mode or b.role == RESIGN
@@ -320,12 +325,6 @@ def hears(out: Replay, x: int, s: int, p: State, q: State, t: float) -> None:
         mode = r.settle(N, t)
         want_mode = ACKED if q.mode[x] else LEASE
         out.count("mode", mode == want_mode, f"'{x} hears {s}' at {t:g}: mode code {mode} model {q.mode[x]}")
-
-
-def adherence_of(mine: Adherence | None, b: Beacon, floor: int, t: float) -> Adherence | None:
-    from elections.core.serving import adhere
-
-    return adhere(mine, b.node, b.role, b.epoch, b.boot, b.seq, b.serve or LEASE, t, SERVING.silence, floor)
 
 
 def looks(out: Replay, x: int, claims: list[int], p: State, q: State, t: float) -> None:
@@ -355,6 +354,6 @@ def looks(out: Replay, x: int, claims: list[int], p: State, q: State, t: float) 
     mode_ok = r.mode == (ACKED if q.mode[x] else LEASE)
     why = f"'{x} looks' at {t:g} ({decision.cause}): mode code {r.mode} model {q.mode[x]}"
     out.count("take", mode_ok, why)
-    waits = None if r.self_wait is None else r.self_wait[0]
-    want = None if q.swn[x] == NONE else node(q.swn[x])
+    waits = r.self_wait[0] if r.self_wait is not None else "unknown" if r.self_from > -math.inf else None
+    want = None if q.swn[x] == NONE else "unknown" if q.swn[x] == UNKNOWN else node(q.swn[x])
     out.count("self wait", waits == want, f"'{x} looks' at {t:g}: waits out code {waits} model {want}")

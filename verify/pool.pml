@@ -101,6 +101,7 @@
 
 #define N 3
 #define NONE 3
+#define UNKNOWN 4   /* a start's adherence: a leader it may have acked before (rule 1 across a restart) */
 #ifndef MAXE
 #define MAXE 4
 #endif
@@ -255,6 +256,7 @@ inline normalize(x) {
   fi;
   if
   :: an[x] == NONE -> ae[x] = 0; hz[x] = 0; am[x] = 0; ares[x] = 0
+  :: an[x] == UNKNOWN && hz[x] >= S_LO -> an[x] = NONE; ae[x] = 0; hz[x] = 0; am[x] = 0; ares[x] = 0
   :: else -> skip
   fi;
   if
@@ -781,6 +783,17 @@ inline crash(x) {
   lage[x] = 0; rdage[x] = 0; vch[x] = 0; bspent[x] = 0; rmiss[x] = 0
 }
 
+/* A7: a start. Its book is lost, not the acks it sent before: it may have acked a leader just
+   before it stopped, who may still count that ack for W. The code's book (`ServingBook.started`)
+   takes it for an adherence to an unknown leader heard at the start: sticky for S (rule 1), and
+   its own vote in an epoch it takes waits as long. Without it (-DNO_START_QUIET) SPIN's trail:
+   a member acks leader 0, restarts, acks leader 1 at once, and both gates are open. */
+#ifdef NO_START_QUIET
+#define START(x) skip
+#else
+#define START(x) an[x] = UNKNOWN; ae[x] = 0; hz[x] = 0; am[x] = 0; ares[x] = 0
+#endif
+
 /* every step member x may take: each one indivisible step (d_step: no state in between) */
 #define LEADS(x) (up[x] && !MUTE(x) && lead[x] > 0 && ren[x] <= RD_HI)
 #define OWNLEASE(x) (Lk == VALID && Lh == x && Le == lead[x] && !Lrel)
@@ -806,7 +819,7 @@ bit sup[N];   /* its supervisor released: it says and hears nothing more; its re
   :: d_step { !over && LEADS(x) && OWNLEASE(x) && rmode[x] == ACKED && !ackok(x) && lokok(x) -> \
               printf("@ %d requalifies\n", x); cacked = 0; ch = x; ce = Le; claim(x); check() } \
   :: d_step { !over && (up[x] && !MUTE(x) && faults < MAXF) -> printf("@ %d crashes\n", x); faults++; crash(x); check() } \
-  :: d_step { !over && (!up[x]) -> printf("@ %d starts\n", x); up[x] = 1; check() }
+  :: d_step { !over && (!up[x]) -> printf("@ %d starts\n", x); up[x] = 1; START(x); check() }
 /* the renew deadline step above; the worker's release to either other member or to no one;
    with -DSUP_RELEASE, the supervisor's release on SIGTERM (written before its relay's gate
    is shut, which then closes by its deadlines or the crash that follows; its resign has a

@@ -141,7 +141,8 @@ class BeaconService(LivenessWatch, ServingRight):
         self.member_record: tuple[int, str] = (0, "")
         self.liveness = Liveness(config.interval)
         # The serving right (DESIGN.md §15): whom this member acknowledges; its own right while it leads.
-        self.book = ServingBook(config.node, self.boot, ServingTiming.of(config.interval), config.ttl)
+        self.book = ServingBook(config.node, self.boot, ServingTiming.of(config.interval), config.ttl,
+                                started=self.gate_clock())  # fmt: skip
         self.members: Callable[[], int] = lambda: 0  # the pool's size as this member counts it
         self.on_acked: Callable[[], None] = lambda: None  # a member's ack may have moved the gate
         self._silent_told: tuple[str, int] | None = None
