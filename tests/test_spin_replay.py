@@ -90,6 +90,7 @@ def trail_of(mutant: str, tmp: Path) -> list[spinreplay.Step]:
     return spinreplay.parse(printout.read_text())[1]
 
 
+@pytest.mark.long
 def test_the_restart_trail_replays_through_the_code_which_keeps_the_rule_the_mutant_dropped(tmp_path):
     """SPIN's trail with rule 1 across a restart switched off (-DNO_START_QUIET): the code, which
     has the rule, decides otherwise exactly where the trail leans on its absence."""
