@@ -96,6 +96,8 @@
  *   NO_VOUCH       hole 1: junk kept over a live lease, no vouching by the holder's beacons
  *   NO_BLIND       a member's own blindness counted toward the TTL (no blind_gap)
  *   NO_FENCE       hole 3: a release to no one written before the relay's gate is shut
+ *   NO_START_QUIET rule 1 across a restart: a started member acks a new leader at once (its
+ *                  book lost: whom it acked before its stop); SPIN's trail of issue 37, fixed
  *   SHORT_S        S no longer than W (S_LO = W_HI)
  */
 
