@@ -20,7 +20,8 @@ REDUCE=${REDUCE:-"-DSYM"}
 STORE=${STORE:-""}
 MUT=${MUT_BOUND:-"-DMAXE=2 -DMAXF=0"}
 MUT_HOSTILE=${MUT_HOSTILE_BOUND:-"-DMAXE=2 -DMAXF=2"}
-MUT_DEEP=${MUT_DEEP_BOUND:-"-DMAXE=3 -DMAXF=0"}
+# a third epoch, the renewal under the lock (else the lockless renewal's own trail may come first)
+MUT_DEEP=${MUT_DEEP_BOUND:-"-DMAXE=3 -DMAXF=0 -DLOCKED_RENEW"}
 # every rule switched off, one at a time; the holes of issue 22's last round put back
 MUTANTS="NO_START_QUIET NO_FENCE NO_R1_SELF NO_R5 NO_R2_ACKS NO_R2_TOLD NO_R3A NO_R1_STICKY NO_R1_STEPDOWN SHORT_S NO_R4_LOK NO_R6_LOK NO_R3E NO_R3B NO_R3D NO_VOUCH NO_BLIND"
 # the mutants of the lease's side need the writer without the key (or a crash)
@@ -28,8 +29,9 @@ HOSTILE="NO_R3E NO_R3D NO_VOUCH NO_BLIND"
 # a restart needs one crash
 RESTART="NO_START_QUIET"
 MUT_RESTART=${MUT_RESTART_BOUND:-"-DMAXE=2 -DMAXF=1"}
-# a taker's own vote matters only over a release by a leader it did not adhere to: a third epoch
-DEEP="NO_R1_SELF"
+# a taker's own vote matters only over a release by a leader it did not adhere to; lease_ok_at
+# only after a takeover on silence: a third epoch
+DEEP="NO_R1_SELF NO_R4_LOK NO_R6_LOK"
 
 # search FLAGS... -- BFS/DFS is chosen by the caller; prints SPIN's output, returns pan's errors
 search() {
