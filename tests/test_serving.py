@@ -276,3 +276,23 @@ def test_a_leader_that_stepped_down_acks_no_one_while_its_own_gate_may_be_open()
     assert book.outgoing(None, 2, 3, 100.2) == {}  # but acks it only once its own window is over
     assert book.outgoing(None, 3, 3, 101.5 + 0.04) == {}
     assert book.outgoing(None, 4, 3, 101.5 + 0.06)["ack_node"] == "S003"
+
+
+def test_a_restarted_member_acks_no_new_leader_and_waits_out_its_own_vote_for_s_after_its_start():
+    """Rule 1 across a restart (SPIN's trail, issue 37): a member acked S001, restarted with its
+    book lost, and acked S002 at once; S001 still counted the old ack, S002 the new one: two
+    gates open. The book is begun at the process's start: for S it takes a newly heard leader for
+    no one's (no ack in its beacons), then adheres as before; an epoch it takes meanwhile counts
+    its own vote from start + S."""
+    book = ServingBook("S003", BOOT, T, ttl=10, started=100.0)
+    leader = Beacon(KMSN, "S002", "10.0.0.2", 9530, "leader", 2, 5, OTHER, 40, serve=ACKED)
+    book.heard(leader, None, 2, 100.1)
+    assert book.adherence is None and book.outgoing(None, 1, 3, 100.1) == {}
+    book.heard(replace(leader, seq=41), None, 2, 100.0 + T.silence)
+    assert book.adherence is not None and book.outgoing(None, 2, 3, 100.0 + T.silence)["ack_node"] == "S002"
+    taker = ServingBook("S003", BOOT, T, ttl=10, started=100.0)
+    taker.taken(3, "silent", 3, ("S001", 1), 100.5)
+    assert taker.right is not None and taker.right.self_from == 100.0 + T.silence
+    old = ServingBook("S003", BOOT, T, ttl=10)  # a book with no start (as before): adheres at once
+    old.heard(leader, None, 2, 100.1)
+    assert old.adherence is not None

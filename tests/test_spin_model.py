@@ -26,9 +26,14 @@ CHECK = ROOT / "verify" / "check.sh"
 
 # Every rule switched off, one at a time, and the three holes of issue 22's last round put back
 # (`verify/check.sh` gives each its bound). In `make test`: those found in seconds; the rest `long`.
-FAST = ("NO_FENCE", "NO_R2_TOLD", "NO_R3A", "SHORT_S")
-LONG = ("NO_R5", "NO_R2_ACKS", "NO_R1_STICKY", "NO_R1_STEPDOWN", "NO_R1_SELF")
-MUTANTS = FAST + LONG
+FAST = ("NO_FENCE", "NO_R3E")
+LONG = ("NO_START_QUIET", "NO_R2_TOLD", "NO_R3A", "SHORT_S", "NO_R5", "NO_R2_ACKS", "NO_R1_STICKY",
+        "NO_R1_STEPDOWN", "NO_R1_SELF")  # fmt: skip
+# Trails for these since issue 37's second round (the search exhaustive, with symmetry). NO_R3B is
+# liveness's rule, not safety's (rule 5 alone keeps the taker's gate shut): no trail expected.
+# NO_R3D and NO_BLIND give none at epochs <= 2 with two faults, searched exhaustively (README).
+HOSTILE = ("NO_R4_LOK", "NO_R6_LOK", "NO_VOUCH")
+MUTANTS = FAST + LONG + HOSTILE
 
 
 def run(*args: str, timeout: float = 900) -> str:
@@ -63,7 +68,7 @@ def test_each_rule_switched_off_gives_spin_a_counterexample_trail(mutant):
 
 @pytest.mark.long
 def test_the_rules_as_built_give_no_error_at_the_ci_bound():
-    """Every run of the model at the CI bound (`verify/check.sh ci`): no assertion fails."""
+    """Every run of the model at the CI bound (`verify/check.sh ci`, exhaustive): no assertion fails."""
     out = run("ci", timeout=1500)
     assert "assertion violated" not in out, out
     assert errors(out) == 0, out

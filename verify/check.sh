@@ -9,24 +9,31 @@
 # Each search runs niced in a scratch directory, its memory bounded (MEMLIM, MB).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-MEMLIM=${MEMLIM:-4000}
+MEMLIM=${MEMLIM:-12000}
 NICE=${NICE:-15}
 # the bounds: epochs up to MAXE, at most MAXF crashes and hostile writes in a run
 FULL=${FULL:-"-DMAXE=4 -DMAXF=2"}
-FULL_DEPTH=${FULL_DEPTH:-24}
+# the CI: epochs <= 2, one fault (the lockless renewal's trail needs epochs <= 3: README's
+# "Found by SPIN, second round", open)
 CI=${CI_BOUND:-"-DMAXE=2 -DMAXF=1"}
-CI_DEPTH=${CI_DEPTH:-22}
+# the exhaustive searches: the members' symmetry (A14), states stored whole (exact; STORE=-DHC4
+# for hash-compact), no depth bound (-m: the stack only)
+REDUCE=${REDUCE:-"-DSYM"}
+STORE=${STORE:-""}
 MUT=${MUT_BOUND:-"-DMAXE=2 -DMAXF=0"}
 MUT_HOSTILE=${MUT_HOSTILE_BOUND:-"-DMAXE=2 -DMAXF=2"}
-MUT_DEEP=${MUT_DEEP_BOUND:-"-DMAXE=3 -DMAXF=0"}
-MUT_DEPTH=${MUT_DEPTH:-26}
-MUT_DEEP_DEPTH=${MUT_DEEP_DEPTH:-30}
+# a third epoch, the renewal under the lock (else the lockless renewal's own trail may come first)
+MUT_DEEP=${MUT_DEEP_BOUND:-"-DMAXE=3 -DMAXF=0 -DLOCKED_RENEW"}
 # every rule switched off, one at a time; the holes of issue 22's last round put back
-MUTANTS="NO_FENCE NO_R1_SELF NO_R5 NO_R2_ACKS NO_R2_TOLD NO_R3A NO_R1_STICKY NO_R1_STEPDOWN SHORT_S NO_R4_LOK NO_R6_LOK NO_R3E NO_R3B NO_R3D NO_VOUCH NO_BLIND"
+MUTANTS="NO_START_QUIET NO_FENCE NO_R1_SELF NO_R5 NO_R2_ACKS NO_R2_TOLD NO_R3A NO_R1_STICKY NO_R1_STEPDOWN SHORT_S NO_R4_LOK NO_R6_LOK NO_R3E NO_R3B NO_R3D NO_VOUCH NO_BLIND"
 # the mutants of the lease's side need the writer without the key (or a crash)
 HOSTILE="NO_R3E NO_R3D NO_VOUCH NO_BLIND"
-# a taker's own vote matters only over a release by a leader it did not adhere to: a third epoch
-DEEP="NO_R1_SELF"
+# a restart needs one crash
+RESTART="NO_START_QUIET"
+MUT_RESTART=${MUT_RESTART_BOUND:-"-DMAXE=2 -DMAXF=1"}
+# a taker's own vote matters only over a release by a leader it did not adhere to; lease_ok_at
+# only after a takeover on silence: a third epoch
+DEEP="NO_R1_SELF NO_R4_LOK NO_R6_LOK"
 
 # the pool of two and the share's witness (verify/witness.pml, issue 38): small enough to search
 # exhaustively (no depth bound that cuts a run short: -m is far past the deepest state)
@@ -42,34 +49,46 @@ search() {
   # every -D goes to both: spin's preprocessor (the model's bounds and mutants) and gcc (pan's)
   (cd "$work" && spin "$@" -a pool.pml >/dev/null &&
      gcc ${CC_OPT:--O1} -w -DSAFETY -DNOREDUCE -DMEMLIM="$MEMLIM" "$@" -o pan pan.c &&
-     nice -n "$NICE" ./pan -m100000 ${PAN_ARGS:-} > out.txt 2>&1 || true
+     nice -n "$NICE" ./pan -m3000000 -w${HASH:-26} ${PAN_ARGS:-} > out.txt 2>&1 || true
    grep -v '^\s*$' out.txt | grep -v '^Depth=' || true
    if [ -f pool.pml.trail ]; then
      echo "trail: $(grep -c . pool.pml.trail) steps"
-     # the trail, step by step (each line one indivisible step of the model)
-     spin "$@" -t -k pool.pml.trail pool.pml 2>/dev/null | grep -E '^ *@ |assertion violated' | sed 's/^ */  /' | paste -sd ';' | sed 's/;  / | /g'
+     # the trail, step by step (each line one indivisible step of the model); with -DSYM pan
+     # replays it (SPIN's simulator skips the renaming in C), and says each renaming (P)
+     case " $* " in
+       *" -DSYM "*) SPIN_SHOW_SYM=1 ./pan -r 2>/dev/null | grep -E '^ *(@|P) |assertion violated' | sed 's/^ */  /' | paste -sd ';' | sed 's/;  / | /g' ;;
+       *) spin "$@" -t -k pool.pml.trail pool.pml 2>/dev/null | grep -E '^ *@ |assertion violated' | sed 's/^ */  /' | paste -sd ';' | sed 's/;  / | /g' ;;
+     esac
+     # KEEP_REPLAY=FILE: the whole printout of the trail, state lines too (tests/spinreplay.py)
+     if [ -n "${KEEP_REPLAY:-}" ]; then
+       case " $* " in
+         *" -DSYM "*) SPIN_SHOW_SYM=1 ./pan -r > "$KEEP_REPLAY" 2>/dev/null || true ;;
+         *) spin "$@" -t -k pool.pml.trail pool.pml > "$KEEP_REPLAY" 2>/dev/null || true ;;
+       esac
+     fi
 
    fi)
 }
 
 case ${1:-full} in
   full)
-    echo "== the rules as built: 3 members, $FULL, every run of up to $FULL_DEPTH steps (depth-first, -DREACH, hash-compact) =="
-    PAN_ARGS="-m$FULL_DEPTH" search $FULL -DHC4 -DREACH
+    echo "== the rules as built: 3 members, $FULL, every run (exhaustive: depth-first, $REDUCE ${STORE:-exact}) =="
+    HASH=${HASH:-28} search $FULL $REDUCE $STORE
     ;;
   ci)
-    echo "== the rules as built: 3 members, $CI, every run of up to $CI_DEPTH steps (depth-first, -DREACH, hash-compact) =="
-    PAN_ARGS="-m$CI_DEPTH" search $CI -DHC4 -DREACH
+    echo "== the rules as built: 3 members, $CI, every run (exhaustive: depth-first, $REDUCE ${STORE:-exact}) =="
+    search $CI $REDUCE $STORE
     ;;
   mutants)
     for m in ${2:-$MUTANTS}; do
       bound=$MUT
       case " $HOSTILE " in *" $m "*) bound=$MUT_HOSTILE ;; esac
       case " $DEEP " in *" $m "*) bound=$MUT_DEEP ;; esac
-      depth=$MUT_DEPTH
-      case " $DEEP " in *" $m "*) depth=$MUT_DEEP_DEPTH ;; esac
-      echo "== mutant $m ($bound, every run of up to $depth steps: depth-first, -DREACH, hash-compact) =="
-      PAN_ARGS="-m$depth" search $bound -D"$m" -DHC4 -DREACH
+      case " $RESTART " in *" $m "*) bound=$MUT_RESTART ;; esac
+      # depth-first with the members' symmetry, hash-compact (a trail found is a trail, whatever
+      # the compaction hides); MUT_SEARCH="-DBFS -DHC4" gives the shortest trail, slower
+      echo "== mutant $m ($bound, ${MUT_SEARCH:--DSYM -DHC4}) =="
+      search $bound -D"$m" ${MUT_SEARCH:--DSYM -DHC4}
     done
     ;;
   witness)

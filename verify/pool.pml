@@ -66,6 +66,18 @@
  *     before counts (more behaviours, not fewer).
  * A10 At most MAXF crashes and hostile writes in one run (the search's bound, with MAXE).
  * A11 What can no longer matter is reset to one value (`normalize`, below).
+ * A12 Dead variables reset (`normalize`, `normalize_resign`, `normalize_store`): a value that
+ *     is overwritten before it is read again (the old record while a valid one lies there, a
+ *     leader's lease timers, a resign nobody can still use, a right's fields once it is gone)
+ *     is set to one value; each argument is at its reset.
+ * A13 (-DSHIFT, an option) epochs renamed: only their order matters.
+ * A14 (-DSYM) the members are interchangeable: each state is stored as the least of its six
+ *     renamings (in C, `canon`).
+ * A15 Once the bound's epochs are spent and at most one right may still open a gate, no
+ *     assertion can fail any more: the state becomes one sink and the search stops there.
+ * Each is argued where it is made; none removes a behaviour that could fail P1-P3.
+ * The lockless renewal is two steps (A5); -DLOCKED_RENEW makes it one (read and write under
+ * the lock), to tell which of SPIN's trails it is the cause of.
  *
  * Mutants (one -D at a time; each must give a trail, tests/test_spin_model.py):
  *   NO_R1_STICKY   rule 1: a member switches leader without S of silence
@@ -84,6 +96,8 @@
  *   NO_VOUCH       hole 1: junk kept over a live lease, no vouching by the holder's beacons
  *   NO_BLIND       a member's own blindness counted toward the TTL (no blind_gap)
  *   NO_FENCE       hole 3: a release to no one written before the relay's gate is shut
+ *   NO_START_QUIET rule 1 across a restart: a started member acks a new leader at once (its
+ *                  book lost: whom it acked before its stop); SPIN's trail of issue 37, fixed
  *   SHORT_S        S no longer than W (S_LO = W_HI)
  */
 
@@ -93,6 +107,7 @@
 #else
 #define N 3
 #define NONE 3
+#define UNKNOWN 4   /* a start's adherence: a leader it may have acked before (rule 1 across a restart) */
 #ifndef MAXE
 #define MAXE 4
 #endif
@@ -125,9 +140,10 @@
 byte top;                      /* highest epoch in the claim records */
 byte faults;                   /* crashes and hostile writes so far (A10: at most MAXF) */
 byte Lk, Le, Lh, Lrel, Lho;    /* kind, epoch, holder, released, handoff_to */
-byte Oe, Oh, Orel;             /* the previous valid record (what OLD puts back) */
+byte Oe, Oh, Orel, Oho;        /* the previous valid record (what OLD puts back) */
 bit onew[N];                   /* ... was written after member i's last valid read: news to it */
 byte owner[MAXE + 1];          /* ghost: who won each epoch's CAS (NONE: nobody yet) */
+bit over;                      /* A15: nothing can break P1-P3 any more: the search stops here */
 
 /* members */
 bit up[N];
@@ -168,9 +184,9 @@ bit vch[N];                    /* the holder's beacons named a renewal it did no
 bit bspent[N];                 /* the blind_gap restart spent until the next valid read */
 
 /* scratch, always reset to 0 at the end of a step (not state) */
-byte ne, ch, ce, i, dd, open;
-bit wrongcas, reused;
-bit cacked, chand;
+hidden byte ne, ch, ce, i, dd, nopen;
+hidden byte wrongcas, reused;
+hidden byte cacked, chand;
 
 #define o1(x) (((x) + 1) % N)
 #define o2(x) (((x) + 2) % N)
@@ -211,7 +227,8 @@ bit cacked, chand;
 #define silent(x, h, e) ((h) != (x) && an[x] == (h) && ae[x] == (e) && hz[x] >= S_LO && !ares[x] && saidack(x) && third(x, h, e))
 /* rule 6: the clean release it heard names the released lease it claims over (A9: at any
    time after, not only within a TTL: more behaviours, not fewer) */
-#define cleanover(x) (crn[x] == Lh && cre[x] == Le)
+#define cleanof(x, h, e) (crn[x] == (h) && cre[x] == (e))
+#define cleanover(x) cleanof(x, Lh, Le)
 
 /* a read that is no evidence: junk, no file, a replay of an epoch below what it knows */
 #define noevidence(x) (Lk == JUNK || Lk == MISSING || (Lk == VALID && Le < known[x]) || (Lk == OLD && Oe < known[x]))
@@ -239,11 +256,17 @@ inline normalize(x) {
   :: else -> skip
   fi;
   if
-  :: an[x] == NONE -> ae[x] = 0; hz[x] = 0; am[x] = 0; ares[x] = 0
+  :: re[x] == 0 ->   /* no right at all: a gate only a claim opens (which sets all of these) */
+     rmode[x] = LEASE; told[x] = 0; fenced[x] = 0; ren[x] = 0; A(x, o1(x)) = ACAP; A(x, o2(x)) = ACAP
   :: else -> skip
   fi;
   if
-  :: swn[x] != NONE && swa[x] >= S_LO -> swn[x] = NONE; swe[x] = 0; swa[x] = 0
+  :: an[x] == NONE -> ae[x] = 0; hz[x] = 0; am[x] = 0; ares[x] = 0
+  :: an[x] == UNKNOWN && hz[x] >= S_LO -> an[x] = NONE; ae[x] = 0; hz[x] = 0; am[x] = 0; ares[x] = 0
+  :: else -> skip
+  fi;
+  if
+  :: swn[x] == NONE || swa[x] >= S_LO -> swn[x] = NONE; swe[x] = 0; swa[x] = 0
   :: else -> skip
   fi;
   if
@@ -253,20 +276,254 @@ inline normalize(x) {
   fi;
   if
   :: lead[x] > 0 -> rdage[x] = 0; bspent[x] = 1; vch[x] = 0; rmiss[x] = 0
+  :: else -> told[x] = 0; rlok[x] = 0; tk[x] = 0; rr[x] = 0
+  fi;
+  /* A12: the clean release it heard, for an epoch below what it knows (rule 6 asks it of a
+     lease it reads as valid, whose epoch is at least what it knows, which only goes up) */
+  if
+  :: cre[x] < known[x] -> crn[x] = NONE; cre[x] = 0
   :: else -> skip
   fi
 }
 
+/* A12: member s's resign can no longer matter to anyone: nobody still adheres to (s, rese)
+   without having heard it resign, nobody waits it out, and (if it said `fenced`) every other
+   member knows an epoch above it. No member adheres to (s, rese) anew (s leads it no more). */
+#define resuse(s, x) ((an[x] == (s) && ae[x] == rese[s] && !ares[x]) || (swn[x] == (s) && swe[x] == rese[s]) || (resc[s] && rese[s] >= known[x]))
+inline normalize_resign(s) {
+  if
+  :: rese[s] > 0 && !resuse(s, o1(s)) && !resuse(s, o2(s)) -> rese[s] = 0; resc[s] = 0
+  :: else -> skip
+  fi
+}
+
+/* A12: the store's dead fields. The previous valid record (what OLD puts back) is read only
+   while OLD lies there, and written afresh (SAVEOLD) whenever the lease goes from valid to
+   junk or missing: it is dead while a valid record lies there, or when no hostile write is
+   left (faults = MAXF) and none lies there. The record's fields are read only while it is
+   valid (every write of a valid record writes them all); `miss` only while a valid record
+   lies there (write_valid sets every one). An epoch's owner is read only for a gate's epoch
+   (P3) and for a new epoch (P2), which must be above `top` (the assertion says so): an
+   epoch no right holds any more, at or below `top`, is nobody's. */
+inline normalize_store() {
+  if
+  :: Lk == VALID || Lk == NOFILE || (Lk != OLD && faults >= MAXF) ->
+     Oe = 0; Oh = NONE; Orel = 0; Oho = NONE; onew[0] = 0; onew[1] = 0; onew[2] = 0
+  :: else -> skip
+  fi;
+  if
+  :: Lk != VALID -> Le = 0; Lh = NONE; Lrel = 0; Lho = NONE; miss[0] = 0; miss[1] = 0; miss[2] = 0
+  :: else -> skip
+  fi;
+  i = 1;
+  do
+  :: i <= MAXE -> if :: i != re[0] && i != re[1] && i != re[2] -> owner[i] = NONE :: else -> skip fi; i++
+  :: else -> break
+  od;
+  i = 0
+}
+
+/* A13 (-DSHIFT): epochs renamed. The model compares epochs only with each other (<, =, >),
+   with 0 (none) and adds one (a claim): when every epoch a member, the store or a ghost still
+   names is at least m > 1, lowering all of them by m - 1 gives a state with the very same
+   futures. The bound MAXE then limits how many epochs are alive at once, not how many are
+   taken in a run: every run of the plain bound, and more. */
+#define lowest(v) if :: (v) > 0 && (v) < dd -> dd = (v) :: else -> skip fi
+#define lower(v) if :: (v) > 0 -> v = (v) - dd :: else -> skip fi
+inline shift_epochs() {
+  dd = MAXE + 1;
+  lowest(top); lowest(Le); lowest(Oe);
+  i = 0;
+  do
+  :: i < N ->
+     lowest(known[i]); lowest(lead[i]); lowest(re[i]); lowest(swe[i]); lowest(rese[i]);
+     lowest(ae[i]); lowest(cre[i]); lowest(me[i]); i++
+  :: else -> break
+  od;
+  if
+  :: dd > 1 && dd <= MAXE ->
+     dd = dd - 1;
+     printf("@ epochs renamed: each lowered by %d\n", dd);
+     lower(top); lower(Le); lower(Oe);
+     i = 0;
+     do
+     :: i < N ->
+        lower(known[i]); lower(lead[i]); lower(re[i]); lower(swe[i]); lower(rese[i]);
+        lower(ae[i]); lower(cre[i]); lower(me[i]); i++
+     :: else -> break
+     od;
+     i = 1;
+     do
+     :: i <= MAXE && i + dd <= MAXE -> owner[i] = owner[i + dd]; i++
+     :: i <= MAXE && i + dd > MAXE -> owner[i] = NONE; i++
+     :: else -> break
+     od
+  :: else -> skip
+  fi;
+  i = 0; dd = 0
+}
+
+/* A15: the bound reached and one right left. Once epoch MAXE is taken, no claim can be made
+   (a claim takes known + 1 <= MAXE, or, below `top`, writes nothing: rule 3e; under NO_R3E,
+   once every member knows MAXE; a crash keeps `known`): no epoch is taken again (P2), no
+   right begins (P3), and a right only ever ends (its gate shut for good, or fenced). If then
+   at most one member still has a right whose gate may open, no two gates can ever be open
+   together (P1). The same holds one claim earlier when no right is left (the last claim
+   begins the only one). Nothing the run does from here on can fail an assertion, and the
+   state is replaced by one sink (`over`) where the search stops.
+   (Not with SHIFT, where the bound is on the epochs alive at once.) */
+#define live(x) (re[x] > 0 && !fenced[x])
+#ifdef NO_R3E
+#define SPENT (known[0] >= MAXE && known[1] >= MAXE && known[2] >= MAXE && live(0) + live(1) + live(2) <= 1)
+#else
+/* each claim left takes top + 1 (one below `top` writes nothing: rule 3e) and begins one right */
+#define SPENT (MAXE - top + live(0) + live(1) + live(2) <= 1)
+#endif
+inline sink() {
+  i = 0;
+  do
+  :: i < N ->
+     up[i] = 0; known[i] = 0; lead[i] = 0; re[i] = 0; rmode[i] = 0; told[i] = 0; fenced[i] = 0;
+     rlok[i] = 0; tk[i] = 0; ren[i] = 0; A(i, o1(i)) = 0; A(i, o2(i)) = 0; swn[i] = 0; swe[i] = 0;
+     swa[i] = 0; rese[i] = 0; resc[i] = 0; rr[i] = 0; an[i] = 0; ae[i] = 0; hz[i] = 0; am[i] = 0;
+     ares[i] = 0; crn[i] = 0; cre[i] = 0; mh[i] = 0; me[i] = 0; lage[i] = 0; rdage[i] = 0;
+     miss[i] = 0; rmiss[i] = 0; vch[i] = 0; bspent[i] = 0; onew[i] = 0; i++
+  :: else -> break
+  od;
+  i = 0;
+  do
+  :: i <= MAXE -> owner[i] = 0; i++
+  :: else -> break
+  od;
+  top = 0; faults = 0; Lk = 0; Le = 0; Lh = 0; Lrel = 0; Lho = 0; Oe = 0; Oh = 0; Orel = 0; Oho = 0;
+  i = 0; over = 1
+}
+
+inline normalize_all() {
+#ifndef SHIFT
+  if
+  :: SPENT ->
+     printf("@ the bound reached, one right left: nothing can fail from here\n"); sink()
+  :: else ->
+#endif
+  normalize(0); normalize(1); normalize(2);
+  normalize_resign(0); normalize_resign(1); normalize_resign(2);
+  normalize_store()
+#ifdef SHIFT
+  ; shift_epochs()
+#endif
+#ifdef SYM
+  ; c_code { canon(); }
+#endif
+#ifndef SHIFT
+  fi
+#endif
+}
+
+#ifdef SYM
+/* A14 (-DSYM): the members are interchangeable. Every step offered to member x is offered to
+   every member alike (handoff to either other member, each listening to each), the initial
+   state is the same for all, and P1-P3 name no member: renaming the members by any
+   permutation maps a run to a run and an error to an error. After every step the state is
+   replaced by the least (byte by byte) of its six renamings, so SPIN stores one of each six.
+   Done in C (SPIN's simulator skips it: trails are printed from searches without it). */
+c_code {
+#define SYMN 3
+static const int symperm[6][3] = {{0,1,2},{0,2,1},{1,0,2},{1,2,0},{2,0,1},{2,1,0}};
+#define SYMPLAIN(X) X(onew) X(up) X(rmode) X(told) X(fenced) X(rlok) X(resc) X(rr) X(am) X(ares) \
+  X(miss) X(rmiss) X(vch) X(bspent) X(known) X(lead) X(re) X(tk) X(ren) X(swe) X(swa) X(rese) \
+  X(ae) X(hz) X(cre) X(me) X(lage) X(rdage)
+#define SYMWHO(X) X(swn) X(an) X(crn) X(mh)
+static uchar symmap(const int *p, uchar v) { return v < SYMN ? (uchar) p[v] : v; }
+/* the renaming of `now` by p (old member -> new member), written into `out`, as bytes */
+static int symkey(const int *p, uchar *out) {
+  int q[SYMN], j, k, n = 0;
+  for (j = 0; j < SYMN; j++) q[p[j]] = j;
+#define SYMP(f) for (j = 0; j < SYMN; j++) out[n++] = now.f[q[j]];
+#define SYMW(f) for (j = 0; j < SYMN; j++) out[n++] = symmap(p, now.f[q[j]]);
+  SYMPLAIN(SYMP)
+  SYMWHO(SYMW)
+  for (j = 0; j < SYMN; j++) for (k = 0; k < SYMN; k++) out[n++] = now.ack[q[j] * SYMN + q[k]];
+  out[n++] = symmap(p, now.Lh); out[n++] = symmap(p, now.Lho); out[n++] = symmap(p, now.Oh); out[n++] = symmap(p, now.Oho);
+  for (j = 0; j < (int) sizeof(now.owner); j++) out[n++] = symmap(p, now.owner[j]);
+  return n;
+}
+static void canon(void) {
+  uchar best[512], cur[512];
+  int b = 0, m, n, j, k, q[SYMN];
+  n = symkey(symperm[0], best);
+  for (m = 1; m < 6; m++) {
+    symkey(symperm[m], cur);
+    if (memcmp(cur, best, n) < 0) { memcpy(best, cur, n); b = m; }
+  }
+  if (b == 0) return;
+  { static int showing = -1;   /* SPIN_SHOW_SYM=1 ./pan -r: say each renaming (old -> new member) */
+    if (showing < 0) showing = getenv("SPIN_SHOW_SYM") != NULL;
+    if (showing) printf("P %d %d %d\n", symperm[b][0], symperm[b][1], symperm[b][2]); }
+  /* write the least renaming back */
+  n = 0;
+#define SYMPB(f) for (j = 0; j < SYMN; j++) now.f[j] = best[n++];
+  SYMPLAIN(SYMPB)
+  SYMWHO(SYMPB)
+  for (j = 0; j < SYMN; j++) for (k = 0; k < SYMN; k++) now.ack[j * SYMN + k] = best[n++];
+  now.Lh = best[n++]; now.Lho = best[n++]; now.Oh = best[n++]; now.Oho = best[n++];
+  for (j = 0; j < (int) sizeof(now.owner); j++) now.owner[j] = best[n++];
+}
+}
+#endif
+
+/* one machine-readable line of the state after each step (for the replay through the code,
+   tests/test_spin_replay.py; only SPIN's simulator and pan's replay print) */
+inline say_state() {
+  nopen = gate(0); ne = gate(1); ch = gate(2);
+  printf("S gate=%d,%d,%d", nopen, ne, ch);
+  nopen = 0; ne = 0; ch = 0;
+  printf(" up=%d,%d,%d", up[0], up[1], up[2]);
+  printf(" lead=%d,%d,%d", lead[0], lead[1], lead[2]);
+  printf(" re=%d,%d,%d", re[0], re[1], re[2]);
+  printf(" mode=%d,%d,%d", rmode[0], rmode[1], rmode[2]);
+  printf(" told=%d,%d,%d", told[0], told[1], told[2]);
+  printf(" fenced=%d,%d,%d", fenced[0], fenced[1], fenced[2]);
+  printf(" ren=%d,%d,%d", ren[0], ren[1], ren[2]);
+  printf(" known=%d,%d,%d", known[0], known[1], known[2]);
+  printf(" an=%d,%d,%d", an[0], an[1], an[2]);
+  printf(" ae=%d,%d,%d", ae[0], ae[1], ae[2]);
+  printf(" hz=%d,%d,%d", hz[0], hz[1], hz[2]);
+  printf(" am=%d,%d,%d", am[0], am[1], am[2]);
+  printf(" ares=%d,%d,%d", ares[0], ares[1], ares[2]);
+  printf(" swn=%d,%d,%d", swn[0], swn[1], swn[2]);
+  printf(" swa=%d,%d,%d", swa[0], swa[1], swa[2]);
+  printf(" swe=%d,%d,%d", swe[0], swe[1], swe[2]);
+  printf(" onew=%d,%d,%d", onew[0], onew[1], onew[2]);
+  printf(" lage=%d,%d,%d", lage[0], lage[1], lage[2]);
+  printf(" mh=%d,%d,%d", mh[0], mh[1], mh[2]);
+  printf(" me=%d,%d,%d", me[0], me[1], me[2]);
+  printf(" rese=%d,%d,%d", rese[0], rese[1], rese[2]);
+  printf(" resc=%d,%d,%d", resc[0], resc[1], resc[2]);
+  printf(" crn=%d,%d,%d", crn[0], crn[1], crn[2]);
+  printf(" cre=%d,%d,%d", cre[0], cre[1], cre[2]);
+  printf(" tk=%d,%d,%d", tk[0], tk[1], tk[2]);
+  printf(" rlok=%d,%d,%d", rlok[0], rlok[1], rlok[2]);
+  printf(" miss=%d,%d,%d", miss[0], miss[1], miss[2]);
+  printf(" rmiss=%d,%d,%d", rmiss[0], rmiss[1], rmiss[2]);
+  printf(" vch=%d,%d,%d", vch[0], vch[1], vch[2]);
+  printf(" bspent=%d,%d,%d", bspent[0], bspent[1], bspent[2]);
+  printf(" rdage=%d,%d,%d", rdage[0], rdage[1], rdage[2]);
+  printf(" ack=%d,%d,%d,%d,%d,%d", ack[1], ack[2], ack[3], ack[5], ack[6], ack[7]);
+  printf(" L=%d,%d,%d,%d,%d O=%d,%d,%d,%d top=%d faults=%d\n", Lk, Le, Lh, Lrel, Lho, Oe, Oh, Orel, Oho, top, faults)
+}
+
 inline check() {
+  say_state();
   /* P1: one relay at a time */
-  open = gate(0) + gate(1) + gate(2);
-  assert(open <= 1);
+  nopen = gate(0) + gate(1) + gate(2);
+  assert(nopen <= 1);
   /* P3: a gate only for an epoch won by this member's own CAS */
   wrongcas = (gate(0) && owner[re[0]] != 0) || (gate(1) && owner[re[1]] != 1) || (gate(2) && owner[re[2]] != 2);
   assert(!wrongcas);
-  open = 0; reused = 0;
+  nopen = 0; reused = 0;
   ne = 0; ch = 0; ce = 0; dd = 0; cacked = 0; chand = 0;
-  normalize(0); normalize(1); normalize(2)
+  normalize_all()
 }
 
 inline learn(x, e) {
@@ -277,7 +534,7 @@ inline learn(x, e) {
   fi
 }
 
-#define SAVEOLD Oe = Le; Oh = Lh; Orel = Lrel; onew[0] = miss[0]; onew[1] = miss[1]; onew[2] = miss[2]
+#define SAVEOLD Oe = Le; Oh = Lh; Orel = Lrel; Oho = Lho; onew[0] = miss[0]; onew[1] = miss[1]; onew[2] = miss[2]
 inline write_valid(e, h, rel, ho) {
   if
   :: Lk == VALID -> SAVEOLD
@@ -290,6 +547,7 @@ inline write_valid(e, h, rel, ho) {
 /* member x takes epoch known+1 by compare-and-set on what it read (A5): before it, set
    cacked (starts_acked), ch/ce (the lease it claims over), chand (a handoff's lease) */
 inline claim(x) {
+  printf("C %d\n", x);   /* a claim attempted (the replay compares the code's CONTEND with it) */
 #ifndef NO_R3E
   if
   :: top > known[x] -> known[x] = top; lage[x] = 0; lead[x] = 0; rr[x] = 0   /* rule 3e: a fresher
@@ -355,8 +613,15 @@ inline look(x) {
      :: else -> skip
      fi
   :: Lk == OLD && Oe >= known[x] && (Oh != mh[x] || Oe != me[x]) ->
-     /* an old copy of a record it never saw: valid to it, judged at its next look */
-     lage[x] = 0; mh[x] = Oh; me[x] = Oe; learn(x, Oe); rdage[x] = 0; bspent[x] = 0; vch[x] = 0
+     /* an old copy of a record it never saw: valid to it, a lease seen now; released, it is
+        taken at once as the very record would be (the code's `decide`: found by the replay) */
+     lage[x] = 0; mh[x] = Oh; me[x] = Oe; learn(x, Oe); rdage[x] = 0; bspent[x] = 0; vch[x] = 0;
+     ch = Oh; ce = Oe;
+     if
+     :: Orel && Oho == NONE -> cacked = !cleanof(x, Oh, Oe); claim(x)
+     :: Orel && Oho == x -> cacked = !cleanof(x, Oh, Oe); chand = 1; claim(x)
+     :: else -> skip
+     fi
   :: Lk == OLD && Oe >= known[x] && Oh == mh[x] && Oe == me[x] ->
      /* a copy of the lease it saw: a renewal it never read is a change (the timer restarts);
         else the very record or an older one (a lower renew_seq): the lease in place (3d) */
@@ -366,6 +631,9 @@ inline look(x) {
      fi;
      rdage[x] = 0; ch = Oh; ce = Oe;
      if
+     :: Orel && Oho == NONE -> cacked = !cleanof(x, Oh, Oe); claim(x)
+     :: Orel && Oho == x -> cacked = !cleanof(x, Oh, Oe); chand = 1; claim(x)
+     :: Orel && Oho != NONE && Oho != x && lage[x] >= TTL_LO -> cacked = !cleanof(x, Oh, Oe); chand = 1; claim(x)
      :: !Orel && lage[x] >= TTL_LO -> cacked = 0; claim(x)
      :: !Orel && silent(x, Oh, Oe) -> cacked = 1; claim(x)
      :: else -> skip
@@ -400,7 +668,11 @@ inline look(x) {
 /* leader x's renewal read (A5): its own record -> the lockless rename may follow */
 inline renew_read(x) {
   if
+#ifdef LOCKED_RENEW
+  :: Lk == VALID && Lh == x && Le == lead[x] && !Lrel -> renewed(x)   /* read and write under the lock */
+#else
   :: Lk == VALID && Lh == x && Le == lead[x] && !Lrel -> rr[x] = 1; miss[x] = 0
+#endif
   :: Lk == VALID && Le >= lead[x] && (Lh != x || Le > lead[x]) ->
      learn(x, Le); lead[x] = 0; rr[x] = 0                       /* you lost: step down */
   :: else ->                                                     /* no evidence: rewrite, locked */
@@ -412,7 +684,8 @@ inline renew_read(x) {
 }
 
 inline renewed(x) {
-  write_valid(lead[x], x, 0, NONE); miss[x] = 0; ren[x] = 0; rr[x] = 0;
+  /* its own write is a change of the lease it reads: its timer of the lease restarts (lage) */
+  write_valid(lead[x], x, 0, NONE); miss[x] = 0; ren[x] = 0; rr[x] = 0; lage[x] = 0;
   i = 0;
   do
   :: i < N -> if :: i != x && me[i] <= lead[x] -> rmiss[i] = 1 :: else -> skip fi; i++   /* A8 */
@@ -503,7 +776,7 @@ inline tick() {
   :: else -> break
   od;
   i = 0;
-  normalize(0); normalize(1); normalize(2)
+  normalize_all()
 }
 
 /* A7: a crash (power, kill -9): the relay dies with it; it starts later, its book lost */
@@ -516,13 +789,24 @@ inline crash(x) {
   lage[x] = 0; rdage[x] = 0; vch[x] = 0; bspent[x] = 0; rmiss[x] = 0
 }
 
+/* A7: a start. Its book is lost, not the acks it sent before: it may have acked a leader just
+   before it stopped, who may still count that ack for W. The code's book (`ServingBook.started`)
+   takes it for an adherence to an unknown leader heard at the start: sticky for S (rule 1), and
+   its own vote in an epoch it takes waits as long. Without it (-DNO_START_QUIET) SPIN's trail:
+   a member acks leader 0, restarts, acks leader 1 at once, and both gates are open. */
+#ifdef NO_START_QUIET
+#define START(x) skip
+#else
+#define START(x) an[x] = UNKNOWN; ae[x] = 0; hz[x] = 0; am[x] = 0; ares[x] = 0
+#endif
+
 /* every step member x may take: each one indivisible step (d_step: no state in between) */
 #define LEADS(x) (up[x] && !MUTE(x) && lead[x] > 0 && ren[x] <= RD_HI)
 #define OWNLEASE(x) (Lk == VALID && Lh == x && Le == lead[x] && !Lrel)
 #ifdef SUP_RELEASE
 #define SUPERVISOR(x) \
-  :: d_step { LEADS(x) && OWNLEASE(x) && !sup[x] -> printf("@ %d: its supervisor releases\n", x); write_valid(lead[x], x, 1, NONE); miss[x] = 0; sup[x] = 1; check() } \
-  :: d_step { sup[x] -> printf("@ %d: its supervisor kills its relay and exits\n", x); sup[x] = 0; crash(x); check() }
+  :: d_step { !over && (LEADS(x) && OWNLEASE(x) && !sup[x]) -> printf("@ %d: its supervisor releases\n", x); write_valid(lead[x], x, 1, NONE); miss[x] = 0; sup[x] = 1; check() } \
+  :: d_step { !over && (sup[x]) -> printf("@ %d: its supervisor kills its relay and exits\n", x); sup[x] = 0; crash(x); check() }
 bit sup[N];   /* its supervisor released: it says and hears nothing more; its relay serves until killed */
 #define MUTE(x) sup[x]
 #else
@@ -530,18 +814,18 @@ bit sup[N];   /* its supervisor released: it says and hears nothing more; its re
 #define SUPERVISOR(x)
 #endif
 #define STEPS(x) \
-  ::  d_step { up[x] && !MUTE(x) && lead[x] == 0 -> printf("@ %d looks\n", x); look(x); check() } \
-  :: d_step { LEADS(x) && !rr[x] -> printf("@ %d renewal read\n", x); renew_read(x); check() } \
-  :: d_step { LEADS(x) && rr[x] -> printf("@ %d renews\n", x); renewed(x); check() } \
-  :: d_step { up[x] && !MUTE(x) && lead[x] > 0 && ren[x] > RD_HI -> printf("@ %d past its renew deadline\n", x); lead[x] = 0; rr[x] = 0; check() } \
-  :: d_step { LEADS(x) && OWNLEASE(x) -> printf("@ %d hands off to %d\n", x, o1(x)); release(x, o1(x)); check() } \
-  :: d_step { LEADS(x) && OWNLEASE(x) -> printf("@ %d hands off to %d\n", x, o2(x)); release(x, o2(x)); check() } \
-  :: d_step { LEADS(x) && OWNLEASE(x) -> printf("@ %d releases\n", x); release(x, NONE); check() } \
+  ::  d_step { !over && (up[x] && !MUTE(x) && lead[x] == 0) -> printf("@ %d looks\n", x); look(x); check() } \
+  :: d_step { !over && (LEADS(x) && !rr[x]) -> printf("@ %d renewal read\n", x); renew_read(x); check() } \
+  :: d_step { !over && (LEADS(x) && rr[x]) -> printf("@ %d renews\n", x); renewed(x); check() } \
+  :: d_step { !over && (up[x] && !MUTE(x) && lead[x] > 0 && ren[x] > RD_HI) -> printf("@ %d past its renew deadline\n", x); lead[x] = 0; rr[x] = 0; check() } \
+  :: d_step { !over && (LEADS(x) && OWNLEASE(x)) -> printf("@ %d hands off to %d\n", x, o1(x)); release(x, o1(x)); check() } \
+  :: d_step { !over && (LEADS(x) && OWNLEASE(x)) -> printf("@ %d hands off to %d\n", x, o2(x)); release(x, o2(x)); check() } \
+  :: d_step { !over && (LEADS(x) && OWNLEASE(x)) -> printf("@ %d releases\n", x); release(x, NONE); check() } \
   SUPERVISOR(x) \
-  :: d_step { LEADS(x) && OWNLEASE(x) && rmode[x] == ACKED && !ackok(x) && lokok(x) -> \
+  :: d_step { !over && LEADS(x) && OWNLEASE(x) && rmode[x] == ACKED && !ackok(x) && lokok(x) -> \
               printf("@ %d requalifies\n", x); cacked = 0; ch = x; ce = Le; claim(x); check() } \
-  :: d_step { up[x] && !MUTE(x) && faults < MAXF -> printf("@ %d crashes\n", x); faults++; crash(x); check() } \
-  :: d_step { !up[x] -> printf("@ %d starts\n", x); up[x] = 1; check() }
+  :: d_step { !over && (up[x] && !MUTE(x) && faults < MAXF) -> printf("@ %d crashes\n", x); faults++; crash(x); check() } \
+  :: d_step { !over && (!up[x]) -> printf("@ %d starts\n", x); up[x] = 1; START(x); check() }
 /* the renew deadline step above; the worker's release to either other member or to no one;
    with -DSUP_RELEASE, the supervisor's release on SIGTERM (written before its relay's gate
    is shut, which then closes by its deadlines or the crash that follows; its resign has a
@@ -549,11 +833,11 @@ bit sup[N];   /* its supervisor released: it says and hears nothing more; its re
    relays with it, docs/serving-right.md "The model, checked by SPIN"); requalify (rule 4); a crash (A7,
    A10); a start */
 
-#define LISTEN(x, s) :: d_step { up[x] && up[s] && !MUTE(x) && !MUTE(s) -> printf("@ %d hears %d\n", x, s); hear(x, s); check() }
+#define LISTEN(x, s) :: d_step { !over && (up[x] && up[s] && !MUTE(x) && !MUTE(s)) -> printf("@ %d hears %d\n", x, s); hear(x, s); check() }
 
 init {
   atomic {
-    Lk = NOFILE; Lh = NONE; Lho = NONE; Oh = NONE;
+    Lk = NOFILE; Lh = NONE; Lho = NONE; Oh = NONE; Oho = NONE;
     i = 0;
     do
     :: i <= MAXE -> owner[i] = NONE; i++
@@ -569,8 +853,9 @@ init {
     od;
     i = 0
   }
+end:
   do
-  :: d_step { printf("@ tick\n"); tick() }
+  :: d_step { !over -> printf("@ tick\n"); tick(); say_state() }
   STEPS(0)
   STEPS(1)
   STEPS(2)
@@ -581,9 +866,9 @@ init {
   LISTEN(2, 0)
   LISTEN(2, 1)
   /* the writer without the key (A8) */
-  :: d_step { faults < MAXF && Lk == VALID -> printf("@ junk over the lease\n"); faults++; SAVEOLD; Lk = JUNK }
-  :: d_step { faults < MAXF && Lk == VALID -> printf("@ the lease deleted\n"); faults++; SAVEOLD; Lk = MISSING }
-  :: d_step { faults < MAXF && Lk != NOFILE && Lk != VALID && Lk != OLD && Oe > 0 -> printf("@ an old copy put back\n"); faults++; Lk = OLD }
+  :: d_step { !over && (faults < MAXF && Lk == VALID) -> printf("@ junk over the lease\n"); faults++; SAVEOLD; Lk = JUNK; check() }
+  :: d_step { !over && (faults < MAXF && Lk == VALID) -> printf("@ the lease deleted\n"); faults++; SAVEOLD; Lk = MISSING; check() }
+  :: d_step { !over && (faults < MAXF && Lk != NOFILE && Lk != VALID && Lk != OLD && Oe > 0) -> printf("@ an old copy put back\n"); faults++; Lk = OLD; check() }
   od
 }
 #endif /* WITNESS */

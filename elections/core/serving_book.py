@@ -105,6 +105,16 @@ class ServingBook:
         self.claimed = vote
         self.claimed_from = holder
 
+    # When this book began (its process started: the caller's clock). A member's adherence is
+    # lost with its process, not the acks it sent before: it may have acked a leader just before
+    # it stopped, who may still count it. So for S from its start it acks no newly heard leader
+    # and its own vote waits too (rule 1 across a restart; SPIN's trail: issue 37).
+    started: float = float("-inf")
+
+    def _fresh(self, now: float) -> bool:
+        """Within S of its start, with no leader adhered to since: as if it adhered to one unknown."""
+        return self.adherence is None and now - self.started < self.timing.silence
+
     def taken(self, epoch: int, cause: str | None, members: int, after: tuple[str, int] | None,
               now: float) -> None:  # fmt: skip
         """This member took `epoch` for `cause` over the lease of (node, epoch) `after`."""
@@ -125,6 +135,8 @@ class ServingBook:
             # leader may still count it. Its own vote counts once it would have switched (rule 1).
             right.self_from = adh.heard_at + self.timing.silence
             right.self_wait = (adh.node, adh.epoch, adh.boot)
+        elif acked and self._fresh(now):
+            right.self_from = self.started + self.timing.silence  # whom it acked before its start
         if not acked and not clean and cause in ACKED_FROM_START:
             # `LEASE` only for want of members (fewer than three counted): an earlier holder taken
             # over on silence may still serve, so this epoch's own release is not clean for a TTL.
@@ -196,8 +208,14 @@ class ServingBook:
         newer = said is None or b.epoch > said[1] or (b.epoch == said[1] and b.node != said[0])
         if b.role == RESIGN and 0 < b.fenced == b.epoch and newer:  # parse_beacon: fenced is 0 or the epoch
             self.clean_release = (b.node, b.epoch, now)
-        self.adherence = adhere(self.adherence, b.node, b.role, b.epoch, b.boot, b.seq, b.serve or LEASE,
-                                now, self.timing.silence, floor, paired=b.pair == 1)  # fmt: skip
+        if self._fresh(now):  # an unknown leader heard at its start: sticky for S (rule 1)
+            unknown = Adherence("", 0, "", 0, self.started)
+            kept = adhere(unknown, b.node, b.role, b.epoch, b.boot, b.seq, b.serve or LEASE, now,
+                          self.timing.silence, floor, paired=b.pair == 1)  # fmt: skip
+            self.adherence = None if kept is unknown else kept
+        else:
+            self.adherence = adhere(self.adherence, b.node, b.role, b.epoch, b.boot, b.seq, b.serve or LEASE,
+                                    now, self.timing.silence, floor, paired=b.pair == 1)  # fmt: skip
         after = self.adherence
         self.switched = after is not None and (before is None or (after.node, after.epoch, after.boot)
                                                != (before.node, before.epoch, before.boot))  # fmt: skip

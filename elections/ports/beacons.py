@@ -103,7 +103,8 @@ class BeaconService(LivenessWatch, ServingRight):
         self.member_record: tuple[int, str] = (0, "")
         self.liveness = Liveness(config.interval)
         # The serving right (docs/design.md §15): whom this member acknowledges; its own right while it leads.
-        self.book = ServingBook(config.node, self.boot, ServingTiming.of(config.interval), config.ttl)
+        self.book = ServingBook(config.node, self.boot, ServingTiming.of(config.interval), config.ttl,
+                                started=self.gate_clock())  # fmt: skip
         self.members = members  # the pool's size as this member counts it
         self.on_acked = on_acked  # a member's ack may have moved the gate
         # The holder this follower's beacons say went quiet (`ServingRight._look_quiet`), or None;
