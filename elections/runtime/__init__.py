@@ -10,7 +10,7 @@ Celery tasks and the management commands).
 
 Vocabulary:
 
-  Elector       one node's election loop; its acts on the store are `elector_acts`
+  Elector       one node's election loop and its acts on the store
   cycle         one `attempt` (read once, decide once, act once), retried around it
   Attempt       what one attempt came to, and the verdict whose act lost a race
   duty          what the agent does on `on_elected` / `on_demoted` (`agent_roles`)

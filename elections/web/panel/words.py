@@ -186,7 +186,7 @@ _VERDICTS = {
 }
 _HOLDS = re.compile(r"^(follower|leader): (.+) holds epoch (\d+), renewed ([\d.]+) s ago$")
 _RENEWING = re.compile(r"^leader: renewing epoch (\d+) \(last renewal ([\d.]+) s ago\)$")
-_RENEWED = re.compile(r"^leader: renewed epoch (\d+) \(seq (\d+)\)$")  # runtime.elector_acts: a renewal
+_RENEWED = re.compile(r"^leader: renewed epoch (\d+) \(seq (\d+)\)$")  # runtime.elector: a renewal
 _FIRST = {"no lease file and no leader ever seen": gettext_lazy("no lease file and no leader ever seen"),
           "no leader seen": gettext_lazy("no leader seen")}  # fmt: skip
 # core.lease.LeaseRecord.describe(): a valid lease's detail
