@@ -19,8 +19,10 @@ election loop (a flood of datagrams costs that thread, never a renewal):
 
 The board and the liveness record are shared with the election thread under
 one lock (`evidence()`, `snapshot()`); nothing here decides anything.
-The supervisor's side (the liveness port, `send_resign`) is `ports.liveness_port`;
-the liveness watch is `ports.beacon_liveness`, the serving right's part `ports.beacon_serving`.
+The supervisor's side (the liveness port, `send_resign`) is `ports.liveness_port`.
+The serving right (docs/design.md §15, `core.serving`): the election thread asks
+the book under the lock (`taken`, `serving_*`, `silent`), and the silence loop
+kicks a cycle while a majority's silence about the holder holds.
 """
 
 from __future__ import annotations
@@ -43,18 +45,20 @@ from typing import Any
 from elections.core.beacon_board import BeaconBoard, Reaction, Standing
 from elections.core.beacons import MAX_STORE, RESIGN, RESIGN_COPIES, Beacon
 from elections.core.evidence import merged
-from elections.core.liveness import Liveness
+from elections.core.liveness import ANSWERS, CONNECTED, ENDED, REFUSED, UNREACHABLE, Liveness
 from elections.core.nudge import Nudge, NudgeBoard, is_nudge
-from elections.core.serving import ServingTiming
+from elections.core.serving import Report, ServingTiming
 from elections.core.serving_book import ServingBook
-from elections.ports.beacon_liveness import LivenessWatch
 from elections.ports.beacon_seqs import SAVE_EVERY, SeqFile
-from elections.ports.beacon_serving import ServingRight
 from elections.ports.host.sockets import open_shared_udp
 
 log = logging.getLogger("stkrelay.beacons")
 
 JITTER = 0.2
+CONNECT_TIMEOUT = 1.0  # seconds: the liveness connection to the lease holder's supervisor
+HOLD_LOOK = 2.0  # seconds: a held liveness connection checks the lease's holder at least this often
+RETARGET_WAIT = 2.0  # seconds: with no holder to watch, the liveness loop looks at least this often
+SILENT_KICK_EVERY = 0.5  # seconds between cycles kicked while a majority's silence holds
 
 
 def new_boot() -> str:
@@ -108,7 +112,10 @@ class _Datagrams(asyncio.DatagramProtocol):
         log.debug("beacon socket: %s", exc)
 
 
-class BeaconService(LivenessWatch, ServingRight):
+class BeaconService:
+    """One member's beacons: sent, received, the liveness watch of the lease's holder, and the
+    serving right's book, asked under one lock."""
+
     def __init__(
         self,
         config: BeaconConfig,
@@ -432,3 +439,185 @@ class BeaconService(LivenessWatch, ServingRight):
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.config.interval * random.uniform(1 - JITTER, 1 + JITTER)):
                     await self._wake.wait()
+
+    # -- the liveness watch (a TCP connection held to the lease holder's supervisor) ----------
+    def evidence(self, node: str, epoch: int) -> str | None:
+        """Why the holder `node` of `epoch` is positively gone, or None."""
+        with self.lock:
+            return self.liveness.gone(self.board, node, epoch, self.monotonic())
+
+    def _target(self) -> tuple[str, tuple[str, int]] | None:
+        return self._target_of(self.standing())
+
+    def _target_of(self, st: Standing) -> tuple[str, tuple[str, int]] | None:
+        """The holder whose liveness port to watch: the one of the lease this follower last read."""
+        if st.leader_epoch is not None or st.seen_key is None or not st.holder_ip:
+            return None
+        if st.seen_key[0] == self.config.node:
+            return None
+        return st.seen_key[0], (st.holder_ip, self.config.port)
+
+    def _saw(self, state: str) -> None:
+        with self.lock:
+            self.liveness.saw(state, self.monotonic())
+        if state in ANSWERS:
+            self._answered.set()  # the evidence loop looks closely from now on
+
+    async def _retargeted(self, timeout: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self._retarget.wait()
+
+    async def _liveness_loop(self) -> None:
+        pause = min(self.config.interval, 0.2)
+        while True:
+            target = self._target()
+            self._watched = target
+            self._retarget.clear()  # set again by the next send if the holder changed meanwhile
+            with self.lock:
+                node, address = target if target is not None else (None, None)
+                self.liveness.watch(node, address, self.monotonic())
+            if target is None:
+                await self._retargeted(RETARGET_WAIT)  # a leader, or no holder known: nothing to watch
+                continue
+            try:
+                async with asyncio.timeout(CONNECT_TIMEOUT):
+                    reader, writer = await asyncio.open_connection(*target[1])
+            except ConnectionRefusedError:
+                self._saw(REFUSED)  # the host answers: nothing listens there
+                await asyncio.sleep(pause)
+                continue
+            except (TimeoutError, OSError):
+                self._saw(UNREACHABLE)  # no answer: no evidence
+                await asyncio.sleep(pause)
+                continue
+            self._saw(CONNECTED)
+            await self._hold(reader, writer, target)
+            await asyncio.sleep(min(pause, 0.05))
+
+    async def _hold(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, target: tuple[str, tuple[str, int]]
+    ) -> None:
+        """Hold the connection until the host ends it or the lease names someone
+        else (the send loop says so at its next beacon; HOLD_LOOK at the latest)."""
+        loop = asyncio.get_running_loop()
+        read = loop.create_task(reader.read(256))
+        try:
+            while True:
+                retarget = loop.create_task(self._retarget.wait())
+                # The read ends at once when the host ends the connection.
+                done, _ = await asyncio.wait(
+                    {read, retarget}, timeout=HOLD_LOOK, return_when=asyncio.FIRST_COMPLETED
+                )
+                retarget.cancel()
+                if read not in done:
+                    self._retarget.clear()
+                    if self._target() != target:
+                        return
+                    self._watched = target
+                    continue
+                try:
+                    data = read.result()
+                except ConnectionResetError:
+                    data = b""
+                except OSError:  # a timeout of the kernel's own (keepalive): no answer
+                    self._saw(UNREACHABLE)
+                    return
+                if not data:
+                    self._saw(ENDED)
+                    return
+                read = loop.create_task(reader.read(256))  # the port says nothing: bytes are ignored
+        finally:
+            read.cancel()
+            with contextlib.suppress(asyncio.CancelledError, OSError):
+                await read
+            writer.close()
+
+    async def _evidence_loop(self) -> None:
+        # Evidence needs the host's answer first: until one comes (the liveness
+        # connection ended or a reconnect refused), sleep on it instead of polling.
+        while True:
+            with self.lock:
+                answered = self.liveness.state in ANSWERS
+            if not answered:
+                self._answered.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(1.0):
+                        await self._answered.wait()
+                continue
+            await asyncio.sleep(self.config.interval / 4)
+            st = self.standing()
+            if st.leader_epoch is not None or st.seen_key is None:
+                continue
+            node, epoch = st.seen_key[0], st.seen_key[1]
+            why = self.evidence(node, epoch)
+            if why and self._reported != (node, epoch):
+                self._reported = (node, epoch)
+                log.warning("%s", why)
+                self._hand(Reaction(why))
+
+    # -- the serving right (core.serving), for the election thread ---------------------------
+    def taken(self, epoch: int, cause: str | None, after: tuple[str, int] | None = None) -> None:
+        """This member took `epoch` (over the lease of (node, epoch) `after`): its right starts
+        now, and its first leader beacon goes at once."""
+        members = self.members()
+        with self.lock:
+            self.book.taken(epoch, cause, members, after, self.gate_clock())
+        self.send_now()
+
+    def serving_fenced(self, epoch: int) -> None:
+        """The relay of `epoch` stopped before its planned release: the resign may say so."""
+        with self.lock:
+            self.book.fenced(epoch)
+
+    def serving_bound(self, epoch: int) -> float | None:
+        members = self.members()
+        with self.lock:
+            return self.book.bound(epoch, members, self.gate_clock())
+
+    def serving_lapsed(self, epoch: int) -> str | None:
+        members = self.members()
+        with self.lock:
+            return self.book.lapsed(epoch, members, self.gate_clock())
+
+    def serving_mode(self, epoch: int | None) -> str | None:
+        with self.lock:
+            return self.book.mode(epoch)
+
+    def serving_told(self, epoch: int) -> None:
+        with self.lock:
+            self.book.told(epoch)
+
+    def serving_untold(self, epoch: int | None) -> bool:
+        with self.lock:
+            return self.book.untold(epoch)
+
+    def silent(self, holder: str, epoch: int) -> str | None:
+        """Why a majority's silence lets this follower take `holder`'s `epoch` early, or None."""
+        members = self.members()
+        with self.lock:
+            now = self.monotonic()
+            reports = [Report(s.node, now - s.last_at, s.last.ack_node, s.last.ack_epoch,
+                              s.last.quiet_ms / 1000) for s in self.board.members.values()]  # fmt: skip
+            return self.book.silent(holder, epoch, members, reports, self.gate_clock())
+
+    async def _silence_loop(self) -> None:
+        """A follower looks at the majority's silence about its holder twice an
+        interval (`core.serving.silent_holder`); while it holds, one cycle is run at
+        once and again every `SILENT_KICK_EVERY` (a cycle busy with a slow share, or a
+        lost race, must not leave the takeover to the next poll). The elector asks
+        again, and the store decides."""
+        while True:
+            await asyncio.sleep(self.config.interval / 2)
+            st = self.standing()
+            if st.leader_epoch is not None or st.seen_key is None:
+                continue
+            node, epoch = st.seen_key[0], st.seen_key[1]
+            why = self.silent(node, epoch)
+            now = self.monotonic()
+            if not why or (self._silent_told == (node, epoch) and now - self._silent_at < SILENT_KICK_EVERY):
+                continue
+            if self._silent_told != (node, epoch):
+                log.warning("%s", why)
+            self._silent_told, self._silent_at = (node, epoch), now
+            self._hand(Reaction(why))
