@@ -793,7 +793,7 @@ def test_an_audit_row_of_a_watched_pool_at_a_higher_epoch_does_not_depose_this_p
     pool is audited with that pool's epoch (its members sign any epoch they
     like) and the audit row is published in this pool's events; taken as this
     pool's epoch, every agent refused the live lease as older and re-elected."""
-    from elections.runtime.agent_looks import highest_epoch
+    from elections.runtime.agent import highest_epoch
 
     follower, leader = member(store, clock, "S001"), member(store, clock, "S002")
     leader.cycle()

@@ -81,7 +81,7 @@ class ServingRight:
     # `ACKED` is said in our beacons only once the gate it implies was published (`told`):
     # until then followers must not take over early, for the relay still reads the lease's deadline.
     told: bool = False
-    fenced: bool = False  # its relay stopped before a planned release (runtime.agent_roles._fence)
+    fenced: bool = False  # its relay stopped before a planned release (runtime.agent.Agent._fence)
     # From when this leader's own vote counts in its majority: a member that acked another leader
     # it heard within S before it took this epoch may still be in that leader's majority (rule 1:
     # it would have switched only after S of silence). `ServingBook.taken` sets it.
