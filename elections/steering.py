@@ -5,7 +5,7 @@ undrain, promote, pause, resume, unbind, forget), from the panel, the API and `r
 command if that fails), checks the actor's permission and the typed
 confirmation, submits, and writes the outcome; every row is published to the
 pool, so every agent's audit page shows it. `submit()` checks the command
-against this agent's view of the pool (`core.commands.check`) and writes it as
+against this agent's view of the pool (`core.commands.check_command`) and writes it as
 an event to this agent's own `events/<node>.jsonl` in that pool (its own pool,
 or a watched `[pool:<KMSN>]`, signed with that pool's key), naming the actor, client
 address, reason, the epoch the operator saw and the command's Lamport clock
@@ -38,7 +38,7 @@ from typing import Any
 from django.conf import settings
 
 from elections import audit
-from elections.core.commands import ACCEPTED, EVENT_KINDS, KINDS, UNAVAILABLE, CommandResult, check
+from elections.core.commands import ACCEPTED, EVENT_KINDS, KINDS, UNAVAILABLE, CommandResult, check_command
 from elections.core.stations import BOUND
 from elections.errors import StoreUnavailable
 from elections.ports.clock import SystemClock
@@ -238,7 +238,9 @@ def submit(
         why = ("forget a member from one of its own pool's agents" if watched is not None else
                "the pool's store is unreachable: a silent member cannot be told from a gone one")  # fmt: skip
         return CommandResult(UNAVAILABLE, why, correlation, pool.epoch)
-    code, message = check(pool, kind, target, expected_epoch, force, stk.heartbeat_ttl + stk.promotion_hold)
+    code, message = check_command(
+        pool, kind, target, expected_epoch, force, stk.heartbeat_ttl + stk.promotion_hold
+    )
     epoch = pool.epoch
     if code != ACCEPTED:
         return CommandResult(code, message, correlation, epoch)

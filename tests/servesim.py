@@ -47,7 +47,7 @@ from elections.core.decide import EARLY, Observation, Timing, Verdict, decide, e
 from elections.core.lease import LeaseRead, LeaseRecord
 from elections.core.lease_memory import Memory, vouched
 from elections.core.lease_memory import track as track_read
-from elections.core.serving import DRIFT, GATE_LAG, LEASE, Report, ServingTiming
+from elections.core.serving import DRIFT, GATE_LAG, LEASE, AckReport, ServingTiming
 from elections.core.serving_book import ServingBook
 
 KMSN = "9999-9999-99-99"
@@ -312,7 +312,7 @@ class Pool:
 
     def silent(self, m: Member, holder: str, epoch: int) -> str | None:
         now = m.local(self.now)
-        reports = [Report(b.node, now - at, b.ack_node, b.ack_epoch, b.quiet_ms / 1000)
+        reports = [AckReport(b.node, now - at, b.ack_node, b.ack_epoch, b.quiet_ms / 1000)
                    for b, at in m.heard.values()]  # fmt: skip
         return m.book.silent(holder, epoch, self.count(m), reports, now)
 

@@ -231,7 +231,7 @@ def adhere(current: Adherence | None, node: str, role: str, epoch: int, boot: st
 
 # -- a follower ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Report:
+class AckReport:
     """What another member's latest beacon said about the leader it adheres to."""
 
     node: str
@@ -241,7 +241,7 @@ class Report:
     quiet: float  # seconds the sender had not heard it, when it sent
 
 
-def silent_holder(holder: str, epoch: int, mine: Adherence | None, reports: list[Report], members: int,
+def silent_holder(holder: str, epoch: int, mine: Adherence | None, reports: list[AckReport], members: int,
                   timing: ServingTiming, now: float) -> str | None:  # fmt: skip
     """Why `holder` of `epoch` may be taken over before its TTL, or None. This
     member adheres to it and heard it say it serves by acks; it has not heard it

@@ -19,8 +19,8 @@ from elections.core.serving import (
     LEASE,
     MIN_MEMBERS,
     RELEASED,
+    AckReport,
     Adherence,
-    Report,
     ServingRight,
     ServingTiming,
     adhere,
@@ -166,7 +166,9 @@ class ServingBook:
         right = self.right
         return right is not None and right.epoch == epoch and right.mode == ACKED and not right.told
 
-    def silent(self, holder: str, epoch: int, members: int, reports: list[Report], now: float) -> str | None:
+    def silent(
+        self, holder: str, epoch: int, members: int, reports: list[AckReport], now: float
+    ) -> str | None:
         return silent_holder(holder, epoch, self.adherence, reports, members, self.timing, now)
 
     def to_doc(self, members: int, now: float) -> dict[str, object]:

@@ -47,7 +47,7 @@ from elections.core.beacons import MAX_STORE, RESIGN, RESIGN_COPIES, Beacon
 from elections.core.evidence import merged
 from elections.core.liveness import ANSWERS, CONNECTED, ENDED, REFUSED, UNREACHABLE, Liveness
 from elections.core.nudge import Nudge, NudgeBoard, is_nudge
-from elections.core.serving import Report, ServingTiming
+from elections.core.serving import AckReport, ServingTiming
 from elections.core.serving_book import ServingBook
 from elections.ports.beacon_seqs import SAVE_EVERY, SeqFile
 from elections.ports.host.sockets import open_shared_udp
@@ -597,7 +597,7 @@ class BeaconService:
         members = self.members()
         with self.lock:
             now = self.monotonic()
-            reports = [Report(s.node, now - s.last_at, s.last.ack_node, s.last.ack_epoch,
+            reports = [AckReport(s.node, now - s.last_at, s.last.ack_node, s.last.ack_epoch,
                               s.last.quiet_ms / 1000) for s in self.board.members.values()]  # fmt: skip
             return self.book.silent(holder, epoch, members, reports, self.gate_clock())
 

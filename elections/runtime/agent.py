@@ -50,11 +50,11 @@ from elections.core.decide import Decision, Timing, Verdict
 from elections.core.eligibility import Freshness, judge, observe, unheard
 from elections.core.evidence import Refusals, merged
 from elections.core.gate import gate_of
-from elections.core.repair import Standing
+from elections.core.repair import RepairStanding
 from elections.core.serving import ACKED
 from elections.core.skew import ClockReading, reading_of
 from elections.errors import StoreUnavailable
-from elections.executors import AddressBook, Gate, build_executors, epoch_from_state, leader_duties
+from elections.executors import ActionFence, AddressBook, build_executors, epoch_from_state, leader_duties
 from elections.ports.beacon_seqs import SEQS_NAME
 from elections.ports.beacons import BeaconConfig
 from elections.ports.clock import SystemClock
@@ -224,7 +224,7 @@ class Agent:
         for problem in problems:
             log.error("leader action disabled: %s", problem)
         executors = build_executors(config, stk.data_dir)
-        gate = Gate(epoch_from_state(self.local, clock.monotonic))
+        gate = ActionFence(epoch_from_state(self.local, clock.monotonic))
         # The addresses the executors take for this leader, for the relay to listen on (addresses.json).
         self._released: set[int] = set()  # epochs whose demotion plan this process ran
         self.duties = leader_duties(stk.node, config, executors, gate, pool_event_sink(stk),
@@ -476,7 +476,7 @@ class Agent:
         return self._due("events", self.timing.ttl)
 
     # -- the lead gained and lost: the duty plans, the handoff fence, leftovers let go -------------
-    def _standing(self) -> Standing:
+    def _standing(self) -> RepairStanding:
         busy = self._duty is not None and self._duty.is_alive()
         held = self.elector.memory.leader_epoch
         return standing_of(self.stk.node, self.view, held, self.commands.paused, busy, self.clock.monotonic())

@@ -389,7 +389,7 @@ ProcessCollector(registry=REGISTRY)  # process_* (Linux /proc; nothing elsewhere
 PlatformCollector(registry=REGISTRY)  # python_info
 
 
-def render() -> bytes:
+def render_metrics() -> bytes:
     return generate_latest(REGISTRY)
 
 
@@ -398,4 +398,4 @@ def metrics(request: HttpRequest) -> HttpResponse:
         user = bearer_user(request)
         if not user and not request.user.is_authenticated:
             return api_error(401, "unauthenticated", "/metrics needs a token (or a loopback address)")
-    return HttpResponse(render(), content_type=CONTENT_TYPE_LATEST)
+    return HttpResponse(render_metrics(), content_type=CONTENT_TYPE_LATEST)

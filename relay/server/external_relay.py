@@ -51,7 +51,7 @@ LINE_MAX = 4096  # bytes of one line of its output
 STOP_GRACE = 0.5  # SIGTERM -> SIGKILL; the supervisor SIGKILLs the runner 1 s after asking it to stop
 
 
-async def accepts(host: str, port: int, timeout: float = PROBE_TIMEOUT) -> bool:
+async def accepts_connections(host: str, port: int, timeout: float = PROBE_TIMEOUT) -> bool:
     """Does something accept a TCP connection on host:port now? (Connects, then closes at once.)"""
     loop = asyncio.get_running_loop()
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
@@ -192,7 +192,7 @@ class ExternalRelay:
     async def _until_accepting(self, began: float) -> bool:
         assert self.proc is not None
         while not self._stopping.is_set() and self.proc.poll() is None:
-            if await accepts(self.spec.host, self.spec.port):
+            if await accepts_connections(self.spec.host, self.spec.port):
                 return self.proc.poll() is None  # accepted by it, not by one that is gone
             if self.clock() - began > self.start_within:
                 return False

@@ -52,7 +52,7 @@ from elections.ports.backend import (
     poll_wait,
 )
 from elections.ports.etcd import pool as layout
-from elections.ports.etcd.client import LeaseNotFound, Refused, as_int, delete, mod_is, put
+from elections.ports.etcd.client import EtcdRefused, LeaseNotFound, delete, gateway_int, mod_is, put
 from elections.ports.etcd.events import EtcdEvents
 from elections.ports.etcd.pool import NODE, EtcdPool, Kv, parse_revision, revision
 
@@ -253,7 +253,7 @@ class EtcdBackend:
     def _revoke(self, lease: int) -> None:
         try:
             self.client.revoke(lease)
-        except (StoreUnavailable, Refused) as exc:
+        except (StoreUnavailable, EtcdRefused) as exc:
             log.info("etcd lease %x not revoked (it expires by itself): %s", lease, exc)
 
     def claim(self, expect: str, build: Build) -> Claimed:
@@ -316,4 +316,4 @@ class EtcdBackend:
 
 
 def _txn_revision(doc: dict[str, Any]) -> int:
-    return as_int((doc.get("header") or {}).get("revision"))
+    return gateway_int((doc.get("header") or {}).get("revision"))

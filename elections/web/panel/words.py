@@ -191,7 +191,7 @@ _FIRST = {"no lease file and no leader ever seen": gettext_lazy("no lease file a
           "no leader seen": gettext_lazy("no leader seen")}  # fmt: skip
 # core.lease.LeaseRecord.describe(): a valid lease's detail
 _DESCRIBED = re.compile(r"^(.+) epoch (\d+) seq (\d+) at (.+)$")
-# core.commands.check's accepted outcomes
+# core.commands.check_command's accepted outcomes
 _ACCEPTED_AT = re.compile(r"^(\w+) (.+) accepted at epoch (\d+|None)$")
 _UNBOUND = re.compile(r"^unbind (.+) accepted: the site token is accepted for it again$")
 _FORGOTTEN = re.compile(r"^forget (.+) accepted: its member record is removed, its history kept$")
@@ -229,7 +229,7 @@ def lease_detail(text: str) -> str:
 
 
 def outcome(text: str) -> str:
-    """An audited command's outcome message, for the accepted ones (core.commands.check)."""
+    """An audited command's outcome message, for the accepted ones (core.commands.check_command)."""
     if m := _UNBOUND.match(text):
         return _("unbind %(station)s accepted: the site token is accepted for it again") % {"station": m[1]}
     if m := _FORGOTTEN.match(text):
