@@ -39,10 +39,10 @@ from smbprotocol.open import CreateDisposition
 
 from elections.ports.backend import poll_wait
 from elections.ports.share import SHARE_OPS
-from elections.ports.smbsession import FOLDER, LIST
+from elections.ports.smbterms import FOLDER, LIST
 
 if TYPE_CHECKING:
-    from elections.ports.smbsession import SmbSession
+    from elections.ports.smbshare import SmbShare
 
 log = logging.getLogger("stkrelay.smb")
 
@@ -68,7 +68,7 @@ RETRY_AFTER = 5.0  # after a failed notify (not a refusal), waits poll this long
 class FolderNotify:
     """CHANGE_NOTIFY on the folders of one `SmbShare`, one notify thread per folder."""
 
-    def __init__(self, session: SmbSession) -> None:
+    def __init__(self, session: SmbShare) -> None:
         self.session = session
         self.refused = False  # the server said it offers no CHANGE_NOTIFY: poll from now on
         self.notified = 0  # waits ended by the server's answer
