@@ -30,19 +30,17 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from smbprotocol.change_notify import CompletionFilter, FileSystemWatcher
 from smbprotocol.exceptions import SMBResponseException
 from smbprotocol.header import NtStatus
-from smbprotocol.open import CreateDisposition
+from smbprotocol.open import CreateDisposition, Open
+from smbprotocol.tree import TreeConnect
 
 from elections.ports.backend import poll_wait
 from elections.ports.share import SHARE_OPS
 from elections.ports.smbterms import FOLDER, LIST
-
-if TYPE_CHECKING:
-    from elections.ports.smbshare import SmbShare
 
 log = logging.getLogger("stkrelay.smb")
 
@@ -65,10 +63,32 @@ IDLE = 30.0  # a folder's notify with no waiter for this long is cancelled, its 
 RETRY_AFTER = 5.0  # after a failed notify (not a refusal), waits poll this long before one tries again
 
 
+class NotifySession(Protocol):
+    """What `FolderNotify` uses of its `SmbShare`: the connection, its opens and its counts."""
+
+    where: str
+    requests: int
+    round_trips: int
+
+    def _connect(self) -> TreeConnect: ...
+
+    def _open(
+        self, tree: TreeConnect, rel: str, access: int, disposition: int, options: int
+    ) -> tuple[Open, Any]: ...
+
+    def _send(self, tree: TreeConnect, messages: list[Any], related: bool = True) -> list[Any]: ...
+
+    def _answers(self, requests: list[Any], unpack: list[Any]) -> list[Any]: ...
+
+    def _raise_first(self, answers: list[Any]) -> None: ...
+
+    def _close_quietly(self, tree: TreeConnect, fopen: Open) -> None: ...
+
+
 class FolderNotify:
     """CHANGE_NOTIFY on the folders of one `SmbShare`, one notify thread per folder."""
 
-    def __init__(self, session: SmbShare) -> None:
+    def __init__(self, session: NotifySession) -> None:
         self.session = session
         self.refused = False  # the server said it offers no CHANGE_NOTIFY: poll from now on
         self.notified = 0  # waits ended by the server's answer
