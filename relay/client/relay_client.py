@@ -2,7 +2,7 @@
 
 An asyncio shell over the sans-I/O `relay.wire.client_connection.ClientConnection`. Typical use::
 
-    discovery = Discovery.build(token=TOKEN, kmsn=KMSN, lease_dir="W:/socket",
+    discovery = Discovery.build(kmsn=KMSN, lease=lease_file("W:/socket", TOKEN, KMSN),
                                 agents=["http://192.168.1.11:8000"], fallbacks=[("192.168.1.10", 9530)])
     async with RelayClient(role="agent", kmsn=KMSN, station="S002", token=TOKEN,
                            discovery=discovery) as client:

@@ -19,6 +19,7 @@ from relay.client.beacon_discovery import BeaconListener
 from relay.client.discovery import Discovery
 from relay.client.events import Status
 from relay.client.relay_client import RelayClient
+from relay.lease_file import lease_file
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_LEADER, EXIT_REFUSED = 0, 1, 2, 3, 4
 
@@ -180,13 +181,11 @@ def build_client(options: dict[str, Any], on_status: Callable[[Status], None]) -
     except ValueError as exc:
         raise Stop(EXIT_USAGE, f"relayclient: --agent-pin: {exc}") from None
     discovery = Discovery.build(
-        token=token,
         kmsn=kmsn,
-        lease_dir=lease_dir or None,
+        lease=lease_file(lease_dir, token, kmsn, stk.values) if lease_dir else None,  # an smb:// LEASE_DIR
         agents=options["agent"],
         fallbacks=options["fallback"],
         api_token=api_token or None,
-        lease_options=stk.values,  # an smb:// LEASE_DIR logs in with SMB_PASSWORD(_FILE)
         beacons=BeaconListener(token, kmsn, beacon_port) if beacon_port else None,
         agent_pins=pins,
         agent_ca=options["agent_ca"],
