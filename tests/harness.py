@@ -320,7 +320,8 @@ class AgentProc:
 
     def fingerprint(self) -> str:
         """The SHA-256 of the certificate its panel serves (64 hex), as `relayctl tls` prints it."""
-        from elections.ports.webcert import CERT_NAME, fingerprint_of_pem
+        from elections.ports.fingerprints import fingerprint_of_pem
+        from elections.ports.webcert import CERT_NAME
 
         self.web_ssl()
         return fingerprint_of_pem((self.data_dir / CERT_NAME).read_bytes())

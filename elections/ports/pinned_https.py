@@ -22,7 +22,7 @@ import ssl
 import urllib.request
 from collections.abc import Iterable
 
-from elections.ports.webcert import fingerprint, normalise
+from elections.ports.fingerprints import fingerprint, normalise
 
 
 class PinMismatch(ssl.SSLError):
@@ -82,7 +82,7 @@ class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
 
 
 def parse_pins(values: Iterable[str]) -> frozenset[str]:
-    """Fingerprints as typed (see `webcert.normalise`); ValueError names a bad one."""
+    """Fingerprints as typed (see `fingerprints.normalise`); ValueError names a bad one."""
     pins = set()
     for value in values:
         pin = normalise(value)

@@ -13,7 +13,7 @@ from typing import Any
 
 from elections.core.skew import ClockReading, reading_of
 from elections.core.untrusted import as_float, as_int, as_object, as_text
-from elections.ports.webcert import FINGERPRINT
+from elections.ports.fingerprints import FINGERPRINT
 
 RELEASED = "released"  # `PoolView.lease_state` of a valid lease its holder released
 ENTRY_TEXT = re.compile(r"\[?[0-9A-Fa-f.:]+\]?:[0-9]{1,5}")  # an entry member's addr:port as shown

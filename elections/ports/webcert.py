@@ -12,8 +12,8 @@ Two sources, chosen by `stk.ini`:
   made again only when it is missing, damaged, expiring within `RENEW_DAYS`, or
   does not name NODE_IP (its fingerprint then changes: say so to the pinners).
 
-Clients pin the certificate by its SHA-256 fingerprint (`fingerprint`, of the DER
-bytes, as browsers show it): `relayctl tls` prints it, and every member's
+Clients pin the certificate by its SHA-256 fingerprint (`fingerprints.fingerprint`, of
+the DER bytes, as browsers show it): `relayctl tls` prints it, and every member's
 heartbeat carries it (`web_tls`) so every agent's panel shows the others'.
 
 Only making one imports `cryptography` (~13 MiB): `runagent` runs it as a short
@@ -25,15 +25,14 @@ supervisor and the lease worker never load it; checking the operator's pair
 from __future__ import annotations
 
 import datetime
-import hashlib
 import ipaddress
 import os
-import re
 import ssl
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from elections.ports.fingerprints import PEM_CERT, fingerprint_of_pem
 from elections.ports.host.files import write_atomic
 
 MADE_NAME = "web-tls.pem"  # key + certificate, 0600
@@ -42,8 +41,6 @@ CHAIN_NAME = "web-tls-chain.pem"  # the operator's intermediates, when TLS_CERT 
 MADE_DAYS = 3650
 RENEW_DAYS = 30
 MAX_PEM_BYTES = 1 << 20
-FINGERPRINT = re.compile(r"^[0-9a-f]{64}$")
-_PEM_CERT = re.compile(rb"-----BEGIN CERTIFICATE-----\r?\n.+?\r?\n-----END CERTIFICATE-----", re.DOTALL)
 
 
 class WebCertError(Exception):
@@ -75,33 +72,6 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace(":", "\\:").replace("=", "\\=")
 
 
-def normalise(fingerprint: str) -> str:
-    """A fingerprint as typed (`AB:CD:...`, `sha256:abcd...`, spaces) as 64 lowercase hex, or ''."""
-    text = fingerprint.strip().lower().removeprefix("sha256:").removeprefix("sha256 ")
-    text = re.sub(r"[\s:]", "", text)
-    return text if FINGERPRINT.fullmatch(text) else ""
-
-
-def show(fingerprint: str) -> str:
-    """64 hex as browsers show it: `AB:CD:...` (32 pairs)."""
-    return ":".join(fingerprint[i : i + 2] for i in range(0, len(fingerprint), 2)).upper()
-
-
-def fingerprint(der: bytes) -> str:
-    return hashlib.sha256(der).hexdigest()
-
-
-def fingerprint_of_pem(pem: bytes) -> str:
-    """The fingerprint of the first certificate in `pem` ('' if there is none)."""
-    match = _PEM_CERT.search(pem)
-    if match is None:
-        return ""
-    try:
-        return fingerprint(ssl.PEM_cert_to_DER_cert(match.group(0).decode("ascii")))
-    except (ValueError, UnicodeDecodeError):
-        return ""
-
-
 def cert_file(data_dir: str, tls_cert: str) -> Path:
     """Where the certificate this agent serves lives (the operator's, or the one made here)."""
     return Path(tls_cert) if tls_cert else Path(data_dir) / CERT_NAME
@@ -122,7 +92,7 @@ def check_pair(cert_path: str, key_path: str) -> tuple[str, str]:
     """(key, why) for the operator's pair: ('', '') when it can serve, else the key to blame."""
     try:
         pem = _read(cert_path)
-        if not _PEM_CERT.search(pem):
+        if not PEM_CERT.search(pem):
             raise ValueError("not a PEM certificate")
         ssl.create_default_context().load_verify_locations(cadata=pem.decode("ascii"))
     except ssl.SSLError:
@@ -148,7 +118,7 @@ def _no_password() -> bytes:
 def operator_cert(data_dir: str, cert_path: str, key_path: str) -> WebCert:
     """The operator's pair as Daphne reads it; intermediates copied to CHAIN_NAME."""
     pem = _read(cert_path)
-    certs = _PEM_CERT.findall(pem)
+    certs = PEM_CERT.findall(pem)
     chain = None
     if len(certs) > 1:
         chain = str(Path(data_dir) / CHAIN_NAME)
@@ -165,7 +135,7 @@ def ensure_made(data_dir: str, node_ip: str, hosts: Iterable[str], now: datetime
     pem = b""
     try:
         pem = _read(str(made))
-        cert = x509.load_pem_x509_certificate(_PEM_CERT.search(pem).group(0))  # type: ignore[union-attr]
+        cert = x509.load_pem_x509_certificate(PEM_CERT.search(pem).group(0))  # type: ignore[union-attr]
         if not _serves(cert, node_ip, now):
             pem = b""
     except (OSError, ValueError, AttributeError):
@@ -179,7 +149,7 @@ def ensure_made(data_dir: str, node_ip: str, hosts: Iterable[str], now: datetime
                 _create_exclusive(made, pem)
             except FileExistsError:  # another starter made one first: serve that one
                 pem = _read(str(made))
-    certs = _PEM_CERT.findall(pem)
+    certs = PEM_CERT.findall(pem)
     write_atomic(data / CERT_NAME, certs[0] + b"\n", durable=True)
     return made_cert(data_dir, fingerprint_of_pem(pem))
 

@@ -341,7 +341,8 @@ class Command(OperatorCommand):
         then every member's as its heartbeat gives it. Exit 3 while none is made yet."""
         from django.conf import settings
 
-        from elections.ports.webcert import cert_file, served_fingerprint, show
+        from elections.ports.fingerprints import show
+        from elections.ports.webcert import cert_file, served_fingerprint
         from stkrelay.config_web import host_entry
 
         stk = settings.STK

@@ -29,7 +29,8 @@ from typing import Any
 from django.core.management.base import BaseCommand
 from django.utils.translation import gettext as _
 
-from elections.ports.webcert import FINGERPRINT, WebCert, made_cert, operator_cert, show
+from elections.ports.fingerprints import FINGERPRINT, show
+from elections.ports.webcert import WebCert, made_cert, operator_cert
 from relay.server.listen_set import door_hosts
 from stkconfig.model import Config
 from stkrelay.config_tls import plain_on_lan

@@ -15,8 +15,8 @@ from django.utils.translation import gettext as _
 
 from elections.core.ownership import CONFLICT, DRIFT, MISSING, ORPHAN, UNKNOWN, Entry
 from elections.core.skew import ClockReading
+from elections.ports.fingerprints import show
 from elections.ports.relay_files import EntryStatus
-from elections.ports.webcert import show
 from elections.web.panel.relay_state import RelayState
 
 # Early takeovers (elections on liveness evidence) in 24 h from which the pool shows an alarm: one is a
