@@ -12,7 +12,7 @@ address, reason, the epoch the operator saw and the command's Lamport clock
 (the order rule is in `core.commands`). The target reacts when it observes the
 event; nothing relies on the operator's agent staying up. In its own pool the
 agent then sends a signed nudge naming the event to the leader and the beacon
-targets (`ports.nudge`), so that the leader reads it at once instead of at its
+targets (`ports.beacons.nudge`), so that the leader reads it at once instead of at its
 next look; the event on the share stays the authority.
 
 `forget` (a member gone for good) is the one command this agent carries out
@@ -41,11 +41,11 @@ from elections import audit
 from elections.core.commands import ACCEPTED, EVENT_KINDS, KINDS, UNAVAILABLE, CommandResult, check_command
 from elections.core.stations import BOUND
 from elections.errors import StoreUnavailable
-from elections.ports.clock import SystemClock
-from elections.ports.localstate import LocalState
-from elections.ports.nudge import nudge_pool
-from elections.ports.stores import PoolPlace, open_store
+from elections.ports.beacons.nudge import nudge_pool
+from elections.ports.local.localstate import LocalState
+from elections.ports.store.stores import PoolPlace, open_store
 from elections.runtime.projection import pool_event_sink, watched_event_sink
+from stkhost.clock import SystemClock
 
 log = logging.getLogger("stkrelay.steering")
 

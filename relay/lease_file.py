@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from elections.ports.clock import SystemClock
-from elections.ports.stores import PoolPlace, open_store
+from elections.ports.store.stores import PoolPlace, open_store
 from relay.client.discovery import LEASE_READ_TIMEOUT, LeaseFile
+from stkhost.clock import SystemClock
 
 
 def lease_file(

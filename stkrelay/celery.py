@@ -81,7 +81,7 @@ def _wait_for_redis(**_: Any) -> None:
     why it waits (log, /healthz, relayctl doctor); this wait says nothing."""
     from django.conf import settings
 
-    from elections.ports.redis_link import RedisLink
+    from elections.ports.local.redis_link import RedisLink
     from elections.runtime.redis_wait import until_answers
 
     until_answers(RedisLink(settings.STK.redis_url))

@@ -32,9 +32,9 @@ import shutil
 import urllib.parse
 from collections.abc import Callable
 
-from elections.ports.pinned_https import parse_pins
-from elections.ports.secret_source import SecretUnreadable, read_secret
 from stkconfig.parsed import NotifyConfig
+from stkhost.pinned_https import parse_pins
+from stkhost.secret_source import SecretUnreadable, read_secret
 
 Bad = Callable[[str, str, str, str], None]
 Number = Callable[..., "float | int | None"]  # config.load's number(key): the table's kind and range

@@ -354,7 +354,7 @@ def test_it_leaves_a_newer_relay_marker_alone_on_a_late_stop(tmp_path):
 
 
 def test_it_reads_the_held_epoch_from_the_leadership_state_file(tmp_path):
-    from elections.ports.localstate import LocalState
+    from elections.ports.local.localstate import LocalState
 
     current = epoch_from_state(LocalState(tmp_path), time.monotonic)
     assert current() is None  # no file yet

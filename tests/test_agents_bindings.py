@@ -22,7 +22,7 @@ import pytest
 from harness import KMSN, ROOT, TOKEN, listening, wait_until
 
 from elections.core.lease import sign
-from elections.ports.localstate import LocalState
+from elections.ports.local.localstate import LocalState
 from relay.client.discovery import Discovery
 from relay.client.events import Received, Refused
 from relay.client.relay_client import RelayClient

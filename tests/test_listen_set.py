@@ -31,8 +31,8 @@ from elections.executors import (
     run_plan,
 )
 from elections.executors.held import updated
-from elections.ports.localstate import LocalState
-from elections.ports.relay_files import MAX_HELD_ADDRESSES, HeldAddress
+from elections.ports.local.localstate import LocalState
+from elections.ports.local.relay_files import MAX_HELD_ADDRESSES, HeldAddress
 from relay.server.listen_set import FAILED as BIND_FAILED
 from relay.server.listen_set import LISTENING, WAITING, ListenAddress, ListenSet, wanted
 from stkrelay.config import load

@@ -41,7 +41,7 @@ def a_pool(dj, **ages):  # type: ignore[no-untyped-def]
 
 
 def events(dj, kind):  # type: ignore[no-untyped-def]
-    from elections.ports.eventlog import read_events
+    from elections.ports.events.eventlog import read_events
 
     return [e for e in read_events(dj["lease_dir"] / "events" / "S001.jsonl") if e["kind"] == kind]
 

@@ -20,7 +20,7 @@ from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PRODUCT = ("elections", "relay", "stkrelay", "stkconfig")
+PRODUCT = ("elections", "relay", "stkrelay", "stkconfig", "stkhost")
 
 # Bases of ours made to be specialized: each a complete class, instantiated or a template of variants.
 SUBCLASSED = {
@@ -36,11 +36,11 @@ SUBCLASSED = {
     "(relay.cloud.forward) is the same peer that came through another node",
     "relay.server.entry.EntryRunner": "the entry's proxy, gate and status file; the station door "
     "is one on this member's own addresses",
-    "elections.ports.records.PoolStore": "the pool's records over the backend port (a constructor "
+    "elections.ports.store.records.PoolStore": "the pool's records over the backend port (a constructor "
     "argument); each store names its backend and adds what only it can do",
-    "elections.ports.event_records.PoolEventSink": "the event records over the backend port; the "
+    "elections.ports.events.event_records.PoolEventSink": "the event records over the backend port; the "
     "JSONL and etcd sinks are it on their backends",
-    "elections.ports.event_records.PoolEventTail": "the event tail over the backend port; the "
+    "elections.ports.events.event_records.PoolEventTail": "the event tail over the backend port; the "
     "JSONL and etcd tails are it on their backends",
     "stkrelay.operator_command.OperatorCommand": "Django's BaseCommand for the operator commands "
     "(relayctl, stkuser, relayclient): their shared arguments and output",
@@ -240,12 +240,19 @@ def test_the_checks_tell_a_mixin_from_a_complete_class():
     assert "relay.client.state.ClientState" not in classes() or is_mixin_shape(
         "relay.client.state.ClientState"
     )
-    assert not is_mixin_shape("elections.ports.records.PoolStore")
-    assert is_protocol("elections.ports.share.Share") and is_exception("elections.errors.StoreUnavailable")
+    assert not is_mixin_shape("elections.ports.store.records.PoolStore")
+    assert is_protocol("elections.ports.share.share.Share") and is_exception(
+        "elections.errors.StoreUnavailable"
+    )
     assert is_dataclass("elections.core.decide.Decision")
     # The splits merged in issue 39 are gone for good: each class whole in its own file.
-    for whole in ("elections.runtime.agent.Agent", "elections.runtime.elector.Elector",
-                  "elections.ports.beacons.BeaconService", "elections.ports.smbshare.SmbShare"):  # fmt: skip
+    wholes = (
+        "elections.runtime.agent.Agent",
+        "elections.runtime.elector.Elector",
+        "elections.ports.beacons.beacons.BeaconService",
+        "elections.ports.share.smbshare.SmbShare",
+    )
+    for whole in wholes:
         assert whole in classes() and all(
             resolve(whole.rpartition(".")[0], b) is None for b in classes()[whole].bases
         )

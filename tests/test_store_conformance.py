@@ -1,6 +1,6 @@
-"""One suite of the `LeaseStore` contract (elections/ports/store.py) and of the
-event log (elections/ports/event_streams.py, the record layer of
-elections/ports/event_records.py above it), run against every backend: a
+"""One suite of the `LeaseStore` contract (elections/ports/store/store.py) and of the
+event log (elections/ports/events/event_streams.py, the record layer of
+elections/ports/events/event_records.py above it), run against every backend: a
 local directory, a real SMB share (Samba on loopback, spoken to with
 smbprotocol, no mount), etcd (a real 3-member cluster on loopback,
 `LEASE_STORE = etcd`) and the in-memory dict the in-process tests use.
@@ -26,11 +26,11 @@ import pytest
 from harness import signed_lock
 
 from elections.core.lease import LeaseRecord, sign
-from elections.ports.clock import FakeClock
-from elections.ports.event_records import PoolEventSink, PoolEventTail
-from elections.ports.event_streams import EventStreams
-from elections.ports.share_backend import ShareBackend
-from elections.ports.store import FileLeaseStore, LeaseStore, WriteOutcome
+from elections.ports.events.event_records import PoolEventSink, PoolEventTail
+from elections.ports.events.event_streams import EventStreams
+from elections.ports.share.share_backend import ShareBackend
+from elections.ports.store.store import FileLeaseStore, LeaseStore, WriteOutcome
+from stkhost.clock import FakeClock
 
 TOKEN = "tok-0123456789-conformance"
 STALE_S = 2.0
@@ -102,8 +102,8 @@ def local_pool(tmp_path):
 def smb_pool(samba_server, request):
     from samba import PASSWORD
 
-    from elections.ports.smbshare import SmbShare
-    from elections.ports.smburl import parse_smb_url
+    from elections.ports.share.smbshare import SmbShare
+    from elections.ports.share.smburl import parse_smb_url
 
     name = f"conf-{request.node.name[-40:]}".replace("[", "-").replace("]", "")
     folder = samba_server.path(name)
@@ -196,9 +196,9 @@ def etcd_pool(etcd_cluster):
 def memory_pool():
     """The dict backend the in-process tests use (`tests/memstore.py`): each store is
     another client of one dict, and so is each event log."""
-    from elections.ports.backend import LEASE_KEY, MEMBERS
-    from elections.ports.memory_backend import MemoryBackend
-    from elections.ports.records import PoolStore
+    from elections.ports.store.backend import LEASE_KEY, MEMBERS
+    from elections.ports.store.memory_backend import MemoryBackend
+    from elections.ports.store.records import PoolStore
 
     records = MemoryBackend("memory")
 
@@ -697,7 +697,7 @@ def test_a_removed_member_is_gone_for_every_reader_and_its_name_starts_afresh_on
 
 
 def test_a_store_measures_this_clock_against_its_own(pool):
-    from elections.ports.clock import SystemClock
+    from stkhost.clock import SystemClock
 
     store = pool.store("S001", SystemClock())
     store.write_member(member("S001"))

@@ -1,5 +1,5 @@
-"""The agent's web certificate (elections/ports/webcert.py), its keys' checks
-(stkrelay/config_tls.py, E057–E060), and clients that pin it (elections/ports/pinned_https.py,
+"""The agent's web certificate (elections/ports/local/webcert.py), its keys' checks
+(stkrelay/config_tls.py, E057–E060), and clients that pin it (stkhost/pinned_https.py,
 relay/client/discovery.py) against a real HTTPS server on loopback."""
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ from cryptography import x509
 from harness import Redis
 from test_config import problems, run_agent, write_ini
 
-from elections.ports import fingerprints, webcert
-from elections.ports.pinned_https import parse_pins
+from elections.ports.local import webcert
 from relay.client.discovery import AgentApi, in_clear_on_lan
+from stkhost import fingerprints
+from stkhost.pinned_https import parse_pins
 from stkrelay.config import load
 from stkrelay.config_tls import plain_on_lan
 

@@ -1,7 +1,7 @@
 """One member's book of the serving right (docs/design.md §15; the rules are `core.serving`), as
 its beacons see it: the leader it adheres to, and while it leads, its own right and how it began.
 Pure: every time is the caller's own clock (the gate's), passed in; its transport
-(`ports.beacons`) calls it under one lock.
+(`ports.beacons.beacons`) calls it under one lock.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from elections.core.serving import (
 @dataclass
 class ServingBook:
     """What one member's beacons keep for the serving right: the leader it adheres
-    to, and while it leads, its own right. Its transport (`ports.beacons`) calls
+    to, and while it leads, its own right. Its transport (`ports.beacons.beacons`) calls
     it under one lock; `members` is the pool's size as this member counts it."""
 
     node: str

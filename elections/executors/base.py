@@ -41,8 +41,8 @@ from typing import Any, Protocol
 from elections.core.actions import RELEASE_IP, RELEASE_VIP, STOP_RELAY, Action, ActionPlan
 from elections.core.ownership import Sighting
 from elections.errors import ElectionError
-from elections.ports.localstate import LocalState
-from elections.ports.stores import TransitionSink
+from elections.ports.local.localstate import LocalState
+from elections.ports.store.stores import TransitionSink
 
 log = logging.getLogger("stkrelay.actions")
 
@@ -118,7 +118,7 @@ class Observer(Protocol):
     def observe(self, args: dict[str, Any]) -> Sighting: ...
 
 
-Sink = TransitionSink  # where a duty plan records its outcomes (ports.stores)
+Sink = TransitionSink  # where a duty plan records its outcomes (ports.store.stores)
 
 
 # -- the gate ----------------------------------------------------------------------

@@ -55,12 +55,11 @@ from elections.core.serving import ACKED
 from elections.core.skew import ClockReading, reading_of
 from elections.errors import StoreUnavailable
 from elections.executors import ActionFence, AddressBook, build_executors, epoch_from_state, leader_duties
-from elections.ports.beacon_seqs import SEQS_NAME
-from elections.ports.beacons import BeaconConfig
-from elections.ports.clock import SystemClock
-from elections.ports.gate import gate_for
-from elections.ports.localstate import Leadership, LocalState
-from elections.ports.pool_view import (
+from elections.ports.beacons.beacon_seqs import SEQS_NAME
+from elections.ports.beacons.beacons import BeaconConfig
+from elections.ports.local.gate import gate_for
+from elections.ports.local.localstate import Leadership, LocalState
+from elections.ports.local.pool_view import (
     MemberView,
     PoolView,
     entry_of,
@@ -68,10 +67,10 @@ from elections.ports.pool_view import (
     entry_shown,
     web_tls_of,
 )
-from elections.ports.share import SHARE_OPS
-from elections.ports.store import LeaseStore
-from elections.ports.stores import PoolPlace, open_event_tail, open_store, store_details
-from elections.ports.webcert import served_fingerprint
+from elections.ports.local.webcert import served_fingerprint
+from elections.ports.share.share import SHARE_OPS
+from elections.ports.store.store import LeaseStore
+from elections.ports.store.stores import PoolPlace, open_event_tail, open_store, store_details
 from elections.runtime import notify_feed
 from elections.runtime.beacon_link import BeaconLink
 from elections.runtime.bindings import PoolBindings
@@ -85,6 +84,7 @@ from elections.runtime.projection import Projector, pool_event_sink
 from elections.runtime.share_split import SplitAlarm
 from elections.runtime.watch import Watchers
 from stkconfig.model import Config
+from stkhost.clock import SystemClock
 
 log = logging.getLogger("stkrelay.agent")
 

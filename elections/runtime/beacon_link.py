@@ -35,7 +35,7 @@ from elections.core.beacon_board import Reaction, Standing
 from elections.core.lease import LeaseRead
 from elections.core.lease_memory import Memory
 from elections.core.nudge import Nudge
-from elections.ports.beacons import BeaconConfig, BeaconService
+from elections.ports.beacons.beacons import BeaconConfig, BeaconService
 
 log = logging.getLogger("stkrelay.beacons")
 

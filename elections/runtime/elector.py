@@ -29,12 +29,12 @@ from elections.core.lease_memory import Memory, accepts, blind_gap, current, tra
 from elections.core.serving_book import Serving
 from elections.core.untrusted import REPLAYED
 from elections.errors import StoreUnavailable
-from elections.ports.clock import Clock
-from elections.ports.store import LEASE_NAME, LeaseStore, WriteOutcome
-from elections.ports.stores import NullSink, TransitionSink
+from elections.ports.store.store import LEASE_NAME, LeaseStore, WriteOutcome
+from elections.ports.store.stores import NullSink, TransitionSink
 from elections.runtime.lease_reads import read_trouble
 from elections.runtime.lease_writes import CONTEND_ATTEMPTS, Identity, make_record, release_lease
 from elections.runtime.policy import OpenPolicy, Policy
+from stkhost.clock import Clock
 
 log = logging.getLogger("stkrelay.elector")
 

@@ -25,7 +25,7 @@ from typing import Protocol
 
 from elections.core.gate import LOOK_EVERY, GateMemory, Look, remember, signal
 from elections.core.gate import PENDING as GATE_PENDING
-from elections.ports.host.processes import site_environment
+from stkhost.processes import site_environment
 
 log = logging.getLogger("stkrelay.health")
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from elections.core.lease import LeaseRecord, legacy_lease_until
 from elections.errors import StoreUnavailable
-from elections.ports.clock import Clock
-from elections.ports.store import LeaseStore, WriteOutcome
+from elections.ports.store.store import LeaseStore, WriteOutcome
+from stkhost.clock import Clock
 
 CONTEND_ATTEMPTS = 3
 

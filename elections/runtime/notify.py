@@ -15,7 +15,7 @@ body)>` and `X-Stkrelay-Delivery: <id>`. The id of a history row,
 in the pool's history, the same whichever agent sends it; a security event's is
 `<kmsn>/<node>/security/<ms>`. Delivery is at-least-once (a receiver that answered
 200 too late sees the same id again) and a receiver drops repeats on it. A
-refused or failed POST is retried with `elections.retry.Backoff` (`WEBHOOK_TRIES`),
+refused or failed POST is retried with `stkhost.retry.Backoff` (`WEBHOOK_TRIES`),
 each event on its own: while one waits out its backoff the queue moves on (at most
 `RETRYING` events wait on retries at once, so a receiver that is down is not sent
 every event of the queue), and each failed try is logged once with its status and
@@ -59,12 +59,12 @@ from pathlib import Path
 from typing import Any
 
 from elections.core.evidence import printable
-from elections.ports.host.files import write_atomic
-from elections.ports.host.processes import kill_group, site_environment, spawn_options
-from elections.ports.pinned_https import opener
-from elections.retry import Backoff
 from elections.runtime.notify_outbox import OUTBOX_FILE, NotifyOutbox
 from stkconfig.parsed import NotifyConfig
+from stkhost.files import write_atomic
+from stkhost.pinned_https import opener
+from stkhost.processes import kill_group, site_environment, spawn_options
+from stkhost.retry import Backoff
 
 log = logging.getLogger("stkrelay.notify")
 

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from elections.ports.host.files import write_atomic
+from stkhost.files import write_atomic
 
 log = logging.getLogger("stkrelay.notify")
 

@@ -45,7 +45,7 @@ from elections.core.ownership import (
 from elections.core.repair import ACQUIRE, Repair, RepairStanding, repairs
 from elections.core.untrusted import BAD_FIELD
 from elections.executors import ActionFence, Executor, Observer, Outcome, Sink, run_plan
-from elections.ports.pool_view import PoolView
+from elections.ports.local.pool_view import PoolView
 
 log = logging.getLogger("stkrelay.ownership")
 

@@ -30,7 +30,7 @@ from elections.audit import LoginFailure
 from elections.core.ownership import VERDICTS
 from elections.core.untrusted import CAUSES, as_object
 from elections.models import ElectionEvent
-from elections.ports.localstate import LocalState
+from elections.ports.local.localstate import LocalState
 from elections.runtime.notify import read_counters, read_queue
 from elections.web.auth import api_error, bearer_user, is_loopback
 from elections.web.metrics_view import build_info, view_families

@@ -18,7 +18,7 @@ the first that knows wins:
    Agents serve HTTPS (`https://` URLs): with `pins` (SHA-256 fingerprints, as
    `relayctl tls` prints them) only a pinned certificate is spoken to; with
    `ca_file` the usual chain and name checks (the operator's TLS_CERT); else the
-   system's CAs (`elections.ports.pinned_https`). The API token is never sent to a
+   system's CAs (`stkhost.pinned_https`). The API token is never sent to a
    plain `http://` URL off loopback: such an agent is asked without it.
 3. `Fallbacks`: configured ``(host, port)`` pairs, epoch unknown; one per call,
    in rotation, so that a client retrying walks through all of them.
@@ -50,7 +50,7 @@ from elections.core.evidence import DETAIL_CHARS, printable
 from elections.core.lease import LeaseRead, LeaseRecord
 from elections.core.untrusted import LEADER_ANSWER, Untrusted, load_object
 from elections.errors import StoreUnavailable
-from elections.ports.pinned_https import opener
+from stkhost.pinned_https import opener
 
 log = logging.getLogger("stkrelay.client")
 

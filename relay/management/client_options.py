@@ -2,7 +2,7 @@
 
 Options that cannot work end the command with a `Stop` (exit status and one
 line); secrets come from files or the environment, never from argv
-(`elections.ports.secret_source`).
+(`stkhost.secret_source`).
 """
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from elections.ports.pinned_https import parse_pins
-from elections.ports.secret_source import SecretUnreadable, argv_refusal, from_environment, read_secret
-from elections.ports.smburl import is_smb
+from elections.ports.share.smburl import is_smb
 from relay.client.beacon_discovery import BeaconListener
 from relay.client.discovery import Discovery
 from relay.client.events import Status
 from relay.client.relay_client import RelayClient
 from relay.lease_file import lease_file
+from stkhost.pinned_https import parse_pins
+from stkhost.secret_source import SecretUnreadable, argv_refusal, from_environment, read_secret
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_LEADER, EXIT_REFUSED = 0, 1, 2, 3, 4
 

@@ -14,10 +14,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from elections.ports.clock import SystemClock
-from elections.ports.stores import PoolPlace, open_store
+from elections.ports.store.stores import PoolPlace, open_store
 from relay.runner.gate import LeadershipGate
 from stkconfig.model import Config
+from stkhost.clock import SystemClock
 
 log = logging.getLogger("stkrelay.relay")
 

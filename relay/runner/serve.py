@@ -10,7 +10,7 @@ import signal
 import time
 from collections.abc import Callable
 
-from elections.ports.localstate import (
+from elections.ports.local.localstate import (
     LocalState,
     RelayStatus,
 )

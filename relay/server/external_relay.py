@@ -6,7 +6,7 @@ placeholders filled in for this epoch) while the relay runner serves, and:
 - counts it as serving (`accepting`, then `on_up()`) only once a TCP connect
   to its port succeeds (probed every `PROBE_EVERY`); one that does not accept within
   `START_WITHIN` of its start is killed and counted as a failed start;
-- restarts it when it exits, after the project's one `elections.retry.Backoff`
+- restarts it when it exits, after the project's one `stkhost.retry.Backoff`
   (`RESTART_BACKOFF`: 0.5 s doubling to 10 s; a run longer than
   `STABLE_AFTER` starts the count again), calling `on_down()` first so the
   proxy closes the connections that went through it;
@@ -35,9 +35,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from elections.ports.host.processes import kill_group, site_environment, spawn_options
-from elections.retry import Backoff
 from stkconfig.parsed import ExecRelay
+from stkhost.processes import kill_group, site_environment, spawn_options
+from stkhost.retry import Backoff
 
 log = logging.getLogger("stkrelay.relay")
 

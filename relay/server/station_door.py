@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
-from elections.ports.relay_files import EntryStatus
+from elections.ports.local.relay_files import EntryStatus
 from relay.server.entry import EntryRunner, stale_after
 from relay.server.listen_set import door_hosts
 from stkconfig.model import Config

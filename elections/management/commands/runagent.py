@@ -1,6 +1,6 @@
 """`python manage.py runagent --ini PATH`: one agent in the foreground.
 
-Web (Daphne: HTTPS with this agent's certificate, `elections.ports.webcert`, unless
+Web (Daphne: HTTPS with this agent's certificate, `elections.ports.local.webcert`, unless
 WEB_PLAIN = 1), the lease worker (Celery, solo, queue `lease`) with its beat on
 a thread, and the standby relay (no Django), supervised as one process group. SIGTERM stops it
 within 5 s, releasing the lease first if this agent leads (and saying so with
@@ -29,10 +29,10 @@ from typing import Any
 from django.core.management.base import BaseCommand
 from django.utils.translation import gettext as _
 
-from elections.ports.fingerprints import FINGERPRINT, show
-from elections.ports.webcert import WebCert, made_cert, operator_cert
+from elections.ports.local.webcert import WebCert, made_cert, operator_cert
 from relay.server.listen_set import door_hosts
 from stkconfig.model import Config
+from stkhost.fingerprints import FINGERPRINT, show
 from stkrelay.config_tls import plain_on_lan
 
 PRIVATE_UMASK = 0o077  # what the agent and its children create is this user's only (DATA_DIR)
@@ -69,7 +69,7 @@ class Command(BaseCommand):
         self._keep_private(stk)
         call_command("migrate", verbosity=0, interactive=False)
 
-        from elections.ports.redis_link import RedisLink
+        from elections.ports.local.redis_link import RedisLink
         from elections.runtime.supervisor import Supervisor
 
         env = _child_env(Path(settings.BASE_DIR))
@@ -96,7 +96,8 @@ class Command(BaseCommand):
     def _keep_private(self, stk: Config) -> None:
         """Umask 077 for the agent and its children, and DATA_DIR 0700 (issue 40, finding 10): the
         database (sessions, password hashes), the panel's TLS key and the agent's state are this
-        user's only. The share's files keep 0644 (`ports.sharefiles.FILE_MODE`): other members read them."""
+        user's only. The share's files keep 0644 (`ports.share.sharefiles.FILE_MODE`): other members
+        read them."""
         os.umask(PRIVATE_UMASK)
         try:
             if stat.S_IMODE(os.stat(stk.data_dir).st_mode) & 0o077:
@@ -111,7 +112,7 @@ class Command(BaseCommand):
 
     def _hold_liveness_port(self, stk: Config, env: dict[str, str]) -> None:
         """The TCP liveness port (docs/design.md §13), before any child starts: none may inherit it."""
-        from elections.ports.liveness_port import LivenessPort
+        from elections.ports.beacons.liveness_port import LivenessPort
 
         try:
             LivenessPort(stk.node_ip, stk.beacon_port).start()
@@ -197,14 +198,14 @@ def _children(stk: Config, cert: WebCert | None) -> list[Any]:
 def _releaser(stk: Config) -> tuple[Callable[[Any], bool], Callable[[Any], None]]:
     """What the supervisor runs on SIGTERM if this agent leads: the lease released, said in
     beacons; and, once its children are gone, the history row of that release."""
-    from elections.ports.beacons import BeaconConfig
-    from elections.ports.clock import SystemClock
-    from elections.ports.liveness_port import send_resign
-    from elections.ports.localstate import Leadership
-    from elections.ports.stores import PoolPlace, open_store
+    from elections.ports.beacons.beacons import BeaconConfig
+    from elections.ports.beacons.liveness_port import send_resign
+    from elections.ports.local.localstate import Leadership
+    from elections.ports.store.stores import PoolPlace, open_store
     from elections.runtime.agent import identity
     from elections.runtime.lease_writes import make_record, release_lease
     from elections.runtime.projection import pool_event_sink
+    from stkhost.clock import SystemClock
 
     clock = SystemClock()
     os.environ["STK_AGENT_PID"] = str(os.getpid())
@@ -235,8 +236,8 @@ def _web_cert(stk: Config, env: dict[str, str]) -> WebCert | None:
         return None
     if stk.tls_cert:
         return operator_cert(stk.data_dir, stk.tls_cert, stk.tls_key)
-    # A short child: `cryptography` (~13 MiB) stays out of the supervisor (elections.ports.webcert).
-    made = subprocess.run([sys.executable, "-m", "elections.ports.webcert", stk.data_dir, stk.node_ip,
+    # A short child: `cryptography` (~13 MiB) stays out of the supervisor (elections.ports.local.webcert).
+    made = subprocess.run([sys.executable, "-m", "elections.ports.local.webcert", stk.data_dir, stk.node_ip,
                            *stk.web_allowed_hosts], env=env, capture_output=True, text=True,
                           timeout=60)  # fmt: skip
     fingerprint = made.stdout.strip()

@@ -38,7 +38,11 @@ from typing import Any, TypeVar
 from elections.core.skew import ClockReading, from_window
 from elections.core.untrusted import LEASE, TOO_LARGE, TOO_MANY, WRONG_NODE, Untrusted
 from elections.errors import StoreUnavailable
-from elections.ports.backend import (
+from elections.ports.etcd import pool as layout
+from elections.ports.etcd.client import EtcdRefused, LeaseNotFound, delete, gateway_int, mod_is, put
+from elections.ports.etcd.events import EtcdEvents
+from elections.ports.etcd.pool import NODE, EtcdPool, Kv, parse_revision, revision
+from elections.ports.store.backend import (
     EPOCH_KEY,
     LEASE_KEY,
     MEMBERS,
@@ -51,10 +55,6 @@ from elections.ports.backend import (
     log_only,
     poll_wait,
 )
-from elections.ports.etcd import pool as layout
-from elections.ports.etcd.client import EtcdRefused, LeaseNotFound, delete, gateway_int, mod_is, put
-from elections.ports.etcd.events import EtcdEvents
-from elections.ports.etcd.pool import NODE, EtcdPool, Kv, parse_revision, revision
 
 log = logging.getLogger("stkrelay.store")
 T = TypeVar("T")
