@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -99,7 +100,7 @@ async def load(port: int, seconds: float, window: int) -> tuple[float, list[floa
     started = loop.time()
     await asyncio.gather(write(), read())
     took = loop.time() - started
-    writer.close()
+    await closed(writer)
     return got / took, latencies
 
 
@@ -141,10 +142,17 @@ async def stream(port: int, seconds: float) -> float:
     await publish()
     start, counted = first.result(), got
     took = loop.time() - start
-    for w in (pub_w, viewer_w):
-        w.close()
     viewing.cancel()
+    for w in (pub_w, viewer_w):
+        await closed(w)
     return counted / took / 1e6
+
+
+async def closed(writer: asyncio.StreamWriter) -> None:
+    """Close a connection and wait until it is (else the relay may see it end only at its own exit)."""
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
 
 
 def p(values: list[float], q: int) -> float:

@@ -136,7 +136,12 @@ class AuditEntry(models.Model):
 
 
 class Sink(Protocol):
-    def record(self, kind: str, epoch: int, reason: str, required: bool = False, **extra: Any) -> None: ...
+    """Where the trail publishes its rows (`runtime.projection.DbEventSink`)."""
+
+    def record(self, kind: str, epoch: int, reason: str, required: bool = False, **extra: Any) -> object: ...
+
+    @property
+    def last_seq(self) -> int | None: ...  # the seq of the last line it put in the pool's log
 
 
 class AuditTrail:

@@ -180,7 +180,7 @@ def perform(
     except audit.AuditUnavailable:
         outcome.recorded = False
         outcome.message += " (warning: the outcome could not be written to the audit trail)"
-    seq = getattr(trail.sink, "last_seq", None)
+    seq = trail.sink.last_seq if trail.sink is not None else None
     # Every agent's audit page shows an accepted command's outcome now, not at its next look. A refused
     # one (a viewer's 403, a stale epoch) changed nothing and is read at the next look: nudged, a scan of
     # refused calls flooded every agent's nudge budget and raised `too_many` alarms (issue 42).
@@ -206,7 +206,7 @@ def next_command_clock(folded: int, kmsn: str | None = None) -> int:
 
 def watched_pool(kmsn: str) -> Any | None:
     """The `[pool:<KMSN>]` section of `kmsn` (stkconfig.parsed.WatchedPool), or None."""
-    return next((w for w in getattr(settings.STK, "watched", []) if w.kmsn == kmsn), None)
+    return next((w for w in settings.STK.watched if w.kmsn == kmsn), None)
 
 
 def submit(

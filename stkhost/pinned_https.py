@@ -21,6 +21,8 @@ import http.client
 import ssl
 import urllib.request
 from collections.abc import Iterable
+from email.message import Message
+from typing import IO
 
 from stkhost.fingerprints import fingerprint, normalise
 
@@ -61,7 +63,8 @@ class _PinnedConnection(http.client.HTTPSConnection):
 
 class _PinnedHandler(urllib.request.HTTPSHandler):
     def __init__(self, pins: frozenset[str]) -> None:
-        super().__init__(context=client_context(pinned=True))
+        self.pinned_context = client_context(pinned=True)
+        super().__init__(context=self.pinned_context)
         chosen = pins
 
         class PinnedConnection(_PinnedConnection):
@@ -69,15 +72,17 @@ class _PinnedHandler(urllib.request.HTTPSHandler):
 
         self.connection = PinnedConnection
 
-    def https_open(self, req: urllib.request.Request):  # type: ignore[no-untyped-def]
-        return self.do_open(self.connection, req, context=self._context)  # type: ignore[attr-defined]
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(self.connection, req, context=self.pinned_context)
 
 
 class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
     """In place of urllib's own redirect handler (which would send the request again to any
     `Location`, http:// too): no new request, so the 3xx is raised as an `HTTPError`."""
 
-    def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[no-untyped-def]
+    def redirect_request(
+        self, req: urllib.request.Request, fp: IO[bytes], code: int, msg: str, headers: Message, newurl: str
+    ) -> urllib.request.Request | None:
         return None
 
 

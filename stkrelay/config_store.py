@@ -66,7 +66,7 @@ def _check_tls(cfg: Any, bad: Bad) -> None:
     if bool(cfg.etcd_cert) != bool(cfg.etcd_key):
         missing = "ETCD_KEY" if cfg.etcd_cert else "ETCD_CERT"
         bad("stkrelay.E036", missing, "is not set (a client certificate needs its key)", hint)
-    plain = [e for e in getattr(cfg, "etcd_endpoints", []) if e.startswith("http://")]
+    plain = [e for e in cfg.etcd_endpoints if e.startswith("http://")]
     if plain:
         bad("stkrelay.E036", "ETCD_ENDPOINTS", f"{plain[0]} is not https:// but TLS options are set",
             "use https:// endpoints with ETCD_CA/ETCD_CERT/ETCD_KEY")  # fmt: skip

@@ -44,6 +44,7 @@ def console_prog(prog: str) -> str:
 
 class OperatorCommand(BaseCommand):
     suppressed_base_arguments = DJANGO_OPTIONS
+    help: str
     requires_system_checks: list[str] = []
 
     def get_version(self) -> str:

@@ -526,6 +526,7 @@ def test_it_reports_clients_and_counters_in_a_json_snapshot(relay):
 class FakeSession:
     def __init__(self, kmsn: str, station: str, role: str) -> None:
         self.kmsn, self.station, self.role = kmsn, station, role
+        self.station_key = False
         self.frames: list[dict] = []
         self.raw, self.closed = bytearray(), None
         self.deliver = lambda frame: self.frames.append(json.loads(frame[4:]))

@@ -29,9 +29,8 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from elections.errors import ConfigError
 
@@ -106,6 +105,10 @@ _AZURE_NIC = re.compile(
 )
 
 
+Bad = Callable[[str, str, str], None]  # (key, what is wrong, a hint): one ConfigError
+Address = Callable[[str, str], "str | None"]  # (key, the executor that needs it): its IPv4 address
+
+
 def action_config(values: Mapping[str, str]) -> tuple[ActionConfig, list[ConfigError]]:
     """The executors enabled by raw `[stk]` values (missing keys take
     `ACTION_DEFAULTS`). Never raises: bad values come back as `ConfigError`s,
@@ -138,7 +141,7 @@ def action_config(values: Mapping[str, str]) -> tuple[ActionConfig, list[ConfigE
     )
 
 
-def _vip(v: dict[str, str], bad: Any) -> VipConfig | None:
+def _vip(v: dict[str, str], bad: Bad) -> VipConfig | None:
     ok = True
     text = v["VIP_ADDRESS"]
     addr, _, pfx = text.partition("/")
@@ -170,7 +173,7 @@ def _vip(v: dict[str, str], bad: Any) -> VipConfig | None:
     return VipConfig(addr, prefix, iface, v["VIP_NETNS"], garp, count)
 
 
-def _aws(v: dict[str, str], bad: Any, address: Any) -> AwsConfig | None:
+def _aws(v: dict[str, str], bad: Bad, address: Address) -> AwsConfig | None:
     ok = True
     if not re.match(r"^eni-[0-9a-f]{8,}$", v["AWS_ENI_ID"]):
         bad("AWS_ENI_ID", f"{v['AWS_ENI_ID']!r} is not an ENI id", "e.g. eni-0123456789abcdef0")
@@ -186,7 +189,7 @@ def _aws(v: dict[str, str], bad: Any, address: Any) -> AwsConfig | None:
     return AwsConfig(v["AWS_ENI_ID"], ip, v["AWS_REGION"], url) if ok and ip else None
 
 
-def _oci(v: dict[str, str], bad: Any, address: Any) -> OciConfig | None:
+def _oci(v: dict[str, str], bad: Bad, address: Address) -> OciConfig | None:
     ok = True
     if not v["OCI_VNIC_ID"].startswith("ocid1.vnic."):
         bad(
@@ -199,7 +202,7 @@ def _oci(v: dict[str, str], bad: Any, address: Any) -> OciConfig | None:
     return OciConfig(v["OCI_VNIC_ID"], ip, v["OCI_CLI"] or "oci") if ok and ip else None
 
 
-def _azure(v: dict[str, str], bad: Any, address: Any) -> AzureConfig | None:
+def _azure(v: dict[str, str], bad: Bad, address: Address) -> AzureConfig | None:
     ok = True
     if not _AZURE_NIC.match(v["AZURE_NIC_ID"]):
         bad(

@@ -27,6 +27,7 @@ command without `clock` (written before this rule) counts as clock 0.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -52,17 +53,25 @@ OrderKey = tuple[int, str, int]
 
 
 class MemberLike(Protocol):
-    eligible: bool
-    reasons: tuple[str, ...]
-    age: float | None  # its heartbeat's age on the judging agent's clock
+    @property
+    def eligible(self) -> bool: ...
+
+    @property
+    def reasons(self) -> Sequence[str]: ...
+
+    @property
+    def age(self) -> float | None: ...  # its heartbeat's age on the judging agent's clock
 
 
 class PoolLike(Protocol):
     @property
     def epoch(self) -> int | None: ...
 
-    lease: dict[str, Any] | None
-    members: Any  # Mapping[str, MemberLike]
+    @property
+    def lease(self) -> dict[str, Any] | None: ...
+
+    @property
+    def members(self) -> Mapping[str, MemberLike]: ...
 
 
 @dataclass(frozen=True)
@@ -117,7 +126,7 @@ def check_command(
             return UNKNOWN_MEMBER, f"no member {target!r} in the pool"
     if kind == "forget":
         why = "this agent does not know when a heartbeat is stale" if stale_after is None else ""
-        why = why or forget_refusal(str(target), members[target], pool.lease, stale_after or 0.0)
+        why = why or forget_refusal(str(target), members[str(target)], pool.lease, stale_after or 0.0)
         if why:
             return REFUSED, f"{target} cannot be forgotten: {why}"
         return ACCEPTED, f"forget {target} accepted: its member record is removed, its history kept"
@@ -126,7 +135,7 @@ def check_command(
         return REFUSED, f"{target} is the last eligible member: draining it leaves no leader (use force)"
     if kind == "promote":
         if target not in eligible:
-            why = "; ".join(members[target].reasons) or "not eligible"
+            why = "; ".join(members[str(target)].reasons) or "not eligible"
             return REFUSED, f"{target} cannot be promoted: {why}"
         if (pool.lease or {}).get("node") == target:
             return REFUSED, f"{target} already leads epoch {epoch}"

@@ -166,8 +166,8 @@ class Entry:
         """An entry from `pool.json` (this agent's own file); None if it is not one."""
         if not isinstance(doc, dict) or doc.get("verdict") not in VERDICTS:
             return None
-        texts = {k: doc.get(k) for k in ("executor", "address")}
-        if not all(isinstance(v, str) for v in texts.values()):
+        executor, address = doc.get("executor"), doc.get("address")
+        if not (isinstance(executor, str) and isinstance(address, str)):
             return None
         epoch = doc.get("epoch")
         expected = doc.get("expected")
@@ -177,7 +177,7 @@ class Entry:
             return tuple(str(v) for v in value[:MAX_HOLDERS]) if isinstance(value, list) else ()
 
         return cls(
-            texts["executor"], texts["address"], doc["verdict"],  # type: ignore[arg-type]
+            executor, address, doc["verdict"],
             expected if isinstance(expected, str) else None,
             epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None,
             names("holders"), names("foreign"), names("errors"),

@@ -36,7 +36,7 @@ import re
 import subprocess
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from elections.core.actions import RELEASE_IP, RELEASE_VIP, STOP_RELAY, Action, ActionPlan
 from elections.core.ownership import Sighting
@@ -109,6 +109,7 @@ class Executor(Protocol):
         ...
 
 
+@runtime_checkable
 class Observer(Protocol):
     """An executor that can say where its address really is (ADR 0011 phase 4):
     `observe(args)` takes an action's `args`, is read-only, and never raises."""

@@ -155,7 +155,7 @@ def legacy_check(check: Any, stk: Config) -> None:
     old stations send the site token in clear on the LAN. A warning, not a failure."""
     from elections.ports.local.localstate import LocalState
 
-    if not getattr(stk, "relay_legacy", False):
+    if not stk.relay_legacy:
         check("legacy stations", True, "off (RELAY_LEGACY = 0): only protocol v1 clients")
         return
     doc = LocalState(stk.data_dir).relay().snapshot.get("legacy")
@@ -205,7 +205,7 @@ def store_checks(check: Callable[..., None], stk: Any, place: Any, store: Any) -
     from elections.ports.store.stores import open_share
 
     share_mtime = None
-    if getattr(stk, "lease_store", "file") == "etcd":  # the cluster, and TTLs as etcd counts them
+    if stk.lease_store == "etcd":  # the cluster, and TTLs as etcd counts them
         from elections.ports.etcd.health import doctor_checks
 
         for name, ok, detail in doctor_checks(store.backend.pool, stk.lease_ttl):
@@ -305,7 +305,7 @@ def stations_check(check: Any, stk: Config, pool: Any) -> None:
               "site's station build)") % {"port": STATIONS_PORT}, warn=True)  # fmt: skip
         return
     try:
-        addresses = {ipaddress.ip_address(a[4][0].split("%")[0]) for a in socket.getaddrinfo(host, None)}
+        addresses = {ipaddress.ip_address(str(a[4][0]).split("%")[0]) for a in socket.getaddrinfo(host, None)}
     except (OSError, ValueError) as exc:
         say(_("RELAY_HOST = %(host)s does not resolve here: %(why)s") % {"host": host, "why": exc}, ok=False)
         return
@@ -318,7 +318,7 @@ def stations_check(check: Any, stk: Config, pool: Any) -> None:
         if stk.relay_loopback == "off" or auto_off:
             say(_("RELAY_HOST = %(host)s, but this agent does not listen on loopback (RELAY_LOOPBACK): the "
                   "stations reach no relay there") % said, warn=True)  # fmt: skip
-        elif getattr(stk, "relay_forward", "loopback") == "off":
+        elif stk.relay_forward == "off":
             say(_("RELAY_HOST = %(host)s, but RELAY_FORWARD = off: the stations reach a relay there only "
                   "while this agent leads") % said, warn=True)  # fmt: skip
         else:

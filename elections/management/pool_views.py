@@ -126,7 +126,9 @@ def list_view(
                  % {"kmsn": pool.kmsn, "leader": lease.get("node", "-"), "epoch": lease.get("epoch", "-"),
                     "status": lease_words(pool), "node": pool.node})  # fmt: skip
     doc["leader_since"] = None if since is None else timezone.localtime(since).isoformat()
-    rows = [["node", "state", "ip", "priority", "heartbeat_s", "eligible", "reasons", "leader_since"]]
+    rows: list[list[Any]] = [
+        ["node", "state", "ip", "priority", "heartbeat_s", "eligible", "reasons", "leader_since"]
+    ]
     titles = [
         _("NODE"),
         _("STATE"),

@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from elections.core.evidence import DETAIL_CHARS, SOURCE_CHARS, printable
@@ -124,7 +124,7 @@ class EventFeed:
         return epoch if type(epoch) is int else 0
 
     # -- the rows ----------------------------------------------------------------------------
-    def _rows(self, last: int, since: Any) -> int:
+    def _rows(self, last: int, since: datetime) -> int:
         from elections.models import ElectionEvent
 
         n = self.notifier
@@ -222,7 +222,7 @@ def _iso(t: float) -> str:
 def start_for(stk: Config) -> EventFeed | None:
     """The notifier of this agent (its `Config`) and its feed, started; None when neither
     `ON_ROLE_CHANGE` nor `WEBHOOK_URL` is set. Called once, by the worker (`runtime.agent`)."""
-    cfg = getattr(stk, "notify", None)
+    cfg = stk.notify
     if cfg is None or not cfg.configured:
         return None
     return EventFeed(Notifier(cfg, stk.kmsn, stk.node, data_dir=stk.data_dir), stk.data_dir).start()

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, replace
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any
 
 from elections.core.action_config import ActionConfig
 from elections.core.actions import ActionPlan, demotion_plan, plan_for
@@ -55,12 +55,12 @@ KEEP_REPAIRS = 8  # the latest repairs shown with the map
 def targets(config: ActionConfig, executors: list[Executor]) -> list[tuple[Observer, dict[str, Any]]]:
     """(executor, its arguments) for every address this agent's config moves."""
     by_name = {ex.name: ex for ex in executors}
-    out = []
+    out: list[tuple[Observer, dict[str, Any]]] = []
     for name in ADDRESS_EXECUTORS:
         part = getattr(config, name)
         ex = by_name.get(name)
-        if part is not None and ex is not None and hasattr(ex, "observe"):
-            out.append((cast(Observer, ex), asdict(part)))
+        if part is not None and isinstance(ex, Observer):
+            out.append((ex, asdict(part)))
     return out
 
 

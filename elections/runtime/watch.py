@@ -168,7 +168,7 @@ class Watchers:
     def from_settings(cls, stk: Config, clock: Clock, local: LocalState, projector: Projector) -> Watchers:
         timing = (stk.heartbeat_ttl, stk.promotion_hold, stk.lease_ttl)
         watchers = []
-        for w in getattr(stk, "watched", []):
+        for w in stk.watched:
             try:
                 watchers.append(PoolWatcher(w, stk.node, clock, local, projector, *timing))
             except Exception as exc:  # e.g. its SMB password file went away: that pool only is not watched

@@ -162,7 +162,7 @@ _COMMAND_FIELDS = {
     "force": _t(B, description="drain even the last eligible member"),
 }
 # drain, undrain, promote, forget name a member, unbind a station (api.TARGETED): the body is required.
-TARGET_BODY = {
+TARGET_BODY: dict[str, Any] = {
     "type": "object",
     "required": ["target"],
     "properties": {
@@ -170,7 +170,7 @@ TARGET_BODY = {
         **_COMMAND_FIELDS,
     },
 }
-POOL_BODY = {"type": "object", "properties": _COMMAND_FIELDS}  # pause, resume: the whole pool
+POOL_BODY: dict[str, Any] = {"type": "object", "properties": _COMMAND_FIELDS}  # pause, resume: the whole pool
 LEADER = _obj(
     {"kmsn": _t(S), "leader": _t(S), "station": _t(S), "ip": _t(S), "port": _t(INT), "epoch": _t(INT),
      "status": _t(S)}

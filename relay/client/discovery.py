@@ -44,7 +44,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeGuard, TypeVar
 
 from elections.core.evidence import DETAIL_CHARS, printable
 from elections.core.lease import LeaseRead, LeaseRecord
@@ -207,7 +207,7 @@ def in_clear_on_lan(url: str) -> bool:
         return parts.hostname != "localhost"
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

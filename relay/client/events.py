@@ -104,7 +104,7 @@ class Status:
     delay: float | None = None  # reconnecting: the backoff delay about to be waited
 
     def describe(self) -> str:
-        parts = [self.kind]
+        parts: list[str] = [self.kind]
         if self.node or self.leader:
             where = f"{self.leader.ip}:{self.leader.port}" if self.leader else "?"
             parts.append(f"{self.node or '?'} at {where}")

@@ -357,6 +357,7 @@ class RelayClient(ClientState):
 
     # -- callbacks of the session and the follower ---------------------------------------
     def _registered(self, session: Session, reason: str) -> None:
+        assert session.epoch is not None  # a registered session knows its epoch
         if self._follower.registered(session.epoch):
             self.counters.reconnects += 1
         self._live = session

@@ -94,7 +94,7 @@ class TunnelDirectory:
             return 0, held
         mine = self.leases.pop(kmsn, None)
         self.leases[kmsn] = lease
-        for stale in {mine, old_lease} - {None, 0, lease}:
+        for stale in {x for x in (mine, old_lease) if x} - {lease}:
             self.client.revoke(stale)  # ours of an older tunnel, or the node we took the site from
         return lease, held
 

@@ -75,9 +75,10 @@ def read_forward_header(
         raise PeerRefused("peer_bad_header", "the header is not JSON") from None
     if not isinstance(doc, dict):
         raise PeerRefused("peer_bad_header", "the header is not an object")
-    fields = {k: doc.get(k) for k in ("kmsn", "kind", "nonce", "peer", "from", "cnonce", "mac")}
+    given = {k: doc.get(k) for k in ("kmsn", "kind", "nonce", "peer", "from", "cnonce", "mac")}
     # printable: no lone surrogate (which the MAC's encode() would choke on), no control character
-    if not all(isinstance(v, str) and 0 < len(v) <= 128 and v.isprintable() for v in fields.values()):
+    fields = {k: v for k, v in given.items() if isinstance(v, str) and 0 < len(v) <= 128 and v.isprintable()}
+    if len(fields) < len(given):
         raise PeerRefused("peer_bad_header", "the header's fields are strings of 1..128 printable characters")
     if not is_name(fields["kmsn"]):
         raise PeerRefused("peer_bad_header", f"the header's kmsn is not {NAME_RULE}")
@@ -88,7 +89,7 @@ def read_forward_header(
     want = _mac(token, "peer", challenge, *(fields[k] for k in ("kmsn", "kind", "nonce", "peer", "from")))
     if not hmac.compare_digest(want, fields["mac"]):
         raise PeerRefused("peer_bad_mac", "the header's mac does not verify with PEER_TOKEN")
-    return fields  # type: ignore[return-value]
+    return fields
 
 
 class ForwardedPeer(RemotePeer):

@@ -57,7 +57,11 @@ class PeerServer(Protocol):
     cfg: CloudConfig
     fence: EpochFence
     book: TunnelBook
-    cluster: object | None  # the etcd directory (`relay.cloud.cluster`), None for a node alone
+
+    @property
+    def cluster(
+        self,
+    ) -> object | None: ...  # the etcd directory (`relay.cloud.cluster`), None for a node alone
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop: ...

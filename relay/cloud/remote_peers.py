@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Any, Protocol
 
 from relay.cloud.peers import (
     LINGER,
     PARKED_LIMIT,
     READ_PAUSE_ABOVE,
     PeerServer,
-    TunnelPeer,
     _keepalive,
     _peer_name,
 )
@@ -34,6 +33,30 @@ from relay.wire.framing import NOT_LEADER, decode_payload, encode_frame
 from relay.wire.mux import INITIAL_WINDOW
 
 log = logging.getLogger("stkrelay.cloud")
+
+
+class StreamWindow(Protocol):
+    """A carrier's flow control of one stream (`relay.wire.mux.Mux`)."""
+
+    def buffered(self, stream: int) -> int: ...
+
+    def consumed(self, stream: int, n: int) -> None: ...
+
+
+class Carrier(Protocol):
+    """What a remote client's stream rides on: its site's `TunnelPeer`, or on another cloud
+    node a `relay.cloud.forward.PeerLink` to the node that holds that tunnel."""
+
+    @property
+    def mux(self) -> StreamWindow: ...
+
+    def open_stream(self, remote: RemotePeer, kind: str, nonce: str, peer: str) -> int: ...
+
+    def write(self, stream: int, data: bytes) -> None: ...
+
+    def close_stream(self, stream: int, reason: str) -> None: ...
+
+    def flush_soon(self) -> None: ...
 
 
 class RemotePeer(asyncio.Protocol):
@@ -48,7 +71,7 @@ class RemotePeer(asyncio.Protocol):
         self.greeting = Greeting()
         self.cursor = FrameCursor()
         self.transport: asyncio.Transport | None = None
-        self.tunnel: Any = None  # a TunnelPeer, or a `relay.cloud.forward.PeerLink`
+        self.tunnel: Carrier | None = None  # a TunnelPeer, or a `relay.cloud.forward.PeerLink`
         self.stream = 0
         self.kmsn = ""
         self.registered = False
@@ -122,7 +145,7 @@ class RemotePeer(asyncio.Protocol):
             self.tunnel.flush_soon()
 
     # -- routing --------------------------------------------------------------------------
-    def attach(self, tunnel: TunnelPeer) -> None:
+    def attach(self, tunnel: Carrier) -> None:
         """Open this client's stream on `tunnel` and forward what it sent so far."""
         if self.dead:
             return

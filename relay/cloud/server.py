@@ -44,6 +44,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Hashable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -103,14 +104,16 @@ class CloudServer(ClusterRouting):
         self._loop = asyncio.get_running_loop()
         self.started = self._loop.time()
         cfg = self.cfg
-        plan = (("json", RemotePeer, cfg.relay_port), ("passthrough", RemoteViewer, cfg.relay_port + 1),
-                ("tunnel", TunnelPeer, cfg.tunnel_port))  # fmt: skip
+        plan: list[tuple[str, Callable[[CloudServer], asyncio.Protocol], int]] = [
+            ("json", RemotePeer, cfg.relay_port), ("passthrough", RemoteViewer, cfg.relay_port + 1),
+            ("tunnel", TunnelPeer, cfg.tunnel_port),
+        ]  # fmt: skip
         if cfg.cluster is not None:
-            plan += (("peer", ForwardedPeer, cfg.cluster.peer_port),)
+            plan.append(("peer", ForwardedPeer, cfg.cluster.peer_port))
         try:
             for name, kind, port in plan:
                 listener = await self._loop.create_server(
-                    lambda kind=kind: kind(self), cfg.listen_ip, port, backlog=BACKLOG, reuse_address=True
+                    partial(kind, self), cfg.listen_ip, port, backlog=BACKLOG, reuse_address=True
                 )
                 self._listeners.append(listener)
                 self.addresses[name] = listener.sockets[0].getsockname()[:2]

@@ -74,13 +74,17 @@ def serve(stk: Config, standby: bool, say: Say, complain: Say) -> int:
     if standby:
         epoch = await_leadership(stk)
     else:
-        epoch = LocalState(stk.data_dir).leadership().held_epoch(time.monotonic())
-        why = "the leadership state does not say this agent leads now" if epoch is None else None
-        why = why or LeadershipGate(stk.data_dir, epoch).why_not()
+        held = LocalState(stk.data_dir).leadership().held_epoch(time.monotonic())
+        why = (
+            "the leadership state does not say this agent leads now"
+            if held is None
+            else LeadershipGate(stk.data_dir, held).why_not()
+        )
         if why is not None:
             say(f"runrelay: {stk.node} is not the leader ({why}): not serving")
             return 0
-    assert isinstance(epoch, int)
+        assert held is not None
+        epoch = held
     # Everything loaded so far lives as long as the process: out of the collector's sight, it
     # costs no full collection while serving, and the interpreter's teardown after a SIGTERM
     # ~0.1 s less of the 1 s the relay has to be gone (docs/design.md §4).

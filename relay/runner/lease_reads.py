@@ -97,8 +97,7 @@ class LeaseReads:
             return NOBODY
 
         def member_ip(store: Any) -> str | None:
-            read_one = getattr(store, "read_member", None)
-            doc = read_one(node) if read_one is not None else store.read_members().get(node)
+            doc = store.read_member(node)
             ip = (doc or {}).get("ip")
             return ip if isinstance(ip, str) and ip else None
 

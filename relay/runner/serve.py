@@ -38,7 +38,7 @@ BIND_WAIT = 1.0  # seconds a NODE_IP bind is tried again while this member's sta
 
 def legacy_settings(stk: Config) -> LegacySettings | None:
     """Old stations on this relay (``RELAY_LEGACY = 1``, relay.wire.legacy), or None."""
-    if not getattr(stk, "relay_legacy", False):
+    if not stk.relay_legacy:
         return None
     return LegacySettings(stk.relay_legacy_magic, stk.relay_legacy_wait)
 
@@ -76,6 +76,7 @@ class RelayRunner(LeaseReads):
             max_per_address=stk.relay_max_per_address or None,
             bindings=self.bindings,
             legacy=legacy_settings(stk),
+            successor=self.gate.successor,
         )
 
     def wanted(self) -> tuple[ListenAddress, ...]:
@@ -86,6 +87,7 @@ class RelayRunner(LeaseReads):
     def fencing_proxy(self) -> FencingProxy:
         """RELAY_KIND = exec: the proxy, fenced by this runner's gate, in front of the external relay."""
         spec = self.stk.relay_exec
+        assert spec is not None  # RELAY_KIND = exec: the config has its command (stkrelay.config_exec)
         # A forwarded client's header (issue 40) is checked with the pool key and stripped.
         proxy = FencingProxy(gate=self.gate, upstream=(spec.host, spec.port),
                              upstream_passthrough=spec.passthrough_port,
@@ -126,7 +128,8 @@ class RelayRunner(LeaseReads):
             loop.add_signal_handler(sig, stopping.set)
         through = ""
         if self.external is not None:
-            through = f" through the fencing proxy to {self.external.name} on {stk.relay_exec.host}"
+            spec = stk.relay_exec
+            through = f" through the fencing proxy to {self.external.name} on {spec.host if spec else '?'}"
             self.external.start()
         self.say(
             f"runrelay: {stk.node} epoch {self.epoch} serving {stk.kmsn} on {stk.node_ip}:"
@@ -157,8 +160,10 @@ class RelayRunner(LeaseReads):
 
     def start_tunnel(self) -> None:
         """CLOUD_URL: dial the cloud relay's tunnel, presenting the signed lease of this epoch."""
-        stk, server = self.stk, self.server
-        self.tunnel = TunnelClient(server=server, host=stk.cloud.host, port=stk.cloud.port,
+        stk, server, cloud = self.stk, self.server, self.stk.cloud
+        # CLOUD_URL: the built-in relay (stkrelay.E076 refuses it with RELAY_KIND = exec)
+        assert isinstance(server, RelayServer) and cloud is not None
+        self.tunnel = TunnelClient(server=server, host=cloud.host, port=cloud.port,
                                    token=stk.cloud_token, lease_key=cloud_key(stk.pool_key, stk.kmsn),
                                    kmsn=stk.kmsn, node=stk.node, epoch=self.epoch,
                                    lease=self.own_lease, gate=self.gate, keepalive=stk.relay_keepalive,

@@ -77,6 +77,7 @@ class JsonPeer(asyncio.Protocol):
         self.peer = "?"
         self.registered = False
         self.station_key = False  # registered with its station's credential (see relay.server.routing)
+        self.legacy = False  # registered with the legacy magic (relay.server.legacy_peer)
         self.dead = False  # closing or closed: nothing more is written
         self.since = self.last_rx = self.loop.time()
         self.rx = 0

@@ -112,13 +112,21 @@ class EntryGate:
             except Exception:  # an unreadable view is no leader
                 log.exception("entry: cannot read the pool view")
                 view = PoolView()
-            self._now, self._read_at = target_of(view, now, self.stale_after, self.floor), now
-            if self._now is not None:
-                self.floor = max(self.floor, self._now.epoch)
+            seen = target_of(view, now, self.stale_after, self.floor)
+            if seen != self._now:  # the same target keeps its object: __call__ compares identity first
+                self._now = seen
+            self._read_at = now
+            if seen is not None:
+                self.floor = max(self.floor, seen.epoch)
         return self._now
 
     def __call__(self) -> bool:
-        return self.target is not None and self.look() == self.target
+        """Asked before every send (a pair's callback): cheap, with nothing awaited."""
+        target = self.target
+        if target is None:
+            return False
+        seen = self.look()
+        return seen is target or seen == target
 
 
 class EntryRunner:

@@ -35,6 +35,10 @@ Decisions worth knowing:
   `max_per_address` from one source address (``RELAY_MAX_PER_ADDRESS``, else
   the built-in relay's default), so one host cannot fill it. A connection to the
   external relay that does not complete in `connect_timeout` is closed.
+- Zero-copy where it can (issue 36): on Linux the pairs splice socket → pipe → socket through
+  one pipe of the proxy's (`relay.server.splice_pipe`), the gate asked before each splice;
+  elsewhere, or once the kernel refuses (`no_splice`, logged once), they copy with
+  `recv()`/`send()`. ``splice=False`` copies from the start.
 - Half-close is forwarded (EOF one way becomes `shutdown(SHUT_WR)` the other
   way); the pair ends when both directions have ended, or on any error.
 - Forwarded clients (issue 40, `relay.wire.proxy_header`). With `header_key` (the
@@ -71,6 +75,7 @@ from relay.server.limits import Caps
 from relay.server.listen_set import bound_socket
 from relay.server.proxy_pair import HeaderMaker, Pair
 from relay.server.relay_server import file_limit
+from relay.server.splice_pipe import SplicePipe
 from relay.wire.proxy_header import Address
 
 log = logging.getLogger("stkrelay.relay")
@@ -112,6 +117,7 @@ class FencingProxy:
         max_per_address: int | None = None,
         header_key: str | None = None,
         forward_header: HeaderMaker | None = None,
+        splice: bool = True,
     ) -> None:
         self.gate, self.ready = gate, ready
         self.header_key, self.forward_header = header_key or None, forward_header
@@ -131,10 +137,12 @@ class FencingProxy:
         self.refused: dict[str, int] = {}
         self.closes: dict[str, int] = {}
         self.bytes = {"up": 0, "down": 0}
+        self.spliced = 0  # of those bytes, both ways: moved by splice, never copied into Python
         self._listeners: list[socket.socket] = []
         self._hosts: dict[str, list[socket.socket]] = {}  # where it listens: NODE_IP first (listen_set)
         self._ports = (0, 0)  # the two ports start() bound, for every further address
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.pipe = SplicePipe.open() if splice else None  # the pairs' splices pass through it
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -290,8 +298,10 @@ class FencingProxy:
         return None
 
     # -- what the runner and the pairs call -------------------------------------------
-    def counted(self, way: str, sent: int) -> None:
+    def counted(self, way: str, sent: int, spliced: bool = False) -> None:
         self.bytes[way] += sent
+        if spliced:
+            self.spliced += sent
 
     def forget(self, pair: Pair, cause: str) -> None:
         if pair in self.pairs:
@@ -346,6 +356,14 @@ class FencingProxy:
             log.warning("proxy: refused a forwarded-client header from %s: %s, %s (%d such refusals)",
                         pair.peer, cause, detail[:120], n)  # fmt: skip
 
+    def no_splice(self, why: OSError) -> None:
+        """The kernel refused to splice a pair's sockets: every pair copies from now on."""
+        if self.pipe is not None:
+            log.warning("proxy: the kernel does not splice these sockets (%s): copying instead",
+                        why.strerror or why)  # fmt: skip
+            self.pipe.close()
+            self.pipe = None
+
     def repoint(self, upstream: tuple[str, int], passthrough: int | None = None) -> int:
         """Forward from now on to `upstream` (an entry member's new leader, `relay.server.entry`) and
         close every pair forwarded to the old one (its sessions were that relay's); how many."""
@@ -367,6 +385,9 @@ class FencingProxy:
         self.leading = False
         self.close_listeners()
         self.close_all("gate_shut")
+        if self.pipe is not None:
+            self.pipe.close()
+            self.pipe = None
 
     async def wait_closed(self, timeout: float = 0.5) -> None:
         """Nothing to wait for: every socket is closed by `lose_leadership()` itself."""
@@ -387,6 +408,7 @@ class FencingProxy:
             "closed": dict(self.closes),
             "bytes_up": self.bytes["up"],
             "bytes_down": self.bytes["down"],
+            "bytes_spliced": self.spliced,
             "max_connections": self.max_connections,
             "max_per_address": self.max_per_address,
             "headers": dict(self.headers, holding=self.holding),

@@ -13,6 +13,7 @@ from collections.abc import Collection
 from typing import Any, Protocol, TypeVar
 
 from relay.server.routing import Router
+from relay.wire.legacy import LegacyDesk
 from relay.wire.server_connection import ServerConnection
 
 Successor = tuple[int | None, str | None, int | None]  # (epoch, ip, port) of ``leader_changed``
@@ -79,6 +80,9 @@ class Host(Protocol[P]):
 
     @property
     def successor(self) -> Successor | None: ...  # set once leadership is lost
+
+    @property
+    def legacy(self) -> LegacyDesk | None: ...  # old stations' desk, with RELAY_LEGACY on (relay.wire.legacy)
 
     def new_connection(
         self, *, roles: Collection[str], raw_mode: bool, nonce: str | None = None, peer: str = "?"

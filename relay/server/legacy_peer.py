@@ -43,8 +43,8 @@ class LegacyJsonPeer(JsonPeer):
 
     @property
     def desk(self) -> LegacyDesk:
-        desk = getattr(self.host, "legacy", None)
-        assert isinstance(desk, LegacyDesk), "legacy peers need a server with RELAY_LEGACY on"
+        desk = self.host.legacy
+        assert desk is not None, "legacy peers need a server with RELAY_LEGACY on"
         return desk
 
     def _say_hello(self) -> None:

@@ -4,6 +4,12 @@ Each `Direction` holds at most one chunk (`CHUNK`) the other side has not
 taken; the gate is asked before every send, and a shut gate closes the pair
 (docs/design.md §16; the proxy's decisions are in `relay.server.fencing_proxy`).
 
+Where the proxy has a `relay.server.splice_pipe.SplicePipe` (Linux), bytes go socket → pipe →
+socket with `os.splice`, never into Python, and the gate is asked before each of the two
+splices, in the same callback with nothing between them; what the destination does not take
+at once is read out of the pipe and held as the rest of a short `send()` is. Without one (or
+once the kernel refuses to splice a socket) the pair copies with `recv()`/`send()`.
+
 Forwarded clients (`relay.wire.proxy_header`): with the proxy's `header_key`, the
 client's first bytes go through a `HeaderReader` before anything is sent up (a
 verified header is stripped, one that does not verify closes the pair); with its
@@ -18,6 +24,7 @@ import socket
 from collections.abc import Callable
 from typing import Protocol
 
+from relay.server.splice_pipe import SplicePipe, Unsupported
 from relay.wire.proxy_header import (
     NEED_MORE,
     NOT_A_HEADER,
@@ -29,6 +36,9 @@ from relay.wire.proxy_header import (
 )
 
 CHUNK = 64 << 10
+ROUNDS = 8  # full chunks one callback splices at most, then the loop's other sockets have their turn
+BULK = CHUNK  # a read that filled a chunk: a stream in full flow, the next read splices (a station's
+# frames, read a few at a time, cost less copied: bench/door.py's msg/s)
 
 # forward_header(client, dialled, local): what a pair sends upstream first (relay.wire.proxy_header.encode)
 HeaderMaker = Callable[[Address, Address, Address], bytes]
@@ -42,13 +52,14 @@ class PairOwner(Protocol):
     header_key: str | None
     forward_header: HeaderMaker | None
     headers: dict[str, int]
+    pipe: SplicePipe | None  # None: copy with recv()/send()
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop: ...
 
     def gate_open(self) -> bool: ...
 
-    def counted(self, way: str, sent: int) -> None: ...
+    def counted(self, way: str, sent: int, spliced: bool = False) -> None: ...
 
     def forget(self, pair: Pair, cause: str) -> None: ...
 
@@ -58,16 +69,19 @@ class PairOwner(Protocol):
 
     def header_refused(self, pair: Pair, cause: str, detail: str) -> None: ...
 
+    def no_splice(self, why: OSError) -> None: ...
+
 
 class Direction:
     """One way of a pair: bytes read from `src`, sent to `dst`, at most one chunk held."""
 
-    __slots__ = ("dst", "ended", "held", "name", "src")
+    __slots__ = ("bulk", "dst", "ended", "held", "name", "src")
 
     def __init__(self, src: socket.socket, dst: socket.socket, name: str) -> None:
         self.src, self.dst, self.name = src, dst, name
         self.held: bytes | memoryview = b""  # read, not yet taken by dst
         self.ended = False  # src said EOF and dst was told
+        self.bulk = False  # its last read was `BULK` or more: the next one splices (where it can)
 
 
 class Pair:
@@ -195,6 +209,10 @@ class Pair:
         if not self.proxy.gate_open():
             self.close("gate_shut")
             return
+        pipe = self.proxy.pipe
+        bulk = way.bulk and (way is self.down or self.first is None)  # a header is read by recv()
+        if bulk and pipe is not None and self._spliced(way, pipe):
+            return
         try:
             data = way.src.recv(CHUNK)
         except (BlockingIOError, InterruptedError):
@@ -202,6 +220,7 @@ class Pair:
         except OSError:
             self.close("reset")
             return
+        way.bulk = len(data) >= BULK
         if way is self.up and self.first is not None:  # a forwarded client's header, or not
             self._first_bytes(data)
             if self.closed or data:
@@ -212,6 +231,60 @@ class Pair:
             return
         self._send(way, data)
 
+    def _spliced(self, way: Direction, pipe: SplicePipe) -> bool:
+        """`src` → pipe → `dst` with the gate asked (by `_readable`, then here) before each splice,
+        chunk after chunk while `src` has full ones and `dst` takes them all (`ROUNDS` at most);
+        False: the kernel cannot splice these sockets, copy them (nothing was moved)."""
+        for round_ in range(ROUNDS):
+            if round_ and not self.proxy.gate_open():  # before the next fill (the first: _readable's)
+                self.close("gate_shut")
+                return True
+            try:
+                got = pipe.fill(way.src.fileno(), CHUNK)
+            except (BlockingIOError, InterruptedError):
+                return True
+            except Unsupported as exc:
+                self.proxy.no_splice(exc)
+                return round_ > 0  # copy the rest, unless this callback moved some already
+            except OSError:
+                self.close("reset")
+                return True
+            way.bulk = got >= BULK
+            if not got:
+                self.proxy.loop.remove_reader(way.src.fileno())
+                self._end(way)
+                return True
+            if not self.proxy.gate_open():  # asked again before the splice that moves the bytes on
+                pipe.clear()
+                self.close("gate_shut")
+                return True
+            try:
+                sent = pipe.drain(way.dst.fileno())
+            except Unsupported as exc:  # the bytes are still in the pipe: held as a short send's rest
+                self._keep_rest(way, pipe)
+                self.proxy.no_splice(exc)
+                return True
+            except OSError:
+                pipe.clear()
+                self.close("reset")
+                return True
+            self.proxy.counted(way.name, sent, spliced=True)
+            if pipe.pending:
+                self._keep_rest(way, pipe)
+                return True
+            if got < CHUNK:  # `src` had no more: back to the loop
+                return True
+        return True
+
+    def _keep_rest(self, way: Direction, pipe: SplicePipe) -> None:
+        """What `dst` did not take leaves the pipe (empty for the next splice) to be held."""
+        try:
+            rest = pipe.take()
+        except OSError:
+            self.close("reset")
+            return
+        self._hold(way, rest)
+
     def _send(self, way: Direction, data: bytes | memoryview) -> None:
         try:
             sent = way.dst.send(data)
@@ -221,11 +294,15 @@ class Pair:
             self.close("reset")
             return
         self.proxy.counted(way.name, sent)
-        if sent < len(data):  # hold the rest; read no more this way until dst takes it
-            way.held = memoryview(data)[sent:]  # no copy of the rest
-            loop = self.proxy.loop
-            loop.remove_reader(way.src.fileno())
-            loop.add_writer(way.dst.fileno(), self._writable, way)
+        if sent < len(data):
+            self._hold(way, memoryview(data)[sent:])  # no copy of the rest
+
+    def _hold(self, way: Direction, rest: bytes | memoryview) -> None:
+        """`dst` did not take `rest`: hold it, and read no more this way until `dst` takes it."""
+        way.held = rest
+        loop = self.proxy.loop
+        loop.remove_reader(way.src.fileno())
+        loop.add_writer(way.dst.fileno(), self._writable, way)
 
     def _writable(self, way: Direction) -> None:
         if self.closed:

@@ -129,6 +129,7 @@ class RelayServer:
         max_per_address: int | None = None,
         bindings: StationBindings | None = None,
         legacy: LegacySettings | None = None,
+        successor: Callable[[], tuple[int, str, int] | None] | None = None,
     ) -> None:
         if not token:
             raise ValueError("token must not be empty")
@@ -141,6 +142,8 @@ class RelayServer:
         )
         self.bindings = bindings if bindings is not None else StationBindings()
         self.gate = gate
+        # Whom the gate names as the next leader (`relay.runner.gate.LeadershipGate.successor`), if it can.
+        self.successor_named = successor
         self.epoch = epoch
         self.legacy = LegacyDesk(legacy) if legacy is not None else None  # old stations (relay.wire.legacy)
         self.max_frame = max_frame
@@ -258,9 +261,9 @@ class RelayServer:
     def _named_successor(self) -> tuple[int | None, str | None, int | None]:
         """Whom the gate names as the next leader (a handoff this agent wrote, `gate.successor()`,
         where the gate has one): the clients go there at once instead of looking for it."""
-        named = getattr(self.gate, "successor", None)
+        named = self.successor_named
         try:
-            found = named() if callable(named) else None
+            found = named() if named is not None else None
         except Exception:  # a hint only: without it the clients look for the leader themselves
             found = None
         return found if found is not None else (None, None, None)

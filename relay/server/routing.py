@@ -93,6 +93,7 @@ class RoutedSession(Protocol):
     kmsn: str
     station: str
     role: str
+    station_key: bool  # registered with its station's credential, not the site token
 
     def deliver(self, frame: bytes) -> None: ...
 
@@ -141,7 +142,7 @@ class Router:
             old = self._publishers.get((kmsn, station))
         else:
             return None  # viewers replace nobody
-        if old is None or not getattr(old, "station_key", False):
+        if old is None or not old.station_key:
             return None
         return HELD.format(station=station)
 
@@ -224,7 +225,7 @@ class Router:
             return ()
         if wildcard:
             return tuple(table.values())
-        target = table.get(to)  # type: ignore[arg-type]
+        target = table.get(to) if isinstance(to, str) else None
         return () if target is None else (target,)
 
     def send(self, sender: RoutedSession, obj: dict) -> int:

@@ -41,7 +41,7 @@ import hashlib
 import hmac
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from relay.wire.auth import station_credential
 from relay.wire.events import MAGIC, NAME_RULE, Registered, is_name, nonempty_str
@@ -162,6 +162,19 @@ class LegacyServerConnection(ServerConnection):
         self._events.append(registration)
 
 
+class CountedPeer(Protocol):
+    """What the desk's snapshot reads of a server's peer (`relay.server.connections.JsonPeer`)."""
+
+    @property
+    def legacy(self) -> bool: ...  # registered with the legacy magic
+
+    @property
+    def registered(self) -> bool: ...
+
+    @property
+    def dead(self) -> bool: ...
+
+
 @dataclass
 class LegacyDesk:
     """What the relay keeps about old stations: the settings and the counters.
@@ -184,8 +197,8 @@ class LegacyDesk:
         self.refused[code] = self.refused.get(code, 0) + 1
         return sum(self.refused.values())
 
-    def snapshot(self, peers: Iterable[Any]) -> dict[str, Any]:
-        live = sum(1 for p in peers if getattr(p, "legacy", False) and p.registered and not p.dead)
+    def snapshot(self, peers: Iterable[CountedPeer]) -> dict[str, Any]:
+        live = sum(1 for p in peers if p.legacy and p.registered and not p.dead)
         return {
             "enabled": True,
             "wait_s": self.settings.wait,

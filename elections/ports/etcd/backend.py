@@ -307,7 +307,7 @@ class EtcdBackend:
         """The `Date` of one answer (a read of this member's own key) against this
         clock before and after the call."""
         self.pool.get(key_of(key), 16 << 10)
-        sent, received, date = getattr(self.client, "answered", (0.0, 0.0, ""))
+        sent, received, date = self.client.answered
         try:
             server = parsedate_to_datetime(date).timestamp()
         except (TypeError, ValueError, IndexError):

@@ -125,6 +125,7 @@ class EtcdClient:
         self.revision = 0  # the highest cluster revision any answer carried
         self.last_member = ""  # the endpoint that answered last
         self.failovers = 0  # times a call moved on to another member
+        self.answered: tuple[float, float, str] = (0.0, 0.0, "")  # the last answer: sent, received, its Date
 
     def url_of(self, i: int, path: str) -> str:
         return self._members[i].get_url(path)

@@ -21,11 +21,11 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 from elections.core.gate import MAX_FILE_BYTES, Look, first_word
 from elections.core.untrusted import Untrusted
 from elections.ports.share.sharefiles import read_regular
+from stkconfig.parsed import GateConfig
 from stkhost.processes import kill_group, site_environment, spawn_options
 
 
@@ -85,7 +85,7 @@ class CommandGate:
         return Look(True, word="", why=f"gate command exited {code}")
 
 
-def gate_for(config: Any) -> FileGate | CommandGate | None:
+def gate_for(config: GateConfig) -> FileGate | CommandGate | None:
     """The gate `stkconfig.parsed.GateConfig` describes, or None."""
     if config.file:
         return FileGate(config.file, config.timeout)

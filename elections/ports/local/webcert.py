@@ -31,9 +31,13 @@ import ssl
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from stkhost.files import write_atomic
 from stkhost.fingerprints import PEM_CERT, fingerprint_of_pem
+
+if TYPE_CHECKING:
+    from cryptography.x509 import Certificate
 
 MADE_NAME = "web-tls.pem"  # key + certificate, 0600
 CERT_NAME = "web-tls.crt"  # the certificate alone (public)
@@ -135,7 +139,10 @@ def ensure_made(data_dir: str, node_ip: str, hosts: Iterable[str], now: datetime
     pem = b""
     try:
         pem = _read(str(made))
-        cert = x509.load_pem_x509_certificate(PEM_CERT.search(pem).group(0))  # type: ignore[union-attr]
+        found = PEM_CERT.search(pem)
+        if found is None:
+            raise ValueError(f"no certificate in {made}")
+        cert = x509.load_pem_x509_certificate(found.group(0))
         if not _serves(cert, node_ip, now):
             pem = b""
     except (OSError, ValueError, AttributeError):
@@ -160,7 +167,7 @@ def made_cert(data_dir: str, fingerprint: str) -> WebCert:
     return WebCert(made, made, None, fingerprint, made=True)
 
 
-def _serves(cert, node_ip: str, now: datetime.datetime) -> bool:  # type: ignore[no-untyped-def]
+def _serves(cert: Certificate, node_ip: str, now: datetime.datetime) -> bool:
     from cryptography import x509
 
     if cert.not_valid_after_utc - datetime.timedelta(days=RENEW_DAYS) < now:

@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from pathlib import Path
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from elections.core.untrusted import NOT_A_FILE, TOO_LARGE, TOO_MANY, UNREADABLE, Untrusted
 from elections.errors import StoreUnavailable
@@ -324,14 +324,14 @@ class ShareDeadline:
             # Behind an operation that is running already: once that one counts as hung, this
             # call fails like any other caller then would, not after a whole timeout of its own.
             try:
-                return future.result(max(0.0, since + self.timeout - time.monotonic()))  # type: ignore[return-value]
+                return cast(T, future.result(max(0.0, since + self.timeout - time.monotonic())))  # fn's own T
             except TimeoutError:
                 with self._lock:
                     still = self._busy_since == since
                 if still and future.cancel():
                     raise self._refusal(since) from None
         try:
-            return future.result(max(0.0, end - time.monotonic()))  # type: ignore[return-value]
+            return cast(T, future.result(max(0.0, end - time.monotonic())))
         except TimeoutError:
             future.cancel()
             self._hung(self._busy_since)

@@ -99,7 +99,7 @@ def writer(kmsn: str, node: str) -> str:
 def _keys() -> dict[str, str]:
     """KMSN -> the key its published rows verify with (every watched pool has its own)."""
     stk = settings.STK
-    return {stk.kmsn: stk.pool_key, **{w.kmsn: w.pool_key for w in getattr(stk, "watched", [])}}
+    return {stk.kmsn: stk.pool_key, **{w.kmsn: w.pool_key for w in stk.watched}}
 
 
 def published_entries() -> dict[str, list[audit.AuditEntry]]:

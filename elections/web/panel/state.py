@@ -208,7 +208,7 @@ def early_takeover_counts(kmsns: list[str], wall_now: datetime) -> tuple[dict[st
 
 def watched_kmsns() -> list[str]:
     """The KMSNs of the `[pool:<KMSN>]` sections, in the ini's order."""
-    return [w.kmsn for w in getattr(settings.STK, "watched", [])]
+    return [w.kmsn for w in settings.STK.watched]
 
 
 def all_kmsns() -> list[str]:

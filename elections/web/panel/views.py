@@ -96,7 +96,7 @@ def _buttons(request: HttpRequest, s: SiteState) -> tuple[dict[str, list[Button]
             why = _("no lease epoch known: nothing to act on")
         url = ""
         if not why:
-            q = {"epoch": s.epoch}
+            q: dict[str, object] = {"epoch": s.epoch}
             if target:
                 q["target"] = target
             url = reverse("panel-confirm", args=[s.kmsn, kind]) + "?" + urlencode(q)
