@@ -5,8 +5,8 @@
   record's fields), shares one object's state across two files: a mixin. It fails here unless the
   base is a complete class of its own that is made to be specialized (`SUBCLASSED`, each with its
   reason), and such a base must not be a mixin by its shape (no `__init__` of its own or its
-  bases', while it declares attributes it expects its owner to set). `PENDING` lists the splits
-  still to be merged, each with why it is not yet; an entry that no longer applies fails too.
+  bases', while it declares attributes it expects its owner to set). `PENDING` would list a split
+  still to be merged, with why it is not yet; an entry that no longer applies fails too.
 - **One name, one meaning.** A top-level class name is defined once in the product, and so is a
   public top-level function name, unless `SAME_NAME` says why the two are one meaning.
 """
@@ -46,13 +46,9 @@ SUBCLASSED = {
     "(relayctl, stkuser, relayclient): their shared arguments and output",
 }
 # Splits still to merge, each with why not yet.
-PENDING = {
-    "relay.client.state.ClientState": "RelayClient's read-only views, a mixin: merged into "
-    "relay.client.relay_client once the `types` helper's edits of that module (issue 39 item 2) land",
-    "relay.cloud.server_cluster.ClusterRouting": "CloudServer's cluster routing, a mixin: merged "
-    "into relay.cloud.server after the `types` helper's edits of it land (issue 39 item 2)",
-    "relay.runner.lease_reads.LeaseReads": "RelayRunner's reads of the share, a mixin: merged into "
-    "relay.runner.serve after the `types` helper's edits of it land (issue 39 item 2)",
+PENDING: dict[str, str] = {
+    "relay.cloud.server_cluster.ClusterRouting": "CloudServer's cluster routing, a mixin: merged next",
+    "relay.runner.lease_reads.LeaseReads": "RelayRunner's reads, a mixin: a collaborator next",
 }
 # Names defined in more than one module that are one meaning, and why.
 SAME_NAME = {
@@ -237,9 +233,16 @@ def test_the_bases_made_to_be_specialized_are_not_mixins_and_every_entry_still_a
 
 
 def test_the_checks_tell_a_mixin_from_a_complete_class():
-    assert "relay.client.state.ClientState" not in classes() or is_mixin_shape(
-        "relay.client.state.ClientState"
+    half = ast.parse(
+        "class Half:\n    owner_sets: int\n\n    def reads(self):\n        return self.owner_sets\n"
     )
+    whole = ast.parse("class Whole:\n    kept: int\n\n    def __init__(self):\n        self.kept = 1\n")
+    for node in (*half.body, *whole.body):
+        classes()[f"made_up.{node.name}"] = node  # type: ignore[union-attr]
+    try:
+        assert is_mixin_shape("made_up.Half") and not is_mixin_shape("made_up.Whole")
+    finally:
+        classes().pop("made_up.Half"), classes().pop("made_up.Whole")
     assert not is_mixin_shape("elections.ports.store.records.PoolStore")
     assert is_protocol("elections.ports.share.share.Share") and is_exception(
         "elections.errors.StoreUnavailable"
@@ -247,6 +250,7 @@ def test_the_checks_tell_a_mixin_from_a_complete_class():
     assert is_dataclass("elections.core.decide.Decision")
     # The splits merged in issue 39 are gone for good: each class whole in its own file.
     wholes = (
+        "relay.client.relay_client.RelayClient",
         "elections.runtime.agent.Agent",
         "elections.runtime.elector.Elector",
         "elections.ports.beacons.beacons.BeaconService",
