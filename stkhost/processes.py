@@ -65,6 +65,12 @@ def pid_alive(pid: int) -> bool:
 def wake_pipe() -> tuple[int, int]:
     """(read end, write end) of a non-blocking, close-on-exec pipe: a byte written
     (from a signal handler too) wakes a `select` on the read end."""
+    return nonblocking_pipe()
+
+
+def nonblocking_pipe() -> tuple[int, int]:
+    """(read end, write end) of a new pipe, both non-blocking and close-on-exec, made in one
+    call (no window in which a child started meanwhile inherits it)."""
     return os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
 
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 import errno
 import os
 
+from stkhost.processes import nonblocking_pipe
+
 try:
     import fcntl
 except ImportError:  # Windows: no splice either
@@ -115,7 +117,7 @@ class SplicePipe:
 
 
 def _pipe() -> tuple[int, int]:
-    read_fd, write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    read_fd, write_fd = nonblocking_pipe()
     try:
         fcntl.fcntl(write_fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_SIZE)
     except OSError:  # over /proc/sys/fs/pipe-max-size: the default size works, in smaller steps
