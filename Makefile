@@ -48,6 +48,8 @@ fuzz: bootstrap
 verify: bootstrap
 	@verify/check.sh full
 	@verify/check.sh mutants
+	@verify/check.sh witness
+	@verify/check.sh witness-mutants
 
 # The smaller bound .ci/run checks (a few minutes).
 verify-ci: bootstrap
@@ -58,8 +60,9 @@ bench: bench-failover bench-relay bench-relay-idle bench-switchover bench-panel 
 bench-failover: bootstrap
 	@$(PY) bench/failover.py $(BENCH_ARGS)
 	@$(PY) bench/failover_beacons.py
+	@$(PY) bench/failover_beacons.py --members 2 --profiles "" --kills 0 --replays 0 --direct-cuts 10
 	@$(PY) bench/stations.py
-	@$(PY) bench/share_load.py
+	@$(PY) bench/share_load.py --members 2,3,10
 
 bench-relay: bootstrap
 	@$(PY) bench/relay.py $(BENCH_ARGS)

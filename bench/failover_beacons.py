@@ -12,11 +12,15 @@ With `--powers N` (root, namespaces) it cuts the power of the leader's PC N time
 links down and every process of its agent SIGKILLed together, then powered on again.
 With `--stops`, a relay client (lease discovery) is timed to its registration with the
 new leader too (the serving right, docs/design.md §15: ~2 s where the TTL took ~10 s).
+With `--members 2` the site is a pool of two (issue 38: the share's witness is the third vote);
+each failover then starts once its leader serves by acks with the witness naming its epoch and
+the follower heard it say so, and `--direct-cuts N` pulls the cable of a leader whose share is
+reached over another path (netns, `share="direct"`).
 With `--replays N` it kills the leader N times (beacons on) while two old signed
 copies of its lease are swapped in every second (issue 28): as fast as without.
 
     python bench/failover_beacons.py [--kills 20] [--profiles lease,beacons,fast] [--stops 10] [--cuts 10]
-                                     [--powers 10] [--replays 10]
+                                     [--powers 10] [--replays 10] [--members 3] [--direct-cuts 0]
 """
 
 from __future__ import annotations
@@ -60,6 +64,35 @@ def everyone_hears(site: Site) -> bool:
             return False
         if not all(n in members and members[n]["age_s"] < 1.0 for n in names - {agent.name}):
             return False
+    return True
+
+
+def serving_doc(agent) -> dict:  # type: ignore[no-untyped-def,type-arg]
+    try:
+        return json.loads((agent.data_dir / "pool.json").read_text()).get("beacons", {}).get("serving") or {}
+    except (OSError, ValueError):
+        return {}
+
+
+def followers(site: Site) -> int:
+    return sum("follow" in a.state().get("decision", "") for a in site.agents)
+
+
+def armed(site: Site) -> bool:
+    """The fast path of a pool of two is armed: its leader serves by acks with the witness naming
+    its epoch, and every follower heard it say so (issue 38)."""
+    rec = site.lease()
+    if rec is None:
+        return False
+    leader = site.by_name(rec.node)
+    mine = serving_doc(leader)
+    if (mine.get("right") or {}).get("mode") != "ack" or not (mine.get("witness") or {}).get("ready"):
+        return False
+    for agent in site.agents:
+        if agent is not leader:
+            adh = serving_doc(agent).get("adheres") or {}
+            if (adh.get("node"), adh.get("epoch"), adh.get("mode")) != (rec.node, rec.epoch, "ack"):
+                return False
     return True
 
 
@@ -175,13 +208,14 @@ def run_profile(
     replays: bool = False,
     power: bool = False,
     stale: list[int] | None = None,
+    members: int = 3,
 ) -> list[float]:
     """`kills` times: kill -9 (or with `freeze`, SIGSTOP) the leader's process group
     at a random phase of its renew cycle, time it to a new valid lease (and, with
     `clients`, to a relay client registered with the new leader)."""
     timing = PROFILES[name]
     renew = float(timing["LEASE_RENEW"])
-    site = site or Site(workdir / (name + ("-stop" if freeze else "")), n=3, timing=timing)
+    site = site or Site(workdir / (name + ("-stop" if freeze else "")), n=members, timing=timing)
     gaps: list[float] = []
     client: ClientThread | None = None
     try:
@@ -191,10 +225,11 @@ def run_profile(
             client = ClientThread(site)
         for i in range(kills):
             # Everyone up and following, then kill at a random phase of the renew cycle.
-            wait_until(lambda: sum("follow" in a.state().get("decision", "") for a in site.agents) == 2,
-                       60, "two followers")  # fmt: skip
+            wait_until(lambda: followers(site) == members - 1, 60, "every follower")
             if timing.get("BEACON_INTERVAL", "0.2") != "0":  # and the beacons of every agent are heard
                 wait_until(lambda: everyone_hears(site), 60, "every agent to hear the others")
+                if members == 2:
+                    wait_until(lambda: armed(site), 60, "the pool of two's fast path (the witness)")
             time.sleep(random.uniform(0, renew))
             rec = site.lease()
             assert rec is not None
@@ -267,6 +302,9 @@ def main() -> None:
     )
     ap.add_argument("--replays", type=int, default=10,
                     help="kill -9s while old leases are swapped in every second, 0 = none")  # fmt: skip
+    ap.add_argument("--members", type=int, default=3, help="agents (2: the share's witness decides)")
+    ap.add_argument("--direct-cuts", type=int, default=0,
+                    help="cables pulled, the share on another path (netns, root), 0 = none")  # fmt: skip
     ap.add_argument("--keep", default="", help="work in this folder and keep it (the agents' logs)")
     args = ap.parse_args()
     results = {}
@@ -281,36 +319,69 @@ def main() -> None:
                   f"deadline {t['RENEW_DEADLINE']} beacons {t.get('BEACON_INTERVAL', '0.2')}, "
                   f"{args.kills} kills", flush=True)  # fmt: skip
             clients: list[float] | None = [] if name == "beacons" else None
-            results[f"kill -9, {name}"] = run_profile(name, args.kills, Path(tmp), clients=clients)
+            results[f"kill -9, {name}"] = run_profile(
+                name, args.kills, Path(tmp), clients=clients, members=args.members
+            )
             if clients:
                 results[f"  client moved, {name}"] = clients
         if args.replays:
-            results["kill -9, replays"] = run_profile("beacons", args.replays, Path(tmp) / "r", replays=True)
+            results["kill -9, replays"] = run_profile(
+                "beacons", args.replays, Path(tmp) / "r", replays=True, members=args.members
+            )
         if args.stops:
             moved: list[float] = []
             stale["SIGSTOP"] = []
             results["SIGSTOP, beacons"] = run_profile(
-                "beacons", args.stops, Path(tmp), freeze=True, clients=moved, stale=stale["SIGSTOP"]
+                "beacons",
+                args.stops,
+                Path(tmp),
+                freeze=True,
+                clients=moved,
+                stale=stale["SIGSTOP"],
+                members=args.members,
             )
             results["  client moved, SIGSTOP"] = moved
         if args.cuts and available() is None:
             moved = []
             stale["cable cut"] = []
-            site = NetnsSite(Path(tmp) / "cut", n=3, share="lan", timing=PROFILES["beacons"])
+            site = NetnsSite(Path(tmp) / "cut", n=args.members, share="lan", timing=PROFILES["beacons"])
             results["cable cut, beacons"] = run_profile(
-                "beacons", args.cuts, Path(tmp), site=site, clients=moved, stale=stale["cable cut"]
+                "beacons",
+                args.cuts,
+                Path(tmp),
+                site=site,
+                clients=moved,
+                stale=stale["cable cut"],
+                members=args.members,
             )
             results["  client moved, cut"] = moved
+        if args.direct_cuts and available() is None:
+            moved = []
+            stale["cut, share elsewhere"] = []
+            site = NetnsSite(
+                Path(tmp) / "cut-direct", n=args.members, share="direct", timing=PROFILES["beacons"]
+            )
+            results["cut, share elsewhere"] = run_profile(
+                "beacons",
+                args.direct_cuts,
+                Path(tmp),
+                site=site,
+                clients=moved,
+                stale=stale["cut, share elsewhere"],
+                members=args.members,
+            )
+            results["  client moved, cut*"] = moved
         if args.powers and available() is None:
             moved = []
-            site = NetnsSite(Path(tmp) / "power", n=3, share="lan", timing=PROFILES["beacons"])
+            site = NetnsSite(Path(tmp) / "power", n=args.members, share="lan", timing=PROFILES["beacons"])
             results["power loss, beacons"] = run_profile(
-                "beacons", args.powers, Path(tmp), site=site, power=True, clients=moved
+                "beacons", args.powers, Path(tmp), site=site, power=True, clients=moved, members=args.members
             )
             results["  client moved, power"] = moved
         if (args.cuts or args.powers) and available() is not None:
             print(f"cable cuts and power losses skipped: {available()}")
-    print("\nfailover: the leader's process group killed / stopped, or its cable cut -> new valid lease (s)")
+    print(f"\nfailover ({args.members} members): the leader's process group killed / stopped, or its cable "
+          "cut -> new valid lease (s)")  # fmt: skip
     for name, gaps in results.items():
         print(f"  {name:22s}: n={len(gaps):2d}  p50={statistics.median(gaps):5.2f}  "
               f"p95={pct(gaps, 95):5.2f}  max={max(gaps):5.2f}  min={min(gaps):5.2f}")  # fmt: skip

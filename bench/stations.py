@@ -2,8 +2,8 @@
 """Old stations through the station door (issue 36): seconds from a fault of the leader's PC to
 the moment every station that can (and the commander on a PC without an agent) hears the others
 through the new relay. Three PCs in network namespaces, the site's own relay (the stand-in under
-``RELAY_KIND = exec``), ``RELAY_FORWARD = lan``, default timing (TTL 10); the clients and the
-faults are tests/test_netns_stations.py's.
+``RELAY_KIND = exec``, run warm on every member), ``RELAY_FORWARD = lan``, default timing (TTL 10);
+the clients, the recipe and the faults are tests/test_netns_stations.py's.
 
     python bench/stations.py               # 10 of each: kill -9, SIGSTOP, cable cut (~8 min)
     python bench/stations.py --count 3
@@ -35,18 +35,14 @@ def main() -> int:
     args, _ = parser.parse_known_args()
     from harness import DEFAULT
     from netns import NetnsSite, available
-    from test_agents_exec import standin_command
-    from test_netns_stations import EXEC_PORT, clients, fault
+    from test_netns_stations import clients, fault, station_extra
 
     why = available()
     if why:
         print(f"stations bench: not run: {why}")
         return 1
     root = Path(tempfile.mkdtemp(prefix="stk-bench-stations-", dir="/dev/shm"))
-    site = NetnsSite(root, 3, share="lan", timing=DEFAULT, extra={
-        "RELAY_KIND": "exec", "RELAY_EXEC": standin_command("--starts", "standin-starts.txt"),
-        "RELAY_EXEC_LISTEN": f"127.0.0.1:{EXEC_PORT}", "RELAY_FORWARD": "lan",
-    })  # fmt: skip
+    site = NetnsSite(root, 3, share="lan", timing=DEFAULT, extra=station_extra())
     rows: dict[str, list[tuple[float, float]]] = {"kill -9": [], "SIGSTOP": [], "cable cut": []}
     try:
         site.start()

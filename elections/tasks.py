@@ -75,7 +75,12 @@ def glance() -> str:
 
 
 class GlanceLoop(threading.Thread):
-    """`Agent.glance()` every `every` seconds, beside the worker's tasks."""
+    """`Agent.glance()` every `every` seconds, beside the worker's tasks; first, one poll.
+
+    The beat sends its first poll one `LEASE_POLL` after it starts (an in-memory schedule's
+    entries are due an interval after they are made): an agent that starts would follow
+    its leader, or take an empty pool, that much later for nothing (issue 41). So the
+    first cycle runs here, as the worker is ready; it is the poll task's own cycle."""
 
     def __init__(self, every: float) -> None:
         super().__init__(name="lease-glance", daemon=True)
@@ -83,6 +88,7 @@ class GlanceLoop(threading.Thread):
         self.stopping = threading.Event()
 
     def run(self) -> None:
+        _cycle("poll", lambda: agent().tick(renewing=False))
         while not self.stopping.wait(self.every):
             _cycle("glance", lambda: agent().glance())  # the next look tries again; renewals go on
 

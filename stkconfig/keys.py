@@ -226,12 +226,13 @@ KEYS: tuple[Key, ...] = (
     Key("EVENTS_KEEP_DAYS", "float", "400", check="E010/E011", range=(1, 100_000),
         row="EVENTS_SEGMENT_BYTES"),
     Key("RELAY_KIND", "str", "builtin", check="E070/E076",
-        doc="`exec`: the leader runs the site's own relay (`RELAY_EXEC`) on loopback, behind stkrelay's "
+        doc="`exec`: the leader serves the site's own relay (`RELAY_EXEC`) on loopback, behind stkrelay's "
         'fencing proxy on `NODE_IP:RELAY_PORT` and `RELAY_PORT+1` (see "An external relay")'),
     Key("RELAY_EXEC", "argv", "", check="E071/E072/E073/E077",
         doc="with `exec`: the relay's command line, split like a POSIX shell (never run by one: no `$VAR`, "
         'pipes or globs; a Windows path in single quotes), placeholders `{host}`, `{port}`, '
-        '`{passthrough_port}`, `{epoch}`, `{kmsn}` (`{{`/`}}` for braces)'),
+        '`{passthrough_port}`, `{epoch}`, `{kmsn}` (`{{`/`}}` for braces); one that names no `{epoch}` '
+        'runs warm on every member, behind the fencing proxy that only the leader runs'),
     Key("RELAY_EXEC_LISTEN", "address", "", check="E074/E075", shown="`127.0.0.1:`RELAY_PORT+10",
         doc='where the external relay listens (`{host}:{port}`; its passthrough port is `{port}+1`); a '
         'loopback address only'),

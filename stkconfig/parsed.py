@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -65,6 +66,16 @@ class ExecRelay:
     @property
     def passthrough_port(self) -> int:
         return self.port + 1
+
+    @property
+    def warm(self) -> bool:
+        """May it run before its member leads (a warm standby)? Not if a word names ``{epoch}``:
+        that is known only once this member wins."""
+        return not any(
+            name is not None and name.split(".")[0].split("[")[0] == "epoch"
+            for word in self.argv
+            for _, name, _, _ in string.Formatter().parse(word)
+        )
 
     def command(self, *, epoch: int, kmsn: str) -> list[str]:
         """The words with every placeholder filled in, for one start."""

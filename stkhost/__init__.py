@@ -24,7 +24,8 @@ Vocabulary:
 - `dirwatch`: `DirWatch`, a folder watched for replaced files (inotify), with a
   timeout as the fallback.
 - `locks`: `exclusive`, one holder at a time among this host's processes
-  (`flock` on a local file), taken within a deadline or not at all.
+  (`flock` on a local file), taken within a deadline or not at all; `held_for_child`
+  and `wait_unheld`, a folder locked for as long as a child runs, and the wait for it.
 - `sockets`: `open_shared_udp`, a UDP endpoint several processes of this host may
   bind on one port (`SO_REUSEPORT`; beacons, discovery).
 

@@ -1,5 +1,5 @@
 """Certificate fingerprints as clients pin them: the SHA-256 of the DER bytes, as 64 lowercase
-hex (`FINGERPRINT`), read as typed (`normalise`) and shown as browsers show it (`show`).
+hex (`FINGERPRINT`), read as typed (`normalise`, `parse_pins`) and shown as browsers show it (`show`).
 """
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import re
 import ssl
+from collections.abc import Iterable
 
 FINGERPRINT = re.compile(r"^[0-9a-f]{64}$")
 PEM_CERT = re.compile(rb"-----BEGIN CERTIFICATE-----\r?\n.+?\r?\n-----END CERTIFICATE-----", re.DOTALL)
@@ -17,6 +18,17 @@ def normalise(fingerprint: str) -> str:
     text = fingerprint.strip().lower().removeprefix("sha256:").removeprefix("sha256 ")
     text = re.sub(r"[\s:]", "", text)
     return text if FINGERPRINT.fullmatch(text) else ""
+
+
+def parse_pins(values: Iterable[str]) -> frozenset[str]:
+    """Fingerprints as typed (see `normalise`); ValueError names a bad one."""
+    pins = set()
+    for value in values:
+        pin = normalise(value)
+        if not pin:
+            raise ValueError(f"{value!r} is not a SHA-256 fingerprint (64 hex digits, colons allowed)")
+        pins.add(pin)
+    return frozenset(pins)
 
 
 def show(fingerprint: str) -> str:

@@ -11,6 +11,12 @@ its holder's process (a kill -9 frees it).
 
 On Windows: `LockFileEx` with `LOCKFILE_EXCLUSIVE_LOCK |
 LOCKFILE_FAIL_IMMEDIATELY` on the same file, polled the same way.
+
+`held_for_child(folder)` and `wait_unheld(folder)`: a lock a child holds for as long as it
+runs (the supervisor locks a folder, hands the descriptor to the child and closes its own),
+and a wait in another process until it ends, however it ends (issue 41: a first start's
+`migrate` child; `flock` on the folder itself, no file added). On Windows: an inheritable
+handle of a named mutex the child is given, and `WaitForSingleObject` on it.
 """
 
 from __future__ import annotations
@@ -49,3 +55,25 @@ def _take(fd: int, deadline: float) -> bool:
             if time.monotonic() >= deadline:
                 return False
             time.sleep(POLL_S)
+
+
+def held_for_child(folder: str | os.PathLike[str]) -> int:
+    """A descriptor of `folder`, locked exclusively, for a child to inherit (`pass_fds`): once
+    the caller closes its own copy, the lock lasts as long as the child (kernel-released)."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def wait_unheld(folder: str | os.PathLike[str]) -> None:
+    """Return once nobody holds `folder`'s lock (`held_for_child`): at once if nobody does."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)  # blocks while a holder runs
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)

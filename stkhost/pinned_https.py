@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from email.message import Message
 from typing import IO
 
-from stkhost.fingerprints import fingerprint, normalise
+from stkhost.fingerprints import fingerprint
 
 
 class PinMismatch(ssl.SSLError):
@@ -84,17 +84,6 @@ class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
         self, req: urllib.request.Request, fp: IO[bytes], code: int, msg: str, headers: Message, newurl: str
     ) -> urllib.request.Request | None:
         return None
-
-
-def parse_pins(values: Iterable[str]) -> frozenset[str]:
-    """Fingerprints as typed (see `fingerprints.normalise`); ValueError names a bad one."""
-    pins = set()
-    for value in values:
-        pin = normalise(value)
-        if not pin:
-            raise ValueError(f"{value!r} is not a SHA-256 fingerprint (64 hex digits, colons allowed)")
-        pins.add(pin)
-    return frozenset(pins)
 
 
 def opener(

@@ -68,10 +68,21 @@ def wake_pipe() -> tuple[int, int]:
     return nonblocking_pipe()
 
 
-def nonblocking_pipe() -> tuple[int, int]:
+def nonblocking_pipe(size: int = 0) -> tuple[int, int]:
     """(read end, write end) of a new pipe, both non-blocking and close-on-exec, made in one
-    call (no window in which a child started meanwhile inherits it)."""
-    return os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    call (no window in which a child started meanwhile inherits it). A `size` asks for a pipe
+    holding up to that many bytes where the kernel lets a pipe grow (Linux's F_SETPIPE_SZ, up to
+    /proc/sys/fs/pipe-max-size; elsewhere, or over that, the default size, which works in
+    smaller steps)."""
+    read_fd, write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    if size:
+        try:
+            import fcntl
+
+            fcntl.fcntl(write_fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), size)
+        except (ImportError, OSError):
+            pass
+    return read_fd, write_fd
 
 
 # What a site's own command (ON_ROLE_CHANGE, GATE_CMD, HEALTH_CMD, RELAY_EXEC) is not given of the

@@ -72,7 +72,8 @@ app.steps["worker"].add(ThreadedBeat)
 
 @worker_init.connect
 def _wait_for_redis(**_: Any) -> None:
-    """Before the consumer, the beat or the agent exist: wait for this agent's Redis.
+    """Before the consumer, the beat or the agent exist: wait for this agent's Redis (and
+    for the database, while a first start's `migrate` child runs: `wait_migrated`).
 
     The supervisor starts the worker at once, Redis or not (`runtime.supervisor`): booted
     while Redis is late (a reboot) or gone (killed: the worker with it), the worker is at
@@ -81,9 +82,11 @@ def _wait_for_redis(**_: Any) -> None:
     why it waits (log, /healthz, relayctl doctor); this wait says nothing."""
     from django.conf import settings
 
+    from elections.management.migrations_due import wait_migrated
     from elections.ports.local.redis_link import RedisLink
     from elections.runtime.redis_wait import until_answers
 
+    wait_migrated(settings.STK.data_dir)  # a first start's migrate child, started beside this worker
     until_answers(RedisLink(settings.STK.redis_url))
 
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 import os
 import sys
 
+from stkrelay.ini_arg import take_ini
+
 ETC = "/etc/stkrelay"  # where README "Install on a site" puts each instance's ini
 OPERATOR_COMMANDS = ("relayctl", "relayclient", "stkuser")
 USAGE = """usage: stkrelay agent [--ini PATH]        run one agent (web, worker, beat, relay while leader)
@@ -30,24 +32,6 @@ USAGE = """usage: stkrelay agent [--ini PATH]        run one agent (web, worker,
        stkrelay --version                 stkrelay's version
 also: relayctl, relayclient, stkuser (each takes --ini PATH, else $STK_INI, else the one
       ini in /etc/stkrelay/)"""
-
-
-def take_ini(argv: list[str]) -> list[str]:
-    """Remove `--ini PATH` / `--ini=PATH` from `argv`; point STK_INI at the absolute path."""
-    rest: list[str] = []
-    args = iter(argv)
-    for arg in args:
-        if arg == "--ini" or arg.startswith("--ini="):
-            path = arg.partition("=")[2] if "=" in arg else next(args, "")
-            if not path:
-                raise SystemExit("--ini needs a PATH")
-            os.environ["STK_INI"] = os.path.abspath(path)
-        elif arg == "--":  # the rest is not ours to read
-            rest.append(arg)
-            rest.extend(args)
-        else:
-            rest.append(arg)
-    return rest
 
 
 def default_ini(etc: str = ETC) -> str | None:
@@ -100,8 +84,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"stkrelay {stkrelay_version()}")
         return 0
     sub, rest = args[0], args[1:]
-    if sub == "agent":
-        return run("runagent", rest, "stkrelay agent")
+    if sub == "agent":  # the agent's supervisor loads no Django (issue 41)
+        from elections.management.agent_root import main as runagent
+
+        return runagent(rest)
     if sub == "manage" and rest:
         return run(rest[0], rest[1:], "stkrelay manage")
     if sub in ("files", "install-units"):

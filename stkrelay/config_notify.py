@@ -33,7 +33,7 @@ import urllib.parse
 from collections.abc import Callable
 
 from stkconfig.parsed import NotifyConfig
-from stkhost.pinned_https import parse_pins
+from stkhost.fingerprints import parse_pins  # not pinned_https: no http.client in every process
 from stkhost.secret_source import SecretUnreadable, read_secret
 
 Bad = Callable[[str, str, str, str], None]

@@ -11,8 +11,9 @@ Deliberately NOT stkrelay's relay code: a small independent asyncio program
 - `--passthrough-port`: raw bytes from a connection go to every other one.
 - `--stats FILE`: JSON, replaced atomically whenever a count changed (at most
   every 20 ms) and at exit: ``{"pid", "argv", "received", "sent", "frames",
-  "connections", "accepted", "last_received_at"}`` — bytes received from and
-  sent to clients on both ports, ``last_received_at`` on CLOCK_MONOTONIC.
+  "connections", "accepted", "first_received_at", "last_received_at"}`` — bytes
+  received from and sent to clients on both ports, the times on CLOCK_MONOTONIC; ``%p``
+  in FILE is its pid (a warm relay starts before any epoch could name it).
 - `--listen-after S`: sleep S seconds before listening (a slow start);
   `--exit-after S`: exit with status 7 S seconds after listening (a crash);
   `--starts FILE`: append one line ``<pid> <monotonic>`` per start.
@@ -34,9 +35,10 @@ MAX_FRAME = 1 << 20
 
 class Stats:
     def __init__(self, path: str | None) -> None:
-        self.path = path
+        self.path = path.replace("%p", str(os.getpid())) if path else path
         self.doc = {"pid": os.getpid(), "argv": sys.argv[1:], "received": 0, "sent": 0, "frames": 0,
-                    "connections": 0, "accepted": 0, "last_received_at": None}  # fmt: skip
+                    "connections": 0, "accepted": 0, "first_received_at": None,
+                    "last_received_at": None}  # fmt: skip
         self.dirty = False
 
     def add(self, key: str, n: int = 1) -> None:
@@ -67,7 +69,10 @@ class Relay:
 
     def received(self, n: int) -> None:
         self.stats.add("received", n)
-        self.stats.doc["last_received_at"] = time.monotonic()
+        now = time.monotonic()
+        if self.stats.doc["first_received_at"] is None:
+            self.stats.doc["first_received_at"] = now
+        self.stats.doc["last_received_at"] = now
 
     def send(self, writer: asyncio.StreamWriter, data: bytes) -> None:
         if writer.is_closing():

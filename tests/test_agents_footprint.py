@@ -56,8 +56,11 @@ def test_an_idle_agent_runs_four_interpreters_within_a_memory_bound(site_factory
     assert len(_group(agent.pgid)) == 4  # no beat process: it is a thread of the worker
     cmdlines = {name: Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") for name, pid in pids.items()}
     assert b"--stk-beat" in cmdlines["worker"]
+    assert b"stkrelay.worker" in cmdlines["worker"]  # not Celery's command line (its REPL, issue 41)
     assert b"relay.runner" in cmdlines["relay"]  # the standby relay is no management command
     # Without Django the standby relay holds ~26 MiB; a management command ~50 (~78 before).
     assert _rss_mib(pids["relay"]) < 40
+    # The supervisor loads no Django (issue 41): ~40 MiB; ~57 as a management command.
+    assert _rss_mib(pids["agent"]) < 48
     total = sum(_rss_mib(p) for p in pids.values())
     assert total < RSS_BOUND_MIB, {name: round(_rss_mib(p), 1) for name, p in pids.items()}

@@ -11,7 +11,7 @@ import socket
 import time
 
 import pytest
-from harness import DEFAULT, KMSN, TOKEN, wait_until
+from harness import DEFAULT, KMSN, TOKEN, listening, wait_until
 
 from relay.client.discovery import Discovery
 from relay.client.relay_client import RelayClient
@@ -86,6 +86,9 @@ def test_a_frozen_leader_is_replaced_within_seconds_and_woken_forwards_nothing(s
     wait_until(lambda: all(adheres_by_acks(f, old.name, first.epoch) for f in followers), 20,
                "the followers to hear the leader serve by acks")  # fmt: skip
     port = int(old.setting("RELAY_PORT"))
+    # Serving by acks is said once the right is taken; its relay listens once the elected plan's
+    # start_relay reached it (inotify, on a loaded machine not always before the followers heard).
+    wait_until(lambda: listening(old.ip, port), 10, "the leader's relay to listen")
     sender, receiver = Wire(old.ip, port, "commander", "C01"), Wire(old.ip, port, "agent", "R01")
     sender.send({"type": "send", "to": "R01", "data": {"n": 0}, "id": "0"})
     assert (receiver.frame() or {}).get("data") == {"n": 0}
@@ -153,9 +156,11 @@ def test_twenty_freezes_of_half_a_second_change_no_leader(site_factory):
 
 
 @pytest.mark.long
-def test_a_pool_of_two_keeps_the_ttl_path_and_its_panel_says_fast_takeover_needs_3_members(site_factory):
-    """Issue 22: a 2-member pool can form no majority of others; its leader serves by the
-    lease (never `ack` mode), its page says so, and a frozen leader is replaced by the TTL."""
+def test_a_pool_of_two_serves_by_acks_with_the_shares_witness_and_its_panel_says_so(site_factory):
+    """Issue 22 kept a 2-member pool on the TTL path ("fast takeover needs 3 members"); issue 38
+    gives it the share's witness as the third vote: its leader serves by acks once the witness
+    record names its epoch, and its page says what the fast takeover rests on. Its takeovers,
+    freezes and a damaged witness: tests/test_agents_witness.py."""
     import re
     import shutil
 
@@ -167,30 +172,23 @@ def test_a_pool_of_two_keeps_the_ttl_path_and_its_panel_says_fast_takeover_needs
     first = site.wait_settled(timeout=60)
     leader = site.by_name(first.node)
     follower = next(a for a in site.agents if a is not leader)
-    for agent in site.agents:  # each counts both members (beacons heard, heartbeats seen) and says so
+    for agent in site.agents:  # each counts both members (beacons heard, heartbeats seen)
         wait_until(lambda a=agent: serving(a).get("members") == 2, 20, f"{agent.name} to count 2 members")
-        assert serving(agent)["fast"] is False, serving(agent)
-    wait_until(lambda: (serving(follower).get("adheres") or {}).get("node") == first.node, 10, "the ack")
-    assert (serving(leader).get("right") or {}).get("mode") == "lease", serving(leader)
-    # The panel, given the follower's pool view as its worker wrote it.
+    wait_until(
+        lambda: (serving(leader).get("right") or {}).get("mode") == "ack", 20, "the leader to serve by acks"
+    )
+    assert serving(leader)["fast"] is True and (serving(leader).get("witness") or {}).get("ready") is True
+    wait_until(lambda: adheres_by_acks(follower, first.node, first.epoch), 10, "the follower's ack")
+    # The panel, given the leader's pool view as its worker wrote it.
     paths = test_panel_support.django_env()
-    shutil.copy(follower.data_dir / "pool.json", paths["data_dir"] / "pool.json")
+    shutil.copy(leader.data_dir / "pool.json", paths["data_dir"] / "pool.json")
     try:
         page = re.sub(r"\s+", " ", client_for(make_user("vera2")).get(f"/sites/{KMSN}/").content.decode())
     finally:
         (paths["data_dir"] / "pool.json").unlink(missing_ok=True)
-    assert '<span data-fast-takeover="0">fast takeover needs 3 members</span>' in page, page[:2000]
-    leader.signal_group(signal.SIGSTOP)
-    stopped = time.monotonic()
-    new = site.wait_leader(timeout=40, other_than=first.node)
-    took = time.monotonic() - stopped
-    ttl, renew = float(DEFAULT["LEASE_TTL"]), float(DEFAULT["LEASE_RENEW"])
-    assert took >= ttl - renew - 0.5, f"replaced {took:.2f} s after SIGSTOP: not by the TTL"
-    winner = site.by_name(new.node)
-    wait_until(lambda: ("elected", new.epoch) in [(k, e) for k, e, _ in winner.history()], 10, "the row")
-    reasons = [r for k, e, r in winner.history() if (k, e) == ("elected", new.epoch)]
-    assert "expired" in reasons[0], reasons
-    leader.signal_group(signal.SIGCONT)
+    said = '<span data-fast-takeover="1">fast takeover: 2 members + the share\'s witness</span>'
+    at = page.find("data-fast-takeover")
+    assert said in page, page[at - 60 : at + 200]
 
 
 @pytest.mark.long

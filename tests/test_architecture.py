@@ -48,7 +48,7 @@ IMPURE_ROOTS = {
     "celery",
     "redis",
 }
-ENTRY_POINTS = ("elections.tasks", "elections.management.commands.runagent")
+ENTRY_POINTS = ("elections.tasks",)  # the supervisor (management.agent_root) builds no agent (issue 41)
 
 
 def _modules() -> dict[str, Path]:

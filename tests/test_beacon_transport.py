@@ -62,6 +62,24 @@ def test_the_beacons_silence_alone_is_no_evidence(pair):
     assert follower.evidence("S001", 7) is None
 
 
+def test_a_holder_whose_beacons_stop_is_quiet_within_a_few_intervals_and_told_once(pair):
+    """For the station door (relay/server/station_door.py): long before the silence S, a
+    follower says its holder went quiet (in its pool view: `snapshot()["quiet"]`), told once;
+    evidence it is not."""
+    leader, follower, _, _ = pair
+    told = []
+    follower.on_quiet = lambda: told.append(follower.quiet)
+    time.sleep(0.5)
+    assert follower.quiet is None and follower.snapshot()["quiet"] is None and told == []
+    leader.stop()
+    stopped = time.monotonic()
+    wait_until(lambda: follower.quiet == "S001", 3, "the holder quiet")
+    assert 0.3 - 0.05 <= time.monotonic() - stopped < 2.0  # 3 intervals of 0.1 s, looked at twice an interval
+    assert follower.snapshot()["quiet"] == "S001"
+    time.sleep(0.3)
+    assert told == ["S001"] and follower.evidence("S001", 7) is None
+
+
 def test_the_hosts_answer_while_the_leader_beacons_is_no_evidence(pair):
     _, follower, liveness, _ = pair
     liveness.close()  # ended and refused, as injected resets would make it

@@ -29,6 +29,14 @@ def test_exec_splits_the_command_without_a_shell_and_fills_every_placeholder(tmp
     ]  # fmt: skip
 
 
+def test_a_command_that_names_no_epoch_runs_warm_and_one_that_does_only_once_its_member_leads():
+    from stkconfig.parsed import ExecRelay
+
+    assert not ExecRelay(tuple(shlex.split(CMD)), "127.0.0.1", 9540).warm  # --epoch={epoch}
+    assert not ExecRelay(("relay", "--stats", "s-{epoch!s:>3}.json"), "127.0.0.1", 9540).warm
+    assert ExecRelay(("relay", "{host}:{port}", "{kmsn}", "{{epoch}}"), "127.0.0.1", 9540).warm  # a literal
+
+
 def test_exec_listen_may_be_any_loopback_address(tmp_path):
     ini = write_ini(tmp_path, RELAY_KIND="exec", RELAY_EXEC=CMD, RELAY_EXEC_LISTEN="127.0.0.5:7000")
     cfg = load(str(ini), env={})

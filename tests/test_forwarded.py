@@ -8,6 +8,7 @@ the process-level must-hold (an entry member, 1,000 connections) is tests/test_f
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import socket
 import struct
@@ -250,5 +251,45 @@ def test_a_proxy_with_forward_header_names_its_client_to_a_real_relay(thread_rel
         assert proxy.snapshot()["headers"]["sent"] == 1
         wire.sock.close()
         proxy.lose_leadership()
+
+    asyncio.run(main())
+
+
+def test_a_door_forwarding_to_another_door_gives_the_relay_one_header_naming_the_station():
+    """A member's station door may forward to another member's NODE_IP while that member's door
+    still holds it (its lease read a moment earlier there): that door verifies and strips the
+    first header and sends its own naming the same station, so the external relay behind the last
+    proxy gets the station's bytes untouched."""
+
+    async def main() -> None:
+        got = bytearray()
+
+        async def relay(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            while data := await r.read(1000):
+                got.extend(data)
+                w.write(data)
+            w.close()
+
+        server = await asyncio.start_server(relay, "127.0.0.1", 0)
+        header = functools.partial(encode, key="pk")
+        leader = FencingProxy(
+            gate=lambda: True, upstream=server.sockets[0].getsockname()[:2], header_key="pk"
+        )
+        await leader.start("127.0.0.146", 0)
+        second = FencingProxy(gate=lambda: True, upstream=leader.addresses["json"], header_key="pk",
+                              forward_header=header)  # fmt: skip
+        await second.start("127.0.0.147", 0)
+        first = FencingProxy(gate=lambda: True, upstream=second.addresses["json"], header_key="pk",
+                             forward_header=header)  # fmt: skip
+        await first.start("127.0.0.148", 0)
+        reader, writer = await asyncio.open_connection(*first.addresses["json"])
+        writer.write(b"\x00\x00\x00\x02hi")
+        assert await asyncio.wait_for(reader.readexactly(6), 5) == b"\x00\x00\x00\x02hi"
+        assert bytes(got) == b"\x00\x00\x00\x02hi"
+        assert (first.headers["sent"], second.headers["verified"], leader.headers["verified"]) == (1, 1, 1)
+        writer.close()
+        for proxy in (first, second, leader):
+            proxy.lose_leadership()
+        server.close()
 
     asyncio.run(main())

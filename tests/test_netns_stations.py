@@ -1,7 +1,8 @@
 """Issue 36's must-hold: the site's stations reach the elected relay with no line of their code
 changed. Three PCs (network namespaces, tests/netns.py, each with its own loopback), each with a
 real agent whose relay is the site's own (an independent stand-in, tests/standin_relay.py, under
-``RELAY_KIND = exec``), and on each PC an old station that knows nothing of stkrelay: it dials
+``RELAY_KIND = exec``, warm: every member's standby runs one, a fresh one each serving period),
+and on each PC an old station that knows nothing of stkrelay: it dials
 ``127.0.0.1:9530`` on its own PC and redials on its own after a drop (tests/stations.py). A
 commander on a fourth host without an agent knows two members' addresses (``RELAY_FORWARD =
 lan``). After a kill -9, a SIGSTOP and a cut cable of the leader's PC, every station that can and
@@ -13,6 +14,8 @@ own loopback; a station whose agent is stopped is refused at once. The figures, 
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import signal
 import time
 from typing import Any
@@ -20,7 +23,7 @@ from typing import Any
 import pytest
 from harness import wait_until
 from stations import OldStation, start_stations
-from test_agents_exec import standin_command
+from test_agents_exec import PY, STANDIN
 
 pytestmark = [pytest.mark.agents, pytest.mark.long]
 
@@ -30,27 +33,32 @@ FLOW_AGAIN = 6.0  # the issue's 3 s (p95, bench/stations.py), with room for a lo
 COMMANDER = 201
 
 
+def warm_standin_command() -> str:
+    """The stand-in of the site's relay, as a site would write its recipe: no ``{epoch}``, so each
+    member's standby runs it warm (relay.runner.warm_standby); its counts in ``standin-<pid>.json``."""
+    words = [PY, str(STANDIN), "--host", "{host}", "--port", "{port}", "--passthrough-port",
+             "{passthrough_port}", "--stats", "standin-%p.json", "--kmsn", "{kmsn}"]  # fmt: skip
+    return shlex.join(words)
+
+
+def station_extra() -> dict[str, str]:
+    return {"RELAY_KIND": "exec", "RELAY_EXEC": warm_standin_command(),
+            "RELAY_EXEC_LISTEN": f"127.0.0.1:{EXEC_PORT}", "RELAY_FORWARD": "lan"}  # fmt: skip
+
+
 def station_site(netns_site: Any, share: str = "lan") -> Any:
-    site = netns_site(3, share=share, extra={
-        "RELAY_KIND": "exec", "RELAY_EXEC": standin_command("--starts", "standin-starts.txt"),
-        "RELAY_EXEC_LISTEN": f"127.0.0.1:{EXEC_PORT}", "RELAY_FORWARD": "lan",
-    })  # fmt: skip
-    return site
+    return netns_site(3, share=share, extra=station_extra())
 
 
-def standin(agent: Any, epoch: int) -> dict:
-    try:
-        return json.loads((agent.data_dir / f"standin-{epoch}.json").read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def started_at(agent: Any) -> list[float]:
-    try:
-        text = (agent.data_dir / "standin-starts.txt").read_text()
-    except OSError:
-        return []
-    return [float(line.split()[1]) for line in text.splitlines() if line.strip()]
+def standins(agent: Any) -> list[dict]:
+    """The counts of every stand-in this PC's agent ran (one a process: a standby's, a serving one's)."""
+    found = []
+    for path in agent.data_dir.glob("standin-*.json"):
+        try:
+            found.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue
+    return found
 
 
 def door(agent: Any) -> dict:
@@ -106,8 +114,12 @@ def fault(site: Any, stations: list[OldStation], commander: OldStation, kind: st
     took = all_hear(live, t0, 30, f"the clients hearing each other after the {kind}")
     print(f"{kind}: new leader {new.node} epoch {new.epoch}; flowing again after "
           + ", ".join(f"{n} {s:.2f} s" for n, s in sorted(took.items())))  # fmt: skip
-    served = [t for t in started_at(site.by_name(new.node)) if t > t0]
-    assert served, "the new relay never started"
+
+    def new_relay_served() -> list[float] | None:  # its counts are written every 20 ms: wait for them
+        got = [d.get("first_received_at") for d in standins(site.by_name(new.node))]
+        return sorted(t for t in got if isinstance(t, float) and t > t0) or None
+
+    served = wait_until(new_relay_served, 5, "the new relay's counts saying it served")
     if kind != "kill":  # the old relay lives on, frozen or cut off: it took no byte after the new one served
         if kind == "stop":
             leader.signal_group(signal.SIGCONT)
@@ -116,7 +128,9 @@ def fault(site: Any, stations: list[OldStation], commander: OldStation, kind: st
         what = f"the {kind} PC's station reaching the new leader through its own loopback"
         back = wait_until(lambda: gone.heard_since(time.monotonic() - 0.5, {commander.station}), 30, what)
         assert back is not None
-        last = standin(leader, first.epoch).get("last_received_at")
+        last = max(
+            (d["last_received_at"] for d in standins(leader) if d.get("last_received_at")), default=None
+        )
         assert last is None or last <= served[0], f"the old relay received {last - served[0]:.3f} s late"
     else:
         leader.start()  # the PC comes back, as after a reboot
@@ -147,3 +161,6 @@ def test_old_stations_and_a_commander_follow_the_elected_relay_through_kill_stop
         assert not client.errors, client.errors
     logs = "".join(a.log() for a in site.agents)
     assert "Traceback" not in logs
+    # The site's relay ran warm, and a fresh one served each period: no process served two.
+    warm = re.findall(r"serving .* \(warm: started by the standby, pid (\d+)\)", logs)
+    assert len(warm) >= 4 and len(set(warm)) == len(warm), warm

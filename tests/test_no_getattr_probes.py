@@ -38,12 +38,16 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("stkhost/files.py", "os"): MODULE,
     ("stkhost/files.py", "libc"): MODULE,
     ("stkhost/locks.py", "os"): MODULE,
+    ("stkhost/processes.py", "fcntl"): MODULE,  # F_SETPIPE_SZ: Linux only
     ("stkhost/secret_source.py", "exc"): EXCEPTION,
     ("elections/ports/share/sharefiles.py", "os"): MODULE,
     ("elections/ports/share/smburl.py", "exc"): EXCEPTION,
     # a text stream or Django's OutputWrapper
     ("elections/ports/local/terminal.py", "self._stream"): EXTERNAL,
     ("elections/ports/local/webcert.py", "exc"): EXCEPTION,
+    # CPython's X509 reader; None elsewhere: the child decides
+    ("elections/ports/local/webcert.py", "ssl"): MODULE,
+    ("elections/ports/local/webcert.py", "getattr(ssl, '_ssl', None)"): MODULE,
     ("elections/runtime/notify.py", "self"): BY_NAME,
     ("elections/runtime/notify.py", "exc"): EXCEPTION,
     ("elections/runtime/ownership.py", "config"): BY_NAME,
@@ -68,7 +72,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("relay/server/cloud_tunnel.py", "exc"): EXCEPTION,
     ("relay/server/listen_set.py", "socket"): MODULE,
     ("relay/server/splice_pipe.py", "os"): MODULE,  # os.splice: Linux only
-    ("relay/server/splice_pipe.py", "fcntl"): MODULE,  # F_SETPIPE_SZ: Linux only
     ("relay/web/ws_flow.py", "receive"): EXTERNAL,  # the ASGI server's receive callable and protocol
     ("relay/web/ws_flow.py", "protocol"): EXTERNAL,
     ("stkconfig/model.py", "filled"): BY_NAME,

@@ -147,3 +147,34 @@ def test_a_malformed_heartbeat_report_is_refused_counted_and_never_acted_on(vpc,
     assert a.refusals.counts == {"bad_field": 1}
     [refusal] = a.refusals.to_doc()["recent"]
     assert refusal["source"] == "members/x.json" and "held is not true" in refusal["detail"]
+
+
+class ElectedMidLook(AwsExecutor):
+    """The provider answers; then, before the watch reads its standing, this agent is elected
+    and its election plan takes the address (the look and the first cycle at once, issue 41)."""
+
+    def __init__(self, meanwhile):
+        super().__init__()
+        self.meanwhile = meanwhile
+
+    def observe(self, args):
+        seen = super().observe(args)
+        if self.meanwhile is not None:
+            self.meanwhile()
+            self.meanwhile = None
+        return seen
+
+
+def test_a_look_made_while_this_agent_is_elected_repairs_nothing_and_looks_again(vpc, moto):
+    ec2, eni_a, _ = vpc
+    a = Node("a", eni_a, moto, {})
+
+    def elected():  # the lease taken, then the election plan's assign (its duty thread, done)
+        a.lead(5)
+        ec2.assign_private_ip_addresses(NetworkInterfaceId=eni_a, PrivateIpAddresses=[SEIZED])
+
+    a.watch.executors = [ElectedMidLook(elected)]
+    a.watch.found = [(a.watch.executors[0], a.watch.found[0][1])]
+    out, entry = a.look()
+    assert out == [] and a.sink.rows == []  # the sighting before the election is not a `missing` address
+    assert entry.verdict == OK and entry.holders == ("a",)  # looked again once the standing held still

@@ -270,6 +270,12 @@ def test_the_site_page_says_whether_the_pool_can_take_over_a_silent_leader_fast(
     write_pool(dj["data_dir"], members=two, beacons={"members": {}, "serving": {**serving, "members": 2,
                                                                                "fast": False}})  # fmt: skip
     assert '<span data-fast-takeover="0">fast takeover needs 3 members</span>' in text(vera.get(SITE))
+    # issue 38: two members whose leader's epoch the share's witness names
+    witness = {"epoch": 7, "ready": True, "relies": False, "counts_s": None, "waits_s": 0.0}
+    paired = {**serving, "members": 2, "witness": witness}
+    write_pool(dj["data_dir"], members=two, beacons={"members": {}, "serving": paired})
+    said = '<span data-fast-takeover="1">fast takeover: 2 members + the share\'s witness</span>'
+    assert said in text(vera.get(SITE)).replace("&#x27;", "'")
     write_pool(dj["data_dir"])  # beacons off: nothing said
     assert "fast takeover" not in text(vera.get(SITE))
 

@@ -216,3 +216,89 @@ def test_one_address_cannot_take_more_than_its_share():
         upstream.close()
 
     asyncio.run(main())
+
+
+def test_with_redial_within_a_connection_waits_for_a_relay_that_starts_and_is_closed_at_the_bound():
+    """The new leader's external relay is still starting when the first station arrives: the
+    connection waits for it (nothing is refused), then flows; one it never serves is closed at the
+    bound, counted by why."""
+
+    async def main() -> None:
+        ready = [False]
+        upstream, _, proxy = await rig(ready=lambda: ready[0], redial_within=1.0)
+        reader, writer = await asyncio.open_connection(*proxy.addresses["json"])
+        writer.write(b"register")
+        await until(lambda: proxy.snapshot()["waiting"] == 1)
+        await asyncio.sleep(0.2)
+        assert upstream.connections == 0 and proxy.snapshot()["refused"] == {}
+        ready[0] = True
+        assert await asyncio.wait_for(reader.readexactly(8), 5) == b"register"
+        assert proxy.snapshot()["waiting"] == 0
+        writer.close()
+        ready[0] = False
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        reader, _ = await asyncio.open_connection(*proxy.addresses["json"])
+        assert await closed(reader)
+        assert 0.9 <= loop.time() - began < 3.0
+        assert proxy.snapshot()["closed"].get("relay_down") == 1
+        upstream.close()
+
+    asyncio.run(main())
+
+
+def test_a_refused_connect_is_tried_again_until_the_upstream_listens():
+    async def main() -> None:
+        port = free_port()
+        proxy = FencingProxy(gate=Gate(), upstream=("127.0.0.1", port), redial_within=2.0)
+        await proxy.start("127.0.0.1", free_port(), 0)
+        reader, writer = await asyncio.open_connection(*proxy.addresses["json"])
+        writer.write(b"hello")
+        await until(lambda: any(p.dials >= 3 for p in proxy.pairs))  # refused, and tried again
+
+        async def echo(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            w.write(await r.read(100))
+            await w.drain()
+            w.close()
+
+        server = await asyncio.start_server(echo, "127.0.0.1", port)
+        assert await asyncio.wait_for(reader.readexactly(5), 5) == b"hello"
+        server.close()
+
+    asyncio.run(main())
+
+
+def test_a_repoint_leads_a_waiting_connection_to_the_new_upstream_and_closes_a_forwarded_one():
+    """A connection held back (its leader went quiet) sent nothing anywhere: the re-point leads it
+    to the new leader, where its first bytes arrive; one already forwarded to the old one is closed
+    (its session was that relay's), and the old one gets nothing more."""
+
+    async def main() -> None:
+        old, new = Upstream(), Upstream()
+        await old.start()
+        await new.start()
+        held = [False]
+        proxy = FencingProxy(gate=Gate(), upstream=("127.0.0.1", old.ports[0]),
+                             upstream_passthrough=old.ports[1], held_back=lambda: held[0],
+                             redial_within=2.0)  # fmt: skip
+        await proxy.start("127.0.0.1", free_port(), 0)
+        r1, w1 = await asyncio.open_connection(*proxy.addresses["json"])
+        w1.write(b"one")
+        assert await asyncio.wait_for(r1.readexactly(3), 5) == b"one"
+        held[0] = True
+        r2, w2 = await asyncio.open_connection(*proxy.addresses["json"])
+        w2.write(b"two")
+        await until(lambda: proxy.snapshot()["waiting"] == 1)
+        await asyncio.sleep(0.2)
+        assert old.connections == 1 and old.received == 3
+        held[0] = False
+        assert proxy.repoint(("127.0.0.1", new.ports[0]), new.ports[1]) == (1, 1)
+        assert await closed(r1)
+        assert await asyncio.wait_for(r2.readexactly(3), 5) == b"two"
+        assert old.received == 3 and new.received == 3 and new.connections == 1
+        assert proxy.snapshot()["closed"] == {"repointed": 1}
+        w2.close()
+        old.close()
+        new.close()
+
+    asyncio.run(main())

@@ -95,6 +95,27 @@ def test_an_early_takeover_needs_an_ack_serving_holder_silent_to_a_majority():
     assert silent_holder("S001", 7, mine, [other], 3, T, at)  # adhering to someone else: does not hear it
 
 
+def test_no_silence_holds_before_the_instant_the_book_names_so_the_loop_may_sleep_until_then():
+    """`ServingBook.silence_from` (the silence loop sleeps until it, issue 41): at every instant
+    before it `silent` names no holder, whatever beacons came; just after it, one may."""
+    book = ServingBook("S002", OTHER, T, ttl=10)
+    assert book.silence_from(50.0) == 50.0 + T.silence  # adhering to no one: a first leader is heard later
+    quiet = AckReport("S003", 0.1, "S001", 7, 2.0)
+    leader = Beacon(KMSN, "S001", "10.0.0.1", 9530, "leader", 7, 3, BOOT, 1, serve=ACKED)
+    at = 100.0
+    for seq in range(1, 12):  # heard every interval, then silent
+        at = 100.0 + 0.2 * seq
+        book.heard(replace(leader, seq=seq), None, 7, at)
+        earliest = book.silence_from(at)
+        assert earliest == at + T.silence
+        for probe in (at, at + 0.5, earliest - 0.001):
+            assert book.silent("S001", 7, 3, [quiet], probe) is None
+    assert book.silent("S001", 7, 3, [quiet], book.silence_from(at) + 0.005)  # the loop's first look
+    later = Beacon(KMSN, "S003", "10.0.0.3", 9530, "leader", 8, 1, "c" * 16, 1, serve=ACKED)
+    book.heard(later, None, 8, at + T.silence + 0.1)  # S001 silent for S: S003 is adhered to, heard now
+    assert book.silence_from(at + T.silence + 0.2) == at + T.silence + 0.1 + T.silence
+
+
 def test_the_serving_fields_travel_signed_and_old_beacons_stay_byte_for_byte():
     plain = Beacon(KMSN, "S001", "10.0.0.1", 9530, "follower", 7, 3, BOOT, 5)
     assert set(json.loads(plain.encode(KEY))) == {"v", "kmsn", "node", "ip", "port", "role", "epoch",

@@ -98,3 +98,46 @@ def test_the_models_inequalities_are_strict_and_the_codes_constants_meet_them():
     assert t.silence < lease.ttl  # E130
     # A6: three members, a majority of two (the model's `ackok`)
     assert MIN_MEMBERS == 3 and majority(3) == 2
+
+
+# -- the pool of two and the share's witness (verify/witness.pml under -DWITNESS, issue 38) ----------
+WITNESS_MUTANTS = ("NO_WAIT", "BLIND_REFRESH", "SHORT_D", "NO_ENTRY_CAS", "NO_STEPDOWN_V", "UNRELY_EARLY")
+
+
+@pytest.mark.parametrize("mutant", WITNESS_MUTANTS)
+def test_each_witness_rule_switched_off_gives_spin_a_counterexample_trail(mutant):
+    """No wait after a claim over a relied-on record, a refresh that does not check the claim,
+    D no longer than V, an entry over a record that is not its own, a stepped-down leader
+    acking within its witness window: each gives two open gates (breadth-first, epochs <= 2)."""
+    out = run("witness-mutants", mutant)
+    assert errors(out) >= 1, out
+    assert "assertion violated" in out, out
+    assert trail(out) > 0
+
+
+@pytest.mark.long
+def test_the_witness_rules_as_built_give_no_error_in_an_exhaustive_search():
+    """Two members and the witness, every state of the bound (`verify/check.sh witness`:
+    breadth-first, no depth cut, no hash compaction): no assertion fails."""
+    out = run("witness", timeout=1500)
+    assert "assertion violated" not in out, out
+    assert "Search not completed" not in out, out
+    assert errors(out) == 0, out
+
+
+def witness_defines() -> dict[str, int]:
+    text = (ROOT / "verify" / "witness.pml").read_text()
+    plain = re.sub(r"#ifdef SHORT_D.*?#else", "", text, flags=re.S)
+    return {k: int(v) for k, v in re.findall(r"^#define (\w+) (\d+)\b", plain, flags=re.M)}
+
+
+def test_the_witness_models_inequalities_are_strict_and_the_codes_constants_meet_them():
+    from elections.core.witness import WitnessTiming
+
+    d = witness_defines()
+    assert d["D_LO"] > d["V_HI"]  # the claimant's wait outlasts the longest witness window
+    assert d["S_LO"] > d["W_HI"] and d["TTL_LO"] > d["RD_HI"]
+    t = WitnessTiming.of(0.2)
+    # D on the claimant's fastest clock against V on the holder's slowest, plus the relay's lag
+    assert t.wait / (1 + DRIFT) >= t.window / (1 - DRIFT) + GATE_LAG
+    assert t.silence + t.wait < Timing().ttl  # E130's bound holds with the wait too

@@ -19,6 +19,7 @@ from test_entry import relay, view
 from test_proxy import closed, until
 
 from elections.ports.local.localstate import LocalState
+from elections.ports.local.pool_view import PoolView
 from elections.ports.local.relay_files import EntryStatus
 from elections.web.panel.door_state import door_check
 from relay.server.listen_set import door_hosts, relay_loopback, wanted
@@ -154,3 +155,47 @@ def test_the_site_page_says_where_this_pcs_door_leads_and_warns_when_it_is_silen
     local.write_door(status)
     zh = client_for(user).get(f"/sites/{KMSN}/", HTTP_ACCEPT_LANGUAGE="zh-TW").content.decode()
     assert "工作站入口在 127.0.0.1:9530 上監聽，把工作站帶往 S002（127.0.0.22:9530，世代 7）" in zh
+
+
+def test_a_station_arriving_while_the_leader_is_quiet_waits_and_is_led_to_the_next_leader(tmp_path: Path):
+    """The leader's beacons went quiet (frozen or cut off: its kernel may still complete a
+    handshake): a station's new connection is held, not dialled into it, through a moment with no
+    lease read, and the re-point to the next leader leads it there; its first bytes reach the new
+    relay only. A station of a PC whose view names no leader is still refused at once."""
+    loopback = "127.0.0.73"
+    port = free_pair(loopback, "127.0.0.74")
+
+    async def main() -> None:
+        local = LocalState(tmp_path)
+        old, port_old = await relay(b"S002")
+        new, port_new = await relay(b"S003")
+        door = StationDoor(str(tmp_path), "S001", (loopback,), port, stale_after=5.0)
+        task = asyncio.ensure_future(door.run())
+        await until(lambda: door.proxy.listening)
+        quiet = dataclasses.replace(view(7, "S002", port_old), beacons={"quiet": "S002", "interval": 0.2})
+        local.write_pool(quiet)
+        await until(lambda: door.gate.target is not None)
+        reader, writer = await asyncio.open_connection(loopback, port)
+        writer.write(b"ping")
+        await until(lambda: door.proxy.snapshot()["waiting"] == 1)
+        await asyncio.sleep(0.3)
+        assert door.proxy.snapshot()["waiting"] == 1  # held: nothing dialled to the quiet leader
+        # The takeover's moment with no lease read: a newcomer is refused at once, the held one waits.
+        local.write_pool(PoolView(kmsn="k", node="S001", updated=time.monotonic(), lease_status="missing"))
+        await until(lambda: door.gate.target is None)
+        took = await asyncio.to_thread(refused_within, loopback, port)
+        assert took < 0.05, f"{took * 1000:.1f} ms"
+        assert door.proxy.snapshot()["waiting"] == 1
+        local.write_pool(view(8, "S003", port_new))  # S003 took over
+        assert await asyncio.wait_for(reader.readexactly(8), 5) == b"S003ping"
+        writer.close()
+        local.write_pool(view(8, "S003", port_new, released=True, ttl_s=0))
+        await until(lambda: door.gate.target is None)
+        took = await asyncio.to_thread(refused_within, loopback, port)
+        assert took < 0.05, f"{took * 1000:.1f} ms"
+        door._stop.set()
+        assert await asyncio.wait_for(task, 5) == 0
+        for server in (old, new):
+            server.close()
+
+    asyncio.run(main())

@@ -26,6 +26,7 @@ import pytest
 from harness import signed_lock
 
 from elections.core.lease import LeaseRecord, sign
+from elections.core.witness import WitnessRecord
 from elections.ports.events.event_records import PoolEventSink, PoolEventTail
 from elections.ports.events.event_streams import EventStreams
 from elections.ports.share.share_backend import ShareBackend
@@ -49,7 +50,7 @@ class Pool:
     event_bytes: Callable[[str], list[tuple[str, bytes]]]  # event_bytes(node): (where, bytes) as kept
 
 
-RECORD_FILES = {"lease": "relay_leader.json", "lock": "relay_leader.lock"}
+RECORD_FILES = {"lease": "relay_leader.json", "lock": "relay_leader.lock", "witness": "relay_witness.json"}
 
 
 def _folder_pool(name: str, folder: Path, where: Callable[[float], object]) -> Pool:
@@ -144,6 +145,8 @@ def etcd_pool(etcd_cluster):
     def key(record: str) -> str:
         if record == "lease":
             return "pool/leader"
+        if record == "witness":
+            return "pool/witness"
         if record == "members":
             return "pool/members/"
         if record.startswith("members/"):
@@ -196,7 +199,7 @@ def etcd_pool(etcd_cluster):
 def memory_pool():
     """The dict backend the in-process tests use (`tests/memstore.py`): each store is
     another client of one dict, and so is each event log."""
-    from elections.ports.store.backend import LEASE_KEY, MEMBERS
+    from elections.ports.store.backend import LEASE_KEY, MEMBERS, WITNESS_KEY
     from elections.ports.store.memory_backend import MemoryBackend
     from elections.ports.store.records import PoolStore
 
@@ -205,6 +208,8 @@ def memory_pool():
     def key(record: str) -> str:
         if record == "lease":
             return LEASE_KEY
+        if record == "witness":
+            return WITNESS_KEY
         return MEMBERS + record[len("members/") :].removesuffix(".json") if record != "members" else MEMBERS
 
     def put(record: str, raw: bytes) -> None:
@@ -705,3 +710,69 @@ def test_a_store_measures_this_clock_against_its_own(pool):
     assert reading is not None and reading.against in ("file server", "etcd", "memory")
     assert abs(reading.offset_s) < reading.error_s + 1.0, reading  # one machine: one clock
     assert reading.error_s < (1.5 if reading.against == "etcd" else 0.5), reading  # etcd's Date: a 1 s grain
+
+
+# -- the share's witness (issue 38) ------------------------------------------------------------
+def wit(node: str = "S001", epoch: int = 1, relies: bool = False) -> WitnessRecord:
+    return WitnessRecord("K", node, epoch, relies)
+
+
+def test_the_witness_record_is_written_only_over_what_was_read_and_the_loser_of_a_race_writes_nothing(pool):
+    clock = FakeClock()
+    a, b = pool.store("S001", clock), pool.store("S002", clock)
+    first = a.read_witness("K")
+    assert first.status == "missing"
+    assert a.write_witness(wit("S001", 1), first.revision) is WriteOutcome.WRITTEN
+    seen_a, seen_b = a.read_witness("K"), b.read_witness("K")
+    assert seen_b.valid and seen_b.record == wit("S001", 1)
+    # the leader's entry (W2) and the follower's claim (W4) race on the same read: one lands
+    assert b.write_witness(wit("S002", 2, relies=True), seen_b.revision) is WriteOutcome.WRITTEN
+    assert a.write_witness(wit("S001", 1, relies=True), seen_a.revision) is WriteOutcome.CHANGED
+    assert a.read_witness("K").record == wit("S002", 2, relies=True)  # a claim is never overwritten blind
+    assert (
+        a.write_witness(wit("S001", 3), first.revision) is WriteOutcome.CHANGED
+    )  # "no file" is a revision too
+
+
+HOSTILE_WITNESS = {
+    "forged": lambda: wit("S666", 9, True).encode("not-the-pool-key"),
+    "unsigned": lambda: json.dumps(wit().to_doc()).encode(),
+    "damaged": lambda: wit().encode(TOKEN)[:-7],
+    "huge": lambda: b"{" + b" " * (1 << 20) + b"}",
+    "deep": lambda: b"[" * 100_000,
+    "surrogate": lambda: b'{"v":1,"kmsn":"K","node":"\\ud800","epoch":1,"relies":true,"sig":"00"}',
+    "another pool": lambda: WitnessRecord("OTHER", "S001", 1, True).encode(TOKEN),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(HOSTILE_WITNESS))
+def test_a_hostile_witness_record_is_no_evidence_counted_and_a_new_epoch_may_rewrite_it(pool, kind):
+    from elections.core.witness import may_claim_witness, may_enter, may_name, refresh_ok
+
+    clock = FakeClock()
+    store = pool.store("S001", clock)
+    pool.put("witness", HOSTILE_WITNESS[kind]())
+    read = store.read_witness("K")
+    assert read.status == "refused" and read.record is None and read.cause
+    assert sum(store.refusals.counts.values()) >= 1
+    # no evidence: no refresh, no entry, no claim (the TTL path runs on) ...
+    assert (
+        not refresh_ok(read, "S001", 1) and not may_enter(read, "S001", 1) and not may_claim_witness(read, 1)
+    )
+    # ... and only a new epoch's own record (W1) replaces it
+    assert may_name(read, 2)
+    assert store.write_witness(wit("S001", 2), read.revision) is WriteOutcome.WRITTEN
+    assert store.read_witness("K").record == wit("S001", 2)
+
+
+def test_a_witness_record_of_an_epoch_below_one_read_before_is_a_replay(pool):
+    clock = FakeClock()
+    store = pool.store("S001", clock)
+    old = wit("S001", 1, relies=True).encode(TOKEN)
+    missing = store.read_witness("K")
+    assert store.write_witness(wit("S002", 2, relies=True), missing.revision) is WriteOutcome.WRITTEN
+    assert store.read_witness("K").record.epoch == 2
+    pool.put("witness", old)  # the old holder's record put back after the claim
+    read = store.read_witness("K")
+    assert read.status == "refused" and read.cause == "replayed"
+    assert store.refusals.counts["replayed"] >= 1

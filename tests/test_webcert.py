@@ -20,7 +20,7 @@ from test_config import problems, run_agent, write_ini
 from elections.ports.local import webcert
 from relay.client.discovery import AgentApi, in_clear_on_lan
 from stkhost import fingerprints
-from stkhost.pinned_https import parse_pins
+from stkhost.fingerprints import parse_pins
 from stkrelay.config import load
 from stkrelay.config_tls import plain_on_lan
 
@@ -62,6 +62,27 @@ def test_it_is_made_again_when_it_no_longer_names_node_ip_or_nears_its_end(tmp_p
     second = webcert.ensure_made(str(tmp_path), ip, [], NOW + datetime.timedelta(days=later))
     assert second.fingerprint != first.fingerprint
     assert webcert.served_fingerprint(str(tmp_path), "", False) == second.fingerprint
+
+
+def test_a_certificate_with_nothing_to_make_is_told_without_cryptography_and_a_child(tmp_path):
+    """`made_as_is` (the supervisor's, every start) agrees with `ensure_made`: the same one kept,
+    and None for each case `ensure_made` would make again, or cannot be sure of."""
+    made = webcert.ensure_made(str(tmp_path), "192.168.1.10", ["10.0.0.7"], NOW)
+    kept = webcert.made_as_is(str(tmp_path), "192.168.1.10", NOW + datetime.timedelta(days=365))
+    assert kept == made and webcert.made_as_is(str(tmp_path), "10.0.0.7", NOW) == made
+    assert webcert.made_as_is(str(tmp_path), "192.168.1.11", NOW) is None  # NODE_IP changed
+    later = NOW + datetime.timedelta(days=webcert.MADE_DAYS - webcert.RENEW_DAYS + 1)
+    assert webcert.made_as_is(str(tmp_path), "192.168.1.10", later) is None  # about to expire
+    crt = tmp_path / webcert.CERT_NAME
+    crt.write_bytes(crt.read_bytes().replace(b"\n", b"\r\n"))  # not the copy ensure_made writes
+    assert webcert.made_as_is(str(tmp_path), "192.168.1.10", NOW) is None
+    crt.unlink()
+    assert webcert.made_as_is(str(tmp_path), "192.168.1.10", NOW) is None
+    assert webcert.ensure_made(str(tmp_path), "192.168.1.10", [], NOW) == made  # which puts it back
+    assert webcert.made_as_is(str(tmp_path), "192.168.1.10", NOW) == made
+    (tmp_path / webcert.MADE_NAME).write_bytes(b"-----BEGIN CERTIFICATE-----\nnot base64\n")
+    assert webcert.made_as_is(str(tmp_path), "192.168.1.10", NOW) is None
+    assert webcert.made_as_is(str(tmp_path / "absent"), "192.168.1.10", NOW) is None
 
 
 def test_a_damaged_certificate_file_is_replaced_not_served(tmp_path):

@@ -4,6 +4,8 @@
 #   verify/check.sh ci              the smaller bound .ci/run checks
 #   verify/check.sh mutants [NAMES] every rule switched off, one at a time: each must give a trail
 #   verify/check.sh one FLAGS...    one search, e.g. `one -DNO_R5 -DMAXE=3`
+#   verify/check.sh witness         two members and the share's witness (issue 38): no error
+#   verify/check.sh witness-mutants [NAMES]  the witness's rules switched off: each a trail
 # Each search runs niced in a scratch directory, its memory bounded (MEMLIM, MB).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -26,12 +28,17 @@ HOSTILE="NO_R3E NO_R3D NO_VOUCH NO_BLIND"
 # a taker's own vote matters only over a release by a leader it did not adhere to: a third epoch
 DEEP="NO_R1_SELF"
 
+# the pool of two and the share's witness (verify/witness.pml, issue 38): small enough to search
+# exhaustively (no depth bound that cuts a run short: -m is far past the deepest state)
+WITNESS_BOUND=${WITNESS_BOUND:-"-DMAXE=2 -DMAXF=1"}
+WITNESS_MUTANTS="NO_WAIT BLIND_REFRESH SHORT_D NO_ENTRY_CAS NO_STEPDOWN_V UNRELY_EARLY"
+
 # search FLAGS... -- BFS/DFS is chosen by the caller; prints SPIN's output, returns pan's errors
 search() {
   local work
   work=$(mktemp -d)
   trap 'rm -rf "$work"' RETURN
-  cp "$here/pool.pml" "$work/"
+  cp "$here"/*.pml "$work/"   # pool.pml includes witness.pml under -DWITNESS
   # every -D goes to both: spin's preprocessor (the model's bounds and mutants) and gcc (pan's)
   (cd "$work" && spin "$@" -a pool.pml >/dev/null &&
      gcc ${CC_OPT:--O1} -w -DSAFETY -DNOREDUCE -DMEMLIM="$MEMLIM" "$@" -o pan pan.c &&
@@ -63,6 +70,16 @@ case ${1:-full} in
       case " $DEEP " in *" $m "*) depth=$MUT_DEEP_DEPTH ;; esac
       echo "== mutant $m ($bound, every run of up to $depth steps: depth-first, -DREACH, hash-compact) =="
       PAN_ARGS="-m$depth" search $bound -D"$m" -DHC4 -DREACH
+    done
+    ;;
+  witness)
+    echo "== the witness as built: 2 members + the share's witness, $WITNESS_BOUND, exhaustive (breadth-first) =="
+    PAN_ARGS="-m1000000" search -DWITNESS $WITNESS_BOUND -DBFS
+    ;;
+  witness-mutants)
+    for m in ${2:-$WITNESS_MUTANTS}; do
+      echo "== witness mutant $m ($WITNESS_BOUND, breadth-first: the shortest trail) =="
+      PAN_ARGS="-m1000000" search -DWITNESS $WITNESS_BOUND -D"$m" -DBFS
     done
     ;;
   one)

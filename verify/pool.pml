@@ -87,6 +87,10 @@
  *   SHORT_S        S no longer than W (S_LO = W_HI)
  */
 
+#ifdef WITNESS
+/* issue 38: the pool of two and the share's witness, a model of its own (verify/witness.pml) */
+#include "witness.pml"
+#else
 #define N 3
 #define NONE 3
 #ifndef MAXE
@@ -582,3 +586,4 @@ init {
   :: d_step { faults < MAXF && Lk != NOFILE && Lk != VALID && Lk != OLD && Oe > 0 -> printf("@ an old copy put back\n"); faults++; Lk = OLD }
   od
 }
+#endif /* WITNESS */

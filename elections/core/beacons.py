@@ -30,6 +30,8 @@ sender adheres to: `ack_node`, `ack_epoch`, `ack_boot`, `ack_seq` (the newest
 of its leader beacons heard) and `quiet_ms` (how long the sender has not heard
 it). A beacon without them acknowledges no one. And in a `resign` beacon,
 `fenced` (the epoch resigned): its relay stopped before the release was written,
+(issue 38) `pair: 1` from a leader of two whose majority counts the share's witness: only a
+follower that heard it say so may claim the witness (`core.witness.silent_pair`);
 and every gate of an earlier epoch was shut for good by then (`ServingRight.clean`):
 a taker of that released lease may serve by the lease at once (`starts_acked`).
 
@@ -95,6 +97,10 @@ _OPTIONAL: dict[str, tuple[type, object]] = {
     "ack_seq": (int, 0),
     "quiet_ms": (int, 0),
     "fenced": (int, 0),
+    "pair": (
+        int,
+        0,
+    ),  # issue 38: 1 from a leader of two that counts the share's witness (`ServingBook.paired`)
 }
 _SERVE = ("", "lease", "ack")
 
@@ -121,6 +127,7 @@ class Beacon:
     ack_seq: int = 0
     quiet_ms: int = 0
     fenced: int = 0  # a resign's own epoch: fenced before its release, every earlier gate shut
+    pair: int = 0  # 1: a leader of two whose majority of three counts the share's witness (issue 38)
 
     def to_doc(self) -> dict[str, Any]:
         # Not dataclasses.asdict: it deep-copies field by field, and this runs
@@ -182,6 +189,8 @@ def parse_beacon(raw: bytes, key: str, kmsn: str) -> Beacon:
         raise Untrusted(NOT_OBJECT, "beacon has a number out of range")
     if extra["serve"] not in _SERVE or (extra["ack_boot"] and not _BOOT.fullmatch(str(extra["ack_boot"]))):
         raise Untrusted(NOT_OBJECT, "beacon has a bad serve mode or ack boot")
+    if extra["pair"] not in (0, 1) or (extra["pair"] and doc["role"] != "leader"):
+        raise Untrusted(NOT_OBJECT, "beacon says pair other than 0 or 1, or not as a leader")
     if extra["fenced"] and (doc["role"] != RESIGN or extra["fenced"] != doc["epoch"]):
         raise Untrusted(NOT_OBJECT, "beacon says fenced of another epoch than a resign's own")
     return Beacon(**{name: doc[name] for name in _FIELDS}, **extra)

@@ -88,6 +88,9 @@ class ServingRight:
     self_from: float = float("-inf")
     self_wait: tuple[str, int, str] | None = None  # (node, epoch, boot) it waits out; its resign ends it
     clean_start: bool = False  # from a clean release: in `LEASE` mode at once (docs/serving-right.md rule 6)
+    # Issue 38: the one other member of a pool of two whose acks this epoch counts, fixed when it
+    # first serves as a pair (with the share's witness); a third member's acks never count in it.
+    partner: str | None = None
 
     def sent_beacon(self, seq: int, now: float) -> None:
         self.sent[seq] = now
@@ -125,21 +128,39 @@ class ServingRight:
             return None
         return with_self if others >= self.self_from else others
 
-    def settle(self, members: int, now: float) -> str:
-        """`LEASE` becomes `ACKED` once a majority acks (three members or more); never back."""
-        if self.mode == LEASE and members >= MIN_MEMBERS:
-            until = self.ack_until(members, now=now)
+    def counted(self, members: int) -> tuple[int, frozenset[str] | None]:
+        """The members a majority is counted among, and whose acks count: a pair's epoch, its
+        partner and itself (with the witness: `ServingBook`), whatever the pool's count now."""
+        return (2, frozenset({self.partner})) if self.partner is not None else (members, None)
+
+    def settle(self, members: int, now: float, paired: bool = False) -> str:
+        """`LEASE` becomes `ACKED` once a majority acks (three members or more, or two with the
+        share's witness naming this epoch: `paired`, issue 38); never back."""
+        if self.mode == LEASE and (members >= MIN_MEMBERS or paired):
+            if paired and members == 2 and self.partner is None and self.acks:
+                self.partner = max(
+                    self.acks, key=self.acks.__getitem__
+                )  # the pair's other member, for this epoch
+            members, within = self.counted(members)
+            until = self.ack_until(members, within, now=now)
             if until is not None and until > now:
                 self.mode = ACKED
         return self.mode
 
-    def until(self, members: int, now: float) -> float | None:
+    def until(
+        self, members: int, now: float, paired: bool = False, witness: float | None = None
+    ) -> float | None:
         """The bound the serving right puts on the relay gate now: None in `LEASE`
         mode (the renew deadline alone), else the end of the majority's window
-        (`now` or earlier when there is none: shut)."""
-        if self.settle(members, now) == LEASE:
+        (`now` or earlier when there is none: shut). In a pool of two, `witness` is until
+        when the share's witness votes for this epoch (`core.witness.WitnessVote.until`):
+        with this leader's own vote a majority of three, from `self_from` only (W3, W5)."""
+        if self.settle(members, now, paired) == LEASE:
             return None
-        until = self.ack_until(members, now=now)
+        members, within = self.counted(members)
+        until = self.ack_until(members, within, now=now)
+        if witness is not None and now >= self.self_from:
+            until = witness if until is None else max(until, witness)
         return now if until is None else until
 
     def clean(self, now: float) -> bool:
@@ -149,12 +170,14 @@ class ServingRight:
         lease from its first instant (`starts_acked`)."""
         return self.fenced and now >= self.lease_ok_at
 
-    def lapsed(self, members: int, now: float) -> bool:
-        """Serving by acks, no majority within W, and no earlier holder can still serve
-        by the lease (`lease_ok_at`): time to take a new epoch in `LEASE` mode."""
-        if self.mode != ACKED or now < self.lease_ok_at:
+    def lapsed(self, members: int, now: float, witness: float | None = None) -> bool:
+        """Serving by acks, no majority within W (nor the share's witness's vote, in a pool of
+        two), and no earlier holder can still serve by the lease (`lease_ok_at`): time to take
+        a new epoch in `LEASE` mode."""
+        if self.mode != ACKED or now < self.lease_ok_at or (witness is not None and witness > now):
             return False
-        until = self.ack_until(members, now=now)
+        members, within = self.counted(members)
+        until = self.ack_until(members, within, now=now)
         return until is None or until <= now
 
 
@@ -202,13 +225,14 @@ class Adherence:
     heard_at: float
     mode: str = LEASE  # what its last beacon said it serves by
     resigned: bool = False
+    paired: bool = False  # its last beacon said `pair`: a leader of two counting the share's witness
 
     def quiet(self, now: float) -> float:
         return max(0.0, now - self.heard_at)
 
 
 def adhere(current: Adherence | None, node: str, role: str, epoch: int, boot: str, seq: int, mode: str,
-           now: float, silence: float, floor: int) -> Adherence | None:  # fmt: skip
+           now: float, silence: float, floor: int, paired: bool = False) -> Adherence | None:  # fmt: skip
     """Fold one verified beacon (`role` leader or resign) into the adherence.
     A leader beacon of the adhered (node, epoch, boot) refreshes it; any other
     leader is adopted only if none is adhered to, the adhered one resigned, or
@@ -220,13 +244,13 @@ def adhere(current: Adherence | None, node: str, role: str, epoch: int, boot: st
     if role != "leader" or epoch < floor:
         return current
     if same and current is not None:
-        return replace(current, seq=max(seq, current.seq), heard_at=now, mode=mode)
+        return replace(current, seq=max(seq, current.seq), heard_at=now, mode=mode, paired=paired)
     if current is not None:
         if epoch < current.epoch:
             return current
         if not current.resigned and now - current.heard_at < silence:
             return current  # sticky: it was heard within S
-    return Adherence(node, epoch, boot, seq, now, mode)
+    return Adherence(node, epoch, boot, seq, now, mode, paired=paired)
 
 
 # -- a follower ---------------------------------------------------------------------------------

@@ -28,6 +28,8 @@ from elections.core.serving import (
     silent_holder,
     starts_acked,
 )
+from elections.core.witness import MEMBERS as PAIR
+from elections.core.witness import WitnessTiming, WitnessVote, silent_pair
 
 
 # -- one member's book, as its beacons see it --------------------------------------------------------
@@ -47,6 +49,61 @@ class ServingBook:
     # (node, epoch, heard at) of the newest resign that said `fenced`: a claim over that released
     # lease follows it within moments; one more than a TTL later is not taken for its evidence
     clean_release: tuple[str, int, float] | None = None
+    # The share's witness (issue 38, a pool of two): its vote for our right's epoch, and a claim's
+    # vote made before the lease's compare-and-set took the epoch (`taken` attaches it).
+    witness: WitnessVote | None = None
+    claimed: WitnessVote | None = None
+    claimed_from: str | None = None
+    taken_at: float = float("-inf")  # when our right's epoch was taken (this book's clock)
+
+    @property
+    def witness_timing(self) -> WitnessTiming:
+        return WitnessTiming.of(self.timing.interval)
+
+    def paired(self, members: int) -> bool:
+        """A pool of two whose witness record named our right's epoch: `ACKED` mode is possible."""
+        w, right = self.witness, self.right
+        if w is None or right is None or w.epoch != right.epoch or not w.ready:
+            return False
+        return members == PAIR or right.partner is not None  # once a pair, a pair for the epoch
+
+    def _follows_pair(self, members: int) -> bool:
+        """A follower of two whose leader says it serves by acks: which a leader of two says only
+        once the witness named its epoch (`paired`): this follower's takeover is the fast one."""
+        adh = self.adherence
+        return members == PAIR and adh is not None and adh.mode == ACKED and adh.paired and not adh.resigned
+
+    def _witness_until(self, members: int, now: float) -> float | None:
+        return self.witness.until(now) if self.witness is not None and self.paired(members) else None
+
+    def _holds_by_witness(self, members: int, now: float) -> float | None:
+        """The witness's vote, as it keeps a right from lapsing: for a TTL (on the slowest clock)
+        after the follower's acks ended (or the epoch began, never acked). Past that the follower is
+        gone for good (a counter PC off for the night): the leader requalifies into `LEASE` mode
+        (rule 4) instead of refreshing the witness every interval for hours."""
+        until = self._witness_until(members, now)
+        right = self.right
+        if until is None or right is None:
+            return None
+        acks = right.ack_until(*right.counted(members))
+        since = self.taken_at if acks is None else acks
+        return until if now - since <= self.ttl * (1 + DRIFT) / (1 - DRIFT) else None
+
+    def claims_from(self, holder: str, epoch: int) -> bool:
+        """An early takeover of (`holder`, `epoch`) must claim the witness: it said `pair`."""
+        adh = self.adherence
+        return adh is not None and adh.paired and (adh.node, adh.epoch) == (holder, epoch)
+
+    def witness_named(self, epoch: int) -> None:
+        """W1: the record names our new `epoch` (relies false): the pool of two may serve by acks."""
+        if self.right is not None and self.right.epoch == epoch:
+            self.witness = WitnessVote(self.node, epoch, self.witness_timing, ready=True)
+
+    def witness_claim(self, vote: WitnessVote, holder: str | None = None) -> None:
+        """W4: this member's claim of the witness for `vote.epoch` from silent `holder` returned;
+        the lease's compare-and-set follows (`taken`). The holder is the new epoch's partner."""
+        self.claimed = vote
+        self.claimed_from = holder
 
     def taken(self, epoch: int, cause: str | None, members: int, after: tuple[str, int] | None,
               now: float) -> None:  # fmt: skip
@@ -73,6 +130,13 @@ class ServingBook:
             # over on silence may still serve, so this epoch's own release is not clean for a TTL.
             right.lease_ok_at = now + self.ttl * (1 + DRIFT) / (1 - DRIFT)
         self.right = right
+        self.taken_at = now
+        claimed, self.claimed = self.claimed, None
+        self.witness = (
+            claimed if claimed is not None and claimed.epoch == epoch and cause == "silent" else None
+        )
+        if self.witness is not None:
+            right.partner = self.claimed_from  # a pair's epoch from its first instant (issue 38)
 
     def fenced(self, epoch: int) -> None:
         """The relay of `epoch` stopped (or its gate read the shut state) before its release."""
@@ -95,8 +159,11 @@ class ServingBook:
             if right is None or right.epoch != leader_epoch:
                 return {}  # no right for this epoch (not taken through `taken`): says nothing
             right.sent_beacon(seq, now)
-            right.settle(members, now)
-            return {"serve": ACKED if right.mode == ACKED and right.told else LEASE}
+            right.settle(members, now, self.paired(members))
+            doc: dict[str, object] = {"serve": ACKED if right.mode == ACKED and right.told else LEASE}
+            if doc["serve"] == ACKED and self.paired(members):
+                doc["pair"] = 1  # issue 38: only a follower that heard this may claim the witness
+            return doc
         adh = self.adherence
         if adh is None or self.gate_open(members, now):
             return {}
@@ -113,7 +180,11 @@ class ServingBook:
         right = self.right
         if right is None or right.mode != ACKED:
             return False
-        until = right.ack_until(members)
+        until = right.ack_until(*right.counted(members))
+        w = self.witness  # its witness window, counted or not (W3: rule 1's step-down wait includes it)
+        seen = w.open_until() if w is not None and w.epoch == right.epoch else None
+        if seen is not None:
+            until = seen if until is None else max(until, seen)
         return until is not None and now < until + GATE_LAG
 
     def heard(self, beacon: Beacon, leader_epoch: int | None, floor: int, now: float) -> bool:
@@ -126,7 +197,7 @@ class ServingBook:
         if b.role == RESIGN and 0 < b.fenced == b.epoch and newer:  # parse_beacon: fenced is 0 or the epoch
             self.clean_release = (b.node, b.epoch, now)
         self.adherence = adhere(self.adherence, b.node, b.role, b.epoch, b.boot, b.seq, b.serve or LEASE,
-                                now, self.timing.silence, floor)  # fmt: skip
+                                now, self.timing.silence, floor, paired=b.pair == 1)  # fmt: skip
         after = self.adherence
         self.switched = after is not None and (before is None or (after.node, after.epoch, after.boot)
                                                != (before.node, before.epoch, before.boot))  # fmt: skip
@@ -141,13 +212,17 @@ class ServingBook:
         right = self.right
         if right is None or right.epoch != epoch:
             return now  # an epoch this book never saw taken: shut (never serve blind)
-        return right.until(members, now)
+        return right.until(members, now, self.paired(members), self._witness_until(members, now))
 
     def lapsed(self, epoch: int, members: int, now: float) -> str | None:
         right = self.right
-        if right is None or right.epoch != epoch or not right.lapsed(members, now):
+        if (
+            right is None
+            or right.epoch != epoch
+            or not right.lapsed(members, now, self._holds_by_witness(members, now))
+        ):
             return None
-        until = right.ack_until(members)
+        until = right.ack_until(*right.counted(members))
         when = "no majority ever" if until is None else f"majority lost {now - until:.2f} s ago"
         return f"no majority of {members} members within W {right.window:g} s: {when}"
 
@@ -169,14 +244,31 @@ class ServingBook:
     def silent(
         self, holder: str, epoch: int, members: int, reports: list[AckReport], now: float
     ) -> str | None:
+        adh = self.adherence
+        if adh is not None and adh.paired and (adh.node, adh.epoch) == (holder, epoch):
+            # W4a: the holder said `pair`: its votes are itself, its partner and the share's witness,
+            # whatever this member counts now; only a claim of the witness takes it over early
+            return silent_pair(holder, epoch, adh, self.witness_timing, now)
+        if members == PAIR:
+            return None  # two members, the holder never said `pair`: the TTL path
         return silent_holder(holder, epoch, self.adherence, reports, members, self.timing, now)
+
+    def silence_from(self, now: float) -> float:
+        """The earliest instant `silent` may name a holder: `S` after the adhered leader was last
+        heard (`silent_holder` wants that quiet first). Adherence moves only on a beacon heard,
+        which sets `heard_at` to that moment, never earlier: a leader adhered to later (or a
+        first one, while none is) is heard at or after `now`, and its `S` ends later still."""
+        adh = self.adherence
+        return (now if adh is None else adh.heard_at) + self.timing.silence
 
     def to_doc(self, members: int, now: float) -> dict[str, object]:
         adh, right = self.adherence, self.right
         acks = {} if right is None else {n: round(now - t, 3) for n, t in right.acks.items()}
         return {
             "window_s": round(self.timing.window, 3), "silence_s": round(self.timing.silence, 3),
-            "members": members, "fast": members >= MIN_MEMBERS,
+            "members": members,
+            "fast": members >= MIN_MEMBERS or self.paired(members) or self._follows_pair(members),
+            "witness": None if self.witness is None else self.witness.to_doc(now),
             "adheres": None if adh is None else {"node": adh.node, "epoch": adh.epoch, "mode": adh.mode,
                                                  "quiet_s": round(adh.quiet(now), 3)},
             "right": None if right is None else {"epoch": right.epoch, "mode": right.mode,

@@ -171,6 +171,31 @@ def legacy_check(check: Any, stk: Config) -> None:
           "(relayctl credential --all)", warn=True)  # fmt: skip
 
 
+def witness_check(check: Any, me: str, pool: Any) -> None:
+    """The share's witness (issue 38): in a pool of two with beacons, its leader FAILs when the
+    witness record does not name its epoch or its last refresh failed (a silent leader would then
+    be replaced after the TTL, not within seconds)."""
+    serving = pool.beacons.get("serving") if isinstance(pool.beacons.get("serving"), dict) else {}
+    if pool.detection != "beacons" or serving.get("members") != 2:
+        return
+    name = _("the share's witness (fast takeover of a pool of two)")
+    if pool.leader != me:
+        check(name, True, _("judged by the leader (%(leader)s), which refreshes it")
+              % {"leader": pool.leader or _("none")})  # fmt: skip
+        return
+    store = as_object(serving.get("witness_store"))
+    vote = as_object(serving.get("witness"))
+    why = store.get("why") or _("not written yet")
+    if vote.get("ready") is not True:
+        check(name, False, _("no witness record names this epoch (%(why)s): a silent leader waits out "
+                             "the TTL") % {"why": why})  # fmt: skip
+    elif store.get("ok") is False:
+        check(name, False, _("cannot be refreshed (%(why)s, %(age)s s ago): a silent leader waits out "
+                             "the TTL") % {"why": why, "age": store.get("age_s")})  # fmt: skip
+    else:
+        check(name, True, _("fast takeover: 2 members + the share's witness (%(why)s)") % {"why": why})
+
+
 def beacon_checks(check: Any, me: str, pool: Any, members: dict[str, dict[str, Any]]) -> None:
     """Beacons from every member, and paths that work one way only (docs/design.md §13): this
     agent hears X but X's heartbeat says it does not hear this agent, or the reverse."""

@@ -16,6 +16,7 @@ from typing import Any
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from elections.core.witness import WITH_WITNESS, fast_takeover
 from elections.web.panel.fmt import local as local_time  # '2026-06-15 20:30:15 UTC+8', as the panel
 
 STALE_EXIT = 5  # the view is older than its TTL (the agent's worker is not writing it)
@@ -125,6 +126,16 @@ def list_view(
     lines.append(_("KMSN %(kmsn)s  leader %(leader)s  epoch %(epoch)s  lease %(status)s  (seen by %(node)s)")
                  % {"kmsn": pool.kmsn, "leader": lease.get("node", "-"), "epoch": lease.get("epoch", "-"),
                     "status": lease_words(pool), "node": pool.node})  # fmt: skip
+    fast = fast_takeover(pool.beacons.get("serving"))
+    doc["fast_takeover"] = fast
+    if fast == WITH_WITNESS:
+        lines.append(_("fast takeover: 2 members + the share's witness"))
+    elif fast is not None:
+        lines.append(
+            _("fast takeover: %(n)s members") % {"n": (pool.beacons.get("serving") or {}).get("members")}
+        )
+    elif pool.beacons:
+        lines.append(_("fast takeover: off (a silent leader is replaced after the TTL)"))
     doc["leader_since"] = None if since is None else timezone.localtime(since).isoformat()
     rows: list[list[Any]] = [
         ["node", "state", "ip", "priority", "heartbeat_s", "eligible", "reasons", "leader_since"]

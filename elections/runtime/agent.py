@@ -55,8 +55,8 @@ from elections.core.serving import ACKED
 from elections.core.skew import ClockReading, reading_of
 from elections.errors import StoreUnavailable
 from elections.executors import ActionFence, AddressBook, build_executors, epoch_from_state, leader_duties
+from elections.ports.beacons.beacon_config import BeaconConfig
 from elections.ports.beacons.beacon_seqs import SEQS_NAME
-from elections.ports.beacons.beacons import BeaconConfig
 from elections.ports.local.gate import gate_for
 from elections.ports.local.localstate import Leadership, LocalState
 from elections.ports.local.pool_view import (
@@ -76,13 +76,14 @@ from elections.runtime.beacon_link import BeaconLink
 from elections.runtime.bindings import PoolBindings
 from elections.runtime.elector import Elector
 from elections.runtime.health import HealthMonitor
-from elections.runtime.lease_writes import Identity
+from elections.runtime.lease_writes import identity
 from elections.runtime.member_reads import MemberReads
 from elections.runtime.ownership import OwnershipWatch, standing_of
 from elections.runtime.policy import PoolPolicy
 from elections.runtime.projection import Projector, pool_event_sink
 from elections.runtime.share_split import SplitAlarm
 from elections.runtime.watch import Watchers
+from elections.runtime.witness_keeper import WitnessKeeper
 from stkconfig.model import Config
 from stkhost.clock import SystemClock
 
@@ -120,20 +121,10 @@ FENCE_LOOK = 0.002  # seconds between looks at relay.json meanwhile
 # published.
 MEMBER_HORIZON_S, MEMBER_HORIZON_TTLS = 60.0, 6.0  # a member unheard on the share longer is not counted
 GATE_STEP = 0.2  # seconds
+REPUBLISH_WAIT = 2.0  # seconds the view's quick rewrite waits for the election lock
 
 
 CLOCK_EVERY = 30.0  # seconds between readings of this machine's clock against the store's (one operation)
-
-
-def identity(stk: Config) -> Identity:
-    return Identity(
-        node=stk.node,
-        kmsn=stk.kmsn,
-        station=stk.station,
-        ip=stk.node_ip,
-        port=stk.relay_port,
-        pid=int(os.environ.get("STK_AGENT_PID") or os.getpid()),
-    )
 
 
 class Agent:
@@ -185,12 +176,14 @@ class Agent:
         # right and its timer's news; they read its memory once they run (started below).
         self.beacons = self._beacons(stk, store) if stk.beacon_interval > 0 else None
         beacons = self.beacons
+        self.witness = self._witness(stk, store, beacons) if beacons else None
         self.elector = Elector(
             store, clock, identity(stk), self.timing, events=pool_event_sink(stk), policy=self.policy,
             on_elected=self._elected, on_demoted=self._demoted, refusals=self.refusals,
             evidence=beacons.evidence if beacons else None, serving=beacons,
             heard_at=beacons.heard_at if beacons else None,
             renewal_heard=beacons.renewal_heard if beacons else None, on_fence=self._fence,
+            witness=self.witness,
         )  # fmt: skip
         self._seed_memory()
         # Stations bound to their credentials: folded here, published for the relay (stations.json).
@@ -201,6 +194,8 @@ class Agent:
         self._last_done: dict[str, float] = {}
         if self.beacons is not None:
             self.beacons.start()
+        if self.witness is not None:
+            self.witness.start()
         self._start_duties(stk)
         self.health.start()
 
@@ -215,7 +210,17 @@ class Agent:
         folded = self.tail.last_seq.get  # node -> its highest event seq this agent has: nudges' replays
         return BeaconLink(bconf, lambda: self.elector, self._kicked, clock.monotonic, nudged=self._nudged,
                           folded=lambda node: folded(node, 0), gate_clock=clock.boottime,
-                          members=self.pool_size, on_acked=self._acked)  # fmt: skip
+                          members=self.pool_size, on_acked=self._acked,
+                          republish=self._republish)  # fmt: skip
+
+    def _witness(self, stk: Config, store: LeaseStore, beacons: BeaconLink) -> WitnessKeeper:
+        """The share's witness (issue 38): the third vote of a pool of two, kept beside the book."""
+        service = beacons.service
+        return WitnessKeeper(
+            store, stk.kmsn, stk.node, service, service.book.witness_timing,
+            lambda: self.elector.memory.leader_epoch, self._acked, beacons.react, stk.lease_renew,
+            self.clock.boottime,
+        )  # fmt: skip
 
     def _start_duties(self, stk: Config) -> None:
         """The leader's duty plans (`executors`) and the ownership watch of its addresses."""
@@ -584,6 +589,32 @@ class Agent:
         listening = self.clock.monotonic() - service.started
         return unheard(self.stk.node, service.heard_ages(), hears, self.stk.beacon_interval, listening)
 
+    def _republish(self) -> None:
+        """The holder's beacons went quiet, or came back (`BeaconService.quiet`): pool.json again
+        now, the last survey with that flag changed (nothing read: the election lock is held for
+        one local write), so the station door holds or releases its new connections within a
+        look. A cycle under way writes it anyway, unless it wrote its view before the change."""
+        beacons = self.beacons
+        if beacons is None:
+            return
+        until = self.clock.monotonic() + REPUBLISH_WAIT
+        while not self.lock.acquire(timeout=0.1):
+            # A cycle holds it: its own view will say it, unless it wrote that view already.
+            if self.view.beacons.get("quiet") == beacons.service.quiet:
+                return
+            if self.clock.monotonic() > until:
+                log.warning("pool view not rewritten for a quiet leader: the election lock is held")
+                return
+        try:  # the last survey with only the flag changed: no read of anything, the lock held for a write
+            if self.view.updated is None:  # no survey yet: its first one says it
+                return
+            view = replace(self.view, updated=self.clock.monotonic(),
+                           beacons={**self.view.beacons, "quiet": beacons.service.quiet})  # fmt: skip
+            self.local.write_pool(view)
+            self.view = view
+        finally:
+            self.lock.release()
+
     def _acked(self) -> None:
         """A member acknowledged one of our leader beacons: publish the gate if it moved
         by `GATE_STEP` or more (from the beacon thread; never under the election lock,
@@ -621,6 +652,8 @@ class Agent:
             refusals = merged(refusals, beacons.pop("refusals"))
             if isinstance(beacons.get("serving"), dict):  # early takeovers deferred for want of evidence
                 beacons["serving"]["deferred"] = dict(self.elector.deferred)
+                if self.witness is not None:  # the store's side: its last write or refresh, and why
+                    beacons["serving"]["witness_store"] = self.witness.to_doc()
         members = {}
         gone = self.unheard()
         for node, doc in docs.items():

@@ -35,7 +35,8 @@ from elections.core.beacon_board import Reaction, Standing
 from elections.core.lease import LeaseRead
 from elections.core.lease_memory import Memory
 from elections.core.nudge import Nudge
-from elections.ports.beacons.beacons import BeaconConfig, BeaconService
+from elections.ports.beacons.beacon_config import BeaconConfig
+from elections.ports.beacons.beacons import BeaconService
 
 log = logging.getLogger("stkrelay.beacons")
 
@@ -67,6 +68,7 @@ class BeaconLink:
         monotonic: Callable[[], float], nudged: Callable[[], None] = lambda: None,
         folded: Callable[[str], int] = lambda node: 0, gate_clock: Callable[[], float] | None = None,
         members: Callable[[], int] = lambda: 0, on_acked: Callable[[], None] = lambda: None,
+        republish: Callable[[], None] = lambda: None,
     ) -> None:  # fmt: skip
         self.elector = elector
         self.cycle = cycle
@@ -74,11 +76,13 @@ class BeaconLink:
         self.interval = config.interval
         self.service = BeaconService(config, self.standing, self.react, monotonic, nudged=self.nudge,
                                      folded=folded, gate_clock=gate_clock, members=members,
-                                     on_acked=on_acked)  # fmt: skip
+                                     on_acked=on_acked, on_quiet=self.quiet_changed)  # fmt: skip
         self._kick = threading.Event()
         self._why = ""
         self._cycle_wanted = False
         self._nudge_wanted = False
+        self._view_wanted = False
+        self.republish = republish  # the pool view, written again (`quiet_changed`)
         self.kicks = 0
         self._thread = threading.Thread(target=self._run, name="beacon-kicks", daemon=True)
 
@@ -164,6 +168,12 @@ class BeaconLink:
         self._nudge_wanted = True
         self._kick.set()
 
+    def quiet_changed(self) -> None:
+        """From the beacon thread: the holder went quiet or was heard again (`service.quiet`): the
+        pool view is written again soon, so the station door sees it (never on that thread)."""
+        self._view_wanted = True
+        self._kick.set()
+
     def wake(self) -> None:
         """This member's standing changed (elected, stepped down): beacon it now."""
         self.service.send_now()
@@ -175,10 +185,13 @@ class BeaconLink:
             self.kicks += 1
             nudged, self._nudge_wanted = self._nudge_wanted, False
             cycle, self._cycle_wanted = self._cycle_wanted, False
+            view, self._view_wanted = self._view_wanted, False
             try:
                 if nudged:
                     self.nudged()
-                if cycle:
+                if cycle:  # a cycle writes the view too
                     self.cycle(self._why)
+                elif view:
+                    self.republish()
             except Exception:  # the next kick or tick tries again
                 log.exception("election cycle on a beacon failed")

@@ -28,6 +28,7 @@ from elections.core.lease import LeaseRead, LeaseRecord
 from elections.core.lease_memory import Memory, accepts, blind_gap, current, track, vouched, vouches_spent
 from elections.core.serving_book import Serving
 from elections.core.untrusted import REPLAYED
+from elections.core.witness import WitnessClaims
 from elections.errors import StoreUnavailable
 from elections.ports.store.store import LEASE_NAME, LeaseStore, WriteOutcome
 from elections.ports.store.stores import NullSink, TransitionSink
@@ -86,12 +87,14 @@ class Elector:
         heard_at: HeardAt | None = None,
         renewal_heard: RenewalHeard | None = None,
         on_fence: Hook | None = None,
+        witness: WitnessClaims | None = None,
     ) -> None:
         self.store = store
         self.evidence = evidence
         self.heard_at = heard_at
         self.renewal_heard = renewal_heard
         self.serving = serving
+        self.witness = witness  # the share's witness in a pool of two (issue 38)
         self.refusals = refusals if refusals is not None else Refusals()
         self.clock = clock
         # The gate's clock (`Clock.boottime`: it counts a suspend), for every deadline after
@@ -434,6 +437,20 @@ class Elector:
         # missing file's revision is "" whoever's lease was deleted or moved aside since).
         judged = self.memory.max_epoch
         fresher: list[int] = []
+        claimed = False
+        rec = read.record if read.status == "valid" else None
+        if (
+            decision.cause == "silent"
+            and self.witness is not None
+            and rec is not None
+            and self.witness.claims(rec.node, rec.epoch)
+        ):
+            # A pool of two (issue 38, W4): the share's witness is the third vote; claim it first
+            # (compare-and-set), or take nothing and let the TTL decide.
+            why_not = self.witness.claim(rec.node, rec.epoch, judged + 1)
+            if why_not is not None:
+                return Attempt(Decision(Verdict.WAIT, f"no early takeover: {why_not}; the TTL decides"))
+            claimed = True
 
         def make(epoch: int) -> LeaseRecord | None:
             if epoch > judged + 1:
@@ -478,6 +495,8 @@ class Elector:
         # a planned switchover's 0.1 s while the target's relay waited (issue 22).
         self._duty(self.on_elected, epoch)
         self.events.record("elected", epoch, decision.reason, cause=decision.cause, gap_s=gap)
+        if self.witness is not None and not claimed:
+            self.witness.name(epoch)  # W1: the record names the new epoch (a claim already did)
         return Attempt(Decision(Verdict.HOLD, why))
 
     def _fresher(self, epoch: int, judged: int) -> None:

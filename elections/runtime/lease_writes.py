@@ -6,14 +6,19 @@ elector and by `runagent`'s release on SIGTERM.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from elections.core.lease import LeaseRecord, legacy_lease_until
 from elections.errors import StoreUnavailable
 from elections.ports.store.store import LeaseStore, WriteOutcome
 from stkhost.clock import Clock
+
+if TYPE_CHECKING:
+    from stkconfig.model import Config
 
 CONTEND_ATTEMPTS = 3
 
@@ -26,6 +31,18 @@ class Identity:
     ip: str
     port: int
     pid: int = 0
+
+
+def identity(stk: Config) -> Identity:
+    """This agent's identity in the lease: the supervisor's pid (`STK_AGENT_PID`), not a child's."""
+    return Identity(
+        node=stk.node,
+        kmsn=stk.kmsn,
+        station=stk.station,
+        ip=stk.node_ip,
+        port=stk.relay_port,
+        pid=int(os.environ.get("STK_AGENT_PID") or os.getpid()),
+    )
 
 
 def make_record(

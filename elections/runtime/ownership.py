@@ -50,6 +50,7 @@ from elections.ports.local.pool_view import PoolView
 log = logging.getLogger("stkrelay.ownership")
 
 KEEP_REPAIRS = 8  # the latest repairs shown with the map
+STEADY_TRIES = 3  # looks made at once while this agent's standing changes under them
 
 
 def targets(config: ActionConfig, executors: list[Executor]) -> list[tuple[Observer, dict[str, Any]]]:
@@ -155,10 +156,23 @@ class OwnershipWatch:
                 "repairs": list(self._repairs)}  # fmt: skip
 
     def run_once(self) -> list[Outcome]:
-        """One look, the map, and the repairs it calls for; never raises."""
-        mine = look(self.found)
-        me = self.standing()
-        if not self.repair:
+        """One look, the map, and the repairs it calls for; never raises.
+
+        A look takes time (an `ip addr`, a provider's API): this agent may be elected, and its
+        election plan take the address, while it runs. A sighting from before that change
+        judged by the standing after it is a `missing` address the plan has just put in place,
+        and a repair of it (issue 41: with the first cycle as the worker is ready, the first
+        look and the election came together). So the standing is read before and after the
+        look; a look that straddles a change is made again, and at most `STEADY_TRIES` times:
+        the last one is mapped, but nothing is repaired on it."""
+        for _try in range(STEADY_TRIES):
+            before = self.standing()
+            mine = look(self.found)
+            me = self.standing()
+            if me == before:
+                break
+        steady = me == before
+        if not self.repair or not steady:
             me = replace(me, paused=True)
         expected, epoch = expected_owner(me)
         reports = member_reports(self.member_docs(), self._refuse)

@@ -23,6 +23,7 @@ from django.utils.translation import gettext as _
 from elections import audit
 from elections.core.commands import NEEDS_TARGET
 from elections.core.untrusted import API_BODY, Untrusted, load_object
+from elections.core.witness import fast_takeover
 from elections.steering import MAX_EPOCH, perform
 from elections.web import health as agent_views
 from elections.web.auth import actor_for, api_error, api_view
@@ -63,6 +64,8 @@ def summary(s: SiteState) -> dict[str, Any]:
         "alarms": s.alarms,
         "security_alarm": s.security_alarm,
         "refused_records": s.refused_total,
+        # what a fast takeover of a silent leader rests on (issue 38), None: the TTL path
+        "fast_takeover": fast_takeover(s.serving),
     }
 
 

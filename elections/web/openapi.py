@@ -48,7 +48,7 @@ SUMMARY = _obj(
         "members_eligible": _t(INT), "members_total": _t(INT), "relay_clients": _t(INT, True),
         "leader_changes_24h": _t(INT), "paused": _t(B, True), "view_age_s": _t(N, True), "view_stale": _t(B),
         "watched": _t(B), "store_reachable": _t(B), "alarms": {"type": "array", "items": _t(S, enum=ALARMS)},
-        "security_alarm": _t(B), "refused_records": _t(INT),
+        "security_alarm": _t(B), "refused_records": _t(INT), "fast_takeover": _t(S, True),
     }
 )  # fmt: skip
 CLOCK = {**_obj({"offset_s": _t(N), "error_s": _t(N), "against": _t(S, enum=["file server", "etcd"]),

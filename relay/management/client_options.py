@@ -18,7 +18,7 @@ from relay.client.discovery import Discovery
 from relay.client.events import Status
 from relay.client.relay_client import RelayClient
 from relay.lease_file import lease_file
-from stkhost.pinned_https import parse_pins
+from stkhost.fingerprints import parse_pins
 from stkhost.secret_source import SecretUnreadable, argv_refusal, from_environment, read_secret
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_LEADER, EXIT_REFUSED = 0, 1, 2, 3, 4

@@ -16,7 +16,8 @@ leadership.json); where, is ``snapshot["listen"]``. With
 ``RELAY_KIND = exec`` it serves the site's own relay instead (docs/design.md §16):
 the external relay (`relay.server.external_relay`) on loopback, behind the fencing proxy
 (`relay.server.fencing_proxy`) on the same addresses and gate; relay.json says it listens
-only while the external relay accepts. Exit status: 0
+only while the external relay accepts. Unless its command names ``{epoch}``, the standby starts
+that relay at once, warm (`warm_standby`), for one serving period at most. Exit status: 0
 after serving, 1 if a port cannot be bound, 2 on a configuration problem.
 
 The runner's parts: `gate` (the leadership gate and its changes), `standby` (the wait before
@@ -44,6 +45,7 @@ from elections.ports.local.localstate import LocalState
 from relay.runner.gate import LeadershipGate
 from relay.runner.serve import RelayRunner
 from relay.runner.standby import await_leadership
+from relay.server.external_relay import ExternalRelay
 from stkconfig.model import Config
 
 Say = Callable[[str], None]
@@ -71,6 +73,8 @@ def serve(stk: Config, standby: bool, say: Say, complain: Say) -> int:
     """Serve this agent's epoch until leadership is lost or a signal comes: with `standby`,
     wait for the leadership and its start_relay action first; without, serve only if the
     leadership state says this agent leads now. The exit status (module docstring)."""
+    if standby and stk.relay_kind == "exec" and stk.relay_exec is not None and stk.relay_exec.warm:
+        return asyncio.run(warm_standby(stk, say, complain))
     if standby:
         epoch = await_leadership(stk)
     else:
@@ -90,3 +94,22 @@ def serve(stk: Config, standby: bool, say: Say, complain: Say) -> int:
     # ~0.1 s less of the 1 s the relay has to be gone (docs/design.md §4).
     gc.freeze()
     return asyncio.run(RelayRunner(stk, epoch, say, complain).run())
+
+
+async def warm_standby(stk: Config, say: Say, complain: Say) -> int:
+    """``RELAY_KIND = exec`` whose command names no ``{epoch}``: the site's relay is started now, on
+    its loopback `RELAY_EXEC_LISTEN` only, where nothing but this member's fencing proxy reaches it,
+    and the proxy (shut until this member serves) forwards to it at once when it wins, instead of
+    0.3-1 s later. It serves one period at most: it is stopped with the runner after it (whatever
+    it holds of that period, its clients' registrations, queued messages, goes with it) and the
+    standby the supervisor starts next starts a fresh one."""
+    assert stk.relay_exec is not None
+    warm = ExternalRelay(stk.relay_exec, epoch=0, kmsn=stk.kmsn, say=say)
+    warm.start()
+    try:
+        epoch = await asyncio.to_thread(await_leadership, stk)
+    except BaseException:
+        await warm.stop()
+        raise
+    gc.freeze()
+    return await RelayRunner(stk, epoch, say, complain, warm=warm).run()

@@ -33,6 +33,9 @@ log = logging.getLogger("stkrelay.relay")
 TICK = 0.1  # the serving loop's look without inotify
 LOOK_EVERY = 0.5  # with it: a look this often even if no change was announced (the worker's pid)
 STATUS_EVERY = 1.0  # relay.json; the panel calls a status older than 3 s stale
+# Seconds a connection accepted while the external relay does not accept yet (starting after this
+# member won, or restarting) waits for it before it is closed.
+WAIT_FOR_RELAY = 2.0
 BIND_WAIT = 1.0  # seconds a NODE_IP bind is tried again while this member's station door lets go of it
 
 
@@ -46,8 +49,16 @@ def legacy_settings(stk: Config) -> LegacySettings | None:
 class RelayRunner:
     """Serve while the gate holds; on losing it, redirect clients and return 0."""
 
-    def __init__(self, stk: Config, epoch: int, say: Callable[[str], None], complain: Callable[[str], None]):
+    def __init__(
+        self,
+        stk: Config,
+        epoch: int,
+        say: Callable[[str], None],
+        complain: Callable[[str], None],
+        warm: ExternalRelay | None = None,
+    ):
         self.stk, self.epoch, self.say, self.complain = stk, epoch, say, complain
+        self.warm = warm  # RELAY_KIND = exec: the external relay the standby started already
         self.gate = LeadershipGate(stk.data_dir, epoch)
         self.reads = PoolReads(stk, epoch, self.gate)  # the lease and the successor, off the loop
         self.local = LocalState(stk.data_dir)
@@ -92,7 +103,7 @@ class RelayRunner:
         # A forwarded client's header (issue 40) is checked with the pool key and stripped.
         proxy = FencingProxy(gate=self.gate, upstream=(spec.host, spec.port),
                              upstream_passthrough=spec.passthrough_port,
-                             ready=lambda: external.accepting,
+                             ready=lambda: external.accepting, redial_within=WAIT_FOR_RELAY,
                              max_per_address=self.stk.relay_max_per_address or None,
                              header_key=self.stk.pool_key)  # fmt: skip
 
@@ -101,8 +112,12 @@ class RelayRunner:
                 proxy.close_all(why)
             self.write_status(True)
 
-        external = ExternalRelay(spec, epoch=self.epoch, kmsn=self.stk.kmsn, say=self.say,
-                                 on_up=lambda: changed(None), on_down=changed)  # fmt: skip
+        if self.warm is not None:  # started before this member led: it accepts already
+            external = self.warm
+            external.epoch, external.on_up, external.on_down = self.epoch, lambda: changed(None), changed
+        else:
+            external = ExternalRelay(spec, epoch=self.epoch, kmsn=self.stk.kmsn, say=self.say,
+                                     on_up=lambda: changed(None), on_down=changed)  # fmt: skip
         self.external = external
         return proxy
 
@@ -131,7 +146,10 @@ class RelayRunner:
         if self.external is not None:
             spec = stk.relay_exec
             through = f" through the fencing proxy to {self.external.name} on {spec.host if spec else '?'}"
-            self.external.start()
+            if self.external.started:
+                through += f" (warm: started by the standby, pid {self.external.snapshot()['pid']})"
+            else:
+                self.external.start()
         self.say(
             f"runrelay: {stk.node} epoch {self.epoch} serving {stk.kmsn} on {stk.node_ip}:"
             f"{stk.relay_port} (json) and :{stk.relay_port + 1} (passthrough){through}"

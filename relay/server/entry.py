@@ -2,7 +2,7 @@
 reaches this member, and it forwards remote clients to whoever leads now.
 
 `python -m stkrelay.child relay.server.entry` runs on a member with ``ENTRY = 1`` (the supervisor starts it
-beside the relay standby, `elections.management.commands.runagent`). It listens on
+beside the relay standby, `elections.management.agent_root`). It listens on
 `ENTRY_LISTEN` (``port`` protocol v1, ``port + 1`` passthrough; bound with
 ``IP_FREEBIND``, so a VIP the entry members share may come and go) and forwards raw
 TCP, through the same `relay.server.fencing_proxy.FencingProxy` as an external relay, to the relay
@@ -55,7 +55,9 @@ from stkconfig.model import Config
 
 log = logging.getLogger("stkrelay.relay")
 
-TICK = 0.05  # how often the entry reads pool.json (a small local file)
+TICK = 0.05  # how often the entry's loop looks at the gate's target (re-points, closes pairs)
+CACHE_S = 0.01  # how old the gate's reading of pool.json may be: no leader there shuts it within this
+AHEAD_S = 0.5  # a view's `updated` may be this far ahead of the clock read after it (never, on one host)
 STATUS_EVERY = 1.0
 
 
@@ -69,12 +71,19 @@ class EntryTarget:
     port: int
 
 
+def fresh(view: PoolView, now: float, stale_after: float) -> bool:
+    """Was `view` written within `stale_after` of `now`, on this boot's monotonic clock? A view
+    more than `AHEAD_S` ahead of `now` is not this boot's (a pool.json the previous boot left, its
+    `updated` that boot's reading): stale, however far ahead (tests/test_door_attacks.py)."""
+    if view.updated is None:
+        return False
+    return -AHEAD_S <= now - view.updated <= stale_after
+
+
 def target_of(view: PoolView, now: float, stale_after: float, floor: int = 0) -> EntryTarget | None:
     """Where remote clients go now, or None (no fresh view, no valid unreleased lease, or one of an
     epoch below `floor`, the highest this entry forwarded to: never back to an older leader)."""
-    # `updated` is the worker's reading of this host's monotonic clock: written after `now` was read
-    # is fresh, not suspect.
-    if view.updated is None or now - view.updated > stale_after:
+    if not fresh(view, now, stale_after):
         return None
     lease = view.lease or {}
     if view.lease_status != "valid" or lease.get("released") or lease.get("ttl_s") == 0:
@@ -94,13 +103,15 @@ class EntryGate:
         self,
         read: Callable[[], PoolView],
         stale_after: float,
-        cache_s: float = TICK,
+        cache_s: float = CACHE_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.read, self.stale_after, self.cache_s, self.clock = read, stale_after, cache_s, clock
         self.target: EntryTarget | None = None  # what the proxy forwards to
         self._now: EntryTarget | None = None  # what the view said at its last read
+        self.view = PoolView()  # the view of its last read
         self._read_at: float | None = None
+        self._fresh_until = 0.0  # when the view of that read goes stale: no target from then on
         self.floor = 0  # the highest epoch it read a target of: a lower one is a replay (issue 40)
 
     def look(self) -> EntryTarget | None:
@@ -112,12 +123,17 @@ class EntryGate:
             except Exception:  # an unreadable view is no leader
                 log.exception("entry: cannot read the pool view")
                 view = PoolView()
+            now = self.clock()  # after the read: a view written since is not ahead of it
+            self.view = view
             seen = target_of(view, now, self.stale_after, self.floor)
             if seen != self._now:  # the same target keeps its object: __call__ compares identity first
                 self._now = seen
             self._read_at = now
             if seen is not None:
                 self.floor = max(self.floor, seen.epoch)
+                self._fresh_until = (view.updated or 0.0) + self.stale_after
+        elif self._now is not None and now > self._fresh_until:  # stale between two reads
+            self._now = None
         return self._now
 
     def __call__(self) -> bool:
@@ -142,19 +158,29 @@ class EntryRunner:
         stale_after: float,
         max_per_address: int = 0,
         pool_key: str = "",
+        redial_within: float = 0.0,
+        header_key: str | None = None,
+        lan_host: str | None = None,
+        lan_share: float = 1.0,
     ) -> None:
         self.local = LocalState(data_dir)
         self.listen = listen
         self.gate = EntryGate(self.local.pool, stale_after)
         header = functools.partial(encode, key=pool_key) if pool_key else None  # the client's address
         self.proxy = FencingProxy(gate=self.gate, upstream=("127.0.0.1", 1), max_per_address=max_per_address,
-                                  forward_header=header)  # fmt: skip
+                                  forward_header=header, header_key=header_key, redial_within=redial_within,
+                                  held_back=self.held_back, lan_host=lan_host,
+                                  lan_share=lan_share)  # fmt: skip
         self.repointed = 0
         self.error = ""
         self._stop = asyncio.Event()
 
     def shown(self) -> str:
         return entry_shown(self.listen)
+
+    def held_back(self) -> bool:
+        """Should a new connection wait before it dials the leader? (None here; the door's own.)"""
+        return False
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
@@ -192,15 +218,18 @@ class EntryRunner:
         if now == self.gate.target:
             return
         if now is None:  # no leader read: the gate is shut; nothing is forwarded to anyone
-            closed = self.proxy.close_all("no_leader")
+            # Those still waiting for an upstream went nowhere: they wait out their own bound (a
+            # takeover may leave the lease unreadable for a moment), new ones are refused at once.
+            closed = self.proxy.close_all("no_leader", waiting=False)
             log.info("%s: no leader in the pool view; %d connection(s) closed", self.what, closed)
             self.gate.target = None
             return
-        closed = self.proxy.repoint((now.ip, now.port))
+        closed, led = self.proxy.repoint((now.ip, now.port))
         if self.gate.target is not None:
             self.repointed += 1
-        log.info("%s: forwarding to %s (%s:%d, epoch %d); %d connection(s) to the old leader closed",
-                 self.what, now.node, now.ip, now.port, now.epoch, closed)  # fmt: skip
+        waiting = f", {led} waiting led there" if led else ""
+        log.info("%s: forwarding to %s (%s:%d, epoch %d); %d connection(s) to the old leader closed%s",
+                 self.what, now.node, now.ip, now.port, now.epoch, closed, waiting)  # fmt: skip
         self.gate.target = now
 
     def snapshot(self) -> EntryStatus:

@@ -16,7 +16,8 @@ placeholders filled in for this epoch) while the relay runner serves, and:
 It is started in a session of its own (its own process group, so `stop()`
 reaches whatever it starts) with ``PR_SET_PDEATHSIG(SIGKILL)``: if the relay
 runner dies (kill -9 of the agent's group, the supervisor's SIGKILL), the
-external relay dies with it rather than serve unfenced. What it prints goes,
+external relay dies with it rather than serve unfenced (a warm one, started by the standby
+before its member leads, `relay.runner`, dies with the standby too). What it prints goes,
 line by line and prefixed with its program's name, to the runner's output,
 which the supervisor prefixes and logs. Its address is
 loopback only (`RELAY_EXEC_LISTEN`): nothing but the proxy reaches it.
@@ -101,6 +102,10 @@ class ExternalRelay:
     @property
     def name(self) -> str:
         return os.path.basename(self.spec.argv[0])
+
+    @property
+    def started(self) -> bool:
+        return self._task is not None
 
     def start(self) -> None:
         self._task = asyncio.ensure_future(self.run())

@@ -29,18 +29,26 @@ Decisions worth knowing:
   not taken yet; while it does, that direction stops reading, so a slow reader
   slows its sender through TCP's own window (backpressure), and the proxy's
   memory is bounded by 2 chunks per connection and `max_connections`.
-- Accepts are refused (closed at once) while the gate is shut or the external
-  relay is not accepting (`ready`), past `max_connections` (sized from the
+- Accepts are refused (closed at once) while the gate is shut or, without
+  `redial_within`, the external relay is not accepting (`ready`); with it, a
+  connection waits that long for the relay (and a refused connect is tried again:
+  `relay.server.proxy_pair`), past `max_connections` (sized from the
   file limit: each connection holds two descriptors), and past
   `max_per_address` from one source address (``RELAY_MAX_PER_ADDRESS``, else
-  the built-in relay's default), so one host cannot fill it. A connection to the
+  the built-in relay's default), so one host cannot fill it; connections accepted on
+  `lan_host` (the station door's `NODE_IP`) hold at most `lan_share` of
+  `max_connections` (``lan_share``), so a LAN flood from many addresses leaves room
+  for this PC's own stations on loopback. A connection to the
   external relay that does not complete in `connect_timeout` is closed.
 - Zero-copy where it can (issue 36): on Linux the pairs splice socket → pipe → socket through
   one pipe of the proxy's (`relay.server.splice_pipe`), the gate asked before each splice;
   elsewhere, or once the kernel refuses (`no_splice`, logged once), they copy with
   `recv()`/`send()`. ``splice=False`` copies from the start.
 - Half-close is forwarded (EOF one way becomes `shutdown(SHUT_WR)` the other
-  way); the pair ends when both directions have ended, or on any error.
+  way); the pair ends when both directions have ended, or on any error. Once the
+  relay has ended its way, the client has `fin_timeout` to end its own (closed,
+  counted ``fin_timeout``): a client that never speaks nor closes, turned away by
+  the relay's caps, must not keep its two descriptors here (a slowloris).
 - Forwarded clients (issue 40, `relay.wire.proxy_header`). With `header_key` (the
   pool key: `RELAY_KIND = exec`), a connection's first bytes may be a keyed PROXY v2
   header from a member's forwarder: verified, it moves the connection's per-address
@@ -81,6 +89,7 @@ from relay.wire.proxy_header import Address
 log = logging.getLogger("stkrelay.relay")
 
 CONNECT_TIMEOUT = 2.0
+FIN_TIMEOUT = 5.0  # how long a client may keep its side open once the relay has ended its own
 HOLD_S = 0.5  # how long a connection over its address's cap may wait for a forwarded-client header
 BACKLOG = 1024
 ACCEPTS_PER_WAKE = 64  # accepts per readable listener before the loop looks at the others
@@ -112,19 +121,25 @@ class FencingProxy:
         upstream: tuple[str, int],
         upstream_passthrough: int | None = None,
         ready: Callable[[], bool] = lambda: True,
+        held_back: Callable[[], bool] = lambda: False,
+        redial_within: float = 0.0,
         connect_timeout: float = CONNECT_TIMEOUT,
+        fin_timeout: float = FIN_TIMEOUT,
         max_connections: int | None = None,
         max_per_address: int | None = None,
         header_key: str | None = None,
         forward_header: HeaderMaker | None = None,
         splice: bool = True,
+        lan_host: str | None = None,
+        lan_share: float = 1.0,
     ) -> None:
-        self.gate, self.ready = gate, ready
+        self.gate, self.ready, self.held_back = gate, ready, held_back
+        self.redial_within = redial_within
         self.header_key, self.forward_header = header_key or None, forward_header
         self.headers = {"verified": 0, "refused": 0, "sent": 0}
         self.upstream = upstream
         self.upstream_passthrough = upstream[1] + 1 if upstream_passthrough is None else upstream_passthrough
-        self.connect_timeout = connect_timeout
+        self.connect_timeout, self.fin_timeout = connect_timeout, fin_timeout
         self.max_connections = max_connections or connection_cap(file_limit())
         self.max_per_address = address_cap(file_limit(), max_per_address)
         self.per_address: dict[str, int] = {}
@@ -132,6 +147,8 @@ class FencingProxy:
         self.max_holding = max(8, self.max_connections // 8)
         self.leading = True
         self.pairs: set[Pair] = set()
+        self.lan_host, self.lan_share = lan_host, lan_share  # what pairs accepted on lan_host may hold
+        self.lan_pairs: set[Pair] = set()
         self.addresses: dict[str, tuple[str, int]] = {}
         self.accepted = 0
         self.refused: dict[str, int] = {}
@@ -203,11 +220,14 @@ class FencingProxy:
             raise
         self._hosts[host] = made
 
-    def stop_listening(self, host: str) -> None:
-        """Stop listening on `host` (an address that left this host) and close the
-        connections accepted there: their packets go elsewhere now."""
+    def stop_listening(self, host: str, *, address_left: bool = True) -> None:
+        """Stop listening on `host` and, if it is an address that left this host, close the
+        connections accepted there: their packets go elsewhere now. (A station door that gives
+        its `NODE_IP` port up to this member's relay keeps them: the address stays.)"""
         for sock in self._hosts.pop(host, []):
             self._close_listener(sock)
+        if not address_left:
+            return
         for pair in list(self.pairs):
             try:
                 here = pair.client.getsockname()[0]
@@ -226,7 +246,7 @@ class FencingProxy:
             sock.close()
             raise
         self._listeners.append(sock)
-        self.loop.add_reader(sock.fileno(), self._accept, sock, name)
+        self.loop.add_reader(sock.fileno(), self._accept, sock, name, host == self.lan_host)
         return sock
 
     def _close_listener(self, sock: socket.socket) -> None:
@@ -250,7 +270,7 @@ class FencingProxy:
             self._close_listener(sock)
         self._hosts.clear()
 
-    def _accept(self, listener: socket.socket, name: str) -> None:
+    def _accept(self, listener: socket.socket, name: str, on_lan: bool = False) -> None:
         for _ in range(ACCEPTS_PER_WAKE):
             try:
                 client, peer = listener.accept()
@@ -259,7 +279,7 @@ class FencingProxy:
             except OSError as exc:  # EMFILE and friends: the backlog keeps them; look again soon
                 log.warning("proxy: accept on %s failed: %s", name, exc.strerror or exc)
                 return
-            why = self._refusal(peer[0])
+            why = self._refusal(peer[0], on_lan)
             held = why == "per_address" and self.header_key is not None and self.holding < self.max_holding
             if why is not None and not held:
                 self.refused[why] = self.refused.get(why, 0) + 1
@@ -276,28 +296,39 @@ class FencingProxy:
                 client.close()
                 continue
             self.pairs.add(pair)
+            if on_lan:
+                self.lan_pairs.add(pair)
             if held:  # maybe a forwarder's burst: its headers, not yet read, may name other clients
                 self.holding += 1
                 pair.hold(HOLD_S)
             else:
                 self.per_address[peer[0]] = self.per_address.get(peer[0], 0) + 1
             self.accepted += 1
-            pair.connect(
-                (self.upstream[0], self.upstream[1] if name == "json" else self.upstream_passthrough)
-            )
+            pair.start()
 
-    def _refusal(self, address: str) -> str | None:
+    def _refusal(self, address: str, on_lan: bool = False) -> str | None:
         if not self.gate_open():
             return "gate_shut"
-        if not self.ready():
+        if not self.ready() and not self.redial_within:  # with it: the pair waits for the relay
             return "relay_down"
         if len(self.pairs) >= self.max_connections:
             return "total"
+        if on_lan and len(self.lan_pairs) >= self.max_lan:
+            return "lan_share"
         if self.per_address.get(address, 0) >= self.max_per_address:
             return "per_address"
         return None
 
+    @property
+    def max_lan(self) -> int:
+        """Pairs accepted on `lan_host` may hold at most this many."""
+        return max(1, int(self.max_connections * self.lan_share))
+
     # -- what the runner and the pairs call -------------------------------------------
+    def upstream_for(self, port: str) -> tuple[str, int]:
+        """Where a pair accepted on `port` (``json`` or ``passthrough``) connects now."""
+        return (self.upstream[0], self.upstream[1] if port == "json" else self.upstream_passthrough)
+
     def counted(self, way: str, sent: int, spliced: bool = False) -> None:
         self.bytes[way] += sent
         if spliced:
@@ -306,6 +337,7 @@ class FencingProxy:
     def forget(self, pair: Pair, cause: str) -> None:
         if pair in self.pairs:
             self.pairs.discard(pair)
+            self.lan_pairs.discard(pair)
             if pair.held is not None:
                 self.holding -= 1
             elif pair.address is not None:
@@ -364,16 +396,27 @@ class FencingProxy:
             self.pipe.close()
             self.pipe = None
 
-    def repoint(self, upstream: tuple[str, int], passthrough: int | None = None) -> int:
-        """Forward from now on to `upstream` (an entry member's new leader, `relay.server.entry`) and
-        close every pair forwarded to the old one (its sessions were that relay's); how many."""
+    def repoint(self, upstream: tuple[str, int], passthrough: int | None = None) -> tuple[int, int]:
+        """Forward from now on to `upstream` (an entry member's new leader, `relay.server.entry`):
+        close every pair forwarded to the old one (its sessions were that relay's), and lead the
+        pairs still waiting for an upstream (nothing of them went anywhere) to the new one. How
+        many were closed, and how many led on."""
         self.upstream = upstream
         self.upstream_passthrough = upstream[1] + 1 if passthrough is None else passthrough
-        return self.close_all("repointed")
+        closed = led = 0
+        for pair in list(self.pairs):
+            if pair.waiting:
+                pair.redirect()
+                led += 1
+            else:
+                pair.close("repointed")
+                closed += 1
+        return closed, led
 
-    def close_all(self, cause: str) -> int:
-        """Close every forwarded connection (the external relay died, or the gate shut)."""
-        pairs = list(self.pairs)
+    def close_all(self, cause: str, *, waiting: bool = True) -> int:
+        """Close every forwarded connection (the external relay died, or the gate shut), and those
+        still waiting for their upstream unless `waiting` is False; how many."""
+        pairs = [pair for pair in self.pairs if waiting or not pair.waiting]
         for pair in pairs:
             pair.close(cause)
         return len(pairs)
@@ -403,6 +446,7 @@ class FencingProxy:
                 "passthrough": self.upstream_passthrough,
             },
             "connections": len(self.pairs),
+            "waiting": sum(1 for p in self.pairs if p.waiting),
             "accepted": self.accepted,
             "refused": dict(self.refused),
             "closed": dict(self.closes),
@@ -411,6 +455,8 @@ class FencingProxy:
             "bytes_spliced": self.spliced,
             "max_connections": self.max_connections,
             "max_per_address": self.max_per_address,
+            "max_lan": self.max_lan,
+            "lan_connections": len(self.lan_pairs),
             "headers": dict(self.headers, holding=self.holding),
             "held_bytes": sum(len(p.up.held) + len(p.down.held) for p in self.pairs),
         }

@@ -10,6 +10,13 @@ splices, in the same callback with nothing between them; what the destination do
 at once is read out of the pipe and held as the rest of a short `send()` is. Without one (or
 once the kernel refuses to splice a socket) the pair copies with `recv()`/`send()`.
 
+Waiting for the upstream (the proxy's `redial_within`, 0 for none): a connect that is refused or
+times out is tried again every `REDIAL_EVERY`, to whatever the proxy's upstream is by then, until
+`redial_within` after the accept; so does a pair while the proxy is not `ready()` (its external
+relay is starting) or `held_back()` (the station door: the leader's beacons went silent; at the
+bound it dials all the same). A pair that is not connected yet sent nothing anywhere, so a
+re-pointed proxy leads it to the new upstream (`redirect`) instead of closing it.
+
 Forwarded clients (`relay.wire.proxy_header`): with the proxy's `header_key`, the
 client's first bytes go through a `HeaderReader` before anything is sent up (a
 verified header is stripped, one that does not verify closes the pair); with its
@@ -39,6 +46,7 @@ CHUNK = 64 << 10
 ROUNDS = 8  # full chunks one callback splices at most, then the loop's other sockets have their turn
 BULK = CHUNK  # a read that filled a chunk: a stream in full flow, the next read splices (a station's
 # frames, read a few at a time, cost less copied: bench/door.py's msg/s)
+REDIAL_EVERY = 0.05  # seconds between two connects of a waiting pair
 
 # forward_header(client, dialled, local): what a pair sends upstream first (relay.wire.proxy_header.encode)
 HeaderMaker = Callable[[Address, Address, Address], bytes]
@@ -49,6 +57,8 @@ class PairOwner(Protocol):
 
     upstream: tuple[str, int]
     connect_timeout: float
+    redial_within: float
+    fin_timeout: float
     header_key: str | None
     forward_header: HeaderMaker | None
     headers: dict[str, int]
@@ -58,6 +68,12 @@ class PairOwner(Protocol):
     def loop(self) -> asyncio.AbstractEventLoop: ...
 
     def gate_open(self) -> bool: ...
+
+    def upstream_for(self, port: str) -> tuple[str, int]: ...
+
+    def ready(self) -> bool: ...
+
+    def held_back(self) -> bool: ...
 
     def counted(self, way: str, sent: int, spliced: bool = False) -> None: ...
 
@@ -96,23 +112,88 @@ class Pair:
         # Its first bytes, until decided (with the proxy's header_key); the client a header named.
         self.first = HeaderReader(proxy.header_key, peer) if proxy.header_key else None
         self.source = peer
-        self.upstream = socket.socket(socket.AF_INET6 if ":" in proxy.upstream[0] else socket.AF_INET)
-        self.upstream.setblocking(False)
-        self.up = Direction(client, self.upstream, "up")
-        self.down = Direction(self.upstream, client, "down")
         self.closed = False
         self.connected = False
-        self._timer: asyncio.TimerHandle | None = None
+        self.dials = 0  # connects begun (more than one: it waited for its upstream)
+        self._timer: asyncio.Handle | None = None  # the connect's timeout, or the next try
+        self._wait_until = proxy.loop.time() + proxy.redial_within
+        self._new_upstream(proxy.upstream)
+
+    def _new_upstream(self, address: tuple[str, int]) -> None:
+        self.upstream = socket.socket(socket.AF_INET6 if ":" in address[0] else socket.AF_INET)
+        self.upstream.setblocking(False)
+        self.up = Direction(self.client, self.upstream, "up")
+        self.down = Direction(self.upstream, self.client, "down")
 
     # -- connect ----------------------------------------------------------------
+    @property
+    def waiting(self) -> bool:
+        """Accepted, not connected upstream yet: nothing of it went anywhere."""
+        return not self.connected and not self.closed
+
+    def start(self) -> None:
+        """Connect to the proxy's upstream for this pair's port, now or once it may."""
+        self._try()
+
+    def _try(self) -> None:
+        self._timer = None
+        if self.closed:
+            return
+        proxy = self.proxy
+        if not proxy.gate_open():  # a re-point under way, or no leader: wait (its closing is the proxy's)
+            self._wait("gate_shut")
+        elif not proxy.ready():  # the external relay is not accepting (yet)
+            self._wait("relay_down")
+        elif proxy.held_back() and self._may_wait():  # the station door: its leader went silent
+            self._wait("held_back")
+        else:
+            self.connect(proxy.upstream_for(self.port))
+
+    def _may_wait(self) -> bool:
+        return self.proxy.loop.time() < self._wait_until
+
+    def _wait(self, cause: str) -> None:
+        """Try again in `REDIAL_EVERY` while the pair may wait for its upstream, else close it."""
+        if not self._may_wait():
+            self.close(cause)
+            return
+        self._timer = self.proxy.loop.call_later(REDIAL_EVERY, self._try)
+
     def connect(self, address: tuple[str, int]) -> None:
         loop = self.proxy.loop
+        family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        if self.dials or self.upstream.family != family:  # a socket that failed to connect cannot again
+            self._drop_upstream()
+            self._new_upstream(address)
+        self.dials += 1
         code = self.upstream.connect_ex(address)
         if code not in (0, errno.EINPROGRESS, errno.EWOULDBLOCK):
-            self.close("upstream_refused")
+            self._wait("upstream_refused")
             return
         loop.add_writer(self.upstream.fileno(), self._connected)
-        self._timer = loop.call_later(self.proxy.connect_timeout, self.close, "upstream_timeout")
+        self._timer = loop.call_later(self.proxy.connect_timeout, self._timed_out)
+
+    def _timed_out(self) -> None:
+        self._timer = None
+        self.proxy.loop.remove_writer(self.upstream.fileno())
+        self._wait("upstream_timeout")
+
+    def _drop_upstream(self) -> None:
+        fd = self.upstream.fileno()
+        if fd >= 0:
+            self.proxy.loop.remove_writer(fd)
+        self.upstream.close()
+
+    def redirect(self) -> None:
+        """The proxy was re-pointed: a waiting pair dials the new upstream now (its connect to the
+        old one, if any, is abandoned: nothing was sent there)."""
+        if not self.waiting:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        if self.dials:
+            self.proxy.loop.remove_writer(self.upstream.fileno())
+        self._timer = self.proxy.loop.call_soon(self._try)
 
     def _connected(self) -> None:
         loop = self.proxy.loop
@@ -122,10 +203,10 @@ class Pair:
             self._timer = None
         code = self.upstream.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
         if code:
-            self.close("upstream_refused")
+            self._wait("upstream_refused")
             return
-        if not self.proxy.gate_open():
-            self.close("gate_shut")
+        if not self.proxy.gate_open():  # nothing sent: wait for a re-point, or close at the bound
+            self._wait("gate_shut")
             return
         self.connected = True
         self.upstream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -318,7 +399,9 @@ class Pair:
             loop.add_reader(way.src.fileno(), self._readable, way)
 
     def _end(self, way: Direction) -> None:
-        """`src` said EOF: pass it on; both ways ended: the pair is done."""
+        """`src` said EOF: pass it on; both ways ended: the pair is done. The relay ended and the
+        client has not: it has `fin_timeout` to end too (a silent client never would, and its pair
+        would hold two descriptors of the proxy's for ever: tests/test_door_attacks.py)."""
         way.ended = True
         try:
             way.dst.shutdown(socket.SHUT_WR)
@@ -327,6 +410,8 @@ class Pair:
             return
         if self.up.ended and self.down.ended:
             self.close("ended")
+        elif way is self.down and self._timer is None:
+            self._timer = self.proxy.loop.call_later(self.proxy.fin_timeout, self.close, "fin_timeout")
 
     # -- the end ------------------------------------------------------------------
     def close(self, cause: str) -> None:

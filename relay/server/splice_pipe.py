@@ -22,11 +22,6 @@ import os
 
 from stkhost.processes import nonblocking_pipe
 
-try:
-    import fcntl
-except ImportError:  # Windows: no splice either
-    fcntl = None  # type: ignore[assignment]
-
 FLAGS = getattr(os, "SPLICE_F_MOVE", 1) | getattr(os, "SPLICE_F_NONBLOCK", 2)
 PIPE_SIZE = 1 << 20  # room for many small segments (a pipe holds 16 by default, one per page slot)
 UNSUPPORTED = frozenset({errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP})
@@ -47,10 +42,10 @@ class SplicePipe:
     @classmethod
     def open(cls) -> SplicePipe | None:
         """A new pipe, or None where this system has no splice (or no descriptor is left)."""
-        if fcntl is None or not hasattr(os, "splice") or not hasattr(os, "pipe2"):
+        if not hasattr(os, "splice") or not hasattr(os, "pipe2"):
             return None
         try:
-            return cls(*_pipe())
+            return cls(*nonblocking_pipe(PIPE_SIZE))
         except OSError:
             return None
 
@@ -110,19 +105,10 @@ class SplicePipe:
 
     def _renew(self) -> None:
         """A new pipe in place of one that is not empty: its bytes are nobody's now."""
-        read_fd, write_fd = _pipe()
+        read_fd, write_fd = nonblocking_pipe(PIPE_SIZE)
         os.close(self.read_fd)
         os.close(self.write_fd)
         self.read_fd, self.write_fd, self.pending = read_fd, write_fd, 0
-
-
-def _pipe() -> tuple[int, int]:
-    read_fd, write_fd = nonblocking_pipe()
-    try:
-        fcntl.fcntl(write_fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_SIZE)
-    except OSError:  # over /proc/sys/fs/pipe-max-size: the default size works, in smaller steps
-        pass
-    return read_fd, write_fd
 
 
 def _classified(exc: OSError) -> OSError:

@@ -5,7 +5,7 @@ makes it their first choice).
 
 `python -m stkrelay.child relay.server.station_door` runs on every member whose `RELAY_FORWARD`
 and `RELAY_LOOPBACK` give it somewhere to listen (`relay.server.listen_set.door_hosts`; the
-supervisor starts it beside the standby relay, `elections.management.commands.runagent`):
+supervisor starts it beside the standby relay, `elections.management.agent_root`):
 
 - **Where.** ``127.0.0.1`` on `RELAY_PORT` (protocol v1, or whatever the site's relay speaks
   under ``RELAY_KIND = exec``) and ``RELAY_PORT + 1`` (passthrough), on the leader too: the relay
@@ -24,6 +24,10 @@ supervisor starts it beside the standby relay, `elections.management.commands.ru
   `FencingProxy`, asked before every send), after a keyed PROXY v2 header on each connection the
   door opens (`relay.wire.proxy_header`): the relay, or the exec fencing proxy, which strips it,
   counts each station under its own address, not the door's.
+- **This PC first.** With ``RELAY_FORWARD = lan``, LAN clients hold at most `LAN_SHARE` of the
+  door's pairs (refused past it, counted ``lan_share``): a flood from many LAN addresses, each
+  under its per-address cap, leaves room for the stations on this PC's loopback (with
+  ``RELAY_LOOPBACK = off`` there is no loopback door: the LAN may hold them all).
 - Where it stands: ``DATA_DIR/door.json`` every second; ``relayctl doctor`` reads it
   (`elections.web.panel.door_state`).
 """
@@ -33,12 +37,27 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
+from elections.ports.local.pool_view import PoolView
 from elections.ports.local.relay_files import EntryStatus
 from relay.server.entry import EntryRunner, stale_after
 from relay.server.listen_set import door_hosts
 from stkconfig.model import Config
 
 log = logging.getLogger("stkrelay.relay")
+
+# Seconds a station's connection, accepted while a leader is known, may wait for that leader's relay
+# to take it (refused: the new leader's relay is still starting; or held back while the leader is
+# silent) before it is closed; a station's own keepalive may give up sooner.
+WAIT_FOR_LEADER = 2.0
+
+
+def quiet_leader(view: PoolView, node: str) -> bool:
+    """Does this member's view say the beacons of `node`, the leader it follows, went quiet
+    (`elections.ports.beacons.beacons.QUIET_INTERVALS`)? Never with beacons off."""
+    return isinstance(view.beacons, dict) and view.beacons.get("quiet") == node
+
+
+LAN_SHARE = 0.75  # of the door's pairs, what LAN clients (on NODE_IP) may hold: the rest is this PC's
 
 
 class StationDoor(EntryRunner):
@@ -59,10 +78,23 @@ class StationDoor(EntryRunner):
         pool_key: str = "",
     ) -> None:
         first = next(h for h in hosts if h != lan_host) if any(h != lan_host for h in hosts) else None
-        super().__init__(data_dir, (first or "", port), stale_after, max_per_address, pool_key=pool_key)
+        # `header_key`: on `NODE_IP`, another member's door may forward to this one while its lease
+        # names this member before this door read it (or the reverse): its header is verified and
+        # stripped, and this door's own names that door's client, so the relay reads one header.
+        super().__init__(data_dir, (first or "", port), stale_after, max_per_address, pool_key=pool_key,
+                         redial_within=WAIT_FOR_LEADER, header_key=pool_key or None, lan_host=lan_host,
+                         lan_share=LAN_SHARE if first and lan_host else 1.0)  # fmt: skip
         self.node, self.port, self.lan_host = node, port, lan_host
         self.hosts = hosts
         self.lan_error = ""
+
+    def held_back(self) -> bool:
+        """A new station connection waits (up to `WAIT_FOR_LEADER`) before it dials a leader
+        whose beacons went quiet: a frozen PC's kernel would complete its handshake and keep it
+        until the station's own keepalive gives up, while the new leader, if one comes, is a
+        beacon silence `S` away; held, it is led there at the re-point."""
+        target = self.gate.target
+        return target is not None and target.node != self.node and quiet_leader(self.gate.view, target.node)
 
     def shown(self) -> str:
         return ", ".join(f"{host}:{self.port}" for host in self.proxy.listening_on) or "nothing"
@@ -83,8 +115,8 @@ class StationDoor(EntryRunner):
         target = self.gate.target
         mine = target is None or target.node == self.node or target.ip == host
         here = host in self.proxy.listening_on
-        if mine and here:
-            self.proxy.stop_listening(host)
+        if mine and here:  # the connections it took there stay: re-pointed, they reach this relay
+            self.proxy.stop_listening(host, address_left=False)
             log.info("station door: %s given up to this member's relay", host)
         elif not mine and not here:
             try:

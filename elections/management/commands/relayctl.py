@@ -55,6 +55,7 @@ from elections.management.doctor_checks import (
     share_split_check,
     stations_check,
     store_checks,
+    witness_check,
 )
 from elections.management.pool_views import (
     FORMATS,
@@ -413,6 +414,7 @@ class Command(OperatorCommand):
         relay_kind_check(check, stk)
         stations_check(check, stk, pool)
         beacon_checks(check, stk.node, pool, members)
+        witness_check(check, stk.node, pool)
         share_split_check(check, pool)
         clock_checks(check, stk.node, pool)
         early_takeover_check(check, stk.kmsn)

@@ -21,8 +21,9 @@ The board and the liveness record are shared with the election thread under
 one lock (`evidence()`, `snapshot()`); nothing here decides anything.
 The supervisor's side (the liveness port, `send_resign`) is `ports.beacons.liveness_port`.
 The serving right (docs/design.md §15, `core.serving`): the election thread asks
-the book under the lock (`taken`, `serving_*`, `silent`), and the silence loop
-kicks a cycle while a majority's silence about the holder holds.
+the book under the lock (`taken`, `serving_*`, `silent`, and the share's witness: `witness_*`),
+and the silence loop kicks a cycle while a majority's silence about the holder holds (it also
+says when the followed holder went `quiet`, for the pool view).
 """
 
 from __future__ import annotations
@@ -30,15 +31,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import ipaddress
-import json
 import logging
 import random
-import secrets
-import subprocess
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -47,8 +44,10 @@ from elections.core.beacons import MAX_STORE, RESIGN, RESIGN_COPIES, Beacon
 from elections.core.evidence import merged
 from elections.core.liveness import ANSWERS, CONNECTED, ENDED, REFUSED, UNREACHABLE, Liveness
 from elections.core.nudge import Nudge, NudgeBoard, is_nudge
-from elections.core.serving import AckReport, ServingTiming
+from elections.core.serving import ACKED, AckReport, ServingTiming
 from elections.core.serving_book import ServingBook
+from elections.core.witness import WitnessRead, WitnessVote
+from elections.ports.beacons.beacon_config import BeaconConfig, new_boot, subnet_broadcast
 from elections.ports.beacons.beacon_seqs import SAVE_EVERY, SeqFile
 from stkhost.sockets import open_shared_udp
 
@@ -59,46 +58,18 @@ CONNECT_TIMEOUT = 1.0  # seconds: the liveness connection to the lease holder's 
 HOLD_LOOK = 2.0  # seconds: a held liveness connection checks the lease's holder at least this often
 RETARGET_WAIT = 2.0  # seconds: with no holder to watch, the liveness loop looks at least this often
 SILENT_KICK_EVERY = 0.5  # seconds between cycles kicked while a majority's silence holds
-
-
-def new_boot() -> str:
-    return secrets.token_hex(8)
-
-
-def subnet_broadcast(ip: str) -> str:
-    """The broadcast address of the subnet of the interface holding `ip`
-    (`ip -j addr`); 127.255.255.255 for loopback, a /24 if none is found."""
-    address = ipaddress.ip_address(ip)
-    try:
-        out = subprocess.run(["ip", "-j", "-4", "addr"], capture_output=True, text=True, timeout=5).stdout
-        for link in json.loads(out or "[]"):
-            for info in link.get("addr_info", []):
-                if info.get("local") == ip:
-                    net = ipaddress.ip_network(f"{ip}/{info.get('prefixlen', 24)}", strict=False)
-                    return str(info.get("broadcast") or net.broadcast_address)
-    except (OSError, ValueError, subprocess.SubprocessError):
-        pass
-    if address.is_loopback:
-        return "127.255.255.255"
-    return str(ipaddress.ip_network(f"{ip}/24", strict=False).broadcast_address)
+# Seconds the silence loop may sleep at most when no silence can hold before (`silence_wait`):
+# a machine suspended meanwhile (its monotonic clock stood, the book's boot clock ran on) looks
+# again this long after it wakes at the latest.
+SILENCE_LOOK_CAP = 0.5
+SILENCE_LOOK_LATE = 0.005  # seconds after that first instant: the first look finds `S` passed
+# A holder none of whose beacons came for this many intervals is `quiet` (0.6 s at 0.2 s): long
+# before the silence `S` that may end its lease, the station door stops dialling it for new
+# connections (a frozen host's kernel still completes their handshakes) and holds them instead.
+QUIET_INTERVALS = 3.0
 
 
 KEEP_KEYS = 64  # members whose recent leader keys are remembered (`heard_at`)
-
-
-@dataclass
-class BeaconConfig:
-    kmsn: str
-    node: str
-    ip: str  # NODE_IP
-    relay_port: int
-    key: str  # POOL_KEY
-    interval: float
-    port: int  # BEACON_PORT
-    peers: list[str] = field(default_factory=list)
-    store: str = ""  # this member's lease store as it names it (core.beacons "store"; "" = not said)
-    ttl: float = 10.0  # LEASE_TTL: how long a right taken on silence waits before it may fall back
-    seq_file: str = ""  # DATA_DIR/beacon_seqs.json: the board's replay memory across a restart ("" = none)
 
 
 class _Datagrams(asyncio.DatagramProtocol):
@@ -128,6 +99,7 @@ class BeaconService:
         gate_clock: Callable[[], float] | None = None,
         members: Callable[[], int] = lambda: 0,
         on_acked: Callable[[], None] = lambda: None,
+        on_quiet: Callable[[], None] = lambda: None,
     ) -> None:
         self.config: BeaconConfig = config
         self.standing = standing
@@ -153,6 +125,10 @@ class BeaconService:
         self.book = ServingBook(config.node, self.boot, ServingTiming.of(config.interval), config.ttl)
         self.members = members  # the pool's size as this member counts it
         self.on_acked = on_acked  # a member's ack may have moved the gate
+        # The holder this follower's beacons say went quiet (`_look_quiet`), or None;
+        # `on_quiet` is told each change (the agent writes its pool view again: the station door).
+        self.quiet: str | None = None
+        self.on_quiet = on_quiet
         self._silent_told: tuple[str, int] | None = None
         self._silent_at = 0.0
         self.lock = threading.Lock()
@@ -303,6 +279,7 @@ class BeaconService:
             now = self.monotonic()
             return {**self.board.to_doc(now), "liveness": self.liveness.to_doc(now), "sent": self.sent,
                     "interval": self.config.interval, "targets": list(self.targets), "boot": self.boot,
+                    "quiet": self.quiet,
                     "nudges": self.nudges.to_doc(),
                     "refusals": merged(self.board.refusals.to_doc(now, wall=wall),
                                        self.nudges.refusals.to_doc(now, wall=wall)),
@@ -592,6 +569,48 @@ class BeaconService:
         with self.lock:
             return self.book.untold(epoch)
 
+    # -- the share's witness (issue 38, core.witness), for the election thread and its keeper ------
+    def witness_claims(self, holder: str, epoch: int) -> bool:
+        with self.lock:
+            return self.book.claims_from(holder, epoch)
+
+    def witness_named(self, epoch: int) -> None:
+        with self.lock:
+            self.book.witness_named(epoch)
+
+    def witness_claim(self, vote: WitnessVote, holder: str | None = None) -> None:
+        with self.lock:
+            self.book.witness_claim(vote, holder)
+
+    def witness_look(self, epoch: int) -> tuple[WitnessVote, float | None] | None:
+        """A copy of the witness's vote for our `epoch` and our acks' window, if a pool of two
+        relies (or may come to rely) on it; None otherwise."""
+        members = self.members()
+        with self.lock:
+            book, right = self.book, self.book.right
+            if right is None or right.epoch != epoch or not book.paired(members) or book.witness is None:
+                return None
+            if right.mode != ACKED:
+                return None
+            return replace(book.witness), right.ack_until(*right.counted(members))
+
+    def witness_entered(self, epoch: int, sent_at: float) -> None:
+        with self.lock:
+            w = self.book.witness
+            if w is not None and w.epoch == epoch:
+                w.entered(sent_at)
+
+    def witness_unrelied(self, epoch: int, now: float) -> bool:
+        """W2b: stop counting the witness for `epoch` if its window is over (then say so on the share)."""
+        with self.lock:
+            w = self.book.witness
+            return w is not None and w.epoch == epoch and w.unrely(now)
+
+    def witness_refreshed(self, epoch: int, sent_at: float, read: WitnessRead, leading: int | None) -> bool:
+        with self.lock:
+            w = self.book.witness
+            return w is not None and w.epoch == epoch and w.refresh(sent_at, read, leading)
+
     def silent(self, holder: str, epoch: int) -> str | None:
         """Why a majority's silence lets this follower take `holder`'s `epoch` early, or None."""
         members = self.members()
@@ -601,15 +620,71 @@ class BeaconService:
                               s.last.quiet_ms / 1000) for s in self.board.members.values()]  # fmt: skip
             return self.book.silent(holder, epoch, members, reports, self.gate_clock())
 
+    def silence_wait(self) -> float:
+        """Seconds until the silence loop looks again: half an interval while a silence may
+        hold, as before; until just after the first instant one may (`ServingBook.silence_from`:
+        the adhered leader was heard within `S`) while none can, up to `SILENCE_LOOK_CAP`.
+        The first look after that instant comes 5 ms after it, where it came up to half an
+        interval after it; an idle agent's loop wakes twice a second, not ten times (issue 41)."""
+        with self.lock:
+            now = self.gate_clock()
+            left = self.book.silence_from(now) - now
+        if left <= 0:
+            return self.config.interval / 2
+        wait = min(left, SILENCE_LOOK_CAP) + SILENCE_LOOK_LATE
+        quiet_in = self._quiet_in()
+        return wait if quiet_in is None else min(wait, quiet_in + SILENCE_LOOK_LATE)
+
+    def _quiet_in(self) -> float | None:
+        """Seconds until the followed holder turns `quiet` if no beacon of it comes meanwhile
+        (None: none followed, never heard, or quiet already): the loop's sleep ends then, so the
+        station doors hear of a quiet holder `QUIET_INTERVALS` after its last beacon, not up to
+        `SILENCE_LOOK_CAP` later."""
+        if self.quiet is not None:
+            return None
+        st = self.standing()
+        if st.leader_epoch is not None or st.seen_key is None:
+            return None
+        with self.lock:
+            stats = self.board.members.get(st.seen_key[0])
+            if stats is None:
+                return None
+            left = stats.last_at + QUIET_INTERVALS * self.config.interval - self.monotonic()
+        return max(left, 0.0)
+
+    def _look_quiet(self, holder: str | None) -> None:
+        """`quiet`: the holder this follower follows, once none of its beacons came for
+        `QUIET_INTERVALS` (a holder never heard is not quiet: its beacons may be off); each
+        change is told (`on_quiet`), so the pool view says it within one look."""
+        quiet = None
+        if holder is not None:
+            with self.lock:
+                stats = self.board.members.get(holder)
+                age = None if stats is None else self.monotonic() - stats.last_at
+            if age is not None and age >= QUIET_INTERVALS * self.config.interval:
+                quiet = holder
+        if quiet != self.quiet:
+            if quiet is not None:
+                log.info("beacon: %s quiet (no beacon for %g intervals): station doors hold new connections",
+                         quiet, QUIET_INTERVALS)  # fmt: skip
+            else:
+                log.info("beacon: %s no longer quiet", self.quiet)
+            self.quiet = quiet
+            try:
+                self.on_quiet()
+            except Exception:  # the runtime's trouble must not stop the beacons
+                log.exception("telling a quiet holder failed")
+
     async def _silence_loop(self) -> None:
         """A follower looks at the majority's silence about its holder twice an
-        interval (`core.serving.silent_holder`); while it holds, one cycle is run at
-        once and again every `SILENT_KICK_EVERY` (a cycle busy with a slow share, or a
-        lost race, must not leave the takeover to the next poll). The elector asks
-        again, and the store decides."""
+        interval once it may hold (`core.serving.silent_holder`; `silence_wait`); while it
+        holds, one cycle is run at once and again every `SILENT_KICK_EVERY` (a cycle busy
+        with a slow share, or a lost race, must not leave the takeover to the next poll).
+        The elector asks again, and the store decides."""
         while True:
-            await asyncio.sleep(self.config.interval / 2)
+            await asyncio.sleep(self.silence_wait())
             st = self.standing()
+            self._look_quiet(None if st.leader_epoch is not None or st.seen_key is None else st.seen_key[0])
             if st.leader_epoch is not None or st.seen_key is None:
                 continue
             node, epoch = st.seen_key[0], st.seen_key[1]

@@ -12,7 +12,7 @@ import threading
 from collections import Counter
 
 from elections.core.beacons import RESIGN, RESIGN_COPIES, Beacon
-from elections.ports.beacons.beacons import BeaconConfig, new_boot, subnet_broadcast
+from elections.ports.beacons.beacon_config import BeaconConfig, new_boot, subnet_broadcast
 
 log = logging.getLogger("stkrelay.beacons")
 

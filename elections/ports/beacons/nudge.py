@@ -14,7 +14,7 @@ import logging
 import socket
 
 from elections.core.nudge import Nudge
-from elections.ports.beacons.beacons import subnet_broadcast
+from elections.ports.beacons.beacon_config import subnet_broadcast
 from stkconfig.model import Config
 
 log = logging.getLogger("stkrelay.beacons")

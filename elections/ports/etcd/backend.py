@@ -46,6 +46,7 @@ from elections.ports.store.backend import (
     EPOCH_KEY,
     LEASE_KEY,
     MEMBERS,
+    WITNESS_KEY,
     Build,
     Claimed,
     Got,
@@ -60,7 +61,12 @@ log = logging.getLogger("stkrelay.store")
 T = TypeVar("T")
 
 MEMBERS_CAP = 2 << 20  # bytes of one answer listing the members
-KEYS = {LEASE_KEY: layout.LEASE_KEY, EPOCH_KEY: layout.EPOCH_KEY, MEMBERS: layout.MEMBERS}
+KEYS = {
+    LEASE_KEY: layout.LEASE_KEY,
+    EPOCH_KEY: layout.EPOCH_KEY,
+    MEMBERS: layout.MEMBERS,
+    WITNESS_KEY: layout.WITNESS_KEY,
+}
 
 
 def key_of(key: str) -> str:

@@ -42,6 +42,7 @@ from elections.ports.etcd.watch import PrefixWatch
 LEASE_KEY = "pool/leader"
 EPOCH_KEY = "pool/epoch"
 MEMBERS = "pool/members/"
+WITNESS_KEY = "pool/witness"  # the share's witness (issue 38)
 EVENTS = "events/"
 NODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # a node id, as in the share's file names
 LIST_CAP = 4 << 20  # bytes of a keys-only listing

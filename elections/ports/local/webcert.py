@@ -161,6 +161,31 @@ def ensure_made(data_dir: str, node_ip: str, hosts: Iterable[str], now: datetime
     return made_cert(data_dir, fingerprint_of_pem(pem))
 
 
+def made_as_is(data_dir: str, node_ip: str, now: datetime.datetime) -> WebCert | None:
+    """The certificate `ensure_made` would keep as it is, told with the standard library's
+    `ssl` alone: no `cryptography`, so no child on a start that has nothing to make (~0.3 s
+    and more of every start on the path to the first election, issue 41). None when it may
+    need making (missing, damaged, expiring within `RENEW_DAYS`, not naming NODE_IP, its
+    `web-tls.crt` not its copy) or when `ssl` cannot tell: `ensure_made` decides then."""
+    data = Path(data_dir)
+    decode = getattr(getattr(ssl, "_ssl", None), "_test_decode_cert", None)  # CPython's X509 reader
+    if decode is None:
+        return None
+    try:
+        pem = _read(str(data / MADE_NAME))
+        first = PEM_CERT.search(pem)
+        if first is None or _read(str(data / CERT_NAME)) != first.group(0) + b"\n":
+            return None
+        seen = decode(str(data / MADE_NAME))  # its first certificate, as `first` is
+        until = datetime.datetime.fromtimestamp(ssl.cert_time_to_seconds(seen["notAfter"]), datetime.UTC)
+        ips = {ipaddress.ip_address(v) for k, v in seen.get("subjectAltName", ()) if k == "IP Address"}
+    except (OSError, ValueError, KeyError, TypeError, ssl.SSLError):
+        return None
+    if until - datetime.timedelta(days=RENEW_DAYS) < now or ipaddress.ip_address(node_ip) not in ips:
+        return None
+    return made_cert(data_dir, fingerprint_of_pem(pem))
+
+
 def made_cert(data_dir: str, fingerprint: str) -> WebCert:
     """The certificate `ensure_made` keeps in DATA_DIR, as Daphne reads it."""
     made = str(Path(data_dir) / MADE_NAME)

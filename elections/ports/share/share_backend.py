@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 from elections.core.lease import revision_of
 from elections.core.skew import ClockReading, from_window
 from elections.core.untrusted import LEASE, MEMBER, NOT_A_FILE, Limits, Untrusted
+from elections.core.witness import WITNESS
 from elections.errors import StoreUnavailable
 from elections.ports.events.share_events import ShareEvents, events_of
 from elections.ports.share.filelock import ShareLock
@@ -44,6 +45,7 @@ from elections.ports.share.sharefiles import DEFAULT_TIMEOUT
 from elections.ports.store.backend import (
     LEASE_KEY,
     MEMBERS,
+    WITNESS_KEY,
     Build,
     Claimed,
     Got,
@@ -59,6 +61,7 @@ T = TypeVar("T")
 
 LEASE_NAME = "relay_leader.json"
 LOCK_NAME = "relay_leader.lock"
+WITNESS_NAME = "relay_witness.json"  # the share's witness (issue 38), beside the lease
 MEMBERS_DIR = "members"
 # A renewal without the lock trusts a read of the lease at most this old (this process's
 # monotonic clock, from the read's start to the write's); an older one is read again first.
@@ -69,6 +72,8 @@ def file_of(key: str) -> str:
     """The file a record key is kept in."""
     if key == LEASE_KEY:
         return LEASE_NAME
+    if key == WITNESS_KEY:
+        return WITNESS_NAME
     if key == MEMBERS:
         return f"{MEMBERS_DIR}/"
     if key.startswith(MEMBERS):
@@ -201,6 +206,8 @@ class ShareBackend:
         self, key: str, data: bytes, expected: str | None, fence: Callable[[], bool] | None = None,
         hold_s: float | None = None, renewal: bool = False,
     ) -> tuple[WriteOutcome, str]:  # fmt: skip
+        if key == WITNESS_KEY:
+            return self._witness_cas(data, expected), revision_of(data)
         if key != LEASE_KEY:
             return self._write_member(key, data, expected), revision_of(data)
         if renewal:
@@ -240,6 +247,20 @@ class ShareBackend:
         self._replace(LEASE_NAME, data)
         self.renewals_in_place += 1
         return WriteOutcome.WRITTEN
+
+    def _witness_cas(self, data: bytes, expected: str | None) -> WriteOutcome:
+        """The witness record's compare-and-set (issue 38, W1, W2, W4): under the writers' lock,
+        on the bytes as the file server holds them now, the record written whole (temp file and
+        rename). Never blind: a refresh that overwrote a claim would let two leaders count it."""
+        if not self.lock.acquire():
+            return WriteOutcome.BUSY
+        try:
+            if self._got(WITNESS_NAME, WITNESS.max_bytes).revision != expected:
+                return WriteOutcome.CHANGED
+            self._replace(WITNESS_NAME, data)
+            return WriteOutcome.WRITTEN
+        finally:
+            self.lock.release()
 
     def _write_member(self, key: str, data: bytes, expected: str | None) -> WriteOutcome:
         known = expected is None or self._known.get(key) == expected

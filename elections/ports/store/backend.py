@@ -63,6 +63,7 @@ log = logging.getLogger("stkrelay.store")
 T = TypeVar("T")
 
 LEASE_KEY = "lease"
+WITNESS_KEY = "witness"  # the share's witness (issue 38): written only by compare-and-set
 EPOCH_KEY = "epoch"
 MEMBERS = "members/"
 

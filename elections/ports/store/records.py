@@ -46,11 +46,13 @@ from elections.core.untrusted import (
     check_member,
     load_object,
 )
+from elections.core.witness import WITNESS, WitnessRead, WitnessRecord, parse_witness
 from elections.errors import StoreUnavailable
 from elections.ports.share.sharefiles import NODE_FILE
 from elections.ports.store.backend import (
     LEASE_KEY,
     MEMBERS,
+    WITNESS_KEY,
     Backend,
     Got,
     Write,
@@ -85,6 +87,7 @@ class PoolStore:
         self._members_read: dict[str, dict[str, Any]] | None = None  # the last listing, for a cached one
         self.own_record: dict[str, Any] | None = None  # our last heartbeat (without `sig`), for the beacons
         self.selective_reads = backend.reads_one_by_one  # `read_member`/`member_names` are worth it
+        self._witness_floor = 0  # the highest epoch of a witness record read or written: below it, a replay
 
     def describe(self) -> str:
         return self.backend.describe()
@@ -226,6 +229,40 @@ class PoolStore:
             if counter:
                 best = max(best, self._counter_epoch(self.backend.get(counter, LEASE.max_bytes)))
             return max(best, self._members_epoch())
+
+        return self.backend.run(run)
+
+    # -- the share's witness (issue 38) -----------------------------------------------------
+    def read_witness(self, kmsn: str) -> WitnessRead:
+        """The witness record as the store holds it now, judged (`core.witness.parse_witness`):
+        whatever is no evidence is counted and logged once per cause, never raised; a valid
+        record of an epoch below one this store read before is a replay."""
+
+        def run() -> WitnessRead:
+            got = self.backend.get(WITNESS_KEY, WITNESS.max_bytes, fresh=True)
+            source = self.backend.source(WITNESS_KEY)
+            if got.refused is not None:
+                self.refuse(source, got.refused)
+                return WitnessRead("refused", revision=got.revision, cause=got.refused.cause,
+                                   detail=got.refused.detail)  # fmt: skip
+            read = parse_witness(got.data, self.pool_key, kmsn, self._witness_floor, got.revision)
+            if read.status == "refused":
+                self.refuse(source, Untrusted(read.cause, read.detail))
+            elif read.record is not None:
+                self._witness_floor = max(self._witness_floor, read.record.epoch)
+            return read
+
+        return self.backend.run(run)
+
+    def write_witness(self, record: WitnessRecord, expect: str) -> WriteOutcome:
+        """The witness record's compare-and-set on the revision `expect` read before (W1, W2, W4:
+        the caller's verdict on that read decides whether to write at all)."""
+
+        def run() -> WriteOutcome:
+            outcome, _written = self.backend.cas(WITNESS_KEY, record.encode(self.pool_key), expect)
+            if outcome is WriteOutcome.WRITTEN:
+                self._witness_floor = max(self._witness_floor, record.epoch)
+            return outcome
 
         return self.backend.run(run)
 

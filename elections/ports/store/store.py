@@ -34,6 +34,7 @@ from elections.core.evidence import Refusals
 from elections.core.lease import LeaseRead, LeaseRecord
 from elections.core.skew import ClockReading
 from elections.core.untrusted import SECURITY_CAUSES
+from elections.core.witness import WitnessRead, WitnessRecord
 from elections.ports.share.share import Share, share_of
 from elections.ports.share.share_backend import LEASE_NAME, LOCK_NAME, MEMBERS_DIR, ShareBackend
 from elections.ports.share.sharefiles import DEFAULT_TIMEOUT
@@ -64,6 +65,16 @@ class LeaseStore(Protocol):
         ...
 
     def highest_epoch(self) -> int: ...
+
+    def read_witness(self, kmsn: str) -> WitnessRead:
+        """The share's witness record (issue 38) as the store holds it now, judged: anything but a
+        valid record of this pool (a replay of an epoch below one read before too) is no evidence,
+        counted, never raised."""
+        ...
+
+    def write_witness(self, record: WitnessRecord, expect: str) -> WriteOutcome:
+        """The witness record's compare-and-set on the revision `expect` of a read (never blind)."""
+        ...
 
     def write_member(self, doc: dict[str, Any]) -> None: ...
 
