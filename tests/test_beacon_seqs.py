@@ -13,8 +13,9 @@ from harness import free_port, wait_until
 
 from elections.core.beacon_board import KEEP_BOOTS, BeaconBoard, Standing
 from elections.core.beacons import Beacon
+from elections.ports.beacons.beacon_config import BeaconConfig
 from elections.ports.beacons.beacon_seqs import SEQS_NAME, SeqFile
-from elections.ports.beacons.beacons import BeaconConfig, BeaconService
+from elections.ports.beacons.beacons import BeaconService
 
 KEY = "pool-key-0123456789abcdef"
 KMSN = "9999-9999-99-99"

@@ -9,7 +9,8 @@ import pytest
 from harness import free_port, wait_until
 
 from elections.core.beacon_board import Standing
-from elections.ports.beacons.beacons import BeaconConfig, BeaconService
+from elections.ports.beacons.beacon_config import BeaconConfig
+from elections.ports.beacons.beacons import BeaconService
 from elections.ports.beacons.liveness_port import MAX_HELD, LivenessPort
 
 KEY = "pool-key-0123456789abcdef"

@@ -239,7 +239,8 @@ def test_the_serving_rights_window_is_kept_on_the_gate_clock_a_suspend_shuts_it(
     before a sleep longer than W leave the gate shut on resume, though the monotonic
     clock stood still."""
     from elections.core.beacon_board import Standing
-    from elections.ports.beacons.beacons import BeaconConfig, BeaconService
+    from elections.ports.beacons.beacon_config import BeaconConfig
+    from elections.ports.beacons.beacons import BeaconService
     from stkhost.clock import FakeClock
 
     clock = FakeClock()
