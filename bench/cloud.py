@@ -34,6 +34,7 @@ from harness import FAST, KMSN, TOKEN, Site, listening, wait_until  # noqa: E402
 from relay.client.discovery import Discovery  # noqa: E402
 from relay.client.events import Received  # noqa: E402
 from relay.client.relay_client import RelayClient  # noqa: E402
+from relay.lease_file import lease_file  # noqa: E402
 
 
 def pct(values: list[float], p: float) -> float:
@@ -51,10 +52,10 @@ def client(
     role: str, station: str, *, cloud: CloudProc | None = None, site: Site | None = None
 ) -> RelayClient:
     if cloud is not None:
-        discovery = Discovery.build(token=TOKEN, kmsn=KMSN, fallbacks=[(cloud.ip, cloud.relay_port)])
+        discovery = Discovery.build(kmsn=KMSN, fallbacks=[(cloud.ip, cloud.relay_port)])
     else:
         assert site is not None
-        discovery = Discovery.build(token=TOKEN, kmsn=KMSN, lease_dir=str(site.lease_dir))
+        discovery = Discovery.build(kmsn=KMSN, lease=lease_file(str(site.lease_dir), TOKEN, KMSN))
     return RelayClient(role=role, kmsn=KMSN, station=station, token=TOKEN, discovery=discovery, keepalive=1.0)
 
 

@@ -40,10 +40,10 @@ sys.path.insert(0, str(ROOT / "tests"))
 from harness import DEFAULT, TOKEN, Site, wait_until  # noqa: E402
 
 from elections.core.commands import PoolCommands  # noqa: E402
-from elections.ports.clock import FakeClock  # noqa: E402
-from elections.ports.eventlog import EventTail, JsonlEventSink  # noqa: E402
-from elections.ports.localstate import LocalState  # noqa: E402
-from elections.ports.segments import Retention  # noqa: E402
+from elections.ports.events.eventlog import EventTail, JsonlEventSink  # noqa: E402
+from elections.ports.events.segments import Retention  # noqa: E402
+from elections.ports.local.localstate import LocalState  # noqa: E402
+from stkhost.clock import FakeClock  # noqa: E402
 
 WRITERS = ("H001", "H002", "H003")
 

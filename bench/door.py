@@ -72,8 +72,8 @@ def main() -> int:
     if args.serve_door:
         asyncio.run(serve_door(args.serve_door[0], int(args.serve_door[1]), args.copy))
         return 0
-    from elections.ports.localstate import LocalState
-    from elections.ports.pool_view import PoolView
+    from elections.ports.local.localstate import LocalState
+    from elections.ports.local.pool_view import PoolView
 
     seconds, rounds = (1.5, 1) if args.quick else (5.0, 3)
     data = tempfile.mkdtemp(prefix="stk-bench-door-")

@@ -153,12 +153,12 @@ def worker(endpoints: str, first: int, count: int, seconds: float, warmup: float
     import logging
 
     from elections.core.decide import Timing
-    from elections.ports.clock import SystemClock
     from elections.ports.etcd.pool import EtcdPool
     from elections.ports.etcd.store import EtcdLeaseStore
     from elections.runtime.contend import run_loop
     from elections.runtime.elector import Elector
     from elections.runtime.lease_writes import Identity
+    from stkhost.clock import SystemClock
 
     logging.disable(logging.WARNING)  # 300 electors' "elected" lines say nothing here
     clock = SystemClock()

@@ -71,12 +71,12 @@ def smb_operations(workdir: Path, renewals: int = 50) -> tuple[float, float, flo
     from samba import PASSWORD
 
     from elections.core.decide import Timing
-    from elections.ports.clock import SystemClock
-    from elections.ports.smbshare import SmbShare
-    from elections.ports.smburl import parse_smb_url
-    from elections.ports.store import FileLeaseStore
+    from elections.ports.share.smbshare import SmbShare
+    from elections.ports.share.smburl import parse_smb_url
+    from elections.ports.store.store import FileLeaseStore
     from elections.runtime.elector import Elector
     from elections.runtime.lease_writes import Identity
+    from stkhost.clock import SystemClock
 
     server = samba_server(workdir)
     server.path("ops").mkdir()

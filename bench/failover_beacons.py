@@ -109,8 +109,9 @@ class ClientThread:
     def __init__(self, site: Site) -> None:
         from relay.client.discovery import Discovery
         from relay.client.relay_client import RelayClient
+        from relay.lease_file import lease_file
 
-        discovery = Discovery.build(token=TOKEN, kmsn=KMSN, lease_dir=str(site.lease_dir))
+        discovery = Discovery.build(kmsn=KMSN, lease=lease_file(str(site.lease_dir), TOKEN, KMSN))
         self.steps: list[tuple[float, str]] = []  # (monotonic, status): where a slow move spent its time
         self.client = RelayClient(role="agent", kmsn=KMSN, station="B01", token=TOKEN, discovery=discovery,
                                   keepalive=1.0, on_status=lambda s: self.steps.append(

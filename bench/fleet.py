@@ -62,11 +62,11 @@ def main() -> None:
     from django.conf import settings
     from django.test import Client
 
-    from elections.ports.clock import SystemClock
-    from elections.ports.localstate import LocalState
+    from elections.ports.local.localstate import LocalState
     from elections.runtime.projection import Projector
     from elections.runtime.watch import Watchers
     from stkconfig.parsed import WatchedPool
+    from stkhost.clock import SystemClock
 
     stk = settings.STK
     root = Path(tempfile.mkdtemp(prefix="stk-fleet-"))

@@ -168,7 +168,7 @@ def main() -> int:
         data_dir, port, upstream, raw = args.serve_proxy
         asyncio.run(serve_proxy(data_dir, int(port), int(upstream), int(raw)))
         return 0
-    from elections.ports.localstate import Leadership, LocalState
+    from elections.ports.local.localstate import Leadership, LocalState
 
     seconds, rounds = (1.5, 1) if args.quick else (5.0, 3)
     data = tempfile.mkdtemp(prefix="stk-bench-proxy-")

@@ -1,6 +1,6 @@
 """Share load benchmark: operations each agent makes on the share per second
 (each open of a file, folder listing, write, lock create or remove counts one;
-`elections.ports.sharefiles.ShareOps`, reported in `pool.json`), on a settled
+`elections.ports.share.sharefiles.ShareOps`, reported in `pool.json`), on a settled
 real site with the default lease timing, beacons off (`BEACON_INTERVAL = 0`)
 and on (0.2 s), for 3 and 10 members.
 

@@ -40,6 +40,7 @@ from harness import DEFAULT, KMSN, TOKEN, Site, wait_until  # noqa: E402
 from relay.client.discovery import Discovery  # noqa: E402
 from relay.client.events import Received  # noqa: E402
 from relay.client.relay_client import RelayClient  # noqa: E402
+from relay.lease_file import lease_file  # noqa: E402
 
 
 def pct(values: list[float], p: float) -> float:
@@ -79,7 +80,7 @@ def accepted_at(events: Path, start_size: int) -> float | None:
 
 async def run(site: Site, promotes: int) -> tuple[list[float], list[int], list[float], list[float]]:
     def client(role: str, station: str) -> RelayClient:
-        d = Discovery.build(token=TOKEN, kmsn=KMSN, lease_dir=str(site.lease_dir))
+        d = Discovery.build(kmsn=KMSN, lease=lease_file(str(site.lease_dir), TOKEN, KMSN))
         return RelayClient(
             role=role,
             kmsn=KMSN,

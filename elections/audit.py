@@ -44,7 +44,7 @@ from django.db import IntegrityError, OperationalError, models, transaction
 from django.utils import timezone
 
 from elections.core.lease import canonical_json
-from elections.retry import Backoff, retry
+from stkhost.retry import Backoff, retry
 
 log = logging.getLogger("stkrelay.audit")
 

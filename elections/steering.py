@@ -5,14 +5,14 @@ undrain, promote, pause, resume, unbind, forget), from the panel, the API and `r
 command if that fails), checks the actor's permission and the typed
 confirmation, submits, and writes the outcome; every row is published to the
 pool, so every agent's audit page shows it. `submit()` checks the command
-against this agent's view of the pool (`core.commands.check`) and writes it as
+against this agent's view of the pool (`core.commands.check_command`) and writes it as
 an event to this agent's own `events/<node>.jsonl` in that pool (its own pool,
 or a watched `[pool:<KMSN>]`, signed with that pool's key), naming the actor, client
 address, reason, the epoch the operator saw and the command's Lamport clock
 (the order rule is in `core.commands`). The target reacts when it observes the
 event; nothing relies on the operator's agent staying up. In its own pool the
 agent then sends a signed nudge naming the event to the leader and the beacon
-targets (`ports.nudge`), so that the leader reads it at once instead of at its
+targets (`ports.beacons.nudge`), so that the leader reads it at once instead of at its
 next look; the event on the share stays the authority.
 
 `forget` (a member gone for good) is the one command this agent carries out
@@ -38,14 +38,14 @@ from typing import Any
 from django.conf import settings
 
 from elections import audit
-from elections.core.commands import ACCEPTED, EVENT_KINDS, KINDS, UNAVAILABLE, CommandResult, check
+from elections.core.commands import ACCEPTED, EVENT_KINDS, KINDS, UNAVAILABLE, CommandResult, check_command
 from elections.core.stations import BOUND
 from elections.errors import StoreUnavailable
-from elections.ports.clock import SystemClock
-from elections.ports.localstate import LocalState
-from elections.ports.nudge import nudge_pool
-from elections.ports.stores import PoolPlace, open_store
+from elections.ports.beacons.nudge import nudge_pool
+from elections.ports.local.localstate import LocalState
+from elections.ports.store.stores import PoolPlace, open_store
 from elections.runtime.projection import pool_event_sink, watched_event_sink
+from stkhost.clock import SystemClock
 
 log = logging.getLogger("stkrelay.steering")
 
@@ -238,7 +238,9 @@ def submit(
         why = ("forget a member from one of its own pool's agents" if watched is not None else
                "the pool's store is unreachable: a silent member cannot be told from a gone one")  # fmt: skip
         return CommandResult(UNAVAILABLE, why, correlation, pool.epoch)
-    code, message = check(pool, kind, target, expected_epoch, force, stk.heartbeat_ttl + stk.promotion_hold)
+    code, message = check_command(
+        pool, kind, target, expected_epoch, force, stk.heartbeat_ttl + stk.promotion_hold
+    )
     epoch = pool.epoch
     if code != ACCEPTED:
         return CommandResult(code, message, correlation, epoch)

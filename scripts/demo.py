@@ -22,7 +22,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from harness import DEFAULT, Site, free_port, wait_until  # noqa: E402
 
-from elections.ports.webcert import show  # noqa: E402
+from stkhost.fingerprints import show  # noqa: E402
 
 # Every agent listens on its own loopback address only (127.0.0.21-23; each Redis on 127.0.0.1):
 # the demo opens nothing to the outside. The panels are on these ports unless one is taken.

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "architecture.md"
 BEGIN, END = "<!-- layout: written by scripts/layout.py -->", "<!-- /layout -->"
 CONTRACTS_BEGIN, CONTRACTS_END = "<!-- contracts: written by scripts/layout.py -->", "<!-- /contracts -->"
-TOP = ("elections", "relay", "stkconfig", "stkrelay")
+TOP = ("elections", "relay", "stkconfig", "stkhost", "stkrelay")
 WIDTH = 30  # the column where a module's job starts
 JOB = 80  # at most this many characters of it (cut at a word, with an ellipsis)
 

@@ -29,7 +29,7 @@ def database(data_dir: str) -> Path:
     return Path(data_dir) / DATABASE
 
 
-def missing(data_dir: str, source: str | None) -> str | None:
+def missing_database(data_dir: str, source: str | None) -> str | None:
     """The line that says no agent database is where this ini says, or None when it is there."""
     path = database(data_dir)
     if path.is_file():
@@ -51,7 +51,7 @@ def _units_databases() -> list[str]:
         return []
 
 
-def first_word(argv: list[str]) -> str | None:
+def command_action(argv: list[str]) -> str | None:
     """The action of an operator command line: its first word that is not an option."""
     takes_value = {"-o", "--output", "-n", "--reason", "--epoch", "--kind", "--role", "--label",
                    "--password-file", "-w", "--watch"}  # fmt: skip
@@ -70,14 +70,14 @@ def precheck(command: str, argv: list[str]) -> int | None:
     """Before Django starts: exit 3 with one line when `command`'s action needs the agent's
     database and the ini's DATA_DIR holds none; None to go on (config problems are said by
     the command itself, as always)."""
-    if first_word(argv) not in NEEDS_DATA.get(command, ()):
+    if command_action(argv) not in NEEDS_DATA.get(command, ()):
         return None
     from stkrelay import config
 
     stk = config.load(check_dirs=False)
     if stk.problems:
         return None
-    why = missing(stk.data_dir, stk.source)
+    why = missing_database(stk.data_dir, stk.source)
     if why is None:
         return None
     print(f"{command}: {why}", file=sys.stderr)

@@ -83,7 +83,7 @@ def _wait_for_redis(**_: Any) -> None:
     from django.conf import settings
 
     from elections.management.migrations_due import wait_migrated
-    from elections.ports.redis_link import RedisLink
+    from elections.ports.local.redis_link import RedisLink
     from elections.runtime.redis_wait import until_answers
 
     wait_migrated(settings.STK.data_dir)  # a first start's migrate child, started beside this worker

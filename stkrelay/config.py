@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from elections.core.action_config import ACTION_DEFAULTS, action_config
-from elections.ports.smburl import SmbUrlError, is_smb, parse_smb_url, smb_password
+from elections.ports.share.smburl import SmbUrlError, is_smb, parse_smb_url, smb_password
 from stkconfig.keys import BY_NAME, DEFAULTS
 from stkconfig.model import Config, Problem, draft, freeze
 from stkrelay import (

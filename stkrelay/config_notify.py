@@ -32,9 +32,9 @@ import shutil
 import urllib.parse
 from collections.abc import Callable
 
-from elections.ports.secret_source import SecretUnreadable, read_secret
-from elections.ports.webcert import parse_pins  # not pinned_https: no http.client in every process
 from stkconfig.parsed import NotifyConfig
+from stkhost.fingerprints import parse_pins  # not pinned_https: no http.client in every process
+from stkhost.secret_source import SecretUnreadable, read_secret
 
 Bad = Callable[[str, str, str, str], None]
 Number = Callable[..., "float | int | None"]  # config.load's number(key): the table's kind and range

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from elections.ports.smburl import SmbUrlError, is_smb, parse_smb_url, smb_password
+from elections.ports.share.smburl import SmbUrlError, is_smb, parse_smb_url, smb_password
 from stkconfig.keys import BY_NAME
 from stkconfig.parsed import WatchedPool
 from stkconfig.strength import SECRET_HINT, secret_weakness

@@ -30,7 +30,7 @@ from typing import Protocol
 Bad = Callable[[str, str, str, str], None]
 
 
-class Timing(Protocol):
+class TimingKeys(Protocol):
     lease_ttl: float
     lease_renew: float
     lease_poll: float
@@ -38,7 +38,7 @@ class Timing(Protocol):
     lease_watch: float
 
 
-def check(cfg: Timing, bad: Bad) -> None:
+def check(cfg: TimingKeys, bad: Bad) -> None:
     """Report every broken ratio of `cfg`'s timing keys (which are each valid alone)."""
     renew, poll, ttl, hb = cfg.lease_renew, cfg.lease_poll, cfg.lease_ttl, cfg.heartbeat_ttl
     if hb < 2 * renew:

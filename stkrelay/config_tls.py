@@ -4,7 +4,7 @@
   intermediates) and its unencrypted private key. Both or neither
   (`stkrelay.E057`); the certificate must be PEM (`E058`), the key PEM and the
   certificate's own (`E059`). Without them the agent makes its own self-signed
-  certificate in DATA_DIR at first start (`elections.ports.webcert`); when
+  certificate in DATA_DIR at first start (`elections.ports.local.webcert`); when
   that cannot be written, `runagent` stops with `E061`.
 - `WEB_PLAIN` (default 0): 1 serves the panel, API and WebSockets in plain HTTP.
   Meant for loopback (a local reverse proxy in front, tests); on a LAN address
@@ -36,7 +36,7 @@ def check(values: dict[str, str], web_plain: bool, read_files: bool, bad: Bad) -
             "unset WEB_PLAIN to serve HTTPS with TLS_CERT, or unset TLS_CERT")  # fmt: skip
         return cert, key
     if cert and read_files:
-        from elections.ports.webcert import check_pair
+        from elections.ports.local.webcert import check_pair
 
         which, why = check_pair(cert, key)
         if which:

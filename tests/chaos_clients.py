@@ -165,9 +165,10 @@ class Stream(threading.Thread):
     def _client(self, role: str, station: str, **kw: Any) -> Any:
         from relay.client.discovery import Discovery
         from relay.client.relay_client import RelayClient
+        from relay.lease_file import lease_file
 
-        discovery = Discovery.build(token=self.token, kmsn=self.kmsn, lease_dir=str(self.lease_dir),
-                                    fallbacks=self.relays)  # fmt: skip
+        lease = lease_file(str(self.lease_dir), self.token, self.kmsn)
+        discovery = Discovery.build(kmsn=self.kmsn, lease=lease, fallbacks=self.relays)
 
         def status(st: Any) -> None:
             if st.kind == "registered":

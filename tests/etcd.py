@@ -364,7 +364,7 @@ class EtcdContender:
         self.proc.wait(5)
 
     def events_of(self, kind: str) -> list[dict]:
-        from elections.ports.eventlog import read_events
+        from elections.ports.events.eventlog import read_events
 
         return [e for e in read_events(self.events) if e.get("kind") == kind]
 
@@ -393,7 +393,7 @@ def leadership_segments(contenders) -> list[tuple[str, int, float, float]]:  # t
 
 
 def _events(c) -> list[dict]:  # type: ignore[no-untyped-def]
-    from elections.ports.eventlog import read_events
+    from elections.ports.events.eventlog import read_events
 
     return read_events(c.events)
 

@@ -274,7 +274,7 @@ class AgentProc:
     def state(self) -> dict[str, Any]:
         from dataclasses import asdict
 
-        from elections.ports.localstate import LocalState
+        from elections.ports.local.localstate import LocalState
 
         return asdict(LocalState(self.data_dir).leadership())
 
@@ -312,7 +312,7 @@ class AgentProc:
         HTTP. Waits for the agent to have made the certificate."""
         if self.plain:
             return None
-        from elections.ports.webcert import CERT_NAME
+        from elections.ports.local.webcert import CERT_NAME
 
         crt = self.data_dir / CERT_NAME
         wait_until(crt.exists, 60, f"{self.name}'s web certificate")
@@ -320,7 +320,8 @@ class AgentProc:
 
     def fingerprint(self) -> str:
         """The SHA-256 of the certificate its panel serves (64 hex), as `relayctl tls` prints it."""
-        from elections.ports.webcert import CERT_NAME, fingerprint_of_pem
+        from elections.ports.local.webcert import CERT_NAME
+        from stkhost.fingerprints import fingerprint_of_pem
 
         self.web_ssl()
         return fingerprint_of_pem((self.data_dir / CERT_NAME).read_bytes())
@@ -554,6 +555,6 @@ class Contender:
         self.proc.wait(5)
 
     def events_of(self, kind: str) -> list[dict[str, Any]]:
-        from elections.ports.eventlog import read_events
+        from elections.ports.events.eventlog import read_events
 
         return [e for e in read_events(self.events) if e.get("kind") == kind]

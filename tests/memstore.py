@@ -1,7 +1,7 @@
 """An in-memory `LeaseStore` for in-process tests of the runtime: the real record
-layer (`elections.ports.records.PoolStore`: signed, verified, refused, seq and
+layer (`elections.ports.store.records.PoolStore`: signed, verified, refused, seq and
 epoch never going down) over the real dict backend
-(`elections.ports.memory_backend.MemoryBackend`), which also runs the
+(`elections.ports.store.memory_backend.MemoryBackend`), which also runs the
 conformance suite (`tests/test_store_conformance.py`, the `memory` pool).
 
 What it adds for tests: `calls` counts the calls of each protocol method (an
@@ -24,10 +24,10 @@ from typing import Any
 
 from elections.core.lease import LeaseRead, LeaseRecord, parse_lease
 from elections.errors import StoreUnavailable
-from elections.ports.backend import LEASE_KEY, Build, Claimed, WriteOutcome, member_key
-from elections.ports.clock import Clock, SystemClock
-from elections.ports.memory_backend import MemoryBackend
-from elections.ports.records import PoolStore
+from elections.ports.store.backend import LEASE_KEY, Build, Claimed, WriteOutcome, member_key
+from elections.ports.store.memory_backend import MemoryBackend
+from elections.ports.store.records import PoolStore
+from stkhost.clock import Clock, SystemClock
 
 TOKEN = "tok-memory-0123456789"
 

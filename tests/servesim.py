@@ -47,7 +47,7 @@ from elections.core.decide import EARLY, Observation, Timing, Verdict, decide, e
 from elections.core.lease import LeaseRead, LeaseRecord
 from elections.core.lease_memory import Memory, vouched
 from elections.core.lease_memory import track as track_read
-from elections.core.serving import DRIFT, GATE_LAG, LEASE, Report, ServingTiming
+from elections.core.serving import DRIFT, GATE_LAG, LEASE, AckReport, ServingTiming
 from elections.core.serving_book import ServingBook
 
 KMSN = "9999-9999-99-99"
@@ -55,8 +55,8 @@ INTERVAL = 0.2
 TIMING = Timing(ttl=10.0, renew=3.0, poll=2.0, deadline=7.0)
 WATCH = 0.5  # the agent's cheap look at the lease (seconds, its own clock)
 RELAY_LAG = 0.15  # a relay reads a lower deadline this late (its 0.1 s cache of leadership.json, the write)
-HORIZON = 60.0  # a member is counted while heard within this long (runtime.agent_publish MEMBER_HORIZON_S)
-# runtime.agent_roles.FENCE_WITHIN: a handing-off leader's longest wait between its fence and its handoff
+HORIZON = 60.0  # a member is counted while heard within this long (runtime.agent MEMBER_HORIZON_S)
+# runtime.agent.FENCE_WITHIN: a handing-off leader's longest wait between its fence and its handoff
 FENCE_WITHIN = 0.25
 EMPTY = 1e-9  # real seconds: an interval no longer than this is a shut gate read back through the clock rates
 
@@ -270,7 +270,7 @@ class Pool:
         m.memory = replace(mem, leader_epoch=None, renewed_at=None)
         m.seq += 1
         held = epoch or mem.max_epoch
-        if epoch is not None and epoch == m.fenced and self.faults.says_fenced:  # `Roles._fence`, done
+        if epoch is not None and epoch == m.fenced and self.faults.says_fenced:  # `Agent._fence`, done
             m.book.fenced(epoch)
         said = m.book.resigning(held, m.local(self.now))
         self.broadcast(m, Beacon(KMSN, m.node, "10.0.0.1", 9530, RESIGN, held, 0, m.boot, m.seq, **said))
@@ -312,7 +312,7 @@ class Pool:
 
     def silent(self, m: Member, holder: str, epoch: int) -> str | None:
         now = m.local(self.now)
-        reports = [Report(b.node, now - at, b.ack_node, b.ack_epoch, b.quiet_ms / 1000)
+        reports = [AckReport(b.node, now - at, b.ack_node, b.ack_epoch, b.quiet_ms / 1000)
                    for b, at in m.heard.values()]  # fmt: skip
         return m.book.silent(holder, epoch, self.count(m), reports, now)
 

@@ -25,10 +25,10 @@ from elections.executors import (
     FAILED,
     FENCED,
     PLANNED,
+    ActionFence,
     AwsExecutor,
     AzureExecutor,
     Completed,
-    Gate,
     OciExecutor,
     Outcome,
     ProviderError,
@@ -104,7 +104,7 @@ def executors_with(rec, tmp_path):
 
 
 def held(epoch):
-    return Gate(lambda: epoch)
+    return ActionFence(lambda: epoch)
 
 
 # -- plans -------------------------------------------------------------------------
@@ -292,7 +292,9 @@ def test_it_fences_when_the_epoch_source_itself_fails(tmp_path):
     def broken():
         raise RuntimeError("state unreadable")
 
-    [out] = run_plan(plan_for(3, "S001", ActionConfig()), [RelayExecutor(tmp_path)], Gate(broken), None)
+    [out] = run_plan(
+        plan_for(3, "S001", ActionConfig()), [RelayExecutor(tmp_path)], ActionFence(broken), None
+    )
     assert out.status == FENCED and "state unreadable" in out.message and relay_wanted(tmp_path) is None
 
 
@@ -326,7 +328,7 @@ def test_it_fences_the_second_step_when_the_lease_is_lost_in_between(tmp_path):
     cfg, _ = action_config(EVERYTHING)
     action = plan_for(5, "S002", cfg).actions[4]
     sink, ex = Sink(), TwoStep()
-    [out] = run_plan(ActionPlan(5, "S002", (action,)), [ex], Gate(lambda: epoch[0]), sink)
+    [out] = run_plan(ActionPlan(5, "S002", (action,)), [ex], ActionFence(lambda: epoch[0]), sink)
     assert out.status == FENCED and ex.writes == ["remove"]
     assert sink.events[0]["kind"] == "action_fenced" and sink.events[0]["held"] is None
 
@@ -352,7 +354,7 @@ def test_it_leaves_a_newer_relay_marker_alone_on_a_late_stop(tmp_path):
 
 
 def test_it_reads_the_held_epoch_from_the_leadership_state_file(tmp_path):
-    from elections.ports.localstate import LocalState
+    from elections.ports.local.localstate import LocalState
 
     current = epoch_from_state(LocalState(tmp_path), time.monotonic)
     assert current() is None  # no file yet
@@ -370,7 +372,7 @@ def test_it_wires_plans_into_elector_hooks(tmp_path):
     executors = build_executors(cfg, tmp_path)
     state = {"epoch": 2}
     sink = Sink()
-    on_elected, on_demoted = leader_duties("S001", cfg, executors, Gate(lambda: state["epoch"]), sink)
+    on_elected, on_demoted = leader_duties("S001", cfg, executors, ActionFence(lambda: state["epoch"]), sink)
     assert [o.status for o in on_elected(2)] == [APPLIED] and relay_wanted(tmp_path) == 2
     state["epoch"] = None
     assert [o.status for o in on_demoted(2)] == [APPLIED] and relay_wanted(tmp_path) is None

@@ -1,4 +1,4 @@
-"""Which new pool events make the agent cycle (`elections.runtime.agent_looks`): a
+"""Which new pool events make the agent cycle (`elections.runtime.agent`): a
 command, a member's election or step-down, a binding; never an audit row alone, which
 concerns people (issue 22: each command's audit row is nudged to every member, and its
 cycle held the election lock while a handoff's target waited for it)."""
@@ -6,7 +6,7 @@ cycle held the election lock while a handoff's target waited for it)."""
 from types import SimpleNamespace
 
 from elections.core.decide import Decision, Verdict
-from elections.runtime.agent_looks import Looks, concern_the_election, highest_epoch, skips_cycle
+from elections.runtime.agent import Agent, concern_the_election, highest_epoch, skips_cycle
 
 
 def row(kind: str, epoch: int = 3) -> dict:
@@ -26,10 +26,10 @@ def test_an_audit_rows_epoch_is_never_this_pools():
     assert highest_epoch([row("audit", 10**9), row("elected", 4)]) == 4
 
 
-class QuietLooks(Looks):
-    """`Looks` with what `_events_due` reads: a clock, the timing, the tail's backlog."""
+class QuietLooks(Agent):
+    """An `Agent` with only what `_events_due` reads: a clock, the timing, the tail's backlog."""
 
-    def __init__(self) -> None:
+    def __init__(self) -> None:  # no super().__init__(): nothing else of the agent is built
         self.now = 100.0
         self.clock = SimpleNamespace(monotonic=lambda: self.now)
         self.timing = SimpleNamespace(ttl=10.0)

@@ -47,8 +47,8 @@ PROBE = f"""
 import sys
 import stkrelay.settings
 import elections.management.agent_root
-import elections.runtime.supervisor, elections.ports.redis_link, elections.ports.liveness_port
-import elections.runtime.lease_writes, elections.ports.stores, elections.ports.beacon_config
+import elections.runtime.supervisor, elections.ports.local.redis_link, elections.ports.beacons.liveness_port
+import elections.runtime.lease_writes, elections.ports.store.stores, elections.ports.beacons.beacon_config
 print(sorted(m for m in sys.modules if m.split(".")[0] in {HEAVY!r} or m in {ALSO!r}
              or m.startswith(("django.db", "django.conf", "django.apps"))))
 """

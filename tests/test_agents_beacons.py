@@ -20,6 +20,7 @@ from relay.client.beacon_discovery import BeaconListener
 from relay.client.discovery import Discovery
 from relay.client.events import Received
 from relay.client.relay_client import RelayClient
+from relay.lease_file import lease_file
 
 pytestmark = pytest.mark.agents
 
@@ -48,8 +49,8 @@ def client(site, role, station, beacons_only=False):
     """A relay client finding the leader from the lease, or from the leader's beacons alone (no share)."""
     port = int(site.agents[0].setting("RELAY_PORT")) + 2
     beacons = BeaconListener(TOKEN, KMSN, port)
-    where = {"beacons": beacons} if beacons_only else {"lease_dir": str(site.lease_dir)}
-    discovery = Discovery.build(token=TOKEN, kmsn=KMSN, **where)
+    where = {"beacons": beacons} if beacons_only else {"lease": lease_file(str(site.lease_dir), TOKEN, KMSN)}
+    discovery = Discovery.build(kmsn=KMSN, **where)
     return RelayClient(role=role, kmsn=KMSN, station=station, token=TOKEN, discovery=discovery,
                        keepalive=1.0)  # fmt: skip
 

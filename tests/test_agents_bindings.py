@@ -22,17 +22,18 @@ import pytest
 from harness import KMSN, ROOT, TOKEN, listening, wait_until
 
 from elections.core.lease import sign
-from elections.ports.localstate import LocalState
+from elections.ports.local.localstate import LocalState
 from relay.client.discovery import Discovery
 from relay.client.events import Received, Refused
 from relay.client.relay_client import RelayClient
+from relay.lease_file import lease_file
 from relay.wire.auth import station_credential
 
 pytestmark = pytest.mark.agents
 
 
 def client(site, station, role="agent", credential=""):
-    discovery = Discovery.build(token=TOKEN, kmsn=KMSN, lease_dir=str(site.lease_dir))
+    discovery = Discovery.build(kmsn=KMSN, lease=lease_file(str(site.lease_dir), TOKEN, KMSN))
     return RelayClient(role=role, kmsn=KMSN, station=station, token="" if credential else TOKEN,
                        credential=credential, discovery=discovery, keepalive=1.0)  # fmt: skip
 

@@ -17,6 +17,7 @@ from relay.client.discovery import Discovery
 from relay.client.events import Received
 from relay.client.relay_client import RelayClient
 from relay.cloud.fence import overlaps
+from relay.lease_file import lease_file
 from relay.wire.auth import new_nonce
 from relay.wire.client_connection import ClientConnection
 from relay.wire.events import ErrorReceived, Registered
@@ -34,12 +35,12 @@ def cloud(tmp_path):
 
 
 def remote(cloud, role, station):
-    discovery = Discovery.build(token=TOKEN, kmsn=KMSN, fallbacks=[(cloud.ip, cloud.relay_port)])
+    discovery = Discovery.build(kmsn=KMSN, fallbacks=[(cloud.ip, cloud.relay_port)])
     return RelayClient(role=role, kmsn=KMSN, station=station, token=TOKEN, discovery=discovery, keepalive=1.0)
 
 
 def local(site, role, station):
-    discovery = Discovery.build(token=TOKEN, kmsn=KMSN, lease_dir=str(site.lease_dir))
+    discovery = Discovery.build(kmsn=KMSN, lease=lease_file(str(site.lease_dir), TOKEN, KMSN))
     return RelayClient(role=role, kmsn=KMSN, station=station, token=TOKEN, discovery=discovery, keepalive=1.0)
 
 

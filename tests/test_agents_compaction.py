@@ -16,10 +16,10 @@ from pathlib import Path
 from harness import TOKEN, wait_until
 
 from elections.core.commands import PoolCommands
-from elections.ports.clock import FakeClock
-from elections.ports.eventlog import EventTail, JsonlEventSink
-from elections.ports.localstate import LocalState
-from elections.ports.segments import Retention
+from elections.ports.events.eventlog import EventTail, JsonlEventSink
+from elections.ports.events.segments import Retention
+from elections.ports.local.localstate import LocalState
+from stkhost.clock import FakeClock
 
 SMALL = Retention(segment_bytes=4 << 10, keep_bytes=16 << 10)
 WRITERS = ("H001", "H002", "H003")

@@ -6,7 +6,7 @@ import time
 import pytest
 from harness import DEFAULT, listening, wait_until
 
-from elections.ports.localstate import LocalState
+from elections.ports.local.localstate import LocalState
 
 pytestmark = pytest.mark.agents
 

@@ -22,6 +22,7 @@ from test_relay_legacy import OLD_MAGIC, OldStation
 
 from relay.client.discovery import Discovery
 from relay.client.relay_client import RelayClient
+from relay.lease_file import lease_file
 
 pytestmark = pytest.mark.agents
 
@@ -71,7 +72,7 @@ def test_an_agent_on_the_old_ini_serves_an_old_station_and_a_modern_commander(si
     assert reply["type"] == "registered", reply
 
     async def commander() -> None:
-        discovery = Discovery.build(token=TOKEN, kmsn=KMSN, lease_dir=str(site.lease_dir))
+        discovery = Discovery.build(kmsn=KMSN, lease=lease_file(str(site.lease_dir), TOKEN, KMSN))
         async with RelayClient(role="commander", kmsn=KMSN, station="C01", token=TOKEN,
                                discovery=discovery) as c:  # fmt: skip
             await c.send_confirmed({"cmd": "ping"}, to="S007", timeout=10)

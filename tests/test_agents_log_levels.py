@@ -15,6 +15,7 @@ from harness import DEFAULT, FAST, KMSN, TOKEN, wait_until
 
 from relay.client.discovery import Discovery
 from relay.client.relay_client import RelayClient
+from relay.lease_file import lease_file
 
 pytestmark = pytest.mark.agents
 
@@ -67,7 +68,7 @@ def settled(site, leader: str) -> bool:
 
 
 def relay_client(site, role, station):
-    discovery = Discovery.build(token=TOKEN, kmsn=KMSN, lease_dir=str(site.lease_dir))
+    discovery = Discovery.build(kmsn=KMSN, lease=lease_file(str(site.lease_dir), TOKEN, KMSN))
     return RelayClient(role=role, kmsn=KMSN, station=station, token=TOKEN, discovery=discovery, keepalive=1.0)
 
 

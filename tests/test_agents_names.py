@@ -15,7 +15,7 @@ import pytest
 from harness import KMSN, TOKEN, listening, wait_until
 from websockets.asyncio.client import connect
 
-from elections.ports.localstate import MAX_LOCAL_FILE, RELAY_HEALTH_NAME, RELAY_NAME
+from elections.ports.local.localstate import MAX_LOCAL_FILE, RELAY_HEALTH_NAME, RELAY_NAME
 from relay.wire.auth import auth_digest
 from relay.wire.events import MAGIC, MAX_NAME
 from relay.wire.framing import FrameDecoder, encode_frame

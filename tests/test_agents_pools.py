@@ -19,7 +19,7 @@ from test_agents_share_hang import (
 )
 
 from elections.core.lease import signature_ok
-from elections.ports.eventlog import read_events
+from elections.ports.events.eventlog import read_events
 
 pytestmark = pytest.mark.agents
 

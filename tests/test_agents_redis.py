@@ -13,7 +13,7 @@ import urllib.error
 import pytest
 from harness import ROOT, read_lease, wait_until
 
-from elections.ports.localstate import LocalState
+from elections.ports.local.localstate import LocalState
 from stkrelay.health_probe import probe
 
 pytestmark = [pytest.mark.agents, pytest.mark.long]

@@ -12,6 +12,7 @@ from harness import KMSN, TOKEN, listening, wait_until
 from relay.client.discovery import Discovery
 from relay.client.events import Received
 from relay.client.relay_client import RelayClient
+from relay.lease_file import lease_file
 
 pytestmark = pytest.mark.agents
 
@@ -21,7 +22,7 @@ def relay_port(site) -> int:
 
 
 def client(site, role, station):
-    discovery = Discovery.build(token=TOKEN, kmsn=KMSN, lease_dir=str(site.lease_dir))
+    discovery = Discovery.build(kmsn=KMSN, lease=lease_file(str(site.lease_dir), TOKEN, KMSN))
     return RelayClient(role=role, kmsn=KMSN, station=station, token=TOKEN, discovery=discovery,
                        keepalive=1.0)  # fmt: skip
 

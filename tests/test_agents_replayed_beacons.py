@@ -24,8 +24,8 @@ from beacon_replay import capture, replay
 from harness import KMSN, wait_until
 
 from elections.core.beacons import parse_beacon
-from elections.ports.beacon_seqs import SEQS_NAME
-from elections.ports.localstate import LocalState
+from elections.ports.beacons.beacon_seqs import SEQS_NAME
+from elections.ports.local.localstate import LocalState
 
 pytestmark = pytest.mark.agents
 

@@ -19,7 +19,7 @@ from test_agents_notify import SECRET, Receiver
 from test_agents_steering import pool, relayctl, wait_pool_view
 from test_openapi import _manage
 
-from elections.ports.webcert import CERT_NAME
+from elections.ports.local.webcert import CERT_NAME
 
 pytestmark = pytest.mark.agents
 

@@ -15,6 +15,7 @@ from harness import DEFAULT, KMSN, TOKEN, listening, wait_until
 
 from relay.client.discovery import Discovery
 from relay.client.relay_client import RelayClient
+from relay.lease_file import lease_file
 from relay.wire.auth import auth_digest
 from relay.wire.events import MAGIC
 from relay.wire.framing import FrameDecoder, encode_frame
@@ -93,7 +94,7 @@ def test_a_frozen_leader_is_replaced_within_seconds_and_woken_forwards_nothing(s
     assert (receiver.frame() or {}).get("data") == {"n": 0}
 
     async def frozen() -> float:
-        discovery = Discovery.build(token=TOKEN, kmsn=KMSN, lease_dir=str(site.lease_dir))
+        discovery = Discovery.build(kmsn=KMSN, lease=lease_file(str(site.lease_dir), TOKEN, KMSN))
         fresh = RelayClient(role="agent", kmsn=KMSN, station="B01", token=TOKEN, discovery=discovery,
                             keepalive=1.0)  # fmt: skip
         await fresh.start(timeout=15)

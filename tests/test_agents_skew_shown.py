@@ -8,7 +8,7 @@ import pytest
 from harness import faketime_env, wait_until
 from test_agents_audit import KMSN, api, operator_token, pool_seen, relayctl, web_up
 
-from elections.ports.localstate import LocalState
+from elections.ports.local.localstate import LocalState
 
 pytestmark = pytest.mark.agents
 

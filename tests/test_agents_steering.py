@@ -93,10 +93,11 @@ class ClientThread:
 
         from relay.client.discovery import Discovery
         from relay.client.relay_client import RelayClient
+        from relay.lease_file import lease_file
 
         self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, daemon=True).start()
-        discovery = Discovery.build(token=TOKEN, kmsn=KMSN, lease_dir=str(site.lease_dir))
+        discovery = Discovery.build(kmsn=KMSN, lease=lease_file(str(site.lease_dir), TOKEN, KMSN))
         self.client = RelayClient(role="agent", kmsn=KMSN, station="S501", token=TOKEN, discovery=discovery)
         asyncio.run_coroutine_threadsafe(self.client.start(timeout=30), self.loop).result(35)
 

@@ -12,6 +12,7 @@ from websockets.exceptions import ConnectionClosed
 from relay.client.discovery import Discovery
 from relay.client.events import Received
 from relay.client.relay_client import RelayClient
+from relay.lease_file import lease_file
 from relay.wire.auth import auth_digest
 
 pytestmark = pytest.mark.agents
@@ -31,7 +32,7 @@ def test_a_websocket_commander_and_a_tcp_agent_talk_both_ways_even_after_idling(
     wait_until(lambda: listening(follower.ip, int(follower.setting("WEB_PORT"))), 20, "the follower's web")
 
     async def scenario():
-        discovery = Discovery.build(token=TOKEN, kmsn=KMSN, lease_dir=str(site.lease_dir))
+        discovery = Discovery.build(kmsn=KMSN, lease=lease_file(str(site.lease_dir), TOKEN, KMSN))
         agent = RelayClient(role="agent", kmsn=KMSN, station="S201", token=TOKEN, discovery=discovery)
         await agent.start(timeout=15)
         async with connect(web, open_timeout=10, ssl=follower.web_ssl()) as ws:
@@ -92,7 +93,7 @@ def test_a_websocket_that_stops_reading_is_closed_and_counted_and_never_stalls_t
         tight.connect((agent.ip, web_port))
         slow = await ws_agent("S301", sock=tight, max_queue=1)  # reads one message, then stops
         fast = await ws_agent("S302")
-        discovery = Discovery.build(token=TOKEN, kmsn=KMSN, lease_dir=str(site.lease_dir))
+        discovery = Discovery.build(kmsn=KMSN, lease=lease_file(str(site.lease_dir), TOKEN, KMSN))
         commander = RelayClient(role="commander", kmsn=KMSN, station="C01", token=TOKEN, discovery=discovery)
         await commander.start(timeout=15)
 

@@ -13,6 +13,7 @@ from test_agents_serving import Wire, adheres_by_acks, serving
 
 from relay.client.discovery import Discovery
 from relay.client.relay_client import RelayClient
+from relay.lease_file import lease_file
 
 pytestmark = pytest.mark.agents
 REPLACED_WITHIN = 6.0  # seconds, under load (the TTL is 10; the bench measures the figure)
@@ -53,7 +54,7 @@ def test_a_frozen_leader_of_two_is_replaced_within_seconds_and_woken_forwards_no
     assert (receiver.frame() or {}).get("data") == {"n": 0}
 
     async def frozen() -> float:
-        discovery = Discovery.build(token=TOKEN, kmsn=KMSN, lease_dir=str(site.lease_dir))
+        discovery = Discovery.build(kmsn=KMSN, lease=lease_file(str(site.lease_dir), TOKEN, KMSN))
         fresh = RelayClient(role="agent", kmsn=KMSN, station="B01", token=TOKEN, discovery=discovery,
                             keepalive=1.0)  # fmt: skip
         await fresh.start(timeout=15)

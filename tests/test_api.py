@@ -93,7 +93,7 @@ def test_sites_and_site_describe_the_pool(dj):
 
 def test_a_token_can_drain_and_the_action_is_audited_like_the_panels(dj):
     from elections.audit import AuditEntry
-    from elections.ports.eventlog import read_events
+    from elections.ports.events.eventlog import read_events
 
     write_pool(dj["data_dir"], leader="S001", epoch=7)
     key = token_for("bot")

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("elections", "relay", "stkrelay", "stkconfig")
+PACKAGES = ("elections", "relay", "stkrelay", "stkconfig", "stkhost")
 PURE = (
     "elections.core.decide",
     "elections.core.lease_memory",
@@ -147,10 +147,10 @@ def test_the_import_linter_contracts_hold():
     assert "broken" not in done.stdout.lower().replace("0 broken", "")
 
 
-# Backends are opened in one place (`elections.ports.stores`); contend.py is the
+# Backends are opened in one place (`elections.ports.store.stores`); contend.py is the
 # bare contender of the tests and benchmarks (it opens its store through stores
 # too, but writes its own events file).
-STORE_OPENERS = {"elections.ports.stores", "elections.runtime.contend"}
+STORE_OPENERS = {"elections.ports.store.stores", "elections.runtime.contend"}
 BACKEND_CLASSES = ("FileLeaseStore(", "JsonlEventSink(", "EventTail(", "EtcdLeaseStore(", "EtcdEventSink(",
                    "EtcdEventTail(", "ShareBackend(", "EtcdBackend(", "PoolStore(", "PoolEventSink(",
                    "PoolEventTail(")  # fmt: skip
@@ -161,18 +161,18 @@ def test_only_the_store_factory_constructs_a_backend():
     makers = {
         m
         for m, path in mods.items()
-        if not m.startswith("elections.ports.store")
-        and m != "elections.ports.eventlog"
+        if not m.startswith("elections.ports.store.store")
+        and m != "elections.ports.events.eventlog"
         and not m.startswith("elections.ports.etcd")
         and any(c in path.read_text() for c in BACKEND_CLASSES)
     }
     assert makers <= STORE_OPENERS, sorted(makers - STORE_OPENERS)
 
 
-# The OS seam (elections/ports/host/): what only Linux answers is called there and nowhere else.
+# The OS seam (stkhost/): what only Linux answers is called there and nowhere else.
 OS_ATTRIBUTES = {"killpg", "setsid", "pipe2", "prctl", "flock"}
 OS_KEYWORDS = {"preexec_fn", "start_new_session", "reuse_port"}
-SEAM = "elections.ports.host"
+SEAM = "stkhost"
 
 
 def _os_calls(tree: ast.AST) -> list[str]:

@@ -121,8 +121,8 @@ def test_the_canonical_content_covers_every_audited_field(dj):
 def _publish_remote(lease_dir, node: str, correlation: str, at: datetime) -> list:  # type: ignore[type-arg]
     """Write, as agent `node` would, the pool lines of one drain's intent and outcome."""
     from elections import audit
-    from elections.ports.clock import SystemClock
-    from elections.ports.eventlog import JsonlEventSink
+    from elections.ports.events.eventlog import JsonlEventSink
+    from stkhost.clock import SystemClock
 
     sink = JsonlEventSink(lease_dir / "events" / f"{node}.jsonl", node, SystemClock())
     prev, out = audit.GENESIS, []
@@ -143,14 +143,14 @@ def _publish_remote(lease_dir, node: str, correlation: str, at: datetime) -> lis
 
 
 def _ingest(lease_dir) -> None:  # type: ignore[no-untyped-def]
-    from elections.ports.eventlog import EventTail
+    from elections.ports.events.eventlog import EventTail
     from elections.runtime.projection import ingest
 
     ingest(KMSN, EventTail(lease_dir / "events").new_events())
 
 
 def test_a_local_entry_is_published_to_the_pool_with_its_hashes(dj):
-    from elections.ports.eventlog import read_events
+    from elections.ports.events.eventlog import read_events
 
     entries = _append(1)
     lines = read_events(dj["lease_dir"] / "events" / "S001.jsonl")
@@ -415,9 +415,9 @@ def test_an_agent_that_lost_its_active_event_file_goes_on_above_the_seqs_its_dat
     # active file, or a restart after one, never makes it write a seq it wrote before.
     import json
 
-    from elections.ports.clock import SystemClock
-    from elections.ports.eventlog import JsonlEventSink
+    from elections.ports.events.eventlog import JsonlEventSink
     from elections.runtime.projection import DbEventSink
+    from stkhost.clock import SystemClock
 
     path = tmp_path / "events" / "S009.jsonl"
     path.parent.mkdir()
@@ -434,9 +434,9 @@ def test_an_agent_with_a_fresh_database_goes_on_above_the_seqs_the_pool_already_
     # still has this node's events. Its next seq passes them (readers would drop a reused one).
     import json
 
-    from elections.ports.clock import SystemClock
-    from elections.ports.eventlog import JsonlEventSink
+    from elections.ports.events.eventlog import JsonlEventSink
     from elections.runtime.projection import DbEventSink
+    from stkhost.clock import SystemClock
 
     path = tmp_path / "events" / "S011.jsonl"
     path.parent.mkdir()
@@ -465,9 +465,9 @@ class HeldLine:
 def _two_writers_of_one_node(tmp_path, node):
     import threading
 
-    from elections.ports.clock import SystemClock
-    from elections.ports.eventlog import JsonlEventSink
+    from elections.ports.events.eventlog import JsonlEventSink
     from elections.runtime.projection import DbEventSink
+    from stkhost.clock import SystemClock
 
     path = tmp_path / "events" / f"{node}.jsonl"
     path.parent.mkdir()
@@ -495,7 +495,7 @@ def test_two_writers_of_one_node_put_their_lines_on_the_pool_in_seq_order(dj, tm
     # one it took (a replay), so seq 2 before seq 1 lost seq 1 on every agent (make long, etcd).
     import json
 
-    from elections.ports.eventlog import EventTail
+    from elections.ports.events.eventlog import EventTail
 
     path, out = _two_writers_of_one_node(tmp_path, "S021")
     assert (out["first"], out["second"]) == (1, 2)

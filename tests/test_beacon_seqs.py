@@ -1,5 +1,5 @@
 """The beacon board's replay memory survives a restart (issue 40, finding 5): the highest seq
-per (node, boot) is kept in DATA_DIR (`ports.beacon_seqs`), written atomically and read back
+per (node, boot) is kept in DATA_DIR (`ports.beacons.beacon_seqs`), written atomically and read back
 through the guarded reader. A restarted member refuses a dead leader's captured beacons sent
 again; a damaged file starts the board empty, counted and shown, never an exception."""
 
@@ -13,8 +13,9 @@ from harness import free_port, wait_until
 
 from elections.core.beacon_board import KEEP_BOOTS, BeaconBoard, Standing
 from elections.core.beacons import Beacon
-from elections.ports.beacon_seqs import SEQS_NAME, SeqFile
-from elections.ports.beacons import BeaconConfig, BeaconService
+from elections.ports.beacons.beacon_config import BeaconConfig
+from elections.ports.beacons.beacon_seqs import SEQS_NAME, SeqFile
+from elections.ports.beacons.beacons import BeaconService
 
 KEY = "pool-key-0123456789abcdef"
 KMSN = "9999-9999-99-99"

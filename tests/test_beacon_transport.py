@@ -1,5 +1,5 @@
-"""The beacons' transport on real loopback sockets (ports/beacons.py,
-ports/liveness_port.py): two members, a leader whose supervisor holds the
+"""The beacons' transport on real loopback sockets (ports/beacons/beacons.py,
+ports/beacons/liveness_port.py): two members, a leader whose supervisor holds the
 liveness port and a follower watching it. Evidence of death needs both the
 host's answer and the beacons' silence; either alone is none."""
 
@@ -9,8 +9,9 @@ import pytest
 from harness import free_port, wait_until
 
 from elections.core.beacon_board import Standing
-from elections.ports.beacons import BeaconConfig, BeaconService
-from elections.ports.liveness_port import MAX_HELD, LivenessPort
+from elections.ports.beacons.beacon_config import BeaconConfig
+from elections.ports.beacons.beacons import BeaconService
+from elections.ports.beacons.liveness_port import MAX_HELD, LivenessPort
 
 KEY = "pool-key-0123456789abcdef"
 KMSN = "9999-9999-99-99"

@@ -14,10 +14,10 @@ import random
 import pytest
 
 from elections.core.decide import Decision, Timing, Verdict
-from elections.ports.clock import FakeClock
-from elections.ports.store import FileLeaseStore
+from elections.ports.store.store import FileLeaseStore
 from elections.runtime.elector import Elector
 from elections.runtime.lease_writes import Identity
+from stkhost.clock import FakeClock
 
 TOKEN = "tok-0123456789abcdef"
 KMSN = "9999-9999-99-99"

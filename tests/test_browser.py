@@ -125,7 +125,7 @@ def leader_on(page) -> str:  # type: ignore[no-untyped-def]
 
 @pytest.mark.long
 def test_an_operator_drains_the_leader_and_sees_the_new_leader_without_reloading(browser, site):
-    from elections.ports.eventlog import read_events
+    from elections.ports.events.eventlog import read_events
 
     before = site.lease()
     watcher = login(browser, site, "olga")  # a second tab that only watches

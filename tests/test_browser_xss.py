@@ -208,8 +208,9 @@ class Station:
     def __init__(self, site: Site, station: str) -> None:
         from relay.client.discovery import Discovery
         from relay.client.relay_client import RelayClient
+        from relay.lease_file import lease_file
 
-        discovery = Discovery.build(token=TOKEN, kmsn=KMSN, lease_dir=str(site.lease_dir))
+        discovery = Discovery.build(kmsn=KMSN, lease=lease_file(str(site.lease_dir), TOKEN, KMSN))
         self.client = RelayClient(role="agent", kmsn=KMSN, station=station, token=TOKEN, discovery=discovery,
                                   keepalive=1.0)  # fmt: skip
         self.loop = asyncio.new_event_loop()

@@ -48,7 +48,7 @@ from chaos_faults import KINDS, inject, targets_for
 from harness import FAST, KMSN, ROOT, TOKEN, faketime_env
 from netns import RELAY_PORT, NetnsSite
 
-from elections.ports.eventlog import read_events
+from elections.ports.events.eventlog import read_events
 
 pytestmark = [pytest.mark.chaos, pytest.mark.agents]
 

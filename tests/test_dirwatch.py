@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
-from elections.ports.host.dirwatch import DirWatch
-from elections.ports.host.files import write_atomic
+from stkhost.dirwatch import DirWatch
+from stkhost.files import write_atomic
 
 
 def later(delay: float, action) -> threading.Thread:  # type: ignore[no-untyped-def]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from test_panel_support import django_env
 
-from elections.ports.pool_view import MemberView, PoolView
+from elections.ports.local.pool_view import MemberView, PoolView
 from stkrelay.config import load
 
 TOKEN = "k3y-of-the-site-2026-x9"

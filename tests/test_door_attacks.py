@@ -17,8 +17,8 @@ from test_entry import relay, view
 from test_proxy import rig, until
 from test_proxy_splice import pattern
 
-from elections.ports.localstate import LocalState
-from elections.ports.pool_view import PoolView
+from elections.ports.local.localstate import LocalState
+from elections.ports.local.pool_view import PoolView
 from relay.server.entry import EntryGate, target_of
 from relay.server.station_door import StationDoor
 from relay.wire.proxy_header import SIGNATURE, HeaderReader, Verified, encode

@@ -12,12 +12,12 @@ import random
 
 from elections.core.beacons import Beacon
 from elections.core.decide import Decision, Timing, Verdict
-from elections.core.serving import ACKED, Report, ServingTiming
+from elections.core.serving import ACKED, AckReport, ServingTiming
 from elections.core.serving_book import ServingBook
-from elections.ports.clock import FakeClock
-from elections.ports.store import FileLeaseStore, WriteOutcome
+from elections.ports.store.store import FileLeaseStore, WriteOutcome
 from elections.runtime.elector import Elector
 from elections.runtime.lease_writes import Identity
+from stkhost.clock import FakeClock
 
 TOKEN = "tok-0123456789abcdef"
 KMSN = "9999-9999-99-99"
@@ -51,7 +51,7 @@ class BookServing:
 
     def silent(self, holder: str, epoch: int) -> str | None:
         now = self.clock.monotonic()
-        reports = [Report(b.node, now - at, b.ack_node, b.ack_epoch, b.quiet_ms / 1000)
+        reports = [AckReport(b.node, now - at, b.ack_node, b.ack_epoch, b.quiet_ms / 1000)
                    for b, at in self.reports.values()]  # fmt: skip
         return self.book.silent(holder, epoch, MEMBERS, reports, now)
 

@@ -4,7 +4,7 @@ import json
 
 from elections.core.commands import PoolCommands
 from elections.core.eligibility import Freshness, judge, observe
-from elections.ports.eventlog import EventTail
+from elections.ports.events.eventlog import EventTail
 
 TTL, HOLD = 10.0, 5.0
 
@@ -77,8 +77,8 @@ def test_commands_fold_into_drains_pause_and_promotes():
 
 
 def test_a_writer_restarting_after_a_torn_line_loses_nothing(tmp_path):
-    from elections.ports.clock import FakeClock
-    from elections.ports.eventlog import JsonlEventSink
+    from elections.ports.events.eventlog import JsonlEventSink
+    from stkhost.clock import FakeClock
 
     path = tmp_path / "S001.jsonl"
     sink = JsonlEventSink(path, "S001", FakeClock())

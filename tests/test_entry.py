@@ -14,9 +14,9 @@ import test_panel_support
 from harness import free_pair
 from test_proxy import closed, until
 
-from elections.ports.localstate import LocalState
-from elections.ports.pool_view import MemberView, PoolView, entry_of
-from elections.ports.relay_files import EntryStatus
+from elections.ports.local.localstate import LocalState
+from elections.ports.local.pool_view import MemberView, PoolView, entry_of
+from elections.ports.local.relay_files import EntryStatus
 from relay.server.entry import EntryGate, EntryRunner, target_of
 from stkrelay import config
 

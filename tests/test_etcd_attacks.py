@@ -15,11 +15,11 @@ import pytest
 from etcd import unique_prefix
 
 from elections.core.lease import LeaseRecord, sign
-from elections.ports.clock import FakeClock
 from elections.ports.etcd.client import b64, put
 from elections.ports.etcd.pool import EPOCH_KEY, LEASE_KEY, MEMBERS, EtcdPool
 from elections.ports.etcd.store import EtcdLeaseStore
-from elections.ports.store import MAX_MEMBERS, WriteOutcome
+from elections.ports.store.store import MAX_MEMBERS, WriteOutcome
+from stkhost.clock import FakeClock
 
 TOKEN = "tok-etcd-0123456789"
 OTHER_KEY = "not-the-pool-key-0123456789"

@@ -16,10 +16,10 @@ from pathlib import Path
 
 from elections.core.commands import PoolCommands
 from elections.core.lease import sign
-from elections.ports.clock import FakeClock
-from elections.ports.eventlog import EventTail, JsonlEventSink
-from elections.ports.segments import MAX_SEGMENT, Retention, base_header, parse_name, sealed_name
-from elections.ports.share import LocalShare
+from elections.ports.events.eventlog import EventTail, JsonlEventSink
+from elections.ports.events.segments import MAX_SEGMENT, Retention, base_header, parse_name, sealed_name
+from elections.ports.share.share import LocalShare
+from stkhost.clock import FakeClock
 
 KEY = "pool-key-0123456789abcdef"
 SMALL = Retention(segment_bytes=4 << 10, keep_bytes=16 << 10, keep_s=30 * 86400.0)
@@ -261,8 +261,8 @@ def test_a_link_or_file_planted_at_the_next_sealed_name_is_moved_aside_and_the_w
 def test_over_smb_the_writer_seals_and_retires_and_a_tail_reads_every_node_in_order(samba_server):
     from samba import PASSWORD
 
-    from elections.ports.smbshare import SmbShare
-    from elections.ports.smburl import parse_smb_url
+    from elections.ports.share.smbshare import SmbShare
+    from elections.ports.share.smburl import parse_smb_url
 
     samba_server.path("segments").mkdir(exist_ok=True)
     (samba_server.path("segments") / "events").mkdir(exist_ok=True)

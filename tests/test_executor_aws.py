@@ -13,7 +13,7 @@ from harness import free_port
 pytest.importorskip("boto3", reason="boto3 is not installed (pip install boto3)")
 
 from elections.core.actions import ActionPlan, action_config, demotion_plan, plan_for
-from elections.executors import APPLIED, FAILED, FENCED, AwsExecutor, Gate, RelayExecutor, run_plan
+from elections.executors import APPLIED, FAILED, FENCED, ActionFence, AwsExecutor, RelayExecutor, run_plan
 from elections.executors.aws import boto3_client
 
 REGION = "eu-west-1"
@@ -86,7 +86,7 @@ class Node:
         data = tmp_path / name
         data.mkdir()
         self.executors = [RelayExecutor(data), AwsExecutor(client_factory=self._client)]
-        self.gate = Gate(lambda: self.held)
+        self.gate = ActionFence(lambda: self.held)
 
     def _client(self, region, url):
         client = boto3_client(region, url)
@@ -230,6 +230,8 @@ def test_it_fails_when_the_move_is_not_confirmed_in_time(tmp_path):
     cfg, _ = action_config(
         {"AWS_ENI_ID": "eni-0a0a0a0a0a0a0a0a0", "AWS_PRIVATE_IP": SEIZED, "AWS_REGION": REGION}
     )
-    [out] = run_plan(ActionPlan(3, "a", (plan_for(3, "a", cfg).actions[1],)), [ex], Gate(lambda: 3), None)
+    [out] = run_plan(
+        ActionPlan(3, "a", (plan_for(3, "a", cfg).actions[1],)), [ex], ActionFence(lambda: 3), None
+    )
     assert out.status == FAILED and "did not list it within 2 s" in out.message
     assert now[0] >= 2

@@ -14,10 +14,10 @@ from elections.executors import (
     APPLIED,
     FAILED,
     FENCED,
+    ActionFence,
     AzCliClient,
     AzureExecutor,
     Completed,
-    Gate,
     OciExecutor,
     PreconditionFailed,
     ProviderError,
@@ -38,7 +38,7 @@ def only(plan, executor):
 
 
 def run(plan, executor, held, sink=None):
-    return run_plan(plan, [executor], Gate(lambda: held), sink)
+    return run_plan(plan, [executor], ActionFence(lambda: held), sink)
 
 
 # -- OCI ---------------------------------------------------------------------------
@@ -297,7 +297,7 @@ def test_it_stops_between_the_two_steps_when_the_lease_is_lost(arm):
     held = [8]
     arm.meddle = [lambda: held.__setitem__(0, None)]  # the lease lapses while the remove is in flight
     plan = only(plan_for(8, "b", az_cfg(NIC_B)), "azure")
-    [out] = run_plan(plan, [AzureExecutor(arm)], Gate(lambda: held[0]), None)
+    [out] = run_plan(plan, [AzureExecutor(arm)], ActionFence(lambda: held[0]), None)
     assert out.status == FENCED and out.message == "stale epoch 8: this node leads no epoch now"
     assert [c[:2] for c in arm.calls] == [("find", IP), ("get", "nic-a"), ("put", "nic-a"), ("get", "nic-b")]
     assert IP not in arm.ips(NIC_A) and IP not in arm.ips(NIC_B)  # the next leader seizes it

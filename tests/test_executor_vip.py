@@ -16,7 +16,7 @@ import time
 import pytest
 
 from elections.core.actions import ActionPlan, action_config, demotion_plan, plan_for
-from elections.executors import APPLIED, FAILED, FENCED, Gate, RelayExecutor, VipExecutor, run_plan
+from elections.executors import APPLIED, FAILED, FENCED, ActionFence, RelayExecutor, VipExecutor, run_plan
 
 VIP = "192.0.2.100"
 NODES = {"a": "192.0.2.1", "b": "192.0.2.2", "peer": "192.0.2.3"}
@@ -123,7 +123,7 @@ def test_it_moves_the_vip_from_a_to_b_and_the_peer_follows_the_gratuitous_arp(la
     held = {"a": 7, "b": None}
     cfg_a, ex_a = node(lan, "a", mode, tmp_path)
     cfg_b, ex_b = node(lan, "b", mode, tmp_path)
-    gate_a, gate_b = Gate(lambda: held["a"]), Gate(lambda: held["b"])
+    gate_a, gate_b = ActionFence(lambda: held["a"]), ActionFence(lambda: held["b"])
 
     # Epoch 7: A wins and takes the VIP; the peer talks to it and learns A's MAC.
     out = run_plan(plan_for(7, "a", cfg_a), ex_a, gate_a, None)
@@ -158,14 +158,14 @@ def test_it_fences_a_stale_assign_and_leaves_the_namespace_alone(lan, tmp_path):
     cfg_a, ex_a = node(lan, "a", "builtin", tmp_path)
     vip_action = plan_for(7, "a", cfg_a).actions[1]
     for held in (None, 8):  # lost the lease; or already re-elected at a newer epoch
-        [out] = run_plan(ActionPlan(7, "a", (vip_action,)), ex_a, Gate(lambda h=held: h), None)
+        [out] = run_plan(ActionPlan(7, "a", (vip_action,)), ex_a, ActionFence(lambda h=held: h), None)
         assert out.status == FENCED
         assert VIP not in lan.addresses("a")
 
 
 def test_it_treats_adding_a_present_and_removing_an_absent_vip_as_done(lan, tmp_path):
     cfg_a, ex_a = node(lan, "a", "off", tmp_path)
-    gate = Gate(lambda: 3)
+    gate = ActionFence(lambda: 3)
     assign = ActionPlan(3, "a", (plan_for(3, "a", cfg_a).actions[1],))
     release = ActionPlan(3, "a", (demotion_plan(3, "a", cfg_a).actions[1],))
     first, again = run_plan(assign, ex_a, gate, None) + run_plan(assign, ex_a, gate, None)
@@ -180,7 +180,7 @@ def test_it_treats_adding_a_present_and_removing_an_absent_vip_as_done(lan, tmp_
 def test_it_reports_a_missing_interface_as_a_readable_failure(lan, tmp_path):
     cfg, _ = action_config({"VIP_ADDRESS": VIP, "VIP_INTERFACE": "eth9", "VIP_NETNS": lan.ns["a"]})
     [out] = run_plan(
-        ActionPlan(3, "a", (plan_for(3, "a", cfg).actions[1],)), [VipExecutor()], Gate(lambda: 3), None
+        ActionPlan(3, "a", (plan_for(3, "a", cfg).actions[1],)), [VipExecutor()], ActionFence(lambda: 3), None
     )
     assert out.status == FAILED
     assert out.message.startswith(f"ip addr add (netns {lan.ns['a']}) exited ")

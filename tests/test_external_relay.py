@@ -9,9 +9,9 @@ from pathlib import Path
 
 from harness import free_pair, free_port
 
-from elections.retry import Backoff
 from relay.server.external_relay import ExternalRelay
 from stkconfig.parsed import ExecRelay
+from stkhost.retry import Backoff
 
 STANDIN = str(Path(__file__).resolve().parent / "standin_relay.py")
 

@@ -26,8 +26,8 @@ from test_relay_runrelay import EPOCH, RelayProc
 from test_relay_server import KMSN, TOKEN
 from test_relay_trust import many_files  # noqa: F401  (a fixture: 8,192 descriptors, or skipped)
 
-from elections.ports.localstate import LocalState
-from elections.ports.pool_view import PoolView
+from elections.ports.local.localstate import LocalState
+from elections.ports.local.pool_view import PoolView
 
 ENTRY, ATTACKER, REMOTE = "127.0.0.36", "127.0.0.33", "127.0.0.34"
 CAP = 100

@@ -1,4 +1,4 @@
-"""The gate of ADR 0011 (`elections.core.gate`, `elections.ports.gate`): a real file,
+"""The gate of ADR 0011 (`elections.core.gate`, `elections.ports.local.gate`): a real file,
 a real command, a real FUSE view that fails or hangs. Anything but a fresh MASTER is
 not master, with the reason; a hostile gate file (huge, a FIFO, a link, a folder) is
 refused without a stall; a command past its deadline is killed, children too."""
@@ -16,7 +16,7 @@ from harness import wait_until
 
 from elections.core.eligibility import Freshness, judge, observe
 from elections.core.gate import MASTER_SIGNAL, PENDING, GateMemory, Look, gate_of, remember, signal
-from elections.ports.gate import CommandGate, FileGate
+from elections.ports.local.gate import CommandGate, FileGate
 from elections.runtime.health import HealthMonitor
 
 

@@ -23,6 +23,7 @@ from harness import DEFAULT, KMSN, ROOT, TOKEN
 
 from relay.client.discovery import Discovery
 from relay.client.relay_client import RelayClient
+from relay.lease_file import lease_file
 
 pytestmark = [pytest.mark.image, pytest.mark.agents]
 
@@ -50,7 +51,7 @@ def image_site(tmp_path, request):
 
 
 def client(site: ImageSite, station: str) -> RelayClient:
-    discovery = Discovery.build(token=TOKEN, kmsn=KMSN, lease_dir=str(site.lease_dir))
+    discovery = Discovery.build(kmsn=KMSN, lease=lease_file(str(site.lease_dir), TOKEN, KMSN))
     return RelayClient(role="agent", kmsn=KMSN, station=station, token=TOKEN, discovery=discovery,
                        keepalive=1.0)  # fmt: skip
 

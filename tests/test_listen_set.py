@@ -20,10 +20,19 @@ import pytest
 from harness import write_lease  # noqa: F401 (the harness is importable: conftest's path)
 
 from elections.core.actions import ASSIGN_IP, ASSIGN_VIP, RELEASE_VIP, ActionPlan, action_config, plan_for
-from elections.executors import APPLIED, FAILED, FENCED, AddressBook, Gate, Outcome, RelayExecutor, run_plan
+from elections.executors import (
+    APPLIED,
+    FAILED,
+    FENCED,
+    ActionFence,
+    AddressBook,
+    Outcome,
+    RelayExecutor,
+    run_plan,
+)
 from elections.executors.held import updated
-from elections.ports.localstate import LocalState
-from elections.ports.relay_files import MAX_HELD_ADDRESSES, HeldAddress
+from elections.ports.local.localstate import LocalState
+from elections.ports.local.relay_files import MAX_HELD_ADDRESSES, HeldAddress
 from relay.server.listen_set import FAILED as BIND_FAILED
 from relay.server.listen_set import LISTENING, WAITING, ListenAddress, ListenSet, wanted
 from stkrelay.config import load
@@ -145,13 +154,15 @@ def test_run_plan_notifies_each_outcome_and_the_address_book_writes_what_the_rel
     plan, _ = plans(3)
     relay_only = ActionPlan(3, "S001", plan.actions[:1])  # start_relay, by the real relay executor
     seen: list[Outcome] = []
-    outcomes = run_plan(relay_only, [RelayExecutor(tmp_path)], Gate(lambda: 3), None, notify=seen.append)
+    outcomes = run_plan(
+        relay_only, [RelayExecutor(tmp_path)], ActionFence(lambda: 3), None, notify=seen.append
+    )
     assert seen == outcomes and outcomes[0].ok
 
     def broken(outcome: Outcome) -> None:
         raise RuntimeError("a notify that fails")
 
-    assert run_plan(relay_only, [RelayExecutor(tmp_path)], Gate(lambda: 3), None, notify=broken)[0].ok
+    assert run_plan(relay_only, [RelayExecutor(tmp_path)], ActionFence(lambda: 3), None, notify=broken)[0].ok
     book = AddressBook(tmp_path)
     _, (vip, _ip) = plans(3)
     book(Outcome(vip, APPLIED, "ok"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import builtins
 import os
 
-from elections.ports.localstate import Leadership, LocalState
+from elections.ports.local.localstate import Leadership, LocalState
 
 
 def _age(path, seconds: float = 5.0) -> None:

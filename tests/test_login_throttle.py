@@ -9,8 +9,8 @@ import pytest
 import test_panel_support
 from test_panel_support import PASSWORD, client_for, make_user
 
-from elections.ports.clock import FakeClock
 from elections.web.throttle import LoginThrottle, address_key
+from stkhost.clock import FakeClock
 
 dj = test_panel_support.dj  # the fixture, under its name here
 

@@ -10,10 +10,10 @@ import pytest
 
 from elections.core.beacons import Beacon, member_digest, parse_beacon
 from elections.core.untrusted import Untrusted
-from elections.ports.clock import FakeClock
-from elections.ports.share import SHARE_OPS, ShareOps
-from elections.ports.store import FileLeaseStore
+from elections.ports.share.share import SHARE_OPS, ShareOps
+from elections.ports.store.store import FileLeaseStore
 from elections.runtime.member_reads import MemberReads
+from stkhost.clock import FakeClock
 
 TOKEN = "tok-0123456789"
 KMSN = "9999-9999-99-99"

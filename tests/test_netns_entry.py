@@ -152,10 +152,11 @@ class RemoteStream:
                            connect_timeout=1.0, keepalive=1.0, lease_poll=0.1, queue_size=20_000)  # fmt: skip
 
     async def _receive(self) -> None:
-        from relay.client.discovery import Discovery, LeaseFile
+        from relay.client.discovery import Discovery
         from relay.client.events import Received
+        from relay.lease_file import lease_file
 
-        receiver = self.client("agent", "R01", Discovery([LeaseFile(str(self.lease_dir), TOKEN, KMSN)]))
+        receiver = self.client("agent", "R01", Discovery([lease_file(str(self.lease_dir), TOKEN, KMSN)]))
         await receiver.start(timeout=30)
         self.receiving.set()
 

@@ -15,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("elections", "relay", "stkconfig", "stkrelay")
+PACKAGES = ("elections", "relay", "stkconfig", "stkhost", "stkrelay")
 
 MODULE = "a module: a constant or function this platform may lack"
 EXCEPTION = "an exception: its fields depend on its class"
@@ -33,19 +33,21 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("elections/core/untrusted.py", "exc"): EXCEPTION,
     ("elections/executors/aws.py", "exc"): EXCEPTION,
     ("elections/management/commands/relayctl.py", "self"): BY_NAME,
-    ("elections/ports/clock.py", "time"): MODULE,
-    ("elections/ports/host/dirwatch.py", "libc"): MODULE,  # ctypes' libc: a function this libc may lack
-    ("elections/ports/host/files.py", "os"): MODULE,
-    ("elections/ports/host/files.py", "fcntl"): MODULE,  # F_SETPIPE_SZ: Linux only
-    ("elections/ports/host/files.py", "libc"): MODULE,
-    ("elections/ports/host/locks.py", "os"): MODULE,
-    ("elections/ports/secret_source.py", "exc"): EXCEPTION,
-    ("elections/ports/sharefiles.py", "os"): MODULE,
-    ("elections/ports/smburl.py", "exc"): EXCEPTION,
-    ("elections/ports/terminal.py", "self._stream"): EXTERNAL,  # a text stream or Django's OutputWrapper
-    ("elections/ports/webcert.py", "exc"): EXCEPTION,
-    ("elections/ports/webcert.py", "ssl"): MODULE,  # CPython's X509 reader; None elsewhere: the child decides
-    ("elections/ports/webcert.py", "getattr(ssl, '_ssl', None)"): MODULE,
+    ("stkhost/clock.py", "time"): MODULE,
+    ("stkhost/dirwatch.py", "libc"): MODULE,  # ctypes' libc: a function this libc may lack
+    ("stkhost/files.py", "os"): MODULE,
+    ("stkhost/files.py", "libc"): MODULE,
+    ("stkhost/locks.py", "os"): MODULE,
+    ("stkhost/processes.py", "fcntl"): MODULE,  # F_SETPIPE_SZ: Linux only
+    ("stkhost/secret_source.py", "exc"): EXCEPTION,
+    ("elections/ports/share/sharefiles.py", "os"): MODULE,
+    ("elections/ports/share/smburl.py", "exc"): EXCEPTION,
+    # a text stream or Django's OutputWrapper
+    ("elections/ports/local/terminal.py", "self._stream"): EXTERNAL,
+    ("elections/ports/local/webcert.py", "exc"): EXCEPTION,
+    # CPython's X509 reader; None elsewhere: the child decides
+    ("elections/ports/local/webcert.py", "ssl"): MODULE,
+    ("elections/ports/local/webcert.py", "getattr(ssl, '_ssl', None)"): MODULE,
     ("elections/runtime/notify.py", "self"): BY_NAME,
     ("elections/runtime/notify.py", "exc"): EXCEPTION,
     ("elections/runtime/ownership.py", "config"): BY_NAME,
@@ -80,9 +82,9 @@ ALLOWED: dict[tuple[str, str], str] = {
 COUNTS: dict[tuple[str, str], int] = {
     ("elections/audit.py", "settings"): 2,
     ("elections/core/beacons.py", "self"): 2,
-    ("elections/ports/host/files.py", "os"): 1,
-    ("elections/ports/sharefiles.py", "os"): 4,
-    ("elections/ports/terminal.py", "self._stream"): 2,
+    ("stkhost/files.py", "os"): 1,
+    ("elections/ports/share/sharefiles.py", "os"): 4,
+    ("elections/ports/local/terminal.py", "self._stream"): 2,
     ("elections/runtime/notify.py", "self"): 2,
     ("elections/web/auth.py", "settings"): 1,
     ("elections/web/language.py", "request"): 2,

@@ -11,9 +11,9 @@ import pytest
 from harness import free_port, wait_until
 from test_agents_notify import SECRET, Receiver, role_script
 
-from elections.retry import Backoff
 from elections.runtime.notify import Notifier, Roles, payload
 from stkconfig.parsed import NotifyConfig
+from stkhost.retry import Backoff
 
 
 def notifier(url="", audit=None, **kw):

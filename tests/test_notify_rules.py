@@ -9,7 +9,7 @@ import pytest
 
 from elections.runtime.notify import Roles, sends
 from elections.runtime.notify_feed import SecurityWatch, recent_of, totals_of
-from elections.runtime.notify_outbox import Outbox
+from elections.runtime.notify_outbox import NotifyOutbox
 
 
 @pytest.mark.parametrize(
@@ -78,7 +78,7 @@ def _doc(i):
 
 def test_the_outbox_is_bounded_drops_the_oldest_and_keeps_its_events_and_cursor_across_a_restart(tmp_path):
     path, dropped = tmp_path / "webhook-outbox.json", []
-    box = Outbox(path, 3, dropped.append)
+    box = NotifyOutbox(path, 3, dropped.append)
     box.extend([_doc(1), _doc(2)], cursor=7)
     box.extend([_doc(2)], cursor=8)  # a row offered twice is queued once
     assert len(box) == 2
@@ -86,13 +86,13 @@ def test_the_outbox_is_bounded_drops_the_oldest_and_keeps_its_events_and_cursor_
     assert [d["id"] for d in dropped] == ["K/S001/1", "K/S001/2"]
     assert box.head(0)["id"] == "K/S001/3"
     # A restart: the events not yet delivered and the cursor are read back.
-    again = Outbox(path, 3, dropped.append)
+    again = NotifyOutbox(path, 3, dropped.append)
     assert (again.cursor, len(again), again.head(0)["id"]) == (9, 3, "K/S001/3")
     again.done("K/S001/3")
     again.done("K/S001/unknown")  # dropped meanwhile: nothing happens
     assert [d["id"] for d in json.loads(path.read_text())["queue"]] == ["K/S001/4", "K/S001/5"]
     assert (
-        Outbox(path, 1, dropped.append).head(0)["id"] == "K/S001/5"
+        NotifyOutbox(path, 1, dropped.append).head(0)["id"] == "K/S001/5"
     )  # a smaller WEBHOOK_QUEUE keeps the newest
 
 
@@ -100,7 +100,7 @@ def test_the_outbox_is_bounded_drops_the_oldest_and_keeps_its_events_and_cursor_
 def test_a_bad_outbox_file_is_set_aside_and_the_queue_starts_empty(tmp_path, body):
     path = tmp_path / "webhook-outbox.json"
     path.write_bytes(body)
-    box = Outbox(path, 10, lambda d: None)
+    box = NotifyOutbox(path, 10, lambda d: None)
     assert (len(box), box.cursor) == (0, None)
     assert path.with_suffix(".json.bad").read_bytes() == body
     box.extend([_doc(1)], cursor=1)
@@ -112,7 +112,7 @@ def test_invalid_events_in_the_file_are_skipped_and_an_oversized_file_is_not_rea
     path.write_text(
         json.dumps({"cursor": 3, "queue": [_doc(1), {"id": 5}, "x", {"id": "", "kind": "k", "epoch": 1}]})
     )
-    box = Outbox(path, 10, lambda d: None)
+    box = NotifyOutbox(path, 10, lambda d: None)
     assert [d["id"] for d in [box.head(0)]] == ["K/S001/1"] and len(box) == 1
     path.write_bytes(b'{"cursor": 1, "queue": [' + b" " * (3 * 16 * 1024) + b"]}")
-    assert len(Outbox(path, 1, lambda d: None)) == 0  # cut at its bound: not JSON, set aside
+    assert len(NotifyOutbox(path, 1, lambda d: None)) == 0  # cut at its bound: not JSON, set aside

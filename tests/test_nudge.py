@@ -11,8 +11,8 @@ from elections.core.beacons import Beacon
 from elections.core.lease import sign
 from elections.core.nudge import MAX_BYTES, PER_SOURCE, TOTAL, Nudge, NudgeBoard, is_nudge, parse_nudge
 from elections.core.untrusted import Untrusted
-from elections.ports.beacons import subnet_broadcast
-from elections.ports.nudge import nudge_targets
+from elections.ports.beacons.beacon_config import subnet_broadcast
+from elections.ports.beacons.nudge import nudge_targets
 
 KEY = "pool-key-0123456789abcdef"
 KMSN = "9999-9999-99-99"

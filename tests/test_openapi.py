@@ -28,7 +28,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from elections.core.commands import KINDS
-from elections.ports.webcert import CERT_NAME
+from elections.ports.local.webcert import CERT_NAME
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_headers_conformance,
           response_schema_conformance, ignored_auth]  # fmt: skip

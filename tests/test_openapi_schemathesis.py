@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from test_openapi import live_api  # noqa: F401  (the fixture)
 
-from elections.ports.webcert import CERT_NAME
+from elections.ports.local.webcert import CERT_NAME
 
 EXAMPLES = 10
 

@@ -11,13 +11,13 @@ from elections.core.ownership import (
     UNKNOWN,
     BadReport,
     Entry,
-    Report,
+    HoldClaim,
     Sighting,
     ownership_map,
     reports_of,
     verdict,
 )
-from elections.core.repair import ACQUIRE, RELEASE, Repair, Standing, repairs
+from elections.core.repair import ACQUIRE, RELEASE, Repair, RepairStanding, repairs
 
 VIP = "192.0.2.100"
 MAC = {"S001": "02:00:00:00:00:01", "S002": "02:00:00:00:00:02", "S003": "02:00:00:00:00:03"}
@@ -25,7 +25,7 @@ STRANGER = "02:00:00:00:00:99"
 
 
 def report(node, held, nic=None, executor="vip", address=VIP, error=""):
-    return Report(node, executor, address, MAC.get(node, "") if nic is None else nic, held, error)
+    return HoldClaim(node, executor, address, MAC.get(node, "") if nic is None else nic, held, error)
 
 
 def seen(held, holders=(), complete=True, me="S001", error=""):
@@ -131,7 +131,7 @@ def test_an_entry_survives_its_file_and_a_damaged_one_reads_as_nothing():
 
 def test_a_heartbeat_report_parses():
     doc = {"holds": [{"executor": "vip", "address": VIP, "nic": MAC["S002"], "held": True}]}
-    assert reports_of("S002", doc) == [Report("S002", "vip", VIP, MAC["S002"], True)]
+    assert reports_of("S002", doc) == [HoldClaim("S002", "vip", VIP, MAC["S002"], True)]
     assert reports_of("S002", {}) == []
 
 
@@ -156,8 +156,8 @@ def test_a_malformed_heartbeat_report_is_refused_whole(holds):
 
 # -- repairs ------------------------------------------------------------------------------------
 
-LEADER = Standing("S001", held_epoch=7, leader="S001", lease_epoch=7)
-FOLLOWER = Standing("S002", held_epoch=None, leader="S001", lease_epoch=7)
+LEADER = RepairStanding("S001", held_epoch=7, leader="S001", lease_epoch=7)
+FOLLOWER = RepairStanding("S002", held_epoch=None, leader="S001", lease_epoch=7)
 
 
 def entry(v, holders=(), expected="S001", epoch=7, foreign=()):
@@ -184,16 +184,16 @@ def mine(held, me="S001"):
         ("leader of another epoch than the map's", entry(DRIFT, ["S002"], epoch=6), mine(False), LEADER, {},
          None),
         ("never act blind", entry(DRIFT, ["S002"]), [seen(None, error="x")], LEADER, {}, None),
-        ("paused", entry(DRIFT, ["S002"]), mine(False), Standing("S001", 7, "S001", 7, paused=True), {},
+        ("paused", entry(DRIFT, ["S002"]), mine(False), RepairStanding("S001", 7, "S001", 7, paused=True), {},
          None),
-        ("a duty plan still runs", entry(MISSING), mine(False), Standing("S001", 7, "S001", 7, busy=True), {},
-         None),
+        ("a duty plan still runs", entry(MISSING), mine(False),
+         RepairStanding("S001", 7, "S001", 7, busy=True), {}, None),
         ("follower lets go once the leader holds it", entry(CONFLICT, ["S001", "S002"]), mine(True, "S002"),
          FOLLOWER, {}, RELEASE),
         ("follower keeps it while the leader does not", entry(DRIFT, ["S002"]), mine(True, "S002"), FOLLOWER,
          {}, None),
         ("follower with no live leader keeps it", entry(CONFLICT, ["S001", "S002"], expected=None),
-         mine(True, "S002"), Standing("S002", None, None, None), {}, None),
+         mine(True, "S002"), RepairStanding("S002", None, None, None), {}, None),
         ("follower not holding it does nothing", entry(OK, ["S001"]), mine(False, "S002"), FOLLOWER, {},
          None),
     ],

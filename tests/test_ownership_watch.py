@@ -10,8 +10,8 @@ from test_executor_aws import REGION, SEIZED, aws_env, moto, vpc  # noqa: F401
 from elections.core.actions import action_config
 from elections.core.evidence import Refusals
 from elections.core.ownership import CONFLICT, DRIFT, OK
-from elections.core.repair import Standing
-from elections.executors import APPLIED, FENCED, AwsExecutor, Gate
+from elections.core.repair import RepairStanding
+from elections.executors import APPLIED, FENCED, ActionFence, AwsExecutor
 from elections.runtime.ownership import OwnershipWatch
 
 
@@ -33,12 +33,12 @@ class Node:
         )
         assert problems == []
         self.held = None  # what its gate says it holds
-        self.me = Standing(name, None, None, None)  # what its watch believes
+        self.me = RepairStanding(name, None, None, None)  # what its watch believes
         self.sink = Sink()
         self.now = [100.0]
         self.refusals = Refusals()
         self.watch = OwnershipWatch(
-            name, cfg, [AwsExecutor()], Gate(lambda: self.held), self.sink, 1.0, 10.0, lambda: self.me,
+            name, cfg, [AwsExecutor()], ActionFence(lambda: self.held), self.sink, 1.0, 10.0, lambda: self.me,
             lambda: {n: {"holds": p.watch.reports()} for n, p in peers.items() if n != name} | self.junk,
             lambda: self.now[0], self.refusals, **kw,
         )  # fmt: skip
@@ -46,11 +46,11 @@ class Node:
 
     def lead(self, epoch):
         self.held = epoch
-        self.me = Standing(self.name, epoch, self.name, epoch)
+        self.me = RepairStanding(self.name, epoch, self.name, epoch)
 
     def follow(self, leader, epoch, paused=False):
         self.held = None
-        self.me = Standing(self.name, None, leader, epoch, paused)
+        self.me = RepairStanding(self.name, None, leader, epoch, paused)
 
     def look(self):
         out = self.watch.run_once()
@@ -119,7 +119,7 @@ def test_nothing_is_done_while_paused_or_with_repair_off(vpc, moto):
     ec2, a, b = site(vpc, moto)
     move_by_hand(ec2, a.eni, b.eni)
     b.look()
-    a.me = Standing("a", 5, "a", 5, paused=True)
+    a.me = RepairStanding("a", 5, "a", 5, paused=True)
     out, entry = a.look()
     assert entry.verdict == DRIFT and out == [] and a.sink.rows == []
     a.watch.repair = False  # OWNERSHIP_REPAIR = 0

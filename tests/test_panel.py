@@ -327,7 +327,7 @@ def test_an_operator_gets_links_except_where_the_pool_forbids(dj):
 
 # -- commands -----------------------------------------------------------------------------
 def _events(dj, kind: str) -> list[dict]:  # type: ignore[no-untyped-def]
-    from elections.ports.eventlog import read_events
+    from elections.ports.events.eventlog import read_events
 
     return [e for e in read_events(dj["lease_dir"] / "events" / "S001.jsonl") if e["kind"] == kind]
 
@@ -498,7 +498,7 @@ def test_the_metrics_are_readable_from_loopback_only_or_with_a_token(dj):
 
 def write_leadership(data_dir, age: float = 0.0, leader: bool = True) -> None:
     """DATA_DIR/leadership.json as the worker publishes it, `age` seconds ago (monotonic)."""
-    from elections.ports.localstate import Leadership, LocalState
+    from elections.ports.local.localstate import Leadership, LocalState
 
     now = time.monotonic()
     state = Leadership(node="S001", pid=os.getpid(), leader=leader, epoch=7 if leader else None, max_epoch=7,

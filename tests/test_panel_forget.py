@@ -14,7 +14,7 @@ import re
 import test_panel_support
 from test_panel_support import KMSN, TOKEN, client_for, make_user, member, write_pool
 
-from elections.core.commands import REFUSED, check, forget_refusal
+from elections.core.commands import REFUSED, check_command, forget_refusal
 from elections.core.lease import sign
 
 SITE = f"/sites/{KMSN}/"
@@ -41,7 +41,7 @@ def a_pool(dj, **ages):  # type: ignore[no-untyped-def]
 
 
 def events(dj, kind):  # type: ignore[no-untyped-def]
-    from elections.ports.eventlog import read_events
+    from elections.ports.events.eventlog import read_events
 
     return [e for e in read_events(dj["lease_dir"] / "events" / "S001.jsonl") if e["kind"] == kind]
 
@@ -144,15 +144,15 @@ def test_the_forget_check_is_pure_and_names_each_refusal():
     pool = _Pool(
         {"S001": _Member(50.0), "S002": _Member(8.0), "S003": _Member(8.1), "S004": _Member(None)}, lease
     )
-    assert check(pool, "forget", "S003", None, False, 8.0)[0] == "accepted"
+    assert check_command(pool, "forget", "S003", None, False, 8.0)[0] == "accepted"
     why = (
         "S002 cannot be forgotten: S002's heartbeat is fresh (8.0 s old, stale after 8 s): "
         "stop its agent first"
     )
-    assert check(pool, "forget", "S002", None, False, 8.0) == (REFUSED, why)
-    assert "has not been timed yet" in check(pool, "forget", "S004", None, False, 8.0)[1]
-    assert "holds the lease (epoch 4)" in check(pool, "forget", "S001", None, False, 8.0)[1]
-    assert check(pool, "forget", "S009", None, False, 8.0)[0] == "unknown_member"
-    assert check(pool, "forget", None, None, False, 8.0)[0] == REFUSED
-    assert "does not know when a heartbeat is stale" in check(pool, "forget", "S003", None, False)[1]
+    assert check_command(pool, "forget", "S002", None, False, 8.0) == (REFUSED, why)
+    assert "has not been timed yet" in check_command(pool, "forget", "S004", None, False, 8.0)[1]
+    assert "holds the lease (epoch 4)" in check_command(pool, "forget", "S001", None, False, 8.0)[1]
+    assert check_command(pool, "forget", "S009", None, False, 8.0)[0] == "unknown_member"
+    assert check_command(pool, "forget", None, None, False, 8.0)[0] == REFUSED
+    assert "does not know when a heartbeat is stale" in check_command(pool, "forget", "S003", None, False)[1]
     assert forget_refusal("S001", _Member(50.0), {**lease, "released": True}, 8.0) == ""  # a released lease

@@ -16,10 +16,10 @@ from poolsim import SimPool
 from test_panel_support import KMSN, TOKEN, client_for, make_user, write_pool
 
 from elections.core.lease import signature_ok
-from elections.ports.clock import SystemClock
-from elections.ports.localstate import LocalState
+from elections.ports.local.localstate import LocalState
 from elections.runtime.watch import PoolWatcher
 from stkconfig.parsed import WatchedPool
+from stkhost.clock import SystemClock
 
 dj = test_panel_support.dj
 A, B = "1111-1111-11-11", "2222-2222-22-22"
@@ -143,7 +143,7 @@ def test_a_forged_record_in_a_watched_pool_is_refused_counted_and_shown(pools):
 
 def test_a_drain_in_a_watched_pool_is_that_pools_signed_command_event_and_audited(pools):
     from elections.audit import AuditEntry
-    from elections.ports.eventlog import read_events
+    from elections.ports.events.eventlog import read_events
 
     sims, _ = pools
     c = client_for(make_user("olga", "operator"))

@@ -13,7 +13,7 @@ import test_panel_support
 from test_panel_support import KMSN, client_for, make_user, write_leading, write_pool, write_relay
 
 from elections.core.stations import BOUND, SEEN, StationBook
-from elections.ports.localstate import LocalState
+from elections.ports.local.localstate import LocalState
 
 SITE = f"/sites/{KMSN}/"
 dj = test_panel_support.dj
@@ -75,7 +75,7 @@ def test_bound_stations_have_a_reset_button_for_operators_only(dj):
 
 def test_a_reset_from_the_panel_is_confirmed_audited_and_written_to_the_pool(dj):
     from elections.audit import AuditEntry
-    from elections.ports.eventlog import read_events
+    from elections.ports.events.eventlog import read_events
 
     write_pool(dj["data_dir"], leader="S001", epoch=7)
     bind_and_see(dj["data_dir"])

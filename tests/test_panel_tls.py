@@ -11,7 +11,7 @@ import pytest
 import test_panel_support
 from test_panel_support import KMSN, PASSWORD, client_for, make_user, member, write_pool
 
-from elections.ports.webcert import show
+from stkhost.fingerprints import show
 
 dj = test_panel_support.dj  # the fixture, under its name here
 FP = "0123456789abcdef" * 4

@@ -52,7 +52,7 @@ def test_a_view_is_refused_only_past_its_ttl(dj):  # dj: the refusal is translat
 
 def test_a_released_lease_is_listed_as_released_and_handing_off_never_as_valid(dj):
     from elections.management.pool_views import list_view
-    from elections.ports.pool_view import MemberView, PoolView
+    from elections.ports.local.pool_view import MemberView, PoolView
 
     lease = {"node": "S001", "epoch": 10, "ip": "10.0.0.1", "port": 9530, "renew_seq": 4, "ttl_s": 0,
              "released": True, "handoff_to": "S003"}  # fmt: skip

@@ -35,15 +35,19 @@ def test_it_is_a_proxy_v2_header_by_the_spec_with_the_mac_in_a_custom_tlv():
 
 def test_a_header_verifies_on_its_own_socket_and_says_the_client_and_its_size():
     rest = encode_frame({"type": "register"})
-    assert ph.decide(header() + rest, KEY, VIA) == ph.Verified(SRC, DST, len(header()))
+    assert ph.header_reading(header() + rest, KEY, VIA) == ph.Verified(SRC, DST, len(header()))
 
 
 def test_ipv6_and_mixed_families_round_trip():
     src, dst, via = ("2001:db8::7", 1), ("fd00::1", 9530), ("fd00::2", 2)
-    assert ph.decide(header(src, dst, via), KEY, via) == ph.Verified(src, dst, len(header(src, dst, via)))
+    assert ph.header_reading(header(src, dst, via), KEY, via) == ph.Verified(
+        src, dst, len(header(src, dst, via))
+    )
     h = header(("192.0.2.1", 5), ("fd00::1", 9530), ("::ffff:10.0.0.5", 41000))
     assert h[13] == 0x21
-    assert ph.decide(h, KEY, ("10.0.0.5", 41000)) == ph.Verified(("192.0.2.1", 5), ("fd00::1", 9530), len(h))
+    assert ph.header_reading(h, KEY, ("10.0.0.5", 41000)) == ph.Verified(
+        ("192.0.2.1", 5), ("fd00::1", 9530), len(h)
+    )
 
 
 @pytest.mark.parametrize(
@@ -57,7 +61,7 @@ def test_ipv6_and_mixed_families_round_trip():
     ],
 )
 def test_a_clients_own_first_bytes_are_not_a_header(first: bytes):
-    assert ph.decide(first, KEY, VIA) is ph.NOT_A_HEADER
+    assert ph.header_reading(first, KEY, VIA) is ph.NOT_A_HEADER
 
 
 def test_no_v1_frame_can_start_like_a_header():
@@ -67,34 +71,34 @@ def test_no_v1_frame_can_start_like_a_header():
 def test_every_prefix_of_a_header_needs_more():
     h = header()
     for n in range(len(h)):
-        assert ph.decide(h[:n], KEY, VIA) is ph.NEED_MORE, n
+        assert ph.header_reading(h[:n], KEY, VIA) is ph.NEED_MORE, n
 
 
 def test_a_header_made_without_the_key_is_forged():
-    reading = ph.decide(header(key="guess"), KEY, VIA)
-    assert isinstance(reading, ph.Refused) and reading.cause == ph.FORGED
+    reading = ph.header_reading(header(key="guess"), KEY, VIA)
+    assert isinstance(reading, ph.HeaderRefused) and reading.cause == ph.FORGED
 
 
 def test_a_header_without_its_mac_tlv_is_forged():
     h = header()
     bare = h[:12] + bytes([0x21, 0x11]) + struct.pack("!H", 12) + h[16:28]
-    assert ph.decide(bare, KEY, VIA).cause == ph.FORGED  # type: ignore[union-attr]
+    assert ph.header_reading(bare, KEY, VIA).cause == ph.FORGED  # type: ignore[union-attr]
 
 
 def test_a_header_replayed_on_another_socket_is_refused_as_replayed():
-    reading = ph.decide(header(), KEY, ("10.0.0.5", 41001))
-    assert isinstance(reading, ph.Refused) and reading.cause == ph.REPLAYED
-    reading = ph.decide(header(), KEY, ("10.0.0.6", 41000))
-    assert isinstance(reading, ph.Refused) and reading.cause == ph.REPLAYED
+    reading = ph.header_reading(header(), KEY, ("10.0.0.5", 41001))
+    assert isinstance(reading, ph.HeaderRefused) and reading.cause == ph.REPLAYED
+    reading = ph.header_reading(header(), KEY, ("10.0.0.6", 41000))
+    assert isinstance(reading, ph.HeaderRefused) and reading.cause == ph.REPLAYED
 
 
 def test_a_changed_address_breaks_the_mac():
     h = bytearray(header())
     h[19] ^= 1  # the source address's last byte
-    assert ph.decide(bytes(h), KEY, VIA).cause == ph.FORGED  # type: ignore[union-attr]
+    assert ph.header_reading(bytes(h), KEY, VIA).cause == ph.FORGED  # type: ignore[union-attr]
     h = bytearray(header())
     h[30 + 18] ^= 1  # a byte of the MAC's via
-    assert ph.decide(bytes(h), KEY, VIA).cause == ph.FORGED  # type: ignore[union-attr]
+    assert ph.header_reading(bytes(h), KEY, VIA).cause == ph.FORGED  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(
@@ -104,28 +108,28 @@ def test_a_changed_address_breaks_the_mac():
 def test_other_versions_commands_and_families_are_malformed(ver_cmd: int, family: int):
     h = bytearray(header())
     h[12], h[13] = ver_cmd, family
-    assert ph.decide(bytes(h), KEY, VIA).cause == ph.MALFORMED  # type: ignore[union-attr]
+    assert ph.header_reading(bytes(h), KEY, VIA).cause == ph.MALFORMED  # type: ignore[union-attr]
 
 
 def test_a_header_longer_than_the_bound_is_refused_before_it_is_read():
     h = ph.SIGNATURE + bytes([0x21, 0x11]) + struct.pack("!H", ph.MAX_HEADER)
-    assert ph.decide(h, KEY, VIA).cause == ph.TOO_LONG  # type: ignore[union-attr]
+    assert ph.header_reading(h, KEY, VIA).cause == ph.TOO_LONG  # type: ignore[union-attr]
 
 
 def test_cut_and_doubled_tlvs_are_malformed():
     h = header()
     cut = h[:14] + struct.pack("!H", len(h) - 16 + 2) + h[16:] + b"\xe1\x00"
-    assert ph.decide(cut, KEY, VIA).cause == ph.MALFORMED  # type: ignore[union-attr]
+    assert ph.header_reading(cut, KEY, VIA).cause == ph.MALFORMED  # type: ignore[union-attr]
     tlv = h[28:]
     doubled = h[:14] + struct.pack("!H", len(h) - 16 + len(tlv)) + h[16:] + tlv
-    assert ph.decide(doubled, KEY, VIA).cause == ph.MALFORMED  # type: ignore[union-attr]
+    assert ph.header_reading(doubled, KEY, VIA).cause == ph.MALFORMED  # type: ignore[union-attr]
 
 
 def test_other_tlvs_are_skipped():
     h = header()
     noop = b"\x04\x00\x03abc"
     padded = h[:14] + struct.pack("!H", len(h) - 16 + len(noop)) + h[16:28] + noop + h[28:]
-    assert ph.decide(padded, KEY, VIA) == ph.Verified(SRC, DST, len(padded))
+    assert ph.header_reading(padded, KEY, VIA) == ph.Verified(SRC, DST, len(padded))
 
 
 def test_the_reader_keeps_the_clients_bytes_after_the_header_whatever_the_chunks():
@@ -165,16 +169,16 @@ endpoints = st.tuples(ipv4 | ipv6, st.integers(0, 0xFFFF))
 @fuzz
 @given(st.binary(max_size=400), endpoints)
 def test_random_bytes_never_raise_and_never_verify(data: bytes, peer):
-    reading = ph.decide(data, KEY, peer)
-    assert reading is ph.NOT_A_HEADER or reading is ph.NEED_MORE or isinstance(reading, ph.Refused)
+    reading = ph.header_reading(data, KEY, peer)
+    assert reading is ph.NOT_A_HEADER or reading is ph.NEED_MORE or isinstance(reading, ph.HeaderRefused)
 
 
 @fuzz
 @given(st.binary(max_size=300), endpoints)
 def test_random_bytes_after_the_signature_never_raise_and_never_verify(tail: bytes, peer):
     data = ph.SIGNATURE + tail
-    reading = ph.decide(data, KEY, peer)
-    assert reading is ph.NEED_MORE or isinstance(reading, ph.Refused)
+    reading = ph.header_reading(data, KEY, peer)
+    assert reading is ph.NEED_MORE or isinstance(reading, ph.HeaderRefused)
     reader = ph.HeaderReader(KEY, peer)
     for i in range(0, len(data), 7):
         reading = reader.feed(data[i : i + 7])
@@ -189,7 +193,7 @@ def test_a_flipped_byte_never_verifies(src, dst, via, where: int, bit: int):
     if bit == 0:
         bit = 1
     h[where] ^= bit
-    reading = ph.decide(bytes(h), KEY, via)
+    reading = ph.header_reading(bytes(h), KEY, via)
     if isinstance(reading, ph.Verified):  # only a byte outside the MAC's reach: none exists
         raise AssertionError(f"a flipped byte at {where} verified: {reading}")
 
@@ -200,4 +204,4 @@ def test_every_header_round_trips_on_its_socket(src, dst, via):
     h = ph.encode(src, dst, via, KEY)
     assert len(h) <= ph.MAX_HEADER
     expected = ph.Verified(ph.canonical(src), ph.canonical(dst), len(h))
-    assert ph.decide(h + b"\x00\x00\x00\x05", KEY, via) == expected
+    assert ph.header_reading(h + b"\x00\x00\x00\x05", KEY, via) == expected

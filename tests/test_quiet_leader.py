@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from elections.core.beacon_board import Standing
 from elections.core.beacons import Beacon
-from elections.ports.beacons import BeaconConfig
+from elections.ports.beacons.beacon_config import BeaconConfig
 from elections.runtime.beacon_link import LEADER_QUIET_INTERVALS, BeaconLink
 
 KEY = "pool-key-0123456789abcdef"

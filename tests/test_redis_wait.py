@@ -1,4 +1,4 @@
-"""The supervisor and this agent's own Redis (runtime.redis_wait, ports.redis_link), with a real
+"""The supervisor and this agent's own Redis (runtime.redis_wait, ports.local.redis_link), with a real
 redis-server on a loopback port and real child processes: the worker runs only while Redis
 answers, is killed the moment it goes, and is back at once when it answers again."""
 
@@ -15,8 +15,8 @@ import pytest
 from harness import Redis, free_port, wait_until
 
 from elections.errors import RedisUnavailable
-from elections.ports.localstate import Leadership, LocalState
-from elections.ports.redis_link import RedisLink, shown_url
+from elections.ports.local.localstate import Leadership, LocalState
+from elections.ports.local.redis_link import RedisLink, shown_url
 from elections.runtime.redis_wait import REMIND_EVERY, RedisWait, until_answers
 from elections.runtime.supervisor import ChildSpec, Supervisor
 
@@ -191,7 +191,7 @@ def test_healthz_says_down_waiting_for_redis_to_anyone_and_where_and_since_when_
     import test_panel_support
     from test_panel_support import client_for
 
-    from elections.ports.redis_status import RedisStatus
+    from elections.ports.local.redis_status import RedisStatus
 
     data_dir = test_panel_support.django_env()["data_dir"]
     local = LocalState(data_dir)

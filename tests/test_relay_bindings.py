@@ -20,7 +20,7 @@ from test_relay_server import Wire
 from test_relay_trust import POOL_KEY, client, credential, real_relay
 
 from elections.core.stations import BOUND, UNBIND, StationBook
-from elections.ports.localstate import LocalState
+from elections.ports.local.localstate import LocalState
 from relay.client.discovery import Discovery, Fallbacks
 from relay.client.events import Received, Refused
 from relay.server.binding_feed import BindingFeed

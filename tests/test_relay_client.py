@@ -28,10 +28,11 @@ import pytest
 from harness import ROOT, wait_until
 
 from elections.core.lease import LeaseRecord
-from relay.client.discovery import AgentApi, Discovery, Fallbacks, Leader, LeaseFile
+from relay.client.discovery import AgentApi, Discovery, Fallbacks, Leader
 from relay.client.events import NoLeader, QueueFull, Received, Refused, ServerError, Status
 from relay.client.follow import Redial, choose_leader, lease_says_move
 from relay.client.relay_client import RelayClient
+from relay.lease_file import lease_file
 from relay.server.relay_server import RelayServer
 
 TOKEN = "client-test-token"
@@ -167,7 +168,8 @@ class Pool:
             kmsn=kw.pop("kmsn", KMSN),
             station=station,
             token=kw.pop("token", TOKEN),
-            discovery=discovery or Discovery.build(token=TOKEN, kmsn=KMSN, lease_dir=str(self.lease_dir)),
+            discovery=discovery
+            or Discovery.build(kmsn=KMSN, lease=lease_file(str(self.lease_dir), TOKEN, KMSN)),
             on_status=statuses.append,
             **kw,
         )
@@ -255,7 +257,10 @@ def test_it_takes_the_leader_from_a_valid_lease_before_asking_agents(tmp_path, l
     api.names("S052", HOST_B, 9530, 9)
     write_lease(tmp_path, "S051", HOST_A, 9530, 7)
     discovery = Discovery.build(
-        token=TOKEN, kmsn=KMSN, lease_dir=str(tmp_path), agents=[api.url], fallbacks=[(HOST_DEAD, 1)]
+        kmsn=KMSN,
+        lease=lease_file(str(tmp_path), TOKEN, KMSN),
+        agents=[api.url],
+        fallbacks=[(HOST_DEAD, 1)],
     )
     leader = asyncio.run(discovery.find())
     assert leader == Leader(HOST_A, 9530, 7, "S051", "lease")
@@ -282,7 +287,10 @@ def test_it_ignores_a_lease_that_is_no_evidence_then_asks_an_agent_then_falls_ba
     api = leader_api()
     api.names("S052", HOST_B, 9530, 8)
     discovery = Discovery.build(
-        token=TOKEN, kmsn=KMSN, lease_dir=str(tmp_path), agents=[api.url], fallbacks=[(HOST_R, 9540)]
+        kmsn=KMSN,
+        lease=lease_file(str(tmp_path), TOKEN, KMSN),
+        agents=[api.url],
+        fallbacks=[(HOST_R, 9540)],
     )
     leader = asyncio.run(discovery.find())
     assert leader == Leader(HOST_B, 9530, 8, "S052", f"agent {api.url}")
@@ -317,7 +325,7 @@ def test_it_walks_through_the_fallbacks_in_turn():
 
 
 def test_it_reads_nothing_from_a_lease_dir_that_is_gone(tmp_path):
-    source = LeaseFile(str(tmp_path / "unmounted"), TOKEN, KMSN)
+    source = lease_file(str(tmp_path / "unmounted"), TOKEN, KMSN)
     assert asyncio.run(source.find()) is None
     assert "unreachable" in source.last
 
@@ -427,7 +435,7 @@ def test_a_client_naming_another_kmsn_is_refused_for_good_and_only_a_key_holder_
     async def body(pool: Pool) -> None:
         a = await pool.relay("S051", HOST_A, 7)
         other = "1111-1111-11-11"
-        discovery = Discovery.build(token=token, kmsn=other, fallbacks=[(a.ip, a.port)])
+        discovery = Discovery.build(kmsn=other, fallbacks=[(a.ip, a.port)])
         client = pool.client("agent", "S002", discovery, token=token, kmsn=other)
         with pytest.raises(Refused) as refused:
             await client.start(timeout=5)
@@ -439,7 +447,7 @@ def test_a_client_naming_another_kmsn_is_refused_for_good_and_only_a_key_holder_
 
 def test_it_says_no_leader_when_nothing_registers_it_in_time(tmp_path):
     async def body(pool: Pool) -> None:
-        discovery = Discovery.build(token=TOKEN, kmsn=KMSN, fallbacks=[(HOST_DEAD, dead_port())])
+        discovery = Discovery.build(kmsn=KMSN, fallbacks=[(HOST_DEAD, dead_port())])
         client = pool.client("agent", "S002", discovery)
         with pytest.raises(NoLeader) as raised:
             await client.start(timeout=0.5)

@@ -103,7 +103,7 @@ def test_an_old_station_and_a_modern_commander_exchange_messages(relays):
     assert client["legacy"] is True and client["key"] == "token" and client["station"] == "S002"
 
     async def modern() -> None:
-        discovery = Discovery.build(token=TOKEN, kmsn=KMSN, fallbacks=[relay.json])
+        discovery = Discovery.build(kmsn=KMSN, fallbacks=[relay.json])
         async with RelayClient(role="commander", kmsn=KMSN, station="C01", token=TOKEN,
                                discovery=discovery, connect_timeout=3.0) as commander:  # fmt: skip
             await commander.send_confirmed({"cmd": "status"}, to="S002")

@@ -11,8 +11,8 @@ from types import SimpleNamespace
 
 from harness import wait_until
 
-from elections.ports import localstate
-from elections.ports.localstate import Leadership, LocalState
+from elections.ports.local import localstate
+from elections.ports.local.localstate import Leadership, LocalState
 from relay.runner import standby as runner
 
 

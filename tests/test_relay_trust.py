@@ -145,7 +145,7 @@ def test_an_unsigned_leader_answer_with_a_huge_epoch_does_not_make_the_real_lead
         real = await real_relay(pool)
         ip, port = real.addresses["json"]
         api.names("S071", ip, port, HUGE)
-        c = client(pool, "S002", Discovery.build(token=TOKEN, kmsn=KMSN, agents=[api.url]))
+        c = client(pool, "S002", Discovery.build(kmsn=KMSN, agents=[api.url]))
         await c.start(timeout=10)
         assert (c.node, c.epoch, c.known_epoch) == ("S071", 7, 7)
         assert not [s for s in pool.statuses["S002"] if s.kind == "refused"]

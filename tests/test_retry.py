@@ -5,8 +5,8 @@ import random
 
 import pytest
 
-from elections.ports.host.files import write_atomic
-from elections.retry import Backoff, retry
+from stkhost.files import write_atomic
+from stkhost.retry import Backoff, retry
 
 
 def test_it_retries_until_the_call_succeeds_sleeping_the_backoff_in_between():

@@ -9,13 +9,9 @@ import threading
 import pytest
 from test_config import write_ini
 
-from relay.runner.lease_reads import LeaseReads
+from relay.runner.gate import LeadershipGate
+from relay.runner.lease_reads import PoolReads
 from stkrelay.config import load
-
-
-class Reads(LeaseReads):
-    def __init__(self, stk) -> None:  # type: ignore[no-untyped-def]
-        self.stk = stk
 
 
 def test_a_read_past_its_deadline_is_given_up_and_its_late_answer_is_no_traceback(tmp_path, monkeypatch):
@@ -23,7 +19,8 @@ def test_a_read_past_its_deadline_is_given_up_and_its_late_answer_is_no_tracebac
     # cancelled future (InvalidStateError, a traceback in the relay's log in make chaos).
     crashed: list[BaseException] = []
     monkeypatch.setattr(threading, "excepthook", lambda args: crashed.append(args.exc_value))
-    reads = Reads(load(str(write_ini(tmp_path)), env={}))
+    stk = load(str(write_ini(tmp_path)), env={})
+    reads = PoolReads(stk, 1, LeadershipGate(stk.data_dir, 1))
     release, answered = threading.Event(), threading.Event()
 
     def hung(store):  # type: ignore[no-untyped-def]

@@ -19,13 +19,13 @@ from memstore import TOKEN, MemoryLeaseStore
 from elections.core.commands import PoolCommands
 from elections.core.decide import Decision, Timing, Verdict
 from elections.errors import StoreUnavailable
-from elections.ports.clock import FakeClock
-from elections.ports.localstate import LocalState
-from elections.ports.pool_view import MemberView, PoolView
-from elections.ports.store import FileLeaseStore, WriteOutcome
+from elections.ports.local.localstate import LocalState
+from elections.ports.local.pool_view import MemberView, PoolView
+from elections.ports.store.store import FileLeaseStore, WriteOutcome
 from elections.runtime.elector import Elector
 from elections.runtime.lease_writes import Identity, make_record, release_lease
 from elections.runtime.policy import PoolFacts, PoolPolicy
+from stkhost.clock import FakeClock
 
 T = Timing(ttl=10, renew=3, poll=2, deadline=7)
 
@@ -793,7 +793,7 @@ def test_an_audit_row_of_a_watched_pool_at_a_higher_epoch_does_not_depose_this_p
     pool is audited with that pool's epoch (its members sign any epoch they
     like) and the audit row is published in this pool's events; taken as this
     pool's epoch, every agent refused the live lease as older and re-elected."""
-    from elections.runtime.agent_looks import highest_epoch
+    from elections.runtime.agent import highest_epoch
 
     follower, leader = member(store, clock, "S001"), member(store, clock, "S002")
     leader.cycle()
@@ -817,7 +817,7 @@ def test_a_suspend_shuts_the_gate_though_the_monotonic_clock_stood_still(store, 
     """CLOCK_MONOTONIC stops while a Linux PC sleeps; CLOCK_BOOTTIME (the gate's clock,
     `Clock.boottime`) runs on. A leader that resumes after a sleep longer than what its
     renew deadline had left finds its gate shut, and writes no renewal."""
-    from elections.ports.localstate import Leadership
+    from elections.ports.local.localstate import Leadership
 
     (a,) = elected_pool(store, clock)
     clock.advance(2.0)

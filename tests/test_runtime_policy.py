@@ -11,10 +11,16 @@ from dataclasses import replace
 import pytest
 
 from elections.core.commands import PoolCommands, order_key
-from elections.ports.clock import FakeClock
-from elections.ports.localstate import MAX_LOCAL_FILE, RELAY_HEALTH_NAME, RELAY_NAME, LocalState, RelayStatus
-from elections.ports.pool_view import MemberView, PoolView
+from elections.ports.local.localstate import (
+    MAX_LOCAL_FILE,
+    RELAY_HEALTH_NAME,
+    RELAY_NAME,
+    LocalState,
+    RelayStatus,
+)
+from elections.ports.local.pool_view import MemberView, PoolView
 from elections.runtime.policy import RELAY_GRACE, PoolFacts, PoolPolicy
+from stkhost.clock import FakeClock
 
 _seq = itertools.count(1)
 

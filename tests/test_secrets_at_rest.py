@@ -15,7 +15,7 @@ import sys
 import pytest
 from harness import ROOT, wait_until
 
-from elections.ports.share import LocalShare
+from elections.ports.share.share import LocalShare
 from stkrelay.config import load
 
 TOKEN = "k3y-of-the-site-2026-x9"

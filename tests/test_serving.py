@@ -14,8 +14,8 @@ from elections.core.serving import (
     ACKED,
     DRIFT,
     LEASE,
+    AckReport,
     Adherence,
-    Report,
     ServingTiming,
     adhere,
     silence_for,
@@ -79,17 +79,19 @@ def test_a_member_sticks_to_the_leader_it_heard_within_the_silence():
 
 def test_an_early_takeover_needs_an_ack_serving_holder_silent_to_a_majority():
     mine = Adherence("S001", 7, BOOT, 10, 100.0, ACKED)
-    quiet = Report("S003", 0.1, "S001", 7, 2.0)
+    quiet = AckReport("S003", 0.1, "S001", 7, 2.0)
     at = 100.0 + T.silence
     assert silent_holder("S001", 7, mine, [quiet], 3, T, at)
     assert not silent_holder("S001", 7, mine, [quiet], 3, T, at - 0.01)  # not silent for S here yet
-    assert not silent_holder("S001", 7, mine, [Report("S003", 0.1, "S001", 7, 0.3)], 3, T, at)  # it hears
-    assert not silent_holder("S001", 7, mine, [Report("S003", 2.0, "S001", 7, 2.0)], 3, T, at)  # old report
+    assert not silent_holder("S001", 7, mine, [AckReport("S003", 0.1, "S001", 7, 0.3)], 3, T, at)  # it hears
+    assert not silent_holder(
+        "S001", 7, mine, [AckReport("S003", 2.0, "S001", 7, 2.0)], 3, T, at
+    )  # old report
     assert not silent_holder("S001", 7, mine, [quiet], 5, T, at)  # 2 of 5 is no majority
     assert not silent_holder("S001", 7, mine, [], 2, T, at)  # a pool of two: the TTL path
     lease = Adherence("S001", 7, BOOT, 10, 100.0, LEASE)
     assert not silent_holder("S001", 7, lease, [quiet], 3, T, at)  # a holder serving by the lease
-    other = Report("S003", 0.1, "S004", 8, 0.0)
+    other = AckReport("S003", 0.1, "S004", 8, 0.0)
     assert silent_holder("S001", 7, mine, [other], 3, T, at)  # adhering to someone else: does not hear it
 
 
@@ -98,7 +100,7 @@ def test_no_silence_holds_before_the_instant_the_book_names_so_the_loop_may_slee
     before it `silent` names no holder, whatever beacons came; just after it, one may."""
     book = ServingBook("S002", OTHER, T, ttl=10)
     assert book.silence_from(50.0) == 50.0 + T.silence  # adhering to no one: a first leader is heard later
-    quiet = Report("S003", 0.1, "S001", 7, 2.0)
+    quiet = AckReport("S003", 0.1, "S001", 7, 2.0)
     leader = Beacon(KMSN, "S001", "10.0.0.1", 9530, "leader", 7, 3, BOOT, 1, serve=ACKED)
     at = 100.0
     for seq in range(1, 12):  # heard every interval, then silent
@@ -237,8 +239,9 @@ def test_the_serving_rights_window_is_kept_on_the_gate_clock_a_suspend_shuts_it(
     before a sleep longer than W leave the gate shut on resume, though the monotonic
     clock stood still."""
     from elections.core.beacon_board import Standing
-    from elections.ports.beacons import BeaconConfig, BeaconService
-    from elections.ports.clock import FakeClock
+    from elections.ports.beacons.beacon_config import BeaconConfig
+    from elections.ports.beacons.beacons import BeaconService
+    from stkhost.clock import FakeClock
 
     clock = FakeClock()
     service = BeaconService(

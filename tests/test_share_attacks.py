@@ -17,9 +17,9 @@ from harness import signed_lock
 from elections.core.evidence import Refusals
 from elections.core.lease import LeaseRecord, sign
 from elections.errors import StoreUnavailable
-from elections.ports.clock import FakeClock
-from elections.ports.eventlog import EventTail
-from elections.ports.store import FileLeaseStore, WriteOutcome
+from elections.ports.events.eventlog import EventTail
+from elections.ports.store.store import FileLeaseStore, WriteOutcome
+from stkhost.clock import FakeClock
 
 TOKEN = "tok-0123456789abcdef"
 
@@ -68,7 +68,7 @@ def test_directories_planted_as_members_files_do_not_stop_an_election(tmp_path, 
 def test_a_link_in_place_of_members_or_events_is_moved_aside_and_nothing_is_written_through_it(
     tmp_path, clock
 ):
-    from elections.ports.eventlog import JsonlEventSink
+    from elections.ports.events.eventlog import JsonlEventSink
 
     share, outside = tmp_path / "share", tmp_path / "elsewhere"
     share.mkdir()
@@ -163,8 +163,8 @@ UNREADABLE_PLANTS = """
 import json, os, sys
 sys.path.insert(0, ".")
 from elections.core.lease import LeaseRecord
-from elections.ports.clock import SystemClock
-from elections.ports.store import FileLeaseStore, WriteOutcome
+from stkhost.clock import SystemClock
+from elections.ports.store.store import FileLeaseStore, WriteOutcome
 
 share, token = sys.argv[1], sys.argv[2]
 def rec(epoch):

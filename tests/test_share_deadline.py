@@ -1,4 +1,4 @@
-"""`ShareDeadline` (elections.ports.sharefiles): one share operation at a time, each
+"""`ShareDeadline` (elections.ports.share.sharefiles): one share operation at a time, each
 caller bounded by the timeout, and every caller failing at once while one is hung —
 also a caller that was already queued when the operation it waits behind became hung."""
 
@@ -11,7 +11,7 @@ import pytest
 from harness import wait_until
 
 from elections.errors import StoreUnavailable
-from elections.ports.sharefiles import ShareDeadline
+from elections.ports.share.sharefiles import ShareDeadline
 
 TIMEOUT = 1.0
 

@@ -13,9 +13,9 @@ import os
 import pytest
 
 from elections.core.lease import LeaseRecord, revision_of
-from elections.ports.clock import FakeClock
-from elections.ports.share import LocalShare
-from elections.ports.store import FileLeaseStore, WriteOutcome
+from elections.ports.share.share import LocalShare
+from elections.ports.store.store import FileLeaseStore, WriteOutcome
+from stkhost.clock import FakeClock
 
 TOKEN = "tok-0123456789abcdef"
 SECRET = b"the host's own file\n"

@@ -14,12 +14,12 @@ import pytest
 from harness import free_pair, wait_until
 from test_agents_notify import role_script
 
-from elections.ports.gate import CommandGate
-from elections.ports.host.processes import site_environment
+from elections.ports.local.gate import CommandGate
 from elections.runtime.health import run_checks
 from elections.runtime.notify import Notifier
 from relay.server.external_relay import ExternalRelay
 from stkconfig.parsed import ExecRelay, NotifyConfig
+from stkhost.processes import site_environment
 
 STANDIN = str(Path(__file__).resolve().parent / "standin_relay.py")
 

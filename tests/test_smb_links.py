@@ -24,9 +24,9 @@ from samba import PASSWORD
 from elections.core.lease import LeaseRecord
 from elections.core.untrusted import Untrusted
 from elections.errors import StoreUnavailable
-from elections.ports.clock import FakeClock
-from elections.ports.eventlog import EventTail, JsonlEventSink
-from elections.ports.store import FileLeaseStore, WriteOutcome
+from elections.ports.events.eventlog import EventTail, JsonlEventSink
+from elections.ports.store.store import FileLeaseStore, WriteOutcome
+from stkhost.clock import FakeClock
 
 TOKEN = "tok-0123456789-smb-links"
 SECRET = b"the file server's own file\n"
@@ -39,8 +39,8 @@ def rec(node="S001", epoch=1, seq=0):  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def place(samba_server, tmp_path, request):  # type: ignore[no-untyped-def]
-    from elections.ports.smbshare import SmbShare
-    from elections.ports.smburl import parse_smb_url
+    from elections.ports.share.smbshare import SmbShare
+    from elections.ports.share.smburl import parse_smb_url
 
     folder = f"links-{request.node.name[-40:]}"
     backing = samba_server.path(folder)

@@ -12,8 +12,8 @@ import pytest
 from samba import PASSWORD, Samba, available
 
 from elections.core.lease import LeaseRecord
-from elections.ports.clock import FakeClock
-from elections.ports.store import FileLeaseStore, WriteOutcome
+from elections.ports.store.store import FileLeaseStore, WriteOutcome
+from stkhost.clock import FakeClock
 
 TOKEN = "tok-0123456789-smb-notify"
 
@@ -25,8 +25,8 @@ def rec(node: str = "S001", epoch: int = 1, seq: int = 0) -> LeaseRecord:
 
 def stores(server, folder: str, timeout: float = 2.0):  # type: ignore[no-untyped-def]
     """A leader and a follower, each on a connection of its own (two machines)."""
-    from elections.ports.smbshare import SmbShare
-    from elections.ports.smburl import parse_smb_url
+    from elections.ports.share.smbshare import SmbShare
+    from elections.ports.share.smburl import parse_smb_url
 
     server.path(folder).mkdir(exist_ok=True)
     made = []

@@ -18,9 +18,9 @@ from harness import free_pair
 from test_entry import relay, view
 from test_proxy import closed, until
 
-from elections.ports.localstate import LocalState
-from elections.ports.pool_view import PoolView
-from elections.ports.relay_files import EntryStatus
+from elections.ports.local.localstate import LocalState
+from elections.ports.local.pool_view import PoolView
+from elections.ports.local.relay_files import EntryStatus
 from elections.web.panel.door_state import door_check
 from relay.server.listen_set import door_hosts, relay_loopback, wanted
 from relay.server.station_door import StationDoor

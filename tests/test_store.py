@@ -15,8 +15,8 @@ from harness import signed_lock
 
 from elections.core.lease import LeaseRecord, sign
 from elections.errors import StoreUnavailable
-from elections.ports.clock import FakeClock
-from elections.ports.store import FileLeaseStore, WriteOutcome
+from elections.ports.store.store import FileLeaseStore, WriteOutcome
+from stkhost.clock import FakeClock
 
 TOKEN = "tok-0123456789"
 
@@ -131,7 +131,7 @@ def test_an_unreadable_directory_is_unreachable(tmp_path):
     d.chmod(0)
     code = (
         "import sys; sys.path.insert(0, '.');"
-        "from elections.ports.store import FileLeaseStore; from elections.ports.clock import SystemClock;"
+        "from elections.ports.store.store import FileLeaseStore; from stkhost.clock import SystemClock;"
         "from elections.errors import StoreUnavailable\n"
         f"s = FileLeaseStore({str(d)!r}, {TOKEN!r}, 'S001', SystemClock())\n"
         "try:\n    s.read()\nexcept StoreUnavailable as e:\n    print('unreachable:', e)\n"
@@ -211,7 +211,7 @@ def test_a_published_lock_is_never_seen_empty_or_half_written(tmp_path):
     """The race the old create-then-fill lock had (one epoch taken twice under
     load): a reader looking as fast as it can, while writers publish and remove
     the lock, finds it absent or whole, never anything in between."""
-    from elections.ports.share import LocalShare
+    from elections.ports.share.share import LocalShare
 
     share = LocalShare(tmp_path)
     body = json.dumps({"node": "S001", "pid": 1, "nonce": "n" * 4000}).encode()
@@ -253,7 +253,7 @@ def test_a_published_lock_is_never_seen_empty_or_half_written(tmp_path):
 
 
 def test_publishing_over_anything_already_there_fails_and_writes_through_nothing(tmp_path):
-    from elections.ports.share import LocalShare
+    from elections.ports.share.share import LocalShare
 
     share = LocalShare(tmp_path)
     outside = tmp_path.parent / f"{tmp_path.name}-outside"

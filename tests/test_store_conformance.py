@@ -1,6 +1,6 @@
-"""One suite of the `LeaseStore` contract (elections/ports/store.py) and of the
-event log (elections/ports/event_streams.py, the record layer of
-elections/ports/event_records.py above it), run against every backend: a
+"""One suite of the `LeaseStore` contract (elections/ports/store/store.py) and of the
+event log (elections/ports/events/event_streams.py, the record layer of
+elections/ports/events/event_records.py above it), run against every backend: a
 local directory, a real SMB share (Samba on loopback, spoken to with
 smbprotocol, no mount), etcd (a real 3-member cluster on loopback,
 `LEASE_STORE = etcd`) and the in-memory dict the in-process tests use.
@@ -27,11 +27,11 @@ from harness import signed_lock
 
 from elections.core.lease import LeaseRecord, sign
 from elections.core.witness import WitnessRecord
-from elections.ports.clock import FakeClock
-from elections.ports.event_records import PoolEventSink, PoolEventTail
-from elections.ports.event_streams import EventStreams
-from elections.ports.share_backend import ShareBackend
-from elections.ports.store import FileLeaseStore, LeaseStore, WriteOutcome
+from elections.ports.events.event_records import PoolEventSink, PoolEventTail
+from elections.ports.events.event_streams import EventStreams
+from elections.ports.share.share_backend import ShareBackend
+from elections.ports.store.store import FileLeaseStore, LeaseStore, WriteOutcome
+from stkhost.clock import FakeClock
 
 TOKEN = "tok-0123456789-conformance"
 STALE_S = 2.0
@@ -103,8 +103,8 @@ def local_pool(tmp_path):
 def smb_pool(samba_server, request):
     from samba import PASSWORD
 
-    from elections.ports.smbshare import SmbShare
-    from elections.ports.smburl import parse_smb_url
+    from elections.ports.share.smbshare import SmbShare
+    from elections.ports.share.smburl import parse_smb_url
 
     name = f"conf-{request.node.name[-40:]}".replace("[", "-").replace("]", "")
     folder = samba_server.path(name)
@@ -199,9 +199,9 @@ def etcd_pool(etcd_cluster):
 def memory_pool():
     """The dict backend the in-process tests use (`tests/memstore.py`): each store is
     another client of one dict, and so is each event log."""
-    from elections.ports.backend import LEASE_KEY, MEMBERS, WITNESS_KEY
-    from elections.ports.memory_backend import MemoryBackend
-    from elections.ports.records import PoolStore
+    from elections.ports.store.backend import LEASE_KEY, MEMBERS, WITNESS_KEY
+    from elections.ports.store.memory_backend import MemoryBackend
+    from elections.ports.store.records import PoolStore
 
     records = MemoryBackend("memory")
 
@@ -702,7 +702,7 @@ def test_a_removed_member_is_gone_for_every_reader_and_its_name_starts_afresh_on
 
 
 def test_a_store_measures_this_clock_against_its_own(pool):
-    from elections.ports.clock import SystemClock
+    from stkhost.clock import SystemClock
 
     store = pool.store("S001", SystemClock())
     store.write_member(member("S001"))
@@ -747,7 +747,7 @@ HOSTILE_WITNESS = {
 
 @pytest.mark.parametrize("kind", sorted(HOSTILE_WITNESS))
 def test_a_hostile_witness_record_is_no_evidence_counted_and_a_new_epoch_may_rewrite_it(pool, kind):
-    from elections.core.witness import may_claim, may_enter, may_name, refresh_ok
+    from elections.core.witness import may_claim_witness, may_enter, may_name, refresh_ok
 
     clock = FakeClock()
     store = pool.store("S001", clock)
@@ -756,7 +756,9 @@ def test_a_hostile_witness_record_is_no_evidence_counted_and_a_new_epoch_may_rew
     assert read.status == "refused" and read.record is None and read.cause
     assert sum(store.refusals.counts.values()) >= 1
     # no evidence: no refresh, no entry, no claim (the TTL path runs on) ...
-    assert not refresh_ok(read, "S001", 1) and not may_enter(read, "S001", 1) and not may_claim(read, 1)
+    assert (
+        not refresh_ok(read, "S001", 1) and not may_enter(read, "S001", 1) and not may_claim_witness(read, 1)
+    )
     # ... and only a new epoch's own record (W1) replaces it
     assert may_name(read, 2)
     assert store.write_witness(wit("S001", 2), read.revision) is WriteOutcome.WRITTEN

@@ -16,12 +16,12 @@ from harness import wait_until
 
 from elections.core.lease import LeaseRecord, sign
 from elections.errors import StoreUnavailable
-from elections.ports.clock import FakeClock
 from elections.ports.etcd.client import b64
 from elections.ports.etcd.events import EtcdEventSink, EtcdEventTail
 from elections.ports.etcd.pool import EtcdPool
 from elections.ports.etcd.store import EtcdLeaseStore
-from elections.ports.store import WriteOutcome
+from elections.ports.store.store import WriteOutcome
+from stkhost.clock import FakeClock
 
 TOKEN = "tok-etcd-0123456789"
 

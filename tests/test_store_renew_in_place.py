@@ -12,11 +12,11 @@ import pytest
 from harness import signed_lock
 
 from elections.core.lease import LeaseRecord, parse_lease, revision_of
-from elections.ports.backend import WriteOutcome
-from elections.ports.clock import FakeClock
-from elections.ports.share import SHARE_OPS, LocalShare
-from elections.ports.share_backend import FRESH_READ_S
-from elections.ports.store import FileLeaseStore
+from elections.ports.share.share import SHARE_OPS, LocalShare
+from elections.ports.share.share_backend import FRESH_READ_S
+from elections.ports.store.backend import WriteOutcome
+from elections.ports.store.store import FileLeaseStore
+from stkhost.clock import FakeClock
 
 TOKEN = "tok-0123456789"
 

@@ -14,8 +14,8 @@ from samba import PASSWORD
 
 from elections.core.lease import LeaseRecord
 from elections.errors import StoreUnavailable
-from elections.ports.clock import FakeClock
-from elections.ports.store import FileLeaseStore, WriteOutcome
+from elections.ports.store.store import FileLeaseStore, WriteOutcome
+from stkhost.clock import FakeClock
 
 TOKEN = "tok-0123456789-smb"
 
@@ -26,8 +26,8 @@ def rec(node: str = "S001", epoch: int = 1, seq: int = 0) -> LeaseRecord:
 
 
 def smb_store(server, folder: str, timeout: float = 2.0):  # type: ignore[no-untyped-def]
-    from elections.ports.smbshare import SmbShare
-    from elections.ports.smburl import parse_smb_url
+    from elections.ports.share.smbshare import SmbShare
+    from elections.ports.share.smburl import parse_smb_url
 
     server.path(folder).mkdir(exist_ok=True)
     share = SmbShare(parse_smb_url(server.url(folder)), PASSWORD, timeout)

@@ -11,8 +11,8 @@ import pytest
 from faultyfs import FaultyMount
 from test_store import TOKEN, rec
 
-from elections.ports.clock import FakeClock
-from elections.ports.store import FileLeaseStore, WriteOutcome
+from elections.ports.store.store import FileLeaseStore, WriteOutcome
+from stkhost.clock import FakeClock
 
 
 @pytest.fixture

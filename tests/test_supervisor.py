@@ -14,7 +14,7 @@ from pathlib import Path
 
 from harness import wait_until
 
-from elections.ports.localstate import Leadership, LocalState
+from elections.ports.local.localstate import Leadership, LocalState
 from elections.runtime.supervisor import SUPERVISE_EVERY, ChildSpec, Supervisor
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 STUBBORN = textwrap.dedent(
     """
     import signal, sys, time, os
-    from elections.ports.localstate import LocalState, RelayStatus
+    from elections.ports.local.localstate import LocalState, RelayStatus
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     status = RelayStatus(pid=os.getpid(), listening=True, updated=time.monotonic())
     LocalState(sys.argv[1]).write_relay(status)

@@ -12,7 +12,7 @@ import random
 
 from test_relay_client import HOST_A, HOST_B, Pool, Relay, _kinds, dead_port, play, until
 
-from elections.ports.localstate import Leadership, LocalState
+from elections.ports.local.localstate import Leadership, LocalState
 from relay.client.discovery import Leader
 from relay.client.follow import HINT_FRESH, HINT_RETRY, Follower, FollowerHooks, Redial
 from relay.runner.gate import LeadershipGate

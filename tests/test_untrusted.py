@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from elections.core.lease import sign
 from elections.core.untrusted import EVENT_LINE, LEASE, Limits, Untrusted, load_object, nesting_depth
-from elections.ports.clock import FakeClock
-from elections.ports.eventlog import PER_CALL, EventTail, JsonlEventSink
+from elections.ports.events.eventlog import PER_CALL, EventTail, JsonlEventSink
+from stkhost.clock import FakeClock
 
 KEY = "pool-key-0123456789abcdef"
 FUZZ = settings(max_examples=int(os.environ.get("STK_FUZZ_EXAMPLES", "300")), deadline=None,

@@ -12,10 +12,10 @@ import pytest
 from harness import wait_until
 from poolsim import SimPool
 
-from elections.ports.clock import FakeClock
-from elections.ports.localstate import LocalState
+from elections.ports.local.localstate import LocalState
 from elections.runtime.watch import PoolWatcher, Watchers
 from stkconfig.parsed import WatchedPool
+from stkhost.clock import FakeClock
 
 KMSN = "1111-1111-11-11"
 KEY = "watched-pool-key-0123456789"

@@ -12,8 +12,8 @@ import ssl
 import pytest
 from harness import wait_until
 
-from elections.ports.clock import FakeClock
 from elections.web.body_limit import BodyLimit, PeerLogLimit
+from stkhost.clock import FakeClock
 
 
 def call(app, body_chunks, headers=(), path="/api/v1/x"):  # type: ignore[no-untyped-def]

@@ -1,5 +1,5 @@
-"""The agent's web certificate (elections/ports/webcert.py), its keys' checks
-(stkrelay/config_tls.py, E057–E060), and clients that pin it (elections/ports/pinned_https.py,
+"""The agent's web certificate (elections/ports/local/webcert.py), its keys' checks
+(stkrelay/config_tls.py, E057–E060), and clients that pin it (stkhost/pinned_https.py,
 relay/client/discovery.py) against a real HTTPS server on loopback."""
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ from cryptography import x509
 from harness import Redis
 from test_config import problems, run_agent, write_ini
 
-from elections.ports import webcert
-from elections.ports.webcert import parse_pins
+from elections.ports.local import webcert
 from relay.client.discovery import AgentApi, in_clear_on_lan
+from stkhost import fingerprints
+from stkhost.fingerprints import parse_pins
 from stkrelay.config import load
 from stkrelay.config_tls import plain_on_lan
 
@@ -39,7 +40,7 @@ def test_the_certificate_made_at_first_start_names_the_agent_and_is_kept_at_the_
     made = webcert.ensure_made(
         str(tmp_path), "192.168.1.10", ["panel.site.lan", ".site.lan", "10.0.0.7"], NOW
     )
-    assert made.made and webcert.FINGERPRINT.fullmatch(made.fingerprint)
+    assert made.made and fingerprints.FINGERPRINT.fullmatch(made.fingerprint)
     assert stat.S_IMODE((tmp_path / webcert.MADE_NAME).stat().st_mode) == 0o600  # it holds the key
     crt = tmp_path / webcert.CERT_NAME
     assert b"PRIVATE KEY" not in crt.read_bytes()
@@ -87,7 +88,7 @@ def test_a_certificate_with_nothing_to_make_is_told_without_cryptography_and_a_c
 def test_a_damaged_certificate_file_is_replaced_not_served(tmp_path):
     (tmp_path / webcert.MADE_NAME).write_bytes(b"-----BEGIN CERTIFICATE-----\nnot base64\n")
     made = webcert.ensure_made(str(tmp_path), "127.0.0.1", [], NOW)
-    assert webcert.fingerprint_of_pem((tmp_path / webcert.MADE_NAME).read_bytes()) == made.fingerprint
+    assert fingerprints.fingerprint_of_pem((tmp_path / webcert.MADE_NAME).read_bytes()) == made.fingerprint
 
 
 def test_runagent_stops_with_e061_when_the_certificate_cannot_be_written(tmp_path):
@@ -119,9 +120,9 @@ def test_the_daphne_endpoint_string_survives_colons_in_paths_and_ipv6(tmp_path):
 
 def test_fingerprints_are_read_as_people_copy_them():
     fp = "ab" * 32
-    assert webcert.normalise(webcert.show(fp)) == fp
-    assert webcert.normalise(f"SHA256:{fp.upper()}") == fp
-    assert webcert.normalise(fp[:-2]) == "" and webcert.normalise(fp + "\n") == fp
+    assert fingerprints.normalise(fingerprints.show(fp)) == fp
+    assert fingerprints.normalise(f"SHA256:{fp.upper()}") == fp
+    assert fingerprints.normalise(fp[:-2]) == "" and fingerprints.normalise(fp + "\n") == fp
     with pytest.raises(ValueError, match="not a SHA-256"):
         parse_pins(["AB:CD"])
 

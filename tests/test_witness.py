@@ -14,7 +14,7 @@ from elections.core.witness import (
     WitnessRecord,
     WitnessTiming,
     WitnessVote,
-    may_claim,
+    may_claim_witness,
     may_enter,
     may_name,
     must_step_down,
@@ -148,7 +148,7 @@ def test_w6_a_refresh_is_good_only_if_the_record_names_exactly_this_node_epoch_r
     ],
 )
 def test_w4_a_follower_claims_only_over_a_valid_record_no_newer_than_the_holders_epoch(got, ok):
-    assert may_claim(got, 7) is ok
+    assert may_claim_witness(got, 7) is ok
 
 
 def test_w6_a_record_of_a_higher_epoch_makes_the_leader_step_down():
@@ -324,12 +324,12 @@ def test_a_holder_that_said_pair_is_taken_over_early_only_through_the_witness_wh
     """Its votes are itself, its partner and the witness for its whole epoch: a follower that now
     counts three (a newcomer heard) must still claim the witness (a majority {itself, newcomer}
     would not intersect the holder's {holder, witness})."""
-    from elections.core.serving import Adherence, Report, ServingTiming
+    from elections.core.serving import AckReport, Adherence, ServingTiming
     from elections.core.serving_book import ServingBook
 
     book = ServingBook("S002", "boot2", ServingTiming.of(0.2), ttl=10.0)
     book.adherence = Adherence("S001", 7, "boot1", 5, heard_at=98.0, mode="ack", paired=True)
-    agrees = [Report("S003", 0.1, "S001", 7, 2.0)]
+    agrees = [AckReport("S003", 0.1, "S001", 7, 2.0)]
     assert book.silent("S001", 7, 3, agrees, 100.0) is not None and book.claims_from("S001", 7)
     assert "witness" in book.silent("S001", 7, 3, agrees, 100.0)
     book.adherence = Adherence("S001", 7, "boot1", 5, heard_at=98.0, mode="ack", paired=False)

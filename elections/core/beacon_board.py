@@ -24,7 +24,7 @@ verified beacons, per-member arrival statistics and reactions come out.
    hearing `resign`, or a leader beacon whose (node, epoch) differs from the
    lease it last read, reads the lease now; a renewal alone (the same holder
    and epoch, a higher renew_seq) is no reason to read the share: the runtime
-   notes when it heard it (`ports.beacons.BeaconService.heard_at`). Two leader beacons of
+   notes when it heard it (`ports.beacons.beacons.BeaconService.heard_at`). Two leader beacons of
    different nodes claiming one epoch raise a `split_brain` security event.
 """
 

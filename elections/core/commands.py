@@ -8,7 +8,7 @@ events and this pool's history of it are kept; a member that comes back simply
 heartbeats again and is a member again.
 
 Pure: no I/O, no clock. The steering service (`elections.steering`) checks a
-command against this agent's pool view with `check()` and writes it as an
+command against this agent's pool view with `check_command()` and writes it as an
 event; every agent folds every command event it reads with `PoolCommands`.
 
 Order without wall clocks (docs/design.md §5.4–§6). Command events come from the
@@ -101,7 +101,7 @@ def forget_refusal(node: str, member: MemberLike, lease: dict[str, Any] | None, 
     return ""
 
 
-def check(
+def check_command(
     pool: PoolLike, kind: str, target: str | None, expected_epoch: int | None, force: bool,
     stale_after: float | None = None,
 ) -> tuple[str, str]:  # fmt: skip

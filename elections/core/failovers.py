@@ -86,7 +86,7 @@ class Failover:
 
 
 @dataclass(frozen=True)
-class Segment:
+class Tenure:
     node: str
     epoch: int
     start: datetime
@@ -166,7 +166,7 @@ def _gap(e: Ev, end: Ev | None) -> float | None:
     return None
 
 
-def segments(events: list[Ev], now: datetime, current_epoch: int | None) -> list[Segment]:
+def segments(events: list[Ev], now: datetime, current_epoch: int | None) -> list[Tenure]:
     """Who led when: one segment per elected event, ended by its own end event,
     else by the next election, else still running if it is the current epoch."""
     events = sorted(events, key=lambda e: (e.at, e.id))
@@ -186,5 +186,5 @@ def segments(events: list[Ev], now: datetime, current_epoch: int | None) -> list
                 end = e.at  # ended, when unknown: shown as a sliver
         if end is not None and later is not None:
             end = min(end, later)
-        out.append(Segment(e.node, e.epoch, e.at, end if end is None else min(end, now)))
+        out.append(Tenure(e.node, e.epoch, e.at, end if end is None else min(end, now)))
     return out

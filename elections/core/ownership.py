@@ -75,7 +75,7 @@ class Sighting:
 
 
 @dataclass(frozen=True)
-class Report:
+class HoldClaim:
     """One member's heartbeat claim about one address (parsed, bounded)."""
 
     node: str
@@ -96,7 +96,7 @@ def _text(value: Any, what: str) -> str:
     return value
 
 
-def reports_of(node: str, doc: Mapping[str, Any]) -> list[Report]:
+def reports_of(node: str, doc: Mapping[str, Any]) -> list[HoldClaim]:
     """The `holds` of a member's heartbeat; `BadReport` if it is malformed in any
     way (not a list, too long, a field of the wrong type, an address that is not
     an IP): the caller counts it and takes none of it."""
@@ -121,7 +121,7 @@ def reports_of(node: str, doc: Mapping[str, Any]) -> list[Report]:
         if held is not None and not isinstance(held, bool):
             raise BadReport("held is not true, false or null")
         error = item.get("error", "")
-        out.append(Report(node, executor, address, _text(item.get("nic", ""), "nic"), held,
+        out.append(HoldClaim(node, executor, address, _text(item.get("nic", ""), "nic"), held,
                           _text(error, "error") if error else ""))  # fmt: skip
     return out
 
@@ -204,7 +204,7 @@ def ownership_map(
     expected: str | None,
     epoch: int | None,
     mine: Sequence[Sighting],
-    reports: Mapping[str, Sequence[Report]],
+    reports: Mapping[str, Sequence[HoldClaim]],
 ) -> list[Entry]:
     """One entry per address this agent or any member reports, sorted.
 
@@ -214,8 +214,8 @@ def ownership_map(
     sighting shows the NIC that member reports as its own; where there is no
     such sighting (or the member's NIC is unknown), if the member says so.
     """
-    claims: list[Report] = [r for node, rs in reports.items() if node != me for r in rs]
-    claims += [Report(me, s.executor, s.address, s.nic, s.held, s.error) for s in mine]
+    claims: list[HoldClaim] = [r for node, rs in reports.items() if node != me for r in rs]
+    claims += [HoldClaim(me, s.executor, s.address, s.nic, s.held, s.error) for s in mine]
     keys = sorted({(r.executor, r.address) for r in claims})
     out = []
     for key in keys:

@@ -31,7 +31,7 @@ ACQUIRE, RELEASE = "acquire", "release"
 
 
 @dataclass(frozen=True)
-class Standing:
+class RepairStanding:
     """This agent's part in the pool when it looks."""
 
     node: str
@@ -58,7 +58,7 @@ class Repair:
 def repairs(
     entries: Sequence[Entry],
     mine: Sequence[Sighting],
-    me: Standing,
+    me: RepairStanding,
     last_repair: Mapping[tuple[str, str], float],
     now: float,
     hold: float,

@@ -38,7 +38,7 @@ MODES = (LEASE, ACKED)
 MIN_MEMBERS = 3  # below this no majority of others can exist: the TTL path, as before
 DRIFT = 0.01  # assumed bound on any two clocks' rate difference from real time (±1 %)
 WINDOW_INTERVALS = 7.5  # W in beacon intervals (1.5 s at 0.2 s): acks survive 30 % loss
-JITTER = 0.2  # beacons are sent every interval ±20 % (ports.beacons)
+JITTER = 0.2  # beacons are sent every interval ±20 % (ports.beacons.beacons)
 GATE_LAG = 0.05  # seconds between the gate's deadline and the relay's last forwarded byte
 KEEP_SENT = 128  # own leader beacons remembered (their send times), for acks to name
 KEEP_ACKERS = 64
@@ -81,7 +81,7 @@ class ServingRight:
     # `ACKED` is said in our beacons only once the gate it implies was published (`told`):
     # until then followers must not take over early, for the relay still reads the lease's deadline.
     told: bool = False
-    fenced: bool = False  # its relay stopped before a planned release (runtime.agent_roles._fence)
+    fenced: bool = False  # its relay stopped before a planned release (runtime.agent.Agent._fence)
     # From when this leader's own vote counts in its majority: a member that acked another leader
     # it heard within S before it took this epoch may still be in that leader's majority (rule 1:
     # it would have switched only after S of silence). `ServingBook.taken` sets it.
@@ -255,7 +255,7 @@ def adhere(current: Adherence | None, node: str, role: str, epoch: int, boot: st
 
 # -- a follower ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Report:
+class AckReport:
     """What another member's latest beacon said about the leader it adheres to."""
 
     node: str
@@ -265,7 +265,7 @@ class Report:
     quiet: float  # seconds the sender had not heard it, when it sent
 
 
-def silent_holder(holder: str, epoch: int, mine: Adherence | None, reports: list[Report], members: int,
+def silent_holder(holder: str, epoch: int, mine: Adherence | None, reports: list[AckReport], members: int,
                   timing: ServingTiming, now: float) -> str | None:  # fmt: skip
     """Why `holder` of `epoch` may be taken over before its TTL, or None. This
     member adheres to it and heard it say it serves by acks; it has not heard it

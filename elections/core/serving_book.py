@@ -1,7 +1,7 @@
 """One member's book of the serving right (docs/design.md §15; the rules are `core.serving`), as
 its beacons see it: the leader it adheres to, and while it leads, its own right and how it began.
 Pure: every time is the caller's own clock (the gate's), passed in; its transport
-(`ports.beacons`) calls it under one lock.
+(`ports.beacons.beacons`) calls it under one lock.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from elections.core.serving import (
     LEASE,
     MIN_MEMBERS,
     RELEASED,
+    AckReport,
     Adherence,
-    Report,
     ServingRight,
     ServingTiming,
     adhere,
@@ -36,7 +36,7 @@ from elections.core.witness import WitnessTiming, WitnessVote, silent_pair
 @dataclass
 class ServingBook:
     """What one member's beacons keep for the serving right: the leader it adheres
-    to, and while it leads, its own right. Its transport (`ports.beacons`) calls
+    to, and while it leads, its own right. Its transport (`ports.beacons.beacons`) calls
     it under one lock; `members` is the pool's size as this member counts it."""
 
     node: str
@@ -259,7 +259,9 @@ class ServingBook:
         right = self.right
         return right is not None and right.epoch == epoch and right.mode == ACKED and not right.told
 
-    def silent(self, holder: str, epoch: int, members: int, reports: list[Report], now: float) -> str | None:
+    def silent(
+        self, holder: str, epoch: int, members: int, reports: list[AckReport], now: float
+    ) -> str | None:
         adh = self.adherence
         if adh is not None and adh.paired and (adh.node, adh.epoch) == (holder, epoch):
             # W4a: the holder said `pair`: its votes are itself, its partner and the share's witness,

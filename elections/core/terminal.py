@@ -12,7 +12,7 @@ surrogates (undecodable bytes of a file name) — with a visible ``\\uXXXX``.
 The escape is JSON's own, so a JSON document passed through it is still valid
 JSON with the same value: the commands apply it to their JSON output too.
 `relayctl`, `stkuser`, `relayclient` and the agents' log lines print nothing
-from outside without it (`elections.ports.terminal.SafeOutput` for the
+from outside without it (`elections.ports.local.terminal.SafeOutput` for the
 commands, `stkconfig.logs` for the logs). Pure: no I/O.
 """
 

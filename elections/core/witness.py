@@ -14,7 +14,7 @@ Vocabulary:
 - `WitnessVote` — one holder's vote from the witness for one epoch: entered or claimed, the
   send time of its newest refresh that found its own record, from when it counts.
 - the verdicts on a record read: `may_name` (W1), `may_enter` (W2), `refresh_ok` (W3, W6),
-  `may_claim` (W4c).
+  `may_claim_witness` (W4c).
 """
 
 from __future__ import annotations
@@ -144,7 +144,7 @@ def refresh_ok(read: WitnessRead, node: str, epoch: int) -> bool:
     return read.valid and rec is not None and (rec.node, rec.epoch, rec.relies) == (node, epoch, True)
 
 
-def may_claim(read: WitnessRead, holder_epoch: int) -> bool:
+def may_claim_witness(read: WitnessRead, holder_epoch: int) -> bool:
     """W4c: a follower claims only over a valid record of an epoch no higher than the holder's
     it judged silent; a record that is no evidence leaves the TTL path to run on."""
     return read.valid and read.record is not None and read.record.epoch <= holder_epoch

@@ -6,16 +6,16 @@ Wiring in the agent (the owner's part), for example:
 
     cfg, problems = action_config(raw_stk_values)
     executors = build_executors(cfg, data_dir)
-    gate = Gate(epoch_from_state(LocalState(data_dir), time.monotonic))
+    gate = ActionFence(epoch_from_state(LocalState(data_dir), time.monotonic))
     on_elected, on_demoted = leader_duties(node, cfg, executors, gate, event_sink())
 
 Vocabulary:
 
-  Executor   one provider's `apply` of an action (vip, aws, azure, oci, relay) (`base`)
-  Gate       fencing: an action runs only if its epoch is current (`base`)
-  Outcome    what one action came to, recorded through a `Sink` (`base.run_plan`)
-  Observer   an executor that says where its address really is (`observe`, read-only)
-  held       the addresses this leader holds, in `addresses.json` (`held`)
+  Executor     one provider's `apply` of an action (vip, aws, azure, oci, relay) (`base`)
+  ActionFence  fencing: an action runs only if its epoch is current (`base`)
+  Outcome      what one action came to, recorded through a `Sink` (`base.run_plan`)
+  Observer     an executor that says where its address really is (`observe`, read-only)
+  held         the addresses this leader holds, in `addresses.json` (`held`)
 """
 
 from __future__ import annotations
@@ -33,12 +33,12 @@ from elections.executors.base import (
     FAILED,
     FENCED,
     PLANNED,
+    ActionFence,
     CommandFailed,
     Completed,
     Executor,
     ExecutorError,
     Fenced,
-    Gate,
     Observer,
     Outcome,
     PreconditionFailed,
@@ -59,6 +59,7 @@ __all__ = [
     "FAILED",
     "FENCED",
     "PLANNED",
+    "ActionFence",
     "AddressBook",
     "AwsExecutor",
     "AzCliClient",
@@ -68,7 +69,6 @@ __all__ = [
     "Executor",
     "ExecutorError",
     "Fenced",
-    "Gate",
     "Observer",
     "OciExecutor",
     "Outcome",
@@ -109,7 +109,7 @@ def leader_duties(
     node: str,
     config: ActionConfig,
     executors: list[Executor],
-    gate: Gate,
+    gate: ActionFence,
     sink: Sink | None,
     notify: Callable[[Outcome], None] | None = None,
 ) -> tuple[Callable[[int], list[Outcome]], Callable[[int], list[Outcome]]]:

@@ -1,6 +1,6 @@
 """Who answers ARP for an address on a LAN (the VIP executor's `observe`).
 
-`probe(ifname, address, window, most)` sends an RFC 5227 probe — an ARP request
+`arp_probe(ifname, address, window, most)` sends an RFC 5227 probe — an ARP request
 for `address` with sender address 0.0.0.0, so no neighbour's cache changes —
 twice from a raw AF_PACKET socket on `ifname` (CAP_NET_RAW), and collects for
 `window` seconds the MACs of the replies that claim `address` (at most `most`;
@@ -18,7 +18,7 @@ from __future__ import annotations
 import inspect
 
 
-def probe(ifname: str, address: str, window: float, most: int) -> list[str]:
+def arp_probe(ifname: str, address: str, window: float, most: int) -> list[str]:
     import select
     import socket
     import struct
@@ -54,7 +54,7 @@ def probe(ifname: str, address: str, window: float, most: int) -> list[str]:
 
 # Prints one JSON list of the MACs that answered: ifname address window most.
 SCRIPT = (
-    inspect.getsource(probe)
+    inspect.getsource(arp_probe)
     + "\nimport json, sys\n"
-    + "print(json.dumps(probe(sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4]))))\n"
+    + "print(json.dumps(arp_probe(sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4]))))\n"
 )

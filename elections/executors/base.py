@@ -1,4 +1,4 @@
-"""The `Executor` port, the fencing `Gate`, and `run_plan`.
+"""The `Executor` port, the fencing `ActionFence`, and `run_plan`.
 
 An executor carries out verbs for one provider (`name`, `verbs`,
 `apply(action, recheck) -> Outcome`). Every action passes the gate first: the
@@ -16,7 +16,7 @@ What "stale" means (ADR 0011 fencing):
 Executors that write more than once (Azure: remove + add) call `recheck()`
 before each write, so a lease lost between the steps stops the rest.
 
-Errors never escape `Gate.run` or `run_plan`; each becomes an `Outcome`.
+Errors never escape `ActionFence.run` or `run_plan`; each becomes an `Outcome`.
 
 ElectionError (elections.errors)
 └── ExecutorError        an action could not be carried out; str() is readable
@@ -41,8 +41,8 @@ from typing import Any, Protocol, runtime_checkable
 from elections.core.actions import RELEASE_IP, RELEASE_VIP, STOP_RELAY, Action, ActionPlan
 from elections.core.ownership import Sighting
 from elections.errors import ElectionError
-from elections.ports.localstate import LocalState
-from elections.ports.stores import TransitionSink
+from elections.ports.local.localstate import LocalState
+from elections.ports.store.stores import TransitionSink
 
 log = logging.getLogger("stkrelay.actions")
 
@@ -119,13 +119,13 @@ class Observer(Protocol):
     def observe(self, args: dict[str, Any]) -> Sighting: ...
 
 
-Sink = TransitionSink  # where a duty plan records its outcomes (ports.stores)
+Sink = TransitionSink  # where a duty plan records its outcomes (ports.store.stores)
 
 
 # -- the gate ----------------------------------------------------------------------
 
 
-class Gate:
+class ActionFence:
     """Fencing: an action runs only if its epoch is current (see the module
     docstring for what "current" means for acquiring and releasing verbs)."""
 
@@ -207,7 +207,7 @@ def _record(sink: Sink | None, outcome: Outcome) -> None:
 def run_plan(
     plan: ActionPlan,
     executors: Iterable[Executor],
-    gate: Gate,
+    gate: ActionFence,
     sink: Sink | None,
     dry_run: bool = False,
     notify: Callable[[Outcome], None] | None = None,

@@ -27,8 +27,8 @@ import threading
 
 from elections.core.actions import ASSIGN_IP, ASSIGN_VIP, RELEASE_IP, RELEASE_VIP, Action
 from elections.executors.base import APPLIED, FAILED, Outcome
-from elections.ports.localstate import LocalState
-from elections.ports.relay_files import HeldAddress
+from elections.ports.local.localstate import LocalState
+from elections.ports.local.relay_files import HeldAddress
 
 log = logging.getLogger("stkrelay.actions")
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from elections.core.actions import START_RELAY, STOP_RELAY, Action
 from elections.executors.base import CommandFailed, Outcome, Recheck, applied, no_recheck
-from elections.ports.localstate import LocalState
+from elections.ports.local.localstate import LocalState
 
 
 def relay_wanted(data_dir: str | os.PathLike[str]) -> int | None:

@@ -31,7 +31,7 @@ from typing import Any
 from elections.core.actions import ASSIGN_VIP, RELEASE_VIP, Action
 from elections.core.ownership import MAX_HOLDERS, Sighting
 from elections.executors.arp_probe import SCRIPT as ARP_SCRIPT
-from elections.executors.arp_probe import probe as arp_probe
+from elections.executors.arp_probe import arp_probe
 from elections.executors.base import (
     CommandFailed,
     Completed,

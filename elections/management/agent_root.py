@@ -1,6 +1,6 @@
 """`manage.py runagent --ini PATH` (and `stkrelay agent`): one agent in the foreground, without Django.
 
-Web (Daphne: HTTPS with this agent's certificate, `elections.ports.webcert`, unless
+Web (Daphne: HTTPS with this agent's certificate, `elections.ports.local.webcert`, unless
 WEB_PLAIN = 1), the lease worker (Celery, solo, queue `lease`) with its beat on
 a thread, and the standby relay (no Django), supervised as one process group. SIGTERM stops it
 within 5 s, releasing the lease first if this agent leads (and saying so with
@@ -41,9 +41,10 @@ from typing import Any
 
 from elections.management.migrations_due import MIGRATING, due, migrating_lock
 from elections.management.release_record import ReleaseRecorder
-from elections.ports.webcert import FINGERPRINT, WebCert, made_as_is, made_cert, operator_cert, show
+from elections.ports.local.webcert import WebCert, made_as_is, made_cert, operator_cert
 from relay.server.listen_set import door_hosts
 from stkconfig.model import Config
+from stkhost.fingerprints import FINGERPRINT, show
 from stkrelay.config_tls import plain_on_lan
 from stkrelay.ini_arg import take_ini
 
@@ -79,7 +80,7 @@ def main(argv: list[str]) -> int:
         env[MIGRATING] = "1"
     cert = _web_cert(stk, env)
 
-    from elections.ports.redis_link import RedisLink
+    from elections.ports.local.redis_link import RedisLink
     from elections.runtime.supervisor import Supervisor
 
     release, record_release = _releaser(stk, env)
@@ -162,7 +163,7 @@ def _migrated(migrating: subprocess.Popen[str], sup: Any, failed: threading.Even
 
 def _hold_liveness_port(stk: Config, env: dict[str, str]) -> None:
     """The TCP liveness port (docs/design.md §13), before any child starts: none may inherit it."""
-    from elections.ports.liveness_port import LivenessPort
+    from elections.ports.beacons.liveness_port import LivenessPort
 
     try:
         LivenessPort(stk.node_ip, stk.beacon_port).start()
@@ -246,12 +247,12 @@ def _children(stk: Config, cert: WebCert | None) -> list[Any]:
 def _releaser(stk: Config, env: dict[str, str]) -> tuple[Callable[[Any], bool], Callable[[Any], None]]:
     """What the supervisor runs on SIGTERM if this agent leads: the lease released, said in
     beacons; and, once its children are gone, the history row of that release."""
-    from elections.ports.beacon_config import BeaconConfig
-    from elections.ports.clock import SystemClock
-    from elections.ports.liveness_port import send_resign
-    from elections.ports.localstate import Leadership
-    from elections.ports.stores import PoolPlace, open_store
+    from elections.ports.beacons.beacon_config import BeaconConfig
+    from elections.ports.beacons.liveness_port import send_resign
+    from elections.ports.local.localstate import Leadership
+    from elections.ports.store.stores import PoolPlace, open_store
     from elections.runtime.lease_writes import identity, make_record, release_lease
+    from stkhost.clock import SystemClock
 
     clock = SystemClock()
     os.environ["STK_AGENT_PID"] = str(os.getpid())
@@ -288,8 +289,8 @@ def _web_cert(stk: Config, env: dict[str, str]) -> WebCert | None:
     kept = made_as_is(stk.data_dir, stk.node_ip, datetime.now(UTC))
     if kept is not None:  # nothing to make: no child
         return kept
-    # A short child: `cryptography` (~13 MiB) stays out of the supervisor (elections.ports.webcert).
-    made = subprocess.run([sys.executable, "-m", "elections.ports.webcert", stk.data_dir, stk.node_ip,
+    # A short child: `cryptography` (~13 MiB) stays out of the supervisor (elections.ports.local.webcert).
+    made = subprocess.run([sys.executable, "-m", "elections.ports.local.webcert", stk.data_dir, stk.node_ip,
                            *stk.web_allowed_hosts], env=env, capture_output=True, text=True,
                           timeout=60)  # fmt: skip
     fingerprint = made.stdout.strip()

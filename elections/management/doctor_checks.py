@@ -24,7 +24,7 @@ from stkconfig.model import Config
 def listen_check(check: Any, stk: Config) -> None:
     """Where this agent's relay listens (relay.server.listen_set): NODE_IP, loopback, the addresses
     the executors hold; an address it cannot bind (not arrived yet, taken) fails the check."""
-    from elections.ports.localstate import LocalState
+    from elections.ports.local.localstate import LocalState
 
     status = LocalState(stk.data_dir).relay()
     entries = status.snapshot.get("listen") if isinstance(status.snapshot.get("listen"), list) else []
@@ -66,7 +66,7 @@ def clock_checks(check: Any, me: str, pool: Any) -> None:
 def relay_kind_check(check: Any, stk: Config) -> None:
     """Which relay this agent runs when it leads (RELAY_KIND, docs/design.md §16) and, while it
     leads with an external relay, whether that relay accepts behind the fencing proxy."""
-    from elections.ports.localstate import LocalState
+    from elections.ports.local.localstate import LocalState
     from elections.web.panel.proxy_state import ProxyState
 
     ports = f"{stk.node_ip}:{stk.relay_port} and :{stk.relay_port + 1}"
@@ -153,7 +153,7 @@ def share_split_check(check: Any, pool: Any) -> None:
 def legacy_check(check: Any, stk: Config) -> None:
     """``RELAY_LEGACY = 1`` (relay.wire.legacy): say so, with this relay's legacy sessions, and warn:
     old stations send the site token in clear on the LAN. A warning, not a failure."""
-    from elections.ports.localstate import LocalState
+    from elections.ports.local.localstate import LocalState
 
     if not stk.relay_legacy:
         check("legacy stations", True, "off (RELAY_LEGACY = 0): only protocol v1 clients")
@@ -226,8 +226,8 @@ def store_checks(check: Callable[..., None], stk: Any, place: Any, store: Any) -
     """The store reachable: etcd's cluster and TTLs, or a probe written on the share; the
     probe's mtime on a local share (for the clock check), else None."""
     from elections.errors import StoreUnavailable
-    from elections.ports.share import LocalShare
-    from elections.ports.stores import open_share
+    from elections.ports.share.share import LocalShare
+    from elections.ports.store.stores import open_share
 
     share_mtime = None
     if stk.lease_store == "etcd":  # the cluster, and TTLs as etcd counts them
@@ -379,8 +379,8 @@ def redis_check(check: Callable[..., None], stk: Config) -> None:
     """This agent's own Redis, as its supervisor last found it (`redis.json`, runtime.redis_wait);
     when no running agent wrote it, one ping here. Waiting for it is a failure: no worker runs."""
     from elections.errors import RedisUnavailable
-    from elections.ports.localstate import LocalState
-    from elections.ports.redis_link import RedisLink
+    from elections.ports.local.localstate import LocalState
+    from elections.ports.local.redis_link import RedisLink
 
     name = "this agent's Redis"
     status = LocalState(stk.data_dir).redis()

@@ -24,7 +24,7 @@ import os
 import sqlite3
 from pathlib import Path
 
-from elections.ports.host.locks import held_for_child, wait_unheld
+from stkhost.locks import held_for_child, wait_unheld
 
 MIGRATING = "STK_MIGRATING"  # "1" in a child's environment: a migrate child may still run
 
@@ -43,7 +43,7 @@ def migration_names(app: str) -> set[tuple[str, str]]:
     return names
 
 
-def applied(db: Path) -> set[tuple[str, str]] | None:
+def applied_migrations(db: Path) -> set[tuple[str, str]] | None:
     """The (app, name) rows of `django_migrations`, or None if the database cannot be read."""
     if not db.is_file():
         return None
@@ -59,7 +59,7 @@ def applied(db: Path) -> set[tuple[str, str]] | None:
 
 def due(db: Path, apps: list[str]) -> bool:
     """True unless every migration file of `apps` is recorded as applied in `db`."""
-    done = applied(db)
+    done = applied_migrations(db)
     if done is None:
         return True
     return any(not migration_names(app) <= done for app in apps)

@@ -1,7 +1,7 @@
 """What relayctl prints of the pool: every view with its age and source, refused when stale.
 
 `pool.json` is written by this agent's worker with this machine's monotonic clock
-(ports.localstate), so its age is read here on the same clock; its wall-clock time, for
+(ports.local.localstate), so its age is read here on the same clock; its wall-clock time, for
 people and for `-o json`, is now (TIME_ZONE-aware ISO 8601) minus that age. A view older
 than HEARTBEAT_TTL is refused with STALE_EXIT unless `--stale-ok`, then marked STALE.
 """

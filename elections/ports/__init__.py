@@ -1,18 +1,17 @@
 """Ports and their adapters (docs/design.md §3, layer 2).
 
 The small interfaces the runtime talks through, each with its real
-implementation. Nothing here decides anything.
+implementation, one sub-package per subsystem. Nothing here decides anything.
 
 Vocabulary:
 
-  Backend      bytes under keys with a revision: get, list, cas, claim, wait_change (`backend`)
-  PoolStore    the one record layer over any backend: signs, verifies, refuses (`records`)
-  LeaseStore   the port the elector holds (`store`); opened only by `stores`
-  Share        a folder of a file server: local, mounted or SMB (`share`, `smbshare`)
-  wait_change  wait until a key may have changed; a share's is `wait_folder_change`
-  event log    the pool's signed event lines, one writer per node (`eventlog`, `eventtail`)
-  LocalState   this agent's data directory, shared by its processes (`localstate`)
-  beacons      signed UDP datagrams between members, and the liveness watch (`beacons`)
-  Clock        monotonic, wall and boot time, injected (`clock`)
-  host         every call only Linux answers (`host/`)
+  store/       the backend port, the record layer, the `LeaseStore`, `stores` that opens them
+  share/       a folder of a file server: local, mounted or SMB; the backend and lock on it
+  events/      the pool's signed event lines, one writer per node, and their files
+  beacons/     signed UDP datagrams between members, the liveness watch, nudges
+  local/       this agent's data directory shared by its processes, its certificate, its gate
+  etcd/        the pool on etcd v3: the same ports on another store
+
+Below every app, `stkhost` holds what both the election and the relay use of the host:
+the clock, the OS seam, retries, pinned HTTPS.
 """

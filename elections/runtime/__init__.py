@@ -10,11 +10,11 @@ Celery tasks and the management commands).
 
 Vocabulary:
 
-  Elector       one node's election loop; its acts on the store are `elector_acts`
+  Elector       one node's election loop and its acts on the store
   cycle         one `attempt` (read once, decide once, act once), retried around it
   Attempt       what one attempt came to, and the verdict whose act lost a race
-  duty          what the agent does on `on_elected` / `on_demoted` (`agent_roles`)
-  glance        the cheap look between polls, every LEASE_WATCH (`agent_looks`)
+  duty          what the agent does on `on_elected` / `on_demoted` (`agent`)
+  glance        the cheap look between polls, every LEASE_WATCH (`agent`)
   quiet         a follower reading less while the leader's beacons vouch for the lease
   watched pool  a `[pool:<KMSN>]` this agent shows and never contends in (`watch`)
   ownership     where the leader's addresses really are, looked at and repaired (`ownership`)

@@ -35,8 +35,8 @@ from elections.core.beacon_board import Reaction, Standing
 from elections.core.lease import LeaseRead
 from elections.core.lease_memory import Memory
 from elections.core.nudge import Nudge
-from elections.ports.beacon_config import BeaconConfig
-from elections.ports.beacons import BeaconService
+from elections.ports.beacons.beacon_config import BeaconConfig
+from elections.ports.beacons.beacons import BeaconService
 
 log = logging.getLogger("stkrelay.beacons")
 

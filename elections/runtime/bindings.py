@@ -29,9 +29,9 @@ from typing import Any
 from elections.core.evidence import DETAIL_CHARS, Refusals, printable
 from elections.core.stations import BOUND, EVENT_KINDS, SEEN, StationBook, station_name
 from elections.core.untrusted import IMPERSONATION
-from elections.ports.clock import Clock
-from elections.ports.localstate import LocalState, RelayStatus
-from elections.ports.stores import TransitionSink
+from elections.ports.local.localstate import LocalState, RelayStatus
+from elections.ports.store.stores import TransitionSink
+from stkhost.clock import Clock
 
 log = logging.getLogger("stkrelay.bindings")
 

@@ -4,7 +4,7 @@
     python -m elections.runtime.contend --etcd ENDPOINTS [--prefix P] --node N --token-file PATH ...
 
 The pool key comes from `--token-file PATH` (`-`: stdin) or `$STK_RELAY_TOKEN`,
-never from argv (`elections.ports.secret_source`; `--token T` is refused).
+never from argv (`stkhost.secret_source`; `--token T` is refused).
 
 Used by the stress tests and the failover benchmark to run many real
 processes on one lease dir cheaply. SIGTERM releases the lease and exits;
@@ -22,12 +22,12 @@ import threading
 
 from elections.core.decide import Timing
 from elections.errors import StoreUnavailable
-from elections.ports.clock import Clock, SystemClock
-from elections.ports.eventlog import JsonlEventSink
-from elections.ports.secret_source import SecretUnreadable, argv_refusal, from_environment, read_secret
-from elections.ports.stores import ETCD, FILE, PoolPlace, open_store
+from elections.ports.events.eventlog import JsonlEventSink
+from elections.ports.store.stores import ETCD, FILE, PoolPlace, open_store
 from elections.runtime.elector import Elector
 from elections.runtime.lease_writes import Identity
+from stkhost.clock import Clock, SystemClock
+from stkhost.secret_source import SecretUnreadable, argv_refusal, from_environment, read_secret
 
 TOKEN_ENV = "STK_RELAY_TOKEN"
 

@@ -25,7 +25,7 @@ from typing import Protocol
 
 from elections.core.gate import LOOK_EVERY, GateMemory, Look, remember, signal
 from elections.core.gate import PENDING as GATE_PENDING
-from elections.ports.host.processes import site_environment
+from stkhost.processes import site_environment
 
 log = logging.getLogger("stkrelay.health")
 
@@ -53,7 +53,7 @@ def run_checks(health_cmd: str, health_url: str, timeout: float = CHECK_TIMEOUT)
     return "ok"
 
 
-class Gate(Protocol):
+class MasterGate(Protocol):
     def look(self) -> Look: ...
 
 
@@ -65,7 +65,7 @@ class HealthMonitor:
     def __init__(
         self, check: Callable[[], str] | None, interval: float = LOOK_EVERY,
         wait: Callable[[threading.Event, float], bool] = lambda ev, s: ev.wait(s),
-        gate: Gate | None = None, gate_max_age: float = 0.0,
+        gate: MasterGate | None = None, gate_max_age: float = 0.0,
         mono: Callable[[], float] = time.monotonic, on_gate: Callable[[str], None] | None = None,
     ) -> None:  # fmt: skip
         self.check = check
@@ -82,7 +82,7 @@ class HealthMonitor:
         self._threads: list[threading.Thread] = []
 
     @classmethod
-    def from_settings(cls, health_cmd: str, health_url: str, gate: Gate | None = None,
+    def from_settings(cls, health_cmd: str, health_url: str, gate: MasterGate | None = None,
                       gate_max_age: float = 0.0, on_gate: Callable[[str], None] | None = None,
                       ) -> HealthMonitor:  # fmt: skip
         check = (lambda: run_checks(health_cmd, health_url)) if health_cmd or health_url else None

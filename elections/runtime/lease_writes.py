@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 
 from elections.core.lease import LeaseRecord, legacy_lease_until
 from elections.errors import StoreUnavailable
-from elections.ports.clock import Clock
-from elections.ports.store import LeaseStore, WriteOutcome
+from elections.ports.store.store import LeaseStore, WriteOutcome
+from stkhost.clock import Clock
 
 if TYPE_CHECKING:
     from stkconfig.model import Config

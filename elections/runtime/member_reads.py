@@ -26,7 +26,7 @@ from typing import Any
 
 from elections.core.beacons import member_digest
 from elections.errors import StoreUnavailable
-from elections.ports.store import LeaseStore
+from elections.ports.store.store import LeaseStore
 
 QUIET_SURVEY_EVERY = 5.0  # at most this long between reads of the members' files while quiet (see below)
 KEEP_UNREADABLE = 64

@@ -15,7 +15,7 @@ body)>` and `X-Stkrelay-Delivery: <id>`. The id of a history row,
 in the pool's history, the same whichever agent sends it; a security event's is
 `<kmsn>/<node>/security/<ms>`. Delivery is at-least-once (a receiver that answered
 200 too late sees the same id again) and a receiver drops repeats on it. A
-refused or failed POST is retried with `elections.retry.Backoff` (`WEBHOOK_TRIES`),
+refused or failed POST is retried with `stkhost.retry.Backoff` (`WEBHOOK_TRIES`),
 each event on its own: while one waits out its backoff the queue moves on (at most
 `RETRYING` events wait on retries at once, so a receiver that is down is not sent
 every event of the queue), and each failed try is logged once with its status and
@@ -59,12 +59,12 @@ from pathlib import Path
 from typing import Any
 
 from elections.core.evidence import printable
-from elections.ports.host.files import write_atomic
-from elections.ports.host.processes import kill_group, site_environment, spawn_options
-from elections.ports.pinned_https import opener
-from elections.retry import Backoff
-from elections.runtime.notify_outbox import OUTBOX_FILE, Outbox
+from elections.runtime.notify_outbox import OUTBOX_FILE, NotifyOutbox
 from stkconfig.parsed import NotifyConfig
+from stkhost.files import write_atomic
+from stkhost.pinned_https import opener
+from stkhost.processes import kill_group, site_environment, spawn_options
+from stkhost.retry import Backoff
 
 log = logging.getLogger("stkrelay.notify")
 
@@ -128,7 +128,7 @@ def sends(kind: str, issuer: str, me: str, led_epoch: bool, epoch_has_leader: bo
     return False
 
 
-def sign(secret: str, body: bytes) -> str:
+def webhook_signature(secret: str, body: bytes) -> str:
     """The signature header's value for `body`."""
     return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 
@@ -151,7 +151,7 @@ QUEUE_NAMES = ("queued", "oldest_queued_at")  # the queue's depth, and when its 
 
 
 @dataclass
-class Counters:
+class NotifyCounters:
     sent: int = 0
     failed: int = 0  # events given up after every try
     dropped: int = 0  # events pushed out of a full queue
@@ -228,8 +228,8 @@ class Notifier:
         self.audit = audit if audit is not None else _audit_row
         self.backoff = backoff or Backoff(cfg.webhook_tries, SEND_BACKOFF.first, SEND_BACKOFF.factor,
                                           SEND_BACKOFF.cap, SEND_BACKOFF.jitter)  # fmt: skip
-        self.counters = Counters(path=Path(data_dir) / COUNTERS_FILE if data_dir else None)
-        self.outbox = Outbox(Path(data_dir) / OUTBOX_FILE if data_dir else None, cfg.webhook_queue,
+        self.counters = NotifyCounters(path=Path(data_dir) / COUNTERS_FILE if data_dir else None)
+        self.outbox = NotifyOutbox(Path(data_dir) / OUTBOX_FILE if data_dir else None, cfg.webhook_queue,
                              self._dropped)  # fmt: skip
         self._role: tuple[str, int, str] | None = None  # the newest change not yet run
         self._role_wake = threading.Condition()
@@ -309,7 +309,7 @@ class Notifier:
 
     def _post(self, body: bytes, doc: dict[str, Any]) -> None:
         req = urllib.request.Request(self.cfg.webhook_url, data=body, method="POST", headers={
-            "Content-Type": "application/json", SIGNATURE: sign(self.cfg.webhook_secret, body),
+            "Content-Type": "application/json", SIGNATURE: webhook_signature(self.cfg.webhook_secret, body),
             DELIVERY: doc["id"], EVENT: doc["kind"], "User-Agent": "stkrelay-webhook",
         })  # fmt: skip
         try:

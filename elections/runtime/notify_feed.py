@@ -34,7 +34,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from elections.core.evidence import DETAIL_CHARS, SOURCE_CHARS, printable
-from elections.ports.localstate import LocalState
+from elections.ports.local.localstate import LocalState
 from elections.runtime.notify import COMMAND_KINDS, SECURITY, Notifier, Roles, payload, sends
 from stkconfig.model import Config
 

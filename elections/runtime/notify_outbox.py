@@ -33,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from elections.ports.host.files import write_atomic
+from stkhost.files import write_atomic
 
 log = logging.getLogger("stkrelay.notify")
 
@@ -41,7 +41,7 @@ OUTBOX_FILE = "webhook-outbox.json"
 DOC_BYTES = 16 * 1024  # the most one event document may take in the file, for the read's bound
 
 
-class Outbox:
+class NotifyOutbox:
     def __init__(self, path: Path | None, limit: int, dropped: Callable[[dict[str, Any]], None]) -> None:
         self.path, self.limit, self.dropped = path, limit, dropped
         self._docs: collections.deque[dict[str, Any]] = collections.deque()

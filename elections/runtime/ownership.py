@@ -37,15 +37,15 @@ from elections.core.ownership import (
     ADDRESS_EXECUTORS,
     BadReport,
     Entry,
-    Report,
+    HoldClaim,
     Sighting,
     ownership_map,
     reports_of,
 )
-from elections.core.repair import ACQUIRE, Repair, Standing, repairs
+from elections.core.repair import ACQUIRE, Repair, RepairStanding, repairs
 from elections.core.untrusted import BAD_FIELD
-from elections.executors import Executor, Gate, Observer, Outcome, Sink, run_plan
-from elections.ports.pool_view import PoolView
+from elections.executors import ActionFence, Executor, Observer, Outcome, Sink, run_plan
+from elections.ports.local.pool_view import PoolView
 
 log = logging.getLogger("stkrelay.ownership")
 
@@ -80,7 +80,7 @@ def look(found: list[tuple[Observer, dict[str, Any]]]) -> list[Sighting]:
 
 def member_reports(
     docs: Mapping[str, dict[str, Any]], refuse: Callable[[str, str], None]
-) -> dict[str, list[Report]]:
+) -> dict[str, list[HoldClaim]]:
     """The members' `holds`; a malformed one is refused whole (`refuse(node, why)`)."""
     out = {}
     for node, doc in docs.items():
@@ -91,7 +91,7 @@ def member_reports(
     return out
 
 
-def expected_owner(me: Standing) -> tuple[str | None, int | None]:
+def expected_owner(me: RepairStanding) -> tuple[str | None, int | None]:
     """Who should hold the addresses: this agent while it leads, else the live lease's holder."""
     if me.held_epoch is not None:
         return me.node, me.held_epoch
@@ -115,11 +115,11 @@ class OwnershipWatch:
         node: str,
         config: ActionConfig,
         executors: list[Executor],
-        gate: Gate,
+        gate: ActionFence,
         sink: Sink | None,
         interval: float,
         hold: float,
-        standing: Callable[[], Standing],
+        standing: Callable[[], RepairStanding],
         member_docs: Callable[[], Mapping[str, dict[str, Any]]],
         monotonic: Callable[[], float] = time.monotonic,
         refusals: Refusals | None = None,
@@ -246,8 +246,8 @@ def _close_db() -> None:
 
 def standing_of(
     node: str, view: PoolView, held_epoch: int | None, paused: bool, busy: bool, now: float
-) -> Standing:
-    """This agent's `Standing` from its pool view (`PoolView`: the lease as last read, judged
+) -> RepairStanding:
+    """This agent's `RepairStanding` from its pool view (`PoolView`: the lease as last read, judged
     live on this machine's clock from when its renewal was last seen)."""
     lease = view.lease or {}
     seen, ttl = view.lease_seen_at, lease.get("ttl_s")
@@ -255,7 +255,7 @@ def standing_of(
             and now - seen < ttl)  # fmt: skip
     leader = lease.get("node") if live and isinstance(lease.get("node"), str) else None
     epoch = lease.get("epoch") if leader is not None and isinstance(lease.get("epoch"), int) else None
-    return Standing(node, held_epoch, leader, epoch, paused, busy)
+    return RepairStanding(node, held_epoch, leader, epoch, paused, busy)
 
 
 def doctor_map(

@@ -20,8 +20,8 @@ from typing import Protocol
 from elections.core.commands import PoolCommands
 from elections.core.eligibility import successor
 from elections.core.gate import MASTER_SIGNAL
-from elections.ports.localstate import LocalState
-from elections.ports.pool_view import PoolView
+from elections.ports.local.localstate import LocalState
+from elections.ports.local.pool_view import PoolView
 
 RELAY_GRACE = 3.0  # seconds a new leader's relay has to come up before it counts
 RELAY_STALE = 3.0  # a relay status older than this is a dead relay

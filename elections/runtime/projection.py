@@ -26,12 +26,12 @@ from typing import Any
 
 from elections.core.untrusted import BAD_FIELD, Untrusted, check_event
 from elections.errors import StoreUnavailable
-from elections.ports.clock import SystemClock
-from elections.ports.host.locks import exclusive
-from elections.ports.stores import EventSink, PoolPlace, open_event_sink
-from elections.retry import Backoff, retry
+from elections.ports.store.stores import EventSink, PoolPlace, open_event_sink
 from stkconfig.model import Config
 from stkconfig.parsed import WatchedPool
+from stkhost.clock import SystemClock
+from stkhost.locks import exclusive
+from stkhost.retry import Backoff, retry
 
 log = logging.getLogger("stkrelay.projection")
 

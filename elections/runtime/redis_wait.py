@@ -29,9 +29,9 @@ from dataclasses import replace
 from typing import Protocol
 
 from elections.errors import RedisUnavailable
-from elections.ports.localstate import LocalState
-from elections.ports.redis_status import RedisStatus
-from elections.retry import Backoff
+from elections.ports.local.localstate import LocalState
+from elections.ports.local.redis_status import RedisStatus
+from stkhost.retry import Backoff
 
 # Seconds between pings while waiting: capped at 1 s, as a worker takes 2-3 s to start on a busy
 # machine and the agent is to be back within 5 s of its Redis.

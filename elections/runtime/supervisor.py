@@ -54,12 +54,12 @@ from dataclasses import dataclass
 from typing import IO, TextIO
 
 from elections.core.terminal import terminal_safe
-from elections.ports.host.dirwatch import DirWatch
-from elections.ports.host.processes import spawn_options, wake_pipe
-from elections.ports.localstate import LEADERSHIP_NAME, RELAY_NAME, Leadership, LocalState
-from elections.retry import Backoff
+from elections.ports.local.localstate import LEADERSHIP_NAME, RELAY_NAME, Leadership, LocalState
 from elections.runtime.redis_wait import Link, RedisWait
 from stkconfig.logs import as_json_line
+from stkhost.dirwatch import DirWatch
+from stkhost.processes import spawn_options, wake_pipe
+from stkhost.retry import Backoff
 
 log = logging.getLogger("stkrelay.supervisor")
 

@@ -2,7 +2,7 @@
 
 One `PoolWatcher` per `[pool:<KMSN>]` section (`stkrelay.config_pools`). Each
 look reads that pool's lease, its members' heartbeats and a bounded slice of
-its event files through the store factory (`ports.stores`: a directory or an
+its event files through the store factory (`ports.store.stores`: a directory or an
 `smb://` share), verifies every record with *that* pool's key (whatever fails
 is no evidence, counted in the watcher's own `Refusals` and shown on the panel
 like the agent's own), times the lease and the heartbeats on this machine's
@@ -29,13 +29,13 @@ from elections.core.lease import LeaseRead
 from elections.core.lease_memory import Memory, replayed, track
 from elections.core.untrusted import REPLAYED
 from elections.errors import StoreUnavailable
-from elections.ports.clock import Clock
-from elections.ports.localstate import LocalState
-from elections.ports.pool_view import MemberView, PoolView
-from elections.ports.stores import PoolPlace, open_event_tail, open_store
+from elections.ports.local.localstate import LocalState
+from elections.ports.local.pool_view import MemberView, PoolView
+from elections.ports.store.stores import PoolPlace, open_event_tail, open_store
 from elections.runtime.projection import Projector
 from stkconfig.model import Config
 from stkconfig.parsed import WatchedPool
+from stkhost.clock import Clock
 
 log = logging.getLogger("stkrelay.watch")
 

@@ -29,21 +29,21 @@ from elections.core.witness import (
     WitnessRecord,
     WitnessTiming,
     WitnessVote,
-    may_claim,
+    may_claim_witness,
     may_enter,
     may_name,
     must_step_down,
     refresh_ok,
 )
 from elections.errors import StoreUnavailable
-from elections.ports.backend import WriteOutcome
-from elections.ports.store import LeaseStore
+from elections.ports.store.backend import WriteOutcome
+from elections.ports.store.store import LeaseStore
 
 log = logging.getLogger("stkrelay.witness")
 
 
 class WitnessBook(Protocol):
-    """What the keeper asks of the serving right's book (`ports.beacon_serving.ServingRight`)."""
+    """What the keeper asks of the serving right's book (`ports.beacons.beacons.BeaconService`)."""
 
     def members(self) -> int: ...
 
@@ -140,7 +140,7 @@ class WitnessKeeper:
             if read.valid and read.record == ours and mine is not None and mine.epoch == claim_epoch:
                 self.book.witness_claim(mine, holder)  # our own claim still stands: the lease's CAS again
                 return None
-            if not may_claim(read, epoch) or read.record is None:
+            if not may_claim_witness(read, epoch) or read.record is None:
                 return f"the witness record is {_what(read)}"
             record = WitnessRecord(self.kmsn, self.node, claim_epoch, relies=True)
             sent = self.gate_clock()

@@ -27,7 +27,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from elections.ports.clock import Clock, SystemClock
+from stkhost.clock import Clock, SystemClock
 
 log = logging.getLogger("stkrelay.web")
 

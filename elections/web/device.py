@@ -42,7 +42,7 @@ def device_of(request: HttpRequest, username: str) -> str | None:
     return doc["d"][:32]
 
 
-def remember(response: HttpResponse, request: HttpRequest, username: str) -> None:
+def remember_device(response: HttpResponse, request: HttpRequest, username: str) -> None:
     """Give the browser that just logged in as `username` its device cookie."""
     value = signing.dumps({"u": username, "d": secrets.token_hex(16)}, salt=SALT)
     response.set_cookie(

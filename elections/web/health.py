@@ -19,11 +19,11 @@ from django.conf import settings
 from django.http import JsonResponse
 
 from elections.errors import StoreUnavailable
-from elections.ports.clock import SystemClock
-from elections.ports.localstate import LocalState
-from elections.ports.stores import PoolPlace, open_store
+from elections.ports.local.localstate import LocalState
+from elections.ports.store.stores import PoolPlace, open_store
 from elections.web.auth import bearer_user, is_loopback
 from elections.web.panel.site import stale_after
+from stkhost.clock import SystemClock
 
 
 def healthz(request):

@@ -30,7 +30,7 @@ from elections.audit import LoginFailure
 from elections.core.ownership import VERDICTS
 from elections.core.untrusted import CAUSES, as_object
 from elections.models import ElectionEvent
-from elections.ports.localstate import LocalState
+from elections.ports.local.localstate import LocalState
 from elections.runtime.notify import read_counters, read_queue
 from elections.web.auth import api_error, bearer_user, is_loopback
 from elections.web.metrics_view import build_info, view_families
@@ -389,7 +389,7 @@ ProcessCollector(registry=REGISTRY)  # process_* (Linux /proc; nothing elsewhere
 PlatformCollector(registry=REGISTRY)  # python_info
 
 
-def render() -> bytes:
+def render_metrics() -> bytes:
     return generate_latest(REGISTRY)
 
 
@@ -398,4 +398,4 @@ def metrics(request: HttpRequest) -> HttpResponse:
         user = bearer_user(request)
         if not user and not request.user.is_authenticated:
             return api_error(401, "unauthenticated", "/metrics needs a token (or a loopback address)")
-    return HttpResponse(render(), content_type=CONTENT_TYPE_LATEST)
+    return HttpResponse(render_metrics(), content_type=CONTENT_TYPE_LATEST)

@@ -41,7 +41,7 @@ per refusal is dropped (`DropThrottled`, a filter on the console handler) and
 the throttle logs one summary line per `LOG_EVERY_S` while it refuses;
 `refused` counts refusals by scope for `/metrics`.
 
-The clock is injected (`elections.ports.clock`); the process-wide throttle is
+The clock is injected (`stkhost.clock`); the process-wide throttle is
 `login_throttle()`, rebuilt when its settings change.
 """
 
@@ -55,7 +55,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from elections.ports.clock import Clock, SystemClock
+from stkhost.clock import Clock, SystemClock
 
 MAX_ADDRESSES = 4096
 LOG_EVERY_S = 60.0

@@ -25,8 +25,8 @@ from collections.abc import Collection
 
 from elections.core.beacons import BEACON, LEADER, parse_beacon
 from elections.core.untrusted import FORGED, UNSIGNED, Untrusted, load_object
-from elections.ports.host.sockets import open_shared_udp
 from relay.client.discovery import Address, Leader
+from stkhost.sockets import open_shared_udp
 
 log = logging.getLogger("stkrelay.client")
 

@@ -18,7 +18,7 @@ the first that knows wins:
    Agents serve HTTPS (`https://` URLs): with `pins` (SHA-256 fingerprints, as
    `relayctl tls` prints them) only a pinned certificate is spoken to; with
    `ca_file` the usual chain and name checks (the operator's TLS_CERT); else the
-   system's CAs (`elections.ports.pinned_https`). The API token is never sent to a
+   system's CAs (`stkhost.pinned_https`). The API token is never sent to a
    plain `http://` URL off loopback: such an agent is asked without it.
 3. `Fallbacks`: configured ``(host, port)`` pairs, epoch unknown; one per call,
    in rotation, so that a client retrying walks through all of them.
@@ -42,17 +42,15 @@ import threading
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeGuard, TypeVar
 
 from elections.core.evidence import DETAIL_CHARS, printable
-from elections.core.lease import LeaseRecord
+from elections.core.lease import LeaseRead, LeaseRecord
 from elections.core.untrusted import LEADER_ANSWER, Untrusted, load_object
 from elections.errors import StoreUnavailable
-from elections.ports.clock import SystemClock
-from elections.ports.pinned_https import opener
-from elections.ports.stores import PoolPlace, open_store
+from stkhost.pinned_https import opener
 
 log = logging.getLogger("stkrelay.client")
 
@@ -123,19 +121,23 @@ async def run_blocking(fn: Callable[[], T], timeout: float, name: str = "relay-c
         return await future
 
 
+class LeaseReader(Protocol):
+    """What `LeaseFile` reads: the pool's lease store, opened by the wiring (`relay.lease_file`:
+    the client library opens no store of its own)."""
+
+    def read(self) -> LeaseRead: ...
+
+
 class LeaseFile:
-    """The signed lease in `lease_dir`. `read_record()` is also what the client polls."""
+    """The signed lease in `lease_dir`, read through `store`. `read_record()` is also what the
+    client polls."""
 
     name = "lease"
 
     def __init__(
-        self, lease_dir: str, token: str, kmsn: str | None = None, timeout: float = LEASE_READ_TIMEOUT,
-        options: Mapping[str, str] | None = None,
-    ) -> None:  # fmt: skip
-        self.lease_dir, self.kmsn, self.timeout = lease_dir, kmsn, timeout
-        # `options`: the pool's settings beyond the path (an smb:// lease dir's SMB_PASSWORD(_FILE)).
-        place = PoolPlace(kmsn or "", lease_dir, token, options=dict(options or {}))
-        self.store = open_store(place, "relay-client", SystemClock())
+        self, store: LeaseReader, lease_dir: str, kmsn: str | None = None, timeout: float = LEASE_READ_TIMEOUT
+    ) -> None:
+        self.store, self.lease_dir, self.kmsn, self.timeout = store, lease_dir, kmsn, timeout
         self.last = "not read yet"
         self._reported = ""  # revision of the last bad file logged, to log each once
 
@@ -305,24 +307,22 @@ class Discovery:
     def build(
         cls,
         *,
-        token: str,
         kmsn: str,
-        lease_dir: str | None = None,
+        lease: LeaseFile | None = None,
         agents: Iterable[str] = (),
         fallbacks: Iterable[tuple[str, int]] = (),
         http_timeout: float = HTTP_TIMEOUT,
         api_token: str | None = None,
-        lease_options: Mapping[str, str] | None = None,
         beacons: LeaderSource | None = None,
         agent_pins: Iterable[str] = (),
         agent_ca: str | None = None,
     ) -> Discovery:
-        """Lease file (when `lease_dir` is given), then the leader's beacons (a
-        `relay.client.beacon_discovery.BeaconListener`, when given), then agents' HTTP
-        API, then fallbacks."""
+        """The lease file (`lease`, from `relay.lease_file.lease_file`, when given), then the
+        leader's beacons (a `relay.client.beacon_discovery.BeaconListener`, when given), then
+        agents' HTTP API, then fallbacks."""
         sources: list[LeaderSource] = []
-        if lease_dir:
-            sources.append(LeaseFile(lease_dir, token, kmsn, options=lease_options))
+        if lease is not None:
+            sources.append(lease)
         if beacons is not None:
             sources.append(beacons)
         agents = list(agents)

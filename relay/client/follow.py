@@ -73,7 +73,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from elections.core.lease import LeaseRecord
-from elections.retry import Backoff
 from relay.client.discovery import Discovery, Leader, LeaseFile
 from relay.client.events import Refused
 from relay.client.session import Session, SessionEnd
@@ -86,6 +85,7 @@ from relay.wire.framing import (
     STALE_EPOCH,
     WRONG_KMSN,
 )
+from stkhost.retry import Backoff
 
 log = logging.getLogger("stkrelay.client")
 
@@ -101,7 +101,7 @@ DISTRUST_FOR = 15.0  # seconds an address that failed to prove itself is skipped
 @dataclass
 class Redial:
     """A client's waits between attempts, full jitter: attempt n waits uniform(0, cap(n)),
-    the caps exponential by the project's one `elections.retry.Backoff`."""
+    the caps exponential by the project's one `stkhost.retry.Backoff`."""
 
     initial: float = 0.1
     maximum: float = 5.0

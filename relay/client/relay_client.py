@@ -2,7 +2,7 @@
 
 An asyncio shell over the sans-I/O `relay.wire.client_connection.ClientConnection`. Typical use::
 
-    discovery = Discovery.build(token=TOKEN, kmsn=KMSN, lease_dir="W:/socket",
+    discovery = Discovery.build(kmsn=KMSN, lease=lease_file("W:/socket", TOKEN, KMSN),
                                 agents=["http://192.168.1.11:8000"], fallbacks=[("192.168.1.10", 9530)])
     async with RelayClient(role="agent", kmsn=KMSN, station="S002", token=TOKEN,
                            discovery=discovery) as client:
@@ -68,7 +68,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Literal
 
-from relay.client.discovery import Discovery
+from relay.client.discovery import Discovery, Leader
 
 # Callers import the public names of the client_* modules from here.
 from relay.client.events import (
@@ -94,7 +94,6 @@ from relay.client.follow import (
 from relay.client.inbox import Inbox
 from relay.client.outbox import DEDUP_SIZE, QUEUED, RETRY_DELAY, SETTLE, Outbox, Outgoing
 from relay.client.session import CONNECT_TIMEOUT, Session, SessionConfig, SessionOwner
-from relay.client.state import ClientState
 from relay.wire.events import JSON_ROLES, KEEPALIVE_INTERVAL
 from relay.wire.framing import DEFAULT_MAX_FRAME, encode_frame
 
@@ -117,7 +116,7 @@ async def _cancel(task: asyncio.Task[None]) -> None:
         log.error("relay client task %s failed", task.get_name(), exc_info=task.exception())
 
 
-class RelayClient(ClientState):
+class RelayClient:
     """One relay client: a role and station of one KMSN, following the leader.
 
     `discovery` is the chain that says where the leader is
@@ -125,7 +124,7 @@ class RelayClient(ClientState):
     (its station's, from ``relayctl credential STATION``) when given, else with
     the site `token`, and demands that the relay prove it knows that key
     (protocol 1.1). See the module docstring for the delivery, queue, backoff
-    and reconnect policies; the read-only state is in `relay.client.state`.
+    and reconnect policies.
     """
 
     def __init__(
@@ -188,6 +187,52 @@ class RelayClient(ClientState):
         self._closed = False
         self._changed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+
+    # -- public: what a caller can read at any time -------------------------------------
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def known_epoch(self) -> int | None:
+        """The highest epoch seen (registrations, leases, leader_changed)."""
+        return self._follower.known_epoch
+
+    @property
+    def last_reason(self) -> str:
+        """Why the last attempt or session ended ("" before the first)."""
+        return self._follower.last_reason
+
+    @property
+    def registered(self) -> bool:
+        return self._live is not None
+
+    @property
+    def leader(self) -> Leader | None:
+        return self._live.leader if self._live else None
+
+    @property
+    def epoch(self) -> int | None:
+        """The server's epoch of the live session (None while not registered)."""
+        return self._live.epoch if self._live else None
+
+    @property
+    def node(self) -> str | None:
+        return self._live.node if self._live else None
+
+    @property
+    def session_id(self) -> str | None:
+        return self._live.session if self._live else None
+
+    @property
+    def pending(self) -> int:
+        """Messages waiting in the send queue (not written yet)."""
+        return len(self._outbox.queue)
+
+    @property
+    def unconfirmed(self) -> int:
+        """Messages written but not confirmed yet (they count against `queue_size` too)."""
+        return len(self._outbox.window)
 
     # -- public: lifecycle -------------------------------------------------------------
     async def start(self, timeout: float | None = None) -> None:

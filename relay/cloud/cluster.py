@@ -37,7 +37,7 @@ from typing import Any
 
 from elections.core.untrusted import Untrusted
 from elections.errors import StoreUnavailable
-from elections.ports.etcd.client import EtcdClient, LeaseNotFound, Refused, TooLarge
+from elections.ports.etcd.client import EtcdClient, EtcdRefused, LeaseNotFound, TooLarge
 from relay.cloud.config_cluster import Cluster
 from relay.cloud.directory import Held, TunnelDirectory
 
@@ -47,7 +47,7 @@ WORKERS = 4
 RETRY = 0.1  # s between two claims of a site another node's entry holds at the same epoch
 HOLD_MARGIN = 1.0  # s past the TTL a claim keeps trying before it is refused
 FRESH = 0.3  # s a looked-up holder is reused
-ETCD_ERRORS = (StoreUnavailable, Refused, TooLarge, LeaseNotFound, OSError, ValueError)
+ETCD_ERRORS = (StoreUnavailable, EtcdRefused, TooLarge, LeaseNotFound, OSError, ValueError)
 
 
 class _ThreadClients:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 
 from elections.core.untrusted import Limits, Untrusted, load_object
-from elections.ports.etcd.client import EtcdClient, as_int, mod_is, put, unb64
+from elections.ports.etcd.client import EtcdClient, gateway_int, mod_is, put, unb64
 from relay.cloud.keepalive import keepalive_many
 
 ENTRY = Limits(4 << 10, max_depth=2)
@@ -70,7 +70,11 @@ class TunnelDirectory:
         if not kvs or not isinstance(kvs[0], dict):
             return None, 0, 0
         kv = kvs[0]
-        return read_entry(unb64(kv.get("value"))), as_int(kv.get("mod_revision")), as_int(kv.get("lease"))
+        return (
+            read_entry(unb64(kv.get("value"))),
+            gateway_int(kv.get("mod_revision")),
+            gateway_int(kv.get("lease")),
+        )
 
     def claim(self, kmsn: str, epoch: int) -> int:
         """Make this node the holder of `kmsn`'s tunnel at `epoch`, if the directory allows:

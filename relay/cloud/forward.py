@@ -31,7 +31,7 @@ import hmac
 import json
 from typing import Any
 
-from relay.cloud.peers import CloudServer, _keepalive
+from relay.cloud.peers import PeerServer, _keepalive
 from relay.cloud.remote import Greeting
 from relay.cloud.remote_peers import RemotePeer
 from relay.wire.auth import is_nonce, new_nonce
@@ -65,7 +65,9 @@ class PeerRefused(ValueError):
         super().__init__(detail)
 
 
-def read_header(token: str, challenge: str, line: bytes, nodes: dict[str, tuple[str, int]]) -> dict[str, str]:
+def read_forward_header(
+    token: str, challenge: str, line: bytes, nodes: dict[str, tuple[str, int]]
+) -> dict[str, str]:
     """The verified header of a forwarded connection; `PeerRefused` (with a cause) if it is not one."""
     try:
         doc = json.loads(line)
@@ -95,7 +97,7 @@ class ForwardedPeer(RemotePeer):
 
     forwarded = True
 
-    def __init__(self, server: CloudServer) -> None:
+    def __init__(self, server: PeerServer) -> None:
         super().__init__(server)
         self.challenge = new_nonce()
         self.inbox = bytearray()
@@ -134,7 +136,7 @@ class ForwardedPeer(RemotePeer):
         cluster = self.server.cfg.cluster
         assert cluster is not None
         try:
-            header = read_header(cluster.peer_token, self.challenge, line, cluster.nodes)
+            header = read_forward_header(cluster.peer_token, self.challenge, line, cluster.nodes)
         except PeerRefused as exc:
             self._refuse_peer(exc.cause, str(exc))
             return

@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from elections.errors import StoreUnavailable
-from elections.ports.etcd.client import as_int
+from elections.ports.etcd.client import gateway_int
 
 PER_LEASE = 1024  # bytes of answer per lease at most
 BATCH = 512  # leases per request
@@ -84,9 +84,9 @@ def _parse(raw: bytes, leases: list[int]) -> dict[int, int]:
         result = doc.get("result") if isinstance(doc, dict) else None
         if not isinstance(result, dict):
             raise ValueError("a keep-alive answer line without a result")
-        lease = as_int(result.get("ID"))
+        lease = gateway_int(result.get("ID"))
         if lease in wanted:
-            out[lease] = as_int(result.get("TTL")) if "TTL" in result else -1
+            out[lease] = gateway_int(result.get("TTL")) if "TTL" in result else -1
     if set(out) != wanted:
         raise ValueError(f"{len(wanted) - len(out)} lease(s) not answered")
     return out

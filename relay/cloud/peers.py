@@ -51,7 +51,7 @@ PARKED_LIMIT = 2 * GREETING_LIMIT  # bytes a parked client may have sent in all 
 TUNNEL_WRITE_HIGH = 4 * INITIAL_WINDOW  # bytes waiting for a site before the cloud stops reading it
 
 
-class CloudServer(Protocol):
+class PeerServer(Protocol):
     """What the peers need of the server that accepted them (`relay.cloud.server.CloudServer`)."""
 
     cfg: CloudConfig
@@ -122,7 +122,7 @@ class StreamEnd(Protocol):
 
 
 class TunnelPeer(asyncio.Protocol):
-    def __init__(self, server: CloudServer) -> None:
+    def __init__(self, server: PeerServer) -> None:
         self.server = server
         self.loop = server.loop
         self.transport: asyncio.Transport | None = None

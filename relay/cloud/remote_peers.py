@@ -23,7 +23,7 @@ from relay.cloud.peers import (
     LINGER,
     PARKED_LIMIT,
     READ_PAUSE_ABOVE,
-    CloudServer,
+    PeerServer,
     _keepalive,
     _peer_name,
 )
@@ -65,7 +65,7 @@ class RemotePeer(asyncio.Protocol):
     kind = "json"
     forwarded = False  # came from another node (`relay.cloud.forward`): never forwarded again
 
-    def __init__(self, server: CloudServer) -> None:
+    def __init__(self, server: PeerServer) -> None:
         self.server = server
         self.loop = server.loop
         self.greeting = Greeting()

@@ -51,23 +51,32 @@ from typing import Any
 from relay.cloud.cluster import ClusterDirectory
 from relay.cloud.config import CloudConfig
 from relay.cloud.fence import EpochFence, TunnelBook, TunnelRecord
-from relay.cloud.forward import ForwardedPeer
+from relay.cloud.forward import ForwardedPeer, PeerLink
 from relay.cloud.grants import grant_refusal
 from relay.cloud.handshake import TunnelAcceptor
 from relay.cloud.peers import TunnelPeer
 from relay.cloud.remote_peers import RemotePeer, RemoteViewer
-from relay.cloud.server_cluster import ClusterRouting
 from relay.server.limits import Admission, Caps
 from relay.server.refusal_log import RefusalLog
 from relay.server.relay_server import BACKLOG, file_limit
-from relay.wire.framing import BAD_AUTH, NOT_LEADER, WRONG_KMSN
+from relay.wire.framing import BAD_AUTH, NOT_LEADER, STALE_EPOCH, WRONG_KMSN
 
 log = logging.getLogger("stkrelay.cloud")
 
 EPOCHS_NAME = "epochs.json"
 
 
-class CloudServer(ClusterRouting):
+LOOKUP_EVERY = 0.2  # s between two directory reads for a site whose parked clients wait
+UNREACHABLE_FOR = 0.5  # s a node that refused a forward is not tried again
+DIAL_PEER = 1.0  # s to connect to another node
+
+
+class CloudServer:
+    """The cloud relay: its sites' tunnels, their remote clients, and as one node of several the
+    directory's entries (the tunnel's claim before ``registered``, the tunnel closed when its
+    entry is gone, parked clients followed to the node that holds their site: docs/cloud.md's
+    "Several cloud nodes")."""
+
     def __init__(self, cfg: CloudConfig, caps: Caps | None = None) -> None:
         self.cfg = cfg
         self.epochs_path = Path(cfg.data_dir) / EPOCHS_NAME
@@ -336,3 +345,96 @@ class CloudServer(ClusterRouting):
             "admission": self.admission.snapshot(),
             "cluster": self.cluster.snapshot() if self.cluster is not None else None,
         }
+
+    # -- as one node of several (issue 26 part 3) -----------------------------------------
+    def claim_tunnel(self, tunnel: TunnelPeer, out: bytes) -> None:
+        """`tunnel` passed the handshake: accept it once this node won the directory's entry."""
+        self._spawn(self._claim(tunnel, out))
+
+    async def _claim(self, tunnel: TunnelPeer, out: bytes) -> None:
+        reg = tunnel.registration
+        assert reg is not None and self.cluster is not None
+        lease, cause, held = await self.cluster.claim(reg.kmsn, reg.epoch)
+        if lease and tunnel.dead:  # the site went while we claimed: the entry goes too
+            self.cluster.release(reg.kmsn, lease)
+            return
+        if lease:
+            tunnel.claimed(out, lease)
+            return
+        self.tunnel_refusals[cause] = self.tunnel_refusals.get(cause, 0) + 1
+        self.count(cause)
+        code = STALE_EPOCH if cause == "directory_stale" else NOT_LEADER
+        who = f"{held[0][:64]} at epoch {held[1]}" if held else "nobody"
+        message = {"directory_stale": f"the directory holds {reg.kmsn} at a higher epoch ({who})",
+                   "directory_held": f"another cloud node holds {reg.kmsn} at this epoch ({who})",
+                   "directory_untrusted": "the directory's entry for this site is not evidence",
+                   }.get(cause, "the directory (etcd) does not answer")  # fmt: skip
+        self.refused(code, tunnel.peer)
+        log.warning("tunnel of %s epoch %d from %s refused: %s", reg.kmsn, reg.epoch, tunnel.peer, message)
+        tunnel.claim_refused(code, message)
+
+    def _directory_lost(self, kmsn: str) -> None:
+        """Our entry of `kmsn` is gone from etcd (expired, or taken by a higher epoch): its tunnel goes."""
+        tunnel = self.tunnels.get(kmsn)
+        if tunnel is not None and not tunnel.dead:
+            log.warning("tunnel of %s closed: this node's directory entry is gone", kmsn)
+            self.count("directory_lost")
+            tunnel.lease = 0
+            tunnel.abort()
+
+    def _follow(self, kmsn: str) -> None:
+        if kmsn not in self._follows:
+            self._follows[kmsn] = self._spawn(self._follow_site(kmsn))
+
+    async def _follow_site(self, kmsn: str) -> None:
+        """While clients of `kmsn` are parked here without its tunnel: forward them to the holder."""
+        assert self.cluster is not None
+        cluster = self.cluster.cluster
+        try:
+            while self.parked.get(kmsn) and not self._has_tunnel(kmsn):
+                held = await self.cluster.lookup(kmsn)
+                node = held[0] if held else None
+                if node is not None and node != cluster.node and not self._has_tunnel(kmsn):
+                    if node not in cluster.nodes:
+                        self.count("directory_unknown_node")  # never an address read from etcd
+                    elif self.loop.time() - self.unreachable.get(node, -1e9) >= UNREACHABLE_FOR:
+                        for remote in list(self.parked.get(kmsn, {})):
+                            self._unpark(remote)
+                            self._forward(remote, node)
+                await asyncio.sleep(LOOKUP_EVERY)
+        finally:
+            self._follows.pop(kmsn, None)
+
+    def _has_tunnel(self, kmsn: str) -> bool:
+        tunnel = self.tunnels.get(kmsn)
+        return tunnel is not None and not tunnel.dead
+
+    def _forward(self, remote: RemotePeer, node: str) -> None:
+        assert self.cfg.cluster is not None
+        host, port = self.cfg.cluster.nodes[node]
+        link = PeerLink(self, remote, node)
+        remote.attach(link)
+        self._spawn(self._dial(link, host, port))
+
+    async def _dial(self, link: PeerLink, host: str, port: int) -> None:
+        try:
+            async with asyncio.timeout(DIAL_PEER):
+                await self.loop.create_connection(lambda: link, host, port)
+        except (OSError, TimeoutError):
+            self.forward_failed(link, "peer_unreachable")
+
+    def forward_failed(self, link: PeerLink, cause: str) -> None:
+        """`link` never opened: the client goes back to waiting here (what it sent kept)."""
+        if link.stage != "failed":
+            link.stage, link.dead = "failed", True
+        self.count(cause)
+        self.unreachable[link.node] = self.loop.time()
+        remote = link.remote
+        if remote.tunnel is link:
+            remote.tunnel, remote.stream = None, 0
+        remote.greeting.buffer[:0] = link.pending
+        link.pending.clear()
+        assert self.cluster is not None
+        self.cluster.invalidate(remote.kmsn)
+        if not remote.dead:
+            self.route(remote)

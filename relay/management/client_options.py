@@ -2,7 +2,7 @@
 
 Options that cannot work end the command with a `Stop` (exit status and one
 line); secrets come from files or the environment, never from argv
-(`elections.ports.secret_source`).
+(`stkhost.secret_source`).
 """
 
 from __future__ import annotations
@@ -12,13 +12,14 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from elections.ports.secret_source import SecretUnreadable, argv_refusal, from_environment, read_secret
-from elections.ports.smburl import is_smb
-from elections.ports.webcert import parse_pins
+from elections.ports.share.smburl import is_smb
 from relay.client.beacon_discovery import BeaconListener
 from relay.client.discovery import Discovery
 from relay.client.events import Status
 from relay.client.relay_client import RelayClient
+from relay.lease_file import lease_file
+from stkhost.fingerprints import parse_pins
+from stkhost.secret_source import SecretUnreadable, argv_refusal, from_environment, read_secret
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_LEADER, EXIT_REFUSED = 0, 1, 2, 3, 4
 
@@ -180,13 +181,11 @@ def build_client(options: dict[str, Any], on_status: Callable[[Status], None]) -
     except ValueError as exc:
         raise Stop(EXIT_USAGE, f"relayclient: --agent-pin: {exc}") from None
     discovery = Discovery.build(
-        token=token,
         kmsn=kmsn,
-        lease_dir=lease_dir or None,
+        lease=lease_file(lease_dir, token, kmsn, stk.values) if lease_dir else None,  # an smb:// LEASE_DIR
         agents=options["agent"],
         fallbacks=options["fallback"],
         api_token=api_token or None,
-        lease_options=stk.values,  # an smb:// LEASE_DIR logs in with SMB_PASSWORD(_FILE)
         beacons=BeaconListener(token, kmsn, beacon_port) if beacon_port else None,
         agent_pins=pins,
         agent_ca=options["agent_ca"],

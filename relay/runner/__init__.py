@@ -41,7 +41,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from elections.ports.localstate import LocalState
+from elections.ports.local.localstate import LocalState
 from relay.runner.gate import LeadershipGate
 from relay.runner.serve import RelayRunner
 from relay.runner.standby import await_leadership

@@ -11,13 +11,13 @@ import os
 import time
 from collections.abc import Callable
 
-from elections.ports.host.dirwatch import DirWatch
-from elections.ports.localstate import (
+from elections.ports.local.localstate import (
     ADDRESSES_NAME,
     LEADERSHIP_NAME,
     Leadership,
     LocalState,
 )
+from stkhost.dirwatch import DirWatch
 
 
 class LeadershipGate:

@@ -1,7 +1,8 @@
 """What the serving relay reads of the pool, off the event loop: the successor, its lease.
 
-A mixin of `relay.runner.serve.RelayRunner` (`stk`, `epoch`, `gate` are the runner's). A dead share
-may hang a read: each runs on a daemon thread of its own, within a deadline.
+`PoolReads` is a collaborator of `relay.runner.serve.RelayRunner`, handed the runner's
+configuration, epoch and gate. A dead share may hang a read: each runs on a daemon thread of its
+own, within a deadline.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from elections.ports.clock import SystemClock
-from elections.ports.stores import PoolPlace, open_store
+from elections.ports.store.stores import PoolPlace, open_store
 from relay.runner.gate import LeadershipGate
 from stkconfig.model import Config
+from stkhost.clock import SystemClock
 
 log = logging.getLogger("stkrelay.relay")
 
@@ -26,12 +27,11 @@ Successor = tuple[int | None, str | None, int | None]
 NOBODY: Successor = (None, None, None)
 
 
-class LeaseReads:
+class PoolReads:
     """The runner's reads of the share: the lease for the cloud tunnel, the successor on the way out."""
 
-    stk: Config
-    epoch: int
-    gate: LeadershipGate
+    def __init__(self, stk: Config, epoch: int, gate: LeadershipGate) -> None:
+        self.stk, self.epoch, self.gate = stk, epoch, gate
 
     async def read_lease(self, within: float = LEASE_READ_WITHIN) -> Any:
         """The lease read off-loop (a dead share may hang), within `within` seconds; raises if not."""

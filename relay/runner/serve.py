@@ -10,12 +10,12 @@ import signal
 import time
 from collections.abc import Callable
 
-from elections.ports.localstate import (
+from elections.ports.local.localstate import (
     LocalState,
     RelayStatus,
 )
 from relay.runner.gate import LeadershipChanges, LeadershipGate
-from relay.runner.lease_reads import NOBODY, LeaseReads, Successor
+from relay.runner.lease_reads import NOBODY, PoolReads, Successor
 from relay.runner.snapshot_bound import bounded
 from relay.server.binding_feed import BindingFeed
 from relay.server.bindings import StationBindings
@@ -46,7 +46,7 @@ def legacy_settings(stk: Config) -> LegacySettings | None:
     return LegacySettings(stk.relay_legacy_magic, stk.relay_legacy_wait)
 
 
-class RelayRunner(LeaseReads):
+class RelayRunner:
     """Serve while the gate holds; on losing it, redirect clients and return 0."""
 
     def __init__(
@@ -60,6 +60,7 @@ class RelayRunner(LeaseReads):
         self.stk, self.epoch, self.say, self.complain = stk, epoch, say, complain
         self.warm = warm  # RELAY_KIND = exec: the external relay the standby started already
         self.gate = LeadershipGate(stk.data_dir, epoch)
+        self.reads = PoolReads(stk, epoch, self.gate)  # the lease and the successor, off the loop
         self.local = LocalState(stk.data_dir)
         self.bindings = StationBindings()
         self.external: ExternalRelay | None = None
@@ -184,7 +185,7 @@ class RelayRunner(LeaseReads):
         self.tunnel = TunnelClient(server=server, host=cloud.host, port=cloud.port,
                                    token=stk.cloud_token, lease_key=cloud_key(stk.pool_key, stk.kmsn),
                                    kmsn=stk.kmsn, node=stk.node, epoch=self.epoch,
-                                   lease=self.own_lease, gate=self.gate, keepalive=stk.relay_keepalive,
+                                   lease=self.reads.own_lease, gate=self.gate, keepalive=stk.relay_keepalive,
                                    also=[(u.host, u.port) for u in stk.clouds[1:]])  # fmt: skip
         self.tunnel.start()
 
@@ -207,7 +208,7 @@ class RelayRunner(LeaseReads):
                     break
                 why = self.gate.why_not(fresh=True)
                 if why is not None:
-                    reason, successor = f"lost leadership: {why}", await self.successor()
+                    reason, successor = f"lost leadership: {why}", await self.reads.successor()
                     break
                 moved = await self.listen.reconcile(self.wanted())
                 if moved or loop.time() >= next_status:

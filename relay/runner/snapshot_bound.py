@@ -15,7 +15,7 @@ before it is written, never after:
 
 What was cut is counted in ``dropped`` (entries left out, by list), and the
 health of the relay is never in the snapshot: it has its own small record
-(`elections.ports.localstate`, ``relay.health.json``).
+(`elections.ports.local.localstate`, ``relay.health.json``).
 """
 
 from __future__ import annotations

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import time
 
-from elections.ports.host.dirwatch import DirWatch
-from elections.ports.localstate import (
+from elections.ports.local.localstate import (
     LEADERSHIP_NAME,
     RELAY_WANTED_NAME,
     LocalState,
 )
 from relay.runner.gate import LeadershipGate
 from stkconfig.model import Config
+from stkhost.dirwatch import DirWatch
 
 STANDBY_POLL = 0.05  # without inotify
 STANDBY_FALLBACK = 1.0  # with it: a look this often even if no change was announced

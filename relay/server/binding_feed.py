@@ -18,7 +18,7 @@ import logging
 import os
 import threading
 
-from elections.ports.localstate import LocalState
+from elections.ports.local.localstate import LocalState
 from relay.server.bindings import StationBindings
 
 log = logging.getLogger("stkrelay.relay")

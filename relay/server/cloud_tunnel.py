@@ -21,7 +21,7 @@ streams or the site. A remote peer told ``leader_changed`` (the site lost
 leadership) is sent nulls for ip and port: its way back is the cloud.
 
 Reconnection: a lost or refused tunnel is dialled again after a jittered
-exponential delay (`elections.retry.Backoff`: 0.1 s doubling to 5 s, ±50 %),
+exponential delay (`stkhost.retry.Backoff`: 0.1 s doubling to 5 s, ±50 %),
 restarting from the first delay after each accepted handshake.
 """
 
@@ -33,7 +33,6 @@ import random
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from elections.retry import Backoff
 from relay.server.relay_server import RelayServer
 from relay.server.tunnel_streams import StreamTransport, TunnelledJsonPeer, TunnelledPassthroughPeer
 from relay.wire.auth import is_nonce, new_nonce
@@ -42,6 +41,7 @@ from relay.wire.events import TUNNEL_ROLE, ErrorReceived, Registered
 from relay.wire.framing import ProtocolError, RawData
 from relay.wire.lease_mac import presented
 from relay.wire.mux import Control, Mux, MuxError, Pong, StreamClosed, StreamData, StreamOpened, Writable
+from stkhost.retry import Backoff
 
 log = logging.getLogger("stkrelay.tunnel")
 

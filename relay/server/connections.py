@@ -4,7 +4,7 @@
 they read to a `relay.wire.server_connection.ServerConnection`, act on its events, write
 what it has to send, and own the clock: when a deadline passes (handshake,
 silence) they call the core's `timeout()`, which decides what to send. Once
-registered, a peer is a `relay.server.routing.Session` of its host's `Router`.
+registered, a peer is a `relay.server.routing.RoutedSession` of its host's `Router`.
 
 Interface: a peer is built with a `relay.server.host.Host`, the few things it needs
 from the server that accepted it (`relay.server.relay_server.RelayServer` is one); it never
@@ -61,7 +61,7 @@ def _half_closes(transport: asyncio.Transport) -> bool:
 
 
 class JsonPeer(asyncio.Protocol):
-    """One connection; once registered, also a `relay.server.routing.Session`."""
+    """One connection; once registered, also a `relay.server.routing.RoutedSession`."""
 
     roles = JSON_ROLES
     raw_mode = False

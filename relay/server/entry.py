@@ -46,9 +46,9 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from elections.ports.localstate import LocalState
-from elections.ports.pool_view import PoolView, entry_shown
-from elections.ports.relay_files import EntryStatus
+from elections.ports.local.localstate import LocalState
+from elections.ports.local.pool_view import PoolView, entry_shown
+from elections.ports.local.relay_files import EntryStatus
 from relay.server.fencing_proxy import FencingProxy
 from relay.wire.proxy_header import encode
 from stkconfig.model import Config

@@ -6,7 +6,7 @@ placeholders filled in for this epoch) while the relay runner serves, and:
 - counts it as serving (`accepting`, then `on_up()`) only once a TCP connect
   to its port succeeds (probed every `PROBE_EVERY`); one that does not accept within
   `START_WITHIN` of its start is killed and counted as a failed start;
-- restarts it when it exits, after the project's one `elections.retry.Backoff`
+- restarts it when it exits, after the project's one `stkhost.retry.Backoff`
   (`RESTART_BACKOFF`: 0.5 s doubling to 10 s; a run longer than
   `STABLE_AFTER` starts the count again), calling `on_down()` first so the
   proxy closes the connections that went through it;
@@ -36,9 +36,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from elections.ports.host.processes import kill_group, site_environment, spawn_options
-from elections.retry import Backoff
 from stkconfig.parsed import ExecRelay
+from stkhost.processes import kill_group, site_environment, spawn_options
+from stkhost.retry import Backoff
 
 log = logging.getLogger("stkrelay.relay")
 
@@ -52,7 +52,7 @@ LINE_MAX = 4096  # bytes of one line of its output
 STOP_GRACE = 0.5  # SIGTERM -> SIGKILL; the supervisor SIGKILLs the runner 1 s after asking it to stop
 
 
-async def accepts(host: str, port: int, timeout: float = PROBE_TIMEOUT) -> bool:
+async def accepts_connections(host: str, port: int, timeout: float = PROBE_TIMEOUT) -> bool:
     """Does something accept a TCP connection on host:port now? (Connects, then closes at once.)"""
     loop = asyncio.get_running_loop()
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
@@ -197,7 +197,7 @@ class ExternalRelay:
     async def _until_accepting(self, began: float) -> bool:
         assert self.proc is not None
         while not self._stopping.is_set() and self.proc.poll() is None:
-            if await accepts(self.spec.host, self.spec.port):
+            if await accepts_connections(self.spec.host, self.spec.port):
                 return self.proc.poll() is None  # accepted by it, not by one that is gone
             if self.clock() - began > self.start_within:
                 return False

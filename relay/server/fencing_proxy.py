@@ -78,7 +78,7 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-from relay.server.forwarded import admission_address, shown
+from relay.server.forwarded import address_shown, admission_address
 from relay.server.limits import Caps
 from relay.server.listen_set import bound_socket
 from relay.server.proxy_pair import HeaderMaker, Pair
@@ -377,7 +377,7 @@ class FencingProxy:
                 self._leave(pair.address)
             self.per_address[address] = self.per_address.get(address, 0) + 1
             pair.address = address
-        pair.peer = f"{shown(client)} via {pair.peer}"
+        pair.peer = f"{address_shown(client)} via {pair.peer}"
         return True
 
     def header_refused(self, pair: Pair, cause: str, detail: str) -> None:

@@ -43,7 +43,7 @@ from relay.server.host import Host
 
 if TYPE_CHECKING:
     from relay.server.connections import JsonPeer
-from relay.wire.proxy_header import NEED_MORE, Address, HeaderReader, Refused, Verified
+from relay.wire.proxy_header import NEED_MORE, Address, HeaderReader, HeaderRefused, Verified
 
 log = logging.getLogger("stkrelay.relay")
 
@@ -60,7 +60,7 @@ def admission_address(src: Address, via: Address) -> str:
     return via[0] if local else src[0]
 
 
-def shown(address: Address) -> str:
+def address_shown(address: Address) -> str:
     host, port = address
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
@@ -86,7 +86,7 @@ class HeaderStage(asyncio.Protocol):
         self.via = (str(name[0]), int(name[1]))
         self.reader = HeaderReader(self.key, self.via)
         if self.host.hold(self.via[0]):
-            self.peer.peer = shown(self.via)  # named in a refusal while held
+            self.peer.peer = address_shown(self.via)  # named in a refusal while held
             self.holding = self.host.loop.call_later(HOLD_S, self._held_long_enough)
             return
         self._admit()
@@ -136,7 +136,7 @@ class HeaderStage(asyncio.Protocol):
             if reading is NEED_MORE:
                 return
             held = self._unhold()
-            if isinstance(reading, Refused):
+            if isinstance(reading, HeaderRefused):
                 self._refused(reading.cause, reading.detail)
                 return
             self._hand_over()
@@ -147,7 +147,9 @@ class HeaderStage(asyncio.Protocol):
                     self._admit(address)
                     if peer.dead:
                         return
-                if not self.host.readdress(peer, address, f"{shown(reading.src)} via {shown(self.via)}"):
+                if not self.host.readdress(
+                    peer, address, f"{address_shown(reading.src)} via {address_shown(self.via)}"
+                ):
                     self._close()
                     return
             elif held:  # no header: a client of its own, over its address's cap

@@ -49,8 +49,8 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from elections.ports.localstate import LocalState
-from elections.ports.relay_files import HeldAddress
+from elections.ports.local.localstate import LocalState
+from elections.ports.local.relay_files import HeldAddress
 
 log = logging.getLogger("stkrelay.relay")
 

@@ -38,7 +38,7 @@ from relay.wire.proxy_header import (
     TRUNCATED,
     Address,
     HeaderReader,
-    Refused,
+    HeaderRefused,
     Verified,
 )
 
@@ -263,11 +263,11 @@ class Pair:
             if reading is NEED_MORE:
                 return
         elif reader.held:  # it ended in the middle of a header
-            reading = Refused(TRUNCATED, "the connection ended in a header")
+            reading = HeaderRefused(TRUNCATED, "the connection ended in a header")
         else:  # it ended without a byte
             reading = NOT_A_HEADER
         self.first = None
-        if isinstance(reading, Refused):
+        if isinstance(reading, HeaderRefused):
             self.proxy.header_refused(self, reading.cause, reading.detail)
             self.close(f"header_{reading.cause}")
             return

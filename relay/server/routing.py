@@ -89,7 +89,7 @@ def encode_message(
     return len(payload).to_bytes(4, "big") + payload
 
 
-class Session(Protocol):
+class RoutedSession(Protocol):
     kmsn: str
     station: str
     role: str
@@ -103,7 +103,7 @@ class Session(Protocol):
 
 
 @dataclass
-class Counters:
+class RouteCounters:
     messages: int = 0  # sends that reached at least one recipient
     deliveries: int = 0  # message frames handed to recipients
     bytes: int = 0  # bytes of those frames
@@ -122,13 +122,13 @@ class Router:
 
     def __init__(self, *, max_frame: int = DEFAULT_MAX_FRAME) -> None:
         self.max_frame = max_frame
-        self.counters = Counters()
+        self.counters = RouteCounters()
         # (kmsn, role) -> station -> session, for agents and commanders
-        self._json: dict[tuple[str, str], dict[str, Session]] = {}
-        self._publishers: dict[tuple[str, str], Session] = {}
+        self._json: dict[tuple[str, str], dict[str, RoutedSession]] = {}
+        self._publishers: dict[tuple[str, str], RoutedSession] = {}
         # (kmsn, station) -> viewers, as an insertion-ordered set
-        self._viewers: dict[tuple[str, str], dict[Session, None]] = {}
-        self._prefix: dict[Session, str] = {}  # the head of its message frames, per sender
+        self._viewers: dict[tuple[str, str], dict[RoutedSession, None]] = {}
+        self._prefix: dict[RoutedSession, str] = {}  # the head of its message frames, per sender
 
     # -- membership ------------------------------------------------------------
     def refusal(self, role: str, kmsn: str, station: str, station_key: bool) -> str | None:
@@ -146,10 +146,10 @@ class Router:
             return None
         return HELD.format(station=station)
 
-    def register(self, session: Session) -> Session | None:
+    def register(self, session: RoutedSession) -> RoutedSession | None:
         """Add `session`; return the older duplicate it replaced (already closed), if any."""
         role, kmsn, station = session.role, session.kmsn, session.station
-        old: Session | None = None
+        old: RoutedSession | None = None
         if role in (AGENT, COMMANDER):
             table = self._json.setdefault((kmsn, role), {})
             old = table.get(station)
@@ -170,7 +170,7 @@ class Router:
         old.close(BAD_REQUEST, REPLACED)
         return old
 
-    def unregister(self, session: Session) -> bool:
+    def unregister(self, session: RoutedSession) -> bool:
         """Remove `session` if it is registered (a replaced one no longer is)."""
         role, kmsn, station = session.role, session.kmsn, session.station
         if role in (AGENT, COMMANDER):
@@ -195,9 +195,9 @@ class Router:
             del self._viewers[(kmsn, station)]
         return True
 
-    def sessions(self) -> list[Session]:
+    def sessions(self) -> list[RoutedSession]:
         """Every registered session: agents and commanders, publishers, viewers."""
-        out: list[Session] = [s for table in self._json.values() for s in table.values()]
+        out: list[RoutedSession] = [s for table in self._json.values() for s in table.values()]
         out.extend(self._publishers.values())
         out.extend(s for viewers in self._viewers.values() for s in viewers)
         return out
@@ -211,7 +211,7 @@ class Router:
         return out
 
     # -- traffic ---------------------------------------------------------------
-    def recipients(self, sender: Session, to: object) -> tuple[Session, ...]:
+    def recipients(self, sender: RoutedSession, to: object) -> tuple[RoutedSession, ...]:
         """Who a ``send`` from `sender` with this `to` reaches (see the rules above)."""
         if sender.role == COMMANDER:
             table = self._json.get((sender.kmsn, AGENT))
@@ -228,7 +228,7 @@ class Router:
         target = table.get(to) if isinstance(to, str) else None
         return () if target is None else (target,)
 
-    def send(self, sender: Session, obj: dict) -> int:
+    def send(self, sender: RoutedSession, obj: dict) -> int:
         """Deliver a validated ``send`` frame of `sender`; return how many got it.
 
         Zero means no recipient: the caller answers ``no_route``. Raises
@@ -250,7 +250,7 @@ class Router:
         c.bytes += len(frame) * len(targets)
         return len(targets)
 
-    def publish(self, publisher: Session, data: bytes) -> int:
+    def publish(self, publisher: RoutedSession, data: bytes) -> int:
         """Hand passthrough bytes of `publisher` to its viewers; return how many got them."""
         key = (publisher.kmsn, publisher.station)
         if self._publishers.get(key) is not publisher:

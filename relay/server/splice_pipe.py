@@ -20,7 +20,7 @@ from __future__ import annotations
 import errno
 import os
 
-from elections.ports.host.files import nonblocking_pipe
+from stkhost.processes import nonblocking_pipe
 
 FLAGS = getattr(os, "SPLICE_F_MOVE", 1) | getattr(os, "SPLICE_F_NONBLOCK", 2)
 PIPE_SIZE = 1 << 20  # room for many small segments (a pipe holds 16 by default, one per page slot)

@@ -37,8 +37,8 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
-from elections.ports.pool_view import PoolView
-from elections.ports.relay_files import EntryStatus
+from elections.ports.local.pool_view import PoolView
+from elections.ports.local.relay_files import EntryStatus
 from relay.server.entry import EntryRunner, stale_after
 from relay.server.listen_set import door_hosts
 from stkconfig.model import Config
@@ -53,7 +53,7 @@ WAIT_FOR_LEADER = 2.0
 
 def quiet_leader(view: PoolView, node: str) -> bool:
     """Does this member's view say the beacons of `node`, the leader it follows, went quiet
-    (`elections.ports.beacon_serving.QUIET_INTERVALS`)? Never with beacons off."""
+    (`elections.ports.beacons.beacons.QUIET_INTERVALS`)? Never with beacons off."""
     return isinstance(view.beacons, dict) and view.beacons.get("quiet") == node
 
 

@@ -40,9 +40,8 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
 from elections.errors import StoreUnavailable
-from elections.ports.clock import SystemClock
-from elections.ports.localstate import LocalState
-from elections.ports.stores import PoolPlace, open_store
+from elections.ports.local.localstate import LocalState
+from elections.ports.store.stores import PoolPlace, open_store
 from relay.web.ws_flow import INBOUND_BACKLOG, SCOPE_KEY, SLOW, SendBound, note_slow
 from relay.wire.auth import new_nonce, station_credential
 from relay.wire.client_connection import ClientConnection
@@ -57,6 +56,7 @@ from relay.wire.framing import (
     read_header,
 )
 from relay.wire.proxy_header import encode
+from stkhost.clock import SystemClock
 
 log = logging.getLogger("stkrelay.ws")
 

@@ -36,7 +36,7 @@ The receiver (`HeaderReader`) decides from a connection's first bytes:
   length, and ``\\r\\n\\r\\n`` is 218 MB, over any ``RELAY_MAX_FRAME`` (64 MiB at most).
 - `NEED_MORE`: a prefix of a header so far.
 - `Verified`: the real source and destination, and how many bytes the header took.
-- `Refused`: a signature followed by anything else. Causes: ``malformed``
+- `HeaderRefused`: a signature followed by anything else. Causes: ``malformed``
   (version, command, family, lengths, TLVs), ``too_long`` (over `MAX_HEADER`),
   ``forged`` (no MAC TLV, or a MAC that does not verify), ``replayed`` (a good MAC
   for another ``via``).
@@ -100,14 +100,14 @@ class Verified:
 
 
 @dataclass(frozen=True)
-class Refused:
+class HeaderRefused:
     """A header that did not verify, and why (one of `CAUSES`)."""
 
     cause: str
     detail: str = ""
 
 
-Reading = _Mark | Verified | Refused
+Reading = _Mark | Verified | HeaderRefused
 
 
 def _endpoint(address: Address) -> bytes:
@@ -155,18 +155,18 @@ def encode(src: Address, dst: Address, via: Address, key: str) -> bytes:
     return SIGNATURE + struct.pack("!BBH", VERSION_PROXY, family, len(body)) + body
 
 
-def _decode(data: bytes, key: str, peer: Address) -> Verified | Refused:
+def _decode(data: bytes, key: str, peer: Address) -> Verified | HeaderRefused:
     """A whole header (`data` starts with one `FIXED` part and holds its whole length)."""
     ver_cmd, family, length = struct.unpack("!BBH", data[12:FIXED])
     if ver_cmd >> 4 != 2:
-        return Refused(MALFORMED, f"version {ver_cmd >> 4}")
+        return HeaderRefused(MALFORMED, f"version {ver_cmd >> 4}")
     if ver_cmd != VERSION_PROXY:
-        return Refused(MALFORMED, f"command {ver_cmd & 0x0F} (only PROXY is sent)")
+        return HeaderRefused(MALFORMED, f"command {ver_cmd & 0x0F} (only PROXY is sent)")
     size = ADDRESS_BYTES.get(family)
     if size is None:
-        return Refused(MALFORMED, f"family and protocol 0x{family:02x} (TCP over IPv4 or IPv6 only)")
+        return HeaderRefused(MALFORMED, f"family and protocol 0x{family:02x} (TCP over IPv4 or IPv6 only)")
     if length < size:
-        return Refused(MALFORMED, f"length {length} shorter than its addresses")
+        return HeaderRefused(MALFORMED, f"length {length} shorter than its addresses")
     block, tlvs = data[FIXED : FIXED + size], data[FIXED + size : FIXED + length]
     if family == TCP_IPV4:
         mapped = b"\x00" * 10 + b"\xff\xff"
@@ -176,26 +176,26 @@ def _decode(data: bytes, key: str, peer: Address) -> Verified | Refused:
     value: bytes | None = None
     while tlvs:
         if len(tlvs) < 3:
-            return Refused(MALFORMED, "a TLV cut short")
+            return HeaderRefused(MALFORMED, "a TLV cut short")
         kind, n = struct.unpack("!BH", tlvs[:3])
         if len(tlvs) < 3 + n:
-            return Refused(MALFORMED, "a TLV longer than the header")
+            return HeaderRefused(MALFORMED, "a TLV longer than the header")
         if kind == MAC_TLV:
             if value is not None:
-                return Refused(MALFORMED, "two MAC TLVs")
+                return HeaderRefused(MALFORMED, "two MAC TLVs")
             value = tlvs[3 : 3 + n]
         tlvs = tlvs[3 + n :]
     if value is None or len(value) != ENDPOINT + MAC_BYTES:
-        return Refused(FORGED, "no MAC" if value is None else f"a MAC TLV of {len(value)} bytes")
+        return HeaderRefused(FORGED, "no MAC" if value is None else f"a MAC TLV of {len(value)} bytes")
     via, mac = value[:ENDPOINT], value[ENDPOINT:]
     if not hmac.compare_digest(mac, _mac(key, src, dst, via)):
-        return Refused(FORGED, "the MAC does not verify with the pool key")
+        return HeaderRefused(FORGED, "the MAC does not verify with the pool key")
     try:
         here = _endpoint(peer)
     except Exception:  # the socket's own peer is no IP address (a tunnel's stream, a unix socket)
         here = b""
     if not hmac.compare_digest(via, here):
-        return Refused(REPLAYED, f"made for a connection from {_format(_address(via))}")
+        return HeaderRefused(REPLAYED, f"made for a connection from {_format(_address(via))}")
     return Verified(_address(src), _address(dst), FIXED + length)
 
 
@@ -204,7 +204,7 @@ def _format(address: Address) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def decide(data: bytes, key: str, peer: Address) -> Reading:
+def header_reading(data: bytes, key: str, peer: Address) -> Reading:
     """What the first bytes `data` of a connection from `peer` (the socket's view) are."""
     try:
         if not data:
@@ -216,14 +216,14 @@ def decide(data: bytes, key: str, peer: Address) -> Reading:
             return NEED_MORE
         length = struct.unpack("!H", data[14:FIXED])[0]
         if FIXED + length > MAX_HEADER:
-            return Refused(TOO_LONG, f"{FIXED + length} bytes, over {MAX_HEADER}")
+            return HeaderRefused(TOO_LONG, f"{FIXED + length} bytes, over {MAX_HEADER}")
         if len(data) < FIXED + length:
             return NEED_MORE
         if not key:
-            return Refused(FORGED, "no pool key to verify it with")
+            return HeaderRefused(FORGED, "no pool key to verify it with")
         return _decode(data, key, peer)
     except Exception as exc:  # never: every branch above is checked; a bug here must not kill a peer
-        return Refused(MALFORMED, f"unreadable: {type(exc).__name__}")
+        return HeaderRefused(MALFORMED, f"unreadable: {type(exc).__name__}")
 
 
 class HeaderReader:
@@ -249,7 +249,7 @@ class HeaderReader:
             self.rest += data
             return self.reading
         self.held += data
-        reading = decide(self.held[: MAX_HEADER + 1], self.key, self.peer)
+        reading = header_reading(self.held[: MAX_HEADER + 1], self.key, self.peer)
         if reading is NEED_MORE:
             return reading
         self.reading = reading

@@ -66,7 +66,7 @@ from elections.management.pool_views import (
     stale_refusal,
     view_age,
 )
-from elections.ports.terminal import make_safe
+from elections.ports.local.terminal import make_safe
 from stkrelay.operator_command import OperatorCommand, console_prog
 
 EXIT = {"accepted": 0, "refused": 1, "unknown_member": 1, "unavailable": 3, "audit_unavailable": 3,
@@ -217,7 +217,8 @@ class Command(OperatorCommand):
             return 0
 
     def emit(self, doc: Any, lines: list[str], rows: list[list[Any]] | None = None) -> None:
-        """`doc` as JSON or YAML, `rows` as TSV, else `lines`, one escaped line each (`ports.terminal`)."""
+        """`doc` as JSON or YAML, `rows` as TSV, else `lines`, one escaped line each
+        (`ports.local.terminal`)."""
         if self.fmt == "tsv" and rows is not None:  # each field escaped (a tab in one too), tab-joined
             for row in rows:
                 self.stdout.row(*("" if f is None else f for f in row))
@@ -306,7 +307,7 @@ class Command(OperatorCommand):
             credential = station_credential(stk.pool_key, stk.kmsn, station)
             self.emit({"kmsn": stk.kmsn, "station": station, "credential": credential}, [credential])
             return 0
-        from elections.ports.localstate import LocalState
+        from elections.ports.local.localstate import LocalState
 
         local = LocalState(stk.data_dir)
         known = local.stations()
@@ -342,7 +343,8 @@ class Command(OperatorCommand):
         then every member's as its heartbeat gives it. Exit 3 while none is made yet."""
         from django.conf import settings
 
-        from elections.ports.webcert import cert_file, served_fingerprint, show
+        from elections.ports.local.webcert import cert_file, served_fingerprint
+        from stkhost.fingerprints import show
         from stkrelay.config_web import host_entry
 
         stk = settings.STK
@@ -380,8 +382,8 @@ class Command(OperatorCommand):
     def do_doctor(self, o: dict[str, Any]) -> int:
         from django.conf import settings
 
-        from elections.ports.clock import SystemClock
-        from elections.ports.stores import PoolPlace, open_store
+        from elections.ports.store.stores import PoolPlace, open_store
+        from stkhost.clock import SystemClock
 
         stk = settings.STK
         checks: list[dict[str, Any]] = []
@@ -417,7 +419,7 @@ class Command(OperatorCommand):
         clock_checks(check, stk.node, pool)
         early_takeover_check(check, stk.kmsn)
         legacy_check(check, stk)
-        from elections.ports.localstate import LocalState
+        from elections.ports.local.localstate import LocalState
         from elections.web.panel.entry_state import entry_checks
 
         here = LocalState(stk.data_dir).entry() if stk.entry else None
@@ -456,7 +458,7 @@ def _pool() -> Any:
     """This agent's pool view (`pool.json`, written by its worker)."""
     from django.conf import settings
 
-    from elections.ports.localstate import LocalState
+    from elections.ports.local.localstate import LocalState
 
     return LocalState(settings.STK.data_dir).pool()
 

@@ -12,7 +12,7 @@ The password comes from the first line of `--password-file PATH` (`-` is
 stdin), else from `$STK_USER_PASSWORD`, else from stdin (a prompt on a
 terminal, else its first line). `--password P` is refused (exit 2, naming
 these): argv is visible to every local user (`ps`, /proc/PID/cmdline) for as
-long as the command runs (`elections.ports.secret_source`).
+long as the command runs (`stkhost.secret_source`).
 
 Accounts live in this agent's database: create them on each agent whose panel
 people use. Run it with the agent's settings (STK_INI=/path/to/stk.ini).
@@ -31,9 +31,9 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import CommandError
 from django.db import transaction
 
-from elections.ports.secret_source import SecretUnreadable, argv_refusal, read_secret
-from elections.ports.terminal import make_safe
+from elections.ports.local.terminal import make_safe
 from elections.web.auth import ROLES, ensure_roles, role_of
+from stkhost.secret_source import SecretUnreadable, argv_refusal, read_secret
 from stkrelay.operator_command import OperatorCommand
 
 PASSWORD_ENV = "STK_USER_PASSWORD"
@@ -57,7 +57,7 @@ class Command(OperatorCommand):
         parser.add_argument("--label", default="", help="a label for the token")
 
     def handle(self, *args, verb, name, role, password, password_file, label, **options):
-        make_safe(self)  # user names and labels are printed escaped (elections.ports.terminal)
+        make_safe(self)  # user names and labels are printed escaped (elections.ports.local.terminal)
         if password is not None:
             self.stderr.write(
                 "stkuser: "

@@ -15,5 +15,5 @@ Vocabulary:
   hold       the etcd lease a leader's record is bound to; its loss is `WriteOutcome.LOST`
   watch      etcd's watch stream on the pool's prefix: it says when to read again
 
-Opened only through `elections.ports.stores` (imported when a pool uses etcd).
+Opened only through `elections.ports.store.stores` (imported when a pool uses etcd).
 """

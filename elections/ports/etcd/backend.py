@@ -38,7 +38,11 @@ from typing import Any, TypeVar
 from elections.core.skew import ClockReading, from_window
 from elections.core.untrusted import LEASE, TOO_LARGE, TOO_MANY, WRONG_NODE, Untrusted
 from elections.errors import StoreUnavailable
-from elections.ports.backend import (
+from elections.ports.etcd import pool as layout
+from elections.ports.etcd.client import EtcdRefused, LeaseNotFound, delete, gateway_int, mod_is, put
+from elections.ports.etcd.events import EtcdEvents
+from elections.ports.etcd.pool import NODE, EtcdPool, Kv, parse_revision, revision
+from elections.ports.store.backend import (
     EPOCH_KEY,
     LEASE_KEY,
     MEMBERS,
@@ -52,10 +56,6 @@ from elections.ports.backend import (
     log_only,
     poll_wait,
 )
-from elections.ports.etcd import pool as layout
-from elections.ports.etcd.client import LeaseNotFound, Refused, as_int, delete, mod_is, put
-from elections.ports.etcd.events import EtcdEvents
-from elections.ports.etcd.pool import NODE, EtcdPool, Kv, parse_revision, revision
 
 log = logging.getLogger("stkrelay.store")
 T = TypeVar("T")
@@ -259,7 +259,7 @@ class EtcdBackend:
     def _revoke(self, lease: int) -> None:
         try:
             self.client.revoke(lease)
-        except (StoreUnavailable, Refused) as exc:
+        except (StoreUnavailable, EtcdRefused) as exc:
             log.info("etcd lease %x not revoked (it expires by itself): %s", lease, exc)
 
     def claim(self, expect: str, build: Build) -> Claimed:
@@ -322,4 +322,4 @@ class EtcdBackend:
 
 
 def _txn_revision(doc: dict[str, Any]) -> int:
-    return as_int((doc.get("header") or {}).get("revision"))
+    return gateway_int((doc.get("header") or {}).get("revision"))

@@ -48,7 +48,7 @@ class LeaseNotFound(Exception):
     """etcd answered "requested lease not found"."""
 
 
-class Refused(Exception):
+class EtcdRefused(Exception):
     """etcd answered, and said no (a bad request, a compacted revision...)."""
 
     def __init__(self, code: int, message: str) -> None:
@@ -71,7 +71,7 @@ def prefix_end(prefix: str) -> str:
     return raw.decode()
 
 
-def as_int(value: Any) -> int:
+def gateway_int(value: Any) -> int:
     """A number of the gateway's JSON (int64 arrive as strings; zeros are left out)."""
     try:
         return int(value)
@@ -167,7 +167,7 @@ class EtcdClient:
             with self._lock:
                 self._preferred = i
             self.last_member = self.endpoints[i]
-            rev = as_int((doc.get("header") or {}).get("revision"))
+            rev = gateway_int((doc.get("header") or {}).get("revision"))
             if rev > self.revision:
                 self.revision = rev
             return doc
@@ -204,12 +204,12 @@ class EtcdClient:
             raise _Retry(f"HTTP {resp.status_code}: not a JSON object")
         if resp.status_code == 200:
             return doc
-        code, message = as_int(doc.get("code")), str(doc.get("message") or doc.get("error") or "")[:200]
+        code, message = gateway_int(doc.get("code")), str(doc.get("message") or doc.get("error") or "")[:200]
         if "lease not found" in message:
             raise LeaseNotFound(message)
         if resp.status_code >= 500 or code in RETRYABLE_CODES:
             raise _Retry(f"HTTP {resp.status_code}: {message}")
-        raise Refused(code, message)
+        raise EtcdRefused(code, message)
 
     # -- the calls the store makes -------------------------------------------------
     def range(self, key: str, end: str | None = None, cap: int = SMALL, **opts: Any) -> dict[str, Any]:
@@ -227,19 +227,19 @@ class EtcdClient:
     def grant(self, ttl: int) -> tuple[int, int]:
         """A new etcd lease: (id, the TTL etcd granted, which may be raised to its minimum)."""
         doc = self.call("lease/grant", {"TTL": ttl, "ID": 0})
-        return as_int(doc.get("ID")), as_int(doc.get("TTL"))
+        return gateway_int(doc.get("ID")), gateway_int(doc.get("TTL"))
 
     def keepalive(self, lease: int) -> int:
         """Refresh `lease`; its TTL now, or ≤ 0 if etcd no longer has it."""
         doc = self.call("lease/keepalive", {"ID": lease})
         result = doc.get("result")
         result = result if isinstance(result, dict) else doc
-        return as_int(result.get("TTL")) if "TTL" in result else -1
+        return gateway_int(result.get("TTL")) if "TTL" in result else -1
 
     def time_to_live(self, lease: int) -> tuple[int, int]:
         """(seconds left, TTL granted) of `lease`, as etcd counts them (-1: no such lease)."""
         doc = self.call("kv/lease/timetolive", {"ID": lease})
-        return as_int(doc.get("TTL")) if "TTL" in doc else -1, as_int(doc.get("grantedTTL"))
+        return gateway_int(doc.get("TTL")) if "TTL" in doc else -1, gateway_int(doc.get("grantedTTL"))
 
     def revoke(self, lease: int) -> None:
         try:

@@ -25,12 +25,12 @@ from typing import TypeVar
 
 from elections.core.evidence import Refusals
 from elections.core.untrusted import EVENT_LINE, TOO_LARGE, WRONG_NODE, Untrusted
-from elections.ports.clock import Clock
-from elections.ports.etcd.client import as_int, created_at, prefix_end, put, unb64
+from elections.ports.etcd.client import created_at, gateway_int, prefix_end, put, unb64
 from elections.ports.etcd.pool import EVENTS, NODE, EtcdPool
 from elections.ports.etcd.watch import PrefixWatch
-from elections.ports.event_records import PoolEventSink, PoolEventTail
-from elections.ports.event_streams import EventJudge, SeqOf
+from elections.ports.events.event_records import PoolEventSink, PoolEventTail
+from elections.ports.events.event_streams import EventJudge, SeqOf
+from stkhost.clock import Clock
 
 T = TypeVar("T")
 PER_CALL = 64  # event keys read per call
@@ -107,7 +107,7 @@ class EtcdEvents:
                 too_long = f"an event longer than {EVENT_LINE.max_bytes} bytes"
                 judge.refuse(source, Untrusted(TOO_LARGE, too_long))
             else:
-                judge.take(node, source, kv.value, named_seq=as_int(seq_text))
+                judge.take(node, source, kv.value, named_seq=gateway_int(seq_text))
         at.backlog = more
         at.read_at = (gen, time.monotonic())
         return more

@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from elections.errors import StoreUnavailable
-from elections.ports.etcd.client import LeaseNotFound, Refused, TooLarge, as_int
+from elections.ports.etcd.client import EtcdRefused, LeaseNotFound, TooLarge, gateway_int
 from elections.ports.etcd.pool import LEASE_KEY, EtcdPool
 
 VIEW_EVERY = 5.0  # seconds a cluster view is reused
@@ -27,8 +27,8 @@ _views: dict[int, tuple[float, dict[str, Any]]] = {}
 
 def _names(pool: EtcdPool) -> dict[int, str]:
     try:
-        return {as_int(m.get("ID")): str(m.get("name") or "")[:64] for m in pool.client.member_list()}
-    except (StoreUnavailable, Refused, TooLarge, LeaseNotFound):
+        return {gateway_int(m.get("ID")): str(m.get("name") or "")[:64] for m in pool.client.member_list()}
+    except (StoreUnavailable, EtcdRefused, TooLarge, LeaseNotFound):
         return {}
 
 
@@ -47,10 +47,10 @@ def cluster_view(pool: EtcdPool) -> dict[str, Any]:
             st = client.status(i, STATUS_TIMEOUT)
         except Exception:
             continue
-        leader = as_int(st.get("leader"))
+        leader = gateway_int(st.get("leader"))
         view["leader"] = _names(pool).get(leader) or f"{leader:x}"
-        view["revision"] = max(view["revision"], as_int((st.get("header") or {}).get("revision")))
-        view["raft_term"] = as_int(st.get("raftTerm"))
+        view["revision"] = max(view["revision"], gateway_int((st.get("header") or {}).get("revision")))
+        view["raft_term"] = gateway_int(st.get("raftTerm"))
         view["asked"] = url
         break
     _views[id(pool)] = (time.monotonic(), view)
@@ -68,13 +68,13 @@ def doctor_checks(pool: EtcdPool, lease_ttl: float) -> list[tuple[str, bool, str
         except Exception as exc:
             rows.append((f"etcd member {url}", False, f"not answering: {exc}"))
             continue
-        leader = as_int(st.get("leader"))
+        leader = gateway_int(st.get("leader"))
         leaders.add(leader)
-        me = as_int((st.get("header") or {}).get("member_id"))
+        me = gateway_int((st.get("header") or {}).get("member_id"))
         rows.append((f"etcd member {url}", leader != 0,
                      f"{names.get(me, hex(me))} version {st.get('version')}, "
                      f"leader {names.get(leader, hex(leader)) if leader else 'none'}, "
-                     f"revision {as_int((st.get('header') or {}).get('revision'))}"))  # fmt: skip
+                     f"revision {gateway_int((st.get('header') or {}).get('revision'))}"))  # fmt: skip
     rows.append(("etcd members agree on one leader", len(leaders) == 1 and 0 not in leaders,
                  ", ".join(names.get(x, hex(x)) for x in leaders) or "no member answered"))  # fmt: skip
     try:
@@ -83,7 +83,7 @@ def doctor_checks(pool: EtcdPool, lease_ttl: float) -> list[tuple[str, bool, str
         rows.append(
             ("etcd quorum read", True, f"linearizable read in {1000 * (time.monotonic() - started):.0f} ms")
         )
-    except (StoreUnavailable, TooLarge, Refused) as exc:
+    except (StoreUnavailable, TooLarge, EtcdRefused) as exc:
         rows.append(("etcd quorum read", False, str(exc)))
         return rows
     want = max(1, math.ceil(lease_ttl))
@@ -100,6 +100,6 @@ def doctor_checks(pool: EtcdPool, lease_ttl: float) -> list[tuple[str, bool, str
             left, counted = client.time_to_live(kv.lease)
             rows.append(("the holder's key is bound to a live etcd lease", 0 < left <= counted <= want,
                          f"{left} s left of {counted} s (LEASE_TTL {lease_ttl:g} s)"))  # fmt: skip
-    except (StoreUnavailable, Refused, LeaseNotFound, TooLarge) as exc:
+    except (StoreUnavailable, EtcdRefused, LeaseNotFound, TooLarge) as exc:
         rows.append(("etcd lease TTLs", False, str(exc)))
     return rows

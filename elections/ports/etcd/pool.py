@@ -28,7 +28,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from elections.errors import StoreUnavailable
-from elections.ports.etcd.client import EtcdClient, Tls, TooLarge, as_int, parse_endpoints, prefix_end, unb64
+from elections.ports.etcd.client import (
+    EtcdClient,
+    Tls,
+    TooLarge,
+    gateway_int,
+    parse_endpoints,
+    prefix_end,
+    unb64,
+)
 from elections.ports.etcd.watch import PrefixWatch
 
 LEASE_KEY = "pool/leader"
@@ -149,7 +157,7 @@ class EtcdPool:
         value = None if raw is None or len(raw) > value_cap * 4 // 3 + 8 else unb64(raw)
         if value is not None and len(value) > value_cap:
             value = None
-        mod, create, lease = (as_int(kv.get(k)) for k in ("mod_revision", "create_revision", "lease"))
+        mod, create, lease = (gateway_int(kv.get(k)) for k in ("mod_revision", "create_revision", "lease"))
         return Kv(key[len(self.prefix) :], value, mod, create, lease)
 
 

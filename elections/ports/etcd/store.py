@@ -7,11 +7,11 @@ as on the share, §5.1, §5.4) over `EtcdBackend` (transactions on
 from __future__ import annotations
 
 from elections.core.evidence import Refusals
-from elections.ports.backend import counted
-from elections.ports.clock import Clock
 from elections.ports.etcd.backend import EtcdBackend
 from elections.ports.etcd.pool import EtcdPool
-from elections.ports.records import PoolStore
+from elections.ports.store.backend import counted
+from elections.ports.store.records import PoolStore
+from stkhost.clock import Clock
 
 
 class EtcdLeaseStore(PoolStore):

@@ -26,7 +26,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from elections.ports.etcd.client import EtcdClient, as_int, b64, prefix_end, unb64
+from elections.ports.etcd.client import EtcdClient, b64, gateway_int, prefix_end, unb64
 
 log = logging.getLogger("stkrelay.etcd")
 
@@ -123,12 +123,12 @@ class PrefixWatch:
         if not isinstance(result, dict):
             raise ConnectionError(f"watch failed: {str(doc.get('error'))[:200]}")
         header = result.get("header") or {}
-        if result.get("canceled") or as_int(result.get("compact_revision")):
+        if result.get("canceled") or gateway_int(result.get("compact_revision")):
             self.revision = 0  # compacted past us: start again from now (readers re-read)
             raise ConnectionError(f"watch canceled: {str(result.get('cancel_reason'))[:200]}")
         if result.get("created"):
             if not self.revision:
-                self.revision = as_int(header.get("revision"))
+                self.revision = gateway_int(header.get("revision"))
             self.connected = True
             self._bump(set(PARTS))  # anything may have changed before this stream began
             return
@@ -141,11 +141,11 @@ class PrefixWatch:
             if part is not None:
                 touched.add(part)
             if key == self.lease_key and event.get("type") == "DELETE":
-                lease = as_int((event.get("prev_kv") or {}).get("lease"))
+                lease = gateway_int((event.get("prev_kv") or {}).get("lease"))
                 if lease:
                     gone.append(lease)
-            self.revision = max(self.revision, as_int(kv.get("mod_revision")))
-        self.revision = max(self.revision, as_int(header.get("revision")))
+            self.revision = max(self.revision, gateway_int(kv.get("mod_revision")))
+        self.revision = max(self.revision, gateway_int(header.get("revision")))
         if touched:
             self._bump(touched)
         for lease in gone:

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.utils.translation import gettext as _
 
-from elections.ports.relay_files import EntryStatus
+from elections.ports.local.relay_files import EntryStatus
 
 
 def door_check(door: EntryStatus, now: float, leader: str | None) -> tuple[str, bool, str]:

@@ -9,8 +9,8 @@ from typing import Any
 
 from django.utils.translation import gettext as _
 
-from elections.ports.pool_view import PoolView
-from elections.ports.relay_files import EntryStatus
+from elections.ports.local.pool_view import PoolView
+from elections.ports.local.relay_files import EntryStatus
 
 
 def entry_checks(pool: PoolView, here: EntryStatus | None, now: float) -> list[tuple[str, bool, str]]:

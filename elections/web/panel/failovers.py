@@ -10,9 +10,9 @@ import threading
 from datetime import datetime
 from typing import Any
 
-from elections.core.failovers import REASONS, Ev, Failover, Segment, derive, segments
+from elections.core.failovers import REASONS, Ev, Failover, Tenure, derive, segments
 
-__all__ = ["REASONS", "Ev", "Failover", "Segment", "derive", "failovers_for", "known_kmsns", "load_events",
+__all__ = ["REASONS", "Ev", "Failover", "Tenure", "derive", "failovers_for", "known_kmsns", "load_events",
            "segments"]  # fmt: skip
 
 # -- from the database, cached ---------------------------------------------------

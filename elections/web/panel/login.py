@@ -52,7 +52,7 @@ def login_view(request: HttpRequest) -> HttpResponse:
         audit.LoginFailure.forget(username, failures_of)
         login(request, form.get_user())
         response = redirect(nxt)
-        device.remember(response, request, username)
+        device.remember_device(response, request, username)
         return secure_headers(response)
     audit.LoginFailure.note(username, failures_of)
     return _login_page(request, form, nxt)

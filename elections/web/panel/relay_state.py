@@ -16,7 +16,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import pgettext_lazy
 
 from elections.core.untrusted import as_int, as_list, as_object
-from elections.ports.localstate import RelayStatus
+from elections.ports.local.localstate import RelayStatus
 from elections.web.panel.proxy_state import ProxyState
 
 _lock = threading.Lock()

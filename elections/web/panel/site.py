@@ -15,9 +15,9 @@ from django.utils.translation import gettext as _
 
 from elections.core.ownership import CONFLICT, DRIFT, MISSING, ORPHAN, UNKNOWN, Entry
 from elections.core.skew import ClockReading
-from elections.ports.relay_files import EntryStatus
-from elections.ports.webcert import show
+from elections.ports.local.relay_files import EntryStatus
 from elections.web.panel.relay_state import RelayState
+from stkhost.fingerprints import show
 
 # Early takeovers (elections on liveness evidence) in 24 h from which the pool shows an alarm: one is a
 # crash handled fast; several mean agents keep dying, or someone forges their deaths (docs/design.md §13).

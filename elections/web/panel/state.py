@@ -27,8 +27,8 @@ from elections.core.decide import GONE, SILENT
 from elections.core.ownership import Entry
 from elections.core.skew import versus
 from elections.core.untrusted import as_list, as_object
-from elections.ports.localstate import LocalState, RelayStatus
-from elections.ports.pool_view import PoolView
+from elections.ports.local.localstate import LocalState, RelayStatus
+from elections.ports.local.pool_view import PoolView
 from elections.web.panel.relay_state import relay_state
 from elections.web.panel.site import MemberRow, SiteState
 from relay.server.listen_set import door_hosts

@@ -26,7 +26,7 @@ from django.views.decorators.http import require_http_methods
 
 from elections import audit
 from elections.core.commands import forget_refusal
-from elections.ports.localstate import LocalState
+from elections.ports.local.localstate import LocalState
 from elections.steering import perform
 from elections.web.auth import actor_for, denial, panel_view
 from elections.web.panel import fleet, fmt, words

@@ -186,12 +186,12 @@ _VERDICTS = {
 }
 _HOLDS = re.compile(r"^(follower|leader): (.+) holds epoch (\d+), renewed ([\d.]+) s ago$")
 _RENEWING = re.compile(r"^leader: renewing epoch (\d+) \(last renewal ([\d.]+) s ago\)$")
-_RENEWED = re.compile(r"^leader: renewed epoch (\d+) \(seq (\d+)\)$")  # runtime.elector_acts: a renewal
+_RENEWED = re.compile(r"^leader: renewed epoch (\d+) \(seq (\d+)\)$")  # runtime.elector: a renewal
 _FIRST = {"no lease file and no leader ever seen": gettext_lazy("no lease file and no leader ever seen"),
           "no leader seen": gettext_lazy("no leader seen")}  # fmt: skip
 # core.lease.LeaseRecord.describe(): a valid lease's detail
 _DESCRIBED = re.compile(r"^(.+) epoch (\d+) seq (\d+) at (.+)$")
-# core.commands.check's accepted outcomes
+# core.commands.check_command's accepted outcomes
 _ACCEPTED_AT = re.compile(r"^(\w+) (.+) accepted at epoch (\d+|None)$")
 _UNBOUND = re.compile(r"^unbind (.+) accepted: the site token is accepted for it again$")
 _FORGOTTEN = re.compile(r"^forget (.+) accepted: its member record is removed, its history kept$")
@@ -229,7 +229,7 @@ def lease_detail(text: str) -> str:
 
 
 def outcome(text: str) -> str:
-    """An audited command's outcome message, for the accepted ones (core.commands.check)."""
+    """An audited command's outcome message, for the accepted ones (core.commands.check_command)."""
     if m := _UNBOUND.match(text):
         return _("unbind %(station)s accepted: the site token is accepted for it again") % {"station": m[1]}
     if m := _FORGOTTEN.match(text):

@@ -13,7 +13,7 @@ the agent's settings (KMSN, RELAY_TOKEN, which ``$STK_RELAY_TOKEN`` overrides).
 Needs no Redis and no database.
 
 Secrets never come from argv (visible in ``ps`` and shell history;
-`elections.ports.secret_source`): the site token from ``--token-file PATH``
+`stkhost.secret_source`): the site token from ``--token-file PATH``
 (``-``: stdin), else ``$STK_RELAY_TOKEN`` / settings; a station's credential
 (``relayctl credential STATION``, docs/design.md §8) from ``--credential-file PATH`` or
 ``$STK_RELAY_CREDENTIAL``: with one, the client authenticates as that station
@@ -45,7 +45,7 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from elections.ports.terminal import make_safe
+from elections.ports.local.terminal import make_safe
 from relay.client.events import ClientClosed, ConnectionLost, NoLeader, Received, Refused, ServerError, Status
 from relay.client.relay_client import RelayClient
 from relay.management.client_options import (
