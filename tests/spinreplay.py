@@ -42,7 +42,15 @@ from elections.core.beacons import FOLLOWER, LEADER, RESIGN, Beacon
 from elections.core.decide import Observation, Timing, Verdict, decide, evidence_subject
 from elections.core.lease import LeaseRead, LeaseRecord
 from elections.core.lease_memory import Memory, track
-from elections.core.serving import ACKED, LEASE, Adherence, Report, ServingRight, ServingTiming, silent_holder
+from elections.core.serving import (
+    ACKED,
+    LEASE,
+    AckReport,
+    Adherence,
+    ServingRight,
+    ServingTiming,
+    silent_holder,
+)
 from elections.core.serving_book import ServingBook
 
 N, NONE, UNKNOWN = 3, 3, 4  # UNKNOWN: a start's adherence (`ServingBook.started`)
@@ -245,14 +253,14 @@ def beacon(s: State, y: int, t: float) -> Beacon:
     return Beacon(KMSN, node(y), "10.0.0.1", 9530, FOLLOWER, s.known[y], 0, f"b{y}", 1, **said)  # type: ignore[arg-type]
 
 
-def reports(s: State, x: int, t: float) -> list[Report]:
+def reports(s: State, x: int, t: float) -> list[AckReport]:
     """The other members' latest beacons as x's silence rule reads them (A6: current ones)."""
     out = []
     for y in range(N):
         if y == x or not s.up[y]:
             continue
         b = beacon(s, y, t)
-        out.append(Report(node(y), 0.0, b.ack_node, b.ack_epoch, b.quiet_ms / 1000))
+        out.append(AckReport(node(y), 0.0, b.ack_node, b.ack_epoch, b.quiet_ms / 1000))
     return out
 
 
