@@ -72,15 +72,20 @@ def main() -> None:
         print(f"{a.name}: starting (pid {a.pgid}, log {a.log_path})", flush=True)
     password = secrets.token_urlsafe(9)
     for a in site.agents:  # one operator account on every agent's panel
-        wait_until(lambda a=a: (a.data_dir / "stkrelay.sqlite3").exists() and a.state(), 90, f"{a.name} up")
+        # Up: its worker has decided once, which it does only after its database is migrated (a first
+        # start migrates beside the other children).
+        wait_until(lambda a=a: (a.data_dir / "stkrelay.sqlite3").exists() and a.state().get("decision"), 90,
+                   f"{a.name} up")  # fmt: skip
         print(
             f"{a.name}: up after {time.monotonic() - started:.1f} s ({a.state().get('decision', '?')})",
             flush=True,
         )
         argv = [sys.executable, str(ROOT / "manage.py"), "stkuser", "add", "demo", "--role", "operator"]
         env = {"PATH": "/usr/bin:/bin", "STK_INI": str(a.ini)}
-        subprocess.run([*argv, "--password-file", "-"], input=password + "\n", cwd=ROOT, env=env, check=True,
-                       capture_output=True, text=True)  # fmt: skip
+        added = subprocess.run([*argv, "--password-file", "-"], input=password + "\n", cwd=ROOT, env=env,
+                               capture_output=True, text=True)  # fmt: skip
+        if added.returncode != 0:
+            sys.exit(f"{a.name}: stkuser add demo failed: {added.stderr.strip() or added.stdout.strip()}")
     print(f"stkrelay demo: 3 agents of KMSN 9999-9999-99-99, lease dir {site.lease_dir}")
     print(f"panel login on any agent: user demo, password {password}")
     for a in site.agents:
