@@ -67,34 +67,36 @@ def main() -> None:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     started = time.monotonic()
-    for a in site.agents:  # progress: a line as each agent starts, and as each is up
-        a.start()
-        print(f"{a.name}: starting (pid {a.pgid}, log {a.log_path})", flush=True)
-    password = secrets.token_urlsafe(9)
-    for a in site.agents:  # one operator account on every agent's panel
-        # Up: its worker has decided once, which it does only after its database is migrated (a first
-        # start migrates beside the other children).
-        wait_until(lambda a=a: (a.data_dir / "stkrelay.sqlite3").exists() and a.state().get("decision"), 90,
-                   f"{a.name} up")  # fmt: skip
-        print(
-            f"{a.name}: up after {time.monotonic() - started:.1f} s ({a.state().get('decision', '?')})",
-            flush=True,
-        )
-        argv = [sys.executable, str(ROOT / "manage.py"), "stkuser", "add", "demo", "--role", "operator"]
-        env = {"PATH": "/usr/bin:/bin", "STK_INI": str(a.ini)}
-        added = subprocess.run([*argv, "--password-file", "-"], input=password + "\n", cwd=ROOT, env=env,
-                               capture_output=True, text=True)  # fmt: skip
-        if added.returncode != 0:
-            sys.exit(f"{a.name}: stkuser add demo failed: {added.stderr.strip() or added.stdout.strip()}")
-    print(f"stkrelay demo: 3 agents of KMSN 9999-9999-99-99, lease dir {site.lease_dir}")
-    print(f"panel login on any agent: user demo, password {password}")
-    for a in site.agents:
-        print(f"  {a.name}: pgid {a.pgid}  panel {a.web_url}/  "
-              f"relay {a.ip}:{a.setting('RELAY_PORT')}  log {a.log_path}")  # fmt: skip
-        print(f"        certificate SHA-256 {show(a.fingerprint())} (self-signed: accept it in the browser)")
-    print("watching the lease (Ctrl-C stops the site)...", flush=True)
-    last = None
     try:
+        for a in site.agents:  # progress: a line as each agent starts, and as each is up
+            a.start()
+            print(f"{a.name}: starting (pid {a.pgid}, log {a.log_path})", flush=True)
+        password = secrets.token_urlsafe(9)
+        for a in site.agents:  # one operator account on every agent's panel
+            # Up: its worker has decided once, which it does only after its database is migrated (a first
+            # start migrates beside the other children).
+            db = a.data_dir / "stkrelay.sqlite3"
+            wait_until(lambda a=a, db=db: db.exists() and a.state().get("decision"), 90, f"{a.name} up")
+            print(
+                f"{a.name}: up after {time.monotonic() - started:.1f} s ({a.state().get('decision', '?')})",
+                flush=True,
+            )
+            argv = [sys.executable, str(ROOT / "manage.py"), "stkuser", "add", "demo", "--role", "operator"]
+            env = {"PATH": "/usr/bin:/bin", "STK_INI": str(a.ini)}
+            added = subprocess.run([*argv, "--password-file", "-"], input=password + "\n", cwd=ROOT, env=env,
+                                   capture_output=True, text=True)  # fmt: skip
+            if added.returncode != 0:
+                sys.exit(f"{a.name}: stkuser add demo failed: {added.stderr.strip() or added.stdout.strip()}")
+        print(f"stkrelay demo: 3 agents of KMSN 9999-9999-99-99, lease dir {site.lease_dir}")
+        print(f"panel login on any agent: user demo, password {password}")
+        for a in site.agents:
+            print(f"  {a.name}: pgid {a.pgid}  panel {a.web_url}/  "
+                  f"relay {a.ip}:{a.setting('RELAY_PORT')}  log {a.log_path}")  # fmt: skip
+            print(
+                f"        certificate SHA-256 {show(a.fingerprint())} (self-signed: accept it in the browser)"
+            )
+        print("watching the lease (Ctrl-C stops the site)...", flush=True)
+        last = None
         while not stop:
             rec = site.lease()
             now = (rec.node, rec.epoch) if rec else None
