@@ -111,7 +111,11 @@ def test_a_restarted_service_keeps_refusing_the_captured_beacons_and_counts_a_da
             for data in captured:
                 sock.sendto(data, (ip, port))
             wait_until(lambda: first.board.accepted == 30, 5, "the 30 beacons")
-            wait_until(lambda: json.loads(path.read_bytes())["seqs"] == {"S001": {BOOT: 30}}, 5, "them kept")
+            wait_until(
+                lambda: path.exists() and json.loads(path.read_bytes())["seqs"] == {"S001": {BOOT: 30}},
+                5,
+                "them kept",
+            )  # written a moment after the board took them
         finally:
             first.stop()
         again = follower()
