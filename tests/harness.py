@@ -178,13 +178,14 @@ class Redis:
 
 def write_lease(
     lease_dir: Path, node: str, ip: str, port: int, epoch: int, *, token: str = TOKEN, kmsn: str = KMSN,
-    ttl_s: float = 10,
+    ttl_s: float = 10, renew_seq: int = 1,
 ) -> None:  # fmt: skip
     """A signed lease naming `node`, written like the store does: temp file + atomic rename."""
     from elections.core.lease import LeaseRecord
 
     record = LeaseRecord(kmsn=kmsn, station=node, ip=ip, port=port, pid=4242, epoch=epoch,
-                         lease_until="20990101000000", node=node, renew_seq=1, ttl_s=ttl_s)  # fmt: skip
+                         lease_until="20990101000000", node=node, renew_seq=renew_seq,
+                         ttl_s=ttl_s)  # fmt: skip
     tmp = lease_dir / ".relay_leader.json.tmp"
     tmp.write_bytes(record.encode(token))
     os.replace(tmp, lease_dir / "relay_leader.json")

@@ -238,7 +238,9 @@ def memory(s: State, x: int, t: float) -> Memory:
     return Memory(node(x), seen_key=seen, seen_at=None if seen is None and s.known[x] == 0 else t - s.lage[x],
                   seen_ttl=TIMING.ttl, seen_released=bool(lrel) if same else False, max_epoch=s.known[x],
                   looked_at=None if seen is None and s.known[x] == 0 else t - s.rdage[x],
-                  blind_restart=bool(s.bspent[x]))  # fmt: skip
+                  blind_restart=bool(s.bspent[x]),
+                  # the record lying there, as seen (renew_seq 0): one written since (miss) is newer
+                  writers=((node(lh), le, 0),) if kind in (VALID, OLD) and lh != NONE else ())  # fmt: skip
 
 
 def beacon(s: State, y: int, t: float) -> Beacon:

@@ -106,3 +106,47 @@ def test_a_replayed_old_lease_never_shows_in_a_followers_view_nor_moves_its_entr
 
     back = wait_until(rewritten, 10, "the new leader's lease over the last replayed copy")
     assert back.epoch >= new.epoch and back.node != leader.name, back
+
+
+@pytest.mark.long
+def test_an_older_epochs_holder_that_still_writes_keeps_a_follower_from_the_lease_path(site_factory):
+    """Issue 37 (SPIN's trail of the lockless renewal): a leader's renewal without the lock can land
+    over the next epoch's claim, and that leader renews on; its records name an epoch below what the
+    others know. A follower that timed the lease out through those writes took the next epoch by the
+    lease while the old leader's gate could be open. Here the test writes, with the pool's key, what
+    such a leader writes (its own epoch, renew_seq growing each second) once the epoch after it has
+    no live holder: the last follower does not take the lease while the writes go on, and takes it
+    one TTL after they stop."""
+    from harness import write_lease
+
+    site = site_factory(3, extra={"BEACON_INTERVAL": "0"})  # the share alone: the lease path
+    s1, s2, s3 = site.agents
+    for agent, priority in ((s1, 90), (s2, 80), (s3, 50)):
+        with open(agent.ini, "a") as fh:
+            fh.write(f"PRIORITY = {priority}\n")
+    s1.start()
+    first = site.wait_leader(timeout=60)
+    s2.start()
+    s3.start()
+    assert site.wait_settled(timeout=60) == first
+    s1.kill9()
+    second = site.wait_leader(timeout=30, other_than=s1.name)
+    assert (second.node, second.epoch) == (s2.name, first.epoch + 1), second
+    wait_until(lambda: (read_json(s3.data_dir / "pool.json").get("lease") or {}).get("epoch") == second.epoch,
+               15, "S003's view of the second epoch")  # fmt: skip
+    s2.kill9()
+    seq = 1000
+    end = time.monotonic() + 12.0  # four TTLs (3 s) of the old holder writing on
+    while time.monotonic() < end:
+        seq += 1
+        write_lease(site.lease_dir, s1.name, s1.ip, 9530, first.epoch, renew_seq=seq, ttl_s=3)
+        assert not s3.state().get("leader"), f"S003 took the lease while epoch {first.epoch}'s holder writes"
+        time.sleep(0.5)  # the old holder's renewal period, not a wait for a condition
+    stopped = time.monotonic()
+    third = site.wait_leader(timeout=30, min_epoch=second.epoch + 1)
+    took = time.monotonic() - stopped
+    assert third.node == s3.name and third.epoch == second.epoch + 1, third
+    assert took >= 2.5, f"taken {took:.1f} s after the last write: the TTL (3 s) counts from it"
+    logs = s3.log()
+    assert "that holder still writes" in logs, "the restart was said"
+    assert "Traceback" not in logs

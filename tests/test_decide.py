@@ -6,7 +6,16 @@ import pytest
 
 from elections.core.decide import Observation, Timing, Verdict, contend_delay, decide
 from elections.core.lease import LeaseRead, LeaseRecord
-from elections.core.lease_memory import Memory, accepts, current, track, vouched, vouches_spent
+from elections.core.lease_memory import (
+    MAX_WRITERS,
+    Memory,
+    accepts,
+    current,
+    track,
+    vouched,
+    vouches_spent,
+    writes_still,
+)
 
 T = Timing(ttl=10, renew=3, poll=2, deadline=7)
 
@@ -431,3 +440,52 @@ def test_a_handoff_whose_target_is_known_gone_is_abandoned_at_once_and_taken_as_
     assert decide(mem, Observation(handed, unheard={"S004": "x"}), 0.5, T).verdict is Verdict.FOLLOW
     mine = track(Memory(node="S003"), handed, 0.0, T.ttl)
     assert decide(mine, Observation(handed, unheard={"S002": "x"}), 0.5, T).handoff
+
+
+def test_an_older_epochs_holder_that_still_writes_restarts_the_ttl_and_is_never_obeyed():
+    # Issue 37 (SPIN's trail): S001's renewal without the lock renamed its epoch-7 record over
+    # S002's claim of epoch 8, and S001 renews on, each of its reads finding its own write. S002
+    # knows epoch 8; S001's writes are no evidence (never followed), but they show a live holder:
+    # timing the lease out through them took epoch 9 in lease mode beside S001's open gate.
+    mem = track(Memory(node="S002"), valid(rec(seq=5)), 0, 10)  # the lease S002's claim went over
+    mem = replace(
+        mem, max_epoch=8, seen_key=("S002", 8, 0), seen_at=0.5
+    )  # its own claim, then it stepped down
+    for now in range(1, 30):
+        read = valid(rec(seq=5 + now))  # S001 renews epoch 7 every second
+        assert writes_still(mem, read) and not accepts(mem, read)
+        mem = track(mem, read, now, 10)
+        d = decide(mem, Observation(read), now + 0.9, T)
+        assert d.verdict is Verdict.WAIT and "stale lease ignored" in d.reason, d
+    assert mem.seen_at == 29 and mem.seen_key == ("S002", 8, 0)
+    last = valid(rec(seq=35))  # its last write; then S001 stops writing: the TTL runs from its last write
+    mem = track(mem, last, 30, 10)
+    assert decide(mem, Observation(last), 39.9, T).verdict is Verdict.WAIT
+    assert decide(track(mem, last, 40, 10), Observation(last), 40, T).verdict is Verdict.CONTEND
+
+
+def test_replayed_copies_of_an_older_epoch_restart_nothing_and_each_new_record_restarts_once():
+    mem = replace(track(Memory(node="S002"), valid(rec(seq=5)), 0, 10), max_epoch=8, seen_at=0.0)
+    for now, seq in ((1, 5), (2, 4), (3, 1), (4, 5)):  # what it saw, and older: copies
+        read = valid(rec(seq=seq))
+        assert not writes_still(mem, read)
+        mem = track(mem, read, now, 10)
+    assert mem.seen_at == 0.0
+    mem = track(mem, valid(rec(seq=6)), 5, 10)
+    assert mem.seen_at == 5
+    mem = track(mem, valid(rec(seq=6)), 6, 10)  # the same record again: no news
+    assert mem.seen_at == 5
+    # a holder this node never saw write: its first record is news once (a delay, never a takeover)
+    other = valid(rec(node="S003", epoch=6, seq=40))
+    assert writes_still(mem, other)
+    mem = track(mem, other, 7, 10)
+    assert mem.seen_at == 7 and not writes_still(mem, other)
+    assert decide(mem, Observation(other), 16.9, T).verdict is Verdict.WAIT
+
+
+def test_the_holders_remembered_are_bounded():
+    mem = Memory(node="S002", max_epoch=10_000)
+    for i in range(MAX_WRITERS * 3):
+        mem = track(mem, valid(rec(node=f"N{i:03}", epoch=i + 1)), i, 10)
+    assert len(mem.writers) == MAX_WRITERS
+    assert min(e for _n, e, _q in mem.writers) == MAX_WRITERS * 2 + 1  # the newest epochs kept

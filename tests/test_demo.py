@@ -59,7 +59,8 @@ def test_make_run_says_each_agent_as_it_starts_and_as_it_is_up_then_stops_on_ctr
             if not line:
                 break
             lines.append(line.rstrip("\n"))
-            if re.match(r"\S+  leader: ", line):  # the watch loop's own line, not "up after ... (hold: leader: ...)"
+            # the watch loop's own line, not an agent's "up after ... (hold: leader: ...)"
+            if re.match(r"\S+  leader: ", line):
                 break
         text = "\n".join(lines)
         for name in ("S001", "S002", "S003"):

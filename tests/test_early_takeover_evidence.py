@@ -43,6 +43,9 @@ class BookServing:
     def taken(self, epoch: int, cause: str | None, now: float, after: tuple[str, int] | None = None) -> None:
         self.book.taken(epoch, cause, MEMBERS, after, now)
 
+    def overwritten(self, epoch: int, now: float) -> None:
+        self.book.overwritten(epoch, now)
+
     def bound(self, epoch: int, now: float) -> float | None:
         return self.book.bound(epoch, MEMBERS, now)
 
@@ -158,3 +161,41 @@ def test_the_early_takeover_on_a_valid_read_is_unchanged(tmp_path):
     assert follower.serving is not None and follower.serving.book.mode(2) == ACKED  # type: ignore[attr-defined]
     assert "S001 silent for" in d.reason and "expired" not in d.reason
     assert follower.store.read().record.node == "S002"  # type: ignore[union-attr]
+
+
+def test_a_taker_that_finds_the_old_holders_renewal_over_its_claim_rewrites_it_and_is_not_clean_for_a_ttl(
+    tmp_path,
+):
+    """The lockless renewal's race (issue 37, SPIN's trails): S001 read its own lease, S002 took
+    epoch 2 on silence, and S001's rename landed over S002's record. S002's next look finds S001's
+    newer record of epoch 1: no evidence that anyone else leads, so it rewrites its own (under the
+    lock) — and S001 renews on meanwhile, so its gate may be open by acks: S002's release is not
+    clean, and its lapse does not fall back to the lease, until a TTL after."""
+    import os
+
+    from elections.core.lease import LeaseRecord
+    from elections.core.serving import DRIFT
+
+    clock, follower = silent_pool(tmp_path)
+    assert follower.cycle().reason.startswith("elected: took epoch 2")
+    serving = follower.serving
+    assert isinstance(serving, BookServing) and serving.book.right is not None
+    seen = FileLeaseStore(tmp_path, TOKEN, "S009", clock).read().record
+    assert seen is not None and seen.node == "S002"
+    old = follower.memory.writers
+    [(_, _, s001_seq)] = [w for w in old if w[0] == "S001"]
+    hidden = LeaseRecord(kmsn=KMSN, station="S001", ip="10.0.0.1", port=9530, pid=4242, epoch=1,
+                         lease_until="20990101000000", node="S001", renew_seq=s001_seq + 1,
+                         ttl_s=T.ttl)  # fmt: skip
+    (tmp_path / ".rename.tmp").write_bytes(hidden.encode(TOKEN))
+    os.replace(tmp_path / ".rename.tmp", tmp_path / "relay_leader.json")  # S001's rename lands
+    clock.advance(1.0)
+    now = clock.monotonic()
+    d = follower.cycle()
+    assert follower.is_leader and follower.deferred.get("older_writer") == 1, d
+    lease = FileLeaseStore(tmp_path, TOKEN, "S009", clock).read().record
+    assert lease is not None and (lease.node, lease.epoch) == ("S002", 2), lease  # rewritten
+    right = serving.book.right
+    assert right.lease_ok_at >= now + T.ttl * (1 + DRIFT) / (1 - DRIFT) - 1e-6
+    serving.book.fenced(2)
+    assert serving.book.resigning(2, now + T.ttl) == {}  # not clean yet

@@ -181,6 +181,27 @@ def test_an_epoch_taken_on_silence_says_fenced_only_once_every_earlier_gate_is_s
     assert other.clean_release is None
 
 
+def test_a_leader_that_finds_an_older_epochs_record_over_its_own_is_not_clean_nor_lapses_for_a_ttl():
+    """SPIN's second trail of the lockless renewal (issue 37): S001's renewal renamed its epoch-7
+    record over S002's claim of 8 and S001 renews on, its gate open by a member that still acks
+    it. S002 rewrote its own record and handed off, its resign saying `fenced` (its lease_ok_at
+    long past): the taker served by the lease beside S001. Finding the older epoch's record over
+    its own, S002 knows an earlier gate may be open until that holder's deadline: its
+    lease_ok_at starts again, for its release (rule 6) and its lapse (rule 4) alike."""
+    book = ServingBook("S002", BOOT, T, ttl=10)
+    book.taken(8, "silent", 3, ("S001", 7), 50.0)
+    book.fenced(8)
+    later = 50.0 + 10 * (1 + DRIFT) / (1 - DRIFT) + 5
+    assert book.resigning(8, later) == {"fenced": 8} and book.lapsed(8, 3, later) is not None
+    book.overwritten(8, later)
+    again = later + 10 * (1 + DRIFT) / (1 - DRIFT)
+    assert book.resigning(8, later + 1) == {} and book.resigning(8, again - 0.01) == {}
+    assert book.lapsed(8, 3, again - 0.01) is None
+    assert book.resigning(8, again) == {"fenced": 8} and book.lapsed(8, 3, again) is not None
+    book.overwritten(7, again + 1)  # of another epoch than its right's: nothing
+    assert book.resigning(8, again + 1) == {"fenced": 8}
+
+
 def test_a_release_taken_short_of_members_is_not_clean_for_a_ttl_and_an_old_fenced_resign_is_no_evidence():
     """Found by an attacker's review: a release taken in `lease` mode only because its taker counted
     fewer than three members shut no earlier gate; its own release is clean only a TTL later. A

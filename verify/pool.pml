@@ -98,6 +98,10 @@
  *   NO_FENCE       hole 3: a release to no one written before the relay's gate is shut
  *   NO_START_QUIET rule 1 across a restart: a started member acks a new leader at once (its
  *                  book lost: whom it acked before its stop); SPIN's trail of issue 37, fixed
+ *   NO_STALE_ALIVE a record of an older epoch written since a member's last valid read is no
+ *                  evidence of life (its TTL runs on): the lockless renewal's trail, fixed
+ *   NO_STALE_LOK   a leader that finds an older epoch's record written over its own keeps its
+ *                  lease_ok_at (its release clean, its requalify early): the second trail, fixed
  *   SHORT_S        S no longer than W (S_LO = W_HI)
  */
 
@@ -653,6 +657,15 @@ inline look(x) {
      :: else -> skip
      fi;
 #endif
+#ifndef NO_STALE_ALIVE
+     /* a record of an epoch below what it knows, written since its last valid read: that
+        epoch's holder still writes (a lockless rename landed over a claim): it lives, and the
+        TTL of the lease path starts again (docs/election.md "Renewing without the lock") */
+     if
+     :: Lk == VALID && miss[x] -> lage[x] = 0; miss[x] = 0
+     :: else -> skip
+     fi;
+#endif
      rdage[x] = 0; ch = mh[x]; ce = me[x];
      if
      :: lage[x] >= TTL_LO -> cacked = 0; claim(x)                /* the TTL of the last valid lease */
@@ -678,7 +691,17 @@ inline renew_read(x) {
   :: else ->                                                     /* no evidence: rewrite, locked */
      if
      :: top > lead[x] -> learn(x, top); lead[x] = 0              /* 3e: a fresher epoch */
-     :: else -> renewed(x)
+     :: else ->
+#ifndef NO_STALE_LOK
+        /* a record of an older epoch written over its own: that epoch's holder renews on (a
+           lockless rename landed over its claim) and its gate may be open by acks: no earlier
+           gate is shut for good until lease_ok_at after this rewrite (rules 4 and 6) */
+        if
+        :: Lk == VALID && Le < lead[x] -> rlok[x] = 1; tk[x] = 0
+        :: else -> skip
+        fi;
+#endif
+        renewed(x)
      fi
   fi
 }

@@ -9,7 +9,11 @@ renewal than the last this node read while its read is no evidence (`vouched`; a
 `limit` past where the last valid read left the timer, in all). `current` keeps the renewal a
 quiet follower remembers up with the beacons, so a replay of an older beacon is never news.
 `outdated` is a validly signed record older than what
-was seen (a replay, or a leader that woke up late): never evidence. Pure: no
+was seen (a replay, or a leader that woke up late): never evidence, never obeyed — but
+one of an older epoch that is newer than every record of its holder this node has seen
+(`writes_still`) restarts the timer: that holder still writes (a renewal without the lock
+renamed over a claim, docs/election.md "Renewing without the lock"), and the lease path's
+TTL counts from its last write, whatever its epoch. Pure: no
 I/O, no clock reads; `now` is passed in. The decisions over it are
 `core.decide`'s.
 """
@@ -23,6 +27,9 @@ from elections.core.lease import LeaseRead
 
 # A record may not make followers wait longer than this, whatever it claims.
 MAX_TTL_S = 300.0
+# `Memory.writers` keeps the newest record of at most this many holders (the others are forgotten,
+# the oldest epoch first: a forgotten holder's next record restarts the timer once, as a new one).
+MAX_WRITERS = 32
 
 
 @dataclass(frozen=True)
@@ -42,6 +49,8 @@ class Memory:
     looked_at: float | None = None  # monotonic end of this node's last completed read of the lease
     blind_restart: bool = False  # since the last valid read, the timer restarted at a `blind_gap`
     vouch_from: float | None = None  # seen_at before the first `vouched` restart since the last valid read
+    # the newest validly signed record seen of each holder, (node, epoch, renew_seq), current or not
+    writers: tuple[tuple[str, int, int], ...] = ()
 
 
 def outdated(memory: Memory, read: LeaseRead) -> bool:
@@ -76,6 +85,37 @@ def replayed(memory: Memory, read: LeaseRead) -> bool:
     return read.status == "valid" and outdated(memory, read)
 
 
+def writes_still(memory: Memory, read: LeaseRead) -> bool:
+    """A validly signed record of an epoch below the highest this node knows, newer (epoch, then
+    renew_seq) than every record of its holder this node has seen: its holder wrote it since, so
+    it lives, whatever its epoch (issue 37: a renewal without the lock renamed over a claim, and
+    its holder renews on, each of its reads finding its own write; a member that knows the newer
+    epoch and timed the lease out through those writes took the next epoch in lease mode while
+    that holder's gate was open). No evidence for anything else (`outdated`): it only restarts
+    the TTL. Safe against replays: a copy of a record this node saw is not newer; one of a holder
+    it never saw (or forgot) restarts the timer once per record, in increasing order — a delay of
+    the lease path only, never an early takeover."""
+    rec = read.record
+    if read.status != "valid" or rec is None or rec.epoch >= memory.max_epoch:
+        return False
+    newest = next(((e, q) for n, e, q in memory.writers if n == rec.node), None)
+    return newest is None or (rec.epoch, rec.renew_seq) > newest
+
+
+def noted(memory: Memory, read: LeaseRead) -> tuple[tuple[str, int, int], ...]:
+    """`memory.writers` with this read's record, when it is validly signed and newer than its
+    holder's last; at most `MAX_WRITERS` holders (the newest epochs kept)."""
+    rec = read.record
+    if read.status != "valid" or rec is None:
+        return memory.writers
+    newest = next(((e, q) for n, e, q in memory.writers if n == rec.node), None)
+    if newest is not None and (rec.epoch, rec.renew_seq) <= newest:
+        return memory.writers
+    others = [w for w in memory.writers if w[0] != rec.node]
+    kept = sorted([*others, rec.key], key=lambda w: (w[1], w[2]), reverse=True)[:MAX_WRITERS]
+    return tuple(kept)
+
+
 def blind_gap(memory: Memory, read: LeaseRead, now: float, max_gap: float) -> float | None:
     """The gap this read ends, if it restarts the expiry timer (`track`): this node did not read
     the lease for longer than `max_gap` (its own clock: frozen, its share cut, quiet) and this
@@ -98,7 +138,9 @@ def track(
     read that is no evidence ends a gap longer than `max_gap` (`blind_gap`; the elector passes
     `Timing.blind_after`)."""
     rec = read.record
-    looked = replace(memory, looked_at=now)
+    looked = replace(memory, looked_at=now, writers=noted(memory, read))
+    if writes_still(memory, read):  # that older epoch's holder lives: the TTL starts again
+        return replace(looked, seen_at=now, seen_ttl=max(memory.seen_ttl, default_ttl))
     if accepts(memory, read) and rec is not None:
         max_epoch = max(memory.max_epoch, rec.epoch)
         looked = replace(looked, blind_restart=False, vouch_from=None)

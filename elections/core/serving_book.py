@@ -150,6 +150,18 @@ class ServingBook:
         if self.witness is not None:
             right.partner = self.claimed_from  # a pair's epoch from its first instant (issue 38)
 
+    def overwritten(self, epoch: int, now: float) -> None:
+        """Our record of `epoch` was found replaced by one an older epoch's holder wrote since
+        (`lease_memory.writes_still`): that holder renews on — a renewal without the lock renamed
+        over our claim, docs/election.md "Renewing without the lock" — and its gate may be open by
+        acks until its renew deadline. No earlier gate is shut for good before a TTL from now
+        (with the drift) has passed: `lease_ok_at` starts again, so neither our release is clean
+        (rule 6) nor a lapse falls back to the lease (rule 4) before then (SPIN's second trail of
+        the lockless renewal, issue 37: a clean handoff taken in `LEASE` mode beside it)."""
+        right = self.right
+        if right is not None and right.epoch == epoch:
+            right.lease_ok_at = max(right.lease_ok_at, now + self.ttl * (1 + DRIFT) / (1 - DRIFT))
+
     def fenced(self, epoch: int) -> None:
         """The relay of `epoch` stopped (or its gate read the shut state) before its release."""
         right = self.right
@@ -300,6 +312,10 @@ class Serving(Protocol):
     def taken(self, epoch: int, cause: str | None, now: float, after: tuple[str, int] | None = None) -> None:
         """This node just took `epoch` (for `cause`, over the lease of (node, epoch) `after`):
         its right starts now."""
+
+    def overwritten(self, epoch: int, now: float) -> None:
+        """Our record of `epoch` was found replaced by one an older epoch's holder wrote since:
+        no earlier gate is shut for good before a TTL from now (`ServingBook.overwritten`)."""
 
     def bound(self, epoch: int, now: float) -> float | None:
         """The latest instant the right lets this node serve `epoch`; None: the lease alone."""

@@ -112,6 +112,9 @@ class BeaconLink:
         """The relay of `epoch` stopped before its planned release (`ServingBook.fenced`)."""
         self.service.serving_fenced(epoch)
 
+    def overwritten(self, epoch: int, now: float) -> None:
+        self.service.serving_overwritten(epoch)
+
     def bound(self, epoch: int, now: float) -> float | None:
         return self.service.serving_bound(epoch)
 

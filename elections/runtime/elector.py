@@ -25,7 +25,16 @@ from typing import Any
 from elections.core.decide import PLANNED, Decision, Observation, Timing, Verdict, decide, evidence_subject
 from elections.core.evidence import Refusals
 from elections.core.lease import LeaseRead, LeaseRecord
-from elections.core.lease_memory import Memory, accepts, blind_gap, current, track, vouched, vouches_spent
+from elections.core.lease_memory import (
+    Memory,
+    accepts,
+    blind_gap,
+    current,
+    track,
+    vouched,
+    vouches_spent,
+    writes_still,
+)
 from elections.core.serving_book import Serving
 from elections.core.untrusted import REPLAYED
 from elections.core.witness import WitnessClaims
@@ -124,7 +133,8 @@ class Elector:
         self._beat = int(clock.monotonic() * 1000)  # member seq: grows across restarts
         # Early takeovers deferred for want of a valid read (`Decision.deferred`), by what was read,
         # claims started over for an epoch fresher than the one judged on ("fresher"), and TTL timers
-        # restarted at a read that was no evidence after this node's own blindness ("blind"): pool.json.
+        # restarted at a read that was no evidence after this node's own blindness ("blind") or at a
+        # record an older epoch's holder wrote since ("older_writer"): pool.json.
         self.deferred: dict[str, int] = {}
 
     # -- public ----------------------------------------------------------------
@@ -273,6 +283,7 @@ class Elector:
             if accepts(self.memory, read):
                 self.accepted = read
             gap = blind_gap(self.memory, read, now, self.timing.blind_after)
+            older_writer = writes_still(self.memory, read) and read.record is not None
             self.memory = track(self.memory, read, now, self.timing.ttl, self.timing.blind_after)
             if gap is not None:  # counted beside the deferrals (pool.json), logged once per kind of read
                 self.deferred["blind"] = self.deferred.get("blind", 0) + 1
@@ -280,6 +291,14 @@ class Elector:
                              f"{self.timing.blind_after:g} s (TTL - RENEW_DEADLINE) and the first read "
                              f"after was {read.status}, no evidence; the holder may have renewed "
                              f"unseen", logging.WARNING, key=read.status)  # fmt: skip
+            if older_writer and read.record is not None:  # counted beside the deferrals, as above
+                rec = read.record
+                if self.memory.leader_epoch is not None and self.serving is not None:
+                    self.serving.overwritten(self.memory.leader_epoch, self.clock.monotonic())
+                self.deferred["older_writer"] = self.deferred.get("older_writer", 0) + 1
+                self._report(f"lease timer restarted: {rec.node} wrote its epoch {rec.epoch} again, below "
+                             f"the known epoch {self.memory.max_epoch}: that holder still writes, so the "
+                             f"TTL counts from its write", logging.WARNING)  # fmt: skip
             self._timed_from_beacon(before)
             self._vouched(read)
         return decide(self.memory, self.observe(read, renewing), now, self.timing)

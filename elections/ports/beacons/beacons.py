@@ -548,6 +548,11 @@ class BeaconService:
         with self.lock:
             self.book.fenced(epoch)
 
+    def serving_overwritten(self, epoch: int) -> None:
+        """Our record of `epoch` was found under an older epoch's holder's (`ServingBook.overwritten`)."""
+        with self.lock:
+            self.book.overwritten(epoch, self.gate_clock())
+
     def serving_bound(self, epoch: int) -> float | None:
         members = self.members()
         with self.lock:
