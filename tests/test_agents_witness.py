@@ -1,7 +1,8 @@
 """The share's witness on a real 2-agent site on loopback (issue 38, default timing: TTL 10,
 beacons every 0.2 s): a frozen leader of a pool of two is replaced within seconds, woken it
-forwards nothing; short freezes change nothing; a witness record kept damaged by a writer
-without the key leaves the TTL path, as before."""
+forwards nothing; so is a cut one whose share is elsewhere (the claim waits D), mended it forwards
+nothing; short freezes change nothing; a witness record kept damaged by a writer without the key
+leaves the TTL path, as before."""
 
 import asyncio
 import signal
@@ -151,3 +152,61 @@ def test_twenty_half_second_stalls_of_the_share_change_no_leader_in_a_pool_of_tw
     assert leader.state().get("leader") is True
     elected = [e for a in site.agents for k, e, _ in a.history() if k == "elected"]
     assert set(elected) == {first.epoch}, elected
+
+
+def _registers(ip: str, port: int, above: int) -> int | None:
+    """The epoch above `above` a relay at ip:port registers a client with now; None if nothing
+    listens there yet, it refuses (its gate shut), says nothing, or serves an older epoch."""
+    try:
+        wire = Wire(ip, port, "agent", "B01")
+    except (OSError, AssertionError, TypeError):  # refused, a refusal frame, no hello at all
+        return None
+    wire.sock.close()
+    return int(wire.epoch) if int(wire.epoch) > above else None
+
+
+@pytest.mark.long
+def test_a_cut_leader_of_two_whose_share_is_elsewhere_is_replaced_after_d_and_forwards_nothing(netns_site):
+    """The leader's cable pulled, its share reached over another path: it relies on the witness as
+    its acks run out (W2); the follower claims over that relied-on record and counts the witness
+    only D after its claim returned (W5), its gate published as D ends (`WitnessKeeper`); a client
+    on the LAN then registers with it. The old leader, its cable mended, forwarded nothing of what
+    was sent to it after the new one served."""
+    site = netns_site(2, share="direct", timing=DEFAULT)
+    site.start()
+    first = site.wait_settled(timeout=60)
+    old = site.by_name(first.node)
+    follower = next(a for a in site.agents if a is not old)
+    wait_until(lambda: witnessed(old).get("ready") is True, 30, "the witness to name the leader's epoch")
+    wait_until(lambda: (serving(old).get("right") or {}).get("mode") == "ack", 30, "the leader on acks")
+    wait_until(lambda: adheres_by_acks(follower, old.name, first.epoch), 30, "the fast path armed")
+    port = int(old.setting("RELAY_PORT"))
+    sender, receiver = site.observer.call_in(
+        lambda: (Wire(old.ip, port, "commander", "C01"), Wire(old.ip, port, "agent", "R01"))
+    )
+    sender.send({"type": "send", "to": "R01", "data": {"n": 0}, "id": "0"})
+    assert (receiver.frame() or {}).get("data") == {"n": 0}
+    site.cut(old)
+    cut = time.monotonic()
+
+    def served() -> int | None:
+        return site.observer.call_in(_registers, follower.ip, port, first.epoch)
+
+    epoch = wait_until(served, REPLACED_WITHIN + 30, "a client registered with the new leader", every=0.02)
+    took = time.monotonic() - cut
+    assert epoch > first.epoch and took < REPLACED_WITHIN, (epoch, took)
+    for n in range(1, 11):
+        try:
+            sender.send({"type": "send", "to": "R01", "data": {"n": n}, "id": str(n)})
+        except OSError:
+            break
+    site.mend(old)
+    after = []
+    while (frame := receiver.frame()) is not None:
+        after.append(frame)
+    assert [f for f in after if f.get("type") == "message"] == [], after
+    new = site.lease()
+    assert new is not None and (new.node, new.epoch) == (follower.name, epoch), new
+    assert "(relied on) (waiting D before it counts)" in follower.log(), "the claim did not wait D"
+    wait_until(lambda: old.state().get("leader") is False, 20, "the mended leader to step down")
+    print(f"pool of two, share elsewhere: a client registered with the new leader {took:.2f} s after the cut")

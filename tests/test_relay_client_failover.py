@@ -11,14 +11,18 @@ tested directly.
 from __future__ import annotations
 
 import asyncio
+import random
 import re
 import signal
 import socket
+from collections.abc import Callable
 
 import pytest
 from test_relay_client import (
     KMSN,
+    Gate,
     Pool,
+    Relay,
     dead_port,
     play,
     received,
@@ -26,8 +30,10 @@ from test_relay_client import (
     write_lease,
 )
 
+from relay.client import follow
 from relay.client.discovery import Discovery, Fallbacks
 from relay.client.events import ClientClosed, QueueFull, ServerError
+from relay.client.follow import Redial
 from relay.client.outbox import IdSource, Outbox
 from relay.wire.client_connection import ClientConnection
 from relay.wire.events import KeepaliveAck
@@ -465,3 +471,71 @@ def test_an_attempt_at_a_leader_the_lease_replaced_is_given_up_at_once(tmp_path,
         play(tmp_path, body)
     finally:
         dead.close()
+
+
+def _moved_to_a_relay_not_listening_yet(pool: Pool, station: str, waited: Callable[[list], bool], what: str):  # type: ignore[no-untyped-def,type-arg]
+    """A client registered with A (epoch 7) whose lease then names B (epoch 8) at a port nothing
+    listens on yet (a failover's new leader before its gate opens); once its waits after failed
+    attempts at B are `waited` (`what`), B starts to listen there. Returns the client, after it
+    registered with B."""
+
+    async def run():  # type: ignore[no-untyped-def]
+        a = await pool.relay("S061", HOST_A, 7)
+        pool.lease(a)
+        # A backoff that would grow to a second and more between attempts at a relay not up yet.
+        client = pool.client(
+            "agent", station, backoff=Redial(initial=0.05, maximum=2.0, rng=random.Random(7))
+        )
+        await client.start(timeout=5)
+        port_b = dead_port(HOST_B)
+        write_lease(pool.lease_dir, "S062", HOST_B, port_b, 8)
+        await until(lambda: waited([s.delay for s in _at_b(pool, station)]), 20, what)
+        b = Relay("S062", 8, Gate())
+        await b.server.start(HOST_B, port_b, 0)
+        b.ip, b.port = b.server.addresses["json"]
+        pool.relays.append(b)
+        await until(lambda: client.registered and client.node == "S062", 10, "the client on B")
+        return client
+
+    return run()
+
+
+def _at_b(pool: Pool, station: str) -> list:  # type: ignore[type-arg]
+    """The client's waits after attempts at B that failed (its relay not listening)."""
+    return [s for s in pool.statuses[station] if s.kind == "reconnecting" and HOST_B in s.reason]
+
+
+def test_a_leader_the_lease_newly_names_is_redialled_at_the_first_step_while_its_relay_comes_up(tmp_path):
+    """A failover's new leader listens only once its gate opens (in a pool of two up to D and a
+    refresh after its lease): the client dials it at the backoff's first step (within `initial`)
+    for `COMING_UP` seconds, instead of waits growing to seconds (issue 38's "client moved" tail)."""
+
+    async def body(pool: Pool) -> None:
+        client = await _moved_to_a_relay_not_listening_yet(pool, "B02", lambda w: len(w) >= 10, "10 refusals")
+        assert client.epoch == 8
+        waits = [s.delay for s in _at_b(pool, "B02")]
+        assert len(waits) >= 10 and all(w is not None and w <= 0.05 for w in waits), waits
+
+    play(tmp_path, body)
+
+
+def test_past_coming_up_a_leader_that_does_not_listen_is_redialled_with_the_growing_backoff(
+    tmp_path, monkeypatch
+):
+    """The first step is kept `COMING_UP` seconds only: a new leader whose relay never listens (a
+    port taken, a host gone since) is not dialled twenty times a second for ever."""
+    monkeypatch.setattr(follow, "COMING_UP", 0.3)
+
+    async def body(pool: Pool) -> None:
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        grown = await _moved_to_a_relay_not_listening_yet(
+            pool,
+            "B03",
+            lambda w: any(d is not None and d > 0.05 for d in w),
+            "a wait longer than the first step",
+        )
+        assert grown.epoch == 8
+        assert loop.time() - began > 0.3  # not before COMING_UP was over
+
+    play(tmp_path, body)

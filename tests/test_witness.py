@@ -171,6 +171,19 @@ def test_w5_a_claim_over_a_relied_on_record_counts_only_d_after_it_returned():
     assert vote.until(at) == pytest.approx(at - 0.1 + T.window)
 
 
+def test_w5_a_claim_that_waits_says_when_it_starts_to_count_so_the_gate_opens_then():
+    waits = WitnessVote.claimed("S002", 8, T, sent_at=10.0, returned_at=10.1, replaced=rec(relies=True))
+    at = 10.1 + T.wait
+    assert waits.opens_at(10.2) == pytest.approx(at)  # D still to wait: the keeper looks again then
+    assert waits.refresh(at - 0.15, read("S002", 8, True), leading=8)  # a refresh that returned in D
+    assert waits.until(at - 0.001) is None and waits.opens_at(at - 0.001) == pytest.approx(at)
+    assert waits.opens_at(at) is None  # counting from here: not one refresh later
+    assert waits.until(at) == pytest.approx(at - 0.15 + T.window)
+    at_once = WitnessVote.claimed("S002", 8, T, sent_at=10.0, returned_at=10.1, replaced=rec(relies=False))
+    assert at_once.opens_at(10.1) is None  # no D: it counts from the claim's return
+    assert WitnessVote("S001", 7, T, ready=True).opens_at(0.0) is None  # named, never claimed
+
+
 def test_w3_a_refresh_counts_from_its_send_time_and_only_while_leading_that_epoch():
     vote = WitnessVote("S001", 7, T)
     assert vote.until(0.0) is None  # not entered: no vote

@@ -206,6 +206,12 @@ class WitnessVote:
         end = self.refreshed + self.timing.window
         return end if end > now else None
 
+    def opens_at(self, now: float) -> float | None:
+        """When a claimed vote that waits out `D` (W5) starts to count, if that is still ahead
+        of `now`; None if it counts already or never waits. The gate may open then: its
+        keeper publishes it at that instant, not at the next refresh that happens to follow."""
+        return self.counts_from if self.relies and now < self.counts_from else None
+
     def open_until(self) -> float | None:
         """How long a stepped-down holder's gate may still be open by this vote (rule 1's
         step-down wait includes it): the end of its last window, counted or not."""

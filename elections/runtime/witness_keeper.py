@@ -41,6 +41,8 @@ from elections.ports.store.store import LeaseStore
 
 log = logging.getLogger("stkrelay.witness")
 
+OPEN_LAG = 0.001  # s past a claim's wait end the keeper looks: the book counts the vote from then on
+
 
 class WitnessBook(Protocol):
     """What the keeper asks of the serving right's book (`ports.beacons.beacons.BeaconService`)."""
@@ -82,6 +84,9 @@ class WitnessKeeper:
         self.gate_clock = gate_clock
         self.last_sent: float | None = None  # the send time of our last refresh read (gate clock)
         self.last_epoch: int | None = None
+        # W5: when our claimed vote, waiting out D, starts to count (gate clock): the gate is
+        # published then, not at whichever refresh returns next (up to an interval and a read later)
+        self._opens: float | None = None
         # our last claim's vote: a claim whose lease compare-and-set lost (BUSY, CHANGED) is retried
         # over our own record, timed as the first (its D counts from the first claim's return)
         self._claimed: WitnessVote | None = None
@@ -162,14 +167,13 @@ class WitnessKeeper:
     def step(self) -> None:
         """One look: enter or refresh if the rules say so now."""
         epoch = self.leading()
-        if epoch is None:
-            return
-        look = self.book.witness_look(epoch)
-        if look is None:
+        look = None if epoch is None else self.book.witness_look(epoch)
+        if epoch is None or look is None:
+            self._opens = None  # no vote of ours to wait for
             return
         vote, ack_until = look
         if epoch != self.last_epoch:
-            self.last_epoch, self.last_sent = epoch, None
+            self.last_epoch, self.last_sent, self._opens = epoch, None, None
         now = self.gate_clock()
         if vote.should_enter(ack_until, now):
             self._enter(epoch, now)
@@ -177,6 +181,25 @@ class WitnessKeeper:
             self._unrely(epoch, now)
         elif vote.needs_refresh(self.last_sent, ack_until, now, self.renew_every):
             self._refresh(epoch, now)
+        self._open_after_wait(vote, now)
+
+    def _open_after_wait(self, vote: WitnessVote, now: float) -> None:
+        """W5: a claim's vote that waited out D counts from now: publish the gate at once (the
+        book counts it from `counts_from` whoever asks; this only asks on time)."""
+        opens = vote.opens_at(now)
+        if opens is not None:
+            self._opens = opens
+        elif self._opens is not None:
+            self._opens = None
+            self.publish()
+
+    def next_look(self) -> float:
+        """Seconds until the next look: half an interval, or sooner when a claim's wait ends."""
+        every = self.timing.interval / 2
+        opens = self._opens
+        if opens is None:
+            return every
+        return min(every, max(0.0, opens - self.gate_clock()) + OPEN_LAG)
 
     def _enter(self, epoch: int, sent: float) -> None:
         try:
@@ -240,7 +263,7 @@ class WitnessKeeper:
             )
 
     def _run(self) -> None:
-        while not self._stop.wait(self.timing.interval / 2):
+        while not self._stop.wait(self.next_look()):
             try:
                 self.step()
             except Exception:  # the next look tries again

@@ -44,7 +44,11 @@
   waiting for its hello, is given up at once: a frozen host's kernel accepts and
   never answers, a cut one answers no SYN, for up to `connect_timeout`)
   delay (`Redial`; the delay restarts from `initial` after each successful
-  registration, and for each new target). A lease change seen while waiting
+  registration, and for each new target). A leader the signed lease names
+  above the epoch last registered with is a relay coming up (its gate opens,
+  its standby listens, within a second or so of its lease): for `COMING_UP`
+  seconds from the first attempt at it, the delay stays at the first step
+  (`coming_up`), instead of growing to seconds while it starts to listen. A lease change seen while waiting
   cuts the wait short (to one `initial`-bounded jittered delay). The client
   never gives up while running, with one exception: before the *first*
   registration, a definitive refusal (`FINAL_REFUSALS`) stops it and `start()`
@@ -96,6 +100,10 @@ HINT_FRESH = 0.5  # seconds a leader_changed's address is dialed first, and soon
 HINT_RETRY = 0.01  # at most this long between dials of a fresh hint (a relay coming up), jittered
 MAX_EPOCH_JUMP = 16  # how far above the confirmed epoch a proven session's leader_changed may lead us
 DISTRUST_FOR = 15.0  # seconds an address that failed to prove itself is skipped by discovery
+# Seconds a leader newly named by the signed lease is redialled at the backoff's first step (uniform
+# within `initial`): a relay coming up listens once its gate opens, ~0.1-1 s after its lease (a pool
+# of two's claim may wait D, docs/serving-right.md W5); its refused connects cost it nothing.
+COMING_UP = 3.0
 
 
 @dataclass
@@ -140,6 +148,14 @@ def choose_leader(hint: Leader | None, found: Leader | None) -> Leader | None:
     if hint.epoch is not None and (found.epoch is None or hint.epoch > found.epoch):
         return hint
     return found
+
+
+def coming_up(leader: Leader | None, registered_epoch: int | None) -> bool:
+    """A leader the signed lease names above the epoch this client last registered with (or
+    before its first registration): its relay may be starting to listen now."""
+    if leader is None or leader.source != "lease" or leader.epoch is None:
+        return False
+    return registered_epoch is None or leader.epoch > registered_epoch
 
 
 def lease_says_move(record: LeaseRecord, epoch: int, node: str | None) -> str | None:
@@ -189,6 +205,9 @@ class Follower:
         self.hint_tries = 0
         self.hint_until = float("-inf")  # loop time until which a leader_changed's hint is fresh
         self.target: tuple[Any, ...] | None = None  # (node, epoch, address) of the last attempt
+        self.registered_epoch: int | None = None  # the epoch of the last registration
+        # (target, loop time of the first attempt at it) of a leader coming up (`coming_up`)
+        self.newly_named: tuple[tuple[Any, ...], float] | None = None
         self.wake = asyncio.Event()
 
     @property
@@ -210,6 +229,7 @@ class Follower:
     def registered(self, epoch: int) -> bool:
         """A session registered at `epoch` (proven); True if an earlier one had (a reconnect)."""
         again, self.ever_registered = self.ever_registered, True
+        self.registered_epoch = epoch
         self.saw_epoch(epoch)
         return again
 
@@ -242,6 +262,8 @@ class Follower:
             self.last_reason = outcome.reason
             if self.hint_fresh():  # a planned switchover named the target: go now, again soon
                 delay = self.backoff.rng.uniform(0, HINT_RETRY)
+            elif not outcome.registered and self.still_coming_up():
+                delay = self.backoff.delay(0)  # its relay is starting: the first step, not a growing one
             else:
                 delay = self.backoff.delay(attempt)
                 attempt += 1
@@ -253,6 +275,13 @@ class Follower:
         hooks = self.hooks
         leader = await self._next_leader()
         self.target = None if leader is None else (leader.node, leader.epoch, leader.address)
+        named, target = self.newly_named, self.target
+        if (
+            target is not None
+            and coming_up(leader, self.registered_epoch)
+            and (named is None or named[0] != target)
+        ):
+            self.newly_named = (target, asyncio.get_running_loop().time())
         if leader is None:
             return SessionEnd(False, f"no leader found ({self.discovery.describe()})")
         believed = self.known_epoch  # never a candidate's unsigned epoch (see the module docstring)
@@ -281,6 +310,13 @@ class Follower:
                 self.fatal = refusal  # stops the run loop; start() raises it
                 hooks.changed()
         return outcome
+
+    def still_coming_up(self) -> bool:
+        """The last attempt was at a leader the lease newly named, first tried under `COMING_UP` ago."""
+        named = self.newly_named
+        if named is None or named[0] != self.target:
+            return False
+        return asyncio.get_running_loop().time() - named[1] < COMING_UP
 
     def hint_fresh(self) -> bool:
         """A leader_changed named its address moments ago: dial it before anything else."""
