@@ -9,6 +9,7 @@ import pytest
 from harness import free_port, wait_until
 
 from elections.core.beacon_board import Standing
+from elections.core.serving import ACKED, LEASE
 from elections.ports.beacons.beacon_config import BeaconConfig
 from elections.ports.beacons.beacons import BeaconService
 from elections.ports.beacons.liveness_port import MAX_HELD, LivenessPort
@@ -150,3 +151,48 @@ def test_a_flood_of_connections_to_the_liveness_port_closes_none_of_a_followers_
     finally:
         for sock in flood:
             sock.close()
+
+
+def test_a_leader_beacons_serve_ack_as_soon_as_its_gate_is_published_not_at_its_next_interval():
+    """A follower takes a frozen leader over on silence only if it heard `serve: ack` (rule 3a);
+    until then a freeze is the TTL's. So the first beacon saying it goes out when the gate is
+    published (`serving_told`), not up to an interval later (here 5 s: at least 4 s)."""
+    port = free_port(LEADER_IP)
+    leader = BeaconService(
+        BeaconConfig(KMSN, "S001", LEADER_IP, 9530, KEY, 5.0, port, [FOLLOWER_IP]),
+        lambda: Standing("S001", leader_epoch=7, seen_key=("S001", 7, 4), renew_seq=4), lambda r: None,
+        time.monotonic,
+    )  # fmt: skip
+    follower = BeaconService(
+        BeaconConfig(KMSN, "S002", FOLLOWER_IP, 9530, KEY, 5.0, port, [LEADER_IP]),
+        lambda: Standing("S002", seen_key=("S001", 7, 4), holder_ip=LEADER_IP, max_epoch=7), lambda r: None,
+        time.monotonic,
+    )  # fmt: skip
+
+    def mode() -> str | None:
+        with follower.lock:
+            adh = follower.book.adherence
+            return None if adh is None else adh.mode
+
+    with leader.lock:  # an epoch taken on the TTL serves by the lease until a majority acks
+        leader.book.taken(7, "expired", 3, None, leader.gate_clock())
+    with follower.lock:  # up for longer than S (44 s at this interval): no restart rule to wait out
+        follower.book.started = float("-inf")
+    follower.start()
+    leader.start()
+    try:
+        assert leader.failed is None and follower.failed is None
+        assert wait_until(mode, 3, "the leader's first beacon") == LEASE
+        with leader.lock:  # a majority acked (ServingRight.settle): ACKED, its gate not yet published
+            right = leader.book.right
+            assert right is not None
+            right.mode = ACKED
+        assert leader.serving_untold(7)
+        heard = time.monotonic()
+        leader.serving_told(7)
+        wait_until(lambda: mode() == ACKED, 2.0, "the follower hearing `serve: ack`")
+        assert time.monotonic() - heard < 2.0
+        assert not leader.serving_untold(7)
+    finally:
+        leader.stop()
+        follower.stop()

@@ -564,7 +564,9 @@ class BeaconService:
 
     def serving_told(self, epoch: int) -> None:
         with self.lock:
-            self.book.told(epoch)
+            news = self.book.told(epoch)
+        if news:  # `serve: ack` goes out now, not up to an interval later: from it on, a freeze of
+            self.send_now()  # this leader is taken over on silence, not by the TTL (rule 3a)
 
     def serving_untold(self, epoch: int | None) -> bool:
         with self.lock:
