@@ -196,3 +196,16 @@ def test_a_leader_beacons_serve_ack_as_soon_as_its_gate_is_published_not_at_its_
     finally:
         leader.stop()
         follower.stop()
+
+
+def test_a_lost_claims_pause_ends_at_the_first_leader_beacon_of_a_newer_epoch(pair):
+    """`winner_heard` (the elector's pause after a lost claim): True at once for a leader beacon
+    of an epoch above the one asked about, heard before or during the wait; False only after
+    the whole wait when none came (the pair's leader beacons epoch 7)."""
+    _, follower, _, _ = pair
+    start = time.monotonic()
+    assert follower.winner_heard(6, 5.0) is True
+    assert time.monotonic() - start < 2.0
+    start = time.monotonic()
+    assert follower.winner_heard(7, 0.3) is False
+    assert time.monotonic() - start >= 0.3 - 0.01

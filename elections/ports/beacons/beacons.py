@@ -133,6 +133,8 @@ class BeaconService:
         self._silent_told: tuple[str, int] | None = None
         self._silent_at = 0.0
         self.lock = threading.Lock()
+        self._led = threading.Condition(self.lock)  # notified when `led_epoch` grows
+        self.led_epoch = 0  # the highest epoch a verified leader beacon named (`winner_heard`)
         self.targets = config.peers or [subnet_broadcast(config.ip)]
         self.sent = 0
         self._seq = 0
@@ -258,6 +260,13 @@ class BeaconService:
             now = self.monotonic()
             return {n: (now - s.last_at, s.gap) for n, s in self.board.members.items()}
 
+    def winner_heard(self, epoch: int, seconds: float) -> bool:
+        """Wait at most `seconds` for a verified leader beacon of an epoch above `epoch` (or
+        one heard already): a claim this member lost was another's, whose lease is written
+        (a leader beacons its epoch only after its claim). The elector's lost-race pause."""
+        with self._led:
+            return self._led.wait_for(lambda: self.led_epoch > epoch, timeout=seconds)
+
     def heard(self, within: float) -> list[str]:
         with self.lock:
             now = self.monotonic()
@@ -303,6 +312,9 @@ class BeaconService:
             lead, floor = standing.leader_epoch, standing.max_epoch
             acked = beacon is not None and self.book.heard(beacon, lead, floor, self.gate_clock())
             switched = beacon is not None and self.book.switched
+            if beacon is not None and beacon.role == "leader" and beacon.epoch > self.led_epoch:
+                self.led_epoch = beacon.epoch
+                self._led.notify_all()
         if switched:  # the new leader's gate waits for a majority's acks: ours goes at once
             self._wake.set()
         if acked:
