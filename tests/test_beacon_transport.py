@@ -8,7 +8,7 @@ import time
 import pytest
 from harness import free_port, wait_until
 
-from elections.core.beacon_board import Standing
+from elections.core.beacon_board import Reaction, Standing
 from elections.core.serving import ACKED, LEASE
 from elections.ports.beacons.beacon_config import BeaconConfig
 from elections.ports.beacons.beacons import BeaconService
@@ -209,3 +209,64 @@ def test_a_lost_claims_pause_ends_at_the_first_leader_beacon_of_a_newer_epoch(pa
     start = time.monotonic()
     assert follower.winner_heard(7, 0.3) is False
     assert time.monotonic() - start >= 0.3 - 0.01
+
+
+def test_followers_of_a_silent_leader_take_it_over_the_moment_their_quiet_reaches_s_not_an_interval_later():
+    """Three members; the leader (serving by acks) stops beaconing, its supervisor still answering
+    (a frozen worker: no evidence). Each follower's quiet reaches `S` within moments of the
+    other's, and each needs the other's report of it (`silent_holder`): a follower beacons the
+    instant its quiet reaches S, and looks again when another's beacon comes while the holder is
+    quiet. The takeover is asked within a fraction of an interval of S, not at the next of its
+    looks twice an interval after the other's next beacon (0.3-0.6 s here)."""
+    interval, third = 0.6, "127.0.0.33"
+    port = free_port(LEADER_IP)
+    leader = BeaconService(
+        BeaconConfig(KMSN, "S001", LEADER_IP, 9530, KEY, interval, port, [FOLLOWER_IP, third]),
+        lambda: Standing("S001", leader_epoch=7, seen_key=("S001", 7, 4), renew_seq=4), lambda r: None,
+        time.monotonic, members=lambda: 3,
+    )  # fmt: skip
+    asked: list[tuple[str, float]] = []
+
+    def follower(node: str, ip: str, other: str) -> BeaconService:
+        def react(r: Reaction) -> None:
+            if "silent for" in r.why:
+                asked.append((node, time.monotonic()))
+
+        return BeaconService(
+            BeaconConfig(KMSN, node, ip, 9530, KEY, interval, port, [LEADER_IP, other]),
+            lambda: Standing(node, seen_key=("S001", 7, 4), holder_ip=LEADER_IP, max_epoch=7), react,
+            time.monotonic, members=lambda: 3,
+        )  # fmt: skip
+
+    followers = [follower("S002", FOLLOWER_IP, third), follower("S003", third, FOLLOWER_IP)]
+    with leader.lock:  # taken on silence: serving by acks from its first beacon
+        leader.book.taken(7, "silent", 3, None, leader.gate_clock())
+    for f in followers:
+        with f.lock:  # up for longer than S: no restart rule to wait out
+            f.book.started = float("-inf")
+    liveness = LivenessPort(LEADER_IP, port).start()
+    services = [*followers, leader]
+    for service in services:
+        service.start()
+    try:
+        assert all(s.failed is None for s in services)
+
+        def adhered() -> bool:
+            with followers[0].lock, followers[1].lock:
+                return all(f.book.adherence is not None and f.book.adherence.mode == ACKED for f in followers)
+
+        wait_until(adhered, 5, "both followers adhering to the leader, which serves by acks")
+        time.sleep(2 * interval)  # each has heard the other's beacons (acks of the leader)
+        leader.stop()  # its beacons stop; its supervisor (the liveness port) still answers
+        wait_until(lambda: asked, 15, "a follower asking for the early takeover")
+        node, at = asked[0]
+        f = next(f for f in followers if f.config.node == node)
+        with f.lock:
+            adh = f.book.adherence
+            assert adh is not None
+            s_reached = adh.heard_at + f.book.timing.silence
+        assert 0 <= at - s_reached < interval / 2 - 0.05, (at - s_reached, asked)
+    finally:
+        for service in services:
+            service.stop()
+        liveness.close()

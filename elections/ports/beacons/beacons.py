@@ -132,6 +132,11 @@ class BeaconService:
         self.on_quiet = on_quiet
         self._silent_told: tuple[str, int] | None = None
         self._silent_at = 0.0
+        # The adhered leader (node, epoch, boot) our own quiet about reached `S` for, beaconed at once
+        # (`_say_silence`); and the silence loop's wake when another member's beacon comes while the
+        # holder is quiet (its report may be the one a majority's silence waited for).
+        self._silence_said: tuple[str, int, str] | None = None
+        self._look = asyncio.Event()
         self.lock = threading.Lock()
         self._led = threading.Condition(self.lock)  # notified when `led_epoch` grows
         self.led_epoch = 0  # the highest epoch a verified leader beacon named (`winner_heard`)
@@ -317,6 +322,8 @@ class BeaconService:
                 self._led.notify_all()
         if switched:  # the new leader's gate waits for a majority's acks: ours goes at once
             self._wake.set()
+        if self.quiet is not None and beacon is not None and beacon.role != "leader":
+            self._look_now()  # its `quiet_ms` may complete a majority's silence: judge it now
         if acked:
             self._hand_ack()
         if reaction is not None:
@@ -690,18 +697,45 @@ class BeaconService:
             except Exception:  # the runtime's trouble must not stop the beacons
                 log.exception("telling a quiet holder failed")
 
+    def _look_now(self) -> None:
+        """Wake the silence loop now (thread-safe), not at its next half interval."""
+        loop = self._loop
+        if loop is not None and loop.is_running():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(self._look.set)
+
+    def _say_silence(self) -> None:
+        """Our own quiet about the leader we adhere to just reached `S`: beacon now. Another
+        member's early takeover counts our report (`quiet_ms` ≥ S, `core.serving.silent_holder`),
+        which would otherwise go out with our next beacon, up to an interval later; every
+        follower of a frozen or cut-off leader crosses S within moments of the others, so the
+        takeover waited that interval (the reason said "silent for 1.93 s ≥ S 1.82 s")."""
+        with self.lock:
+            adh = self.book.adherence
+            crossed = adh is not None and adh.quiet(self.gate_clock()) >= self.book.timing.silence
+            key = (adh.node, adh.epoch, adh.boot) if adh is not None and crossed else None
+        if key is not None and key != self._silence_said:
+            self._silence_said = key
+            self._wake.set()
+
     async def _silence_loop(self) -> None:
         """A follower looks at the majority's silence about its holder twice an
-        interval once it may hold (`core.serving.silent_holder`; `silence_wait`); while it
+        interval once it may hold (`core.serving.silent_holder`; `silence_wait`), and at once
+        when another member's beacon comes while the holder is quiet; the instant its own
+        quiet reaches `S` it beacons (`_say_silence`); while it
         holds, one cycle is run at once and again every `SILENT_KICK_EVERY` (a cycle busy
         with a slow share, or a lost race, must not leave the takeover to the next poll).
         The elector asks again, and the store decides."""
         while True:
-            await asyncio.sleep(self.silence_wait())
+            self._look.clear()
+            with contextlib.suppress(TimeoutError):  # or another member's beacon while the holder is quiet
+                async with asyncio.timeout(self.silence_wait()):
+                    await self._look.wait()
             st = self.standing()
             self._look_quiet(None if st.leader_epoch is not None or st.seen_key is None else st.seen_key[0])
             if st.leader_epoch is not None or st.seen_key is None:
                 continue
+            self._say_silence()
             node, epoch = st.seen_key[0], st.seen_key[1]
             why = self.silent(node, epoch)
             now = self.monotonic()
