@@ -8,7 +8,8 @@ import time
 import pytest
 from harness import free_port, wait_until
 
-from elections.core.beacon_board import Standing
+from elections.core.beacon_board import Reaction, Standing
+from elections.core.serving import ACKED, LEASE
 from elections.ports.beacons.beacon_config import BeaconConfig
 from elections.ports.beacons.beacons import BeaconService
 from elections.ports.beacons.liveness_port import MAX_HELD, LivenessPort
@@ -150,3 +151,122 @@ def test_a_flood_of_connections_to_the_liveness_port_closes_none_of_a_followers_
     finally:
         for sock in flood:
             sock.close()
+
+
+def test_a_leader_beacons_serve_ack_as_soon_as_its_gate_is_published_not_at_its_next_interval():
+    """A follower takes a frozen leader over on silence only if it heard `serve: ack` (rule 3a);
+    until then a freeze is the TTL's. So the first beacon saying it goes out when the gate is
+    published (`serving_told`), not up to an interval later (here 5 s: at least 4 s)."""
+    port = free_port(LEADER_IP)
+    leader = BeaconService(
+        BeaconConfig(KMSN, "S001", LEADER_IP, 9530, KEY, 5.0, port, [FOLLOWER_IP]),
+        lambda: Standing("S001", leader_epoch=7, seen_key=("S001", 7, 4), renew_seq=4), lambda r: None,
+        time.monotonic,
+    )  # fmt: skip
+    follower = BeaconService(
+        BeaconConfig(KMSN, "S002", FOLLOWER_IP, 9530, KEY, 5.0, port, [LEADER_IP]),
+        lambda: Standing("S002", seen_key=("S001", 7, 4), holder_ip=LEADER_IP, max_epoch=7), lambda r: None,
+        time.monotonic,
+    )  # fmt: skip
+
+    def mode() -> str | None:
+        with follower.lock:
+            adh = follower.book.adherence
+            return None if adh is None else adh.mode
+
+    with leader.lock:  # an epoch taken on the TTL serves by the lease until a majority acks
+        leader.book.taken(7, "expired", 3, None, leader.gate_clock())
+    with follower.lock:  # up for longer than S (44 s at this interval): no restart rule to wait out
+        follower.book.started = float("-inf")
+    follower.start()
+    leader.start()
+    try:
+        assert leader.failed is None and follower.failed is None
+        assert wait_until(mode, 3, "the leader's first beacon") == LEASE
+        with leader.lock:  # a majority acked (ServingRight.settle): ACKED, its gate not yet published
+            right = leader.book.right
+            assert right is not None
+            right.mode = ACKED
+        assert leader.serving_untold(7)
+        heard = time.monotonic()
+        leader.serving_told(7)
+        wait_until(lambda: mode() == ACKED, 2.0, "the follower hearing `serve: ack`")
+        assert time.monotonic() - heard < 2.0
+        assert not leader.serving_untold(7)
+    finally:
+        leader.stop()
+        follower.stop()
+
+
+def test_a_lost_claims_pause_ends_at_the_first_leader_beacon_of_a_newer_epoch(pair):
+    """`winner_heard` (the elector's pause after a lost claim): True at once for a leader beacon
+    of an epoch above the one asked about, heard before or during the wait; False only after
+    the whole wait when none came (the pair's leader beacons epoch 7)."""
+    _, follower, _, _ = pair
+    start = time.monotonic()
+    assert follower.winner_heard(6, 5.0) is True
+    assert time.monotonic() - start < 2.0
+    start = time.monotonic()
+    assert follower.winner_heard(7, 0.3) is False
+    assert time.monotonic() - start >= 0.3 - 0.01
+
+
+def test_followers_of_a_silent_leader_take_it_over_the_moment_their_quiet_reaches_s_not_an_interval_later():
+    """Three members; the leader (serving by acks) stops beaconing, its supervisor still answering
+    (a frozen worker: no evidence). Each follower's quiet reaches `S` within moments of the
+    other's, and each needs the other's report of it (`silent_holder`): a follower beacons the
+    instant its quiet reaches S, and looks again when another's beacon comes while the holder is
+    quiet. The takeover is asked within a fraction of an interval of S, not at the next of its
+    looks twice an interval after the other's next beacon (0.3-0.6 s here)."""
+    interval, third = 0.6, "127.0.0.33"
+    port = free_port(LEADER_IP)
+    leader = BeaconService(
+        BeaconConfig(KMSN, "S001", LEADER_IP, 9530, KEY, interval, port, [FOLLOWER_IP, third]),
+        lambda: Standing("S001", leader_epoch=7, seen_key=("S001", 7, 4), renew_seq=4), lambda r: None,
+        time.monotonic, members=lambda: 3,
+    )  # fmt: skip
+    asked: list[tuple[str, float]] = []
+
+    def follower(node: str, ip: str, other: str) -> BeaconService:
+        def react(r: Reaction) -> None:
+            if "silent for" in r.why:
+                asked.append((node, time.monotonic()))
+
+        return BeaconService(
+            BeaconConfig(KMSN, node, ip, 9530, KEY, interval, port, [LEADER_IP, other]),
+            lambda: Standing(node, seen_key=("S001", 7, 4), holder_ip=LEADER_IP, max_epoch=7), react,
+            time.monotonic, members=lambda: 3,
+        )  # fmt: skip
+
+    followers = [follower("S002", FOLLOWER_IP, third), follower("S003", third, FOLLOWER_IP)]
+    with leader.lock:  # taken on silence: serving by acks from its first beacon
+        leader.book.taken(7, "silent", 3, None, leader.gate_clock())
+    for f in followers:
+        with f.lock:  # up for longer than S: no restart rule to wait out
+            f.book.started = float("-inf")
+    liveness = LivenessPort(LEADER_IP, port).start()
+    services = [*followers, leader]
+    for service in services:
+        service.start()
+    try:
+        assert all(s.failed is None for s in services)
+
+        def adhered() -> bool:
+            with followers[0].lock, followers[1].lock:
+                return all(f.book.adherence is not None and f.book.adherence.mode == ACKED for f in followers)
+
+        wait_until(adhered, 5, "both followers adhering to the leader, which serves by acks")
+        time.sleep(2 * interval)  # each has heard the other's beacons (acks of the leader)
+        leader.stop()  # its beacons stop; its supervisor (the liveness port) still answers
+        wait_until(lambda: asked, 15, "a follower asking for the early takeover")
+        node, at = asked[0]
+        f = next(f for f in followers if f.config.node == node)
+        with f.lock:
+            adh = f.book.adherence
+            assert adh is not None
+            s_reached = adh.heard_at + f.book.timing.silence
+        assert 0 <= at - s_reached < interval / 2 - 0.05, (at - s_reached, asked)
+    finally:
+        for service in services:
+            service.stop()
+        liveness.close()

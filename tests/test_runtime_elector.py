@@ -412,6 +412,28 @@ def test_a_contender_that_loses_the_race_backs_off_and_follows_the_winner(store,
     assert (b.events.rows, b.is_leader, b.elector.memory.max_epoch) == ([], False, 2)
 
 
+def test_a_contender_that_loses_the_race_follows_the_winner_at_its_first_beacon_not_after_the_backoff(
+    store, clock
+):
+    """The pause after a lost claim ends when a leader beacon of a newer epoch comes (the winner
+    beacons once its lease is written): the next read follows it (issue 36's cut cable)."""
+    _, b = elected_pool(store, clock, "S002")
+    asked = []
+
+    def winner_heard(epoch: int, seconds: float) -> bool:
+        asked.append((epoch, seconds))
+        clock.advance(0.03)  # S003's first beacon of epoch 2, 30 ms after the lost claim
+        return True
+
+    b.elector.winner_heard = winner_heard
+    clock.advance(T.ttl)
+    store.lose_race_once(rival=record("S003", epoch=2, clock=clock))
+    assert str(b.cycle()).startswith("follow: follower: S003 holds epoch 2")
+    assert b.sleeps == [] and len(asked) == 1
+    assert asked[0][0] == 1 and 0.2 <= asked[0][1] <= 1.0  # above epoch 1, for at most the backoff
+    assert store.calls == Counter(read=2, acquire=1)
+
+
 def test_a_contender_that_finds_the_lock_busy_backs_off_and_tries_again(store, clock):
     _, b = elected_pool(store, clock, "S002")
     clock.advance(T.ttl)

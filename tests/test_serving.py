@@ -47,7 +47,8 @@ def test_a_leader_serves_by_acks_only_while_a_majority_heard_it_within_the_windo
     assert book.heard(ack, 7, 7, 100.6) is False  # no newer beacon of ours: no news
     assert book.bound(7, 3, 100.6) == pytest.approx(100.2 + 1.5)  # ACKED now: W from the acked beacon's send
     assert book.outgoing(7, 4, 3, 100.6) == {"serve": LEASE}  # not said until the gate was published
-    book.told(7)
+    assert book.told(7) is True  # news: the caller beacons at once (ports.beacons.beacons.serving_told)
+    assert book.told(7) is False
     assert book.outgoing(7, 5, 3, 100.8) == {"serve": ACKED}
     assert book.bound(7, 5, 100.8) == 100.8  # of five members two must ack besides us: shut
     assert book.lapsed(7, 3, 101.6) is None and book.lapsed(7, 3, 101.8)

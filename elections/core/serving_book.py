@@ -260,11 +260,15 @@ class ServingBook:
         right = self.right
         return right.mode if right is not None and epoch is not None and right.epoch == epoch else None
 
-    def told(self, epoch: int) -> None:
-        """The gate of `epoch` in `ACKED` mode was published: our beacons may say so."""
+    def told(self, epoch: int) -> bool:
+        """The gate of `epoch` in `ACKED` mode was published: our beacons may say so. True
+        the first time (the caller beacons at once: a follower's early takeover needs
+        `serve: ack` heard, rule 3a, and until then a freeze of this leader is the TTL's)."""
         right = self.right
-        if right is not None and right.epoch == epoch and right.mode == ACKED:
-            right.told = True
+        if right is None or right.epoch != epoch or right.mode != ACKED or right.told:
+            return False
+        right.told = True
+        return True
 
     def untold(self, epoch: int | None) -> bool:
         """`ACKED` mode that our beacons do not say yet: the gate should be published."""

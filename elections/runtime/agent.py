@@ -183,7 +183,7 @@ class Agent:
             evidence=beacons.evidence if beacons else None, serving=beacons,
             heard_at=beacons.heard_at if beacons else None,
             renewal_heard=beacons.renewal_heard if beacons else None, on_fence=self._fence,
-            witness=self.witness,
+            witness=self.witness, winner_heard=beacons.winner_heard if beacons else None,
         )  # fmt: skip
         self._seed_memory()
         # Stations bound to their credentials: folded here, published for the relay (stations.json).

@@ -142,6 +142,9 @@ class BeaconLink:
     def renewal_heard(self, node: str, epoch: int) -> tuple[int, float] | None:
         return self.service.renewal_heard(node, epoch)
 
+    def winner_heard(self, epoch: int, seconds: float) -> bool:
+        return self.service.winner_heard(epoch, seconds)
+
     def hears_all(self, nodes: set[str]) -> bool:
         """Every one of `nodes` beaconed within `LEADER_QUIET_INTERVALS`: a leader of a
         pool whose members all beacon hears at once when another one takes over."""

@@ -60,6 +60,9 @@ Evidence = Callable[[str, int], "str | None"]
 HeardAt = Callable[[tuple[str, int, int]], "float | None"]
 # (holder, epoch) -> the newest renewal its leader beacons named: (renew_seq, first heard at)
 RenewalHeard = Callable[[str, int], "tuple[int, float] | None"]
+# (epoch, seconds) -> whether a leader beacon of an epoch above `epoch` came (waiting at most that
+# long for one): the winner of a race this node lost (runtime.beacon_link)
+WinnerHeard = Callable[[int, float], bool]
 
 
 @dataclass(frozen=True)
@@ -97,8 +100,10 @@ class Elector:
         renewal_heard: RenewalHeard | None = None,
         on_fence: Hook | None = None,
         witness: WitnessClaims | None = None,
+        winner_heard: WinnerHeard | None = None,
     ) -> None:
         self.store = store
+        self.winner_heard = winner_heard
         self.evidence = evidence
         self.heard_at = heard_at
         self.renewal_heard = renewal_heard
@@ -198,18 +203,32 @@ class Elector:
         renewal that lost a race (or found the lock busy) is attempted again
         here, around it, after a pause — like client-go's acquire/renew around
         tryAcquireOrRenew — up to `ATTEMPTS` acts in all."""
+        known = self.memory.max_epoch  # a leader beacon above it after a lost claim: the race's winner
         attempt = self.attempt(renewing)
         acts = 1
         while attempt.lost is not None:
             lost = attempt.lost
             if lost is Verdict.CONTEND:
-                self.sleep(self.rng.uniform(*BACKOFF))
+                self._back_off(known)
             elif attempt.busy:
                 self.sleep(self.rng.uniform(*BUSY_PAUSE))
             attempt = self.attempt(lost is Verdict.RENEW, again=lost, act=acts < ATTEMPTS[lost])
             acts += 1
         self._note(attempt.decision)
         return attempt.decision
+
+    def _back_off(self, known: int) -> None:
+        """A lost claim's pause (`BACKOFF`), ended by the winner's first leader beacon (an epoch
+        above `known`, sent once its lease was written): the next attempt reads that lease at
+        once and follows it, and this member's pool view (its station door) names the new
+        leader then, not up to a second later (issue 36's cut cable: the losing contender's door
+        re-pointed 0.9-1.0 s after the winner's). Only a pause is shortened: the attempt
+        reads and claims under the lock as before."""
+        pause = self.rng.uniform(*BACKOFF)
+        if self.winner_heard is None:
+            self.sleep(pause)
+        else:
+            self.winner_heard(known, pause)
 
     def attempt(self, renewing: bool = False, again: Verdict | None = None, act: bool = True) -> Attempt:
         """Read once, decide once, act once. `again`: this attempt follows one whose

@@ -132,7 +132,14 @@ class BeaconService:
         self.on_quiet = on_quiet
         self._silent_told: tuple[str, int] | None = None
         self._silent_at = 0.0
+        # The adhered leader (node, epoch, boot) our own quiet about reached `S` for, beaconed at once
+        # (`_say_silence`); and the silence loop's wake when another member's beacon comes while the
+        # holder is quiet (its report may be the one a majority's silence waited for).
+        self._silence_said: tuple[str, int, str] | None = None
+        self._look = asyncio.Event()
         self.lock = threading.Lock()
+        self._led = threading.Condition(self.lock)  # notified when `led_epoch` grows
+        self.led_epoch = 0  # the highest epoch a verified leader beacon named (`winner_heard`)
         self.targets = config.peers or [subnet_broadcast(config.ip)]
         self.sent = 0
         self._seq = 0
@@ -258,6 +265,13 @@ class BeaconService:
             now = self.monotonic()
             return {n: (now - s.last_at, s.gap) for n, s in self.board.members.items()}
 
+    def winner_heard(self, epoch: int, seconds: float) -> bool:
+        """Wait at most `seconds` for a verified leader beacon of an epoch above `epoch` (or
+        one heard already): a claim this member lost was another's, whose lease is written
+        (a leader beacons its epoch only after its claim). The elector's lost-race pause."""
+        with self._led:
+            return self._led.wait_for(lambda: self.led_epoch > epoch, timeout=seconds)
+
     def heard(self, within: float) -> list[str]:
         with self.lock:
             now = self.monotonic()
@@ -303,8 +317,13 @@ class BeaconService:
             lead, floor = standing.leader_epoch, standing.max_epoch
             acked = beacon is not None and self.book.heard(beacon, lead, floor, self.gate_clock())
             switched = beacon is not None and self.book.switched
+            if beacon is not None and beacon.role == "leader" and beacon.epoch > self.led_epoch:
+                self.led_epoch = beacon.epoch
+                self._led.notify_all()
         if switched:  # the new leader's gate waits for a majority's acks: ours goes at once
             self._wake.set()
+        if self.quiet is not None and beacon is not None and beacon.role != "leader":
+            self._look_now()  # its `quiet_ms` may complete a majority's silence: judge it now
         if acked:
             self._hand_ack()
         if reaction is not None:
@@ -569,7 +588,9 @@ class BeaconService:
 
     def serving_told(self, epoch: int) -> None:
         with self.lock:
-            self.book.told(epoch)
+            news = self.book.told(epoch)
+        if news:  # `serve: ack` goes out now, not up to an interval later: from it on, a freeze of
+            self.send_now()  # this leader is taken over on silence, not by the TTL (rule 3a)
 
     def serving_untold(self, epoch: int | None) -> bool:
         with self.lock:
@@ -681,18 +702,45 @@ class BeaconService:
             except Exception:  # the runtime's trouble must not stop the beacons
                 log.exception("telling a quiet holder failed")
 
+    def _look_now(self) -> None:
+        """Wake the silence loop now (thread-safe), not at its next half interval."""
+        loop = self._loop
+        if loop is not None and loop.is_running():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(self._look.set)
+
+    def _say_silence(self) -> None:
+        """Our own quiet about the leader we adhere to just reached `S`: beacon now. Another
+        member's early takeover counts our report (`quiet_ms` ≥ S, `core.serving.silent_holder`),
+        which would otherwise go out with our next beacon, up to an interval later; every
+        follower of a frozen or cut-off leader crosses S within moments of the others, so the
+        takeover waited that interval (the reason said "silent for 1.93 s ≥ S 1.82 s")."""
+        with self.lock:
+            adh = self.book.adherence
+            crossed = adh is not None and adh.quiet(self.gate_clock()) >= self.book.timing.silence
+            key = (adh.node, adh.epoch, adh.boot) if adh is not None and crossed else None
+        if key is not None and key != self._silence_said:
+            self._silence_said = key
+            self._wake.set()
+
     async def _silence_loop(self) -> None:
         """A follower looks at the majority's silence about its holder twice an
-        interval once it may hold (`core.serving.silent_holder`; `silence_wait`); while it
+        interval once it may hold (`core.serving.silent_holder`; `silence_wait`), and at once
+        when another member's beacon comes while the holder is quiet; the instant its own
+        quiet reaches `S` it beacons (`_say_silence`); while it
         holds, one cycle is run at once and again every `SILENT_KICK_EVERY` (a cycle busy
         with a slow share, or a lost race, must not leave the takeover to the next poll).
         The elector asks again, and the store decides."""
         while True:
-            await asyncio.sleep(self.silence_wait())
+            self._look.clear()
+            with contextlib.suppress(TimeoutError):  # or another member's beacon while the holder is quiet
+                async with asyncio.timeout(self.silence_wait()):
+                    await self._look.wait()
             st = self.standing()
             self._look_quiet(None if st.leader_epoch is not None or st.seen_key is None else st.seen_key[0])
             if st.leader_epoch is not None or st.seen_key is None:
                 continue
+            self._say_silence()
             node, epoch = st.seen_key[0], st.seen_key[1]
             why = self.silent(node, epoch)
             now = self.monotonic()
