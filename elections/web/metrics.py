@@ -399,7 +399,7 @@ def _door_families(states: list[SiteState]) -> Iterable[Metric]:
         if not s.door_here_live or proxy is None:
             continue
         target_epoch = (door.target or {}).get("epoch")
-        if isinstance(target_epoch, int):
+        if isinstance(target_epoch, int) and not isinstance(target_epoch, bool):
             epoch.add_metric([s.kmsn], target_epoch)
         conns.add_metric([s.kmsn, "json"], door.sessions)
         conns.add_metric([s.kmsn, "passthrough"], door.streams)
