@@ -38,7 +38,7 @@ def run_a_door(data_dir: Path) -> None:
         local = LocalState(data_dir)
         a, port_a = await relay(b"S002")
         b, port_b = await relay(b"S003")
-        door = StationDoor(str(data_dir), "S001", ("127.0.0.1",), port, stale_after=1.0)
+        door = StationDoor(str(data_dir), "S001", ("127.0.0.1",), port, stale_after=5.0)  # never stale here
         task = asyncio.ensure_future(door.run())
         await until(lambda: door.proxy.listening)
         await asyncio.to_thread(refused_within, "127.0.0.1", port)  # no pool view yet: no_view
