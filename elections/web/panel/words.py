@@ -378,10 +378,6 @@ def _to(text: str) -> str:
     return _("anyone") if text == "anyone" else text
 
 
-def _eligible_why(text: str) -> str:
-    return reason(text)
-
-
 _N, _E = _NODE, r"\d+"
 _WHYS: list[_Form] = [
     # a steady pool (core.decide, runtime.elector's renewal)
@@ -414,8 +410,8 @@ _WHYS: list[_Form] = [
     _form(rf"handed epoch (?P<epoch>{_E}) to (?P<node>{_N}): (?P<why>.+)",
           gettext_lazy("handed epoch %(epoch)s to %(node)s: %(why)s"), why=_planned),
     _form(rf"no longer eligible: (?P<why>.+): handed off to (?P<to>{_N})",
-          gettext_lazy("no longer eligible: %(why)s: handed off to %(to)s"), why=_eligible_why, to=_to),
-    _form(r"no longer eligible: (?P<why>.+)", gettext_lazy("no longer eligible: %(why)s"), why=_eligible_why),
+          gettext_lazy("no longer eligible: %(why)s: handed off to %(to)s"), why=reason, to=_to),
+    _form(r"no longer eligible: (?P<why>.+)", gettext_lazy("no longer eligible: %(why)s"), why=reason),
     _form(rf"promote of (?P<node>{_N}) requested", gettext_lazy("promote of %(node)s requested")),
     # runtime.elector's writes
     _form(rf"elected: took epoch (?P<epoch>{_E}) \((?P<why>.+)\)",
@@ -443,7 +439,7 @@ _WHYS: list[_Form] = [
           gettext_lazy("handoff to %(node)s not taken within %(ttl)s s")),
     _form(rf"handoff to (?P<node>{_N}) abandoned: (?P<why>.+)",
           gettext_lazy("handoff to %(node)s abandoned: %(why)s"),
-          why=_eligible_why),
+          why=reason),
     _form(rf"handoff from (?P<node>{_N}) to (?P<to>{_N}); waiting (?P<left>{_NUM}) s",
           gettext_lazy("handoff from %(node)s to %(to)s; waiting %(left)s s")),
     _form(rf"lease of (?P<holder>.+?) expired: not renewed for (?P<age>{_NUM}) s ≥ (?P<ttl>{_NUM}) s",
