@@ -361,7 +361,7 @@ def test_a_door_in_full_flow_forwards_nothing_10_ms_past_its_views_freshness_nor
         assert any(t < fresh_until and b > (1 << 20) for t, b in samples), "it never was in full flow"
         dial_reader, dial_writer = await asyncio.open_connection(loopback, port)
         assert await asyncio.wait_for(dial_reader.read(10), 2) == b""
-        assert door.proxy.refused.get("gate_shut", 0) >= 1
+        assert door.proxy.refused.get("stale_view", 0) >= 1
         streaming.cancel()
         await shut(door, task, writer, dial_writer)
         upstream.close()

@@ -121,7 +121,7 @@ def test_the_entry_forwards_to_the_leader_read_re_points_on_a_new_epoch_and_refu
         await asyncio.sleep(0.1)
         reader, writer = await asyncio.open_connection(*listen)
         assert await closed(reader)
-        assert runner.proxy.refused.get("gate_shut", 0) >= 2
+        assert runner.proxy.refused.get("released", 0) >= 1 and runner.proxy.refused.get("no_view", 0) >= 1
         local.write_pool(view(9, "S002", port_a, updated=time.monotonic() - 10))  # a stale view: nobody
         await asyncio.sleep(0.1)
         assert runner.gate.target is None
@@ -180,3 +180,23 @@ def test_the_site_page_and_doctor_say_which_member_is_the_entry_where_and_its_se
     assert lines[1][1] and "forwarding to S002 (127.0.0.22:9530, epoch 7)" in lines[1][2]
     dead = EntryStatus(pid=status.pid, listen=status.listen, updated=time.monotonic() - 10)
     assert not entry_checks(PoolView.from_doc(doc), dead, time.monotonic())[1][1]
+
+
+def test_the_gate_says_why_it_names_no_one():
+    """The refusals' causes (`no_target_cause`, the door's `stkrelay_door_refused_total{reason}`)."""
+    from relay.server.entry import no_target_cause
+
+    now = time.monotonic()
+    assert no_target_cause(view(), now, 2.0) is None
+    assert no_target_cause(PoolView(), now, 2.0) == "no_view"
+    assert no_target_cause(view(updated=now - 5), now, 2.0) == "stale_view"
+    assert no_target_cause(view(updated=now + 5), now, 2.0) == "stale_view"  # another boot's view
+    assert no_target_cause(view(released=True, ttl_s=0), now, 2.0) == "released"
+    expired = PoolView(updated=now, lease=view().lease, lease_status="expired")
+    assert no_target_cause(expired, now, 2.0) == "no_leader"
+    assert no_target_cause(view(port="9530"), now, 2.0) == "no_leader"  # type: ignore[arg-type]
+    assert no_target_cause(view(epoch=6), now, 2.0, floor=7) == "old_epoch"
+    views = iter([view(epoch=7), view(epoch=8, node="S003"), view(epoch=8, node="S003")])
+    gate = EntryGate(lambda: next(views), 2.0, cache_s=0.0)
+    gate.target = gate.look()
+    assert gate() is False and gate.shut_cause() == "leader_changing"  # until the runner re-points

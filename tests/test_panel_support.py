@@ -90,7 +90,7 @@ def dj():
     failovers._cache.clear()
     state._lease_seen.clear()
     relay_state._relay_samples.clear()
-    for name in ("pool.json", "leadership.json", "relay.json", "stations.json"):
+    for name in ("pool.json", "leadership.json", "relay.json", "stations.json", "door.json", "entry.json"):
         (paths["data_dir"] / name).unlink(missing_ok=True)
     for path in (paths["lease_dir"]).glob("**/*"):
         if path.is_file():

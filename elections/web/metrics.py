@@ -35,6 +35,7 @@ from elections.runtime.notify import read_counters, read_queue
 from elections.web.auth import api_error, bearer_user, is_loopback
 from elections.web.metrics_view import build_info, view_families
 from elections.web.panel.failovers import failovers_for
+from elections.web.panel.proxy_state import ProxyState
 from elections.web.panel.relay_state import RelayState
 from elections.web.panel.site import SiteState
 from elections.web.panel.state import site_states
@@ -69,6 +70,7 @@ class PoolCollector(Collector):
             [(s.kmsn, s.relay) for s in states if s.relay is not None and s.relay.running]
         )
         yield from _proxy_families([(s.kmsn, s.relay.proxy) for s in states if s.relay and s.relay.proxy])
+        yield from _door_families(states)
         yield from _login_families()
         yield from _notify_families()
 
@@ -362,6 +364,54 @@ def _proxy_families(proxies: list) -> Iterable[Metric]:
         moved.add_metric([kmsn, "down"], p.bytes_down)
         restarts.add_metric([kmsn], p.restarts)
     yield from (up, conns, accepted, refused, closed, moved, restarts)
+
+
+def _door_families(states: list[SiteState]) -> Iterable[Metric]:
+    """This agent's station door (issue 36, `relay.server.station_door`, its ``door.json``): the
+    counters are its process's since it started, and only while it reports (within 3 s)."""
+    up = GaugeMetricFamily("stkrelay_door_up", "1 while this agent's station door reports and listens.",
+                           labels=["kmsn"])  # fmt: skip
+    epoch = GaugeMetricFamily("stkrelay_door_target_epoch", "Epoch of the lease whose relay the station "
+                              "door leads stations to now (no sample while it leads nowhere).",
+                              labels=["kmsn"])  # fmt: skip
+    conns = GaugeMetricFamily("stkrelay_door_connections", "Connections the station door forwards now, by "
+                              "port (json: protocol v1; passthrough).", labels=["kmsn", "port"])  # fmt: skip
+    accepted = CounterMetricFamily("stkrelay_door_accepted_total", "Connections the station door accepted "
+                                   "and forwarded.", labels=["kmsn"])  # fmt: skip
+    refused = CounterMetricFamily("stkrelay_door_refused_total", "Connections the station door closed at "
+                                  "accept, by reason (no_leader, stale_view, no_view, released, old_epoch, "
+                                  "leader_changing, lan_share, per_address, total).",
+                                  labels=["kmsn", "reason"])  # fmt: skip
+    closed = CounterMetricFamily("stkrelay_door_closed_total", "Forwarded connections ended, by cause "
+                                 "(repointed: closed on a leader change; no_leader: the gate shut; ended, "
+                                 "reset: a side ended it).", labels=["kmsn", "cause"])  # fmt: skip
+    changes = CounterMetricFamily("stkrelay_door_leader_changes_total", "Leader changes the station "
+                                  "door followed (re-pointed to a new epoch or relay).",
+                                  labels=["kmsn"])  # fmt: skip
+    moved = CounterMetricFamily("stkrelay_door_bytes_total", "Bytes the station door forwarded, by direction "
+                                "(up: to the relay).", labels=["kmsn", "direction"])  # fmt: skip
+    for s in states:
+        door = s.door_here
+        if door is None:
+            continue
+        up.add_metric([s.kmsn], 1 if s.door_here_live and door.listening else 0)
+        proxy = ProxyState.of(door.proxy)
+        if not s.door_here_live or proxy is None:
+            continue
+        target_epoch = (door.target or {}).get("epoch")
+        if isinstance(target_epoch, int) and not isinstance(target_epoch, bool):
+            epoch.add_metric([s.kmsn], target_epoch)
+        conns.add_metric([s.kmsn, "json"], door.sessions)
+        conns.add_metric([s.kmsn, "passthrough"], door.streams)
+        accepted.add_metric([s.kmsn], proxy.accepted)
+        for reason, n in sorted(proxy.refused.items()):
+            refused.add_metric([s.kmsn, reason], n)
+        for cause, n in sorted(proxy.closed.items()):
+            closed.add_metric([s.kmsn, cause], n)
+        changes.add_metric([s.kmsn], door.repointed)
+        moved.add_metric([s.kmsn, "up"], proxy.bytes_up)
+        moved.add_metric([s.kmsn, "down"], proxy.bytes_down)
+    yield from (up, epoch, conns, accepted, refused, closed, changes, moved)
 
 
 def _tunnel_families(tunnels: list) -> Iterable[Metric]:

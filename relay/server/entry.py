@@ -83,16 +83,45 @@ def fresh(view: PoolView, now: float, stale_after: float) -> bool:
 def target_of(view: PoolView, now: float, stale_after: float, floor: int = 0) -> EntryTarget | None:
     """Where remote clients go now, or None (no fresh view, no valid unreleased lease, or one of an
     epoch below `floor`, the highest this entry forwarded to: never back to an older leader)."""
+    target = _target_or_cause(view, now, stale_after, floor)
+    return target if isinstance(target, EntryTarget) else None
+
+
+def no_target_cause(view: PoolView, now: float, stale_after: float, floor: int = 0) -> str | None:
+    """Why `target_of` names no one (one of `NO_TARGET`), or None when it names a target."""
+    target = _target_or_cause(view, now, stale_after, floor)
+    return target if isinstance(target, str) else None
+
+
+# Why the gate is shut (`EntryGate.shut_cause`): the door's and the entry's refusals, by cause.
+NO_VIEW, STALE_VIEW, NO_LEADER, RELEASED, OLD_EPOCH, LEADER_CHANGING = (
+    "no_view",  # no pool view read (none written yet, or unreadable)
+    "stale_view",  # the worker has not written it within `stale_after` (or it is another boot's)
+    "no_leader",  # a fresh view names no valid lease
+    "released",  # ... or a released one (TTL 0): no one to lead to until the next leader writes
+    "old_epoch",  # ... or a lease of an epoch below the highest it forwarded to (issue 40)
+    "leader_changing",  # the view names a leader the proxy is not pointed at yet (up to `TICK`)
+)
+NO_TARGET = (NO_VIEW, STALE_VIEW, NO_LEADER, RELEASED, OLD_EPOCH, LEADER_CHANGING)
+
+
+def _target_or_cause(view: PoolView, now: float, stale_after: float, floor: int) -> EntryTarget | str:
+    if view.updated is None:
+        return NO_VIEW
     if not fresh(view, now, stale_after):
-        return None
+        return STALE_VIEW
     lease = view.lease or {}
-    if view.lease_status != "valid" or lease.get("released") or lease.get("ttl_s") == 0:
-        return None
+    if view.lease_status != "valid":
+        return NO_LEADER
+    if lease.get("released") or lease.get("ttl_s") == 0:
+        return RELEASED
     epoch, node, ip, port = lease.get("epoch"), lease.get("node"), lease.get("ip"), lease.get("port")
     if not (isinstance(epoch, int) and isinstance(node, str) and isinstance(ip, str)):
-        return None
-    if not (isinstance(port, int) and 1 <= port <= 65534) or epoch < floor:
-        return None
+        return NO_LEADER
+    if not (isinstance(port, int) and 1 <= port <= 65534):
+        return NO_LEADER
+    if epoch < floor:
+        return OLD_EPOCH
     return EntryTarget(epoch, node, ip, port)
 
 
@@ -136,6 +165,14 @@ class EntryGate:
             self._now = None
         return self._now
 
+    def shut_cause(self) -> str:
+        """Why the gate is shut now (one of `NO_TARGET`): asked at a refused accept only, never on
+        the send path. A view gone stale between two reads is a stale view, as `look` says."""
+        seen = self.look()
+        if seen is not None:
+            return LEADER_CHANGING
+        return no_target_cause(self.view, self.clock(), self.stale_after, self.floor) or STALE_VIEW
+
     def __call__(self) -> bool:
         """Asked before every send (a pair's callback): cheap, with nothing awaited."""
         target = self.target
@@ -169,8 +206,8 @@ class EntryRunner:
         header = functools.partial(encode, key=pool_key) if pool_key else None  # the client's address
         self.proxy = FencingProxy(gate=self.gate, upstream=("127.0.0.1", 1), max_per_address=max_per_address,
                                   forward_header=header, header_key=header_key, redial_within=redial_within,
-                                  held_back=self.held_back, lan_host=lan_host,
-                                  lan_share=lan_share)  # fmt: skip
+                                  held_back=self.held_back, lan_host=lan_host, lan_share=lan_share,
+                                  shut_cause=self.gate.shut_cause)  # fmt: skip
         self.repointed = 0
         self.error = ""
         self._stop = asyncio.Event()

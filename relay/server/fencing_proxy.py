@@ -132,8 +132,10 @@ class FencingProxy:
         splice: bool = True,
         lan_host: str | None = None,
         lan_share: float = 1.0,
+        shut_cause: Callable[[], str] | None = None,
     ) -> None:
         self.gate, self.ready, self.held_back = gate, ready, held_back
+        self.shut_cause = shut_cause  # why the gate is shut, for `refused` (else ``gate_shut``)
         self.redial_within = redial_within
         self.header_key, self.forward_header = header_key or None, forward_header
         self.headers = {"verified": 0, "refused": 0, "sent": 0}
@@ -308,7 +310,7 @@ class FencingProxy:
 
     def _refusal(self, address: str, on_lan: bool = False) -> str | None:
         if not self.gate_open():
-            return "gate_shut"
+            return self._shut()
         if not self.ready() and not self.redial_within:  # with it: the pair waits for the relay
             return "relay_down"
         if len(self.pairs) >= self.max_connections:
@@ -318,6 +320,16 @@ class FencingProxy:
         if self.per_address.get(address, 0) >= self.max_per_address:
             return "per_address"
         return None
+
+    def _shut(self) -> str:
+        """A refusal's cause while the gate is shut: the gate's own word for why, if it has one."""
+        if not self.leading or self.shut_cause is None:
+            return "gate_shut"
+        try:
+            return self.shut_cause()[:40]
+        except Exception:  # a gate that cannot say why is shut all the same
+            log.exception("the relay gate's cause raised")
+            return "gate_shut"
 
     @property
     def max_lan(self) -> int:
