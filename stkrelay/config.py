@@ -38,12 +38,12 @@ from __future__ import annotations
 import ipaddress
 import os
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from elections.core.action_config import ACTION_DEFAULTS, action_config
 from elections.ports.share.smburl import SmbUrlError, is_smb, parse_smb_url, smb_password
+from stkconfig.bad import Bad, Number
 from stkconfig.keys import BY_NAME, DEFAULTS
 from stkconfig.model import Config, Problem, draft, freeze
 from stkrelay import (
@@ -75,8 +75,6 @@ ACTION_IDS: dict[str, str] = {  # key prefix -> id, for the leader-action proble
     "AZURE": "stkrelay.E017",
 }
 KINDS: dict[str, type] = {"int": int, "float": float}
-Bad = Callable[[str, str, str, str], None]
-Number = Callable[..., Any]  # load's number(key[, kind, low, high])
 
 
 def load(ini_path: str | None = None, env: dict[str, str] | None = None, check_dirs: bool = True) -> Config:
@@ -240,7 +238,7 @@ def _services(
 
 
 def _places(
-    cfg: Any, values: dict[str, str], pools: dict[str, dict[str, str]], check_dirs: bool, bad
+    cfg: Any, values: dict[str, str], pools: dict[str, dict[str, str]], check_dirs: bool, bad: Bad
 ) -> None:
     """The pool's store (a share or etcd), the watched pools, and this agent's DATA_DIR."""
     config_store.check_store(cfg, values, bad)
@@ -324,7 +322,7 @@ def _events(cfg: Any, values: dict[str, str], bad: Bad, number: Number) -> None:
 LOOPBACK_WORDS = {"auto": "auto", "on": "on", "1": "on", "yes": "on", "off": "off", "0": "off", "no": "off"}
 
 
-def _loopback(text: str, bad) -> str:
+def _loopback(text: str, bad: Bad) -> str:
     """RELAY_LOOPBACK (E090): whether the relay listens on 127.0.0.1 besides NODE_IP."""
     return _word(text, LOOPBACK_WORDS, "auto", bad, "stkrelay.E090", "RELAY_LOOPBACK", "auto, on or off",
                  "auto (127.0.0.1 unless NODE_IP is a loopback address), on, or off")  # fmt: skip
@@ -334,7 +332,7 @@ FORWARD_WORDS = {"loopback": "loopback", "on": "loopback", "1": "loopback", "yes
                  "off": "off", "0": "off", "no": "off"}  # fmt: skip
 
 
-def _forward(text: str, bad) -> str:
+def _forward(text: str, bad: Bad) -> str:
     """RELAY_FORWARD (E091): where the station door takes connections for the leader's relay."""
     return _word(text, FORWARD_WORDS, "loopback", bad, "stkrelay.E091", "RELAY_FORWARD",
                  "loopback, lan or off",
@@ -342,7 +340,7 @@ def _forward(text: str, bad) -> str:
 
 
 def _word(
-    text: str, words: dict[str, str], default: str, bad, id: str, key: str, shown: str, hint: str
+    text: str, words: dict[str, str], default: str, bad: Bad, id: str, key: str, shown: str, hint: str
 ) -> str:
     """One of a key's `words` (any case), or `default` with the problem `id` said."""
     mode = words.get(text.strip().lower())
@@ -357,7 +355,7 @@ def _flag(text: str, default: bool) -> bool:
     return default if not text else text.lower() not in ("0", "no", "false", "off")
 
 
-def _check_smb(values: dict[str, str], bad) -> None:
+def _check_smb(values: dict[str, str], bad: Bad) -> None:
     """An smb:// LEASE_DIR (E012) and its password (E022), without touching the
     network: the share is checked by `relayctl doctor` and by the agent itself."""
     try:
@@ -375,7 +373,7 @@ def _check_smb(values: dict[str, str], bad) -> None:
             "set SMB_PASSWORD, or SMB_PASSWORD_FILE naming a file that holds it")  # fmt: skip
 
 
-def _check_dir(path: str, key: str, pid: str, bad, hint: str) -> None:
+def _check_dir(path: str, key: str, pid: str, bad: Bad, hint: str) -> None:
     if not path:
         bad(pid, key, "is not set", hint)
         return

@@ -26,11 +26,10 @@ Each function reports through `bad(id, key, message, hint)` like `config.load`.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable
 
+from stkconfig.bad import Bad
 from stkconfig.model import BEACON_INTERVAL
 
-Bad = Callable[[str, str, str, str], None]
 DEFAULT_INTERVAL = BEACON_INTERVAL
 MIN_INTERVAL = 0.05
 

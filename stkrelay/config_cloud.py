@@ -19,14 +19,12 @@ Reports through `bad(id, key, message, hint)` like `config.load`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from relay.wire.auth import cloud_key
+from stkconfig.bad import Bad
 from stkconfig.parsed import CloudURL
 from stkconfig.strength import secret_weakness
-
-Bad = Callable[[str, str, str, str], None]
 
 
 def parse_cloud_url(text: str) -> CloudURL | str:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Callable, Mapping
 
-Bad = Callable[[str, str, str, str], None]
+from stkconfig.bad import Bad
 
 
 def parse_listen(text: str) -> tuple[str, int] | None:

@@ -30,13 +30,12 @@ import os
 import shlex
 import shutil
 import string
-from collections.abc import Callable
 from typing import Any
 
 from relay.server.site_relay import source_of
+from stkconfig.bad import Bad
 from stkconfig.parsed import ExecRelay
 
-Bad = Callable[[str, str, str, str], None]
 KINDS = ("builtin", "exec")
 PLACEHOLDERS = ("host", "port", "passthrough_port", "epoch", "kmsn")
 PORT_OFFSET = 10  # RELAY_EXEC_LISTEN's default port: RELAY_PORT + 10

@@ -23,14 +23,11 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-from collections.abc import Callable
 
 from elections.core.gate import LOOK_EVERY
+from stkconfig.bad import Bad, Number
 from stkconfig.parsed import GATE_TIMEOUT as DEFAULT_TIMEOUT
 from stkconfig.parsed import GateConfig
-
-Bad = Callable[[str, str, str, str], None]
-Number = Callable[..., "float | int | None"]  # config.load's number(key): the table's kind and range
 
 
 def parse(values: dict[str, str], lease_renew: float, bad: Bad, number: Number) -> GateConfig:

@@ -14,13 +14,11 @@ Each function reports through `bad(id, key, message, hint)` like `config.load`.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
+from stkconfig.bad import Bad
 from stkconfig.model import LANGUAGE
-
-Bad = Callable[[str, str, str, str], None]
 
 LANGUAGES = ("en", "zh-hant")
 DEFAULT_LANGUAGE = LANGUAGE

@@ -30,9 +30,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
 
+from stkconfig.bad import Bad
 from stkrelay.config_ini import TOP, IniFile
 
-Bad = Callable[[str, str, str, str], None]
 DEFAULT_WAIT = 0.3
 MAX_WAIT = 2.0
 MAX_MAGIC = 64

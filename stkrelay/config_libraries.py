@@ -10,9 +10,9 @@ the extra to install. The import is tried for real (a broken install fails too).
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
-Bad = Callable[[str, str, str, str], None]
+from stkconfig.bad import Bad
 
 SMB_MODULES = ("smbprotocol", "spnego")
 ETCD_MODULES = ("etcd3gw",)

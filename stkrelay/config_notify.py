@@ -30,14 +30,12 @@ from __future__ import annotations
 import shlex
 import shutil
 import urllib.parse
-from collections.abc import Callable
 
+from stkconfig.bad import Bad, Number
 from stkconfig.parsed import NotifyConfig
 from stkhost.fingerprints import parse_pins  # not pinned_https: no http.client in every process
 from stkhost.secret_source import SecretUnreadable, read_secret
 
-Bad = Callable[[str, str, str, str], None]
-Number = Callable[..., "float | int | None"]  # config.load's number(key): the table's kind and range
 MIN_SECRET = 16
 
 DEFAULTS: dict[str, str] = {

@@ -17,9 +17,8 @@ Each function reports through `bad(id, key, message, hint)` like `config.load`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from stkconfig.bad import Bad
 
-Bad = Callable[[str, str, str, str], None]
 DEFAULTS = {"OWNERSHIP_CHECK": "2", "OWNERSHIP_HOLD": "", "OWNERSHIP_REPAIR": "1"}
 MIN_CHECK, MAX_CHECK = 0.5, 300.0
 MAX_HOLD = 86400.0

@@ -28,12 +28,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from elections.ports.share.smburl import SmbUrlError, is_smb, parse_smb_url, smb_password
+from stkconfig.bad import Bad
 from stkconfig.keys import BY_NAME
 from stkconfig.parsed import WatchedPool
 from stkconfig.strength import SECRET_HINT, secret_weakness
 from stkrelay.config_ini import TOP, IniFile
 
-Bad = Callable[[str, str, str, str], None]
 SECTION_PREFIX = "pool:"
 SECTION, SECRET, VALUE = "stkrelay.E025", "stkrelay.E026", "stkrelay.E027"
 KEYS = ("LEASE_DIR", "RELAY_TOKEN", "POOL_KEY", "SHARE_TIMEOUT", "NODE")

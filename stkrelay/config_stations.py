@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Callable
 
+from stkconfig.bad import Bad
 from stkrelay.config_said import Said, gettext_noop
 
-Bad = Callable[[str, str, str, str], None]
 LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
 
 

@@ -17,12 +17,11 @@ Reports through `bad(id, key, message, hint)` like `config.load`.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from typing import Any
 
 from elections.ports.etcd.client import parse_endpoints
+from stkconfig.bad import Bad
 
-Bad = Callable[[str, str, str, str], None]
 STORES = ("file", "etcd")
 
 

@@ -24,10 +24,9 @@ Each message names the key to change and a value that works.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Protocol
 
-Bad = Callable[[str, str, str, str], None]
+from stkconfig.bad import Bad
 
 
 class TimingKeys(Protocol):

@@ -17,9 +17,8 @@ Each function reports through `bad(id, key, message, hint)` like `config.load`.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable
 
-Bad = Callable[[str, str, str, str], None]
+from stkconfig.bad import Bad
 
 PAIR_HINT = "set both TLS_CERT and TLS_KEY (PEM files this agent can read), or neither for a self-signed one"
 

@@ -24,11 +24,9 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Callable
 
+from stkconfig.bad import Bad
 from stkconfig.strength import SECRET_HINT, secret_weakness
-
-Bad = Callable[[str, str, str, str], None]
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 WS_MAX_BUFFER = 4 << 20
