@@ -4,7 +4,9 @@ Vocabulary:
 
 - **key**: one name of `stk.ini`'s `[stk]` section (`LEASE_TTL`), also `STK_<KEY>`
   in the environment. Every key is one row of the **key table** (`stkconfig.keys`).
-- **raw value**: the text a key was given (or its table default), `Config.values`.
+- **raw value**: the text a key was given (or its table default). Raw values stay in the
+  loader: what it hands on is typed (`tests/test_config_contract.py` fails when code below
+  it reads a raw value or an `STK_*` variable).
 - **`Config`**: the typed, frozen result (`stkconfig.model`), one attribute per key
   (`LEASE_TTL` → `config.lease_ttl`), plus what some keys parse into (`gate`,
   `notify`, `cloud`, `relay_exec`, `watched`). It is handed to what needs it

@@ -6,7 +6,16 @@ from dataclasses import dataclass, field, fields
 from types import SimpleNamespace
 from typing import Any
 
-from stkconfig.parsed import CloudURL, ExecRelay, GateConfig, NotifyConfig, WatchedPool
+from elections.core.action_config import ActionConfig
+from stkconfig.parsed import (
+    CloudURL,
+    EtcdSettings,
+    ExecRelay,
+    GateConfig,
+    NotifyConfig,
+    SmbLogin,
+    WatchedPool,
+)
 
 BEACON_INTERVAL = 0.2  # BEACON_INTERVAL's default, seconds
 LANGUAGE = "en"  # LANGUAGE_CODE's default
@@ -39,11 +48,8 @@ class Config:
     share_timeout: float = 2.0
     lease_dir: str = ""
     lease_store: str = "file"  # or etcd
-    etcd_endpoints: list[str] = field(default_factory=list)
-    etcd_prefix: str = ""
-    etcd_ca: str = ""
-    etcd_cert: str = ""
-    etcd_key: str = ""
+    etcd: EtcdSettings = field(default_factory=EtcdSettings)  # LEASE_STORE = etcd: ETCD_* (config_store)
+    smb: SmbLogin = field(default_factory=SmbLogin)  # an smb:// LEASE_DIR's SMB_PASSWORD(_FILE)
     lease_ttl: float = 10.0
     lease_renew: float = 3.0
     lease_poll: float = 2.0
@@ -106,11 +112,14 @@ class Config:
     ownership_repair: bool = True
     language_code: str = LANGUAGE
     time_zone: str = "UTC"
+    site_time_zone: str = (
+        ""  # a site's own command's TZ: TIME_ZONE where the ini sets it, else the agent's start's
+    )
     source: str = "(defaults)"
     problems: list[Problem] = field(default_factory=list)
     warnings: list[Problem] = field(default_factory=list)  # said at start and by check; stop nothing (W1xx)
     origins: dict[str, str] = field(default_factory=dict)  # key -> where the file or environment gave it
-    values: dict[str, str] = field(default_factory=dict)  # every [stk] key as given, overrides applied
+    actions: ActionConfig = field(default_factory=ActionConfig)  # VIP_*, AWS_*, OCI_*, AZURE_* (E014–E017)
     watched: list[WatchedPool] = field(default_factory=list)  # the [pool:<KMSN>] sections (config_pools)
     ignored: list[str] = field(default_factory=list)  # keys of the file nobody reads (the old agent's own)
 

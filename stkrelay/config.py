@@ -46,6 +46,7 @@ from elections.ports.share.smburl import SmbUrlError, is_smb, parse_smb_url, smb
 from stkconfig.bad import Bad, Number
 from stkconfig.keys import BY_NAME, DEFAULTS
 from stkconfig.model import Config, Problem, draft, freeze
+from stkconfig.parsed import SmbLogin
 from stkrelay import (
     config_beacons,
     config_cloud,
@@ -83,7 +84,7 @@ def load(ini_path: str | None = None, env: dict[str, str] | None = None, check_d
     got = config_file.read(ini_path, env, known)
     values, problems, pools = got.values, got.problems, got.pools
     cfg = draft()
-    cfg.source, cfg.problems, cfg.values, cfg.warnings = got.source, problems, values, got.warnings
+    cfg.source, cfg.problems, cfg.warnings = got.source, problems, got.warnings
     cfg.origins = got.origins
     cfg.ignored = config_legacy.ignored_keys(got.given, known)
 
@@ -233,7 +234,9 @@ def _services(
     )
     cfg.language_code = config_i18n.parse_language(values["LANGUAGE_CODE"], bad)
     cfg.time_zone = config_i18n.parse_time_zone(values["TIME_ZONE"], bad, env)
-    for err in action_config(values)[1]:
+    cfg.site_time_zone = cfg.time_zone if values["TIME_ZONE"].strip() else env.get("TZ", "")
+    cfg.actions, action_problems = action_config(values)
+    for err in action_problems:
         bad(ACTION_IDS[err.key.partition("_")[0]], err.key, err.message, err.hint)
 
 
@@ -241,12 +244,13 @@ def _places(
     cfg: Any, values: dict[str, str], pools: dict[str, dict[str, str]], check_dirs: bool, bad: Bad
 ) -> None:
     """The pool's store (a share or etcd), the watched pools, and this agent's DATA_DIR."""
-    config_store.check_store(cfg, values, bad)
+    cfg.lease_store, cfg.etcd = config_store.parse(values, cfg.kmsn, cfg.lease_poll, bad)
     cfg.lease_dir = values["LEASE_DIR"]
+    cfg.smb = SmbLogin(values["SMB_PASSWORD"], values["SMB_PASSWORD_FILE"])
     cfg.watched = config_pools.parse(pools, cfg.kmsn, cfg.node, cfg.lease_dir, cfg.share_timeout, bad)
     cfg.data_dir = values["DATA_DIR"] or str(Path.home() / ".stkrelay" / (cfg.node or "agent"))
     if is_smb(cfg.lease_dir):
-        _check_smb(values, bad)
+        _check_smb(cfg.lease_dir, cfg.smb, bad)
     uses_smb = (cfg.lease_store == "file" and is_smb(cfg.lease_dir)) or any(
         is_smb(w.lease_dir) for w in cfg.watched
     )
@@ -355,16 +359,16 @@ def _flag(text: str, default: bool) -> bool:
     return default if not text else text.lower() not in ("0", "no", "false", "off")
 
 
-def _check_smb(values: dict[str, str], bad: Bad) -> None:
+def _check_smb(lease_dir: str, login: SmbLogin, bad: Bad) -> None:
     """An smb:// LEASE_DIR (E012) and its password (E022), without touching the
     network: the share is checked by `relayctl doctor` and by the agent itself."""
     try:
-        url = parse_smb_url(values["LEASE_DIR"])
+        url = parse_smb_url(lease_dir)
     except SmbUrlError as exc:
         bad("stkrelay.E012", "LEASE_DIR", str(exc), "use smb://[user@]host[:port]/share/folder")
         return
     try:
-        password = smb_password(values)
+        password = smb_password(login)
     except SmbUrlError as exc:
         bad("stkrelay.E022", "SMB_PASSWORD_FILE", str(exc), "name a file this agent can read")
         return

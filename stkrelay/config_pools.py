@@ -30,7 +30,7 @@ from collections.abc import Callable
 from elections.ports.share.smburl import SmbUrlError, is_smb, parse_smb_url, smb_password
 from stkconfig.bad import Bad
 from stkconfig.keys import BY_NAME
-from stkconfig.parsed import WatchedPool
+from stkconfig.parsed import SmbLogin, WatchedPool
 from stkconfig.strength import SECRET_HINT, secret_weakness
 from stkrelay.config_ini import TOP, IniFile
 
@@ -123,7 +123,8 @@ def _section(
     if any(c.isspace() or c in "/\\" for c in node) or len(node) > 64:
         problem("NODE", f"{node[:64]!r} is not a node name", "e.g. OFFICE1")
         ok = False
-    return WatchedPool(kmsn, lease_dir, token, key, timeout, node, dict(values)) if ok else None
+    login = SmbLogin(values.get("SMB_PASSWORD", ""), values.get("SMB_PASSWORD_FILE", ""))
+    return WatchedPool(kmsn, lease_dir, token, key, timeout, node, login) if ok else None
 
 
 def _smb_ok(values: dict[str, str], problem: Callable[[str, str, str], None]) -> bool:
@@ -134,7 +135,7 @@ def _smb_ok(values: dict[str, str], problem: Callable[[str, str, str], None]) ->
         problem("LEASE_DIR", str(exc), "use smb://[user@]host[:port]/share/folder")
         return False
     try:
-        password = smb_password(values)
+        password = smb_password(SmbLogin(values.get("SMB_PASSWORD", ""), values.get("SMB_PASSWORD_FILE", "")))
     except SmbUrlError as exc:
         problem("SMB_PASSWORD_FILE", str(exc), "name a file this agent can read")
         return False

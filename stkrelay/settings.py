@@ -11,6 +11,7 @@ import socket
 from pathlib import Path
 
 from stkconfig.logs import logging_config
+from stkhost.processes import SITE_TZ
 from stkrelay import config as stk_config
 from stkrelay.config_tls import plain_on_lan
 from stkrelay.config_web import allowed_hosts
@@ -49,7 +50,7 @@ DEBUG = os.environ.get("STK_DEBUG") == "1"
 # Any other Host header is Django's 400 (DisallowedHost); the WebSocket routes check Origin
 # against the same list (stkrelay/asgi.py). A LAN attacker's DNS name for us gets nothing.
 ALLOWED_HOSTS = allowed_hosts(
-    STK.node_ip, STK.web_allowed_hosts, vip=STK.values.get("VIP_ADDRESS", ""), hostname=socket.gethostname()
+    STK.node_ip, STK.web_allowed_hosts, vip=STK.actions.vip_address, hostname=socket.gethostname()
 )
 
 # Not "daphne": the web child runs Daphne itself (stkrelay/web.py); as an app it would load
@@ -178,9 +179,7 @@ TIME_ZONE = STK.time_zone
 # (ON_ROLE_CHANGE, GATE_CMD, HEALTH_CMD, RELAY_EXEC: `processes.site_environment`) is given the TZ of
 # the agent's start instead (none: none), or TIME_ZONE where the ini sets it (issue 42). Set once, by
 # the first process (the supervisor), before Django sets TZ: its children inherit it.
-os.environ.setdefault(
-    "STK_SITE_TZ", STK.time_zone if STK.values.get("TIME_ZONE", "").strip() else os.environ.get("TZ", "")
-)
+os.environ.setdefault(SITE_TZ, STK.site_time_zone)
 USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [ASSETS_DIR / "static"]

@@ -98,6 +98,11 @@ class ActionConfig:
     oci: OciConfig | None = None
     azure: AzureConfig | None = None
 
+    @property
+    def vip_address(self) -> str:
+        """The VIP (without its prefix), '' when this agent has none."""
+        return self.vip.address if self.vip is not None else ""
+
 
 _IFNAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
 _AZURE_NIC = re.compile(

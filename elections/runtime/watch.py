@@ -50,7 +50,7 @@ class PoolWatcher:
         heartbeat_ttl: float, promotion_hold: float, lease_ttl: float,
     ) -> None:  # fmt: skip
         self.kmsn = watched.kmsn
-        self.place = PoolPlace.of(watched)
+        self.place = PoolPlace.watched(watched)
         self.viewer = viewer  # this agent's node: whose view this is
         self.clock = clock
         self.local = local

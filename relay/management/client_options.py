@@ -182,7 +182,7 @@ def build_client(options: dict[str, Any], on_status: Callable[[Status], None]) -
         raise Stop(EXIT_USAGE, f"relayclient: --agent-pin: {exc}") from None
     discovery = Discovery.build(
         kmsn=kmsn,
-        lease=lease_file(lease_dir, token, kmsn, stk.values) if lease_dir else None,  # an smb:// LEASE_DIR
+        lease=lease_file(lease_dir, token, kmsn, stk.smb) if lease_dir else None,  # an smb:// LEASE_DIR
         agents=options["agent"],
         fallbacks=options["fallback"],
         api_token=api_token or None,
