@@ -7,6 +7,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from elections.core.action_config import ActionConfig
+from stkconfig.environment import EnvironmentSettings
 from stkconfig.parsed import (
     CloudURL,
     EtcdSettings,
@@ -112,9 +113,8 @@ class Config:
     ownership_repair: bool = True
     language_code: str = LANGUAGE
     time_zone: str = "UTC"
-    site_time_zone: str = (
-        ""  # a site's own command's TZ: TIME_ZONE where the ini sets it, else the agent's start's
-    )
+    site_time_zone: str = ""  # a site command's TZ: TIME_ZONE if the ini sets it, else the agent's start's
+    environment: EnvironmentSettings = field(default_factory=EnvironmentSettings)  # STK_DEBUG... (no ini key)
     source: str = "(defaults)"
     problems: list[Problem] = field(default_factory=list)
     warnings: list[Problem] = field(default_factory=list)  # said at start and by check; stop nothing (W1xx)

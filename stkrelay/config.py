@@ -43,6 +43,7 @@ from typing import Any
 
 from elections.core.action_config import ACTION_DEFAULTS, action_config
 from elections.ports.share.smburl import SmbUrlError, is_smb, parse_smb_url, smb_password
+from stkconfig import environment
 from stkconfig.bad import Bad, Number
 from stkconfig.keys import BY_NAME, DEFAULTS
 from stkconfig.model import Config, Problem, draft, freeze
@@ -78,7 +79,11 @@ ACTION_IDS: dict[str, str] = {  # key prefix -> id, for the leader-action proble
 KINDS: dict[str, type] = {"int": int, "float": float}
 
 
-def load(ini_path: str | None = None, env: dict[str, str] | None = None, check_dirs: bool = True) -> Config:
+def load(
+    ini_path: str | None = None, env: dict[str, str] | None = None, check_dirs: bool | None = True
+) -> Config:
+    """The agent's configuration from `ini_path` (else `STK_INI`) and `env` (else this process's);
+    `check_dirs`: look at LEASE_DIR and DATA_DIR on disk (None: unless `STK_SKIP_DIR_CHECKS=1`)."""
     env = dict(os.environ if env is None else env)
     known = set(DEFAULTS) | set(ACTION_DEFAULTS)
     got = config_file.read(ini_path, env, known)
@@ -90,6 +95,10 @@ def load(ini_path: str | None = None, env: dict[str, str] | None = None, check_d
 
     def bad(pid: str, key: str, message: str, hint: str) -> None:
         problems.append(Problem(pid, key, message, hint))
+
+    cfg.environment = environment.parse(env, bad)
+    if check_dirs is None:
+        check_dirs = not cfg.environment.skip_dir_checks
 
     def number(
         key: str, kind: type | None = None, low: float | None = None, high: float | None = None

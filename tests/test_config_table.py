@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from stkconfig.environment import EnvironmentSettings
 from stkconfig.keys import BY_NAME, DEFAULTS, KEYS
 from stkconfig.model import Config
 from stkrelay import config_file
@@ -86,7 +87,8 @@ def test_each_numbers_range_in_the_table_is_the_one_load_enforces(key):
 
 
 def test_every_check_id_in_the_table_is_one_the_config_reports():
-    source = "".join(p.read_text() for p in (ROOT / "stkrelay").glob("config*.py"))
+    files = [*(ROOT / "stkrelay").glob("config*.py"), *(ROOT / "stkconfig").glob("*.py")]
+    source = "".join(p.read_text() for p in files)
     for key in KEYS:
         for pid in filter(None, key.check.split("/")):
             assert f"stkrelay.{pid}" in source, (key.name, pid)
@@ -105,7 +107,7 @@ def test_the_config_is_frozen_and_has_a_field_for_each_plain_key():
         "RELAY_EXEC",
         "ETCD_",
     )  # parsed into gate, notify, ...
-    plain = [k.name for k in KEYS if not k.is_family and not k.name.startswith(grouped)]
+    plain = [k.name for k in KEYS if not k.is_family and not k.environment and not k.name.startswith(grouped)]
     assert [n for n in plain if n.lower() not in names] == []
     assert BY_NAME["LEASE_TTL"].range == (0.1, 300)
 
@@ -121,3 +123,33 @@ def test_the_configs_field_defaults_are_the_tables():
             assert made[field] == parse[key.kind](key.default), key.name
             checked.append(key.name)
     assert {"LEASE_TTL", "RELAY_PORT", "RELAY_ATTESTS", "EVENTS_KEEP_DAYS"} <= set(checked)
+
+
+def test_each_environment_row_is_a_field_of_the_environment_section_at_the_tables_default():
+    """`STK_DEBUG` -> `EnvironmentSettings.debug`, its default the table's (STK_INI is the loader's own)."""
+    made = {f.name: f.default for f in dataclasses.fields(EnvironmentSettings)}
+    parse = {"int": int, "float": float, "flag": lambda text: text == "1", "str": str}
+    rows = {k.name.removeprefix("STK_").lower(): k for k in KEYS if k.environment and k.name != "STK_INI"}
+    assert sorted(rows) == sorted(made)
+    for field, key in rows.items():
+        assert made[field] == parse[key.kind](key.default), key.name
+
+
+def test_the_environment_rows_are_read_from_the_environment_not_from_the_file(tmp_path):
+    ini = tmp_path / "stk.ini"
+    ini.write_text("[stk]\nSTK_DEBUG = 1\nSESSION_AGE = 5\n")
+    ini.chmod(0o600)
+    from_file = load(str(ini), env=_env(), check_dirs=False)
+    assert (from_file.environment.debug, from_file.environment.session_age) == (False, 8 * 3600)
+    extras = {"STK_DEBUG": "1", "STK_SESSION_AGE": "60", "STK_LOGIN_RESERVE_RATE": "0.5"}
+    given = load(None, env=_env() | extras, check_dirs=False)
+    assert (given.environment.debug, given.environment.session_age) == (True, 60)
+    assert given.environment.login_reserve_rate == 0.5 and given.problems == []
+    bad = load(None, env=_env() | {"STK_SESSION_AGE": "8h"}, check_dirs=False)
+    assert [(p.id, p.key) for p in bad.problems] == [("stkrelay.E010", "STK_SESSION_AGE")]
+    assert bad.environment.session_age == 8 * 3600
+
+
+def test_environment_rows_are_not_in_the_example_ini():
+    example = (ROOT / "packaging" / "stk.ini.example").read_text()
+    assert [k.name for k in KEYS if k.environment and k.name in example] == []
