@@ -135,3 +135,9 @@ def draft() -> Any:
 def freeze(filled: Any) -> Config:
     """The `Config` a filled-in `draft()` describes."""
     return Config(**{f.name: getattr(filled, f.name) for f in fields(Config)})
+
+
+def take(filled: Any, section: object) -> None:
+    """Copy a parsed section's fields (named as `Config`'s) into a `draft()` being filled in."""
+    for name, value in vars(section).items():
+        setattr(filled, name, value)

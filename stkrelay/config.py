@@ -17,7 +17,7 @@ the beacon keys (`BEACON_*`) by `stkrelay.config_beacons` (E030–E032);
 the `[pool:<KMSN>]` sections of watched pools by `stkrelay.config_pools`
 (E025–E027, `Config.watched`);
 `LEASE_STORE` and the `ETCD_*` keys by `stkrelay.config_store` (E033–E036);
-the ratios between the timing keys by `stkrelay.config_timing` (E100–E103), the
+the timing keys and their ratios by `stkconfig.timing` (E007/E008, E100–E103), the
 gate keys (`GATE_*`) by `stkrelay.config_gate` (E104–E108);
 the notification keys (`ON_ROLE_CHANGE*`, `WEBHOOK_*`) by `stkrelay.config_notify` (E180–E183);
 `RELAY_KIND`, `RELAY_EXEC`, `RELAY_EXEC_LISTEN` by `stkrelay.config_exec` (E070–E077);
@@ -43,11 +43,12 @@ from typing import Any
 
 from elections.core.action_config import ACTION_DEFAULTS, action_config
 from elections.ports.share.smburl import SmbUrlError, is_smb, parse_smb_url, smb_password
-from stkconfig import environment
+from stkconfig import environment, timing
 from stkconfig.bad import Bad, Number
-from stkconfig.keys import BY_NAME, DEFAULTS
-from stkconfig.model import Config, Problem, draft, freeze
+from stkconfig.keys import DEFAULTS
+from stkconfig.model import Config, Problem, draft, freeze, take
 from stkconfig.parsed import SmbLogin
+from stkconfig.raw import Raw
 from stkrelay import (
     config_beacons,
     config_cloud,
@@ -62,7 +63,6 @@ from stkrelay import (
     config_pools,
     config_stations,
     config_store,
-    config_timing,
     config_tls,
     config_web,
 )
@@ -76,7 +76,6 @@ ACTION_IDS: dict[str, str] = {  # key prefix -> id, for the leader-action proble
     "OCI": "stkrelay.E016",
     "AZURE": "stkrelay.E017",
 }
-KINDS: dict[str, type] = {"int": int, "float": float}
 
 
 def load(
@@ -100,27 +99,13 @@ def load(
     if check_dirs is None:
         check_dirs = not cfg.environment.skip_dir_checks
 
-    def number(
-        key: str, kind: type | None = None, low: float | None = None, high: float | None = None
-    ) -> Any:
-        """The key's value as a number within its range (the table's, unless given), else None
-        and E010 (not a number) or E011 (out of range)."""
-        row = BY_NAME[key]
-        kind = kind or KINDS[row.kind]
-        low, high = (low, high) if low is not None and high is not None else row.range  # type: ignore[misc]
-        text = values[key]
-        try:
-            value = kind(text)
-        except ValueError:
-            bad("stkrelay.E010", key, f"{text!r} is not a number", f"set {key} to a number")
-            return None
-        if not low <= value <= high:
-            bad("stkrelay.E011", key, f"{value} is out of range", f"use {low:g}..{high:g}")
-            return None
-        return value
+    raw = Raw(values, env, check_dirs)
+
+    def number(key: str) -> Any:
+        return raw.number(key, bad)
 
     _identity(cfg, values, bad, number)
-    _timing(cfg, values, bad, number)
+    _timing(cfg, raw, bad, number)
     _services(cfg, values, env, check_dirs, bad, number)
     _places(cfg, values, pools, check_dirs, bad)
     _unit_state(cfg, env, bad)
@@ -165,57 +150,22 @@ def _identity(cfg: Any, values: dict[str, str], bad: Bad, number: Number) -> Non
     cfg.entry, cfg.entry_listen = config_entry.check(values, _flag, bad, cfg.node_ip, taken)
 
 
-def _timing(cfg: Any, values: dict[str, str], bad: Bad, number: Number) -> None:
-    """The lease's timing (E007/E008 here, the ratios in config_timing), the relay's frame and
-    keepalive, and what decides who leads: health, gate, priority; and the notifications."""
-    timing = {key: number(key) for key in ("LEASE_TTL", "LEASE_RENEW", "LEASE_POLL", "RENEW_DEADLINE")}
-    cfg.lease_ttl = timing["LEASE_TTL"] or cfg.lease_ttl
-    cfg.lease_renew = timing["LEASE_RENEW"] or cfg.lease_renew
-    cfg.lease_poll = timing["LEASE_POLL"] or cfg.lease_poll
-    cfg.renew_deadline = timing["RENEW_DEADLINE"] or cfg.renew_deadline
-    if None not in timing.values():
-        _check_deadline(cfg, bad)
+def _timing(cfg: Any, raw: Raw, bad: Bad, number: Number) -> None:
+    """The lease's timing (`stkconfig.timing`), the relay's frame and keepalive, and what decides
+    who leads: health, gate, priority; and the notifications."""
+    take(cfg, timing.parse(raw, cfg, bad))
+    values = raw.values
     frame = number("RELAY_MAX_FRAME")
     cfg.relay_max_frame = frame or cfg.relay_max_frame
     keep = number("RELAY_KEEPALIVE")
     cfg.relay_keepalive = keep or cfg.relay_keepalive
-    if not values["HEARTBEAT_TTL"]:
-        values["HEARTBEAT_TTL"] = str(cfg.lease_ttl)
-    hb = number("HEARTBEAT_TTL")
-    cfg.heartbeat_ttl = hb if hb is not None else cfg.lease_ttl
-    hold = number("PROMOTION_HOLD")
-    cfg.promotion_hold = hold if hold is not None else cfg.promotion_hold
-    watch = number("LEASE_WATCH")
-    cfg.lease_watch = watch if watch is not None else cfg.lease_watch
-    # A share operation that outlasts the renew deadline cannot keep a leader
-    # acting: the relay's and the executors' gates read the deadline themselves.
-    share = number("SHARE_TIMEOUT")
-    cfg.share_timeout = share if share is not None else cfg.share_timeout
     prio = number("PRIORITY")
     cfg.priority = prio if prio is not None else cfg.priority
     cfg.health_cmd = values["HEALTH_CMD"]
     cfg.health_url = values["HEALTH_URL"]
-    cfg.gate = config_gate.parse(values, cfg.lease_renew, bad, number)
-    cfg.notify = config_notify.parse(values, bad, number)
-    if None not in (*timing.values(), hb, watch):  # each valid alone: now how they stand together
-        config_timing.check(cfg, bad)
-    cfg.relay_attests = _flag(values["RELAY_ATTESTS"], True)
-
-
-def _check_deadline(cfg: Any, bad: Bad) -> None:
-    """E007/E008: LEASE_TTL > RENEW_DEADLINE > LEASE_RENEW."""
-    if cfg.lease_ttl <= cfg.lease_renew:
-        bad("stkrelay.E007", "LEASE_TTL",
-            f"{cfg.lease_ttl:g} must be greater than LEASE_RENEW={cfg.lease_renew:g}",
-            "e.g. LEASE_TTL=10 with LEASE_RENEW=3")  # fmt: skip
-    if cfg.renew_deadline >= cfg.lease_ttl:
-        bad("stkrelay.E008", "RENEW_DEADLINE",
-            f"{cfg.renew_deadline:g} must be less than LEASE_TTL={cfg.lease_ttl:g}",
-            "the old leader must stop before anyone may take over")  # fmt: skip
-    if cfg.renew_deadline <= cfg.lease_renew:
-        bad("stkrelay.E008", "RENEW_DEADLINE",
-            f"{cfg.renew_deadline:g} must be greater than LEASE_RENEW={cfg.lease_renew:g}",
-            "allow at least one late renewal")  # fmt: skip
+    cfg.gate = config_gate.parse(dict(values), cfg.lease_renew, bad, number)
+    cfg.notify = config_notify.parse(dict(values), bad, number)
+    cfg.relay_attests = raw.flag("RELAY_ATTESTS", True)
 
 
 def _services(
