@@ -7,7 +7,9 @@ from types import SimpleNamespace
 from typing import Any
 
 from elections.core.action_config import ActionConfig
+from stkconfig.beacons import BEACON_INTERVAL
 from stkconfig.environment import EnvironmentSettings
+from stkconfig.i18n import LANGUAGE
 from stkconfig.parsed import (
     CloudURL,
     EtcdSettings,
@@ -17,9 +19,6 @@ from stkconfig.parsed import (
     SmbLogin,
     WatchedPool,
 )
-
-BEACON_INTERVAL = 0.2  # BEACON_INTERVAL's default, seconds
-LANGUAGE = "en"  # LANGUAGE_CODE's default
 
 
 @dataclass(frozen=True)
@@ -108,7 +107,7 @@ class Config:
     beacon_peers: list[str] = field(default_factory=list)
     relay_kind: str = "builtin"  # or exec (stkrelay/config_exec.py)
     relay_exec: ExecRelay | None = None  # with exec and sound keys: the command and its loopback address
-    ownership_check: float = 2.0  # seconds between looks at the addresses; 0 = off (config_ownership)
+    ownership_check: float = 2.0  # seconds between looks at the addresses; 0 = off (stkconfig.ownership)
     ownership_hold: float = 10.0
     ownership_repair: bool = True
     language_code: str = LANGUAGE

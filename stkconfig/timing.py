@@ -19,7 +19,7 @@ Each key is first checked alone (a number, in range: E010/E011; that is also whe
 - `stkrelay.E103`: `LEASE_WATCH` <= `LEASE_POLL`: the cheap look exists to come
   *between* polls (a drain or a promote acts at once); slower, it never does.
 
-`BEACON_INTERVAL` <= `LEASE_RENEW` / 2 is E030 (`stkrelay.config_beacons`).
+`BEACON_INTERVAL` <= `LEASE_RENEW` / 2 is E030 (`stkconfig.beacons`).
 Each message names the key to change and a value that works.
 """
 

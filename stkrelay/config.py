@@ -13,7 +13,7 @@ per problem; `manage.py check` shows the same list as Django system checks.
 The panel's keys (`WEB_ALLOWED_HOSTS`, `WEB_TRUSTED_PROXIES`, `WEB_LOGIN_*`)
 and the secrets' strength are checked by `stkrelay.config_web` (E018–E020),
 the panel's transport (`WEB_PLAIN`, `TLS_CERT`, `TLS_KEY`) by `stkrelay.config_tls` (E057–E061),
-the beacon keys (`BEACON_*`) by `stkrelay.config_beacons` (E030–E032);
+the beacon keys (`BEACON_*`) by `stkconfig.beacons` (E030–E032, E130);
 the `[pool:<KMSN>]` sections of watched pools by `stkrelay.config_pools`
 (E025–E027, `Config.watched`);
 `LEASE_STORE` and the `ETCD_*` keys by `stkrelay.config_store` (E033–E036);
@@ -21,8 +21,8 @@ the timing keys and their ratios by `stkconfig.timing` (E007/E008, E100–E103),
 gate keys (`GATE_*`) by `stkrelay.config_gate` (E104–E108);
 the notification keys (`ON_ROLE_CHANGE*`, `WEBHOOK_*`) by `stkrelay.config_notify` (E180–E183);
 `RELAY_KIND`, `RELAY_EXEC`, `RELAY_EXEC_LISTEN` by `stkrelay.config_exec` (E070–E077);
-the ownership keys (`OWNERSHIP_*`) by `stkrelay.config_ownership` (E120–E122);
-the panel's `LANGUAGE_CODE` and `TIME_ZONE` by `stkrelay.config_i18n` (E150–E151);
+the ownership keys (`OWNERSHIP_*`) by `stkconfig.ownership` (E120–E122);
+the panel's `LANGUAGE_CODE` and `TIME_ZONE` by `stkconfig.i18n` (E150–E151);
 `RELAY_HOST` (where this PC's stations dial) by `stkrelay.config_stations` (E113).
 The file itself is read by `stkrelay.config_file` and `stkrelay.config_ini` (E001, E002,
 E110–E112, and the warnings W110–W111, `Config.warnings`).
@@ -43,23 +43,20 @@ from typing import Any
 
 from elections.core.action_config import ACTION_DEFAULTS, action_config
 from elections.ports.share.smburl import SmbUrlError, is_smb, parse_smb_url, smb_password
-from stkconfig import environment, timing
+from stkconfig import beacons, environment, i18n, ownership, timing
 from stkconfig.bad import Bad, Number
 from stkconfig.keys import DEFAULTS
 from stkconfig.model import Config, Problem, draft, freeze, take
 from stkconfig.parsed import SmbLogin
 from stkconfig.raw import Raw
 from stkrelay import (
-    config_beacons,
     config_cloud,
     config_entry,
     config_file,
     config_gate,
-    config_i18n,
     config_legacy,
     config_libraries,
     config_notify,
-    config_ownership,
     config_pools,
     config_stations,
     config_store,
@@ -106,7 +103,7 @@ def load(
 
     _identity(cfg, values, bad, number)
     _timing(cfg, raw, bad, number)
-    _services(cfg, values, env, check_dirs, bad, number)
+    _services(cfg, raw, bad, number)
     _places(cfg, values, pools, check_dirs, bad)
     _unit_state(cfg, env, bad)
     cfg.problems = [config_file.where_else(p, got.elsewhere) for p in problems]
@@ -168,11 +165,10 @@ def _timing(cfg: Any, raw: Raw, bad: Bad, number: Number) -> None:
     cfg.relay_attests = raw.flag("RELAY_ATTESTS", True)
 
 
-def _services(
-    cfg: Any, values: dict[str, str], env: dict[str, str], check_dirs: bool, bad: Bad, number: Number
-) -> None:
+def _services(cfg: Any, raw: Raw, bad: Bad, number: Number) -> None:
     """Redis, the panel, logs and events, the cloud tunnel, beacons, an external relay, the
     leader's addresses and the panel's language and zone."""
+    values, check_dirs = dict(raw.values), raw.check_dirs
     cfg.redis_url = values["REDIS_URL"]
     if not cfg.redis_url.startswith(("redis://", "rediss://", "unix://")):
         bad("stkrelay.E009", "REDIS_URL", f"{cfg.redis_url!r} is not a redis:// URL",
@@ -183,17 +179,10 @@ def _services(
     _logs(cfg, values, bad, number)
     _events(cfg, values, bad, number)
     config_cloud.check(cfg, values, bad)
-    cfg.beacon_interval = config_beacons.parse_interval(values["BEACON_INTERVAL"], cfg.lease_renew, bad)
-    config_beacons.check_serving(cfg.beacon_interval, cfg.lease_ttl, bad)
-    cfg.beacon_port = config_beacons.parse_port(values["BEACON_PORT"], cfg.relay_port, cfg.web_port, bad)
-    cfg.beacon_peers = config_beacons.parse_peers(values["BEACON_PEERS"], bad)
+    take(cfg, beacons.parse(raw, cfg, bad))
     check_exec(cfg, values, bad, check_dirs)
-    cfg.ownership_check, cfg.ownership_hold, cfg.ownership_repair = config_ownership.parse(
-        values, cfg.lease_ttl, cfg.renew_deadline, bad
-    )
-    cfg.language_code = config_i18n.parse_language(values["LANGUAGE_CODE"], bad)
-    cfg.time_zone = config_i18n.parse_time_zone(values["TIME_ZONE"], bad, env)
-    cfg.site_time_zone = cfg.time_zone if values["TIME_ZONE"].strip() else env.get("TZ", "")
+    take(cfg, ownership.parse(raw, cfg, bad))
+    take(cfg, i18n.parse(raw, cfg, bad))
     cfg.actions, action_problems = action_config(values)
     for err in action_problems:
         bad(ACTION_IDS[err.key.partition("_")[0]], err.key, err.message, err.hint)

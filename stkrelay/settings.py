@@ -165,7 +165,7 @@ X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 
 # The panel speaks English and Traditional Chinese (Taiwan usage), from the catalogues in
-# locale/ (`make messages`); LANGUAGE_CODE and TIME_ZONE come from the ini (stkrelay/config_i18n.py).
+# locale/ (`make messages`); LANGUAGE_CODE and TIME_ZONE come from the ini (stkconfig/i18n.py).
 LANGUAGE_CODE = STK.language_code
 LANGUAGES = [("en", "English"), ("zh-hant", "繁體中文")]
 LOCALE_PATHS = [ASSETS_DIR / "locale"]
