@@ -43,7 +43,7 @@ from typing import Any
 
 from elections.core.action_config import ACTION_DEFAULTS, action_config
 from elections.ports.share.smburl import SmbUrlError, is_smb, parse_smb_url, smb_password
-from stkconfig import beacons, environment, i18n, ownership, timing
+from stkconfig import beacons, environment, events, i18n, log_keys, ownership, timing
 from stkconfig.bad import Bad, Number
 from stkconfig.keys import DEFAULTS
 from stkconfig.model import Config, Problem, draft, freeze, take
@@ -176,8 +176,8 @@ def _services(cfg: Any, raw: Raw, bad: Bad, number: Number) -> None:
     _web(cfg, values, bad, number)
     cfg.web_plain = _flag(values["WEB_PLAIN"], False)
     cfg.tls_cert, cfg.tls_key = config_tls.check(values, cfg.web_plain, check_dirs, bad)
-    _logs(cfg, values, bad, number)
-    _events(cfg, values, bad, number)
+    take(cfg, log_keys.parse(raw, cfg, bad))
+    take(cfg, events.parse(raw, cfg, bad))
     config_cloud.check(cfg, values, bad)
     take(cfg, beacons.parse(raw, cfg, bad))
     check_exec(cfg, values, bad, check_dirs)
@@ -241,34 +241,6 @@ def _web(cfg: Any, values: dict[str, str], bad: Bad, number: Number) -> None:
     cfg.web_login_burst = burst or cfg.web_login_burst
     ws_bounds = config_web.parse_ws_bounds(values, cfg.relay_max_frame, bad)
     cfg.web_ws_max_buffer, cfg.web_ws_max_messages = ws_bounds
-
-
-def _logs(cfg: Any, values: dict[str, str], bad: Bad, number: Number) -> None:
-    """LOG_FORMAT (E021) and the rotation of the agent's files in DATA_DIR."""
-    fmt = values["LOG_FORMAT"].lower()
-    if fmt in ("text", "json"):
-        cfg.log_format = fmt
-    else:
-        bad("stkrelay.E021", "LOG_FORMAT", f"{values['LOG_FORMAT']!r} is not a log format",
-            "use text or json")  # fmt: skip
-    size = number("LOG_MAX_BYTES")
-    cfg.log_max_bytes = size or cfg.log_max_bytes
-    backups = number("LOG_BACKUPS")
-    cfg.log_backups = backups or cfg.log_backups
-
-
-def _events(cfg: Any, values: dict[str, str], bad: Bad, number: Number) -> None:
-    """The retention of this member's event files (E041 when it cannot hold one segment)."""
-    segment = number("EVENTS_SEGMENT_BYTES")  # readers read at most 64 MiB of one
-    cfg.events_segment_bytes = segment or cfg.events_segment_bytes
-    keep = number("EVENTS_KEEP_BYTES")
-    cfg.events_keep_bytes = keep or cfg.events_keep_bytes
-    days = number("EVENTS_KEEP_DAYS")
-    cfg.events_keep_days = days or cfg.events_keep_days
-    if cfg.events_keep_bytes < 2 * cfg.events_segment_bytes:
-        bad("stkrelay.E041", "EVENTS_KEEP_BYTES",
-            f"{cfg.events_keep_bytes} must be at least twice EVENTS_SEGMENT_BYTES={cfg.events_segment_bytes}",
-            "keep the active file and at least one sealed segment")  # fmt: skip
 
 
 LOOPBACK_WORDS = {"auto": "auto", "on": "on", "1": "on", "yes": "on", "off": "off", "0": "off", "no": "off"}
