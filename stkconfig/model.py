@@ -76,7 +76,7 @@ class Config:
     web_plain: bool = False  # plain HTTP instead of HTTPS (stkrelay/config_tls.py)
     tls_cert: str = ""  # the operator's certificate; "" with HTTPS: the one made in DATA_DIR
     tls_key: str = ""
-    web_ws_max_buffer: int = 4 << 20  # see config_web.parse_ws_bounds
+    web_ws_max_buffer: int = 4 << 20  # see stkconfig.web.parse_ws_bounds
     web_ws_max_messages: int = 4096
     relay_station_keys_only: bool = False
     relay_max_per_address: int = 0

@@ -11,7 +11,7 @@ and this agent keep their files (`_places`).
 `relayctl` and `runrelay`) refuses to start on any problem and prints one line
 per problem; `manage.py check` shows the same list as Django system checks.
 The panel's keys (`WEB_ALLOWED_HOSTS`, `WEB_TRUSTED_PROXIES`, `WEB_LOGIN_*`)
-and the secrets' strength are checked by `stkrelay.config_web` (E018–E020),
+and the secrets' strength are checked by `stkconfig.web` (E018–E020, E066, E067),
 the panel's transport (`WEB_PLAIN`, `TLS_CERT`, `TLS_KEY`) by `stkrelay.config_tls` (E057–E061),
 the beacon keys (`BEACON_*`) by `stkconfig.beacons` (E030–E032, E130);
 the `[pool:<KMSN>]` sections of watched pools by `stkrelay.config_pools`
@@ -43,7 +43,7 @@ from typing import Any
 
 from elections.core.action_config import ACTION_DEFAULTS, action_config
 from elections.ports.share.smburl import SmbUrlError, is_smb, parse_smb_url, smb_password
-from stkconfig import beacons, environment, events, i18n, log_keys, ownership, timing
+from stkconfig import beacons, environment, events, i18n, log_keys, ownership, timing, web
 from stkconfig.bad import Bad, Number
 from stkconfig.keys import DEFAULTS
 from stkconfig.model import Config, Problem, draft, freeze, take
@@ -61,7 +61,6 @@ from stkrelay import (
     config_stations,
     config_store,
     config_tls,
-    config_web,
 )
 from stkrelay.config_exec import check_exec
 
@@ -173,7 +172,7 @@ def _services(cfg: Any, raw: Raw, bad: Bad, number: Number) -> None:
     if not cfg.redis_url.startswith(("redis://", "rediss://", "unix://")):
         bad("stkrelay.E009", "REDIS_URL", f"{cfg.redis_url!r} is not a redis:// URL",
             "use this agent's local Redis, e.g. redis://127.0.0.1:6379/0")  # fmt: skip
-    _web(cfg, values, bad, number)
+    take(cfg, web.parse(raw, cfg, bad))
     cfg.web_plain = _flag(values["WEB_PLAIN"], False)
     cfg.tls_cert, cfg.tls_key = config_tls.check(values, cfg.web_plain, check_dirs, bad)
     take(cfg, log_keys.parse(raw, cfg, bad))
@@ -225,22 +224,6 @@ def _unit_state(cfg: Any, env: dict[str, str], bad: Bad) -> None:
         state = env["STATE_DIRECTORY"].split(":")[0]
         hint = f"set DATA_DIR = {state} in the ini (relayctl and stkuser read it there too)"
         bad(NOT_THE_UNITS_ID, "DATA_DIR", why, hint)
-
-
-def _web(cfg: Any, values: dict[str, str], bad: Bad, number: Number) -> None:
-    """The panel's keys (stkrelay/config_web.py) and the strength of the site's secrets."""
-    config_web.check_secrets(values, bad)
-    cfg.web_allowed_hosts = config_web.parse_allowed_hosts(values["WEB_ALLOWED_HOSTS"], bad)
-    cfg.web_trusted_proxies = config_web.parse_trusted_proxies(values["WEB_TRUSTED_PROXIES"], bad)
-    config_web.check_retired_forwarded_for(values, bad)
-    per_address = number("WEB_LOGIN_ADDRESS_FAILURES")
-    cfg.web_login_address_failures = per_address or cfg.web_login_address_failures
-    rate = number("WEB_LOGIN_FAILURES_PER_S")
-    cfg.web_login_failures_per_s = rate or cfg.web_login_failures_per_s
-    burst = number("WEB_LOGIN_BURST")
-    cfg.web_login_burst = burst or cfg.web_login_burst
-    ws_bounds = config_web.parse_ws_bounds(values, cfg.relay_max_frame, bad)
-    cfg.web_ws_max_buffer, cfg.web_ws_max_messages = ws_bounds
 
 
 LOOPBACK_WORDS = {"auto": "auto", "on": "on", "1": "on", "yes": "on", "off": "off", "0": "off", "no": "off"}

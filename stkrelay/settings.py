@@ -12,10 +12,10 @@ import socket
 from pathlib import Path
 
 from stkconfig.logs import logging_config
+from stkconfig.web import allowed_hosts
 from stkhost.processes import SITE_TZ
 from stkrelay import config as stk_config
 from stkrelay.config_tls import plain_on_lan
-from stkrelay.config_web import allowed_hosts
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 # templates/ and static/: at the top of a source checkout; inside the package once installed

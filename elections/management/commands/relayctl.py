@@ -340,8 +340,8 @@ class Command(OperatorCommand):
         from django.conf import settings
 
         from elections.ports.local.webcert import cert_file, served_fingerprint
+        from stkconfig.web import host_entry
         from stkhost.fingerprints import show
-        from stkrelay.config_web import host_entry
 
         stk = settings.STK
         mine = served_fingerprint(stk.data_dir, stk.tls_cert, stk.web_plain)
