@@ -14,7 +14,7 @@ GATE_TIMEOUT = 1.0  # GATE_TIMEOUT's default, seconds
 
 @dataclass(frozen=True)
 class GateConfig:
-    """`GATE_CMD` / `GATE_FILE` / `GATE_TIMEOUT` / `GATE_MAX_AGE` (stkrelay.config_gate)."""
+    """`GATE_CMD` / `GATE_FILE` / `GATE_TIMEOUT` / `GATE_MAX_AGE` (stkconfig.gate)."""
 
     cmd: tuple[str, ...] = ()  # argv, never a shell
     file: str = ""
@@ -28,7 +28,7 @@ class GateConfig:
 
 @dataclass(frozen=True)
 class NotifyConfig:
-    """`ON_ROLE_CHANGE*` and `WEBHOOK_*` (stkrelay.config_notify)."""
+    """`ON_ROLE_CHANGE*` and `WEBHOOK_*` (stkconfig.notify)."""
 
     role_cmd: tuple[str, ...] = ()  # argv, never a shell
     role_timeout: float = 10.0

@@ -18,8 +18,8 @@ the `[pool:<KMSN>]` sections of watched pools by `stkrelay.config_pools`
 (E025–E027, `Config.watched`);
 `LEASE_STORE` and the `ETCD_*` keys by `stkrelay.config_store` (E033–E036);
 the timing keys and their ratios by `stkconfig.timing` (E007/E008, E100–E103), the
-gate keys (`GATE_*`) by `stkrelay.config_gate` (E104–E108);
-the notification keys (`ON_ROLE_CHANGE*`, `WEBHOOK_*`) by `stkrelay.config_notify` (E180–E183);
+gate keys (`GATE_*`) by `stkconfig.gate` (E104–E108);
+the notification keys (`ON_ROLE_CHANGE*`, `WEBHOOK_*`) by `stkconfig.notify` (E180–E183);
 `RELAY_KIND`, `RELAY_EXEC`, `RELAY_EXEC_LISTEN` by `stkrelay.config_exec` (E070–E077);
 the ownership keys (`OWNERSHIP_*`) by `stkconfig.ownership` (E120–E122);
 the panel's `LANGUAGE_CODE` and `TIME_ZONE` by `stkconfig.i18n` (E150–E151);
@@ -43,7 +43,7 @@ from typing import Any
 
 from elections.core.action_config import ACTION_DEFAULTS, action_config
 from elections.ports.share.smburl import SmbUrlError, is_smb, parse_smb_url, smb_password
-from stkconfig import beacons, environment, events, i18n, log_keys, ownership, timing, web
+from stkconfig import beacons, environment, events, gate, i18n, log_keys, notify, ownership, timing, web
 from stkconfig.bad import Bad, Number
 from stkconfig.keys import DEFAULTS
 from stkconfig.model import Config, Problem, draft, freeze, take
@@ -53,10 +53,8 @@ from stkrelay import (
     config_cloud,
     config_entry,
     config_file,
-    config_gate,
     config_legacy,
     config_libraries,
-    config_notify,
     config_pools,
     config_stations,
     config_store,
@@ -159,8 +157,8 @@ def _timing(cfg: Any, raw: Raw, bad: Bad, number: Number) -> None:
     cfg.priority = prio if prio is not None else cfg.priority
     cfg.health_cmd = values["HEALTH_CMD"]
     cfg.health_url = values["HEALTH_URL"]
-    cfg.gate = config_gate.parse(dict(values), cfg.lease_renew, bad, number)
-    cfg.notify = config_notify.parse(dict(values), bad, number)
+    cfg.gate = gate.parse(raw, cfg, bad)
+    cfg.notify = notify.parse(raw, cfg, bad)
     cfg.relay_attests = raw.flag("RELAY_ATTESTS", True)
 
 
