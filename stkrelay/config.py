@@ -43,7 +43,7 @@ from typing import Any
 
 from elections.core.action_config import ACTION_DEFAULTS, action_config
 from elections.ports.share.smburl import SmbUrlError, is_smb, parse_smb_url, smb_password
-from stkconfig import beacons, environment, events, gate, i18n, log_keys, notify, ownership, timing, web
+from stkconfig import beacons, environment, events, gate, i18n, log_keys, notify, ownership, said, timing, web
 from stkconfig.bad import Bad, Number
 from stkconfig.keys import DEFAULTS
 from stkconfig.model import Config, Problem, draft, freeze, take
@@ -61,8 +61,10 @@ from stkrelay import (
     config_tls,
 )
 from stkrelay.config_exec import check_exec
+from stkrelay.django_said import django_translation
 
 __all__ = ["ACTION_IDS", "DEFAULTS", "Config", "Problem", "load"]
+said.translate_with(django_translation)  # a problem's words in the panel's language, once Django is up
 
 ACTION_IDS: dict[str, str] = {  # key prefix -> id, for the leader-action problems
     "VIP": "stkrelay.E014",

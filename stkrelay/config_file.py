@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 
 from stkconfig.keys import COMMAND_KEYS, DEFAULTS, SECRET_KEYS
 from stkconfig.model import Problem
+from stkconfig.said import Said, gettext_noop
 from stkrelay import config_ini, config_legacy, config_pools
-from stkrelay.config_said import Said, gettext_noop
 
 SHOWN = 8  # sections, and keys of one section, named in one line
 OTHERS_READ = stat.S_IRGRP | stat.S_IROTH

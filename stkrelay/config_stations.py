@@ -14,7 +14,7 @@ import ipaddress
 import re
 
 from stkconfig.bad import Bad
-from stkrelay.config_said import Said, gettext_noop
+from stkconfig.said import Said, gettext_noop
 
 LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
 
