@@ -19,11 +19,11 @@ the `[pool:<KMSN>]` sections of watched pools by `stkrelay.config_pools`
 `LEASE_STORE` and the `ETCD_*` keys by `stkrelay.config_store` (E033–E036);
 the timing keys and their ratios by `stkconfig.timing` (E007/E008, E100–E103), the
 gate keys (`GATE_*`) by `stkconfig.gate` (E104–E108);
-the notification keys (`ON_ROLE_CHANGE*`, `WEBHOOK_*`) by `stkconfig.notify` (E180–E183);
+the notification keys (`ON_ROLE_CHANGE*`, `WEBHOOK_*`) by `stkrelay.config_notify` (E180–E183);
 `RELAY_KIND`, `RELAY_EXEC`, `RELAY_EXEC_LISTEN` by `stkrelay.config_exec` (E070–E077);
 the ownership keys (`OWNERSHIP_*`) by `stkconfig.ownership` (E120–E122);
 the panel's `LANGUAGE_CODE` and `TIME_ZONE` by `stkconfig.i18n` (E150–E151);
-`RELAY_HOST` (where this PC's stations dial) by `stkrelay.config_stations` (E113).
+`RELAY_HOST` (where this PC's stations dial) by `stkconfig.stations` (E113).
 The file itself is read by `stkrelay.config_file` and `stkrelay.config_ini` (E001, E002,
 E110–E112, and the warnings W110–W111, `Config.warnings`).
 
@@ -35,7 +35,6 @@ leaving that executor silently off.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import tempfile
 from pathlib import Path
@@ -43,20 +42,35 @@ from typing import Any
 
 from elections.core.action_config import ACTION_DEFAULTS, action_config
 from elections.ports.share.smburl import SmbUrlError, is_smb, parse_smb_url, smb_password
-from stkconfig import beacons, environment, events, gate, i18n, log_keys, notify, ownership, said, timing, web
-from stkconfig.bad import Bad, Number
+from stkconfig import (
+    beacons,
+    entry,
+    environment,
+    events,
+    gate,
+    i18n,
+    identity,
+    legacy,
+    log_keys,
+    ownership,
+    relay_keys,
+    said,
+    stations,
+    timing,
+    web,
+)
+from stkconfig.bad import Bad
 from stkconfig.keys import DEFAULTS
 from stkconfig.model import Config, Problem, draft, freeze, take
 from stkconfig.parsed import SmbLogin
 from stkconfig.raw import Raw
 from stkrelay import (
     config_cloud,
-    config_entry,
     config_file,
     config_legacy,
     config_libraries,
+    config_notify,
     config_pools,
-    config_stations,
     config_store,
     config_tls,
 )
@@ -97,74 +111,31 @@ def load(
 
     raw = Raw(values, env, check_dirs)
 
-    def number(key: str) -> Any:
-        return raw.number(key, bad)
-
-    _identity(cfg, values, bad, number)
-    _timing(cfg, raw, bad, number)
-    _services(cfg, raw, bad, number)
+    take(cfg, identity.parse(raw, cfg, bad))
+    take(cfg, legacy.parse(raw, cfg, bad))
+    take(cfg, relay_keys.parse(raw, cfg, bad))
+    take(cfg, stations.parse(raw, cfg, bad))
+    take(cfg, entry.parse(raw, cfg, bad))
+    take(cfg, timing.parse(raw, cfg, bad))
+    _leading(cfg, raw, bad)
+    _services(cfg, raw, bad)
     _places(cfg, values, pools, check_dirs, bad)
     _unit_state(cfg, env, bad)
     cfg.problems = [config_file.where_else(p, got.elsewhere) for p in problems]
     return freeze(cfg)
 
 
-def _identity(cfg: Any, values: dict[str, str], bad: Bad, number: Number) -> None:
-    """Who this agent is in which pool, its secrets, and its relay's and panel's ports."""
-    cfg.kmsn = values["KMSN"]
-    cfg.station = values["STATION"]
-    cfg.node = values["NODE"] or cfg.station
-    if not cfg.kmsn:
-        bad("stkrelay.E003", "KMSN", "is not set", "set KMSN to the site's id, e.g. 9999-9999-99-99")
-    if not cfg.station:
-        bad("stkrelay.E003", "STATION", "is not set", "set STATION to this agent's station, e.g. S001")
-    cfg.relay_token = values["RELAY_TOKEN"]
-    if not cfg.relay_token:
-        bad("stkrelay.E004", "RELAY_TOKEN", "is missing",
-            "set the site's shared secret (the same on every agent of the KMSN)")  # fmt: skip
-    cfg.pool_key = values["POOL_KEY"] or cfg.relay_token
-    cfg.relay_station_keys_only = _flag(values["RELAY_STATION_KEYS_ONLY"], False)
-    cfg.relay_legacy, cfg.relay_legacy_magic, cfg.relay_legacy_wait = config_legacy.check(values, _flag, bad)
-    per_address = number("RELAY_MAX_PER_ADDRESS")
-    cfg.relay_max_per_address = per_address if per_address is not None else 0
-    cfg.relay_loopback = _loopback(values["RELAY_LOOPBACK"], bad)
-    cfg.relay_forward = _forward(values["RELAY_FORWARD"], bad)
-    cfg.relay_host = config_stations.relay_host(values["RELAY_HOST"], bad)
-    try:
-        cfg.node_ip = str(ipaddress.ip_address(values["NODE_IP"]))
-    except ValueError:
-        bad("stkrelay.E005", "NODE_IP", f"{values['NODE_IP']!r} is not an IP address",
-            "set the agent's LAN address, e.g. 192.168.1.10")  # fmt: skip
-    for key, attr in (("RELAY_PORT", "relay_port"), ("WEB_PORT", "web_port")):
-        value = number(key)
-        if value is not None:
-            setattr(cfg, attr, value)
-    if cfg.web_port in (cfg.relay_port, cfg.relay_port + 1):
-        bad("stkrelay.E006", "WEB_PORT", f"{cfg.web_port} collides with the relay ports",
-            f"RELAY_PORT uses {cfg.relay_port} and {cfg.relay_port + 1}")  # fmt: skip
-    taken = (cfg.relay_port, cfg.relay_port + 1, cfg.web_port)
-    cfg.entry, cfg.entry_listen = config_entry.check(values, _flag, bad, cfg.node_ip, taken)
-
-
-def _timing(cfg: Any, raw: Raw, bad: Bad, number: Number) -> None:
-    """The lease's timing (`stkconfig.timing`), the relay's frame and keepalive, and what decides
-    who leads: health, gate, priority; and the notifications."""
-    take(cfg, timing.parse(raw, cfg, bad))
-    values = raw.values
-    frame = number("RELAY_MAX_FRAME")
-    cfg.relay_max_frame = frame or cfg.relay_max_frame
-    keep = number("RELAY_KEEPALIVE")
-    cfg.relay_keepalive = keep or cfg.relay_keepalive
-    prio = number("PRIORITY")
+def _leading(cfg: Any, raw: Raw, bad: Bad) -> None:
+    """What decides who leads besides the lease: priority, health, gate; and the notifications."""
+    prio = raw.number("PRIORITY", bad)
     cfg.priority = prio if prio is not None else cfg.priority
-    cfg.health_cmd = values["HEALTH_CMD"]
-    cfg.health_url = values["HEALTH_URL"]
+    cfg.health_cmd = raw.text("HEALTH_CMD")
+    cfg.health_url = raw.text("HEALTH_URL")
     cfg.gate = gate.parse(raw, cfg, bad)
-    cfg.notify = notify.parse(raw, cfg, bad)
-    cfg.relay_attests = raw.flag("RELAY_ATTESTS", True)
+    cfg.notify = config_notify.parse(raw, cfg, bad)
 
 
-def _services(cfg: Any, raw: Raw, bad: Bad, number: Number) -> None:
+def _services(cfg: Any, raw: Raw, bad: Bad) -> None:
     """Redis, the panel, logs and events, the cloud tunnel, beacons, an external relay, the
     leader's addresses and the panel's language and zone."""
     values, check_dirs = dict(raw.values), raw.check_dirs
@@ -173,7 +144,7 @@ def _services(cfg: Any, raw: Raw, bad: Bad, number: Number) -> None:
         bad("stkrelay.E009", "REDIS_URL", f"{cfg.redis_url!r} is not a redis:// URL",
             "use this agent's local Redis, e.g. redis://127.0.0.1:6379/0")  # fmt: skip
     take(cfg, web.parse(raw, cfg, bad))
-    cfg.web_plain = _flag(values["WEB_PLAIN"], False)
+    cfg.web_plain = raw.flag("WEB_PLAIN", False)
     cfg.tls_cert, cfg.tls_key = config_tls.check(values, cfg.web_plain, check_dirs, bad)
     take(cfg, log_keys.parse(raw, cfg, bad))
     take(cfg, events.parse(raw, cfg, bad))
@@ -224,42 +195,6 @@ def _unit_state(cfg: Any, env: dict[str, str], bad: Bad) -> None:
         state = env["STATE_DIRECTORY"].split(":")[0]
         hint = f"set DATA_DIR = {state} in the ini (relayctl and stkuser read it there too)"
         bad(NOT_THE_UNITS_ID, "DATA_DIR", why, hint)
-
-
-LOOPBACK_WORDS = {"auto": "auto", "on": "on", "1": "on", "yes": "on", "off": "off", "0": "off", "no": "off"}
-
-
-def _loopback(text: str, bad: Bad) -> str:
-    """RELAY_LOOPBACK (E090): whether the relay listens on 127.0.0.1 besides NODE_IP."""
-    return _word(text, LOOPBACK_WORDS, "auto", bad, "stkrelay.E090", "RELAY_LOOPBACK", "auto, on or off",
-                 "auto (127.0.0.1 unless NODE_IP is a loopback address), on, or off")  # fmt: skip
-
-
-FORWARD_WORDS = {"loopback": "loopback", "on": "loopback", "1": "loopback", "yes": "loopback", "lan": "lan",
-                 "off": "off", "0": "off", "no": "off"}  # fmt: skip
-
-
-def _forward(text: str, bad: Bad) -> str:
-    """RELAY_FORWARD (E091): where the station door takes connections for the leader's relay."""
-    return _word(text, FORWARD_WORDS, "loopback", bad, "stkrelay.E091", "RELAY_FORWARD",
-                 "loopback, lan or off",
-                 "loopback (127.0.0.1 on every member), lan (also a follower's NODE_IP), or off")  # fmt: skip
-
-
-def _word(
-    text: str, words: dict[str, str], default: str, bad: Bad, id: str, key: str, shown: str, hint: str
-) -> str:
-    """One of a key's `words` (any case), or `default` with the problem `id` said."""
-    mode = words.get(text.strip().lower())
-    if mode is None:
-        bad(id, key, f"{text!r} is not {shown}", hint)
-        return default
-    return mode
-
-
-def _flag(text: str, default: bool) -> bool:
-    """An ini boolean: 0/no/false/off are false, any other text true, empty the default."""
-    return default if not text else text.lower() not in ("0", "no", "false", "off")
 
 
 def _check_smb(lease_dir: str, login: SmbLogin, bad: Bad) -> None:
