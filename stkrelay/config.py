@@ -27,10 +27,8 @@ the panel's `LANGUAGE_CODE` and `TIME_ZONE` by `stkconfig.i18n` (E150–E151);
 The file itself is read by `stkrelay.config_file` and `stkrelay.config_ini` (E001, E002,
 E110–E112, and the warnings W110–W111, `Config.warnings`).
 
-The leader-action keys (`VIP_*`, `AWS_*`, `OCI_*`, `AZURE_*`) are read by
-`elections.core.actions.action_config`; its problems come back here with one id
-per executor family (`ACTION_IDS`), so a bad address stops start-up instead of
-leaving that executor silently off.
+The leader-action keys (`VIP_*`, `AWS_*`, `OCI_*`, `AZURE_*`) are the `actions` section
+(`stkconfig.actions`, E014–E017).
 """
 
 from __future__ import annotations
@@ -40,10 +38,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from elections.core.action_config import ACTION_DEFAULTS, action_config
+from elections.core.action_config import ACTION_DEFAULTS
 from elections.ports.share.smburl import SmbUrlError, is_smb, parse_smb_url, smb_password
 from stkconfig import (
+    actions,
     beacons,
+    eligibility,
     entry,
     environment,
     events,
@@ -53,12 +53,14 @@ from stkconfig import (
     legacy,
     log_keys,
     ownership,
+    redis_url,
     relay_keys,
     said,
     stations,
     timing,
     web,
 )
+from stkconfig.actions import ACTION_IDS
 from stkconfig.bad import Bad
 from stkconfig.keys import DEFAULTS
 from stkconfig.model import Config, Problem, draft, freeze, take
@@ -79,13 +81,6 @@ from stkrelay.django_said import django_translation
 
 __all__ = ["ACTION_IDS", "DEFAULTS", "Config", "Problem", "load"]
 said.translate_with(django_translation)  # a problem's words in the panel's language, once Django is up
-
-ACTION_IDS: dict[str, str] = {  # key prefix -> id, for the leader-action problems
-    "VIP": "stkrelay.E014",
-    "AWS": "stkrelay.E015",
-    "OCI": "stkrelay.E016",
-    "AZURE": "stkrelay.E017",
-}
 
 
 def load(
@@ -127,10 +122,7 @@ def load(
 
 def _leading(cfg: Any, raw: Raw, bad: Bad) -> None:
     """What decides who leads besides the lease: priority, health, gate; and the notifications."""
-    prio = raw.number("PRIORITY", bad)
-    cfg.priority = prio if prio is not None else cfg.priority
-    cfg.health_cmd = raw.text("HEALTH_CMD")
-    cfg.health_url = raw.text("HEALTH_URL")
+    take(cfg, eligibility.parse(raw, cfg, bad))
     cfg.gate = gate.parse(raw, cfg, bad)
     cfg.notify = config_notify.parse(raw, cfg, bad)
 
@@ -139,10 +131,7 @@ def _services(cfg: Any, raw: Raw, bad: Bad) -> None:
     """Redis, the panel, logs and events, the cloud tunnel, beacons, an external relay, the
     leader's addresses and the panel's language and zone."""
     values, check_dirs = dict(raw.values), raw.check_dirs
-    cfg.redis_url = values["REDIS_URL"]
-    if not cfg.redis_url.startswith(("redis://", "rediss://", "unix://")):
-        bad("stkrelay.E009", "REDIS_URL", f"{cfg.redis_url!r} is not a redis:// URL",
-            "use this agent's local Redis, e.g. redis://127.0.0.1:6379/0")  # fmt: skip
+    take(cfg, redis_url.parse(raw, cfg, bad))
     take(cfg, web.parse(raw, cfg, bad))
     cfg.web_plain = raw.flag("WEB_PLAIN", False)
     cfg.tls_cert, cfg.tls_key = config_tls.check(values, cfg.web_plain, check_dirs, bad)
@@ -153,9 +142,7 @@ def _services(cfg: Any, raw: Raw, bad: Bad) -> None:
     check_exec(cfg, values, bad, check_dirs)
     take(cfg, ownership.parse(raw, cfg, bad))
     take(cfg, i18n.parse(raw, cfg, bad))
-    cfg.actions, action_problems = action_config(values)
-    for err in action_problems:
-        bad(ACTION_IDS[err.key.partition("_")[0]], err.key, err.message, err.hint)
+    take(cfg, actions.parse(raw, cfg, bad))
 
 
 def _places(
