@@ -68,6 +68,7 @@ from stkconfig.parsed import SmbLogin
 from stkconfig.raw import Raw
 from stkrelay import (
     config_cloud,
+    config_exec,
     config_file,
     config_legacy,
     config_libraries,
@@ -76,7 +77,6 @@ from stkrelay import (
     config_store,
     config_tls,
 )
-from stkrelay.config_exec import check_exec
 from stkrelay.django_said import django_translation
 
 __all__ = ["ACTION_IDS", "DEFAULTS", "Config", "Problem", "load"]
@@ -114,7 +114,7 @@ def load(
     take(cfg, timing.parse(raw, cfg, bad))
     _leading(cfg, raw, bad)
     _services(cfg, raw, bad)
-    _places(cfg, values, pools, check_dirs, bad)
+    _places(cfg, raw, pools, bad)
     _unit_state(cfg, env, bad)
     cfg.problems = [config_file.where_else(p, got.elsewhere) for p in problems]
     return freeze(cfg)
@@ -130,26 +130,23 @@ def _leading(cfg: Any, raw: Raw, bad: Bad) -> None:
 def _services(cfg: Any, raw: Raw, bad: Bad) -> None:
     """Redis, the panel, logs and events, the cloud tunnel, beacons, an external relay, the
     leader's addresses and the panel's language and zone."""
-    values, check_dirs = dict(raw.values), raw.check_dirs
     take(cfg, redis_url.parse(raw, cfg, bad))
     take(cfg, web.parse(raw, cfg, bad))
-    cfg.web_plain = raw.flag("WEB_PLAIN", False)
-    cfg.tls_cert, cfg.tls_key = config_tls.check(values, cfg.web_plain, check_dirs, bad)
+    take(cfg, config_tls.parse(raw, cfg, bad))
     take(cfg, log_keys.parse(raw, cfg, bad))
     take(cfg, events.parse(raw, cfg, bad))
-    config_cloud.check(cfg, values, bad)
+    take(cfg, config_cloud.parse(raw, cfg, bad))
     take(cfg, beacons.parse(raw, cfg, bad))
-    check_exec(cfg, values, bad, check_dirs)
+    take(cfg, config_exec.parse(raw, cfg, bad))
     take(cfg, ownership.parse(raw, cfg, bad))
     take(cfg, i18n.parse(raw, cfg, bad))
     take(cfg, actions.parse(raw, cfg, bad))
 
 
-def _places(
-    cfg: Any, values: dict[str, str], pools: dict[str, dict[str, str]], check_dirs: bool, bad: Bad
-) -> None:
+def _places(cfg: Any, raw: Raw, pools: dict[str, dict[str, str]], bad: Bad) -> None:
     """The pool's store (a share or etcd), the watched pools, and this agent's DATA_DIR."""
-    cfg.lease_store, cfg.etcd = config_store.parse(values, cfg.kmsn, cfg.lease_poll, bad)
+    take(cfg, config_store.parse(raw, cfg, bad))
+    values, check_dirs = raw.values, raw.check_dirs
     cfg.lease_dir = values["LEASE_DIR"]
     cfg.smb = SmbLogin(values["SMB_PASSWORD"], values["SMB_PASSWORD_FILE"])
     cfg.watched = config_pools.parse(pools, cfg.kmsn, cfg.node, cfg.lease_dir, cfg.share_timeout, bad)

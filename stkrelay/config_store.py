@@ -17,16 +17,38 @@ Reports through `bad(id, key, message, hint)` like `config.load`.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
 
 from elections.ports.etcd.client import parse_endpoints
 from stkconfig.bad import Bad
 from stkconfig.parsed import EtcdSettings
+from stkconfig.raw import Raw
 
 STORES = ("file", "etcd")
 
 
-def parse(values: dict[str, str], kmsn: str, lease_poll: float, bad: Bad) -> tuple[str, EtcdSettings]:
+@dataclass(frozen=True)
+class Store:
+    lease_store: str = "file"  # or etcd
+    etcd: EtcdSettings = field(default_factory=EtcdSettings)
+
+
+class Known(Protocol):
+    """What the store's keys read of the sections before them."""
+
+    kmsn: str
+    lease_poll: float
+
+
+def parse(raw: Raw, known: Known, bad: Bad) -> Store:
     """`LEASE_STORE` (E033) and, with etcd, its `ETCD_*` keys (E034–E036)."""
+    store, etcd = _parse(raw.values, known.kmsn, known.lease_poll, bad)
+    return Store(store, etcd)
+
+
+def _parse(values: Mapping[str, str], kmsn: str, lease_poll: float, bad: Bad) -> tuple[str, EtcdSettings]:
     store = (values.get("LEASE_STORE") or "file").strip().lower()
     if store not in STORES:
         bad("stkrelay.E033", "LEASE_STORE", f"{values.get('LEASE_STORE')!r} is not a lease store",
