@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from elections.core.gate import LOOK_EVERY
@@ -32,15 +33,24 @@ from stkconfig.parsed import GateConfig
 from stkconfig.raw import Raw
 
 
+@dataclass(frozen=True)
+class Gate:
+    gate: GateConfig = field(default_factory=GateConfig)
+
+
 class Known(Protocol):
     """What the gate reads of the sections before it."""
 
     lease_renew: float
 
 
-def parse(raw: Raw, known: Known, bad: Bad) -> GateConfig:
+def parse(raw: Raw, known: Known, bad: Bad) -> Gate:
     """`Config.gate`: the command or the file, the gate's deadline and the file's freshness."""
-    values, lease_renew = raw.values, known.lease_renew
+    return Gate(_gate(raw, known.lease_renew, bad))
+
+
+def _gate(raw: Raw, lease_renew: float, bad: Bad) -> GateConfig:
+    values = raw.values
     cmd_text, path = values.get("GATE_CMD", ""), values.get("GATE_FILE", "")
     timeout = raw.number("GATE_TIMEOUT", bad)
     timeout = DEFAULT_TIMEOUT if timeout is None else float(timeout)

@@ -1,34 +1,24 @@
-"""Agent configuration: `stk.ini` section `[stk]`, overridden by `STK_<KEY>`.
+"""Agent configuration: `stk.ini` section `[stk]`, overridden by `STK_<KEY>`, and the agent's own
+`STK_*` environment variables: the loader.
 
-The keys, their defaults, ranges and meanings are the table in `stkconfig.keys`;
-the result is the frozen `stkconfig.model.Config`. This module reads the file and
-runs the checks, in four parts: the pool's identity and ports (`_identity`), the
-timing keys (`_timing`), what the agent serves (`_services`), and where the pool
-and this agent keep their files (`_places`).
+The keys, their defaults, ranges and meanings are the table in `stkconfig.keys`; the result
+is the frozen `stkconfig.model.Config`. `load()` reads the file (`stkrelay.config_file`,
+`stkrelay.config_ini`: E001, E002, E110–E112, warnings W110–W111), the environment variables
+(`stkconfig.environment`), then each section of `SECTIONS` in turn: one module each, one frozen
+dataclass each, made by `parse(raw, known, bad)` (`stkconfig.raw`), its fields copied into
+the `Config`. Most sections live in `stkconfig/` (identity, legacy, relay_keys, stations,
+entry, timing, eligibility, gate, redis_url, web, log_keys, events, beacons, ownership, i18n,
+actions); those that need a module stkconfig may not import are here for now
+(`config_notify`: stkhost; `config_tls`: the web certificate; `config_cloud`: the wire's
+cloud key; `config_exec`: the site relay's launcher; `config_store`: the etcd endpoints).
+Last come the places on disk (`_places`: the share's login E012/E022, the watched pools
+`config_pools` E025–E027, the libraries a store needs, DATA_DIR E013/E241).
 
-`load()` never raises for bad values: it returns the config and a list of
-`Problem`s, each with a stable id, the key, and a hint. `runagent` (like
-`relayctl` and `runrelay`) refuses to start on any problem and prints one line
-per problem; `manage.py check` shows the same list as Django system checks.
-The panel's keys (`WEB_ALLOWED_HOSTS`, `WEB_TRUSTED_PROXIES`, `WEB_LOGIN_*`)
-and the secrets' strength are checked by `stkconfig.web` (E018–E020, E066, E067),
-the panel's transport (`WEB_PLAIN`, `TLS_CERT`, `TLS_KEY`) by `stkrelay.config_tls` (E057–E061),
-the beacon keys (`BEACON_*`) by `stkconfig.beacons` (E030–E032, E130);
-the `[pool:<KMSN>]` sections of watched pools by `stkrelay.config_pools`
-(E025–E027, `Config.watched`);
-`LEASE_STORE` and the `ETCD_*` keys by `stkrelay.config_store` (E033–E036);
-the timing keys and their ratios by `stkconfig.timing` (E007/E008, E100–E103), the
-gate keys (`GATE_*`) by `stkconfig.gate` (E104–E108);
-the notification keys (`ON_ROLE_CHANGE*`, `WEBHOOK_*`) by `stkrelay.config_notify` (E180–E183);
-`RELAY_KIND`, `RELAY_EXEC`, `RELAY_EXEC_LISTEN` by `stkrelay.config_exec` (E070–E077);
-the ownership keys (`OWNERSHIP_*`) by `stkconfig.ownership` (E120–E122);
-the panel's `LANGUAGE_CODE` and `TIME_ZONE` by `stkconfig.i18n` (E150–E151);
-`RELAY_HOST` (where this PC's stations dial) by `stkconfig.stations` (E113).
-The file itself is read by `stkrelay.config_file` and `stkrelay.config_ini` (E001, E002,
-E110–E112, and the warnings W110–W111, `Config.warnings`).
-
-The leader-action keys (`VIP_*`, `AWS_*`, `OCI_*`, `AZURE_*`) are the `actions` section
-(`stkconfig.actions`, E014–E017).
+`load()` never raises for bad values: it returns the config and a list of `Problem`s, each
+with a stable id, the key, and a hint. `runagent` (like `relayctl` and `runrelay`) refuses
+to start on any problem and prints one line per problem; `manage.py check` shows the same
+list as Django system checks. Nothing below the loader reads a raw value or the environment
+(`tests/test_config_contract.py`).
 """
 
 from __future__ import annotations
@@ -36,7 +26,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from elections.core.action_config import ACTION_DEFAULTS
 from elections.ports.share.smburl import SmbUrlError, is_smb, parse_smb_url, smb_password
@@ -83,6 +73,20 @@ __all__ = ["ACTION_IDS", "DEFAULTS", "Config", "Problem", "load"]
 said.translate_with(django_translation)  # a problem's words in the panel's language, once Django is up
 
 
+class Section(Protocol):
+    """A section's parser (`stkconfig.raw`): its frozen section, every bad value said."""
+
+    def __call__(self, raw: Raw, known: Any, bad: Bad) -> object: ...
+
+
+SECTIONS: tuple[Section, ...] = (
+    identity.parse, legacy.parse, relay_keys.parse, stations.parse, entry.parse, timing.parse,
+    eligibility.parse, gate.parse, config_notify.parse, redis_url.parse, web.parse, config_tls.parse,
+    log_keys.parse, events.parse, config_cloud.parse, beacons.parse, config_exec.parse, ownership.parse,
+    i18n.parse, actions.parse, config_store.parse,
+)  # fmt: skip
+
+
 def load(
     ini_path: str | None = None, env: dict[str, str] | None = None, check_dirs: bool | None = True
 ) -> Config:
@@ -106,46 +110,17 @@ def load(
 
     raw = Raw(values, env, check_dirs)
 
-    take(cfg, identity.parse(raw, cfg, bad))
-    take(cfg, legacy.parse(raw, cfg, bad))
-    take(cfg, relay_keys.parse(raw, cfg, bad))
-    take(cfg, stations.parse(raw, cfg, bad))
-    take(cfg, entry.parse(raw, cfg, bad))
-    take(cfg, timing.parse(raw, cfg, bad))
-    _leading(cfg, raw, bad)
-    _services(cfg, raw, bad)
+    for section in SECTIONS:  # in this order: each reads what those before it made (its Known)
+        take(cfg, section(raw, cfg, bad))
     _places(cfg, raw, pools, bad)
     _unit_state(cfg, env, bad)
     cfg.problems = [config_file.where_else(p, got.elsewhere) for p in problems]
     return freeze(cfg)
 
 
-def _leading(cfg: Any, raw: Raw, bad: Bad) -> None:
-    """What decides who leads besides the lease: priority, health, gate; and the notifications."""
-    take(cfg, eligibility.parse(raw, cfg, bad))
-    cfg.gate = gate.parse(raw, cfg, bad)
-    cfg.notify = config_notify.parse(raw, cfg, bad)
-
-
-def _services(cfg: Any, raw: Raw, bad: Bad) -> None:
-    """Redis, the panel, logs and events, the cloud tunnel, beacons, an external relay, the
-    leader's addresses and the panel's language and zone."""
-    take(cfg, redis_url.parse(raw, cfg, bad))
-    take(cfg, web.parse(raw, cfg, bad))
-    take(cfg, config_tls.parse(raw, cfg, bad))
-    take(cfg, log_keys.parse(raw, cfg, bad))
-    take(cfg, events.parse(raw, cfg, bad))
-    take(cfg, config_cloud.parse(raw, cfg, bad))
-    take(cfg, beacons.parse(raw, cfg, bad))
-    take(cfg, config_exec.parse(raw, cfg, bad))
-    take(cfg, ownership.parse(raw, cfg, bad))
-    take(cfg, i18n.parse(raw, cfg, bad))
-    take(cfg, actions.parse(raw, cfg, bad))
-
-
 def _places(cfg: Any, raw: Raw, pools: dict[str, dict[str, str]], bad: Bad) -> None:
-    """The pool's store (a share or etcd), the watched pools, and this agent's DATA_DIR."""
-    take(cfg, config_store.parse(raw, cfg, bad))
+    """Where the pool's share is and how it is logged into, the watched pools, and this agent's
+    DATA_DIR: on disk when `check_dirs`."""
     values, check_dirs = raw.values, raw.check_dirs
     cfg.lease_dir = values["LEASE_DIR"]
     cfg.smb = SmbLogin(values["SMB_PASSWORD"], values["SMB_PASSWORD_FILE"])

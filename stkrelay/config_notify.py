@@ -31,6 +31,7 @@ import shlex
 import shutil
 import urllib.parse
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from stkconfig.bad import Bad
 from stkconfig.parsed import NotifyConfig
@@ -45,8 +46,17 @@ def _or(value: float | int | None, default: float | int) -> float | int:
     return default if value is None else value
 
 
-def parse(raw: Raw, known: object, bad: Bad) -> NotifyConfig:
+@dataclass(frozen=True)
+class Notify:
+    notify: NotifyConfig = field(default_factory=NotifyConfig)
+
+
+def parse(raw: Raw, known: object, bad: Bad) -> Notify:
     """`Config.notify`: the role-change command and the webhook (E180–E183, E010/E011)."""
+    return Notify(_notify(raw, bad))
+
+
+def _notify(raw: Raw, bad: Bad) -> NotifyConfig:
     values = raw.values
 
     def number(key: str) -> float | int | None:

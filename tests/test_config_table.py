@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import typing
 from pathlib import Path
 
 import pytest
@@ -153,3 +154,30 @@ def test_the_environment_rows_are_read_from_the_environment_not_from_the_file(tm
 def test_environment_rows_are_not_in_the_example_ini():
     example = (ROOT / "packaging" / "stk.ini.example").read_text()
     assert [k.name for k in KEYS if k.environment and k.name in example] == []
+
+
+def _default(f: dataclasses.Field) -> object:
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+
+def test_each_sections_fields_are_the_configs_with_the_same_defaults():
+    """A section copies its fields into the Config by name (`stkconfig.model.take`): each is a
+    field of Config, and a Config made without a file starts where the section's defaults do."""
+    from stkrelay.config import SECTIONS
+
+    config = {f.name: f for f in dataclasses.fields(Config)}
+    seen = set()
+    for section in SECTIONS:
+        made = typing.get_type_hints(section)["return"]
+        for f in dataclasses.fields(made):
+            assert f.name in config and f.name not in seen, (made.__name__, f.name)
+            seen.add(f.name)
+            mine = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+            theirs = config[f.name]
+            there = (
+                theirs.default_factory()
+                if theirs.default_factory is not dataclasses.MISSING
+                else theirs.default
+            )
+            assert mine == there, (made.__name__, f.name)
+    assert len(seen) > 60
