@@ -9,10 +9,10 @@ unset (its default); a number that is none is `stkrelay.E010` and leaves its def
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from stkconfig.bad import Bad
+from stkconfig.raw import Raw
 
 SESSION_AGE = 8 * 3600
 LOGIN_RESERVE_RATE = 0.2
@@ -35,8 +35,18 @@ class EnvironmentSettings:
     skip_dir_checks: bool = False
 
 
-def parse(env: Mapping[str, str], bad: Bad) -> EnvironmentSettings:
-    """The agent's environment variables, typed; a bad number said through `bad` (E010)."""
+@dataclass(frozen=True)
+class Environment:
+    environment: EnvironmentSettings = field(default_factory=EnvironmentSettings)
+
+
+def parse(raw: Raw, known: object, bad: Bad) -> Environment:
+    """The agent's environment variables (`raw.env`), typed; a bad number said through `bad` (E010)."""
+    return Environment(_settings(raw, bad))
+
+
+def _settings(raw: Raw, bad: Bad) -> EnvironmentSettings:
+    env = raw.env
 
     def flag(name: str) -> bool:
         return env.get(name) == "1"

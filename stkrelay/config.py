@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -104,11 +105,10 @@ def load(
     def bad(pid: str, key: str, message: str, hint: str) -> None:
         problems.append(Problem(pid, key, message, hint))
 
-    cfg.environment = environment.parse(env, bad)
-    if check_dirs is None:
-        check_dirs = not cfg.environment.skip_dir_checks
-
-    raw = Raw(values, env, check_dirs)
+    raw = Raw(values, env)
+    take(cfg, environment.parse(raw, cfg, bad))  # first: STK_SKIP_DIR_CHECKS says whether to look at disk
+    check_dirs = not cfg.environment.skip_dir_checks if check_dirs is None else check_dirs
+    raw = replace(raw, check_dirs=check_dirs)
 
     for section in SECTIONS:  # in this order: each reads what those before it made (its Known)
         take(cfg, section(raw, cfg, bad))
