@@ -8,9 +8,9 @@ is the frozen `stkconfig.model.Config`. `load()` reads the file (`stkrelay.confi
 dataclass each, made by `parse(raw, known, bad)` (`stkconfig.raw`), its fields copied into
 the `Config`. Most sections live in `stkconfig/` (identity, legacy, relay_keys, stations,
 entry, timing, eligibility, gate, redis_url, web, log_keys, events, beacons, ownership, i18n,
-actions); those that need a module stkconfig may not import are here for now
+actions, store); those that need a module stkconfig may not import are here for now
 (`config_notify`: stkhost; `config_tls`: the web certificate; `config_cloud`: the wire's
-cloud key; `config_exec`: the site relay's launcher; `config_store`: the etcd endpoints).
+cloud key; `config_exec`: the site relay's launcher).
 Last come the places on disk (`_places`: the share's login E012/E022, the watched pools
 `config_pools` E025–E027, the libraries a store needs, DATA_DIR E013/E241).
 
@@ -48,6 +48,7 @@ from stkconfig import (
     relay_keys,
     said,
     stations,
+    store,
     timing,
     web,
 )
@@ -65,7 +66,6 @@ from stkrelay import (
     config_libraries,
     config_notify,
     config_pools,
-    config_store,
     config_tls,
 )
 from stkrelay.django_said import django_translation
@@ -84,7 +84,7 @@ SECTIONS: tuple[Section, ...] = (
     identity.parse, legacy.parse, relay_keys.parse, stations.parse, entry.parse, timing.parse,
     eligibility.parse, gate.parse, config_notify.parse, redis_url.parse, web.parse, config_tls.parse,
     log_keys.parse, events.parse, config_cloud.parse, beacons.parse, config_exec.parse, ownership.parse,
-    i18n.parse, actions.parse, config_store.parse,
+    i18n.parse, actions.parse, store.parse,
 )  # fmt: skip
 
 

@@ -1,4 +1,4 @@
-"""LEASE_STORE and the ETCD_* keys (stkrelay/config_store.py): each bad value
+"""LEASE_STORE and the ETCD_* keys (stkconfig/store.py): each bad value
 stops start-up with one line naming the key and a stable id (E033–E036)."""
 
 import pytest

@@ -22,11 +22,11 @@ import threading
 
 from elections.core.decide import Timing
 from elections.errors import StoreUnavailable
-from elections.ports.etcd.client import parse_endpoints
 from elections.ports.events.eventlog import JsonlEventSink
 from elections.ports.store.stores import ETCD, FILE, PoolPlace, open_store
 from elections.runtime.elector import Elector
 from elections.runtime.lease_writes import Identity
+from stkconfig.etcd_endpoints import parse_endpoints
 from stkconfig.parsed import EtcdSettings
 from stkhost.clock import Clock, SystemClock
 from stkhost.secret_source import SecretUnreadable, argv_refusal, from_environment, read_secret

@@ -1,4 +1,5 @@
-"""Where the pool's records live: `LEASE_STORE` and the etcd keys (docs/design.md §5.2).
+"""Where the pool's records live: `LEASE_STORE` and the etcd keys (docs/design.md §5.2); the `store`
+section.
 
 - `LEASE_STORE`: `file` (default, the share in `LEASE_DIR`) or `etcd`;
   anything else is `stkrelay.E033`.
@@ -21,8 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from elections.ports.etcd.client import parse_endpoints
 from stkconfig.bad import Bad
+from stkconfig.etcd_endpoints import parse_endpoints
 from stkconfig.parsed import EtcdSettings
 from stkconfig.raw import Raw
 
