@@ -89,7 +89,7 @@ class ExecRelay:
 @dataclass(frozen=True)
 class SmbLogin:
     """`SMB_PASSWORD` / `SMB_PASSWORD_FILE`: how an `smb://` lease dir's user logs in (the file is
-    read when the share is opened: `elections.ports.share.smburl.smb_password`)."""
+    read when the share is opened: `stkconfig.smburl.smb_password`)."""
 
     password: str = ""
     password_file: str = ""

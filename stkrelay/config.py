@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from elections.core.action_config import ACTION_DEFAULTS
-from elections.ports.share.smburl import SmbUrlError, is_smb, parse_smb_url, smb_password
 from stkconfig import (
     actions,
     beacons,
@@ -58,6 +57,7 @@ from stkconfig.keys import DEFAULTS
 from stkconfig.model import Config, Problem, draft, freeze, take
 from stkconfig.parsed import SmbLogin
 from stkconfig.raw import Raw
+from stkconfig.smburl import SmbUrlError, is_smb, parse_smb_url, smb_password
 from stkrelay import (
     config_cloud,
     config_exec,

@@ -27,10 +27,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from elections.ports.share.smburl import SmbUrlError, is_smb, parse_smb_url, smb_password
 from stkconfig.bad import Bad
 from stkconfig.keys import BY_NAME
 from stkconfig.parsed import SmbLogin, WatchedPool
+from stkconfig.smburl import SmbUrlError, is_smb, parse_smb_url, smb_password
 from stkconfig.strength import SECRET_HINT, secret_weakness
 from stkrelay.config_ini import TOP, IniFile
 

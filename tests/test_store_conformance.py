@@ -104,7 +104,7 @@ def smb_pool(samba_server, request):
     from samba import PASSWORD
 
     from elections.ports.share.smbshare import SmbShare
-    from elections.ports.share.smburl import parse_smb_url
+    from stkconfig.smburl import parse_smb_url
 
     name = f"conf-{request.node.name[-40:]}".replace("[", "-").replace("]", "")
     folder = samba_server.path(name)

@@ -12,12 +12,12 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from elections.ports.share.smburl import is_smb
 from relay.client.beacon_discovery import BeaconListener
 from relay.client.discovery import Discovery
 from relay.client.events import Status
 from relay.client.relay_client import RelayClient
 from relay.lease_file import lease_file
+from stkconfig.smburl import is_smb
 from stkhost.fingerprints import parse_pins
 from stkhost.secret_source import SecretUnreadable, argv_refusal, from_environment, read_secret
 

@@ -30,12 +30,12 @@ from elections.core.retention import Retention
 from elections.ports.events.event_records import PoolEventSink, PoolEventTail
 from elections.ports.share.share import Share
 from elections.ports.share.sharefiles import DEFAULT_TIMEOUT
-from elections.ports.share.smburl import is_smb, parse_smb_url, smb_password
 from elections.ports.store.backend import Backend, counted, log_only
 from elections.ports.store.records import PoolStore
 from elections.ports.store.store import LeaseStore
 from stkconfig.model import Config
 from stkconfig.parsed import EtcdSettings, SmbLogin, WatchedPool
+from stkconfig.smburl import is_smb, parse_smb_url, smb_password
 from stkhost.clock import Clock
 
 if TYPE_CHECKING:
