@@ -119,7 +119,7 @@ class Config:
     warnings: list[Problem] = field(default_factory=list)  # said at start and by check; stop nothing (W1xx)
     origins: dict[str, str] = field(default_factory=dict)  # key -> where the file or environment gave it
     actions: ActionConfig = field(default_factory=ActionConfig)  # VIP_*, AWS_*, OCI_*, AZURE_* (E014–E017)
-    watched: list[WatchedPool] = field(default_factory=list)  # the [pool:<KMSN>] sections (config_pools)
+    watched: list[WatchedPool] = field(default_factory=list)  # the [pool:<KMSN>] sections (stkconfig.pools)
     ignored: list[str] = field(default_factory=list)  # keys of the file nobody reads (the old agent's own)
 
 

@@ -110,7 +110,7 @@ class EtcdSettings:
 
 @dataclass(frozen=True)
 class WatchedPool:
-    """One `[pool:<KMSN>]` section, checked (stkrelay.config_pools)."""
+    """One `[pool:<KMSN>]` section, checked (stkconfig.pools)."""
 
     kmsn: str
     lease_dir: str

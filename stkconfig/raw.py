@@ -6,11 +6,11 @@ dataclass, its fields named as `Config`'s (`lease_ttl`), and one parser:
     def parse(raw: Raw, known: <what it reads of the sections before it>, bad: Bad) -> <Section>
 
 `raw` holds the raw `[stk]` values (the table's defaults, the file, `STK_<KEY>`), the
-environment and whether the disk is looked at; `known` is the loader's draft of the sections
-parsed before (each section's module says what it reads of them with a Protocol); `bad` says
-each bad value (`stkconfig.bad`). A parser never raises for a bad value: it says it and puts
-the default in its place. The loader (`stkrelay.config.load`) copies each section's fields
-into the `Config` (`stkconfig.model.take`).
+`[pool:<KMSN>]` sections, the environment and whether the disk is looked at; `known` is the
+loader's draft of the sections parsed before (each section's module says what it reads of them
+with a Protocol); `bad` says each bad value (`stkconfig.bad`). A parser never raises for a
+bad value: it says it and puts the default in its place. The loader (`stkrelay.config.load`)
+copies each section's fields into the `Config` (`stkconfig.model.take`).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ class Raw:
     values: Mapping[str, str]  # every [stk] key of the table (and the leader actions'), as text
     env: Mapping[str, str] = field(default_factory=dict)
     check_dirs: bool = True  # look at LEASE_DIR, DATA_DIR, TLS files... on disk
+    pools: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # [pool:<KMSN>] sections as given
 
     def text(self, key: str) -> str:
         return self.values.get(key, "")

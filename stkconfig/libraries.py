@@ -1,4 +1,4 @@
-"""The libraries a configured backend needs, checked when the config is read.
+"""The libraries a configured backend needs, checked when the config is read (`stkconfig.places`).
 
 `smb://` lease dirs need smbprotocol and pyspnego (the `smb` extra), `LEASE_STORE =
 etcd` needs etcd3gw (the `etcd` extra). A clean install without the extra used to
