@@ -44,7 +44,7 @@ class Beacons:
     beacon_peers: list[str] = field(default_factory=list)
 
 
-class Known(Protocol):
+class BeaconsNeed(Protocol):
     """What the beacons read of the sections before them."""
 
     lease_renew: float
@@ -53,7 +53,7 @@ class Known(Protocol):
     web_port: int
 
 
-def parse(raw: Raw, known: Known, bad: Bad) -> Beacons:
+def parse(raw: Raw, known: BeaconsNeed, bad: Bad) -> Beacons:
     interval = _interval(raw.text("BEACON_INTERVAL"), known.lease_renew, bad)
     _check_serving(interval, known.lease_ttl, bad)
     port = _port(raw.text("BEACON_PORT"), known.relay_port, known.web_port, bad)

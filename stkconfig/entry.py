@@ -27,12 +27,12 @@ from stkconfig.raw import Raw
 
 
 @dataclass(frozen=True)
-class Entry:
+class EntryKeys:
     entry: bool = False  # ENTRY: the router's port-forward reaches this member (relay.server.entry)
     entry_listen: tuple[str, int] | None = None  # ENTRY_LISTEN parsed
 
 
-class Known(Protocol):
+class EntryNeeds(Protocol):
     """What the entry keys read of the sections before them."""
 
     node_ip: str
@@ -54,11 +54,11 @@ def parse_listen(text: str) -> tuple[str, int] | None:
     return (address, number) if 1 <= number <= 65534 else None
 
 
-def parse(raw: Raw, known: Known, bad: Bad) -> Entry:
+def parse(raw: Raw, known: EntryNeeds, bad: Bad) -> EntryKeys:
     """`ENTRY`, `ENTRY_LISTEN` parsed, reporting E200–E202: the relay's and the panel's ports may
     not be reused on `NODE_IP` or a wildcard."""
     on, listen = _check(raw, known.node_ip, (known.relay_port, known.relay_port + 1, known.web_port), bad)
-    return Entry(on, listen)
+    return EntryKeys(on, listen)
 
 
 def _check(raw: Raw, node_ip: str, taken: tuple[int, ...], bad: Bad) -> tuple[bool, tuple[str, int] | None]:

@@ -38,13 +38,13 @@ class Gate:
     gate: GateConfig = field(default_factory=GateConfig)
 
 
-class Known(Protocol):
+class GateNeeds(Protocol):
     """What the gate reads of the sections before it."""
 
     lease_renew: float
 
 
-def parse(raw: Raw, known: Known, bad: Bad) -> Gate:
+def parse(raw: Raw, known: GateNeeds, bad: Bad) -> Gate:
     """`Config.gate`: the command or the file, the gate's deadline and the file's freshness."""
     return Gate(_gate(raw, known.lease_renew, bad))
 

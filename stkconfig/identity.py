@@ -13,7 +13,7 @@ from stkconfig.raw import Raw
 
 
 @dataclass(frozen=True)
-class Identity:
+class AgentIdentity:
     kmsn: str = ""
     station: str = ""
     node: str = ""  # default: STATION
@@ -24,8 +24,8 @@ class Identity:
     web_port: int = 8000
 
 
-def parse(raw: Raw, known: object, bad: Bad) -> Identity:
-    d = Identity()
+def parse(raw: Raw, known: object, bad: Bad) -> AgentIdentity:
+    d = AgentIdentity()
     kmsn, station = raw.text("KMSN"), raw.text("STATION")
     if not kmsn:
         bad("stkrelay.E003", "KMSN", "is not set", "set KMSN to the site's id, e.g. 9999-9999-99-99")
@@ -48,5 +48,5 @@ def parse(raw: Raw, known: object, bad: Bad) -> Identity:
     if web_port in (relay_port, relay_port + 1):
         bad("stkrelay.E006", "WEB_PORT", f"{web_port} collides with the relay ports",
             f"RELAY_PORT uses {relay_port} and {relay_port + 1}")  # fmt: skip
-    return Identity(kmsn, station, raw.text("NODE") or station, node_ip, relay_port, token,
+    return AgentIdentity(kmsn, station, raw.text("NODE") or station, node_ip, relay_port, token,
                     raw.text("POOL_KEY") or token, web_port)  # fmt: skip

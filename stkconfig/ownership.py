@@ -38,14 +38,14 @@ class Ownership:
     ownership_repair: bool = True
 
 
-class Known(Protocol):
+class OwnershipNeeds(Protocol):
     """What the ownership keys read of the sections before them."""
 
     lease_ttl: float
     renew_deadline: float
 
 
-def parse(raw: Raw, known: Known, bad: Bad) -> Ownership:
+def parse(raw: Raw, known: OwnershipNeeds, bad: Bad) -> Ownership:
     """The check interval, the hold and the repair; defaults where a value is bad."""
     values, lease_ttl, renew_deadline = raw.values, known.lease_ttl, known.renew_deadline
     check = 2.0

@@ -30,7 +30,7 @@ class Places:
     data_dir: str = ""  # default: ~/.stkrelay/<node>
 
 
-class Known(Protocol):
+class PlacesNeed(Protocol):
     """What the places read of the sections before them."""
 
     node: str
@@ -38,7 +38,7 @@ class Known(Protocol):
     watched: list[WatchedPool]
 
 
-def parse(raw: Raw, known: Known, bad: Bad) -> Places:
+def parse(raw: Raw, known: PlacesNeed, bad: Bad) -> Places:
     lease_dir = raw.text("LEASE_DIR")
     smb = SmbLogin(raw.text("SMB_PASSWORD"), raw.text("SMB_PASSWORD_FILE"))
     data_dir = raw.text("DATA_DIR") or str(Path.home() / ".stkrelay" / (known.node or "agent"))

@@ -48,7 +48,7 @@ class Pools:
     watched: list[WatchedPool] = field(default_factory=list)  # the [pool:<KMSN>] sections
 
 
-class Known(Protocol):
+class PoolsNeed(Protocol):
     """What the watched pools read of the sections before them."""
 
     kmsn: str
@@ -56,7 +56,7 @@ class Known(Protocol):
     share_timeout: float
 
 
-def parse(raw: Raw, known: Known, bad: Bad) -> Pools:
+def parse(raw: Raw, known: PoolsNeed, bad: Bad) -> Pools:
     """Every watched pool that is well configured (`raw.pools`); one line per problem (E025–E027)."""
     found = raw.pools
     return Pools(_watched(found, known.kmsn, known.node, raw.text("LEASE_DIR"), known.share_timeout, bad))

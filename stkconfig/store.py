@@ -36,14 +36,14 @@ class Store:
     etcd: EtcdSettings = field(default_factory=EtcdSettings)
 
 
-class Known(Protocol):
+class StoreNeeds(Protocol):
     """What the store's keys read of the sections before them."""
 
     kmsn: str
     lease_poll: float
 
 
-def parse(raw: Raw, known: Known, bad: Bad) -> Store:
+def parse(raw: Raw, known: StoreNeeds, bad: Bad) -> Store:
     """`LEASE_STORE` (E033) and, with etcd, its `ETCD_*` keys (E034–E036)."""
     store, etcd = _parse(raw.values, known.kmsn, known.lease_poll, bad)
     return Store(store, etcd)

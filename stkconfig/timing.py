@@ -34,7 +34,7 @@ LEASE_KEYS = ("LEASE_TTL", "LEASE_RENEW", "LEASE_POLL", "RENEW_DEADLINE")
 
 
 @dataclass(frozen=True)
-class Timing:
+class LeaseTiming:
     lease_ttl: float = 10.0
     lease_renew: float = 3.0
     lease_poll: float = 2.0
@@ -45,9 +45,9 @@ class Timing:
     share_timeout: float = 2.0  # one share operation; the gates read the renew deadline themselves
 
 
-def parse(raw: Raw, known: object, bad: Bad) -> Timing:
+def parse(raw: Raw, known: object, bad: Bad) -> LeaseTiming:
     """The timing keys, each alone and then together; a bad one at its default."""
-    d = Timing()
+    d = LeaseTiming()
     lease = {key: raw.number(key, bad) for key in LEASE_KEYS}
     ttl = lease["LEASE_TTL"] or d.lease_ttl
     renew = lease["LEASE_RENEW"] or d.lease_renew
@@ -59,7 +59,7 @@ def parse(raw: Raw, known: object, bad: Bad) -> Timing:
     hold = raw.number("PROMOTION_HOLD", bad)
     watch = raw.number("LEASE_WATCH", bad)
     share = raw.number("SHARE_TIMEOUT", bad)
-    timing = Timing(
+    timing = LeaseTiming(
         lease_ttl=ttl, lease_renew=renew, lease_poll=poll, renew_deadline=deadline,
         heartbeat_ttl=hb if hb is not None else ttl,
         promotion_hold=hold if hold is not None else d.promotion_hold,
@@ -84,7 +84,7 @@ def _check_deadline(ttl: float, renew: float, deadline: float, bad: Bad) -> None
             "allow at least one late renewal")  # fmt: skip
 
 
-def check_ratios(timing: Timing, bad: Bad) -> None:
+def check_ratios(timing: LeaseTiming, bad: Bad) -> None:
     """E100–E103: every broken ratio of the timing keys (which are each valid alone)."""
     renew, poll, ttl, hb = timing.lease_renew, timing.lease_poll, timing.lease_ttl, timing.heartbeat_ttl
     if hb < 2 * renew:

@@ -50,13 +50,13 @@ class Web:
     web_ws_max_messages: int = WS_MAX_MESSAGES
 
 
-class Known(Protocol):
+class WebNeeds(Protocol):
     """What the web keys read of the sections before them."""
 
     relay_max_frame: int
 
 
-def parse(raw: Raw, known: Known, bad: Bad) -> Web:
+def parse(raw: Raw, known: WebNeeds, bad: Bad) -> Web:
     """The panel's keys (E019, E020, E066, E067, E010/E011) and the site secrets' strength (E018)."""
     d = Web()
     check_secrets(raw.values, bad)

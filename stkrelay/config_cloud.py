@@ -37,7 +37,7 @@ class Cloud:
     clouds: tuple[CloudURL, ...] = ()  # every URL of a comma-separated CLOUD_URL, cloud first
 
 
-class Known(Protocol):
+class CloudNeeds(Protocol):
     """What the cloud keys read of the sections before them."""
 
     kmsn: str
@@ -64,7 +64,7 @@ def parse_cloud_url(text: str) -> CloudURL | str:
     return CloudURL(url.scheme, url.hostname, port or default, url.path or "/")
 
 
-def parse(raw: Raw, known: Known, bad: Bad) -> Cloud:
+def parse(raw: Raw, known: CloudNeeds, bad: Bad) -> Cloud:
     """`CLOUD_URL` and `CLOUD_TOKEN` (E028, E029, E055); with both sound, the tunnel's nodes."""
     url_text, token = raw.text("CLOUD_URL"), raw.text("CLOUD_TOKEN")
     if not url_text:

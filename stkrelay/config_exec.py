@@ -60,7 +60,7 @@ class RelayKind:
     relay_exec: ExecRelay | None = None  # with exec and sound keys: the command and its loopback address
 
 
-class Known(Protocol):
+class ExecNeeds(Protocol):
     """What the external relay's keys read of the sections before them."""
 
     relay_port: int
@@ -69,7 +69,7 @@ class Known(Protocol):
     cloud_url: str
 
 
-def parse(raw: Raw, known: Known, bad: Bad) -> RelayKind:
+def parse(raw: Raw, known: ExecNeeds, bad: Bad) -> RelayKind:
     """`RELAY_KIND` and, with `exec` and sound keys, the command and where it listens."""
     kind = raw.text("RELAY_KIND").strip().lower() or "builtin"
     if kind not in KINDS:
@@ -88,7 +88,7 @@ def _builtin(raw: Raw, bad: Bad) -> None:
             "set RELAY_KIND = exec to run it, or remove RELAY_EXEC")  # fmt: skip
 
 
-def _exec(raw: Raw, cfg: Known, bad: Bad) -> ExecRelay | None:
+def _exec(raw: Raw, cfg: ExecNeeds, bad: Bad) -> ExecRelay | None:
     line, check_dirs = raw.text("RELAY_EXEC").strip(), raw.check_dirs
     if not line:
         bad("stkrelay.E071", "RELAY_EXEC", "is not set but RELAY_KIND is exec",

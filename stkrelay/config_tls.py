@@ -26,18 +26,18 @@ PAIR_HINT = "set both TLS_CERT and TLS_KEY (PEM files this agent can read), or n
 
 
 @dataclass(frozen=True)
-class Tls:
+class PanelTransport:
     web_plain: bool = False  # plain HTTP instead of HTTPS
     tls_cert: str = ""  # the operator's certificate; "" with HTTPS: the one made in DATA_DIR
     tls_key: str = ""
 
 
-def parse(raw: Raw, known: object, bad: Bad) -> Tls:
+def parse(raw: Raw, known: object, bad: Bad) -> PanelTransport:
     """`WEB_PLAIN`, `TLS_CERT`, `TLS_KEY` as given, after the checks above (the files read only
     when the disk is looked at)."""
     web_plain = raw.flag("WEB_PLAIN", False)
     cert, key = _check(raw.text("TLS_CERT"), raw.text("TLS_KEY"), web_plain, raw.check_dirs, bad)
-    return Tls(web_plain, cert, key)
+    return PanelTransport(web_plain, cert, key)
 
 
 def _check(cert: str, key: str, web_plain: bool, read_files: bool, bad: Bad) -> tuple[str, str]:
