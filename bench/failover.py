@@ -72,10 +72,10 @@ def smb_operations(workdir: Path, renewals: int = 50) -> tuple[float, float, flo
 
     from elections.core.decide import Timing
     from elections.ports.share.smbshare import SmbShare
-    from elections.ports.share.smburl import parse_smb_url
     from elections.ports.store.store import FileLeaseStore
     from elections.runtime.elector import Elector
     from elections.runtime.lease_writes import Identity
+    from stkconfig.smburl import parse_smb_url
     from stkhost.clock import SystemClock
 
     server = samba_server(workdir)

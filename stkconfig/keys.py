@@ -1,4 +1,6 @@
-"""The key table: every key of `[stk]`, in the order of docs/configuration.md (docs/design.md §11).
+"""The key table: every key of `[stk]`, in the order of docs/configuration.md (docs/design.md §11),
+then the variables the agent reads from its environment alone (`environment=True`, `STK_DEBUG`...:
+parsed by `stkconfig.environment`, never read from `stk.ini`).
 
 Each row: name, kind, raw default, the check ids that report it, the range of a
 number (E010/E011), the docs table's default column when it is derived, the value
@@ -252,6 +254,32 @@ KEYS: tuple[Key, ...] = (
         ' key (at least 16 characters, 6 distinct, no short run repeated, no placeholder), not '
         "`RELAY_TOKEN` nor `POOL_KEY` nor the site's lease key (`relayctl cloud-key`, E055). The cloud's "
         '`LEASE_KEY` for the site is not an agent key: it derives from `POOL_KEY`'),
+    Key("STK_INI", "str", "", check="E001", environment=True,
+        doc="the agent's `stk.ini` (`--ini PATH` sets it); unset or empty: no file, the `STK_<KEY>` "
+        "variables alone"),
+    Key("STK_SECRET_KEY", "str", "", shown="a random key kept in `DATA_DIR/secret_key`", environment=True,
+        doc="the panel's Django secret key (signs sessions, CSRF tokens and device cookies)"),
+    Key("STK_DEBUG", "flag", "0", environment=True,
+        doc="`1`: Django's debug mode (tracebacks in pages); never on a site"),
+    Key("STK_SESSION_AGE", "int", "28800", check="E010", environment=True,
+        doc="seconds a panel session lasts after login (polling does not extend it; closing the browser ends"
+        " it too)"),
+    Key("STK_SECURE_COOKIES", "flag", "0", environment=True,
+        doc="`1`: the panel's cookies go over HTTPS only with `WEB_PLAIN = 1` too (behind a "
+        "TLS-terminating proxy); with HTTPS they always do"),
+    Key("STK_LOGIN_RESERVE_RATE", "float", "0.2", check="E010", environment=True,
+        doc="failed logins per second, and at once, an address without a failure in the window may still "
+        "draw from its reserve once the bucket for everyone is empty (docs/panel.md)"),
+    Key("STK_LOGIN_RESERVE_BURST", "int", "10", check="E010", environment=True,
+        row="STK_LOGIN_RESERVE_RATE"),
+    Key("STK_LOGIN_DEVICE_DAYS", "int", "30", check="E010", environment=True,
+        doc="days a browser's device cookie (a login as that user before) lets it skip the bucket for "
+        "everyone"),
+    Key("STK_PUBLIC_LEADER_LOOKUP", "flag", "0", environment=True,
+        doc="`1`: `GET /api/v1/leader` answers without login (relay clients' fallback lookup)"),
+    Key("STK_SKIP_DIR_CHECKS", "flag", "0", environment=True,
+        doc="`1`: the settings are made without checking `LEASE_DIR` and `DATA_DIR` on disk (E012/E013), for "
+        "tools that need no share (`scripts/messages.sh`)"),
 )
 # fmt: on
 

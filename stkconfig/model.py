@@ -6,10 +6,19 @@ from dataclasses import dataclass, field, fields
 from types import SimpleNamespace
 from typing import Any
 
-from stkconfig.parsed import CloudURL, ExecRelay, GateConfig, NotifyConfig, WatchedPool
-
-BEACON_INTERVAL = 0.2  # BEACON_INTERVAL's default, seconds
-LANGUAGE = "en"  # LANGUAGE_CODE's default
+from elections.core.action_config import ActionConfig
+from stkconfig.beacons import BEACON_INTERVAL
+from stkconfig.environment import EnvironmentSettings
+from stkconfig.i18n import LANGUAGE
+from stkconfig.parsed import (
+    CloudURL,
+    EtcdSettings,
+    ExecRelay,
+    GateConfig,
+    NotifyConfig,
+    SmbLogin,
+    WatchedPool,
+)
 
 
 @dataclass(frozen=True)
@@ -39,11 +48,8 @@ class Config:
     share_timeout: float = 2.0
     lease_dir: str = ""
     lease_store: str = "file"  # or etcd
-    etcd_endpoints: list[str] = field(default_factory=list)
-    etcd_prefix: str = ""
-    etcd_ca: str = ""
-    etcd_cert: str = ""
-    etcd_key: str = ""
+    etcd: EtcdSettings = field(default_factory=EtcdSettings)  # LEASE_STORE = etcd: ETCD_* (config_store)
+    smb: SmbLogin = field(default_factory=SmbLogin)  # an smb:// LEASE_DIR's SMB_PASSWORD(_FILE)
     lease_ttl: float = 10.0
     lease_renew: float = 3.0
     lease_poll: float = 2.0
@@ -70,7 +76,7 @@ class Config:
     web_plain: bool = False  # plain HTTP instead of HTTPS (stkrelay/config_tls.py)
     tls_cert: str = ""  # the operator's certificate; "" with HTTPS: the one made in DATA_DIR
     tls_key: str = ""
-    web_ws_max_buffer: int = 4 << 20  # see config_web.parse_ws_bounds
+    web_ws_max_buffer: int = 4 << 20  # see stkconfig.web.parse_ws_bounds
     web_ws_max_messages: int = 4096
     relay_station_keys_only: bool = False
     relay_max_per_address: int = 0
@@ -101,17 +107,19 @@ class Config:
     beacon_peers: list[str] = field(default_factory=list)
     relay_kind: str = "builtin"  # or exec (stkrelay/config_exec.py)
     relay_exec: ExecRelay | None = None  # with exec and sound keys: the command and its loopback address
-    ownership_check: float = 2.0  # seconds between looks at the addresses; 0 = off (config_ownership)
+    ownership_check: float = 2.0  # seconds between looks at the addresses; 0 = off (stkconfig.ownership)
     ownership_hold: float = 10.0
     ownership_repair: bool = True
     language_code: str = LANGUAGE
     time_zone: str = "UTC"
+    site_time_zone: str = ""  # a site command's TZ: TIME_ZONE if the ini sets it, else the agent's start's
+    environment: EnvironmentSettings = field(default_factory=EnvironmentSettings)  # STK_DEBUG... (no ini key)
     source: str = "(defaults)"
     problems: list[Problem] = field(default_factory=list)
     warnings: list[Problem] = field(default_factory=list)  # said at start and by check; stop nothing (W1xx)
     origins: dict[str, str] = field(default_factory=dict)  # key -> where the file or environment gave it
-    values: dict[str, str] = field(default_factory=dict)  # every [stk] key as given, overrides applied
-    watched: list[WatchedPool] = field(default_factory=list)  # the [pool:<KMSN>] sections (config_pools)
+    actions: ActionConfig = field(default_factory=ActionConfig)  # VIP_*, AWS_*, OCI_*, AZURE_* (E014–E017)
+    watched: list[WatchedPool] = field(default_factory=list)  # the [pool:<KMSN>] sections (stkconfig.pools)
     ignored: list[str] = field(default_factory=list)  # keys of the file nobody reads (the old agent's own)
 
 
@@ -126,3 +134,9 @@ def draft() -> Any:
 def freeze(filled: Any) -> Config:
     """The `Config` a filled-in `draft()` describes."""
     return Config(**{f.name: getattr(filled, f.name) for f in fields(Config)})
+
+
+def take(filled: Any, section: object) -> None:
+    """Copy a parsed section's fields (named as `Config`'s) into a `draft()` being filled in."""
+    for name, value in vars(section).items():
+        setattr(filled, name, value)

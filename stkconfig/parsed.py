@@ -1,5 +1,5 @@
 """What some keys parse into: the typed parts of `Config` (`gate`, `notify`, `cloud`,
-`relay_exec`, `watched`). Pure values; the checks that make them live in
+`relay_exec`, `watched`, `etcd`, `smb`). Pure values; the checks that make them live in
 `stkrelay.config_*` (one module per concern)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ GATE_TIMEOUT = 1.0  # GATE_TIMEOUT's default, seconds
 
 @dataclass(frozen=True)
 class GateConfig:
-    """`GATE_CMD` / `GATE_FILE` / `GATE_TIMEOUT` / `GATE_MAX_AGE` (stkrelay.config_gate)."""
+    """`GATE_CMD` / `GATE_FILE` / `GATE_TIMEOUT` / `GATE_MAX_AGE` (stkconfig.gate)."""
 
     cmd: tuple[str, ...] = ()  # argv, never a shell
     file: str = ""
@@ -87,8 +87,30 @@ class ExecRelay:
 
 
 @dataclass(frozen=True)
+class SmbLogin:
+    """`SMB_PASSWORD` / `SMB_PASSWORD_FILE`: how an `smb://` lease dir's user logs in (the file is
+    read when the share is opened: `stkconfig.smburl.smb_password`)."""
+
+    password: str = ""
+    password_file: str = ""
+
+
+@dataclass(frozen=True)
+class EtcdSettings:
+    """`ETCD_*` with `LEASE_STORE = etcd` (stkrelay.config_store), and the `LEASE_POLL` an etcd pool
+    falls back on while its watch is down."""
+
+    endpoints: tuple[str, ...] = ()  # normalised http(s)://host:port
+    prefix: str = ""  # "": /stkrelay/<KMSN>/
+    ca: str = ""
+    cert: str = ""
+    key: str = ""
+    poll: float = 2.0
+
+
+@dataclass(frozen=True)
 class WatchedPool:
-    """One `[pool:<KMSN>]` section, checked (stkrelay.config_pools)."""
+    """One `[pool:<KMSN>]` section, checked (stkconfig.pools)."""
 
     kmsn: str
     lease_dir: str
@@ -96,7 +118,7 @@ class WatchedPool:
     pool_key: str
     share_timeout: float
     node: str
-    values: dict[str, str] = field(default_factory=dict)  # the section as given (backend options)
+    smb: SmbLogin = field(default_factory=SmbLogin)  # the section's SMB_PASSWORD(_FILE)
 
     # `PoolPlace.of()` reads the same attribute names as on the agent's own Config.
     @property

@@ -1,10 +1,11 @@
 """The declarative key table's row type, and what is made from the table.
 
-One `Key` per key of `[stk]` (`stkconfig.keys.KEYS`): its name, the kind of
-value it holds, its raw default, the range a number must fall in, the check
-ids that report a bad value, and its one-line meaning. From the table come:
+One `Key` per key of `[stk]` (`stkconfig.keys.KEYS`), and per variable the agent reads from
+its environment alone (`environment`: `STK_DEBUG`, named as the variable, never read from
+`stk.ini`): its name, the kind of value it holds, its raw default, the range a number must
+fall in, the check ids that report a bad value, and its one-line meaning. From the table come:
 
-- `DEFAULTS`: the raw value of every key before the file and `STK_<KEY>` apply;
+- `DEFAULTS`: the raw value of every `[stk]` key before the file and `STK_<KEY>` apply;
 - `number_spec`: the kind and range `config.load` checks a number against
   (E010 not a number, E011 out of range);
 - `readme_table` / `example_ini`: the configuration table of docs/configuration.md and
@@ -39,6 +40,7 @@ class Key:
     example: str | None = None  # the value stk.ini.example sets; None: shown commented, at its default
     row: str = ""  # the key whose docs table row this one shares (SMB_PASSWORD_FILE -> SMB_PASSWORD)
     doc: str = ""  # the meaning, one line of markdown (the row's first key only)
+    environment: bool = False  # an environment variable only (named as it is set), never a key of stk.ini
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -47,6 +49,8 @@ class Key:
             raise ValueError(f"{self.name}: a range needs a number")
         if bool(self.doc) == bool(self.row):
             raise ValueError(f"{self.name}: a row's first key has the doc, the others name that key")
+        if self.environment and (not self.name.startswith("STK_") or self.example is not None):
+            raise ValueError(f"{self.name}: an environment variable is named STK_..., never set in stk.ini")
 
     @property
     def is_family(self) -> bool:
@@ -57,8 +61,9 @@ class Key:
 
 
 def defaults(keys: Iterable[Key]) -> dict[str, str]:
-    """The raw value of every key (families excluded: their modules hold their own)."""
-    return {k.name: k.default for k in keys if not k.is_family}
+    """The raw value of every `[stk]` key (families excluded: their modules hold their own;
+    environment variables too: they are no key of the file)."""
+    return {k.name: k.default for k in keys if not k.is_family and not k.environment}
 
 
 def rows(keys: Iterable[Key]) -> list[list[Key]]:
@@ -78,6 +83,8 @@ def readme_table(keys: Iterable[Key]) -> str:
             if not row[0].is_family
             else ", ".join(f"`{k.name}`" for k in row)
         )
+        if row[0].environment:
+            names += " (environment, not `stk.ini`)"
         cells = [k.default_cell() for k in row]
         default = "—" if all(c == "—" for c in cells) else " / ".join(cells)
         lines.append(f"| {names} | {default} | {row[0].doc} |")
@@ -103,7 +110,7 @@ def example_ini(keys: Iterable[Key]) -> str:
     out = [EXAMPLE_HEAD, "[stk]"]
     out += [f"{k.name} = {k.example}" for k in table if k.example is not None]
     for row in rows(table):
-        rest = [k for k in row if k.example is None and not k.is_family]
+        rest = [k for k in row if k.example is None and not k.is_family and not k.environment]
         if not rest:
             continue
         out.append("")

@@ -10,7 +10,6 @@ child's `main(config, argv)`. So `relay/` never reads the configuration itself.
 from __future__ import annotations
 
 import logging.config
-import os
 import sys
 from collections.abc import Callable
 
@@ -33,7 +32,7 @@ def main(argv: list[str]) -> int:
         print(f"usage: python -m stkrelay.child {{{'|'.join(children)}}} [ARGS]", file=sys.stderr)
         return 2
     prog, run = children[argv[0]]
-    stk = config.load(check_dirs=os.environ.get("STK_SKIP_DIR_CHECKS") != "1")
+    stk = config.load(check_dirs=None)  # STK_SKIP_DIR_CHECKS=1: not on disk
     logging.config.dictConfig(logging_config(stk.log_format, stk.node, kmsn=stk.kmsn))
     if stk.problems:
         for problem in stk.problems:

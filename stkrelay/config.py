@@ -1,391 +1,110 @@
-"""Agent configuration: `stk.ini` section `[stk]`, overridden by `STK_<KEY>`.
+"""Agent configuration: `stk.ini` section `[stk]`, overridden by `STK_<KEY>`, and the agent's own
+`STK_*` environment variables: the loader.
 
-The keys, their defaults, ranges and meanings are the table in `stkconfig.keys`;
-the result is the frozen `stkconfig.model.Config`. This module reads the file and
-runs the checks, in four parts: the pool's identity and ports (`_identity`), the
-timing keys (`_timing`), what the agent serves (`_services`), and where the pool
-and this agent keep their files (`_places`).
+The keys, their defaults, ranges and meanings are the table in `stkconfig.keys`; the result
+is the frozen `stkconfig.model.Config`. `load()` reads the file (`stkrelay.config_file`,
+`stkrelay.config_ini`: E001, E002, E110–E112, warnings W110–W111), the environment variables
+(`stkconfig.environment`), then each section of `SECTIONS` in turn: one module each, one frozen
+dataclass each, made by `parse(raw, known, bad)` (`stkconfig.raw`), its fields copied into
+the `Config`. Most sections live in `stkconfig/` (identity, legacy, relay_keys, stations,
+entry, timing, eligibility, gate, redis_url, web, log_keys, events, beacons, ownership, i18n,
+actions, store, pools, places); those that need a module stkconfig may not import are here
+for now (`config_notify`: stkhost; `config_tls`: the web certificate; `config_cloud`: the
+wire's cloud key; `config_exec`: the site relay's launcher).
 
-`load()` never raises for bad values: it returns the config and a list of
-`Problem`s, each with a stable id, the key, and a hint. `runagent` (like
-`relayctl` and `runrelay`) refuses to start on any problem and prints one line
-per problem; `manage.py check` shows the same list as Django system checks.
-The panel's keys (`WEB_ALLOWED_HOSTS`, `WEB_TRUSTED_PROXIES`, `WEB_LOGIN_*`)
-and the secrets' strength are checked by `stkrelay.config_web` (E018–E020),
-the panel's transport (`WEB_PLAIN`, `TLS_CERT`, `TLS_KEY`) by `stkrelay.config_tls` (E057–E061),
-the beacon keys (`BEACON_*`) by `stkrelay.config_beacons` (E030–E032);
-the `[pool:<KMSN>]` sections of watched pools by `stkrelay.config_pools`
-(E025–E027, `Config.watched`);
-`LEASE_STORE` and the `ETCD_*` keys by `stkrelay.config_store` (E033–E036);
-the ratios between the timing keys by `stkrelay.config_timing` (E100–E103), the
-gate keys (`GATE_*`) by `stkrelay.config_gate` (E104–E108);
-the notification keys (`ON_ROLE_CHANGE*`, `WEBHOOK_*`) by `stkrelay.config_notify` (E180–E183);
-`RELAY_KIND`, `RELAY_EXEC`, `RELAY_EXEC_LISTEN` by `stkrelay.config_exec` (E070–E077);
-the ownership keys (`OWNERSHIP_*`) by `stkrelay.config_ownership` (E120–E122);
-the panel's `LANGUAGE_CODE` and `TIME_ZONE` by `stkrelay.config_i18n` (E150–E151);
-`RELAY_HOST` (where this PC's stations dial) by `stkrelay.config_stations` (E113).
-The file itself is read by `stkrelay.config_file` and `stkrelay.config_ini` (E001, E002,
-E110–E112, and the warnings W110–W111, `Config.warnings`).
-
-The leader-action keys (`VIP_*`, `AWS_*`, `OCI_*`, `AZURE_*`) are read by
-`elections.core.actions.action_config`; its problems come back here with one id
-per executor family (`ACTION_IDS`), so a bad address stops start-up instead of
-leaving that executor silently off.
+`load()` never raises for bad values: it returns the config and a list of `Problem`s, each
+with a stable id, the key, and a hint. `runagent` (like `relayctl` and `runrelay`) refuses
+to start on any problem and prints one line per problem; `manage.py check` shows the same
+list as Django system checks. Nothing below the loader reads a raw value or the environment
+(`tests/test_config_contract.py`).
 """
 
 from __future__ import annotations
 
-import ipaddress
 import os
-import tempfile
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
+from dataclasses import replace
+from typing import Any, Protocol
 
-from elections.core.action_config import ACTION_DEFAULTS, action_config
-from elections.ports.share.smburl import SmbUrlError, is_smb, parse_smb_url, smb_password
-from stkconfig.keys import BY_NAME, DEFAULTS
-from stkconfig.model import Config, Problem, draft, freeze
-from stkrelay import (
-    config_beacons,
-    config_cloud,
-    config_entry,
-    config_file,
-    config_gate,
-    config_i18n,
-    config_legacy,
-    config_libraries,
-    config_notify,
-    config_ownership,
-    config_pools,
-    config_stations,
-    config_store,
-    config_timing,
-    config_tls,
-    config_web,
+from elections.core.action_config import ACTION_DEFAULTS
+from stkconfig import (
+    actions,
+    beacons,
+    eligibility,
+    entry,
+    environment,
+    events,
+    gate,
+    i18n,
+    identity,
+    legacy,
+    log_keys,
+    ownership,
+    places,
+    pools,
+    redis_url,
+    relay_keys,
+    said,
+    stations,
+    store,
+    timing,
+    web,
 )
-from stkrelay.config_exec import check_exec
+from stkconfig.actions import ACTION_IDS
+from stkconfig.bad import Bad
+from stkconfig.keys import DEFAULTS
+from stkconfig.model import Config, Problem, draft, freeze, take
+from stkconfig.raw import Raw
+from stkrelay import (
+    config_cloud,
+    config_exec,
+    config_file,
+    config_legacy,
+    config_notify,
+    config_tls,
+)
+from stkrelay.django_said import django_translation
 
 __all__ = ["ACTION_IDS", "DEFAULTS", "Config", "Problem", "load"]
-
-ACTION_IDS: dict[str, str] = {  # key prefix -> id, for the leader-action problems
-    "VIP": "stkrelay.E014",
-    "AWS": "stkrelay.E015",
-    "OCI": "stkrelay.E016",
-    "AZURE": "stkrelay.E017",
-}
-KINDS: dict[str, type] = {"int": int, "float": float}
-Bad = Callable[[str, str, str, str], None]
-Number = Callable[..., Any]  # load's number(key[, kind, low, high])
+said.translate_with(django_translation)  # a problem's words in the panel's language, once Django is up
 
 
-def load(ini_path: str | None = None, env: dict[str, str] | None = None, check_dirs: bool = True) -> Config:
+class Section(Protocol):
+    """A section's parser (`stkconfig.raw`): its frozen section, every bad value said."""
+
+    def __call__(self, raw: Raw, known: Any, bad: Bad) -> object: ...
+
+
+SECTIONS: tuple[Section, ...] = (
+    identity.parse, legacy.parse, relay_keys.parse, stations.parse, entry.parse, timing.parse,
+    eligibility.parse, gate.parse, config_notify.parse, redis_url.parse, web.parse, config_tls.parse,
+    log_keys.parse, events.parse, config_cloud.parse, beacons.parse, config_exec.parse, ownership.parse,
+    i18n.parse, actions.parse, store.parse, pools.parse, places.parse,
+)  # fmt: skip
+
+
+def load(
+    ini_path: str | None = None, env: dict[str, str] | None = None, check_dirs: bool | None = True
+) -> Config:
+    """The agent's configuration from `ini_path` (else `STK_INI`) and `env` (else this process's);
+    `check_dirs`: look at LEASE_DIR and DATA_DIR on disk (None: unless `STK_SKIP_DIR_CHECKS=1`)."""
     env = dict(os.environ if env is None else env)
     known = set(DEFAULTS) | set(ACTION_DEFAULTS)
     got = config_file.read(ini_path, env, known)
-    values, problems, pools = got.values, got.problems, got.pools
+    problems = got.problems
     cfg = draft()
-    cfg.source, cfg.problems, cfg.values, cfg.warnings = got.source, problems, values, got.warnings
+    cfg.source, cfg.problems, cfg.warnings = got.source, problems, got.warnings
     cfg.origins = got.origins
     cfg.ignored = config_legacy.ignored_keys(got.given, known)
 
     def bad(pid: str, key: str, message: str, hint: str) -> None:
         problems.append(Problem(pid, key, message, hint))
 
-    def number(
-        key: str, kind: type | None = None, low: float | None = None, high: float | None = None
-    ) -> Any:
-        """The key's value as a number within its range (the table's, unless given), else None
-        and E010 (not a number) or E011 (out of range)."""
-        row = BY_NAME[key]
-        kind = kind or KINDS[row.kind]
-        low, high = (low, high) if low is not None and high is not None else row.range  # type: ignore[misc]
-        text = values[key]
-        try:
-            value = kind(text)
-        except ValueError:
-            bad("stkrelay.E010", key, f"{text!r} is not a number", f"set {key} to a number")
-            return None
-        if not low <= value <= high:
-            bad("stkrelay.E011", key, f"{value} is out of range", f"use {low:g}..{high:g}")
-            return None
-        return value
+    raw = Raw(got.values, env, pools=got.pools)
+    take(cfg, environment.parse(raw, cfg, bad))  # first: STK_SKIP_DIR_CHECKS says whether to look at disk
+    check_dirs = not cfg.environment.skip_dir_checks if check_dirs is None else check_dirs
+    raw = replace(raw, check_dirs=check_dirs)
 
-    _identity(cfg, values, bad, number)
-    _timing(cfg, values, bad, number)
-    _services(cfg, values, env, check_dirs, bad, number)
-    _places(cfg, values, pools, check_dirs, bad)
-    _unit_state(cfg, env, bad)
+    for section in SECTIONS:  # in this order: each reads what those before it made (its Known)
+        take(cfg, section(raw, cfg, bad))
     cfg.problems = [config_file.where_else(p, got.elsewhere) for p in problems]
     return freeze(cfg)
-
-
-def _identity(cfg: Any, values: dict[str, str], bad: Bad, number: Number) -> None:
-    """Who this agent is in which pool, its secrets, and its relay's and panel's ports."""
-    cfg.kmsn = values["KMSN"]
-    cfg.station = values["STATION"]
-    cfg.node = values["NODE"] or cfg.station
-    if not cfg.kmsn:
-        bad("stkrelay.E003", "KMSN", "is not set", "set KMSN to the site's id, e.g. 9999-9999-99-99")
-    if not cfg.station:
-        bad("stkrelay.E003", "STATION", "is not set", "set STATION to this agent's station, e.g. S001")
-    cfg.relay_token = values["RELAY_TOKEN"]
-    if not cfg.relay_token:
-        bad("stkrelay.E004", "RELAY_TOKEN", "is missing",
-            "set the site's shared secret (the same on every agent of the KMSN)")  # fmt: skip
-    cfg.pool_key = values["POOL_KEY"] or cfg.relay_token
-    cfg.relay_station_keys_only = _flag(values["RELAY_STATION_KEYS_ONLY"], False)
-    cfg.relay_legacy, cfg.relay_legacy_magic, cfg.relay_legacy_wait = config_legacy.check(values, _flag, bad)
-    per_address = number("RELAY_MAX_PER_ADDRESS")
-    cfg.relay_max_per_address = per_address if per_address is not None else 0
-    cfg.relay_loopback = _loopback(values["RELAY_LOOPBACK"], bad)
-    cfg.relay_forward = _forward(values["RELAY_FORWARD"], bad)
-    cfg.relay_host = config_stations.relay_host(values["RELAY_HOST"], bad)
-    try:
-        cfg.node_ip = str(ipaddress.ip_address(values["NODE_IP"]))
-    except ValueError:
-        bad("stkrelay.E005", "NODE_IP", f"{values['NODE_IP']!r} is not an IP address",
-            "set the agent's LAN address, e.g. 192.168.1.10")  # fmt: skip
-    for key, attr in (("RELAY_PORT", "relay_port"), ("WEB_PORT", "web_port")):
-        value = number(key)
-        if value is not None:
-            setattr(cfg, attr, value)
-    if cfg.web_port in (cfg.relay_port, cfg.relay_port + 1):
-        bad("stkrelay.E006", "WEB_PORT", f"{cfg.web_port} collides with the relay ports",
-            f"RELAY_PORT uses {cfg.relay_port} and {cfg.relay_port + 1}")  # fmt: skip
-    taken = (cfg.relay_port, cfg.relay_port + 1, cfg.web_port)
-    cfg.entry, cfg.entry_listen = config_entry.check(values, _flag, bad, cfg.node_ip, taken)
-
-
-def _timing(cfg: Any, values: dict[str, str], bad: Bad, number: Number) -> None:
-    """The lease's timing (E007/E008 here, the ratios in config_timing), the relay's frame and
-    keepalive, and what decides who leads: health, gate, priority; and the notifications."""
-    timing = {key: number(key) for key in ("LEASE_TTL", "LEASE_RENEW", "LEASE_POLL", "RENEW_DEADLINE")}
-    cfg.lease_ttl = timing["LEASE_TTL"] or cfg.lease_ttl
-    cfg.lease_renew = timing["LEASE_RENEW"] or cfg.lease_renew
-    cfg.lease_poll = timing["LEASE_POLL"] or cfg.lease_poll
-    cfg.renew_deadline = timing["RENEW_DEADLINE"] or cfg.renew_deadline
-    if None not in timing.values():
-        _check_deadline(cfg, bad)
-    frame = number("RELAY_MAX_FRAME")
-    cfg.relay_max_frame = frame or cfg.relay_max_frame
-    keep = number("RELAY_KEEPALIVE")
-    cfg.relay_keepalive = keep or cfg.relay_keepalive
-    if not values["HEARTBEAT_TTL"]:
-        values["HEARTBEAT_TTL"] = str(cfg.lease_ttl)
-    hb = number("HEARTBEAT_TTL")
-    cfg.heartbeat_ttl = hb if hb is not None else cfg.lease_ttl
-    hold = number("PROMOTION_HOLD")
-    cfg.promotion_hold = hold if hold is not None else cfg.promotion_hold
-    watch = number("LEASE_WATCH")
-    cfg.lease_watch = watch if watch is not None else cfg.lease_watch
-    # A share operation that outlasts the renew deadline cannot keep a leader
-    # acting: the relay's and the executors' gates read the deadline themselves.
-    share = number("SHARE_TIMEOUT")
-    cfg.share_timeout = share if share is not None else cfg.share_timeout
-    prio = number("PRIORITY")
-    cfg.priority = prio if prio is not None else cfg.priority
-    cfg.health_cmd = values["HEALTH_CMD"]
-    cfg.health_url = values["HEALTH_URL"]
-    cfg.gate = config_gate.parse(values, cfg.lease_renew, bad, number)
-    cfg.notify = config_notify.parse(values, bad, number)
-    if None not in (*timing.values(), hb, watch):  # each valid alone: now how they stand together
-        config_timing.check(cfg, bad)
-    cfg.relay_attests = _flag(values["RELAY_ATTESTS"], True)
-
-
-def _check_deadline(cfg: Any, bad: Bad) -> None:
-    """E007/E008: LEASE_TTL > RENEW_DEADLINE > LEASE_RENEW."""
-    if cfg.lease_ttl <= cfg.lease_renew:
-        bad("stkrelay.E007", "LEASE_TTL",
-            f"{cfg.lease_ttl:g} must be greater than LEASE_RENEW={cfg.lease_renew:g}",
-            "e.g. LEASE_TTL=10 with LEASE_RENEW=3")  # fmt: skip
-    if cfg.renew_deadline >= cfg.lease_ttl:
-        bad("stkrelay.E008", "RENEW_DEADLINE",
-            f"{cfg.renew_deadline:g} must be less than LEASE_TTL={cfg.lease_ttl:g}",
-            "the old leader must stop before anyone may take over")  # fmt: skip
-    if cfg.renew_deadline <= cfg.lease_renew:
-        bad("stkrelay.E008", "RENEW_DEADLINE",
-            f"{cfg.renew_deadline:g} must be greater than LEASE_RENEW={cfg.lease_renew:g}",
-            "allow at least one late renewal")  # fmt: skip
-
-
-def _services(
-    cfg: Any, values: dict[str, str], env: dict[str, str], check_dirs: bool, bad: Bad, number: Number
-) -> None:
-    """Redis, the panel, logs and events, the cloud tunnel, beacons, an external relay, the
-    leader's addresses and the panel's language and zone."""
-    cfg.redis_url = values["REDIS_URL"]
-    if not cfg.redis_url.startswith(("redis://", "rediss://", "unix://")):
-        bad("stkrelay.E009", "REDIS_URL", f"{cfg.redis_url!r} is not a redis:// URL",
-            "use this agent's local Redis, e.g. redis://127.0.0.1:6379/0")  # fmt: skip
-    _web(cfg, values, bad, number)
-    cfg.web_plain = _flag(values["WEB_PLAIN"], False)
-    cfg.tls_cert, cfg.tls_key = config_tls.check(values, cfg.web_plain, check_dirs, bad)
-    _logs(cfg, values, bad, number)
-    _events(cfg, values, bad, number)
-    config_cloud.check(cfg, values, bad)
-    cfg.beacon_interval = config_beacons.parse_interval(values["BEACON_INTERVAL"], cfg.lease_renew, bad)
-    config_beacons.check_serving(cfg.beacon_interval, cfg.lease_ttl, bad)
-    cfg.beacon_port = config_beacons.parse_port(values["BEACON_PORT"], cfg.relay_port, cfg.web_port, bad)
-    cfg.beacon_peers = config_beacons.parse_peers(values["BEACON_PEERS"], bad)
-    check_exec(cfg, values, bad, check_dirs)
-    cfg.ownership_check, cfg.ownership_hold, cfg.ownership_repair = config_ownership.parse(
-        values, cfg.lease_ttl, cfg.renew_deadline, bad
-    )
-    cfg.language_code = config_i18n.parse_language(values["LANGUAGE_CODE"], bad)
-    cfg.time_zone = config_i18n.parse_time_zone(values["TIME_ZONE"], bad, env)
-    for err in action_config(values)[1]:
-        bad(ACTION_IDS[err.key.partition("_")[0]], err.key, err.message, err.hint)
-
-
-def _places(
-    cfg: Any, values: dict[str, str], pools: dict[str, dict[str, str]], check_dirs: bool, bad
-) -> None:
-    """The pool's store (a share or etcd), the watched pools, and this agent's DATA_DIR."""
-    config_store.check_store(cfg, values, bad)
-    cfg.lease_dir = values["LEASE_DIR"]
-    cfg.watched = config_pools.parse(pools, cfg.kmsn, cfg.node, cfg.lease_dir, cfg.share_timeout, bad)
-    cfg.data_dir = values["DATA_DIR"] or str(Path.home() / ".stkrelay" / (cfg.node or "agent"))
-    if is_smb(cfg.lease_dir):
-        _check_smb(values, bad)
-    uses_smb = (cfg.lease_store == "file" and is_smb(cfg.lease_dir)) or any(
-        is_smb(w.lease_dir) for w in cfg.watched
-    )
-    config_libraries.check_libraries(uses_smb, cfg.lease_store == "etcd", bad)
-    if check_dirs and cfg.lease_store == "file" and not is_smb(cfg.lease_dir):  # etcd: nothing on a share
-        hint = "mount the site's share and point LEASE_DIR at its socket folder (W:\\socket)"
-        _check_dir(cfg.lease_dir, "LEASE_DIR", "stkrelay.E012", bad, hint)
-    if check_dirs:
-        try:
-            Path(cfg.data_dir).mkdir(mode=0o700, parents=True, exist_ok=True)  # this user's only
-        except OSError:
-            pass  # reported just below
-        _check_dir(
-            cfg.data_dir, "DATA_DIR", "stkrelay.E013", bad, "point DATA_DIR at a writable local folder"
-        )
-
-
-def _unit_state(cfg: Any, env: dict[str, str], bad: Bad) -> None:
-    """Under systemd, DATA_DIR is the unit's state directory (one data folder: stkrelay.agent_data)."""
-    from stkrelay.config_state import NOT_THE_UNITS_ID, not_the_units
-
-    why = not_the_units(cfg.data_dir, env.get("STATE_DIRECTORY"))
-    if why:
-        state = env["STATE_DIRECTORY"].split(":")[0]
-        hint = f"set DATA_DIR = {state} in the ini (relayctl and stkuser read it there too)"
-        bad(NOT_THE_UNITS_ID, "DATA_DIR", why, hint)
-
-
-def _web(cfg: Any, values: dict[str, str], bad: Bad, number: Number) -> None:
-    """The panel's keys (stkrelay/config_web.py) and the strength of the site's secrets."""
-    config_web.check_secrets(values, bad)
-    cfg.web_allowed_hosts = config_web.parse_allowed_hosts(values["WEB_ALLOWED_HOSTS"], bad)
-    cfg.web_trusted_proxies = config_web.parse_trusted_proxies(values["WEB_TRUSTED_PROXIES"], bad)
-    config_web.check_retired_forwarded_for(values, bad)
-    per_address = number("WEB_LOGIN_ADDRESS_FAILURES")
-    cfg.web_login_address_failures = per_address or cfg.web_login_address_failures
-    rate = number("WEB_LOGIN_FAILURES_PER_S")
-    cfg.web_login_failures_per_s = rate or cfg.web_login_failures_per_s
-    burst = number("WEB_LOGIN_BURST")
-    cfg.web_login_burst = burst or cfg.web_login_burst
-    ws_bounds = config_web.parse_ws_bounds(values, cfg.relay_max_frame, bad)
-    cfg.web_ws_max_buffer, cfg.web_ws_max_messages = ws_bounds
-
-
-def _logs(cfg: Any, values: dict[str, str], bad: Bad, number: Number) -> None:
-    """LOG_FORMAT (E021) and the rotation of the agent's files in DATA_DIR."""
-    fmt = values["LOG_FORMAT"].lower()
-    if fmt in ("text", "json"):
-        cfg.log_format = fmt
-    else:
-        bad("stkrelay.E021", "LOG_FORMAT", f"{values['LOG_FORMAT']!r} is not a log format",
-            "use text or json")  # fmt: skip
-    size = number("LOG_MAX_BYTES")
-    cfg.log_max_bytes = size or cfg.log_max_bytes
-    backups = number("LOG_BACKUPS")
-    cfg.log_backups = backups or cfg.log_backups
-
-
-def _events(cfg: Any, values: dict[str, str], bad: Bad, number: Number) -> None:
-    """The retention of this member's event files (E041 when it cannot hold one segment)."""
-    segment = number("EVENTS_SEGMENT_BYTES")  # readers read at most 64 MiB of one
-    cfg.events_segment_bytes = segment or cfg.events_segment_bytes
-    keep = number("EVENTS_KEEP_BYTES")
-    cfg.events_keep_bytes = keep or cfg.events_keep_bytes
-    days = number("EVENTS_KEEP_DAYS")
-    cfg.events_keep_days = days or cfg.events_keep_days
-    if cfg.events_keep_bytes < 2 * cfg.events_segment_bytes:
-        bad("stkrelay.E041", "EVENTS_KEEP_BYTES",
-            f"{cfg.events_keep_bytes} must be at least twice EVENTS_SEGMENT_BYTES={cfg.events_segment_bytes}",
-            "keep the active file and at least one sealed segment")  # fmt: skip
-
-
-LOOPBACK_WORDS = {"auto": "auto", "on": "on", "1": "on", "yes": "on", "off": "off", "0": "off", "no": "off"}
-
-
-def _loopback(text: str, bad) -> str:
-    """RELAY_LOOPBACK (E090): whether the relay listens on 127.0.0.1 besides NODE_IP."""
-    return _word(text, LOOPBACK_WORDS, "auto", bad, "stkrelay.E090", "RELAY_LOOPBACK", "auto, on or off",
-                 "auto (127.0.0.1 unless NODE_IP is a loopback address), on, or off")  # fmt: skip
-
-
-FORWARD_WORDS = {"loopback": "loopback", "on": "loopback", "1": "loopback", "yes": "loopback", "lan": "lan",
-                 "off": "off", "0": "off", "no": "off"}  # fmt: skip
-
-
-def _forward(text: str, bad) -> str:
-    """RELAY_FORWARD (E091): where the station door takes connections for the leader's relay."""
-    return _word(text, FORWARD_WORDS, "loopback", bad, "stkrelay.E091", "RELAY_FORWARD",
-                 "loopback, lan or off",
-                 "loopback (127.0.0.1 on every member), lan (also a follower's NODE_IP), or off")  # fmt: skip
-
-
-def _word(
-    text: str, words: dict[str, str], default: str, bad, id: str, key: str, shown: str, hint: str
-) -> str:
-    """One of a key's `words` (any case), or `default` with the problem `id` said."""
-    mode = words.get(text.strip().lower())
-    if mode is None:
-        bad(id, key, f"{text!r} is not {shown}", hint)
-        return default
-    return mode
-
-
-def _flag(text: str, default: bool) -> bool:
-    """An ini boolean: 0/no/false/off are false, any other text true, empty the default."""
-    return default if not text else text.lower() not in ("0", "no", "false", "off")
-
-
-def _check_smb(values: dict[str, str], bad) -> None:
-    """An smb:// LEASE_DIR (E012) and its password (E022), without touching the
-    network: the share is checked by `relayctl doctor` and by the agent itself."""
-    try:
-        url = parse_smb_url(values["LEASE_DIR"])
-    except SmbUrlError as exc:
-        bad("stkrelay.E012", "LEASE_DIR", str(exc), "use smb://[user@]host[:port]/share/folder")
-        return
-    try:
-        password = smb_password(values)
-    except SmbUrlError as exc:
-        bad("stkrelay.E022", "SMB_PASSWORD_FILE", str(exc), "name a file this agent can read")
-        return
-    if url.user and not password:
-        bad("stkrelay.E022", "SMB_PASSWORD", f"is not set for {url.user}@{url.host}",
-            "set SMB_PASSWORD, or SMB_PASSWORD_FILE naming a file that holds it")  # fmt: skip
-
-
-def _check_dir(path: str, key: str, pid: str, bad, hint: str) -> None:
-    if not path:
-        bad(pid, key, "is not set", hint)
-        return
-    if not os.path.isdir(path):
-        bad(pid, key, f"{path} is not a directory", hint)
-        return
-    try:
-        fd, probe = tempfile.mkstemp(prefix=".stk-probe-", dir=path)
-        os.close(fd)
-        os.unlink(probe)
-        os.listdir(path)
-    except OSError as exc:
-        bad(pid, key, f"{path} is not readable and writable ({exc.strerror})", hint)

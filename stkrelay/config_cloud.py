@@ -19,14 +19,30 @@ Reports through `bad(id, key, message, hint)` like `config.load`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Protocol
 
 from relay.wire.auth import cloud_key
+from stkconfig.bad import Bad
 from stkconfig.parsed import CloudURL
+from stkconfig.raw import Raw
 from stkconfig.strength import secret_weakness
 
-Bad = Callable[[str, str, str, str], None]
+
+@dataclass(frozen=True)
+class Cloud:
+    cloud_url: str = ""
+    cloud_token: str = ""
+    cloud: CloudURL | None = None  # CLOUD_URL parsed; None when no tunnel is wanted
+    clouds: tuple[CloudURL, ...] = ()  # every URL of a comma-separated CLOUD_URL, cloud first
+
+
+class CloudNeeds(Protocol):
+    """What the cloud keys read of the sections before them."""
+
+    kmsn: str
+    relay_token: str
+    pool_key: str
 
 
 def parse_cloud_url(text: str) -> CloudURL | str:
@@ -48,15 +64,15 @@ def parse_cloud_url(text: str) -> CloudURL | str:
     return CloudURL(url.scheme, url.hostname, port or default, url.path or "/")
 
 
-def check(cfg: Any, values: dict[str, str], bad: Bad) -> None:
-    """Set `cfg.cloud_url`, `cfg.cloud_token` and, with both sound, `cfg.cloud`."""
-    cfg.cloud_url, cfg.cloud_token = values["CLOUD_URL"], values["CLOUD_TOKEN"]
-    if not cfg.cloud_url:
-        if cfg.cloud_token:
+def parse(raw: Raw, known: CloudNeeds, bad: Bad) -> Cloud:
+    """`CLOUD_URL` and `CLOUD_TOKEN` (E028, E029, E055); with both sound, the tunnel's nodes."""
+    url_text, token = raw.text("CLOUD_URL"), raw.text("CLOUD_TOKEN")
+    if not url_text:
+        if token:
             bad("stkrelay.E028", "CLOUD_URL", "is not set but CLOUD_TOKEN is",
                 "set CLOUD_URL to the cloud relay's tunnel port, e.g. tcp://cloud.example:9542")  # fmt: skip
-        return
-    urls = [parse_cloud_url(text.strip()) for text in cfg.cloud_url.split(",")]
+        return Cloud(url_text, token)
+    urls = [parse_cloud_url(text.strip()) for text in url_text.split(",")]
     for parsed in urls:
         if isinstance(parsed, str):
             bad("stkrelay.E028", "CLOUD_URL", parsed,
@@ -65,17 +81,18 @@ def check(cfg: Any, values: dict[str, str], bad: Bad) -> None:
             bad("stkrelay.E028", "CLOUD_URL", f"{parsed.scheme}:// tunnels are not supported yet",
                 "use tcp://host:TUNNEL_PORT")  # fmt: skip
     sound = all(isinstance(u, CloudURL) and u.scheme == "tcp" for u in urls)
-    if not cfg.cloud_token or secret_weakness(cfg.cloud_token):
-        why = secret_weakness(cfg.cloud_token) if cfg.cloud_token else "is missing"
+    if not token or secret_weakness(token):
+        why = secret_weakness(token) if token else "is missing"
         bad("stkrelay.E029", "CLOUD_TOKEN", why,
             "set the CLOUD_TOKEN of this site's [site:<KMSN>] section in the cloud's cloud.ini (the same "
             "long random secret)")  # fmt: skip
-    elif cfg.cloud_token in (cfg.relay_token, cfg.pool_key):
+    elif token in (known.relay_token, known.pool_key):
         bad("stkrelay.E029", "CLOUD_TOKEN", "is the same as RELAY_TOKEN or POOL_KEY",
             "the cloud must not hold a site key: choose a separate secret")  # fmt: skip
-    elif cfg.pool_key and cfg.cloud_token.strip().lower() == cloud_key(cfg.pool_key, cfg.kmsn):
+    elif known.pool_key and token.strip().lower() == cloud_key(known.pool_key, known.kmsn):
         bad("stkrelay.E055", "CLOUD_TOKEN", "is the site's lease key (relayctl cloud-key)",
             "then a CLOUD_TOKEN holder signs leases the cloud believes: choose another secret")  # fmt: skip
     elif sound:  # a tunnel only with both keys and every URL sound
-        cfg.clouds = tuple(u for u in urls if isinstance(u, CloudURL))
-        cfg.cloud = cfg.clouds[0]
+        clouds = tuple(u for u in urls if isinstance(u, CloudURL))
+        return Cloud(url_text, token, clouds[0], clouds)
+    return Cloud(url_text, token)

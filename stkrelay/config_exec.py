@@ -30,13 +30,14 @@ import os
 import shlex
 import shutil
 import string
-from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Protocol
 
 from relay.server.site_relay import source_of
+from stkconfig.bad import Bad
 from stkconfig.parsed import ExecRelay
+from stkconfig.raw import Raw
 
-Bad = Callable[[str, str, str, str], None]
 KINDS = ("builtin", "exec")
 PLACEHOLDERS = ("host", "port", "passthrough_port", "epoch", "kmsn")
 PORT_OFFSET = 10  # RELAY_EXEC_LISTEN's default port: RELAY_PORT + 10
@@ -53,29 +54,50 @@ def placeholders(word: str) -> list[str]:
     ]
 
 
-def check_exec(cfg: Any, values: dict[str, str], bad: Bad, check_dirs: bool = True) -> None:
-    """Set `cfg.relay_kind` and, with `exec` and sound keys, `cfg.relay_exec`."""
-    kind = values["RELAY_KIND"].strip().lower() or "builtin"
-    cfg.relay_kind = kind
+@dataclass(frozen=True)
+class RelayKind:
+    relay_kind: str = "builtin"  # or exec
+    relay_exec: ExecRelay | None = None  # with exec and sound keys: the command and its loopback address
+
+
+class ExecNeeds(Protocol):
+    """What the external relay's keys read of the sections before them."""
+
+    relay_port: int
+    web_port: int
+    beacon_port: int
+    cloud_url: str
+
+
+def parse(raw: Raw, known: ExecNeeds, bad: Bad) -> RelayKind:
+    """`RELAY_KIND` and, with `exec` and sound keys, the command and where it listens."""
+    kind = raw.text("RELAY_KIND").strip().lower() or "builtin"
     if kind not in KINDS:
-        bad("stkrelay.E070", "RELAY_KIND", f"{values['RELAY_KIND']!r} is not a relay kind",
+        bad("stkrelay.E070", "RELAY_KIND", f"{raw.text('RELAY_KIND')!r} is not a relay kind",
             "use builtin (stkrelay's relay) or exec (the site's own relay, RELAY_EXEC)")  # fmt: skip
-        cfg.relay_kind = "builtin"
-        return
-    line = values["RELAY_EXEC"].strip()
+        return RelayKind("builtin")
     if kind == "builtin":
-        if line:
-            bad("stkrelay.E071", "RELAY_EXEC", "is set but RELAY_KIND is builtin, so it would never run",
-                "set RELAY_KIND = exec to run it, or remove RELAY_EXEC")  # fmt: skip
-        return
+        _builtin(raw, bad)
+        return RelayKind(kind)
+    return RelayKind(kind, _exec(raw, known, bad))
+
+
+def _builtin(raw: Raw, bad: Bad) -> None:
+    if raw.text("RELAY_EXEC").strip():
+        bad("stkrelay.E071", "RELAY_EXEC", "is set but RELAY_KIND is builtin, so it would never run",
+            "set RELAY_KIND = exec to run it, or remove RELAY_EXEC")  # fmt: skip
+
+
+def _exec(raw: Raw, cfg: ExecNeeds, bad: Bad) -> ExecRelay | None:
+    line, check_dirs = raw.text("RELAY_EXEC").strip(), raw.check_dirs
     if not line:
         bad("stkrelay.E071", "RELAY_EXEC", "is not set but RELAY_KIND is exec",
             "set RELAY_EXEC to the site's relay command, e.g. /opt/stk/relay --port {port}")  # fmt: skip
-        return
+        return None
     argv = _split(line, bad)
-    listen = _listen(values["RELAY_EXEC_LISTEN"], cfg.relay_port, bad)
+    listen = _listen(raw.text("RELAY_EXEC_LISTEN"), cfg.relay_port, bad)
     if argv is None or listen is None:
-        return
+        return None
     host, port = listen
     taken = {
         cfg.relay_port: "RELAY_PORT", cfg.relay_port + 1: "RELAY_PORT + 1 (passthrough)",
@@ -86,22 +108,22 @@ def check_exec(cfg: Any, values: dict[str, str], bad: Bad, check_dirs: bool = Tr
         example = f"{host}:{cfg.relay_port + PORT_OFFSET}"
         bad("stkrelay.E075", "RELAY_EXEC_LISTEN", f"{host}:{port} (and :{port + 1}): {'; '.join(clashes)}",
             f"the proxy listens on RELAY_PORT and RELAY_PORT + 1; e.g. {example}")  # fmt: skip
-        return
+        return None
     if cfg.cloud_url:
         bad("stkrelay.E076", "RELAY_KIND", "exec cannot carry the cloud tunnel (CLOUD_URL)",
             "the tunnel needs the built-in relay's routing: builtin, or no CLOUD_URL")  # fmt: skip
-        return
+        return None
     if check_dirs and not _findable(argv[0]):
         bad("stkrelay.E077", "RELAY_EXEC", f"program {argv[0]!r} is not found or not executable",
             "give the full path of the site's relay binary (quote a path with spaces)")  # fmt: skip
-        return
+        return None
     source = source_of(argv)  # the site's relay_server.py through stkrelay-site-relay
     if check_dirs and source is not None and not (os.path.isfile(source) and os.access(source, os.R_OK)):
         bad("stkrelay.E078", "RELAY_EXEC", f"the site relay source {source!r} is not a readable file",
             "mount the site's Relay folder into the image (e.g. -v W:\\Relay:/site/Relay:ro) and name "
             "its relay_server.py right after stkrelay-site-relay")  # fmt: skip
-        return
-    cfg.relay_exec = ExecRelay(tuple(argv), host, port)
+        return None
+    return ExecRelay(tuple(argv), host, port)
 
 
 def _split(line: str, bad: Bad) -> list[str] | None:

@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 
 from stkconfig.keys import COMMAND_KEYS, DEFAULTS, SECRET_KEYS
 from stkconfig.model import Problem
-from stkrelay import config_ini, config_legacy, config_pools
-from stkrelay.config_said import Said, gettext_noop
+from stkconfig.said import Said, gettext_noop
+from stkrelay import config_ini, config_legacy
 
 SHOWN = 8  # sections, and keys of one section, named in one line
+SECTION_PREFIX = "pool:"  # [pool:<KMSN>]: a watched pool (stkconfig.pools)
 OTHERS_READ = stat.S_IRGRP | stat.S_IROTH
 
 
@@ -67,7 +68,7 @@ def _read_file(path: str, got: FileValues, known: set[str]) -> None:
     got.problems += problems
     if ini is None:
         return
-    got.pools = config_pools.sections(ini)
+    got.pools = pool_sections(ini)
     found = config_legacy.stk_values(ini)
     if found is None:
         got.problems.append(Problem(
@@ -84,6 +85,15 @@ def _read_file(path: str, got: FileValues, known: set[str]) -> None:
     _secrets_at_rest(path, ini, got)
 
 
+def pool_sections(ini: config_ini.IniFile) -> dict[str, dict[str, str]]:
+    """The `[pool:<KMSN>]` sections of a read ini (`config_ini`: keys upper-cased, values read)."""
+    out = {}
+    for name, keys in ini.sections.items():
+        if name != config_ini.TOP and name.lower().startswith(SECTION_PREFIX):
+            out[name[len(SECTION_PREFIX) :].strip()] = {k: v for k, (v, _) in keys.items()}
+    return out
+
+
 def _origins(ini: config_ini.IniFile) -> dict[str, tuple[str, str]]:
     """key -> (value, where) for the keys the agent reads: the headerless ones, then `[stk]`."""
     out = {k: (v, f"line {n}") for k, (v, n) in ini.sections[config_ini.TOP].items()}
@@ -96,7 +106,7 @@ def _elsewhere(ini: config_ini.IniFile, got: FileValues, known: set[str]) -> Non
     """W110 per section holding keys of ours that the file gives nowhere the agent reads."""
     read_here = {config_ini.TOP, *ini.named("stk")}
     for name, keys in ini.sections.items():
-        if name in read_here or name.lower().startswith(config_pools.SECTION_PREFIX):
+        if name in read_here or name.lower().startswith(SECTION_PREFIX):
             continue
         ours = {k: n for k, (_, n) in keys.items() if k in known and k not in got.given}
         if not ours:

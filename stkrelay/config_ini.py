@@ -32,7 +32,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from stkconfig.model import Problem
-from stkrelay.config_said import Said, gettext_noop
+from stkconfig.said import Said, gettext_noop
 
 TOP = "__top__"  # the keys before any section header
 ENCODING, LINE, SECRET = "stkrelay.E110", "stkrelay.E111", "stkrelay.E112"

@@ -1,6 +1,6 @@
 """The site as it is (issue 19): old stations on the relay, and the old agent's stk.ini.
 
-Keys (docs/relay.md, "Legacy stations"):
+Keys (docs/relay.md, "Legacy stations"; checked by the `legacy` section, `stkconfig.legacy`):
 
 - `RELAY_LEGACY` (0|1, default 0): the built-in relay also accepts old stations
   (``relay_client.prg`` framing, the old MAGIC, the site token in clear;
@@ -28,15 +28,10 @@ line (`stkrelay.config.Config.ignored`), never one warning per key.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection
 
 from stkrelay.config_ini import TOP, IniFile
 
-Bad = Callable[[str, str, str, str], None]
-DEFAULT_WAIT = 0.3
-MAX_WAIT = 2.0
-MAX_MAGIC = 64
-MODERN_MAGIC = "STKRELAY/1"
 # Keys read outside config.DEFAULTS (executors, the etcd store, this turn's other modules), by family.
 KNOWN_PREFIXES = ("VIP_", "AWS_", "OCI_", "AZURE_", "ETCD_", "GATE_", "ENTRY", "CLOUD_", "SMB_", "TLS_",
                   "WEB_", "BEACON_", "EVENTS_", "LOG_", "RELAY_LEGACY", "RELAY_KIND", "RELAY_EXEC",
@@ -59,31 +54,6 @@ def stk_values(ini: IniFile) -> dict[str, tuple[str, int]] | None:
 def ignored_keys(given: Collection[str], known: Collection[str]) -> list[str]:
     """The keys of the file that no part of the agent reads (the old agent's own), sorted."""
     return sorted(k for k in given if k not in known and not k.startswith(KNOWN_PREFIXES))
-
-
-def check(values: Mapping[str, str], flag: Callable[[str, bool], bool], bad: Bad) -> tuple[bool, str, float]:
-    """(`RELAY_LEGACY`, `RELAY_LEGACY_MAGIC`, `RELAY_LEGACY_WAIT`), reporting E080–E082."""
-    on = flag(values.get("RELAY_LEGACY", ""), False)
-    magic = values.get("RELAY_LEGACY_MAGIC", "")
-    text = values.get("RELAY_LEGACY_WAIT", "") or str(DEFAULT_WAIT)
-    try:
-        wait = float(text)
-    except ValueError:
-        wait = -1.0
-    if not 0 <= wait <= MAX_WAIT:
-        bad("stkrelay.E082", "RELAY_LEGACY_WAIT", f"{text!r} is not 0..{MAX_WAIT:g} seconds",
-            f"the seconds the relay holds its hello for an old station, e.g. {DEFAULT_WAIT}")  # fmt: skip
-        wait = DEFAULT_WAIT
-    if magic and (len(magic) > MAX_MAGIC or not magic.isascii() or not magic.isprintable()
-                  or magic == MODERN_MAGIC):  # fmt: skip
-        bad("stkrelay.E081", "RELAY_LEGACY_MAGIC", f"{magic[:80]!r} cannot be the old relay's MAGIC",
-            f"1..{MAX_MAGIC} printable ASCII characters, not {MODERN_MAGIC}: copy MAGIC from the "
-            "site's relay_server.py")  # fmt: skip
-        return on, "", wait
-    if on and not magic:
-        bad("stkrelay.E080", "RELAY_LEGACY_MAGIC", "is not set while RELAY_LEGACY = 1",
-            "copy MAGIC from the site's relay_server.py (our documents do not hold it)")  # fmt: skip
-    return on, magic, wait
 
 
 def startup_lines(source: str, ignored: list[str], legacy: bool, magic: str) -> list[str]:

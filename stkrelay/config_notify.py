@@ -1,4 +1,4 @@
-"""The notification keys of `stk.ini` (`elections.runtime.notify`).
+"""The notification keys of `stk.ini` (`elections.runtime.notify`): the `notify` section.
 
 - `ON_ROLE_CHANGE`: a command (split like a shell would, `shlex`, run without
   one) this agent runs when its own role changes, as keepalived's `notify` and
@@ -22,7 +22,7 @@
   this agent counted) are coalesced: the first is posted at once, then at most one
   event per this many seconds carries every refusal counted meanwhile.
 
-Each function reports through `bad(id, key, message, hint)` like `config.load`.
+`parse(raw, known, bad)` (`stkconfig.raw`) reports each bad value and leaves its default.
 """
 
 from __future__ import annotations
@@ -30,35 +30,38 @@ from __future__ import annotations
 import shlex
 import shutil
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
+from stkconfig.bad import Bad
 from stkconfig.parsed import NotifyConfig
+from stkconfig.raw import Raw
 from stkhost.fingerprints import parse_pins  # not pinned_https: no http.client in every process
 from stkhost.secret_source import SecretUnreadable, read_secret
 
-Bad = Callable[[str, str, str, str], None]
-Number = Callable[..., "float | int | None"]  # config.load's number(key): the table's kind and range
 MIN_SECRET = 16
-
-DEFAULTS: dict[str, str] = {
-    "ON_ROLE_CHANGE": "",  # a command run on each role change of this agent (config_notify)
-    "ON_ROLE_CHANGE_TIMEOUT": "10",
-    "WEBHOOK_URL": "",  # signed JSON POST of failovers, drains, promotes, pauses, security events
-    "WEBHOOK_SECRET": "",
-    "WEBHOOK_SECRET_FILE": "",
-    "WEBHOOK_PINS": "",
-    "WEBHOOK_TIMEOUT": "5",
-    "WEBHOOK_TRIES": "8",
-    "WEBHOOK_QUEUE": "1000",
-    "WEBHOOK_SECURITY_EVERY": "60",  # at most one security event a minute, whatever a hostile LAN sends
-}
 
 
 def _or(value: float | int | None, default: float | int) -> float | int:
     return default if value is None else value
 
 
-def parse(values: dict[str, str], bad: Bad, number: Number) -> NotifyConfig:
+@dataclass(frozen=True)
+class Notify:
+    notify: NotifyConfig = field(default_factory=NotifyConfig)
+
+
+def parse(raw: Raw, known: object, bad: Bad) -> Notify:
+    """`Config.notify`: the role-change command and the webhook (E180–E183, E010/E011)."""
+    return Notify(_notify(raw, bad))
+
+
+def _notify(raw: Raw, bad: Bad) -> NotifyConfig:
+    values = raw.values
+
+    def number(key: str) -> float | int | None:
+        return raw.number(key, bad)
+
     argv: tuple[str, ...] = ()
     text = values.get("ON_ROLE_CHANGE", "")
     if text:
@@ -117,7 +120,7 @@ def _url(text: str, bad: Bad) -> str:
     return text
 
 
-def _secret(values: dict[str, str], needed: bool, bad: Bad) -> str:
+def _secret(values: Mapping[str, str], needed: bool, bad: Bad) -> str:
     secret = values.get("WEBHOOK_SECRET", "")
     path = values.get("WEBHOOK_SECRET_FILE", "")
     if not secret and path:

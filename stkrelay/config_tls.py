@@ -17,16 +17,30 @@ Each function reports through `bad(id, key, message, hint)` like `config.load`.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable
+from dataclasses import dataclass
 
-Bad = Callable[[str, str, str, str], None]
+from stkconfig.bad import Bad
+from stkconfig.raw import Raw
 
 PAIR_HINT = "set both TLS_CERT and TLS_KEY (PEM files this agent can read), or neither for a self-signed one"
 
 
-def check(values: dict[str, str], web_plain: bool, read_files: bool, bad: Bad) -> tuple[str, str]:
-    """(TLS_CERT, TLS_KEY) as given, after the checks above."""
-    cert, key = values.get("TLS_CERT", ""), values.get("TLS_KEY", "")
+@dataclass(frozen=True)
+class PanelTransport:
+    web_plain: bool = False  # plain HTTP instead of HTTPS
+    tls_cert: str = ""  # the operator's certificate; "" with HTTPS: the one made in DATA_DIR
+    tls_key: str = ""
+
+
+def parse(raw: Raw, known: object, bad: Bad) -> PanelTransport:
+    """`WEB_PLAIN`, `TLS_CERT`, `TLS_KEY` as given, after the checks above (the files read only
+    when the disk is looked at)."""
+    web_plain = raw.flag("WEB_PLAIN", False)
+    cert, key = _check(raw.text("TLS_CERT"), raw.text("TLS_KEY"), web_plain, raw.check_dirs, bad)
+    return PanelTransport(web_plain, cert, key)
+
+
+def _check(cert: str, key: str, web_plain: bool, read_files: bool, bad: Bad) -> tuple[str, str]:
     if bool(cert) != bool(key):
         missing = "TLS_KEY" if cert else "TLS_CERT"
         bad("stkrelay.E057", missing, f"is not set but {'TLS_CERT' if cert else 'TLS_KEY'} is", PAIR_HINT)

@@ -1,4 +1,5 @@
-"""Django settings, built from the agent's `stk.ini` (see stkrelay/config.py).
+"""Django settings, built from the agent's `stk.ini` and its `STK_*` environment variables (see
+stkrelay/config.py; the variables are rows of the key table, parsed by stkconfig.environment).
 
 Configuration problems do not raise here: they surface as system checks
 (`manage.py check`) and stop `runagent` with one line per problem.
@@ -11,16 +12,17 @@ import socket
 from pathlib import Path
 
 from stkconfig.logs import logging_config
+from stkconfig.web import allowed_hosts
+from stkhost.processes import SITE_TZ
 from stkrelay import config as stk_config
 from stkrelay.config_tls import plain_on_lan
-from stkrelay.config_web import allowed_hosts
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 # templates/ and static/: at the top of a source checkout; inside the package once installed
 # (pyproject.toml maps them there), so an installed agent finds them from any directory.
 _PACKAGE = Path(__file__).resolve().parent
 ASSETS_DIR = _PACKAGE if (_PACKAGE / "templates").is_dir() else BASE_DIR
-STK = stk_config.load(check_dirs=os.environ.get("STK_SKIP_DIR_CHECKS") != "1")
+STK = stk_config.load(check_dirs=None)  # STK_SKIP_DIR_CHECKS=1: not on disk
 DATA_DIR = Path(STK.data_dir)
 
 
@@ -44,12 +46,12 @@ def _secret_key() -> str:
     return key
 
 
-SECRET_KEY = os.environ.get("STK_SECRET_KEY") or _secret_key()
-DEBUG = os.environ.get("STK_DEBUG") == "1"
+SECRET_KEY = STK.environment.secret_key or _secret_key()
+DEBUG = STK.environment.debug
 # Any other Host header is Django's 400 (DisallowedHost); the WebSocket routes check Origin
 # against the same list (stkrelay/asgi.py). A LAN attacker's DNS name for us gets nothing.
 ALLOWED_HOSTS = allowed_hosts(
-    STK.node_ip, STK.web_allowed_hosts, vip=STK.values.get("VIP_ADDRESS", ""), hostname=socket.gethostname()
+    STK.node_ip, STK.web_allowed_hosts, vip=STK.actions.vip_address, hostname=socket.gethostname()
 )
 
 # Not "daphne": the web child runs Daphne itself (stkrelay/web.py); as an app it would load
@@ -122,7 +124,7 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 # Sessions end 8 h after login (panel polling does not extend them) or when the browser closes.
-SESSION_COOKIE_AGE = int(os.environ.get("STK_SESSION_AGE", 8 * 3600))
+SESSION_COOKIE_AGE = STK.environment.session_age
 SESSION_EXPIRE_AT_BROWSER_CLOSE = True
 SESSION_COOKIE_NAME = "stk_session"
 CSRF_COOKIE_NAME = "stk_csrf"
@@ -132,7 +134,7 @@ CSRF_COOKIE_HTTPONLY = True  # pages carry the token; scripts never need the coo
 # HTTPS responses only, and browsers ignore it for IP addresses and certificates they had to accept).
 # In plain HTTP behind a TLS-terminating proxy, set STK_SECURE_COOKIES=1.
 STK_SERVES_TLS = not STK.web_plain
-SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = STK_SERVES_TLS or os.environ.get("STK_SECURE_COOKIES") == "1"
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = STK_SERVES_TLS or STK.environment.secure_cookies
 SECURE_HSTS_SECONDS = 365 * 24 * 3600 if STK_SERVES_TLS else 0
 # WEB_PLAIN = 1 on a LAN address: every page says so (elections.web.panel.page.transport).
 STK_PLAIN_ON_LAN = plain_on_lan(STK.node_ip, STK.web_plain)
@@ -149,13 +151,13 @@ STK_LOGIN_GLOBAL_BURST = STK.web_login_burst
 #   reserve of its own (strangers failing elsewhere never lock an operator out), and a browser
 #   that logged in as that user before (device cookie, STK_LOGIN_DEVICE_DAYS) or the console
 #   (loopback) skip the global bucket altogether.
-STK_LOGIN_RESERVE_RATE = float(os.environ.get("STK_LOGIN_RESERVE_RATE", 0.2))
-STK_LOGIN_RESERVE_BURST = int(os.environ.get("STK_LOGIN_RESERVE_BURST", 10))
-STK_LOGIN_DEVICE_DAYS = int(os.environ.get("STK_LOGIN_DEVICE_DAYS", 30))
+STK_LOGIN_RESERVE_RATE = STK.environment.login_reserve_rate
+STK_LOGIN_RESERVE_BURST = STK.environment.login_reserve_burst
+STK_LOGIN_DEVICE_DAYS = STK.environment.login_device_days
 # X-Forwarded-For is believed only from these direct peers (WEB_TRUSTED_PROXIES; networks).
 STK_TRUSTED_PROXIES = STK.web_trusted_proxies
 # 1: GET /api/v1/leader answers without login (relay clients' fallback lookup).
-STK_PUBLIC_LEADER_LOOKUP = os.environ.get("STK_PUBLIC_LEADER_LOOKUP") == "1"
+STK_PUBLIC_LEADER_LOOKUP = STK.environment.public_leader_lookup
 # Request bodies: the panel's forms and the API's JSON are a few hundred bytes (the API reads at
 # most 64 KiB); anything over this is 413 before Django reads it (elections/web/body_limit.py).
 DATA_UPLOAD_MAX_MEMORY_SIZE = 256 << 10
@@ -163,7 +165,7 @@ X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 
 # The panel speaks English and Traditional Chinese (Taiwan usage), from the catalogues in
-# locale/ (`make messages`); LANGUAGE_CODE and TIME_ZONE come from the ini (stkrelay/config_i18n.py).
+# locale/ (`make messages`); LANGUAGE_CODE and TIME_ZONE come from the ini (stkconfig/i18n.py).
 LANGUAGE_CODE = STK.language_code
 LANGUAGES = [("en", "English"), ("zh-hant", "繁體中文")]
 LOCALE_PATHS = [ASSETS_DIR / "locale"]
@@ -178,9 +180,7 @@ TIME_ZONE = STK.time_zone
 # (ON_ROLE_CHANGE, GATE_CMD, HEALTH_CMD, RELAY_EXEC: `processes.site_environment`) is given the TZ of
 # the agent's start instead (none: none), or TIME_ZONE where the ini sets it (issue 42). Set once, by
 # the first process (the supervisor), before Django sets TZ: its children inherit it.
-os.environ.setdefault(
-    "STK_SITE_TZ", STK.time_zone if STK.values.get("TIME_ZONE", "").strip() else os.environ.get("TZ", "")
-)
+os.environ.setdefault(SITE_TZ, STK.site_time_zone)
 USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [ASSETS_DIR / "static"]

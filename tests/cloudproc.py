@@ -112,7 +112,8 @@ def cloud_nodes(root: Path, endpoints: str, prefix: str, ips: list[str], park: f
 def directory_history(endpoints: str, key: str, start: int) -> list[tuple[int, tuple[str, int] | None]]:
     """Every state of a directory key from revision `start` on, as etcd's revisions keep it:
     (revision, (node, epoch)) for a write, (revision, None) when the entry went (expired, revoked)."""
-    from elections.ports.etcd.client import EtcdClient, parse_endpoints, unb64
+    from elections.ports.etcd.client import EtcdClient, unb64
+    from stkconfig.etcd_endpoints import parse_endpoints
 
     client = EtcdClient(parse_endpoints(endpoints), 5.0)
     last = int(client.range(key)["header"]["revision"])

@@ -14,7 +14,7 @@ from cloudproc import PEER_TOKEN, cloud_nodes, directory_history, two_holders_at
 from cloudrig import TOKEN, json_client, lease, until
 from harness import KMSN, free_pair, wait_until
 
-from elections.ports.etcd.client import EtcdClient, parse_endpoints, put, unb64
+from elections.ports.etcd.client import EtcdClient, put, unb64
 from relay.cloud.forward import header_line
 from relay.server.cloud_tunnel import TunnelClient
 from relay.server.relay_server import RelayServer
@@ -22,6 +22,7 @@ from relay.wire.auth import cloud_key, new_nonce
 from relay.wire.client_connection import ClientConnection
 from relay.wire.events import ErrorReceived, LeaderChanged, Message, Registered
 from relay.wire.framing import encode_frame
+from stkconfig.etcd_endpoints import parse_endpoints
 
 IPS = ["127.0.26.1", "127.0.26.2", "127.0.26.3"]
 SITE = "127.0.26.10"

@@ -8,8 +8,9 @@ import pytest
 from harness import wait_until
 
 from elections.core.untrusted import Untrusted
-from elections.ports.etcd.client import EtcdClient, b64, parse_endpoints, put, unb64
+from elections.ports.etcd.client import EtcdClient, b64, put, unb64
 from relay.cloud.directory import TunnelDirectory, may_claim, read_entry
+from stkconfig.etcd_endpoints import parse_endpoints
 
 KMSN = "9999-9999-99-99"
 

@@ -194,7 +194,7 @@ def test_manage_py_check_shows_a_bad_leader_action_with_its_id(tmp_path):
     assert "(stkrelay.E014) VIP_GARP: 'loud' is not a mode" in out.stderr
 
 
-# -- the panel's keys and the secrets' strength (stkrelay/config_web.py) ----------------------
+# -- the panel's keys and the secrets' strength (stkconfig/web.py) ----------------------
 @pytest.mark.parametrize(
     "over, expected",
     [
@@ -220,7 +220,7 @@ def test_each_bad_panel_key_or_weak_secret_names_its_key(tmp_path, over, expecte
 
 
 def test_the_panel_keys_load_normalised_and_the_agents_own_names_are_allowed(tmp_path):
-    from stkrelay.config_web import allowed_hosts
+    from stkconfig.web import allowed_hosts
 
     hosts = "Panel.Site.LAN, .site.lan, 192.168.1.10, ::1"
     proxies = "10.0.0.5, 10.0.1.0/28"

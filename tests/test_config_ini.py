@@ -222,6 +222,4 @@ def test_docs_windows_md_example_ini_loads_cleanly_with_no_comment_inside_a_valu
     cfg = load(str(ini), env={"STK_DATA_DIR": str(tmp_path / "data")}, check_dirs=False)
     assert cfg.problems == [] and cfg.warnings == []
     assert (cfg.node_ip, cfg.relay_token, cfg.time_zone) == ("192.168.1.10", TOKEN, "Asia/Taipei")
-    assert cfg.lease_dir == "smb://stkagent@fileserver/W/socket" and cfg.values["SMB_PASSWORD_FILE"] == str(
-        password
-    )
+    assert cfg.lease_dir == "smb://stkagent@fileserver/W/socket" and cfg.smb.password_file == str(password)

@@ -75,7 +75,7 @@ def test_environment_still_overrides_and_a_bad_value_still_stops_start_up(tmp_pa
     cfg = load(str(ini), env={"STK_STATION": "S042"})
     assert cfg.station == "S042"
     # LEASE_RENEW = 30 against the defaults: TTL and deadline (E007, E008), and the heartbeat's
-    # TTL (LEASE_TTL) under two renewals (E100, stkrelay.config_timing)
+    # TTL (LEASE_TTL) under two renewals (E100, stkconfig.timing)
     assert {(p.id, p.key) for p in cfg.problems} == {("stkrelay.E007", "LEASE_TTL"),
                                                      ("stkrelay.E008", "RENEW_DEADLINE"),
                                                      ("stkrelay.E100", "HEARTBEAT_TTL")}  # fmt: skip

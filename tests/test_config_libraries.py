@@ -14,7 +14,7 @@ import pytest
 from harness import ROOT
 from test_config import problems, write_ini
 
-from stkrelay import config_libraries
+from stkconfig import libraries
 from stkrelay.config import load
 
 EPS = "http://127.0.0.1:2379"
@@ -38,8 +38,8 @@ def hidden_env(tmp_path, names):
 
 
 def test_an_installed_library_is_not_missing_and_an_absent_one_is():
-    assert config_libraries.missing(("json",)) == []
-    assert config_libraries.missing(("stkrelay_no_such_module_here",)) == ["stkrelay_no_such_module_here"]
+    assert libraries.missing(("json",)) == []
+    assert libraries.missing(("stkrelay_no_such_module_here",)) == ["stkrelay_no_such_module_here"]
 
 
 def test_with_the_libraries_installed_smb_and_etcd_load_with_no_library_problem(tmp_path):

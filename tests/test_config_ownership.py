@@ -1,4 +1,4 @@
-"""The ownership keys (stkrelay/config_ownership.py): defaults, and each bad value refused with its id."""
+"""The ownership keys (stkconfig/ownership.py): defaults, and each bad value refused with its id."""
 
 import pytest
 from test_config import problems, write_ini

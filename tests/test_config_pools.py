@@ -33,7 +33,7 @@ def test_each_pool_section_is_a_watched_pool_with_its_own_share_and_key(tmp_path
     assert (b.kmsn, b.lease_dir, b.pool_key, b.share_timeout, b.node) == (
         "2222-2222-22-22", "smb://files-b/share/socket", KEY_B, 1.5, "OFFICE1",
     )  # fmt: skip
-    assert b.values["SMB_PASSWORD_FILE"] == f"{tmp_path}/b.pw"  # the share's backend reads its own keys
+    assert b.smb.password_file == f"{tmp_path}/b.pw"  # the share's backend reads its own login
 
 
 def test_a_watched_share_that_is_not_there_yet_does_not_stop_the_agent(tmp_path):

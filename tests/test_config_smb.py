@@ -5,7 +5,7 @@ SMB_PASSWORD or SMB_PASSWORD_FILE and is never part of what is shown."""
 import pytest
 from test_config import problems, write_ini
 
-from elections.ports.share.smburl import SmbUrlError, parse_smb_url
+from stkconfig.smburl import SmbUrlError, parse_smb_url
 from stkrelay.config import load
 
 SECRET = "pa55-w0rd-never-shown"

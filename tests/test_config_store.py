@@ -1,4 +1,4 @@
-"""LEASE_STORE and the ETCD_* keys (stkrelay/config_store.py): each bad value
+"""LEASE_STORE and the ETCD_* keys (stkconfig/store.py): each bad value
 stops start-up with one line naming the key and a stable id (E033–E036)."""
 
 import pytest
@@ -18,8 +18,8 @@ def test_the_default_store_is_the_file_share(tmp_path):
 def test_an_etcd_pool_needs_no_lease_dir_and_gets_its_own_prefix(tmp_path):
     cfg = load(str(write_ini(tmp_path, LEASE_STORE="etcd", ETCD_ENDPOINTS=EPS, LEASE_DIR="")), env={})
     assert cfg.problems == []
-    assert cfg.lease_store == "etcd" and cfg.etcd_endpoints == EPS.split(",")
-    assert cfg.etcd_prefix == "/stkrelay/9999-9999-99-99/"
+    assert cfg.lease_store == "etcd" and list(cfg.etcd.endpoints) == EPS.split(",")
+    assert cfg.etcd.prefix == "/stkrelay/9999-9999-99-99/"
 
 
 @pytest.mark.parametrize(

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import typing
 from pathlib import Path
 
 import pytest
 
+from stkconfig.environment import EnvironmentSettings
 from stkconfig.keys import BY_NAME, DEFAULTS, KEYS
 from stkconfig.model import Config
+from stkrelay import config_file
 from stkrelay.config import load
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,12 +63,11 @@ def test_the_example_ini_loads_with_only_its_placeholder_token_refused():
 
 
 def test_every_unset_key_loads_as_its_table_default():
-    cfg = load(None, env=_env(), check_dirs=False)
-    assert cfg.problems == []
-    derived = {"HEARTBEAT_TTL", "LEASE_STORE"}  # filled in from other keys by load
+    assert load(None, env=_env(), check_dirs=False).problems == []
+    raw = config_file.read(None, _env()).values  # what the checks are given, before any is parsed
     for name, default in DEFAULTS.items():
-        if name not in SOUND and name not in derived:
-            assert cfg.values[name] == default, name
+        if name not in SOUND:
+            assert raw[name] == default, name
 
 
 RANGED = [k for k in KEYS if k.range is not None]
@@ -86,7 +88,8 @@ def test_each_numbers_range_in_the_table_is_the_one_load_enforces(key):
 
 
 def test_every_check_id_in_the_table_is_one_the_config_reports():
-    source = "".join(p.read_text() for p in (ROOT / "stkrelay").glob("config*.py"))
+    files = [*(ROOT / "stkrelay").glob("config*.py"), *(ROOT / "stkconfig").glob("*.py")]
+    source = "".join(p.read_text() for p in files)
     for key in KEYS:
         for pid in filter(None, key.check.split("/")):
             assert f"stkrelay.{pid}" in source, (key.name, pid)
@@ -97,8 +100,15 @@ def test_the_config_is_frozen_and_has_a_field_for_each_plain_key():
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.lease_ttl = 1.0  # type: ignore[misc]
     names = {f.name for f in dataclasses.fields(Config)}
-    grouped = ("GATE_", "ON_ROLE_", "WEBHOOK_", "SMB_", "RELAY_EXEC")  # parsed into gate, notify, ...
-    plain = [k.name for k in KEYS if not k.is_family and not k.name.startswith(grouped)]
+    grouped = (
+        "GATE_",
+        "ON_ROLE_",
+        "WEBHOOK_",
+        "SMB_",
+        "RELAY_EXEC",
+        "ETCD_",
+    )  # parsed into gate, notify, ...
+    plain = [k.name for k in KEYS if not k.is_family and not k.environment and not k.name.startswith(grouped)]
     assert [n for n in plain if n.lower() not in names] == []
     assert BY_NAME["LEASE_TTL"].range == (0.1, 300)
 
@@ -114,3 +124,60 @@ def test_the_configs_field_defaults_are_the_tables():
             assert made[field] == parse[key.kind](key.default), key.name
             checked.append(key.name)
     assert {"LEASE_TTL", "RELAY_PORT", "RELAY_ATTESTS", "EVENTS_KEEP_DAYS"} <= set(checked)
+
+
+def test_each_environment_row_is_a_field_of_the_environment_section_at_the_tables_default():
+    """`STK_DEBUG` -> `EnvironmentSettings.debug`, its default the table's (STK_INI is the loader's own)."""
+    made = {f.name: f.default for f in dataclasses.fields(EnvironmentSettings)}
+    parse = {"int": int, "float": float, "flag": lambda text: text == "1", "str": str}
+    rows = {k.name.removeprefix("STK_").lower(): k for k in KEYS if k.environment and k.name != "STK_INI"}
+    assert sorted(rows) == sorted(made)
+    for field, key in rows.items():
+        assert made[field] == parse[key.kind](key.default), key.name
+
+
+def test_the_environment_rows_are_read_from_the_environment_not_from_the_file(tmp_path):
+    ini = tmp_path / "stk.ini"
+    ini.write_text("[stk]\nSTK_DEBUG = 1\nSESSION_AGE = 5\n")
+    ini.chmod(0o600)
+    from_file = load(str(ini), env=_env(), check_dirs=False)
+    assert (from_file.environment.debug, from_file.environment.session_age) == (False, 8 * 3600)
+    extras = {"STK_DEBUG": "1", "STK_SESSION_AGE": "60", "STK_LOGIN_RESERVE_RATE": "0.5"}
+    given = load(None, env=_env() | extras, check_dirs=False)
+    assert (given.environment.debug, given.environment.session_age) == (True, 60)
+    assert given.environment.login_reserve_rate == 0.5 and given.problems == []
+    bad = load(None, env=_env() | {"STK_SESSION_AGE": "8h"}, check_dirs=False)
+    assert [(p.id, p.key) for p in bad.problems] == [("stkrelay.E010", "STK_SESSION_AGE")]
+    assert bad.environment.session_age == 8 * 3600
+
+
+def test_environment_rows_are_not_in_the_example_ini():
+    example = (ROOT / "packaging" / "stk.ini.example").read_text()
+    assert [k.name for k in KEYS if k.environment and k.name in example] == []
+
+
+def _default(f: dataclasses.Field) -> object:
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+
+def test_each_sections_fields_are_the_configs_with_the_same_defaults():
+    """A section copies its fields into the Config by name (`stkconfig.model.take`): each is a
+    field of Config, and a Config made without a file starts where the section's defaults do."""
+    from stkrelay.config import SECTIONS
+
+    config = {f.name: f for f in dataclasses.fields(Config)}
+    seen = set()
+    for section in SECTIONS:
+        made = typing.get_type_hints(section)["return"]
+        for f in dataclasses.fields(made):
+            assert f.name in config and f.name not in seen, (made.__name__, f.name)
+            seen.add(f.name)
+            mine = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+            theirs = config[f.name]
+            there = (
+                theirs.default_factory()
+                if theirs.default_factory is not dataclasses.MISSING
+                else theirs.default
+            )
+            assert mine == there, (made.__name__, f.name)
+    assert len(seen) > 60

@@ -262,7 +262,7 @@ def test_over_smb_the_writer_seals_and_retires_and_a_tail_reads_every_node_in_or
     from samba import PASSWORD
 
     from elections.ports.share.smbshare import SmbShare
-    from elections.ports.share.smburl import parse_smb_url
+    from stkconfig.smburl import parse_smb_url
 
     samba_server.path("segments").mkdir(exist_ok=True)
     (samba_server.path("segments") / "events").mkdir(exist_ok=True)

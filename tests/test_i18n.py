@@ -18,7 +18,7 @@ import test_panel_support
 from harness import ROOT
 from test_panel_support import KMSN, PASSWORD, client_for, event, make_user, member, write_pool
 
-from stkrelay import config_i18n
+from stkconfig import i18n
 
 dj = test_panel_support.dj
 LOCALE = ROOT / "locale"
@@ -108,12 +108,12 @@ def test_time_zone_is_an_iana_name_checked_at_start_up(tmp_path):
 def test_the_default_zone_is_the_servers_own(tmp_path):
     link = tmp_path / "localtime"
     link.symlink_to("/usr/share/zoneinfo/Europe/Berlin")
-    assert config_i18n.server_zone({}, link) == "Europe/Berlin"
-    assert config_i18n.server_zone({"TZ": "Asia/Taipei"}, link) == "Asia/Taipei"
-    assert config_i18n.server_zone({"TZ": "nonsense"}, tmp_path / "none") == "UTC"
+    assert i18n.server_zone({}, link) == "Europe/Berlin"
+    assert i18n.server_zone({"TZ": "Asia/Taipei"}, link) == "Asia/Taipei"
+    assert i18n.server_zone({"TZ": "nonsense"}, tmp_path / "none") == "UTC"
     utc = tmp_path / "utc"
     utc.symlink_to("/usr/share/zoneinfo/Etc/UTC")
-    assert config_i18n.server_zone({}, utc) == "UTC"
+    assert i18n.server_zone({}, utc) == "UTC"
 
 
 # -- the language of a page -------------------------------------------------------------------

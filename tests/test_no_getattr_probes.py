@@ -41,7 +41,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("stkhost/processes.py", "fcntl"): MODULE,  # F_SETPIPE_SZ: Linux only
     ("stkhost/secret_source.py", "exc"): EXCEPTION,
     ("elections/ports/share/sharefiles.py", "os"): MODULE,
-    ("elections/ports/share/smburl.py", "exc"): EXCEPTION,
+    ("stkconfig/smburl.py", "exc"): EXCEPTION,
     # a text stream or Django's OutputWrapper
     ("elections/ports/local/terminal.py", "self._stream"): EXTERNAL,
     ("elections/ports/local/webcert.py", "exc"): EXCEPTION,

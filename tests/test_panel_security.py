@@ -40,7 +40,7 @@ def test_the_agents_own_addresses_and_the_configured_names_are_served(dj):
 
 
 def test_the_vip_and_the_host_name_are_the_agents_own_names_and_nothing_else_is():
-    from stkrelay.config_web import allowed_hosts
+    from stkconfig.web import allowed_hosts
 
     hosts = allowed_hosts("192.168.1.10", ["panel.site.lan"], vip="192.168.1.250/24", hostname="Station-1.")
     loopback = ["localhost", "127.0.0.1", "[::1]"]

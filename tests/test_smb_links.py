@@ -40,7 +40,7 @@ def rec(node="S001", epoch=1, seq=0):  # type: ignore[no-untyped-def]
 @pytest.fixture
 def place(samba_server, tmp_path, request):  # type: ignore[no-untyped-def]
     from elections.ports.share.smbshare import SmbShare
-    from elections.ports.share.smburl import parse_smb_url
+    from stkconfig.smburl import parse_smb_url
 
     folder = f"links-{request.node.name[-40:]}"
     backing = samba_server.path(folder)

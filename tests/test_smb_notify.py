@@ -26,7 +26,7 @@ def rec(node: str = "S001", epoch: int = 1, seq: int = 0) -> LeaseRecord:
 def stores(server, folder: str, timeout: float = 2.0):  # type: ignore[no-untyped-def]
     """A leader and a follower, each on a connection of its own (two machines)."""
     from elections.ports.share.smbshare import SmbShare
-    from elections.ports.share.smburl import parse_smb_url
+    from stkconfig.smburl import parse_smb_url
 
     server.path(folder).mkdir(exist_ok=True)
     made = []

@@ -76,7 +76,7 @@ def _folder_pool(name: str, folder: Path, where: Callable[[float], object]) -> P
         return FileLeaseStore(where(timeout), token, node, clock, lock_stale_s=STALE_S, timeout=timeout)
 
     def streams(node: str, clock, timeout: float = 5.0) -> EventStreams:  # type: ignore[no-untyped-def]
-        return ShareBackend(where(timeout), TOKEN, node, clock, STALE_S, timeout).event_streams({})
+        return ShareBackend(where(timeout), TOKEN, node, clock, STALE_S, timeout).event_streams()
 
     def event_docs(node: str) -> list[dict]:
         raw = path(f"events/{node}.jsonl").read_bytes()
@@ -104,7 +104,7 @@ def smb_pool(samba_server, request):
     from samba import PASSWORD
 
     from elections.ports.share.smbshare import SmbShare
-    from elections.ports.share.smburl import parse_smb_url
+    from stkconfig.smburl import parse_smb_url
 
     name = f"conf-{request.node.name[-40:]}".replace("[", "-").replace("]", "")
     folder = samba_server.path(name)
@@ -174,7 +174,7 @@ def etcd_pool(etcd_cluster):
         return EtcdLeaseStore(place(timeout), token, node, clock)
 
     def streams(node: str, clock, timeout: float = 5.0) -> EventStreams:  # type: ignore[no-untyped-def]
-        return EtcdBackend(place(timeout), node).event_streams({})
+        return EtcdBackend(place(timeout), node).event_streams()
 
     def event_docs(node: str) -> list[dict]:
         kvs, _ = place().bounded_range(f"events/{node}/", 1000, 1 << 16, 1 << 24)

@@ -27,7 +27,7 @@ def rec(node: str = "S001", epoch: int = 1, seq: int = 0) -> LeaseRecord:
 
 def smb_store(server, folder: str, timeout: float = 2.0):  # type: ignore[no-untyped-def]
     from elections.ports.share.smbshare import SmbShare
-    from elections.ports.share.smburl import parse_smb_url
+    from stkconfig.smburl import parse_smb_url
 
     server.path(folder).mkdir(exist_ok=True)
     share = SmbShare(parse_smb_url(server.url(folder)), PASSWORD, timeout)

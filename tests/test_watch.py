@@ -14,7 +14,7 @@ from poolsim import SimPool
 
 from elections.ports.local.localstate import LocalState
 from elections.runtime.watch import PoolWatcher, Watchers
-from stkconfig.parsed import WatchedPool
+from stkconfig.parsed import SmbLogin, WatchedPool
 from stkhost.clock import FakeClock
 
 KMSN = "1111-1111-11-11"
@@ -147,7 +147,7 @@ def test_a_watched_pool_on_an_smb_share_is_read_through_the_factory_and_a_hung_s
     sim = SimPool(own_samba.path("socket"), KMSN, KEY, members=3)
     sim.elect("S003")
     sim.beat_all()
-    watched = WatchedPool(KMSN, own_samba.url("socket"), KEY, KEY, 1.0, "OFFICE1", {"SMB_PASSWORD": PASSWORD})
+    watched = WatchedPool(KMSN, own_samba.url("socket"), KEY, KEY, 1.0, "OFFICE1", SmbLogin(PASSWORD))
     (tmp_path / "data").mkdir()
     local = LocalState(tmp_path / "data")
     w = PoolWatcher(watched, "S001", FakeClock(), local, Batches(), 3.0, 1.0, 3.0)

@@ -98,6 +98,11 @@ class ActionConfig:
     oci: OciConfig | None = None
     azure: AzureConfig | None = None
 
+    @property
+    def vip_address(self) -> str:
+        """The VIP (without its prefix), '' when this agent has none."""
+        return self.vip.address if self.vip is not None else ""
+
 
 _IFNAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
 _AZURE_NIC = re.compile(
@@ -105,7 +110,7 @@ _AZURE_NIC = re.compile(
 )
 
 
-Bad = Callable[[str, str, str], None]  # (key, what is wrong, a hint): one ConfigError
+Refuse = Callable[[str, str, str], None]  # (key, what is wrong, a hint): one ConfigError
 Address = Callable[[str, str], "str | None"]  # (key, the executor that needs it): its IPv4 address
 
 
@@ -141,7 +146,7 @@ def action_config(values: Mapping[str, str]) -> tuple[ActionConfig, list[ConfigE
     )
 
 
-def _vip(v: dict[str, str], bad: Bad) -> VipConfig | None:
+def _vip(v: dict[str, str], bad: Refuse) -> VipConfig | None:
     ok = True
     text = v["VIP_ADDRESS"]
     addr, _, pfx = text.partition("/")
@@ -173,7 +178,7 @@ def _vip(v: dict[str, str], bad: Bad) -> VipConfig | None:
     return VipConfig(addr, prefix, iface, v["VIP_NETNS"], garp, count)
 
 
-def _aws(v: dict[str, str], bad: Bad, address: Address) -> AwsConfig | None:
+def _aws(v: dict[str, str], bad: Refuse, address: Address) -> AwsConfig | None:
     ok = True
     if not re.match(r"^eni-[0-9a-f]{8,}$", v["AWS_ENI_ID"]):
         bad("AWS_ENI_ID", f"{v['AWS_ENI_ID']!r} is not an ENI id", "e.g. eni-0123456789abcdef0")
@@ -189,7 +194,7 @@ def _aws(v: dict[str, str], bad: Bad, address: Address) -> AwsConfig | None:
     return AwsConfig(v["AWS_ENI_ID"], ip, v["AWS_REGION"], url) if ok and ip else None
 
 
-def _oci(v: dict[str, str], bad: Bad, address: Address) -> OciConfig | None:
+def _oci(v: dict[str, str], bad: Refuse, address: Address) -> OciConfig | None:
     ok = True
     if not v["OCI_VNIC_ID"].startswith("ocid1.vnic."):
         bad(
@@ -202,7 +207,7 @@ def _oci(v: dict[str, str], bad: Bad, address: Address) -> OciConfig | None:
     return OciConfig(v["OCI_VNIC_ID"], ip, v["OCI_CLI"] or "oci") if ok and ip else None
 
 
-def _azure(v: dict[str, str], bad: Bad, address: Address) -> AzureConfig | None:
+def _azure(v: dict[str, str], bad: Refuse, address: Address) -> AzureConfig | None:
     ok = True
     if not _AZURE_NIC.match(v["AZURE_NIC_ID"]):
         bad(

@@ -32,7 +32,17 @@ from elections.core.stations import SEEN as STATION_SEEN
 from elections.core.stations import UNBIND, station_name
 from elections.core.untrusted import as_int
 
+SEGMENT_BYTES = 1 << 20  # EVENTS_SEGMENT_BYTES: the active file is sealed once this large
+KEEP_BYTES = 4 << 20  # EVENTS_KEEP_BYTES: a node's newest segments kept, active included
+KEEP_S = 400 * 86400.0  # EVENTS_KEEP_DAYS: a sealed segment whose last line is older is retired
 MAX_TARGETS = 256  # drain registers kept (the newest commands): members of a pool, with room
+
+
+@dataclass(frozen=True)
+class Retention:
+    segment_bytes: int = SEGMENT_BYTES
+    keep_bytes: int = KEEP_BYTES
+    keep_s: float = KEEP_S
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ fencing gate (see `base`). `build_executors` makes the set an agent uses;
 
 Wiring in the agent (the owner's part), for example:
 
-    cfg, problems = action_config(raw_stk_values)
+    cfg = stk.actions  # the agent's Config: VIP_*, AWS_*, OCI_*, AZURE_* checked at load
     executors = build_executors(cfg, data_dir)
     gate = ActionFence(epoch_from_state(LocalState(data_dir), time.monotonic))
     on_elected, on_demoted = leader_duties(node, cfg, executors, gate, event_sink())

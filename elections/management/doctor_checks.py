@@ -92,13 +92,12 @@ def relay_kind_check(check: Any, stk: Config) -> None:
 def ownership_checks(checks: list[dict[str, Any]], stk: Config, read: Any, members: dict[str, Any]) -> None:
     """Where each address really is, looked at now (ADR 0011 phase 4): one check per address,
     against the lease read above; the members' own reports come from their heartbeats."""
-    from elections.core.action_config import action_config
     from elections.executors import build_executors
     from elections.runtime.ownership import doctor_map
 
     if stk.ownership_check <= 0:
         return
-    config = action_config(stk.values)[0]
+    config = stk.actions
     rec = read.record if read is not None and read.status == "valid" else None
     leader = rec.node if rec is not None and not rec.released else None
     entries, refused = doctor_map(stk.node, config, build_executors(config, stk.data_dir), leader,
@@ -355,7 +354,7 @@ def stations_check(check: Any, stk: Config, pool: Any) -> None:
             say(_("RELAY_HOST = %(host)s: member %(node)s of this pool (its relay while it leads, else its "
                   "station door with RELAY_FORWARD = lan there)") % {**said, "node": node})  # fmt: skip
             return
-    if _same(stk.values.get("VIP_ADDRESS", "").split("/")[0], addresses):
+    if _same(stk.actions.vip_address, addresses):
         say(_("RELAY_HOST = %(host)s: the pool's VIP, which moves with the leader") % said)
         return
     say(_("RELAY_HOST = %(host)s is no member of this pool: the stations dial the old central relay, still "

@@ -43,7 +43,6 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from elections.core.action_config import action_config
 from elections.core.beacons import member_digest
 from elections.core.commands import PoolCommands
 from elections.core.decide import Decision, Timing, Verdict
@@ -225,9 +224,7 @@ class Agent:
     def _start_duties(self, stk: Config) -> None:
         """The leader's duty plans (`executors`) and the ownership watch of its addresses."""
         clock = self.clock
-        config, problems = action_config(stk.values)
-        for problem in problems:
-            log.error("leader action disabled: %s", problem)
+        config = stk.actions  # a bad key is stkrelay.E014–E017: the agent refused to start
         executors = build_executors(config, stk.data_dir)
         gate = ActionFence(epoch_from_state(self.local, clock.monotonic))
         # The addresses the executors take for this leader, for the relay to listen on (addresses.json).

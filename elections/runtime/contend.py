@@ -26,6 +26,8 @@ from elections.ports.events.eventlog import JsonlEventSink
 from elections.ports.store.stores import ETCD, FILE, PoolPlace, open_store
 from elections.runtime.elector import Elector
 from elections.runtime.lease_writes import Identity
+from stkconfig.etcd_endpoints import parse_endpoints
+from stkconfig.parsed import EtcdSettings
 from stkhost.clock import Clock, SystemClock
 from stkhost.secret_source import SecretUnreadable, argv_refusal, from_environment, read_secret
 
@@ -94,8 +96,8 @@ def main(argv: list[str] | None = None) -> None:
     timing = Timing(args.ttl, args.renew, args.poll, args.deadline)
     if not (args.dir or args.etcd):
         ap.error("give --dir or --etcd")
-    options = {"ETCD_ENDPOINTS": args.etcd, "ETCD_PREFIX": args.prefix, "LEASE_POLL": str(args.poll)}
-    place = PoolPlace(args.kmsn, args.dir, pool_key, args.timeout, ETCD if args.etcd else FILE, options)
+    etcd = EtcdSettings(tuple(parse_endpoints(args.etcd)) if args.etcd else (), args.prefix, poll=args.poll)
+    place = PoolPlace(args.kmsn, args.dir, pool_key, args.timeout, ETCD if args.etcd else FILE, etcd=etcd)
     store = open_store(place, args.node, clock, lock_stale_s=args.lock_stale)
     events = (
         JsonlEventSink(args.events, args.node, clock, key=pool_key, mark=args.seq_mark)

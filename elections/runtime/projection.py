@@ -122,7 +122,7 @@ def watched_event_sink(watched: WatchedPool, data_dir: str = "") -> DbEventSink:
     rows in its database under that KMSN, mirrored to `events/<NODE>.jsonl` on
     that pool's share, signed with that pool's key. Operator commands only: the
     agent never contends there."""
-    place = PoolPlace.of(watched)
+    place = PoolPlace.watched(watched)
     lock = Path(data_dir) / f"events-{watched.kmsn}.lock" if data_dir else None
     return DbEventSink(watched.kmsn, watched.node, open_event_sink(place, watched.node, SystemClock()), lock)
 

@@ -1,6 +1,6 @@
 """Watched pools (docs/design.md §11): other KMSNs this agent shows, never contends in.
 
-One `PoolWatcher` per `[pool:<KMSN>]` section (`stkrelay.config_pools`). Each
+One `PoolWatcher` per `[pool:<KMSN>]` section (`stkconfig.pools`). Each
 look reads that pool's lease, its members' heartbeats and a bounded slice of
 its event files through the store factory (`ports.store.stores`: a directory or an
 `smb://` share), verifies every record with *that* pool's key (whatever fails
@@ -50,7 +50,7 @@ class PoolWatcher:
         heartbeat_ttl: float, promotion_hold: float, lease_ttl: float,
     ) -> None:  # fmt: skip
         self.kmsn = watched.kmsn
-        self.place = PoolPlace.of(watched)
+        self.place = PoolPlace.watched(watched)
         self.viewer = viewer  # this agent's node: whose view this is
         self.clock = clock
         self.local = local

@@ -77,7 +77,7 @@ def cluster_config(values: dict[str, str], relay_port: int, bad: Callable[[Probl
             bad(Problem("stkrelay.E237", stray[0], "is set, ETCD_ENDPOINTS is not: a node alone has no peers",
                         "set ETCD_ENDPOINTS (the directory's etcd), or remove the cluster keys"))  # fmt: skip
         return None
-    from elections.ports.etcd.client import parse_endpoints
+    from stkconfig.etcd_endpoints import parse_endpoints
 
     ok = True
     try:

@@ -12,12 +12,12 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from elections.ports.share.smburl import is_smb
 from relay.client.beacon_discovery import BeaconListener
 from relay.client.discovery import Discovery
 from relay.client.events import Status
 from relay.client.relay_client import RelayClient
 from relay.lease_file import lease_file
+from stkconfig.smburl import is_smb
 from stkhost.fingerprints import parse_pins
 from stkhost.secret_source import SecretUnreadable, argv_refusal, from_environment, read_secret
 
@@ -182,7 +182,7 @@ def build_client(options: dict[str, Any], on_status: Callable[[Status], None]) -
         raise Stop(EXIT_USAGE, f"relayclient: --agent-pin: {exc}") from None
     discovery = Discovery.build(
         kmsn=kmsn,
-        lease=lease_file(lease_dir, token, kmsn, stk.values) if lease_dir else None,  # an smb:// LEASE_DIR
+        lease=lease_file(lease_dir, token, kmsn, stk.smb) if lease_dir else None,  # an smb:// LEASE_DIR
         agents=options["agent"],
         fallbacks=options["fallback"],
         api_token=api_token or None,

@@ -283,15 +283,11 @@ class Command(OperatorCommand):
     def do_plan(self, o: dict[str, Any]) -> int:
         from django.conf import settings
 
-        from elections.core.action_config import action_config
         from elections.core.actions import plan_for
 
         epoch = (_pool().epoch or 0) + 1
         node = o["node"] or settings.STK.node
-        config, problems = action_config(settings.STK.values)
-        for problem in problems:
-            self.stderr.write(f"relayctl: {problem}")
-        plan = plan_for(epoch, node, config)
+        plan = plan_for(epoch, node, settings.STK.actions)  # a bad key: relayctl refused to start
         self.emit(plan.to_dict(), plan.render().splitlines())
         return 0
 
@@ -344,8 +340,8 @@ class Command(OperatorCommand):
         from django.conf import settings
 
         from elections.ports.local.webcert import cert_file, served_fingerprint
+        from stkconfig.web import host_entry
         from stkhost.fingerprints import show
-        from stkrelay.config_web import host_entry
 
         stk = settings.STK
         mine = served_fingerprint(stk.data_dir, stk.tls_cert, stk.web_plain)

@@ -30,11 +30,12 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import replace
 from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
 
+from elections.core.retention import Retention
 from elections.core.skew import ClockReading, from_window
 from elections.core.untrusted import LEASE, TOO_LARGE, TOO_MANY, WRONG_NODE, Untrusted
 from elections.errors import StoreUnavailable
@@ -115,7 +116,7 @@ class EtcdBackend:
     def source(self, key: str) -> str:
         return key_of(key)
 
-    def event_streams(self, options: Mapping[str, str] | None = None) -> EtcdEvents:
+    def event_streams(self, retention: Retention | None = None) -> EtcdEvents:
         """`events/<node>/<seq>` (`etcd.events`); a reader watches them if this backend watches."""
         return EtcdEvents(self.pool, watch=self.watcher is not None)
 

@@ -33,11 +33,11 @@ from elections.ports.etcd.client import (
     Tls,
     TooLarge,
     gateway_int,
-    parse_endpoints,
     prefix_end,
     unb64,
 )
 from elections.ports.etcd.watch import PrefixWatch
+from stkconfig.etcd_endpoints import parse_endpoints
 
 LEASE_KEY = "pool/leader"
 EPOCH_KEY = "pool/epoch"

@@ -8,7 +8,7 @@ needs it (a share's segments are named by their first seq).
 Implemented by `share_events.ShareEvents` (`events/<node>.jsonl` and its
 segments, local or over SMB), `etcd.events.EtcdEvents` (`events/<node>/<seq>`)
 and `memory_backend.MemoryBackend` (a list per node). A backend's
-`event_streams(options)` opens them.
+`event_streams(retention)` opens them.
 
 The contract of every implementation:
 

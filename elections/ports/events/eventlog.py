@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from elections.core.evidence import Refusals
+from elections.core.retention import Retention
 from elections.core.untrusted import EVENT_LINE, Untrusted, load_object
 from elections.ports.events.event_records import PoolEventSink, PoolEventTail
 from elections.ports.events.eventtail import MAX_FILES, PER_CALL, PER_FILE, EventFiles
-from elections.ports.events.segments import SUFFIX, Retention
+from elections.ports.events.segments import SUFFIX
 from elections.ports.events.share_events import ShareEvents
 from elections.ports.share.share import LocalShare, Share, parent_of
 from elections.ports.share.sharefiles import ShareDeadline, read_regular

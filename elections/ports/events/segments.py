@@ -31,14 +31,14 @@ import json
 import logging
 import re
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
 from typing import Any, TypeVar
 
 from elections.core.lease import sign, signature_ok
-from elections.core.retention import Keeper, Segment, retired
+from elections.core.retention import Keeper, Retention, Segment, retired
 from elections.core.untrusted import EVENT_LINE, Untrusted, check_event, load_object
 from elections.ports.share.share import Share
 from elections.ports.share.sharefiles import ShareDeadline
@@ -57,33 +57,6 @@ MAX_SEGMENT = 64 << 20  # bytes of a sealed segment or base a reader reads at mo
 MAX_OWN = 1 << 30  # bytes of its own sealed segment the compactor folds at most (an old single file)
 READ_CHUNK = 1 << 20  # bytes the compactor reads per share operation
 HEAD = 64 << 10  # bytes read to find a file's first line
-
-SEGMENT_BYTES = 1 << 20  # EVENTS_SEGMENT_BYTES: the active file is sealed once this large
-KEEP_BYTES = 4 << 20  # EVENTS_KEEP_BYTES: a node's newest segments kept, active included
-KEEP_S = 400 * 86400.0  # EVENTS_KEEP_DAYS: a sealed segment whose last line is older is retired
-
-
-@dataclass(frozen=True)
-class Retention:
-    segment_bytes: int = SEGMENT_BYTES
-    keep_bytes: int = KEEP_BYTES
-    keep_s: float = KEEP_S
-
-    @classmethod
-    def of(cls, options: Mapping[str, str]) -> Retention:
-        """From a pool's settings (`EVENTS_*`, checked at start-up by stkrelay.config)."""
-
-        def number(key: str, default: float) -> float:
-            try:
-                return float(options.get(key) or default)
-            except ValueError:
-                return default
-
-        return cls(
-            segment_bytes=int(number("EVENTS_SEGMENT_BYTES", SEGMENT_BYTES)),
-            keep_bytes=int(number("EVENTS_KEEP_BYTES", KEEP_BYTES)),
-            keep_s=number("EVENTS_KEEP_DAYS", KEEP_S / 86400) * 86400,
-        )
 
 
 @dataclass(frozen=True)

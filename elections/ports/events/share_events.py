@@ -16,6 +16,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
+from elections.core.retention import Retention
 from elections.core.untrusted import Untrusted
 from elections.ports.events.event_streams import EventJudge, SeqOf
 from elections.ports.events.eventtail import EventFiles
@@ -25,7 +26,6 @@ from elections.ports.events.segments import (
     SEALED,
     SUFFIX,
     Compactor,
-    Retention,
     chains,
     compactor_for,
     first_seq,
@@ -150,6 +150,6 @@ class ShareEvents:
         return cursor.read_new(judge)
 
 
-def events_of(share: Share, pool_key: str, clock: Clock, options: Mapping[str, str]) -> ShareEvents:
+def events_of(share: Share, pool_key: str, clock: Clock, retention: Retention) -> ShareEvents:
     """The pool's event streams in `events/` of its share, with its retention (`EVENTS_*`)."""
-    return ShareEvents(share, EVENTS_DIR, pool_key, clock, Retention.of(options), share.deadline)
+    return ShareEvents(share, EVENTS_DIR, pool_key, clock, retention, share.deadline)

@@ -8,7 +8,7 @@ files only, never through a link, never blocking on a FIFO, at most
 own joined with the deadline; a read stuck in the kernel (a hung mount) is
 left behind, and while it is stuck no other is started: each look says so.
 
-The command runs without a shell (its argv was split by `config_gate`), in a
+The command runs without a shell (its argv was split by `stkconfig.gate`), in a
 session of its own, with nothing on stdin and its output discarded; past the
 deadline its whole process group is killed.
 """

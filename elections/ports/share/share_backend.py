@@ -30,10 +30,11 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from elections.core.lease import revision_of
+from elections.core.retention import Retention
 from elections.core.skew import ClockReading, from_window
 from elections.core.untrusted import LEASE, MEMBER, NOT_A_FILE, Limits, Untrusted
 from elections.core.witness import WITNESS
@@ -121,9 +122,9 @@ class ShareBackend:
 
         return self.deadline.run(guarded)
 
-    def event_streams(self, options: Mapping[str, str] | None = None) -> ShareEvents:
+    def event_streams(self, retention: Retention | None = None) -> ShareEvents:
         """`events/<node>.jsonl` and its segments (`share_events`), with the pool's retention."""
-        return events_of(self.share, self.pool_key, self.clock, options or {})
+        return events_of(self.share, self.pool_key, self.clock, retention or Retention())
 
     def wait_change(self, key: str, timeout: float, stop: threading.Event | None = None) -> bool:
         rel = file_of(key)  # SMB2 CHANGE_NOTIFY on its folder, where the server offers it

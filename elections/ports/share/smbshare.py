@@ -109,7 +109,7 @@ from elections.ports.share.smbterms import (
     WRITE,
     status_of,
 )
-from elections.ports.share.smburl import SmbUrl
+from stkconfig.smburl import SmbUrl
 
 T = TypeVar("T")
 MAX_LIST_BATCHES = 64  # QUERY_DIRECTORY round trips per listing (MAX_SCAN entries fit in far fewer)

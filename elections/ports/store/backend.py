@@ -39,7 +39,7 @@ The contract of every backend:
   reads again. It never holds a lock a writer needs.
 - `run(fn)` runs one operation of the record layer under the backend's
   deadline and exclusion: a hung store raises `StoreUnavailable`.
-- `event_streams(options)` is the pool's event log as bytes, one stream of
+- `event_streams(retention)` is the pool's event log as bytes, one stream of
   lines per node (`event_streams.EventStreams`: append, last seq, read on from
   a cursor); its rules are the event record layer's (`event_records`).
 """
@@ -49,11 +49,12 @@ from __future__ import annotations
 import enum
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from elections.core.evidence import DETAIL_CHARS, SOURCE_CHARS, Refusals, printable
+from elections.core.retention import Retention
 from elections.core.skew import ClockReading
 from elections.core.untrusted import SECURITY_CAUSES, Untrusted
 from elections.ports.events.event_streams import EventStreams
@@ -154,8 +155,8 @@ class Backend(Protocol):
 
     def details(self) -> dict[str, Any]: ...
 
-    def event_streams(self, options: Mapping[str, str] | None = None) -> EventStreams:
-        """The pool's event log on this backend (`options`: the pool's settings, `EVENTS_*`)."""
+    def event_streams(self, retention: Retention | None = None) -> EventStreams:
+        """The pool's event log on this backend (`retention`: how a share keeps its files, `EVENTS_*`)."""
         ...
 
 

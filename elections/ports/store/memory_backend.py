@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, TypeVar
 
+from elections.core.retention import Retention
 from elections.core.skew import ClockReading, from_window
 from elections.core.untrusted import LEASE, TOO_LARGE, Untrusted
 from elections.ports.events.event_streams import EventJudge, SeqOf
@@ -157,7 +158,7 @@ class MemoryBackend:
         return from_window(*window, stamp, 0.0, "memory")
 
     # -- the event log ------------------------------------------------------------------
-    def event_streams(self, options: Mapping[str, str] | None = None) -> MemoryBackend:
+    def event_streams(self, retention: Retention | None = None) -> MemoryBackend:
         return self
 
     def append(self, node: str, seq: int, line: bytes) -> None:

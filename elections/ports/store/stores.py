@@ -22,20 +22,20 @@ A backend's modules are imported only when a pool uses it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from elections.core.evidence import Refusals
+from elections.core.retention import Retention
 from elections.ports.events.event_records import PoolEventSink, PoolEventTail
 from elections.ports.share.share import Share
 from elections.ports.share.sharefiles import DEFAULT_TIMEOUT
-from elections.ports.share.smburl import is_smb, parse_smb_url, smb_password
 from elections.ports.store.backend import Backend, counted, log_only
 from elections.ports.store.records import PoolStore
 from elections.ports.store.store import LeaseStore
 from stkconfig.model import Config
-from stkconfig.parsed import WatchedPool
+from stkconfig.parsed import EtcdSettings, SmbLogin, WatchedPool
+from stkconfig.smburl import is_smb, parse_smb_url, smb_password
 from stkhost.clock import Clock
 
 if TYPE_CHECKING:
@@ -86,19 +86,30 @@ class PoolPlace:
     key: str
     timeout: float = DEFAULT_TIMEOUT
     backend: str = FILE
-    options: Mapping[str, str] = field(default_factory=dict)  # the backend's own settings
+    smb: SmbLogin = field(default_factory=SmbLogin)  # an smb:// lease dir's login
+    etcd: EtcdSettings = field(default_factory=EtcdSettings)  # with ETCD: where and how
+    retention: Retention = field(default_factory=Retention)  # the share's event files (EVENTS_*)
 
     @classmethod
-    def of(cls, stk: Config | WatchedPool) -> PoolPlace:
-        """This agent's own pool, from its `Config` (or a watched pool's section)."""
+    def of(cls, stk: Config) -> PoolPlace:
+        """This agent's own pool, from its `Config`."""
         return cls(
             kmsn=stk.kmsn,
             lease_dir=stk.lease_dir,
             key=stk.pool_key,
             timeout=stk.share_timeout,
             backend=stk.lease_store or FILE,
-            options=dict(stk.values),
+            smb=stk.smb,
+            etcd=stk.etcd,
+            retention=Retention(
+                stk.events_segment_bytes, stk.events_keep_bytes, stk.events_keep_days * 86400
+            ),
         )
+
+    @classmethod
+    def watched(cls, pool: WatchedPool) -> PoolPlace:
+        """A watched pool (a `[pool:<KMSN>]` section): always on a share, its events kept as by default."""
+        return cls(pool.kmsn, pool.lease_dir, pool.pool_key, pool.share_timeout, FILE, smb=pool.smb)
 
     def describe(self) -> str:
         if self.backend == ETCD:
@@ -117,7 +128,7 @@ def open_share(place: PoolPlace) -> Share:
     if place.remote:
         from elections.ports.share.smbshare import smb_share  # smbprotocol only for pools that use it
 
-        return smb_share(parse_smb_url(place.lease_dir), smb_password(dict(place.options)), place.timeout)
+        return smb_share(parse_smb_url(place.lease_dir), smb_password(place.smb), place.timeout)
     from elections.ports.share.share import LocalShare
 
     return LocalShare(place.lease_dir, place.timeout)
@@ -128,14 +139,10 @@ def _etcd_pool(place: PoolPlace) -> EtcdPool:
     from elections.ports.etcd.client import Tls
     from elections.ports.etcd.pool import default_prefix, pool_for
 
-    opts = place.options
-    tls = Tls(opts.get("ETCD_CA", ""), opts.get("ETCD_CERT", ""), opts.get("ETCD_KEY", ""))
-    try:
-        fallback = float(opts.get("LEASE_POLL") or 2.0)
-    except ValueError:
-        fallback = 2.0
-    prefix = opts.get("ETCD_PREFIX") or default_prefix(place.kmsn)
-    return pool_for(opts.get("ETCD_ENDPOINTS", ""), prefix, place.timeout, tls, fallback=fallback)
+    etcd = place.etcd
+    tls = Tls(etcd.ca, etcd.cert, etcd.key)
+    prefix = etcd.prefix or default_prefix(place.kmsn)
+    return pool_for(",".join(etcd.endpoints), prefix, place.timeout, tls, fallback=etcd.poll)
 
 
 def store_details(store: LeaseStore) -> dict[str, Any]:
@@ -185,11 +192,11 @@ def open_store(
 
 def open_event_sink(place: PoolPlace, node: str, clock: Clock) -> EventSink:
     """Where `node` appends its signed events in the pool."""
-    streams = open_backend(place, node, clock, watch=False).event_streams(place.options)
+    streams = open_backend(place, node, clock, watch=False).event_streams(place.retention)
     return PoolEventSink(streams, node, clock, place.key)
 
 
 def open_event_tail(place: PoolPlace, clock: Clock, refusals: Refusals | None = None) -> EventReader:
     """A reader of every member's new, verified events in the pool."""
-    streams = open_backend(place, "", clock).event_streams(place.options)
+    streams = open_backend(place, "", clock).event_streams(place.retention)
     return PoolEventTail(streams, place.key, refusals=refusals, clock=clock)

@@ -16,7 +16,6 @@ from django.utils.translation import gettext as _
 
 from elections import audit
 from elections.core import actions
-from elections.core.action_config import action_config
 from elections.core.commands import KINDS
 from elections.core.eligibility import successor
 from elections.web.panel.site import SiteState
@@ -50,7 +49,7 @@ def likely_successor(site: SiteState, excluding: str | None) -> str | None:
 def _plan(epoch: int, node: str, old_leader: str | None) -> tuple[str, str]:
     """The dry run: the old leader's demotion plan and `node`'s plan for `epoch`."""
     try:
-        config = action_config(settings.STK.values)[0]
+        config = settings.STK.actions
         parts = []
         if old_leader:
             parts.append(actions.demotion_plan(epoch - 1, old_leader, config).render())

@@ -1,4 +1,5 @@
-"""The ownership keys of `stk.ini` (ADR 0011 phase 4, `elections.runtime.ownership`).
+"""The ownership keys of `stk.ini` (ADR 0011 phase 4, `elections.runtime.ownership`): the
+`ownership` section.
 
 - `OWNERSHIP_CHECK` (seconds, default 2): how often this agent looks where its
   addresses (`VIP_*`, `AWS_*`, `OCI_*`, `AZURE_*`) really are, reports it in
@@ -12,14 +13,17 @@
 - `OWNERSHIP_REPAIR` (default 1): `0` shows the map and raises its alarms but
   never acts (`stkrelay.E122` for anything but 0/1/yes/no/true/false/on/off).
 
-Each function reports through `bad(id, key, message, hint)` like `config.load`.
+`parse(raw, known, bad)` (`stkconfig.raw`) reports each bad value and leaves its default.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
 
-Bad = Callable[[str, str, str, str], None]
+from stkconfig.bad import Bad
+from stkconfig.raw import Raw
+
 DEFAULTS = {"OWNERSHIP_CHECK": "2", "OWNERSHIP_HOLD": "", "OWNERSHIP_REPAIR": "1"}
 MIN_CHECK, MAX_CHECK = 0.5, 300.0
 MAX_HOLD = 86400.0
@@ -27,10 +31,23 @@ FLAGS = {**dict.fromkeys(("1", "yes", "true", "on"), True),
          **dict.fromkeys(("0", "no", "false", "off"), False)}  # fmt: skip
 
 
-def parse(
-    values: dict[str, str], lease_ttl: float, renew_deadline: float, bad: Bad
-) -> tuple[float, float, bool]:
-    """(check interval, hold, repair) from the raw values; defaults where a value is bad."""
+@dataclass(frozen=True)
+class Ownership:
+    ownership_check: float = 2.0  # seconds between looks at the addresses; 0 = off
+    ownership_hold: float = 10.0  # default: LEASE_TTL
+    ownership_repair: bool = True
+
+
+class OwnershipNeeds(Protocol):
+    """What the ownership keys read of the sections before them."""
+
+    lease_ttl: float
+    renew_deadline: float
+
+
+def parse(raw: Raw, known: OwnershipNeeds, bad: Bad) -> Ownership:
+    """The check interval, the hold and the repair; defaults where a value is bad."""
+    values, lease_ttl, renew_deadline = raw.values, known.lease_ttl, known.renew_deadline
     check = 2.0
     text = values.get("OWNERSHIP_CHECK", "") or DEFAULTS["OWNERSHIP_CHECK"]
     try:
@@ -64,4 +81,4 @@ def parse(
         bad("stkrelay.E122", "OWNERSHIP_REPAIR", f"{text!r} is not 0 or 1",
             "1: the leader puts drifted addresses right; 0: only show and alarm")  # fmt: skip
         repair = True
-    return check, hold, repair
+    return Ownership(check, hold, repair)

@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from stkconfig.parsed import SmbLogin
+
 SCHEME = "smb://"
 DEFAULT_PORT = 445
 _HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,252})|\[[0-9A-Fa-f:.]+\]")
@@ -82,12 +84,12 @@ def parse_smb_url(text: str) -> SmbUrl:
     return SmbUrl(host=host, port=port, share=parts[0], path=tuple(parts[1:]), user=user, domain=domain)
 
 
-def smb_password(values: dict[str, str]) -> str:
+def smb_password(login: SmbLogin) -> str:
     """The password from `SMB_PASSWORD`, else the first line of `SMB_PASSWORD_FILE`
     (raises `SmbUrlError` if that file cannot be read). Empty: none given."""
-    if values.get("SMB_PASSWORD"):
-        return values["SMB_PASSWORD"]
-    name = values.get("SMB_PASSWORD_FILE", "")
+    if login.password:
+        return login.password
+    name = login.password_file
     if not name:
         return ""
     try:

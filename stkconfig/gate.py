@@ -1,4 +1,4 @@
-"""The gate keys of `stk.ini`: the VRRP-master signal of ADR 0011's eligibility.
+"""The gate keys of `stk.ini`: the VRRP-master signal of ADR 0011's eligibility; the `gate` section.
 
 - `GATE_CMD`: a command (split like a shell would, `shlex`, but run without one)
   whose exit status 0 means "this host is master"; its program must exist
@@ -15,7 +15,7 @@
   this agent's own clock); at least two looks' worth when set, and only with
   `GATE_FILE` (`stkrelay.E108`).
 
-Each function reports through `bad(id, key, message, hint)` like `config.load`.
+`parse(raw, known, bad)` (`stkconfig.raw`) reports each bad value and leaves its default.
 """
 
 from __future__ import annotations
@@ -23,21 +23,38 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
 
 from elections.core.gate import LOOK_EVERY
+from stkconfig.bad import Bad
 from stkconfig.parsed import GATE_TIMEOUT as DEFAULT_TIMEOUT
 from stkconfig.parsed import GateConfig
-
-Bad = Callable[[str, str, str, str], None]
-Number = Callable[..., "float | int | None"]  # config.load's number(key): the table's kind and range
+from stkconfig.raw import Raw
 
 
-def parse(values: dict[str, str], lease_renew: float, bad: Bad, number: Number) -> GateConfig:
+@dataclass(frozen=True)
+class Gate:
+    gate: GateConfig = field(default_factory=GateConfig)
+
+
+class GateNeeds(Protocol):
+    """What the gate reads of the sections before it."""
+
+    lease_renew: float
+
+
+def parse(raw: Raw, known: GateNeeds, bad: Bad) -> Gate:
+    """`Config.gate`: the command or the file, the gate's deadline and the file's freshness."""
+    return Gate(_gate(raw, known.lease_renew, bad))
+
+
+def _gate(raw: Raw, lease_renew: float, bad: Bad) -> GateConfig:
+    values = raw.values
     cmd_text, path = values.get("GATE_CMD", ""), values.get("GATE_FILE", "")
-    timeout = number("GATE_TIMEOUT")
+    timeout = raw.number("GATE_TIMEOUT", bad)
     timeout = DEFAULT_TIMEOUT if timeout is None else float(timeout)
-    max_age = number("GATE_MAX_AGE")
+    max_age = raw.number("GATE_MAX_AGE", bad)
     max_age = 0.0 if max_age is None else float(max_age)
     if cmd_text and path:
         bad("stkrelay.E106", "GATE_CMD", "and GATE_FILE are both set: the gate is one signal",

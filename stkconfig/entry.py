@@ -1,4 +1,5 @@
-"""Entry members (issue 26 part 1, docs/design.md §14.1): the member with the router's port-forward.
+"""Entry members (issue 26 part 1, docs/design.md §14.1): the member with the router's port-forward;
+the `entry` section.
 
 Keys (docs/cloud.md, "Entry members"):
 
@@ -18,9 +19,25 @@ Keys (docs/cloud.md, "Entry members"):
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
 
-Bad = Callable[[str, str, str, str], None]
+from stkconfig.bad import Bad
+from stkconfig.raw import Raw
+
+
+@dataclass(frozen=True)
+class EntryKeys:
+    entry: bool = False  # ENTRY: the router's port-forward reaches this member (relay.server.entry)
+    entry_listen: tuple[str, int] | None = None  # ENTRY_LISTEN parsed
+
+
+class EntryNeeds(Protocol):
+    """What the entry keys read of the sections before them."""
+
+    node_ip: str
+    relay_port: int
+    web_port: int
 
 
 def parse_listen(text: str) -> tuple[str, int] | None:
@@ -37,17 +54,16 @@ def parse_listen(text: str) -> tuple[str, int] | None:
     return (address, number) if 1 <= number <= 65534 else None
 
 
-def check(
-    values: Mapping[str, str],
-    flag: Callable[[str, bool], bool],
-    bad: Bad,
-    node_ip: str,
-    taken: tuple[int, ...],
-) -> tuple[bool, tuple[str, int] | None]:
-    """(`ENTRY`, `ENTRY_LISTEN` parsed), reporting E200–E202. `taken`: the relay's and the
-    panel's ports, which `ENTRY_LISTEN` may not reuse on `NODE_IP` or a wildcard."""
-    on = flag(values.get("ENTRY", ""), False)
-    text = values.get("ENTRY_LISTEN", "")
+def parse(raw: Raw, known: EntryNeeds, bad: Bad) -> EntryKeys:
+    """`ENTRY`, `ENTRY_LISTEN` parsed, reporting E200–E202: the relay's and the panel's ports may
+    not be reused on `NODE_IP` or a wildcard."""
+    on, listen = _check(raw, known.node_ip, (known.relay_port, known.relay_port + 1, known.web_port), bad)
+    return EntryKeys(on, listen)
+
+
+def _check(raw: Raw, node_ip: str, taken: tuple[int, ...], bad: Bad) -> tuple[bool, tuple[str, int] | None]:
+    on = raw.flag("ENTRY", False)
+    text = raw.text("ENTRY_LISTEN")
     if not text:
         if on:
             bad("stkrelay.E200", "ENTRY_LISTEN", "is not set while ENTRY = 1",

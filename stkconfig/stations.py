@@ -1,4 +1,4 @@
-"""`RELAY_HOST`: where this PC's stations dial (issue 36).
+"""`RELAY_HOST`: where this PC's stations dial (issue 36); the `stations` section.
 
 The site's stations read `RELAY_HOST` from the same `stk.ini` and dial `RELAY_HOST:9530`,
 then `127.0.0.1` (seed 000 §2). The agent never dials it; it reads the key to say where
@@ -12,12 +12,22 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Callable
+from dataclasses import dataclass
 
-from stkrelay.config_said import Said, gettext_noop
+from stkconfig.bad import Bad
+from stkconfig.raw import Raw
+from stkconfig.said import Said, gettext_noop
 
-Bad = Callable[[str, str, str, str], None]
 LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
+
+
+@dataclass(frozen=True)
+class Stations:
+    relay_host: str = ""  # where this PC's stations dial (the old agent's RELAY_HOST; relayctl doctor)
+
+
+def parse(raw: Raw, known: object, bad: Bad) -> Stations:
+    return Stations(relay_host(raw.text("RELAY_HOST"), bad))
 
 
 def relay_host(text: str, bad: Bad) -> str:

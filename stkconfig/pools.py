@@ -1,4 +1,5 @@
-"""Watched pools: the `[pool:<KMSN>]` sections of `stk.ini` (docs/design.md §11).
+"""Watched pools: the `[pool:<KMSN>]` sections of `stk.ini` (docs/design.md §11); the `pools` section
+(the file's sections are found by `stkrelay.config_file`).
 
 An agent's panel can also show other KMSNs (an office server that mounts
 several sites' shares). Each section names one pool:
@@ -25,36 +26,46 @@ goes away later).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
 
-from elections.ports.share.smburl import SmbUrlError, is_smb, parse_smb_url, smb_password
+from stkconfig.bad import Bad
 from stkconfig.keys import BY_NAME
-from stkconfig.parsed import WatchedPool
+from stkconfig.parsed import SmbLogin, WatchedPool
+from stkconfig.raw import Raw
+from stkconfig.smburl import SmbUrlError, is_smb, parse_smb_url, smb_password
 from stkconfig.strength import SECRET_HINT, secret_weakness
-from stkrelay.config_ini import TOP, IniFile
 
-Bad = Callable[[str, str, str, str], None]
-SECTION_PREFIX = "pool:"
 SECTION, SECRET, VALUE = "stkrelay.E025", "stkrelay.E026", "stkrelay.E027"
 KEYS = ("LEASE_DIR", "RELAY_TOKEN", "POOL_KEY", "SHARE_TIMEOUT", "NODE")
 BACKEND_PREFIXES = ("SMB_",)  # handed to the share's backend as its options
 MAX_POOLS = 500
 
 
-def sections(ini: IniFile) -> dict[str, dict[str, str]]:
-    """The `[pool:<KMSN>]` sections of a read ini (`config_ini`: keys upper-cased, values read)."""
-    out = {}
-    for name, keys in ini.sections.items():
-        if name != TOP and name.lower().startswith(SECTION_PREFIX):
-            out[name[len(SECTION_PREFIX) :].strip()] = {k: v for k, (v, _) in keys.items()}
-    return out
+@dataclass(frozen=True)
+class Pools:
+    watched: list[WatchedPool] = field(default_factory=list)  # the [pool:<KMSN>] sections
 
 
-def parse(
-    found: dict[str, dict[str, str]], own_kmsn: str, own_node: str, own_lease_dir: str, share_timeout: float,
-    bad: Bad,
+class PoolsNeed(Protocol):
+    """What the watched pools read of the sections before them."""
+
+    kmsn: str
+    node: str
+    share_timeout: float
+
+
+def parse(raw: Raw, known: PoolsNeed, bad: Bad) -> Pools:
+    """Every watched pool that is well configured (`raw.pools`); one line per problem (E025–E027)."""
+    found = raw.pools
+    return Pools(_watched(found, known.kmsn, known.node, raw.text("LEASE_DIR"), known.share_timeout, bad))
+
+
+def _watched(
+    found: Mapping[str, Mapping[str, str]], own_kmsn: str, own_node: str, own_lease_dir: str,
+    share_timeout: float, bad: Bad,
 ) -> list[WatchedPool]:  # fmt: skip
-    """Every watched pool that is well configured; one line per problem (E025–E027)."""
     pools: list[WatchedPool] = []
     if len(found) > MAX_POOLS:
         bad(SECTION, "[pool:*]", f"{len(found)} watched pools, more than {MAX_POOLS}",
@@ -80,7 +91,7 @@ def parse(
 
 
 def _section(
-    kmsn: str, values: dict[str, str], own_node: str, own_lease_dir: str, share_timeout: float,
+    kmsn: str, values: Mapping[str, str], own_node: str, own_lease_dir: str, share_timeout: float,
     problem: Callable[[str, str, str], None],
 ) -> WatchedPool | None:  # fmt: skip
     """One `[pool:<KMSN>]` section's keys, every problem said; the pool when there is none."""
@@ -123,10 +134,11 @@ def _section(
     if any(c.isspace() or c in "/\\" for c in node) or len(node) > 64:
         problem("NODE", f"{node[:64]!r} is not a node name", "e.g. OFFICE1")
         ok = False
-    return WatchedPool(kmsn, lease_dir, token, key, timeout, node, dict(values)) if ok else None
+    login = SmbLogin(values.get("SMB_PASSWORD", ""), values.get("SMB_PASSWORD_FILE", ""))
+    return WatchedPool(kmsn, lease_dir, token, key, timeout, node, login) if ok else None
 
 
-def _smb_ok(values: dict[str, str], problem: Callable[[str, str, str], None]) -> bool:
+def _smb_ok(values: Mapping[str, str], problem: Callable[[str, str, str], None]) -> bool:
     """An smb:// share of a watched pool: its URL and its password (no network)."""
     try:
         url = parse_smb_url(values["LEASE_DIR"])
@@ -134,7 +146,7 @@ def _smb_ok(values: dict[str, str], problem: Callable[[str, str, str], None]) ->
         problem("LEASE_DIR", str(exc), "use smb://[user@]host[:port]/share/folder")
         return False
     try:
-        password = smb_password(values)
+        password = smb_password(SmbLogin(values.get("SMB_PASSWORD", ""), values.get("SMB_PASSWORD_FILE", "")))
     except SmbUrlError as exc:
         problem("SMB_PASSWORD_FILE", str(exc), "name a file this agent can read")
         return False

@@ -1,4 +1,4 @@
-"""The web-facing keys of `stk.ini` and the strength of the site's secrets.
+"""The web-facing keys of `stk.ini` and the strength of the site's secrets: the `web` section.
 
 Nothing that reaches the panel from the LAN is trusted by default:
 
@@ -17,23 +17,57 @@ Nothing that reaches the panel from the LAN is trusted by default:
 - `RELAY_TOKEN` (and `POOL_KEY` when set) must be at least 16 characters and
   not trivially repetitive: `stkrelay.E018`.
 
-Each function reports through `bad(id, key, message, hint)` like `config.load`.
+`parse(raw, known, bad)` (`stkconfig.raw`) reports each bad value and leaves its default;
+`allowed_hosts` makes Django's ALLOWED_HOSTS of the section (`stkrelay.settings`).
 """
 
 from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Callable
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
 
+from stkconfig.bad import Bad
+from stkconfig.raw import Raw
 from stkconfig.strength import SECRET_HINT, secret_weakness
-
-Bad = Callable[[str, str, str, str], None]
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 WS_MAX_BUFFER = 4 << 20
 WS_MAX_MESSAGES = 4096
 _HOSTNAME = re.compile(r"^\.?[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*\.?$")
+
+
+@dataclass(frozen=True)
+class Web:
+    web_allowed_hosts: list[str] = field(default_factory=list)  # WEB_ALLOWED_HOSTS only; see allowed_hosts()
+    web_trusted_proxies: list[str] = field(default_factory=list)  # networks, e.g. "10.0.0.5/32"
+    web_login_address_failures: int = 20  # failed logins per client address per STK_LOGIN_WINDOW_S
+    web_login_failures_per_s: float = 0.5  # failed logins per second, all addresses together
+    web_login_burst: int = 5  # ...with this many at once
+    web_ws_max_buffer: int = WS_MAX_BUFFER
+    web_ws_max_messages: int = WS_MAX_MESSAGES
+
+
+class WebNeeds(Protocol):
+    """What the web keys read of the sections before them."""
+
+    relay_max_frame: int
+
+
+def parse(raw: Raw, known: WebNeeds, bad: Bad) -> Web:
+    """The panel's keys (E019, E020, E066, E067, E010/E011) and the site secrets' strength (E018)."""
+    d = Web()
+    check_secrets(raw.values, bad)
+    hosts = parse_allowed_hosts(raw.text("WEB_ALLOWED_HOSTS"), bad)
+    proxies = parse_trusted_proxies(raw.text("WEB_TRUSTED_PROXIES"), bad)
+    check_retired_forwarded_for(raw.values, bad)
+    per_address = raw.number("WEB_LOGIN_ADDRESS_FAILURES", bad) or d.web_login_address_failures
+    rate = raw.number("WEB_LOGIN_FAILURES_PER_S", bad) or d.web_login_failures_per_s
+    burst = raw.number("WEB_LOGIN_BURST", bad) or d.web_login_burst
+    size, count = parse_ws_bounds(raw.values, known.relay_max_frame, bad)
+    return Web(hosts, proxies, per_address, rate, burst, size, count)
 
 
 def _items(text: str) -> list[str]:
@@ -81,7 +115,7 @@ def allowed_hosts(node_ip: str, extra: list[str], vip: str = "", hostname: str =
     return list(dict.fromkeys([*hosts, *extra]))
 
 
-def parse_ws_bounds(values: dict[str, str], max_frame: int, bad: Bad) -> tuple[int, int]:
+def parse_ws_bounds(values: Mapping[str, str], max_frame: int, bad: Bad) -> tuple[int, int]:
     """WEB_WS_MAX_BUFFER (E066) and WEB_WS_MAX_MESSAGES (E067); the defaults where bad."""
     size, count = WS_MAX_BUFFER, WS_MAX_MESSAGES
     text = values.get("WEB_WS_MAX_BUFFER", "").strip()
@@ -113,7 +147,7 @@ def parse_trusted_proxies(text: str, bad: Bad) -> list[str]:
     return nets
 
 
-def check_retired_forwarded_for(values: dict[str, str], bad: Bad) -> None:
+def check_retired_forwarded_for(values: Mapping[str, str], bad: Bad) -> None:
     """STK_TRUST_FORWARDED_FOR=N believed X-Forwarded-For from any peer: refuse it loudly."""
     value = values.get("TRUST_FORWARDED_FOR", "").strip()
     if value and value != "0":
@@ -121,7 +155,7 @@ def check_retired_forwarded_for(values: dict[str, str], bad: Bad) -> None:
         bad("stkrelay.E020", "STK_TRUST_FORWARDED_FOR", "is no longer read (it trusted any peer)", hint)
 
 
-def check_secrets(values: dict[str, str], bad: Bad) -> None:
+def check_secrets(values: Mapping[str, str], bad: Bad) -> None:
     """RELAY_TOKEN (already reported by E004 when empty) and POOL_KEY when set."""
     for key in ("RELAY_TOKEN", "POOL_KEY"):
         secret = values.get(key, "")

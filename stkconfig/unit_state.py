@@ -1,6 +1,6 @@
 """DATA_DIR and the systemd unit's state directory (issue 42: one data folder): under systemd the
 agent's DATA_DIR must be the folder the unit made for its instance (`stkrelay.E241`), the one
-`relayctl` and `stkuser` read through the ini too (`stkrelay.agent_data`)."""
+`relayctl` and `stkuser` read through the ini too (`stkrelay.agent_data`); `stkconfig.places` checks it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The libraries a configured backend needs, checked when the config is read.
+"""The libraries a configured backend needs, checked when the config is read (`stkconfig.places`).
 
 `smb://` lease dirs need smbprotocol and pyspnego (the `smb` extra), `LEASE_STORE =
 etcd` needs etcd3gw (the `etcd` extra). A clean install without the extra used to
@@ -10,9 +10,9 @@ the extra to install. The import is tried for real (a broken install fails too).
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
-Bad = Callable[[str, str, str, str], None]
+from stkconfig.bad import Bad
 
 SMB_MODULES = ("smbprotocol", "spnego")
 ETCD_MODULES = ("etcd3gw",)

@@ -1,4 +1,5 @@
-"""The panel's language and time zone: `LANGUAGE_CODE` and `TIME_ZONE` of `stk.ini`.
+"""The panel's language and time zone: `LANGUAGE_CODE` and `TIME_ZONE` of `stk.ini`, the
+`i18n` section.
 
 - `LANGUAGE_CODE`: the panel's language when the browser asks for none the panel
   speaks (`Accept-Language`) and the user chose none (`elections.web.language`):
@@ -8,27 +9,44 @@
   `Asia/Taipei`); default: this server's own zone (`/etc/localtime`, `TZ`), else
   UTC. A name the zone database does not know is `stkrelay.E151`.
 
-Each function reports through `bad(id, key, message, hint)` like `config.load`.
+`parse(raw, known, bad)` (`stkconfig.raw`) reports each bad value and leaves its default.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
-from stkconfig.model import LANGUAGE
+from stkconfig.bad import Bad
+from stkconfig.raw import Raw
 
-Bad = Callable[[str, str, str, str], None]
-
+LANGUAGE = "en"  # LANGUAGE_CODE's default
 LANGUAGES = ("en", "zh-hant")
 DEFAULT_LANGUAGE = LANGUAGE
 _ALIASES = {"zh-tw": "zh-hant", "zh_tw": "zh-hant", "zh-hant-tw": "zh-hant", "zh_hant": "zh-hant",
             "en-us": "en", "en_us": "en", "en-gb": "en"}  # fmt: skip
 
 
-def parse_language(text: str, bad: Bad) -> str:
+@dataclass(frozen=True)
+class PanelLocale:
+    language_code: str = LANGUAGE
+    time_zone: str = "UTC"
+    site_time_zone: str = ""  # a site command's TZ: TIME_ZONE if the ini sets it, else the agent's start's
+
+
+def parse(raw: Raw, known: object, bad: Bad) -> PanelLocale:
+    """LANGUAGE_CODE and TIME_ZONE, and the TZ of the site's own commands (`processes.SITE_TZ`)."""
+    text = raw.text("TIME_ZONE")
+    zone = _time_zone(text, bad, raw.env)
+    return PanelLocale(
+        _language(raw.text("LANGUAGE_CODE"), bad), zone, zone if text.strip() else raw.env.get("TZ", "")
+    )
+
+
+def _language(text: str, bad: Bad) -> str:
     """LANGUAGE_CODE, normalised to one of LANGUAGES (E150; the default when bad or empty)."""
     code = text.strip().lower()
     if not code:
@@ -41,9 +59,9 @@ def parse_language(text: str, bad: Bad) -> str:
     return DEFAULT_LANGUAGE
 
 
-def server_zone(env: dict[str, str] | None = None, localtime: Path = Path("/etc/localtime")) -> str:
-    """This machine's zone as an IANA name: TZ, else the /etc/localtime link, else UTC."""
-    tz = (os.environ if env is None else env).get("TZ", "").lstrip(":").strip()
+def server_zone(env: Mapping[str, str], localtime: Path = Path("/etc/localtime")) -> str:
+    """This machine's zone as an IANA name: TZ (of `env`), else the /etc/localtime link, else UTC."""
+    tz = env.get("TZ", "").lstrip(":").strip()
     if tz and _known(tz):
         return tz
     try:
@@ -68,7 +86,7 @@ def _known(name: str) -> bool:
     return "/" in name or name.upper() == "UTC"
 
 
-def parse_time_zone(text: str, bad: Bad, env: dict[str, str] | None = None) -> str:
+def _time_zone(text: str, bad: Bad, env: Mapping[str, str]) -> str:
     """TIME_ZONE: an IANA zone name (E151); empty: the server's zone."""
     name = text.strip()
     if not name:

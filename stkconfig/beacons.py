@@ -1,4 +1,4 @@
-"""The beacon keys of `stk.ini` (docs/design.md §13).
+"""The beacon keys of `stk.ini` (docs/design.md §13): the `beacons` section.
 
 - `BEACON_INTERVAL` (seconds, default 0.2): how often this member sends a
   signed beacon (jittered ±20 %). `0` switches beacons off, and with them the
@@ -20,22 +20,47 @@ W = 7.5 intervals, S = W × 1.01/0.99 + 1.2 intervals + 0.05 s, 1.5 s and 1.82 s
 at 0.2 s). `S` must be shorter than `LEASE_TTL`, or a follower could never take
 over before the TTL anyway (`stkrelay.E130`: lower BEACON_INTERVAL).
 
-Each function reports through `bad(id, key, message, hint)` like `config.load`.
+`parse(raw, known, bad)` (`stkconfig.raw`) reports each bad value and leaves its default.
 """
 
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
 
-from stkconfig.model import BEACON_INTERVAL
+from stkconfig.bad import Bad
+from stkconfig.raw import Raw
 
-Bad = Callable[[str, str, str, str], None]
+BEACON_INTERVAL = 0.2  # BEACON_INTERVAL's default, seconds
 DEFAULT_INTERVAL = BEACON_INTERVAL
 MIN_INTERVAL = 0.05
 
 
-def parse_interval(text: str, lease_renew: float, bad: Bad) -> float:
+@dataclass(frozen=True)
+class Beacons:
+    beacon_interval: float = BEACON_INTERVAL  # 0: off
+    beacon_port: int = 9532
+    beacon_peers: list[str] = field(default_factory=list)
+
+
+class BeaconsNeed(Protocol):
+    """What the beacons read of the sections before them."""
+
+    lease_renew: float
+    lease_ttl: float
+    relay_port: int
+    web_port: int
+
+
+def parse(raw: Raw, known: BeaconsNeed, bad: Bad) -> Beacons:
+    interval = _interval(raw.text("BEACON_INTERVAL"), known.lease_renew, bad)
+    _check_serving(interval, known.lease_ttl, bad)
+    port = _port(raw.text("BEACON_PORT"), known.relay_port, known.web_port, bad)
+    return Beacons(interval, port, _peers(raw.text("BEACON_PEERS"), bad))
+
+
+def _interval(text: str, lease_renew: float, bad: Bad) -> float:
     try:
         value = float(text)
     except ValueError:
@@ -51,7 +76,7 @@ def parse_interval(text: str, lease_renew: float, bad: Bad) -> float:
     return value
 
 
-def check_serving(interval: float, lease_ttl: float, bad: Bad) -> None:
+def _check_serving(interval: float, lease_ttl: float, bad: Bad) -> None:
     """E130: the serving right's derived silence S must come before the TTL."""
     from elections.core.serving import WINDOW_INTERVALS, ServingTiming
 
@@ -67,7 +92,7 @@ def check_serving(interval: float, lease_ttl: float, bad: Bad) -> None:
             f"use a BEACON_INTERVAL below {most:.2f} s, e.g. 0.2, or 0 (beacons off)")  # fmt: skip
 
 
-def parse_port(text: str, relay_port: int, web_port: int, bad: Bad) -> int:
+def _port(text: str, relay_port: int, web_port: int, bad: Bad) -> int:
     default = relay_port + 2 if relay_port <= 65533 else relay_port - 1
     if not text:
         port = default
@@ -86,7 +111,7 @@ def parse_port(text: str, relay_port: int, web_port: int, bad: Bad) -> int:
     return port
 
 
-def parse_peers(text: str, bad: Bad) -> list[str]:
+def _peers(text: str, bad: Bad) -> list[str]:
     """BEACON_PEERS: IPv4 addresses (beacons go to each, at BEACON_PORT)."""
     peers: list[str] = []
     for item in (part.strip() for part in text.split(",")):
