@@ -99,6 +99,7 @@ def test_a_flood_of_bad_logins_from_many_addresses_gets_429_fast_and_the_panel_s
     # Every one of the 200 addresses is fresh, so the reserve for clean addresses is drawn on too.
     with override_settings(STK_LOGIN_GLOBAL_RATE=1.0, STK_LOGIN_GLOBAL_BURST=3,
                            STK_LOGIN_RESERVE_RATE=0.2, STK_LOGIN_RESERVE_BURST=2):  # fmt: skip
+        flood_began = time.perf_counter()
         for i in range(200):
             c = client_for(REMOTE_ADDR=f"10.66.{i // 250}.{i % 250 + 1}")
             flood.append(post_login(c, "olga", f"guess-{i}"))
@@ -106,10 +107,14 @@ def test_a_flood_of_bad_logins_from_many_addresses_gets_429_fast_and_the_panel_s
                 started = time.perf_counter()
                 assert viewer.get("/").status_code == 200
                 page.append(time.perf_counter() - started)
+        flood_took = time.perf_counter() - flood_began
     throttled = sorted(t for r, t in flood if r.status_code == 429)
     hashed = [t for r, t in flood if r.status_code == 200]
     assert all(r.status_code in (200, 429) for r, _ in flood)
-    assert len(throttled) >= 150, f"{len(hashed)} bad logins were hashed"
+    # The buckets let through their bursts and their rates over the flood's own wall time (on a
+    # loaded machine the 200 posts take longer, and the rates let more through): never more.
+    allowed = 3 + 2 + (1.0 + 0.2) * flood_took + 1
+    assert len(hashed) <= allowed and len(throttled) >= 200 - allowed, (len(hashed), flood_took)
     assert all(r["Retry-After"].isdigit() for r, _ in flood if r.status_code == 429)
     # Generous bounds for a shared 2-core machine: a 429 costs no hash (one Argon2 is ~0.1-0.2 s).
     assert throttled[int(len(throttled) * 0.95)] < 0.05, throttled[-10:]
