@@ -28,7 +28,7 @@ class GateConfig:
 
 @dataclass(frozen=True)
 class NotifyConfig:
-    """`ON_ROLE_CHANGE*` and `WEBHOOK_*` (stkrelay.config_notify)."""
+    """`ON_ROLE_CHANGE*` and `WEBHOOK_*` (stkconfig.notify)."""
 
     role_cmd: tuple[str, ...] = ()  # argv, never a shell
     role_timeout: float = 10.0

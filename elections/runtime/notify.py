@@ -1,4 +1,4 @@
-"""Telling the operator's pager: `ON_ROLE_CHANGE` and `WEBHOOK_URL` (stkrelay/config_notify.py).
+"""Telling the operator's pager: `ON_ROLE_CHANGE` and `WEBHOOK_URL` (stkconfig/notify.py).
 
 Both are fed from one place, the history rows of this agent's pool as they reach
 its database (`notify_feed.EventFeed`: every event any member recorded, whichever
