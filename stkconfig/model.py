@@ -73,7 +73,7 @@ class Config:
     web_login_address_failures: int = 20  # failed logins per client address per STK_LOGIN_WINDOW_S
     web_login_failures_per_s: float = 0.5  # failed logins per second, all addresses together
     web_login_burst: int = 5  # ...with this many at once
-    web_plain: bool = False  # plain HTTP instead of HTTPS (stkrelay/config_tls.py)
+    web_plain: bool = False  # plain HTTP instead of HTTPS (stkconfig/panel_transport.py)
     tls_cert: str = ""  # the operator's certificate; "" with HTTPS: the one made in DATA_DIR
     tls_key: str = ""
     web_ws_max_buffer: int = 4 << 20  # see stkconfig.web.parse_ws_bounds

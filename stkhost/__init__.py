@@ -26,6 +26,8 @@ Vocabulary:
 - `locks`: `exclusive`, one holder at a time among this host's processes
   (`flock` on a local file), taken within a deadline or not at all; `held_for_child`
   and `wait_unheld`, a folder locked for as long as a child runs, and the wait for it.
+- `pem_pair`: `check_pair`, an operator's PEM certificate and key checked as a TLS
+  server loads them, and `read_pem`, a PEM file read within its bound.
 - `sockets`: `open_shared_udp`, a UDP endpoint several processes of this host may
   bind on one port (`SO_REUSEPORT`; beacons, discovery).
 

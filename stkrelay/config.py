@@ -7,10 +7,10 @@ is the frozen `stkconfig.model.Config`. `load()` reads the file (`stkrelay.confi
 (`stkconfig.environment`), then each section of `SECTIONS` in turn: one module each, one frozen
 dataclass each, made by `parse(raw, known, bad)` (`stkconfig.raw`), its fields copied into
 the `Config`. Most sections live in `stkconfig/` (identity, legacy, relay_keys, stations,
-entry, timing, eligibility, gate, notify, redis_url, web, log_keys, events, beacons, ownership,
-i18n, actions, store, pools, places); those that need a module stkconfig may not import are here
-for now (`config_tls`: the web certificate; `config_cloud`: the wire's cloud key;
-`config_exec`: the site relay's launcher).
+entry, timing, eligibility, gate, notify, redis_url, web, panel_transport, log_keys, events,
+beacons, ownership, i18n, actions, store, pools, places); those that need a module stkconfig may
+not import are here for now (`config_cloud`: the wire's cloud key; `config_exec`: the site
+relay's launcher).
 
 `load()` never raises for bad values: it returns the config and a list of `Problem`s, each
 with a stable id, the key, and a hint. `runagent` (like `relayctl` and `runrelay`) refuses
@@ -40,6 +40,7 @@ from stkconfig import (
     log_keys,
     notify,
     ownership,
+    panel_transport,
     places,
     pools,
     redis_url,
@@ -60,7 +61,6 @@ from stkrelay import (
     config_exec,
     config_file,
     config_legacy,
-    config_tls,
 )
 from stkrelay.django_said import django_translation
 
@@ -76,7 +76,7 @@ class Section(Protocol):
 
 SECTIONS: tuple[Section, ...] = (
     identity.parse, legacy.parse, relay_keys.parse, stations.parse, entry.parse, timing.parse,
-    eligibility.parse, gate.parse, notify.parse, redis_url.parse, web.parse, config_tls.parse,
+    eligibility.parse, gate.parse, notify.parse, redis_url.parse, web.parse, panel_transport.parse,
     log_keys.parse, events.parse, config_cloud.parse, beacons.parse, config_exec.parse, ownership.parse,
     i18n.parse, actions.parse, store.parse, pools.parse, places.parse,
 )  # fmt: skip

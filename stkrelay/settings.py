@@ -12,10 +12,10 @@ import socket
 from pathlib import Path
 
 from stkconfig.logs import logging_config
+from stkconfig.panel_transport import plain_on_lan
 from stkconfig.web import allowed_hosts
 from stkhost.processes import SITE_TZ
 from stkrelay import config as stk_config
-from stkrelay.config_tls import plain_on_lan
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 # templates/ and static/: at the top of a source checkout; inside the package once installed
@@ -129,7 +129,7 @@ SESSION_EXPIRE_AT_BROWSER_CLOSE = True
 SESSION_COOKIE_NAME = "stk_session"
 CSRF_COOKIE_NAME = "stk_csrf"
 CSRF_COOKIE_HTTPONLY = True  # pages carry the token; scripts never need the cookie
-# The web port serves HTTPS unless WEB_PLAIN = 1 (stkrelay/config_tls.py): the cookies are then
+# The web port serves HTTPS unless WEB_PLAIN = 1 (stkconfig/panel_transport.py): the cookies are then
 # never sent in clear, and browsers are told to come back over HTTPS only (HSTS; Django sends it on
 # HTTPS responses only, and browsers ignore it for IP addresses and certificates they had to accept).
 # In plain HTTP behind a TLS-terminating proxy, set STK_SECURE_COOKIES=1.

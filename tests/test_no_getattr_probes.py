@@ -44,7 +44,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("stkconfig/smburl.py", "exc"): EXCEPTION,
     # a text stream or Django's OutputWrapper
     ("elections/ports/local/terminal.py", "self._stream"): EXTERNAL,
-    ("elections/ports/local/webcert.py", "exc"): EXCEPTION,
     # CPython's X509 reader; None elsewhere: the child decides
     ("elections/ports/local/webcert.py", "ssl"): MODULE,
     ("elections/ports/local/webcert.py", "getattr(ssl, '_ssl', None)"): MODULE,

@@ -1,5 +1,5 @@
 """The agent's web certificate (elections/ports/local/webcert.py), its keys' checks
-(stkrelay/config_tls.py, E057–E060), and clients that pin it (stkhost/pinned_https.py,
+(stkconfig/panel_transport.py, E057–E060), and clients that pin it (stkhost/pinned_https.py,
 relay/client/discovery.py) against a real HTTPS server on loopback."""
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from test_config import problems, run_agent, write_ini
 
 from elections.ports.local import webcert
 from relay.client.discovery import AgentApi, in_clear_on_lan
+from stkconfig.panel_transport import plain_on_lan
 from stkhost import fingerprints
 from stkhost.fingerprints import parse_pins
 from stkrelay.config import load
-from stkrelay.config_tls import plain_on_lan
 
 NOW = datetime.datetime(2026, 12, 1, tzinfo=datetime.UTC)
 

@@ -44,8 +44,8 @@ from elections.management.release_record import ReleaseRecorder
 from elections.ports.local.webcert import WebCert, made_as_is, made_cert, operator_cert
 from relay.server.listen_set import door_hosts
 from stkconfig.model import Config
+from stkconfig.panel_transport import plain_on_lan
 from stkhost.fingerprints import FINGERPRINT, show
-from stkrelay.config_tls import plain_on_lan
 from stkrelay.ini_arg import take_ini
 
 PRIVATE_UMASK = 0o077  # what the agent and its children create is this user's only (DATA_DIR)

@@ -3,7 +3,7 @@
 Two sources, chosen by `stk.ini`:
 
 - the operator's, `TLS_CERT` (PEM: the certificate first, then any intermediates)
-  and `TLS_KEY` (PEM private key), checked at start-up by `check_pair`;
+  and `TLS_KEY` (PEM private key), checked at start-up (`stkhost.pem_pair.check_pair`);
 - else one made at first start in DATA_DIR by `ensure_made`: a self-signed ECDSA
   P-256 certificate for NODE_IP, the loopback names and the plain host names of
   WEB_ALLOWED_HOSTS, valid `MADE_DAYS` days. `web-tls.pem` holds its key and
@@ -19,7 +19,7 @@ heartbeat carries it (`web_tls`) so every agent's panel shows the others'.
 Only making one imports `cryptography` (~13 MiB): `runagent` runs it as a short
 child, `python -m elections.ports.local.webcert DATA_DIR NODE_IP [HOST...]`, so that the
 supervisor and the lease worker never load it; checking the operator's pair
-(`check_pair`) and reading fingerprints use the standard library's `ssl`.
+(`stkhost.pem_pair`) and reading fingerprints use the standard library's `ssl`.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 
 from stkhost.files import write_atomic
 from stkhost.fingerprints import PEM_CERT, fingerprint_of_pem
+from stkhost.pem_pair import MAX_PEM_BYTES, read_pem
 
 if TYPE_CHECKING:
     from cryptography.x509 import Certificate
@@ -44,11 +45,6 @@ CERT_NAME = "web-tls.crt"  # the certificate alone (public)
 CHAIN_NAME = "web-tls-chain.pem"  # the operator's intermediates, when TLS_CERT has any
 MADE_DAYS = 3650
 RENEW_DAYS = 30
-MAX_PEM_BYTES = 1 << 20
-
-
-class WebCertError(Exception):
-    """A certificate or key that cannot serve: unreadable, not PEM, or not a pair."""
 
 
 @dataclass(frozen=True)
@@ -92,36 +88,9 @@ def served_fingerprint(data_dir: str, tls_cert: str, web_plain: bool) -> str:
         return ""
 
 
-def check_pair(cert_path: str, key_path: str) -> tuple[str, str]:
-    """(key, why) for the operator's pair: ('', '') when it can serve, else the key to blame."""
-    try:
-        pem = _read(cert_path)
-        if not PEM_CERT.search(pem):
-            raise ValueError("not a PEM certificate")
-        ssl.create_default_context().load_verify_locations(cadata=pem.decode("ascii"))
-    except ssl.SSLError:
-        return "TLS_CERT", f"{cert_path}: not a PEM certificate"
-    except (OSError, ValueError) as exc:
-        return "TLS_CERT", f"{cert_path}: {_why(exc, 'not a PEM certificate')}"
-    try:
-        _read(key_path)
-        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert_path, key_path, password=_no_password)
-    except ssl.SSLError as exc:  # before OSError, its base
-        if "KEY_VALUES_MISMATCH" in str(exc):
-            return "TLS_KEY", f"{key_path} is not the key of the certificate in {cert_path}"
-        return "TLS_KEY", f"{key_path}: not a PEM private key"
-    except (OSError, ValueError, WebCertError) as exc:
-        return "TLS_KEY", f"{key_path}: {_why(exc, 'not a PEM private key')}"
-    return "", ""
-
-
-def _no_password() -> bytes:
-    raise WebCertError("the key is encrypted: give it unencrypted, readable by this agent only")
-
-
 def operator_cert(data_dir: str, cert_path: str, key_path: str) -> WebCert:
     """The operator's pair as Daphne reads it; intermediates copied to CHAIN_NAME."""
-    pem = _read(cert_path)
+    pem = read_pem(cert_path)
     certs = PEM_CERT.findall(pem)
     chain = None
     if len(certs) > 1:
@@ -138,7 +107,7 @@ def ensure_made(data_dir: str, node_ip: str, hosts: Iterable[str], now: datetime
     made = data / MADE_NAME
     pem = b""
     try:
-        pem = _read(str(made))
+        pem = read_pem(str(made))
         found = PEM_CERT.search(pem)
         if found is None:
             raise ValueError(f"no certificate in {made}")
@@ -155,7 +124,7 @@ def ensure_made(data_dir: str, node_ip: str, hosts: Iterable[str], now: datetime
             try:
                 _create_exclusive(made, pem)
             except FileExistsError:  # another starter made one first: serve that one
-                pem = _read(str(made))
+                pem = read_pem(str(made))
     certs = PEM_CERT.findall(pem)
     write_atomic(data / CERT_NAME, certs[0] + b"\n", durable=True)
     return made_cert(data_dir, fingerprint_of_pem(pem))
@@ -172,9 +141,9 @@ def made_as_is(data_dir: str, node_ip: str, now: datetime.datetime) -> WebCert |
     if decode is None:
         return None
     try:
-        pem = _read(str(data / MADE_NAME))
+        pem = read_pem(str(data / MADE_NAME))
         first = PEM_CERT.search(pem)
-        if first is None or _read(str(data / CERT_NAME)) != first.group(0) + b"\n":
+        if first is None or read_pem(str(data / CERT_NAME)) != first.group(0) + b"\n":
             return None
         seen = decode(str(data / MADE_NAME))  # its first certificate, as `first` is
         until = datetime.datetime.fromtimestamp(ssl.cert_time_to_seconds(seen["notAfter"]), datetime.UTC)
@@ -243,20 +212,6 @@ def _make(node_ip: str, hosts: list[str], now: datetime.datetime) -> bytes:
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
     return key_pem + cert.public_bytes(serialization.Encoding.PEM)
-
-
-def _why(exc: Exception, default: str) -> str:
-    if isinstance(exc, WebCertError | ValueError) and not isinstance(exc, UnicodeDecodeError):
-        return str(exc) or default
-    return getattr(exc, "strerror", None) or default
-
-
-def _read(path: str) -> bytes:
-    with open(path, "rb") as fh:
-        data = fh.read(MAX_PEM_BYTES + 1)
-    if len(data) > MAX_PEM_BYTES:
-        raise ValueError(f"larger than {MAX_PEM_BYTES} bytes")
-    return data
 
 
 def _create_exclusive(path: Path, data: bytes) -> None:

@@ -3,15 +3,16 @@
 - `TLS_CERT`, `TLS_KEY`: the operator's certificate (PEM, leaf first, then any
   intermediates) and its unencrypted private key. Both or neither
   (`stkrelay.E057`); the certificate must be PEM (`E058`), the key PEM and the
-  certificate's own (`E059`). Without them the agent makes its own self-signed
-  certificate in DATA_DIR at first start (`elections.ports.local.webcert`); when
-  that cannot be written, `runagent` stops with `E061`.
+  certificate's own (`E059`), as a TLS server loads them (`stkhost.pem_pair`).
+  Without them the agent makes its own self-signed certificate in DATA_DIR at
+  first start (`elections.ports.local.webcert`); when that cannot be written,
+  `runagent` stops with `E061`.
 - `WEB_PLAIN` (default 0): 1 serves the panel, API and WebSockets in plain HTTP.
   Meant for loopback (a local reverse proxy in front, tests); on a LAN address
   every page then carries a warning banner (`plain_on_lan`), and the start-up
   line says so. With `TLS_CERT` too it is a contradiction (`E060`).
 
-Each function reports through `bad(id, key, message, hint)` like `config.load`.
+`parse(raw, known, bad)` (`stkconfig.raw`) reports each bad value through `bad`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 
 from stkconfig.bad import Bad
 from stkconfig.raw import Raw
+from stkhost.pem_pair import check_pair
 
 PAIR_HINT = "set both TLS_CERT and TLS_KEY (PEM files this agent can read), or neither for a self-signed one"
 
@@ -50,8 +52,6 @@ def _check(cert: str, key: str, web_plain: bool, read_files: bool, bad: Bad) -> 
             "unset WEB_PLAIN to serve HTTPS with TLS_CERT, or unset TLS_CERT")  # fmt: skip
         return cert, key
     if cert and read_files:
-        from elections.ports.local.webcert import check_pair
-
         which, why = check_pair(cert, key)
         if which:
             pid = "stkrelay.E058" if which == "TLS_CERT" else "stkrelay.E059"
