@@ -39,12 +39,10 @@ from harness import free_pair  # noqa: E402
 
 from relay.server.cloud_tunnel import TunnelClient  # noqa: E402
 from relay.server.relay_server import RelayServer  # noqa: E402
-from relay.wire.auth import (  # noqa: E402
-    cloud_key,
-    new_nonce,
-)
+from relay.wire.auth import new_nonce  # noqa: E402
 from relay.wire.client_connection import ClientConnection  # noqa: E402
 from relay.wire.events import ErrorReceived, Message, Registered  # noqa: E402
+from stkhost.pool_keys import cloud_key  # noqa: E402
 
 IPS = ["127.0.26.101", "127.0.26.102", "127.0.26.103"]
 

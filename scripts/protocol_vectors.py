@@ -26,12 +26,13 @@ sys.path.insert(0, str(ROOT))
 
 from elections.core.beacons import Beacon  # noqa: E402
 from elections.core.lease import LeaseRecord, canonical_json, sign  # noqa: E402
-from relay.wire.auth import auth_digest, server_proof, station_credential  # noqa: E402
+from relay.wire.auth import auth_digest, server_proof  # noqa: E402
 from relay.wire.client_connection import ClientConnection  # noqa: E402
 from relay.wire.events import MAX_NAME  # noqa: E402
 from relay.wire.framing import FrameDecoder, ProtocolError, encode_frame  # noqa: E402
 from relay.wire.legacy import LegacyServerConnection, LegacySettings  # noqa: E402
 from relay.wire.server_connection import ServerConnection  # noqa: E402
+from stkhost.pool_keys import station_credential  # noqa: E402
 
 OUT = ROOT / "docs" / "protocol-vectors.json"
 KMSN = "9999-9999-99-99"

@@ -101,7 +101,7 @@ class Config:
     cloud_url: str = ""
     cloud_token: str = ""
     cloud: CloudURL | None = None  # CLOUD_URL parsed; None when no tunnel is wanted
-    clouds: tuple[CloudURL, ...] = ()  # every URL of a comma-separated CLOUD_URL, cloud first (config_cloud)
+    clouds: tuple[CloudURL, ...] = ()  # each URL of a comma list CLOUD_URL, cloud first (stkconfig.cloud)
     beacon_interval: float = BEACON_INTERVAL
     beacon_port: int = 9532
     beacon_peers: list[str] = field(default_factory=list)

@@ -47,7 +47,7 @@ class NotifyConfig:
 
 @dataclass(frozen=True)
 class CloudURL:
-    """``CLOUD_URL`` parsed: ``tcp://host:port`` or ``ws(s)://host[:port]/path`` (stkrelay.config_cloud)."""
+    """``CLOUD_URL`` parsed: ``tcp://host:port`` or ``ws(s)://host[:port]/path`` (stkconfig.cloud)."""
 
     scheme: str
     host: str

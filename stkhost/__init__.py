@@ -28,6 +28,8 @@ Vocabulary:
   and `wait_unheld`, a folder locked for as long as a child runs, and the wait for it.
 - `pem_pair`: `check_pair`, an operator's PEM certificate and key checked as a TLS
   server loads them, and `read_pem`, a PEM file read within its bound.
+- `pool_keys`: the keys a site's pool key derives one way (a station's credential, the
+  cloud's lease key), hex HMAC-SHA256 (`hex_hmac`).
 - `sockets`: `open_shared_udp`, a UDP endpoint several processes of this host may
   bind on one port (`SO_REUSEPORT`; beacons, discovery).
 

@@ -8,9 +8,8 @@ is the frozen `stkconfig.model.Config`. `load()` reads the file (`stkrelay.confi
 dataclass each, made by `parse(raw, known, bad)` (`stkconfig.raw`), its fields copied into
 the `Config`. Most sections live in `stkconfig/` (identity, legacy, relay_keys, stations,
 entry, timing, eligibility, gate, notify, redis_url, web, panel_transport, log_keys, events,
-beacons, ownership, i18n, actions, store, pools, places); those that need a module stkconfig may
-not import are here for now (`config_cloud`: the wire's cloud key; `config_exec`: the site
-relay's launcher).
+cloud, beacons, ownership, i18n, actions, store, pools, places); the one that needs a module
+stkconfig may not import is here for now (`config_exec`: the site relay's launcher).
 
 `load()` never raises for bad values: it returns the config and a list of `Problem`s, each
 with a stable id, the key, and a hint. `runagent` (like `relayctl` and `runrelay`) refuses
@@ -29,6 +28,7 @@ from elections.core.action_config import ACTION_DEFAULTS
 from stkconfig import (
     actions,
     beacons,
+    cloud,
     eligibility,
     entry,
     environment,
@@ -57,7 +57,6 @@ from stkconfig.keys import DEFAULTS
 from stkconfig.model import Config, Problem, draft, freeze, take
 from stkconfig.raw import Raw
 from stkrelay import (
-    config_cloud,
     config_exec,
     config_file,
     config_legacy,
@@ -77,7 +76,7 @@ class Section(Protocol):
 SECTIONS: tuple[Section, ...] = (
     identity.parse, legacy.parse, relay_keys.parse, stations.parse, entry.parse, timing.parse,
     eligibility.parse, gate.parse, notify.parse, redis_url.parse, web.parse, panel_transport.parse,
-    log_keys.parse, events.parse, config_cloud.parse, beacons.parse, config_exec.parse, ownership.parse,
+    log_keys.parse, events.parse, cloud.parse, beacons.parse, config_exec.parse, ownership.parse,
     i18n.parse, actions.parse, store.parse, pools.parse, places.parse,
 )  # fmt: skip
 

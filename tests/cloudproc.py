@@ -14,7 +14,7 @@ from typing import Any
 
 from harness import KMSN, ROOT, TOKEN, free_pair, free_port, listening, wait_until
 
-from relay.wire.auth import cloud_key
+from stkhost.pool_keys import cloud_key
 
 CLOUD_IP = "127.0.0.90"
 CLOUD_TOKEN = "cloud-token-9f8e7d6c5b4a3210"

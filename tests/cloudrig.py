@@ -14,10 +14,11 @@ from relay.cloud.server import CloudServer
 from relay.cloud.web import serve_web
 from relay.server.cloud_tunnel import TunnelClient
 from relay.server.relay_server import RelayServer
-from relay.wire.auth import cloud_key, new_nonce
+from relay.wire.auth import new_nonce
 from relay.wire.client_connection import ClientConnection
 from relay.wire.events import Registered
 from relay.wire.framing import RawData
+from stkhost.pool_keys import cloud_key
 
 KMSN, TOKEN, CLOUD_TOKEN = "9999-9999-99-99", "site-token-0123456789abcdef", "cloud-token-0123456789"
 LEASE_KEY = cloud_key(TOKEN, KMSN)  # the site's POOL_KEY is its RELAY_TOKEN here

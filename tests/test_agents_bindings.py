@@ -27,7 +27,7 @@ from relay.client.discovery import Discovery
 from relay.client.events import Received, Refused
 from relay.client.relay_client import RelayClient
 from relay.lease_file import lease_file
-from relay.wire.auth import station_credential
+from stkhost.pool_keys import station_credential
 
 pytestmark = pytest.mark.agents
 

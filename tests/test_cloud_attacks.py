@@ -28,11 +28,12 @@ from cloudrig import (
 
 from relay.cloud.peers import PARKED_LIMIT, TUNNEL_WRITE_HIGH
 from relay.server.limits import Caps
-from relay.wire.auth import cloud_key, new_nonce
+from relay.wire.auth import new_nonce
 from relay.wire.client_connection import ClientConnection
 from relay.wire.events import REGISTER_TIMEOUT, ErrorReceived, Message, Registered
 from relay.wire.lease_mac import CLOUD_SIG, presented
 from relay.wire.mux import CLOSE, CREDIT, DATA, MAX_CHUNK, PING, Mux, StreamOpened, frame
+from stkhost.pool_keys import cloud_key
 
 LEASE_KEY = cloud_key(TOKEN, KMSN)
 OTHER_KEY = cloud_key(TOKEN, OTHER)

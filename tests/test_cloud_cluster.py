@@ -18,11 +18,12 @@ from elections.ports.etcd.client import EtcdClient, put, unb64
 from relay.cloud.forward import header_line
 from relay.server.cloud_tunnel import TunnelClient
 from relay.server.relay_server import RelayServer
-from relay.wire.auth import cloud_key, new_nonce
+from relay.wire.auth import new_nonce
 from relay.wire.client_connection import ClientConnection
 from relay.wire.events import ErrorReceived, LeaderChanged, Message, Registered
 from relay.wire.framing import encode_frame
 from stkconfig.etcd_endpoints import parse_endpoints
+from stkhost.pool_keys import cloud_key
 
 IPS = ["127.0.26.1", "127.0.26.2", "127.0.26.3"]
 SITE = "127.0.26.10"

@@ -5,10 +5,10 @@ import hashlib
 import pytest
 
 from relay.cloud.config import load
-from relay.wire.auth import cloud_key
+from stkconfig.cloud import parse_cloud_url
 from stkconfig.parsed import CloudURL
+from stkhost.pool_keys import cloud_key
 from stkrelay.config import load as load_agent
-from stkrelay.config_cloud import parse_cloud_url
 
 KMSN = "9999-9999-99-99"
 # Two sites' LEASE_KEYs (hex, either case); strong enough to be a CLOUD_TOKEN too (the C011 case).

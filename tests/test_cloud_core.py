@@ -8,7 +8,7 @@ import pytest
 from relay.cloud.fence import EpochFence, TunnelBook, overlaps
 from relay.cloud.handshake import TunnelAcceptor, TunnelRegistered, lease_problem
 from relay.cloud.remote import FrameCursor, Greeting
-from relay.wire.auth import auth_digest, cloud_key, station_credential
+from relay.wire.auth import auth_digest
 from relay.wire.client_connection import ClientConnection
 from relay.wire.events import ErrorReceived, Registered
 from relay.wire.framing import FrameDecoder, encode_frame
@@ -28,6 +28,7 @@ from relay.wire.mux import (
     Writable,
     frame,
 )
+from stkhost.pool_keys import cloud_key, station_credential
 
 KMSN, TOKEN, NONCE, CNONCE = "9999-9999-99-99", "cloud-token-0123456789", "ab" * 16, "cd" * 16
 POOL_KEY = "pool-key-0123456789abcdef"

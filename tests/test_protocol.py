@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from relay.wire.auth import auth_digest, new_nonce, station_credential, verify_auth
+from relay.wire.auth import auth_digest, new_nonce, verify_auth
 from relay.wire.client_connection import ClientConnection
 from relay.wire.events import (
     MAGIC,
@@ -42,6 +42,7 @@ from relay.wire.framing import (
     encode_frame,
 )
 from relay.wire.server_connection import ServerConnection
+from stkhost.pool_keys import station_credential
 
 NONCE = "0123456789abcdef0123456789abcdef"
 TOKEN = "secret"

@@ -16,10 +16,11 @@ from test_protocol import RELAY as RELAY_DIR
 from relay.client.follow import MAX_EPOCH_JUMP, claimed_epoch
 from relay.server.limits import Admission, Caps
 from relay.server.routing import HELD, Router
-from relay.wire.auth import auth_digest, server_proof, station_credential
+from relay.wire.auth import auth_digest, server_proof
 from relay.wire.client_connection import ClientConnection
 from relay.wire.events import Hello, LeaderChanged, Registered
 from relay.wire.framing import BAD_AUTH, BAD_REQUEST, ProtocolError, State, encode_frame
+from stkhost.pool_keys import station_credential
 
 CNONCE = "fedcba9876543210fedcba9876543210"
 POOL_KEY = "pool-secret"

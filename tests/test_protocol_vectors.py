@@ -21,12 +21,13 @@ import pytest
 
 from elections.core.beacons import Beacon, parse_beacon
 from elections.core.lease import LeaseRecord, canonical_json, parse_lease, sign
-from relay.wire.auth import auth_digest, server_proof, station_credential
+from relay.wire.auth import auth_digest, server_proof
 from relay.wire.client_connection import ClientConnection
 from relay.wire.events import Registered
 from relay.wire.framing import FrameDecoder, ProtocolError, encode_frame
 from relay.wire.legacy import LegacyServerConnection, LegacySettings
 from relay.wire.server_connection import ServerConnection
+from stkhost.pool_keys import station_credential
 
 ROOT = Path(__file__).resolve().parent.parent
 VECTORS = json.loads((ROOT / "docs" / "protocol-vectors.json").read_text(encoding="utf-8"))

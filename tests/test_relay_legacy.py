@@ -24,8 +24,8 @@ from test_relay_server import KMSN, TOKEN, Relay, Wire
 
 from relay.client.discovery import Discovery
 from relay.client.relay_client import RelayClient
-from relay.wire.auth import station_credential
 from relay.wire.legacy import LegacySettings
+from stkhost.pool_keys import station_credential
 
 OLD_MAGIC = "STK-OLD-MAGIC-7"  # a stand-in: the real value is the site's relay_server.py MAGIC
 

@@ -31,9 +31,10 @@ from relay.client.follow import Redial
 from relay.client.relay_client import RelayClient
 from relay.server.limits import Caps
 from relay.server.relay_server import RelayServer
-from relay.wire.auth import new_nonce, station_credential
+from relay.wire.auth import new_nonce
 from relay.wire.events import MAGIC
 from relay.wire.framing import FrameDecoder, encode_frame
+from stkhost.pool_keys import station_credential
 
 HOST_REAL, HOST_ROGUE, HOST_MITM, HOST_API = "127.0.0.71", "127.0.0.72", "127.0.0.73", "127.0.0.74"
 POOL_KEY = "trust-pool-key"

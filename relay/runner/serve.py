@@ -24,9 +24,9 @@ from relay.server.external_relay import ExternalRelay
 from relay.server.fencing_proxy import FencingProxy
 from relay.server.listen_set import ListenAddress, ListenSet, relay_loopback, wanted_now
 from relay.server.relay_server import RelayServer
-from relay.wire.auth import cloud_key
 from relay.wire.legacy import LegacySettings
 from stkconfig.model import Config
+from stkhost.pool_keys import cloud_key
 
 log = logging.getLogger("stkrelay.relay")
 

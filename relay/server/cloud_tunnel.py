@@ -97,7 +97,7 @@ class TunnelClient:
         # (host, port) of every node of the cloud, this one first: a failed dial or handshake
         # moves to the next (a comma-separated CLOUD_URL), so a dead node's sites re-dial another
         self.targets = [(host, port), *also]
-        self.lease_key = lease_key  # K_cloud: relay.wire.auth.cloud_key(POOL_KEY, kmsn)
+        self.lease_key = lease_key  # K_cloud: stkhost.pool_keys.cloud_key(POOL_KEY, kmsn)
         self.kmsn, self.node, self.epoch, self.lease, self.gate = kmsn, node, epoch, lease, gate
         self.keepalive, self.url, self.backoff = keepalive, url or f"tcp://{host}:{port}", backoff
         self.rng = rng or random.Random()

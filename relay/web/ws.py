@@ -43,7 +43,7 @@ from elections.errors import StoreUnavailable
 from elections.ports.local.localstate import LocalState
 from elections.ports.store.stores import PoolPlace, open_store
 from relay.web.ws_flow import INBOUND_BACKLOG, SCOPE_KEY, SLOW, SendBound, note_slow
-from relay.wire.auth import new_nonce, station_credential
+from relay.wire.auth import new_nonce
 from relay.wire.client_connection import ClientConnection
 from relay.wire.events import Registered, is_name
 from relay.wire.framing import (
@@ -57,6 +57,7 @@ from relay.wire.framing import (
 )
 from relay.wire.proxy_header import encode
 from stkhost.clock import SystemClock
+from stkhost.pool_keys import station_credential
 
 log = logging.getLogger("stkrelay.ws")
 

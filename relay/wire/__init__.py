@@ -8,7 +8,7 @@ Vocabulary:
   event       what a connection hands its transport (`events`: Registered,
               Message, RawData, ProtocolError, ...)
   token       the relay's site token; a station's credential is derived from
-              the pool key (`auth.station_credential`)
+              the pool key (`stkhost.pool_keys.station_credential`)
   legacy      the old stations' register (`legacy`, RELAY_LEGACY = 1)
   mux         many byte streams over one tunnel connection (`mux`, docs/design.md §14)
   lease MAC   the cloud's check of a presented lease (`lease_mac`)

@@ -2,7 +2,7 @@
 
 The cloud holds no pool key, so it cannot check a lease's ``sig``. It is given,
 per site, ``K_cloud`` = HMAC(``POOL_KEY``, "cloud|" + KMSN)
-(`relay.wire.auth.cloud_key`, printed by ``relayctl cloud-key``), and the leader
+(`stkhost.pool_keys.cloud_key`, printed by ``relayctl cloud-key``), and the leader
 adds to the lease it presents in the tunnel's ``register`` one more field:
 
     cloud_sig = hex HMAC-SHA256(K_cloud, "lease|" + nonce + "|" + canonical JSON

@@ -13,7 +13,7 @@ below is our reading of the seed (000 §2, §5), written down in docs/relay.md
 2. Its first frame: ``{"type": "register", "magic": RELAY_LEGACY_MAGIC,
    "role": "agent"|"commander" (or "publisher"|"viewer" on the passthrough
    port), "kmsn": ..., "station": ..., "token": RELAY_TOKEN}``. The token is
-   the site token in clear, or the station's credential (`relay.wire.auth`).
+   the site token in clear, or the station's credential (`stkhost.pool_keys`).
 3. The relay checks, in this order and never short-circuiting the secret
    compares: the shape (``bad_request``); the token against the site token
    and against the station's credential, both in constant time over SHA-256
@@ -43,10 +43,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from relay.wire.auth import station_credential
 from relay.wire.events import MAGIC, NAME_RULE, Registered, is_name, nonempty_str
 from relay.wire.framing import BAD_AUTH, BAD_REQUEST, NOT_LEADER, WRONG_KMSN, JsonObject, Reject, State
 from relay.wire.server_connection import STATION_KEYS_ONLY, ServerConnection
+from stkhost.pool_keys import station_credential
 
 DEFAULT_WAIT = 0.3  # seconds the relay holds its hello for a station that speaks first
 MAX_WAIT = 2.0

@@ -57,7 +57,7 @@ Decisions worth knowing:
   the ``registered`` answer then carries ``sauth`` = HMAC(key, cnonce|session|
   epoch), key being the one the client's ``auth`` was made with. Without
   ``cnonce`` the answer is byte for byte protocol 1.
-- Keys: the station's credential (HMAC of the pool key, `relay.wire.auth`) is tried
+- Keys: the station's credential (HMAC of the pool key, `stkhost.pool_keys`) is tried
   first, then the site token; with `station_keys_only` the site token is
   refused with ``bad_auth`` and a message saying why. `Registered.station_key`
   says which key it was.
@@ -67,14 +67,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 
-from relay.wire.auth import (
-    is_nonce,
-    new_nonce,
-    new_session_id,
-    server_proof,
-    station_credential,
-    verify_auth,
-)
+from relay.wire.auth import is_nonce, new_nonce, new_session_id, server_proof, verify_auth
 from relay.wire.events import (
     JSON_ROLES,
     MAGIC,
@@ -103,6 +96,7 @@ from relay.wire.framing import (
     Reject,
     State,
 )
+from stkhost.pool_keys import station_credential
 
 # Asked before a registration takes effect: None to admit it, else why not (``bad_auth``).
 Admit = Callable[[Registered], "str | None"]

@@ -295,7 +295,7 @@ class Command(OperatorCommand):
         """The key a relay client of STATION authenticates with instead of RELAY_TOKEN."""
         from django.conf import settings
 
-        from relay.wire.auth import station_credential
+        from stkhost.pool_keys import station_credential
 
         stk = settings.STK
         if not o["all"]:
@@ -322,7 +322,7 @@ class Command(OperatorCommand):
         """
         from django.conf import settings
 
-        from relay.wire.auth import cloud_key
+        from stkhost.pool_keys import cloud_key
 
         stk = settings.STK
         keys = {stk.kmsn: stk.pool_key, **{w.kmsn: w.pool_key for w in stk.watched}}

@@ -11,10 +11,10 @@
   (`stkconfig.strength.secret_weakness`: at least 16 characters, 6 distinct, not one
   short run repeated, not a placeholder) and neither `RELAY_TOKEN` nor
   `POOL_KEY` (the cloud must hold no site key, `stkrelay.E029`), nor the site's
-  lease key K_cloud (`relayctl cloud-key`, `relay.wire.auth.cloud_key`): whoever holds
+  lease key K_cloud (`relayctl cloud-key`, `stkhost.pool_keys.cloud_key`): whoever holds
   the token would then sign leases the cloud believes (`stkrelay.E055`). Both keys or neither.
 
-Reports through `bad(id, key, message, hint)` like `config.load`.
+`parse(raw, known, bad)` (`stkconfig.raw`) reports each bad value through `bad`.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from relay.wire.auth import cloud_key
 from stkconfig.bad import Bad
 from stkconfig.parsed import CloudURL
 from stkconfig.raw import Raw
 from stkconfig.strength import secret_weakness
+from stkhost.pool_keys import cloud_key
 
 
 @dataclass(frozen=True)
