@@ -105,7 +105,7 @@ class Config:
     beacon_interval: float = BEACON_INTERVAL
     beacon_port: int = 9532
     beacon_peers: list[str] = field(default_factory=list)
-    relay_kind: str = "builtin"  # or exec (stkrelay/config_exec.py)
+    relay_kind: str = "builtin"  # or exec (stkconfig/relay_kind.py)
     relay_exec: ExecRelay | None = None  # with exec and sound keys: the command and its loopback address
     ownership_check: float = 2.0  # seconds between looks at the addresses; 0 = off (stkconfig.ownership)
     ownership_hold: float = 10.0

@@ -57,7 +57,7 @@ class CloudURL:
 
 @dataclass(frozen=True)
 class ExecRelay:
-    """`RELAY_EXEC` split into words, and where that relay listens (loopback; stkrelay.config_exec)."""
+    """`RELAY_EXEC` split into words, and where that relay listens (loopback; stkconfig.relay_kind)."""
 
     argv: tuple[str, ...]  # each word may hold placeholders
     host: str

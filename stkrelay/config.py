@@ -6,10 +6,9 @@ is the frozen `stkconfig.model.Config`. `load()` reads the file (`stkrelay.confi
 `stkrelay.config_ini`: E001, E002, E110–E112, warnings W110–W111), the environment variables
 (`stkconfig.environment`), then each section of `SECTIONS` in turn: one module each, one frozen
 dataclass each, made by `parse(raw, known, bad)` (`stkconfig.raw`), its fields copied into
-the `Config`. Most sections live in `stkconfig/` (identity, legacy, relay_keys, stations,
+the `Config`. Every section lives in `stkconfig/` (identity, legacy, relay_keys, stations,
 entry, timing, eligibility, gate, notify, redis_url, web, panel_transport, log_keys, events,
-cloud, beacons, ownership, i18n, actions, store, pools, places); the one that needs a module
-stkconfig may not import is here for now (`config_exec`: the site relay's launcher).
+cloud, beacons, relay_kind, ownership, i18n, actions, store, pools, places).
 
 `load()` never raises for bad values: it returns the config and a list of `Problem`s, each
 with a stable id, the key, and a hint. `runagent` (like `relayctl` and `runrelay`) refuses
@@ -45,6 +44,7 @@ from stkconfig import (
     pools,
     redis_url,
     relay_keys,
+    relay_kind,
     said,
     stations,
     store,
@@ -56,11 +56,7 @@ from stkconfig.bad import Bad
 from stkconfig.keys import DEFAULTS
 from stkconfig.model import Config, Problem, draft, freeze, take
 from stkconfig.raw import Raw
-from stkrelay import (
-    config_exec,
-    config_file,
-    config_legacy,
-)
+from stkrelay import config_file, config_legacy
 from stkrelay.django_said import django_translation
 
 __all__ = ["ACTION_IDS", "DEFAULTS", "Config", "Problem", "load"]
@@ -76,7 +72,7 @@ class Section(Protocol):
 SECTIONS: tuple[Section, ...] = (
     identity.parse, legacy.parse, relay_keys.parse, stations.parse, entry.parse, timing.parse,
     eligibility.parse, gate.parse, notify.parse, redis_url.parse, web.parse, panel_transport.parse,
-    log_keys.parse, events.parse, cloud.parse, beacons.parse, config_exec.parse, ownership.parse,
+    log_keys.parse, events.parse, cloud.parse, beacons.parse, relay_kind.parse, ownership.parse,
     i18n.parse, actions.parse, store.parse, pools.parse, places.parse,
 )  # fmt: skip
 

@@ -1,4 +1,4 @@
-"""RELAY_KIND / RELAY_EXEC / RELAY_EXEC_LISTEN (stkrelay/config_exec.py): ids E070–E077."""
+"""RELAY_KIND / RELAY_EXEC / RELAY_EXEC_LISTEN (stkconfig/relay_kind.py): ids E070–E077."""
 
 import shlex
 import sys

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 from harness import ROOT, free_pair, wait_until
 
-from relay.server.site_relay import moved, source_of
+from relay.server.site_relay import launcher_parser, moved
+from stkconfig.site_relay_recipe import VALUED, source_of
 from stkrelay import config
 
 LAUNCHER = ROOT / "relay" / "server" / "site_relay.py"
@@ -53,6 +54,16 @@ def site_folder(tmp_path: Path) -> Path:
     (folder / "relay_server.py").write_text(textwrap.dedent(SITE_RELAY))
     (folder / "relay.ini").write_text("SITE-RELAY\n")
     return folder / "relay_server.py"
+
+
+def test_the_configuration_skips_the_launchers_own_options_that_take_a_value():
+    """The launcher imports nothing of the project, so `stkconfig.site_relay_recipe` writes its
+    valued options again: they are its parser's, and a value is never taken for the source."""
+    parser = launcher_parser()
+    valued = {o for a in parser._actions if a.nargs != 0 for o in a.option_strings}
+    assert set(VALUED) == valued
+    for option in VALUED:
+        assert source_of(["stkrelay-site-relay", option, "9540", "/s/r.py"]) == "/s/r.py"
 
 
 def test_the_launcher_names_its_source_and_moves_only_the_site_ports():

@@ -99,7 +99,7 @@ class RelayRunner:
     def fencing_proxy(self) -> FencingProxy:
         """RELAY_KIND = exec: the proxy, fenced by this runner's gate, in front of the external relay."""
         spec = self.stk.relay_exec
-        assert spec is not None  # RELAY_KIND = exec: the config has its command (stkrelay.config_exec)
+        assert spec is not None  # RELAY_KIND = exec: the config has its command (stkconfig.relay_kind)
         # A forwarded client's header (issue 40) is checked with the pool key and stripped.
         proxy = FencingProxy(gate=self.gate, upstream=(spec.host, spec.port),
                              upstream_passthrough=spec.passthrough_port,

@@ -17,7 +17,8 @@ Arguments after ``--`` are the program's.
 
 Standard library only: the image's Python runs it as a script or as
 ``python -m relay.server.site_relay``; ``stkrelay-site-relay`` is the same (pyproject's scripts).
-`stkrelay.config_exec` checks a recipe before the first election (E078: the source is not there).
+`stkconfig.site_relay_recipe` reads which source a recipe names, and `stkconfig.relay_kind` checks
+it is there before the first election (E078).
 """
 
 from __future__ import annotations
@@ -31,8 +32,6 @@ from collections.abc import Sequence
 from typing import Any
 
 SITE_PORT = 9530  # the seed's RELAY_PORT; passthrough is the next one
-LAUNCHER_NAMES = ("stkrelay-site-relay", "relay.server.site_relay", "site_relay.py")
-VALUED = ("--host", "--port", "--passthrough-port", "--site-port", "--site-passthrough-port")
 
 
 def moved(address: Any, ports: dict[int, int], host: str) -> Any:
@@ -55,24 +54,9 @@ def install(ports: dict[int, int], host: str) -> None:
     socket.socket.bind = moved_bind  # type: ignore[assignment]  # a patch of the socket class
 
 
-def source_of(argv: Sequence[str]) -> str | None:
-    """The site relay source a `RELAY_EXEC` command line runs through this launcher, or None."""
-    words = list(argv)
-    for i, word in enumerate(words):
-        if any(word == name or word.endswith(os.sep + name) for name in LAUNCHER_NAMES):
-            rest = iter(words[i + 1 :])
-            for arg in rest:
-                if arg == "--":
-                    return ""
-                if arg in VALUED:
-                    next(rest, None)
-                elif not arg.startswith("-"):
-                    return arg
-            return ""
-    return None
-
-
-def main(argv: Sequence[str] | None = None) -> int:
+def launcher_parser() -> argparse.ArgumentParser:
+    """The launcher's arguments; `stkconfig.site_relay_recipe.VALUED` names its options that take
+    a value (`tests/test_site_relay.py` keeps the two in step)."""
     parser = argparse.ArgumentParser(prog="stkrelay-site-relay", description=__doc__.splitlines()[0])
     parser.add_argument("source", help="the site's relay_server.py")
     parser.add_argument("--host", default="127.0.0.1")
@@ -80,6 +64,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--passthrough-port", type=int, required=True)
     parser.add_argument("--site-port", type=int, default=SITE_PORT)
     parser.add_argument("--site-passthrough-port", type=int, default=None)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = launcher_parser()
     words = list(sys.argv[1:] if argv is None else argv)
     ours, program_args = (
         (words[: words.index("--")], words[words.index("--") + 1 :]) if "--" in words else (words, [])

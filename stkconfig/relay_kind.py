@@ -11,7 +11,8 @@
   Required with `exec`, refused without it (`stkrelay.E071`); a line that does
   not split, or names an unknown placeholder, is `stkrelay.E072`/`E073`; a
   program that cannot be found is `stkrelay.E077`; the site's own `relay_server.py` run through
-  `stkrelay-site-relay` (`relay.server.site_relay`) that is not there is `stkrelay.E078`.
+  `stkrelay-site-relay` (`relay.server.site_relay`; `stkconfig.site_relay_recipe`) that is not
+  there is `stkrelay.E078`.
 - `RELAY_EXEC_LISTEN` (`host:port`, default `127.0.0.1:` `RELAY_PORT + 10`):
   where the external relay listens (`{host}`, `{port}`; its passthrough port is
   `{port} + 1`). Loopback only: a foreign binary cannot fence itself, so
@@ -20,7 +21,7 @@
 - `exec` with `CLOUD_URL` is `stkrelay.E076`: the cloud tunnel multiplexes
   clients into the built-in relay's routing, which an external relay has not.
 
-`check_exec` reports through `bad(id, key, message, hint)` like `config.load`.
+`parse(raw, known, bad)` (`stkconfig.raw`) reports each bad value through `bad`.
 """
 
 from __future__ import annotations
@@ -33,10 +34,10 @@ import string
 from dataclasses import dataclass
 from typing import Protocol
 
-from relay.server.site_relay import source_of
 from stkconfig.bad import Bad
 from stkconfig.parsed import ExecRelay
 from stkconfig.raw import Raw
+from stkconfig.site_relay_recipe import source_of
 
 KINDS = ("builtin", "exec")
 PLACEHOLDERS = ("host", "port", "passthrough_port", "epoch", "kmsn")
