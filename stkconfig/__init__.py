@@ -19,8 +19,10 @@ Vocabulary:
 - **`Problem`**: one bad value: a stable check id (`stkrelay.E0xx`), the key, what is
   wrong and the fix. `stkrelay.config.load` returns them; nothing raises.
 
-Nothing here imports Django, `relay/`, `stkrelay/` or `elections/` above its pure core:
+Nothing here imports Django, `relay/`, `stkrelay/` or `elections/` above its pure core; it
+stands on `stkhost` alone, the one package below it (a section checks its keys with the host's
+helpers: a secret file, certificate pins, a PEM pair, the pool key's derived keys).
 `stkrelay.config` (the Django project, on top) reads the file, runs the sections in order
-(`SECTIONS`: most of them here, the few that need a higher layer's helper in `stkrelay/`)
-and installs Django's translation of a problem's words (`stkconfig.said`).
+(`SECTIONS`: every one of them here) and installs Django's translation of a problem's words
+(`stkconfig.said`).
 """

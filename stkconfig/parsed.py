@@ -1,6 +1,6 @@
 """What some keys parse into: the typed parts of `Config` (`gate`, `notify`, `cloud`,
-`relay_exec`, `watched`, `etcd`, `smb`). Pure values; the checks that make them live in
-`stkrelay.config_*` (one module per concern)."""
+`relay_exec`, `watched`, `etcd`, `smb`). Pure values; the checks that make them are the
+sections of `stkconfig` (one module per concern)."""
 
 from __future__ import annotations
 
@@ -97,7 +97,7 @@ class SmbLogin:
 
 @dataclass(frozen=True)
 class EtcdSettings:
-    """`ETCD_*` with `LEASE_STORE = etcd` (stkrelay.config_store), and the `LEASE_POLL` an etcd pool
+    """`ETCD_*` with `LEASE_STORE = etcd` (stkconfig.store), and the `LEASE_POLL` an etcd pool
     falls back on while its watch is down."""
 
     endpoints: tuple[str, ...] = ()  # normalised http(s)://host:port
