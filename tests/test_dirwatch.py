@@ -87,3 +87,10 @@ def test_a_write_aside_is_one_event_in_the_watched_folder_a_write_beside_three(t
     assert len(beside) == 4 and beside[-1][1] == b"pool.json"  # created, closed, moved from, moved to
     assert os.listdir(tmp_path / ".tmp") == []  # no temp file left behind
     assert (tmp_path / "leadership.json").read_bytes() == b"{}"
+
+
+def test_a_write_aside_where_the_temp_folder_is_no_folder_writes_beside(tmp_path):
+    (tmp_path / ".tmp").write_text("junk")  # something else holds the name: the write still happens
+    write_atomic(tmp_path / "leadership.json", b"{}", aside=True)
+    assert (tmp_path / "leadership.json").read_bytes() == b"{}"
+    assert sorted(os.listdir(tmp_path)) == [".tmp", "leadership.json"]
