@@ -12,11 +12,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 PR_SET_PDEATHSIG = 1
-M_ARENA_MAX = -8  # glibc's mallopt option
-# glibc gives a thread that allocates while another holds an arena an arena of its own, up to
-# 8 per core, each keeping what was freed in it; an agent's processes run a few threads each, and
-# allocate little. Two are plenty (issue 41: ~1 MiB less PSS per Python process, measured).
-MALLOC_ARENAS = 2
 
 
 def _die_with(parent: int) -> Callable[[], None]:
@@ -31,17 +26,6 @@ def _die_with(parent: int) -> Callable[[], None]:
             os.kill(os.getpid(), signal.SIGKILL)
 
     return die_with_parent
-
-
-def few_malloc_arenas(env: dict[str, str] | None = None) -> None:
-    """At most `MALLOC_ARENAS` malloc arenas for this process (glibc's `mallopt`; elsewhere
-    nothing), and for the children started with `env` (`MALLOC_ARENA_MAX`, unless set)."""
-    try:
-        ctypes.CDLL(None).mallopt(M_ARENA_MAX, MALLOC_ARENAS)
-    except (OSError, AttributeError):
-        pass
-    if env is not None:
-        env.setdefault("MALLOC_ARENA_MAX", str(MALLOC_ARENAS))
 
 
 def spawn_options(*, own_group: bool = False, die_with_parent: bool = False) -> dict[str, Any]:

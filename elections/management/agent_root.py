@@ -45,7 +45,6 @@ from elections.ports.local.webcert import WebCert, made_as_is, made_cert, operat
 from relay.server.listen_set import door_hosts
 from stkconfig.model import Config
 from stkhost.fingerprints import FINGERPRINT, show
-from stkhost.processes import few_malloc_arenas
 from stkrelay.config_tls import plain_on_lan
 from stkrelay.ini_arg import take_ini
 
@@ -210,7 +209,6 @@ def _child_env(base: Path) -> dict[str, str]:
     )
     if (base / "manage.py").is_file():  # a source checkout: the children run from DATA_DIR
         env["PYTHONPATH"] = str(base) + os.pathsep + env.get("PYTHONPATH", "")
-    few_malloc_arenas(env)  # this process and its children (issue 41)
     return env
 
 
