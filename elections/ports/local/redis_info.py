@@ -72,15 +72,16 @@ def server_run_id(place: RedisPlace, timeout: float) -> str:
         why = exc.strerror or exc
         raise RedisUnavailable(f"Error {exc.errno} connecting to {place.shown}. {why}.") from None
     with sock:
-        reader = _Replies(sock)
+        pending = bytearray()
         try:
             if place.password is not None:
-                said = reader.ask(b"AUTH", *([place.username] if place.username else []), place.password)
+                user = [place.username] if place.username else []
+                said = _ask(sock, pending, b"AUTH", *user, place.password)
                 if said.startswith("-ERR wrong number of arguments") and place.username:
-                    said = reader.ask(b"AUTH", place.password)  # a Redis older than 6: no users
+                    said = _ask(sock, pending, b"AUTH", place.password)  # a Redis older than 6: no users
                 if not said.startswith("+"):
                     raise RedisUnavailable(_error(said))
-            info = reader.ask(b"INFO", b"server")
+            info = _ask(sock, pending, b"INFO", b"server")
         except TimeoutError:
             raise RedisUnavailable(f"Timeout reading from {place.shown}") from None
         except OSError as exc:
@@ -98,44 +99,45 @@ def _error(said: str) -> str:
     return said[1:].strip()[:200] if said.startswith("-") else f"unexpected reply {said[:40]!r}"
 
 
-class _Replies:
-    """Commands out, one RESP2 reply back each: a simple line ("+OK", "-ERR ...") or, for a bulk
-    string, "$" and its text."""
+# One RESP2 reply per command: a simple line ("+OK", "-ERR ...") or, for a bulk string, "$" and
+# its text. `pending` holds what was read beyond the reply so far.
 
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.buf = b""
 
-    def ask(self, *words: str | bytes) -> str:
-        parts = [w.encode() if isinstance(w, str) else w for w in words]
-        self.sock.sendall(b"*%d\r\n" % len(parts) + b"".join(b"$%d\r\n%s\r\n" % (len(p), p) for p in parts))
-        line = self._line()
-        if not line.startswith(b"$"):
-            return line.decode("utf-8", "replace")
-        try:
-            size = int(line[1:])
-        except ValueError:
-            return f"unexpected reply {line[:40]!r}"
-        if size < 0 or size > MAX_REPLY:
-            return f"unexpected reply size {size}"
-        return "$" + self._exactly(size + 2)[:size].decode("utf-8", "replace")
+def _ask(sock: socket.socket, pending: bytearray, *words: str | bytes) -> str:
+    parts = [w.encode() if isinstance(w, str) else w for w in words]
+    sock.sendall(b"*%d\r\n" % len(parts) + b"".join(b"$%d\r\n%s\r\n" % (len(p), p) for p in parts))
+    line = _line(sock, pending)
+    if not line.startswith(b"$"):
+        return line.decode("utf-8", "replace")
+    try:
+        size = int(line[1:])
+    except ValueError:
+        return f"unexpected reply {line[:40]!r}"
+    if size < 0 or size > MAX_REPLY:
+        return f"unexpected reply size {size}"
+    return "$" + _exactly(sock, pending, size + 2)[:size].decode("utf-8", "replace")
 
-    def _line(self) -> bytes:
-        while b"\r\n" not in self.buf:
-            self._more()
-        line, _, self.buf = self.buf.partition(b"\r\n")
-        return line
 
-    def _exactly(self, n: int) -> bytes:
-        while len(self.buf) < n:
-            self._more()
-        out, self.buf = self.buf[:n], self.buf[n:]
-        return out
+def _line(sock: socket.socket, pending: bytearray) -> bytes:
+    while (end := pending.find(b"\r\n")) < 0:
+        _more(sock, pending)
+    line = bytes(pending[:end])
+    del pending[: end + 2]
+    return line
 
-    def _more(self) -> None:
-        if len(self.buf) > MAX_REPLY + 64:
-            raise OSError("reply too long")
-        data = self.sock.recv(65536)
-        if not data:
-            raise OSError("Connection closed by server.")
-        self.buf += data
+
+def _exactly(sock: socket.socket, pending: bytearray, n: int) -> bytes:
+    while len(pending) < n:
+        _more(sock, pending)
+    out = bytes(pending[:n])
+    del pending[:n]
+    return out
+
+
+def _more(sock: socket.socket, pending: bytearray) -> None:
+    if len(pending) > MAX_REPLY + 64:
+        raise OSError("reply too long")
+    data = sock.recv(65536)
+    if not data:
+        raise OSError("Connection closed by server.")
+    pending += data
