@@ -94,7 +94,7 @@ def logging_config(fmt: str, node: str, component: str | None = None, kmsn: str 
         # A login flood's 429s are summarised by the throttle, not logged one by one; refused
         # bodies are one line each from elections.web.body_limit, not Django's (and tracebacks).
         "filters": {
-            "drop_throttled": {"()": "elections.web.throttle.DropThrottled"},
+            "drop_throttled": {"()": "stkconfig.drop_throttled.DropThrottled"},
             "quiet_refusals": {"()": "elections.web.body_limit.QuietRefusals"},
         },
         "handlers": {

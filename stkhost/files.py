@@ -19,6 +19,7 @@ import ctypes
 import errno
 import os
 import secrets
+import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -30,11 +31,35 @@ _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 REPLACE_BACKOFF = Backoff(tries=5, first=0.02)
 
 
-def _temp_beside(path: Path, data: bytes, durable: bool, tag: str, mode: int | None = None) -> Path:
+TEMP_FOLDER = ".tmp"  # `write_atomic(..., aside=True)`: the temp files' folder, in the target's
+
+
+def _is_folder(path: Path) -> bool:
+    """A folder itself, not a link to one (a rename from it would leave the file system)."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _temp_beside(
+    path: Path, data: bytes, durable: bool, tag: str, mode: int | None = None, aside: bool = False
+) -> Path:
     """A temp file beside `path` holding `data`, created exclusively under an
     unpredictable name (a planted link or file is never written through); `mode`, when
-    given, is set whatever the umask (the share's files: other members must read them)."""
-    tmp = path.with_name(f".{path.name}.{tag + '.' if tag else ''}{secrets.token_hex(6)}.tmp")
+    given, is set whatever the umask (the share's files: other members must read them).
+    `aside`: in the folder `TEMP_FOLDER` of `path`'s (made, 0700, if missing), or beside
+    `path` where that is no folder of its own (something else by that name, a link)."""
+    name = f".{path.name}.{tag + '.' if tag else ''}{secrets.token_hex(6)}.tmp"
+    tmp = path.with_name(name)
+    if aside:
+        folder = path.parent / TEMP_FOLDER
+        try:
+            os.mkdir(folder, 0o700)
+        except OSError:
+            pass  # there already, or not to be made: looked at below
+        if _is_folder(folder):
+            tmp = folder / name
     fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | _NOFOLLOW, 0o644)
     try:
         if mode is not None:
@@ -58,13 +83,17 @@ def write_atomic(
     tag: str = "",
     sleep: Callable[[float], None] = time.sleep,
     mode: int | None = None,
+    aside: bool = False,
 ) -> None:
     """Replace `path` with `data`, all or nothing. `durable` fsyncs before the
     rename (the share's files); `tag` names the writer in the temp name; `mode` is
-    set whatever the umask (else the umask's 0644). Raises OSError; the temp file
-    never outlives a failure."""
+    set whatever the umask (else the umask's 0644). `aside` writes the temp file in
+    `TEMP_FOLDER` of the target's folder (a local one: the rename must stay on one file
+    system), so a watcher of that folder (`stkhost.dirwatch`) is woken once, by the
+    rename, not three times (the temp file's creation, its close and the rename).
+    Raises OSError; the temp file never outlives a failure."""
     path = Path(path)
-    tmp = _temp_beside(path, data, durable, tag, mode)
+    tmp = _temp_beside(path, data, durable, tag, mode, aside)
     try:
         retry(lambda: os.replace(tmp, path), on=PermissionError, backoff=REPLACE_BACKOFF, sleep=sleep)
     except BaseException:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -51,3 +52,45 @@ def test_a_directory_that_cannot_be_watched_means_polling(tmp_path):
     changes = DirWatch(tmp_path / "missing", ["leadership.json"])
     assert not changes.watching
     assert changes.wait(0.05) is False
+
+
+def _events(fd: int) -> list[tuple[int, bytes]]:
+    """(mask, name) of every event queued on an inotify fd, read without blocking."""
+    from stkhost.dirwatch import EVENT
+
+    out = []
+    try:
+        buf = os.read(fd, 1 << 16)
+    except BlockingIOError:
+        return out
+    at = 0
+    while at + EVENT.size <= len(buf):
+        _wd, mask, _cookie, length = EVENT.unpack_from(buf, at)
+        out.append((mask, buf[at + EVENT.size : at + EVENT.size + length].rstrip(b"\0")))
+        at += EVENT.size + length
+    return out
+
+
+def test_a_write_aside_is_one_event_in_the_watched_folder_a_write_beside_three(tmp_path):
+    """Issue 41: the supervisor and the relay wake for every event of DATA_DIR, each name
+    looked at afterwards; a write whose temp file is in `.tmp/` is only its rename there."""
+    with DirWatch(tmp_path, ["leadership.json"]) as changes:
+        assert changes.fd is not None
+        write_atomic(tmp_path / "leadership.json", b"{}", aside=True)
+        first = _events(changes.fd)
+        write_atomic(tmp_path / "leadership.json", b"{}", aside=True)  # the folder made once, kept
+        aside = _events(changes.fd)
+        write_atomic(tmp_path / "pool.json", b"{}")
+        beside = _events(changes.fd)
+    assert [name for _mask, name in first] == [b".tmp", b"leadership.json"]
+    assert [name for _mask, name in aside] == [b"leadership.json"]
+    assert len(beside) == 4 and beside[-1][1] == b"pool.json"  # created, closed, moved from, moved to
+    assert os.listdir(tmp_path / ".tmp") == []  # no temp file left behind
+    assert (tmp_path / "leadership.json").read_bytes() == b"{}"
+
+
+def test_a_write_aside_where_the_temp_folder_is_no_folder_writes_beside(tmp_path):
+    (tmp_path / ".tmp").write_text("junk")  # something else holds the name: the write still happens
+    write_atomic(tmp_path / "leadership.json", b"{}", aside=True)
+    assert (tmp_path / "leadership.json").read_bytes() == b"{}"
+    assert sorted(os.listdir(tmp_path)) == [".tmp", "leadership.json"]

@@ -90,7 +90,7 @@ def test_text_is_the_default_and_keeps_the_historical_logging_config():
             "plain": {"()": SafeTextFormatter, "format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}
         },
         "filters": {
-            "drop_throttled": {"()": "elections.web.throttle.DropThrottled"},
+            "drop_throttled": {"()": "stkconfig.drop_throttled.DropThrottled"},
             "quiet_refusals": {"()": "elections.web.body_limit.QuietRefusals"},
         },
         "handlers": {

@@ -60,7 +60,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("elections/web/metrics.py", "r"): BY_NAME,
     ("elections/web/panel/audit_log.py", "e"): BY_NAME,
     ("elections/web/panel/audit_log.py", "r"): BY_NAME,
-    ("elections/web/throttle.py", "record"): DJANGO,
+    ("stkconfig/drop_throttled.py", "record"): DJANGO,
     ("relay/client/discovery.py", "exc"): EXCEPTION,
     ("relay/client/events.py", "self"): BY_NAME,
     # The per-thread etcd client: a threading.local, and the proxy that forwards to its client.

@@ -348,3 +348,44 @@ def test_a_holder_that_said_pair_is_taken_over_early_only_through_the_witness_wh
     book.adherence = Adherence("S001", 7, "boot1", 5, heard_at=98.0, mode="ack", paired=False)
     assert not book.claims_from("S001", 7)
     assert "witness" not in (book.silent("S001", 7, 3, agrees, 100.0) or "")  # rules 1-6 as before
+
+
+class _LooksCounted:
+    """The book as the keeper's thread sees it: how often it was asked, nothing to keep."""
+
+    def __init__(self) -> None:
+        self.looks = 0
+
+    def witness_look(self, epoch: int) -> None:
+        self.looks += 1
+
+
+def test_a_followers_keeper_sleeps_until_kicked_and_a_leaders_looks_every_half_interval():
+    """Issue 41: the keeper's thread woke ten times a second on every member to find it led
+    nothing; a follower's now waits for its leadership's publication (or a LEASE_RENEW)."""
+    import threading
+    import time
+
+    from harness import wait_until
+
+    from elections.runtime.witness_keeper import WitnessKeeper
+
+    leading: list[int | None] = [None]
+    asked = threading.Semaphore(0)
+
+    def leads() -> int | None:
+        asked.release()
+        return leading[0]
+
+    book = _LooksCounted()
+    keeper = WitnessKeeper(None, "K", "S001", book, T, leads, lambda: None, lambda _r: None,  # type: ignore[arg-type]
+                           renew_every=60.0, gate_clock=time.monotonic)  # fmt: skip
+    keeper.start()
+    try:
+        assert asked.acquire(timeout=10)  # it looked once, found no epoch, and waits
+        assert not asked.acquire(timeout=5 * T.interval)  # ... without looking again
+        leading[0] = 7
+        keeper.kick()  # the agent published that it leads
+        wait_until(lambda: book.looks >= 3, 10, "the leader's keeper to look, again and again")
+    finally:
+        keeper.stop()

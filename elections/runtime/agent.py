@@ -754,6 +754,8 @@ class Agent:
             self._gate_told = valid if valid is not None and state.leader else float("-inf")
             if state.leader:
                 self._told.set()
+                if self.witness is not None:
+                    self.witness.kick()  # a follower's keeper sleeps until its agent leads
             if service is not None and epoch is not None and mode == ACKED and state.leader:
                 service.serving_told(epoch)  # the beacons may say ACKED now: the relay reads this gate
         self._let_go_of_leftovers()

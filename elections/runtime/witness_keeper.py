@@ -7,10 +7,11 @@ pool of two's third vote. One agent's keeper does what the rules leave to I/O:
   of an early takeover): read the record; claim it by compare-and-set only over a valid record of
   an epoch no higher than the silent holder's; the vote goes to the book (`witness_claim`), timed
   from the write's send and its return (W5). Anything else: no takeover, the TTL decides.
-- its thread (the leader): while the book serves by acks in a pool of two, enter (W2) when the
-  acks' window runs low, and refresh (W3) — a read — every interval while it relies on the
-  witness without fresh acks, else once a `LEASE_RENEW`. A refresh that moved the vote
-  publishes the gate; a record of a higher epoch runs a cycle at once (W6, rule 3e).
+- its thread (the leader; a follower's sleeps until `kick()`ed by its leadership): while the book
+  serves by acks in a pool of two, enter (W2) when the acks' window runs low, and refresh (W3) — a
+  read — every interval while it relies on the witness without fresh acks, else once a
+  `LEASE_RENEW`. A refresh that moved the vote publishes the gate; a record of a higher epoch runs
+  a cycle at once (W6, rule 3e).
 
 Every time is the gate's clock (`CLOCK_BOOTTIME`), as the book's. What the store holds is judged
 by the one guarded reader (`PoolStore.read_witness`): no evidence is never an exception here.
@@ -92,6 +93,7 @@ class WitnessKeeper:
         self._claimed: WitnessVote | None = None
         self.state: dict[str, Any] = {}  # what the panel and `relayctl doctor` show
         self._stop = threading.Event()
+        self._kick = threading.Event()
         self._thread = threading.Thread(target=self._run, name="witness", daemon=True)
 
     def start(self) -> WitnessKeeper:
@@ -100,6 +102,7 @@ class WitnessKeeper:
 
     def stop(self) -> None:
         self._stop.set()
+        self._kick.set()
 
     def claims(self, holder: str, epoch: int) -> bool:
         return self.book.witness_claims(holder, epoch)
@@ -262,8 +265,20 @@ class WitnessKeeper:
                 Reaction(f"the share's witness names epoch {read.record.epoch} > {epoch}: reading the lease")
             )
 
+    def kick(self) -> None:
+        """This agent leads (its leadership was just published): look now, and from now on every
+        half interval. A follower's keeper has nothing to look at, and waits for this."""
+        self._kick.set()
+
     def _run(self) -> None:
-        while not self._stop.wait(self.next_look()):
+        while not self._stop.is_set():
+            self._kick.clear()  # before `leading()`: a kick after it wakes the wait below
+            if self.leading() is None and self._opens is None:  # a follower: asleep until it leads
+                self._kick.wait(self.renew_every)  # (issue 41), looked at once a LEASE_RENEW all the same
+            else:
+                self._stop.wait(self.next_look())  # half an interval, or when a claim's wait of D ends
+            if self._stop.is_set():
+                return
             try:
                 self.step()
             except Exception:  # the next look tries again

@@ -37,7 +37,7 @@ used dropped first (a dropped bucket had mostly refilled; the global bucket
 still holds).
 
 A flood must not fill the log either: Django's own "Too Many Requests" line
-per refusal is dropped (`DropThrottled`, a filter on the console handler) and
+per refusal is dropped (`stkconfig.drop_throttled`, a filter on the console handler) and
 the throttle logs one summary line per `LOG_EVERY_S` while it refuses;
 `refused` counts refusals by scope for `/metrics`.
 
@@ -60,13 +60,6 @@ from stkhost.clock import Clock, SystemClock
 MAX_ADDRESSES = 4096
 LOG_EVERY_S = 60.0
 log = logging.getLogger("stkrelay.login")
-
-
-class DropThrottled(logging.Filter):
-    """Drop django.request's line for each 429 (the throttle logs a summary instead)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.name == "django.request" and getattr(record, "status_code", None) == 429)
 
 
 class TokenBucket:

@@ -51,4 +51,6 @@ class SeqFile:
     def save(self, seqs: dict[str, dict[str, int]]) -> None:
         """Replace the file with `seqs`, all or nothing (OSError if it cannot be written)."""
         doc = {"v": VERSION, "seqs": seqs}
-        write_atomic(self.path, json.dumps(doc, separators=(",", ":")).encode(), tag=str(os.getpid()))
+        # Aside: DATA_DIR is watched (the supervisor, the relay), and a write wakes them once.
+        write_atomic(self.path, json.dumps(doc, separators=(",", ":")).encode(), tag=str(os.getpid()),
+                     aside=True)  # fmt: skip

@@ -216,7 +216,8 @@ class LocalState:
         return dict(doc)
 
     def _write(self, name: str, doc: dict[str, Any]) -> None:
-        write_atomic(self.dir / name, json.dumps(doc).encode(), tag=str(os.getpid()))
+        # Aside: the supervisor and the relay watch this folder, and wake once for each write.
+        write_atomic(self.dir / name, json.dumps(doc).encode(), tag=str(os.getpid()), aside=True)
 
     # -- leadership.json --------------------------------------------------------
     def leadership(self) -> Leadership:

@@ -22,6 +22,7 @@ import socket
 from urllib.parse import urlsplit, urlunsplit
 
 from elections.errors import RedisUnavailable
+from elections.ports.local.redis_info import RedisPlace, server_run_id
 
 
 def shown_url(url: str) -> str:
@@ -38,29 +39,33 @@ class RedisLink:
     """One agent's Redis: `ping()` for its run id, `watch()` for the end of the server."""
 
     def __init__(self, url: str, timeout: float = 1.0) -> None:
-        from redis.connection import parse_url
-
         self.url = url
         self.shown = shown_url(url)
         self.timeout = timeout
         self._unusable = ""  # why REDIS_URL names no server (a bad port): every ping says it
         try:
-            where = parse_url(url)
+            self._place: RedisPlace | None = RedisPlace.of(url)
         except ValueError as exc:
-            where, self._unusable = {}, f"REDIS_URL cannot be used: {exc}"
-        self._path: str | None = where.get("path")
-        self._addr = (str(where.get("host") or "localhost"), int(where.get("port") or 6379))
+            self._place, self._unusable = None, f"REDIS_URL cannot be used: {exc}"
+        self._path = self._place.path if self._place is not None else None
+        self._addr = (self._place.host, self._place.port) if self._place is not None else ("localhost", 6379)
         self._tls = url.startswith("rediss://")
         self._watch: socket.socket | None = None
 
     def ping(self) -> str:
-        """The server's run id (it changes when the server restarts); `RedisUnavailable` if none."""
+        """The server's run id (it changes when the server restarts); `RedisUnavailable` if none.
+        Without redis-py but for TLS (`redis_info`: the supervisor does not load it, issue 41)."""
+        if self._unusable:
+            raise RedisUnavailable(self._unusable)
+        if self._place is not None and not self._tls:
+            return server_run_id(self._place, self.timeout)
+        return self._ping_tls()
+
+    def _ping_tls(self) -> str:
         import redis
         from redis.backoff import NoBackoff
         from redis.retry import Retry
 
-        if self._unusable:
-            raise RedisUnavailable(self._unusable)
         client = None
         try:
             client = redis.Redis.from_url(self.url, socket_timeout=self.timeout,
