@@ -3,13 +3,19 @@ lock"): what someone who can write the share, with an archive of every signed re
 and no key, makes of "an older epoch's holder that still writes restarts the TTL". Pure core, the
 numbers a fake clock's."""
 
+import json
 from dataclasses import replace
 
 import pytest
+from memstore import MemoryLeaseStore
 
 from elections.core.decide import Observation, Timing, Verdict, decide
 from elections.core.lease import LeaseRead, LeaseRecord
-from elections.core.lease_memory import MAX_WRITERS, Memory, track, writes_still
+from elections.core.lease_memory import MAX_WRITERS, Memory, recalled, track, writes_still
+from elections.ports.local.localstate import LEADERSHIP_NAME, Leadership, LocalState
+from elections.runtime.elector import Elector
+from elections.runtime.lease_writes import Identity
+from stkhost.clock import FakeClock
 
 T = Timing(ttl=10, renew=3, poll=2, deadline=7)
 EVERY = 9.9  # the replayer puts a record back just before each TTL runs out
@@ -75,16 +81,16 @@ def test_holders_that_evict_each_other_in_turn_restart_the_timer_once_each_at_th
 
 @pytest.mark.xfail(
     strict=True,
-    reason="open (attacker's review): Memory.writers is not kept across a restart, nor known to a "
-    "new member; every archived record of an older epoch, in order, restarts the TTL once: a delay "
-    "of the lease path as long as the archive's history",
+    reason="open (attacker's review): a member that never saw an older epoch's records (a new member, "
+    "or its leadership.json lost) takes each archived one, in order, as news: each restarts the TTL, a "
+    "delay of the lease path as long as the archive's history",
 )
-def test_a_restarted_member_takes_over_a_dead_leader_within_a_bound_whatever_was_archived():
-    # The pool's leader of epoch 9 died; the site's other agents restarted (a power cut): each
-    # knows epoch 9 from its history and leadership.json, and remembers no holder's records.
-    # S001 held epoch 8 for a day, renewing every LEASE_RENEW (28 800 records). The replayer puts
-    # them back in order, one before each TTL runs out: each is newer than anything of S001 this
-    # member remembers, so each restarts the TTL (`writes_still`).
+def test_a_member_that_never_saw_the_older_epochs_takes_over_a_dead_leader_within_a_bound():
+    # The pool's leader of epoch 9 died. S003 joined the pool late (or lost its data directory):
+    # it knows epoch 9 from the pool's history and saw no record of S001, who held epoch 8 for a
+    # day renewing every LEASE_RENEW (28 800 records). The replayer puts them back in order, one
+    # before each TTL runs out: each is newer than anything of S001 this member saw, so each
+    # restarts the TTL (`writes_still`).
     mem = Memory(node="S003", max_epoch=9)
     archive = [rec(node="S001", epoch=8, seq=q) for q in range(3000)]  # the first 3 000 show it
     mem, restarts, takeover = replayed(mem, archive, 0.0)
@@ -92,3 +98,49 @@ def test_a_restarted_member_takes_over_a_dead_leader_within_a_bound_whatever_was
     assert takeover is not None and takeover <= bound, (
         f"{restarts} restarts: no takeover in {len(archive) * EVERY:.0f} s of a dead leader"
     )
+
+
+def test_a_restarted_member_recalls_the_records_it_saw_and_only_their_tail_is_news(tmp_path):
+    # S001 held epoch 8, renewing; S003 read it up to seq 2 000, then S002 took epoch 9 and died.
+    # S003 restarts: leadership.json kept the newest record of each holder it saw, so the archive's
+    # records of S001 up to seq 2 000 are no news; only the ones it never read (its tail) are.
+    mem = Memory(node="S003")
+    for q in range(0, 2001, 7):
+        mem = track(mem, valid(rec(node="S001", epoch=8, seq=q)), q / 3, T.ttl)
+    mem = track(mem, valid(rec(node="S001", epoch=8, seq=2000)), 700.0, T.ttl)
+    mem = track(mem, valid(rec(node="S002", epoch=9, seq=0)), 701.0, T.ttl)
+    local = LocalState(tmp_path)
+    local.write_leadership(
+        Leadership(node="S003", max_epoch=mem.max_epoch, seen=mem.seen_key, writers=mem.writers)
+    )
+    before = local.leadership()
+    assert ("S001", 8, 2000) in before.writers
+    again = recalled(
+        replace(Memory(node="S003"), seen_key=before.seen, max_epoch=before.max_epoch), before.writers
+    )
+    archive = [rec(node="S001", epoch=8, seq=q) for q in range(2005)]  # S001 wrote 4 more it never read
+    _mem, restarts, takeover = replayed(again, archive, 0.0)
+    assert restarts <= 4
+    assert takeover is not None
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [None, "x", 7, {"a": 1}, [["S001", 8]], [[1, 2, 3]], [["S001", "8", None]], [["S001", 8, 1]] * 5000],
+)
+def test_a_damaged_writers_field_in_leadership_json_reads_as_what_is_whole_of_it(tmp_path, hostile):
+    (tmp_path / LEADERSHIP_NAME).write_text(json.dumps({"node": "S003", "writers": hostile}))
+    writers = LocalState(tmp_path).leadership().writers
+    assert len(writers) <= MAX_WRITERS
+    assert all(isinstance(n, str) and isinstance(e, int) and isinstance(q, int) for n, e, q in writers)
+
+
+def test_the_elector_knows_the_records_its_agent_saw_before_it_restarted():
+    me = Identity(node="S003", kmsn="9999-9999-99-99", station="S003", ip="10.0.0.3", port=9530, pid=4242)
+    el = Elector(MemoryLeaseStore(), FakeClock(), me, T)
+    el.know(9, ("S002", 9, 0), (("S001", 8, 2000), ("S004", 7, 12)))  # what _seed_memory reads back
+    assert {w[0] for w in el.memory.writers} == {"S001", "S002", "S004"}
+    assert not writes_still(el.memory, valid(rec(node="S001", epoch=8, seq=2000)))
+    assert writes_still(el.memory, valid(rec(node="S001", epoch=8, seq=2001)))
+    el.know(9)  # knowing an epoch again forgets nothing
+    assert ("S001", 8, 2000) in el.memory.writers
