@@ -12,6 +12,8 @@ from memstore import MemoryLeaseStore
 from elections.core.decide import Observation, Timing, Verdict, decide
 from elections.core.lease import LeaseRead, LeaseRecord
 from elections.core.lease_memory import MAX_WRITERS, Memory, recalled, track, writes_still
+from elections.core.serving import ServingTiming
+from elections.core.serving_book import ServingBook
 from elections.ports.local.localstate import LEADERSHIP_NAME, Leadership, LocalState
 from elections.runtime.elector import Elector
 from elections.runtime.lease_writes import Identity
@@ -144,3 +146,33 @@ def test_the_elector_knows_the_records_its_agent_saw_before_it_restarted():
     assert writes_still(el.memory, valid(rec(node="S001", epoch=8, seq=2001)))
     el.know(9)  # knowing an epoch again forgets nothing
     assert ("S001", 8, 2000) in el.memory.writers
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open (attacker's review): each older epoch's record a leader never saw restarts its "
+    "lease_ok_at (ServingBook.overwritten); a sole survivor serving by acks neither lapses nor "
+    "requalifies while the archive lasts: no relay",
+)
+def test_a_sole_surviving_leader_serving_by_acks_is_a_relay_again_within_a_bound_whatever_was_archived():
+    # S002 joined the pool at epoch 8 (a new PC) and took epoch 9 by S001's handoff: serving by acks
+    # from the start, in a pool of three. Then the other two died: no acks. A TTL on, its right
+    # lapses and it requalifies, serving by the lease (rule 4). S004 held epoch 7 for a day before
+    # S002 joined; the replayer puts its records over the lease in order, one before each TTL runs
+    # out. S002 reads each (and rewrites its own record): each is newer than anything of S004 it
+    # saw, so each restarts its lease_ok_at, as `Elector._decide` does.
+    book = ServingBook("S002", "a" * 16, ServingTiming.of(0.2), ttl=T.ttl)
+    book.taken(9, "handoff", 3, ("S001", 8), 0.0)
+    mem = Memory(node="S002", max_epoch=9, leader_epoch=9, writers=(("S002", 9, 0), ("S001", 8, 900)))
+    relay_again = None
+    now = 1.0
+    for q in range(300):
+        read = valid(rec(node="S004", epoch=7, seq=q))
+        if writes_still(mem, read):
+            book.overwritten(9, now)
+        mem = track(mem, read, now, T.ttl)
+        before_next = now + EVERY - 0.01
+        if relay_again is None and book.lapsed(9, 3, before_next) is not None:
+            relay_again = before_next  # it takes a new epoch, serving by the lease
+        now += EVERY
+    assert relay_again is not None and relay_again <= 3 * T.ttl
