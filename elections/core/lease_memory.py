@@ -94,12 +94,24 @@ def writes_still(memory: Memory, read: LeaseRead) -> bool:
     that holder's gate was open). No evidence for anything else (`outdated`): it only restarts
     the TTL. Safe against replays: a copy of a record this node saw is not newer; one of a holder
     it never saw (or forgot) restarts the timer once per record, in increasing order — a delay of
-    the lease path only, never an early takeover."""
+    the lease path only, never an early takeover.
+
+    A holder not remembered while `MAX_WRITERS` are is news only above the oldest of them: `noted`
+    would forget it at once, so the very same copy was news at every read, and one archived record
+    put back before each TTL ran out kept a pool with a dead leader from the lease path for ever
+    (an attacker's review; `tests/test_older_writer_replay.py`). What it leaves out is a write of
+    an epoch with 32 later epochs taken, each by another holder (an epoch is never taken twice):
+    its holder's renewal without the lock would have had to land over each of their claims, in
+    the instant between its read and its rename, for its reads to find its own write still."""
     rec = read.record
     if read.status != "valid" or rec is None or rec.epoch >= memory.max_epoch:
         return False
     newest = next(((e, q) for n, e, q in memory.writers if n == rec.node), None)
-    return newest is None or (rec.epoch, rec.renew_seq) > newest
+    if newest is not None:
+        return (rec.epoch, rec.renew_seq) > newest
+    return len(memory.writers) < MAX_WRITERS or (rec.epoch, rec.renew_seq) > min(
+        (e, q) for _n, e, q in memory.writers
+    )
 
 
 def noted(memory: Memory, read: LeaseRead) -> tuple[tuple[str, int, int], ...]:
@@ -108,12 +120,29 @@ def noted(memory: Memory, read: LeaseRead) -> tuple[tuple[str, int, int], ...]:
     rec = read.record
     if read.status != "valid" or rec is None:
         return memory.writers
-    newest = next(((e, q) for n, e, q in memory.writers if n == rec.node), None)
-    if newest is not None and (rec.epoch, rec.renew_seq) <= newest:
-        return memory.writers
-    others = [w for w in memory.writers if w[0] != rec.node]
-    kept = sorted([*others, rec.key], key=lambda w: (w[1], w[2]), reverse=True)[:MAX_WRITERS]
-    return tuple(kept)
+    return merged(memory.writers, (rec.key,))
+
+
+def merged(
+    writers: tuple[tuple[str, int, int], ...], more: tuple[tuple[str, int, int], ...]
+) -> tuple[tuple[str, int, int], ...]:
+    """The newest (epoch, renew_seq) of each holder of both, at most `MAX_WRITERS` holders (the
+    newest epochs kept), newest first."""
+    newest: dict[str, tuple[str, int, int]] = {}
+    for w in (*writers, *more):
+        if w[0] not in newest or w[1:] > newest[w[0]][1:]:
+            newest[w[0]] = w
+    return tuple(sorted(newest.values(), key=lambda w: (w[1], w[2]), reverse=True)[:MAX_WRITERS])
+
+
+def recalled(memory: Memory, writers: tuple[tuple[str, int, int], ...]) -> Memory:
+    """`memory` with the holders' records it saw before it restarted (leadership.json's `writers`,
+    and its `seen`): `writes_still` is kept across a restart, not started afresh. Forgotten, every
+    archived record of an older epoch was news again, in order, each restarting the TTL: a delay of
+    the lease path as long as the archive's history (an attacker's review). Only records this node
+    saw: a holder that still writes writes newer ones."""
+    seen = () if memory.seen_key is None else (memory.seen_key,)
+    return replace(memory, writers=merged(memory.writers, (*writers, *seen)))
 
 
 def blind_gap(memory: Memory, read: LeaseRead, now: float, max_gap: float) -> float | None:

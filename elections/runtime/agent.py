@@ -266,7 +266,7 @@ class Agent:
         before = self.local.leadership()
         rows = ElectionEvent.objects.filter(kmsn=self.stk.kmsn).exclude(kind__in=NOT_THIS_POOLS_EPOCH)
         in_history = rows.aggregate(m=Max("epoch"))["m"] or 0
-        self.elector.know(max(before.max_epoch, in_history, before.epoch or 0), before.seen)
+        self.elector.know(max(before.max_epoch, in_history, before.epoch or 0), before.seen, before.writers)
 
     def tick(self, renewing: bool) -> Decision:
         """One cycle; if the lease we wait on expires before the next poll, look
@@ -747,6 +747,7 @@ class Agent:
                 seen=el.memory.seen_key,
                 valid_until_boot=valid_boot,
                 successor=None if leads else self._successor(),
+                writers=el.memory.writers,
             )
             if self.local.stopping():  # the agent is stopping: it claims nothing
                 state = state.disclaimed(state.decision)

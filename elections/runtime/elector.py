@@ -30,6 +30,7 @@ from elections.core.lease_memory import (
     accepts,
     blind_gap,
     current,
+    recalled,
     track,
     vouched,
     vouches_spent,
@@ -143,13 +144,18 @@ class Elector:
         self.deferred: dict[str, int] = {}
 
     # -- public ----------------------------------------------------------------
-    def know(self, epoch: int, seen_key: tuple[str, int, int] | None = None) -> None:
+    def know(
+        self, epoch: int, seen_key: tuple[str, int, int] | None = None,
+        writers: tuple[tuple[str, int, int], ...] = (),
+    ) -> None:  # fmt: skip
         """What this node knew before it (re)started, or reads in the pool's
         events: epochs it may never take again, the last lease it saw (older
-        copies of it are replays). Never lowers anything; starts no timer."""
+        copies of it are replays), the newest record of each holder it saw
+        (`lease_memory.recalled`). Never lowers anything; starts no timer."""
         mem = self.memory
         if seen_key is not None and mem.seen_key is None:
             mem = replace(mem, seen_key=seen_key)
+        mem = recalled(mem, writers)
         self.memory = replace(mem, max_epoch=max(mem.max_epoch, epoch, seen_key[1] if seen_key else 0))
 
     @property

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from elections.core.lease_memory import MAX_WRITERS
 from elections.core.untrusted import as_float, as_int, as_text
 from elections.ports.local.pool_view import PoolView
 from elections.ports.local.redis_status import RedisStatus
@@ -69,6 +70,14 @@ def _seen(value: Any) -> tuple[str, int, int] | None:
     return None
 
 
+def _writers(value: Any) -> tuple[tuple[str, int, int], ...]:
+    """The holders' records remembered (`Memory.writers`): at most `MAX_WRITERS`, each a `_seen`."""
+    if not isinstance(value, list):
+        return ()
+    kept = (_seen(v) for v in value[:MAX_WRITERS])
+    return tuple(w for w in kept if w is not None)
+
+
 def _successor(value: Any) -> tuple[int, str, int] | None:
     if isinstance(value, list) and len(value) == 3 and isinstance(value[1], str) and value[1]:
         epoch, port = as_int(value[0], None), as_int(value[2], None)
@@ -97,6 +106,9 @@ class Leadership:
     # member may take at once: what the relay tells its clients as it stops (the handoff is on the
     # share already). A claim for clients to try first, fenced by the target's own gate.
     successor: tuple[int, str, int] | None = None
+    # The newest record of each holder this worker saw (`Memory.writers`), kept across its restart:
+    # an older epoch's record it saw is no news then either (`lease_memory.recalled`).
+    writers: tuple[tuple[str, int, int], ...] = ()
 
     def leads_now(self, now: float, epoch: int | None = None, boot: float | None = None) -> bool:
         """True while this says the agent leads (with `epoch`, if given) and the
@@ -122,8 +134,9 @@ class Leadership:
 
     def disclaimed(self, why: str) -> Leadership:
         return Leadership(
-            self.node, self.pid, False, None, self.max_epoch, None, self.updated, why, self.seen, None
-        )
+            self.node, self.pid, False, None, self.max_epoch, None, self.updated, why, self.seen, None,
+            writers=self.writers,
+        )  # fmt: skip
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any]) -> Leadership:
@@ -139,6 +152,7 @@ class Leadership:
             seen=_seen(doc.get("seen")),
             valid_until_boot=as_float(doc.get("valid_until_boot")),
             successor=_successor(doc.get("successor")),
+            writers=_writers(doc.get("writers")),
         )
 
 
