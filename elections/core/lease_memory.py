@@ -120,10 +120,10 @@ def noted(memory: Memory, read: LeaseRead) -> tuple[tuple[str, int, int], ...]:
     rec = read.record
     if read.status != "valid" or rec is None:
         return memory.writers
-    return merged(memory.writers, (rec.key,))
+    return newest_writers(memory.writers, (rec.key,))
 
 
-def merged(
+def newest_writers(
     writers: tuple[tuple[str, int, int], ...], more: tuple[tuple[str, int, int], ...]
 ) -> tuple[tuple[str, int, int], ...]:
     """The newest (epoch, renew_seq) of each holder of both, at most `MAX_WRITERS` holders (the
@@ -142,7 +142,7 @@ def recalled(memory: Memory, writers: tuple[tuple[str, int, int], ...]) -> Memor
     the lease path as long as the archive's history (an attacker's review). Only records this node
     saw: a holder that still writes writes newer ones."""
     seen = () if memory.seen_key is None else (memory.seen_key,)
-    return replace(memory, writers=merged(memory.writers, (*writers, *seen)))
+    return replace(memory, writers=newest_writers(memory.writers, (*writers, *seen)))
 
 
 def blind_gap(memory: Memory, read: LeaseRead, now: float, max_gap: float) -> float | None:
