@@ -28,7 +28,7 @@ CHECK = ROOT / "verify" / "check.sh"
 # (`verify/check.sh` gives each its bound). In `make test`: those found in seconds; the rest `long`.
 FAST = ("NO_FENCE", "NO_R3E")
 LONG = ("NO_START_QUIET", "NO_R2_TOLD", "NO_R3A", "SHORT_S", "NO_R5", "NO_R2_ACKS", "NO_R1_STICKY",
-        "NO_R1_STEPDOWN", "NO_R1_SELF")  # fmt: skip
+        "NO_R1_STEPDOWN", "NO_R1_SELF", "NO_GONE_ACKED")  # fmt: skip
 # Trails for these since issue 37's second round (the search exhaustive, with symmetry). NO_R3B is
 # liveness's rule, not safety's (rule 5 alone keeps the taker's gate shut): no trail expected.
 # NO_R3D and NO_BLIND give none at epochs <= 2 with two faults, searched exhaustively (README).
