@@ -36,9 +36,10 @@ HOSTILE = ("NO_R4_LOK", "NO_R6_LOK", "NO_VOUCH")
 MUTANTS = FAST + LONG + HOSTILE
 
 
-def run(*args: str, timeout: float = 900) -> str:
-    """`verify/check.sh` (SPIN, gcc and pan, niced); SPIN's own output."""
-    env = {**os.environ, "CC_OPT": "-O0"}  # pan's search is short; its compile need not be optimized
+def run(*args: str, timeout: float = 900, extra: dict[str, str] | None = None) -> str:
+    """`verify/check.sh` (SPIN, gcc and pan, niced); SPIN's own output. `extra`: its settings
+    (bounds) from the environment."""
+    env = {**os.environ, "CC_OPT": "-O0", **(extra or {})}  # pan's search is short: an unoptimized compile
     done = subprocess.run([str(CHECK), *args], capture_output=True, text=True, timeout=timeout, env=env)
     assert done.returncode == 0, done.stderr
     return done.stdout
@@ -72,6 +73,16 @@ def test_the_rules_as_built_give_no_error_at_the_ci_bound():
     out = run("ci", timeout=1500)
     assert "assertion violated" not in out, out
     assert errors(out) == 0, out
+
+
+@pytest.mark.long
+def test_liveness_l1_too_short_a_bound_gives_a_trail():
+    """L1 (`-DLIVE`, `verify/check.sh live LB`): a gate open LB ticks after the last crash or start,
+    in a world that delivers. Two ticks are fewer than a takeover needs after the leader's crash
+    (the TTL is three): SPIN must find the run, or the liveness check has gone blind."""
+    out = run("live", "2", extra={"LIVE_BOUND": "-DMAXE=3 -DMAXF=1"})
+    assert errors(out) >= 1, out
+    assert "assertion violated" in out, out
 
 
 def defines() -> dict[str, int]:

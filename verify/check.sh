@@ -45,8 +45,9 @@ MUT_LOCKLESS=${MUT_LOCKLESS_BOUND:-"-DMAXE=3 -DMAXF=0"}
 # key and no worker's release (a smaller world: a trail there is one here, found sooner)
 GONE="NO_GONE_ACKED"
 MUT_GONE=${MUT_GONE_BOUND:-"-DMAXE=3 -DMAXF=1 -DLOCKED_RENEW -DNO_HOSTILE -DNO_RELEASE"}
-# liveness (L1): epochs <= 3, crashes and starts (at most LIVE_F crashes); the bound LB in ticks
-LIVE_BOUND=${LIVE_BOUND:-"-DMAXE=3 -DMAXF=2"}
+# liveness (L1): epochs <= 3, one crash (and starts); the bound LB in ticks (6: no error there,
+# docs/serving-right.md "Liveness"; two crashes, one member alone, not yet searched)
+LIVE_BOUND=${LIVE_BOUND:-"-DMAXE=3 -DMAXF=1"}
 
 # the pool of two and the share's witness (verify/witness.pml, issue 38): small enough to search
 # exhaustively (no depth bound that cuts a run short: -m is far past the deepest state)
@@ -107,7 +108,7 @@ case ${1:-full} in
     done
     ;;
   live)
-    lb=${2:-8}
+    lb=${2:-6}
     echo "== liveness L1: 3 members, $LIVE_BOUND, a gate open $lb ticks after the last crash or start (exhaustive: depth-first, $REDUCE ${STORE:-exact}) =="
     search $LIVE_BOUND -DLIVE -DLB="$lb" $REDUCE $STORE
     ;;

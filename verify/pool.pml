@@ -83,7 +83,7 @@
  *     holder crashed (`died`: since its last claim; started again or not). Its other conditions (the host's answer at most FRESH old, no
  *     leader beacon of that epoch for two intervals, one heard before) are not modelled: more
  *     behaviours, not fewer. Forged evidence (an on-path writer of TCP resets, docs/design.md
- *     §13) is not in the model: the holder is then alive.
+ *     §13), the holder then alive, is not in the model; -DFORGED_GONE puts it in (a finding).
  * Each is argued where it is made; none removes a behaviour that could fail P1-P3.
  * The lockless renewal is two steps (A5); -DLOCKED_RENEW makes it one (read and write under
  * the lock), to tell which of SPIN's trails it is the cause of.
@@ -163,7 +163,7 @@ bit over;                      /* A15: nothing can break P1-P3 any more: the sea
 /* -DLIVE (liveness, L1 below): each tick is a round in which every member that is up did its
    duty (a follower looked, a leader renewed) and heard every other member that is up */
 #ifndef LB
-#define LB 8                   /* the bound: ticks after the last crash or start */
+#define LB 6                   /* the bound: ticks after the last crash or start */
 #endif
 bit dn[N];                     /* its look or renewal done this round */
 bit hd[N * N];                 /* hd[x*N+s]: x heard s this round */
@@ -263,7 +263,12 @@ hidden byte cacked, chand, gonev;
    gates of the epochs before h's (-DNO_GONE_ACKED: in `lease` mode, as the code did). Its own
    vote waits S after it last heard the leader it adheres to (rule 1), h included: evidence of
    death can be forged (an on-path writer of TCP resets, docs/design.md §13). */
-#define GONE(x, h) (gonev && (h) != (x) && (h) < N && died[h])
+#ifdef FORGED_GONE
+#define FORGED true    /* -DFORGED_GONE: evidence forged by an on-path writer of TCP resets, any time */
+#else
+#define FORGED false
+#endif
+#define GONE(x, h) (gonev && (h) != (x) && (h) < N && (died[h] || FORGED))
 #ifdef NO_GONE_ACKED
 #define GONE_ACKED 0
 #else
@@ -935,7 +940,7 @@ bit sup[N];   /* its supervisor released: it says and hears nothing more; its re
 #endif
 #define STEPS(x) \
   ::  d_step { !over && (up[x] && !MUTE(x) && lead[x] == 0) -> printf("@ %d looks\n", x); DUTY(x); look(x); check() } \
-  ::  d_step { !over && (up[x] && !MUTE(x) && lead[x] == 0 && (died[o1(x)] || died[o2(x)])) -> printf("@ %d looks, its holder gone\n", x); DUTY(x); gonev = 1; look(x); check() } \
+  ::  d_step { !over && (up[x] && !MUTE(x) && lead[x] == 0 && (died[o1(x)] || died[o2(x)] || FORGED)) -> printf("@ %d looks, its holder gone\n", x); DUTY(x); gonev = 1; look(x); check() } \
   :: d_step { !over && (LEADS(x) && !rr[x]) -> printf("@ %d renewal read\n", x); renew_read(x); check() } \
   :: d_step { !over && (LEADS(x) && rr[x]) -> printf("@ %d renews\n", x); renewed(x); check() } \
   :: d_step { !over && (up[x] && !MUTE(x) && lead[x] > 0 && ren[x] > RD_HI) -> printf("@ %d past its renew deadline\n", x); lead[x] = 0; rr[x] = 0; check() } \
