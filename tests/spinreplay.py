@@ -21,7 +21,9 @@ What each step checks:
 - `x hears s`: `adhere` gives the model's adherence (leader, epoch, heard now or not, resigned,
   what its leader said it serves by); the ack s's beacon carries (`ServingBook.outgoing`) is
   taken (`ServingRight.acked`) exactly when the model took it, and `settle` gives the mode;
-- `x looks`: `track` and `decide` (with `silent_holder` over the other members' beacons)
+- `x looks` (and `x looks, its holder gone`: with the evidence of death, `Observation.gone`, for
+  the holder `evidence_subject` names once the model's holder crashed): `track` and `decide` (with
+  `silent_holder` over the other members' beacons)
   contend exactly when the model attempted a claim, and the right `ServingBook.taken` gives
   serves by the model's mode and waits out the model's leader (rule 1);
 - `x releases` / `x hands off`: the resign says `fenced` (`ServingRight.clean`) exactly when
@@ -286,7 +288,7 @@ def replay(steps: list[Step], result: Replay | None = None) -> Replay:
 
 
 HEARS = re.compile(r"^(\d) hears (\d)$")
-LOOKS = re.compile(r"^(\d) looks$")
+LOOKS = re.compile(r"^(\d) looks(, its holder gone)?$")  # the second: with evidence of death (A16)
 RELEASES = re.compile(r"^(\d) (releases|hands off to \d)$")
 REQUALIFIES = re.compile(r"^(\d) requalifies$")
 
@@ -295,7 +297,7 @@ def check_step(out: Replay, ev: str, claims: list[int], p: State, q: State, t: f
     if m := HEARS.match(ev):
         hears(out, int(m[1]), int(m[2]), p, q, t)
     elif m := LOOKS.match(ev):
-        looks(out, int(m[1]), claims, p, q, t)
+        looks(out, int(m[1]), claims, p, q, t, gone=m[2] is not None)
     elif m := RELEASES.match(ev):
         x = int(m[1])
         r = right(p, x, t)
@@ -337,7 +339,7 @@ def hears(out: Replay, x: int, s: int, p: State, q: State, t: float) -> None:
         out.count("mode", mode == want_mode, f"'{x} hears {s}' at {t:g}: mode code {mode} model {q.mode[x]}")
 
 
-def looks(out: Replay, x: int, claims: list[int], p: State, q: State, t: float) -> None:
+def looks(out: Replay, x: int, claims: list[int], p: State, q: State, t: float, gone: bool = False) -> None:
     read = lease_read(p, x)
     evidence = read.status == "valid" and read.record is not None and read.record.epoch >= p.known[x]
     if not evidence and (p.rmiss[x] or p.vch[x]):
@@ -345,14 +347,20 @@ def looks(out: Replay, x: int, claims: list[int], p: State, q: State, t: float) 
         return
     mem = track(memory(p, x, t), read, t, TIMING.ttl, TIMING.blind_after)
     subject = evidence_subject(mem, read)
-    silent = None
+    silent = dead = None
     if subject is not None:
         why = silent_holder(subject[0], subject[1], adherence(p, x, t), reports(p, x, t), N, SERVING, t)
         silent = (subject[0], subject[1], why) if why else None
-    decision = decide(mem, Observation(read, silent=silent), t, TIMING)
+        holder = int(subject[0][1:])
+        if gone and holder != x and p.died[holder]:  # the model's evidence: its holder crashed (A16)
+            dead = (subject[0], subject[1], f"{subject[0]}'s agent is gone")
+    decision = decide(mem, Observation(read, gone=dead, silent=silent), t, TIMING)
     contends = decision.verdict is Verdict.CONTEND
     model = x in claims
-    out.count("look", contends == model, f"'{x} looks' at {t:g}: code {decision} model claims {model}")
+    why = f"'{x} looks' at {t:g}: code {decision} model claims {model}"
+    out.count("look", contends == model, why)
+    if gone:
+        out.count("look (holder gone)", contends == model, why)
     if not (contends and model and q.lead[x] > 0 and q.lead[x] != p.lead[x]):
         return
     b = book(p, x, t)
@@ -364,6 +372,7 @@ def looks(out: Replay, x: int, claims: list[int], p: State, q: State, t: float) 
     mode_ok = r.mode == (ACKED if q.mode[x] else LEASE)
     why = f"'{x} looks' at {t:g} ({decision.cause}): mode code {r.mode} model {q.mode[x]}"
     out.count("take", mode_ok, why)
+    out.count(f"take ({decision.cause})", mode_ok, why)
     waits = r.self_wait[0] if r.self_wait is not None else "unknown" if r.self_from > -math.inf else None
     want = None if q.swn[x] == NONE else "unknown" if q.swn[x] == UNKNOWN else node(q.swn[x])
     out.count("self wait", waits == want, f"'{x} looks' at {t:g}: waits out code {waits} model {want}")

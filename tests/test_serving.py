@@ -203,6 +203,46 @@ def test_a_leader_that_finds_an_older_epochs_record_over_its_own_is_not_clean_no
     assert book.resigning(8, again + 1) == {"fenced": 8}
 
 
+def test_a_takeover_on_evidence_of_death_serves_by_acks_beside_an_earlier_holder_still_acked():
+    """SPIN's trail of rule 7 (issue 37): S001 (epoch 7, `ack` mode) froze; S002 took epoch 8 on
+    its silence; S001 thawed and S003, not yet having read epoch 8, acked it: S001's gate is open
+    for W by S003's ack and its own vote. S002 died at once; S003 read epoch 8 and had evidence
+    that S002's process was gone. Its epoch 9, taken on that evidence, served by the lease beside
+    S001's. The holder's death shuts the holder's gate only: the taker serves by acks (rule 5),
+    and its own vote waits S after it last heard the leader it still acked (rule 1)."""
+    old = ServingBook("S001", OTHER, T, ttl=10)
+    old.taken(7, "first", 3, None, 90.0)
+    old.outgoing(7, 30, 3, 100.0)
+    third = ServingBook("S003", BOOT, T, ttl=10)
+    lead7 = Beacon(KMSN, "S001", "10.0.0.1", 9530, "leader", 7, 0, OTHER, 30, serve=ACKED)
+    third.heard(lead7, None, 7, 100.0)
+    said = third.outgoing(None, 5, 3, 100.0)
+    assert said["ack_node"] == "S001"
+    old.heard(Beacon(KMSN, "S003", "10.0.0.3", 9530, "follower", 7, 0, BOOT, 5, **said), 7, 7, 100.0)  # type: ignore[arg-type]
+    assert old.bound(7, 3, 100.1) == pytest.approx(100.0 + T.window)  # open by S003's ack
+    # S002 took 8 on S001's silence; S003 heard it lead (sticky to S001: not adopted), then it died
+    third.heard(Beacon(KMSN, "S002", "10.0.0.2", 9530, "leader", 8, 0, OTHER, 1, serve=ACKED), None, 7, 100.1)
+    assert third.adherence is not None and third.adherence.node == "S001"
+    third.taken(9, "gone", 3, ("S002", 8), 100.2)
+    assert third.bound(9, 3, 100.2) == 100.2  # shut: no majority yet, whatever the renew deadline says
+    right = third.right
+    assert right is not None and right.self_from == 100.0 + T.silence  # rule 1: S after it heard S001
+    right.sent_beacon(1, 100.3)
+    right.acked("S002", 9, BOOT, 1)  # even an ack besides its own vote opens nothing before then
+    assert third.bound(9, 3, 100.4) == 100.4
+    assert third.bound(9, 3, 100.0 + T.silence) == pytest.approx(100.3 + T.window)
+    # a taker that adhered to the dead holder itself waits S after it too: evidence of death can be
+    # forged by an on-path writer of TCP resets (docs/design.md §13), and its ack may still count
+    own = ServingBook("S003", BOOT, T, ttl=10)
+    own.heard(Beacon(KMSN, "S002", "10.0.0.2", 9530, "leader", 8, 0, OTHER, 1, serve=ACKED), None, 8, 100.1)
+    own.taken(9, "gone", 3, ("S002", 8), 100.2)
+    assert own.right is not None and own.right.mode == ACKED and own.right.self_from == 100.1 + T.silence
+    short = ServingBook("S003", BOOT, T, ttl=10)  # a pool of two: the lease, not clean for a TTL
+    short.taken(9, "gone", 2, ("S002", 8), 100.2)
+    short.fenced(9)
+    assert short.bound(9, 2, 100.2) is None and short.resigning(9, 101.0) == {}
+
+
 def test_a_release_taken_short_of_members_is_not_clean_for_a_ttl_and_an_old_fenced_resign_is_no_evidence():
     """Found by an attacker's review: a release taken in `lease` mode only because its taker counted
     fewer than three members shut no earlier gate; its own release is clean only a TTL later. A

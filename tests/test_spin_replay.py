@@ -57,6 +57,7 @@ def test_the_code_decides_what_the_model_decided_on_every_step_of_random_runs(ru
     # every kind of decision was compared, many times over
     for kind in ("gate", "look", "take", "self wait", "adhere", "ack", "mode", "release"):
         assert out.compared.get(kind, 0) >= 20, out.compared
+    assert out.compared.get("look (holder gone)", 0) >= 1, out.compared  # evidence of death (A16)
 
 
 def test_a_clean_release_that_ignores_lease_ok_at_fails_the_replay(runs, monkeypatch):
@@ -94,7 +95,8 @@ def trail_of(mutant: str, tmp: Path) -> list[spinreplay.Step]:
 # Not NO_R2_TOLD (what a beacon says of its mode is not compared by the replay) nor NO_START_QUIET
 # (the replay does not restart a book): their trails replay through the code without a
 # disagreement, a gap of the replay, not of the code (docs/serving-right.md).
-@pytest.mark.parametrize("mutant", ["NO_FENCE", "NO_R5", "NO_R3A"])
+# NO_GONE_ACKED: the takes on evidence of death are rare in random runs; its trail has one.
+@pytest.mark.parametrize("mutant", ["NO_FENCE", "NO_R5", "NO_R3A", "NO_GONE_ACKED"])
 def test_each_counterexample_trail_is_refused_by_the_code_where_its_rule_was_dropped(mutant, tmp_path):
     out = spinreplay.replay(trail_of(mutant, tmp_path))
     assert out.compared.get("gate", 0) > 0

@@ -4,6 +4,8 @@
 #   verify/check.sh ci              the smaller bound .ci/run checks
 #   verify/check.sh mutants [NAMES] every rule switched off, one at a time: each must give a trail
 #   verify/check.sh one FLAGS...    one search, e.g. `one -DNO_R5 -DMAXE=3`
+#   verify/check.sh live [LB]       liveness (-DLIVE, L1 in pool.pml): a gate open LB ticks after the
+#                                   last crash or start, in a world that delivers; no error
 #   verify/check.sh witness         two members and the share's witness (issue 38): no error
 #   verify/check.sh witness-mutants [NAMES]  the witness's rules switched off: each a trail
 # Each search runs niced in a scratch directory, its memory bounded (MEMLIM, MB).
@@ -26,7 +28,7 @@ MUT_HOSTILE=${MUT_HOSTILE_BOUND:-"-DMAXE=2 -DMAXF=2"}
 # (its read and rename taken back to back), so a trail there is a trail here, found sooner
 MUT_DEEP=${MUT_DEEP_BOUND:-"-DMAXE=3 -DMAXF=0 -DLOCKED_RENEW"}
 # every rule switched off, one at a time; the holes of issue 22's last round put back
-MUTANTS="NO_STALE_ALIVE NO_STALE_LOK NO_START_QUIET NO_FENCE NO_R1_SELF NO_R5 NO_R2_ACKS NO_R2_TOLD NO_R3A NO_R1_STICKY NO_R1_STEPDOWN SHORT_S NO_R4_LOK NO_R6_LOK NO_R3E NO_R3B NO_R3D NO_VOUCH NO_BLIND"
+MUTANTS="NO_GONE_ACKED NO_STALE_ALIVE NO_STALE_LOK NO_START_QUIET NO_FENCE NO_R1_SELF NO_R5 NO_R2_ACKS NO_R2_TOLD NO_R3A NO_R1_STICKY NO_R1_STEPDOWN SHORT_S NO_R4_LOK NO_R6_LOK NO_R3E NO_R3B NO_R3D NO_VOUCH NO_BLIND"
 # the mutants of the lease's side need the writer without the key (or a crash)
 HOSTILE="NO_R3E NO_R3D NO_VOUCH NO_BLIND"
 # a restart needs one crash
@@ -38,6 +40,14 @@ DEEP="NO_R1_SELF NO_R4_LOK NO_R6_LOK"
 # the lockless renewal's rules (issue 37): a rename landing over a claim, then a third epoch
 LOCKLESS="NO_STALE_ALIVE NO_STALE_LOK"
 MUT_LOCKLESS=${MUT_LOCKLESS_BOUND:-"-DMAXE=3 -DMAXF=0"}
+# rule 7, a takeover on evidence of death (A16): a crash, and a third epoch (a holder taken on
+# silence, then its taker dead); the renewal under the lock, as for DEEP, no writer without the
+# key and no worker's release (a smaller world: a trail there is one here, found sooner)
+GONE="NO_GONE_ACKED"
+MUT_GONE=${MUT_GONE_BOUND:-"-DMAXE=3 -DMAXF=1 -DLOCKED_RENEW -DNO_HOSTILE -DNO_RELEASE"}
+# liveness (L1): epochs <= 3, one crash (and starts); the bound LB in ticks (6: no error there,
+# docs/serving-right.md "Liveness"; two crashes, one member alone, not yet searched)
+LIVE_BOUND=${LIVE_BOUND:-"-DMAXE=3 -DMAXF=1"}
 
 # the pool of two and the share's witness (verify/witness.pml, issue 38): small enough to search
 # exhaustively (no depth bound that cuts a run short: -m is far past the deepest state)
@@ -90,11 +100,17 @@ case ${1:-full} in
       case " $DEEP " in *" $m "*) bound=$MUT_DEEP ;; esac
       case " $RESTART " in *" $m "*) bound=$MUT_RESTART ;; esac
       case " $LOCKLESS " in *" $m "*) bound=$MUT_LOCKLESS ;; esac
+      case " $GONE " in *" $m "*) bound=$MUT_GONE ;; esac
       # depth-first with the members' symmetry, hash-compact (a trail found is a trail, whatever
       # the compaction hides); MUT_SEARCH="-DBFS -DHC4" gives the shortest trail, slower
       echo "== mutant $m ($bound, ${MUT_SEARCH:--DSYM -DHC4}) =="
       search $bound -D"$m" ${MUT_SEARCH:--DSYM -DHC4}
     done
+    ;;
+  live)
+    lb=${2:-6}
+    echo "== liveness L1: 3 members, $LIVE_BOUND, a gate open $lb ticks after the last crash or start (exhaustive: depth-first, $REDUCE ${STORE:-exact}) =="
+    search $LIVE_BOUND -DLIVE -DLB="$lb" $REDUCE $STORE
     ;;
   witness)
     echo "== the witness as built: 2 members + the share's witness, $WITNESS_BOUND, exhaustive (breadth-first) =="
@@ -110,5 +126,5 @@ case ${1:-full} in
     shift
     search "$@"
     ;;
-  *) echo "usage: $0 full|ci|mutants|one FLAGS..." >&2; exit 2 ;;
+  *) echo "usage: $0 full|ci|mutants|live [LB]|one FLAGS..." >&2; exit 2 ;;
 esac

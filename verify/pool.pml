@@ -8,6 +8,9 @@
  *   P1  never two relay gates open at one instant;
  *   P2  an epoch is taken by one compare-and-set only, and no member's known epoch goes down;
  *   P3  a gate is open only for an epoch its member won by compare-and-set.
+ * and, with -DLIVE only (a model of a good world: L1 below, by the STEPS macro), liveness:
+ *   L1  LB ticks after the last crash or start, with no freeze, no writer without the key and
+ *       a network that delivers, some relay gate is open (one live member alone, or more).
  *
  * ABSTRACTIONS (each sound for safety: the model has every behaviour the rules allow, and more)
  *
@@ -75,6 +78,12 @@
  *     renamings (in C, `canon`).
  * A15 Once the bound's epochs are spent and at most one right may still open a gate, no
  *     assertion can fail any more: the state becomes one sink and the search stops there.
+ * A16 Positive evidence of death (core.liveness, cause `gone`) is about the lease's holder's
+ *     process: it is given to a follower's look (`x looks, its holder gone`) only once that
+ *     holder crashed (`died`: since its last claim; started again or not). Its other conditions (the host's answer at most FRESH old, no
+ *     leader beacon of that epoch for two intervals, one heard before) are not modelled: more
+ *     behaviours, not fewer. Forged evidence (an on-path writer of TCP resets, docs/design.md
+ *     §13), the holder then alive, is not in the model; -DFORGED_GONE puts it in (a finding).
  * Each is argued where it is made; none removes a behaviour that could fail P1-P3.
  * The lockless renewal is two steps (A5); -DLOCKED_RENEW makes it one (read and write under
  * the lock), to tell which of SPIN's trails it is the cause of.
@@ -102,6 +111,8 @@
  *                  evidence of life (its TTL runs on): the lockless renewal's trail, fixed
  *   NO_STALE_LOK   a leader that finds an older epoch's record written over its own keeps its
  *                  lease_ok_at (its release clean, its requalify early): the second trail, fixed
+ *   NO_GONE_ACKED  rule 7: an epoch taken on evidence of death serves by the lease at once (as
+ *                  the code did): SPIN's trail of issue 37's third round, fixed
  *   SHORT_S        S no longer than W (S_LO = W_HI)
  */
 
@@ -148,9 +159,20 @@ byte Oe, Oh, Orel, Oho;        /* the previous valid record (what OLD puts back)
 bit onew[N];                   /* ... was written after member i's last valid read: news to it */
 byte owner[MAXE + 1];          /* ghost: who won each epoch's CAS (NONE: nobody yet) */
 bit over;                      /* A15: nothing can break P1-P3 any more: the search stops here */
+#ifdef LIVE
+/* -DLIVE (liveness, L1 below): each tick is a round in which every member that is up did its
+   duty (a follower looked, a leader renewed) and heard every other member that is up */
+#ifndef LB
+#define LB 6                   /* the bound: ticks after the last crash or start */
+#endif
+bit dn[N];                     /* its look or renewal done this round */
+bit hd[N * N];                 /* hd[x*N+s]: x heard s this round */
+byte calm;                     /* ticks since the last crash or start (saturates at LB + 1) */
+#endif
 
 /* members */
 bit up[N];
+bit died[N];                   /* it crashed since its last claim (A16: evidence of death may come) */
 byte known[N];                 /* highest epoch known */
 byte lead[N];                  /* epoch it leads, 0 if none */
 /* the serving right of its last taken epoch (kept after a step-down: the gate is deadlines) */
@@ -190,7 +212,7 @@ bit bspent[N];                 /* the blind_gap restart spent until the next val
 /* scratch, always reset to 0 at the end of a step (not state) */
 hidden byte ne, ch, ce, i, dd, nopen;
 hidden byte wrongcas, reused;
-hidden byte cacked, chand;
+hidden byte cacked, chand, gonev;
 
 #define o1(x) (((x) + 1) % N)
 #define o2(x) (((x) + 2) % N)
@@ -233,6 +255,25 @@ hidden byte cacked, chand;
    time after, not only within a TTL: more behaviours, not fewer) */
 #define cleanof(x, h, e) (crn[x] == (h) && cre[x] == (e))
 #define cleanover(x) cleanof(x, Lh, Le)
+/* A16: positive evidence that the holder h of the lease read is gone (core.liveness; the code's
+   `_holder_gone`, cause GONE): given only in a look that asks for it (`gonev`), only once h
+   crashed since its last claim (`died`). The code's other conditions (an answer of h's host at most FRESH old, no leader beacon
+   of that epoch for two intervals, one heard before) are left out: more behaviours, not fewer.
+   Rule 7: the taker serves by acks (rule 5), as on silence: h's death shut h's gate, not the
+   gates of the epochs before h's (-DNO_GONE_ACKED: in `lease` mode, as the code did). Its own
+   vote waits S after it last heard the leader it adheres to (rule 1), h included: evidence of
+   death can be forged (an on-path writer of TCP resets, docs/design.md §13). */
+#ifdef FORGED_GONE
+#define FORGED true    /* -DFORGED_GONE: evidence forged by an on-path writer of TCP resets, any time */
+#else
+#define FORGED false
+#endif
+#define GONE(x, h) (gonev && (h) != (x) && (h) < N && (died[h] || FORGED))
+#ifdef NO_GONE_ACKED
+#define GONE_ACKED 0
+#else
+#define GONE_ACKED 1
+#endif
 
 /* a read that is no evidence: junk, no file, a replay of an epoch below what it knows */
 #define noevidence(x) (Lk == JUNK || Lk == MISSING || (Lk == VALID && Le < known[x]) || (Lk == OLD && Oe < known[x]))
@@ -387,7 +428,7 @@ inline sink() {
   i = 0;
   do
   :: i < N ->
-     up[i] = 0; known[i] = 0; lead[i] = 0; re[i] = 0; rmode[i] = 0; told[i] = 0; fenced[i] = 0;
+     up[i] = 0; died[i] = 0; known[i] = 0; lead[i] = 0; re[i] = 0; rmode[i] = 0; told[i] = 0; fenced[i] = 0;
      rlok[i] = 0; tk[i] = 0; ren[i] = 0; A(i, o1(i)) = 0; A(i, o2(i)) = 0; swn[i] = 0; swe[i] = 0;
      swa[i] = 0; rese[i] = 0; resc[i] = 0; rr[i] = 0; an[i] = 0; ae[i] = 0; hz[i] = 0; am[i] = 0;
      ares[i] = 0; crn[i] = 0; cre[i] = 0; mh[i] = 0; me[i] = 0; lage[i] = 0; rdage[i] = 0;
@@ -403,6 +444,10 @@ inline sink() {
   i = 0; over = 1
 }
 
+#ifdef LIVE
+#undef SPENT
+#define SPENT false   /* liveness goes on past the last claim */
+#endif
 inline normalize_all() {
 #ifndef SHIFT
   if
@@ -433,10 +478,15 @@ inline normalize_all() {
    Done in C (SPIN's simulator skips it: trails are printed from searches without it). */
 c_code {
 #define SYMN 3
+#ifdef LIVE
+#define SYMLIVE(X) X(dn)
+#else
+#define SYMLIVE(X)
+#endif
 static const int symperm[6][3] = {{0,1,2},{0,2,1},{1,0,2},{1,2,0},{2,0,1},{2,1,0}};
-#define SYMPLAIN(X) X(onew) X(up) X(rmode) X(told) X(fenced) X(rlok) X(resc) X(rr) X(am) X(ares) \
+#define SYMPLAIN(X) X(onew) X(up) X(died) X(rmode) X(told) X(fenced) X(rlok) X(resc) X(rr) X(am) X(ares) \
   X(miss) X(rmiss) X(vch) X(bspent) X(known) X(lead) X(re) X(tk) X(ren) X(swe) X(swa) X(rese) \
-  X(ae) X(hz) X(cre) X(me) X(lage) X(rdage)
+  X(ae) X(hz) X(cre) X(me) X(lage) X(rdage) SYMLIVE(X)
 #define SYMWHO(X) X(swn) X(an) X(crn) X(mh)
 static uchar symmap(const int *p, uchar v) { return v < SYMN ? (uchar) p[v] : v; }
 /* the renaming of `now` by p (old member -> new member), written into `out`, as bytes */
@@ -448,6 +498,9 @@ static int symkey(const int *p, uchar *out) {
   SYMPLAIN(SYMP)
   SYMWHO(SYMW)
   for (j = 0; j < SYMN; j++) for (k = 0; k < SYMN; k++) out[n++] = now.ack[q[j] * SYMN + q[k]];
+#ifdef LIVE
+  for (j = 0; j < SYMN; j++) for (k = 0; k < SYMN; k++) out[n++] = now.hd[q[j] * SYMN + q[k]];
+#endif
   out[n++] = symmap(p, now.Lh); out[n++] = symmap(p, now.Lho); out[n++] = symmap(p, now.Oh); out[n++] = symmap(p, now.Oho);
   for (j = 0; j < (int) sizeof(now.owner); j++) out[n++] = symmap(p, now.owner[j]);
   return n;
@@ -470,6 +523,9 @@ static void canon(void) {
   SYMPLAIN(SYMPB)
   SYMWHO(SYMPB)
   for (j = 0; j < SYMN; j++) for (k = 0; k < SYMN; k++) now.ack[j * SYMN + k] = best[n++];
+#ifdef LIVE
+  for (j = 0; j < SYMN; j++) for (k = 0; k < SYMN; k++) now.hd[j * SYMN + k] = best[n++];
+#endif
   now.Lh = best[n++]; now.Lho = best[n++]; now.Oh = best[n++]; now.Oho = best[n++];
   for (j = 0; j < (int) sizeof(now.owner); j++) now.owner[j] = best[n++];
 }
@@ -483,6 +539,7 @@ inline say_state() {
   printf("S gate=%d,%d,%d", nopen, ne, ch);
   nopen = 0; ne = 0; ch = 0;
   printf(" up=%d,%d,%d", up[0], up[1], up[2]);
+  printf(" died=%d,%d,%d", died[0], died[1], died[2]);
   printf(" lead=%d,%d,%d", lead[0], lead[1], lead[2]);
   printf(" re=%d,%d,%d", re[0], re[1], re[2]);
   printf(" mode=%d,%d,%d", rmode[0], rmode[1], rmode[2]);
@@ -526,7 +583,7 @@ inline check() {
   wrongcas = (gate(0) && owner[re[0]] != 0) || (gate(1) && owner[re[1]] != 1) || (gate(2) && owner[re[2]] != 2);
   assert(!wrongcas);
   nopen = 0; reused = 0;
-  ne = 0; ch = 0; ce = 0; dd = 0; cacked = 0; chand = 0;
+  ne = 0; ch = 0; ce = 0; dd = 0; cacked = 0; chand = 0; gonev = 0;
   normalize_all()
 }
 
@@ -564,7 +621,7 @@ inline claim(x) {
     :: else ->
       reused = (owner[ne] != NONE || ne <= top);
       assert(!reused);   /* P2: an epoch is never reused */
-      owner[ne] = x; top = ne; known[x] = ne;
+      owner[ne] = x; top = ne; known[x] = ne; died[x] = 0;
       write_valid(ne, x, 0, NONE);
       miss[x] = 0; rmiss[x] = 0; mh[x] = x; me[x] = ne; lage[x] = 0;
       lead[x] = ne; re[x] = ne; fenced[x] = 0; tk[x] = 0; ren[x] = 0; rr[x] = 0;
@@ -613,7 +670,8 @@ inline look(x) {
      :: Lrel && Lho != NONE && Lho != x && lage[x] >= TTL_LO ->
         cacked = !cleanover(x); chand = 1; claim(x)                 /* handoff lapsed */
      :: !Lrel && lage[x] >= TTL_LO -> cacked = 0; claim(x)          /* expired: lease mode */
-     :: !Lrel && silent(x, Lh, Le) -> cacked = 1; claim(x)          /* silent (rule 3) */
+     :: !Lrel && lage[x] < TTL_LO && GONE(x, Lh) -> cacked = GONE_ACKED; claim(x)   /* gone */
+     :: !Lrel && silent(x, Lh, Le) && !GONE(x, Lh) -> cacked = 1; claim(x)   /* silent (rule 3) */
      :: else -> skip
      fi
   :: Lk == OLD && Oe >= known[x] && (Oh != mh[x] || Oe != me[x]) ->
@@ -624,6 +682,7 @@ inline look(x) {
      if
      :: Orel && Oho == NONE -> cacked = !cleanof(x, Oh, Oe); claim(x)
      :: Orel && Oho == x -> cacked = !cleanof(x, Oh, Oe); chand = 1; claim(x)
+     :: !Orel && GONE(x, Oh) -> cacked = GONE_ACKED; claim(x)   /* its holder gone */
      :: else -> skip
      fi
   :: Lk == OLD && Oe >= known[x] && Oh == mh[x] && Oe == me[x] ->
@@ -639,7 +698,8 @@ inline look(x) {
      :: Orel && Oho == x -> cacked = !cleanof(x, Oh, Oe); chand = 1; claim(x)
      :: Orel && Oho != NONE && Oho != x && lage[x] >= TTL_LO -> cacked = !cleanof(x, Oh, Oe); chand = 1; claim(x)
      :: !Orel && lage[x] >= TTL_LO -> cacked = 0; claim(x)
-     :: !Orel && silent(x, Oh, Oe) -> cacked = 1; claim(x)
+     :: !Orel && lage[x] < TTL_LO && GONE(x, Oh) -> cacked = GONE_ACKED; claim(x)
+     :: !Orel && silent(x, Oh, Oe) && !GONE(x, Oh) -> cacked = 1; claim(x)
      :: else -> skip
      fi
   :: (Lk == NOFILE || Lk == MISSING) && known[x] == 0 && me[x] == 0 ->
@@ -804,7 +864,7 @@ inline tick() {
 
 /* A7: a crash (power, kill -9): the relay dies with it; it starts later, its book lost */
 inline crash(x) {
-  up[x] = 0; lead[x] = 0; re[x] = 0; rmode[x] = LEASE; told[x] = 0; fenced[x] = 0; rlok[x] = 0;
+  up[x] = 0; died[x] = 1; lead[x] = 0; re[x] = 0; rmode[x] = LEASE; told[x] = 0; fenced[x] = 0; rlok[x] = 0;
   tk[x] = 0; ren[x] = 0; A(x, o1(x)) = ACAP; A(x, o2(x)) = ACAP; swn[x] = NONE; swe[x] = 0; swa[x] = 0;
   rese[x] = 0; resc[x] = 0; rr[x] = 0;
   an[x] = NONE; ae[x] = 0; hz[x] = 0; am[x] = 0; ares[x] = 0;
@@ -836,19 +896,62 @@ bit sup[N];   /* its supervisor released: it says and hears nothing more; its re
 #define MUTE(x) false
 #define SUPERVISOR(x)
 #endif
+/* L1 (-DLIVE): liveness as a bounded response, checked as an assertion (a safety property of the
+   model restricted to a good world): no writer without the key, no release or handoff (an
+   operator's), no freeze and a network that delivers: time advances (`tick`) only once every
+   member that is up did its round: a follower looked, a leader renewed (its read and rename),
+   and it heard every other member that is up. Crashes (at most MAXF) and starts may come at any
+   instant. Asserted at the end of every round: LB ticks or more after the last crash or start,
+   whatever members are up (one alone, or more), some relay gate is open — unless the search's
+   epochs are spent (a claim is then impossible: the bound, not the rules). A15's sink is off. */
+#ifdef LIVE
+#define VOLUNTARY false
+#define HOSTILE false
+#define DUTY(x) dn[x] = 1
+#define HEARD(x, s) hd[(x) * N + (s)] = 1
+#define UPSET calm = 0
+#define done(x) (!up[x] || (lead[x] > 0 && ren[x] == 0 && !rr[x]) || (lead[x] == 0 && dn[x]))
+#define heardall(x) (!up[x] || ((!up[o1(x)] || hd[(x) * N + o1(x)]) && (!up[o2(x)] || hd[(x) * N + o2(x)])))
+#define ROUND (done(0) && done(1) && done(2) && heardall(0) && heardall(1) && heardall(2))
+#define SERVES \
+  nopen = gate(0) + gate(1) + gate(2); \
+  assert(calm <= LB || nopen >= 1 || top >= MAXE); \
+  nopen = 0; sat(calm, LB + 1); \
+  dn[0] = 0; dn[1] = 0; dn[2] = 0; \
+  hd[1] = 0; hd[2] = 0; hd[3] = 0; hd[5] = 0; hd[6] = 0; hd[7] = 0
+#else
+/* -DNO_RELEASE, -DNO_HOSTILE: a smaller world (no release or handoff by the worker; no writer
+   without the key), to find a trail sooner: every run of it is a run of the whole model */
+#ifdef NO_RELEASE
+#define VOLUNTARY false
+#else
+#define VOLUNTARY true
+#endif
+#ifdef NO_HOSTILE
+#define HOSTILE false
+#else
+#define HOSTILE true
+#endif
+#define DUTY(x) skip
+#define HEARD(x, s) skip
+#define UPSET skip
+#define ROUND true
+#define SERVES skip
+#endif
 #define STEPS(x) \
-  ::  d_step { !over && (up[x] && !MUTE(x) && lead[x] == 0) -> printf("@ %d looks\n", x); look(x); check() } \
+  ::  d_step { !over && (up[x] && !MUTE(x) && lead[x] == 0) -> printf("@ %d looks\n", x); DUTY(x); look(x); check() } \
+  ::  d_step { !over && (up[x] && !MUTE(x) && lead[x] == 0 && (died[o1(x)] || died[o2(x)] || FORGED)) -> printf("@ %d looks, its holder gone\n", x); DUTY(x); gonev = 1; look(x); check() } \
   :: d_step { !over && (LEADS(x) && !rr[x]) -> printf("@ %d renewal read\n", x); renew_read(x); check() } \
   :: d_step { !over && (LEADS(x) && rr[x]) -> printf("@ %d renews\n", x); renewed(x); check() } \
   :: d_step { !over && (up[x] && !MUTE(x) && lead[x] > 0 && ren[x] > RD_HI) -> printf("@ %d past its renew deadline\n", x); lead[x] = 0; rr[x] = 0; check() } \
-  :: d_step { !over && (LEADS(x) && OWNLEASE(x)) -> printf("@ %d hands off to %d\n", x, o1(x)); release(x, o1(x)); check() } \
-  :: d_step { !over && (LEADS(x) && OWNLEASE(x)) -> printf("@ %d hands off to %d\n", x, o2(x)); release(x, o2(x)); check() } \
-  :: d_step { !over && (LEADS(x) && OWNLEASE(x)) -> printf("@ %d releases\n", x); release(x, NONE); check() } \
+  :: d_step { !over && (VOLUNTARY && LEADS(x) && OWNLEASE(x)) -> printf("@ %d hands off to %d\n", x, o1(x)); release(x, o1(x)); check() } \
+  :: d_step { !over && (VOLUNTARY && LEADS(x) && OWNLEASE(x)) -> printf("@ %d hands off to %d\n", x, o2(x)); release(x, o2(x)); check() } \
+  :: d_step { !over && (VOLUNTARY && LEADS(x) && OWNLEASE(x)) -> printf("@ %d releases\n", x); release(x, NONE); check() } \
   SUPERVISOR(x) \
   :: d_step { !over && LEADS(x) && OWNLEASE(x) && rmode[x] == ACKED && !ackok(x) && lokok(x) -> \
               printf("@ %d requalifies\n", x); cacked = 0; ch = x; ce = Le; claim(x); check() } \
-  :: d_step { !over && (up[x] && !MUTE(x) && faults < MAXF) -> printf("@ %d crashes\n", x); faults++; crash(x); check() } \
-  :: d_step { !over && (!up[x]) -> printf("@ %d starts\n", x); up[x] = 1; START(x); check() }
+  :: d_step { !over && (up[x] && !MUTE(x) && faults < MAXF) -> printf("@ %d crashes\n", x); faults++; crash(x); UPSET; check() } \
+  :: d_step { !over && (!up[x]) -> printf("@ %d starts\n", x); up[x] = 1; START(x); UPSET; check() }
 /* the renew deadline step above; the worker's release to either other member or to no one;
    with -DSUP_RELEASE, the supervisor's release on SIGTERM (written before its relay's gate
    is shut, which then closes by its deadlines or the crash that follows; its resign has a
@@ -856,7 +959,7 @@ bit sup[N];   /* its supervisor released: it says and hears nothing more; its re
    relays with it, docs/serving-right.md "The model, checked by SPIN"); requalify (rule 4); a crash (A7,
    A10); a start */
 
-#define LISTEN(x, s) :: d_step { !over && (up[x] && up[s] && !MUTE(x) && !MUTE(s)) -> printf("@ %d hears %d\n", x, s); hear(x, s); check() }
+#define LISTEN(x, s) :: d_step { !over && (up[x] && up[s] && !MUTE(x) && !MUTE(s)) -> printf("@ %d hears %d\n", x, s); HEARD(x, s); hear(x, s); check() }
 
 init {
   atomic {
@@ -878,7 +981,7 @@ init {
   }
 end:
   do
-  :: d_step { !over -> printf("@ tick\n"); tick(); say_state() }
+  :: d_step { !over && ROUND -> printf("@ tick\n"); SERVES; tick(); say_state() }
   STEPS(0)
   STEPS(1)
   STEPS(2)
@@ -889,9 +992,9 @@ end:
   LISTEN(2, 0)
   LISTEN(2, 1)
   /* the writer without the key (A8) */
-  :: d_step { !over && (faults < MAXF && Lk == VALID) -> printf("@ junk over the lease\n"); faults++; SAVEOLD; Lk = JUNK; check() }
-  :: d_step { !over && (faults < MAXF && Lk == VALID) -> printf("@ the lease deleted\n"); faults++; SAVEOLD; Lk = MISSING; check() }
-  :: d_step { !over && (faults < MAXF && Lk != NOFILE && Lk != VALID && Lk != OLD && Oe > 0) -> printf("@ an old copy put back\n"); faults++; Lk = OLD; check() }
+  :: d_step { !over && (HOSTILE && faults < MAXF && Lk == VALID) -> printf("@ junk over the lease\n"); faults++; SAVEOLD; Lk = JUNK; check() }
+  :: d_step { !over && (HOSTILE && faults < MAXF && Lk == VALID) -> printf("@ the lease deleted\n"); faults++; SAVEOLD; Lk = MISSING; check() }
+  :: d_step { !over && (HOSTILE && faults < MAXF && Lk != NOFILE && Lk != VALID && Lk != OLD && Oe > 0) -> printf("@ an old copy put back\n"); faults++; Lk = OLD; check() }
   od
 }
 #endif /* WITNESS */

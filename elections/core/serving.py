@@ -182,7 +182,10 @@ class ServingRight:
 
 
 # Causes of an election (core.decide) after which the new epoch serves by acks from the start.
-ACKED_FROM_START = ("silent", "released", "handoff", "handoff_lapsed")
+# `gone` (the holder's process positively dead) shut the holder's gate, not an earlier one's: a
+# holder taken on silence less than a TTL ago may still be served by the acks of a member that had
+# not yet read its successor (SPIN's trail, docs/serving-right.md "Found by SPIN, third round").
+ACKED_FROM_START = ("silent", "gone", "released", "handoff", "handoff_lapsed")
 RELEASED = ("released", "handoff", "handoff_lapsed")  # of those, the causes that take a released lease
 HANDED = ("handoff", "handoff_lapsed")  # of those, a lease that names a target: fenced before it was written
 
@@ -194,8 +197,9 @@ def starts_acked(cause: str | None, members: int, clean_release: bool = False) -
     holder before it may have been taken over on silence less than a TTL ago and be
     heard again — unless the releaser said otherwise (`clean_release`: its resign beacon
     said `fenced`, `ServingRight.clean`: every earlier gate was shut for good by then).
-    Taken on the TTL, on evidence of death, first, or to requalify: the lease alone
-    already shut every earlier gate (`LEASE` until a majority acks)."""
+    Taken on evidence of death: as on silence, the holder's gate is shut (its relay died
+    with it), an earlier holder's may not be (rule 7). Taken on the TTL, first, or to
+    requalify: the lease alone already shut every earlier gate (`LEASE` until a majority acks)."""
     if cause in RELEASED and clean_release:
         return False
     return cause == "silent" or (cause in ACKED_FROM_START and members >= MIN_MEMBERS)
