@@ -336,6 +336,20 @@ class AgentProc:
             req = urllib.request.Request(self.web_url + req)
         return urllib.request.urlopen(req, data=data, timeout=timeout, context=self.web_ssl())
 
+    def wait_web(self, timeout: float = 60) -> None:
+        """Until its panel accepts a TCP connection: the web server binds on its own schedule,
+        apart from the election (a settled pool says nothing about it)."""
+        import socket
+
+        def answers() -> bool:
+            try:
+                socket.create_connection((self.ip, int(self.setting("WEB_PORT"))), timeout=1).close()
+            except OSError:
+                return False
+            return True
+
+        wait_until(answers, timeout, f"{self.name}'s panel to accept connections", every=0.1)
+
     def history(self) -> list[tuple[str, int, str]]:
         """(kind, epoch, reason) rows of this agent's election history, oldest first."""
         import sqlite3

@@ -112,6 +112,7 @@ def test_the_rules_and_their_inputs_name_series_a_real_agents_scrape_carries(sit
 
     real: dict[str, list[set[str]]] = {}
     for agent in site.agents:
+        agent.wait_web()
         for name, sets in wait_until(
             lambda a=agent: scraped(a), 30, f"{agent.name}'s beacon families"
         ).items():
