@@ -133,7 +133,10 @@ def _beacon_replay(site: NetnsSite, agent: AgentProc, rng: random.Random) -> tup
     leader = lease.node if lease is not None else agent.name
     captured = site.observer.call_in(capture, BROADCAST, BEACON_PORT, leader, 10, site.token, KMSN, 2.0)
     agent.kill9()
-    (site.lease_dir / "relay_leader.json").write_bytes(b"\x00junk over the lease, no key\n")
+    try:
+        (site.lease_dir / "relay_leader.json").write_bytes(b"\x00junk over the lease, no key\n")
+    except FileNotFoundError:
+        pass  # the share's folder is gone (a share_deleted fault at the same time): no lease to junk
     observer = site.observer
 
     def heal() -> None:
