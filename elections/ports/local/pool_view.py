@@ -8,7 +8,7 @@ are read here too, by the same guarded readers.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from elections.core.skew import ClockReading, reading_of
@@ -57,6 +57,21 @@ class MemberView:
             entry=entry_of(doc),
             entry_sessions=entry_sessions_of(doc),
         )
+
+    def to_doc(self) -> dict[str, Any]:
+        doc = _fields_of(self)
+        doc["reasons"] = list(self.reasons)
+        doc["clock"] = None if self.clock is None else asdict(self.clock)
+        return doc
+
+
+def _fields_of(view: Any) -> dict[str, Any]:
+    """A dataclass's fields as a dict, one level deep: what `dataclasses.asdict` gives without
+    deep-copying every nested dict and list of the view (its beacons' snapshot, its refusals, its
+    address map). pool.json is written at every cycle of the worker; `asdict` was a third of its
+    main thread's CPU (issue 41, measured). The document is dumped to JSON at once, never changed
+    below its top level."""
+    return {f.name: getattr(view, f.name) for f in fields(view)}
 
 
 def entry_shown(listen: tuple[str, int]) -> str:
@@ -154,8 +169,8 @@ class PoolView:
         return {n for n, m in self.members.items() if m.eligible}
 
     def to_doc(self) -> dict[str, Any]:
-        doc = asdict(self)
-        doc["members"] = {n: {**asdict(m), "reasons": list(m.reasons)} for n, m in self.members.items()}
+        doc = _fields_of(self)
+        doc["members"] = {n: m.to_doc() for n, m in self.members.items()}
         return doc
 
     @classmethod
