@@ -3,7 +3,9 @@
 `celery -A stkrelay.celery worker --stk-beat ...` runs the agent's one beat
 (in-memory schedule, docs/design.md §12) on a thread of the lease worker instead
 of a process of its own: one interpreter less per agent, and beat lives and
-dies with the worker whose queue it feeds.
+dies with the worker whose queue it feeds. It calls its entries' tasks there
+itself (`stkrelay.beat_here.InPlaceScheduler`) instead of sending them through
+the broker to the worker's main thread.
 """
 
 import contextlib
@@ -40,7 +42,8 @@ class SteadyScheduler(Scheduler):
 
 
 class ThreadedBeat(bootsteps.StartStopStep):
-    """The beat of this agent on a thread of the worker (`--stk-beat`)."""
+    """The beat of this agent on a thread of the worker (`--stk-beat`), which runs its
+    entries there (`stkrelay.beat_here.InPlaceScheduler`)."""
 
     label = "stk-beat"
     conditional = True
@@ -52,7 +55,7 @@ class ThreadedBeat(bootsteps.StartStopStep):
     def create(self, worker: Any) -> Any:
         from celery.beat import EmbeddedService
 
-        return EmbeddedService(worker.app, thread=True, scheduler_cls="stkrelay.celery:SteadyScheduler")
+        return EmbeddedService(worker.app, thread=True, scheduler_cls="stkrelay.beat_here:InPlaceScheduler")
 
     def stop(self, parent: Any) -> None:
         """Tell the beat to stop, without waiting: Celery's own stop waits until its thread wakes
