@@ -8,11 +8,12 @@ are read here too, by the same guarded readers.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from elections.core.skew import ClockReading, reading_of
 from elections.core.untrusted import as_float, as_int, as_object, as_text
+from elections.ports.local.shallow import shallow_doc
 from stkhost.fingerprints import FINGERPRINT
 
 RELEASED = "released"  # `PoolView.lease_state` of a valid lease its holder released
@@ -59,19 +60,10 @@ class MemberView:
         )
 
     def to_doc(self) -> dict[str, Any]:
-        doc = _fields_of(self)
+        doc = shallow_doc(self)
         doc["reasons"] = list(self.reasons)
         doc["clock"] = None if self.clock is None else asdict(self.clock)
         return doc
-
-
-def _fields_of(view: Any) -> dict[str, Any]:
-    """A dataclass's fields as a dict, one level deep: what `dataclasses.asdict` gives without
-    deep-copying every nested dict and list of the view (its beacons' snapshot, its refusals, its
-    address map). pool.json is written at every cycle of the worker; `asdict` was a third of its
-    main thread's CPU (issue 41, measured). The document is dumped to JSON at once, never changed
-    below its top level."""
-    return {f.name: getattr(view, f.name) for f in fields(view)}
 
 
 def entry_shown(listen: tuple[str, int]) -> str:
@@ -169,7 +161,7 @@ class PoolView:
         return {n for n, m in self.members.items() if m.eligible}
 
     def to_doc(self) -> dict[str, Any]:
-        doc = _fields_of(self)
+        doc = shallow_doc(self)
         doc["members"] = {n: m.to_doc() for n, m in self.members.items()}
         return doc
 
