@@ -1,6 +1,8 @@
-"""Celery tasks of the lease queue. Safe when late or duplicated: each carries
-`expires` (set by the beat schedule), and every write is compare-and-set, so a
-late renewal can never resurrect a lost lease.
+"""Celery tasks of the lease queue. Safe when late or duplicated: every write is
+compare-and-set, so a late renewal can never resurrect a lost lease. The agent's
+beat calls them on its own thread of the lease worker (`stkrelay.beat_here`), one
+at a time and never in a burst; sent through a broker instead, each carries
+`expires` (set by the beat schedule).
 
 The cheap look between polls (`Agent.glance`, every LEASE_WATCH) runs on a
 thread of the lease worker (`GlanceLoop`, started when the worker is ready), not
