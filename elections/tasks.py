@@ -32,11 +32,21 @@ def agent() -> Agent:
     return the_agent(settings.STK)
 
 
+FINISH_WITHIN = 0.5  # seconds the way out waits for a cycle under way to finish
+
+
 def shutting_down() -> None:
-    """The worker is leaving (`stkrelay.celery`): the agent, if built, writes what it keeps."""
-    built_agent = built()
-    if built_agent is not None:
-        built_agent.keep()
+    """The worker is leaving (`stkrelay.celery`): a cycle under way may finish first, for up to
+    `FINISH_WITHIN` (the solo pool's warm shutdown waited for its task: the beat's thread runs
+    them now, `stkrelay.beat_here`); then the agent, if built, writes what it keeps."""
+    finished = _lock.acquire(timeout=FINISH_WITHIN)
+    try:
+        built_agent = built()
+        if built_agent is not None:
+            built_agent.keep()
+    finally:
+        if finished:
+            _lock.release()
 
 
 _lock = threading.Lock()  # one cycle of the agent at a time: the tasks' and the watcher's
