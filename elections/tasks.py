@@ -1,6 +1,8 @@
-"""Celery tasks of the lease queue. Safe when late or duplicated: each carries
-`expires` (set by the beat schedule), and every write is compare-and-set, so a
-late renewal can never resurrect a lost lease.
+"""Celery tasks of the lease queue. Safe when late or duplicated: every write is
+compare-and-set, so a late renewal can never resurrect a lost lease. The agent's
+beat calls them on its own thread of the lease worker (`stkrelay.beat_here`), one
+at a time and never in a burst; sent through a broker instead, each carries
+`expires` (set by the beat schedule).
 
 The cheap look between polls (`Agent.glance`, every LEASE_WATCH) runs on a
 thread of the lease worker (`GlanceLoop`, started when the worker is ready), not
@@ -30,11 +32,21 @@ def agent() -> Agent:
     return the_agent(settings.STK)
 
 
+FINISH_WITHIN = 0.5  # seconds the way out waits for a cycle under way to finish
+
+
 def shutting_down() -> None:
-    """The worker is leaving (`stkrelay.celery`): the agent, if built, writes what it keeps."""
-    built_agent = built()
-    if built_agent is not None:
-        built_agent.keep()
+    """The worker is leaving (`stkrelay.celery`): a cycle under way may finish first, for up to
+    `FINISH_WITHIN` (the solo pool's warm shutdown waited for its task: the beat's thread runs
+    them now, `stkrelay.beat_here`); then the agent, if built, writes what it keeps."""
+    finished = _lock.acquire(timeout=FINISH_WITHIN)
+    try:
+        built_agent = built()
+        if built_agent is not None:
+            built_agent.keep()
+    finally:
+        if finished:
+            _lock.release()
 
 
 _lock = threading.Lock()  # one cycle of the agent at a time: the tasks' and the watcher's

@@ -3,16 +3,25 @@
 `celery -A stkrelay.celery worker --stk-beat ...` runs the agent's one beat
 (in-memory schedule, docs/design.md §12) on a thread of the lease worker instead
 of a process of its own: one interpreter less per agent, and beat lives and
-dies with the worker whose queue it feeds.
+dies with the worker whose queue it feeds. It calls its entries' tasks there
+itself (`stkrelay.beat_here.InPlaceScheduler`) instead of sending them through
+the broker to the worker's main thread.
 """
 
 import contextlib
 import os
+import threading
 from typing import Any
 
 from celery import Celery, bootsteps
 from celery.beat import Scheduler
-from celery.signals import after_setup_logger, after_setup_task_logger, worker_init, worker_shutdown
+from celery.signals import (
+    after_setup_logger,
+    after_setup_task_logger,
+    worker_init,
+    worker_shutdown,
+    worker_shutting_down,
+)
 from click import Option
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "stkrelay.settings")
@@ -40,7 +49,8 @@ class SteadyScheduler(Scheduler):
 
 
 class ThreadedBeat(bootsteps.StartStopStep):
-    """The beat of this agent on a thread of the worker (`--stk-beat`)."""
+    """The beat of this agent on a thread of the worker (`--stk-beat`), which runs its
+    entries there (`stkrelay.beat_here.InPlaceScheduler`)."""
 
     label = "stk-beat"
     conditional = True
@@ -52,7 +62,7 @@ class ThreadedBeat(bootsteps.StartStopStep):
     def create(self, worker: Any) -> Any:
         from celery.beat import EmbeddedService
 
-        return EmbeddedService(worker.app, thread=True, scheduler_cls="stkrelay.celery:SteadyScheduler")
+        return EmbeddedService(worker.app, thread=True, scheduler_cls="stkrelay.beat_here:InPlaceScheduler")
 
     def stop(self, parent: Any) -> None:
         """Tell the beat to stop, without waiting: Celery's own stop waits until its thread wakes
@@ -90,18 +100,43 @@ def _wait_for_redis(**_: Any) -> None:
     until_answers(RedisLink(settings.STK.redis_url))
 
 
+# Seconds from SIGTERM within which the worker leaves, whatever its warm shutdown still waits for.
+LEAVE_WITHIN = 1.0
+_leaving = threading.Lock()
+
+
+@worker_shutting_down.connect
+def _leave_within(**_: Any) -> None:
+    """SIGTERM came: leave within `LEAVE_WITHIN`, done or not with Celery's warm shutdown. Nothing
+    is sent to the lease queue (the beat calls its entries itself, `stkrelay.beat_here`), so the
+    consumer's idle BRPOP is answered only at its timeout (`polling_interval`, 5 s), and closing
+    the broker connection waits for that answer: 3 s measured, past the supervisor's budget
+    (issue 41). The warm shutdown has nothing else to wait for: no task runs on the main thread."""
+    timer = threading.Timer(LEAVE_WITHIN, _leave, kwargs={"code": 0})
+    timer.daemon = True
+    timer.start()
+
+
 @worker_shutdown.connect
 def _exit_now(sender: Any = None, **_: Any) -> None:
-    """The worker's warm shutdown is done (its tasks finished, the consumer and the beat
-    stopped): leave at once. What the interpreter's own finalization does after this took
-    1-4 s here (a garbage collection of the agent's heap and its threads' leftovers), past the
-    supervisor's budget: every SIGTERM ended with `worker did not stop in time: SIGKILL`
-    (issue 42). Everything the agent keeps is written as it changes (the database commits each
-    row, the webhook's queue and leadership.json are replaced atomically); the beacons' replay
-    memory is written here, logs and streams are flushed."""
+    """The worker's warm shutdown is done (the consumer and the beat stopped): leave at once.
+    What the interpreter's own finalization does after this took 1-4 s here (a garbage
+    collection of the agent's heap and its threads' leftovers), past the supervisor's budget:
+    every SIGTERM ended with `worker did not stop in time: SIGKILL` (issue 42)."""
+    code = getattr(sender, "exitcode", 0)
+    _leave(code if isinstance(code, int) else 0)
+
+
+def _leave(code: int) -> None:
+    """Leave the process now, once (the first caller of the warm shutdown's end and
+    `LEAVE_WITHIN`'s timer; the other waits here until the process is gone). Everything the
+    agent keeps is written as it changes (the database commits each row, the webhook's queue and
+    leadership.json are replaced atomically); the beacons' replay memory is written here, after
+    a cycle under way finished (`shutting_down`), and logs and streams are flushed."""
     import logging
     import sys
 
+    _leaving.acquire()
     try:
         from elections.tasks import shutting_down
 
@@ -112,8 +147,7 @@ def _exit_now(sender: Any = None, **_: Any) -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
-    code = getattr(sender, "exitcode", 0)
-    os._exit(code if isinstance(code, int) else 0)
+    os._exit(code)
 
 
 @after_setup_logger.connect

@@ -195,7 +195,8 @@ CHANNEL_LAYERS = {
     }
 }
 
-# Celery: lease work on its own queue, solo worker, prefetch 1; in-memory beat.
+# Celery: lease work on its own queue, solo worker, prefetch 1; in-memory beat, whose entries the
+# agent's worker calls on the beat's own thread (stkrelay.beat_here), not through the broker.
 CELERY_BROKER_URL = STK.redis_url
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
@@ -212,7 +213,7 @@ CELERY_TASK_ROUTES = {"elections.*": {"queue": "lease"}}
 CELERY_BROKER_TRANSPORT_OPTIONS = {"polling_interval": 5}
 CELERY_BEAT_SCHEDULER = "stkrelay.celery:SteadyScheduler"
 CELERY_BEAT_SCHEDULE = {
-    # A late renewal is dropped (expires), never replayed in a burst.
+    # A late renewal is dropped (expires), never replayed in a burst; called in place, never queued.
     "lease-renew": {
         "task": "elections.renew",
         "schedule": STK.lease_renew,

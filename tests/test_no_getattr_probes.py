@@ -47,6 +47,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     # CPython's X509 reader; None elsewhere: the child decides
     ("elections/ports/local/webcert.py", "ssl"): MODULE,
     ("elections/ports/local/webcert.py", "getattr(ssl, '_ssl', None)"): MODULE,
+    ("elections/ports/local/shallow.py", "obj"): BY_NAME,  # a dataclass's fields, by `fields()`
     ("elections/runtime/notify.py", "self"): BY_NAME,
     ("elections/runtime/notify.py", "exc"): EXCEPTION,
     ("elections/runtime/ownership.py", "config"): BY_NAME,

@@ -37,6 +37,7 @@ from elections.core.untrusted import as_float, as_int, as_text
 from elections.ports.local.pool_view import PoolView
 from elections.ports.local.redis_status import RedisStatus
 from elections.ports.local.relay_files import EntryStatus, HeldAddress, StationsFile, held_addresses_of
+from elections.ports.local.shallow import shallow_doc
 from stkhost.clock import boottime
 from stkhost.files import write_atomic
 from stkhost.processes import pid_alive
@@ -238,7 +239,7 @@ class LocalState:
         return Leadership.from_doc(self._read(LEADERSHIP_NAME))
 
     def write_leadership(self, state: Leadership) -> None:
-        self._write(LEADERSHIP_NAME, asdict(state))
+        self._write(LEADERSHIP_NAME, shallow_doc(state))  # every move of a leader's gate
 
     def leads_now(self, now: float, epoch: int | None = None) -> bool:
         return self.leadership().leads_now(now, epoch)
@@ -313,8 +314,9 @@ class LocalState:
 
     def write_relay(self, status: RelayStatus) -> None:
         """The health record first (small, atomic), then relay.json with the snapshot."""
-        self._write(RELAY_HEALTH_NAME, {k: v for k, v in asdict(status).items() if k in HEALTH_FIELDS})
-        self._write(RELAY_NAME, asdict(status))
+        doc = shallow_doc(status)  # every second: the snapshot is dumped as it is, not deep-copied
+        self._write(RELAY_HEALTH_NAME, {k: v for k, v in doc.items() if k in HEALTH_FIELDS})
+        self._write(RELAY_NAME, doc)
 
     # -- entry.json ----------------------------------------------------------------
     def entry(self) -> EntryStatus:

@@ -13,6 +13,7 @@ from typing import Any
 
 from elections.core.skew import ClockReading, reading_of
 from elections.core.untrusted import as_float, as_int, as_object, as_text
+from elections.ports.local.shallow import shallow_doc
 from stkhost.fingerprints import FINGERPRINT
 
 RELEASED = "released"  # `PoolView.lease_state` of a valid lease its holder released
@@ -57,6 +58,12 @@ class MemberView:
             entry=entry_of(doc),
             entry_sessions=entry_sessions_of(doc),
         )
+
+    def to_doc(self) -> dict[str, Any]:
+        doc = shallow_doc(self)
+        doc["reasons"] = list(self.reasons)
+        doc["clock"] = None if self.clock is None else asdict(self.clock)
+        return doc
 
 
 def entry_shown(listen: tuple[str, int]) -> str:
@@ -154,8 +161,8 @@ class PoolView:
         return {n for n, m in self.members.items() if m.eligible}
 
     def to_doc(self) -> dict[str, Any]:
-        doc = asdict(self)
-        doc["members"] = {n: {**asdict(m), "reasons": list(m.reasons)} for n, m in self.members.items()}
+        doc = shallow_doc(self)
+        doc["members"] = {n: m.to_doc() for n, m in self.members.items()}
         return doc
 
     @classmethod
