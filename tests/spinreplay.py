@@ -22,7 +22,8 @@ What each step checks:
   what its leader said it serves by); the ack s's beacon carries (`ServingBook.outgoing`) is
   taken (`ServingRight.acked`) exactly when the model took it, and `settle` gives the mode;
 - `x looks` (and `x looks, its holder gone`: with the evidence of death, `Observation.gone`, for
-  the holder `evidence_subject` names once the model's holder crashed): `track` and `decide` (with
+  the holder `evidence_subject` names once the model's holder crashed; `x looks, past the older
+  writers' bound`: the code's bound put there, `Memory.older_from`): `track` and `decide` (with
   `silent_holder` over the other members' beacons)
   contend exactly when the model attempted a claim, and the right `ServingBook.taken` gives
   serves by the model's mode and waits out the model's leader (rule 1);
@@ -38,7 +39,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from elections.core.beacons import FOLLOWER, LEADER, RESIGN, Beacon
 from elections.core.decide import Observation, Timing, Verdict, decide, evidence_subject
@@ -241,6 +242,7 @@ def memory(s: State, x: int, t: float) -> Memory:
                   seen_ttl=TIMING.ttl, seen_released=bool(lrel) if same else False, max_epoch=s.known[x],
                   looked_at=None if seen is None and s.known[x] == 0 else t - s.rdage[x],
                   blind_restart=bool(s.bspent[x]),
+                  older_spent=bool(s.ospent[x]),  # issue 37: an older writer refused for its bound
                   # the record lying there, as seen (renew_seq 0): one written since (miss) is newer
                   writers=((node(lh), le, 0),) if kind in (VALID, OLD) and lh != NONE else ())  # fmt: skip
 
@@ -288,7 +290,8 @@ def replay(steps: list[Step], result: Replay | None = None) -> Replay:
 
 
 HEARS = re.compile(r"^(\d) hears (\d)$")
-LOOKS = re.compile(r"^(\d) looks(, its holder gone)?$")  # the second: with evidence of death (A16)
+# the second: with evidence of death (A16); the third: past the bound of an older writer's restarts
+LOOKS = re.compile(r"^(\d) looks(, its holder gone)?(, past the older writers' bound)?$")
 RELEASES = re.compile(r"^(\d) (releases|hands off to \d)$")
 REQUALIFIES = re.compile(r"^(\d) requalifies$")
 
@@ -297,7 +300,7 @@ def check_step(out: Replay, ev: str, claims: list[int], p: State, q: State, t: f
     if m := HEARS.match(ev):
         hears(out, int(m[1]), int(m[2]), p, q, t)
     elif m := LOOKS.match(ev):
-        looks(out, int(m[1]), claims, p, q, t, gone=m[2] is not None)
+        looks(out, int(m[1]), claims, p, q, t, gone=m[2] is not None, past=m[3] is not None)
     elif m := RELEASES.match(ev):
         x = int(m[1])
         r = right(p, x, t)
@@ -339,13 +342,21 @@ def hears(out: Replay, x: int, s: int, p: State, q: State, t: float) -> None:
         out.count("mode", mode == want_mode, f"'{x} hears {s}' at {t:g}: mode code {mode} model {q.mode[x]}")
 
 
-def looks(out: Replay, x: int, claims: list[int], p: State, q: State, t: float, gone: bool = False) -> None:
+def looks(
+    out: Replay, x: int, claims: list[int], p: State, q: State, t: float, gone: bool = False,
+    past: bool = False,
+) -> None:  # fmt: skip
     read = lease_read(p, x)
     evidence = read.status == "valid" and read.record is not None and read.record.epoch >= p.known[x]
     if not evidence and (p.rmiss[x] or p.vch[x]):
         out.skip("look (assumption V)")
         return
-    mem = track(memory(p, x, t), read, t, TIMING.ttl, TIMING.blind_after)
+    before = memory(p, x, t)
+    if past:
+        # the model leaves the bound's instant open, and this look is past it: the code's bound
+        # (one TTL of such restarts, `lease_memory.older_restart`) is put where the model took it
+        before = replace(before, older_from=t - TIMING.ttl - 1.0)
+    mem = track(before, read, t, TIMING.ttl, TIMING.blind_after)
     subject = evidence_subject(mem, read)
     silent = dead = None
     if subject is not None:
@@ -361,6 +372,8 @@ def looks(out: Replay, x: int, claims: list[int], p: State, q: State, t: float, 
     out.count("look", contends == model, why)
     if gone:
         out.count("look (holder gone)", contends == model, why)
+    if past:
+        out.count("look (past the older writers' bound)", contends == model, why)
     if not (contends and model and q.lead[x] > 0 and q.lead[x] != p.lead[x]):
         return
     b = book(p, x, t)

@@ -116,7 +116,10 @@ def test_an_older_epochs_holder_that_still_writes_keeps_a_follower_from_the_leas
     lease while the old leader's gate could be open. Here the test writes, with the pool's key, what
     such a leader writes (its own epoch, renew_seq growing each second) once the epoch after it has
     no live holder: the last follower does not take the lease while the writes go on, and takes it
-    one TTL after they stop."""
+    one TTL after they stop. Within the bound (issue 37, the archive replayer: such restarts move a
+    follower's timer at most one TTL past where it stood, `lease_memory.older_restart`): here the
+    writes last a third of a TTL; past the bound the takeover serves by acks
+    (`tests/test_older_writer_replay.py`)."""
     from harness import write_lease
 
     site = site_factory(3, extra={"BEACON_INTERVAL": "0"})  # the share alone: the lease path
@@ -136,7 +139,7 @@ def test_an_older_epochs_holder_that_still_writes_keeps_a_follower_from_the_leas
                15, "S003's view of the second epoch")  # fmt: skip
     s2.kill9()
     seq = 1000
-    end = time.monotonic() + 12.0  # four TTLs (3 s) of the old holder writing on
+    end = time.monotonic() + 1.0  # a third of a TTL (3 s) of the old holder writing on: within the bound
     while time.monotonic() < end:
         seq += 1
         write_lease(site.lease_dir, s1.name, s1.ip, 9530, first.epoch, renew_seq=seq, ttl_s=3)

@@ -108,12 +108,18 @@
  *   NO_START_QUIET rule 1 across a restart: a started member acks a new leader at once (its
  *                  book lost: whom it acked before its stop); SPIN's trail of issue 37, fixed
  *   NO_STALE_ALIVE a record of an older epoch written since a member's last valid read is no
- *                  evidence of life (its TTL runs on): the lockless renewal's trail, fixed
+ *                  evidence of life (its TTL runs on), and its takeover on the TTL serves by the
+ *                  lease: the lockless renewal's trail, fixed (issue 37, the archive replayer: the
+ *                  restarts bounded, `ospent`: past the bound the takeover serves by acks)
  *   NO_STALE_LOK   a leader that finds an older epoch's record written over its own keeps its
  *                  lease_ok_at (its release clean, its requalify early): the second trail, fixed
  *   NO_GONE_ACKED  rule 7: an epoch taken on evidence of death serves by the lease at once (as
  *                  the code did): SPIN's trail of issue 37's third round, fixed
  *   SHORT_S        S no longer than W (S_LO = W_HI)
+ * A finding, not a mutant of a rule as built (-DLOK_BOUNDED): a leader's lease_ok_at restarted for
+ * an older epoch's record over its own once per epoch it took, no more (a bound on what an archive
+ * replayer makes of `ServingBook.overwritten`, issue 37): SPIN's trail, docs/election.md
+ * "Renewing without the lock".
  */
 
 #ifdef WITNESS
@@ -208,11 +214,18 @@ bit miss[N];                   /* a valid record was written since its last vali
 bit rmiss[N];                  /* ... a renewal it never read, among them (A8) */
 bit vch[N];                    /* the holder's beacons named a renewal it did not read */
 bit bspent[N];                 /* the blind_gap restart spent until the next valid read */
+/* issue 37, the archive replayer (older writers, bounded): an older epoch's record written since
+   its last valid read was refused a restart for the bound (`lease_memory.writes_still`): until
+   the lease it saw changes, a takeover on its TTL serves by acks (rule 5), not by the lease */
+bit ospent[N];
+#ifdef LOK_BOUNDED
+bit lks[N];                    /* -DLOK_BOUNDED (a finding): its one lease_ok_at restart spent */
+#endif
 
 /* scratch, always reset to 0 at the end of a step (not state) */
 hidden byte ne, ch, ce, i, dd, nopen;
 hidden byte wrongcas, reused;
-hidden byte cacked, chand, gonev;
+hidden byte cacked, chand, gonev, obound;
 
 #define o1(x) (((x) + 1) % N)
 #define o2(x) (((x) + 2) % N)
@@ -275,6 +288,9 @@ hidden byte cacked, chand, gonev;
 #define GONE_ACKED 1
 #endif
 
+/* issue 37: a takeover on the TTL serves by acks once an older writer's restart was refused */
+#define OSP(x) ospent[x]
+
 /* a read that is no evidence: junk, no file, a replay of an epoch below what it knows */
 #define noevidence(x) (Lk == JUNK || Lk == MISSING || (Lk == VALID && Le < known[x]) || (Lk == OLD && Oe < known[x]))
 #ifdef NO_R4_LOK
@@ -320,8 +336,11 @@ inline normalize(x) {
   :: else -> skip
   fi;
   if
-  :: lead[x] > 0 -> rdage[x] = 0; bspent[x] = 1; vch[x] = 0; rmiss[x] = 0
+  :: lead[x] > 0 -> rdage[x] = 0; bspent[x] = 1; vch[x] = 0; rmiss[x] = 0; ospent[x] = 0
   :: else -> told[x] = 0; rlok[x] = 0; tk[x] = 0; rr[x] = 0
+#ifdef LOK_BOUNDED
+     ; lks[x] = 0
+#endif
   fi;
   /* A12: the clean release it heard, for an epoch below what it knows (rule 6 asks it of a
      lease it reads as valid, whose epoch is at least what it knows, which only goes up) */
@@ -432,7 +451,7 @@ inline sink() {
      rlok[i] = 0; tk[i] = 0; ren[i] = 0; A(i, o1(i)) = 0; A(i, o2(i)) = 0; swn[i] = 0; swe[i] = 0;
      swa[i] = 0; rese[i] = 0; resc[i] = 0; rr[i] = 0; an[i] = 0; ae[i] = 0; hz[i] = 0; am[i] = 0;
      ares[i] = 0; crn[i] = 0; cre[i] = 0; mh[i] = 0; me[i] = 0; lage[i] = 0; rdage[i] = 0;
-     miss[i] = 0; rmiss[i] = 0; vch[i] = 0; bspent[i] = 0; onew[i] = 0; i++
+     miss[i] = 0; rmiss[i] = 0; vch[i] = 0; bspent[i] = 0; ospent[i] = 0; onew[i] = 0; i++
   :: else -> break
   od;
   i = 0;
@@ -484,9 +503,14 @@ c_code {
 #define SYMLIVE(X)
 #endif
 static const int symperm[6][3] = {{0,1,2},{0,2,1},{1,0,2},{1,2,0},{2,0,1},{2,1,0}};
+#ifdef LOK_BOUNDED
+#define SYMLOK(X) X(lks)
+#else
+#define SYMLOK(X)
+#endif
 #define SYMPLAIN(X) X(onew) X(up) X(died) X(rmode) X(told) X(fenced) X(rlok) X(resc) X(rr) X(am) X(ares) \
-  X(miss) X(rmiss) X(vch) X(bspent) X(known) X(lead) X(re) X(tk) X(ren) X(swe) X(swa) X(rese) \
-  X(ae) X(hz) X(cre) X(me) X(lage) X(rdage) SYMLIVE(X)
+  X(miss) X(rmiss) X(vch) X(bspent) X(ospent) X(known) X(lead) X(re) X(tk) X(ren) X(swe) X(swa) X(rese) \
+  X(ae) X(hz) X(cre) X(me) X(lage) X(rdage) SYMLIVE(X) SYMLOK(X)
 #define SYMWHO(X) X(swn) X(an) X(crn) X(mh)
 static uchar symmap(const int *p, uchar v) { return v < SYMN ? (uchar) p[v] : v; }
 /* the renaming of `now` by p (old member -> new member), written into `out`, as bytes */
@@ -569,6 +593,7 @@ inline say_state() {
   printf(" rmiss=%d,%d,%d", rmiss[0], rmiss[1], rmiss[2]);
   printf(" vch=%d,%d,%d", vch[0], vch[1], vch[2]);
   printf(" bspent=%d,%d,%d", bspent[0], bspent[1], bspent[2]);
+  printf(" ospent=%d,%d,%d", ospent[0], ospent[1], ospent[2]);
   printf(" rdage=%d,%d,%d", rdage[0], rdage[1], rdage[2]);
   printf(" ack=%d,%d,%d,%d,%d,%d", ack[1], ack[2], ack[3], ack[5], ack[6], ack[7]);
   printf(" L=%d,%d,%d,%d,%d O=%d,%d,%d,%d top=%d faults=%d\n", Lk, Le, Lh, Lrel, Lho, Oe, Oh, Orel, Oho, top, faults)
@@ -583,7 +608,7 @@ inline check() {
   wrongcas = (gate(0) && owner[re[0]] != 0) || (gate(1) && owner[re[1]] != 1) || (gate(2) && owner[re[2]] != 2);
   assert(!wrongcas);
   nopen = 0; reused = 0;
-  ne = 0; ch = 0; ce = 0; dd = 0; cacked = 0; chand = 0; gonev = 0;
+  ne = 0; ch = 0; ce = 0; dd = 0; cacked = 0; chand = 0; gonev = 0; obound = 0;
   normalize_all()
 }
 
@@ -622,6 +647,9 @@ inline claim(x) {
       reused = (owner[ne] != NONE || ne <= top);
       assert(!reused);   /* P2: an epoch is never reused */
       owner[ne] = x; top = ne; known[x] = ne; died[x] = 0;
+#ifdef LOK_BOUNDED
+      lks[x] = 0;
+#endif
       write_valid(ne, x, 0, NONE);
       miss[x] = 0; rmiss[x] = 0; mh[x] = x; me[x] = ne; lage[x] = 0;
       lead[x] = ne; re[x] = ne; fenced[x] = 0; tk[x] = 0; ren[x] = 0; rr[x] = 0;
@@ -658,7 +686,7 @@ inline look(x) {
   if
   :: Lk == VALID && Le >= known[x] ->
      if
-     :: Lh != mh[x] || Le != me[x] || miss[x] -> lage[x] = 0
+     :: Lh != mh[x] || Le != me[x] || miss[x] -> lage[x] = 0; ospent[x] = 0   /* the lease changed */
      :: else -> skip
      fi;
      mh[x] = Lh; me[x] = Le; learn(x, Le);
@@ -668,8 +696,8 @@ inline look(x) {
      :: Lrel && Lho == NONE -> cacked = !cleanover(x); claim(x)     /* released: at once */
      :: Lrel && Lho == x -> cacked = !cleanover(x); chand = 1; claim(x)   /* handed to me */
      :: Lrel && Lho != NONE && Lho != x && lage[x] >= TTL_LO ->
-        cacked = !cleanover(x); chand = 1; claim(x)                 /* handoff lapsed */
-     :: !Lrel && lage[x] >= TTL_LO -> cacked = 0; claim(x)          /* expired: lease mode */
+        cacked = !cleanover(x) || OSP(x); chand = 1; claim(x)       /* handoff lapsed */
+     :: !Lrel && lage[x] >= TTL_LO -> cacked = OSP(x); claim(x)     /* expired: lease mode (issue 37: acks past the bound) */
      :: !Lrel && lage[x] < TTL_LO && GONE(x, Lh) -> cacked = GONE_ACKED; claim(x)   /* gone */
      :: !Lrel && silent(x, Lh, Le) && !GONE(x, Lh) -> cacked = 1; claim(x)   /* silent (rule 3) */
      :: else -> skip
@@ -677,7 +705,7 @@ inline look(x) {
   :: Lk == OLD && Oe >= known[x] && (Oh != mh[x] || Oe != me[x]) ->
      /* an old copy of a record it never saw: valid to it, a lease seen now; released, it is
         taken at once as the very record would be (the code's `decide`: found by the replay) */
-     lage[x] = 0; mh[x] = Oh; me[x] = Oe; learn(x, Oe); rdage[x] = 0; bspent[x] = 0; vch[x] = 0;
+     lage[x] = 0; ospent[x] = 0; mh[x] = Oh; me[x] = Oe; learn(x, Oe); rdage[x] = 0; bspent[x] = 0; vch[x] = 0;
      ch = Oh; ce = Oe;
      if
      :: Orel && Oho == NONE -> cacked = !cleanof(x, Oh, Oe); claim(x)
@@ -689,15 +717,15 @@ inline look(x) {
      /* a copy of the lease it saw: a renewal it never read is a change (the timer restarts);
         else the very record or an older one (a lower renew_seq): the lease in place (3d) */
      if
-     :: onew[x] -> lage[x] = 0; bspent[x] = 0; vch[x] = 0; rmiss[x] = 0
+     :: onew[x] -> lage[x] = 0; ospent[x] = 0; bspent[x] = 0; vch[x] = 0; rmiss[x] = 0
      :: else -> skip
      fi;
      rdage[x] = 0; ch = Oh; ce = Oe;
      if
      :: Orel && Oho == NONE -> cacked = !cleanof(x, Oh, Oe); claim(x)
      :: Orel && Oho == x -> cacked = !cleanof(x, Oh, Oe); chand = 1; claim(x)
-     :: Orel && Oho != NONE && Oho != x && lage[x] >= TTL_LO -> cacked = !cleanof(x, Oh, Oe); chand = 1; claim(x)
-     :: !Orel && lage[x] >= TTL_LO -> cacked = 0; claim(x)
+     :: Orel && Oho != NONE && Oho != x && lage[x] >= TTL_LO -> cacked = !cleanof(x, Oh, Oe) || OSP(x); chand = 1; claim(x)
+     :: !Orel && lage[x] >= TTL_LO -> cacked = OSP(x); claim(x)
      :: !Orel && lage[x] < TTL_LO && GONE(x, Oh) -> cacked = GONE_ACKED; claim(x)
      :: !Orel && silent(x, Oh, Oe) && !GONE(x, Oh) -> cacked = 1; claim(x)
      :: else -> skip
@@ -722,13 +750,20 @@ inline look(x) {
         epoch's holder still writes (a lockless rename landed over a claim): it lives, and the
         TTL of the lease path starts again (docs/election.md "Renewing without the lock") */
      if
-     :: Lk == VALID && miss[x] -> lage[x] = 0; miss[x] = 0
+     :: Lk == VALID && miss[x] && !obound -> lage[x] = 0; miss[x] = 0
+     /* issue 37 (the archive replayer): the restarts are bounded (one TTL past where the timer
+        stood at the first, since the lease last changed: `lease_memory.older_restart`); past the
+        bound, none, and the takeover its TTL then allows serves by acks (`ospent`). The model
+        leaves the bound's instant open: any such look may be past it (`obound`: the step
+        `x looks, past the older writers' bound`; a d_step takes the first open guard, so the
+        choice is a step of its own) */
+     :: Lk == VALID && miss[x] && obound -> ospent[x] = 1; miss[x] = 0
      :: else -> skip
      fi;
 #endif
      rdage[x] = 0; ch = mh[x]; ce = me[x];
      if
-     :: lage[x] >= TTL_LO -> cacked = 0; claim(x)                /* the TTL of the last valid lease */
+     :: lage[x] >= TTL_LO -> cacked = OSP(x); claim(x)           /* the TTL of the last valid lease */
 #ifdef NO_R3D
      :: me[x] > 0 && silent(x, mh[x], me[x]) -> cacked = 1; claim(x)
 #endif
@@ -757,7 +792,12 @@ inline renew_read(x) {
            lockless rename landed over its claim) and its gate may be open by acks: no earlier
            gate is shut for good until lease_ok_at after this rewrite (rules 4 and 6) */
         if
+#ifdef LOK_BOUNDED
+        /* a finding (issue 37, the archive replayer): restarted once per epoch taken, no more */
+        :: Lk == VALID && Le < lead[x] && !lks[x] -> rlok[x] = 1; tk[x] = 0; lks[x] = 1
+#else
         :: Lk == VALID && Le < lead[x] -> rlok[x] = 1; tk[x] = 0
+#endif
         :: else -> skip
         fi;
 #endif
@@ -869,7 +909,7 @@ inline crash(x) {
   rese[x] = 0; resc[x] = 0; rr[x] = 0;
   an[x] = NONE; ae[x] = 0; hz[x] = 0; am[x] = 0; ares[x] = 0;
   crn[x] = NONE; cre[x] = 0;
-  lage[x] = 0; rdage[x] = 0; vch[x] = 0; bspent[x] = 0; rmiss[x] = 0
+  lage[x] = 0; rdage[x] = 0; vch[x] = 0; bspent[x] = 0; rmiss[x] = 0; ospent[x] = 0
 }
 
 /* A7: a start. Its book is lost, not the acks it sent before: it may have acked a leader just
@@ -938,9 +978,19 @@ bit sup[N];   /* its supervisor released: it says and hears nothing more; its re
 #define ROUND true
 #define SERVES skip
 #endif
+/* issue 37: a look that finds an older epoch's record written since its last valid read, past the
+   bound of such restarts (offered only then: elsewhere it is the plain look) */
+#ifdef NO_STALE_ALIVE
+#define OLDER_BOUND(x)
+#else
+#define OLDER_BOUND(x) \
+  :: d_step { !over && (up[x] && !MUTE(x) && lead[x] == 0 && Lk == VALID && Le < known[x] && miss[x]) -> printf("@ %d looks, past the older writers' bound\n", x); DUTY(x); obound = 1; look(x); check() } \
+
+#endif
 #define STEPS(x) \
   ::  d_step { !over && (up[x] && !MUTE(x) && lead[x] == 0) -> printf("@ %d looks\n", x); DUTY(x); look(x); check() } \
   ::  d_step { !over && (up[x] && !MUTE(x) && lead[x] == 0 && (died[o1(x)] || died[o2(x)] || FORGED)) -> printf("@ %d looks, its holder gone\n", x); DUTY(x); gonev = 1; look(x); check() } \
+  OLDER_BOUND(x) \
   :: d_step { !over && (LEADS(x) && !rr[x]) -> printf("@ %d renewal read\n", x); renew_read(x); check() } \
   :: d_step { !over && (LEADS(x) && rr[x]) -> printf("@ %d renews\n", x); renewed(x); check() } \
   :: d_step { !over && (up[x] && !MUTE(x) && lead[x] > 0 && ren[x] > RD_HI) -> printf("@ %d past its renew deadline\n", x); lead[x] = 0; rr[x] = 0; check() } \

@@ -38,7 +38,7 @@ PROMOTE_DEFERENCE = 1.0  # others wait this much longer when a promote names som
 DEFER_LOOK = 0.25  # seconds: an early takeover deferred for want of a valid read looks again this soon
 
 # Why a follower contends (`Decision.cause`, recorded on its `elected` event).
-FIRST, EXPIRED, RELEASED, HANDOFF, HANDOFF_LAPSED, GONE, SILENT, REQUALIFY = (
+FIRST, EXPIRED, RELEASED, HANDOFF, HANDOFF_LAPSED, GONE, SILENT, REQUALIFY, OLDER_WRITER = (
     "first",
     "expired",
     "released",
@@ -47,8 +47,11 @@ FIRST, EXPIRED, RELEASED, HANDOFF, HANDOFF_LAPSED, GONE, SILENT, REQUALIFY = (
     "gone",  # positive evidence that the holder's agent is gone (core.liveness)
     "silent",  # a majority has not heard a holder that serves by acks for S (core.serving)
     "requalify",  # a leader whose acks lapsed takes a new epoch, serving by the lease (core.serving)
+    # the TTL ran out past the bound of an older epoch's holder's restarts (`lease_memory.older_restart`):
+    # that holder may still write, its gate open by acks: the new epoch serves by acks (rule 5)
+    "older_writer",
 )
-CAUSES = (FIRST, EXPIRED, RELEASED, HANDOFF, HANDOFF_LAPSED, GONE, SILENT, REQUALIFY)
+CAUSES = (FIRST, EXPIRED, RELEASED, HANDOFF, HANDOFF_LAPSED, GONE, SILENT, REQUALIFY, OLDER_WRITER)
 EARLY = (GONE, SILENT)  # takeovers before the TTL of the last valid lease seen (`early_refusal`)
 # Why a leader hands off (`Decision.cause` of HAND_OFF).
 PLANNED, INELIGIBLE = "planned", "ineligible"
@@ -148,6 +151,7 @@ def decide(memory: Memory, obs: Observation, now: float, timing: Timing) -> Deci
             return Decision(Verdict.HAND_OFF, why, handoff_to=target, cause=PLANNED)
         return decision
     decision = _decide_follower(memory, obs.read, now, timing, obs.unheard)
+    decision = _by_acks_past_older_writers(memory, decision)
     if decision.verdict in (Verdict.FOLLOW, Verdict.WAIT):
         decision = (_holder_gone(memory, obs.gone, obs.read, now, GONE)
                     or _holder_gone(memory, obs.silent, obs.read, now, SILENT) or decision)  # fmt: skip
@@ -226,6 +230,21 @@ def _holder_gone(
             wake_in=max(0.0, min(DEFER_LOOK, left)), deferred=what,
         )  # fmt: skip
     return Decision(Verdict.CONTEND, why, cause=cause, gap=now - memory.seen_at)
+
+
+def _by_acks_past_older_writers(memory: Memory, decision: Decision) -> Decision:
+    """A takeover on the TTL (expired, first, a handoff lapsed) after an older epoch's holder's
+    record was refused a restart for its bound (`Memory.older_spent`): cause `older_writer`, whose
+    epoch serves by acks (`core.serving.ACKED_FROM_START`, rule 5). That holder may still renew
+    without the lock, its gate open by acks: the lease path's premise (nobody wrote for a TTL) does
+    not hold, the serving right's rules 1 and 2 do (docs/election.md "Renewing without the lock")."""
+    if not memory.older_spent or decision.verdict is not Verdict.CONTEND:
+        return decision
+    if decision.cause not in (EXPIRED, FIRST, HANDOFF_LAPSED):
+        return decision
+    return replace(
+        decision, cause=OLDER_WRITER, reason=f"{decision.reason}; an older epoch's holder may still write"
+    )
 
 
 def contend_delay(priority: int, handoff: bool, promote_elsewhere: bool, rival: int = 100) -> float:

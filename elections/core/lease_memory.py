@@ -13,7 +13,8 @@ was seen (a replay, or a leader that woke up late): never evidence, never obeyed
 one of an older epoch that is newer than every record of its holder this node has seen
 (`writes_still`) restarts the timer: that holder still writes (a renewal without the lock
 renamed over a claim, docs/election.md "Renewing without the lock"), and the lease path's
-TTL counts from its last write, whatever its epoch. Pure: no
+TTL counts from its last write, whatever its epoch — at most one TTL past where the timer
+stood (`older_restart`); past that the takeover serves by acks (`older_spent`). Pure: no
 I/O, no clock reads; `now` is passed in. The decisions over it are
 `core.decide`'s.
 """
@@ -51,6 +52,11 @@ class Memory:
     vouch_from: float | None = None  # seen_at before the first `vouched` restart since the last valid read
     # the newest validly signed record seen of each holder, (node, epoch, renew_seq), current or not
     writers: tuple[tuple[str, int, int], ...] = ()
+    # seen_at before the first `writes_still` restart since the lease last changed (`older_restart`)
+    older_from: float | None = None
+    # since the lease last changed, an older epoch's holder's record was refused a restart for the
+    # bound: a takeover on the TTL serves by acks (`core.decide`, cause `older_writer`)
+    older_spent: bool = False
 
 
 def outdated(memory: Memory, read: LeaseRead) -> bool:
@@ -114,6 +120,26 @@ def writes_still(memory: Memory, read: LeaseRead) -> bool:
     )
 
 
+def older_restart(memory: Memory, now: float, limit: float) -> float | None:
+    """Where the timer stood before the first `writes_still` restart since the lease last
+    changed, when a record read at `now` may restart it; None when the bound is spent.
+
+    Bounded (issue 37, the archive replayer): since the lease this node saw last changed, these
+    restarts move the timer at most `limit` (`track` passes one TTL) past where it stood before
+    the first of them (`older_from`). A member that never saw an older epoch's records takes
+    every archived one as news, in order: unbounded, that was a delay of the lease path as long
+    as the archive's history. Past the bound the TTL runs, and the takeover it then allows
+    serves by acks (`older_spent`, cause `older_writer`: rule 5), not by the lease: a genuine
+    older holder's lockless renewals may go on as long as its reads find its own write
+    (docs/election.md "Renewing without the lock"), its gate open by acks, and an epoch serving
+    by acks is safe beside it (docs/serving-right.md, rules 1 and 2); one serving by the lease
+    is not."""
+    since = memory.older_from
+    if since is None:
+        since = now if memory.seen_at is None else min(memory.seen_at, now)
+    return since if now - since <= limit else None
+
+
 def noted(memory: Memory, read: LeaseRead) -> tuple[tuple[str, int, int], ...]:
     """`memory.writers` with this read's record, when it is validly signed and newer than its
     holder's last; at most `MAX_WRITERS` holders (the newest epochs kept)."""
@@ -168,14 +194,19 @@ def track(
     `Timing.blind_after`)."""
     rec = read.record
     looked = replace(memory, looked_at=now, writers=noted(memory, read))
-    if writes_still(memory, read):  # that older epoch's holder lives: the TTL starts again
-        return replace(looked, seen_at=now, seen_ttl=max(memory.seen_ttl, default_ttl))
+    if writes_still(memory, read):  # that older epoch's holder lives: the TTL starts again, bounded
+        since = older_restart(memory, now, default_ttl)
+        if since is None:
+            return replace(looked, older_spent=True)  # the TTL runs; its takeover serves by acks
+        return replace(looked, seen_at=now, seen_ttl=max(memory.seen_ttl, default_ttl), older_from=since)
     if accepts(memory, read) and rec is not None:
         max_epoch = max(memory.max_epoch, rec.epoch)
         looked = replace(looked, blind_restart=False, vouch_from=None)
         if rec.key != memory.seen_key or rec.released != memory.seen_released:
             return replace(
                 looked,
+                older_from=None,
+                older_spent=False,
                 seen_key=rec.key,
                 seen_at=now,
                 seen_ttl=min(float(rec.ttl_s), MAX_TTL_S) if not rec.released else default_ttl,

@@ -185,7 +185,9 @@ class ServingRight:
 # `gone` (the holder's process positively dead) shut the holder's gate, not an earlier one's: a
 # holder taken on silence less than a TTL ago may still be served by the acks of a member that had
 # not yet read its successor (SPIN's trail, docs/serving-right.md "Found by SPIN, third round").
-ACKED_FROM_START = ("silent", "gone", "released", "handoff", "handoff_lapsed")
+# `older_writer` (the TTL ran out past the bound of an older epoch's holder's restarts): that holder
+# may still renew without the lock, its gate open by acks (docs/election.md "Renewing without the lock").
+ACKED_FROM_START = ("silent", "gone", "released", "handoff", "handoff_lapsed", "older_writer")
 RELEASED = ("released", "handoff", "handoff_lapsed")  # of those, the causes that take a released lease
 HANDED = ("handoff", "handoff_lapsed")  # of those, a lease that names a target: fenced before it was written
 

@@ -309,7 +309,16 @@ class Elector:
                 self.accepted = read
             gap = blind_gap(self.memory, read, now, self.timing.blind_after)
             older_writer = writes_still(self.memory, read) and read.record is not None
+            spent_before = self.memory.older_spent
             self.memory = track(self.memory, read, now, self.timing.ttl, self.timing.blind_after)
+            if older_writer and self.memory.older_spent and self.memory.leader_epoch is None:
+                older_writer = False  # past the bound (issue 37): the TTL runs, its takeover by acks
+                if not spent_before and read.record is not None:
+                    self.deferred["older_writer_spent"] = self.deferred.get("older_writer_spent", 0) + 1
+                    self._report(f"lease timer not restarted: {read.record.node} wrote its epoch "
+                                 f"{read.record.epoch} again, past the bound of one TTL of such "
+                                 f"restarts; a takeover on the TTL will serve by acks",
+                                 logging.WARNING)  # fmt: skip
             if gap is not None:  # counted beside the deferrals (pool.json), logged once per kind of read
                 self.deferred["blind"] = self.deferred.get("blind", 0) + 1
                 self._report(f"lease timer restarted: no read of the lease for more than "
@@ -319,6 +328,7 @@ class Elector:
             if older_writer and read.record is not None:  # counted beside the deferrals, as above
                 rec = read.record
                 if self.memory.leader_epoch is not None and self.serving is not None:
+                    # unbounded, unlike a follower's restarts (docs/election.md "Renewing without the lock")
                     self.serving.overwritten(self.memory.leader_epoch, self.clock.monotonic())
                 self.deferred["older_writer"] = self.deferred.get("older_writer", 0) + 1
                 self._report(f"lease timer restarted: {rec.node} wrote its epoch {rec.epoch} again, below "
