@@ -6,7 +6,7 @@
 
 | file              | written by                  | read by |
 |-------------------|-----------------------------|---------|
-| `leadership.json` | the worker, after each cycle | supervisor, relay gate, executors' gate, web |
+| `leadership.json` | the worker, when its claim changes | supervisor, relay gate, executors' gate, web |
 | `pool.json`       | the worker's survey          | web, relayctl, the steering service |
 | `watched/<KMSN>.json` | the worker's watchers (one per `[pool:<KMSN>]`) | web, the steering service |
 | `relay.health.json` | the relay, every second     | the worker's policy (relay attests), supervisor, web |
