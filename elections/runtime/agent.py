@@ -120,6 +120,9 @@ FENCE_LOOK = 0.002  # seconds between looks at relay.json meanwhile
 # published.
 MEMBER_HORIZON_S, MEMBER_HORIZON_TTLS = 60.0, 6.0  # a member unheard on the share longer is not counted
 GATE_STEP = 0.2  # seconds
+# leadership.json saying nothing new is written again after this many of the worker's looks (its
+# `updated`: /healthz's stale_after is 3 looks and 2 s, `elections.web.panel.site.stale_after`).
+RESTATE_LOOKS = 2
 REPUBLISH_WAIT = 2.0  # seconds the view's quick rewrite waits for the election lock
 
 
@@ -138,6 +141,7 @@ class Agent:
         self.clock = clock
         self.local = LocalState(stk.data_dir)
         self.timing = Timing(stk.lease_ttl, stk.lease_renew, stk.lease_poll, stk.renew_deadline)
+        self.restate_every = RESTATE_LOOKS * max(stk.lease_poll, stk.lease_renew)  # seconds
         self.refusals = Refusals()
         place = PoolPlace.of(stk)
         store = open_store(place, stk.node, clock, refusals=self.refusals)
@@ -751,8 +755,9 @@ class Agent:
             )
             if self.local.stopping():  # the agent is stopping: it claims nothing
                 state = state.disclaimed(state.decision)
-            self.local.write_leadership(state)
-            self._gate_told = valid if valid is not None and state.leader else float("-inf")
+            state = self.local.publish_leadership(state, self.restate_every)  # the state the file holds
+            told = state.valid_until if state.leader else None
+            self._gate_told = told if told is not None else float("-inf")
             if state.leader:
                 self._told.set()
                 if self.witness is not None:

@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from typing import IO, TextIO
 
 from elections.core.terminal import terminal_safe
-from elections.ports.local.localstate import LEADERSHIP_NAME, RELAY_NAME, Leadership, LocalState
+from elections.ports.local.localstate import RELAY_NAME, Leadership, LocalState
 from elections.runtime.redis_wait import Link, RedisWait
 from stkconfig.logs import as_json_line
 from stkhost.dirwatch import DirWatch
@@ -265,11 +265,14 @@ class Supervisor:
     def run(self) -> int:
         """Supervise until SIGTERM/SIGINT (or `stop()`), then `shutdown()`.
 
-        A pass runs when something it looks at may have changed — the worker
-        replaced leadership.json, the relay relay.json (inotify), a child ended
-        (SIGCHLD), a signal came — and at least every SUPERVISE_EVERY (every
-        `tick` where inotify cannot be had): an idle agent's supervisor does
-        not wake ten times a second to find nothing changed."""
+        A pass runs when something it looks at may have changed — the relay
+        replaced relay.json (inotify), a child ended (SIGCHLD), a signal came —
+        and at least every SUPERVISE_EVERY (every `tick` where inotify cannot be
+        had): an idle agent's supervisor does not wake ten times a second to find
+        nothing changed. Not when the worker replaces leadership.json: a leader's
+        worker does so at every move of its gate (3-5 times a second), and a pass
+        reads it only for the standby guard (`_guard_standby`), whose grace of a
+        second a look every SUPERVISE_EVERY serves (issue 41)."""
         self.local.clear_stopping()  # left by a crashed run
         # A claim left by an earlier run (a crash, a reboot: its monotonic times are another
         # boot's) stands for nothing until this run's worker publishes its own.
@@ -281,7 +284,7 @@ class Supervisor:
         previous[signal.SIGCHLD] = signal.signal(signal.SIGCHLD, lambda *_: None)  # its byte wakes the wait
         old_wakeup = signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
         try:
-            with DirWatch(self.data_dir, (LEADERSHIP_NAME, RELAY_NAME)) as changes:
+            with DirWatch(self.data_dir, (RELAY_NAME,)) as changes:
                 every = SUPERVISE_EVERY if changes.watching else self.tick
                 while not self.stopping.is_set():
                     try:

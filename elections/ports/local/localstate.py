@@ -6,7 +6,7 @@
 
 | file              | written by                  | read by |
 |-------------------|-----------------------------|---------|
-| `leadership.json` | the worker, after each cycle | supervisor, relay gate, executors' gate, web |
+| `leadership.json` | the worker, when its claim changes | supervisor, relay gate, executors' gate, web |
 | `pool.json`       | the worker's survey          | web, relayctl, the steering service |
 | `watched/<KMSN>.json` | the worker's watchers (one per `[pool:<KMSN>]`) | web, the steering service |
 | `relay.health.json` | the relay, every second     | the worker's policy (relay attests), supervisor, web |
@@ -61,6 +61,9 @@ REDIS_NAME = "redis.json"
 WATCHED_DIR = "watched"
 MAX_LOCAL_FILE = 4 << 20  # bytes: these files are small; a huge one is not ours
 FRESH_NS = 50_000_000  # a file written this recently is read again at every look
+# Seconds: two deadlines this close are one (two readings of one computation, as floats): a later one
+# by less says nothing new, and the earlier one written stands (`Leadership.same_claim`).
+DEADLINE_NOISE = 1e-6
 
 
 def _seen(value: Any) -> tuple[str, int, int] | None:
@@ -85,6 +88,13 @@ def _successor(value: Any) -> tuple[int, str, int] | None:
         if epoch is not None and port is not None:
             return (epoch, value[1], port)
     return None
+
+
+def _no_later(new: float | None, written: float | None) -> bool:
+    """`new` is `written`, or later than it by less than `DEADLINE_NOISE`."""
+    if new is None or written is None:
+        return new is written
+    return 0.0 <= new - written < DEADLINE_NOISE
 
 
 @dataclass(frozen=True)
@@ -138,6 +148,20 @@ class Leadership:
             self.node, self.pid, False, None, self.max_epoch, None, self.updated, why, self.seen, None,
             writers=self.writers,
         )  # fmt: skip
+
+    def same_claim(self, written: Leadership) -> bool:
+        """Whether this state says what `written` says, its `updated` aside: every field the
+        same, and each deadline the same or later by less than `DEADLINE_NOISE` (the one
+        written, a hair earlier, is the safe one to leave standing). An earlier deadline,
+        however close, is news: a gate is never left open past what the worker said."""
+        if not (
+            _no_later(self.valid_until, written.valid_until)
+            and _no_later(self.valid_until_boot, written.valid_until_boot)
+        ):
+            return False  # a leader's gate moved: the usual case, told before any copy is made
+        same_times = replace(self, updated=written.updated, valid_until=written.valid_until,
+                             valid_until_boot=written.valid_until_boot)  # fmt: skip
+        return same_times == written
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any]) -> Leadership:
@@ -202,11 +226,23 @@ class LocalState:
 
     def __init__(self, data_dir: str | os.PathLike[str]) -> None:
         self.dir = Path(data_dir)
+        # Each file's path as text, joined once: the supervisor and the relay's gate look at
+        # leadership.json at every change of the leader's gate, and a `Path` joined at every look
+        # was a quarter of that look (issue 41).
+        self._paths: dict[str, str] = {}
         self._seen: dict[str, tuple[tuple[int, ...], dict[str, Any]]] = {}
+        # The leadership state this object last wrote, and leadership.json's identity after the write.
+        self._claimed: tuple[Leadership, tuple[int, ...] | None] | None = None
 
     # -- plumbing -------------------------------------------------------------
+    def _path(self, name: str) -> str:
+        path = self._paths.get(name)
+        if path is None:
+            path = self._paths[name] = os.path.join(self.dir, name)
+        return path
+
     def _read(self, name: str) -> dict[str, Any]:
-        path = self.dir / name
+        path = self._path(name)
         try:
             st = os.stat(path)
             ident = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
@@ -230,6 +266,14 @@ class LocalState:
             self._seen[name] = (ident, doc)
         return dict(doc)
 
+    def _ident(self, name: str) -> tuple[int, ...] | None:
+        """The file's identity (inode, size, times), None if it cannot be had."""
+        try:
+            st = os.stat(self._path(name))
+        except OSError:
+            return None
+        return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
     def _write(self, name: str, doc: dict[str, Any]) -> None:
         # Aside: the supervisor and the relay watch this folder, and wake once for each write.
         write_atomic(self.dir / name, json.dumps(doc).encode(), tag=str(os.getpid()), aside=True)
@@ -240,6 +284,29 @@ class LocalState:
 
     def write_leadership(self, state: Leadership) -> None:
         self._write(LEADERSHIP_NAME, shallow_doc(state))  # every move of a leader's gate
+
+    def publish_leadership(self, state: Leadership, restate_every: float) -> Leadership:
+        """Write `state` unless the file holds, as this object last wrote it, the same claim
+        (`Leadership.same_claim`) written less than `restate_every` ago; the state the file
+        holds, either way. Every reader (the supervisor, the relay's gate, the standby relay)
+        wakes for each write and parses it again: a follower's cycle wrote the same claim
+        every second with only `updated` moved, and a leader's cycle between two renewals
+        its unchanged deadline (issue 41). `updated` still moves every `restate_every` (the
+        panel's /healthz reads a worker that stopped writing as down). A file another writer
+        replaced meanwhile (the supervisor's disclaimer) is written again whatever it says."""
+        last = self._claimed
+        if (
+            last is not None
+            and state.updated is not None
+            and last[0].updated is not None
+            and state.updated - last[0].updated < restate_every
+            and state.same_claim(last[0])
+            and self._ident(LEADERSHIP_NAME) == last[1]
+        ):
+            return last[0]
+        self.write_leadership(state)
+        self._claimed = (state, self._ident(LEADERSHIP_NAME))
+        return state
 
     def leads_now(self, now: float, epoch: int | None = None) -> bool:
         return self.leadership().leads_now(now, epoch)
@@ -301,7 +368,7 @@ class LocalState:
     def _health_doc(self) -> dict[str, Any] | None:
         """relay.health.json's document; None if there is none, {} if it cannot be read."""
         try:
-            with open(self.dir / RELAY_HEALTH_NAME, "rb") as fh:
+            with open(self._path(RELAY_HEALTH_NAME), "rb") as fh:
                 raw = fh.read(MAX_HEALTH_FILE + 1)
             doc = json.loads(raw) if len(raw) <= MAX_HEALTH_FILE else None
         except FileNotFoundError:
@@ -374,7 +441,7 @@ class LocalState:
 
     # -- stopping ------------------------------------------------------------------
     def stopping(self) -> bool:
-        return (self.dir / STOPPING_NAME).exists()
+        return os.path.exists(self._path(STOPPING_NAME))
 
     def mark_stopping(self) -> None:
         (self.dir / STOPPING_NAME).touch()
