@@ -105,8 +105,9 @@ case ${1:-full} in
     HASH=${HASH:-27} search $FULL_FAULTS $REDUCE $STORE
     ;;
   musthold)
-    # pan stops at MUST_SECONDS (SIGINT: it prints what it searched); its "hash factor" is the
-    # bits per state stored (coverage is good above 100, SPIN's manual); no exhaustive claim
+    # pan stops at MUST_SECONDS (SIGINT: it prints what it searched); its "hash factor" (bits of
+    # the array per state stored, good above 100) says how few of the states it visited were
+    # missed, not how many of the bound's states it visited: no claim of "every run" 
     for seed in $(seq 1 "$MUST_RUNS"); do
       echo "== the rules as built: 3 members, $MUST, bitstate -w$MUST_HASH, seed $seed, ${MUST_SECONDS} s (coverage, not proof) =="
       HASH=$MUST_HASH PAN_TIMEOUT=$MUST_SECONDS PAN_ARGS="-RS$seed" search $MUST $REDUCE -DBITSTATE -DT_RAND
