@@ -72,7 +72,8 @@
  * A12 Dead variables reset (`normalize`, `normalize_resign`, `normalize_store`): a value that
  *     is overwritten before it is read again (the old record while a valid one lies there, a
  *     leader's lease timers, a resign nobody can still use, a right's fields once it is gone)
- *     is set to one value; each argument is at its reset.
+ *     is set to one value; each argument is at its reset. A crash that no record in the
+ *     store names (`normalize_died`) is forgotten: no look can take it for evidence of death.
  * A13 (-DSHIFT, an option) epochs renamed: only their order matters.
  * A14 (-DSYM) the members are interchangeable: each state is stored as the least of its six
  *     renamings (in C, `canon`).
@@ -387,6 +388,24 @@ inline normalize_store() {
   i = 0
 }
 
+/* A12 (issue 37, the must-hold size): a crash is evidence of death only of a lease that names
+   the member who crashed (GONE reads died[h] for h = Lh, a valid record, or h = Oh, the old copy
+   a writer without the key may put back; `normalize_store` has reset both when dead). The crash
+   of a member that neither names can never be read again: no record naming it comes back before
+   it claims again (every valid write names its writer, who leads an epoch it claimed, and a
+   claim clears `died`; the old copy is only ever the record before it), and a look "its holder
+   gone" whose holder has no `died` is the plain look, step for step. So that `died` is reset.
+   -DKEEP_DIED keeps it (the same runs; SPIN's random simulation then offers that plain look
+   under its other name more often: tests/test_spin_replay.py compares those looks too). */
+inline normalize_died() {
+  i = 0;
+  do
+  :: i < N -> if :: died[i] && Lh != i && Oh != i -> died[i] = 0 :: else -> skip fi; i++
+  :: else -> break
+  od;
+  i = 0
+}
+
 /* A13 (-DSHIFT): epochs renamed. The model compares epochs only with each other (<, =, >),
    with 0 (none) and adds one (a claim): when every epoch a member, the store or a ghost still
    names is at least m > 1, lowering all of them by m - 1 gives a state with the very same
@@ -477,6 +496,9 @@ inline normalize_all() {
   normalize(0); normalize(1); normalize(2);
   normalize_resign(0); normalize_resign(1); normalize_resign(2);
   normalize_store()
+#ifndef KEEP_DIED
+  ; normalize_died()
+#endif
 #ifdef SHIFT
   ; shift_epochs()
 #endif
