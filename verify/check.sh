@@ -9,6 +9,9 @@
 #   verify/check.sh live [LB]       liveness (-DLIVE, L1 in pool.pml): a gate open LB ticks after the
 #                                   last crash or start, in a world that delivers; no error
 #   verify/check.sh witness         two members and the share's witness (issue 38): no error
+#   verify/check.sh gone-lok        rule 7b as proposed (-DGONE_LOK, not built: docs/serving-right.md
+#                                   "Found by SPIN, fourth round"): no error without a forger, and
+#                                   the trail that refutes it with one
 #   verify/check.sh witness-mutants [NAMES]  the witness's rules switched off: each a trail
 # Each search runs niced in a scratch directory, its memory bounded (MEMLIM, MB).
 set -euo pipefail
@@ -41,7 +44,7 @@ MUT_HOSTILE=${MUT_HOSTILE_BOUND:-"-DMAXE=2 -DMAXF=2"}
 # (its read and rename taken back to back), so a trail there is a trail here, found sooner
 MUT_DEEP=${MUT_DEEP_BOUND:-"-DMAXE=3 -DMAXF=0 -DLOCKED_RENEW"}
 # every rule switched off, one at a time; the holes of issue 22's last round put back
-MUTANTS="NO_GONE_ACKED NO_STALE_ALIVE NO_STALE_LOK NO_START_QUIET NO_FENCE NO_R1_SELF NO_R5 NO_R2_ACKS NO_R2_TOLD NO_R3A NO_R1_STICKY NO_R1_STEPDOWN SHORT_S NO_R4_LOK NO_R6_LOK NO_R3E NO_R3B NO_R3D NO_VOUCH NO_BLIND"
+MUTANTS="NO_GONE_LOK_CHECK NO_GONE_ACKED NO_STALE_ALIVE NO_STALE_LOK NO_START_QUIET NO_FENCE NO_R1_SELF NO_R5 NO_R2_ACKS NO_R2_TOLD NO_R3A NO_R1_STICKY NO_R1_STEPDOWN SHORT_S NO_R4_LOK NO_R6_LOK NO_R3E NO_R3B NO_R3D NO_VOUCH NO_BLIND"
 # the mutants of the lease's side need the writer without the key (or a crash)
 HOSTILE="NO_R3E NO_R3D NO_VOUCH NO_BLIND"
 # a restart needs one crash
@@ -58,6 +61,13 @@ MUT_LOCKLESS=${MUT_LOCKLESS_BOUND:-"-DMAXE=3 -DMAXF=0"}
 # key and no worker's release (a smaller world: a trail there is one here, found sooner)
 GONE="NO_GONE_ACKED"
 MUT_GONE=${MUT_GONE_BOUND:-"-DMAXE=3 -DMAXF=1 -DLOCKED_RENEW -DNO_HOSTILE -DNO_RELEASE"}
+# rule 7b as proposed (-DGONE_LOK, A16b; not built): a takeover on evidence of death in `lease`
+# mode when the dead holder's newest leader beacon said `lok` for the renewal read. Its mutant
+# (the beacon not checked) in rule 7's world; its refutation: a forger of evidence of death
+# (-DFORGED_GONE) of a holder heard serving by acks (-DGONE_ACKS_ONLY), epochs <= 2, no fault
+GONE_LOK="NO_GONE_LOK_CHECK"
+MUT_GONE_LOK=${MUT_GONE_LOK_BOUND:-"$MUT_GONE -DGONE_LOK"}
+FORGED_LOK=${FORGED_LOK_BOUND:-"-DMAXE=2 -DMAXF=0 -DFORGED_GONE -DGONE_ACKS_ONLY -DGONE_LOK"}
 # liveness (L1): epochs <= 3, one crash (and starts); the bound LB in ticks (6: no error there,
 # docs/serving-right.md "Liveness"; two crashes, one member alone, not yet searched)
 LIVE_BOUND=${LIVE_BOUND:-"-DMAXE=3 -DMAXF=1"}
@@ -125,6 +135,7 @@ case ${1:-full} in
       case " $RESTART " in *" $m "*) bound=$MUT_RESTART ;; esac
       case " $LOCKLESS " in *" $m "*) bound=$MUT_LOCKLESS ;; esac
       case " $GONE " in *" $m "*) bound=$MUT_GONE ;; esac
+      case " $GONE_LOK " in *" $m "*) bound=$MUT_GONE_LOK ;; esac
       # depth-first with the members' symmetry, hash-compact (a trail found is a trail, whatever
       # the compaction hides); MUT_SEARCH="-DBFS -DHC4" gives the shortest trail, slower
       echo "== mutant $m ($bound, ${MUT_SEARCH:--DSYM -DHC4}) =="
@@ -135,6 +146,12 @@ case ${1:-full} in
     lb=${2:-6}
     echo "== liveness L1: 3 members, $LIVE_BOUND, a gate open $lb ticks after the last crash or start (exhaustive: depth-first, $REDUCE ${STORE:-exact}) =="
     search $LIVE_BOUND -DLIVE -DLB="$lb" $REDUCE $STORE
+    ;;
+  gone-lok)
+    echo "== rule 7b as proposed, no forger: 3 members, $MUT_GONE_LOK, every run (depth-first, -DSYM -DHC4): no error =="
+    search $MUT_GONE_LOK -DSYM -DHC4
+    echo "== rule 7b as proposed, a forger of evidence of death: $FORGED_LOK (depth-first, -DSYM -DHC4): a trail =="
+    search $FORGED_LOK -DSYM -DHC4
     ;;
   witness)
     echo "== the witness as built: 2 members + the share's witness, $WITNESS_BOUND, exhaustive (breadth-first) =="
@@ -150,5 +167,5 @@ case ${1:-full} in
     shift
     search "$@"
     ;;
-  *) echo "usage: $0 full|musthold|ci|mutants|live [LB]|witness|witness-mutants|one FLAGS..." >&2; exit 2 ;;
+  *) echo "usage: $0 full|musthold|ci|mutants|live [LB]|gone-lok|witness|witness-mutants|one FLAGS..." >&2; exit 2 ;;
 esac

@@ -85,6 +85,13 @@
  *     leader beacon of that epoch for two intervals, one heard before) are not modelled: more
  *     behaviours, not fewer. Forged evidence (an on-path writer of TCP resets, docs/design.md
  *     §13), the holder then alive, is not in the model; -DFORGED_GONE puts it in (a finding).
+ * A16b (-DGONE_LOK: rule 7b as proposed for issues 36/37, the fast takeover on evidence of death;
+ *     not built) `gl[x]`: the newest leader beacon x heard of the holder of the record in place
+ *     named that very record (its renew_seq) and said `lok` (its lease_ok_at had passed). Set at
+ *     x's `hear` of that holder; any valid write names another renewal and clears every gl (the
+ *     code would compare the beacon's renew_seq with the read's); a restart loses it. Old copies
+ *     are one level deep (A5, A8), as for every rule. -DGONE_ACKS_ONLY: evidence of death counts
+ *     only for a holder x heard say `serve: ack` (as rule 3a asks of silence).
  * Each is argued where it is made; none removes a behaviour that could fail P1-P3.
  * The lockless renewal is two steps (A5); -DLOCKED_RENEW makes it one (read and write under
  * the lock), to tell which of SPIN's trails it is the cause of.
@@ -116,6 +123,8 @@
  *                  lease_ok_at (its release clean, its requalify early): the second trail, fixed
  *   NO_GONE_ACKED  rule 7: an epoch taken on evidence of death serves by the lease at once (as
  *                  the code did): SPIN's trail of issue 37's third round, fixed
+ *   NO_GONE_LOK_CHECK (with -DGONE_LOK) rule 7b: a takeover on evidence of death starts in
+ *                  `lease` mode whatever the dead holder's beacons said of its lease_ok_at (A16b)
  *   SHORT_S        S no longer than W (S_LO = W_HI)
  * A finding, not a mutant of a rule as built (-DLOK_BOUNDED): a leader's lease_ok_at restarted for
  * an older epoch's record over its own once per epoch it took, no more (a bound on what an archive
@@ -288,6 +297,44 @@ hidden byte cacked, chand, gonev, obound;
 #else
 #define GONE_ACKED 1
 #endif
+/* ---- A16b (-DGONE_LOK, -DGONE_ACKS_ONLY): rule 7b as proposed (issues 36/37), not built ----
+   Rule 7b: a taker on evidence of death starts in `lease` mode when the newest leader beacon it
+   heard of the dead holder named the very renewal it reads (renew_seq) and said `lok`: the
+   holder's lease_ok_at had passed, so every gate of an epoch before the holder's was shut for
+   good, and the holder's own died with it. Else rule 7 (`ack` mode). gl[x] is that beacon's
+   word: set when x hears the holder of the record in place (the valid lease, or the record junk,
+   a deletion or an old copy covers: that holder's last write) leading that record's epoch;
+   cleared by every valid write (a renewal, a claim, a release: another renew_seq), by a crash
+   (the book), and (A12) once no evidence of death can come any more. */
+bit gl[N];
+#define INPLACE(s) ((Lk == VALID && Lh == (s) && Le == lead[s] && !Lrel) || ((Lk == JUNK || Lk == MISSING || Lk == OLD) && Oh == (s) && Oe == lead[s] && !Orel))
+#define LOKSAID(s) (!rlok[s] || tk[s] >= LOK_LO)
+#ifdef GONE_LOK
+#define HEARLOK(x, s) if :: lead[s] > 0 && INPLACE(s) -> gl[x] = LOKSAID(s) :: else -> skip fi
+#else
+#define HEARLOK(x, s) skip   /* as built: gl stays 0, the state space as before */
+#endif
+#define GLCLEAR gl[0] = 0; gl[1] = 0; gl[2] = 0
+#define GONEMAY (FORGED || faults < MAXF || died[0] || died[1] || died[2])
+#define GLNORM(x) if :: gl[x] && !GONEMAY -> gl[x] = 0 :: else -> skip fi
+#ifdef GONE_LOK
+#ifdef NO_GONE_LOK_CHECK
+#define GONE_LOKX(x) 1   /* the mutant: the beacon not checked */
+#else
+#define GONE_LOKX(x) gl[x]
+#endif
+#else
+#define GONE_LOKX(x) 0   /* as built: rule 7 alone */
+#endif
+#define GONE_CACKED(x) (GONE_ACKED && !GONE_LOKX(x))
+/* -DGONE_ACKS_ONLY: evidence of death speeds up the takeover only of a holder x adheres to and
+   heard say `serve: ack` (an epoch e of holder h: rule 3a's `saidack`) */
+#ifdef GONE_ACKS_ONLY
+#define GONEOF(x, h, e) (GONE(x, h) && an[x] == (h) && ae[x] == (e) && am[x])
+#else
+#define GONEOF(x, h, e) GONE(x, h)
+#endif
+/* ---- end A16b ---- */
 
 /* issue 37: a takeover on the TTL serves by acks once an older writer's restart was refused */
 #define OSP(x) ospent[x]
@@ -348,7 +395,8 @@ inline normalize(x) {
   if
   :: cre[x] < known[x] -> crn[x] = NONE; cre[x] = 0
   :: else -> skip
-  fi
+  fi;
+  GLNORM(x)   /* A16b */
 }
 
 /* A12: member s's resign can no longer matter to anyone: nobody still adheres to (s, rese)
@@ -470,7 +518,7 @@ inline sink() {
      rlok[i] = 0; tk[i] = 0; ren[i] = 0; A(i, o1(i)) = 0; A(i, o2(i)) = 0; swn[i] = 0; swe[i] = 0;
      swa[i] = 0; rese[i] = 0; resc[i] = 0; rr[i] = 0; an[i] = 0; ae[i] = 0; hz[i] = 0; am[i] = 0;
      ares[i] = 0; crn[i] = 0; cre[i] = 0; mh[i] = 0; me[i] = 0; lage[i] = 0; rdage[i] = 0;
-     miss[i] = 0; rmiss[i] = 0; vch[i] = 0; bspent[i] = 0; ospent[i] = 0; onew[i] = 0; i++
+     miss[i] = 0; rmiss[i] = 0; vch[i] = 0; bspent[i] = 0; ospent[i] = 0; onew[i] = 0; gl[i] = 0; i++   /* gl: A16b */
   :: else -> break
   od;
   i = 0;
@@ -532,7 +580,7 @@ static const int symperm[6][3] = {{0,1,2},{0,2,1},{1,0,2},{1,2,0},{2,0,1},{2,1,0
 #endif
 #define SYMPLAIN(X) X(onew) X(up) X(died) X(rmode) X(told) X(fenced) X(rlok) X(resc) X(rr) X(am) X(ares) \
   X(miss) X(rmiss) X(vch) X(bspent) X(ospent) X(known) X(lead) X(re) X(tk) X(ren) X(swe) X(swa) X(rese) \
-  X(ae) X(hz) X(cre) X(me) X(lage) X(rdage) SYMLIVE(X) SYMLOK(X)
+  X(ae) X(hz) X(cre) X(me) X(lage) X(rdage) X(gl) SYMLIVE(X) SYMLOK(X)   /* gl: A16b */
 #define SYMWHO(X) X(swn) X(an) X(crn) X(mh)
 static uchar symmap(const int *p, uchar v) { return v < SYMN ? (uchar) p[v] : v; }
 /* the renaming of `now` by p (old member -> new member), written into `out`, as bytes */
@@ -617,6 +665,7 @@ inline say_state() {
   printf(" bspent=%d,%d,%d", bspent[0], bspent[1], bspent[2]);
   printf(" ospent=%d,%d,%d", ospent[0], ospent[1], ospent[2]);
   printf(" rdage=%d,%d,%d", rdage[0], rdage[1], rdage[2]);
+  printf(" gl=%d,%d,%d", gl[0], gl[1], gl[2]);   /* A16b */
   printf(" ack=%d,%d,%d,%d,%d,%d", ack[1], ack[2], ack[3], ack[5], ack[6], ack[7]);
   printf(" L=%d,%d,%d,%d,%d O=%d,%d,%d,%d top=%d faults=%d\n", Lk, Le, Lh, Lrel, Lho, Oe, Oh, Orel, Oho, top, faults)
 }
@@ -649,7 +698,8 @@ inline write_valid(e, h, rel, ho) {
   :: else -> skip
   fi;
   Lk = VALID; Le = e; Lh = h; Lrel = rel; Lho = ho;
-  miss[0] = 1; miss[1] = 1; miss[2] = 1
+  miss[0] = 1; miss[1] = 1; miss[2] = 1;
+  GLCLEAR   /* A16b */
 }
 
 /* member x takes epoch known+1 by compare-and-set on what it read (A5): before it, set
@@ -720,8 +770,8 @@ inline look(x) {
      :: Lrel && Lho != NONE && Lho != x && lage[x] >= TTL_LO ->
         cacked = !cleanover(x) || OSP(x); chand = 1; claim(x)       /* handoff lapsed */
      :: !Lrel && lage[x] >= TTL_LO -> cacked = OSP(x); claim(x)     /* expired: lease mode (issue 37: acks past the bound) */
-     :: !Lrel && lage[x] < TTL_LO && GONE(x, Lh) -> cacked = GONE_ACKED; claim(x)   /* gone */
-     :: !Lrel && silent(x, Lh, Le) && !GONE(x, Lh) -> cacked = 1; claim(x)   /* silent (rule 3) */
+     :: !Lrel && lage[x] < TTL_LO && GONEOF(x, Lh, Le) -> cacked = GONE_CACKED(x); claim(x)   /* gone */
+     :: !Lrel && silent(x, Lh, Le) && !GONEOF(x, Lh, Le) -> cacked = 1; claim(x)   /* silent (rule 3) */
      :: else -> skip
      fi
   :: Lk == OLD && Oe >= known[x] && (Oh != mh[x] || Oe != me[x]) ->
@@ -732,7 +782,7 @@ inline look(x) {
      if
      :: Orel && Oho == NONE -> cacked = !cleanof(x, Oh, Oe); claim(x)
      :: Orel && Oho == x -> cacked = !cleanof(x, Oh, Oe); chand = 1; claim(x)
-     :: !Orel && GONE(x, Oh) -> cacked = GONE_ACKED; claim(x)   /* its holder gone */
+     :: !Orel && GONEOF(x, Oh, Oe) -> cacked = GONE_CACKED(x); claim(x)   /* its holder gone */
      :: else -> skip
      fi
   :: Lk == OLD && Oe >= known[x] && Oh == mh[x] && Oe == me[x] ->
@@ -748,8 +798,8 @@ inline look(x) {
      :: Orel && Oho == x -> cacked = !cleanof(x, Oh, Oe); chand = 1; claim(x)
      :: Orel && Oho != NONE && Oho != x && lage[x] >= TTL_LO -> cacked = !cleanof(x, Oh, Oe) || OSP(x); chand = 1; claim(x)
      :: !Orel && lage[x] >= TTL_LO -> cacked = OSP(x); claim(x)
-     :: !Orel && lage[x] < TTL_LO && GONE(x, Oh) -> cacked = GONE_ACKED; claim(x)
-     :: !Orel && silent(x, Oh, Oe) && !GONE(x, Oh) -> cacked = 1; claim(x)
+     :: !Orel && lage[x] < TTL_LO && GONEOF(x, Oh, Oe) -> cacked = GONE_CACKED(x); claim(x)
+     :: !Orel && silent(x, Oh, Oe) && !GONEOF(x, Oh, Oe) -> cacked = 1; claim(x)
      :: else -> skip
      fi
   :: (Lk == NOFILE || Lk == MISSING) && known[x] == 0 && me[x] == 0 ->
@@ -875,6 +925,7 @@ inline hear(x, s) {
      :: else ->
         an[x] = s; ae[x] = lead[s]; hz[x] = 0; am[x] = told[s]; ares[x] = 0
      fi;
+     HEARLOK(x, s);   /* A16b */
      /* the holder's beacons name a renewal this member did not read (vouched) */
      if
      :: mh[x] == s && me[x] == lead[s] && rmiss[x] -> vch[x] = 1
@@ -931,7 +982,8 @@ inline crash(x) {
   rese[x] = 0; resc[x] = 0; rr[x] = 0;
   an[x] = NONE; ae[x] = 0; hz[x] = 0; am[x] = 0; ares[x] = 0;
   crn[x] = NONE; cre[x] = 0;
-  lage[x] = 0; rdage[x] = 0; vch[x] = 0; bspent[x] = 0; rmiss[x] = 0; ospent[x] = 0
+  lage[x] = 0; rdage[x] = 0; vch[x] = 0; bspent[x] = 0; rmiss[x] = 0; ospent[x] = 0;
+  gl[x] = 0   /* A16b */
 }
 
 /* A7: a start. Its book is lost, not the acks it sent before: it may have acked a leader just
