@@ -52,6 +52,7 @@ from elections.core.serving import (
     Adherence,
     ServingRight,
     ServingTiming,
+    said_acks,
     silent_holder,
 )
 from elections.core.serving_book import ServingBook
@@ -100,6 +101,7 @@ class Replay:
     compared: dict[str, int] = field(default_factory=dict)
     skipped: dict[str, int] = field(default_factory=dict)
     wrong: list[str] = field(default_factory=list)
+    forged: bool = False  # the trail's model ran -DFORGED_GONE: evidence of death while the holder lives
 
     def count(self, kind: str, ok: bool, why: str) -> None:
         self.compared[kind] = self.compared.get(kind, 0) + 1
@@ -363,7 +365,14 @@ def looks(
         why = silent_holder(subject[0], subject[1], adherence(p, x, t), reports(p, x, t), N, SERVING, t)
         silent = (subject[0], subject[1], why) if why else None
         holder = int(subject[0][1:])
-        if gone and holder != x and p.died[holder]:  # the model's evidence: its holder crashed (A16)
+        # the model's evidence: its holder crashed (A16), or forged; the code counts it only of a holder
+        # heard serving by acks (rule 7's guard, `BeaconService.evidence`)
+        if (
+            gone
+            and holder != x
+            and (p.died[holder] or out.forged)
+            and said_acks(subject[0], subject[1], adherence(p, x, t))
+        ):
             dead = (subject[0], subject[1], f"{subject[0]}'s agent is gone")
     decision = decide(mem, Observation(read, gone=dead, silent=silent), t, TIMING)
     contends = decision.verdict is Verdict.CONTEND

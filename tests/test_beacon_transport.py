@@ -45,8 +45,26 @@ def pair():
     liveness.close()
 
 
+def serving_by_acks(leader: BeaconService, follower: BeaconService) -> None:
+    """The leader's right of epoch 7 in `ack` mode, told in its beacons, heard by the follower."""
+    with leader.lock:
+        leader.book.taken(7, "silent", 3, None, leader.gate_clock())
+        right = leader.book.right
+        assert right is not None
+        right.mode = ACKED
+    leader.serving_told(7)
+
+    def heard() -> bool:
+        with follower.lock:
+            adh = follower.book.adherence
+            return adh is not None and adh.mode == ACKED
+
+    wait_until(heard, 3, "the follower hearing `serve: ack`")
+
+
 def test_the_supervisors_end_and_the_beacons_silence_together_are_evidence(pair):
     leader, follower, liveness, reactions = pair
+    serving_by_acks(leader, follower)
     assert follower.evidence("S001", 7) is None
     leader.stop()
     liveness.close()  # the whole agent is gone: the kernel ends the connection
@@ -54,6 +72,30 @@ def test_the_supervisors_end_and_the_beacons_silence_together_are_evidence(pair)
     assert "S001's agent is gone" in why
     wait_until(lambda: any("agent is gone" in r.why for r in reactions), 2, "the follower to be told")
     assert follower.evidence("S001", 6) is None  # about another epoch: none
+
+
+def test_no_evidence_of_a_holder_heard_serving_by_the_lease_alone(pair):
+    """Rule 7's guard: the supervisor's end and the beacons' silence, which an on-path writer of
+    TCP resets can forge, count only against a holder heard saying it serves by acks. One serving
+    by the lease alone is shut only by its renew deadline: the TTL takes it."""
+    leader, follower, liveness, reactions = pair
+    with follower.lock:  # up for longer than S: no restart rule keeps it from adhering
+        follower.book.started = float("-inf")
+
+    def adhered() -> tuple[str, int, str] | None:
+        with follower.lock:
+            adh = follower.book.adherence
+            return None if adh is None else (adh.node, adh.epoch, adh.mode)
+
+    assert wait_until(adhered, 3, "the follower adhering to the leader") == ("S001", 7, LEASE)
+    leader.stop()
+    liveness.close()
+    wait_until(lambda: follower.snapshot()["liveness"]["state"] in ("ended", "refused"), 3, "the answer")
+    end = time.monotonic() + 1.0  # ten beacon intervals of silence on top of the answer
+    while time.monotonic() < end:
+        assert follower.evidence("S001", 7) is None
+        time.sleep(0.05)
+    assert not any("agent is gone" in r.why for r in reactions)
 
 
 def test_the_beacons_silence_alone_is_no_evidence(pair):

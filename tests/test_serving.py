@@ -18,6 +18,7 @@ from elections.core.serving import (
     Adherence,
     ServingTiming,
     adhere,
+    said_acks,
     silence_for,
     silent_holder,
 )
@@ -94,6 +95,17 @@ def test_an_early_takeover_needs_an_ack_serving_holder_silent_to_a_majority():
     assert not silent_holder("S001", 7, lease, [quiet], 3, T, at)  # a holder serving by the lease
     other = AckReport("S003", 0.1, "S004", 8, 0.0)
     assert silent_holder("S001", 7, mine, [other], 3, T, at)  # adhering to someone else: does not hear it
+
+
+def test_evidence_of_death_counts_only_of_the_holder_adhered_to_and_heard_serving_by_acks():
+    """Rule 7's guard (forged evidence reaches no further than a silence; SPIN's `-DFORGED_GONE`
+    without it: two relays): the holder and epoch adhered to, its last beacon `serve: ack`."""
+    acked = Adherence("S001", 7, BOOT, 10, 100.0, ACKED)
+    assert said_acks("S001", 7, acked)
+    assert not said_acks("S001", 7, Adherence("S001", 7, BOOT, 10, 100.0, LEASE))  # the lease alone
+    assert not said_acks("S001", 6, acked)  # another epoch of it
+    assert not said_acks("S002", 7, acked)  # another holder
+    assert not said_acks("S001", 7, None)  # adhering to no one (a restart's S, or never heard)
 
 
 def test_no_silence_holds_before_the_instant_the_book_names_so_the_loop_may_sleep_until_then():

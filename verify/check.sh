@@ -44,7 +44,7 @@ MUT_HOSTILE=${MUT_HOSTILE_BOUND:-"-DMAXE=2 -DMAXF=2"}
 # (its read and rename taken back to back), so a trail there is a trail here, found sooner
 MUT_DEEP=${MUT_DEEP_BOUND:-"-DMAXE=3 -DMAXF=0 -DLOCKED_RENEW"}
 # every rule switched off, one at a time; the holes of issue 22's last round put back
-MUTANTS="NO_GONE_LOK_CHECK NO_GONE_ACKED NO_STALE_ALIVE NO_STALE_LOK NO_START_QUIET NO_FENCE NO_R1_SELF NO_R5 NO_R2_ACKS NO_R2_TOLD NO_R3A NO_R1_STICKY NO_R1_STEPDOWN SHORT_S NO_R4_LOK NO_R6_LOK NO_R3E NO_R3B NO_R3D NO_VOUCH NO_BLIND"
+MUTANTS="NO_GONE_ACKS_ONLY NO_GONE_ACKED NO_STALE_ALIVE NO_STALE_LOK NO_START_QUIET NO_FENCE NO_R1_SELF NO_R5 NO_R2_ACKS NO_R2_TOLD NO_R3A NO_R1_STICKY NO_R1_STEPDOWN SHORT_S NO_R4_LOK NO_R6_LOK NO_R3E NO_R3B NO_R3D NO_VOUCH NO_BLIND"
 # the mutants of the lease's side need the writer without the key (or a crash)
 HOSTILE="NO_R3E NO_R3D NO_VOUCH NO_BLIND"
 # a restart needs one crash
@@ -60,14 +60,26 @@ MUT_LOCKLESS=${MUT_LOCKLESS_BOUND:-"-DMAXE=3 -DMAXF=0"}
 # silence, then its taker dead); the renewal under the lock, as for DEEP, no writer without the
 # key and no worker's release (a smaller world: a trail there is one here, found sooner)
 GONE="NO_GONE_ACKED"
-MUT_GONE=${MUT_GONE_BOUND:-"-DMAXE=3 -DMAXF=1 -DLOCKED_RENEW -DNO_HOSTILE -DNO_RELEASE"}
+# With rule 7's guard (evidence counts only of a holder heard serving by acks) that world gives
+# no trail: the taker there never heard epoch 2's holder. Forged evidence of a live holder serving
+# by acks does: a taker in `lease` mode opens beside it (epochs <= 2, no fault, -DFORGED_GONE).
+RULE7_WORLD="-DMAXE=3 -DMAXF=1 -DLOCKED_RENEW -DNO_HOSTILE -DNO_RELEASE"
+MUT_GONE=${MUT_GONE_BOUND:-"-DMAXE=2 -DMAXF=0 -DFORGED_GONE"}
 # rule 7b as proposed (-DGONE_LOK, A16b; not built): a takeover on evidence of death in `lease`
 # mode when the dead holder's newest leader beacon said `lok` for the renewal read. Its mutant
 # (the beacon not checked) in rule 7's world; its refutation: a forger of evidence of death
 # (-DFORGED_GONE) of a holder heard serving by acks (-DGONE_ACKS_ONLY), epochs <= 2, no fault
+# With rule 7's guard in, NO_GONE_LOK_CHECK gives no trail in that world (6,781,504 states, 0
+# errors: evidence then counts only of a holder the taker heard serving by acks), so it is a mutant
+# of nothing built and out of MUTANTS; `mutants NO_GONE_LOK_CHECK` still searches it.
 GONE_LOK="NO_GONE_LOK_CHECK"
-MUT_GONE_LOK=${MUT_GONE_LOK_BOUND:-"$MUT_GONE -DGONE_LOK"}
+MUT_GONE_LOK=${MUT_GONE_LOK_BOUND:-"$RULE7_WORLD -DGONE_LOK"}
 FORGED_LOK=${FORGED_LOK_BOUND:-"-DMAXE=2 -DMAXF=0 -DFORGED_GONE -DGONE_ACKS_ONLY -DGONE_LOK"}
+# rule 7's guard (evidence of death counts only of a holder heard serving by acks): a forger of
+# evidence (-DFORGED_GONE, an on-path writer of TCP resets that drops beacons) gives no trail with
+# it (`ci` searches that world too) and one without it (the mutant)
+FORGED=${FORGED_BOUND:-"-DMAXE=2 -DMAXF=0 -DFORGED_GONE"}
+GUARD="NO_GONE_ACKS_ONLY"
 # liveness (L1): epochs <= 3, one crash (and starts); the bound LB in ticks (6: no error there,
 # docs/serving-right.md "Liveness"; two crashes, one member alone, not yet searched)
 LIVE_BOUND=${LIVE_BOUND:-"-DMAXE=3 -DMAXF=1"}
@@ -126,6 +138,8 @@ case ${1:-full} in
   ci)
     echo "== the rules as built: 3 members, $CI, every run (exhaustive: depth-first, $REDUCE ${STORE:-exact}) =="
     search $CI $REDUCE $STORE
+    echo "== the rules as built, a forger of evidence of death: 3 members, $FORGED, every run (exhaustive: depth-first, $REDUCE ${STORE:-exact}) =="
+    search $FORGED $REDUCE $STORE
     ;;
   mutants)
     for m in ${2:-$MUTANTS}; do
@@ -136,6 +150,7 @@ case ${1:-full} in
       case " $LOCKLESS " in *" $m "*) bound=$MUT_LOCKLESS ;; esac
       case " $GONE " in *" $m "*) bound=$MUT_GONE ;; esac
       case " $GONE_LOK " in *" $m "*) bound=$MUT_GONE_LOK ;; esac
+      case " $GUARD " in *" $m "*) bound=$FORGED ;; esac
       # depth-first with the members' symmetry, hash-compact (a trail found is a trail, whatever
       # the compaction hides); MUT_SEARCH="-DBFS -DHC4" gives the shortest trail, slower
       echo "== mutant $m ($bound, ${MUT_SEARCH:--DSYM -DHC4}) =="

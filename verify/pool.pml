@@ -123,6 +123,8 @@
  *                  lease_ok_at (its release clean, its requalify early): the second trail, fixed
  *   NO_GONE_ACKED  rule 7: an epoch taken on evidence of death serves by the lease at once (as
  *                  the code did): SPIN's trail of issue 37's third round, fixed
+ *   NO_GONE_ACKS_ONLY rule 7's guard: evidence of death counts whatever the holder said it serves
+ *                  by (with -DFORGED_GONE: a forger's trail, two relays)
  *   NO_GONE_LOK_CHECK (with -DGONE_LOK) rule 7b: a takeover on evidence of death starts in
  *                  `lease` mode whatever the dead holder's beacons said of its lease_ok_at (A16b)
  *   SHORT_S        S no longer than W (S_LO = W_HI)
@@ -327,9 +329,11 @@ bit gl[N];
 #define GONE_LOKX(x) 0   /* as built: rule 7 alone */
 #endif
 #define GONE_CACKED(x) (GONE_ACKED && !GONE_LOKX(x))
-/* -DGONE_ACKS_ONLY: evidence of death speeds up the takeover only of a holder x adheres to and
-   heard say `serve: ack` (an epoch e of holder h: rule 3a's `saidack`) */
-#ifdef GONE_ACKS_ONLY
+/* Rule 7's guard (as built): evidence of death speeds up the takeover only of a holder x adheres
+   to and heard say `serve: ack` (an epoch e of holder h: rule 3a's `saidack`), so that forged
+   evidence (-DFORGED_GONE) reaches no further than a silence does. -DNO_GONE_ACKS_ONLY switches
+   the guard off (the code before it: a forger's trail, docs/serving-right.md fourth round). */
+#if defined(GONE_ACKS_ONLY) || !defined(NO_GONE_ACKS_ONLY)
 #define GONEOF(x, h, e) (GONE(x, h) && an[x] == (h) && ae[x] == (e) && am[x])
 #else
 #define GONEOF(x, h, e) GONE(x, h)

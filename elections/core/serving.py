@@ -260,6 +260,17 @@ def adhere(current: Adherence | None, node: str, role: str, epoch: int, boot: st
 
 
 # -- a follower ---------------------------------------------------------------------------------
+def said_acks(holder: str, epoch: int, mine: Adherence | None) -> bool:
+    """Whether this member adheres to `holder` of `epoch` and heard it say it serves by acks: rule
+    7's guard on evidence of death, as rule 3a's on silence. Evidence (a refused connection, a
+    silence of beacons) may be forged by an on-path writer of TCP resets; a holder serving by acks
+    is shut by the silence of the majority the taker's own `ack` mode waits for, so forged
+    evidence reaches no further than dropped beacons do. A holder serving by the lease alone is
+    shut only by its renew deadline: evidence or not, the TTL takes it (docs/serving-right.md,
+    "Found by SPIN, fourth round")."""
+    return mine is not None and (mine.node, mine.epoch) == (holder, epoch) and mine.mode == ACKED
+
+
 @dataclass(frozen=True)
 class AckReport:
     """What another member's latest beacon said about the leader it adheres to."""

@@ -25,6 +25,7 @@ from elections.core.serving import (
     ServingTiming,
     adhere,
     right_for_election,
+    said_acks,
     silent_holder,
     starts_acked,
 )
@@ -286,6 +287,10 @@ class ServingBook:
         if members == PAIR:
             return None  # two members, the holder never said `pair`: the TTL path
         return silent_holder(holder, epoch, self.adherence, reports, members, self.timing, now)
+
+    def said_acks(self, holder: str, epoch: int) -> bool:
+        """Whether evidence of `holder`'s death may count (`core.serving.said_acks`)."""
+        return said_acks(holder, epoch, self.adherence)
 
     def silence_from(self, now: float) -> float:
         """The earliest instant `silent` may name a holder: `S` after the adhered leader was last

@@ -439,8 +439,11 @@ class BeaconService:
 
     # -- the liveness watch (a TCP connection held to the lease holder's supervisor) ----------
     def evidence(self, node: str, epoch: int) -> str | None:
-        """Why the holder `node` of `epoch` is positively gone, or None."""
+        """Why the holder `node` of `epoch` is positively gone, or None: never of a holder this
+        member did not hear say it serves by acks (`ServingBook.said_acks`, rule 7's guard)."""
         with self.lock:
+            if not self.book.said_acks(node, epoch):
+                return None
             return self.liveness.gone(self.board, node, epoch, self.monotonic())
 
     def _target(self) -> tuple[str, tuple[str, int]] | None:
