@@ -23,7 +23,8 @@ What each step checks:
   taken (`ServingRight.acked`) exactly when the model took it, and `settle` gives the mode;
 - `x looks` (and `x looks, its holder gone`: with the evidence of death, `Observation.gone`, for
   the holder `evidence_subject` names once the model's holder crashed; `x looks, past the older
-  writers' bound`: the code's bound put there, `Memory.older_from`): `track` and `decide` (with
+  writers' bound`: the code's bound put there, `Memory.older_from`; `x looks, its clock slow`: the
+  TTL not yet over on its clock, `Memory.seen_at` put half a tick short of it): `track` and `decide` (with
   `silent_holder` over the other members' beacons)
   contend exactly when the model attempted a claim, and the right `ServingBook.taken` gives
   serves by the model's mode and waits out the model's leader (rule 1);
@@ -293,7 +294,9 @@ def replay(steps: list[Step], result: Replay | None = None) -> Replay:
 
 HEARS = re.compile(r"^(\d) hears (\d)$")
 # the second: with evidence of death (A16); the third: past the bound of an older writer's restarts
-LOOKS = re.compile(r"^(\d) looks(, its holder gone)?(, past the older writers' bound)?$")
+# `, its clock slow` (the audit of the d_steps): the TTL_LO of an unchanged lease is over, the TTL by the
+# member's own slow clock not yet
+LOOKS = re.compile(r"^(\d) looks(, its clock slow)?(, its holder gone)?(, past the older writers' bound)?$")
 RELEASES = re.compile(r"^(\d) (releases|hands off to \d)$")
 REQUALIFIES = re.compile(r"^(\d) requalifies$")
 
@@ -302,7 +305,8 @@ def check_step(out: Replay, ev: str, claims: list[int], p: State, q: State, t: f
     if m := HEARS.match(ev):
         hears(out, int(m[1]), int(m[2]), p, q, t)
     elif m := LOOKS.match(ev):
-        looks(out, int(m[1]), claims, p, q, t, gone=m[2] is not None, past=m[3] is not None)
+        slow, gone, past = (m[i] is not None for i in (2, 3, 4))
+        looks(out, int(m[1]), claims, p, q, t, gone=gone, past=past, slow=slow)
     elif m := RELEASES.match(ev):
         x = int(m[1])
         r = right(p, x, t)
@@ -346,7 +350,7 @@ def hears(out: Replay, x: int, s: int, p: State, q: State, t: float) -> None:
 
 def looks(
     out: Replay, x: int, claims: list[int], p: State, q: State, t: float, gone: bool = False,
-    past: bool = False,
+    past: bool = False, slow: bool = False,
 ) -> None:  # fmt: skip
     read = lease_read(p, x)
     evidence = read.status == "valid" and read.record is not None and read.record.epoch >= p.known[x]
@@ -358,6 +362,11 @@ def looks(
         # the model leaves the bound's instant open, and this look is past it: the code's bound
         # (one TTL of such restarts, `lease_memory.older_restart`) is put where the model took it
         before = replace(before, older_from=t - TIMING.ttl - 1.0)
+    if slow:
+        # the model's TTL_LO is over, the TTL on this member's slow clock not yet: its timer put half
+        # a tick short of the TTL (the model says neither how slow nor how long: A2's saturated ages)
+        assert before.seen_at is not None
+        before = replace(before, seen_at=t - (TIMING.ttl - 0.5))
     mem = track(before, read, t, TIMING.ttl, TIMING.blind_after)
     subject = evidence_subject(mem, read)
     silent = dead = None
@@ -383,6 +392,8 @@ def looks(
         out.count("look (holder gone)", contends == model, why)
     if past:
         out.count("look (past the older writers' bound)", contends == model, why)
+    if slow:
+        out.count("look (its clock slow)", contends == model, why)
     if not (contends and model and q.lead[x] > 0 and q.lead[x] != p.lead[x]):
         return
     b = book(p, x, t)

@@ -26,6 +26,10 @@
  *     are compared on that clock, with one threshold. The rules' inequalities on these
  *     constants (S_LO > W_HI, TTL_LO > RD_HI, LOK_LO > RD_HI) are the ones the code's constants
  *     must meet with rho = 1 %: tests/test_spin_model.py checks them against core.serving.
+ *     A threshold at its shortest says when a member MAY act, not that it must: a look at an
+ *     unchanged lease past TTL_LO on a slow clock finds the TTL not yet over and asks for silence
+ *     or death instead (the step `x looks, its clock slow`, the audit of the d_steps:
+ *     docs/serving-right.md "The `d_step`s audited"; a d_step takes the first open guard).
  * A3  Freezes are free: a member that takes no step is frozen (SIGSTOP, a stalled VM) for as
  *     many ticks as the search likes; its clock runs on (A1), so its gate closes on time.
  *     A suspend (boot clock) is not modelled: the code keeps gate deadlines on CLOCK_BOOTTIME.
@@ -237,7 +241,7 @@ bit lks[N];                    /* -DLOK_BOUNDED (a finding): its one lease_ok_at
 /* scratch, always reset to 0 at the end of a step (not state) */
 hidden byte ne, ch, ce, i, dd, nopen;
 hidden byte wrongcas, reused;
-hidden byte cacked, chand, gonev, obound;
+hidden byte cacked, chand, gonev, obound, slowc;
 
 #define o1(x) (((x) + 1) % N)
 #define o2(x) (((x) + 2) % N)
@@ -342,6 +346,14 @@ bit gl[N];
 
 /* issue 37: a takeover on the TTL serves by acks once an older writer's restart was refused */
 #define OSP(x) ospent[x]
+
+/* the audit (issue 37: a d_step takes the first open guard): the TTL of an unchanged lease is over
+   by the member's own clock. At real age TTL_LO it MAY be (its clock fast: A2), and `look` then
+   takes it first, as the code does (`decide`: `_decide_follower` says CONTEND `expired` before
+   `gone` or `silent` is asked); its clock slow, it may NOT be yet, and the code's look asks for
+   evidence of death or a majority's silence instead (a takeover serving by acks). That is the
+   world's choice, a step of its own: `x looks, its clock slow` (`slowc`) */
+#define TTLOVER(x) (lage[x] >= TTL_LO && !slowc)
 
 /* a read that is no evidence: junk, no file, a replay of an epoch below what it knows */
 #define noevidence(x) (Lk == JUNK || Lk == MISSING || (Lk == VALID && Le < known[x]) || (Lk == OLD && Oe < known[x]))
@@ -683,7 +695,7 @@ inline check() {
   wrongcas = (gate(0) && owner[re[0]] != 0) || (gate(1) && owner[re[1]] != 1) || (gate(2) && owner[re[2]] != 2);
   assert(!wrongcas);
   nopen = 0; reused = 0;
-  ne = 0; ch = 0; ce = 0; dd = 0; cacked = 0; chand = 0; gonev = 0; obound = 0;
+  ne = 0; ch = 0; ce = 0; dd = 0; cacked = 0; chand = 0; gonev = 0; obound = 0; slowc = 0;
   normalize_all()
 }
 
@@ -773,8 +785,8 @@ inline look(x) {
      :: Lrel && Lho == x -> cacked = !cleanover(x); chand = 1; claim(x)   /* handed to me */
      :: Lrel && Lho != NONE && Lho != x && lage[x] >= TTL_LO ->
         cacked = !cleanover(x) || OSP(x); chand = 1; claim(x)       /* handoff lapsed */
-     :: !Lrel && lage[x] >= TTL_LO -> cacked = OSP(x); claim(x)     /* expired: lease mode (issue 37: acks past the bound) */
-     :: !Lrel && lage[x] < TTL_LO && GONEOF(x, Lh, Le) -> cacked = GONE_CACKED(x); claim(x)   /* gone */
+     :: !Lrel && TTLOVER(x) -> cacked = OSP(x); claim(x)     /* expired: lease mode (issue 37: acks past the bound) */
+     :: !Lrel && !TTLOVER(x) && GONEOF(x, Lh, Le) -> cacked = GONE_CACKED(x); claim(x)   /* gone */
      :: !Lrel && silent(x, Lh, Le) && !GONEOF(x, Lh, Le) -> cacked = 1; claim(x)   /* silent (rule 3) */
      :: else -> skip
      fi
@@ -801,8 +813,8 @@ inline look(x) {
      :: Orel && Oho == NONE -> cacked = !cleanof(x, Oh, Oe); claim(x)
      :: Orel && Oho == x -> cacked = !cleanof(x, Oh, Oe); chand = 1; claim(x)
      :: Orel && Oho != NONE && Oho != x && lage[x] >= TTL_LO -> cacked = !cleanof(x, Oh, Oe) || OSP(x); chand = 1; claim(x)
-     :: !Orel && lage[x] >= TTL_LO -> cacked = OSP(x); claim(x)
-     :: !Orel && lage[x] < TTL_LO && GONEOF(x, Oh, Oe) -> cacked = GONE_CACKED(x); claim(x)
+     :: !Orel && TTLOVER(x) -> cacked = OSP(x); claim(x)
+     :: !Orel && !TTLOVER(x) && GONEOF(x, Oh, Oe) -> cacked = GONE_CACKED(x); claim(x)
      :: !Orel && silent(x, Oh, Oe) && !GONEOF(x, Oh, Oe) -> cacked = 1; claim(x)
      :: else -> skip
      fi
@@ -1065,10 +1077,28 @@ bit sup[N];   /* its supervisor released: it says and hears nothing more; its re
   :: d_step { !over && (up[x] && !MUTE(x) && lead[x] == 0 && Lk == VALID && Le < known[x] && miss[x]) -> printf("@ %d looks, past the older writers' bound\n", x); DUTY(x); obound = 1; look(x); check() } \
 
 #endif
+/* the audit: a look at an unchanged lease (valid or its own old copy, not released) whose TTL_LO is
+   over but whose TTL, on a slow clock, is not (TTLOVER): offered only where that look takes over
+   early (its holder silent to a majority, rule 3, or gone, A16), else it is a look that does
+   nothing. Not under -DLIVE: the ages saturate, so the model cannot bound how long a clock stays
+   behind (a clock slow for ever is no good world: L1 would fail on it) */
+#define RDH (Lk == VALID -> Lh : Oh)
+#define RDE (Lk == VALID -> Le : Oe)
+#define SLOWREAD(x) (lage[x] >= TTL_LO && ((Lk == VALID && Le >= known[x] && !Lrel && Lh == mh[x] && Le == me[x] && !miss[x]) || \
+  (Lk == OLD && Oe >= known[x] && !Orel && Oh == mh[x] && Oe == me[x] && !onew[x])))
+#if defined(LIVE) || defined(NO_SLOW)
+#define SLOW_LOOKS(x)
+#else
+#define SLOW_LOOKS(x) \
+  :: d_step { !over && (up[x] && !MUTE(x) && lead[x] == 0 && SLOWREAD(x) && silent(x, RDH, RDE)) -> printf("@ %d looks, its clock slow\n", x); slowc = 1; look(x); check() } \
+  :: d_step { !over && (up[x] && !MUTE(x) && lead[x] == 0 && SLOWREAD(x) && RDH != x && RDH < N && (died[RDH] || FORGED)) -> printf("@ %d looks, its clock slow, its holder gone\n", x); slowc = 1; gonev = 1; look(x); check() } \
+
+#endif
 #define STEPS(x) \
   ::  d_step { !over && (up[x] && !MUTE(x) && lead[x] == 0) -> printf("@ %d looks\n", x); DUTY(x); look(x); check() } \
   ::  d_step { !over && (up[x] && !MUTE(x) && lead[x] == 0 && (died[o1(x)] || died[o2(x)] || FORGED)) -> printf("@ %d looks, its holder gone\n", x); DUTY(x); gonev = 1; look(x); check() } \
   OLDER_BOUND(x) \
+  SLOW_LOOKS(x) \
   :: d_step { !over && (LEADS(x) && !rr[x]) -> printf("@ %d renewal read\n", x); renew_read(x); check() } \
   :: d_step { !over && (LEADS(x) && rr[x]) -> printf("@ %d renews\n", x); renewed(x); check() } \
   :: d_step { !over && (up[x] && !MUTE(x) && lead[x] > 0 && ren[x] > RD_HI) -> printf("@ %d past its renew deadline\n", x); lead[x] = 0; rr[x] = 0; check() } \
