@@ -24,6 +24,9 @@ PRODUCT = ("elections", "relay", "stkrelay", "stkconfig", "stkhost")
 
 # Bases of ours made to be specialized: each a complete class, instantiated or a template of variants.
 SUBCLASSED = {
+    "stkrelay.celery.SteadyScheduler": "Celery's in-memory beat without its spin before each due entry, "
+    "the scheduler of a beat of its own (CELERY_BEAT_SCHEDULER); the worker's own beat calls the due "
+    "entries on its thread instead of sending them (beat_here.InPlaceScheduler)",
     "relay.wire.framing.FramedConnection": "the sans-I/O framing every connection of the wire speaks: "
     "the client's, the server's and the cloud tunnel's acceptor add their handshakes",
     "relay.wire.server_connection.ServerConnection": "the server's side of the wire; the legacy protocol "
