@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 from containers import IMAGE, RUN, ImageSite, missing, podman
-from harness import DEFAULT, KMSN, ROOT, TOKEN
+from harness import DEFAULT, KMSN, ROOT, TOKEN, wait_until
+from test_agents_serving import adheres_by_acks
 
 from relay.client.discovery import Discovery
 from relay.client.relay_client import RelayClient
@@ -61,6 +62,11 @@ def fails_over_and_hands_off(site: ImageSite) -> dict[str, float]:
     seconds until a client is registered with the new leader, each time."""
     site.start()
     first = site.wait_settled(timeout=120)
+    # A settled site: the followers heard the leader say it serves by acks. Before that, evidence of
+    # its death does not count (rule 7's guard, docs/serving-right.md) and a kill -9 is the TTL's.
+    followers = [a for a in site.agents if a.name != first.node]
+    wait_until(lambda: all(adheres_by_acks(f, first.node, first.epoch) for f in followers), 30,
+               "the followers hearing the leader serve by acks")  # fmt: skip
     took: dict[str, float] = {}
 
     async def moved(action, old_epoch: int, what: str) -> float:  # type: ignore[no-untyped-def]
