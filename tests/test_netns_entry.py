@@ -40,9 +40,9 @@ VIP_KEYS = {"VIP_ADDRESS": f"{VIP}/24", "VIP_INTERFACE": "eth0", "VIP_GARP": "ar
 RATE = 0.02  # seconds between two messages of the remote commander
 # Messages flow again this soon after the kill -9. The entry's issue bound it at 2.0 s when a
 # kill -9 was taken over in ~0.5 s; since rule 7 and its guard (docs/serving-right.md) the taker
-# serves only once a majority acks it, S (1.82 s) after the dead leader's last beacon, so the
-# bound is the one tests/test_agents_beacons.py gives a kill -9: 3 s.
-FLOW_AGAIN = 3.0
+# serves only once a majority acks it, S (1.82 s) after the dead leader's last beacon; then the
+# entry re-points (and the shared VIP moves): 2.16-2.96 s measured, so 4 s.
+FLOW_AGAIN = 4.0
 
 
 class Router:
